@@ -1,0 +1,35 @@
+# Two entry points for a fresh machine: `make demo` and `make test` (see README.md).
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# torch 2.13.0 is pinned first: a bare range would make pip pick a multi-GB CUDA build.
+TORCH  ?= torch==2.13.0
+
+.PHONY: demo test venv bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(VENV)/.installed: $(BIN)/python pyproject.toml
+	$(BIN)/python -m pip install --quiet "$(TORCH)"
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $@
+
+venv: $(VENV)/.installed
+
+demo: venv
+	$(BIN)/nccl-tune run --study demo --trials 16 --output results/demo-tuned.yaml \
+		-- bash examples/run_skyrl_sql_sim.sh
+
+test: venv
+	$(BIN)/python -m pytest -q tests
+
+bench: venv
+	mkdir -p benchmarks/out
+	$(BIN)/python benchmarks/search.py --json benchmarks/out/search.json
+	$(BIN)/python benchmarks/hang.py --json benchmarks/out/hang.json
+	$(BIN)/python benchmarks/ingest.py --json benchmarks/out/ingest.json
+
+clean:
+	rm -rf $(VENV) results/* benchmarks/out

@@ -1,0 +1,1 @@
+"""Running one trial: process trees, supervision clocks, memory sampling, teardown."""

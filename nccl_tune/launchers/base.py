@@ -1,0 +1,86 @@
+"""The launcher plug-in kind: runs one ``TrialSpec`` and returns a ``TrialResult``.
+
+Only ``launchers/`` starts or kills processes. A launcher never raises once a trial has
+started: whatever happens becomes the ``status`` and ``verdict`` of the result. It raises
+``NcclTuneError`` only for what makes the whole study pointless (for instance the command
+does not exist, or the GPU gate does not open).
+
+Implementations: ``LocalLauncher`` (a process tree on this machine) and
+``nccl_tune.sim.launcher.ModelLauncher`` (the synthetic cost model, in-process).
+Every implementation passes ``tests/launchers/test_contract.py``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+
+from nccl_tune.trial import TrialResult, TrialSpec
+
+
+@dataclass(frozen=True)
+class TrialProgress:
+    """What the launcher knows about a running trial, given to the observer."""
+
+    elapsed_s: float
+    step_times_s: tuple[float, ...]
+    """Finished steps so far, warm-up included."""
+    open_phase: str | None
+    last_progress_s: float
+    """Seconds since the last progress line."""
+    peak_mem_gib: float | None = None
+
+
+class TrialObserver:
+    """Callbacks from a running trial. The base class does nothing; the tuner subclasses it
+    for its live display, early stopping and interrupt handling."""
+
+    def on_start(self, spec: TrialSpec, pid: int | None) -> None:
+        """The command was started (``pid`` of its top process; None for in-process launchers)."""
+
+    def on_phase(self, spec: TrialSpec, phase: str, seconds: float) -> None:
+        """A phase finished."""
+
+    def on_step(self, spec: TrialSpec, step_index: int, seconds: float) -> None:
+        """Step ``step_index`` (0-based, warm-up included) finished in ``seconds``."""
+
+    def on_memory(self, spec: TrialSpec, peak_gib: float) -> None:
+        """A new peak of per-GPU memory was seen."""
+
+    def should_stop(self, spec: TrialSpec, progress: TrialProgress) -> str | None:
+        """Polled about every 0.2 s. Return ``"interrupted"`` to stop because the tuner is being
+        interrupted, or ``"early_stop"`` to stop a trial already worse than the incumbent;
+        None to let it run."""
+        return None
+
+    def on_end(self, spec: TrialSpec, result: TrialResult) -> None:
+        """The trial was torn down and classified."""
+
+
+class Launcher(ABC):
+    """Runs trials. One instance serves a whole study."""
+
+    name: str = "base"
+
+    def prepare(self, spec: TrialSpec) -> None:
+        """Check, before the first trial, that ``spec`` can be launched at all (the command
+        exists and is executable); raise ``NcclTuneError`` with a one-line message if not."""
+
+    @abstractmethod
+    def run(self, spec: TrialSpec, observer: TrialObserver | None = None) -> TrialResult:
+        """Run one trial to its end and tear it down; never raises once it has started."""
+
+    def before_study(self) -> None:
+        """Take the baseline (GPU memory before the study) and anything else needed once."""
+
+    def gate(self) -> None:
+        """Block until the node is clean for the next trial (GPU memory back to baseline, no
+        process of an earlier trial alive); raise ``GpuGateError`` naming what still holds it."""
+
+    def reap(self, study: str) -> list[str]:
+        """Kill every process still carrying a marker of ``study`` (left by a tuner that was
+        killed); return one description per process killed."""
+        return []
+
+    def close(self) -> None:
+        """Release resources (threads, connections)."""

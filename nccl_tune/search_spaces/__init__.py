@@ -1,0 +1,1 @@
+"""Built-in and user search spaces (YAML), loaded and validated with OmegaConf."""

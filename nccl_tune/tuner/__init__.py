@@ -1,0 +1,1 @@
+"""The study: Optuna ask/tell loop, objective, constraints, stability and export."""
