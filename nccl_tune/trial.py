@@ -81,8 +81,11 @@ class ProgressRules:
     """A phase starts; group ``phase`` is its name."""
     phase_end: str = r"Finished: '(?P<phase>[^']+)', time cost: (?P<seconds>\d+(?:\.\d+)?)s"
     """A phase ends; groups ``phase`` and ``seconds``."""
-    memory: str | None = r"(?:rank[ =:]*(?P<rank>\d+)\b.*?)?memory: (?P<gib>\d+(?:\.\d+)?)GiB"
-    """A memory line the trainer prints: group ``gib`` (peak GiB), optional ``rank``/``gpu``."""
+    memory: str | None = (
+        r"(?:rank[ =:]*(?P<rank>\d+)\b.*?)?memory: (?P<gib>\d+(?:\.\d+)?)GiB(?:\s*\((?P<pct>\d+(?:\.\d+)?)%\))?"
+    )
+    """A memory line the trainer prints: group ``gib`` (peak GiB), optional ``rank``/``gpu``, optional
+    ``pct`` (percent of the GPU's total, which gives the total)."""
     training_done: str | None = r"Training done!"
     """Training finished: failures after this line happened during teardown."""
 
