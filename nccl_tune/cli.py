@@ -37,6 +37,172 @@ def _emit_json(obj: object) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
 
 
+@app.command("run", context_settings={"allow_interspersed_args": False})
+def run_cmd(
+    command: Optional[List[str]] = typer.Argument(None, help="The training command, after --.", show_default=False),
+    space: str = typer.Option("skyrl-text2sql", "--space", help="Built-in space name or a space YAML file."),
+    study: Optional[str] = typer.Option(None, "--study", help="Study name (default: from the space and command; the same name resumes)."),
+    storage: Optional[str] = typer.Option(None, "--storage", help="Optuna storage URL (default: sqlite:///RESULTS/nccl-tune.db)."),
+    results: Path = typer.Option(Path("results"), "--results", help="Folder for trial folders and the default storage."),
+    trials: int = typer.Option(20, "--trials", help="Trials to launch in this run (re-runs for confirmation come on top)."),
+    budget: Optional[str] = typer.Option(None, "--budget", help="Wall-clock budget of the run: no new trial after it (e.g. 8h, 45m)."),
+    steps: Optional[int] = typer.Option(None, "--steps", help="Measured steps per trial (after the warm-up step)."),
+    warmup_steps: Optional[int] = typer.Option(None, "--warmup-steps", help="Unmeasured steps at the start of each trial."),
+    stall_timeout: Optional[str] = typer.Option(None, "--stall-timeout", help="Silence in an unknown phase before a trial is called hung."),
+    startup_timeout: Optional[str] = typer.Option(None, "--startup-timeout", help="Time allowed before the first progress line."),
+    trial_timeout: Optional[str] = typer.Option(None, "--trial-timeout", help="Budget of one trial."),
+    grace: Optional[str] = typer.Option(None, "--grace", help="SIGTERM-to-SIGKILL grace period at teardown."),
+    pin: List[str] = typer.Option([], "--set", help="Hold a parameter (or context value) fixed: KEY=VALUE; repeatable."),
+    seed: Optional[int] = typer.Option(None, "--seed", help="Sampler seed."),
+    launcher: str = typer.Option("local", "--launcher", help="Where trials run: local."),
+    parallel: int = typer.Option(1, "--parallel", help="Trials at once."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the tuned YAML here at the end."),
+    confirm: int = typer.Option(2, "--confirm", help="Re-run the best N candidates once to confirm them (0: none)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Validate the space and print the first trial's argv and env; run nothing."),
+    as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout (progress goes to stderr)."),
+) -> None:
+    """Tune COMMAND: run short trials under an Optuna search and report the fastest stable config."""
+    from nccl_tune.tuner.pins import parse_pin
+    from nccl_tune.tuner.settings import RunSettings, parse_duration
+
+    try:
+        dur = {k: (parse_duration(v, f"--{k.replace('_s', '').replace('_', '-')}") if v is not None else None)
+               for k, v in (("budget_s", budget), ("stall_timeout_s", stall_timeout),
+                            ("startup_timeout_s", startup_timeout), ("trial_timeout_s", trial_timeout), ("grace_s", grace))}
+        settings = RunSettings(
+            command=tuple(command or ()), space=space, study=study, storage=storage, results=results,
+            trials=trials, steps=steps, warmup_steps=warmup_steps, pins=tuple(parse_pin(p) for p in pin),
+            seed=seed, launcher=launcher, parallel=parallel, output=output, dry_run=dry_run, confirm=confirm, **dur,
+        )
+        _run(settings, as_json)
+    except NcclTuneError as exc:
+        _fail(exc)
+
+
+def _run(settings, as_json: bool) -> None:
+    import shlex
+
+    from nccl_tune.tuner.export import export_study, write_text
+    from nccl_tune.tuner.loop import run_study
+    from nccl_tune.tuner.report import summary_json
+
+    outcome = run_study(settings, console=err if as_json else out)
+    if outcome.dry_run_spec is not None:
+        spec = outcome.dry_run_spec
+        data = {"study": outcome.study, "argv": list(spec.argv), "env": dict(spec.env), "trial_dir": str(spec.trial_dir)}
+        if as_json:
+            _emit_json(data)
+        else:
+            out.print(f"space {outcome.space.name} is valid; trial 0 would run in {spec.trial_dir}:", highlight=False)
+            out.print(shlex.join(spec.argv), highlight=False, soft_wrap=True)
+            for k, v in spec.env.items():
+                out.print(f"  unset {k}" if v is None else f"  {k}={v}", highlight=False, soft_wrap=True)
+        raise typer.Exit(0)
+    if settings.output is not None and outcome.winner is not None and not outcome.interrupted:
+        write_text(settings.output, export_study(outcome.storage_url, outcome.study, "yaml"))
+        (err if as_json else out).print(f"tuned YAML: {settings.output}", highlight=False)
+    if as_json:
+        _emit_json(summary_json(outcome.study, outcome.storage_url, list(outcome.records), outcome.winner,
+                                outcome.baseline, outcome.exit_code))
+    if outcome.interrupted:
+        err.print(f"interrupted: study {outcome.study} is saved; run the same command again to resume", highlight=False)
+    raise typer.Exit(outcome.exit_code)
+
+
+@app.command("export")
+def export_cmd(
+    study: Optional[str] = typer.Option(None, "--study", help="Study name (default: the only study in the storage)."),
+    storage: Optional[str] = typer.Option(None, "--storage", help="Optuna storage URL."),
+    results: Path = typer.Option(Path("results"), "--results", help="Folder of the default storage."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout."),
+    fmt: str = typer.Option("yaml", "--format", help="yaml (overrides + env + provenance), args (key=value) or env (export lines)."),
+) -> None:
+    """Write the best stable trial of a study as tuned YAML, key=value arguments or env lines."""
+    from nccl_tune.tuner.export import export_study, write_text
+    from nccl_tune.tuner.settings import RunSettings
+
+    try:
+        url = storage or RunSettings(command=(), results=results).storage_url
+        text = export_study(url, study, fmt)
+        if output is None:
+            sys.stdout.write(text)
+        else:
+            write_text(output, text)
+            err.print(f"wrote {output}", highlight=False)
+    except NcclTuneError as exc:
+        _fail(exc)
+
+
+@app.command("apply")
+def apply_cmd(
+    tuned: Path = typer.Argument(..., help="A tuned YAML written by `nccl-tune export`."),
+    into: Path = typer.Option(..., "--into", help="The training config to merge the overrides into."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here instead of stdout."),
+    allow_new_keys: bool = typer.Option(False, "--allow-new-keys", help="Add keys the config lacks instead of refusing."),
+) -> None:
+    """Merge a tuned YAML's overrides into a training config (OmegaConf.merge)."""
+    from nccl_tune.tuner.export import apply_tuned, write_text
+
+    try:
+        text = apply_tuned(tuned, into, allow_new_keys)
+        if output is None:
+            sys.stdout.write(text)
+        else:
+            write_text(output, text)
+            err.print(f"wrote {output}", highlight=False)
+    except NcclTuneError as exc:
+        _fail(exc)
+
+
+@app.command("report")
+def report_cmd(
+    study: Optional[str] = typer.Option(None, "--study", help="Study name (default: the only study in the storage)."),
+    storage: Optional[str] = typer.Option(None, "--storage", help="Optuna storage URL."),
+    results: Path = typer.Option(Path("results"), "--results", help="Folder of the default storage."),
+    plots: Optional[Path] = typer.Option(None, "--plots", help="Write PNG plots into this folder."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable report."),
+) -> None:
+    """What was tried, what failed and why, and the winner against the baseline."""
+    from nccl_tune.tuner.report import report_study
+    from nccl_tune.tuner.settings import RunSettings
+
+    try:
+        url = storage or RunSettings(command=(), results=results).storage_url
+        data = report_study(url, study, out, as_json=as_json, plots_dir=plots)
+    except NcclTuneError as exc:
+        _fail(exc)
+    if as_json:
+        _emit_json(data)
+
+
+@spaces_app.command("list")
+def spaces_list_cmd() -> None:
+    """The built-in search spaces."""
+    from nccl_tune.search_spaces.loader import builtin_names, load_space
+
+    for name in builtin_names():
+        out.print(f"[bold]{name}[/]  {load_space(name).description}", highlight=False, soft_wrap=True)
+
+
+@spaces_app.command("show")
+def spaces_show_cmd(
+    name: str = typer.Argument(..., help="Built-in space name or a space YAML file."),
+    as_yaml: bool = typer.Option(False, "--yaml", help="Print the space's YAML as it is."),
+) -> None:
+    """A space's parameters, rules, trial settings and stop rule."""
+    from nccl_tune.search_spaces.loader import load_space
+    from nccl_tune.search_spaces.render import print_space
+
+    try:
+        space = load_space(name)
+    except NcclTuneError as exc:
+        _fail(exc)
+    if as_yaml:
+        sys.stdout.write(space.text)
+    else:
+        print_space(space, out)
+
+
 @app.command("diagnose")
 def diagnose_cmd(
     paths: List[Path] = typer.Argument(..., help="Log files, trial folders or folders of Flight Recorder dumps."),

@@ -1,0 +1,363 @@
+"""Load a search space from YAML (a built-in name or a file path) and validate every key.
+
+Every problem is one ``NcclTuneError`` line naming the file, the key and the fix. The file
+is parsed with OmegaConf (so ``${...}`` interpolations work), then checked by hand so that the
+messages say what a user should change.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from importlib import resources
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from nccl_tune.errors import NcclTuneError
+from nccl_tune.search_spaces.expr import ExprError, parse_expr
+from nccl_tune.search_spaces.space import (
+    UNSET,
+    Constraint,
+    Derived,
+    MemoryEffect,
+    ParamKind,
+    Parameter,
+    SearchSpace,
+    Target,
+)
+from nccl_tune.trial import Clocks, ProgressRules, StopRule
+
+_TOP_KEYS = {
+    "name", "description", "command", "parameters", "context", "define", "derived", "constraints",
+    "trial", "stop", "clocks", "progress", "throughput", "stability",
+}  # fmt: skip
+_PARAM_KEYS = {"name", "kind", "target", "low", "high", "step", "choices", "default", "memory", "semantic", "help"}
+_TRIAL_KEYS = {"overrides", "env"}
+_STOP_KEYS = {f.name for f in dataclasses.fields(StopRule)}
+_CLOCK_KEYS = {f.name for f in dataclasses.fields(Clocks) if f.name != "known_phase_s"} | {"phase_estimates_s"}
+_PROGRESS_KEYS = {f.name for f in dataclasses.fields(ProgressRules)}
+_THROUGHPUT_KEYS = {"samples_per_step"}
+_STABILITY_KEYS = {"min_headroom_frac"}
+_MAX_CHOICES = 4096
+
+
+def builtin_dir() -> Path:
+    return Path(str(resources.files("nccl_tune.search_spaces")))
+
+
+def builtin_names() -> list[str]:
+    return sorted(p.stem for p in builtin_dir().glob("*.yaml"))
+
+
+def resolve(space: str) -> tuple[Path, str]:
+    """Path and source label of ``space``: a built-in name or a YAML file."""
+    candidate = Path(space).expanduser()
+    if candidate.suffix in (".yaml", ".yml") or candidate.exists() or "/" in space:
+        if not candidate.is_file():
+            raise NcclTuneError(f"space file {space} does not exist; give a YAML file or one of: {', '.join(builtin_names())}")
+        return candidate, str(candidate)
+    path = builtin_dir() / f"{space}.yaml"
+    if not path.is_file():
+        raise NcclTuneError(
+            f"unknown search space {space!r}; built-in spaces: {', '.join(builtin_names())} (or give a YAML file path)"
+        )
+    return path, f"builtin:{space}"
+
+
+def load_space(space: str) -> SearchSpace:
+    """Load and validate a space by built-in name or file path."""
+    path, source = resolve(space)
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise NcclTuneError(f"space file {path}: cannot read it: {exc.strerror}") from None
+    return parse_space(text, source=source, label=str(path))
+
+
+def parse_space(text: str, source: str, label: str) -> SearchSpace:
+    """Validate YAML ``text`` (``label`` names it in errors) into a ``SearchSpace``."""
+    try:
+        cfg = OmegaConf.create(text)
+        data = OmegaConf.to_container(cfg, resolve=True)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        raise NcclTuneError(f"space file {label}:{where} YAML syntax error: {problem}") from None
+    except OmegaConfBaseException as exc:
+        raise NcclTuneError(f"space file {label}: {str(exc).splitlines()[0]}") from None
+    if not isinstance(data, dict):
+        raise NcclTuneError(f"space file {label}: expected a mapping at the top level (name:, parameters:, ...)")
+    return _build(data, source, label, text)
+
+
+def _check_keys(section: Mapping[str, Any], allowed: set[str], where: str, label: str) -> None:
+    for key in section:
+        if key not in allowed:
+            raise NcclTuneError(
+                f"space file {label}: unknown key {where}{key!r}; allowed here: {', '.join(sorted(allowed))}"
+            )
+
+
+def _mapping(data: Mapping[str, Any], key: str, label: str) -> dict[str, Any]:
+    value = data.get(key) or {}
+    if not isinstance(value, dict):
+        raise NcclTuneError(f"space file {label}: '{key}' must be a mapping, got {type(value).__name__}")
+    return value
+
+
+def _expr(text: Any, where: str, label: str):
+    try:
+        return parse_expr(text, f"space file {label}: {where}")
+    except ExprError:
+        raise
+    except Exception as exc:  # pragma: no cover - parse_expr raises ExprError itself
+        raise NcclTuneError(f"space file {label}: {where}: {exc}") from None
+
+
+def _choices(p: Mapping[str, Any], kind: ParamKind, where: str, label: str) -> tuple[Any, ...]:
+    if kind is ParamKind.BOOL:
+        if "choices" in p or "low" in p or "high" in p:
+            raise NcclTuneError(f"space file {label}: {where}: a bool parameter takes no choices/low/high")
+        return (False, True)
+    if kind is ParamKind.CATEGORICAL:
+        choices = p.get("choices")
+        if not isinstance(choices, list) or not choices:
+            raise NcclTuneError(f"space file {label}: {where}: a categorical parameter needs a non-empty 'choices' list")
+        if len({repr(c) for c in choices}) != len(choices):
+            raise NcclTuneError(f"space file {label}: {where}: 'choices' has duplicates")
+        for c in choices:
+            if not isinstance(c, (int, float, str, bool)):
+                raise NcclTuneError(f"space file {label}: {where}: choice {c!r} is not a number, string or bool")
+        return tuple(choices)
+    if "choices" in p:
+        raise NcclTuneError(f"space file {label}: {where}: use low/high for kind {kind.value}, or kind: categorical")
+    low, high = p.get("low"), p.get("high")
+    if not isinstance(low, int) or not isinstance(high, int) or isinstance(low, bool) or isinstance(high, bool):
+        raise NcclTuneError(f"space file {label}: {where}: kind {kind.value} needs integer 'low' and 'high'")
+    if low > high:
+        raise NcclTuneError(f"space file {label}: {where}: low {low} is above high {high}")
+    if kind is ParamKind.POW2:
+        if low < 1 or low & (low - 1) or high & (high - 1):
+            raise NcclTuneError(f"space file {label}: {where}: pow2 bounds must be powers of two, got {low}..{high}")
+        out, v = [], low
+        while v <= high:
+            out.append(v)
+            v *= 2
+        return tuple(out)
+    step = p.get("step", 1)
+    if not isinstance(step, int) or step < 1:
+        raise NcclTuneError(f"space file {label}: {where}: 'step' must be a positive integer")
+    if (high - low) // step + 1 > _MAX_CHOICES:
+        raise NcclTuneError(f"space file {label}: {where}: range has more than {_MAX_CHOICES} values; raise 'step'")
+    return tuple(range(low, high + 1, step))
+
+
+def _parameter(p: Any, i: int, label: str) -> Parameter:
+    if not isinstance(p, dict):
+        raise NcclTuneError(f"space file {label}: parameters[{i}] must be a mapping with name:, kind:, ...")
+    name = p.get("name")
+    where = f"parameters[{i}]" + (f" ({name})" if name else "")
+    _check_keys(p, _PARAM_KEYS, f"in {where}: ", label)
+    if not isinstance(name, str) or not name:
+        raise NcclTuneError(f"space file {label}: {where}: 'name' is required")
+    try:
+        kind = ParamKind(p.get("kind"))
+    except ValueError:
+        raise NcclTuneError(
+            f"space file {label}: {where}: unknown kind {p.get('kind')!r}; use one of: {', '.join(k.value for k in ParamKind)}"
+        ) from None
+    default_target = "env" if name.isupper() and "." not in name else "override"
+    try:
+        target = Target(p.get("target", default_target))
+    except ValueError:
+        raise NcclTuneError(f"space file {label}: {where}: target must be 'override' or 'env', got {p.get('target')!r}") from None
+    try:
+        memory = MemoryEffect(p.get("memory", "unknown"))
+    except ValueError:
+        raise NcclTuneError(
+            f"space file {label}: {where}: memory must be one of {', '.join(m.value for m in MemoryEffect)}"
+        ) from None
+    choices = _choices(p, kind, where, label)
+    if UNSET in choices and target is not Target.ENV:
+        raise NcclTuneError(f"space file {label}: {where}: the choice 'unset' only makes sense for target: env")
+    param = Parameter(
+        name=name,
+        kind=kind,
+        target=target,
+        choices=choices,
+        memory=memory,
+        semantic=bool(p.get("semantic", False)),
+        help=str(p.get("help", "")),
+    )
+    if p.get("default") is not None:
+        param = dataclasses.replace(param, default=param.coerce(p["default"], f"space file {label}: {where} default"))
+    return param
+
+
+def _build(data: dict[str, Any], source: str, label: str, text: str) -> SearchSpace:
+    _check_keys(data, _TOP_KEYS, "", label)
+    name = data.get("name")
+    if not isinstance(name, str) or not name:
+        raise NcclTuneError(f"space file {label}: 'name' is required (a short identifier such as my-space)")
+    raw_params = data.get("parameters")
+    if not isinstance(raw_params, list) or not raw_params:
+        raise NcclTuneError(f"space file {label}: 'parameters' must be a non-empty list")
+    params = tuple(_parameter(p, i, label) for i, p in enumerate(raw_params))
+    seen: set[str] = set()
+    for p in params:
+        if p.name in seen:
+            raise NcclTuneError(f"space file {label}: parameter {p.name} is defined twice")
+        seen.add(p.name)
+
+    context = _mapping(data, "context", label)
+    for key in context:
+        if key in seen:
+            raise NcclTuneError(f"space file {label}: context key {key} is also a parameter; keep it in one place")
+    known = set(seen) | set(context)
+
+    defines = []
+    for key, text_expr in _mapping(data, "define", label).items():
+        ex = _expr(text_expr, f"define.{key}", label)
+        _check_names(ex.names, known, f"define.{key}", label)
+        defines.append((key, ex))
+        known.add(key)
+
+    derived = []
+    for key, spec in _mapping(data, "derived", label).items():
+        target = Target.ENV if key.isupper() and "." not in key else Target.OVERRIDE
+        ex = _expr(spec, f"derived.{key}", label)
+        _check_names(ex.names, known | {key}, f"derived.{key}", label)
+        if key in seen:
+            raise NcclTuneError(f"space file {label}: derived key {key} is also a parameter; remove one of them")
+        derived.append(Derived(key, ex, target))
+    known |= {d.key for d in derived}
+
+    constraints = []
+    raw_constraints = data.get("constraints") or []
+    if not isinstance(raw_constraints, list):
+        raise NcclTuneError(f"space file {label}: 'constraints' must be a list of {{expr:, message:}}")
+    for i, c in enumerate(raw_constraints):
+        if isinstance(c, str):
+            c = {"expr": c}
+        if not isinstance(c, dict):
+            raise NcclTuneError(f"space file {label}: constraints[{i}] must be a mapping with expr: and message:")
+        _check_keys(c, {"expr", "message"}, f"in constraints[{i}]: ", label)
+        ex = _expr(c.get("expr"), f"constraints[{i}]", label)
+        _check_names(ex.names, known, f"constraints[{i}]", label)
+        constraints.append(Constraint(ex, str(c.get("message") or f"constraint violated: {ex.text}")))
+
+    trial = _mapping(data, "trial", label)
+    _check_keys(trial, _TRIAL_KEYS, "in trial: ", label)
+    trial_overrides = {str(k): _scalar(v, f"trial.overrides.{k}", label) for k, v in (trial.get("overrides") or {}).items()}
+    trial_env = {str(k): _scalar(v, f"trial.env.{k}", label) for k, v in (trial.get("env") or {}).items()}
+
+    stop_raw = _mapping(data, "stop", label)
+    _check_keys(stop_raw, _STOP_KEYS, "in stop: ", label)
+    stop = StopRule(**{k: _int(v, f"stop.{k}", label, minimum=0) for k, v in stop_raw.items()})
+    if stop.measured_steps < 1:
+        raise NcclTuneError(f"space file {label}: stop.measured_steps must be at least 1")
+
+    clocks_raw = _mapping(data, "clocks", label)
+    _check_keys(clocks_raw, _CLOCK_KEYS, "in clocks: ", label)
+    estimates = clocks_raw.pop("phase_estimates_s", None) or {}
+    if not isinstance(estimates, dict):
+        raise NcclTuneError(f"space file {label}: clocks.phase_estimates_s must map phase names to seconds")
+    clocks = Clocks(
+        **{k: _float(v, f"clocks.{k}", label) for k, v in clocks_raw.items()},
+        known_phase_s={str(k): _float(v, f"clocks.phase_estimates_s.{k}", label) for k, v in estimates.items()},
+    )
+
+    progress_raw = _mapping(data, "progress", label)
+    _check_keys(progress_raw, _PROGRESS_KEYS, "in progress: ", label)
+    for k, v in progress_raw.items():
+        _regex(v, f"progress.{k}", label)
+    progress = ProgressRules(**progress_raw)
+
+    throughput = _mapping(data, "throughput", label)
+    _check_keys(throughput, _THROUGHPUT_KEYS, "in throughput: ", label)
+    samples = None
+    if throughput.get("samples_per_step") is not None:
+        samples = _expr(str(throughput["samples_per_step"]), "throughput.samples_per_step", label)
+        _check_names(samples.names, known, "throughput.samples_per_step", label)
+
+    stability = _mapping(data, "stability", label)
+    _check_keys(stability, _STABILITY_KEYS, "in stability: ", label)
+    min_headroom = _float(stability.get("min_headroom_frac", 0.05), "stability.min_headroom_frac", label)
+
+    space = SearchSpace(
+        name=name,
+        description=str(data.get("description") or ""),
+        source=source,
+        text=text,
+        parameters=params,
+        context=context,
+        defines=tuple(defines),
+        derived=tuple(derived),
+        constraints=tuple(constraints),
+        trial_overrides=trial_overrides,
+        trial_env=trial_env,
+        samples_per_step=samples,
+        stop=stop,
+        clocks=clocks,
+        progress=progress,
+        min_headroom_frac=min_headroom,
+    )
+    _check_defaults(space, label)
+    return space
+
+
+def _check_names(names: frozenset[str], known: set[str], where: str, label: str) -> None:
+    for n in sorted(names):
+        if n not in known:
+            raise NcclTuneError(
+                f"space file {label}: {where} names {n!r}, which is not a parameter, context value or define; "
+                f"known names: {', '.join(sorted(known))}"
+            )
+
+
+def _check_defaults(space: SearchSpace, label: str) -> None:
+    """Evaluate every expression once on the defaults, so a type error shows at load time."""
+    values = {p.name: (p.default if p.default is not None else p.choices[0]) for p in space.parameters}
+    try:
+        space.violations(values)
+        space.derived_values(values)
+        space.samples(values)
+    except ExprError as exc:
+        raise NcclTuneError(f"space file {label}: {exc}") from None
+
+
+def _scalar(v: Any, where: str, label: str) -> str:
+    if isinstance(v, (dict, list)):
+        raise NcclTuneError(f"space file {label}: {where} must be a single value, not a {type(v).__name__}")
+    from nccl_tune.search_spaces.space import format_value
+
+    return format_value(v)
+
+
+def _int(v: Any, where: str, label: str, minimum: int = 0) -> int:
+    if not isinstance(v, int) or isinstance(v, bool) or v < minimum:
+        raise NcclTuneError(f"space file {label}: {where} must be an integer >= {minimum}, got {v!r}")
+    return v
+
+
+def _float(v: Any, where: str, label: str) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
+        raise NcclTuneError(f"space file {label}: {where} must be a non-negative number, got {v!r}")
+    return float(v)
+
+
+def _regex(v: Any, where: str, label: str) -> None:
+    import re
+
+    if v is None:
+        return
+    if not isinstance(v, str):
+        raise NcclTuneError(f"space file {label}: {where} must be a regular expression string")
+    try:
+        re.compile(v)
+    except re.error as exc:
+        raise NcclTuneError(f"space file {label}: {where}: bad regular expression: {exc}") from None

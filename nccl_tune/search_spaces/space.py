@@ -1,0 +1,232 @@
+"""The ``SearchSpace`` data model: parameters, constraints, fixed trial settings, stop rule.
+
+A space is plain data (frozen dataclasses). ``loader.py`` builds one from YAML; ``tuner/``
+samples it; ``render_trial`` turns a parameter assignment into the argv tail and env overlay
+a trial runs with. Only safe expressions (``expr.py``) are evaluated.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from enum import Enum
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from nccl_tune.errors import NcclTuneError
+from nccl_tune.search_spaces.expr import Expr
+from nccl_tune.trial import Clocks, ProgressRules, StopRule
+
+UNSET = "unset"
+"""Choice meaning "do not set this environment variable" (and remove it if the user's env has it)."""
+
+
+class ParamKind(str, Enum):
+    INT = "int"
+    """Integers from ``low`` to ``high`` in steps of ``step``."""
+    POW2 = "pow2"
+    """Powers of two from ``low`` to ``high``."""
+    CATEGORICAL = "categorical"
+    """One of ``choices`` (numbers, strings, booleans; ``unset`` for env variables)."""
+    BOOL = "bool"
+    """true or false."""
+
+
+class Target(str, Enum):
+    OVERRIDE = "override"
+    """Passed on the command line as ``key=value`` (Hydra-style)."""
+    ENV = "env"
+    """Set in the trial's environment (``unset`` removes it)."""
+
+
+class MemoryEffect(str, Enum):
+    """How a parameter moves device memory: lets the tuner predict OOM from a known OOM."""
+
+    INCREASING = "increasing"
+    """Memory grows with the value (in choice order for categoricals; true > false for bools)."""
+    DECREASING = "decreasing"
+    """Memory shrinks as the value grows (e.g. CPU offload: true uses less)."""
+    NONE = "none"
+    """No material effect on memory."""
+    UNKNOWN = "unknown"
+    """Unknown: two configs are comparable only if they agree on this parameter."""
+
+
+def format_value(value: Any) -> str:
+    """A value as it is written on a command line (Hydra spelling for booleans)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return repr(value)
+    return str(value)
+
+
+@dataclass(frozen=True)
+class Parameter:
+    """One tunable knob."""
+
+    name: str
+    """Config key (``trainer.micro_train_batch_size_per_gpu``) or environment variable (``NCCL_ALGO``)."""
+    kind: ParamKind
+    target: Target
+    choices: tuple[Any, ...]
+    """Every admissible value, in order (ranges are expanded at load time)."""
+    default: Any = None
+    """The value the user's command runs with today; tried first as the baseline."""
+    memory: MemoryEffect = MemoryEffect.UNKNOWN
+    semantic: bool = False
+    """True when the value changes the training itself (batch sizes, prompt filtering), not only speed."""
+    help: str = ""
+
+    def coerce(self, raw: Any, where: str) -> Any:
+        """The admissible value that ``raw`` (a string from ``--set`` or a YAML value) denotes."""
+        for c in self.choices:
+            if raw == c and type(raw) is type(c):
+                return c
+        text = format_value(raw).strip().lower() if not isinstance(raw, str) else raw.strip().lower()
+        for c in self.choices:
+            if format_value(c).lower() == text:
+                return c
+        if self.kind is ParamKind.BOOL and text in ("1", "yes", "on", "0", "no", "off"):
+            return text in ("1", "yes", "on")
+        if self.kind in (ParamKind.INT, ParamKind.POW2):
+            try:
+                as_num = float(text)
+            except ValueError:
+                as_num = math.nan
+            if as_num in self.choices:
+                return int(as_num)
+        shown = ", ".join(format_value(c) for c in self.choices[:12])
+        more = ", ..." if len(self.choices) > 12 else ""
+        raise NcclTuneError(
+            f"{where}: {format_value(raw)!r} is not a value of {self.name}; choose one of: {shown}{more}"
+        )
+
+    def render(self, value: Any) -> str | None:
+        """The value as it reaches the command; None for ``unset`` (env only)."""
+        if self.target is Target.ENV and value == UNSET:
+            return None
+        return format_value(value)
+
+    def memory_rank(self, value: Any) -> int:
+        """Position of ``value`` in the order of growing memory (for dominance checks)."""
+        if self.kind is ParamKind.BOOL:
+            idx = int(bool(value))
+            return idx if self.memory is MemoryEffect.INCREASING else -idx
+        idx = self.choices.index(value)
+        return idx if self.memory is MemoryEffect.INCREASING else -idx
+
+
+@dataclass(frozen=True)
+class Constraint:
+    """A rule every trial's values must satisfy; violated combinations are never launched."""
+
+    expr: Expr
+    message: str
+
+
+@dataclass(frozen=True)
+class Derived:
+    """A command-line value computed from the others (e.g. keep ``generator.max_input_length`` consistent)."""
+
+    key: str
+    expr: Expr
+    target: Target = Target.OVERRIDE
+
+
+def _frozen(m: Mapping | None) -> Mapping:
+    return MappingProxyType(dict(m or {}))
+
+
+@dataclass(frozen=True)
+class SearchSpace:
+    name: str
+    description: str
+    source: str
+    """Where the space came from: ``builtin:<name>`` or a file path."""
+    text: str
+    """The YAML it was loaded from (stored with the study so export/report work elsewhere)."""
+    parameters: tuple[Parameter, ...]
+    context: Mapping[str, Any] = field(default_factory=dict)
+    """Values of the user's command the expressions read but the search does not change."""
+    defines: tuple[tuple[str, Expr], ...] = ()
+    """Named intermediate values (in order), visible to constraints and derived values."""
+    derived: tuple[Derived, ...] = ()
+    constraints: tuple[Constraint, ...] = ()
+    trial_overrides: Mapping[str, str] = field(default_factory=dict)
+    """``key=value`` overrides added to every trial (short, harmless runs); ``{trial_dir}`` etc. expand."""
+    trial_env: Mapping[str, str] = field(default_factory=dict)
+    """Environment added to every trial (tight timeouts, Flight Recorder dumps)."""
+    samples_per_step: Expr | None = None
+    stop: StopRule = field(default_factory=StopRule)
+    clocks: Clocks = field(default_factory=Clocks)
+    progress: ProgressRules = field(default_factory=ProgressRules)
+    min_headroom_frac: float = 0.05
+    """A config whose peak memory leaves less than this fraction of the GPU free is not called stable."""
+
+    def __post_init__(self) -> None:
+        for name in ("context", "trial_overrides", "trial_env"):
+            object.__setattr__(self, name, _frozen(getattr(self, name)))
+
+    # -- lookups -------------------------------------------------------------------------
+    def param(self, name: str) -> Parameter:
+        for p in self.parameters:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(p.name for p in self.parameters)
+
+    def defaults(self) -> dict[str, Any]:
+        return {p.name: p.default for p in self.parameters if p.default is not None}
+
+    # -- evaluation ----------------------------------------------------------------------
+    def scope(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        """Context, parameter values and defines: everything an expression may read."""
+        env: dict[str, Any] = dict(self.context)
+        env.update(values)
+        for name, ex in self.defines:
+            env[name] = ex(env)
+        return env
+
+    def violations(self, values: Mapping[str, Any]) -> list[str]:
+        """Messages of the constraints ``values`` break (empty when admissible)."""
+        env = self.scope(values)
+        return [c.message for c in self.constraints if not c.expr(env)]
+
+    def derived_values(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        env = self.scope(values)
+        out = {}
+        for d in self.derived:
+            out[d.key] = d.expr(env)
+            env[d.key] = out[d.key]
+        return out
+
+    def samples(self, values: Mapping[str, Any]) -> float | None:
+        if self.samples_per_step is None:
+            return None
+        env = self.scope(values)
+        env.update(self.derived_values(values))
+        return float(self.samples_per_step(env))
+
+    def render(self, values: Mapping[str, Any]) -> tuple[list[str], dict[str, str | None]]:
+        """The trial's own ``key=value`` arguments and env overlay (no fixed trial settings)."""
+        args: list[str] = []
+        env: dict[str, str | None] = {}
+        for p in self.parameters:
+            if p.name not in values:
+                continue
+            shown = p.render(values[p.name])
+            if p.target is Target.ENV:
+                env[p.name] = shown
+            else:
+                args.append(f"{p.name}={shown}")
+        for key, value in self.derived_values(values).items():
+            target = next(d.target for d in self.derived if d.key == key)
+            if target is Target.ENV:
+                env[key] = format_value(value)
+            else:
+                args.append(f"{key}={format_value(value)}")
+        return args, env

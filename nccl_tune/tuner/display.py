@@ -1,0 +1,170 @@
+"""What a person sees while a study runs: one line per trial start and end, a live status line
+for the running trial on a terminal, the incumbent, and a summary table at the end."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Mapping
+
+from rich.console import Console
+from rich.status import Status
+from rich.table import Table
+
+from nccl_tune.failure import FailureClass
+from nccl_tune.search_spaces.space import UNSET, SearchSpace, format_value
+from nccl_tune.trial import TrialResult
+from nccl_tune.tuner.records import Outcome, TrialRecord
+from nccl_tune.tuner.stability import Candidate
+
+_STYLE = {
+    FailureClass.OK: "green",
+    FailureClass.BUDGET: "yellow",
+    FailureClass.INTERRUPTED: "magenta",
+}
+
+
+def short_names(space: SearchSpace) -> dict[str, str]:
+    """Shortest unambiguous dotted suffix of each parameter name."""
+    out: dict[str, str] = {}
+    for p in space.parameters:
+        parts = p.name.split(".")
+        for k in range(1, len(parts) + 1):
+            cand = ".".join(parts[-k:])
+            clash = [q for q in space.parameters if q.name != p.name and q.name.endswith(cand)]
+            if not clash:
+                out[p.name] = cand
+                break
+        else:
+            out[p.name] = p.name
+    return out
+
+
+def describe(space: SearchSpace, values: Mapping[str, Any], baseline: Mapping[str, Any] | None = None) -> str:
+    """``name=value`` pairs, leaving out env variables left unset (and, given a baseline, unchanged values)."""
+    names = short_names(space)
+    parts = []
+    for p in space.parameters:
+        if p.name not in values:
+            continue
+        v = values[p.name]
+        if baseline is not None and baseline.get(p.name) == v:
+            continue
+        if v == UNSET:
+            continue
+        parts.append(f"{names[p.name]}={format_value(v)}")
+    return " ".join(parts) if parts else "(baseline values)"
+
+
+def fmt_mem(result: TrialResult | None) -> str:
+    if result is None or result.memory is None or result.memory.peak_gib is None:
+        return "-"
+    m = result.memory
+    frac = m.max_peak_frac
+    tail = f" ({frac:.0%})" if frac is not None else f" {m.source}"
+    return f"{m.peak_gib:.1f} GiB{tail}"
+
+
+def fmt_tput(v: float | None) -> str:
+    return f"{v:,.1f}/s" if v else "-"
+
+
+class Display:
+    """Prints study progress on ``console`` (stderr when stdout carries JSON)."""
+
+    def __init__(self, console: Console, space: SearchSpace) -> None:
+        self.console = console
+        self.space = space
+        self._status: Status | None = None
+        self._trial_start = 0.0
+        self._label = ""
+
+    def header(self, study: str, storage: str, resumed: bool, n_done: int, command: str) -> None:
+        verb = f"resuming ({n_done} trials recorded)" if resumed else "new study"
+        self.console.print(f"[bold]nccl-tune[/] study [cyan]{study}[/] - {verb}", highlight=False)
+        self.console.print(f"  space {self.space.name}  storage {storage}", highlight=False)
+        self.console.print(f"  command: {command}", highlight=False, soft_wrap=True)
+
+    def note(self, text: str) -> None:
+        self.console.print(text, highlight=False, soft_wrap=True)
+
+    def trial_started(self, number: int, kind: str, values: Mapping[str, Any]) -> None:
+        self._trial_start = time.monotonic()
+        self._label = f"trial {number}"
+        self.console.print(
+            f"[bold]▶ trial {number}[/] [dim]{kind}[/] {describe(self.space, values)}", highlight=False, soft_wrap=True
+        )
+        if self.console.is_terminal:
+            self._status = self.console.status(f"{self._label}: starting")
+            self._status.start()
+
+    def progress(self, text: str) -> None:
+        if self._status is not None:
+            elapsed = time.monotonic() - self._trial_start
+            self._status.update(f"{self._label}: {text}  [dim]{elapsed:.0f}s[/]")
+
+    def _stop_status(self) -> None:
+        if self._status is not None:
+            self._status.stop()
+            self._status = None
+
+    def trial_finished(self, number: int, result: TrialResult, near_wall: bool, incumbent: Candidate | None) -> None:
+        self._stop_status()
+        style = _STYLE.get(result.status, "red")
+        status = result.status.value + (" (near memory wall)" if near_wall else "")
+        line = (
+            f"  [{style}]{status}[/] {fmt_tput(result.throughput_samples_per_s)}  mem {fmt_mem(result)}"
+            f"  steps {len(result.step_times_s)}  {result.wall_s:.1f}s"
+        )
+        self.console.print(line, highlight=False)
+        if result.status is not FailureClass.OK and result.verdict.evidence:
+            self.console.print(f"    [dim]{result.verdict.evidence[0].text[:160]}[/]", highlight=False)
+        if result.status is not FailureClass.OK and result.verdict.advice:
+            self.console.print(f"    advice: {result.verdict.advice}", highlight=False, soft_wrap=True)
+        if incumbent is not None:
+            self.console.print(
+                f"  incumbent: trial {incumbent.first.number} {fmt_tput(incumbent.throughput)}", highlight=False
+            )
+
+    def skipped(self, number: int, why: str) -> None:
+        self.console.print(f"  [dim]trial {number} not launched: {why}[/]", highlight=False, soft_wrap=True)
+
+    def close(self) -> None:
+        self._stop_status()
+
+    def summary(self, records: list[TrialRecord], winner: Candidate | None, base: Candidate | None) -> None:
+        table = Table(title="trials", show_lines=False)
+        for col in ("#", "kind", "status", "samples/s", "peak mem", "values"):
+            table.add_column(col)
+        for r in records:
+            if r.outcome is not Outcome.LAUNCHED:
+                continue
+            style = _STYLE.get(r.status, "red") if r.status else "dim"
+            mark = " ★" if winner is not None and r in winner.runs else ""
+            table.add_row(
+                f"{r.number}{mark}",
+                r.kind.value,
+                f"[{style}]{r.status.value if r.status else '?'}[/]" + (" wall" if r.near_wall else ""),
+                fmt_tput(r.throughput),
+                fmt_mem(r.result),
+                describe(self.space, r.values, base.values if base else None),
+            )
+        self.console.print(table)
+        skipped = [r for r in records if r.outcome in (Outcome.REJECTED, Outcome.PREDICTED)]
+        if skipped:
+            rej = sum(r.outcome is Outcome.REJECTED for r in skipped)
+            pred = len(skipped) - rej
+            self.console.print(
+                f"not launched: {rej} broke the space's rules, {pred} predicted to run out of memory", highlight=False
+            )
+        if winner is None:
+            self.console.print("[bold red]no stable config found[/]", highlight=False)
+            return
+        gain = ""
+        if base is not None and base.throughput and winner is not base:
+            gain = f" ({winner.throughput / base.throughput:.2f}x the baseline's {fmt_tput(base.throughput)})"
+        confirmed = "confirmed by a re-run" if winner.confirmed else "[yellow]not confirmed by a re-run[/]"
+        self.console.print(
+            f"[bold green]best stable:[/] trial {winner.first.number} {fmt_tput(winner.throughput)}{gain}, {confirmed}",
+            highlight=False,
+        )
+        self.console.print(f"  {describe(self.space, winner.values)}", highlight=False, soft_wrap=True)

@@ -1,0 +1,224 @@
+"""The tuned config as YAML (``overrides:`` ready for ``OmegaConf.merge``, ``env:``, ``args:``,
+provenance), as ``key=value`` arguments or as shell ``export`` lines; and ``apply``, which
+merges a tuned YAML into a training config."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import platform
+import shlex
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from nccl_tune.errors import NcclTuneError
+from nccl_tune.failure import FailureClass
+from nccl_tune.gpu import open_probe
+from nccl_tune.search_spaces.loader import parse_space
+from nccl_tune.search_spaces.space import SearchSpace, Target, format_value
+from nccl_tune.tuner import records as R
+from nccl_tune.tuner.stability import Candidate, baseline, select_winner
+from nccl_tune.tuner.storage import S_COMMAND, S_SPACE_SOURCE, S_SPACE_TEXT, load_existing, open_storage
+
+FORMATS = ("yaml", "args", "env")
+
+
+def _nest(flat: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        node = out
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """YAML-friendly scalar: numbers and booleans stay typed, the rest are strings."""
+    return value if isinstance(value, (bool, int, float)) else str(value)
+
+
+def _hardware() -> dict[str, Any]:
+    probe = open_probe()
+    try:
+        devices = probe.devices()
+        gpus = f"{len(devices)}x {devices[0].name} ({devices[0].total_gib:.0f} GiB)" if devices else "none"
+    finally:
+        probe.close()
+    try:
+        import torch
+
+        torch_version = torch.__version__
+    except Exception:  # torch is a dependency; an unusable install should not break an export
+        torch_version = None
+    return {"host": platform.node(), "gpus": gpus, "torch": torch_version}
+
+
+def tuned_document(
+    space: SearchSpace, winner: Candidate, base: Candidate | None, study: str, storage: str, command: list[str],
+    n_trials: int, failures: dict[str, int],
+) -> dict[str, Any]:
+    """The tuned YAML as a mapping."""
+    values = dict(winner.values)
+    overrides: dict[str, Any] = {}
+    env: dict[str, str] = {}
+    unset_env: list[str] = []
+    for p in space.parameters:
+        if p.name not in values:
+            continue
+        rendered = p.render(values[p.name])
+        if p.target is Target.ENV:
+            if rendered is None:
+                unset_env.append(p.name)
+            else:
+                env[p.name] = rendered
+        else:
+            overrides[p.name] = _plain(values[p.name])
+    for key, value in space.derived_values(values).items():
+        target = next(d.target for d in space.derived if d.key == key)
+        if target is Target.ENV:
+            env[key] = format_value(value)
+        else:
+            overrides[key] = _plain(value)
+    semantic = []
+    for p in space.parameters:
+        if p.semantic and p.name in values:
+            before = base.values.get(p.name) if base else p.default
+            if before != values[p.name]:
+                semantic.append(f"{p.name}: {format_value(before)} -> {format_value(values[p.name])}")
+    best = max(winner.ok_runs, key=lambda r: r.throughput or 0.0)
+    metrics: dict[str, Any] = {
+        "throughput_samples_per_s": round(winner.throughput, 3),
+        "mean_step_s": round(best.result.mean_step_s, 3) if best.result and best.result.mean_step_s else None,
+        "runs": len(winner.runs),
+        "throughput_spread": round(winner.throughput_spread, 4),
+        "peak_mem_gib": round(winner.peak_mem_gib, 2) if winner.peak_mem_gib is not None else None,
+        "min_headroom_gib": round(winner.min_headroom_gib, 2) if winner.min_headroom_gib is not None else None,
+        "memory_source": best.result.memory.source if best.result and best.result.memory else None,
+    }
+    if base is not None and base.throughput:
+        metrics["baseline_throughput_samples_per_s"] = round(base.throughput, 3)
+        metrics["speedup_vs_baseline"] = round(winner.throughput / base.throughput, 3)
+    return {
+        "overrides": _nest(overrides),
+        "env": env,
+        "unset_env": unset_env,
+        "args": [f"{k}={format_value(v)}" for k, v in overrides.items()],
+        "semantic_changes": semantic,
+        "metrics": metrics,
+        "study": {
+            "name": study,
+            "storage": storage,
+            "space": space.name,
+            "command": shlex.join(command),
+            "trial": winner.first.number,
+            "trials": [r.number for r in winner.runs],
+            "trials_in_study": n_trials,
+            "failures": failures,
+            "confirmed": winner.confirmed,
+            "exported": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        },
+        "hardware": _hardware(),
+    }
+
+
+def render(doc: dict[str, Any], fmt: str) -> str:
+    if fmt == "yaml":
+        head = (
+            f"# nccl-tune: fastest stable config of study {doc['study']['name']} "
+            f"({doc['metrics']['throughput_samples_per_s']} samples/s)\n"
+            "# overrides: merge into the training config (OmegaConf.merge) or pass `args` on the command line;\n"
+            "# env: export before the run; unset_env: make sure these are not set.\n"
+        )
+        return head + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
+    if fmt == "args":
+        return " ".join(shlex.quote(a) for a in doc["args"]) + "\n"
+    if fmt == "env":
+        lines = [f"export {k}={shlex.quote(str(v))}" for k, v in doc["env"].items()]
+        lines += [f"unset {k}" for k in doc["unset_env"]]
+        return "\n".join(lines) + ("\n" if lines else "")
+    raise NcclTuneError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
+
+
+def export_study(storage_url: str, study_name: str | None, fmt: str = "yaml") -> str:
+    """The best stable trial of a stored study, rendered as ``fmt``."""
+    if fmt not in FORMATS:
+        raise NcclTuneError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    storage = open_storage(storage_url)
+    study = load_existing(storage, storage_url, study_name)
+    space = parse_space(study.user_attrs[S_SPACE_TEXT], source=study.user_attrs.get(S_SPACE_SOURCE, ""), label=f"study {study.study_name}")
+    recs = R.records(study)
+    confirmed = select_winner(recs, require_confirmation=True)
+    winner = confirmed or select_winner(recs, require_confirmation=False)
+    if winner is None:
+        n_ok = sum(r.ok for r in recs)
+        raise NcclTuneError(
+            f"study {study.study_name!r} has no stable trial yet ({len(recs)} trials, {n_ok} ok); "
+            "run more trials with `nccl-tune run` or see `nccl-tune report`",
+            exit_code=2,
+        )
+    failures: dict[str, int] = {}
+    for r in recs:
+        if r.outcome is R.Outcome.LAUNCHED and r.status not in (None, FailureClass.OK):
+            failures[r.status.value] = failures.get(r.status.value, 0) + 1
+    doc = tuned_document(
+        space, winner, baseline(recs), study.study_name, storage_url, study.user_attrs.get(S_COMMAND, []),
+        len(recs), failures,
+    )
+    return render(doc, fmt)
+
+
+def write_text(path: Path, text: str) -> None:
+    """Write atomically (a reader never sees half a file)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def _load_yaml(path: Path, what: str) -> Any:
+    try:
+        return OmegaConf.load(path)
+    except FileNotFoundError:
+        raise NcclTuneError(f"{what} {path} does not exist") from None
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise NcclTuneError(f"{what} {path}:{where} YAML syntax error: {getattr(exc, 'problem', exc)}") from None
+    except (OSError, OmegaConfBaseException) as exc:
+        raise NcclTuneError(f"{what} {path}: cannot read it: {str(exc).splitlines()[0]}") from None
+
+
+def apply_tuned(tuned: Path, into: Path, allow_new_keys: bool = False) -> str:
+    """``into`` with the tuned ``overrides`` merged in, as YAML text; refuses keys ``into`` lacks
+    (Hydra would refuse them too) unless ``allow_new_keys``."""
+    doc = _load_yaml(tuned, "tuned file")
+    if "overrides" not in doc:
+        raise NcclTuneError(f"tuned file {tuned}: no 'overrides' mapping; is it a file written by `nccl-tune export`?")
+    base = _load_yaml(into, "config file")
+    overrides = doc.overrides
+    if not allow_new_keys:
+        flat = _flatten(OmegaConf.to_container(overrides, resolve=False))
+        for key in flat:
+            if OmegaConf.select(base, key, default="__missing__", throw_on_missing=False) == "__missing__":
+                raise NcclTuneError(
+                    f"config file {into}: has no key {key} from {tuned}; Hydra would refuse it "
+                    "(use --allow-new-keys to add it anyway)"
+                )
+    merged = OmegaConf.merge(base, overrides)
+    return OmegaConf.to_yaml(merged)
+
+
+def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if isinstance(d, dict):
+        for k, v in d.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+    else:
+        out[prefix[:-1]] = d
+    return out

@@ -1,0 +1,90 @@
+"""The tuner's ``TrialObserver``: live progress, early stopping against the incumbent, and
+turning SIGINT/SIGTERM into a clean teardown of the running trial."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+from typing import Any
+
+from nccl_tune.launchers.base import TrialObserver, TrialProgress
+from nccl_tune.trial import TrialSpec
+from nccl_tune.tuner.display import Display
+from nccl_tune.tuner.stability import Candidate
+
+
+class InterruptFlag:
+    """Set by SIGINT/SIGTERM while installed; the loop and the observer poll it."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.signal_name: str | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
+        self.signal_name = signal.Signals(signum).name
+        self._event.set()
+
+    @property
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def __enter__(self) -> "InterruptFlag":
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+
+class TunerObserver(TrialObserver):
+    """Progress to the display; stop on interrupt or when clearly slower than the incumbent."""
+
+    def __init__(
+        self,
+        display: Display,
+        interrupt: InterruptFlag,
+        incumbent: Candidate | None,
+        early_stop_ratio: float,
+    ) -> None:
+        self.display = display
+        self.interrupt = interrupt
+        self.early_stop_ratio = early_stop_ratio
+        self.reference: tuple[float, tuple[float, ...]] | None = None
+        if incumbent is not None and incumbent.ok_runs:
+            best = max(incumbent.ok_runs, key=lambda r: r.throughput or 0.0)
+            if best.result and best.result.samples_per_step:
+                self.reference = (best.result.samples_per_step, best.result.step_times_s)
+        self.stop_reason: str | None = None
+
+    def on_phase(self, spec: TrialSpec, phase: str, seconds: float) -> None:
+        self.display.progress(f"{phase} done in {seconds:.1f}s")
+
+    def on_step(self, spec: TrialSpec, step_index: int, seconds: float) -> None:
+        total = spec.stop.total_steps
+        self.display.progress(f"step {step_index + 1}/{total} in {seconds:.1f}s")
+
+    def slower_than_incumbent(self, spec: TrialSpec, step_times_s: tuple[float, ...]) -> bool:
+        """True when some finished step ran below ``early_stop_ratio`` of the incumbent's same step."""
+        if self.reference is None or not self.early_stop_ratio or not spec.samples_per_step:
+            return False
+        ref_samples, ref_times = self.reference
+        for i, t in enumerate(step_times_s):
+            if i >= len(ref_times) or t <= 0 or ref_times[i] <= 0:
+                continue
+            ratio = (spec.samples_per_step / t) / (ref_samples / ref_times[i])
+            if ratio < self.early_stop_ratio:
+                return True
+        return False
+
+    def should_stop(self, spec: TrialSpec, progress: TrialProgress) -> str | None:
+        if self.interrupt.is_set:
+            return "interrupted"
+        if self.slower_than_incumbent(spec, progress.step_times_s):
+            return "early_stop"
+        return None

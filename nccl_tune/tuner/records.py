@@ -1,0 +1,113 @@
+"""What the study storage holds per trial, read back as ``TrialRecord`` values.
+
+Optuna keeps the sampler's view (params, value, state, constraints); the rest lives in the
+trial's user attributes under the keys below, so a study can be reported and exported from
+its storage alone, after a crash or on another machine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, Mapping
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from nccl_tune.failure import FailureClass
+from nccl_tune.trial import TrialResult
+
+A_VALUES = "values"
+A_KIND = "kind"
+A_RERUN_OF = "rerun_of"
+A_STATUS = "status"
+A_RESULT = "result"
+A_TRIAL_DIR = "trial_dir"
+A_HOST = "host"
+A_PID = "tuner_pid"
+A_VIOLATIONS = "violations"
+A_PREDICTED_FROM = "predicted_from"
+A_NEAR_WALL = "near_wall"
+
+
+class TrialKind(str, Enum):
+    BASELINE = "baseline"
+    """The space's defaults: what the user runs today."""
+    SEARCH = "search"
+    RERUN = "rerun"
+    """A repeat of an earlier trial's values, to confirm stability."""
+    RETRY = "retry"
+    """A repeat of a trial that was interrupted."""
+
+
+class Outcome(str, Enum):
+    """How a record ended, from the study's point of view."""
+
+    LAUNCHED = "launched"
+    REJECTED = "rejected"
+    """Not launched: the values break the space's rules."""
+    PREDICTED = "predicted"
+    """Not launched: predicted to fail (dominates a known OOM)."""
+    PENDING = "pending"
+    """Running, or interrupted before a result was recorded."""
+
+
+@dataclass(frozen=True)
+class TrialRecord:
+    number: int
+    state: TrialState
+    values: Mapping[str, Any]
+    kind: TrialKind
+    outcome: Outcome
+    status: FailureClass | None
+    result: TrialResult | None
+    rerun_of: int | None = None
+    near_wall: bool = False
+    violations: tuple[str, ...] = ()
+    predicted_from: int | None = None
+    trial_dir: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status is FailureClass.OK and self.result is not None
+
+    @property
+    def throughput(self) -> float | None:
+        return self.result.throughput_samples_per_s if self.result else None
+
+    @property
+    def peak_mem_gib(self) -> float | None:
+        return self.result.peak_mem_gib if self.result else None
+
+
+def record_of(t: FrozenTrial) -> TrialRecord:
+    a = t.user_attrs
+    result = TrialResult.from_json(a[A_RESULT]) if a.get(A_RESULT) else None
+    status_raw = a.get(A_STATUS)
+    status = FailureClass(status_raw) if status_raw in FailureClass._value2member_map_ else None
+    if a.get(A_VIOLATIONS) is not None:
+        outcome = Outcome.REJECTED
+    elif a.get(A_PREDICTED_FROM) is not None:
+        outcome = Outcome.PREDICTED
+    elif result is not None:
+        outcome = Outcome.LAUNCHED
+    else:
+        outcome = Outcome.PENDING
+    return TrialRecord(
+        number=t.number,
+        state=t.state,
+        values=dict(a.get(A_VALUES) or {}),
+        kind=TrialKind(a.get(A_KIND, TrialKind.SEARCH.value)),
+        outcome=outcome,
+        status=status,
+        result=result,
+        rerun_of=a.get(A_RERUN_OF),
+        near_wall=bool(a.get(A_NEAR_WALL)),
+        violations=tuple(a.get(A_VIOLATIONS) or ()),
+        predicted_from=a.get(A_PREDICTED_FROM),
+        trial_dir=a.get(A_TRIAL_DIR),
+    )
+
+
+def records(study: optuna.Study) -> list[TrialRecord]:
+    return [record_of(t) for t in study.get_trials(deepcopy=False)]

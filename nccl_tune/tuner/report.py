@@ -1,0 +1,175 @@
+"""``nccl-tune report``: what was tried, what failed and why, the winner against the baseline,
+as a table, as JSON, and as plots."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from nccl_tune.search_spaces.loader import parse_space
+from nccl_tune.search_spaces.space import SearchSpace, format_value
+from nccl_tune.tuner import records as R
+from nccl_tune.tuner.display import Display, describe
+from nccl_tune.tuner.records import Outcome, TrialRecord
+from nccl_tune.tuner.stability import Candidate, baseline, select_winner
+from nccl_tune.tuner.storage import S_COMMAND, S_SPACE_SOURCE, S_SPACE_TEXT, load_existing, open_storage
+
+
+def trial_row(r: TrialRecord) -> dict[str, Any]:
+    """One trial as JSON (the ``--json`` row)."""
+    res = r.result
+    return {
+        "number": r.number,
+        "kind": r.kind.value,
+        "outcome": r.outcome.value,
+        "status": r.status.value if r.status else None,
+        "throughput_samples_per_s": r.throughput,
+        "peak_mem_gib": r.peak_mem_gib,
+        "near_wall": r.near_wall,
+        "params": dict(r.values),
+        "rank": res.verdict.rank if res else None,
+        "evidence": [e.text for e in res.verdict.evidence[:3]] if res else [],
+        "advice": res.verdict.advice if res else None,
+        "violations": list(r.violations),
+        "predicted_from": r.predicted_from,
+        "trial_dir": r.trial_dir,
+    }
+
+
+def candidate_json(c: Candidate | None) -> dict[str, Any] | None:
+    if c is None:
+        return None
+    return {
+        "trial": c.first.number,
+        "trials": [r.number for r in c.runs],
+        "params": dict(c.values),
+        "throughput_samples_per_s": c.throughput,
+        "throughput_spread": c.throughput_spread,
+        "peak_mem_gib": c.peak_mem_gib,
+        "min_headroom_gib": c.min_headroom_gib,
+        "confirmed": c.confirmed,
+    }
+
+
+def summary_json(study: str, storage: str, recs: list[TrialRecord], winner: Candidate | None,
+                 base: Candidate | None, exit_code: int) -> dict[str, Any]:
+    launched = [r for r in recs if r.outcome is Outcome.LAUNCHED]
+    return {
+        "study": study,
+        "storage": storage,
+        "exit_code": exit_code,
+        "best": candidate_json(winner),
+        "baseline": candidate_json(base),
+        "counts": {
+            "trials": len(recs),
+            "launched": len(launched),
+            "by_status": dict(Counter(r.status.value for r in launched if r.status)),
+            "rejected_by_rules": sum(r.outcome is Outcome.REJECTED for r in recs),
+            "predicted_oom": sum(r.outcome is Outcome.PREDICTED for r in recs),
+        },
+        "trials": [trial_row(r) for r in recs],
+    }
+
+
+def failures_table(space: SearchSpace, recs: list[TrialRecord]) -> Table:
+    table = Table(title="failures")
+    for col in ("#", "class", "rank", "values", "evidence", "advice"):
+        table.add_column(col, overflow="fold")
+    for r in recs:
+        if r.outcome is Outcome.LAUNCHED and r.result and not r.ok:
+            v = r.result.verdict
+            table.add_row(
+                str(r.number),
+                r.status.value if r.status else "?",
+                "-" if v.rank is None else str(v.rank),
+                describe(space, r.values),
+                v.evidence[0].text[:200] if v.evidence else "",
+                v.advice,
+            )
+    return table
+
+
+def plot(space: SearchSpace, recs: list[TrialRecord], out_dir: Path) -> list[Path]:
+    """Throughput per trial and throughput against peak memory, as PNG files."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    launched = [r for r in recs if r.outcome is Outcome.LAUNCHED]
+    paths = []
+    fig, ax = plt.subplots(figsize=(8, 4))
+    ok = [r for r in launched if r.ok]
+    bad = [r for r in launched if not r.ok]
+    ax.scatter([r.number for r in ok], [r.throughput or 0 for r in ok], c="tab:green", label="ok")
+    ax.scatter([r.number for r in bad], [0 for _ in bad], c="tab:red", marker="x", label="failed")
+    best = 0.0
+    xs, ys = [], []
+    for r in launched:
+        if r.ok and r.throughput and not r.near_wall:
+            best = max(best, r.throughput)
+        xs.append(r.number)
+        ys.append(best)
+    ax.step(xs, ys, where="post", c="tab:blue", label="best so far")
+    ax.set_xlabel("trial")
+    ax.set_ylabel("samples/s")
+    ax.legend()
+    fig.tight_layout()
+    paths.append(out_dir / "throughput.png")
+    fig.savefig(paths[-1])
+    plt.close(fig)
+
+    with_mem = [r for r in launched if r.peak_mem_gib is not None]
+    if with_mem:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for r in with_mem:
+            ax.scatter(r.peak_mem_gib, r.throughput or 0, c="tab:green" if r.ok else "tab:red", marker="o" if r.ok else "x")
+        ax.set_xlabel("peak memory per GPU (GiB)")
+        ax.set_ylabel("samples/s")
+        fig.tight_layout()
+        paths.append(out_dir / "memory.png")
+        fig.savefig(paths[-1])
+        plt.close(fig)
+    return paths
+
+
+def report_study(storage_url: str, study_name: str | None, console: Console, *, as_json: bool,
+                 plots_dir: Path | None) -> dict[str, Any]:
+    """Print the report (or return its JSON) for a stored study."""
+    storage = open_storage(storage_url)
+    study = load_existing(storage, storage_url, study_name)
+    space = parse_space(study.user_attrs[S_SPACE_TEXT], source=study.user_attrs.get(S_SPACE_SOURCE, ""),
+                        label=f"study {study.study_name}")
+    recs = R.records(study)
+    winner = select_winner(recs, require_confirmation=True) or select_winner(recs, require_confirmation=False)
+    base = baseline(recs)
+    data = summary_json(study.study_name, storage_url, recs, winner, base, 0 if winner else 2)
+    data["command"] = study.user_attrs.get(S_COMMAND)
+    if plots_dir is not None:
+        data["plots"] = [str(p) for p in plot(space, recs, plots_dir)]
+    if as_json:
+        return data
+    display = Display(console, space)
+    console.print(f"[bold]study[/] {study.study_name}  [dim]{storage_url}[/]", highlight=False)
+    display.summary(recs, winner, base)
+    if any(r.outcome is Outcome.LAUNCHED and r.result and not r.ok for r in recs):
+        console.print(failures_table(space, recs))
+    if winner is not None:
+        changed = [
+            f"{p.name}: {format_value(base.values.get(p.name) if base else p.default)} -> {format_value(winner.values[p.name])}"
+            for p in space.parameters
+            if p.semantic and p.name in winner.values and (base.values.get(p.name) if base else p.default) != winner.values[p.name]
+        ]
+        if changed:
+            console.print("[yellow]the winner changes the training itself, not only its speed:[/]", highlight=False)
+            for line in changed:
+                console.print(f"  {line}", highlight=False)
+            console.print("  pin them with --set KEY=VALUE to tune speed only", highlight=False)
+    for p in data.get("plots", []):
+        console.print(f"plot: {p}", highlight=False)
+    return data

@@ -1,0 +1,49 @@
+"""Between a ``SearchSpace`` and Optuna: distributions, suggestions, enqueued values.
+
+Powers of two are sampled as their exponent (an ordered integer, so the sampler can learn
+"smaller is safer"), under the name ``<param>:log2``; every other kind is categorical or an
+integer range. ``to_optuna``/``from_optuna`` translate between the two spellings.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping
+
+import optuna
+
+from nccl_tune.search_spaces.space import ParamKind, Parameter, SearchSpace
+
+LOG2 = ":log2"
+
+
+def optuna_name(p: Parameter) -> str:
+    return p.name + LOG2 if p.kind is ParamKind.POW2 else p.name
+
+
+def suggest(trial: optuna.Trial, space: SearchSpace, pinned: Mapping[str, Any]) -> dict[str, Any]:
+    """Values for every parameter: pinned ones as given, the rest suggested by the sampler."""
+    values: dict[str, Any] = {}
+    for p in space.parameters:
+        if p.name in pinned:
+            values[p.name] = pinned[p.name]
+        elif p.kind is ParamKind.POW2:
+            lo, hi = int(math.log2(p.choices[0])), int(math.log2(p.choices[-1]))
+            values[p.name] = 2 ** trial.suggest_int(optuna_name(p), lo, hi)
+        elif p.kind is ParamKind.INT:
+            step = p.choices[1] - p.choices[0] if len(p.choices) > 1 else 1
+            values[p.name] = trial.suggest_int(p.name, p.choices[0], p.choices[-1], step=step)
+        else:
+            values[p.name] = trial.suggest_categorical(p.name, list(p.choices))
+    return values
+
+
+def to_optuna(space: SearchSpace, values: Mapping[str, Any], pinned: Mapping[str, Any]) -> dict[str, Any]:
+    """Optuna's spelling of ``values`` (for ``enqueue_trial``), leaving pinned parameters out."""
+    out: dict[str, Any] = {}
+    for p in space.parameters:
+        if p.name in pinned or p.name not in values:
+            continue
+        v = values[p.name]
+        out[optuna_name(p)] = int(math.log2(v)) if p.kind is ParamKind.POW2 else v
+    return out

@@ -1,0 +1,68 @@
+"""Options of one tuning run, as data (the CLI fills it; the loop reads it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    command: tuple[str, ...]
+    """The user's training command, e.g. ``("bash", "run_skyrl_sql.sh")``."""
+    space: str = "skyrl-text2sql"
+    """Built-in space name or path to a space YAML file."""
+    study: str | None = None
+    """Study name; derived from the space and command when not given (same command resumes)."""
+    storage: str | None = None
+    """Optuna storage URL; default ``sqlite:///<results>/nccl-tune.db``."""
+    results: Path = Path("results")
+    """Folder for the default storage, trial folders and exported YAML."""
+    trials: int = 20
+    """Trials to launch in this run (rule-rejected and predicted-to-fail configs are not launched and not counted)."""
+    budget_s: float | None = None
+    """Wall-clock budget for the whole run: no new trial starts after it."""
+    steps: int | None = None
+    """Measured steps per trial (overrides the space's stop rule)."""
+    warmup_steps: int | None = None
+    stall_timeout_s: float | None = None
+    startup_timeout_s: float | None = None
+    trial_timeout_s: float | None = None
+    grace_s: float | None = None
+    pins: tuple[tuple[str, str], ...] = ()
+    """``--set KEY=VALUE`` pairs: parameters (or context values) held fixed."""
+    seed: int | None = None
+    launcher: str = "local"
+    parallel: int = 1
+    output: Path | None = None
+    """Write the tuned YAML here at the end of the run."""
+    dry_run: bool = False
+    confirm: int = 2
+    """Re-run the best N candidates once to confirm they are stable (0: no re-runs)."""
+    early_stop_ratio: float = 0.7
+    """Stop a trial whose per-step throughput falls below this fraction of the incumbent's (0: never)."""
+    predict_oom: bool = True
+    """Skip configs that dominate a known OOM in every memory-increasing parameter."""
+    extra_env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def storage_url(self) -> str:
+        if self.storage:
+            return self.storage
+        return f"sqlite:///{(self.results / 'nccl-tune.db').resolve()}"
+
+
+def parse_duration(text: str, option: str) -> float:
+    """Seconds in ``text``: ``3600``, ``90s``, ``45m``, ``8h`` or ``1h30m``; one-line error otherwise."""
+    import re
+
+    raw = text.strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", raw):
+        return float(raw)
+    parts = re.findall(r"(\d+(?:\.\d+)?)([hms])", raw)
+    if not parts or "".join(n + u for n, u in parts) != raw:
+        from nccl_tune.errors import NcclTuneError
+
+        raise NcclTuneError(f"{option} {text!r}: expected seconds or a duration such as 90s, 45m, 8h, 1h30m")
+    scale = {"h": 3600.0, "m": 60.0, "s": 1.0}
+    return sum(float(n) * scale[u] for n, u in parts)

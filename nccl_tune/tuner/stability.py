@@ -1,0 +1,106 @@
+"""Which config is the fastest *stable* one.
+
+Stable means: every launched run of those values finished its measured steps (status ``ok``),
+none of them came within ``min_headroom_frac`` of the memory wall, and (when re-runs were
+asked for) it did so at least twice. Throughput is the mean over its runs.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+from nccl_tune.failure import FailureClass
+from nccl_tune.tuner.records import Outcome, TrialKind, TrialRecord
+
+
+def values_key(values: Mapping[str, Any]) -> str:
+    return json.dumps(values, sort_keys=True, default=str)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    values: Mapping[str, Any]
+    runs: tuple[TrialRecord, ...]
+    """Every launched run of these values (any status)."""
+
+    @property
+    def ok_runs(self) -> tuple[TrialRecord, ...]:
+        return tuple(r for r in self.runs if r.ok)
+
+    @property
+    def all_ok(self) -> bool:
+        return bool(self.runs) and all(r.ok for r in self.runs)
+
+    @property
+    def near_wall(self) -> bool:
+        return any(r.near_wall for r in self.runs)
+
+    @property
+    def confirmed(self) -> bool:
+        return len(self.ok_runs) >= 2
+
+    @property
+    def stable(self) -> bool:
+        return self.all_ok and not self.near_wall
+
+    @property
+    def throughput(self) -> float:
+        vals = [r.throughput for r in self.ok_runs if r.throughput]
+        return statistics.fmean(vals) if vals else 0.0
+
+    @property
+    def throughput_spread(self) -> float:
+        """(max - min) / mean of the runs' throughput: how repeatable it is."""
+        vals = [r.throughput for r in self.ok_runs if r.throughput]
+        if len(vals) < 2 or not statistics.fmean(vals):
+            return 0.0
+        return (max(vals) - min(vals)) / statistics.fmean(vals)
+
+    @property
+    def peak_mem_gib(self) -> float | None:
+        peaks = [r.peak_mem_gib for r in self.runs if r.peak_mem_gib is not None]
+        return max(peaks) if peaks else None
+
+    @property
+    def min_headroom_gib(self) -> float | None:
+        rooms = [r.result.memory.min_headroom_gib for r in self.runs if r.result and r.result.memory]
+        rooms = [x for x in rooms if x is not None]
+        return min(rooms) if rooms else None
+
+    @property
+    def first(self) -> TrialRecord:
+        return self.runs[0]
+
+    @property
+    def is_baseline(self) -> bool:
+        return any(r.kind is TrialKind.BASELINE for r in self.runs)
+
+
+def candidates(records: Iterable[TrialRecord]) -> list[Candidate]:
+    """Launched runs grouped by their values, in order of first launch."""
+    groups: dict[str, list[TrialRecord]] = {}
+    for r in records:
+        if r.outcome is Outcome.LAUNCHED and r.status is not FailureClass.INTERRUPTED:
+            groups.setdefault(values_key(r.values), []).append(r)
+    return [Candidate(runs[0].values, tuple(runs)) for runs in groups.values()]
+
+
+def to_confirm(records: Iterable[TrialRecord], n: int) -> list[Candidate]:
+    """The ``n`` fastest stable candidates that have run only once."""
+    pool = [c for c in candidates(records) if c.stable and not c.confirmed]
+    confirmed_best = max((c.throughput for c in candidates(records) if c.stable and c.confirmed), default=0.0)
+    pool = [c for c in pool if c.throughput > confirmed_best]
+    return sorted(pool, key=lambda c: c.throughput, reverse=True)[:n]
+
+
+def select_winner(records: Iterable[TrialRecord], require_confirmation: bool) -> Candidate | None:
+    """The fastest stable candidate (confirmed by a re-run when ``require_confirmation``)."""
+    pool = [c for c in candidates(records) if c.stable and (c.confirmed or not require_confirmation)]
+    return max(pool, key=lambda c: c.throughput, default=None)
+
+
+def baseline(records: Iterable[TrialRecord]) -> Candidate | None:
+    return next((c for c in candidates(records) if c.is_baseline), None)

@@ -1,0 +1,73 @@
+"""Telling Optuna what a trial taught, so the sampler learns from failures too.
+
+TPE learns only from COMPLETE and PRUNED trials, so a failed config is told as COMPLETE with
+a violated constraint (``failed`` > 0): the sampler ranks it below every feasible trial and
+steers away from its region. A config too close to the memory wall violates ``memory_wall``
+by its headroom deficit. A trial stopped for being slower than the incumbent is PRUNED with
+its partial throughput. Only an interrupted trial is FAIL: it says nothing about its values.
+"""
+
+from __future__ import annotations
+
+import optuna
+from optuna.trial import TrialState
+
+from nccl_tune.failure import FailureClass
+from nccl_tune.trial import TrialResult
+from nccl_tune.tuner.records import (
+    A_NEAR_WALL,
+    A_PREDICTED_FROM,
+    A_RESULT,
+    A_STATUS,
+    A_VIOLATIONS,
+)
+
+C_FAILED = "failed"
+C_MEMORY_WALL = "memory_wall"
+C_RULES = "rules"
+
+
+def near_wall(result: TrialResult, min_headroom_frac: float) -> float | None:
+    """Headroom deficit (> 0 when within ``min_headroom_frac`` of the wall), None when unknown."""
+    if result.memory is None or result.memory.max_peak_frac is None:
+        return None
+    return min_headroom_frac - (1.0 - result.memory.max_peak_frac)
+
+
+def tell_result(study: optuna.Study, trial: optuna.Trial, result: TrialResult, min_headroom_frac: float) -> None:
+    """Record ``result`` in the trial's attributes and tell the study."""
+    trial.set_user_attr(A_RESULT, result.to_json())
+    trial.set_user_attr(A_STATUS, result.status.value)
+    if result.status is FailureClass.INTERRUPTED:
+        study.tell(trial, state=TrialState.FAIL)
+        return
+    if result.status is FailureClass.BUDGET:
+        partial = result.throughput_samples_per_s
+        if partial is not None:
+            trial.report(partial, len(result.step_times_s))
+        study.tell(trial, state=TrialState.PRUNED)
+        return
+    if result.status is FailureClass.OK:
+        deficit = near_wall(result, min_headroom_frac)
+        trial.set_user_attr(A_NEAR_WALL, bool(deficit is not None and deficit > 0))
+        trial.set_constraint(C_FAILED, 0.0)
+        trial.set_constraint(C_MEMORY_WALL, deficit if deficit is not None else -1.0)
+        study.tell(trial, result.throughput_samples_per_s or 0.0)
+        return
+    trial.set_constraint(C_FAILED, 1.0)
+    study.tell(trial, 0.0)
+
+
+def tell_rejected(study: optuna.Study, trial: optuna.Trial, violations: list[str]) -> None:
+    """Values that break the space's rules: never launched, infeasible for the sampler."""
+    trial.set_user_attr(A_VIOLATIONS, violations)
+    trial.set_constraint(C_RULES, float(len(violations)))
+    study.tell(trial, 0.0)
+
+
+def tell_predicted(study: optuna.Study, trial: optuna.Trial, oom_trial: int, status: FailureClass) -> None:
+    """Values predicted to fail like trial ``oom_trial``: never launched, infeasible."""
+    trial.set_user_attr(A_PREDICTED_FROM, oom_trial)
+    trial.set_user_attr(A_STATUS, status.value)
+    trial.set_constraint(C_FAILED, 1.0)
+    study.tell(trial, 0.0)

@@ -1,0 +1,90 @@
+"""Turn a parameter assignment into a ``TrialSpec``: argv, env overlay, clocks, stop rule.
+
+argv is the user's command, then the space's fixed trial overrides, then pinned context
+values, then the trial's own ``key=value`` arguments (Hydra keeps the last value of a key, so
+the trial's values win over the script's). Values are argv elements, never spliced into a
+shell string.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any, Mapping
+
+from nccl_tune.search_spaces.space import SearchSpace, format_value
+from nccl_tune.trial import Clocks, StopRule, TrialSpec
+from nccl_tune.tuner.settings import RunSettings
+
+
+def expand(template: str, *, trial_dir: Path, study: str, number: int) -> str:
+    """Replace ``{trial_dir}``, ``{study}`` and ``{trial}`` (and nothing else) in ``template``."""
+    return (
+        template.replace("{trial_dir}", str(trial_dir))
+        .replace("{study}", study)
+        .replace("{trial}", str(number))
+    )
+
+
+def trial_dir_for(results_dir: Path, study: str, number: int) -> Path:
+    return (results_dir / study / f"trial-{number:04d}").resolve()
+
+
+def clocks_for(space: SearchSpace, settings: RunSettings, observed_phase_s: Mapping[str, float]) -> Clocks:
+    """The space's clocks, with command-line overrides and what the study has observed so far.
+
+    An observed phase duration replaces the space's estimate for that phase."""
+    known = dict(space.clocks.known_phase_s)
+    known.update(observed_phase_s)
+    changes: dict[str, Any] = {"known_phase_s": known}
+    for name in ("stall_timeout_s", "startup_timeout_s", "trial_timeout_s", "grace_s"):
+        value = getattr(settings, name)
+        if value is not None:
+            changes[name] = value
+    return dataclasses.replace(space.clocks, **changes)
+
+
+def stop_for(space: SearchSpace, settings: RunSettings) -> StopRule:
+    return StopRule(
+        warmup_steps=space.stop.warmup_steps if settings.warmup_steps is None else settings.warmup_steps,
+        measured_steps=space.stop.measured_steps if settings.steps is None else settings.steps,
+    )
+
+
+def build_trial_spec(
+    space: SearchSpace,
+    settings: RunSettings,
+    *,
+    study: str,
+    number: int,
+    values: Mapping[str, Any],
+    context_pins: Mapping[str, Any],
+    observed_phase_s: Mapping[str, float],
+) -> TrialSpec:
+    """The full ``TrialSpec`` for trial ``number`` with parameter ``values``."""
+    trial_dir = trial_dir_for(settings.results, study, number)
+
+    def x(text: str) -> str:
+        return expand(text, trial_dir=trial_dir, study=study, number=number)
+
+    args, param_env = space.render(values)
+    argv = [*settings.command]
+    argv += [f"{k}={x(v)}" for k, v in space.trial_overrides.items()]
+    argv += [f"{k}={format_value(v)}" for k, v in context_pins.items()]
+    argv += args
+    env: dict[str, str | None] = dict(settings.extra_env)
+    env.update({k: x(v) for k, v in space.trial_env.items()})
+    env.update(param_env)
+    return TrialSpec(
+        study=study,
+        number=number,
+        params=dict(values),
+        argv=tuple(argv),
+        env=env,
+        trial_dir=trial_dir,
+        clocks=clocks_for(space, settings, observed_phase_s),
+        stop=stop_for(space, settings),
+        progress=space.progress,
+        samples_per_step=space.samples(values),
+        cwd=Path.cwd(),
+    )
