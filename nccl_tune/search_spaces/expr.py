@@ -86,6 +86,8 @@ def parse_expr(text: str, where: str) -> Expr:
             d = _dotted(node)
             if d is None:
                 raise ExprError(f"{where}: attribute access on a non-name in {text!r} is not allowed")
+            if "__" in d:
+                raise ExprError(f"{where}: names with '__' are not allowed in {text!r}")
             continue
         if isinstance(node, ast.Call):
             if not isinstance(node.func, ast.Name) or node.func.id not in _FUNCS or node.keywords:

@@ -1,0 +1,141 @@
+"""Loading and validating search spaces: the built-in one, user files, and every bad input."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from nccl_tune.errors import NcclTuneError
+from nccl_tune.search_spaces.loader import builtin_names, load_space
+from nccl_tune.search_spaces.space import UNSET, ParamKind, Target
+
+MINIMAL = """
+name: mini
+parameters:
+  - name: trainer.micro_train_batch_size_per_gpu
+    kind: pow2
+    low: 1
+    high: 8
+    default: 2
+  - name: NCCL_PROTO
+    kind: categorical
+    choices: [unset, Simple, LL128]
+    default: unset
+context:
+  n: 5
+constraints:
+  - expr: n * 8 % trainer.micro_train_batch_size_per_gpu == 0
+    message: n * 8 must be divisible by the micro batch
+"""
+
+
+def write(tmp_path: Path, text: str, name: str = "space.yaml") -> Path:
+    p = tmp_path / name
+    p.write_text(textwrap.dedent(text))
+    return p
+
+
+def test_builtin_space_loads_with_the_scripts_values_as_baseline():
+    assert "skyrl-text2sql" in builtin_names()
+    space = load_space("skyrl-text2sql")
+    d = space.defaults()
+    assert d["trainer.train_batch_size"] == 256
+    assert d["trainer.micro_train_batch_size_per_gpu"] == 1
+    assert d["trainer.ref.fsdp_config.cpu_offload"] is True
+    assert space.violations(d) == []
+    for name in ("NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_NVLS_ENABLE", "NCCL_CUMEM_ENABLE", "NCCL_BUFFSIZE"):
+        p = space.param(name)
+        assert p.target is Target.ENV and UNSET in p.choices
+    assert space.param("trainer.micro_train_batch_size_per_gpu").kind is ParamKind.POW2
+
+
+@pytest.mark.parametrize(
+    "changes, fragment",
+    [
+        ({"trainer.train_batch_size": 128, "trainer.policy_mini_batch_size": 256}, ">= policy_mini_batch_size"),
+        # 256 * 5 // 8 = 160 per GPU; 160 % 64 != 0 is impossible here, use micro 16 with mini 32: 32*5//8=20, 20 % 16 != 0
+        ({"trainer.policy_mini_batch_size": 32, "trainer.train_batch_size": 64, "trainer.micro_train_batch_size_per_gpu": 16},
+         "divisible by micro_train_batch_size_per_gpu"),
+    ],
+)
+def test_builtin_space_enforces_skyrl_batch_rules(changes, fragment):
+    space = load_space("skyrl-text2sql")
+    values = {**space.defaults(), **changes}
+    assert any(fragment in v for v in space.violations(values)), space.violations(values)
+
+
+def test_every_admissible_builtin_config_passes_validate_batch_sizes_arithmetic():
+    """Cross-check the space's rules with SkyRL's arithmetic written out independently."""
+    import itertools
+    import math
+
+    space = load_space("skyrl-text2sql")
+    n, dp = 5, 8
+    for tbs, mini, micro in itertools.product(
+        space.param("trainer.train_batch_size").choices,
+        space.param("trainer.policy_mini_batch_size").choices,
+        space.param("trainer.micro_train_batch_size_per_gpu").choices,
+    ):
+        values = {**space.defaults(), "trainer.train_batch_size": tbs, "trainer.policy_mini_batch_size": mini,
+                  "trainer.micro_train_batch_size_per_gpu": micro}
+        mini_gpu = mini * n // dp
+        ok = (tbs >= mini and tbs % mini == 0 and mini_gpu > 0 and mini_gpu % micro == 0
+              and mini_gpu // micro > 0 and (tbs * n // dp) % mini_gpu == 0 and tbs * n >= math.lcm(dp))
+        assert (space.violations(values) == []) == ok, (tbs, mini, micro, space.violations(values))
+
+
+def test_prompt_length_keeps_max_input_length_consistent():
+    space = load_space("skyrl-text2sql")
+    values = {**space.defaults(), "trainer.max_prompt_length": 8192}
+    args, env = space.render(values)
+    assert "generator.max_input_length=29000" in args  # multi-turn: the script's larger budget stays
+    import dataclasses
+
+    single = dataclasses.replace(space, context={**space.context, "generator.max_turns": 1})
+    args, _ = single.render(values)
+    assert "generator.max_input_length=8192" in args
+    assert env["NCCL_ALGO"] is None  # unset: removed from the trial's environment
+
+
+def test_user_file_works_like_a_builtin(tmp_path):
+    space = load_space(str(write(tmp_path, MINIMAL)))
+    assert space.name == "mini" and space.source.endswith("space.yaml")
+    assert space.param("trainer.micro_train_batch_size_per_gpu").choices == (1, 2, 4, 8)
+    args, env = space.render({"trainer.micro_train_batch_size_per_gpu": 4, "NCCL_PROTO": "LL128"})
+    assert args == ["trainer.micro_train_batch_size_per_gpu=4"] and env == {"NCCL_PROTO": "LL128"}
+    assert space.violations({"trainer.micro_train_batch_size_per_gpu": 8, "NCCL_PROTO": UNSET}) == []
+
+
+BAD = {
+    "syntax": ("name: x\nparameters: [\n  - {name: a\n", r"line \d+ YAML syntax error"),
+    "unknown top key": (MINIMAL + "\nstrategy: fast\n", "unknown key 'strategy'"),
+    "unknown param key": (MINIMAL.replace("default: 2", "default: 2\n    step_size: 2"), "unknown key in parameters\\[0\\].*'step_size'"),
+    "unknown kind": (MINIMAL.replace("kind: pow2", "kind: float64"), "unknown kind 'float64'"),
+    "constraint names unknown param": (MINIMAL.replace("n * 8 %", "m * 8 %"), "names 'm', which is not a parameter"),
+    "unsafe expression": (MINIMAL.replace("n * 8 % trainer", "__import__('os').getpid() % trainer"), "only the functions"),
+    "pow2 bounds": (MINIMAL.replace("high: 8", "high: 12"), "powers of two"),
+    "no choices": (MINIMAL.replace("choices: [unset, Simple, LL128]", "choices: []"), "non-empty 'choices'"),
+    "default outside choices": (MINIMAL.replace("default: 2", "default: 3"), "'3' is not a value of trainer.micro"),
+    "no parameters": ("name: x\nparameters: []\n", "'parameters' must be a non-empty list"),
+    "bad regex": (MINIMAL + "\nprogress:\n  step_end: 'Finished: (step'\n", "bad regular expression"),
+    "unknown clock": (MINIMAL + "\nclocks:\n  stall_s: 3\n", "unknown key in clocks: 'stall_s'"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_space_files_give_one_line_errors_naming_the_problem(tmp_path, case):
+    text, pattern = BAD[case]
+    path = write(tmp_path, text)
+    with pytest.raises(NcclTuneError, match=pattern) as info:
+        load_space(str(path))
+    msg = str(info.value)
+    assert "\n" not in msg and str(path) in msg
+
+
+def test_unknown_space_name_lists_the_builtins():
+    with pytest.raises(NcclTuneError, match="unknown search space 'nope'.*skyrl-text2sql"):
+        load_space("nope")
+    with pytest.raises(NcclTuneError, match="does not exist"):
+        load_space("/tmp/definitely/not/here.yaml")
