@@ -1,0 +1,105 @@
+"""Progress rules applied to log lines: phases, steps, memory lines, prefilter literals."""
+
+from __future__ import annotations
+
+import pytest
+
+from nccl_tune.errors import NcclTuneError
+from nccl_tune.launchers.logstream import LineScanner
+from nccl_tune.launchers.progress import ProgressTracker, required_literal, required_literals
+from nccl_tune.trial import ProgressRules
+
+
+@pytest.mark.parametrize(
+    "pattern, literal",
+    [
+        (r"Finished: '(?P<phase>[^']+)', time cost: (?P<s>\d+)s", "', time cost: "),
+        (r"^Training done!$", "Training done!"),
+        (r"(?:rank (?P<rank>\d+) .*?)?memory: (?P<gib>\d+)GiB", "memory: "),
+        (r"iter(?:ation)? \d+", "iter"),
+        (r"x(abc)+y", "abc"),
+        (r"(?i)finished", None),
+        (r"step|iteration", None),
+        (r"\d+ it/s", " it/s"),
+        (r"ab", None),
+    ],
+)
+def test_required_literal(pattern: str, literal: str | None) -> None:
+    assert required_literal(pattern) == literal
+
+
+def feed(tracker: ProgressTracker, lines: list[str]) -> None:
+    for i, text in enumerate(lines, 1):
+        tracker.feed(i, text, float(i))
+
+
+def test_phases_steps_and_memory() -> None:
+    t = ProgressTracker(ProgressRules())
+    feed(
+        t,
+        [
+            "Started: 'step'",
+            "Started: 'generate'",
+            "Finished: 'generate', time cost: 1200.50s",
+            "Started: 'policy_train'",
+            "rank 3 step 0 memory: 61.20GiB(77.1%)",
+            "rank 3 step 0 memory: 60.00GiB(75.6%)",
+            "memory: 12.00GiB",
+            "Finished: 'policy_train', time cost: 81.23s",
+            "Finished: 'step', time cost: 1300.00s",
+            "Started: 'step'",
+            "Started: 'generate'",
+        ],
+    )
+    s = t.snapshot()
+    assert s.step_times_s == (1300.0,)
+    assert dict(s.phase_max_s) == {"generate": 1200.5, "policy_train": 81.23, "step": 1300.0}
+    assert s.open_phases == ("step", "generate") and s.open_phase == "generate"
+    assert s.memory_peak_gib[3] == 61.2 and s.memory_peak_gib[None] == 12.0
+    assert s.memory_total_gib[3] == pytest.approx(61.2 / 0.771, rel=1e-3)
+    assert s.first_progress_t == 1.0 and s.last_progress_t == 11.0
+    kinds = [e.kind for e in t.drain_events()]
+    assert kinds.count("step") == 1 and kinds.count("memory") == 3 and kinds.count("phase_start") == 5
+    assert t.drain_events() == []
+
+
+def test_memory_lines_are_not_progress() -> None:
+    t = ProgressTracker(ProgressRules())
+    feed(t, ["Started: 'step'", "rank 0 memory: 1.00GiB"])
+    assert t.snapshot().last_progress_t == 1.0
+
+
+def test_a_phase_that_finishes_closes_inner_phases_that_never_did() -> None:
+    t = ProgressTracker(ProgressRules())
+    feed(t, ["Started: 'step'", "Started: 'generate'", "Started: 'inner'", "Finished: 'generate', time cost: 2.00s"])
+    assert t.snapshot().open_phases == ("step",)
+
+
+def test_training_done() -> None:
+    t = ProgressTracker(ProgressRules())
+    feed(t, ["x", "2026-03-02 | INFO | Training done!"])
+    assert t.snapshot().training_done
+
+
+def test_custom_rules_without_literals_still_work_through_the_scanner() -> None:
+    rules = ProgressRules(
+        step_end=r"(?i)iteration\s+\d+/\s*\d+ \| elapsed time per iteration \(ms\): (?P<seconds>[\d.]+)",
+        phase_start=r"Started: '(?P<phase>[^']+)'",
+        phase_end=r"Finished: '(?P<phase>[^']+)', time cost: (?P<seconds>\d+(?:\.\d+)?)s",
+        memory=None,
+        training_done=None,
+    )
+    tracker = ProgressTracker(rules)
+    assert tracker.literals is None
+    scanner = LineScanner(tracker.feed, tracker.literals)
+    scanner.feed(b" ITERATION      10/  100 | elapsed time per iteration (ms): 97012.5 | lr: 1e-5\n")
+    assert tracker.snapshot().step_times_s == (97012.5,)
+
+
+def test_default_rules_have_literals() -> None:
+    assert required_literals(ProgressRules()) is not None
+
+
+def test_a_broken_rule_names_itself() -> None:
+    with pytest.raises(NcclTuneError, match=r"progress rule phase_start='Started: \(' is not a valid regular expression"):
+        ProgressTracker(ProgressRules(phase_start="Started: ("))

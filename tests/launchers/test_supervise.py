@@ -1,0 +1,56 @@
+"""The three clocks as decisions over progress snapshots."""
+
+from __future__ import annotations
+
+import pytest
+
+from nccl_tune.launchers.progress import ProgressState
+from nccl_tune.launchers.supervise import Watch
+from nccl_tune.trial import Clocks, StopReason, StopRule
+
+CLOCKS = Clocks(startup_timeout_s=100, stall_timeout_s=50, stall_floor_s=20, stall_multiplier=3, trial_timeout_s=1000)
+
+
+def state(**kw) -> ProgressState:
+    return ProgressState(**kw)
+
+
+@pytest.mark.parametrize(
+    "snapshot, now, expected",
+    [
+        (state(), 99, None),
+        (state(), 100, StopReason.STARTUP),
+        (state(step_times_s=(1.0, 1.0, 1.0), last_progress_t=5), 6, StopReason.MEASURED),
+        (state(last_progress_t=990), 1000, StopReason.BUDGET),
+        (state(last_progress_t=10, open_phases=("step",)), 59, None),
+        (state(last_progress_t=10, open_phases=("step",)), 60, StopReason.STALL),
+    ],
+)
+def test_clock_decisions(snapshot: ProgressState, now: float, expected: StopReason | None) -> None:
+    decision = Watch(CLOCKS, StopRule(1, 2), started_t=0).check(snapshot, now)
+    assert (decision.reason if decision else None) is expected
+
+
+@pytest.mark.parametrize(
+    "known, trial_max, open_phases, deadline",
+    [
+        ({}, {}, ("step", "generate"), 50),  # unknown phase: the plain stall timeout
+        ({"generate": 1200}, {}, ("step", "generate"), 3600),  # slow generate known from the study
+        ({"generate": 1}, {}, ("step", "generate"), 20),  # never below the floor
+        ({}, {"generate": 400}, ("step", "generate"), 1200),  # learned in this very trial
+        ({"generate": 100}, {"generate": 400}, ("step", "generate"), 1200),  # the larger of the two
+        ({"generate": 1200}, {}, ("step", "policy_train"), 50),  # only the open phase counts
+        ({"generate": 1200}, {}, (), 50),
+    ],
+)
+def test_adaptive_stall_deadline(known, trial_max, open_phases, deadline) -> None:
+    clocks = Clocks(stall_timeout_s=50, stall_floor_s=20, stall_multiplier=3, trial_timeout_s=1e6, known_phase_s=known)
+    watch = Watch(clocks, StopRule(), started_t=0)
+    snap = state(phase_max_s=trial_max, open_phases=open_phases, last_progress_t=0)
+    assert watch.stall_deadline_s(snap) == deadline
+    assert watch.check(snap, deadline - 0.01) is None
+    decision = watch.check(snap, deadline)
+    assert decision.reason is StopReason.STALL
+    assert (decision.open_phase is None) == (not open_phases)
+    if open_phases:
+        assert f"in phase '{open_phases[-1]}'" in decision.detail
