@@ -149,12 +149,14 @@ class Display:
                 describe(self.space, r.values, base.values if base else None),
             )
         self.console.print(table)
-        skipped = [r for r in records if r.outcome in (Outcome.REJECTED, Outcome.PREDICTED)]
-        if skipped:
-            rej = sum(r.outcome is Outcome.REJECTED for r in skipped)
-            pred = len(skipped) - rej
+        rej = sum(r.outcome is Outcome.REJECTED for r in records)
+        pred = sum(r.outcome is Outcome.PREDICTED for r in records)
+        dup = sum(r.outcome is Outcome.DUPLICATE for r in records)
+        if rej or pred or dup:
             self.console.print(
-                f"not launched: {rej} broke the space's rules, {pred} predicted to run out of memory", highlight=False
+                f"not launched: {rej} broke the space's rules, {pred} predicted to run out of memory, "
+                f"{dup} already measured",
+                highlight=False,
             )
         if winner is None:
             self.console.print("[bold red]no stable config found[/]", highlight=False)

@@ -149,7 +149,7 @@ def export_study(storage_url: str, study_name: str | None, fmt: str = "yaml") ->
     """The best stable trial of a stored study, rendered as ``fmt``."""
     if fmt not in FORMATS:
         raise NcclTuneError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
-    storage = open_storage(storage_url)
+    storage = open_storage(storage_url, create=False)
     study = load_existing(storage, storage_url, study_name)
     space = parse_space(study.user_attrs[S_SPACE_TEXT], source=study.user_attrs.get(S_SPACE_SOURCE, ""), label=f"study {study.study_name}")
     recs = R.records(study)

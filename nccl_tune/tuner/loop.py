@@ -37,13 +37,14 @@ from nccl_tune.tuner.predict import predicted_oom
 from nccl_tune.tuner.records import TrialKind, TrialRecord
 from nccl_tune.tuner.sampling import suggest, to_optuna
 from nccl_tune.tuner.settings import RunSettings
-from nccl_tune.tuner.stability import Candidate, baseline, select_winner, to_confirm
+from nccl_tune.tuner.stability import Candidate, baseline, select_winner, to_confirm, values_key
 from nccl_tune.tuner.storage import create_or_resume, default_study_name, open_storage
-from nccl_tune.tuner.telling import near_wall, tell_predicted, tell_rejected, tell_result
+from nccl_tune.tuner.telling import near_wall, tell_duplicate, tell_predicted, tell_rejected, tell_result
 from nccl_tune.tuner.trial_builder import build_trial_spec
 
 MAX_REJECTED_IN_A_ROW = 2000
 MAX_ENV_FAILURES_IN_A_ROW = 3
+MAX_DUPLICATES_IN_A_ROW = 50
 _INTERPRETERS = {"bash", "sh", "zsh", "dash", "python", "python3"}
 
 
@@ -243,6 +244,15 @@ class StudyRunner:
         )
         return result
 
+    def measured_before(self, study: optuna.Study, values: dict[str, Any]) -> optuna.trial.FrozenTrial | None:
+        """The first launched, finished trial with exactly these values (interrupted ones do not count)."""
+        key = values_key(values)
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
+            rec = R.record_of(t)
+            if rec.outcome is R.Outcome.LAUNCHED and values_key(rec.values) == key:
+                return t
+        return None
+
     def check_stop(self, result: TrialResult, first: bool, env_failures: int) -> None:
         """Stop the study when a failure says the command or the node is broken, not the values."""
         evidence = result.verdict.evidence[0].text if result.verdict.evidence else ""
@@ -331,6 +341,7 @@ class StudyRunner:
     def search(self, study: optuna.Study, deadline: float | None) -> bool:
         """The main loop; True when interrupted."""
         rejected_in_a_row = 0
+        duplicates_in_a_row = 0
         env_failures = 0
         launched_here = 0
         while launched_here < self.settings.trials:
@@ -354,6 +365,15 @@ class StudyRunner:
                     )
                 continue
             rejected_in_a_row = 0
+            original = self.measured_before(study, values) if kind == TrialKind.SEARCH.value else None
+            if original is not None:
+                tell_duplicate(study, trial, original)
+                duplicates_in_a_row += 1
+                if duplicates_in_a_row >= MAX_DUPLICATES_IN_A_ROW:
+                    self.display.note("the sampler keeps proposing configs already measured: the search has converged")
+                    return False
+                continue
+            duplicates_in_a_row = 0
             if self.settings.predict_oom and kind == TrialKind.SEARCH.value:
                 oom_from = predicted_oom(self.space, values, R.records(study))
                 if oom_from is not None:

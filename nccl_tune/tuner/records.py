@@ -28,6 +28,7 @@ A_PID = "tuner_pid"
 A_VIOLATIONS = "violations"
 A_PREDICTED_FROM = "predicted_from"
 A_NEAR_WALL = "near_wall"
+A_DUPLICATE_OF = "duplicate_of"
 
 
 class TrialKind(str, Enum):
@@ -48,6 +49,8 @@ class Outcome(str, Enum):
     """Not launched: the values break the space's rules."""
     PREDICTED = "predicted"
     """Not launched: predicted to fail (dominates a known OOM)."""
+    DUPLICATE = "duplicate"
+    """Not launched: the same values were already measured; told the sampler the same outcome."""
     PENDING = "pending"
     """Running, or interrupted before a result was recorded."""
 
@@ -89,6 +92,8 @@ def record_of(t: FrozenTrial) -> TrialRecord:
         outcome = Outcome.REJECTED
     elif a.get(A_PREDICTED_FROM) is not None:
         outcome = Outcome.PREDICTED
+    elif a.get(A_DUPLICATE_OF) is not None:
+        outcome = Outcome.DUPLICATE
     elif result is not None:
         outcome = Outcome.LAUNCHED
     else:

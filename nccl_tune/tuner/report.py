@@ -70,6 +70,7 @@ def summary_json(study: str, storage: str, recs: list[TrialRecord], winner: Cand
             "by_status": dict(Counter(r.status.value for r in launched if r.status)),
             "rejected_by_rules": sum(r.outcome is Outcome.REJECTED for r in recs),
             "predicted_oom": sum(r.outcome is Outcome.PREDICTED for r in recs),
+            "duplicates": sum(r.outcome is Outcome.DUPLICATE for r in recs),
         },
         "trials": [trial_row(r) for r in recs],
     }
@@ -141,7 +142,7 @@ def plot(space: SearchSpace, recs: list[TrialRecord], out_dir: Path) -> list[Pat
 def report_study(storage_url: str, study_name: str | None, console: Console, *, as_json: bool,
                  plots_dir: Path | None) -> dict[str, Any]:
     """Print the report (or return its JSON) for a stored study."""
-    storage = open_storage(storage_url)
+    storage = open_storage(storage_url, create=False)
     study = load_existing(storage, storage_url, study_name)
     space = parse_space(study.user_attrs[S_SPACE_TEXT], source=study.user_attrs.get(S_SPACE_SOURCE, ""),
                         label=f"study {study.study_name}")

@@ -30,10 +30,15 @@ def default_study_name(space_name: str, command: tuple[str, ...]) -> str:
     return f"{space_name}-{digest}"
 
 
-def open_storage(url: str) -> optuna.storages.BaseStorage:
-    """An Optuna storage for ``url``; one-line error when it cannot be reached."""
+def open_storage(url: str, create: bool = True) -> optuna.storages.BaseStorage:
+    """An Optuna storage for ``url``; one-line error when it cannot be reached. With
+    ``create=False`` a SQLite file that does not exist is an error, not a new empty database."""
     if url.startswith("sqlite:///"):
         path = Path(url[len("sqlite:///") :])
+        if not create and not path.is_file():
+            raise NcclTuneError(
+                f"storage {url}: no such database; run `nccl-tune run` first, or point --results/--storage at one"
+            )
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:

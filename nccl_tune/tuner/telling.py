@@ -15,6 +15,7 @@ from optuna.trial import TrialState
 from nccl_tune.failure import FailureClass
 from nccl_tune.trial import TrialResult
 from nccl_tune.tuner.records import (
+    A_DUPLICATE_OF,
     A_NEAR_WALL,
     A_PREDICTED_FROM,
     A_RESULT,
@@ -71,3 +72,16 @@ def tell_predicted(study: optuna.Study, trial: optuna.Trial, oom_trial: int, sta
     trial.set_user_attr(A_STATUS, status.value)
     trial.set_constraint(C_FAILED, 1.0)
     study.tell(trial, 0.0)
+
+
+def tell_duplicate(study: optuna.Study, trial: optuna.Trial, original: optuna.trial.FrozenTrial) -> None:
+    """Values already measured in ``original``: not launched again; the sampler hears the same outcome."""
+    trial.set_user_attr(A_DUPLICATE_OF, original.number)
+    for key, value in original.constraints.items():
+        trial.set_constraint(key, value)
+    if original.state is TrialState.PRUNED:
+        for step, value in original.intermediate_values.items():
+            trial.report(value, step)
+        study.tell(trial, state=TrialState.PRUNED)
+    else:
+        study.tell(trial, original.value if original.value is not None else 0.0)

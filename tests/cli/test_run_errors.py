@@ -1,0 +1,55 @@
+"""Every bad input to `nccl-tune run` gets one line naming what to fix, exit code 1, and no trial."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from tests.tuner.conftest import TINY_SPACE, TINY_TRAINER, run_cli
+
+GOOD = [sys.executable, str(TINY_TRAINER)]
+
+
+@pytest.mark.parametrize(
+    "args, fragment",
+    [
+        (["run"], "no command after --"),
+        (["run", "--", "no-such-trainer-cmd", "x=1"], "command 'no-such-trainer-cmd' not found"),
+        (["run", "--", "bash", "missing_script.sh"], "bash cannot run 'missing_script.sh': no such file"),
+        (["run", "--space", "nope", "--", *GOOD], "unknown search space 'nope'"),
+        (["run", "--space", "broken.yaml", "--", *GOOD], "YAML syntax error"),
+        (["run", "--space", "unknown_kind.yaml", "--", *GOOD], "unknown kind 'log'"),
+        (["run", "--space", "bad_constraint.yaml", "--", *GOOD], "names 'trainer.mikro'"),
+        (["run", "--space", str(TINY_SPACE), "--set", "trainer.foo=1", "--", *GOOD], "has no parameter or context value trainer.foo"),
+        (["run", "--space", str(TINY_SPACE), "--set", "trainer.micro=3", "--", *GOOD], "'3' is not a value of trainer.micro"),
+        (["run", "--space", str(TINY_SPACE), "--storage", "sqlite:////proc/no/such/dir/x.db", "--", *GOOD], "storage sqlite:////proc/no/such/dir/x.db"),
+        (["run", "--space", str(TINY_SPACE), "--storage", "notaurl", "--", *GOOD], "storage notaurl: cannot open it"),
+        (["run", "--space", str(TINY_SPACE), "--launcher", "ray", "--", *GOOD], "--launcher ray is not available yet"),
+        (["run", "--space", str(TINY_SPACE), "--parallel", "4", "--", *GOOD], "--parallel 4"),
+        (["run", "--space", str(TINY_SPACE), "--budget", "soon", "--", *GOOD], "--budget 'soon'"),
+        (["export", "--study", "none"], "no such database"),
+        (["apply", "missing.yaml", "--into", "ppo.yaml"], "tuned file missing.yaml does not exist"),
+    ],
+)
+def test_bad_input_is_one_line_exit_1(tmp_path, args, fragment):
+    (tmp_path / "broken.yaml").write_text("name: x\nparameters: [\n")
+    (tmp_path / "unknown_kind.yaml").write_text(TINY_SPACE.read_text().replace("kind: pow2", "kind: log"))
+    (tmp_path / "bad_constraint.yaml").write_text(
+        TINY_SPACE.read_text() + "\nconstraints:\n  - expr: trainer.mikro < 8\n    message: m\n"
+    )
+    proc = run_cli(args, cwd=tmp_path, timeout=60)
+    assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert fragment in lines[0], lines[0]
+    assert "Traceback" not in proc.stderr
+    assert not (tmp_path / "results").exists() or not any((tmp_path / "results").rglob("trial-*"))
+
+
+def test_dry_run_prints_argv_and_env_and_runs_nothing(tmp_path):
+    proc = run_cli(["run", "--dry-run", "--set", "NCCL_ALGO=Ring", "--", "bash", "-c", "exit 3"], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "trainer.micro_train_batch_size_per_gpu=1" in proc.stdout
+    assert "NCCL_ALGO=Ring" in proc.stdout and "SKYRL_WORKER_NCCL_TIMEOUT_IN_S=180" in proc.stdout
+    assert not (tmp_path / "results").exists()

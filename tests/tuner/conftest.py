@@ -1,0 +1,35 @@
+"""Fixtures for the tuner's end-to-end tests: the tiny trainer (a real command) and its space."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+HERE = Path(__file__).parent
+SCRIPTS = HERE / "scripts"
+TINY_SPACE = SCRIPTS / "tiny.yaml"
+TINY_TRAINER = SCRIPTS / "tiny_trainer.py"
+NCCL_TUNE = Path(sys.executable).parent / "nccl-tune"
+
+
+@pytest.fixture
+def tiny_command() -> list[str]:
+    return [sys.executable, str(TINY_TRAINER)]
+
+
+@pytest.fixture
+def workdir(tmp_path, monkeypatch) -> Path:
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def run_cli(args: list[str], cwd: Path, env: dict | None = None, timeout: float = 240) -> subprocess.CompletedProcess:
+    """``nccl-tune ARGS`` as a user runs it: a real process, its exit code, stdout and stderr."""
+    full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
+    return subprocess.run(
+        [str(NCCL_TUNE), *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout
+    )

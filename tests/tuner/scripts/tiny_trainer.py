@@ -1,0 +1,67 @@
+"""A tiny real training command for the tuner's tests: takes Hydra-style key=value overrides,
+prints SkyRL-format timing and memory lines, and fails the way trainers fail.
+
+Keys: trainer.micro=<int> (bigger: faster steps, more memory), trainer.offload=<bool> (less memory,
+slower), trainer.mode=<ok|crash|refuse> and trainer.ckpt_path=<dir>. Any other key is refused like
+Hydra refuses it. Memory = 20 + 12 * micro GiB (x0.5 with offload) on an 80 GiB GPU: above it, a CUDA OOM.
+TINY_STEP_S scales the step time (default 0.15 s for micro=1). It never stops by itself (no step cap),
+like skyrl_train: the tuner stops it after its measured steps.
+"""
+
+import os
+import sys
+import time
+
+KNOWN = {"trainer.micro": "1", "trainer.offload": "false", "trainer.mode": "ok", "trainer.ckpt_path": "/tmp"}
+
+
+def main() -> int:
+    cfg = dict(KNOWN)
+    for arg in sys.argv[1:]:
+        key, _, value = arg.partition("=")
+        if key not in cfg:
+            print(f"Could not override '{key}'.", file=sys.stderr)
+            print(f"To append to your config use +{key}={value}", file=sys.stderr)
+            print(f"Key '{key.split('.')[-1]}' is not in struct", file=sys.stderr)
+            print("\nSet the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.", file=sys.stderr)
+            return 1
+        cfg[key] = value
+    micro = int(cfg["trainer.micro"])
+    offload = cfg["trainer.offload"] == "true"
+    mem = (20 + 12 * micro) * (0.5 if offload else 1.0)
+    base = float(os.environ.get("TINY_STEP_S", "0.15"))
+    step_s = base * (1.0 + 2.0 / micro) / 3.0 * (1.6 if offload else 1.0)
+    pid = os.getpid()
+    pre = f"(skyrl_entrypoint pid={pid}) "
+
+    def log(msg: str) -> None:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S") + ".000"
+        print(f"{pre}\x1b[32m{stamp}\x1b[0m | INFO     | skyrl_train.trainer:train:209 - {msg}", flush=True)
+
+    log(f"NCCL_ALGO={os.environ.get('NCCL_ALGO', '<unset>')} marker={os.environ.get('NCCL_TUNE_TRIAL')}")
+    step = 0
+    while True:
+        step += 1
+        log("Started: 'step'")
+        log("Started: 'policy_train'")
+        t0 = time.time()
+        if cfg["trainer.mode"] == "crash" and step == 2:
+            print("Segmentation fault (core dumped)", file=sys.stderr, flush=True)
+            os.abort()
+        if mem > 80:
+            print(
+                f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {mem - 78:.2f} GiB. GPU 0 has a total "
+                f"capacity of 79.19 GiB of which 1.21 GiB is free.",
+                file=sys.stderr,
+                flush=True,
+            )
+            return 1
+        time.sleep(step_s * (2.0 if step == 1 else 1.0))
+        dt = time.time() - t0
+        log(f"Finished: 'policy_train', time cost: {dt:.2f}s")
+        print(f"(FSDPPolicyWorkerBase pid={pid}) rank 0 step {step} memory: {mem:.2f}GiB({mem / 80 * 100:.1f}%)", flush=True)
+        log(f"Finished: 'step', time cost: {dt:.2f}s")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,57 @@
+"""Predicting OOM by memory dominance, and choosing the fastest stable config."""
+
+from __future__ import annotations
+
+from optuna.trial import TrialState
+
+from nccl_tune.failure import FailureClass, Verdict
+from nccl_tune.search_spaces.loader import load_space
+from nccl_tune.trial import GpuMemory, MemoryReport, StopReason, TrialResult
+from nccl_tune.tuner.predict import dominates_memory, predicted_oom
+from nccl_tune.tuner.records import Outcome, TrialKind, TrialRecord
+from nccl_tune.tuner.stability import select_winner, to_confirm
+
+SPACE = load_space("skyrl-text2sql")
+BASE = SPACE.defaults()
+MICRO = "trainer.micro_train_batch_size_per_gpu"
+OFFLOAD = "trainer.policy.fsdp_config.cpu_offload"
+
+
+def rec(number, values, status=FailureClass.OK, step_s=10.0, peak=60.0, kind=TrialKind.SEARCH, near=False):
+    result = TrialResult(
+        number=number, status=status, verdict=Verdict(status), stop_reason=StopReason.MEASURED,
+        step_times_s=(step_s * 2, step_s, step_s), warmup_steps=1, samples_per_step=1280.0,
+        memory=MemoryReport("log", (GpuMemory(0, 80.0, peak),)),
+    )
+    return TrialRecord(number, TrialState.COMPLETE, values, kind, Outcome.LAUNCHED, status, result, near_wall=near)
+
+
+def test_dominance_follows_the_declared_memory_effects():
+    oom = {**BASE, MICRO: 4}
+    assert dominates_memory(SPACE, {**BASE, MICRO: 8}, oom)
+    assert dominates_memory(SPACE, {**BASE, MICRO: 4, "NCCL_ALGO": "Ring"}, oom)  # memory: none
+    assert not dominates_memory(SPACE, {**BASE, MICRO: 2}, oom)
+    assert not dominates_memory(SPACE, {**BASE, MICRO: 8, OFFLOAD: True}, oom)  # offload lowers memory
+    assert not dominates_memory(SPACE, {**BASE, MICRO: 8, "NCCL_CUMEM_ENABLE": 1}, oom)  # unknown: must match
+    history = [rec(3, oom, FailureClass.OOM)]
+    assert predicted_oom(SPACE, {**BASE, MICRO: 16}, history) == 3
+    assert predicted_oom(SPACE, {**BASE, MICRO: 16}, [rec(3, oom, FailureClass.COLLECTIVE_TIMEOUT)]) is None
+
+
+def test_winner_is_the_fastest_config_whose_every_run_was_ok_away_from_the_wall():
+    fast_flaky = {**BASE, MICRO: 8}
+    fast_walled = {**BASE, MICRO: 4}
+    steady = {**BASE, MICRO: 2}
+    records = [
+        rec(0, BASE, kind=TrialKind.BASELINE, step_s=20.0),
+        rec(1, fast_flaky, step_s=5.0),
+        rec(2, fast_walled, step_s=6.0, peak=78.0, near=True),
+        rec(3, steady, step_s=8.0),
+        rec(4, fast_flaky, FailureClass.HANG, kind=TrialKind.RERUN),
+    ]
+    assert select_winner(records, require_confirmation=False).values == steady
+    assert select_winner(records, require_confirmation=True) is None
+    assert [c.values for c in to_confirm(records, 2)] == [steady, BASE]
+    confirmed = records + [rec(5, steady, step_s=8.4, kind=TrialKind.RERUN)]
+    win = select_winner(confirmed, require_confirmation=True)
+    assert win.values == steady and win.confirmed and 0 < win.throughput_spread < 0.1
