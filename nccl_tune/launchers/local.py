@@ -1,0 +1,334 @@
+"""``LocalLauncher``: one trial as a process tree on this machine, supervised to its end.
+
+A run: write ``spec.json``; start the command in a new session with the trial's marker and the
+Flight Recorder dump path in its env; stream its output to ``output.log`` through the progress
+parser; sample memory; watch the three clocks and the observer; tear it down (process group,
+then every marked process); collect Flight Recorder dumps; classify; write ``result.json``.
+
+Interrupts: the tuner's observer returns ``"interrupted"`` from ``should_stop`` and gets an
+``interrupted`` result back. A ``KeyboardInterrupt`` (or any other exception) raised inside
+``run`` is not swallowed: the trial is torn down, ``result.json`` records it as ``interrupted``,
+and the exception is re-raised. SIGINT/SIGTERM arriving during teardown are held until teardown
+has finished, so a second Ctrl-C cannot leave processes behind.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterator
+
+from nccl_tune.errors import NcclTuneError
+from nccl_tune.failure import Evidence, FailureClass, Verdict
+from nccl_tune.gpu import GpuProbe, open_probe
+from nccl_tune.launchers.base import Launcher, TrialObserver, TrialProgress
+from nccl_tune.launchers.fr import collect_dumps, fr_env, fr_prefix
+from nccl_tune.launchers.gate import GpuGate
+from nccl_tune.launchers.logstream import LineScanner, LogPump
+from nccl_tune.launchers.memory import MemorySampler, build_report
+from nccl_tune.launchers.outcome import ClassifyFile, Ending, classify_with_diagnose, decide
+from nccl_tune.launchers.process import build_env, resolve_command, spawn
+from nccl_tune.launchers.progress import ProgressEvent, ProgressTracker, compile_rules
+from nccl_tune.launchers.records import LOG_FILE, write_result, write_spec
+from nccl_tune.launchers.supervise import Decision, Watch
+from nccl_tune.launchers.teardown import TeardownReport, kill_marked, study_match, terminate
+from nccl_tune.trial import StopReason, TrialResult, TrialSpec
+
+REAP_GRACE_S = 5.0
+
+
+@contextmanager
+def _signals_held() -> Iterator[None]:
+    """Hold SIGINT/SIGTERM while the body runs (main thread only), then deliver them."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    previous = {}
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        try:
+            previous[sig] = signal.signal(sig, lambda s, _f: pending.append(s))
+        except (ValueError, OSError):
+            pass
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for sig in dict.fromkeys(pending):
+            signal.raise_signal(sig)
+
+
+def _exit_status(returncode: int | None) -> tuple[int | None, str | None]:
+    if returncode is None:
+        return None, None
+    if returncode < 0:
+        try:
+            return None, signal.Signals(-returncode).name
+        except ValueError:
+            return None, f"signal {-returncode}"
+    return returncode, None
+
+
+class LocalLauncher(Launcher):
+    """Runs each trial as a local process tree. One instance serves a whole study."""
+
+    name = "local"
+
+    def __init__(
+        self,
+        *,
+        probe: GpuProbe | None = None,
+        gate_timeout_s: float = 60.0,
+        gate_tolerance_gib: float = 1.0,
+        poll_s: float = 0.1,
+        memory_interval_s: float = 0.5,
+        tail_lines: int = 50,
+        classify: ClassifyFile | None = None,
+    ) -> None:
+        self._probe = probe
+        self._gate_timeout_s = gate_timeout_s
+        self._gate_tolerance_gib = gate_tolerance_gib
+        self._gate: GpuGate | None = None
+        self.poll_s = poll_s
+        self.memory_interval_s = memory_interval_s
+        self.tail_lines = tail_lines
+        self._classify = classify
+        self._study: str | None = None
+
+    # -- set-up ---------------------------------------------------------------------------------
+
+    @property
+    def probe(self) -> GpuProbe:
+        """The GPU probe (opened on first use: NVML, the fake NVML in tests, or none)."""
+        if self._probe is None:
+            self._probe = open_probe()
+        return self._probe
+
+    @property
+    def gpu_gate(self) -> GpuGate:
+        """The gate between trials (holds the baseline)."""
+        if self._gate is None:
+            self._gate = GpuGate(self.probe, tolerance_gib=self._gate_tolerance_gib, timeout_s=self._gate_timeout_s)
+        return self._gate
+
+    def prepare(self, spec: TrialSpec) -> None:
+        """Raise ``NcclTuneError`` (one line) when the command cannot be found or executed, or a
+        progress rule does not compile."""
+        compile_rules(spec.progress)
+        resolve_command(spec.argv, build_env(spec.env, spec.marker), spec.cwd)
+
+    def before_study(self) -> None:
+        """Take the GPU memory baseline the gate compares against."""
+        self.gpu_gate.take_baseline()
+
+    def gate(self) -> None:
+        """Wait for a clean node; ``GpuGateError`` names what still holds it."""
+        self.gpu_gate.wait(self._study)
+
+    def reap(self, study: str) -> list[str]:
+        """Kill every process carrying a marker of ``study`` (SIGTERM, grace, SIGKILL)."""
+        return [p.describe() for p in kill_marked(study_match(study), REAP_GRACE_S)]
+
+    def close(self) -> None:
+        if self._probe is not None:
+            self._probe.close()
+
+    # -- one trial ------------------------------------------------------------------------------
+
+    def run(self, spec: TrialSpec, observer: TrialObserver | None = None) -> TrialResult:
+        """Run ``spec`` to its end, tear it down, classify it; never raises once started except
+        to re-raise an exception raised inside it (see the module docstring)."""
+        observer = observer or TrialObserver()
+        self._study = spec.study
+        if self.gpu_gate.baseline_gib is None:
+            self.gpu_gate.take_baseline()
+        trial_dir = spec.trial_dir
+        trial_dir.mkdir(parents=True, exist_ok=True)
+        log_path = trial_dir / LOG_FILE
+        log_path.write_bytes(b"")
+        overlay = fr_env(spec.env, trial_dir)
+        write_spec(spec, overlay)
+        env = build_env(overlay, spec.marker)
+        t0 = time.monotonic()
+        try:
+            resolve_command(spec.argv, env, spec.cwd)
+            proc = spawn(spec.argv, env, spec.cwd)
+        except (NcclTuneError, OSError) as exc:
+            return self._launch_error(spec, observer, str(exc), log_path, t0)
+
+        tracker = ProgressTracker(spec.progress)
+        scanner = LineScanner(tracker.feed, tracker.literals, source=LOG_FILE, tail_lines=self.tail_lines)
+        assert proc.stdout is not None
+        pump = LogPump(proc.stdout.fileno(), log_path, scanner)
+        sampler = MemorySampler(self.probe, proc.pid, spec.marker, interval_s=self.memory_interval_s)
+        pump.start()
+        sampler.start()
+        raised: BaseException | None = None
+        try:
+            observer.on_start(spec, proc.pid)
+            decision = self._supervise(spec, proc, tracker, sampler, observer, t0)
+        except BaseException as exc:  # KeyboardInterrupt, SystemExit, an observer's error: tear down first
+            raised = exc
+            decision = Decision(StopReason.INTERRUPTED, f"interrupted by {type(exc).__name__} {exc}".strip())
+        with _signals_held():
+            report = terminate(spec.marker, spec.clocks.grace_s, pgid=proc.pid, leader=proc)
+            pump.stop()
+            proc.stdout.close()
+            sampler.stop()
+            result = self._result(spec, proc, decision, tracker, scanner, sampler, report, log_path, t0)
+            write_result(result, trial_dir)
+        if raised is not None:
+            raise raised
+        observer.on_end(spec, result)
+        return result
+
+    def _supervise(
+        self,
+        spec: TrialSpec,
+        proc: subprocess.Popen,
+        tracker: ProgressTracker,
+        sampler: MemorySampler,
+        observer: TrialObserver,
+        t0: float,
+    ) -> Decision:
+        watch = Watch(spec.clocks, spec.stop, t0)
+        peak_seen = 0.0
+        while True:
+            self._dispatch(spec, tracker.drain_events(), observer)
+            now = time.monotonic()
+            returncode = proc.poll()
+            state = tracker.snapshot()
+            if returncode is not None:
+                code, sig = _exit_status(returncode)
+                how = f"killed by {sig}" if sig else f"exit code {code}"
+                return Decision(StopReason.EXITED, f"the command ended ({how})", state.open_phase)
+            decision = watch.check(state, now)
+            if decision is not None:
+                return decision
+            gpu_peaks = sampler.gpu_peak_gib or state.memory_peak_gib
+            peak = max(gpu_peaks.values()) if gpu_peaks else None
+            if peak is not None and peak > peak_seen:
+                peak_seen = peak
+                observer.on_memory(spec, peak)
+            last = state.last_progress_t
+            progress = TrialProgress(
+                elapsed_s=now - t0,
+                step_times_s=state.step_times_s,
+                open_phase=state.open_phase,
+                last_progress_s=now - (last if last is not None else t0),
+                peak_mem_gib=peak,
+            )
+            ask = observer.should_stop(spec, progress)
+            if ask == "interrupted":
+                return Decision(StopReason.INTERRUPTED, "the tuner was interrupted", state.open_phase)
+            if ask == "early_stop":
+                return Decision(
+                    StopReason.EARLY_STOP,
+                    f"stopped early after {len(state.step_times_s)} steps: slower than the best trial so far",
+                    state.open_phase,
+                )
+            time.sleep(self.poll_s)
+
+    @staticmethod
+    def _dispatch(spec: TrialSpec, events: list[ProgressEvent], observer: TrialObserver) -> None:
+        for ev in events:
+            if ev.kind == "step":
+                observer.on_step(spec, ev.step_index or 0, ev.seconds or 0.0)
+            elif ev.kind == "phase_end" and ev.phase is not None:
+                observer.on_phase(spec, ev.phase, ev.seconds or 0.0)
+
+    def _result(
+        self,
+        spec: TrialSpec,
+        proc: subprocess.Popen,
+        decision: Decision,
+        tracker: ProgressTracker,
+        scanner: LineScanner,
+        sampler: MemorySampler,
+        report: TeardownReport,
+        log_path: Path,
+        t0: float,
+    ) -> TrialResult:
+        state = tracker.snapshot()
+        summary = scanner.summary()
+        exit_code, signal_name = _exit_status(proc.returncode)
+        dumps = collect_dumps(fr_prefix(spec.env, spec.trial_dir))
+        ending = Ending(
+            decision=decision,
+            exit_code=exit_code,
+            signal_name=signal_name,
+            steps_done=len(state.step_times_s),
+            total_steps=spec.stop.total_steps,
+            log_path=log_path,
+            summary=summary,
+            fr_dumps=dumps,
+            host_mem_peak_frac=sampler.host_peak_frac,
+            rules_hint=f"step_end={spec.progress.step_end!r}",
+        )
+        verdict = self._verdict(ending)
+        if report.survivors:
+            pids = ", ".join(map(str, report.survivor_pids))
+            verdict = Verdict(
+                verdict.failure_class,
+                verdict.rank,
+                verdict.evidence + (Evidence(0, f"{report.survivors} process(es) survived teardown: pid {pids}", "nccl-tune"),),
+                verdict.advice,
+                verdict.phase,
+                verdict.after_training,
+                verdict.flight_recorder,
+            )
+        return TrialResult(
+            number=spec.number,
+            status=verdict.failure_class,
+            verdict=verdict,
+            stop_reason=decision.reason,
+            exit_code=exit_code,
+            signal_name=signal_name,
+            step_times_s=state.step_times_s,
+            warmup_steps=spec.stop.warmup_steps,
+            phase_max_s=state.phase_max_s,
+            samples_per_step=spec.samples_per_step,
+            memory=build_report(sampler, state, self.gpu_gate.baseline_gib or {}),
+            wall_s=time.monotonic() - t0,
+            trial_dir=spec.trial_dir,
+            log_paths=(log_path,),
+            fr_dumps=dumps,
+            escaped_processes=report.escaped,
+            survivors=report.survivors,
+        )
+
+    def _verdict(self, ending: Ending) -> Verdict:
+        try:
+            return decide(ending, self._classify or classify_with_diagnose)
+        except Exception as exc:  # a classifier bug must not lose the trial's record
+            return Verdict(
+                FailureClass.CRASH,
+                evidence=(Evidence(0, f"{ending.decision.detail}; the log could not be classified: {exc}", "nccl-tune"),),
+                advice="read output.log in the trial folder",
+            )
+
+    def _launch_error(
+        self, spec: TrialSpec, observer: TrialObserver, message: str, log_path: Path, t0: float
+    ) -> TrialResult:
+        verdict = Verdict(
+            FailureClass.CONFIG_ERROR,
+            evidence=(Evidence(0, message, "nccl-tune"),),
+            advice="the command could not be started: fix the command line or its PATH",
+        )
+        result = TrialResult(
+            number=spec.number,
+            status=FailureClass.CONFIG_ERROR,
+            verdict=verdict,
+            stop_reason=StopReason.LAUNCH_ERROR,
+            wall_s=time.monotonic() - t0,
+            trial_dir=spec.trial_dir,
+            log_paths=(log_path,),
+        )
+        write_result(result, spec.trial_dir)
+        observer.on_end(spec, result)
+        return result
