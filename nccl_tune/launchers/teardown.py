@@ -79,9 +79,9 @@ def is_gone(proc: psutil.Process) -> bool:
 
 
 def command_of(proc: psutil.Process, limit: int = 160) -> str:
-    """The process's command line as one string (its name when the command line is hidden)."""
+    """The process's command line as one line (its name when the command line is hidden)."""
     try:
-        cmd = " ".join(proc.cmdline()) or proc.name()
+        cmd = " ".join(" ".join(proc.cmdline()).split()) or proc.name()
     except psutil.Error:
         cmd = "?"
     return cmd if len(cmd) <= limit else cmd[: limit - 3] + "..."

@@ -7,6 +7,8 @@ import sys
 import time
 from pathlib import Path
 
+from nccl_tune.launchers.base import TrialObserver
+
 SCRIPTS = Path(__file__).parent / "scripts"
 FAKE_TRAINER = SCRIPTS / "fake_trainer.py"
 DRIVER = SCRIPTS / "driver.py"
@@ -25,3 +27,48 @@ def wait_for_json(path: Path, timeout_s: float = 30.0) -> dict:
             return json.loads(path.read_text())
         time.sleep(0.05)
     raise AssertionError(f"{path} never appeared")
+
+
+class RecordingObserver(TrialObserver):
+    """A TrialObserver that records every callback with its time, and can ask to stop."""
+
+    def __init__(self, stop_after_steps: int | None = None, answer: str = "early_stop", raise_on_poll: int | None = None):
+        self.calls: list[tuple[float, str, object]] = []
+        self.polls = 0
+        self.stop_after_steps = stop_after_steps
+        self.answer = answer
+        self.raise_on_poll = raise_on_poll
+        self.last_progress: object = None
+
+    def _rec(self, kind: str, value: object) -> None:
+        self.calls.append((time.monotonic(), kind, value))
+
+    def on_start(self, spec, pid):
+        self._rec("start", pid)
+
+    def on_phase(self, spec, phase, seconds):
+        self._rec("phase", (phase, seconds))
+
+    def on_step(self, spec, step_index, seconds):
+        self._rec("step", (step_index, seconds))
+
+    def on_memory(self, spec, peak_gib):
+        self._rec("memory", peak_gib)
+
+    def should_stop(self, spec, progress):
+        self.polls += 1
+        self.last_progress = progress
+        if self.raise_on_poll is not None and self.polls >= self.raise_on_poll:
+            raise KeyboardInterrupt
+        if self.stop_after_steps is not None and len(progress.step_times_s) >= self.stop_after_steps:
+            return self.answer
+        return None
+
+    def on_end(self, spec, result):
+        self._rec("end", result.status)
+
+    def kinds(self, kind: str) -> list[object]:
+        return [v for _, k, v in self.calls if k == kind]
+
+    def last_time(self, *kinds: str) -> float:
+        return max(t for t, k, _ in self.calls if k in kinds)

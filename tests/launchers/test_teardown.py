@@ -97,6 +97,7 @@ def test_kill_marked_takes_a_whole_study_and_nothing_else(study: str, tmp_path: 
         assert {f.pid for f in found} == expected
         assert all(f.marker.startswith(f"{study}/") for f in found)
         assert all("fake_trainer.py" in f.command or "-c" in f.command for f in found)
+        assert all("\n" not in f.describe() for f in found)  # multi-line `python -c` commands too
         for proc, _ in procs:
             proc.wait(10)
         assert all(_gone(pid) for pid in expected)

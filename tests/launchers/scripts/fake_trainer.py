@@ -98,6 +98,8 @@ def main() -> int:
     p.add_argument("--gpu-gib", type=float, default=40.0)
     p.add_argument("--fr-dump", action="store_true", help="write a dump per rank to TORCH_FR_DUMP_TEMP_FILE on failure")
     p.add_argument("--no-done", action="store_true", help="do not print 'Training done!'")
+    p.add_argument("--oom-then-hang", action="store_true", help="after --oom-at-step, stay alive (the other ranks wait)")
+    p.add_argument("--print-env", default="", help="comma-separated variables to print as NAME=value")
     args = p.parse_args()
 
     if args.ignore_term:
@@ -110,6 +112,8 @@ def main() -> int:
     if args.gpu_state:
         hold_gpu(args, [os.getpid()] + children)
     print(f"starting fake trainer pid={os.getpid()} marker={os.environ.get('NCCL_TUNE_TRIAL')}", flush=True)
+    for name in filter(None, args.print_env.split(",")):
+        print(f"env {name}={os.environ.get(name, '<unset>')}", flush=True)
     time.sleep(args.startup_s)
     phases = [x for x in args.phases.split(",") if x]
     flood = (
@@ -139,6 +143,8 @@ def main() -> int:
                     for rank in range(2):
                         with open(os.environ["TORCH_FR_DUMP_TEMP_FILE"] + str(rank), "wb") as fh:
                             fh.write(b"not a real pickle")
+                while args.oom_then_hang:
+                    time.sleep(1)
                 return 1
             if args.flood:
                 sys.stdout.write(flood * args.flood)
