@@ -1,0 +1,353 @@
+"""One line of advice per verdict, specific to the class and to what the evidence says.
+
+Advice names the real knobs: SkyRL's config keys (``trainer.micro_train_batch_size_per_gpu``,
+``trainer.policy.fsdp_config.cpu_offload``, ``generator.gpu_memory_utilization``, ...), the NCCL and
+PyTorch environment variables that exist (``SKYRL_WORKER_NCCL_TIMEOUT_IN_S`` sets the collective
+timeout; PyTorch reads no ``NCCL_TIMEOUT``), and the command that shows more.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from nccl_tune.failure import FailureClass as F
+
+_TRAIN_PHASES = {"policy_train", "train_critic_and_policy", "critic_train"}
+_FORWARD_PHASES = {"fwd_logprobs_values_reward", "compute_advantages_and_returns", "apply_reward_kl_penalty"}
+_GENERATE_PHASES = {"generate", "eval"}
+_SYNC_PHASES = {"sync_weights", "init_weight_sync_state", "update_ref_with_policy"}
+_SAVE_PHASES = {"save_checkpoints", "save_hf_model"}
+
+FR_ENV_HINT = "TORCH_FR_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1 TORCH_FR_DUMP_TEMP_FILE=<dir>/nccl_trace_rank_"
+
+
+@dataclass(frozen=True)
+class AdviceContext:
+    """What the classifier knows about a failure, as far as advice needs it."""
+
+    failure_class: F
+    subtype: str = ""
+    phase: str | None = None
+    before_first_step: bool = False
+    vllm_context: bool = False
+    """The failing lines or the traceback right before them come from vLLM."""
+    weight_sync_context: bool = False
+    after_training: bool = False
+    rank: int | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+    """Values the rule read from the line (key, port, util, op, seq, timeout_ms, ...)."""
+    signal_name: str | None = None
+    exit_code: int | None = None
+    host_mem_peak_frac: float | None = None
+    fr: Mapping[str, Any] | None = None
+    """``FlightRecorderSummary.to_json()`` when dumps were analysed."""
+
+
+def _gib(value: Any) -> str:
+    try:
+        return f"{float(value):.2f} GiB"
+    except (TypeError, ValueError):
+        return str(value)
+
+
+def _oom(ctx: AdviceContext) -> str:
+    d = ctx.details
+    if ctx.subtype == "vllm_kv_budget":
+        util = d.get("util")
+        now = f" (now {util})" if util else ""
+        return (
+            f"vLLM's share of the GPU, generator.gpu_memory_utilization{now}, leaves no room for the KV cache after "
+            "the weights: raise it, or lower generator.max_input_length / generator.sampling_params.max_generate_length; "
+            "if training then runs out, turn on trainer.policy.fsdp_config.cpu_offload=true"
+        )
+    if ctx.subtype == "vllm_free_memory":
+        free, total, util = d.get("free_gib"), d.get("total_gib"), d.get("util")
+        frac = ""
+        try:
+            frac = f" (below {float(free) / float(total):.2f})"
+        except (TypeError, ValueError, ZeroDivisionError):
+            pass
+        return (
+            f"vLLM wanted {util} of the GPU but only {free}/{total} GiB was free at start-up: lower "
+            f"generator.gpu_memory_utilization{frac}, or free the GPU (a leftover process, or the colocated trainer "
+            "not offloaded: `nvidia-smi`, `nccl-tune doctor`)"
+        )
+    frag = ""
+    reserved = d.get("reserved_unallocated_gib")
+    if reserved is not None and reserved >= 1.0:
+        frag = (
+            f"; {reserved:.2f} GiB was reserved but unallocated (fragmentation): also set "
+            "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+        )
+    phase = ctx.phase or ""
+    if ctx.vllm_context and (ctx.before_first_step or phase in _GENERATE_PHASES or not phase):
+        if ctx.before_first_step or not phase:
+            return (
+                "CUDA ran out while the vLLM engines started: lower generator.gpu_memory_utilization (each colocated "
+                "engine claims that fraction of the GPU), or generator.max_num_seqs" + frag
+            )
+        return (
+            "CUDA ran out in vLLM during generation: lower generator.max_num_seqs or generator.max_num_batched_tokens, "
+            "or generator.gpu_memory_utilization" + frag
+        )
+    if phase in _TRAIN_PHASES:
+        offload = "trainer.critic.fsdp_config.cpu_offload=true" if phase == "critic_train" else (
+            "trainer.policy.fsdp_config.cpu_offload=true")
+        return (
+            f"Out of GPU memory in {phase}: lower trainer.micro_train_batch_size_per_gpu or turn on {offload} "
+            "(or shorten trainer.max_prompt_length / generator.sampling_params.max_generate_length)" + frag
+        )
+    if phase in _FORWARD_PHASES:
+        return (
+            f"Out of GPU memory in {phase}: lower trainer.micro_forward_batch_size_per_gpu or turn on "
+            "trainer.ref.fsdp_config.cpu_offload=true" + frag
+        )
+    if phase in _SYNC_PHASES or ctx.weight_sync_context:
+        return (
+            "Out of GPU memory while syncing weights to the inference engines (their KV cache is still resident): lower "
+            "generator.gpu_memory_utilization or turn on trainer.policy.fsdp_config.cpu_offload=true" + frag
+        )
+    if phase in _GENERATE_PHASES:
+        return (
+            "Out of GPU memory during generation: lower generator.max_num_seqs or generator.gpu_memory_utilization"
+            + frag
+        )
+    if phase in _SAVE_PHASES:
+        return (
+            f"Out of GPU memory in {phase} (gathering the full state dict): turn on "
+            "trainer.policy.fsdp_config.cpu_offload=true or save less often (trainer.ckpt_interval)" + frag
+        )
+    return (
+        "Out of GPU memory: lower the micro-batch sizes (trainer.micro_train_batch_size_per_gpu, "
+        "trainer.micro_forward_batch_size_per_gpu) or the sequence lengths, or turn on CPU offload "
+        "(trainer.policy.fsdp_config.cpu_offload=true)" + frag
+    )
+
+
+def _host_oom(ctx: AdviceContext) -> str:
+    if ctx.subtype == "sigkill_after_climb":
+        peak = ctx.host_mem_peak_frac or 0.0
+        return (
+            f"Killed by SIGKILL after host RAM reached {peak:.0%}: the kernel's OOM killer (`dmesg | grep -i oom`); "
+            "CPU offload (trainer.*.fsdp_config.cpu_offload) and rollouts live in host RAM: turn offload off where GPU "
+            "memory allows, or lower trainer.train_batch_size / generator.n_samples_per_prompt"
+        )
+    what = {
+        "ray_memory_monitor": "Ray's memory monitor killed a worker (host RAM above RAY_memory_usage_threshold)",
+        "kernel_oom": "the kernel's OOM killer killed a process",
+        "host_alloc": "a host (CPU) allocation failed",
+    }.get(ctx.subtype, "host RAM ran out")
+    return (
+        f"Host memory, not GPU memory: {what}; CPU offload (trainer.policy/ref.fsdp_config.cpu_offload) and rollouts "
+        "live in host RAM: turn offload off where GPU memory allows, lower trainer.train_batch_size or "
+        "generator.n_samples_per_prompt, and check other tenants with `free -g`"
+    )
+
+
+def _fr_clause(fr: Mapping[str, Any] | None) -> str:
+    if not fr:
+        return ""
+    culprit = fr.get("culprit_rank")
+    op, seq, pg = fr.get("op"), fr.get("seq"), fr.get("process_group")
+    where = f"{op} #{seq}" if op and seq is not None else "the collective"
+    if pg:
+        where += f" (pg {pg})"
+    if fr.get("mismatch"):
+        return f"Flight Recorder: rank {culprit} disagrees on {where} ({fr.get('mismatch_kind') or 'mismatch'})"
+    missing = fr.get("ranks_missing") or []
+    if culprit is not None:
+        return f"Flight Recorder: rank {culprit} is behind, it never entered {where}"
+    if missing:
+        return f"Flight Recorder: no dump from rank(s) {', '.join(map(str, missing))}, the likely culprit(s)"
+    return ""
+
+
+def _timeout(ctx: AdviceContext) -> str:
+    d = ctx.details
+    fr = _fr_clause(ctx.fr)
+    op, seq = d.get("op"), d.get("seq")
+    where = f" in {op} (SeqNum {seq})" if op and seq is not None else (f" in {op}" if op else "")
+    if fr:
+        head = f"{fr}: look at that rank's last log lines or `py-spy dump --pid <pid>`"
+    elif ctx.rank is not None:
+        head = f"Rank {ctx.rank} is the likely one behind (it reported no timeout): look at its last lines or `py-spy dump`"
+    elif ctx.subtype == "gloo":
+        head = "A gloo collective timed out waiting for a peer that never arrived (a rank is stuck or died silently)"
+    elif ctx.subtype == "heartbeat":
+        head = ("The watchdog itself hung (heartbeat monitor): a CUDA/NCCL call never returned, usually a rank stuck "
+                "in a collective")
+    else:
+        head = f"Ranks waited{where} until the timeout: a rank is behind or hung, not a slow network"
+        if not ctx.fr:
+            head += f"; set {FR_ENV_HINT} to see which rank"
+    if ctx.phase:
+        head += f" (phase {ctx.phase})"
+    return head + "; lower SKYRL_WORKER_NCCL_TIMEOUT_IN_S to fail faster instead of raising it"
+
+
+def _mismatch(ctx: AdviceContext) -> str:
+    d = ctx.details
+    groups = d.get("groups")
+    shown = f" ({groups})" if groups else ""
+    fr = _fr_clause(ctx.fr)
+    lead = f"{fr}; r" if fr else "R"
+    return (
+        f"{lead}anks called different collectives at the same sequence number{shown}: some code path runs a collective "
+        "on some ranks only (a rank-0-only branch, a value from dist.reduce deciding control flow, uneven batches); make "
+        "every rank issue the same collectives in the same order; TORCH_DISTRIBUTED_DEBUG=DETAIL reports it at the call"
+    )
+
+
+def _nccl(ctx: AdviceContext) -> str:
+    d = ctx.details
+    if ctx.subtype == "shm":
+        return (
+            "NCCL could not create its shared-memory segment (/dev/shm too small; Docker's default is 64 MB): run the "
+            "container with --shm-size=16g or --ipc=host, or set NCCL_SHM_DISABLE=1 (slower)"
+        )
+    if ctx.subtype == "invalid_env":
+        value = d.get("value")
+        shown = f" (\"{value}\")" if value else ""
+        return (
+            f"An NCCL environment value is invalid{shown}: NCCL_ALGO takes Ring,Tree,CollnetDirect,CollnetChain,NVLS,"
+            "NVLSTree,PAT and NCCL_PROTO takes LL,LL128,Simple; fix or unset it (`nccl-tune doctor` checks them)"
+        )
+    if ctx.subtype == "remote":
+        return (
+            "A peer process exited or the network dropped (NCCL remote error / connection reset): find the first error on "
+            "the other ranks or nodes; on several nodes check the fabric with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET"
+        )
+    if ctx.subtype == "network":
+        return (
+            "NCCL's network transport failed: check the interface (NCCL_SOCKET_IFNAME, NCCL_IB_HCA) and the fabric; "
+            "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET shows which device it used"
+        )
+    if ctx.subtype == "system":
+        return (
+            "NCCL hit a system error: rerun with NCCL_DEBUG=INFO to see the failing call; the usual causes are /dev/shm "
+            "size, the memlock limit (ulimit -l) and the socket interface (NCCL_SOCKET_IFNAME)"
+        )
+    return "NCCL reported an error: rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV to see the failing call"
+
+
+def _cuda(ctx: AdviceContext) -> str:
+    d = ctx.details
+    if ctx.subtype == "ecc":
+        return (
+            "Uncorrectable ECC error: this GPU's memory is faulty; not a config problem: drain the node and have the GPU "
+            "reset or replaced (`nvidia-smi -q -d ECC`)"
+        )
+    if ctx.subtype == "gpu_lost":
+        return "The GPU was lost (Xid / fell off the bus): a hardware or driver fault; drain the node (`dmesg | grep Xid`)"
+    if ctx.subtype == "device_assert":
+        kernel = d.get("kernel")
+        cond = d.get("cond")
+        what = f" ({kernel}: {cond})" if kernel and cond else ""
+        return (
+            f"A device-side assert{what}: usually an index out of range (token ids beyond the embedding/vocab size, "
+            "labels out of range); check the tokenizer against the model; rerun with CUDA_LAUNCH_BLOCKING=1 for the op"
+        )
+    if ctx.subtype == "illegal_access":
+        return (
+            "Illegal memory access in a kernel: rerun with CUDA_LAUNCH_BLOCKING=1 to find it; if it is in NCCL, try "
+            "NCCL_CUMEM_ENABLE=0 or another NCCL_PROTO; check `dmesg | grep Xid` for a hardware fault"
+        )
+    if ctx.subtype == "nccl_cuda":
+        return (
+            "NCCL hit a CUDA error (unhandled cuda error): rerun with NCCL_DEBUG=INFO to see the CUDA call; frequent "
+            "causes are GPU memory exhausted by NCCL buffers (lower NCCL_BUFFSIZE) and NCCL_CUMEM_ENABLE with old drivers"
+        )
+    return "A CUDA error: rerun with CUDA_LAUNCH_BLOCKING=1 to see the failing op; check `dmesg | grep Xid`"
+
+
+def _init(ctx: AdviceContext) -> str:
+    d = ctx.details
+    if ctx.subtype == "port_in_use":
+        port = d.get("port")
+        p = f" {port}" if port else ""
+        return (
+            f"Port{p} is already in use (another job or a leftover process): pick a free MASTER_PORT (torchrun "
+            f"--master_port / --rdzv-endpoint) or stop the holder (`ss -ltnp | grep :{port or '<port>'}`)"
+        )
+    if ctx.subtype == "ray":
+        return "Could not reach the Ray cluster: start it (`ray start --head`) or point RAY_ADDRESS at it; check `ray status`"
+    return (
+        "The rendezvous did not complete before the first step: a process or node never joined (wrong MASTER_ADDR/port, "
+        "firewall, unequal --nproc-per-node, a node that never started); check every node reaches the same endpoint"
+    )
+
+
+def _config(ctx: AdviceContext) -> str:
+    d = ctx.details
+    if ctx.subtype == "unknown_key":
+        key = d.get("key", "")
+        return (
+            f"The command refused the key '{key}': check its spelling against the training config (the search space "
+            "or --set), or add a new key with +key=value"
+        )
+    if ctx.subtype == "validation":
+        return f"The command refused the config ({d.get('detail', 'a validation assertion')}): fix the values or pin them with --set"
+    if ctx.subtype == "command":
+        return f"The command was not found ({d.get('cmd', '')}): check the command line and PATH"
+    return "The command refused its config: fix the value named in the evidence (the search space or --set)"
+
+
+def _crash(ctx: AdviceContext) -> str:
+    sig = ctx.signal_name
+    if ctx.subtype in ("killed", "signal", "child_exit") or sig == "SIGKILL":
+        if sig == "SIGKILL" or ctx.subtype == "killed":
+            return (
+                "Killed by SIGKILL with no error of its own: usually the kernel's OOM killer on host RAM (`dmesg | grep -i "
+                "oom`) or an external kill (scheduler, `ray stop`)"
+            )
+    if ctx.subtype == "segfault":
+        return "A segmentation fault in native code: note the library in the stack (NCCL, CUDA, a kernel) and rerun with CUDA_LAUNCH_BLOCKING=1"
+    if ctx.subtype == "actor_died":
+        return (
+            "A Ray actor died without a recorded cause: read the worker's own log (`ray logs`, /tmp/ray/session_latest/"
+            "logs) for its first error; SIGKILL there usually means host memory"
+        )
+    if ctx.subtype == "exception":
+        exc = ctx.details.get("exception")
+        return f"The program raised {exc or 'an exception'} that is not a known infrastructure failure: read the evidence lines"
+    if sig:
+        return f"The process ended by {sig} with no recognised cause: read the last lines"
+    if ctx.exit_code:
+        return f"The command exited with code {ctx.exit_code} and no recognised cause: read the last lines"
+    return "The run died without a recognised cause: read the evidence lines"
+
+
+_BY_CLASS = {
+    F.OOM: _oom,
+    F.HOST_OOM: _host_oom,
+    F.COLLECTIVE_TIMEOUT: _timeout,
+    F.COLLECTIVE_MISMATCH: _mismatch,
+    F.NCCL_ERROR: _nccl,
+    F.CUDA_ERROR: _cuda,
+    F.INIT_FAILURE: _init,
+    F.CONFIG_ERROR: _config,
+    F.CRASH: _crash,
+}
+
+
+def advise(ctx: AdviceContext) -> str:
+    """The advice line for a failure (empty for ``ok``)."""
+    if ctx.failure_class is F.OK:
+        return ""
+    if ctx.failure_class is F.HANG:
+        where = f" in {ctx.phase}" if ctx.phase else ""
+        return (
+            f"No progress{where} for longer than the stall timeout: a rank is stuck; set {FR_ENV_HINT} and run "
+            "`nccl-tune diagnose` on the trial folder to see which rank and collective"
+        )
+    if ctx.failure_class is F.BUDGET:
+        return "Alive and progressing but too slow for the trial budget: this config is slower than the others tried"
+    if ctx.failure_class is F.INTERRUPTED:
+        return "Interrupted: the study can be resumed with the same --study"
+    text = _BY_CLASS[ctx.failure_class](ctx)
+    if ctx.after_training:
+        text = "Training had finished; this failed afterwards (final checkpoint or teardown), the measured steps stand: " + (
+            text[0].lower() + text[1:]
+        )
+    return text

@@ -1,0 +1,704 @@
+"""Classify a run from its log, exit status and Flight Recorder dumps: root cause over cascades.
+
+``classify_log`` streams over lines with bounded memory: a few counters, the open training phases,
+the last lines, and at most a few events per rule. Lines no rule can match (``NCCL INFO`` floods,
+progress bars, metrics) cost one or a few substring tests; rules run only on the rest.
+
+Root-cause selection (``Kind`` in ``rules``):
+
+1. the earliest specific cause wins: device or host OOM, CUDA error, NCCL error, refused config,
+   explicit mismatch, and rendezvous/connect failures that happen before the first training step;
+   an NCCL "remote" error is only a consequence when something failed before it;
+2. otherwise collective timeouts: ``collective_mismatch`` when ranks time out at the same
+   sequence number in different collectives or sizes (or the Flight Recorder says so), else
+   ``collective_timeout``; an NCCL ``WARN`` error before the first timeout names the cause instead;
+3. otherwise the first crash (exception, signal, actor death): ``host_oom`` when the launcher saw
+   host memory climb to ``HOST_OOM_PEAK_FRAC`` before a SIGKILL;
+4. otherwise the exit status: ``ok`` for 0 or unknown, ``crash`` for anything else.
+
+Failures after ``Training done!`` or in the final checkpoint (a save phase outside any step, after
+a finished step) are flagged ``after_training``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+from nccl_tune.diagnose import text as T
+from nccl_tune.diagnose.advice import AdviceContext, advise
+from nccl_tune.diagnose.flight_recorder import FlightRecorderSummary, analyse_dumps
+from nccl_tune.diagnose.rules import RULES, Kind, Rule, prefilter
+from nccl_tune.failure import OK_VERDICT, Evidence, FailureClass, Verdict
+
+HOST_OOM_PEAK_FRAC = 0.90
+"""Host RAM peak (fraction of total) above which a silent SIGKILL is called ``host_oom``."""
+MAX_EVIDENCE = 6
+EVENTS_PER_RULE = 8
+TIMEOUT_EVENTS_KEPT = 256
+TAIL_LINES = 16
+OWN_SOURCE = "nccl-tune"
+
+_STARTED = re.compile(r"Started: '(?P<phase>[^']+)'")
+_FINISHED = re.compile(r"Finished: '(?P<phase>[^']+)', time cost")
+_WORK_FIELD = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\))=([^,)\s]+)")
+_PG = re.compile(r"\[PG (?:ID )?(?P<pg>\d+)(?: PG GUID (?P<guid>[^\s\]]+))?[^\]]*Rank \d+\]")
+_PORT = re.compile(r"(?P<host>\]|\b[\w.-]+):(?P<port>\d{2,5})\b")
+_SOURCE_FILE = re.compile(r"\.(?:cpp|cc|c|h|hpp|py|cu)$")
+_RAISE_CODE = re.compile(r"\braise [A-Za-z_][\w.]*\(")
+_SUMMARY_RANK = re.compile(r"^\s*rank\s*:\s*(?P<rank>\d+)")
+_SUMMARY_EXIT = re.compile(r"^\s*exitcode\s*:\s*(?P<code>-?\d+)")
+_SUMMARY_SIGNAL = re.compile(r"Signal (?P<num>\d+) \((?P<name>SIG\w+)\)")
+_OOM_RESERVED = re.compile(r"(?P<v>[\d.]+) (?P<u>[KMG])i?B is reserved by PyTorch but unallocated")
+_UTIL = re.compile(r"gpu_memory_utilization=(?P<util>[\d.]+)")
+_SAVE_PHASES = {"save_checkpoints", "save_hf_model"}
+_SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 7: "SIGBUS", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
+_WEIGHT_SYNC_HINTS = ("sync_weights", "sync_model", "broadcast_to_inference_engines", "update_weights", "weight_sync")
+_TORCHRUN_SUMMARY = Rule("torchrun_root_cause", FailureClass.CRASH, Kind.CRASH, (), None, "child_exit")
+_NCCL_WARN_CAUSES = ("failure", "Failure", "failed", "Failed", "rror", "imeout", "timed out", "No space", "reset", "closed")
+_NCCL_WARN_BENIGN = ("No device found", "Could not find", "Unable to open", "not supported", "Not supported")
+
+
+def signal_from_exit(exit_code: int | None) -> str | None:
+    """The signal behind an exit status: negative (``subprocess``) or 128+N (a shell)."""
+    if exit_code is None:
+        return None
+    if exit_code < 0:
+        return _SIGNALS.get(-exit_code, f"SIG{-exit_code}")
+    if 128 < exit_code < 160:
+        return _SIGNALS.get(exit_code - 128)
+    return None
+
+
+def _norm_signal(name: str | None) -> str | None:
+    if not name:
+        return None
+    name = str(name).upper().strip()
+    if name.isdigit():
+        return _SIGNALS.get(int(name), f"SIG{name}")
+    return name if name.startswith("SIG") else f"SIG{name}"
+
+
+@dataclass
+class _Event:
+    order: int
+    line_no: int
+    source: str
+    text: str
+    rule: Rule
+    rank: int | None
+    details: dict[str, Any]
+    phase: str | None
+    before_first_step: bool
+    after_training: bool
+    vllm_context: bool = False
+    weight_sync_context: bool = False
+
+    @property
+    def kind(self) -> Kind:
+        return self.rule.kind
+
+    @property
+    def failure_class(self) -> FailureClass:
+        return self.rule.failure_class
+
+    def evidence(self) -> Evidence:
+        return Evidence(self.line_no, self.text, self.source)
+
+
+@dataclass
+class _Phases:
+    """The SkyRL timer lines: open phases, the last leaf, steps, the final save."""
+
+    stack: list[str] = field(default_factory=list)
+    last_leaf: str | None = None
+    last_started: str | None = None
+    steps_started: int = 0
+    steps_finished: int = 0
+    final_save: bool = False
+    training_done: bool = False
+
+    def started(self, phase: str) -> None:
+        if phase == "step":
+            self.steps_started += 1
+            self.final_save = False
+        elif phase in _SAVE_PHASES and "step" not in self.stack and self.steps_finished > 0:
+            self.final_save = True
+        if len(self.stack) < 32:
+            self.stack.append(phase)
+        self.last_started = phase
+
+    def finished(self, phase: str) -> None:
+        if self.last_started == phase:
+            self.last_leaf = phase
+        self.last_started = None
+        if phase in self.stack:
+            while self.stack:
+                if self.stack.pop() == phase:
+                    break
+        if phase == "step":
+            self.steps_finished += 1
+
+    @property
+    def current(self) -> str | None:
+        """Innermost open phase; else the leaf that last finished (a failing phase's timer still
+        logs ``Finished`` while the exception unwinds)."""
+        return self.stack[-1] if self.stack else self.last_leaf
+
+    @property
+    def after_training(self) -> bool:
+        return self.training_done or self.final_save
+
+
+class LogClassifier:
+    """Streaming classifier: ``feed`` lines (from one or more sources), then ``verdict``."""
+
+    def __init__(self, source: str = "") -> None:
+        self._source = source
+        self._source_index = 0
+        self._line_no = 0
+        self._order_base = 0
+        self._phases = _Phases()
+        self._events: list[_Event] = []
+        self._per_rule: dict[str, int] = {}
+        self._tail: deque[str] = deque(maxlen=TAIL_LINES)
+        self._tail_end = 0
+        self._pid_rank: dict[int, int] = {}
+        self._ranks_seen: set[int] = set()
+        self._world_size: int | None = None
+        self._summary_left = 0
+        self._summary_rank: int | None = None
+        self._summary_event: _Event | None = None
+        self.lines_read = 0
+
+    # --- input ------------------------------------------------------------------------------
+
+    def set_source(self, source: str) -> None:
+        """Start another input (line numbers restart; events keep their order of arrival)."""
+        self._order_base += self._line_no + 1
+        self._source = source
+        self._line_no = 0
+        self._tail.clear()
+
+    def feed(self, lines: Iterable[str]) -> None:
+        """Read lines (with or without their newline) from the current source."""
+        n = start = self._line_no
+        tail = self._tail
+        tail_append = tail.append
+        pf = prefilter
+        try:
+            for raw in lines:
+                n += 1
+                tail_append(raw)
+                if "NCCL INFO" in raw:
+                    if "Init COMPLETE" in raw:
+                        self._nccl_init(raw)
+                    continue
+                if self._summary_left:
+                    self._line_no = n
+                    self._summary(raw)
+                elif pf(raw):
+                    self._line_no = n
+                    self._line(raw)
+                elif raw.startswith("[rank"):
+                    r = T.rank_of(raw)
+                    if r is not None:
+                        self._ranks_seen.add(r)
+        finally:
+            self.lines_read += n - start
+            self._line_no = n
+            self._tail_end = n
+
+    # --- per line ---------------------------------------------------------------------------
+
+    def _nccl_init(self, raw: str) -> None:
+        got = T.nccl_init_rank(raw)
+        if got:
+            pid, rank, nranks = got
+            self._pid_rank[pid] = rank
+            self._ranks_seen.add(rank)
+            self._world_size = max(self._world_size or 0, nranks)
+
+    def _line(self, raw: str) -> None:
+        text = T.clean(raw)
+        msg = T.message(text)
+        if "ed: '" in msg:
+            m = _STARTED.search(msg)
+            if m:
+                self._phases.started(m.group("phase"))
+                return
+            m = _FINISHED.search(msg)
+            if m:
+                self._phases.finished(m.group("phase"))
+                return
+        if "Training done" in msg or "Training completed" in msg:
+            self._phases.training_done = True
+            return
+        if "raise " in msg and _RAISE_CODE.search(msg):
+            return  # a traceback's source line (`raise ValueError(...)`), not the error itself
+        if "Root Cause" in msg and "first observed failure" in msg:
+            self._summary_left = 14
+            self._summary_rank = None
+            self._summary_event = None
+            return
+        for rule in RULES:
+            if rule.exclude and any(x in msg for x in rule.exclude):
+                continue
+            for k in rule.keys:
+                if k in msg:
+                    break
+            else:
+                continue
+            m = rule.pattern.search(msg) if rule.pattern is not None else None
+            if rule.pattern is not None and m is None:
+                continue
+            self._add(rule, text, msg, m)
+            return
+        r = T.rank_of(msg)
+        if r is not None:
+            self._ranks_seen.add(r)
+
+    def _summary(self, raw: str) -> None:
+        """torchrun's ``Root Cause (first observed failure)`` block: rank, exitcode, signal."""
+        self._summary_left -= 1
+        text = T.clean(raw)
+        msg = T.message(text)
+        m = _SUMMARY_RANK.search(msg)
+        if m:
+            self._summary_rank = int(m.group("rank"))
+            return
+        m = _SUMMARY_EXIT.search(msg)
+        if m:
+            code = int(m.group("code"))
+            self._summary_event = self._add(
+                _TORCHRUN_SUMMARY, text, msg, None, rank=self._summary_rank,
+                details={"exit_code": code, "signal": signal_from_exit(code)},
+            )
+            return
+        m = _SUMMARY_SIGNAL.search(msg)
+        if m and self._summary_event is not None:
+            self._summary_event.details["signal"] = m.group("name")
+        if msg.startswith("====") and self._summary_event is not None:
+            self._summary_left = 0
+
+    def _event_rank(self, rule: Rule, text: str, msg: str, m: re.Match[str] | None) -> int | None:
+        if m is not None and "rank" in m.groupdict() and m.group("rank") is not None:
+            return int(m.group("rank"))
+        rank = T.rank_of(msg, loose=rule.rank_loose)
+        pid = T.ray_pid(text) or T.nccl_pid(msg)
+        if rank is not None:
+            if pid is not None:
+                self._pid_rank[pid] = rank
+            return rank
+        if pid is not None:
+            return self._pid_rank.get(pid)
+        return None
+
+    def _add(
+        self,
+        rule: Rule,
+        text: str,
+        msg: str,
+        m: re.Match[str] | None,
+        *,
+        rank: int | None = None,
+        details: dict[str, Any] | None = None,
+    ) -> _Event | None:
+        count = self._per_rule.get(rule.name, 0)
+        self._per_rule[rule.name] = count + 1
+        limit = TIMEOUT_EVENTS_KEPT if rule.kind is Kind.TIMEOUT else EVENTS_PER_RULE
+        if count >= limit:
+            return None
+        if rank is None:
+            rank = self._event_rank(rule, text, msg, m)
+        if rank is not None:
+            self._ranks_seen.add(rank)
+        det: dict[str, Any] = {k: v for k, v in (m.groupdict() if m else {}).items() if v is not None}
+        det.update(details or {})
+        _details_for(rule, msg, det)
+        ph = self._phases
+        ev = _Event(
+            order=self._order_base + self._line_no,
+            line_no=self._line_no,
+            source=self._source,
+            text=text,
+            rule=rule,
+            rank=rank,
+            details=det,
+            phase=ph.current,
+            before_first_step=ph.steps_started == 0,
+            after_training=ph.after_training,
+        )
+        if rule.failure_class is FailureClass.OOM:
+            recent = "".join(self._tail)
+            ev.vllm_context = "vllm" in recent.lower() or "vllm" in msg.lower()
+            ev.weight_sync_context = any(h in recent for h in _WEIGHT_SYNC_HINTS)
+        self._events.append(ev)
+        return ev
+
+    # --- decision ---------------------------------------------------------------------------
+
+    def verdict(
+        self,
+        *,
+        exit_code: int | None = None,
+        signal_name: str | None = None,
+        fr_dumps: Sequence[Path] = (),
+        host_mem_peak_frac: float | None = None,
+        fr_summary: FlightRecorderSummary | None = None,
+    ) -> Verdict:
+        """The verdict for everything fed so far."""
+        sig = _norm_signal(signal_name) or signal_from_exit(exit_code)
+        if fr_summary is None and fr_dumps:
+            fr_summary = analyse_dumps(list(fr_dumps))
+        fr = fr_summary.to_json() if fr_summary is not None and fr_summary.ranks_dumped else None
+        return _Decision(self, exit_code, sig, host_mem_peak_frac, fr_summary, fr).decide()
+
+    def tail_evidence(self, n: int = 3) -> tuple[Evidence, ...]:
+        """The last ``n`` non-blank lines of the current source, as evidence."""
+        lines = list(self._tail)
+        first_no = self._tail_end - len(lines) + 1
+        out = [Evidence(first_no + i, T.clean(ln), self._source) for i, ln in enumerate(lines) if ln.strip()]
+        return tuple(out[-n:])
+
+
+def _details_for(rule: Rule, msg: str, det: dict[str, Any]) -> None:
+    """Values a rule's advice needs beyond its regular expression's groups."""
+    if rule.name == "nccl_watchdog_timeout":
+        fields = dict(_WORK_FIELD.findall(det.get("work", "")))
+        if "SeqNum" in fields:
+            det["seq"] = int(fields["SeqNum"])
+        if "OpType" in fields:
+            det["op"] = fields["OpType"]
+        for key, name in (("NumelIn", "numel_in"), ("NumelOut", "numel_out"), ("Timeout(ms)", "timeout_ms")):
+            if key in fields and fields[key].lstrip("-").isdigit():
+                det[name] = int(fields[key])
+        pg = _PG.search(msg)
+        det["pg"] = (pg.group("guid") or pg.group("pg")) if pg else "0"
+        det.pop("work", None)
+    elif rule.name == "gloo_timeout":
+        det["op"] = f"gloo {det.get('direction', '')}".strip()
+    elif rule.name == "monitored_barrier" and "ranks" in det:
+        det["culprits"] = [int(r) for r in re.findall(r"\d+", det.pop("ranks"))]
+    elif rule.name == "port_in_use":
+        for m in _PORT.finditer(msg):
+            if not _SOURCE_FILE.search(m.group("host")):
+                det["port"] = int(m.group("port"))
+                break
+    elif rule.name == "cuda_oom":
+        m = _OOM_RESERVED.search(msg)
+        if m:
+            scale = {"K": 1 / 1024**2, "M": 1 / 1024, "G": 1.0}[m.group("u")]
+            det["reserved_unallocated_gib"] = float(m.group("v")) * scale
+    elif rule.name == "vllm_kv_budget":
+        m = _UTIL.search(msg)
+        if m:
+            det["util"] = m.group("util")
+    elif rule.name == "nccl_warn":
+        low = msg.lower()
+        if "shared memory" in low or "shm" in low or "no space left" in low:
+            det["subtype"] = "shm"
+        elif "net/" in low or "socket" in low or "connection" in low or "ibv" in low:
+            det["subtype"] = "network"
+    elif rule.name == "nccl_error":
+        low = msg.lower()
+        if "system error" in low:
+            det["subtype"] = "system"
+        elif "invalid" in low:
+            det["subtype"] = "invalid_env"
+    elif rule.name in ("torchrun_child_failed",) and "exit_code" in det:
+        det["exit_code"] = int(det["exit_code"])
+        det["signal"] = signal_from_exit(det["exit_code"])
+    elif rule.name == "signal_received":
+        det["signal"] = det.pop("signal2", None) or det.get("signal")
+    elif rule.name == "killed":
+        det["signal"] = "SIGKILL"
+
+
+class _Decision:
+    """Root-cause selection over the events of one classifier (see the module docstring)."""
+
+    def __init__(
+        self,
+        clf: LogClassifier,
+        exit_code: int | None,
+        sig: str | None,
+        host_mem_peak_frac: float | None,
+        fr_summary: FlightRecorderSummary | None,
+        fr: dict[str, Any] | None,
+    ) -> None:
+        self.clf = clf
+        self.events = clf._events
+        self.exit_code = exit_code
+        self.sig = sig
+        self.host_peak = host_mem_peak_frac
+        self.fr_summary = fr_summary
+        self.fr = fr
+
+    # helpers
+    def _of(self, *kinds: Kind) -> list[_Event]:
+        return [e for e in self.events if e.kind in kinds]
+
+    def _failed_status(self) -> bool:
+        return bool(self.sig) or (self.exit_code not in (None, 0))
+
+    def decide(self) -> Verdict:
+        events = self.events
+        timeouts = self._of(Kind.TIMEOUT) + [e for e in self._of(Kind.INIT) if not e.before_first_step]
+        timeouts.sort(key=lambda e: e.order)
+        first_timeout = timeouts[0].order if timeouts else None
+        crashes = self._of(Kind.CRASH)
+        roots = []
+        for e in events:
+            if e.kind is Kind.ROOT or (e.kind is Kind.INIT and e.before_first_step):
+                if e.failure_class is FailureClass.NCCL_ERROR and e.rule.subtype == "remote":
+                    earlier = [x for x in events if x.order < e.order and x.kind in (Kind.ROOT, Kind.CRASH)
+                               and x is not e and x.failure_class is not FailureClass.NCCL_ERROR]
+                    if earlier or (first_timeout is not None and first_timeout < e.order):
+                        continue
+                if (e.failure_class is FailureClass.NCCL_ERROR and first_timeout is not None
+                        and first_timeout < e.order):
+                    continue
+                roots.append(e)
+        status_failed = self._failed_status()
+        if roots:
+            return self._root(roots[0])
+        if timeouts:
+            return self._timeout(timeouts)
+        if crashes and (status_failed or self.exit_code is None):
+            return self._crash(crashes)
+        symptoms = self._of(Kind.SYMPTOM)
+        if symptoms and (status_failed or self.exit_code is None) and not self.clf._phases.training_done:
+            return self._crash(symptoms)
+        if status_failed:
+            return self._status_only()
+        return OK_VERDICT
+
+    # --- building the verdict ---------------------------------------------------------------
+
+    def _evidence(self, root: _Event | None, extra: Sequence[_Event] = (), prefix: Sequence[Evidence] = ()) -> tuple[Evidence, ...]:
+        out: list[Evidence] = list(prefix)
+        seen = {(e.source, e.line_no) for e in out}
+
+        def push(ev: _Event) -> None:
+            key = (ev.source, ev.line_no)
+            if key not in seen and len(out) < MAX_EVIDENCE:
+                seen.add(key)
+                out.append(ev.evidence())
+
+        if root is not None:
+            push(root)
+        for ev in extra:
+            push(ev)
+        if root is not None:
+            others = [e for e in self.events if e is not root and e.kind is not Kind.SUPPORT]
+            others.sort(key=lambda e: (0 if e.failure_class is root.failure_class else 1, e.order))
+            shown: set[tuple[str, int | None]] = set()
+            for ev in others:
+                key2 = (ev.rule.name, ev.rank)
+                if key2 in shown:
+                    continue
+                shown.add(key2)
+                push(ev)
+        return tuple(out)
+
+    def _ctx(self, cls: FailureClass, ev: _Event | None, **kw: Any) -> AdviceContext:
+        base = dict(
+            failure_class=cls,
+            subtype=(ev.details.get("subtype") or ev.rule.subtype) if ev else "",
+            phase=ev.phase if ev else None,
+            before_first_step=ev.before_first_step if ev else False,
+            vllm_context=ev.vllm_context if ev else False,
+            weight_sync_context=ev.weight_sync_context if ev else False,
+            after_training=ev.after_training if ev else self.clf._phases.after_training,
+            rank=ev.rank if ev else None,
+            details=dict(ev.details) if ev else {},
+            signal_name=self.sig,
+            exit_code=self.exit_code,
+            host_mem_peak_frac=self.host_peak,
+            fr=self.fr,
+        )
+        base.update(kw)
+        return AdviceContext(**base)
+
+    def _make(self, cls: FailureClass, ev: _Event | None, evidence: tuple[Evidence, ...], **kw: Any) -> Verdict:
+        ctx = self._ctx(cls, ev, **kw)
+        rank = kw.get("rank", ctx.rank)
+        return Verdict(
+            failure_class=cls,
+            rank=rank,
+            evidence=evidence,
+            advice=advise(ctx),
+            phase=ctx.phase,
+            after_training=ctx.after_training,
+            flight_recorder=self.fr,
+        )
+
+    def _nccl_warn_before(self, order: int) -> _Event | None:
+        for e in self.events:
+            if e.order >= order:
+                return None
+            if e.rule.name == "nccl_warn" and any(c in e.text for c in _NCCL_WARN_CAUSES) and not any(
+                b in e.text for b in _NCCL_WARN_BENIGN
+            ):
+                return e
+        return None
+
+    def _root(self, root: _Event) -> Verdict:
+        cls = root.failure_class
+        if cls is FailureClass.NCCL_ERROR or cls is FailureClass.CUDA_ERROR and root.rule.subtype == "nccl_cuda":
+            warn = self._nccl_warn_before(root.order)
+            if warn is not None:
+                sub = warn.details.get("subtype") or root.details.get("subtype") or root.rule.subtype
+                ev = self._evidence(warn, [root])
+                return self._make(cls, root, ev, subtype=sub, rank=root.rank if root.rank is not None else warn.rank)
+        if cls is FailureClass.OOM and not root.weight_sync_context:
+            after = [e for e in self.events if root.order < e.order <= root.order + 5]
+            if any(h in e.text for e in after for h in _WEIGHT_SYNC_HINTS):
+                return self._make(cls, root, self._evidence(root), weight_sync_context=True)
+        return self._make(cls, root, self._evidence(root))
+
+    def _timeout(self, timeouts: list[_Event]) -> Verdict:
+        first = timeouts[0]
+        warn = self._nccl_warn_before(first.order)
+        if warn is not None:
+            sub = warn.details.get("subtype") or "nccl"
+            return self._make(FailureClass.NCCL_ERROR, warn, self._evidence(warn, timeouts[:2]), subtype=sub)
+        # group NCCL watchdog timeouts by (pg, seq): different ops or sizes at one seq = mismatch
+        groups: dict[tuple[str, int], dict[tuple[Any, Any, Any], set[int | None]]] = {}
+        for e in timeouts:
+            if "seq" in e.details:
+                sig = (e.details.get("op"), e.details.get("numel_in"), e.details.get("numel_out"))
+                groups.setdefault((e.details.get("pg", "0"), e.details["seq"]), {}).setdefault(sig, set()).add(e.rank)
+        for (pg, seq), sigs in groups.items():
+            if len(sigs) > 1:
+                return self._mismatch(timeouts, pg, seq, sigs)
+        fr = self.fr_summary
+        if fr is not None and fr.mismatch:
+            return self._make(
+                FailureClass.COLLECTIVE_MISMATCH, first, self._evidence(first, timeouts[1:3]),
+                rank=fr.culprit_rank, details={**first.details, "groups": fr.note},
+            )
+        rank = None
+        if fr is not None and fr.culprit_rank is not None:
+            rank = fr.culprit_rank
+        else:
+            explicit = [c for e in timeouts for c in e.details.get("culprits", [])]
+            if len(set(explicit)) == 1:
+                rank = explicit[0]
+            else:
+                rank = self._silent_rank(timeouts)
+        # the first NCCL watchdog line names op, seq and sizes best
+        best = next((e for e in timeouts if "seq" in e.details), first)
+        extra = [best] + [e for e in timeouts if e.rank != best.rank][:3]
+        return self._make(FailureClass.COLLECTIVE_TIMEOUT, best if best is not first else first,
+                          self._evidence(first, extra), rank=rank)
+
+    def _silent_rank(self, timeouts: list[_Event]) -> int | None:
+        """The one rank that reported no timeout while at least two others did (the one behind)."""
+        timed_out = {e.rank for e in timeouts if e.rank is not None}
+        if len(timed_out) < 2:
+            return None
+        world = set(range(self.clf._world_size)) if self.clf._world_size else set(self.clf._ranks_seen)
+        silent = world - timed_out
+        return silent.pop() if len(silent) == 1 else None
+
+    def _mismatch(self, timeouts: list[_Event], pg: str, seq: int, sigs: dict[tuple[Any, Any, Any], set[int | None]]) -> Verdict:
+        ordered = sorted(sigs.items(), key=lambda kv: (len(kv[1]), str(kv[0])))
+        minority = ordered[0][1]
+        rank = next(iter(minority)) if len(minority) == 1 and len(ordered[0][1]) < len(ordered[-1][1]) else None
+        if self.fr_summary is not None and self.fr_summary.culprit_rank is not None:
+            rank = self.fr_summary.culprit_rank
+        parts = []
+        for (op, nin, _nout), ranks in sorted(sigs.items(), key=lambda kv: str(kv[0])):
+            who = ",".join(str(r) for r in sorted(r for r in ranks if r is not None)) or "?"
+            size = f" NumelIn={nin}" if nin is not None else ""
+            parts.append(f"rank {who}: {op}{size}")
+        detail = f"SeqNum {seq}: " + "; ".join(parts)
+        at_seq = [e for e in timeouts if e.details.get("seq") == seq]
+        reps: list[_Event] = []
+        seen_sig: set[tuple[Any, Any, Any]] = set()
+        for e in sorted(at_seq, key=lambda e: (len(sigs[(e.details.get('op'), e.details.get('numel_in'), e.details.get('numel_out'))]), e.order)):
+            s = (e.details.get("op"), e.details.get("numel_in"), e.details.get("numel_out"))
+            if s not in seen_sig:
+                seen_sig.add(s)
+                reps.append(e)
+        root = reps[0]
+        return self._make(
+            FailureClass.COLLECTIVE_MISMATCH, root, self._evidence(root, reps[1:]),
+            rank=rank, details={**root.details, "groups": detail},
+        )
+
+    def _crash(self, crashes: list[_Event]) -> Verdict:
+        root = crashes[0]
+        # a more telling crash line than a generic exception: a signal, a dead child, an actor
+        specific = [e for e in crashes if e.rule.subtype != "exception"]
+        if root.rule.subtype == "exception" and specific:
+            root = specific[0]
+        sig = root.details.get("signal") or self.sig
+        killed = sig == "SIGKILL" or any(e.details.get("signal") == "SIGKILL" for e in crashes)
+        if killed and self.host_peak is not None and self.host_peak >= HOST_OOM_PEAK_FRAC:
+            note = Evidence(0, f"host memory peaked at {self.host_peak:.0%} of RAM before SIGKILL", OWN_SOURCE)
+            return self._make(
+                FailureClass.HOST_OOM, root, self._evidence(root, prefix=[note]), subtype="sigkill_after_climb"
+            )
+        last_exc = [e for e in crashes if e.rule.subtype == "exception"]
+        extra = last_exc[-1:] if last_exc else []
+        return self._make(FailureClass.CRASH, root, self._evidence(root, extra), signal_name=sig)
+
+    def _status_only(self) -> Verdict:
+        tail = self.clf.tail_evidence(3)
+        sig = self.sig
+        if sig == "SIGKILL" and self.host_peak is not None and self.host_peak >= HOST_OOM_PEAK_FRAC:
+            note = Evidence(0, f"host memory peaked at {self.host_peak:.0%} of RAM before SIGKILL", OWN_SOURCE)
+            return self._make(FailureClass.HOST_OOM, None, (note, *tail), subtype="sigkill_after_climb",
+                              phase=self.clf._phases.current)
+        what = f"ended by {sig}" if sig else f"exited with code {self.exit_code}"
+        note = Evidence(0, f"the command {what} with no error line", OWN_SOURCE)
+        return self._make(
+            FailureClass.CRASH, None, (note, *tail), subtype="signal" if sig else "",
+            phase=self.clf._phases.current,
+        )
+
+
+def classify_log(
+    lines: Iterable[str],
+    *,
+    exit_code: int | None = None,
+    signal_name: str | None = None,
+    fr_dumps: Sequence[Path] = (),
+    source: str = "",
+    host_mem_peak_frac: float | None = None,
+) -> Verdict:
+    """Classify one run from its log lines (streamed once), exit code or signal, and Flight
+    Recorder dumps; ``ok`` when nothing failed and the exit status is 0 or unknown."""
+    clf = LogClassifier(source)
+    clf.feed(lines)
+    return clf.verdict(
+        exit_code=exit_code, signal_name=signal_name, fr_dumps=fr_dumps, host_mem_peak_frac=host_mem_peak_frac
+    )
+
+
+def classify_file(
+    path: Path,
+    *,
+    exit_code: int | None = None,
+    signal_name: str | None = None,
+    fr_dumps: Sequence[Path] = (),
+    source: str = "",
+    host_mem_peak_frac: float | None = None,
+) -> Verdict:
+    """``classify_log`` over a file, read as a stream (undecodable bytes replaced)."""
+    path = Path(path)
+    with open(path, encoding="utf-8", errors="replace", buffering=1 << 20) as fh:
+        return classify_log(
+            fh,
+            exit_code=exit_code,
+            signal_name=signal_name,
+            fr_dumps=fr_dumps,
+            source=source or path.name,
+            host_mem_peak_frac=host_mem_peak_frac,
+        )

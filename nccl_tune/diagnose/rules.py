@@ -1,0 +1,252 @@
+"""The rules: which message formats of PyTorch, NCCL, gloo, CUDA, Ray, vLLM, torchrun, Hydra and
+the kernel mean which failure, and how much they weigh.
+
+Every rule is keyed on a program's own message text (``Watchdog caught collective operation
+timeout``, ``CUDA out of memory``, ``No available memory for the cache blocks``, ...), never on a
+particular log. A rule has cheap substring ``keys`` (any one must occur) checked before its
+regular expression, so that lines no rule can match cost a few substring tests.
+
+Weights (``Kind``) drive root-cause selection in ``classify``:
+
+- ``ROOT``: a specific cause (device or host OOM, CUDA error, NCCL error, init failure, refused
+  config, explicit collective mismatch). The earliest one wins over everything else.
+- ``INIT``: rendezvous/store/connect failures. A root cause before the first training step; after
+  it, a consequence of another rank's failure (a collective timeout if nothing better is found).
+- ``TIMEOUT``: a collective did not complete (NCCL watchdog, blocking wait, gloo, heartbeat).
+- ``CRASH``: a process died without a recognised cause (exception, signal, actor death).
+- ``SYMPTOM``: what a failure drags along (aborts, ``terminate called``, peers reset, SIGTERM to
+  the other ranks, ``ray.kill``): evidence at most, a crash only when nothing else is there.
+- ``SUPPORT``: lines that say something went wrong without being fatal by themselves (``NCCL
+  WARN``, c10d connect retries, loguru ``ERROR`` lines); an ``NCCL WARN`` error before a timeout or
+  an NCCL failure names the cause.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import Enum
+
+from nccl_tune.failure import FailureClass as F
+
+
+class Kind(str, Enum):
+    """How much a matching line weighs in root-cause selection (see the module docstring)."""
+
+    ROOT = "root"
+    INIT = "init"
+    TIMEOUT = "timeout"
+    CRASH = "crash"
+    SYMPTOM = "symptom"
+    SUPPORT = "support"
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One message format and what it means."""
+
+    name: str
+    failure_class: F
+    kind: Kind
+    keys: tuple[str, ...]
+    """Substrings of the message; the rule is tried only when one of them occurs."""
+    pattern: re.Pattern[str] | None = None
+    """Must match (``search``) when given; its named groups become the event's details."""
+    subtype: str = ""
+    """Refines the advice: ``ecc``, ``shm``, ``vllm_kv_budget``, ``port_in_use``, ..."""
+    rank_loose: bool = False
+    """The line names its rank as ``rank 3``/``local_rank: 3`` (not only ``[rank3]:``)."""
+    exclude: tuple[str, ...] = field(default=())
+    """Substrings that veto the rule (e.g. ``NCCL WARN`` for the c10d port rule)."""
+
+
+def _rx(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
+RULES: tuple[Rule, ...] = (
+    # --- the command refused its configuration -------------------------------------------
+    Rule("hydra_unknown_key", F.CONFIG_ERROR, Kind.ROOT, ("Could not override",),
+         _rx(r"Could not override '(?P<key>[^']+)'"), "unknown_key"),
+    Rule("hydra_not_in_struct", F.CONFIG_ERROR, Kind.ROOT, ("is not in struct",),
+         _rx(r"Key '(?P<key>[^']+)' is not in struct"), "unknown_key"),
+    Rule("hydra_bad_override", F.CONFIG_ERROR, Kind.ROOT,
+         ("Error merging override", "Error parsing override", "mismatched input", "no viable alternative"),
+         None, "bad_value"),
+    Rule("config_validation", F.CONFIG_ERROR, Kind.ROOT, ("ValidationError", "ConfigKeyError", "ConfigAttributeError"),
+         _rx(r"(?:omegaconf\.errors\.|pydantic[\w.]*\.)?(?:ValidationError|ConfigKeyError|ConfigAttributeError)\b"),
+         "bad_value"),
+    Rule("config_assertion", F.CONFIG_ERROR, Kind.ROOT, ("AssertionError",),
+         _rx(r"AssertionError: (?P<detail>.*(?:should be|must be|divisible|batch_size|max_prompt_length"
+             r"|max_input_length|max_generate_length|num_gpus|placement).*)"),
+         "validation"),
+    Rule("argparse_error", F.CONFIG_ERROR, Kind.ROOT, (": error: ",),
+         _rx(r"^[\w./-]+: error: (?:unrecognized arguments|argument |the following arguments are required)"),
+         "bad_value"),
+    Rule("command_not_found", F.CONFIG_ERROR, Kind.ROOT, ("command not found",),
+         _rx(r"(?P<cmd>[\w./-]+): command not found"), "command"),
+    # --- host memory (before device OOM: Ray's OutOfMemoryError is host RAM) ----------------
+    Rule("ray_memory_monitor", F.HOST_OOM, Kind.ROOT,
+         ("killed due to memory pressure", "running low on memory", "NODE_OUT_OF_MEMORY",
+          "ray.exceptions.OutOfMemoryError"),
+         None, "ray_memory_monitor"),
+    Rule("kernel_oom_killer", F.HOST_OOM, Kind.ROOT,
+         ("Out of memory: Killed process", "invoked oom-killer", "oom-kill:", "oom_reaper",
+          "Memory cgroup out of memory"),
+         None, "kernel_oom"),
+    Rule("host_alloc_failed", F.HOST_OOM, Kind.ROOT,
+         ("MemoryError", "std::bad_alloc", "Cannot allocate memory", "can't allocate memory"),
+         _rx(r"(?<![A-Za-z])MemoryError\b|std::bad_alloc|Cannot allocate memory|DefaultCPUAllocator: can't allocate"),
+         "host_alloc", exclude=("OutOfMemoryError",)),
+    # --- device memory ----------------------------------------------------------------------
+    Rule("vllm_kv_budget", F.OOM, Kind.ROOT,
+         ("No available memory for the cache blocks", "larger than the available KV cache memory",
+          "stored in KV cache", "kv_cache_size=-", "Insufficient memory for KV cache"),
+         _rx(r"No available memory for the cache blocks|larger than the available KV cache memory"
+             r"|stored in KV cache|kv_cache_size=-(?P<kv_gib>[\d.]+)GiB|Insufficient memory for KV cache"),
+         "vllm_kv_budget"),
+    Rule("vllm_free_memory", F.OOM, Kind.ROOT, ("on startup is less than desired GPU memory utilization",),
+         _rx(r"\((?P<free_gib>[\d.]+)/(?P<total_gib>[\d.]+) GiB\) on startup is less than desired GPU memory "
+             r"utilization \((?P<util>[\d.]+), (?P<want_gib>[\d.]+) GiB\)"),
+         "vllm_free_memory"),
+    Rule("cuda_oom", F.OOM, Kind.ROOT,
+         ("CUDA out of memory", "OutOfMemoryError", "CUDA error: out of memory", "HIP out of memory",
+          "CUBLAS_STATUS_ALLOC_FAILED", "'out of memory'", "cudaErrorMemoryAllocation"),
+         None, "cuda_oom"),
+    # --- CUDA errors other than OOM ---------------------------------------------------------
+    Rule("cuda_ecc", F.CUDA_ERROR, Kind.ROOT, ("ECC error", "uncorrectable ECC"), None, "ecc"),
+    Rule("cuda_device_assert", F.CUDA_ERROR, Kind.ROOT, ("device-side assert", "Assertion `"),
+         _rx(r"(?P<kernel>\w+): block: \[[^\]]*\], thread: \[[^\]]*\] Assertion `(?P<cond>[^`]+)` failed"
+             r"|device-side assert"),
+         "device_assert"),
+    Rule("cuda_illegal_access", F.CUDA_ERROR, Kind.ROOT,
+         ("illegal memory access", "illegal address", "misaligned address", "unspecified launch failure",
+          "illegal instruction"),
+         None, "illegal_access"),
+    Rule("gpu_lost", F.CUDA_ERROR, Kind.ROOT,
+         ("fallen off the bus", "GPU is lost", "NVRM: Xid", "cudaErrorDevicesUnavailable", "CUDA-capable device(s) is/are busy"),
+         _rx(r"fallen off the bus|GPU is lost|NVRM: Xid \([^)]*\): (?P<xid>\d+)|cudaErrorDevicesUnavailable"
+             r"|busy or unavailable"),
+         "gpu_lost"),
+    Rule("nccl_unhandled_cuda", F.CUDA_ERROR, Kind.ROOT, ("unhandled cuda error", "ncclUnhandledCudaError"),
+         None, "nccl_cuda"),
+    Rule("cuda_error", F.CUDA_ERROR, Kind.ROOT,
+         ("CUDA error:", "CUDA driver error", "CUBLAS_STATUS_", "CUDNN_STATUS_", "cuDNN error", "CUDA_ERROR_"),
+         _rx(r"CUDA (?:driver )?error: (?P<detail>[^.\n]+)|CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|cuDNN error|CUDA_ERROR_\w+"),
+         "cuda"),
+    # --- NCCL's own errors ------------------------------------------------------------------
+    Rule("nccl_bad_env_value", F.NCCL_ERROR, Kind.ROOT,
+         ("Unrecognized element token", "Unrecognized prefix token", "All entries except the first must have a prefix"),
+         _rx(r"Unrecognized (?:element|prefix) token \"(?P<token>[^\"]*)\" when parsing \"(?P<value>[^\"]*)\"|must have a prefix"),
+         "invalid_env"),
+    Rule("nccl_remote", F.NCCL_ERROR, Kind.ROOT,
+         ("remote process exited", "ncclRemoteError", "NET/IB : Got completion", "IBV_WC_"),
+         None, "remote"),
+    Rule("nccl_error", F.NCCL_ERROR, Kind.ROOT,
+         ("NCCL error", "ncclSystemError", "ncclInternalError", "ncclInvalidUsage", "ncclInvalidArgument",
+          "NCCL communicator was aborted", "ncclCommInitRank failed"),
+         _rx(r"NCCL error|nccl(?:System|Internal|InvalidUsage|InvalidArgument)\w*|communicator was aborted"
+             r"|ncclCommInitRank failed"),
+         "nccl"),
+    # --- rendezvous, store, ports -----------------------------------------------------------
+    Rule("port_in_use", F.INIT_FAILURE, Kind.ROOT,
+         ("Address already in use", "EADDRINUSE", "errno: 98", "failed to listen on any local network address"),
+         None, "port_in_use", exclude=("NCCL WARN", "NCCL INFO")),
+    Rule("rendezvous_timeout", F.INIT_FAILURE, Kind.INIT,
+         ("RendezvousTimeoutError", "RendezvousConnectionError", "RendezvousClosedError", "store based barrier",
+          "while trying to connect to", "waitForInput", "DistNetworkError", "DistStoreError", "Socket Timeout",
+          "waiting for clients"),
+         _rx(r"Rendezvous\w*Error|store based barrier|timed out after \d+ ?ms while trying to connect to"
+             r"|waitForInput: socket .* timed out|DistNetworkError|DistStoreError|Socket Timeout"
+             r"|Timed out after \d+ seconds waiting for clients"),
+         "rendezvous", exclude=("NCCL INFO",)),
+    Rule("ray_connect", F.INIT_FAILURE, Kind.INIT,
+         ("Failed to connect to GCS", "Could not find any running Ray instance", "Can't find a `node_ip_address.json`",
+          "Unable to connect to GCS"),
+         None, "ray"),
+    Rule("c10d_connect_retry", F.INIT_FAILURE, Kind.SUPPORT, ("failed to connect to",),
+         _rx(r"socket has failed to connect to .*(?:Connection refused|errno: 111|No route to host)"), "rendezvous"),
+    # --- collectives that did not complete --------------------------------------------------
+    Rule("collective_fingerprint_mismatch", F.COLLECTIVE_MISMATCH, Kind.ROOT,
+         ("Detected mismatch between collectives",), None, "fingerprint"),
+    Rule("nccl_watchdog_timeout", F.COLLECTIVE_TIMEOUT, Kind.TIMEOUT,
+         ("Watchdog caught collective operation timeout", "timed out in blocking wait"),
+         _rx(r"(?:Watchdog caught collective operation timeout: |Work )WorkNCCL\((?P<work>[^)]*\))?"),
+         "nccl_watchdog"),
+    Rule("gloo_timeout", F.COLLECTIVE_TIMEOUT, Kind.TIMEOUT, ("Timed out waiting",),
+         _rx(r"Timed out waiting (?P<timeout_ms>\d+) ?ms for (?P<direction>recv|send) operation"), "gloo"),
+    Rule("monitored_barrier", F.COLLECTIVE_TIMEOUT, Kind.TIMEOUT, ("monitoredBarrier",),
+         _rx(r"[Rr]anks? (?P<ranks>\d+(?:, ?\d+)*) failed to pass monitoredBarrier"), "monitored_barrier"),
+    Rule("watchdog_check_timeout_frame", F.COLLECTIVE_TIMEOUT, Kind.TIMEOUT, ("checkTimeout",),
+         _rx(r"WorkNCCL::checkTimeout"), "watchdog_frames"),
+    Rule("heartbeat_monitor", F.COLLECTIVE_TIMEOUT, Kind.TIMEOUT,
+         ("Heartbeat monitor timed out", "watchdog got stuck", "Watchdog thread got stuck", "heartbeat monitor timed out"),
+         None, "heartbeat"),
+    Rule("some_nccl_ops_failed", F.COLLECTIVE_TIMEOUT, Kind.TIMEOUT,
+         ("Some NCCL operations have failed or timed out",), None, "nccl_generic"),
+    Rule("gloo_pair_closed", F.COLLECTIVE_TIMEOUT, Kind.SYMPTOM, ("pair closure", "Application timeout caused"),
+         None, "gloo"),
+    # --- a process died ---------------------------------------------------------------------
+    Rule("torchrun_child_failed", F.CRASH, Kind.CRASH, ("exitcode",),
+         _rx(r"failed \(exitcode: (?P<exit_code>-?\d+)\) local_rank: (?P<rank>\d+)"), "child_exit"),
+    Rule("signal_received", F.CRASH, Kind.CRASH, ("received by PID", "Received SIG"),
+         _rx(r"Signal (?P<signum>\d+) \((?P<signal>SIG\w+)\) received by PID|Received (?P<signal2>SIG\w+)"), "signal"),
+    Rule("segfault", F.CRASH, Kind.CRASH,
+         ("Segmentation fault", "SIGSEGV", "Bus error", "SIGBUS", "Illegal instruction (core dumped)"),
+         None, "segfault"),
+    Rule("killed", F.CRASH, Kind.CRASH, ("Killed",), _rx(r"^\s*Killed\s*$|line \d+:\s+\d+ Killed\s"), "killed"),
+    Rule("ray_kill", F.CRASH, Kind.SYMPTOM, ("killed by `ray.kill`", "ray.kill"), _rx(r"killed by `?ray\.kill"), "ray_kill"),
+    Rule("ray_actor_died", F.CRASH, Kind.CRASH,
+         ("ActorDiedError", "The actor died unexpectedly", "The actor is dead because", "RayActorError",
+          "WorkerCrashedError", "Worker exit type: SYSTEM_ERROR"),
+         None, "actor_died"),
+    # --- what a failure drags along ---------------------------------------------------------
+    Rule("nccl_abort_teardown", F.CRASH, Kind.SYMPTOM,
+         ("To avoid data inconsistency", "terminate called after throwing", "Fatal Python error: Aborted",
+          "Aborted (core dumped)", "ncclCommAbort", "Process group watchdog thread terminated",
+          "Connection reset by peer", "Connection closed by peer", "closing signal SIGTERM",
+          "Exiting main process due to a failure", "ChildFailedError", "Broken pipe"),
+         None, "teardown"),
+    # --- warnings that name a cause when a failure follows ----------------------------------
+    Rule("nccl_warn", F.NCCL_ERROR, Kind.SUPPORT, ("NCCL WARN",),
+         _rx(r"NCCL WARN .*(?:[Ff]ail|[Ee]rror|[Tt]imeout|[Uu]nable|No space|Cuda failure|[Ii]nvalid|[Aa]bort)"),
+         "nccl_warn"),
+    Rule("loguru_error", F.CRASH, Kind.SUPPORT, ("| ERROR", "| CRITICAL"),
+         _rx(r"\|\s*(?:ERROR|CRITICAL)\s*\|"), "logged_error"),
+    # --- any other exception ----------------------------------------------------------------
+    Rule("exception", F.CRASH, Kind.CRASH, ("Error", "Exception", "KeyboardInterrupt"),
+         _rx(r"(?:^|[\s\]>|(:])(?P<exception>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception)|KeyboardInterrupt))"
+             r"(?::\s|:?\s*$)"),
+         "exception", exclude=("Warning:",)),
+)
+
+PREFILTER: tuple[str, ...] = tuple(
+    sorted(
+        {k for r in RULES for k in r.keys}
+        | {
+            "Started: '",
+            "Finished: '",
+            "Training done",
+            "Training completed",
+            "Root Cause",
+            "Traceback (most recent call last)",
+        }
+    )
+)
+"""Every substring that can make a line interesting; a line with none of them is skipped."""
+
+
+def _build_prefilter(keys: tuple[str, ...]):
+    """A function ``line -> bool`` testing ``k in line`` for every key, as one chain of ``or``s
+    (several times faster than a regular expression alternation on CPython)."""
+    # Keys that contain other keys are redundant: "CUDA error: out of memory" needs no test of its
+    # own when "CUDA error:" is tested.
+    needed = [k for k in keys if not any(o != k and o in k for o in keys)]
+    body = " or ".join(f"{k!r} in line" for k in needed)
+    namespace: dict[str, object] = {}
+    exec(f"def prefilter(line):\n    return {body}\n", namespace)  # noqa: S102 - built from the constant table above
+    return namespace["prefilter"], tuple(needed)
+
+
+prefilter, PREFILTER_KEYS = _build_prefilter(PREFILTER)
+"""``prefilter(line) -> bool``: True when some rule or progress line could match."""

@@ -1,0 +1,95 @@
+"""Cleaning log lines and reading who printed them.
+
+Training logs arrive wrapped: ANSI colours (sometimes only their remnants, ``[36m`` without the
+escape byte, after a copy and paste), Ray's ``(ActorName pid=N, ip=A)`` prefixes, docker-compose's
+``service-1  | `` prefixes, torchrun's ``[rank3]:`` prefixes and tqdm's carriage returns. These
+helpers strip what hides the message and extract the rank, pid or GPU the line speaks for.
+"""
+
+from __future__ import annotations
+
+import re
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\[(?:\d{1,3}(?:;\d{1,3})*)?m")
+"""Escape sequences, and bare colour remnants such as ``[36m``/``[0m`` left after the ESC byte was lost."""
+
+_RAY_PREFIX = re.compile(r"^\s*\((?P<name>[^()\s]+)(?: pid=(?P<pid>\d+))?(?:, ip=[^)]*)?\)\s?")
+"""Ray's worker prefix: ``(FSDPPolicyWorkerBase pid=959049)``, ``(raylet)``, ``(pid=12, ip=10.0.0.1)``."""
+
+_RAY_REPEAT = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
+
+_NCCL_PREFIX = re.compile(r"^\s*(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] NCCL ")
+"""NCCL's own line prefix ``host:pid:tid [cudaDev] NCCL WARN ...``."""
+
+_RANK_STRICT = re.compile(
+    r"\[rank(?P<a>\d+)\]:"  # torchrun / c10 log prefix: [rank3]:
+    r"|\[(?:PG[^\]]*? )?Rank (?P<b>\d+)\]"  # [Rank 3], [PG 0 Rank 3], [PG ID 0 PG GUID 0(default_pg) Rank 3]
+    r"|\brank=(?P<c>\d+)\b"  # DTensorPolicyWorkerV2[rank=5]
+)
+_RANK_LOOSE = re.compile(r"\b(?:local_)?[Rr]ank(?:\s*[:=]\s*|\s+)(?P<r>\d+)\b")
+"""``rank 3``, ``rank: 3``, ``local_rank: 1``: only where a rule says the line names its rank this way."""
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without ANSI escape sequences or their bare remnants (``[36m``)."""
+    if "[" not in text:
+        return text
+    return _ANSI.sub("", text)
+
+
+def clean(line: str) -> str:
+    """The line as evidence: no trailing newline, no colours, no Ray repeat suffix; the last
+    carriage-return segment that has text (a tqdm bar rewrites itself with ``\\r``)."""
+    text = line.rstrip("\r\n")
+    if "\r" in text:
+        parts = [p for p in text.split("\r") if p.strip()]
+        text = parts[-1] if parts else ""
+    text = strip_ansi(text)
+    if "repeated" in text:
+        text = _RAY_REPEAT.sub("", text)
+    return text
+
+
+def message(text: str) -> str:
+    """A cleaned line without the Ray prefix in front of it (rules match on this)."""
+    m = _RAY_PREFIX.match(text)
+    return text[m.end() :] if m else text
+
+
+def ray_pid(text: str) -> int | None:
+    """The pid in a Ray worker prefix, if the line has one."""
+    m = _RAY_PREFIX.match(text)
+    if m and m.group("pid"):
+        return int(m.group("pid"))
+    return None
+
+
+def nccl_pid(text: str) -> int | None:
+    """The pid in NCCL's ``host:pid:tid [dev] NCCL`` prefix, if the line has one."""
+    m = _NCCL_PREFIX.match(text)
+    return int(m.group("pid")) if m else None
+
+
+def rank_of(text: str, *, loose: bool = False) -> int | None:
+    """The rank a line speaks for: ``[rank3]:``, ``[Rank 3]``, ``[PG 0 Rank 3]``, ``rank=3``; with
+    ``loose`` also ``rank 3`` / ``local_rank: 3`` anywhere in the line."""
+    m = _RANK_STRICT.search(text)
+    if m:
+        return int(m.group("a") or m.group("b") or m.group("c"))
+    if loose:
+        m2 = _RANK_LOOSE.search(text)
+        if m2:
+            return int(m2.group("r"))
+    return None
+
+
+_NCCL_INIT = re.compile(r"\bNCCL INFO .*?\brank (?P<rank>\d+) nranks (?P<n>\d+)\b")
+
+
+def nccl_init_rank(text: str) -> tuple[int, int, int] | None:
+    """``(pid, rank, nranks)`` from NCCL's ``... rank 3 nranks 8 cudaDev 3 ... Init COMPLETE`` line."""
+    pid = nccl_pid(text)
+    m = _NCCL_INIT.search(text)
+    if pid is None or not m:
+        return None
+    return pid, int(m.group("rank")), int(m.group("n"))
