@@ -28,22 +28,18 @@ MAX_LINE_BYTES = 1 << 20
 """A line longer than this is cut: the rest of it is counted but not kept or parsed."""
 
 ERROR_LITERALS: tuple[bytes, ...] = (
-    b"rror",  # Error, error (ERROR below)
+    b"rror",  # Error, error, RuntimeError, "CUDA error", ...
     b"ERROR",
     b"Traceback",
     b"xception",
     b"Killed",
-    b"FAILED",
-    b"Fatal",
-    b"fatal",
-    b"Abort",
-    b"abort",
     b"imed out",  # Timed out, timed out
-    b"out of memory",
-    b"Segmentation fault",
     b"not found",
+    b"core dumped",
+    b"Segmentation fault",
 )
 """Substrings that make a line worth keeping as an early error line."""
+_ERROR_RX = re.compile(b"|".join(re.escape(x) for x in ERROR_LITERALS))
 
 _ANSI_BYTES = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
 _ANSI_TEXT = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b")
@@ -78,8 +74,6 @@ class LogSummary:
     """The last lines, cleaned, with their line numbers."""
     first_errors: tuple[Evidence, ...]
     """The first error-looking lines, cleaned, with their line numbers."""
-    error_hits: int
-    """How many error-looking words were seen (lines with several count several times)."""
     parsed_lines: int
     """Lines that reached the parsers (the prefilter let them through)."""
 
@@ -106,14 +100,12 @@ class LineScanner:
         self._on_line = on_line
         self._literals = tuple(literals) if literals is not None else None
         self._source = source
-        self._tail: deque[Evidence] = deque(maxlen=tail_lines)
+        self._tail: deque[tuple[int, bytes]] = deque(maxlen=tail_lines)
         self._first_errors: list[Evidence] = []
         self._max_errors = first_error_lines
         self._rest = b""
-        self._rest_cut = False
         self.lines = 0
         self.bytes = 0
-        self.error_hits = 0
         self.parsed_lines = 0
         self._lock = threading.Lock()
 
@@ -123,81 +115,101 @@ class LineScanner:
             return
         now = time.monotonic() if now is None else now
         self.bytes += len(chunk)
-        data = self._rest + chunk if self._rest else chunk
-        cut = data.rfind(b"\n") + 1
-        if cut == 0:
-            if len(data) > MAX_LINE_BYTES:
-                data = data[:MAX_LINE_BYTES]
-                self._rest_cut = True
-            self._rest = data
-            return
-        body, rest = data[:cut], data[cut:]
-        if self._rest_cut:  # the head of an over-long line was kept; the end arrived now
-            self._rest_cut = False
-        if len(rest) > MAX_LINE_BYTES:
-            rest = rest[:MAX_LINE_BYTES]
-            self._rest_cut = True
-        self._rest = rest
-        self._scan(body, now)
+        start = 0
+        if self._rest:  # finish the line the previous chunk left open
+            nl = chunk.find(b"\n")
+            if nl < 0:
+                self._keep_rest(self._rest + chunk)
+                return
+            head = self._rest + chunk[: nl + 1]
+            self._rest = b""
+            self._scan(head, 0, len(head), now)
+            start = nl + 1
+        cut = chunk.rfind(b"\n", start) + 1
+        if cut > start:
+            self._scan(chunk, start, cut, now)
+        else:
+            cut = start
+        self._keep_rest(chunk[cut:])
+
+    def _keep_rest(self, rest: bytes) -> None:
+        # an over-long line keeps its head only; the rest of it is counted, not kept
+        self._rest = rest if len(rest) <= MAX_LINE_BYTES else rest[:MAX_LINE_BYTES]
 
     def finish(self, now: float | None = None) -> None:
         """The stream ended: a last line without newline is a line too."""
         if self._rest:
-            rest, self._rest = self._rest, b""
-            self._scan(rest + b"\n", time.monotonic() if now is None else now)
+            rest, self._rest = self._rest + b"\n", b""
+            self._scan(rest, 0, len(rest), time.monotonic() if now is None else now)
 
-    def _line_starts(self, body: bytes, literals: Sequence[bytes]) -> set[int]:
+    @staticmethod
+    def _line_starts(buf: bytes, lo: int, hi: int, literals: Sequence[bytes]) -> set[int]:
         starts: set[int] = set()
         for lit in literals:
-            pos = body.find(lit)
+            pos = buf.find(lit, lo, hi)
             while pos >= 0:
-                start = body.rfind(b"\n", 0, pos) + 1
-                starts.add(start)
-                end = body.find(b"\n", pos)
-                pos = body.find(lit, end + 1) if end >= 0 else -1
+                starts.add(max(lo, buf.rfind(b"\n", lo, pos) + 1))
+                end = buf.find(b"\n", pos, hi)
+                pos = buf.find(lit, end + 1, hi) if end >= 0 else -1
         return starts
 
-    def _scan(self, body: bytes, now: float) -> None:
+    @staticmethod
+    def _error_starts(buf: bytes, lo: int, hi: int, limit: int) -> list[int]:
+        starts: list[int] = []
+        m = _ERROR_RX.search(buf, lo, hi)
+        while m is not None and len(starts) < limit:
+            pos = m.start()
+            starts.append(max(lo, buf.rfind(b"\n", lo, pos) + 1))
+            end = buf.find(b"\n", pos, hi)
+            m = _ERROR_RX.search(buf, end + 1, hi) if end >= 0 else None
+        return starts
+
+    def _scan(self, buf: bytes, lo: int, hi: int, now: float) -> None:
+        """Parse the complete lines in ``buf[lo:hi]`` (which ends with a newline)."""
         base = self.lines
-        if b"\x1b" in body:
-            body = _ANSI_BYTES.sub(b"", body)
+        if buf.find(b"\x1b", lo, hi) >= 0:
+            buf = _ANSI_BYTES.sub(b"", buf[lo:hi])
+            lo, hi = 0, len(buf)
         if self._literals is None:
-            wanted = set()
-            pos = 0
-            while pos < len(body):
+            wanted: set[int] = set()
+            pos = lo
+            while pos < hi:
                 wanted.add(pos)
-                pos = body.find(b"\n", pos) + 1
+                pos = buf.find(b"\n", pos, hi) + 1
                 if pos == 0:
                     break
         else:
-            wanted = self._line_starts(body, self._literals)
-        if len(self._first_errors) < self._max_errors:
-            errors = self._line_starts(body, ERROR_LITERALS)
-            self.error_hits += len(errors)
-        else:
-            errors = set()
-            self.error_hits += sum(body.count(lit) for lit in ERROR_LITERALS)
-        line_no, prev = base + 1, 0
+            wanted = self._line_starts(buf, lo, hi, self._literals)
+        missing = self._max_errors - len(self._first_errors)
+        errors = set(self._error_starts(buf, lo, hi, missing)) if missing > 0 else set()
+        line_no, prev = base + 1, lo
         for start in sorted(wanted | errors):
-            line_no += body.count(b"\n", prev, start)
+            line_no += buf.count(b"\n", prev, start)
             prev = start
-            end = body.find(b"\n", start)
-            text = clean_line(body[start:end].decode("utf-8", "replace"))
+            end = buf.find(b"\n", start, hi)
+            text = clean_line(buf[start:end].decode("utf-8", "replace"))
             if start in errors and len(self._first_errors) < self._max_errors and text.strip():
                 with self._lock:
                     self._first_errors.append(Evidence(line_no, text, self._source))
             if start in wanted:
                 self.parsed_lines += 1
                 self._on_line(line_no, text, now)
-        n = body.count(b"\n")
+        n = buf.count(b"\n", lo, hi)
+        self.lines = base + n
         tail_n = self._tail.maxlen or 0
         if tail_n:
-            pieces = body.rsplit(b"\n", tail_n + 1)[-(tail_n + 1) : -1]
+            ends: list[int] = []
+            pos = hi - 1  # the newline ending the last line
+            while len(ends) < tail_n and pos >= lo:
+                ends.append(pos)
+                pos = buf.rfind(b"\n", lo, pos)
+            pieces = []
+            for end in reversed(ends):
+                start = buf.rfind(b"\n", lo, end) + 1 if end > lo else lo
+                pieces.append(buf[max(start, lo) : end])
             first_no = base + n - len(pieces) + 1
-            with self._lock:
-                for i, piece in enumerate(pieces):
-                    self._tail.append(Evidence(first_no + i, clean_line(piece.decode("utf-8", "replace")), self._source))
-        self.lines = base + n
+            with self._lock:  # kept raw; cleaned only when someone asks for the summary
+                self._tail.extend((first_no + i, piece) for i, piece in enumerate(pieces))
 
     def summary(self) -> LogSummary:
         """A snapshot (safe to call from another thread while feeding)."""
@@ -205,9 +217,8 @@ class LineScanner:
             return LogSummary(
                 lines=self.lines,
                 bytes=self.bytes,
-                tail=tuple(self._tail),
+                tail=tuple(Evidence(no, clean_line(raw.decode("utf-8", "replace")), self._source) for no, raw in self._tail),
                 first_errors=tuple(self._first_errors),
-                error_hits=self.error_hits,
                 parsed_lines=self.parsed_lines,
             )
 

@@ -83,7 +83,9 @@ def required_literals(rules: ProgressRules) -> tuple[bytes, ...] | None:
         if lit is None:
             return None
         out.append(lit.encode())
-    return tuple(dict.fromkeys(out))
+    # a line holding "Finished: 'step', time cost: " also holds "', time cost: ": one search is enough
+    unique = list(dict.fromkeys(out))
+    return tuple(lit for lit in unique if not any(other != lit and other in lit for other in unique))
 
 
 @dataclass(frozen=True)

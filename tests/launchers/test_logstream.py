@@ -103,7 +103,6 @@ def test_memory_stays_bounded_on_a_long_log() -> None:
     assert len(summary.tail) == tail_n and summary.tail[-1].line_no == 60_000
     assert [e.line_no for e in summary.tail] == list(range(60_000 - tail_n + 1, 60_001))
     assert len(summary.first_errors) == errors_n
-    assert summary.error_hits > errors_n  # still counted after the first ones were kept
 
 
 def test_flood_lines_never_reach_the_parser() -> None:
