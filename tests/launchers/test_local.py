@@ -1,0 +1,238 @@
+"""LocalLauncher end to end with real process trees: clocks, teardown, records, classification."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from nccl_tune.errors import NcclTuneError
+from nccl_tune.failure import FailureClass
+from nccl_tune.launchers.local import LocalLauncher
+from nccl_tune.trial import Clocks, StopReason, StopRule, TrialResult
+
+from .helpers import RecordingObserver, wait_for_json
+
+MARGIN_S = 4.0  # the suite shares two cores with other suites: generous, and only on upper bounds
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_a_good_trial_is_measured_stopped_and_recorded(make_spec) -> None:
+    spec = make_spec(
+        "--steps", "100", "--step-s", "0.3", "--ansi", "--ray-prefix", "--memory", "2",
+        "--print-env", "NCCL_ALGO,NCCL_P2P_DISABLE,TORCH_FR_DUMP_TEMP_FILE",
+        params={"micro": 2},
+        env={"NCCL_ALGO": "Ring", "NCCL_P2P_DISABLE": None},
+        samples_per_step=1280.0,
+    )
+    observer = RecordingObserver()
+    result = LocalLauncher().run(spec, observer)
+
+    assert result.status is FailureClass.OK and result.stop_reason is StopReason.MEASURED
+    assert result.verdict.ok
+    assert len(result.step_times_s) >= 3 and len(result.measured_step_times_s) >= 2
+    assert all(0.2 <= s < 5 for s in result.step_times_s)
+    assert result.throughput_samples_per_s == pytest.approx(1280.0 / result.mean_step_s)
+    assert set(result.phase_max_s) == {"generate", "policy_train", "step"}
+    assert result.signal_name == "SIGTERM"  # we stopped it once it had measured enough
+    assert result.escaped_processes == 0 and result.survivors == 0
+    assert result.memory.source == "log"
+    assert [g.index for g in result.memory.gpus] == [0, 1]
+    assert result.memory.gpus[0].total_gib == pytest.approx(79.65, abs=0.2)
+    assert result.memory.peak_rss_gib > 0
+
+    # the trial folder: spec before launch, the raw log, the result
+    folder = spec.trial_dir
+    recorded = json.loads((folder / "spec.json").read_text())
+    assert recorded["argv"] == list(spec.argv) and recorded["params"] == {"micro": 2}
+    assert recorded["env"]["NCCL_P2P_DISABLE"] is None
+    assert TrialResult.from_json(json.loads((folder / "result.json").read_text())) == result
+    log = (folder / "output.log").read_text()
+    assert f"marker={spec.marker}" in log and "\x1b[36m(skyrl_entrypoint pid=" in log
+    assert "env NCCL_ALGO=Ring" in log and "env NCCL_P2P_DISABLE=<unset>" in log
+    assert f"env TORCH_FR_DUMP_TEMP_FILE={folder}/fr/nccl_trace_rank_" in log
+    assert (folder / "fr").is_dir()
+    assert result.log_paths == (folder / "output.log",)
+
+    # the observer saw it all, in order
+    assert observer.kinds("start")[0] > 0
+    assert [i for i, _ in observer.kinds("step")][:3] == [0, 1, 2]
+    assert ("generate" in {p for p, _ in observer.kinds("phase")})
+    assert observer.kinds("memory") and max(observer.kinds("memory")) == pytest.approx(62.2)
+    assert observer.kinds("end") == [FailureClass.OK]
+    assert observer.polls >= 3
+
+
+def test_a_command_that_exits_after_its_steps_is_ok(make_spec) -> None:
+    result = LocalLauncher().run(make_spec("--steps", "3", "--step-s", "0.1"))
+    assert result.status is FailureClass.OK and result.stop_reason is StopReason.EXITED
+    assert result.exit_code == 0 and result.signal_name is None
+
+
+def test_a_hang_is_found_by_the_stall_clock_and_nothing_survives(make_spec, tmp_path: Path) -> None:
+    pidfile = tmp_path / "pids.json"
+    stall_s, grace_s = 2.0, 1.0
+    spec = make_spec(
+        "--steps", "10", "--step-s", "0.2", "--hang-at-step", "1", "--detach", "2", "--ignore-term",
+        "--pidfile", str(pidfile),
+        clocks=Clocks(startup_timeout_s=30, stall_timeout_s=stall_s, stall_floor_s=stall_s, grace_s=grace_s),
+    )
+    observer = RecordingObserver()
+    result = LocalLauncher().run(spec, observer)
+    ended = time.monotonic()
+    pids = wait_for_json(pidfile)
+
+    assert result.status is FailureClass.HANG and result.stop_reason is StopReason.STALL
+    assert result.verdict.phase == "generate"
+    evidence = [str(e) for e in result.verdict.evidence]
+    assert "no progress for" in evidence[0] and "in phase 'generate'" in evidence[0]
+    assert any("Started: 'generate'" in e for e in evidence[1:])
+    assert len(result.step_times_s) == 1
+    # from the last progress line to the end of teardown: the stall timeout, then at most the grace period
+    silent = ended - observer.last_time("step", "phase")
+    assert stall_s - 0.5 <= silent <= stall_s + grace_s + MARGIN_S
+    # the whole tree, including two setsid children that ignore SIGTERM, is gone
+    assert result.escaped_processes == 2 and result.survivors == 0
+    assert _gone(pids["main"]) and all(_gone(p) for p in pids["detached"])
+
+
+@pytest.mark.parametrize(
+    "known, expected",
+    [({"generate": 1.5}, FailureClass.OK), ({}, FailureClass.HANG)],
+    ids=["duration-known", "duration-unknown"],
+)
+def test_a_slow_but_steady_phase_is_not_a_hang_once_its_duration_is_known(make_spec, known, expected) -> None:
+    """generate prints nothing for 2 s, twice the plain stall timeout; a study that has seen it
+    take 1.5 s allows 3 x 1.5 s of silence."""
+    clocks = Clocks(startup_timeout_s=30, stall_timeout_s=1.0, stall_floor_s=1.0, stall_multiplier=3, known_phase_s=known, grace_s=1.0)
+    result = LocalLauncher().run(make_spec("--steps", "3", "--phases", "generate", "--step-s", "2.0", clocks=clocks))
+    assert result.status is expected
+    if expected is FailureClass.HANG:
+        assert result.verdict.phase == "generate" and result.step_times_s == ()
+
+
+def test_the_startup_deadline(make_spec) -> None:
+    clocks = Clocks(startup_timeout_s=1.5, stall_timeout_s=10, grace_s=1.0)
+    t0 = time.monotonic()
+    result = LocalLauncher().run(make_spec("--startup-s", "60", clocks=clocks))
+    assert result.status is FailureClass.HANG and result.stop_reason is StopReason.STARTUP
+    assert "start-up deadline of 1.5 s" in str(result.verdict.evidence[0])
+    assert "start-up" in result.verdict.advice
+    assert time.monotonic() - t0 < 1.5 + 1.0 + MARGIN_S
+
+
+def test_the_trial_budget(make_spec) -> None:
+    clocks = Clocks(startup_timeout_s=30, stall_timeout_s=10, trial_timeout_s=2.0, grace_s=1.0)
+    result = LocalLauncher().run(make_spec("--steps", "100", "--step-s", "1.5", clocks=clocks))
+    assert result.status is FailureClass.BUDGET and result.stop_reason is StopReason.BUDGET
+    assert result.step_times_s  # it was progressing
+    assert "trial budget of 2 s" in str(result.verdict.evidence[0])
+
+
+def test_an_early_exit_with_code_zero_is_a_crash(make_spec) -> None:
+    result = LocalLauncher().run(make_spec("--steps", "1", "--step-s", "0.1"))
+    assert result.status is FailureClass.CRASH and result.exit_code == 0
+    assert "exited with code 0 after 1 of 3 steps" in str(result.verdict.evidence[0])
+
+
+def test_an_exit_code_goes_through_the_classifier(make_spec) -> None:
+    result = LocalLauncher().run(make_spec("--steps", "5", "--step-s", "0.1", "--crash-at-step", "1"))
+    assert result.status is FailureClass.CRASH and result.exit_code == 1
+    assert any("RuntimeError: something broke" in e.text for e in result.verdict.evidence)
+
+
+def test_an_oom_is_classified_and_flight_recorder_dumps_are_referenced(make_spec) -> None:
+    spec = make_spec("--steps", "5", "--step-s", "0.1", "--oom-at-step", "1", "--fr-dump")
+    result = LocalLauncher().run(spec)
+    assert result.status is FailureClass.OOM and result.exit_code == 1
+    assert result.fr_dumps == (spec.trial_dir / "fr" / "nccl_trace_rank_0", spec.trial_dir / "fr" / "nccl_trace_rank_1")
+    assert json.loads((spec.trial_dir / "result.json").read_text())["fr_dumps"] == [str(p) for p in result.fr_dumps]
+
+
+def test_a_root_cause_in_the_log_wins_over_a_stall(make_spec) -> None:
+    """One rank hit an OOM and the others wait in a collective: the stall clock fires, the log says why."""
+    clocks = Clocks(startup_timeout_s=30, stall_timeout_s=1.5, stall_floor_s=1.5, grace_s=1.0)
+    result = LocalLauncher().run(make_spec("--steps", "5", "--step-s", "0.1", "--oom-at-step", "1", "--oom-then-hang", clocks=clocks))
+    assert result.stop_reason is StopReason.STALL
+    assert result.status is FailureClass.OOM
+    assert any("CUDA out of memory" in e.text for e in result.verdict.evidence)
+
+
+def test_command_not_found_inside_the_command(make_spec) -> None:
+    spec = make_spec(argv=["bash", "-c", "echo starting; no_such_program_xyz --config a.yaml"])
+    result = LocalLauncher().run(spec)
+    assert result.exit_code == 127
+    assert result.status is FailureClass.CONFIG_ERROR
+    assert any("command not found" in e.text for e in result.verdict.evidence)
+
+
+def test_a_missing_command_is_refused_before_the_study_and_recorded_if_run(make_spec, tmp_path: Path) -> None:
+    spec = make_spec(argv=[str(tmp_path / "nope.sh"), "x=1"])
+    launcher = LocalLauncher()
+    with pytest.raises(NcclTuneError, match="nope.sh' not found"):
+        launcher.prepare(spec)
+    result = launcher.run(spec)  # never raises once asked to run
+    assert result.status is FailureClass.CONFIG_ERROR and result.stop_reason is StopReason.LAUNCH_ERROR
+    assert (spec.trial_dir / "result.json").exists()
+
+
+def test_an_nccl_info_flood_is_logged_whole_and_does_not_disturb_progress(make_spec) -> None:
+    spec = make_spec("--steps", "3", "--step-s", "0.1", "--flood", "20000")
+    result = LocalLauncher().run(spec)
+    assert result.status is FailureClass.OK and len(result.step_times_s) == 3
+    log = spec.trial_dir / "output.log"
+    with open(log, "rb") as fh:
+        lines = sum(chunk.count(b"\n") for chunk in iter(lambda: fh.read(1 << 20), b""))
+    assert lines > 3 * 2 * 20000
+    assert log.stat().st_size > 3 * 2 * 20000 * 100
+
+
+@pytest.mark.parametrize(
+    "answer, status, reason",
+    [
+        ("early_stop", FailureClass.BUDGET, StopReason.EARLY_STOP),
+        ("interrupted", FailureClass.INTERRUPTED, StopReason.INTERRUPTED),
+    ],
+)
+def test_the_observer_can_stop_a_trial(make_spec, answer, status, reason) -> None:
+    observer = RecordingObserver(stop_after_steps=1, answer=answer)
+    result = LocalLauncher().run(make_spec("--steps", "100", "--step-s", "0.2", "--detach", "1"), observer)
+    assert result.status is status and result.stop_reason is reason
+    assert result.escaped_processes == 1 and result.survivors == 0
+    assert observer.last_progress.step_times_s and observer.last_progress.elapsed_s > 0
+
+
+def test_a_keyboard_interrupt_inside_run_tears_down_records_and_is_re_raised(make_spec) -> None:
+    spec = make_spec("--steps", "100", "--step-s", "0.2", "--detach", "1")
+    with pytest.raises(KeyboardInterrupt):
+        LocalLauncher().run(spec, RecordingObserver(raise_on_poll=5))
+    recorded = TrialResult.from_json(json.loads((spec.trial_dir / "result.json").read_text()))
+    assert recorded.status is FailureClass.INTERRUPTED and recorded.survivors == 0
+    assert recorded.escaped_processes == 1
+
+
+def test_gpu_memory_is_sampled_and_the_gate_opens_once_the_holders_are_dead(make_spec, fake_gpus) -> None:
+    """The trainer and a detached worker that ignores SIGTERM hold 40 GiB each (fake NVML)."""
+    state_path, probe = fake_gpus
+    launcher = LocalLauncher(probe=probe, gate_timeout_s=10)
+    launcher.before_study()
+    spec = make_spec("--steps", "100", "--step-s", "0.3", "--detach", "1", "--gpu-state", str(state_path), "--gpu-gib", "40")
+    result = launcher.run(spec)
+    assert result.status is FailureClass.OK
+    assert result.memory.source == "nvml"
+    assert [g.peak_gib for g in result.memory.gpus] == [pytest.approx(40.5, abs=0.01)] * 2
+    assert all(g.baseline_gib == pytest.approx(0.5) for g in result.memory.gpus)
+    assert result.escaped_processes == 1
+    t0 = time.monotonic()
+    launcher.gate()
+    assert time.monotonic() - t0 < 2.0
