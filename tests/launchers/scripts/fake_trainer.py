@@ -1,6 +1,7 @@
 """A small trainer stand-in for launcher tests: prints SkyRL-format progress lines and misbehaves
 on request (hangs, crashes, floods, detached children that ignore SIGTERM, GPU memory held in a
-fake NVML state file). Standard library only, so it starts fast."""
+fake NVML state file). Hydra-style ``key=value`` arguments (a tuner's overrides) are accepted and
+echoed. Standard library only, so it starts fast."""
 
 from __future__ import annotations
 
@@ -75,6 +76,22 @@ def hold_gpu(args: argparse.Namespace, pids: list[int]) -> None:
     os.replace(tmp, args.gpu_state)
 
 
+def count_launch() -> int | None:
+    """With FAKE_TRAINER_COUNTER=<file>, the number of this launch (1, 2, ...) among all launches
+    that used the file; FAKE_TRAINER_SLOW_LAUNCH=<n> makes the n-th launch slow to start."""
+    path = os.environ.get("FAKE_TRAINER_COUNTER")
+    if not path:
+        return None
+    import fcntl
+
+    with open(path, "a+") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        fh.seek(0)
+        n = len(fh.read()) + 1
+        fh.write("x")
+    return n
+
+
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=3)
@@ -100,7 +117,13 @@ def main() -> int:
     p.add_argument("--no-done", action="store_true", help="do not print 'Training done!'")
     p.add_argument("--oom-then-hang", action="store_true", help="after --oom-at-step, stay alive (the other ranks wait)")
     p.add_argument("--print-env", default="", help="comma-separated variables to print as NAME=value")
-    args = p.parse_args()
+    args, overrides = p.parse_known_args()
+    bad = [o for o in overrides if "=" not in o or o.startswith("-")]
+    if bad:
+        p.error(f"unrecognized arguments: {' '.join(bad)}")
+    launch = count_launch()
+    if launch is not None and launch == int(os.environ.get("FAKE_TRAINER_SLOW_LAUNCH", "0")):
+        args.startup_s = float(os.environ.get("FAKE_TRAINER_SLOW_S", "120"))
 
     if args.ignore_term:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
@@ -111,7 +134,7 @@ def main() -> int:
         os.replace(args.pidfile + ".tmp", args.pidfile)
     if args.gpu_state:
         hold_gpu(args, [os.getpid()] + children)
-    print(f"starting fake trainer pid={os.getpid()} marker={os.environ.get('NCCL_TUNE_TRIAL')}", flush=True)
+    print(f"starting fake trainer pid={os.getpid()} marker={os.environ.get('NCCL_TUNE_TRIAL')} overrides={overrides}", flush=True)
     for name in filter(None, args.print_env.split(",")):
         print(f"env {name}={os.environ.get(name, '<unset>')}", flush=True)
     time.sleep(args.startup_s)
