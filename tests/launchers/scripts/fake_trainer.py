@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 
+KNOWN_SECTIONS = ("trainer.", "generator.", "data.", "environment.")
 ANSI = {"green": "\x1b[32m", "cyan": "\x1b[36m", "bold": "\x1b[1m", "reset": "\x1b[0m"}
 
 
@@ -121,6 +122,15 @@ def main() -> int:
     bad = [o for o in overrides if "=" not in o or o.startswith("-")]
     if bad:
         p.error(f"unrecognized arguments: {' '.join(bad)}")
+    for override in overrides:
+        key, _, value = override.partition("=")
+        if not key.startswith(KNOWN_SECTIONS):  # refused the way Hydra refuses a key not in the config
+            sys.stderr.write(
+                f"Could not override '{key}'.\nTo append to your config use +{key}={value}\n"
+                f"Key '{key.split('.')[-1]}' is not in struct\n    full_key: {key}\n    object_type=dict\n\n"
+                "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.\n"
+            )
+            return 1
     launch = count_launch()
     if launch is not None and launch == int(os.environ.get("FAKE_TRAINER_SLOW_LAUNCH", "0")):
         args.startup_s = float(os.environ.get("FAKE_TRAINER_SLOW_S", "120"))

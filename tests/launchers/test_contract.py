@@ -1,0 +1,105 @@
+"""The contract every Launcher keeps: a TrialResult for a good trial, a failing trial and a
+config error, never an exception once started, and results that survive JSON."""
+
+from __future__ import annotations
+
+import importlib.util
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from nccl_tune.failure import FailureClass
+from nccl_tune.launchers.base import Launcher
+from nccl_tune.launchers.local import LocalLauncher
+from nccl_tune.trial import Clocks, StopRule, TrialResult, TrialSpec
+
+from .helpers import RecordingObserver, trainer_argv
+
+REPO = Path(__file__).resolve().parents[2]
+TWIN = REPO / "examples" / "run_skyrl_sql_sim.sh"
+
+
+@dataclass(frozen=True)
+class Case:
+    """How to build the three kinds of trial for one launcher."""
+
+    make: Callable[[], Launcher]
+    good: tuple[tuple[str, ...], dict[str, str]]
+    failing: tuple[tuple[str, ...], dict[str, str]]
+    config_error: tuple[tuple[str, ...], dict[str, str]]
+    clocks: Clocks
+
+
+def local_case() -> Case:
+    return Case(
+        make=LocalLauncher,
+        good=(tuple(trainer_argv("--steps", "3", "--step-s", "0.1", "trainer.micro=2")), {}),
+        failing=(tuple(trainer_argv("--steps", "5", "--step-s", "0.1", "--crash-at-step", "1")), {}),
+        config_error=(tuple(trainer_argv("--steps", "3", "trainer.micro=2", "trainer_typo.micro=2")), {}),
+        clocks=Clocks(startup_timeout_s=30, stall_timeout_s=10, grace_s=1.0),
+    )
+
+
+def model_case() -> Case:
+    if importlib.util.find_spec("nccl_tune.sim.launcher") is None:
+        pytest.skip("nccl_tune.sim.launcher (ModelLauncher) has not landed yet")
+    from nccl_tune.sim.launcher import ModelLauncher
+
+    twin = ("bash", str(TWIN))
+    return Case(
+        make=ModelLauncher,
+        good=(twin, {}),
+        failing=(twin, {"SIM_FAULT": "crash:1:1"}),
+        config_error=(twin + ("trainer.no_such_key=1",), {}),
+        clocks=Clocks(),
+    )
+
+
+@pytest.fixture(params=[local_case, model_case], ids=["local", "model"])
+def case(request: pytest.FixtureRequest) -> Case:
+    return request.param()
+
+
+def _spec(study: str, tmp_path: Path, number: int, argv_env: tuple[tuple[str, ...], dict[str, str]], clocks: Clocks) -> TrialSpec:
+    argv, env = argv_env
+    return TrialSpec(
+        study=study, number=number, params={}, argv=argv, env=env,
+        trial_dir=tmp_path / f"trial-{number}", clocks=clocks, stop=StopRule(1, 2), samples_per_step=8.0,
+    )
+
+
+def _run(case: Case, spec: TrialSpec) -> tuple[TrialResult, RecordingObserver]:
+    launcher = case.make()
+    observer = RecordingObserver()
+    try:
+        launcher.prepare(spec)
+        launcher.before_study()
+        launcher.gate()
+        result = launcher.run(spec, observer)
+    finally:
+        launcher.close()
+    assert isinstance(result, TrialResult) and result.number == spec.number
+    assert TrialResult.from_json(result.to_json()).to_json() == result.to_json()
+    assert observer.kinds("end") == [result.status]
+    return result, observer
+
+
+def test_a_good_trial(case: Case, study: str, tmp_path: Path) -> None:
+    result, _ = _run(case, _spec(study, tmp_path, 0, case.good, case.clocks))
+    assert result.status is FailureClass.OK and result.verdict.ok
+    assert len(result.step_times_s) >= 3 and result.throughput_samples_per_s
+    assert result.memory is not None and result.memory.peak_gib is not None
+
+
+def test_a_failing_trial(case: Case, study: str, tmp_path: Path) -> None:
+    result, _ = _run(case, _spec(study, tmp_path, 1, case.failing, case.clocks))
+    assert result.status.is_failure and result.status is not FailureClass.CONFIG_ERROR
+    assert result.verdict.evidence
+
+
+def test_a_config_error(case: Case, study: str, tmp_path: Path) -> None:
+    result, _ = _run(case, _spec(study, tmp_path, 2, case.config_error, case.clocks))
+    assert result.status is FailureClass.CONFIG_ERROR
+    assert any("no_such_key" in e.text or "typo" in e.text or "Could not override" in e.text for e in result.verdict.evidence)
