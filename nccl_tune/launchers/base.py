@@ -15,7 +15,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-from nccl_tune.trial import TrialResult, TrialSpec
+from nccl_tune.trial import StopReason, TrialResult, TrialSpec
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,10 @@ class TrialObserver:
         interrupted, or ``"early_stop"`` to stop a trial already worse than the incumbent;
         None to let it run."""
         return None
+
+    def on_stopping(self, spec: TrialSpec, reason: StopReason, detail: str) -> None:
+        """The launcher stops watching the trial (``reason``: measured, stall, exited, ...) and
+        starts tearing it down; ``detail`` is one line."""
 
     def on_end(self, spec: TrialSpec, result: TrialResult) -> None:
         """The trial was torn down and classified."""

@@ -176,6 +176,11 @@ class LocalLauncher(Launcher):
             raised = exc
             decision = Decision(StopReason.INTERRUPTED, f"interrupted by {type(exc).__name__} {exc}".strip())
         with _signals_held():
+            if raised is None:
+                try:
+                    observer.on_stopping(spec, decision.reason, decision.detail)
+                except Exception as exc:  # an observer's error must not stop the teardown
+                    raised = exc
             report = terminate(spec.marker, spec.clocks.grace_s, pgid=proc.pid, leader=proc)
             pump.stop()
             proc.stdout.close()

@@ -64,6 +64,9 @@ class RecordingObserver(TrialObserver):
             return self.answer
         return None
 
+    def on_stopping(self, spec, reason, detail):
+        self._rec("stopping", reason)
+
     def on_end(self, spec, result):
         self._rec("end", result.status)
 

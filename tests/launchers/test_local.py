@@ -69,6 +69,7 @@ def test_a_good_trial_is_measured_stopped_and_recorded(make_spec) -> None:
     assert [i for i, _ in observer.kinds("step")][:3] == [0, 1, 2]
     assert ("generate" in {p for p, _ in observer.kinds("phase")})
     assert observer.kinds("memory") and max(observer.kinds("memory")) == pytest.approx(62.2)
+    assert observer.kinds("stopping") == [StopReason.MEASURED]
     assert observer.kinds("end") == [FailureClass.OK]
     assert observer.polls >= 3
 
@@ -93,6 +94,7 @@ def test_a_hang_is_found_by_the_stall_clock_and_nothing_survives(make_spec, tmp_
     pids = wait_for_json(pidfile)
 
     assert result.status is FailureClass.HANG and result.stop_reason is StopReason.STALL
+    assert observer.kinds("stopping") == [StopReason.STALL]
     assert result.verdict.phase == "generate"
     evidence = [str(e) for e in result.verdict.evidence]
     assert "no progress for" in evidence[0] and "in phase 'generate'" in evidence[0]
