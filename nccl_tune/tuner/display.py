@@ -56,7 +56,7 @@ def describe(space: SearchSpace, values: Mapping[str, Any], baseline: Mapping[st
 
 
 def fmt_mem(result: TrialResult | None) -> str:
-    if result is None or result.memory is None or result.memory.peak_gib is None:
+    if result is None or result.memory is None or not result.memory.peak_gib:
         return "-"
     m = result.memory
     frac = m.max_peak_frac

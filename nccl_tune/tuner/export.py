@@ -50,11 +50,11 @@ def _hardware() -> dict[str, Any]:
         gpus = f"{len(devices)}x {devices[0].name} ({devices[0].total_gib:.0f} GiB)" if devices else "none"
     finally:
         probe.close()
-    try:
-        import torch
+    from importlib.metadata import PackageNotFoundError, version
 
-        torch_version = torch.__version__
-    except Exception:  # torch is a dependency; an unusable install should not break an export
+    try:
+        torch_version = version("torch")
+    except PackageNotFoundError:
         torch_version = None
     return {"host": platform.node(), "gpus": gpus, "torch": torch_version}
 

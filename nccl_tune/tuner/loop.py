@@ -210,7 +210,9 @@ class StudyRunner:
             self.display.note(f"trial {t.number}: interrupted before it finished; it will be run again")
 
     # -- one trial ---------------------------------------------------------------------------
-    def run_one(self, study: optuna.Study, trial: optuna.Trial, values: dict[str, Any], kind: str) -> TrialResult:
+    def run_one(
+        self, study: optuna.Study, trial: optuna.Trial, values: dict[str, Any], kind: str, early_stop: bool = True
+    ) -> TrialResult:
         history = R.records(study)
         spec = self.spec_for(trial.number, values, history)
         for key, value in (
@@ -224,7 +226,8 @@ class StudyRunner:
             trial.set_user_attr(key, value)
         self.launcher.gate()
         incumbent = select_winner(history, require_confirmation=False)
-        observer = TunerObserver(self.display, self.interrupt, incumbent, self.settings.early_stop_ratio)
+        ratio = self.settings.early_stop_ratio if early_stop else 0.0
+        observer = TunerObserver(self.display, self.interrupt, incumbent, ratio)
         self.display.trial_started(trial.number, kind, values)
         result = self.launcher.run(spec, observer)
         if self.interrupt.is_set and result.status is FailureClass.OK and len(result.step_times_s) < spec.stop.total_steps:
@@ -390,8 +393,13 @@ class StudyRunner:
         return False
 
     def confirm(self, study: optuna.Study, deadline: float | None) -> bool:
-        """Re-run the best unconfirmed candidates once; True when interrupted."""
-        for cand in to_confirm(R.records(study), self.settings.confirm):
+        """Re-run the best unconfirmed candidates once, until one faster than every unconfirmed
+        one is confirmed or ``confirm`` re-runs are spent; True when interrupted."""
+        for _ in range(self.settings.confirm):
+            pending = to_confirm(R.records(study), 1)
+            if not pending:
+                return False
+            cand = pending[0]
             if self.interrupt.is_set:
                 return True
             if self._out_of_time(deadline):
@@ -403,7 +411,7 @@ class StudyRunner:
             trial = study.ask()
             values = suggest(trial, self.space, self.pins.params)
             trial.set_user_attr(R.A_VALUES, values)
-            result = self.run_one(study, trial, values, f"re-run of trial {cand.first.number}")
+            result = self.run_one(study, trial, values, f"re-run of trial {cand.first.number}", early_stop=False)
             if result.status is FailureClass.INTERRUPTED:
                 return True
         return False
