@@ -1,1 +1,15 @@
-"""Running one trial: process trees, supervision clocks, memory sampling, teardown."""
+"""Running one trial: process trees, supervision clocks, memory sampling, teardown.
+
+- ``base``: the ``Launcher`` interface and ``TrialObserver`` callbacks.
+- ``local``: ``LocalLauncher``, a trial as a process tree on this machine.
+- ``process``: the trial's environment (marker, overlay) and the spawn in a new session.
+- ``logstream``: ``output.log`` written as it arrives and parsed line by line, in bounded memory.
+- ``progress``: ``ProgressRules`` applied to lines (phases, steps, memory lines).
+- ``supervise``: the start-up deadline, the adaptive stall timeout and the trial budget.
+- ``memory``: GPU memory through NVML, trainer memory lines, process-tree RSS.
+- ``teardown``: SIGTERM to the group, grace, SIGKILL, then every process carrying the marker.
+- ``gate``: the next trial waits for GPU memory back at the baseline and no process left.
+- ``fr``: Flight Recorder dump paths and collection.
+- ``outcome``: the verdict from the stop reason and the log classifier.
+- ``records``: ``spec.json`` and ``result.json``, written atomically.
+"""
