@@ -203,10 +203,8 @@ class LogClassifier:
                 elif pf(raw):
                     self._line_no = n
                     self._line(raw)
-                elif raw.startswith("[rank"):
-                    r = T.rank_of(raw)
-                    if r is not None:
-                        self._ranks_seen.add(r)
+                elif "[rank" in raw:
+                    self._rank_hint(raw)
         finally:
             self.lines_read += n - start
             self._line_no = n
@@ -221,6 +219,21 @@ class LogClassifier:
             self._pid_rank[pid] = rank
             self._ranks_seen.add(rank)
             self._world_size = max(self._world_size or 0, nranks)
+
+    def _rank_hint(self, raw: str) -> None:
+        """Remember the ranks that print (``[rankN]:``) and which Ray worker pid speaks for which rank."""
+        if raw.startswith("[rank"):
+            end = raw.find("]", 5)
+            if 5 < end < 12 and raw[5:end].isdigit():
+                self._ranks_seen.add(int(raw[5:end]))
+            return
+        text = T.strip_ansi(raw)
+        r = T.rank_of(text)
+        if r is not None:
+            self._ranks_seen.add(r)
+            pid = T.ray_pid(text)
+            if pid is not None:
+                self._pid_rank[pid] = r
 
     def _line(self, raw: str) -> None:
         text = T.clean(raw)

@@ -165,7 +165,7 @@ def normalise(dump: dict[str, Any]) -> dict[str, Any]:
     used = {str((e.get("process_group") or ("",))[0]) for e in out.get("entries") or ()}
     unresolved = sorted(used - set(cfg))
     unreferenced = [k for k in cfg if k not in used]
-    if len(unresolved) == 1 and len(unreferenced) == 1:
+    if len(unresolved) == 1 and len(unreferenced) == 1 and _ranks_of(cfg[unreferenced[0]]):
         old, new = unreferenced[0], unresolved[0]
         desc = next(
             (e["process_group"][1] for e in out["entries"] if str(e["process_group"][0]) == new),
@@ -173,6 +173,31 @@ def normalise(dump: dict[str, Any]) -> dict[str, Any]:
         )
         cfg[new] = dict(cfg.pop(old), name=new, desc=desc)
         out["pg_config"] = cfg
+    return out
+
+
+def normalise_all(dumps: dict[int, dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """Copies of every rank's dump made consistent with each other for the library's matcher.
+
+    Beyond ``normalise``: a group the entries use but ``pg_config`` lacks (gloo dumps of a job with
+    ``new_group`` list only ``''`` with no ranks) gets the ranks whose entries use it, across all
+    dumps; unreferenced groups with no ranks are dropped. A member that never issued a collective
+    in such a group cannot be seen, which the matcher then reports as a mismatch of membership."""
+    out = {rank: normalise(d) for rank, d in dumps.items()}
+    users: dict[str, set[int]] = defaultdict(set)
+    descs: dict[str, str] = {}
+    for rank, d in out.items():
+        for e in d["entries"]:
+            name = str(e["process_group"][0])
+            users[name].add(rank)
+            descs.setdefault(name, str(e["process_group"][1]))
+    for rank, d in out.items():
+        cfg = d.setdefault("pg_config", {})
+        for name in [k for k in cfg if k not in users and not _ranks_of(cfg[k])]:
+            del cfg[name]
+        for name, ranks in users.items():
+            if rank in ranks and (name not in cfg or not _ranks_of(cfg[name])):
+                cfg[name] = {"name": name, "desc": descs[name], "ranks": str(sorted(ranks))}
     return out
 
 
@@ -335,8 +360,7 @@ def _library_analysis(dumps: dict[int, dict[str, Any]], incomplete: bool) -> tup
             return None, [], f"torch's Flight Recorder analysis is unavailable: {exc}"
         details = {}
         version = ""
-        for rank, dump in sorted(dumps.items()):
-            norm = normalise(dump)
+        for rank, norm in sorted(normalise_all(dumps).items()):
             version = version or str(norm.get("version", ""))
             details[f"rank_{rank}"] = {
                 "host_name": f"host_rank{rank}",
@@ -426,7 +450,7 @@ def analyse_dumps(paths: Sequence[Path]) -> FlightRecorderSummary:
     for dump in dumps.values():
         for cfg in (dump.get("pg_config") or {}).values():
             expected.update(_ranks_of(cfg))
-    expected |= set(dumps)
+    expected |= set(range(max(dumps) + 1))  # global ranks are 0..N-1: a gap is a rank that did not dump
     missing = sorted(expected - set(dumps))
     states = _states(dumps)
     own = _own_analysis(dumps, expected)

@@ -1,0 +1,499 @@
+"""The classifier on logs composed from the real message formats: cascades by root cause, the order
+of events, failures after training, healthy slow runs, truncation, prefixes and 8 interleaved ranks."""
+
+from __future__ import annotations
+
+import random
+import tracemalloc
+from pathlib import Path
+from typing import Iterator
+
+import pytest
+
+from nccl_tune.diagnose.classify import LogClassifier, classify_file, classify_log, signal_from_exit
+from nccl_tune.failure import FailureClass as F
+
+from .helpers import (
+    cuda_oom,
+    finished,
+    nccl_info,
+    nccl_init_complete,
+    skyrl,
+    started,
+    tqdm,
+    watchdog,
+    watchdog_aftermath,
+)
+
+
+def step_prefix(steps_done: int = 1) -> list[str]:
+    """SkyRL's start-up and ``steps_done`` healthy steps, then the phases of the next step up to policy_train."""
+    lines = [skyrl("init policy/ref/critic models done"), started("sync_weights"), finished("sync_weights", 3.2)]
+    for _ in range(steps_done):
+        lines += [started("step")]
+        for ph, s in (("generate", 431.0), ("postprocess_generator_output", 0.4), ("convert_to_training_input", 1.1),
+                      ("fwd_logprobs_values_reward", 52.3), ("compute_advantages_and_returns", 0.2)):
+            lines += [started(ph), finished(ph, s)]
+        lines += [started("train_critic_and_policy"), started("policy_train"), finished("policy_train", 81.2),
+                  finished("train_critic_and_policy", 81.3), started("sync_weights"), finished("sync_weights", 3.0),
+                  finished("step", 570.0)]
+    lines += [started("step"), started("generate"), finished("generate", 402.0), started("fwd_logprobs_values_reward"),
+              finished("fwd_logprobs_values_reward", 50.0), started("train_critic_and_policy"), started("policy_train")]
+    return lines
+
+
+def oom_cascade(oom_rank: int = 3, world: int = 8) -> list[str]:
+    """Rank ``oom_rank`` runs out of memory in policy_train; the other ranks time out in the FSDP all-gather."""
+    lines = step_prefix()
+    lines += cuda_oom(oom_rank, gpu=oom_rank)
+    for r in range(world):
+        if r != oom_rank:
+            lines.append(watchdog(r, 19962))
+    for r in range(world):
+        if r != oom_rank:
+            lines += watchdog_aftermath(r)
+    return lines
+
+
+# --- cascades: the first failure in time, by rank ---------------------------------------------------
+
+
+def test_oom_on_one_rank_then_seven_watchdog_timeouts_is_oom_on_that_rank() -> None:
+    v = classify_log(oom_cascade(3), exit_code=None, signal_name="SIGABRT")
+    assert v.failure_class is F.OOM
+    assert v.rank == 3
+    assert v.phase == "policy_train"
+    assert "trainer.micro_train_batch_size_per_gpu" in v.advice
+    assert "trainer.policy.fsdp_config.cpu_offload=true" in v.advice
+    assert "OutOfMemoryError" in v.evidence[0].text
+    # the cascade is shown after the root cause
+    assert any("Watchdog caught collective operation timeout" in e.text for e in v.evidence[1:])
+
+
+@pytest.mark.parametrize("first", ["cuda", "oom"])
+def test_order_decides_between_two_root_causes(first: str) -> None:
+    cuda = [
+        "[rank2]: RuntimeError: CUDA error: an illegal memory access was encountered\n",
+        "[rank2]: CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace below "
+        "might be incorrect.\n",
+    ]
+    oom = cuda_oom(5, gpu=5)
+    body = cuda + oom if first == "cuda" else oom + cuda
+    lines = step_prefix() + body + [watchdog(r, 77) for r in (0, 1, 3, 4, 6, 7)]
+    v = classify_log(lines)
+    if first == "cuda":
+        assert (v.failure_class, v.rank) == (F.CUDA_ERROR, 2)
+        assert "CUDA_LAUNCH_BLOCKING=1" in v.advice
+    else:
+        assert (v.failure_class, v.rank) == (F.OOM, 5)
+
+
+def test_cuda_error_reraised_by_the_nccl_watchdog_is_cuda_error() -> None:
+    lines = step_prefix() + [
+        "[rank0]:[E1021 10:11:12.345678 ProcessGroupNCCL.cpp:1595] [PG ID 0 PG GUID 0(default_pg) Rank 0] Process group "
+        "watchdog thread terminated with exception: CUDA error: an illegal memory access was encountered\n",
+        "Exception raised from c10_cuda_check_implementation at /pytorch/c10/cuda/CUDAException.cpp:43 (most recent call first):\n",
+        "frame #3: c10d::ProcessGroupNCCL::WorkNCCL::finishedGPUExecutionInternal() const + 0x52 (0x7f1 in libtorch_cuda.so)\n",
+        "frame #5: c10d::ProcessGroupNCCL::Watchdog::runLoop() + 0x1a4 (0x7f2 in libtorch_cuda.so)\n",
+        "terminate called after throwing an instance of 'c10::DistBackendError'\n",
+        "  what():  [PG ID 0 PG GUID 0(default_pg) Rank 0] Process group watchdog thread terminated with exception: CUDA "
+        "error: an illegal memory access was encountered\n",
+    ] + watchdog_aftermath(1)
+    v = classify_log(lines, signal_name="SIGABRT")
+    assert v.failure_class is F.CUDA_ERROR
+    assert v.rank == 0
+    assert "illegal memory access" in v.advice.lower()
+
+
+def test_rendezvous_timeout_before_the_first_step_is_init_failure_even_if_a_timeout_follows() -> None:
+    lines = [
+        skyrl("Initializing process group"),
+        "[W1203 09:27:51.604418239 socket.cpp:462] [c10d] waitForInput: poll for socket SocketImpl(fd=13, "
+        "addr=[node-02]:51342, remote=[::ffff:10.20.4.11]:29600) returned 0, likely a timeout\n",
+        "torch.distributed.DistNetworkError: The client socket has timed out after 900000ms while trying to connect to "
+        "(10.20.4.11, 29600).\n",
+        watchdog(1, 1, op="BROADCAST", numel_in=131072000, numel_out=131072000),
+    ]
+    v = classify_log(lines, exit_code=1)
+    assert v.failure_class is F.INIT_FAILURE
+    assert "rendezvous" in v.advice.lower()
+
+
+def test_store_timeout_after_training_started_is_not_an_init_failure() -> None:
+    lines = step_prefix() + [
+        "[rank3]: torch.distributed.DistStoreError: Timed out after 601 seconds waiting for clients. 7/8 clients joined.\n",
+    ]
+    v = classify_log(lines, exit_code=1)
+    assert v.failure_class is F.COLLECTIVE_TIMEOUT
+
+
+def test_gloo_peer_reset_after_an_oom_is_the_oom() -> None:
+    lines = step_prefix() + cuda_oom(1, gpu=1) + [
+        "[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+        "[127.0.0.1]:29561\n",
+        "[rank0]: RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection reset by peer\n",
+    ]
+    v = classify_log(lines, exit_code=1)
+    assert (v.failure_class, v.rank) == (F.OOM, 1)
+
+
+def test_nccl_remote_error_after_a_peer_crash_is_the_crash() -> None:
+    lines = step_prefix() + [
+        "[rank6]: Segmentation fault (core dumped)\n",
+        "[rank2]: torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/NCCLUtils.hpp:"
+        "275, remote process exited or there was a network error, NCCL version 2.21.5\n",
+    ]
+    v = classify_log(lines, exit_code=1)
+    assert (v.failure_class, v.rank) == (F.CRASH, 6)
+
+
+def test_same_seqnum_different_sizes_is_a_mismatch() -> None:
+    lines = step_prefix() + [watchdog(r, 512, numel_in=4096) for r in (0, 1, 2)] + [watchdog(3, 512, numel_in=2048)]
+    v = classify_log(lines)
+    assert v.failure_class is F.COLLECTIVE_MISMATCH
+    assert v.rank == 3
+    assert "NumelIn=2048" in v.advice
+
+
+def test_every_rank_in_the_same_collective_is_a_timeout_naming_op_and_seq() -> None:
+    lines = step_prefix() + [watchdog(r, 19962) for r in range(8)] + watchdog_aftermath(0)
+    v = classify_log(lines, signal_name="SIGABRT")
+    assert v.failure_class is F.COLLECTIVE_TIMEOUT
+    assert v.rank is None
+    assert "_ALLGATHER_BASE (SeqNum 19962)" in v.advice
+    assert "SKYRL_WORKER_NCCL_TIMEOUT_IN_S" in v.advice and "TORCH_FR_BUFFER_SIZE" in v.advice
+    assert v.phase == "policy_train"
+
+
+def test_the_one_silent_rank_of_a_known_world_is_named() -> None:
+    lines = [nccl_init_complete(r) for r in range(8)] + step_prefix()
+    lines += [watchdog(r, 19962) for r in range(8) if r != 4]
+    v = classify_log(lines, signal_name="SIGABRT")
+    assert (v.failure_class, v.rank) == (F.COLLECTIVE_TIMEOUT, 4)
+    assert "Rank 4" in v.advice
+
+
+def test_nccl_warn_before_a_timeout_names_the_cause() -> None:
+    lines = step_prefix() + [
+        "gpu-node-01:4003:4190 [3] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer 10.1.1.7<53721> "
+        "with error 12, opcode 0, len 0, vendor err 129 (Recv)\n",
+        watchdog(3, 900), watchdog(5, 900),
+    ]
+    v = classify_log(lines)
+    assert v.failure_class is F.NCCL_ERROR
+    assert "NCCL WARN" in v.evidence[0].text
+
+
+def test_invalid_nccl_env_value_is_an_nccl_error_naming_the_value() -> None:
+    lines = [
+        'gpu-node-01:4000:4000 [0] graph/tuning.cc:109 NCCL WARN Unrecognized element token "Simpel" when parsing "LL,Simpel"\n',
+        "[rank0]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.cpp:77, "
+        "invalid usage (run with NCCL_DEBUG=WARN for details), NCCL version 2.21.5\n",
+    ]
+    v = classify_log(lines, exit_code=1)
+    assert v.failure_class is F.NCCL_ERROR
+    assert '"LL,Simpel"' in v.advice and "NCCL_PROTO" in v.advice
+
+
+def test_torchrun_root_cause_summary_names_the_rank_and_signal() -> None:
+    lines = [
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n",
+        "============================================================\n",
+        "train.py FAILED\n",
+        "------------------------------------------------------------\n",
+        "Failures:\n",
+        "  <NO_OTHER_FAILURES>\n",
+        "------------------------------------------------------------\n",
+        "Root Cause (first observed failure):\n",
+        "[0]:\n",
+        "  time      : 2025-02-01_10:11:12\n",
+        "  host      : gpu-node-01\n",
+        "  rank      : 5 (local_rank: 5)\n",
+        "  exitcode  : -9 (pid: 40118)\n",
+        "  error_file: <N/A>\n",
+        "  traceback : Signal 9 (SIGKILL) received by PID 40118\n",
+        "============================================================\n",
+    ]
+    calm = classify_log(lines, exit_code=1)
+    assert (calm.failure_class, calm.rank) == (F.CRASH, 5)
+    assert "SIGKILL" in calm.advice
+    climb = classify_log(lines, exit_code=1, host_mem_peak_frac=0.95)
+    assert (climb.failure_class, climb.rank) == (F.HOST_OOM, 5)
+
+
+# --- memory climb, signals and exit codes --------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("peak", "expected"), [(0.97, F.HOST_OOM), (0.40, F.CRASH), (None, F.CRASH)]
+)
+def test_sigkill_with_no_error_printed(peak: float | None, expected: F) -> None:
+    lines = step_prefix() + [skyrl("Number of sequences: 1280")]
+    v = classify_log(lines, signal_name="SIGKILL", host_mem_peak_frac=peak)
+    assert v.failure_class is expected
+    assert v.phase == "policy_train"
+    assert v.evidence[0].source == "nccl-tune"
+
+
+@pytest.mark.parametrize(("code", "sig"), [(-9, "SIGKILL"), (137, "SIGKILL"), (134, "SIGABRT"), (-11, "SIGSEGV"), (1, None), (0, None)])
+def test_signal_from_exit(code: int, sig: str | None) -> None:
+    assert signal_from_exit(code) == sig
+
+
+def test_exit_zero_and_clean_log_is_ok_but_nonzero_is_a_crash_with_the_last_lines() -> None:
+    lines = step_prefix() + [finished("policy_train"), finished("train_critic_and_policy"), finished("step", 570.0)]
+    assert classify_log(lines, exit_code=0).ok
+    assert classify_log(lines).ok
+    v = classify_log(lines, exit_code=3)
+    assert v.failure_class is F.CRASH
+    assert "code 3" in v.advice
+    assert "Finished: 'step'" in v.evidence[-1].text
+
+
+def test_a_handled_traceback_in_a_run_that_exited_zero_is_ok() -> None:
+    lines = step_prefix(2) + [
+        "wandb: Network error (ConnectionError), entering retry loop.\n",
+        "Traceback (most recent call last):\n",
+        "requests.exceptions.ConnectionError: HTTPSConnectionPool(host='api.wandb.ai', port=443): Max retries exceeded\n",
+        finished("policy_train"),
+    ]
+    assert classify_log(lines, exit_code=0).ok
+
+
+# --- after training ------------------------------------------------------------------------------------
+
+
+def test_failure_after_training_done_is_reported_as_such() -> None:
+    lines = step_prefix(2)[:-2] + [skyrl("Training done!")] + [
+        "[rank0]:[W1021 10:11:12 ProcessGroupNCCL.cpp:1250] Warning: WARNING: process group has NOT been destroyed\n",
+        "[rank0]: RuntimeError: CUDA error: an illegal memory access was encountered\n",
+    ]
+    v = classify_log(lines, exit_code=1)
+    assert v.failure_class is F.CUDA_ERROR
+    assert v.after_training is True
+    assert v.advice.startswith("Training had finished")
+
+
+def test_final_checkpoint_failure_is_after_training_but_periodic_one_is_not() -> None:
+    final = step_prefix(2)[:-7] + [started("save_checkpoints")] + cuda_oom(0)
+    v = classify_log(final, exit_code=1)
+    assert v.failure_class is F.OOM and v.after_training and v.phase == "save_checkpoints"
+    periodic = step_prefix(1)[:-7] + [started("step"), started("save_checkpoints")] + cuda_oom(0)
+    v2 = classify_log(periodic, exit_code=1)
+    assert v2.failure_class is F.OOM and not v2.after_training and v2.phase == "save_checkpoints"
+
+
+# --- phases and advice ---------------------------------------------------------------------------------
+
+
+def test_phase_survives_the_timers_logging_finished_while_the_exception_unwinds() -> None:
+    lines = step_prefix()[:-2] + [started("fwd_logprobs_values_reward"), finished("fwd_logprobs_values_reward", 12.0),
+                                  finished("step", 500.0)] + cuda_oom(2)
+    v = classify_log(lines, exit_code=1)
+    assert v.phase == "fwd_logprobs_values_reward"
+    assert "trainer.micro_forward_batch_size_per_gpu" in v.advice
+
+
+def test_vllm_oom_at_engine_start_up_advises_gpu_memory_utilization() -> None:
+    lines = [
+        "(EngineCore_DP0 pid=167) ERROR 02-28 16:12:13 [core.py:866] Traceback (most recent call last):\n",
+        '(EngineCore_DP0 pid=167) ERROR 02-28 16:12:13 [core.py:866]   File "/usr/local/lib/python3.12/dist-packages/vllm/'
+        'v1/worker/gpu_model_runner.py", line 2281, in profile_run\n',
+        "(EngineCore_DP0 pid=167) ERROR 02-28 16:12:13 [core.py:866] torch.OutOfMemoryError: CUDA out of memory. Tried to "
+        "allocate 2.32 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.10 GiB is free.\n",
+    ]
+    v = classify_log(lines, exit_code=1)
+    assert v.failure_class is F.OOM
+    assert "vLLM engines started" in v.advice and "lower generator.gpu_memory_utilization" in v.advice
+
+
+def test_vllm_free_memory_at_start_up() -> None:
+    lines = [
+        "(EngineCore_DP0 pid=16388) ERROR 03-01 21:32:52 [core.py:708] ValueError: Free memory on device (13.91/79.33 GiB) "
+        "on startup is less than desired GPU memory utilization (0.95, 75.36 GiB). Decrease GPU memory utilization or "
+        "reduce GPU memory used by other processes.\n",
+    ]
+    v = classify_log(lines, exit_code=1)
+    assert v.failure_class is F.OOM
+    assert "lower generator.gpu_memory_utilization (below 0.18)" in v.advice
+
+
+def test_fragmentation_is_mentioned_when_much_memory_is_reserved_but_unallocated() -> None:
+    v = classify_log(step_prefix() + cuda_oom(0, reserved="6.20 GiB"), exit_code=1)
+    assert "expandable_segments:True" in v.advice
+    v2 = classify_log(step_prefix() + cuda_oom(0, reserved="171.53 MiB"), exit_code=1)
+    assert "expandable_segments" not in v2.advice
+
+
+def test_refused_config_names_the_key() -> None:
+    lines = [
+        "Could not override 'trainer.micro_train_batch_size'.\n",
+        "To append to your config use +trainer.micro_train_batch_size=4\n",
+        "Key 'micro_train_batch_size' is not in struct\n",
+        "    full_key: trainer.micro_train_batch_size\n",
+        "    object_type=dict\n",
+        "Set the environment variable HYDRA_FULL_ERROR=1 for a complete stack trace.\n",
+    ]
+    v = classify_log(lines, exit_code=1)
+    assert v.failure_class is F.CONFIG_ERROR
+    assert "'trainer.micro_train_batch_size'" in v.advice
+
+
+def test_batch_size_assertion_is_a_config_error() -> None:
+    lines = [
+        "Traceback (most recent call last):\n",
+        '  File "/opt/venv/lib/python3.12/site-packages/skyrl_train/utils/utils.py", line 88, in validate_batch_sizes\n',
+        "AssertionError: normalized policy_mini_batch_size_per_gpu 160 should be divisible by micro_train_batch_size_per_gpu 3\n",
+    ]
+    v = classify_log(lines, exit_code=1)
+    assert v.failure_class is F.CONFIG_ERROR
+    assert "should be divisible" in v.advice
+
+
+# --- real-world log shapes -----------------------------------------------------------------------------
+
+
+def test_ansi_ray_prefixes_and_pid_to_rank_mapping() -> None:
+    lines = step_prefix() + [
+        "\x1b[36m(FSDPPolicyWorkerBase pid=959049)\x1b[0m [rank3]: starting micro-batch 1/8\n",
+        "\x1b[36m(FSDPPolicyWorkerBase pid=959049)\x1b[0m torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+        "1.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which 101.00 MiB is free.\n",
+        "\x1b[36m(FSDPPolicyWorkerBase pid=959050)\x1b[0m [rank4]: Timed out waiting 600000ms for recv operation to complete\n",
+    ]
+    v = classify_log(lines)
+    assert (v.failure_class, v.rank) == (F.OOM, 3)
+    assert "\x1b" not in v.evidence[0].text and v.evidence[0].text.startswith("(FSDPPolicyWorkerBase pid=959049)")
+
+
+def test_tqdm_bars_and_ray_repeat_suffixes() -> None:
+    lines = [tqdm("Generating", i, 320) for i in range(0, 320, 16)] + [
+        tqdm("Generating", 320, 320) + "\n",
+        "(raylet) node_manager.cc:3069: 1 Workers (tasks / actors) killed due to memory pressure (OOM), 0 Workers crashed "
+        "due to other reasons at node (ID: 0e08f1205ff0533a) [repeated 3x across cluster]\n",
+    ]
+    v = classify_log(lines, exit_code=1)
+    assert v.failure_class is F.HOST_OOM
+    assert "repeated" not in v.evidence[0].text
+
+
+def test_eight_interleaved_ranks_with_info_floods() -> None:
+    rng = random.Random(7)
+    streams: dict[int, list[str]] = {}
+    for r in range(8):
+        s = [nccl_init_complete(r)] + [nccl_info(r, i) for i in range(200)]
+        s += [f"[rank{r}]: {tqdm('Training', i, 50)}\n" for i in range(0, 50, 5)]
+        if r == 5:
+            s += cuda_oom(5, gpu=5)
+        else:
+            s += [f"[rank{r}]: waiting in all-gather\n"] * 3 + [watchdog(r, 4711)] + watchdog_aftermath(r)
+        streams[r] = s
+    lines: list[str] = []
+    # interleave line by line, keeping each rank's own order; rank 5's OOM comes out before any timeout
+    cursors = {r: 0 for r in streams}
+    oom_done = False
+    while any(cursors[r] < len(streams[r]) for r in streams):
+        r = rng.choice([k for k in streams if cursors[k] < len(streams[k])])
+        line = streams[r][cursors[r]]
+        if "Watchdog caught" in line and not oom_done:
+            r, line = 5, streams[5][cursors[5]]
+        cursors[r] += 1
+        oom_done = oom_done or "OutOfMemoryError" in line
+        lines.append(line)
+    v = classify_log(step_prefix() + lines, signal_name="SIGABRT")
+    assert (v.failure_class, v.rank) == (F.OOM, 5)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_truncated_logs_never_break_the_classifier(seed: int) -> None:
+    text = "".join(oom_cascade(2))
+    rng = random.Random(seed)
+    cut = rng.randrange(len(text))
+    v = classify_log(text[:cut].splitlines(keepends=True), exit_code=1)
+    oom_at = text.index("OutOfMemoryError: CUDA out of memory")
+    if cut > oom_at + len("OutOfMemoryError"):
+        assert (v.failure_class, v.rank) == (F.OOM, 2)
+    else:
+        assert v.failure_class is F.CRASH  # cut before any error: only the exit status remains
+
+
+def test_a_log_starting_mid_way_still_finds_the_root_cause() -> None:
+    lines = oom_cascade(6)
+    start = next(i for i, ln in enumerate(lines) if "OutOfMemoryError" in ln) - 1
+    v = classify_log(lines[start:])
+    assert (v.failure_class, v.rank) == (F.OOM, 6)
+    assert v.phase is None
+
+
+# --- healthy slow runs ---------------------------------------------------------------------------------
+
+
+def healthy_slow_log(steps: int = 3) -> list[str]:
+    lines = [nccl_init_complete(r) for r in range(8)]
+    lines += [
+        "[W socket.cpp:663] [c10d] The client socket has failed to connect to [node-01]:29500 (errno: 111 - Connection "
+        "refused).\n",
+        "gpu-node-01:4000:4000 [0] NCCL INFO Call to connect returned Connection refused, retrying\n",
+        "gpu-node-01:4000:4000 [0] NCCL INFO NET/Plugin: Could not find: libnccl-net.so. Using internal network plugin.\n",
+        "(raylet) [2026-03-02 10:00:00,000 I 88213 88213] memory_monitor.cc:52: MemoryMonitor initialized with usage "
+        "threshold at 95% of the system memory\n",
+        skyrl("generator.max_turns=6, generator.gpu_memory_utilization=0.7, timeout=1800"),
+    ]
+    lines += step_prefix(steps)[:-2]
+    for r in range(8):
+        lines += [nccl_info(r, i) for i in range(20)]
+    lines += [skyrl("Step 4: {'timing/generate': '1201.0000', 'loss': '0.0312', 'policy/grad_norm': '0.5120'}")]
+    lines += [tqdm("Generating", i, 100) for i in range(0, 101, 10)] + ["\n"]
+    return lines
+
+
+def test_healthy_slow_log_is_not_flagged() -> None:
+    lines = healthy_slow_log()
+    assert classify_log(lines).ok
+    assert classify_log(lines, exit_code=0).ok
+
+
+def test_healthy_log_stopped_by_the_tuner_is_not_a_root_cause() -> None:
+    """SIGTERM from our own teardown after the measured steps, no error line: only the status speaks."""
+    v = classify_log(healthy_slow_log(), signal_name="SIGTERM")
+    assert v.failure_class is F.CRASH
+    assert v.evidence[0].source == "nccl-tune"
+
+
+# --- streaming, several sources, files ---------------------------------------------------------------
+
+
+def _flood(n: int) -> Iterator[str]:
+    for i in range(n):
+        yield nccl_info(i % 8, i)
+        if i == n // 2:
+            yield from cuda_oom(7)
+
+
+def test_streams_a_generator_once_with_bounded_memory() -> None:
+    tracemalloc.start()
+    try:
+        v = classify_log(_flood(300_000))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert (v.failure_class, v.rank) == (F.OOM, 7)
+    assert peak < 2 * 1024 * 1024, f"peak {peak / 1e6:.1f} MB for a ~30 MB stream"
+
+
+def test_several_sources_keep_their_own_line_numbers() -> None:
+    clf = LogClassifier()
+    clf.set_source("driver.log")
+    clf.feed(step_prefix())
+    clf.set_source("rank3.log")
+    clf.feed(["ok\n", "ok\n"] + cuda_oom(3))
+    v = clf.verdict(exit_code=1)
+    assert v.failure_class is F.OOM and v.phase == "policy_train"
+    assert (v.evidence[0].source, v.evidence[0].line_no) == ("rank3.log", 6)
+
+
+def test_classify_file_replaces_undecodable_bytes(tmp_path: Path) -> None:
+    log = tmp_path / "output.log"
+    log.write_bytes(b"\xff\xfe garbage \x80\n" + "".join(cuda_oom(1)).encode())
+    v = classify_file(log, exit_code=1)
+    assert (v.failure_class, v.rank) == (F.OOM, 1)
+    assert v.evidence[0].source == "output.log" and v.evidence[0].line_no == 5
