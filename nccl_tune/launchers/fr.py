@@ -65,3 +65,13 @@ def collect_dumps(prefix: Path | None) -> tuple[Path, ...]:
         if p.name.startswith(prefix.name) and p.is_file() and p.stat().st_size > 0
     ]
     return tuple(sorted(found, key=_rank_key))
+
+
+def clear_dumps(prefix: Path | None) -> int:
+    """Remove dumps an earlier attempt of the same trial left under ``prefix``; return how many."""
+    if prefix is None or not prefix.parent.is_dir():
+        return 0
+    stale = [p for p in prefix.parent.iterdir() if p.name.startswith(prefix.name) and p.is_file()]
+    for p in stale:
+        p.unlink(missing_ok=True)
+    return len(stale)

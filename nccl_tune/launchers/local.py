@@ -26,7 +26,7 @@ from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import Evidence, FailureClass, Verdict
 from nccl_tune.gpu import GpuProbe, open_probe
 from nccl_tune.launchers.base import Launcher, TrialObserver, TrialProgress
-from nccl_tune.launchers.fr import collect_dumps, fr_env, fr_prefix
+from nccl_tune.launchers.fr import clear_dumps, collect_dumps, fr_env, fr_prefix
 from nccl_tune.launchers.gate import GpuGate
 from nccl_tune.launchers.logstream import LineScanner, LogPump
 from nccl_tune.launchers.memory import MemorySampler, build_report
@@ -121,6 +121,7 @@ class LocalLauncher(Launcher):
         progress rule does not compile."""
         compile_rules(spec.progress)
         resolve_command(spec.argv, build_env(spec.env, spec.marker), spec.cwd)
+        self._study = spec.study
 
     def before_study(self) -> None:
         """Take the GPU memory baseline the gate compares against."""
@@ -152,6 +153,7 @@ class LocalLauncher(Launcher):
         log_path = trial_dir / LOG_FILE
         log_path.write_bytes(b"")
         overlay = fr_env(spec.env, trial_dir)
+        clear_dumps(fr_prefix(spec.env, trial_dir))
         write_spec(spec, overlay)
         env = build_env(overlay, spec.marker)
         t0 = time.monotonic()

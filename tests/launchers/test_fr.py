@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from nccl_tune.launchers.fr import FR_PATH_ENV, collect_dumps, fr_env, fr_prefix
+from nccl_tune.launchers.fr import FR_PATH_ENV, clear_dumps, collect_dumps, fr_env, fr_prefix
 
 
 @pytest.mark.parametrize(
@@ -44,3 +44,11 @@ def test_collect_in_rank_order_skipping_empty_and_foreign_files(tmp_path: Path) 
 def test_nothing_to_collect(tmp_path: Path) -> None:
     assert collect_dumps(None) == ()
     assert collect_dumps(tmp_path / "missing" / "x_") == ()
+
+
+def test_stale_dumps_of_an_earlier_attempt_are_cleared(tmp_path: Path) -> None:
+    prefix = fr_prefix({}, tmp_path)
+    Path(f"{prefix}0").write_bytes(b"old")
+    (prefix.parent / "notes.txt").write_text("kept")
+    assert clear_dumps(prefix) == 1
+    assert collect_dumps(prefix) == () and (prefix.parent / "notes.txt").exists()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -10,9 +11,10 @@ from pathlib import Path
 import psutil
 import pytest
 
-from nccl_tune.errors import NcclTuneError
+from nccl_tune.errors import GpuGateError, NcclTuneError
 from nccl_tune.failure import FailureClass
 from nccl_tune.launchers.local import LocalLauncher
+from nccl_tune.launchers.process import build_env
 from nccl_tune.trial import Clocks, StopReason, StopRule, TrialResult
 
 from .helpers import RecordingObserver, wait_for_json
@@ -238,3 +240,21 @@ def test_gpu_memory_is_sampled_and_the_gate_opens_once_the_holders_are_dead(make
     t0 = time.monotonic()
     launcher.gate()
     assert time.monotonic() - t0 < 2.0
+
+
+def test_the_gate_stays_shut_while_a_process_of_the_study_lives(make_spec, study: str) -> None:
+    spec = make_spec("--steps", "3")
+    launcher = LocalLauncher(gate_timeout_s=0.5)
+    launcher.prepare(spec)
+    leftover = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"], env=build_env({}, f"{study}/7"), start_new_session=True
+    )
+    try:
+        with pytest.raises(GpuGateError, match=f"pid {leftover.pid} .*trial {study}/7"):
+            launcher.gate()
+        assert launcher.reap(study) and leftover.wait(10) is not None
+        launcher.gate()
+    finally:
+        if leftover.poll() is None:
+            leftover.kill()
+            leftover.wait()
