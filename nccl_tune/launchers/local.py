@@ -19,6 +19,7 @@ import subprocess
 import threading
 import time
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
@@ -187,7 +188,7 @@ class LocalLauncher(Launcher):
             pump.stop()
             proc.stdout.close()
             sampler.stop()
-            result = self._result(spec, proc, decision, tracker, scanner, sampler, report, log_path, t0)
+            result = self._result(spec, proc, decision, tracker, scanner, sampler, report, log_path, t0, pump.error)
             write_result(result, trial_dir)
         if raised is not None:
             raise raised
@@ -260,6 +261,7 @@ class LocalLauncher(Launcher):
         report: TeardownReport,
         log_path: Path,
         t0: float,
+        reader_error: BaseException | None = None,
     ) -> TrialResult:
         state = tracker.snapshot()
         summary = scanner.summary()
@@ -278,17 +280,14 @@ class LocalLauncher(Launcher):
             rules_hint=f"step_end={spec.progress.step_end!r}",
         )
         verdict = self._verdict(ending)
+        notes = []
+        if reader_error is not None:
+            notes.append(f"the log reader failed ({type(reader_error).__name__}: {reader_error}); output.log may be incomplete")
         if report.survivors:
             pids = ", ".join(map(str, report.survivor_pids))
-            verdict = Verdict(
-                verdict.failure_class,
-                verdict.rank,
-                verdict.evidence + (Evidence(0, f"{report.survivors} process(es) survived teardown: pid {pids}", "nccl-tune"),),
-                verdict.advice,
-                verdict.phase,
-                verdict.after_training,
-                verdict.flight_recorder,
-            )
+            notes.append(f"{report.survivors} process(es) survived teardown: pid {pids}")
+        if notes:
+            verdict = replace(verdict, evidence=verdict.evidence + tuple(Evidence(0, n, "nccl-tune") for n in notes))
         return TrialResult(
             number=spec.number,
             status=verdict.failure_class,

@@ -15,7 +15,7 @@ from nccl_tune.errors import GpuGateError, NcclTuneError
 from nccl_tune.failure import FailureClass
 from nccl_tune.launchers.local import LocalLauncher
 from nccl_tune.launchers.process import build_env
-from nccl_tune.trial import Clocks, StopReason, StopRule, TrialResult
+from nccl_tune.trial import Clocks, StopReason, TrialResult
 
 from .helpers import RecordingObserver, wait_for_json
 
