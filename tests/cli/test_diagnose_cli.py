@@ -1,0 +1,81 @@
+"""`nccl-tune diagnose` as a user runs it: a real process, JSON for scripts, text for people."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.diagnose.helpers import FIXTURES, fixture_paths, read_fixture
+
+NCCL_TUNE = Path(sys.executable).parent / "nccl-tune"
+
+
+def nccl_tune(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [str(NCCL_TUNE), *args], cwd=cwd, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "COLUMNS": "200", **(env or {})},
+    )
+
+
+@pytest.fixture
+def logs(tmp_path: Path) -> dict[str, Path]:
+    """Every labelled fixture's log part, as the file a user would pass."""
+    out = {}
+    for p in fixture_paths():
+        fx = read_fixture(p)
+        target = tmp_path / p.name
+        target.write_text("".join(fx.lines))
+        out[fx.label + ":" + p.name] = target
+    return out
+
+
+def test_json_one_object_per_input_line(tmp_path: Path, logs: dict[str, Path]) -> None:
+    keys = sorted(logs)
+    r = nccl_tune("diagnose", "--json", *[str(logs[k]) for k in keys], cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    assert len(lines) == len(keys)
+    for key, line in zip(keys, lines):
+        obj = json.loads(line)
+        assert obj["path"] == str(logs[key])
+        assert obj["class"] == key.split(":")[0]
+        assert {"rank", "evidence", "advice", "flight_recorder", "phase", "after_training"} <= set(obj)
+    by_name = {Path(json.loads(l)["path"]).name: json.loads(l) for l in lines}
+    assert by_name["10_crash.log"]["rank"] == 1
+    assert by_name["02_nccl_error.log"]["evidence"][0].startswith("02_nccl_error.log:1: ")
+
+
+def test_text_output_for_a_person(tmp_path: Path, logs: dict[str, Path]) -> None:
+    r = nccl_tune("diagnose", str(logs["oom:12_oom.log"]), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert "12_oom.log: oom" in r.stdout
+    assert "advice:" in r.stdout and "generator.gpu_memory_utilization" in r.stdout
+    assert "12_oom.log:1: torch.OutOfMemoryError" in r.stdout
+
+
+def test_trial_folder_with_result_json(tmp_path: Path) -> None:
+    trial = tmp_path / "trials" / "0003"
+    trial.mkdir(parents=True)
+    (trial / "output.log").write_text("".join(read_fixture(FIXTURES / "14_ok.log").lines))
+    (trial / "result.json").write_text(json.dumps({"exit_code": None, "signal_name": "SIGKILL"}))
+    r = nccl_tune("diagnose", "--json", str(trial), cwd=tmp_path)
+    obj = json.loads(r.stdout)
+    assert obj["class"] == "crash" and obj["signal_name"] == "SIGKILL"
+
+
+@pytest.mark.parametrize("what", ["missing", "empty"])
+def test_bad_path_is_one_line_and_exit_1(tmp_path: Path, what: str) -> None:
+    target = tmp_path / ("nope.log" if what == "missing" else "empty")
+    if what == "empty":
+        target.mkdir()
+    r = nccl_tune("diagnose", str(target), cwd=tmp_path)
+    assert r.returncode == 1
+    err = r.stderr.strip()
+    assert err.startswith("error: diagnose:") and str(target) in err
+    assert "\n" not in err and "Traceback" not in r.stderr
+    assert r.stdout == ""
