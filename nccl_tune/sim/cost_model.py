@@ -242,7 +242,7 @@ HANG_BAND_FRAC = 0.96
 HANG_P_AT_BAND = 0.15
 HANG_P_AT_WALL = 0.6
 """Chance per step that a rank in the band stalls, at the band's edge and at the wall (assumption)."""
-CUMEM_SYNC_HANG_P = 0.35
+CUMEM_SYNC_HANG_P = 0.2
 """Chance per weight sync that ``NCCL_CUMEM_ENABLE=1`` with NCCL weight sync to colocated vLLM
 engines hangs (OpenRLHF and others force NCCL_CUMEM_ENABLE=0 "to prevent hanging during NCCL
 synchronization of weights"; the rate is an assumption)."""
@@ -603,7 +603,9 @@ def engine_budget(cfg: "SimConfig", comm: CommModel) -> EngineBudget:
     act = VLLM_ACTIVATION_GIB_PER_8K_TOKENS * (cfg.max_num_batched_tokens / 8192) * (a.hidden / 3584)
     requested = cfg.gpu_memory_utilization * H100_CAPACITY_GIB
     trainer_resident = CUDA_CONTEXT_GIB + (CUMEM_COLOCATED_EXTRA_GIB if comm.cumem and cfg.colocate_all else 0.0)
-    free = H100_CAPACITY_GIB - (trainer_resident if cfg.colocate_all else 0.0)
+    # vLLM compares the request with the memory free when it starts: its own CUDA context is
+    # already there, and so is the colocated trainer's.
+    free = H100_CAPACITY_GIB - CUDA_CONTEXT_GIB - (trainer_resident if cfg.colocate_all else 0.0)
     kv_heads_per_gpu = max(1, math.ceil(a.kv_heads / cfg.engine_tp))
     kv_bytes = 2 * a.layers * kv_heads_per_gpu * a.head_dim * 2 / max(cfg.engine_pp, 1)
     kv = requested - weights - act - VLLM_NON_TORCH_GIB

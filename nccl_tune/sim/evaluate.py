@@ -152,6 +152,9 @@ class Outcome:
     end_s: float
     """Modelled seconds from launch to the command's own exit (after its last planned step, or
     after the failure's cascade)."""
+    step_memory_gib: Mapping[int, tuple[float, ...]] = field(default_factory=dict)
+    """Per step (the failing one included, up to the failure): peak per modelled GPU, at most the
+    capacity."""
     memory_phase_gib: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     """Steady-state per-GPU peak of ``fwd_logprobs_values_reward``, ``policy_train`` and
     ``generate`` for the first step's data (diagnostics)."""
@@ -197,6 +200,7 @@ class _Run:
         self.failure: SimFailure | None = None
         self.cap = cm.H100_CAPACITY_GIB
         self.gpu_peak = [0.0] * cfg.n_gpus
+        self.step_peaks: dict[int, tuple[float, ...]] = {}
         self.base = self._base_phase_times()
 
     # -- times -------------------------------------------------------------------------------
@@ -305,6 +309,7 @@ class _Run:
             gpu_peak_gib=tuple(self.gpu_peak),
             failure=self.failure,
             end_s=end,
+            step_memory_gib=dict(self.step_peaks),
             memory_phase_gib={
                 "fwd_logprobs_values_reward": tuple(f1),
                 "policy_train": tuple(t1),
@@ -383,7 +388,7 @@ class _Run:
         check = self._memory_check(step, "fwd_logprobs_values_reward", fwd_mem)
         if check is not None:
             self._fail_in(step, "fwd_logprobs_values_reward", 1, self._duration("fwd_logprobs_values_reward", step), check)
-            self._record_peaks(fwd_mem)
+            self._record_peaks(fwd_mem, step)
             return False
         done("fwd_logprobs_values_reward")
         done("compute_advantages_and_returns")
@@ -395,7 +400,7 @@ class _Run:
         check = self._fault_check(step) or self._memory_check(step, "policy_train", train_mem)
         if check is not None:
             self._fail_in(step, "policy_train", 2, self._duration("policy_train", step), check)
-            self._record_peaks(peaks)
+            self._record_peaks(peaks, step)
             return False
         done("policy_train", 2)
         self.phases[tcp_index] = PhaseSpan(step, "train_critic_and_policy", tcp_start, self.clock.t, 1, self.clock.t - tcp_start)
@@ -406,19 +411,21 @@ class _Run:
         hang = self._sync_hang(step)
         if hang is not None:
             self._fail_in(step, "sync_weights", 1, self._duration("sync_weights", step), hang)
-            self._record_peaks(peaks)
+            self._record_peaks(peaks, step)
             return False
         done("sync_weights")
         self.phases[step_index] = PhaseSpan(step, "step", step_start, self.clock.t, 0, self.clock.t - step_start)
-        self._record_peaks(peaks)
+        self._record_peaks(peaks, step)
         self.step_records.append(StepRecord(step, self.clock.t - step_start, tuple(peaks)))
         if cfg.eval_interval > 0 and (step % cfg.eval_interval == 0 or step == self.total_steps):
             self._span(step, "eval", 0, self._noisy("eval", step, self.base["eval"]))
         return True
 
-    def _record_peaks(self, peaks: list[float]) -> None:
-        for g, p in enumerate(peaks):
-            self.gpu_peak[g] = max(self.gpu_peak[g], min(p, self.cap))
+    def _record_peaks(self, peaks: list[float], step: int) -> None:
+        clamped = tuple(min(p, self.cap) for p in peaks)
+        self.step_peaks[step] = clamped
+        for g, p in enumerate(clamped):
+            self.gpu_peak[g] = max(self.gpu_peak[g], p)
 
     def _fault_check(self, step: int):
         cfg = self.cfg
@@ -569,8 +576,9 @@ def _nccl_failure(cfg: SimConfig, nf: cm.NcclFailure, at: float) -> SimFailure:
     err = logfmt.nccl_error_text(nf.error, nf.warn).split("\n")[0]
     env = cfg.env.nccl
     if nf.function is not None or "NCCL_ALGO" in nf.warn or "NCCL_PROTO" in nf.warn or "when parsing" in nf.warn:
-        fix = f"NCCL_ALGO={env.algo_env!r}" if env.algo_env else ""
-        fix += (", " if fix else "") + (f"NCCL_PROTO={env.proto_env!r}" if env.proto_env else "")
+        fix = " and ".join(
+            f"{name}={value!r}" for name, value in (("NCCL_ALGO", env.algo_env), ("NCCL_PROTO", env.proto_env)) if value
+        )
         advice = f"NCCL refused {fix or 'its settings'}: {nf.warn}; unset the variable or pick a value NCCL supports for every collective"
     else:
         advice = f"NCCL refused NCCL_SOCKET_IFNAME={env.socket_ifname!r} ({nf.warn}): name an interface the node has"
