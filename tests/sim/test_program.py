@@ -1,0 +1,168 @@
+"""The twin program for real: processes, a gloo group, timeouts, signals and Flight Recorder
+dumps, recognised from the outside the way the tuner sees them."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from nccl_tune.sim import evaluate, parse_overrides, skyrl_sql_overrides
+from nccl_tune.trial import ProgressRules
+
+from .conftest import SCRIPT, SHORT, clean
+
+RULES = ProgressRules()
+
+
+def test_healthy_run_prints_what_the_tuner_parses(run_twin, tmp_path):
+    # The script sets micro_train_batch_size_per_gpu=1; the later value wins, as with Hydra.
+    run = run_twin(*SHORT, "trainer.micro_train_batch_size_per_gpu=2", env={"SIM_SEED": "3"})
+    assert run.returncode == 0, "\n".join(run.lines[-30:])
+    steps = [m for ln in run.lines if (m := re.search(RULES.step_end, ln))]
+    assert len(steps) == 2
+    starts = [m.group("phase") for ln in run.lines if (m := re.search(RULES.phase_start, ln))]
+    assert starts[:3] == ["init_weight_sync_state", "load_checkpoints", "sync_weights"]
+    step_phases = starts[starts.index("step") + 1 : starts.index("step", starts.index("step") + 1)]
+    assert step_phases == [
+        "generate",
+        "postprocess_generator_output",
+        "convert_to_training_input",
+        "fwd_logprobs_values_reward",
+        "compute_advantages_and_returns",
+        "dump_data_batch",
+        "train_critic_and_policy",
+        "policy_train",
+        "sync_weights",
+    ]
+    assert run.grep("Training done!") and run.index("Training done!") > run.index("Finished: 'step'")
+    # One memory line per modelled GPU per step, from the rank that hosts it.
+    mems = [m for ln in run.lines if "peak memory" in ln and (m := re.search(RULES.memory, ln))]
+    assert sorted(int(m.group("rank")) for m in mems) == sorted(list(range(8)) * 2)
+    assert all(0 < float(m.group("gib")) < 79.15 and m.group("pct") for m in mems)
+    # Worker lines come from the trainer ranks' own processes, trainer lines from the driver.
+    worker_pids = {pid for actor, pid, _ in run.actor_lines("peak memory")}
+    driver_pids = {pid for actor, pid, _ in run.actor_lines("Finished: 'step'")}
+    assert len(worker_pids) == 2 and len(driver_pids) == 1 and not worker_pids & driver_pids
+    # The console logger prints the metrics dict per step, with measured timings.
+    assert len(run.grep("Step 1: ")) == 1 and any("'timing/step'" in ln for ln in run.lines)
+    # The printed step time is measured and tracks the model's scaled step time.
+    cfg = parse_overrides([*skyrl_sql_overrides(str(tmp_path / "home")), *SHORT, "trainer.micro_train_batch_size_per_gpu=2"], {"HOME": "/h"})
+    out = evaluate(cfg, seed=3, steps=2)
+    for printed, modelled in zip((float(m.group("seconds")) for m in steps), out.step_times_s):
+        assert 0.8 * modelled * cfg.env.time_scale <= printed <= modelled * cfg.env.time_scale + 1.5
+
+
+def test_oom_on_one_rank_cascades_into_timeouts_and_dumps_from_every_rank(run_twin, tmp_path):
+    run = run_twin(*SHORT, env={"SIM_SEED": "1", "SIM_FAULT": "oom:1:2", "SKYRL_WORKER_NCCL_TIMEOUT_IN_S": "600"})
+    assert run.returncode == 1
+    oom = run.actor_lines("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate")
+    assert len(oom) == 1 and "GPU 1 has a total capacity of 79.15 GiB" in oom[0][2]
+    timeout = run.index("Timed out waiting")
+    assert run.index("torch.OutOfMemoryError") < timeout, "the root cause is printed before the cascade"
+    assert run.grep("Started: 'policy_train'") and len([ln for ln in run.grep("Finished: 'step'")]) == 1
+    # The other rank tears itself down with SIGABRT (SIM_SEED=1 draws an abort), as PyTorch does.
+    assert run.grep("terminate called after throwing an instance of 'c10::DistBackendError'")
+    assert run.grep("Fatal Python error: Aborted")
+    assert run.grep("ray.exceptions.ActorDiedError") or run.grep("ray.exceptions.RayTaskError")
+    # Every rank dumped its Flight Recorder trace; the OOM rank's is one collective behind.
+    dumps = {r: pickle.loads((tmp_path / "fr" / f"nccl_trace_rank_{r}").read_bytes()) for r in (0, 1)}
+    last = {r: d["pg_status"]["0"]["last_enqueued_collective"] for r, d in dumps.items()}
+    assert last[1] < last[0]
+    assert all(d["entries"] and d["entries"][-1]["profiling_name"].startswith("gloo:") for d in dumps.values())
+
+
+def test_model_oom_names_the_gpu_the_model_predicts(run_twin, tmp_path):
+    over = (*SHORT, "trainer.micro_train_batch_size_per_gpu=8")
+    cfg = parse_overrides([*skyrl_sql_overrides("/h"), *over], {"HOME": "/h"})
+    failure = evaluate(cfg, seed=5, steps=2).failure
+    assert failure is not None and failure.kind == "oom"
+    run = run_twin(*over, env={"SIM_SEED": "5", "SIM_RANKS": "2"})
+    assert run.returncode == 1
+    oom = run.grep("torch.OutOfMemoryError: CUDA out of memory")
+    assert len(oom) == 1 and f"GPU {failure.rank} has a total capacity" in oom[0]
+
+
+def test_crash_makes_the_peer_fail_at_once(run_twin):
+    run = run_twin(*SHORT, env={"SIM_SEED": "4", "SIM_FAULT": "crash:1:1", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "0",
+                                "SKYRL_WORKER_NCCL_TIMEOUT_IN_S": "100000"})
+    assert run.returncode == 1
+    assert run.grep("Fatal Python error: Segmentation fault")
+    assert run.grep("Connection closed by peer") or run.grep("Connection reset by peer")
+    # Error handling off: the surviving rank raises instead of aborting, and nothing waits for a timeout.
+    assert not run.grep("Fatal Python error: Aborted")
+    assert run.wall_s < 60
+
+
+def test_hang_stalls_without_output_until_the_group_is_killed(twin_env, marker):
+    env = {**twin_env, "SIM_SEED": "2", "SIM_FAULT": "hang:0:1", "SKYRL_WORKER_NCCL_TIMEOUT_IN_S": "100000"}
+    proc = subprocess.Popen(["bash", str(SCRIPT), *SHORT], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    lines: list[str] = []
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            raw = proc.stdout.readline()
+            if not raw:
+                break
+            lines.append(clean(raw.decode("utf-8", "replace").rstrip("\n")))
+            if "Started: 'policy_train'" in lines[-1]:
+                break
+        assert "Started: 'policy_train'" in lines[-1], lines[-20:]
+        os.set_blocking(proc.stdout.fileno(), False)
+        time.sleep(4.0)  # the ranks' gloo timeout at this scale is 600 s; a healthy phase ends in < 1.5 s
+        late = proc.stdout.read() or b""
+        assert proc.poll() is None
+        assert b"Finished: 'policy_train'" not in late
+    finally:
+        group = [p for p in psutil.process_iter() if _has_marker(p, marker)]
+        os.killpg(proc.pid, signal.SIGTERM)
+        _, alive = psutil.wait_procs(group, timeout=10)
+        assert not alive, f"left after SIGTERM to the group: {[p.pid for p in alive]}"
+        proc.wait(timeout=10)
+
+
+def _has_marker(p: psutil.Process, marker: str) -> bool:
+    try:
+        return p.environ().get("NCCL_TUNE_TRIAL") == marker
+    except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+        return False
+
+
+def test_orphan_escapes_the_group_and_ignores_sigterm(run_twin, marker):
+    run = run_twin("trainer.epochs=0", env={"SIM_FAULT": "orphan"})
+    assert run.returncode == 0
+    orphans = [p for p in psutil.process_iter() if _has_marker(p, marker)]
+    assert len(orphans) == 1
+    orphan = orphans[0]
+    assert os.getsid(orphan.pid) == orphan.pid
+    orphan.terminate()
+    time.sleep(0.5)
+    assert orphan.is_running() and orphan.status() != psutil.STATUS_ZOMBIE
+    orphan.kill()
+    orphan.wait(timeout=5)
+
+
+@pytest.mark.parametrize(
+    "args, env, expected",
+    [
+        (("trainer.foo=1",), {}, ["Could not override 'trainer.foo'.", "Key 'foo' is not in struct"]),
+        (("trainer.train_batch_size=384",), {}, ["AssertionError: train_batch_size 384 should be divisible by policy_mini_batch_size 256"]),
+        (("trainer.max_prompt_length=30000",), {}, ["AssertionError: generator.max_input_length should be set greater than or equal"]),
+        ((), {"NCCL_PROTO": "LL129"}, ['NCCL WARN Unrecognized element token "LL129" when parsing "LL129"', "invalid usage"]),
+    ],
+    ids=["unknown-key", "batch-relation", "prompt-length", "nccl-value"],
+)
+def test_refusals_exit_1_with_the_stack_s_message(run_twin, args, env, expected):
+    run = run_twin(*SHORT, *args, env=env)
+    assert run.returncode == 1
+    for text in expected:
+        assert run.grep(text), f"{text!r} not in:\n" + "\n".join(run.lines[-15:])
+    assert not run.grep("Started: 'step'")
