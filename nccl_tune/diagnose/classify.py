@@ -31,7 +31,7 @@ from typing import Any, Iterable, Sequence
 from nccl_tune.diagnose import text as T
 from nccl_tune.diagnose.advice import AdviceContext, advise
 from nccl_tune.diagnose.flight_recorder import FlightRecorderSummary, analyse_dumps
-from nccl_tune.diagnose.rules import RULES, Kind, Rule, prefilter
+from nccl_tune.diagnose.rules import RULES, Kind, Rule, prefilter, template
 from nccl_tune.failure import OK_VERDICT, Evidence, FailureClass, Verdict
 
 HOST_OOM_PEAK_FRAC = 0.90
@@ -40,6 +40,9 @@ MAX_EVIDENCE = 6
 EVENTS_PER_RULE = 8
 TIMEOUT_EVENTS_KEPT = 256
 TAIL_LINES = 16
+TEMPLATE_CACHE = 4096
+"""Digit-masked line templates whose prefilter answer is remembered (cleared when full)."""
+TEMPLATE_MAX_BYTES = 512
 OWN_SOURCE = "nccl-tune"
 
 _STARTED = re.compile(r"Started: '(?P<phase>[^']+)'")
@@ -172,6 +175,8 @@ class LogClassifier:
         self._summary_left = 0
         self._summary_rank: int | None = None
         self._summary_event: _Event | None = None
+        self._templates: dict[bytes, bool] = {}
+        self._hinted_prefixes: set[str] = set()
         self.lines_read = 0
 
     # --- input ------------------------------------------------------------------------------
@@ -189,6 +194,9 @@ class LogClassifier:
         tail = self._tail
         tail_append = tail.append
         pf = prefilter
+        tpl_of = template
+        cache = self._templates
+        hinted = self._hinted_prefixes
         try:
             for raw in lines:
                 n += 1
@@ -200,10 +208,19 @@ class LogClassifier:
                 if self._summary_left:
                     self._line_no = n
                     self._summary(raw)
-                elif pf(raw):
+                    continue
+                tpl = tpl_of(raw)
+                hit = cache.get(tpl)
+                if hit is None:
+                    hit = pf(raw)
+                    if len(tpl) <= TEMPLATE_MAX_BYTES:
+                        if len(cache) >= TEMPLATE_CACHE:
+                            cache.clear()
+                        cache[tpl] = hit
+                if hit:
                     self._line_no = n
                     self._line(raw)
-                elif "[rank" in raw:
+                elif "[rank" in raw and raw[:9] not in hinted:
                     self._rank_hint(raw)
         finally:
             self.lines_read += n - start
@@ -226,7 +243,12 @@ class LogClassifier:
             end = raw.find("]", 5)
             if 5 < end < 12 and raw[5:end].isdigit():
                 self._ranks_seen.add(int(raw[5:end]))
+                if len(self._hinted_prefixes) < 4096:
+                    self._hinted_prefixes.add(raw[:9])
             return
+        head = raw[: raw.find(")") + 1]
+        if head and head in self._hinted_prefixes:
+            return  # this Ray worker's rank is already known
         text = T.strip_ansi(raw)
         r = T.rank_of(text)
         if r is not None:
@@ -234,6 +256,8 @@ class LogClassifier:
             pid = T.ray_pid(text)
             if pid is not None:
                 self._pid_rank[pid] = r
+                if len(self._hinted_prefixes) < 4096:
+                    self._hinted_prefixes.add(head)
 
     def _line(self, raw: str) -> None:
         text = T.clean(raw)
