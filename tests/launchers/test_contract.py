@@ -3,7 +3,6 @@ config error, never an exception once started, and results that survive JSON."""
 
 from __future__ import annotations
 
-import importlib.util
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -13,6 +12,7 @@ import pytest
 from nccl_tune.failure import FailureClass
 from nccl_tune.launchers.base import Launcher
 from nccl_tune.launchers.local import LocalLauncher
+from nccl_tune.sim.launcher import ModelLauncher
 from nccl_tune.trial import Clocks, StopRule, TrialResult, TrialSpec
 
 from .helpers import RecordingObserver, trainer_argv
@@ -43,10 +43,6 @@ def local_case() -> Case:
 
 
 def model_case() -> Case:
-    if importlib.util.find_spec("nccl_tune.sim.launcher") is None:
-        pytest.skip("nccl_tune.sim.launcher (ModelLauncher) has not landed yet")
-    from nccl_tune.sim.launcher import ModelLauncher
-
     twin = ("bash", str(TWIN))
     return Case(
         make=ModelLauncher,
