@@ -221,9 +221,10 @@ class _Run:
             "load_checkpoints": cm.small_phase_s(cfg, tok, "load_checkpoints"),
             "startup": cm.startup_s(cfg, comm),
         }
-        val = min(cm.VALIDATION_PROMPTS, 10**9) * max(cfg.eval_n_samples, 1)
+        # Evaluation generates every validation prompt once per eval sample, eval_batch_size at a time.
+        samples = cm.VALIDATION_PROMPTS * max(cfg.eval_n_samples, 1)
         batches = max(1, math.ceil(cm.VALIDATION_PROMPTS / max(cfg.eval_batch_size, 1)))
-        out["eval"] = batches * cm.generate_s(cfg, comm, tok, math.ceil(val / batches), cfg.eval_max_generate_length)
+        out["eval"] = batches * cm.generate_s(cfg, comm, tok, math.ceil(samples / batches), cfg.eval_max_generate_length)
         return out
 
     def _noisy(self, phase: str, step: int, base: float) -> float:
@@ -364,7 +365,7 @@ class _Run:
         cfg = self.cfg
         for f in cfg.env.faults.rank_faults:
             if f.kind == "hang" and f.step == step == 0:
-                return lambda at, f=f: _fault_failure(cfg, f, "sync_weights", at)
+                return lambda at, f=f: _fault_failure(cfg, self, f, "sync_weights", at)
         if self.comm.cumem and cfg.colocate_all and cfg.weight_sync_backend == "nccl":
             if _mix(self.seed, 41, step) < cm.CUMEM_SYNC_HANG_P:
                 return lambda at: _cumem_hang(cfg, step, at)
@@ -431,7 +432,7 @@ class _Run:
         cfg = self.cfg
         for f in cfg.env.faults.rank_faults:
             if f.step == step:
-                return lambda at, f=f: _fault_failure(cfg, f, "policy_train", at)
+                return lambda at, f=f: _fault_failure(cfg, self, f, "policy_train", at)
         return None
 
     def _memory_check(self, step: int, phase: str, mem: list[float]):
@@ -544,12 +545,11 @@ def _cumem_hang(cfg: SimConfig, step: int, at: float) -> SimFailure:
     )
 
 
-def _fault_failure(cfg: SimConfig, fault, phase: str, at: float) -> SimFailure:
+def _fault_failure(cfg: SimConfig, run: _Run, fault, phase: str, at: float) -> SimFailure:
     rank = fault.rank
     fault_text = f"SIM_FAULT {fault.kind}:{fault.rank}:{fault.step}"
     if fault.kind == "oom":
         total = cm.H100_CAPACITY_GIB + 1.5
-        run = _Run(cfg, 0, 0)
         detail = oom_detail(cfg, run.comm, run.tokens, phase, rank, total)
         msg = logfmt.cuda_oom_message(gpu=rank, capacity_gib=cm.H100_CAPACITY_GIB, **detail)
         return SimFailure(

@@ -436,8 +436,9 @@ class Driver:
         for rep in replies:
             if rep:
                 self.metrics.update({k: float(v) for k, v in (rep.get("metrics") or {}).items()})
-        if failing:  # the model said this phase fails but every rank finished: report it as the model does
-            self.raise_first(replies, span.name)
+        if failing:
+            _write(f"RuntimeError: the twin modelled a failure in '{span.name}' that the ranks did not produce")
+            self.stop_workers(kill=True)
             return False
         return True
 
