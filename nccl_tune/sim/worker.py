@@ -96,7 +96,11 @@ class Rank:
             timeout=timedelta(seconds=spec["init_timeout_s"]),
         )
         dist.barrier()
-        dist.distributed_c10d._set_pg_timeout(timedelta(seconds=spec["timeout_s"]))
+        set_timeout = getattr(dist.distributed_c10d, "_set_pg_timeout", None)
+        if set_timeout is not None:
+            set_timeout(timedelta(seconds=spec["timeout_s"]))
+        else:  # older torch: collectives keep the (longer) rendezvous timeout
+            self.log(f"cannot shorten the process-group timeout on torch {torch.__version__}", level="WARNING", line=90)
         torch.manual_seed(spec["seed"])
         self.model = _tiny_policy(torch)
         self.opt = torch.optim.Adam(self.model.parameters(), lr=spec["lr"])
@@ -209,7 +213,7 @@ class Rank:
         _sleep_until(t0 + at * target)
         kind = event["kind"]
         if kind == "oom":
-            raise self.torch.OutOfMemoryError(event["message"])
+            raise getattr(self.torch, "OutOfMemoryError", self.torch.cuda.OutOfMemoryError)(event["message"])
         if kind == "crash":
             os.kill(self.pid, signal.SIGSEGV)
             time.sleep(5)
