@@ -232,9 +232,12 @@ class _Supervision:
             self.observer.on_step(self.spec, len(self.step_times) - 1, seconds)
 
     # -- the result --------------------------------------------------------------------------
-    def _memory(self, until_s: float) -> MemoryReport:
+    def _memory(self, until_s: float) -> MemoryReport | None:
+        """Per-GPU peaks of the steps that started before ``until_s`` (None when none did)."""
         peaks = [0.0] * len(self.out.gpu_peak_gib)
         started = {s.step for s in self.out.phases if s.name == "step" and s.start_s <= until_s}
+        if not started & set(self.out.step_memory_gib):
+            return None
         for step, mem in self.out.step_memory_gib.items():
             if step in started:
                 peaks = [max(a, b) for a, b in zip(peaks, mem)]

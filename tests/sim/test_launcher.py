@@ -158,6 +158,7 @@ def test_env_none_removes_a_variable_and_sim_seed_fixes_the_noise():
 def test_a_run_shorter_than_the_stop_rule_is_a_crash(launcher):
     r = launcher.run(spec("trainer.train_batch_size=512", "trainer.max_prompt_length=2048"))
     assert r.status is FailureClass.CRASH and r.exit_code == 0 and "0 of 3 steps" in r.verdict.advice
+    assert r.memory is None  # no step ran: no memory figure to learn from
 
 
 def test_result_json_is_written_on_request(tmp_path):
