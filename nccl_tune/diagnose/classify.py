@@ -99,6 +99,8 @@ class _Event:
     after_training: bool
     vllm_context: bool = False
     weight_sync_context: bool = False
+    pid: int | None = None
+    """The Ray worker or NCCL process that printed the line (its rank may be learnt later in the log)."""
 
     @property
     def kind(self) -> Kind:
@@ -321,11 +323,10 @@ class LogClassifier:
         if msg.startswith("====") and self._summary_event is not None:
             self._summary_left = 0
 
-    def _event_rank(self, rule: Rule, text: str, msg: str, m: re.Match[str] | None) -> int | None:
+    def _event_rank(self, rule: Rule, text: str, msg: str, m: re.Match[str] | None, pid: int | None) -> int | None:
         if m is not None and "rank" in m.groupdict() and m.group("rank") is not None:
             return int(m.group("rank"))
         rank = T.rank_of(msg, loose=rule.rank_loose)
-        pid = T.ray_pid(text) or T.nccl_pid(msg)
         if rank is not None:
             if pid is not None:
                 self._pid_rank[pid] = rank
@@ -349,8 +350,9 @@ class LogClassifier:
         limit = TIMEOUT_EVENTS_KEPT if rule.kind is Kind.TIMEOUT else EVENTS_PER_RULE
         if count >= limit:
             return None
+        pid = T.ray_pid(text) or T.nccl_pid(msg)
         if rank is None:
-            rank = self._event_rank(rule, text, msg, m)
+            rank = self._event_rank(rule, text, msg, m, pid)
         if rank is not None:
             self._ranks_seen.add(rank)
         det: dict[str, Any] = {k: v for k, v in (m.groupdict() if m else {}).items() if v is not None}
@@ -368,6 +370,7 @@ class LogClassifier:
             phase=ph.current,
             before_first_step=ph.steps_started == 0,
             after_training=ph.after_training,
+            pid=pid,
         )
         if rule.failure_class is FailureClass.OOM:
             recent = "".join(self._tail)
@@ -484,6 +487,9 @@ class _Decision:
 
     def decide(self) -> Verdict:
         events = self.events
+        for e in events:
+            if e.rank is None and e.pid is not None and e.pid in self.clf._pid_rank:
+                e.rank = self.clf._pid_rank[e.pid]  # the worker named its rank later in the log
         timeouts = self._of(Kind.TIMEOUT) + [e for e in self._of(Kind.INIT) if not e.before_first_step]
         timeouts.sort(key=lambda e: e.order)
         first_timeout = timeouts[0].order if timeouts else None
@@ -586,6 +592,9 @@ class _Decision:
 
     def _root(self, root: _Event) -> Verdict:
         cls = root.failure_class
+        if root.rank is None and self.fr_summary is not None and self.fr_summary.culprit_rank is not None:
+            # the rank that failed is the one the others waited for in the Flight Recorder
+            root.rank = self.fr_summary.culprit_rank
         if cls is FailureClass.NCCL_ERROR or cls is FailureClass.CUDA_ERROR and root.rule.subtype == "nccl_cuda":
             warn = self._nccl_warn_before(root.order)
             if warn is not None:
@@ -675,6 +684,8 @@ class _Decision:
         specific = [e for e in crashes if e.rule.subtype != "exception"]
         if root.rule.subtype == "exception" and specific:
             root = specific[0]
+        if root.rank is None and self.fr_summary is not None and self.fr_summary.culprit_rank is not None:
+            root.rank = self.fr_summary.culprit_rank  # a rank that died leaves no dump; the others name it
         sig = root.details.get("signal") or self.sig
         killed = sig == "SIGKILL" or any(e.details.get("signal") == "SIGKILL" for e in crashes)
         if killed and self.host_peak is not None and self.host_peak >= HOST_OOM_PEAK_FRAC:
