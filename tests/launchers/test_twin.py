@@ -1,0 +1,46 @@
+"""LocalLauncher on the synthetic twin (a real multi-process gloo job): a rank that stalls in a
+collective, and a rank that runs out of memory while the other waits."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from nccl_tune.failure import FailureClass
+from nccl_tune.launchers.local import LocalLauncher
+from nccl_tune.launchers.teardown import find_marked, study_match
+from nccl_tune.trial import Clocks, StopReason, StopRule, TrialSpec
+
+TWIN = Path(__file__).resolve().parents[2] / "examples" / "run_skyrl_sql_sim.sh"
+
+pytestmark = pytest.mark.slow
+
+
+def _run(study: str, tmp_path: Path, env: dict[str, str]):
+    spec = TrialSpec(
+        study=study, number=0, params={}, argv=("bash", str(TWIN)), env=env, trial_dir=tmp_path / "trial",
+        clocks=Clocks(startup_timeout_s=120, stall_timeout_s=4, stall_floor_s=4, grace_s=2), stop=StopRule(1, 3),
+    )
+    return LocalLauncher().run(spec)
+
+
+def test_a_stalled_rank_is_a_hang_and_its_detached_worker_is_killed(study: str, tmp_path: Path) -> None:
+    # the collective timeout is far longer than the stall timeout: nccl-tune must find it first
+    result = _run(study, tmp_path, {"SIM_FAULT": "hang:1:2,orphan", "SKYRL_WORKER_NCCL_TIMEOUT_IN_S": "7200"})
+    assert result.status is FailureClass.HANG and result.stop_reason is StopReason.STALL
+    assert result.verdict.phase == "policy_train"
+    assert len(result.step_times_s) == 1
+    assert result.escaped_processes >= 1 and result.survivors == 0
+    assert find_marked(study_match(study)) == []
+
+
+def test_an_oom_cascade_is_classified_by_its_root_cause_with_every_rank_dump(study: str, tmp_path: Path) -> None:
+    env = {"SIM_FAULT": "oom:1:2", "TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+           "SKYRL_WORKER_NCCL_TIMEOUT_IN_S": "180"}
+    result = _run(study, tmp_path, env)
+    assert result.status is FailureClass.OOM and result.verdict.rank == 1
+    assert result.verdict.phase == "policy_train"
+    assert [p.name for p in result.fr_dumps] == ["nccl_trace_rank_0", "nccl_trace_rank_1"]
+    assert all(p.parent == tmp_path / "trial" / "fr" for p in result.fr_dumps)
+    assert result.memory.source == "log" and result.memory.peak_gib > 0
