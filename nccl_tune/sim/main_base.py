@@ -366,7 +366,8 @@ class Driver:
             if not ok:
                 return 1
             elapsed = time.monotonic() - start
-            self.timings[span.name] = elapsed
+            if _TIMED.get(span.name, True) and (span.step > 0 or span.name == "eval"):
+                self.timings[span.name] = elapsed  # what SkyRL adds to all_timings
             if span.name == "convert_to_training_input":
                 self.tlog("number_of_sequences", f"Number of sequences: {cfg.samples_per_step}")
             self.tlog(site, logfmt.finished(span.name, elapsed))
@@ -506,6 +507,10 @@ class Driver:
             self.run_dir.rmdir()
         except OSError:
             pass
+
+
+_TIMED = {"dump_data_batch": False}
+"""Phases SkyRL times without adding them to the step's ``timing/*`` metrics."""
 
 
 def _plain(node: Any) -> Any:
