@@ -9,7 +9,6 @@ import re
 import signal
 import subprocess
 import time
-from pathlib import Path
 
 import psutil
 import pytest
