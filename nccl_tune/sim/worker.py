@@ -405,7 +405,9 @@ def _sleep_until(deadline: float) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: ``python -m nccl_tune.sim.worker SPEC.json``."""
     argv = sys.argv[1:] if argv is None else argv
-    spec = json.loads(Path(argv[0]).read_text())
+    spec_path = Path(argv[0])
+    spec = json.loads(spec_path.read_text())
+    spec_path.unlink(missing_ok=True)  # nothing left behind if the run is killed
     rank = Rank(spec)
     rank.start()
     rank.serve()
