@@ -70,6 +70,7 @@ def test_oom_on_one_rank_cascades_into_timeouts_and_dumps_from_every_rank(run_tw
     # The other rank tears itself down with SIGABRT (SIM_SEED=1 draws an abort), as PyTorch does.
     assert run.grep("terminate called after throwing an instance of 'c10::DistBackendError'")
     assert run.grep("Fatal Python error: Aborted")
+    assert any("killed by signal 6" in ln for ln in run.grep("A worker died or was killed"))  # SIGABRT
     assert run.grep("ray.exceptions.ActorDiedError") or run.grep("ray.exceptions.RayTaskError")
     # Every rank dumped its Flight Recorder trace; the OOM rank's is one collective behind.
     dumps = {r: pickle.loads((tmp_path / "fr" / f"nccl_trace_rank_{r}").read_bytes()) for r in (0, 1)}
@@ -94,6 +95,7 @@ def test_crash_makes_the_peer_fail_at_once(run_twin):
                                 "SKYRL_WORKER_NCCL_TIMEOUT_IN_S": "100000"})
     assert run.returncode == 1
     assert run.grep("Fatal Python error: Segmentation fault")
+    assert any("killed by signal 11" in ln for ln in run.grep("A worker died or was killed"))  # SIGSEGV
     assert run.grep("Connection closed by peer") or run.grep("Connection reset by peer")
     # Error handling off: the surviving rank raises instead of aborting, and nothing waits for a timeout.
     assert not run.grep("Fatal Python error: Aborted")
