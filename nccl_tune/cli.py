@@ -11,6 +11,7 @@ from typing import List, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from nccl_tune.errors import NcclTuneError
 
@@ -29,7 +30,7 @@ err = Console(stderr=True)
 
 
 def _fail(exc: NcclTuneError) -> None:
-    err.print(f"[bold red]error:[/] {exc}", highlight=False, soft_wrap=True)
+    err.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False, soft_wrap=True)
     raise typer.Exit(exc.exit_code)
 
 
@@ -93,19 +94,19 @@ def _run(settings, as_json: bool) -> None:
         if as_json:
             _emit_json(data)
         else:
-            out.print(f"space {outcome.space.name} is valid; trial 0 would run in {spec.trial_dir}:", highlight=False)
-            out.print(shlex.join(spec.argv), highlight=False, soft_wrap=True)
+            out.print(escape(f"space {outcome.space.name} is valid; trial 0 would run in {spec.trial_dir}:"), highlight=False)
+            out.print(escape(shlex.join(spec.argv)), highlight=False, soft_wrap=True)
             for k, v in spec.env.items():
-                out.print(f"  unset {k}" if v is None else f"  {k}={v}", highlight=False, soft_wrap=True)
+                out.print(escape(f"  unset {k}" if v is None else f"  {k}={v}"), highlight=False, soft_wrap=True)
         raise typer.Exit(0)
     if settings.output is not None and outcome.winner is not None and not outcome.interrupted:
         write_text(settings.output, export_study(outcome.storage_url, outcome.study, "yaml"))
-        (err if as_json else out).print(f"tuned YAML: {settings.output}", highlight=False)
+        (err if as_json else out).print(escape(f"tuned YAML: {settings.output}"), highlight=False)
     if as_json:
         _emit_json(summary_json(outcome.study, outcome.storage_url, list(outcome.records), outcome.winner,
                                 outcome.baseline, outcome.exit_code))
     if outcome.interrupted:
-        err.print(f"interrupted: study {outcome.study} is saved; run the same command again to resume", highlight=False)
+        err.print(escape(f"interrupted: study {outcome.study} is saved; run the same command again to resume"), highlight=False)
     raise typer.Exit(outcome.exit_code)
 
 
@@ -128,7 +129,7 @@ def export_cmd(
             sys.stdout.write(text)
         else:
             write_text(output, text)
-            err.print(f"wrote {output}", highlight=False)
+            err.print(escape(f"wrote {output}"), highlight=False)
     except NcclTuneError as exc:
         _fail(exc)
 
@@ -149,7 +150,7 @@ def apply_cmd(
             sys.stdout.write(text)
         else:
             write_text(output, text)
-            err.print(f"wrote {output}", highlight=False)
+            err.print(escape(f"wrote {output}"), highlight=False)
     except NcclTuneError as exc:
         _fail(exc)
 
@@ -181,7 +182,7 @@ def spaces_list_cmd() -> None:
     from nccl_tune.search_spaces.loader import builtin_names, load_space
 
     for name in builtin_names():
-        out.print(f"[bold]{name}[/]  {load_space(name).description}", highlight=False, soft_wrap=True)
+        out.print(f"[bold]{escape(name)}[/]  {escape(load_space(name).description)}", highlight=False, soft_wrap=True)
 
 
 @spaces_app.command("show")

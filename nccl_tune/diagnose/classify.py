@@ -326,7 +326,7 @@ class LogClassifier:
     def _event_rank(self, rule: Rule, text: str, msg: str, m: re.Match[str] | None, pid: int | None) -> int | None:
         if m is not None and "rank" in m.groupdict() and m.group("rank") is not None:
             return int(m.group("rank"))
-        rank = T.rank_of(msg, loose=rule.rank_loose)
+        rank = T.rank_of(msg)
         if rank is not None:
             if pid is not None:
                 self._pid_rank[pid] = rank
@@ -640,8 +640,7 @@ class _Decision:
         # the first NCCL watchdog line names op, seq and sizes best
         best = next((e for e in timeouts if "seq" in e.details), first)
         extra = [best] + [e for e in timeouts if e.rank != best.rank][:3]
-        return self._make(FailureClass.COLLECTIVE_TIMEOUT, best if best is not first else first,
-                          self._evidence(first, extra), rank=rank)
+        return self._make(FailureClass.COLLECTIVE_TIMEOUT, best, self._evidence(first, extra), rank=rank)
 
     def _silent_rank(self, timeouts: list[_Event]) -> int | None:
         """The one rank that reported no timeout while at least two others did (the one behind)."""

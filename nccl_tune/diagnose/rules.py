@@ -54,8 +54,6 @@ class Rule:
     """Must match (``search``) when given; its named groups become the event's details."""
     subtype: str = ""
     """Refines the advice: ``ecc``, ``shm``, ``vllm_kv_budget``, ``port_in_use``, ..."""
-    rank_loose: bool = False
-    """The line names its rank as ``rank 3``/``local_rank: 3`` (not only ``[rank3]:``)."""
     exclude: tuple[str, ...] = field(default=())
     """Substrings that veto the rule (e.g. ``NCCL WARN`` for the c10d port rule)."""
 

@@ -7,6 +7,7 @@ import time
 from typing import Any, Mapping
 
 from rich.console import Console
+from rich.markup import escape
 from rich.status import Status
 from rich.table import Table
 
@@ -80,18 +81,18 @@ class Display:
 
     def header(self, study: str, storage: str, resumed: bool, n_done: int, command: str) -> None:
         verb = f"resuming ({n_done} trials recorded)" if resumed else "new study"
-        self.console.print(f"[bold]nccl-tune[/] study [cyan]{study}[/] - {verb}", highlight=False)
-        self.console.print(f"  space {self.space.name}  storage {storage}", highlight=False)
-        self.console.print(f"  command: {command}", highlight=False, soft_wrap=True)
+        self.console.print(f"[bold]nccl-tune[/] study [cyan]{escape(study)}[/] - {verb}", highlight=False)
+        self.console.print(f"  space {escape(self.space.name)}  storage {escape(storage)}", highlight=False)
+        self.console.print(f"  command: {escape(command)}", highlight=False, soft_wrap=True)
 
     def note(self, text: str) -> None:
-        self.console.print(text, highlight=False, soft_wrap=True)
+        self.console.print(escape(text), highlight=False, soft_wrap=True)
 
     def trial_started(self, number: int, kind: str, values: Mapping[str, Any]) -> None:
         self._trial_start = time.monotonic()
         self._label = f"trial {number}"
         self.console.print(
-            f"[bold]▶ trial {number}[/] [dim]{kind}[/] {describe(self.space, values)}", highlight=False, soft_wrap=True
+            f"[bold]▶ trial {number}[/] [dim]{escape(kind)}[/] {escape(describe(self.space, values))}", highlight=False, soft_wrap=True
         )
         if self.console.is_terminal:
             self._status = self.console.status(f"{self._label}: starting")
@@ -117,24 +118,25 @@ class Display:
         )
         self.console.print(line, highlight=False)
         if result.status is not FailureClass.OK and result.verdict.evidence:
-            self.console.print(f"    [dim]{result.verdict.evidence[0].text[:160]}[/]", highlight=False)
+            self.console.print(f"    [dim]{escape(result.verdict.evidence[0].text[:160])}[/]", highlight=False)
         if result.status is not FailureClass.OK and result.verdict.advice:
-            self.console.print(f"    advice: {result.verdict.advice}", highlight=False, soft_wrap=True)
+            self.console.print(f"    advice: {escape(result.verdict.advice)}", highlight=False, soft_wrap=True)
         if incumbent is not None:
             self.console.print(
                 f"  incumbent: trial {incumbent.first.number} {fmt_tput(incumbent.throughput)}", highlight=False
             )
 
     def skipped(self, number: int, why: str) -> None:
-        self.console.print(f"  [dim]trial {number} not launched: {why}[/]", highlight=False, soft_wrap=True)
+        self.console.print(f"  [dim]trial {number} not launched: {escape(why)}[/]", highlight=False, soft_wrap=True)
 
     def close(self) -> None:
         self._stop_status()
 
     def summary(self, records: list[TrialRecord], winner: Candidate | None, base: Candidate | None) -> None:
         table = Table(title="trials", show_lines=False)
-        for col in ("#", "kind", "status", "samples/s", "peak mem", "values"):
-            table.add_column(col)
+        for col in ("#", "kind", "status", "samples/s", "peak mem"):
+            table.add_column(col, no_wrap=True)
+        table.add_column("values (changes from the baseline)", overflow="fold")
         for r in records:
             if r.outcome is not Outcome.LAUNCHED:
                 continue
@@ -146,7 +148,7 @@ class Display:
                 f"[{style}]{r.status.value if r.status else '?'}[/]" + (" wall" if r.near_wall else ""),
                 fmt_tput(r.throughput),
                 fmt_mem(r.result),
-                describe(self.space, r.values, base.values if base else None),
+                escape(describe(self.space, r.values, base.values if base else None)),
             )
         self.console.print(table)
         rej = sum(r.outcome is Outcome.REJECTED for r in records)
@@ -169,4 +171,4 @@ class Display:
             f"[bold green]best stable:[/] trial {winner.first.number} {fmt_tput(winner.throughput)}{gain}, {confirmed}",
             highlight=False,
         )
-        self.console.print(f"  {describe(self.space, winner.values)}", highlight=False, soft_wrap=True)
+        self.console.print(f"  {escape(describe(self.space, winner.values))}", highlight=False, soft_wrap=True)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from nccl_tune.search_spaces.loader import parse_space
@@ -87,9 +88,9 @@ def failures_table(space: SearchSpace, recs: list[TrialRecord]) -> Table:
                 str(r.number),
                 r.status.value if r.status else "?",
                 "-" if v.rank is None else str(v.rank),
-                describe(space, r.values),
-                v.evidence[0].text[:200] if v.evidence else "",
-                v.advice,
+                escape(describe(space, r.values)),
+                escape(v.evidence[0].text[:200]) if v.evidence else "",
+                escape(v.advice),
             )
     return table
 
@@ -156,7 +157,7 @@ def report_study(storage_url: str, study_name: str | None, console: Console, *, 
     if as_json:
         return data
     display = Display(console, space)
-    console.print(f"[bold]study[/] {study.study_name}  [dim]{storage_url}[/]", highlight=False)
+    console.print(f"[bold]study[/] {escape(study.study_name)}  [dim]{escape(storage_url)}[/]", highlight=False)
     display.summary(recs, winner, base)
     if any(r.outcome is Outcome.LAUNCHED and r.result and not r.ok for r in recs):
         console.print(failures_table(space, recs))
@@ -169,8 +170,8 @@ def report_study(storage_url: str, study_name: str | None, console: Console, *, 
         if changed:
             console.print("[yellow]the winner changes the training itself, not only its speed:[/]", highlight=False)
             for line in changed:
-                console.print(f"  {line}", highlight=False)
+                console.print(f"  {escape(line)}", highlight=False)
             console.print("  pin them with --set KEY=VALUE to tune speed only", highlight=False)
     for p in data.get("plots", []):
-        console.print(f"plot: {p}", highlight=False)
+        console.print(f"plot: {escape(p)}", highlight=False)
     return data

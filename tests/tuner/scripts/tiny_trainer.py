@@ -46,6 +46,8 @@ def main() -> int:
         log("Started: 'policy_train'")
         t0 = time.time()
         if cfg["trainer.mode"] == "crash" and step == 2:
+            print("RuntimeError: [/__w/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+                  "[127.0.0.1]:29500", file=sys.stderr, flush=True)
             print("Segmentation fault (core dumped)", file=sys.stderr, flush=True)
             os.abort()
         if mem > 80:
