@@ -26,8 +26,6 @@ _RANK_STRICT = re.compile(
     r"|\[(?:PG[^\]]*? )?Rank (?P<b>\d+)\]"  # [Rank 3], [PG 0 Rank 3], [PG ID 0 PG GUID 0(default_pg) Rank 3]
     r"|\brank=(?P<c>\d+)\b"  # DTensorPolicyWorkerV2[rank=5]
 )
-_RANK_LOOSE = re.compile(r"\b(?:local_)?[Rr]ank(?:\s*[:=]\s*|\s+)(?P<r>\d+)\b")
-"""``rank 3``, ``rank: 3``, ``local_rank: 1``: only where a rule says the line names its rank this way."""
 
 
 def strip_ansi(text: str) -> str:
@@ -70,16 +68,11 @@ def nccl_pid(text: str) -> int | None:
     return int(m.group("pid")) if m else None
 
 
-def rank_of(text: str, *, loose: bool = False) -> int | None:
-    """The rank a line speaks for: ``[rank3]:``, ``[Rank 3]``, ``[PG 0 Rank 3]``, ``rank=3``; with
-    ``loose`` also ``rank 3`` / ``local_rank: 3`` anywhere in the line."""
+def rank_of(text: str) -> int | None:
+    """The rank a line speaks for: ``[rank3]:``, ``[Rank 3]``, ``[PG 0 Rank 3]``, ``rank=3``."""
     m = _RANK_STRICT.search(text)
     if m:
         return int(m.group("a") or m.group("b") or m.group("c"))
-    if loose:
-        m2 = _RANK_LOOSE.search(text)
-        if m2:
-            return int(m2.group("r"))
     return None
 
 

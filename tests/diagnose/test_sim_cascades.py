@@ -90,3 +90,12 @@ def test_invalid_nccl_value_and_vllm_start_up(tmp_path: Path) -> None:
     vllm = run_twin(tmp_path / "vllm", "generator.gpu_memory_utilization=0.99", SIM_RANKS="2")
     v2 = classify_file(vllm.log, exit_code=vllm.exit_code)
     assert v2.failure_class is F.OOM and "lower generator.gpu_memory_utilization" in v2.advice
+
+
+def test_a_healthy_run_with_nccl_info_is_not_flagged(tmp_path: Path) -> None:
+    run = run_twin(tmp_path / "ok", "trainer.epochs=1", "trainer.eval_before_train=false", SIM_RANKS="2",
+                   NCCL_DEBUG="INFO")
+    text = run.log.read_text()
+    assert run.exit_code == 0 and "Training done!" in text and "NCCL INFO" in text
+    assert classify_file(run.log, exit_code=0).ok
+    assert classify_file(run.log).ok
