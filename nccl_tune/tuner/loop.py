@@ -85,6 +85,15 @@ def make_launcher(name: str, parallel: int) -> Launcher:
     raise NcclTuneError(f"--launcher {name!r} is unknown; use --launcher local")
 
 
+def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
+    """The sampler for ``RunSettings.sampler``."""
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=8, multivariate=True)
+    if name == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    raise NcclTuneError(f"sampler {name!r} is unknown; use tpe or random")
+
+
 def check_command(command: tuple[str, ...]) -> None:
     """One-line errors for a missing command, before any trial is spent on it."""
     if not command:
@@ -279,7 +288,7 @@ class StudyRunner:
     def run(self) -> StudyOutcome:
         if self.settings.dry_run:
             return self.dry_run()
-        sampler = optuna.samplers.TPESampler(seed=self.settings.seed, n_startup_trials=8, multivariate=True)
+        sampler = make_sampler(self.settings.sampler, self.settings.seed)
         storage = open_storage(self.settings.storage_url)
         first_values = self.baseline_values()
         probe_spec = self.spec_for(0, first_values or {**self.space.defaults(), **self.pins.params}, [])

@@ -44,6 +44,8 @@ class RunSettings:
     predict_oom: bool = True
     """Skip configs that dominate a known OOM in every memory-increasing parameter."""
     extra_env: dict[str, str] = field(default_factory=dict)
+    sampler: str = "tpe"
+    """``tpe`` (learns from every trial, failures included) or ``random`` (the benchmarks' yardstick)."""
 
     @property
     def storage_url(self) -> str:
