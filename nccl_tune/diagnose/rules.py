@@ -114,7 +114,7 @@ RULES: tuple[Rule, ...] = (
     # --- CUDA errors other than OOM ---------------------------------------------------------
     Rule("cuda_ecc", F.CUDA_ERROR, Kind.ROOT, ("ECC error", "uncorrectable ECC"), None, "ecc"),
     Rule("cuda_device_assert", F.CUDA_ERROR, Kind.ROOT, ("device-side assert", "Assertion `"),
-         _rx(r"(?P<kernel>\w+): block: \[[^\]]*\], thread: \[[^\]]*\] Assertion `(?P<cond>[^`]+)` failed"
+         _rx(r"(?P<kernel>[\w:()<>]+): block: \[[^\]]*\], thread: \[[^\]]*\] Assertion `(?P<cond>[^`]+)` failed"
              r"|device-side assert"),
          "device_assert"),
     Rule("cuda_illegal_access", F.CUDA_ERROR, Kind.ROOT,

@@ -1,0 +1,144 @@
+"""The rule table: each message format of the programs involved maps to its rule, the prefilter
+lets every one of them through, and line cleaning reads ranks and pids the way the programs print them."""
+
+from __future__ import annotations
+
+import pytest
+
+from nccl_tune.diagnose import text as T
+from nccl_tune.diagnose.advice import AdviceContext, advise
+from nccl_tune.diagnose.rules import PREFILTER_KEYS, RULES, prefilter, template
+from nccl_tune.failure import FailureClass as F
+
+# one line in each program's own format per rule (values changed, wording kept)
+EXAMPLES = {
+    "hydra_unknown_key": "Could not override 'trainer.mikro_train_batch_size_per_gpu'.",
+    "hydra_not_in_struct": "Key 'mikro' is not in struct",
+    "hydra_bad_override": "Error merging override trainer.epochs=three",
+    "config_validation": "omegaconf.errors.ValidationError: Value 'abc' of type 'str' could not be converted to Integer",
+    "config_assertion": "AssertionError: train_batch_size 256 should be divisible by policy_mini_batch_size 96",
+    "argparse_error": "train.py: error: unrecognized arguments: --lr=3",
+    "command_not_found": "run.sh: line 4: uvx: command not found",
+    "ray_memory_monitor": "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
+    "kernel_oom_killer": "[812345.678] Out of memory: Killed process 40118 (python) total-vm:812345kB",
+    "host_alloc_failed": "RuntimeError: [enforce fail at alloc_cpu.cpp:117] DefaultCPUAllocator: can't allocate memory: you tried to allocate 8589934592 bytes. Error code 12 (Cannot allocate memory)",
+    "vllm_kv_budget": "ValueError: To serve at least one request with the models's max seq len (32768), (4.00 GiB KV cache is needed, which is larger than the available KV cache memory (2.50 GiB).",
+    "vllm_free_memory": "ValueError: Free memory on device (13.91/79.33 GiB) on startup is less than desired GPU memory utilization (0.95, 75.36 GiB).",
+    "cuda_oom": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total capacity of 79.19 GiB",
+    "cuda_ecc": "RuntimeError: CUDA error: uncorrectable ECC error encountered",
+    "cuda_device_assert": "/pytorch/aten/src/ATen/native/cuda/IndexKernel.cu:93: operator(): block: [0,0,0], thread: [5,0,0] Assertion `-sizes[i] <= index && index < sizes[i] && \"index out of bounds\"` failed.",
+    "cuda_illegal_access": "RuntimeError: CUDA error: an illegal memory access was encountered",
+    "gpu_lost": "[123.4] NVRM: Xid (PCI:0000:1b:00): 79, pid=0, GPU has fallen off the bus.",
+    "nccl_unhandled_cuda": "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:317, unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5",
+    "cuda_error": "RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasGemmEx( handle, opa, opb, m, n, k, &falpha, a, CUDA_R_16BF, lda, b, CUDA_R_16BF, ldb, &fbeta, c, CUDA_R_16BF, ldc, CUDA_R_32F, CUBLAS_GEMM_DEFAULT_TENSOR_OP)`",
+    "nccl_bad_env_value": 'node:1:1 [0] graph/tuning.cc:109 NCCL WARN Unrecognized element token "ring2" when parsing "ring2"',
+    "nccl_remote": "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.",
+    "nccl_error": "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3",
+    "port_in_use": "[W socket.cpp:436] [c10d] The server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use).",
+    "rendezvous_timeout": "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError",
+    "ray_connect": "ConnectionError: Could not find any running Ray instance. Please specify the one to connect to by setting `--address` flag",
+    "c10d_connect_retry": "[W socket.cpp:663] [c10d] The client socket has failed to connect to [node-01]:29500 (errno: 111 - Connection refused).",
+    "collective_fingerprint_mismatch": "RuntimeError: Detected mismatch between collectives on ranks. Rank 0 is running collective: CollectiveFingerPrint(SequenceNumber=9, OpType=ALLREDUCE), but Rank 1 is running collective: CollectiveFingerPrint(SequenceNumber=9, OpType=BROADCAST).",
+    "nccl_watchdog_timeout": "[Rank 3] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=19962, OpType=_ALLGATHER_BASE, NumelIn=68125120, NumelOut=545000960, Timeout(ms)=600000) ran for 600012 milliseconds before timing out.",
+    "gloo_timeout": "RuntimeError: [../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:81] Timed out waiting 1800000ms for recv operation to complete",
+    "monitored_barrier": "RuntimeError: [Rank 0]: Ranks 1, 3 failed to pass monitoredBarrier in 30000 ms",
+    "watchdog_check_timeout_frame": "frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional<std::chrono::duration<long, std::ratio<1l, 1000l> > >) + 0x1f2 (0x7f1 in libtorch_cuda.so)",
+    "heartbeat_monitor": "[rank2]:[E1021 10:11:12.000 ProcessGroupNCCL.cpp:1423] [PG ID 0 PG GUID 0(default_pg) Rank 2] Heartbeat monitor timed out! Process will be terminated after dumping debug info. workMetaList_.size()=1",
+    "some_nccl_ops_failed": "[Rank 0] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data.",
+    "gloo_pair_closed": "RuntimeError: Application timeout caused pair closure",
+    "torchrun_child_failed": "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 1 (pid: 40118) of binary: /usr/bin/python",
+    "signal_received": "  traceback : Signal 9 (SIGKILL) received by PID 40118",
+    "segfault": "Fatal Python error: Segmentation fault",
+    "killed": "Killed",
+    "ray_kill": "The actor is dead because it was killed by `ray.kill`.",
+    "ray_actor_died": "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.",
+    "nccl_abort_teardown": "terminate called after throwing an instance of 'c10::DistBackendError'",
+    "nccl_warn": "node:112:201 [0] include/shm.h:48 NCCL WARN Error while creating shared memory segment nccl-shm-recv-1 (size 8392704)",
+    "loguru_error": "2026-03-02 10:11:12.345 | ERROR    | skyrl_train.generators:generate:88 - request failed, retrying",
+    "exception": "KeyError: 'prompt'",
+}
+
+
+def first_rule(line: str) -> str | None:
+    msg = T.message(T.clean(line))
+    for rule in RULES:
+        if rule.exclude and any(x in msg for x in rule.exclude):
+            continue
+        if any(k in msg for k in rule.keys) and (rule.pattern is None or rule.pattern.search(msg)):
+            return rule.name
+    return None
+
+
+def test_every_rule_has_an_example() -> None:
+    assert set(EXAMPLES) == {r.name for r in RULES}
+
+
+@pytest.mark.parametrize("name", sorted(EXAMPLES))
+def test_example_line_matches_its_rule_and_passes_the_prefilter(name: str) -> None:
+    line = EXAMPLES[name]
+    assert prefilter(line), f"the prefilter must let {name}'s line through"
+    assert first_rule(line) == name
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "(FSDPPolicyWorkerBase pid=959049) 2026-03-02 10:11:12.345 | INFO     | skyrl_train.workers:ppo_train:88 - loss: 0.0312",
+        "gpu-node-01:4000:4000 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read",
+        " iteration      407/  300000 | consumed samples:       208384 | lm loss: 2.611094E+00 |",
+        "Generating:  58%|██████████▉        | 187/320 [06:41<04:45,  2.15s/it]",
+    ],
+)
+def test_ordinary_lines_match_no_rule(line: str) -> None:
+    assert first_rule(line) is None
+
+
+def test_prefilter_keys_hold_no_digits_so_templates_can_be_cached() -> None:
+    assert not any(ch.isdigit() or ch == "#" for k in PREFILTER_KEYS for ch in k)
+    a, b = "step 12 loss 0.0312 CUDA out of memory", "step 13 loss 0.1187 CUDA out of memory"
+    assert template(a) == template(b) and prefilter(a) == prefilter(b) is True
+
+
+@pytest.mark.parametrize(
+    ("raw", "clean", "rank", "pid"),
+    [
+        ("\x1b[36m(FSDPPolicyWorkerBase pid=959049)\x1b[0m [rank3]: boom\n", "(FSDPPolicyWorkerBase pid=959049) [rank3]: boom", 3, 959049),
+        ("[36m(FSDPPolicyWorkerBase pid=1402277)[0m frame #1: x\n", "(FSDPPolicyWorkerBase pid=1402277) frame #1: x", None, 1402277),
+        ("[rank5]:[E1021 ProcessGroupNCCL.cpp:632] [PG ID 0 PG GUID 0(default_pg) Rank 5] Watchdog", None, 5, None),
+        ("[E ProcessGroupNCCL.cpp:737] [Rank 2] Watchdog caught", None, 2, None),
+        ("DTensorPolicyWorkerV2[rank=6]: offload done", None, 6, None),
+        ("(raylet) node_manager.cc:3069: killed [repeated 3x across cluster]\n", "(raylet) node_manager.cc:3069: killed", None, None),
+        ("bar 10%\rbar 20%\rRuntimeError: x\r\n", "RuntimeError: x", None, None),
+    ],
+)
+def test_line_cleaning_ranks_and_pids(raw: str, clean: str | None, rank: int | None, pid: int | None) -> None:
+    cleaned = T.clean(raw)
+    if clean is not None:
+        assert cleaned == clean
+    assert T.rank_of(cleaned) == rank
+    assert T.ray_pid(cleaned) == pid
+
+
+@pytest.mark.parametrize(
+    ("phase", "words"),
+    [
+        ("policy_train", ["trainer.micro_train_batch_size_per_gpu", "trainer.policy.fsdp_config.cpu_offload=true"]),
+        ("critic_train", ["trainer.critic.fsdp_config.cpu_offload=true"]),
+        ("fwd_logprobs_values_reward", ["trainer.micro_forward_batch_size_per_gpu", "trainer.ref.fsdp_config.cpu_offload=true"]),
+        ("generate", ["generator.max_num_seqs"]),
+        ("sync_weights", ["generator.gpu_memory_utilization", "syncing weights"]),
+        ("save_checkpoints", ["trainer.ckpt_interval"]),
+        (None, ["micro-batch sizes"]),
+    ],
+)
+def test_oom_advice_follows_the_phase(phase: str | None, words: list[str]) -> None:
+    text = advise(AdviceContext(F.OOM, subtype="cuda_oom", phase=phase))
+    for w in words:
+        assert w in text
+
+
+def test_every_class_has_advice() -> None:
+    for cls in F:
+        text = advise(AdviceContext(cls))
+        assert (text == "") == (cls is F.OK)
+        assert "\n" not in text
