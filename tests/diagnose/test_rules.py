@@ -142,3 +142,36 @@ def test_every_class_has_advice() -> None:
         text = advise(AdviceContext(cls))
         assert (text == "") == (cls is F.OK)
         assert "\n" not in text
+
+
+@pytest.mark.parametrize(
+    ("line", "op", "seq"),
+    [
+        # torch 1.x, before sequence numbers were printed
+        ("[E ProcessGroupNCCL.cpp:566] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(OpType=ALLREDUCE, "
+         "Timeout(ms)=1800000) ran for 1806427 milliseconds before timing out.", "ALLREDUCE", None),
+        # torch 1.x blocking wait
+        ("[E ProcessGroupNCCL.cpp:587] [Rank 0] Caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, "
+         "Timeout(ms)=60000) ran for 60105 milliseconds before timing out.", "ALLREDUCE", 1),
+        # torch 2.2-2.3: [PG n Rank r]
+        ("[rank4]:[E ProcessGroupNCCL.cpp:523] [PG 0 Rank 4] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=88, "
+         "OpType=_ALLGATHER_BASE, NumelIn=1024, NumelOut=8192, Timeout(ms)=600000) ran for 600054 milliseconds before timing out.",
+         "_ALLGATHER_BASE", 88),
+        # torch 2.4+: [PG ID n PG GUID g(desc) Rank r]
+        ("[rank3]:[E1021 10:11:12.345678 ProcessGroupNCCL.cpp:632] [PG ID 0 PG GUID 0(default_pg) Rank 3] Watchdog caught "
+         "collective operation timeout: WorkNCCL(SeqNum=19962, OpType=_ALLGATHER_BASE, NumelIn=68125120, NumelOut=545000960, "
+         "Timeout(ms)=600000) ran for 600012 milliseconds before timing out.", "_ALLGATHER_BASE", 19962),
+        # blocking wait in torch 2.x
+        ("[rank0]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 0] Work WorkNCCL(SeqNum=7, OpType=BROADCAST, NumelIn=12, "
+         "NumelOut=12, Timeout(ms)=60000) timed out in blocking wait (TORCH_NCCL_BLOCKING_WAIT=1).", "BROADCAST", 7),
+    ],
+)
+def test_watchdog_lines_across_pytorch_versions(line: str, op: str, seq: int | None) -> None:
+    from nccl_tune.diagnose.classify import classify_log
+
+    assert first_rule(line) == "nccl_watchdog_timeout"
+    v = classify_log([line + "\n"], signal_name="SIGABRT")
+    assert v.failure_class is F.COLLECTIVE_TIMEOUT
+    assert f"in {op}" in v.advice
+    assert (f"(SeqNum {seq})" in v.advice) == (seq is not None)
+    assert str(v.evidence[0]).startswith("1: ")
