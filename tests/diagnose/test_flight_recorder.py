@@ -133,3 +133,44 @@ def test_diagnose_a_trial_folder_and_a_folder_of_dumps(gloo_runs: dict[str, Gloo
     assert d_dumps.verdict.evidence[0].source == "flight-recorder"
     j = d_dumps.to_json()
     assert j["flight_recorder"]["culprit_rank"] == 1 and j["class"] == "collective_timeout"
+
+
+def _nccl_shaped_dumps(folder: Path, template: dict, world: int, behind: int, seq: int) -> list[Path]:
+    """Per-rank dumps in the NCCL layout (``nccl:`` names, started/completed states, full
+    ``pg_config``), built on the entry schema of a real dump: every rank enters ``seq`` in
+    ``_all_gather_base`` except ``behind``, which is one collective short."""
+    base = template["entries"][0]
+    paths = []
+    for rank in range(world):
+        last = seq - 1 if rank == behind else seq
+        entries = []
+        for i, s in enumerate(range(seq - 5, last + 1)):
+            e = dict(base)
+            e.update(record_id=i, collective_seq_id=s, op_id=s, profiling_name="nccl:_all_gather_base",
+                     process_group=("0", "default_pg"), input_sizes=[[1024]], output_sizes=[[1024 * world]],
+                     state="completed" if s < seq else "started", retired=s < seq, timeout_ms=600000,
+                     input_dtypes=["BFloat16"], output_dtypes=["BFloat16"])
+            entries.append(e)
+        dump = {
+            "version": template["version"],
+            "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": str(list(range(world)))}},
+            "pg_status": {"0": {"last_enqueued_collective": last, "last_started_collective": last,
+                                "last_completed_collective": seq - 1}},
+            "entries": entries,
+        }
+        path = folder / f"nccl_trace_rank_{rank}"
+        path.write_bytes(pickle.dumps(dump))
+        paths.append(path)
+    return paths
+
+
+def test_nccl_layout_dumps_of_eight_ranks(tmp_path: Path, gloo_runs: dict[str, GlooRun]) -> None:
+    template = load_dump(gloo_runs["stall"].dumps[0])
+    dumps = _nccl_shaped_dumps(tmp_path, template, world=8, behind=5, seq=19962)
+    full = analyse_dumps(dumps)
+    assert full.analysis == "library" and full.culprit_rank == 5
+    assert (full.op, full.seq, full.backend) == ("_all_gather_base", 19962, "nccl")
+    assert "missing ranks: {5}" in full.library_verdict
+    partial = analyse_dumps([p for p in dumps if rank_from_name(p) != 2])
+    assert partial.analysis == "partial" and partial.ranks_missing == (2,)
+    assert partial.culprit_rank == 5 and "no dump from rank(s) 2" in partial.note
