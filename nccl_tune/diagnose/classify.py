@@ -32,6 +32,7 @@ from nccl_tune.diagnose import text as T
 from nccl_tune.diagnose.advice import AdviceContext, advise
 from nccl_tune.diagnose.flight_recorder import FlightRecorderSummary, analyse_dumps
 from nccl_tune.diagnose.rules import RULES, Kind, Rule, prefilter, template
+from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import OK_VERDICT, Evidence, FailureClass, Verdict
 
 HOST_OOM_PEAK_FRAC = 0.90
@@ -738,14 +739,18 @@ def classify_file(
     source: str = "",
     host_mem_peak_frac: float | None = None,
 ) -> Verdict:
-    """``classify_log`` over a file, read as a stream (undecodable bytes replaced)."""
+    """``classify_log`` over a file, read as a stream (undecodable bytes replaced); raises
+    ``NcclTuneError`` naming the file when it cannot be read."""
     path = Path(path)
-    with open(path, encoding="utf-8", errors="replace", buffering=1 << 20) as fh:
-        return classify_log(
-            fh,
-            exit_code=exit_code,
-            signal_name=signal_name,
-            fr_dumps=fr_dumps,
-            source=source or path.name,
-            host_mem_peak_frac=host_mem_peak_frac,
-        )
+    try:
+        with open(path, encoding="utf-8", errors="replace", buffering=1 << 20) as fh:
+            return classify_log(
+                fh,
+                exit_code=exit_code,
+                signal_name=signal_name,
+                fr_dumps=fr_dumps,
+                source=source or path.name,
+                host_mem_peak_frac=host_mem_peak_frac,
+            )
+    except OSError as exc:
+        raise NcclTuneError(f"cannot read the log {path}: {exc.strerror or exc}") from exc

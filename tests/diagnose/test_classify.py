@@ -497,3 +497,10 @@ def test_classify_file_replaces_undecodable_bytes(tmp_path: Path) -> None:
     v = classify_file(log, exit_code=1)
     assert (v.failure_class, v.rank) == (F.OOM, 1)
     assert v.evidence[0].source == "output.log" and v.evidence[0].line_no == 5
+
+
+def test_classify_file_on_a_missing_file_is_a_one_line_error(tmp_path: Path) -> None:
+    from nccl_tune.errors import NcclTuneError
+
+    with pytest.raises(NcclTuneError, match="cannot read the log .*nope.log: No such file"):
+        classify_file(tmp_path / "nope.log")
