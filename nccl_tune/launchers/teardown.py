@@ -184,6 +184,7 @@ def terminate(
         for proc in more_marked:
             if proc.pid not in tracked and proc.pid not in more_group_pids:
                 escaped[proc.pid] = proc
+        group_pids.update(more_group_pids)
         tracked.update({p.pid: p for p in fresh})
         _signal(fresh, sig)
 
@@ -204,7 +205,8 @@ def terminate(
         time.sleep(POLL_S)
 
     stubborn = [p for p in tracked.values() if not is_gone(p)]
-    _killpg(pgid, signal.SIGKILL)
+    if any(p.pid in group_pids for p in stubborn):  # the group still exists: its id cannot be another's
+        _killpg(pgid, signal.SIGKILL)
     _signal(stubborn, signal.SIGKILL)
     refresh(signal.SIGKILL)
     kill_deadline = time.monotonic() + KILL_WAIT_S
