@@ -102,6 +102,8 @@ class _Event:
     weight_sync_context: bool = False
     pid: int | None = None
     """The Ray worker or NCCL process that printed the line (its rank may be learnt later in the log)."""
+    steps_done: int = 0
+    """Training steps finished when the line was printed."""
 
     @property
     def kind(self) -> Kind:
@@ -372,6 +374,7 @@ class LogClassifier:
             before_first_step=ph.steps_started == 0,
             after_training=ph.after_training,
             pid=pid,
+            steps_done=ph.steps_finished,
         )
         if rule.failure_class is FailureClass.OOM:
             recent = "".join(self._tail)
@@ -581,12 +584,17 @@ class _Decision:
             flight_recorder=self.fr,
         )
 
-    def _nccl_warn_before(self, order: int) -> _Event | None:
+    def _nccl_warn_before(self, failure: _Event) -> _Event | None:
+        """An NCCL ``WARN`` error printed before ``failure`` with no training step finished in
+        between (a warning the run then trained through was not fatal)."""
         for e in self.events:
-            if e.order >= order:
+            if e.order >= failure.order:
                 return None
-            if e.rule.name == "nccl_warn" and any(c in e.text for c in _NCCL_WARN_CAUSES) and not any(
-                b in e.text for b in _NCCL_WARN_BENIGN
+            if (
+                e.rule.name == "nccl_warn"
+                and e.steps_done == failure.steps_done
+                and any(c in e.text for c in _NCCL_WARN_CAUSES)
+                and not any(b in e.text for b in _NCCL_WARN_BENIGN)
             ):
                 return e
         return None
@@ -597,7 +605,7 @@ class _Decision:
             # the rank that failed is the one the others waited for in the Flight Recorder
             root.rank = self.fr_summary.culprit_rank
         if cls is FailureClass.NCCL_ERROR or cls is FailureClass.CUDA_ERROR and root.rule.subtype == "nccl_cuda":
-            warn = self._nccl_warn_before(root.order)
+            warn = self._nccl_warn_before(root)
             if warn is not None:
                 sub = warn.details.get("subtype") or root.details.get("subtype") or root.rule.subtype
                 ev = self._evidence(warn, [root])
@@ -610,7 +618,7 @@ class _Decision:
 
     def _timeout(self, timeouts: list[_Event]) -> Verdict:
         first = timeouts[0]
-        warn = self._nccl_warn_before(first.order)
+        warn = self._nccl_warn_before(first)
         if warn is not None:
             sub = warn.details.get("subtype") or "nccl"
             return self._make(FailureClass.NCCL_ERROR, warn, self._evidence(warn, timeouts[:2]), subtype=sub)

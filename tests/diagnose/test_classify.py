@@ -184,6 +184,14 @@ def test_nccl_warn_before_a_timeout_names_the_cause() -> None:
     assert "NCCL WARN" in v.evidence[0].text
 
 
+def test_an_nccl_warn_the_run_trained_through_does_not_explain_a_later_timeout() -> None:
+    warn = ("gpu-node-01:4003:4190 [3] transport/net_ib.cc:1696 NCCL WARN NET/IB : Call to ibv_modify_qp failed "
+            "with error Connection timed out, retrying\n")
+    lines = [warn] + step_prefix(2) + [watchdog(3, 900), watchdog(5, 900)]
+    v = classify_log(lines)
+    assert v.failure_class is F.COLLECTIVE_TIMEOUT
+
+
 def test_invalid_nccl_env_value_is_an_nccl_error_naming_the_value() -> None:
     lines = [
         'gpu-node-01:4000:4000 [0] graph/tuning.cc:109 NCCL WARN Unrecognized element token "Simpel" when parsing "LL,Simpel"\n',
