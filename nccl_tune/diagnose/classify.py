@@ -353,7 +353,7 @@ class LogClassifier:
         limit = TIMEOUT_EVENTS_KEPT if rule.kind is Kind.TIMEOUT else EVENTS_PER_RULE
         if count >= limit:
             return None
-        pid = T.ray_pid(text) or T.nccl_pid(msg)
+        pid = T.ray_pid(text) or T.nccl_pid(msg) or T.task_pid(msg)
         if rank is None:
             rank = self._event_rank(rule, text, msg, m, pid)
         if rank is not None:

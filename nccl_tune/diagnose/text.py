@@ -62,6 +62,15 @@ def ray_pid(text: str) -> int | None:
     return None
 
 
+_TASK_PID = re.compile(r"\bray::[\w.]+\(\) \(pid=(?P<pid>\d+)")
+
+
+def task_pid(text: str) -> int | None:
+    """The worker pid in Ray's re-raised task error: ``RayTaskError(...): ray::Worker.method() (pid=N, ...)``."""
+    m = _TASK_PID.search(text) if "ray::" in text else None
+    return int(m.group("pid")) if m else None
+
+
 def nccl_pid(text: str) -> int | None:
     """The pid in NCCL's ``host:pid:tid [dev] NCCL`` prefix, if the line has one."""
     m = _NCCL_PREFIX.match(text)

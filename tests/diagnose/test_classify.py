@@ -373,6 +373,18 @@ def test_ansi_ray_prefixes_and_pid_to_rank_mapping() -> None:
     assert "\x1b" not in v.evidence[0].text and v.evidence[0].text.startswith("(FSDPPolicyWorkerBase pid=959049)")
 
 
+def test_ray_task_error_in_the_driver_names_the_worker_by_pid() -> None:
+    lines = step_prefix() + [
+        "\x1b[36m(FSDPPolicyWorkerBase pid=959052)\x1b[0m [rank6]: entering policy_train\n",
+        "Traceback (most recent call last):\n",
+        "ray.exceptions.RayTaskError(OutOfMemoryError): \x1b[36mray::FSDPPolicyWorkerBase.ppo_train()\x1b[39m (pid=959052, "
+        "ip=10.0.0.5, actor_id=a9d94000c222b11d71158e2a01000000, repr=<skyrl_train.workers.fsdp.fsdp_worker."
+        "FSDPPolicyWorkerBase object at 0x7f1>)\n",
+    ]
+    v = classify_log(lines, exit_code=1)
+    assert (v.failure_class, v.rank, v.phase) == (F.OOM, 6, "policy_train")
+
+
 def test_tqdm_bars_and_ray_repeat_suffixes() -> None:
     lines = [tqdm("Generating", i, 320) for i in range(0, 320, 16)] + [
         tqdm("Generating", 320, 320) + "\n",
