@@ -143,19 +143,25 @@ class LocalLauncher(Launcher):
     # -- one trial ------------------------------------------------------------------------------
 
     def run(self, spec: TrialSpec, observer: TrialObserver | None = None) -> TrialResult:
-        """Run ``spec`` to its end, tear it down, classify it; never raises once started except
-        to re-raise an exception raised inside it (see the module docstring)."""
+        """Run ``spec`` to its end, tear it down, classify it. Raises ``NcclTuneError`` only
+        before anything started (the trial folder cannot be written); once the command runs it
+        never raises, except to re-raise an exception raised inside it (see the module docstring)."""
         observer = observer or TrialObserver()
         self._study = spec.study
         if self.gpu_gate.baseline_gib is None:
             self.gpu_gate.take_baseline()
         trial_dir = spec.trial_dir
-        trial_dir.mkdir(parents=True, exist_ok=True)
         log_path = trial_dir / LOG_FILE
-        log_path.write_bytes(b"")
-        overlay = fr_env(spec.env, trial_dir)
-        clear_dumps(fr_prefix(spec.env, trial_dir))
-        write_spec(spec, overlay)
+        try:
+            trial_dir.mkdir(parents=True, exist_ok=True)
+            log_path.write_bytes(b"")
+            overlay = fr_env(spec.env, trial_dir)
+            clear_dumps(fr_prefix(spec.env, trial_dir))
+            write_spec(spec, overlay)
+        except OSError as exc:  # nothing started yet: the study cannot record trials at all
+            raise NcclTuneError(
+                f"cannot write the trial folder {trial_dir} ({exc.strerror or exc}): choose another --results folder"
+            ) from None
         env = build_env(overlay, spec.marker)
         t0 = time.monotonic()
         try:

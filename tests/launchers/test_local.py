@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import psutil
@@ -258,3 +259,11 @@ def test_the_gate_stays_shut_while_a_process_of_the_study_lives(make_spec, study
         if leftover.poll() is None:
             leftover.kill()
             leftover.wait()
+
+
+def test_an_unwritable_trial_folder_is_one_clear_error(make_spec, tmp_path: Path) -> None:
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where the results folder should be")
+    spec = replace(make_spec("--steps", "3"), trial_dir=blocker / "trial-0")
+    with pytest.raises(NcclTuneError, match=r"cannot write the trial folder .*not-a-dir/trial-0 .*choose another --results"):
+        LocalLauncher().run(spec)
