@@ -178,9 +178,10 @@ def _timeout(ctx: AdviceContext) -> str:
         head = ("The watchdog itself hung (heartbeat monitor): a CUDA/NCCL call never returned, usually a rank stuck "
                 "in a collective")
     else:
-        head = f"Ranks waited{where} until the timeout: a rank is behind or hung, not a slow network"
+        head = (f"Ranks waited{where} until the timeout with no error before it: a hang (a rank behind or stuck, not a "
+                "slow network); the Flight Recorder says which rank (`nccl-tune diagnose <trial folder>`)")
         if not ctx.fr:
-            head += f"; set {FR_ENV_HINT} to see which rank"
+            head += f", with {FR_ENV_HINT} set"
     if ctx.phase:
         head += f" (phase {ctx.phase})"
     return head + "; lower SKYRL_WORKER_NCCL_TIMEOUT_IN_S to fail faster instead of raising it"
