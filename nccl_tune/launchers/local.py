@@ -284,6 +284,7 @@ class LocalLauncher(Launcher):
             fr_dumps=dumps,
             host_mem_peak_frac=sampler.host_peak_frac,
             rules_hint=f"step_end={spec.progress.step_end!r}",
+            training_done=state.training_done,
         )
         verdict = self._verdict(ending)
         notes = []

@@ -4,7 +4,8 @@ The rules (the log classifier is ``nccl_tune.diagnose.classify``):
 
 - measured: ``ok``;
 - exited 0 after every step: ``ok``; exited 0 too early: the log's verdict if it finds a failure,
-  else ``crash`` ("exited after N of M steps");
+  ``config_error`` when the command said training was done (its data ran out of batches), else
+  ``crash`` ("exited after N of M steps");
 - exited non-zero or by a signal: the log's verdict (exit 126/127, "command not found", with no
   better cause: ``config_error``);
 - stall or start-up deadline: a root cause found in the log wins (an OOM that left the other
@@ -59,6 +60,8 @@ class Ending:
     host_mem_peak_frac: float | None = None
     rules_hint: str = ""
     """The step rule, named in the advice when no step line was ever seen."""
+    training_done: bool = False
+    """The command printed its end-of-training line (``ProgressRules.training_done``)."""
 
 
 def classify_with_diagnose(path: Path, **kwargs: object) -> Verdict:
@@ -150,6 +153,14 @@ def _exited(end: Ending, found: Verdict) -> Verdict:
         if found.failure_class is not FailureClass.OK:
             return found
         detail = f"exited with code 0 after {end.steps_done} of {end.total_steps} steps"
+        if end.training_done:
+            return Verdict(
+                FailureClass.CONFIG_ERROR,
+                evidence=(_own(f"training finished by itself after {end.steps_done} of {end.total_steps} steps"),)
+                + _tail(end.summary, 3),
+                advice="with these values the run has fewer steps than a trial measures (e.g. a train batch larger "
+                "than the prompts the data keeps): lower the batch size or --steps",
+            )
         if end.steps_done == 0 and end.rules_hint:
             advice = f"no step line was recognised: check the search space's progress rules ({end.rules_hint})"
         else:

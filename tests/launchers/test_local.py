@@ -145,9 +145,17 @@ def test_the_trial_budget(make_spec) -> None:
 
 
 def test_an_early_exit_with_code_zero_is_a_crash(make_spec) -> None:
-    result = LocalLauncher().run(make_spec("--steps", "1", "--step-s", "0.1"))
+    result = LocalLauncher().run(make_spec("--steps", "1", "--step-s", "0.1", "--no-done"))
     assert result.status is FailureClass.CRASH and result.exit_code == 0
     assert "exited with code 0 after 1 of 3 steps" in str(result.verdict.evidence[0])
+
+
+def test_training_that_ends_by_itself_before_the_measured_steps_is_a_config_error(make_spec) -> None:
+    """skyrl_train with a train batch larger than the data: 'Training done!' after fewer steps."""
+    result = LocalLauncher().run(make_spec("--steps", "1", "--step-s", "0.1"))
+    assert result.status is FailureClass.CONFIG_ERROR and result.exit_code == 0
+    assert "training finished by itself after 1 of 3 steps" in str(result.verdict.evidence[0])
+    assert "batch" in result.verdict.advice
 
 
 def test_an_exit_code_goes_through_the_classifier(make_spec) -> None:
