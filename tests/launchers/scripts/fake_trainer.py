@@ -36,8 +36,11 @@ def line(msg: str, args: argparse.Namespace, prefix: str = "skyrl_entrypoint") -
 
 DETACHED = r"""
 import os, signal, sys, time
+try:  # print before ignoring SIGTERM: the parent returns once SIGTERM is ignored, and its reader may be gone
+    print(f"detached child {os.getpid()} ignores SIGTERM", flush=True)
+except OSError:
+    pass
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
-print(f"detached child {os.getpid()} ignores SIGTERM", flush=True)
 while True:
     time.sleep(0.2)
 """
