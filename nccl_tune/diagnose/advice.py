@@ -214,6 +214,19 @@ def _nccl(ctx: AdviceContext) -> str:
             f"An NCCL environment value is invalid{shown}: NCCL_ALGO takes Ring,Tree,CollnetDirect,CollnetChain,NVLS,"
             "NVLSTree,PAT and NCCL_PROTO takes LL,LL128,Simple; fix or unset it (`nccl-tune doctor` checks them)"
         )
+    if ctx.subtype == "no_algorithm":
+        fn = d.get("function") or "a collective"
+        forced = ", ".join(f"{k}={v}" for k, v in (("NCCL_ALGO", d.get("algo")), ("NCCL_PROTO", d.get("proto"))) if v)
+        shown = f" ({forced})" if forced else ""
+        return (
+            f"NCCL has no algorithm/protocol left for {fn} under the forced choice{shown}: force it only where it "
+            "applies with NCCL's per-collective syntax (e.g. NCCL_ALGO=\"allreduce:Tree\") or unset the variable"
+        )
+    if ctx.subtype == "invalid_usage":
+        return (
+            "NCCL reported invalid usage: rerun with NCCL_DEBUG=WARN to see the call it refused; a forced NCCL_ALGO or "
+            "NCCL_PROTO that a collective cannot use, or mismatched tensors across ranks, are the usual causes"
+        )
     if ctx.subtype == "remote":
         return (
             "A peer process exited or the network dropped (NCCL remote error / connection reset): find the first error on "

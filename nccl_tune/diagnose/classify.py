@@ -451,8 +451,8 @@ def _details_for(rule: Rule, msg: str, det: dict[str, Any]) -> None:
         low = msg.lower()
         if "system error" in low:
             det["subtype"] = "system"
-        elif "invalid" in low:
-            det["subtype"] = "invalid_env"
+        elif "invalid usage" in low or "ncclinvalidusage" in low:
+            det["subtype"] = "invalid_usage"
     elif rule.name in ("torchrun_child_failed",) and "exit_code" in det:
         det["exit_code"] = int(det["exit_code"])
         det["signal"] = signal_from_exit(det["exit_code"])

@@ -137,6 +137,10 @@ RULES: tuple[Rule, ...] = (
          ("Unrecognized element token", "Unrecognized prefix token", "All entries except the first must have a prefix"),
          _rx(r"Unrecognized (?:element|prefix) token \"(?P<token>[^\"]*)\" when parsing \"(?P<value>[^\"]*)\"|must have a prefix"),
          "invalid_env"),
+    Rule("nccl_no_algorithm", F.NCCL_ERROR, Kind.ROOT, ("No algorithm/protocol available",),
+         _rx(r"No algorithm/protocol available for function (?P<function>\w+)"
+             r"(?:.*?NCCL_ALGO was set to (?P<algo>[^.]*)\.)?(?:.*?NCCL_PROTO was set to (?P<proto>[^.]*)\.)?"),
+         "no_algorithm"),
     Rule("nccl_remote", F.NCCL_ERROR, Kind.ROOT,
          ("remote process exited", "ncclRemoteError", "NET/IB : Got completion", "IBV_WC_"),
          None, "remote"),

@@ -524,3 +524,19 @@ def test_classify_file_on_a_missing_file_is_a_one_line_error(tmp_path: Path) -> 
 
     with pytest.raises(NcclTuneError, match="cannot read the log .*nope.log: No such file"):
         classify_file(tmp_path / "nope.log")
+
+
+def test_a_forced_algorithm_without_an_implementation_is_named_with_the_per_collective_fix() -> None:
+    lines = [
+        "(FSDPPolicyWorkerBase pid=11) node:11:20 [0] NCCL WARN No algorithm/protocol available for function Broadcast "
+        "with datatype ncclFloat32. NCCL_ALGO was set to Tree.",
+        "(FSDPPolicyWorkerBase pid=11) torch.distributed.DistBackendError: NCCL error in: "
+        "/pytorch/torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:3356, invalid usage (run with NCCL_DEBUG=WARN for "
+        "details), NCCL version 2.27.3",
+    ]
+    v = classify_log(lines, exit_code=1)
+    assert v.failure_class is F.NCCL_ERROR
+    assert v.evidence[0].line_no == 1
+    assert "Broadcast" in v.advice and "NCCL_ALGO=Tree" in v.advice and "allreduce:Tree" in v.advice
+    generic = classify_log(lines[1:], exit_code=1)
+    assert "invalid usage" in generic.advice and "NCCL_ALGO" in generic.advice

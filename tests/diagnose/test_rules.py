@@ -33,6 +33,7 @@ EXAMPLES = {
     "cuda_error": "RuntimeError: CUDA error: CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasGemmEx( handle, opa, opb, m, n, k, &falpha, a, CUDA_R_16BF, lda, b, CUDA_R_16BF, ldb, &fbeta, c, CUDA_R_16BF, ldc, CUDA_R_32F, CUBLAS_GEMM_DEFAULT_TENSOR_OP)`",
     "nccl_bad_env_value": 'node:1:1 [0] graph/tuning.cc:109 NCCL WARN Unrecognized element token "ring2" when parsing "ring2"',
     "nccl_remote": "ncclRemoteError: A call failed possibly due to a network error or a remote process exiting prematurely.",
+    "nccl_no_algorithm": "vm:18622:18639 [0] NCCL WARN No algorithm/protocol available for function Broadcast with datatype ncclFloat32. NCCL_ALGO was set to NVLS. NCCL_PROTO was set to LL.",
     "nccl_error": "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp:1970, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.19.3",
     "port_in_use": "[W socket.cpp:436] [c10d] The server socket has failed to bind to [::]:29500 (errno: 98 - Address already in use).",
     "rendezvous_timeout": "torch.distributed.elastic.rendezvous.api.RendezvousTimeoutError",
