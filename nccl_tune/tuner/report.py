@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from nccl_tune.failure import FailureClass
 from nccl_tune.search_spaces.loader import parse_space
 from nccl_tune.search_spaces.space import SearchSpace, format_value
 from nccl_tune.tuner import records as R
@@ -77,18 +78,27 @@ def summary_json(study: str, storage: str, recs: list[TrialRecord], winner: Cand
     }
 
 
-def failures_table(space: SearchSpace, recs: list[TrialRecord]) -> Table:
+def _failed(r: TrialRecord) -> bool:
+    """Launched and failed (a trial stopped for being slow, or interrupted, did not fail)."""
+    return (
+        r.outcome is Outcome.LAUNCHED
+        and r.result is not None
+        and r.status not in (FailureClass.OK, FailureClass.BUDGET, FailureClass.INTERRUPTED)
+    )
+
+
+def failures_table(space: SearchSpace, recs: list[TrialRecord], base: Candidate | None) -> Table:
     table = Table(title="failures")
-    for col in ("#", "class", "rank", "values", "evidence", "advice"):
+    for col in ("#", "class", "rank", "values (changes from the baseline)", "evidence", "advice"):
         table.add_column(col, overflow="fold")
     for r in recs:
-        if r.outcome is Outcome.LAUNCHED and r.result and not r.ok:
+        if _failed(r):
             v = r.result.verdict
             table.add_row(
                 str(r.number),
                 r.status.value if r.status else "?",
                 "-" if v.rank is None else str(v.rank),
-                escape(describe(space, r.values)),
+                escape(describe(space, r.values, base.values if base else None)),
                 escape(v.evidence[0].text[:200]) if v.evidence else "",
                 escape(v.advice),
             )
@@ -107,8 +117,11 @@ def plot(space: SearchSpace, recs: list[TrialRecord], out_dir: Path) -> list[Pat
     paths = []
     fig, ax = plt.subplots(figsize=(8, 4))
     ok = [r for r in launched if r.ok]
-    bad = [r for r in launched if not r.ok]
+    slow = [r for r in launched if r.status is FailureClass.BUDGET]
+    bad = [r for r in launched if _failed(r)]
     ax.scatter([r.number for r in ok], [r.throughput or 0 for r in ok], c="tab:green", label="ok")
+    if slow:
+        ax.scatter([r.number for r in slow], [0 for _ in slow], c="tab:orange", marker="v", label="stopped: too slow")
     ax.scatter([r.number for r in bad], [0 for _ in bad], c="tab:red", marker="x", label="failed")
     best = 0.0
     xs, ys = [], []
@@ -159,8 +172,8 @@ def report_study(storage_url: str, study_name: str | None, console: Console, *, 
     display = Display(console, space)
     console.print(f"[bold]study[/] {escape(study.study_name)}  [dim]{escape(storage_url)}[/]", highlight=False)
     display.summary(recs, winner, base)
-    if any(r.outcome is Outcome.LAUNCHED and r.result and not r.ok for r in recs):
-        console.print(failures_table(space, recs))
+    if any(_failed(r) for r in recs):
+        console.print(failures_table(space, recs, base))
     if winner is not None:
         changed = [
             f"{p.name}: {format_value(base.values.get(p.name) if base else p.default)} -> {format_value(winner.values[p.name])}"

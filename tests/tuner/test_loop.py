@@ -122,3 +122,20 @@ def test_a_crash_is_recorded_with_its_evidence_and_the_study_goes_on(workdir, ti
     assert len(launched) == 2 and proc.returncode == 2
     assert all(r["status"] not in ("ok", None) for r in launched)
     assert any("Segmentation fault" in " ".join(r["evidence"]) or r["status"] == "crash" for r in launched)
+
+
+def test_report_lists_failures_with_evidence_and_writes_plots(workdir, tiny_command):
+    tiny_run(workdir, tiny_command, "--confirm", "0", "--set", "trainer.micro=8", "--set", "trainer.offload=false",
+             trials=1, study="r")
+    tiny_run(workdir, tiny_command, "--confirm", "0", "--set", "trainer.micro=2", trials=1, study="r2")
+    proc = run_cli(["report", "--study", "r", "--json", "--plots", "plots"], cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    (row,) = [r for r in data["trials"] if r["outcome"] == "launched"]
+    assert row["status"] == "oom" and any("CUDA out of memory" in e for e in row["evidence"])
+    assert "micro_train_batch_size_per_gpu" in row["advice"] and data["best"] is None
+    assert all((workdir / p).stat().st_size > 0 for p in data["plots"])
+    text = run_cli(["report", "--study", "r"], cwd=workdir)
+    assert "failures" in text.stdout and "CUDA out of memory" in text.stdout and "no stable config" in text.stdout
+    several = run_cli(["report"], cwd=workdir)
+    assert several.returncode == 1 and "choose one with --study: r, r2" in several.stderr
