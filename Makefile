@@ -18,9 +18,13 @@ $(VENV)/.installed: $(BIN)/python pyproject.toml
 
 venv: $(VENV)/.installed
 
+# The demo tunes the synthetic twin of SkyRL's text-to-SQL run; running it again resumes the study.
+RESULTS     ?= results
+DEMO_TRIALS ?= 16
+
 demo: venv
-	$(BIN)/nccl-tune run --study demo --trials 16 --output results/demo-tuned.yaml \
-		-- bash examples/run_skyrl_sql_sim.sh
+	$(BIN)/nccl-tune run --study demo --results $(RESULTS) --trials $(DEMO_TRIALS) \
+		--output $(RESULTS)/demo-tuned.yaml -- bash examples/run_skyrl_sql_sim.sh
 
 test: venv
 	$(BIN)/python -m pytest -q tests
