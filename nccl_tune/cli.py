@@ -67,13 +67,15 @@ def run_cmd(
     from nccl_tune.tuner.settings import RunSettings, parse_duration
 
     try:
-        dur = {k: (parse_duration(v, f"--{k.replace('_s', '').replace('_', '-')}") if v is not None else None)
-               for k, v in (("budget_s", budget), ("stall_timeout_s", stall_timeout),
-                            ("startup_timeout_s", startup_timeout), ("trial_timeout_s", trial_timeout), ("grace_s", grace))}
+        given = {"--budget": budget, "--stall-timeout": stall_timeout, "--startup-timeout": startup_timeout,
+                 "--trial-timeout": trial_timeout, "--grace": grace}
+        secs = {opt: None if text is None else parse_duration(text, opt) for opt, text in given.items()}
         settings = RunSettings(
             command=tuple(command or ()), space=space, study=study, storage=storage, results=results,
             trials=trials, steps=steps, warmup_steps=warmup_steps, pins=tuple(parse_pin(p) for p in pin),
-            seed=seed, launcher=launcher, parallel=parallel, output=output, dry_run=dry_run, confirm=confirm, **dur,
+            seed=seed, launcher=launcher, parallel=parallel, output=output, dry_run=dry_run, confirm=confirm,
+            budget_s=secs["--budget"], stall_timeout_s=secs["--stall-timeout"], startup_timeout_s=secs["--startup-timeout"],
+            trial_timeout_s=secs["--trial-timeout"], grace_s=secs["--grace"],
         )
         _run(settings, as_json)
     except NcclTuneError as exc:
@@ -90,7 +92,13 @@ def _run(settings, as_json: bool) -> None:
     outcome = run_study(settings, console=err if as_json else out)
     if outcome.dry_run_spec is not None:
         spec = outcome.dry_run_spec
-        data = {"study": outcome.study, "argv": list(spec.argv), "env": dict(spec.env), "trial_dir": str(spec.trial_dir)}
+        c = spec.clocks
+        data = {"study": outcome.study, "argv": list(spec.argv), "env": dict(spec.env), "trial_dir": str(spec.trial_dir),
+                "stop": {"warmup_steps": spec.stop.warmup_steps, "measured_steps": spec.stop.measured_steps},
+                "clocks": {"startup_timeout_s": c.startup_timeout_s, "stall_timeout_s": c.stall_timeout_s,
+                           "stall_floor_s": c.stall_floor_s, "stall_multiplier": c.stall_multiplier,
+                           "trial_timeout_s": c.trial_timeout_s, "grace_s": c.grace_s,
+                           "known_phase_s": dict(c.known_phase_s)}}
         if as_json:
             _emit_json(data)
         else:
@@ -98,6 +106,12 @@ def _run(settings, as_json: bool) -> None:
             out.print(escape(shlex.join(spec.argv)), highlight=False, soft_wrap=True)
             for k, v in spec.env.items():
                 out.print(escape(f"  unset {k}" if v is None else f"  {k}={v}"), highlight=False, soft_wrap=True)
+            out.print(
+                f"stop after {spec.stop.warmup_steps} warm-up + {spec.stop.measured_steps} measured steps; start-up "
+                f"{c.startup_timeout_s:g}s, stall {c.stall_timeout_s:g}s ({c.stall_multiplier:g}x a known phase, at least "
+                f"{c.stall_floor_s:g}s), trial {c.trial_timeout_s:g}s, grace {c.grace_s:g}s",
+                highlight=False, soft_wrap=True,
+            )
         raise typer.Exit(0)
     if settings.output is not None and outcome.winner is not None and not outcome.interrupted:
         write_text(settings.output, export_study(outcome.storage_url, outcome.study, "yaml"))

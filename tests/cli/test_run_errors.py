@@ -48,8 +48,10 @@ def test_bad_input_is_one_line_exit_1(tmp_path, args, fragment):
 
 
 def test_dry_run_prints_argv_and_env_and_runs_nothing(tmp_path):
-    proc = run_cli(["run", "--dry-run", "--set", "NCCL_ALGO=Ring", "--", "bash", "-c", "exit 3"], cwd=tmp_path)
+    proc = run_cli(["run", "--dry-run", "--set", "NCCL_ALGO=Ring", "--stall-timeout", "2m", "--steps", "4",
+                    "--", "bash", "-c", "exit 3"], cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
+    assert "stall 120s" in proc.stdout and "1 warm-up + 4 measured steps" in proc.stdout
     assert "trainer.micro_train_batch_size_per_gpu=1" in proc.stdout
     assert "NCCL_ALGO=Ring" in proc.stdout and "SKYRL_WORKER_NCCL_TIMEOUT_IN_S=180" in proc.stdout
     assert not (tmp_path / "results").exists()
