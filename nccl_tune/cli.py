@@ -38,6 +38,17 @@ def _emit_json(obj: object) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
 
 
+def _deliver(text: str, output: Optional[Path]) -> None:
+    """``text`` to stdout, or atomically to ``output``."""
+    from nccl_tune.tuner.export import write_text
+
+    if output is None:
+        sys.stdout.write(text)
+    else:
+        write_text(output, text)
+        err.print(escape(f"wrote {output}"), highlight=False)
+
+
 @app.command("run", context_settings={"allow_interspersed_args": False})
 def run_cmd(
     command: Optional[List[str]] = typer.Argument(None, help="The training command, after --.", show_default=False),
@@ -133,17 +144,12 @@ def export_cmd(
     fmt: str = typer.Option("yaml", "--format", help="yaml (overrides + env + provenance), args (key=value) or env (export lines)."),
 ) -> None:
     """Write the best stable trial of a study as tuned YAML, key=value arguments or env lines."""
-    from nccl_tune.tuner.export import export_study, write_text
+    from nccl_tune.tuner.export import export_study
     from nccl_tune.tuner.settings import RunSettings
 
     try:
         url = storage or RunSettings(command=(), results=results).storage_url
-        text = export_study(url, study, fmt)
-        if output is None:
-            sys.stdout.write(text)
-        else:
-            write_text(output, text)
-            err.print(escape(f"wrote {output}"), highlight=False)
+        _deliver(export_study(url, study, fmt), output)
     except NcclTuneError as exc:
         _fail(exc)
 
@@ -156,15 +162,10 @@ def apply_cmd(
     allow_new_keys: bool = typer.Option(False, "--allow-new-keys", help="Add keys the config lacks instead of refusing."),
 ) -> None:
     """Merge a tuned YAML's overrides into a training config (OmegaConf.merge)."""
-    from nccl_tune.tuner.export import apply_tuned, write_text
+    from nccl_tune.tuner.export import apply_tuned
 
     try:
-        text = apply_tuned(tuned, into, allow_new_keys)
-        if output is None:
-            sys.stdout.write(text)
-        else:
-            write_text(output, text)
-            err.print(escape(f"wrote {output}"), highlight=False)
+        _deliver(apply_tuned(tuned, into, allow_new_keys), output)
     except NcclTuneError as exc:
         _fail(exc)
 
