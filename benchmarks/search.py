@@ -85,7 +85,7 @@ CHECKPOINTS = (5, 10, 15, 20, 30, 40, 60, 80)
 """Launched-trial counts at which the best throughput found so far is reported."""
 BASE_ENV = {"HOME": "/home/nccl-tune-bench"}
 """The environment trials start from: fixed, so a shell's NCCL_* variables cannot leak in."""
-LANDSCAPE_VERSION = 1
+LANDSCAPE_VERSION = 2
 """Changes when the landscape's definitions change (invalidates cached landscapes)."""
 QUICK_PINS = (("trainer.train_batch_size", "256"), ("trainer.max_prompt_length", "4096"))
 """``--quick`` searches this smaller subspace (micro-batches, offload and NCCL variables still free)."""
@@ -116,9 +116,10 @@ DEFINITIONS = {
     "failed_or_stopped_gpu_frac": "as failed_gpu_frac, with trials stopped early or by the budget counted as failed",
     "best_frac_after": "throughput of the best stable config launched within the first N trials / the best's; median over seeds",
     "winner_frac": "the tuner's winner's noise-free throughput / the best's (0 when the winner is not stable)",
-    "random_hit_rate": (
-        "share of rule-satisfying configs drawn uniformly from the space that reach the target; random search's "
-        "median trials to reach is then 1 (the baseline) + ceil(ln 0.5 / ln(1 - p))"
+    "target_region": (
+        "rule-satisfying configs that are stable and within the target, counted exactly; p = their share, the chance "
+        "that a config random search launches reaches the target; its median trials to reach is then "
+        "1 (the baseline) + ceil(ln 0.5 / ln(1 - p))"
     ),
     "tpe": "RunSettings defaults: TPE, OOM prediction, early stop at 0.7 of the incumbent, 2 confirmation re-runs",
     "random": "sampler=random, predict_oom=False, early_stop_ratio=0, confirm=0",
@@ -321,7 +322,7 @@ class Landscape:
     top: tuple[tuple[Mapping[str, Any], Modelled], ...]
     counts: Mapping[str, int]
     reduction_check: Mapping[str, Any]
-    random_hit_rate: Mapping[str, Any]
+    target_region: Mapping[str, Any]
     compute_s: float
 
     @property
@@ -343,7 +344,7 @@ class Landscape:
             "top": [{"values": dict(v), **dataclasses.asdict(m)} for v, m in self.top],
             "counts": dict(self.counts),
             "reduction_check": dict(self.reduction_check),
-            "random_hit_rate": dict(self.random_hit_rate),
+            "target_region": dict(self.target_region),
             "compute_s": round(self.compute_s, 2),
         }
 
@@ -361,7 +362,7 @@ class Landscape:
             top=tuple((t["values"], modelled(t)) for t in data["top"]),
             counts=data["counts"],
             reduction_check=data["reduction_check"],
-            random_hit_rate=data["random_hit_rate"],
+            target_region=data["target_region"],
             compute_s=data["compute_s"],
         )
 
@@ -376,7 +377,7 @@ def fingerprint(space: SearchSpace, pins: Pins, steps: int) -> str:
     return h.hexdigest()[:16]
 
 
-def compute_landscape(model: ConfigModel, region_samples: int, console: Console) -> Landscape:
+def compute_landscape(model: ConfigModel, console: Console) -> Landscape:
     """The exact best stable config (see the module's docstring), with its checks."""
     t0 = time.monotonic()
     space, pins = model.space, model.pins
@@ -424,7 +425,7 @@ def compute_landscape(model: ConfigModel, region_samples: int, console: Console)
         raise NcclTuneError(f"space {space.name}: no stable config in the landscape; check the space and the --set values")
     best = top[0][1]
     check = reduction_check(model, classes, grid, best)
-    hit_rate = random_hit_rate(model, best, region_samples)
+    region = target_region(model, classes, grid, best, admissible)
     counts = {
         "product": math.prod(len(c) for c in choices(pins, list(space.parameters))),
         "command_line_assignments": math.prod(len(c) for c in choices(pins, ops)),
@@ -445,7 +446,7 @@ def compute_landscape(model: ConfigModel, region_samples: int, console: Console)
         top=tuple(top),
         counts=counts,
         reduction_check=check,
-        random_hit_rate=hit_rate,
+        target_region=region,
         compute_s=time.monotonic() - t0,
     )
 
@@ -453,19 +454,21 @@ def compute_landscape(model: ConfigModel, region_samples: int, console: Console)
 def reduction_check(
     model: ConfigModel, classes: EnvClasses, grid: list, best: Modelled, pairs: int = 300, top_k: int = 8
 ) -> dict[str, Any]:
-    """Evidence that the class reduction is exact: sampled (command line, NCCL) pairs model the same
-    as with their class's representative, and no better than with their Pareto dominator; every
-    class, refused ones included, on the top assignments finds nothing faster than the best."""
+    """Evidence that the class reduction is exact: the space's rules do not read the NCCL values
+    (the grid checks them with one), sampled (command line, NCCL) pairs model the same as with
+    their class's representative and no better than with their Pareto dominator, and every class,
+    refused ones included, on the top assignments finds nothing faster than the best."""
     rng = random.Random(0)
     ops, eps = params_of(model.space, env=False), params_of(model.space, env=True)
     op_choices, ep_choices = choices(model.pins, ops), choices(model.pins, eps)
-    same = differ = dominator_ok = dominator_worse = tries = 0
+    same = differ = dominator_ok = dominator_worse = rules_differ = tries = 0
     while same + differ < pairs and tries < pairs * 50:
         tries += 1
         over = {p.name: rng.choice(c) for p, c in zip(ops, op_choices)}
         env_values = {p.name: rng.choice(c) for p, c in zip(eps, ep_choices)}
         if model.space.violations({**over, **env_values}):
             continue
+        rules_differ += int(bool(model.space.violations({**over, **classes.representative(classes.pareto[0])})))
         cfg, _ = model.parse({**over, **env_values})
         if cfg is None:
             continue
@@ -500,6 +503,7 @@ def reduction_check(
             break
     return {
         "pairs": same + differ,
+        "rules_depend_on_nccl": rules_differ,
         "same_as_representative": same,
         "differ_from_representative": differ,
         "stable_pairs_dominator_no_worse": dominator_ok,
@@ -507,32 +511,36 @@ def reduction_check(
         "top_assignments_with_every_class": len(seen),
         "top_assignments_runs": tried,
         "faster_than_best": faster,
-        "exact": differ == 0 and dominator_worse == 0 and faster == 0,
+        "exact": differ == 0 and dominator_worse == 0 and faster == 0 and rules_differ == 0,
     }
 
 
-def random_hit_rate(model: ConfigModel, best: Modelled, samples: int) -> dict[str, Any]:
-    """The share of configs random search would launch (uniform over the space, rules satisfied)
-    that reach the target, from ``samples`` draws; and the median trials to reach it implies."""
-    rng = random.Random(1)
-    params = list(model.space.parameters)
-    all_choices = choices(model.pins, params)
+def target_region(model: ConfigModel, classes: EnvClasses, grid: list, best: Modelled, admissible: int) -> dict[str, Any]:
+    """How many configs of the space reach the target, exactly: only an assignment whose best
+    Pareto class reaches it can (dominance), so every class is tried on those assignments only.
+    Random search draws uniformly among the rule-satisfying configs, so ``p`` is its chance per
+    launched trial and fixes its median trials to reach (the baseline, then a geometric count)."""
     target = best.throughput_samples_per_s * (1.0 - WITHIN_FRAC)
-    admissible = hits = 0
-    for _ in range(samples):
-        values = {p.name: rng.choice(c) for p, c in zip(params, all_choices)}
-        if model.space.violations(values):
-            continue
-        admissible += 1
-        m = model.judge(values)
-        hits += int(m.stable and m.throughput_samples_per_s >= target)
-    p = hits / admissible if admissible else 0.0
-    out: dict[str, Any] = {"samples": samples, "admissible": admissible, "hits": hits, "p": p}
+    ops = params_of(model.space, env=False)
+    assignments: dict[str, SimConfig] = {}
+    for tput, values, run_cfg in grid:
+        if tput < target:
+            break
+        assignments.setdefault(values_key({p.name: values[p.name] for p in ops}), run_cfg)
+    hits = 0
+    for run_cfg in assignments.values():
+        for cls, members in classes.members.items():
+            if cls.refused:
+                continue
+            cfg = model.with_env(run_cfg, classes.representative(cls))
+            first = model.run(cfg, 0)
+            if first.stable and first.throughput_samples_per_s >= target and model.confirm(cfg, first).stable:
+                hits += len(members)
+    total = admissible * sum(len(v) for v in classes.members.values())
+    p = hits / total if total else 0.0
+    out: dict[str, Any] = {"configs_within": hits, "assignments_within": len(assignments), "configs_admissible": total, "p": p}
     if 0 < p < 1:
         out["implied_random_median_trials"] = 1 + math.ceil(math.log(0.5) / math.log(1 - p))
-    elif admissible and hits == 0:
-        out["p_upper_95"] = 3 / admissible  # rule of three
-        out["implied_random_median_trials_at_least"] = 1 + math.ceil(math.log(0.5) / math.log(1 - 3 / admissible))
     return out
 
 
@@ -701,14 +709,14 @@ def targets(tpe: SamplerSummary, rnd: SamplerSummary, land: Landscape) -> list[d
         "note": "censored: the median study never reached it" if tpe.median_censored else "",
     }]
     ratio = rnd.median_trials_to_reach / tpe.median_trials_to_reach
-    implied = land.random_hit_rate.get("implied_random_median_trials")
+    implied = land.target_region.get("implied_random_median_trials")
     if tpe.median_censored:
         note, met, shown = "not measurable: the tpe median is censored", False, None
     else:
         note = "a lower bound: the random median is censored" if rnd.median_censored else ""
         met, shown = ratio >= TARGET_RANDOM_RATIO, round(ratio, 2)
     if implied is not None and not tpe.median_censored:
-        note += f"{'; ' if note else ''}from the landscape's hit rate: {implied / tpe.median_trials_to_reach:.1f}x"
+        note += f"{'; ' if note else ''}against the landscape's random median ({implied}): {implied / tpe.median_trials_to_reach:.1f}x"
     out.append({"what": "random / tpe median trials to reach", "measured": shown,
                  "target": f">= {TARGET_RANDOM_RATIO:g}", "met": met, "note": note})
     out.append({
@@ -724,8 +732,8 @@ def targets(tpe: SamplerSummary, rnd: SamplerSummary, land: Landscape) -> list[d
 def render(console: Console, space: SearchSpace, land: Landscape, sums: list[SamplerSummary],
            tgt: list[dict[str, Any]], trials: int) -> None:
     """The landscape, the samplers' table, the per-seed results and the targets."""
-    base, hit = land.baseline, land.random_hit_rate
-    implied = hit.get("implied_random_median_trials", hit.get("implied_random_median_trials_at_least", "-"))
+    base, region = land.baseline, land.target_region
+    implied = region.get("implied_random_median_trials", "-")
     console.print(
         f"[bold]landscape[/bold]: {land.counts['product']:,} configs, {land.counts['modelled_runs']:,} modelled runs, "
         f"reduction exact: {land.reduction_check['exact']}\n"
@@ -733,7 +741,8 @@ def render(console: Console, space: SearchSpace, land: Landscape, sums: list[Sam
         f"        {land.best.throughput_samples_per_s:.3f} samples/s, step {land.best.step_s:.1f} s, peak "
         f"{land.best.peak_mem_gib:.1f} GiB; target (within {WITHIN_FRAC:.0%}) >= {land.target_throughput:.3f} samples/s\n"
         f"  baseline: {base.throughput_samples_per_s:.3f} samples/s ({'stable' if base.stable else base.failure}); "
-        f"a random config reaches the target with p = {hit['p']:.4f} (implied random median: {implied} trials)"
+        f"{region['configs_within']:,} of {region['configs_admissible']:,} rule-satisfying configs reach the target "
+        f"(p = {region['p']:.5f}: random search's median is {implied} trials)"
     )
     shown = [n for n in CHECKPOINTS if n <= trials]
     table = Table(title=(
@@ -793,8 +802,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--seeds", type=int, default=None, help="studies per sampler, seeds 0..N-1 (default 20; --quick 2)")
     p.add_argument("--trials", type=int, default=None, help="launched search trials per study (default 40; --quick 10)")
-    p.add_argument("--region-samples", type=int, default=None,
-                   help="random configs drawn for random search's hit rate (default 4000; --quick 300)")
     p.add_argument("--set", dest="pins", action="append", default=[], metavar="KEY=VALUE",
                    help="hold a parameter fixed in the studies and the landscape (repeatable)")
     p.add_argument("--quick", action="store_true",
@@ -803,8 +810,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.seeds = args.seeds if args.seeds is not None else (2 if args.quick else 20)
     args.trials = args.trials if args.trials is not None else (10 if args.quick else 40)
-    args.region_samples = args.region_samples if args.region_samples is not None else (300 if args.quick else 4000)
-    for name in ("seeds", "trials", "region_samples"):
+    for name in ("seeds", "trials"):
         if getattr(args, name) < 1:
             raise NcclTuneError(f"--{name.replace('_', '-')} {getattr(args, name)}: must be at least 1")
     pins = [parse_pin(text) for text in args.pins]
@@ -830,7 +836,7 @@ def main(argv: list[str] | None = None) -> int:
             fp = fingerprint(space, pins, model.steps)
             land = load_cached(args.json, fp)
             if land is None:
-                land = compute_landscape(model, args.region_samples, console)
+                land = compute_landscape(model, console)
             else:
                 console.print(f"landscape: reused from {args.json} (fingerprint {fp})")
             stats = {s: run_studies(s, args.seeds, args.trials, args.pin_pairs, model, land, root) for s in SAMPLERS}

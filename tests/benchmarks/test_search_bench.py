@@ -25,7 +25,7 @@ def run_bench(*args: str, timeout: float = 150) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory) -> tuple[dict, Path, subprocess.CompletedProcess]:
     out = tmp_path_factory.mktemp("search") / "search.json"
-    proc = run_bench("--quick", "--seeds", str(SEEDS), "--trials", str(TRIALS), "--region-samples", "200", "--json", str(out))
+    proc = run_bench("--quick", "--seeds", str(SEEDS), "--trials", str(TRIALS), "--json", str(out))
     assert proc.returncode in (0, 1), proc.stderr
     return json.loads(out.read_text()), out, proc
 
@@ -46,7 +46,13 @@ def test_landscape_best_is_stable_exact_and_the_fastest(quick):
     check = land["reduction_check"]
     assert check["exact"] and check["pairs"] > 0 and check["faster_than_best"] == 0
     assert land["counts"]["nccl_classes_pareto"] < land["counts"]["nccl_classes"]
-    assert 0.0 <= land["random_hit_rate"]["p"] <= 1.0
+    region = land["target_region"]
+    # the best itself is in the target region, and every NCCL setting of its class with it
+    assert 1 <= region["assignments_within"] and region["configs_within"] >= 1
+    assert region["p"] == pytest.approx(region["configs_within"] / region["configs_admissible"])
+    assert region["configs_admissible"] == (
+        land["counts"]["command_line_assignments_admissible"] * land["counts"]["nccl_combinations"]
+    )
 
 
 def test_studies_are_judged_per_seed_with_the_defined_measures(quick):
