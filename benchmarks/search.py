@@ -2,7 +2,7 @@
 
 The tuner (``nccl_tune.tuner.loop.run_study``) runs whole studies against
 ``nccl_tune.sim.launcher.ModelLauncher`` (modelled times, ~1 ms per trial), once per seed as
-shipped (``RunSettings`` defaults: TPE, OOM prediction, early stopping, confirmation re-runs) and
+shipped (``RunSettings`` defaults: its sampler, OOM prediction, early stopping, re-runs; row ``tuner``) and
 once as random search (no prediction, no early stop, no re-runs). Every launched config is then
 judged against the landscape, computed exactly from the same cost model:
 
@@ -91,7 +91,10 @@ QUICK_PINS = (("trainer.train_batch_size", "256"), ("trainer.max_prompt_length",
 """``--quick`` searches this smaller subspace (micro-batches, offload and NCCL variables still free)."""
 TRANSPORT_RANK = {"p2p": 2, "shm": 1, "socket": 0}
 """NCCL transports from fastest to slowest, as the cost model rates them."""
-SAMPLERS = ("tpe", "random")
+SHIPPED = RunSettings(command=()).sampler
+"""The sampler the tuner ships with (``RunSettings``' default)."""
+SAMPLERS = ("tuner", "random")
+"""The tuner as shipped, and the random-search yardstick."""
 
 DEFINITIONS = {
     "stable": (
@@ -121,7 +124,7 @@ DEFINITIONS = {
         "that a config random search launches reaches the target; its median trials to reach is then "
         "1 (the baseline) + ceil(ln 0.5 / ln(1 - p))"
     ),
-    "tpe": "RunSettings defaults: TPE, OOM prediction, early stop at 0.7 of the incumbent, 2 confirmation re-runs",
+    "tuner": "the tuner as shipped: RunSettings defaults (sampler, OOM prediction, early stop against the incumbent, confirmation re-runs)",
     "random": "sampler=random, predict_oom=False, early_stop_ratio=0, confirm=0",
 }
 
@@ -575,12 +578,12 @@ class StudyStats:
 
 
 def settings_for(sampler: str, seed: int, trials: int, results: Path, pins: tuple[tuple[str, str], ...]) -> RunSettings:
-    """The tuner as shipped (``tpe``) or the random-search yardstick, on an in-memory study."""
+    """The tuner as shipped (``tuner``) or the random-search yardstick, on an in-memory study."""
     common: dict[str, Any] = dict(
         command=("bash", str(TWIN)), results=results, storage="sqlite:///:memory:",
         study=f"bench-{sampler}-{seed}", trials=trials, seed=seed, pins=pins,
     )
-    if sampler == "tpe":
+    if sampler == "tuner":
         return RunSettings(**common)
     return RunSettings(**common, sampler="random", predict_oom=False, early_stop_ratio=0.0, confirm=0)
 
@@ -699,32 +702,32 @@ def summarize(sampler: str, stats: list[StudyStats]) -> SamplerSummary:
     )
 
 
-def targets(tpe: SamplerSummary, rnd: SamplerSummary, land: Landscape) -> list[dict[str, Any]]:
+def targets(tuner: SamplerSummary, rnd: SamplerSummary, land: Landscape) -> list[dict[str, Any]]:
     """The design targets, measured (a censored median is budget + 1, so only a bound)."""
     out = [{
-        "what": "median trials to reach (tpe)",
-        "measured": tpe.median_trials_to_reach,
+        "what": f"median trials to reach (tuner, sampler={SHIPPED})",
+        "measured": tuner.median_trials_to_reach,
         "target": f"<= {TARGET_MEDIAN_TRIALS}",
-        "met": not tpe.median_censored and tpe.median_trials_to_reach <= TARGET_MEDIAN_TRIALS,
-        "note": "censored: the median study never reached it" if tpe.median_censored else "",
+        "met": not tuner.median_censored and tuner.median_trials_to_reach <= TARGET_MEDIAN_TRIALS,
+        "note": "censored: the median study never reached it" if tuner.median_censored else "",
     }]
-    ratio = rnd.median_trials_to_reach / tpe.median_trials_to_reach
+    ratio = rnd.median_trials_to_reach / tuner.median_trials_to_reach
     implied = land.target_region.get("implied_random_median_trials")
-    if tpe.median_censored:
-        note, met, shown = "not measurable: the tpe median is censored", False, None
+    if tuner.median_censored:
+        note, met, shown = "not measurable: the tuner's median is censored", False, None
     else:
         note = "a lower bound: the random median is censored" if rnd.median_censored else ""
         met, shown = ratio >= TARGET_RANDOM_RATIO, round(ratio, 2)
-    if implied is not None and not tpe.median_censored:
-        note += f"{'; ' if note else ''}against the landscape's random median ({implied}): {implied / tpe.median_trials_to_reach:.1f}x"
-    out.append({"what": "random / tpe median trials to reach", "measured": shown,
+    if implied is not None and not tuner.median_censored:
+        note += f"{'; ' if note else ''}against the landscape's random median ({implied}): {implied / tuner.median_trials_to_reach:.1f}x"
+    out.append({"what": "random / tuner median trials to reach", "measured": shown,
                  "target": f">= {TARGET_RANDOM_RATIO:g}", "met": met, "note": note})
     out.append({
-        "what": "GPU time on failed trials (tpe, median over seeds)",
-        "measured": round(tpe.failed_gpu_frac_median, 4),
+        "what": "GPU time on failed trials (tuner, median over seeds)",
+        "measured": round(tuner.failed_gpu_frac_median, 4),
         "target": f"<= {TARGET_FAILED_GPU_FRAC:.0%}",
-        "met": tpe.failed_gpu_frac_median <= TARGET_FAILED_GPU_FRAC,
-        "note": f"max {tpe.failed_gpu_frac_max:.1%}; with early-stopped trials {tpe.failed_or_stopped_gpu_frac_median:.1%}",
+        "met": tuner.failed_gpu_frac_median <= TARGET_FAILED_GPU_FRAC,
+        "note": f"max {tuner.failed_gpu_frac_max:.1%}; with early-stopped trials {tuner.failed_or_stopped_gpu_frac_median:.1%}",
     })
     return out
 
@@ -832,7 +835,7 @@ def main(argv: list[str] | None = None) -> int:
         space, pins = apply_pins(load_space(SPACE), args.pin_pairs)
         with tempfile.TemporaryDirectory(prefix="nccl-tune-search-") as tmp:
             root = Path(tmp)
-            model = ConfigModel(space, pins, settings_for("tpe", 0, args.trials, root, args.pin_pairs))
+            model = ConfigModel(space, pins, settings_for("tuner", 0, args.trials, root, args.pin_pairs))
             fp = fingerprint(space, pins, model.steps)
             land = load_cached(args.json, fp)
             if land is None:

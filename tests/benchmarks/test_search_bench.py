@@ -58,7 +58,7 @@ def test_landscape_best_is_stable_exact_and_the_fastest(quick):
 def test_studies_are_judged_per_seed_with_the_defined_measures(quick):
     data, _, _ = quick
     assert set(data["definitions"]) >= {"stable", "best", "trials_to_reach", "failed_gpu_frac"}
-    for sampler in ("tpe", "random"):
+    for sampler in ("tuner", "random"):
         studies = data["studies"][sampler]
         assert [s["seed"] for s in studies] == list(range(SEEDS))
         for s in studies:
@@ -94,7 +94,7 @@ def test_second_run_reuses_the_cached_landscape(quick, tmp_path):
     assert "reused from" in proc.stdout
     again = json.loads(copy.read_text())
     assert again["landscape"]["best"] == data["landscape"]["best"]
-    assert len(again["studies"]["tpe"]) == 1
+    assert len(again["studies"]["tuner"]) == 1
 
 
 @pytest.mark.parametrize(
