@@ -28,6 +28,13 @@ C_MEMORY_WALL = "memory_wall"
 C_RULES = "rules"
 
 
+def _constrain(trial: optuna.Trial, *, failed: float = -1.0, memory_wall: float = -1.0, rules: float = -1.0) -> None:
+    """Every told trial carries the same constraints (> 0 violated), as every sampler expects."""
+    trial.set_constraint(C_FAILED, failed)
+    trial.set_constraint(C_MEMORY_WALL, memory_wall)
+    trial.set_constraint(C_RULES, rules)
+
+
 def near_wall(result: TrialResult, min_headroom_frac: float) -> float | None:
     """Headroom deficit (> 0 when within ``min_headroom_frac`` of the wall), None when unknown."""
     if result.memory is None or result.memory.max_peak_frac is None:
@@ -46,23 +53,23 @@ def tell_result(study: optuna.Study, trial: optuna.Trial, result: TrialResult, m
         partial = result.throughput_samples_per_s
         if partial is not None:
             trial.report(partial, len(result.step_times_s))
+        _constrain(trial)
         study.tell(trial, state=TrialState.PRUNED)
         return
     if result.status is FailureClass.OK:
         deficit = near_wall(result, min_headroom_frac)
         trial.set_user_attr(A_NEAR_WALL, bool(deficit is not None and deficit > 0))
-        trial.set_constraint(C_FAILED, 0.0)
-        trial.set_constraint(C_MEMORY_WALL, deficit if deficit is not None else -1.0)
+        _constrain(trial, memory_wall=deficit if deficit is not None else -1.0)
         study.tell(trial, result.throughput_samples_per_s or 0.0)
         return
-    trial.set_constraint(C_FAILED, 1.0)
+    _constrain(trial, failed=1.0)
     study.tell(trial, 0.0)
 
 
 def tell_rejected(study: optuna.Study, trial: optuna.Trial, violations: list[str]) -> None:
     """Values that break the space's rules: never launched, infeasible for the sampler."""
     trial.set_user_attr(A_VIOLATIONS, violations)
-    trial.set_constraint(C_RULES, float(len(violations)))
+    _constrain(trial, rules=float(len(violations)))
     study.tell(trial, 0.0)
 
 
@@ -70,7 +77,7 @@ def tell_predicted(study: optuna.Study, trial: optuna.Trial, oom_trial: int, sta
     """Values predicted to fail like trial ``oom_trial``: never launched, infeasible."""
     trial.set_user_attr(A_PREDICTED_FROM, oom_trial)
     trial.set_user_attr(A_STATUS, status.value)
-    trial.set_constraint(C_FAILED, 1.0)
+    _constrain(trial, failed=1.0)
     study.tell(trial, 0.0)
 
 
