@@ -48,6 +48,8 @@ class MemoryEffect(str, Enum):
     """Memory shrinks as the value grows (e.g. CPU offload: true uses less)."""
     NONE = "none"
     """No material effect on memory."""
+    SMALL = "small"
+    """A small effect (NCCL buffers): ignored when predicting an OOM from a known one."""
     UNKNOWN = "unknown"
     """Unknown: two configs are comparable only if they agree on this parameter."""
 

@@ -1,6 +1,7 @@
 """Predicting an OOM before launching: memory is monotone in micro-batch size, sequence length
 and offload, so a config at least as memory-hungry as a known OOM in every such parameter,
-and equal in the parameters whose effect is unknown, will run out too."""
+and equal in the parameters whose effect is unknown, will run out too. Parameters with no or a
+small effect (``memory: none`` / ``small``) are ignored."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ def dominates_memory(space: SearchSpace, candidate: Mapping[str, Any], oom: Mapp
         if p.name not in candidate or p.name not in oom:
             return False
         a, b = candidate[p.name], oom[p.name]
-        if p.memory is MemoryEffect.NONE:
+        if p.memory in (MemoryEffect.NONE, MemoryEffect.SMALL):
             continue
         if p.memory is MemoryEffect.UNKNOWN:
             if a != b:

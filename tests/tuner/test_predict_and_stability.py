@@ -32,7 +32,15 @@ def test_dominance_follows_the_declared_memory_effects():
     assert dominates_memory(SPACE, {**BASE, MICRO: 4, "NCCL_ALGO": "Ring"}, oom)  # memory: none
     assert not dominates_memory(SPACE, {**BASE, MICRO: 2}, oom)
     assert not dominates_memory(SPACE, {**BASE, MICRO: 8, OFFLOAD: True}, oom)  # offload lowers memory
-    assert not dominates_memory(SPACE, {**BASE, MICRO: 8, "NCCL_CUMEM_ENABLE": 1}, oom)  # unknown: must match
+    assert dominates_memory(SPACE, {**BASE, MICRO: 8, "NCCL_CUMEM_ENABLE": 1}, oom)  # small: ignored
+    import dataclasses
+
+    from nccl_tune.search_spaces.space import MemoryEffect
+
+    strict = dataclasses.replace(SPACE, parameters=tuple(
+        dataclasses.replace(p, memory=MemoryEffect.UNKNOWN) if p.name == "NCCL_CUMEM_ENABLE" else p
+        for p in SPACE.parameters))
+    assert not dominates_memory(strict, {**BASE, MICRO: 8, "NCCL_CUMEM_ENABLE": 1}, oom)  # unknown: must match
     history = [rec(3, oom, FailureClass.OOM)]
     assert predicted_oom(SPACE, {**BASE, MICRO: 16}, history) == 3
     assert predicted_oom(SPACE, {**BASE, MICRO: 16}, [rec(3, oom, FailureClass.COLLECTIVE_TIMEOUT)]) is None
