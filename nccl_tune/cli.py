@@ -66,6 +66,7 @@ def run_cmd(
     grace: Optional[str] = typer.Option(None, "--grace", help="SIGTERM-to-SIGKILL grace period at teardown."),
     pin: List[str] = typer.Option([], "--set", help="Hold a parameter (or context value) fixed: KEY=VALUE; repeatable."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Sampler seed."),
+    sampler: str = typer.Option("local", "--sampler", help="local (walk from the incumbent), tpe or random."),
     launcher: str = typer.Option("local", "--launcher", help="Where trials run: local."),
     parallel: int = typer.Option(1, "--parallel", help="Trials at once."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the tuned YAML here at the end."),
@@ -84,7 +85,7 @@ def run_cmd(
         settings = RunSettings(
             command=tuple(command or ()), space=space, study=study, storage=storage, results=results,
             trials=trials, steps=steps, warmup_steps=warmup_steps, pins=tuple(parse_pin(p) for p in pin),
-            seed=seed, launcher=launcher, parallel=parallel, output=output, dry_run=dry_run, confirm=confirm,
+            seed=seed, sampler=sampler, launcher=launcher, parallel=parallel, output=output, dry_run=dry_run, confirm=confirm,
             budget_s=secs["--budget"], stall_timeout_s=secs["--stall-timeout"], startup_timeout_s=secs["--startup-timeout"],
             trial_timeout_s=secs["--trial-timeout"], grace_s=secs["--grace"],
         )

@@ -27,7 +27,7 @@ from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import FailureClass
 from nccl_tune.launchers.base import Launcher
 from nccl_tune.search_spaces.loader import load_space
-from nccl_tune.search_spaces.space import SearchSpace
+from nccl_tune.search_spaces.space import MemoryEffect, SearchSpace, Target
 from nccl_tune.trial import TrialResult, TrialSpec
 from nccl_tune.tuner import records as R
 from nccl_tune.tuner.display import Display
@@ -35,7 +35,8 @@ from nccl_tune.tuner.observer import InterruptFlag, TunerObserver
 from nccl_tune.tuner.pins import Pins, apply_pins
 from nccl_tune.tuner.predict import predicted_oom
 from nccl_tune.tuner.records import TrialKind, TrialRecord
-from nccl_tune.tuner.sampling import suggest, to_optuna
+from nccl_tune.tuner.local_search import LocalSearchSampler
+from nccl_tune.tuner.sampling import optuna_name, suggest, to_optuna
 from nccl_tune.tuner.settings import RunSettings
 from nccl_tune.tuner.stability import Candidate, baseline, select_winner, to_confirm, values_key
 from nccl_tune.tuner.storage import create_or_resume, default_study_name, open_storage
@@ -85,13 +86,22 @@ def make_launcher(name: str, parallel: int) -> Launcher:
     raise NcclTuneError(f"--launcher {name!r} is unknown; use --launcher local")
 
 
-def make_sampler(name: str, seed: int | None) -> optuna.samplers.BaseSampler:
-    """The sampler for ``RunSettings.sampler``."""
+def make_sampler(name: str, seed: int | None, space: SearchSpace) -> optuna.samplers.BaseSampler:
+    """The sampler for ``RunSettings.sampler``: ``local`` walks from the incumbent, micro-batches up
+    first and NCCL variables last; ``tpe`` models the whole space; ``random`` is the yardstick."""
+    if name == "local":
+        return LocalSearchSampler(
+            seed,
+            first=frozenset(
+                (optuna_name(p), 1) for p in space.parameters if p.memory is MemoryEffect.INCREASING and not p.semantic
+            ),
+            late=frozenset(optuna_name(p) for p in space.parameters if p.target is Target.ENV),
+        )
     if name == "tpe":
         return optuna.samplers.TPESampler(seed=seed, n_startup_trials=8, multivariate=True)
     if name == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    raise NcclTuneError(f"sampler {name!r} is unknown; use tpe or random")
+    raise NcclTuneError(f"--sampler {name!r} is unknown; use local, tpe or random")
 
 
 def check_command(command: tuple[str, ...]) -> None:
@@ -126,6 +136,8 @@ class StudyRunner:
         check_command(settings.command)
         if settings.trials < 1:
             raise NcclTuneError(f"--trials {settings.trials}: must be at least 1")
+        if settings.sampler not in ("local", "tpe", "random"):
+            raise NcclTuneError(f"--sampler {settings.sampler!r} is unknown; use local, tpe or random")
         if settings.confirm < 0:
             raise NcclTuneError(f"--confirm {settings.confirm}: must be 0 or more")
         space = load_space(settings.space)
@@ -288,7 +300,7 @@ class StudyRunner:
     def run(self) -> StudyOutcome:
         if self.settings.dry_run:
             return self.dry_run()
-        sampler = make_sampler(self.settings.sampler, self.settings.seed)
+        sampler = make_sampler(self.settings.sampler, self.settings.seed, self.space)
         storage = open_storage(self.settings.storage_url)
         first_values = self.baseline_values()
         probe_spec = self.spec_for(0, first_values or {**self.space.defaults(), **self.pins.params}, [])

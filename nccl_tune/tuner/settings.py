@@ -44,8 +44,9 @@ class RunSettings:
     predict_oom: bool = True
     """Skip configs that dominate a known OOM in every memory-increasing parameter."""
     extra_env: dict[str, str] = field(default_factory=dict)
-    sampler: str = "tpe"
-    """``tpe`` (learns from every trial, failures included) or ``random`` (the benchmarks' yardstick)."""
+    sampler: str = "local"
+    """``local`` (pattern search from the incumbent, TPE when its neighbourhood is exhausted), ``tpe``
+    (models the whole space) or ``random`` (the benchmarks' yardstick). All learn from failures."""
 
     @property
     def storage_url(self) -> str:
