@@ -26,6 +26,7 @@ from rich.console import Console
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import FailureClass
 from nccl_tune.launchers.base import Launcher
+from nccl_tune.launchers.records import interrupted_result
 from nccl_tune.search_spaces.loader import load_space
 from nccl_tune.search_spaces.space import MemoryEffect, SearchSpace, Target
 from nccl_tune.trial import TrialResult, TrialSpec
@@ -215,12 +216,18 @@ class StudyRunner:
             self.display.note(f"killed an orphan of an interrupted trial: {desc}")
         for t in mine:
             trial = optuna.trial.Trial(study, t._trial_id)
-            result_path = Path(t.user_attrs.get(R.A_TRIAL_DIR, "")) / "result.json"
-            result = _read_result(result_path)
-            if result is not None:
+            trial_dir = t.user_attrs.get(R.A_TRIAL_DIR)
+            result = (
+                interrupted_result(Path(trial_dir), t.number, "the tuner was killed while this trial ran")
+                if trial_dir
+                else None
+            )
+            if result is not None and result.status is not FailureClass.INTERRUPTED:
                 tell_result(study, trial, result, self.space.min_headroom_frac)
                 self.display.note(f"trial {t.number}: recovered its finished result ({result.status.value})")
                 continue
+            if result is not None:
+                trial.set_user_attr(R.A_RESULT, result.to_json())
             trial.set_user_attr(R.A_STATUS, FailureClass.INTERRUPTED.value)
             study.tell(trial, state=TrialState.FAIL)
             values = t.user_attrs.get(R.A_VALUES)
@@ -436,15 +443,6 @@ class StudyRunner:
             if result.status is FailureClass.INTERRUPTED:
                 return True
         return False
-
-
-def _read_result(path: Path) -> TrialResult | None:
-    import json
-
-    try:
-        return TrialResult.from_json(json.loads(path.read_text()))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
 
 
 def _as_interrupted(result: TrialResult) -> TrialResult:

@@ -1,0 +1,58 @@
+"""Resuming after a tuner that was killed: a trial that had finished (result.json written) but was
+never told to Optuna keeps its result; one that had not is recorded as interrupted and run again."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+
+import optuna
+from optuna.trial import TrialState
+
+from nccl_tune.tuner import records as R
+from tests.tuner.conftest import TINY_SPACE, run_cli
+
+
+def _orphan_running_trial(storage: str, study_name: str, values: dict, trial_dir, dead_pid: int) -> int:
+    """A RUNNING trial as a SIGKILLed tuner leaves it: values, folder, host and a dead tuner pid."""
+    study = optuna.load_study(study_name=study_name, storage=storage)
+    trial = study.ask()
+    for key, value in ((R.A_VALUES, values), (R.A_TRIAL_DIR, str(trial_dir)), (R.A_HOST, socket.gethostname()),
+                       (R.A_PID, dead_pid), (R.A_KIND, "search")):
+        trial.set_user_attr(key, value)
+    return trial.number
+
+
+def test_finished_results_survive_a_killed_tuner_and_unfinished_trials_run_again(workdir, tiny_command):
+    args = ["run", "--space", str(TINY_SPACE), "--study", "k", "--trials", "1", "--confirm", "0", "--json",
+            "--", *tiny_command]
+    first = run_cli(args, cwd=workdir)
+    assert first.returncode == 0, first.stderr
+    storage = f"sqlite:///{workdir}/results/nccl-tune.db"
+    done = workdir / "results" / "k" / "trial-0000"
+    values = json.loads(first.stdout)["trials"][0]["params"]
+
+    # trial 1 finished and wrote result.json, then the tuner died before telling Optuna
+    finished = _orphan_running_trial(storage, "k", {**values, "trainer.micro": 2}, workdir / "results/k/trial-0001", 2**22 + 7)
+    shutil.copytree(done, workdir / "results/k/trial-0001")
+    res = json.loads((done / "result.json").read_text())
+    res["number"] = finished
+    (workdir / "results/k/trial-0001/result.json").write_text(json.dumps(res))
+    # trial 2 was still running: its folder has spec.json only
+    unfinished = _orphan_running_trial(storage, "k", {**values, "trainer.micro": 4}, workdir / "results/k/trial-0002", 2**22 + 9)
+    (workdir / "results/k/trial-0002").mkdir()
+    (workdir / "results/k/trial-0002/spec.json").write_text("{}")
+
+    second = run_cli(args, cwd=workdir)
+    assert second.returncode == 0, second.stderr
+    assert f"trial {finished}: recovered its finished result (ok)" in second.stderr
+    assert f"trial {unfinished}: interrupted before it finished; it will be run again" in second.stderr
+    trials = {t.number: t for t in optuna.load_study(study_name="k", storage=storage).trials}
+    assert trials[finished].state is TrialState.COMPLETE and trials[finished].user_attrs["status"] == "ok"
+    assert trials[unfinished].state is TrialState.FAIL and trials[unfinished].user_attrs["status"] == "interrupted"
+    assert json.loads((workdir / "results/k/trial-0002/result.json").read_text())["status"] == "interrupted"
+    # the interrupted values were the next trial launched
+    retry = trials[unfinished + 1]
+    assert retry.user_attrs["kind"] == "retry" and retry.user_attrs["values"]["trainer.micro"] == 4
+    assert retry.user_attrs["status"] in ("ok", "oom")
