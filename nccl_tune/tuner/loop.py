@@ -239,9 +239,15 @@ class StudyRunner:
 
     # -- one trial ---------------------------------------------------------------------------
     def run_one(
-        self, study: optuna.Study, trial: optuna.Trial, values: dict[str, Any], kind: str, early_stop: bool = True
+        self,
+        study: optuna.Study,
+        trial: optuna.Trial,
+        values: dict[str, Any],
+        kind: str,
+        history: list[TrialRecord],
+        early_stop: bool = True,
     ) -> TrialResult:
-        history = R.records(study)
+        """Launch ``trial`` with ``values``; ``history`` is the study's records before it."""
         spec = self.spec_for(trial.number, values, history)
         for key, value in (
             (R.A_VALUES, values),
@@ -275,12 +281,19 @@ class StudyRunner:
         )
         return result
 
-    def measured_before(self, study: optuna.Study, values: dict[str, Any]) -> optuna.trial.FrozenTrial | None:
-        """The first launched, finished trial with exactly these values (interrupted ones do not count)."""
+    @staticmethod
+    def measured_before(
+        trials: list[optuna.trial.FrozenTrial], history: list[TrialRecord], values: dict[str, Any]
+    ) -> optuna.trial.FrozenTrial | None:
+        """The first launched, finished trial with exactly these values (interrupted ones do not count);
+        ``history`` holds the records of ``trials``, in the same order."""
         key = values_key(values)
-        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
-            rec = R.record_of(t)
-            if rec.outcome is R.Outcome.LAUNCHED and values_key(rec.values) == key:
+        for t, rec in zip(trials, history):
+            if (
+                t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+                and rec.outcome is R.Outcome.LAUNCHED
+                and values_key(rec.values) == key
+            ):
                 return t
         return None
 
@@ -396,7 +409,9 @@ class StudyRunner:
                     )
                 continue
             rejected_in_a_row = 0
-            original = self.measured_before(study, values) if kind == TrialKind.SEARCH.value else None
+            trials = study.get_trials(deepcopy=False)
+            history = [R.record_of(t) for t in trials]
+            original = self.measured_before(trials, history, values) if kind == TrialKind.SEARCH.value else None
             if original is not None:
                 tell_duplicate(study, trial, original)
                 duplicates_in_a_row += 1
@@ -406,13 +421,13 @@ class StudyRunner:
                 continue
             duplicates_in_a_row = 0
             if self.settings.predict_oom and kind == TrialKind.SEARCH.value:
-                oom_from = predicted_oom(self.space, values, R.records(study))
+                oom_from = predicted_oom(self.space, values, history)
                 if oom_from is not None:
                     tell_predicted(study, trial, oom_from, FailureClass.OOM)
                     self.display.skipped(trial.number, f"needs at least the memory of trial {oom_from}, which ran out")
                     continue
-            never_ok = not any(r.ok for r in R.records(study))
-            result = self.run_one(study, trial, values, kind)
+            never_ok = not any(r.ok for r in history)
+            result = self.run_one(study, trial, values, kind, history)
             launched_here += 1
             if result.status is FailureClass.INTERRUPTED:
                 return True
@@ -424,7 +439,8 @@ class StudyRunner:
         """Re-run the best unconfirmed candidates once, until one faster than every unconfirmed
         one is confirmed or ``confirm`` re-runs are spent; True when interrupted."""
         for _ in range(self.settings.confirm):
-            pending = to_confirm(R.records(study), 1)
+            history = R.records(study)
+            pending = to_confirm(history, 1)
             if not pending:
                 return False
             cand = pending[0]
@@ -439,7 +455,9 @@ class StudyRunner:
             trial = study.ask()
             values = suggest(trial, self.space, self.pins.params)
             trial.set_user_attr(R.A_VALUES, values)
-            result = self.run_one(study, trial, values, f"re-run of trial {cand.first.number}", early_stop=False)
+            result = self.run_one(
+                study, trial, values, f"re-run of trial {cand.first.number}", history, early_stop=False
+            )
             if result.status is FailureClass.INTERRUPTED:
                 return True
         return False
