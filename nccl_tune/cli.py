@@ -243,7 +243,7 @@ def diagnose_cmd(
 @app.command("doctor")
 def doctor_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-readable checks.")) -> None:
     """Is this node fit to tune on? GPUs, memory holders, ECC, NVLink, NCCL variables, limits, Ray."""
-    from nccl_tune.diagnose.doctor import print_doctor, run_doctor
+    from nccl_tune.node.doctor import print_doctor, run_doctor
 
     report = run_doctor()
     if as_json:

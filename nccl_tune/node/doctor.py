@@ -21,7 +21,7 @@ import psutil
 from rich.console import Console
 from rich.markup import escape
 
-from nccl_tune.diagnose import env_catalog as E
+from nccl_tune.node import env_catalog as E
 from nccl_tune.gpu import GpuProbe, open_probe
 
 NOFILE_RECOMMENDED = 65536

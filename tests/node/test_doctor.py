@@ -11,8 +11,8 @@ from typing import Iterator
 import psutil
 import pytest
 
-from nccl_tune.diagnose import env_catalog as E
-from nccl_tune.diagnose.doctor import Check, DoctorReport, run_doctor
+from nccl_tune.node import env_catalog as E
+from nccl_tune.node.doctor import Check, DoctorReport, run_doctor
 from nccl_tune.gpu import NoGpuProbe, NvmlProbe
 from nccl_tune.gpu_fake import FakeNvml, h100_node, write_state
 
