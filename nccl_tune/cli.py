@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
+import typer.core
 from rich.console import Console
 from rich.markup import escape
 
@@ -21,8 +22,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    rich_markup_mode=None,
 )
-spaces_app = typer.Typer(help="List and show search spaces.", no_args_is_help=True)
+spaces_app = typer.Typer(help="List and show search spaces.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(spaces_app, name="spaces")
 
 out = Console()
@@ -49,22 +51,43 @@ def _deliver(text: str, output: Optional[Path]) -> None:
         err.print(escape(f"wrote {output}"), highlight=False)
 
 
-@app.command("run", context_settings={"allow_interspersed_args": False})
+class _RunCommand(typer.core.TyperCommand):
+    """``run`` remembers its raw arguments, to tell a command given after ``--`` from a stray word."""
+
+    def parse_args(self, ctx: typer.Context, args: list[str]) -> list[str]:
+        ctx.meta["raw_args"] = list(args)
+        return super().parse_args(ctx, args)
+
+
+def _check_dashdash(ctx: typer.Context, command: List[str]) -> None:
+    """The training command must be exactly what follows ``--``: a word before it (``--dry-run true``)
+    would otherwise be run as the command."""
+    raw = ctx.meta.get("raw_args", [])
+    if not command or ("--" in raw and command == raw[raw.index("--") + 1 :]):
+        return
+    raise NcclTuneError(
+        f"{command[0]!r} comes before --: put the training command after -- "
+        "(nccl-tune run [OPTIONS] -- COMMAND ...); --dry-run and --json take no value"
+    )
+
+
+@app.command("run", cls=_RunCommand, context_settings={"allow_interspersed_args": False})
 def run_cmd(
-    command: Optional[List[str]] = typer.Argument(None, help="The training command, after --.", show_default=False),
+    ctx: typer.Context,
+    command: Optional[List[str]] = typer.Argument(None, help="The training command, after --.", show_default=False, metavar="-- COMMAND"),
     space: str = typer.Option("skyrl-text2sql", "--space", help="Built-in space name or a space YAML file."),
     study: Optional[str] = typer.Option(None, "--study", help="Study name (default: from the space and command; the same name resumes)."),
     storage: Optional[str] = typer.Option(None, "--storage", help="Optuna storage URL (default: sqlite:///RESULTS/nccl-tune.db)."),
     results: Path = typer.Option(Path("results"), "--results", help="Folder for trial folders and the default storage."),
     trials: int = typer.Option(20, "--trials", help="Trials to launch in this run (re-runs for confirmation come on top)."),
-    budget: Optional[str] = typer.Option(None, "--budget", help="Wall-clock budget of the run: no new trial after it (e.g. 8h, 45m)."),
+    budget: Optional[str] = typer.Option(None, "--budget", help="Wall-clock budget of the run: no new trial after it (e.g. 8h, 45m).", metavar="DURATION"),
     steps: Optional[int] = typer.Option(None, "--steps", help="Measured steps per trial (after the warm-up step)."),
     warmup_steps: Optional[int] = typer.Option(None, "--warmup-steps", help="Unmeasured steps at the start of each trial."),
-    stall_timeout: Optional[str] = typer.Option(None, "--stall-timeout", help="Silence in an unknown phase before a trial is called hung."),
-    startup_timeout: Optional[str] = typer.Option(None, "--startup-timeout", help="Time allowed before the first progress line."),
-    trial_timeout: Optional[str] = typer.Option(None, "--trial-timeout", help="Budget of one trial."),
-    grace: Optional[str] = typer.Option(None, "--grace", help="SIGTERM-to-SIGKILL grace period at teardown."),
-    pin: List[str] = typer.Option([], "--set", help="Hold a parameter (or context value) fixed: KEY=VALUE; repeatable."),
+    stall_timeout: Optional[str] = typer.Option(None, "--stall-timeout", help="Silence in an unknown phase before a trial is called hung.", metavar="DURATION"),
+    startup_timeout: Optional[str] = typer.Option(None, "--startup-timeout", help="Time allowed before the first progress line.", metavar="DURATION"),
+    trial_timeout: Optional[str] = typer.Option(None, "--trial-timeout", help="Budget of one trial.", metavar="DURATION"),
+    grace: Optional[str] = typer.Option(None, "--grace", help="SIGTERM-to-SIGKILL grace period at teardown.", metavar="DURATION"),
+    pin: List[str] = typer.Option([], "--set", help="Hold a parameter (or context value) fixed: KEY=VALUE; repeatable.", metavar="KEY=VALUE"),
     seed: Optional[int] = typer.Option(None, "--seed", help="Sampler seed."),
     sampler: str = typer.Option("local", "--sampler", help="local (walk from the incumbent), tpe or random."),
     launcher: str = typer.Option("local", "--launcher", help="Where trials run: local."),
@@ -79,6 +102,7 @@ def run_cmd(
     from nccl_tune.tuner.settings import RunSettings, parse_duration
 
     try:
+        _check_dashdash(ctx, command or [])
         given = {"--budget": budget, "--stall-timeout": stall_timeout, "--startup-timeout": startup_timeout,
                  "--trial-timeout": trial_timeout, "--grace": grace}
         secs = {opt: None if text is None else parse_duration(text, opt) for opt, text in given.items()}
@@ -254,8 +278,23 @@ def doctor_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-reada
 
 
 def main() -> None:
-    """Console-script entry point."""
-    app()
+    """Console-script entry point. Usage errors (unknown option, bad value) are one line and exit 1:
+    exit 2 means "no stable config"."""
+    try:
+        code = app(standalone_mode=False)
+    except typer.TyperException as exc:  # the parser's usage errors (unknown option, bad value, ...)
+        ctx = getattr(exc, "ctx", None)
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            sys.stdout.write(exc.format_message() + "\n")
+        else:
+            where = f"{ctx.command_path}: " if ctx is not None else ""
+            hint = f"; see {ctx.command_path} --help" if ctx is not None else ""
+            text = " ".join(exc.format_message().split()).rstrip(".")
+            err.print(f"[bold red]error:[/] {escape(where + text + hint)}", highlight=False, soft_wrap=True)
+        code = 1
+    except typer.Abort:
+        code = 130
+    sys.exit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

@@ -135,12 +135,8 @@ class StudyRunner:
         self.settings = settings
         self.console = console
         check_command(settings.command)
-        if settings.trials < 1:
-            raise NcclTuneError(f"--trials {settings.trials}: must be at least 1")
         if settings.sampler not in ("local", "tpe", "random"):
             raise NcclTuneError(f"--sampler {settings.sampler!r} is unknown; use local, tpe or random")
-        if settings.confirm < 0:
-            raise NcclTuneError(f"--confirm {settings.confirm}: must be 0 or more")
         space = load_space(settings.space)
         self.space, self.pins = apply_pins(space, settings.pins)
         self.study_name = settings.study or default_study_name(self.space.name, settings.command)

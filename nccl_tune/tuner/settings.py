@@ -48,11 +48,39 @@ class RunSettings:
     """``local`` (pattern search from the incumbent, TPE when its neighbourhood is exhausted), ``tpe``
     (models the whole space) or ``random`` (the benchmarks' yardstick). All learn from failures."""
 
+    def __post_init__(self) -> None:
+        check_values(self)
+
     @property
     def storage_url(self) -> str:
         if self.storage:
             return self.storage
         return f"sqlite:///{(self.results / 'nccl-tune.db').resolve()}"
+
+
+MAX_SEED = 2**32 - 1
+"""Samplers seed numpy's generator, which takes 0 .. 2**32 - 1."""
+
+
+def check_values(s: RunSettings) -> None:
+    """One-line ``NcclTuneError`` for an option value no run can use (named as the CLI spells it)."""
+    from nccl_tune.errors import NcclTuneError
+
+    def need(ok: bool, option: str, value: object, rule: str) -> None:
+        if not ok:
+            raise NcclTuneError(f"{option} {value}: {rule}")
+
+    need(s.trials >= 1, "--trials", s.trials, "must be at least 1")
+    need(s.steps is None or s.steps >= 1, "--steps", s.steps, "must be at least 1 (measured steps per trial)")
+    need(s.warmup_steps is None or s.warmup_steps >= 0, "--warmup-steps", s.warmup_steps, "must be 0 or more")
+    need(s.seed is None or 0 <= s.seed <= MAX_SEED, "--seed", s.seed, f"must be between 0 and {MAX_SEED}")
+    need(s.confirm >= 0, "--confirm", s.confirm, "must be 0 or more")
+    need(s.parallel >= 1, "--parallel", s.parallel, "must be at least 1")
+    for option, secs in (("--budget", s.budget_s), ("--stall-timeout", s.stall_timeout_s),
+                         ("--startup-timeout", s.startup_timeout_s), ("--trial-timeout", s.trial_timeout_s)):
+        need(secs is None or secs > 0, option, f"{secs:g}s" if secs is not None else secs,
+             "must be more than 0 (e.g. 90s, 45m, 8h); leave it out for the default")
+    need(s.grace_s is None or s.grace_s >= 0, "--grace", s.grace_s, "must be 0 or more seconds")
 
 
 def parse_duration(text: str, option: str) -> float:

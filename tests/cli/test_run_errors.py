@@ -28,6 +28,24 @@ GOOD = [sys.executable, str(TINY_TRAINER)]
         (["run", "--space", str(TINY_SPACE), "--launcher", "ray", "--", *GOOD], "--launcher ray is not available yet"),
         (["run", "--space", str(TINY_SPACE), "--parallel", "4", "--", *GOOD], "--parallel 4"),
         (["run", "--space", str(TINY_SPACE), "--budget", "soon", "--", *GOOD], "--budget 'soon'"),
+        (["run", "--space", str(TINY_SPACE), "--steps", "0", "--", *GOOD], "--steps 0: must be at least 1"),
+        (["run", "--space", str(TINY_SPACE), "--budget", "0", "--", *GOOD], "--budget 0s: must be more than 0"),
+        (["run", "--space", str(TINY_SPACE), "--stall-timeout", "0", "--", *GOOD], "--stall-timeout 0s: must be more than 0"),
+        (["run", "--space", str(TINY_SPACE), "--startup-timeout", "0m", "--", *GOOD], "--startup-timeout 0s: must be more than 0"),
+        (["run", "--space", str(TINY_SPACE), "--trial-timeout", "0", "--", *GOOD], "--trial-timeout 0s: must be more than 0"),
+        (["run", "--space", str(TINY_SPACE), "--warmup-steps", "-1", "--", *GOOD], "--warmup-steps -1: must be 0 or more"),
+        (["run", "--space", str(TINY_SPACE), "--seed", "-1", "--", *GOOD], "--seed -1: must be between 0 and 4294967295"),
+        (["run", "--space", str(TINY_SPACE), "--seed", str(2**32), "--", *GOOD], "--seed 4294967296: must be between"),
+        (["run", "--space", str(TINY_SPACE), "--trials", "0", "--", *GOOD], "--trials 0: must be at least 1"),
+        # usage errors of the parser: one line, exit 1 (2 means "no stable config")
+        (["run", "--steps", "x", "--", *GOOD], "nccl-tune run: Invalid value for '--steps'"),
+        (["run", "--no-such-option", "--", *GOOD], "No such option: --no-such-option"),
+        (["no-such-command"], "No such command 'no-such-command'"),
+        (["apply"], "Missing argument"),
+        # --dry-run is a flag: a value after it is not taken for the training command
+        (["run", "--dry-run", "true"], "'true' comes before --: put the training command after --"),
+        (["run", "--json", "yes", "--", *GOOD], "'yes' comes before --"),
+        (["run", *GOOD], "comes before --"),
         (["export", "--study", "none"], "no such database"),
         (["apply", "missing.yaml", "--into", "ppo.yaml"], "tuned file missing.yaml does not exist"),
     ],
@@ -55,3 +73,10 @@ def test_dry_run_prints_argv_and_env_and_runs_nothing(tmp_path):
     assert "trainer.micro_train_batch_size_per_gpu=1" in proc.stdout
     assert "NCCL_ALGO=Ring" in proc.stdout and "SKYRL_WORKER_NCCL_TIMEOUT_IN_S=180" in proc.stdout
     assert not (tmp_path / "results").exists()
+
+
+def test_help_shows_flags_as_flags(tmp_path):
+    proc = run_cli(["run", "--help"], cwd=tmp_path, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    dry = [line for line in proc.stdout.splitlines() if "--dry-run" in line]
+    assert dry and "<bool>" not in proc.stdout and "bool" not in dry[0], proc.stdout
