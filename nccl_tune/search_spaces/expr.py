@@ -45,6 +45,13 @@ _FUNCS: dict[str, Callable[..., Any]] = {
 }
 
 
+MAX_INT_BITS = 256
+"""An integer result wider than this is refused: no batch size or byte count needs it, and
+``2 ** 2 ** 40`` would otherwise run out of memory (or time) before any error."""
+MAX_SEQ_LEN = 10_000
+"""A string or list repeated with ``*`` must stay shorter than this."""
+
+
 class ExprError(NcclTuneError):
     """An expression that cannot be parsed, names something unknown, or fails to evaluate."""
 
@@ -115,6 +122,15 @@ def parse_expr(text: str, where: str) -> Expr:
     return Expr(text.strip(), tree, frozenset(full))
 
 
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _short(v: Any) -> str:
+    text = repr(v)
+    return text if len(text) <= 24 else f"{text[:10]}...({len(text)} digits)"
+
+
 class _Eval(ast.NodeVisitor):
     def __init__(self, values: Mapping[str, Any], text: str) -> None:
         self.values = values
@@ -165,10 +181,26 @@ class _Eval(ast.NodeVisitor):
 
     def visit_BinOp(self, node: ast.BinOp) -> Any:
         a, b = self.visit(node.left), self.visit(node.right)
+        self._check_size(node.op, a, b)
         try:
-            return _BINOPS[type(node.op)](a, b)
+            out = _BINOPS[type(node.op)](a, b)
         except (ZeroDivisionError, TypeError, OverflowError) as exc:
             raise ExprError(f"expression {self.text!r} failed: {exc} (with {a!r} and {b!r})") from None
+        if isinstance(out, int) and out.bit_length() > MAX_INT_BITS:
+            raise ExprError(f"expression {self.text!r}: the result reaches 2**{MAX_INT_BITS} (with {_short(a)} and {_short(b)})")
+        return out
+
+    def _check_size(self, op: ast.operator, a: Any, b: Any) -> None:
+        """Refuse, before computing it, a power or a repetition whose result would be too big."""
+        if isinstance(op, ast.Pow) and _is_int(a) and _is_int(b) and abs(a) > 1 and b > 0:
+            if b > MAX_INT_BITS or (abs(a).bit_length() - 1) * b > MAX_INT_BITS:
+                raise ExprError(
+                    f"expression {self.text!r}: {_short(a)} ** {_short(b)} exceeds 2**{MAX_INT_BITS}; use smaller exponents"
+                )
+        if isinstance(op, ast.Mult):
+            for seq, n in ((a, b), (b, a)):
+                if isinstance(seq, (str, tuple, list)) and _is_int(n) and len(seq) * n > MAX_SEQ_LEN:
+                    raise ExprError(f"expression {self.text!r}: repeating a sequence {_short(n)} times is too long")
 
     def visit_Compare(self, node: ast.Compare) -> Any:
         left = self.visit(node.left)

@@ -8,6 +8,7 @@ messages say what a user should change.
 from __future__ import annotations
 
 import dataclasses
+import re
 from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
@@ -28,7 +29,7 @@ from nccl_tune.search_spaces.space import (
     SearchSpace,
     Target,
 )
-from nccl_tune.trial import Clocks, ProgressRules, StopRule
+from nccl_tune.trial import MARKER_ENV, Clocks, ProgressRules, StopRule
 
 _TOP_KEYS = {
     "name", "description", "command", "parameters", "context", "define", "derived", "constraints",
@@ -42,6 +43,17 @@ _PROGRESS_KEYS = {f.name for f in dataclasses.fields(ProgressRules)}
 _THROUGHPUT_KEYS = {"samples_per_step"}
 _STABILITY_KEYS = {"min_headroom_frac"}
 _MAX_CHOICES = 4096
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_PROTECTED_ENV = {
+    "PATH": "it decides which programs run",
+    "LD_PRELOAD": "it injects libraries into every process",
+    "LD_LIBRARY_PATH": "it decides which libraries load",
+    "LD_AUDIT": "it injects libraries into every process",
+    "PYTHONPATH": "it decides which Python code runs",
+    "PYTHONHOME": "it decides which Python runs",
+    MARKER_ENV: "nccl-tune sets it to find every process of a trial",
+}
+"""Variables a space may not set: they change what runs, not how it runs."""
 
 
 def builtin_dir() -> Path:
@@ -181,6 +193,8 @@ def _parameter(p: Any, i: int, label: str) -> Parameter:
         raise NcclTuneError(
             f"space file {label}: {where}: memory must be one of {', '.join(m.value for m in MemoryEffect)}"
         ) from None
+    if target is Target.ENV:
+        _check_env_name(name, where, label)
     choices = _choices(p, kind, where, label)
     if UNSET in choices and target is not Target.ENV:
         raise NcclTuneError(f"space file {label}: {where}: the choice 'unset' only makes sense for target: env")
@@ -229,6 +243,8 @@ def _build(data: dict[str, Any], source: str, label: str, text: str) -> SearchSp
     derived = []
     for key, spec in _mapping(data, "derived", label).items():
         target = Target.ENV if key.isupper() and "." not in key else Target.OVERRIDE
+        if target is Target.ENV:
+            _check_env_name(key, f"derived.{key}", label)
         ex = _expr(spec, f"derived.{key}", label)
         _check_names(ex.names, known | {key}, f"derived.{key}", label)
         if key in seen:
@@ -254,6 +270,8 @@ def _build(data: dict[str, Any], source: str, label: str, text: str) -> SearchSp
     _check_keys(trial, _TRIAL_KEYS, "in trial: ", label)
     trial_overrides = {str(k): _scalar(v, f"trial.overrides.{k}", label) for k, v in (trial.get("overrides") or {}).items()}
     trial_env = {str(k): _scalar(v, f"trial.env.{k}", label) for k, v in (trial.get("env") or {}).items()}
+    for key in trial_env:
+        _check_env_name(key, f"trial.env.{key}", label)
 
     stop_raw = _mapping(data, "stop", label)
     _check_keys(stop_raw, _STOP_KEYS, "in stop: ", label)
@@ -308,6 +326,20 @@ def _build(data: dict[str, Any], source: str, label: str, text: str) -> SearchSp
     )
     _check_defaults(space, label)
     return space
+
+
+def _check_env_name(name: str, where: str, label: str) -> None:
+    """One-line error for an environment variable a space may not set."""
+    if not _ENV_NAME.fullmatch(name):
+        raise NcclTuneError(
+            f"space file {label}: {where}: {name!r} is not a valid environment variable name "
+            "(letters, digits and _, not starting with a digit)"
+        )
+    if name in _PROTECTED_ENV:
+        raise NcclTuneError(
+            f"space file {label}: {where}: a space may not set {name} ({_PROTECTED_ENV[name]}); "
+            "set it in the environment you run nccl-tune from"
+        )
 
 
 def _check_names(names: frozenset[str], known: set[str], where: str, label: str) -> None:

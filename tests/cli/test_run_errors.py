@@ -9,6 +9,20 @@ import pytest
 from tests.tuner.conftest import TINY_SPACE, TINY_TRAINER, run_cli
 
 GOOD = [sys.executable, str(TINY_TRAINER)]
+TINY = TINY_SPACE.read_text()
+SPACES = {
+    "broken.yaml": "name: x\nparameters: [\n",
+    "unknown_kind.yaml": TINY.replace("kind: pow2", "kind: log"),
+    "bad_constraint.yaml": TINY + "\nconstraints:\n  - expr: trainer.mikro < 8\n    message: m\n",
+    "huge_power.yaml": TINY + "\nconstraints:\n  - expr: 2 ** 2 ** 40 > trainer.micro\n    message: m\n",
+    "huge_product.yaml": TINY.replace("samples_per_step: 8 * trainer.micro", "samples_per_step: (2 ** 200) * (2 ** 100)"),
+    "env_path.yaml": TINY.replace("name: NCCL_ALGO", "name: PATH"),
+    "env_preload.yaml": TINY.replace("name: NCCL_ALGO", "name: LD_PRELOAD"),
+    "env_marker.yaml": TINY.replace("PYTHONUNBUFFERED: 1", "NCCL_TUNE_TRIAL: x"),
+    "env_pythonpath.yaml": TINY.replace("PYTHONUNBUFFERED: 1", "PYTHONPATH: /tmp"),
+    "env_invalid.yaml": TINY.replace("name: NCCL_ALGO", "name: NCCL-ALGO\n    target: env"),
+    "env_dotted.yaml": TINY.replace("name: NCCL_ALGO", "name: nccl.algo\n    target: env"),
+}
 
 
 @pytest.mark.parametrize(
@@ -46,16 +60,21 @@ GOOD = [sys.executable, str(TINY_TRAINER)]
         (["run", "--dry-run", "true"], "'true' comes before --: put the training command after --"),
         (["run", "--json", "yes", "--", *GOOD], "'yes' comes before --"),
         (["run", *GOOD], "comes before --"),
+        (["run", "--dry-run", "--space", "huge_power.yaml", "--", *GOOD], "2 ** 1099511627776 exceeds 2**256"),
+        (["run", "--dry-run", "--space", "huge_product.yaml", "--", *GOOD], "the result reaches 2**256"),
+        (["run", "--dry-run", "--space", "env_path.yaml", "--", *GOOD], "(PATH): a space may not set PATH"),
+        (["run", "--dry-run", "--space", "env_preload.yaml", "--", *GOOD], "a space may not set LD_PRELOAD"),
+        (["run", "--dry-run", "--space", "env_marker.yaml", "--", *GOOD], "trial.env.NCCL_TUNE_TRIAL: a space may not set"),
+        (["run", "--dry-run", "--space", "env_pythonpath.yaml", "--", *GOOD], "a space may not set PYTHONPATH"),
+        (["run", "--dry-run", "--space", "env_invalid.yaml", "--", *GOOD], "'NCCL-ALGO' is not a valid environment variable name"),
+        (["run", "--dry-run", "--space", "env_dotted.yaml", "--", *GOOD], "'nccl.algo' is not a valid environment variable name"),
         (["export", "--study", "none"], "no such database"),
         (["apply", "missing.yaml", "--into", "ppo.yaml"], "tuned file missing.yaml does not exist"),
     ],
 )
 def test_bad_input_is_one_line_exit_1(tmp_path, args, fragment):
-    (tmp_path / "broken.yaml").write_text("name: x\nparameters: [\n")
-    (tmp_path / "unknown_kind.yaml").write_text(TINY_SPACE.read_text().replace("kind: pow2", "kind: log"))
-    (tmp_path / "bad_constraint.yaml").write_text(
-        TINY_SPACE.read_text() + "\nconstraints:\n  - expr: trainer.mikro < 8\n    message: m\n"
-    )
+    for name, text in SPACES.items():
+        (tmp_path / name).write_text(text)
     proc = run_cli(args, cwd=tmp_path, timeout=60)
     assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]

@@ -37,3 +37,27 @@ def test_names_are_full_dotted_names():
 def test_division_by_zero_is_a_clear_error():
     with pytest.raises(ExprError, match="by zero"):
         parse_expr("a % b", "t")({"a": 1, "b": 0})
+
+
+@pytest.mark.parametrize(
+    "text, values, fragment",
+    [
+        ("2 ** 2 ** 40", {}, "2 ** 1099511627776 exceeds 2**256"),
+        ("x ** 300", {"x": 2}, "2 ** 300 exceeds"),
+        ("a * a * a", {"a": 2**100}, "reaches 2**256"),
+        ("'ab' * n", {"n": 10**12}, "repeating a sequence"),
+    ],
+)
+def test_huge_numbers_are_refused_at_once(text, values, fragment):
+    import time
+
+    t0 = time.monotonic()
+    with pytest.raises(ExprError, match=fragment.replace("*", r"\*")):
+        parse_expr(text, "t")(values)
+    assert time.monotonic() - t0 < 1.0
+
+
+def test_powers_within_the_bound_still_work():
+    assert parse_expr("2 ** x", "t")({"x": 40}) == 2**40
+    assert parse_expr("x ** -1", "t")({"x": 4}) == 0.25
+    assert parse_expr("(-3) ** 3", "t")({}) == -27
