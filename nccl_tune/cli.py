@@ -232,7 +232,7 @@ def spaces_show_cmd(
 ) -> None:
     """A space's parameters, rules, trial settings and stop rule."""
     from nccl_tune.search_spaces.loader import load_space
-    from nccl_tune.search_spaces.render import print_space
+    from nccl_tune.search_spaces.show import print_space
 
     try:
         space = load_space(name)

@@ -19,8 +19,10 @@ from omegaconf.errors import OmegaConfBaseException
 
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.search_spaces.expr import ExprError, parse_expr
+from nccl_tune.search_spaces.render import format_value, is_flag
 from nccl_tune.search_spaces.space import (
     UNSET,
+    ArgStyle,
     Constraint,
     Derived,
     MemoryEffect,
@@ -35,7 +37,9 @@ _TOP_KEYS = {
     "name", "description", "command", "parameters", "context", "define", "derived", "constraints",
     "trial", "stop", "clocks", "progress", "throughput", "stability",
 }  # fmt: skip
-_PARAM_KEYS = {"name", "kind", "target", "low", "high", "step", "choices", "default", "memory", "semantic", "help"}
+_PARAM_KEYS = {
+    "name", "kind", "target", "low", "high", "step", "choices", "default", "memory", "semantic", "help", "arg", "arg_style",
+}  # fmt: skip
 _TRIAL_KEYS = {"overrides", "env"}
 _STOP_KEYS = {f.name for f in dataclasses.fields(StopRule)}
 _CLOCK_KEYS = {f.name for f in dataclasses.fields(Clocks) if f.name != "known_phase_s"} | {"phase_estimates_s"}
@@ -54,6 +58,10 @@ _PROTECTED_ENV = {
     MARKER_ENV: "nccl-tune sets it to find every process of a trial",
 }
 """Variables a space may not set: they change what runs, not how it runs."""
+_NAME_RX = re.compile(r"\+{0,2}[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*")
+"""A name expressions can read (dotted identifiers); Hydra's ``+``/``++`` prefix is kept for the command."""
+_FLAG_RX = re.compile(r"--?[A-Za-z0-9][A-Za-z0-9_.\-]*")
+_HYDRA_KEY_RX = re.compile(r"\+{0,2}[A-Za-z_][A-Za-z0-9_\-]*(?:\.[A-Za-z_0-9][A-Za-z0-9_\-]*)*")
 
 
 def builtin_dir() -> Path:
@@ -198,6 +206,7 @@ def _parameter(p: Any, i: int, label: str) -> Parameter:
     choices = _choices(p, kind, where, label)
     if UNSET in choices and target is not Target.ENV:
         raise NcclTuneError(f"space file {label}: {where}: the choice 'unset' only makes sense for target: env")
+    arg, arg_style = _arg(p, name, kind, target, where, label)
     param = Parameter(
         name=name,
         kind=kind,
@@ -206,10 +215,61 @@ def _parameter(p: Any, i: int, label: str) -> Parameter:
         memory=memory,
         semantic=bool(p.get("semantic", False)),
         help=str(p.get("help", "")),
+        arg=arg,
+        arg_style=arg_style,
     )
     if p.get("default") is not None:
         param = dataclasses.replace(param, default=param.coerce(p["default"], f"space file {label}: {where} default"))
     return param
+
+
+def _arg(
+    p: Mapping[str, Any], name: str, kind: ParamKind, target: Target, where: str, label: str
+) -> tuple[str | None, ArgStyle]:
+    """The parameter's ``arg`` and ``arg_style``, checked; and its ``name`` when it has no ``arg``."""
+    arg = p.get("arg")
+    if arg is not None and (not isinstance(arg, str) or not (_FLAG_RX.fullmatch(arg) or _HYDRA_KEY_RX.fullmatch(arg))):
+        raise NcclTuneError(
+            f"space file {label}: {where}: arg {arg!r} is neither a flag (--batch-size) nor a Hydra key (trainer.batch_size)"
+        )
+    if arg is not None and target is Target.ENV:
+        raise NcclTuneError(f"space file {label}: {where}: an env parameter takes no arg; remove arg or set target: override")
+    if arg is None and target is not Target.ENV and not _NAME_RX.fullmatch(name):
+        hint = re.sub(r"[^A-Za-z0-9_.]+", "_", name.lstrip("-")).strip("_.") or "my_param"
+        raise NcclTuneError(
+            f"space file {label}: {where}: name {name!r} is not an identifier expressions can use; "
+            f"write name: {hint} and arg: {name}"
+        )
+    if arg is not None and not _NAME_RX.fullmatch(name):
+        raise NcclTuneError(
+            f"space file {label}: {where}: name {name!r} must be an identifier (letters, digits, _ and dots) such as "
+            f"{re.sub(r'[^A-Za-z0-9_.]+', '_', name.lstrip('-')).strip('_.') or 'my_param'}"
+        )
+    styles = ", ".join(s.value for s in ArgStyle)
+    try:
+        style = ArgStyle(p.get("arg_style", ArgStyle.SEPARATE.value))
+    except ValueError:
+        raise NcclTuneError(f"space file {label}: {where}: arg_style must be one of {styles}, got {p.get('arg_style')!r}") from None
+    if "arg_style" in p and (arg is None or not is_flag(arg)):
+        raise NcclTuneError(f"space file {label}: {where}: arg_style applies to a flag only (arg: --name)")
+    if style is ArgStyle.SWITCH and kind is not ParamKind.BOOL:
+        raise NcclTuneError(f"space file {label}: {where}: arg_style switch needs kind: bool (the flag is present when true)")
+    return arg, style
+
+
+def _check_command_keys(params: tuple[Parameter, ...], label: str) -> None:
+    """Two parameters must not set the same thing on the command line."""
+    owner: dict[str, str] = {}
+    for p in params:
+        if p.target is Target.ENV:
+            continue
+        key = p.command_key
+        if key in owner:
+            raise NcclTuneError(
+                f"space file {label}: parameter {p.name} sets {key}, which parameter {owner[key]} already sets; "
+                "give each parameter its own arg"
+            )
+        owner[key] = p.name
 
 
 def _build(data: dict[str, Any], source: str, label: str, text: str) -> SearchSpace:
@@ -226,8 +286,9 @@ def _build(data: dict[str, Any], source: str, label: str, text: str) -> SearchSp
         if p.name in seen:
             raise NcclTuneError(f"space file {label}: parameter {p.name} is defined twice")
         seen.add(p.name)
+    _check_command_keys(params, label)
 
-    context = _mapping(data, "context", label)
+    context, context_args = _context(_mapping(data, "context", label), label)
     for key in context:
         if key in seen:
             raise NcclTuneError(f"space file {label}: context key {key} is also a parameter; keep it in one place")
@@ -245,11 +306,17 @@ def _build(data: dict[str, Any], source: str, label: str, text: str) -> SearchSp
         target = Target.ENV if key.isupper() and "." not in key else Target.OVERRIDE
         if target is Target.ENV:
             _check_env_name(key, f"derived.{key}", label)
+        arg = None
+        if isinstance(spec, dict):
+            _check_keys(spec, {"expr", "arg"}, f"in derived.{key}: ", label)
+            arg, spec = spec.get("arg"), spec.get("expr")
+            if not isinstance(arg, str) or not _FLAG_RX.fullmatch(arg):
+                raise NcclTuneError(f"space file {label}: derived.{key}.arg must be a flag such as --eval-batch-size")
         ex = _expr(spec, f"derived.{key}", label)
         _check_names(ex.names, known | {key}, f"derived.{key}", label)
         if key in seen:
             raise NcclTuneError(f"space file {label}: derived key {key} is also a parameter; remove one of them")
-        derived.append(Derived(key, ex, target))
+        derived.append(Derived(key, ex, target, arg))
     known |= {d.key for d in derived}
 
     constraints = []
@@ -268,7 +335,10 @@ def _build(data: dict[str, Any], source: str, label: str, text: str) -> SearchSp
 
     trial = _mapping(data, "trial", label)
     _check_keys(trial, _TRIAL_KEYS, "in trial: ", label)
-    trial_overrides = {str(k): _scalar(v, f"trial.overrides.{k}", label) for k, v in (trial.get("overrides") or {}).items()}
+    trial_overrides = {
+        str(k): None if v is None and is_flag(str(k)) else _scalar(v, f"trial.overrides.{k}", label)
+        for k, v in (trial.get("overrides") or {}).items()
+    }
     trial_env = {str(k): _scalar(v, f"trial.env.{k}", label) for k, v in (trial.get("env") or {}).items()}
     for key in trial_env:
         _check_env_name(key, f"trial.env.{key}", label)
@@ -313,6 +383,7 @@ def _build(data: dict[str, Any], source: str, label: str, text: str) -> SearchSp
         text=text,
         parameters=params,
         context=context,
+        context_args=context_args,
         defines=tuple(defines),
         derived=tuple(derived),
         constraints=tuple(constraints),
@@ -340,6 +411,24 @@ def _check_env_name(name: str, where: str, label: str) -> None:
             f"space file {label}: {where}: a space may not set {name} ({_PROTECTED_ENV[name]}); "
             "set it in the environment you run nccl-tune from"
         )
+def _context(raw: Mapping[str, Any], label: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """Context values, and the flags of those given as ``{value: V, arg: --flag}``."""
+    values: dict[str, Any] = {}
+    args: dict[str, str] = {}
+    for key, v in raw.items():
+        if isinstance(v, dict):
+            _check_keys(v, {"value", "arg"}, f"in context.{key}: ", label)
+            arg = v.get("arg")
+            if not isinstance(arg, str) or not (_FLAG_RX.fullmatch(arg) or _HYDRA_KEY_RX.fullmatch(arg)):
+                raise NcclTuneError(f"space file {label}: context.{key}.arg must be a flag (--nproc) or a Hydra key")
+            v = v.get("value")
+            args[key] = arg
+        if isinstance(v, (dict, list)) or v is None:
+            raise NcclTuneError(f"space file {label}: context.{key} must be a single value (or {{value:, arg:}})")
+        if not _NAME_RX.fullmatch(key):
+            raise NcclTuneError(f"space file {label}: context key {key!r} is not an identifier; name it and give arg: {key}")
+        values[key] = v
+    return values, args
 
 
 def _check_names(names: frozenset[str], known: set[str], where: str, label: str) -> None:
@@ -365,8 +454,6 @@ def _check_defaults(space: SearchSpace, label: str) -> None:
 def _scalar(v: Any, where: str, label: str) -> str:
     if isinstance(v, (dict, list)):
         raise NcclTuneError(f"space file {label}: {where} must be a single value, not a {type(v).__name__}")
-    from nccl_tune.search_spaces.space import format_value
-
     return format_value(v)
 
 

@@ -1,61 +1,85 @@
-"""``nccl-tune spaces show``: a space as a person reads it."""
+"""Values as they reach the command: argv elements and environment variables.
+
+The one home for how a value is spelled. A parameter without ``arg:`` is a Hydra override
+``name=value`` (``+name=value`` when the name carries Hydra's ``+``); with ``arg: --batch-size`` it
+is a flag, passed as two argv elements (``--batch-size 32``), as one (``--batch-size=32``) with
+``arg_style: equals``, or present/absent with ``arg_style: switch`` (booleans). An ``arg:`` that is
+not a flag (``arg: +trainer.seed``) is a Hydra key. Environment parameters set (or, for ``unset``,
+remove) a variable. Values are argv elements, never spliced into a shell string.
+"""
 
 from __future__ import annotations
 
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+from typing import Any, Mapping
 
-from nccl_tune.search_spaces.space import SearchSpace, format_value
+from nccl_tune.search_spaces.space import UNSET, ArgStyle, Parameter, SearchSpace, Target
 
 
-def print_space(space: SearchSpace, console: Console) -> None:
-    console.print(f"[bold]{escape(space.name)}[/]  [dim]{escape(space.source)}[/]", highlight=False)
-    if space.description:
-        console.print(escape(space.description), highlight=False, soft_wrap=True)
-    table = Table(title="parameters")
-    for col in ("name", "values", "default", "notes"):
-        table.add_column(col, overflow="fold")
+def format_value(value: Any) -> str:
+    """A value as it is written on a command line (Hydra spelling for booleans)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        return repr(value)
+    return str(value)
+
+
+def is_flag(key: str) -> bool:
+    """True for a command-line option (``--batch-size``, ``-b``), False for a Hydra key."""
+    return key.startswith("-")
+
+
+def key_argv(key: str, value: Any, style: ArgStyle = ArgStyle.SEPARATE) -> list[str]:
+    """``key`` set to ``value`` on the command line. A flag's value ``None`` (or a switch that is
+    on) is the bare flag; a switch that is off is nothing at all."""
+    if not is_flag(key):
+        return [f"{key}={format_value(value)}"]
+    if style is ArgStyle.SWITCH:
+        return [key] if value else []
+    if value is None:
+        return [key]
+    if style is ArgStyle.EQUALS:
+        return [f"{key}={format_value(value)}"]
+    return [key, format_value(value)]
+
+
+def env_text(value: Any) -> str | None:
+    """A value as an environment variable holds it; None removes the variable (``unset``)."""
+    return None if value == UNSET else format_value(value)
+
+
+def param_argv(p: Parameter, value: Any) -> list[str]:
+    """The argv elements that give parameter ``p`` the value ``value`` (never for env parameters)."""
+    return key_argv(p.arg or p.name, value, p.arg_style)
+
+
+def render_values(space: SearchSpace, values: Mapping[str, Any]) -> tuple[list[str], dict[str, str | None]]:
+    """The trial's own argv elements and env overlay for ``values`` (parameters, then derived values)."""
+    args: list[str] = []
+    env: dict[str, str | None] = {}
     for p in space.parameters:
-        notes = [p.target.value]
-        if p.memory.value != "unknown":
-            notes.append(f"memory {p.memory.value}")
-        if p.semantic:
-            notes.append("semantic")
-        table.add_row(
-            escape(p.name),
-            escape(", ".join(format_value(c) for c in p.choices)),
-            "-" if p.default is None else escape(format_value(p.default)),
-            ", ".join(notes),
-        )
-    console.print(table)
-    for p in space.parameters:
-        if p.help:
-            console.print(f"  [bold]{escape(p.name)}[/]: {escape(p.help)}", highlight=False, soft_wrap=True)
-    if space.context:
-        console.print("[bold]context[/] (the command's values the rules read; change with --set):", highlight=False)
-        for k, v in space.context.items():
-            console.print(f"  {escape(k)} = {escape(format_value(v))}", highlight=False)
-    if space.derived:
-        console.print("[bold]derived[/]:", highlight=False)
-        for d in space.derived:
-            console.print(f"  {escape(d.key)} = {escape(d.expr.text)}", highlight=False, soft_wrap=True)
-    if space.constraints:
-        console.print("[bold]rules[/]:", highlight=False)
-        for c in space.constraints:
-            console.print(f"  {escape(c.expr.text)}  [dim]# {escape(c.message)}[/]", highlight=False, soft_wrap=True)
-    if space.trial_overrides or space.trial_env:
-        console.print("[bold]every trial[/]:", highlight=False)
-        for k, v in space.trial_overrides.items():
-            console.print(escape(f"  {k}={v}"), highlight=False)
-        for k, v in space.trial_env.items():
-            console.print(escape(f"  env {k}={v}"), highlight=False)
-    clocks = space.clocks
-    console.print(
-        f"[bold]stop[/] after {space.stop.warmup_steps} warm-up + {space.stop.measured_steps} measured steps; "
-        f"start-up {clocks.startup_timeout_s:.0f}s, stall {clocks.stall_timeout_s:.0f}s "
-        f"(adaptive: {clocks.stall_multiplier:g}x the longest known phase, at least {clocks.stall_floor_s:.0f}s), "
-        f"trial {clocks.trial_timeout_s:.0f}s, grace {clocks.grace_s:.0f}s",
-        highlight=False,
-        soft_wrap=True,
-    )
+        if p.name not in values:
+            continue
+        if p.target is Target.ENV:
+            env[p.name] = env_text(values[p.name])
+        else:
+            args += param_argv(p, values[p.name])
+    derived = space.derived_values(values)
+    for d in space.derived:
+        value = derived[d.key]
+        if d.target is Target.ENV:
+            env[d.key] = format_value(value)
+        else:
+            args += key_argv(d.arg or d.key, value)
+    return args, env
+
+
+def fixed_argv(space: SearchSpace, overrides: Mapping[str, str], pins: Mapping[str, Any]) -> list[str]:
+    """The argv elements every trial gets before its own: the space's trial overrides (already
+    expanded), then context values changed with ``--set``."""
+    args: list[str] = []
+    for key, value in overrides.items():
+        args += key_argv(key, value)
+    for key, value in pins.items():
+        args += key_argv(space.context_args.get(key, key), value)
+    return args

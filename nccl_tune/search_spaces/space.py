@@ -1,7 +1,7 @@
 """The ``SearchSpace`` data model: parameters, constraints, fixed trial settings, stop rule.
 
 A space is plain data (frozen dataclasses). ``loader.py`` builds one from YAML; ``tuner/``
-samples it; ``render_trial`` turns a parameter assignment into the argv tail and env overlay
+samples it; ``render.py`` turns a parameter assignment into the argv elements and env overlay
 a trial runs with. Only safe expressions (``expr.py``) are evaluated.
 """
 
@@ -34,9 +34,20 @@ class ParamKind(str, Enum):
 
 class Target(str, Enum):
     OVERRIDE = "override"
-    """Passed on the command line as ``key=value`` (Hydra-style)."""
+    """Passed on the command line: ``key=value`` (Hydra-style), or a flag when the parameter has ``arg``."""
     ENV = "env"
     """Set in the trial's environment (``unset`` removes it)."""
+
+
+class ArgStyle(str, Enum):
+    """How a flag (``arg: --batch-size``) carries its value."""
+
+    SEPARATE = "separate"
+    """Two argv elements: ``--batch-size 32``."""
+    EQUALS = "equals"
+    """One argv element: ``--batch-size=32``."""
+    SWITCH = "switch"
+    """Booleans only: ``--flag`` when true, nothing when false (argparse ``store_true``)."""
 
 
 class MemoryEffect(str, Enum):
@@ -54,21 +65,14 @@ class MemoryEffect(str, Enum):
     """Unknown: two configs are comparable only if they agree on this parameter."""
 
 
-def format_value(value: Any) -> str:
-    """A value as it is written on a command line (Hydra spelling for booleans)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
-        return repr(value)
-    return str(value)
-
-
 @dataclass(frozen=True)
 class Parameter:
     """One tunable knob."""
 
     name: str
-    """Config key (``trainer.micro_train_batch_size_per_gpu``) or environment variable (``NCCL_ALGO``)."""
+    """What expressions, ``--set``, reports and the tuned YAML call it: a config key
+    (``trainer.micro_train_batch_size_per_gpu``), an identifier (``batch_size``) or an environment
+    variable (``NCCL_ALGO``)."""
     kind: ParamKind
     target: Target
     choices: tuple[Any, ...]
@@ -79,9 +83,19 @@ class Parameter:
     semantic: bool = False
     """True when the value changes the training itself (batch sizes, prompt filtering), not only speed."""
     help: str = ""
+    arg: str | None = None
+    """How the command line spells it when that is not ``name``: a flag (``--batch-size``) or a Hydra key."""
+    arg_style: ArgStyle = ArgStyle.SEPARATE
+
+    @property
+    def command_key(self) -> str:
+        """The key the command sees (``arg`` or ``name``), without Hydra's ``+``/``++`` prefix."""
+        return (self.arg or self.name).lstrip("+")
 
     def coerce(self, raw: Any, where: str) -> Any:
         """The admissible value that ``raw`` (a string from ``--set`` or a YAML value) denotes."""
+        from nccl_tune.search_spaces.render import format_value
+
         for c in self.choices:
             if raw == c and type(raw) is type(c):
                 return c
@@ -103,12 +117,6 @@ class Parameter:
         raise NcclTuneError(
             f"{where}: {format_value(raw)!r} is not a value of {self.name}; choose one of: {shown}{more}"
         )
-
-    def render(self, value: Any) -> str | None:
-        """The value as it reaches the command; None for ``unset`` (env only)."""
-        if self.target is Target.ENV and value == UNSET:
-            return None
-        return format_value(value)
 
     def memory_rank(self, value: Any) -> int:
         """Position of ``value`` in the order of growing memory (for dominance checks)."""
@@ -134,6 +142,8 @@ class Derived:
     key: str
     expr: Expr
     target: Target = Target.OVERRIDE
+    arg: str | None = None
+    """How the command line spells it when that is not ``key`` (a flag such as ``--eval-batch-size``)."""
 
 
 def _frozen(m: Mapping | None) -> Mapping:
@@ -151,12 +161,15 @@ class SearchSpace:
     parameters: tuple[Parameter, ...]
     context: Mapping[str, Any] = field(default_factory=dict)
     """Values of the user's command the expressions read but the search does not change."""
+    context_args: Mapping[str, str] = field(default_factory=dict)
+    """How the command line spells a context value changed with ``--set``, when not by its name."""
     defines: tuple[tuple[str, Expr], ...] = ()
     """Named intermediate values (in order), visible to constraints and derived values."""
     derived: tuple[Derived, ...] = ()
     constraints: tuple[Constraint, ...] = ()
-    trial_overrides: Mapping[str, str] = field(default_factory=dict)
-    """``key=value`` overrides added to every trial (short, harmless runs); ``{trial_dir}`` etc. expand."""
+    trial_overrides: Mapping[str, str | None] = field(default_factory=dict)
+    """Overrides added to every trial (short, harmless runs): ``key=value``, or a flag and its value
+    (None: the bare flag); ``{trial_dir}`` etc. expand."""
     trial_env: Mapping[str, str] = field(default_factory=dict)
     """Environment added to every trial (tight timeouts, Flight Recorder dumps)."""
     samples_per_step: Expr | None = None
@@ -167,7 +180,7 @@ class SearchSpace:
     """A config whose peak memory leaves less than this fraction of the GPU free is not called stable."""
 
     def __post_init__(self) -> None:
-        for name in ("context", "trial_overrides", "trial_env"):
+        for name in ("context", "context_args", "trial_overrides", "trial_env"):
             object.__setattr__(self, name, _frozen(getattr(self, name)))
 
     # -- lookups -------------------------------------------------------------------------
@@ -212,23 +225,3 @@ class SearchSpace:
         env = self.scope(values)
         env.update(self.derived_values(values))
         return float(self.samples_per_step(env))
-
-    def render(self, values: Mapping[str, Any]) -> tuple[list[str], dict[str, str | None]]:
-        """The trial's own ``key=value`` arguments and env overlay (no fixed trial settings)."""
-        args: list[str] = []
-        env: dict[str, str | None] = {}
-        for p in self.parameters:
-            if p.name not in values:
-                continue
-            shown = p.render(values[p.name])
-            if p.target is Target.ENV:
-                env[p.name] = shown
-            else:
-                args.append(f"{p.name}={shown}")
-        for key, value in self.derived_values(values).items():
-            target = next(d.target for d in self.derived if d.key == key)
-            if target is Target.ENV:
-                env[key] = format_value(value)
-            else:
-                args.append(f"{key}={format_value(value)}")
-        return args, env

@@ -19,7 +19,8 @@ from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import FailureClass
 from nccl_tune.gpu import open_probe
 from nccl_tune.search_spaces.loader import parse_space
-from nccl_tune.search_spaces.space import SearchSpace, Target, format_value
+from nccl_tune.search_spaces.render import format_value, render_values
+from nccl_tune.search_spaces.space import SearchSpace, Target
 from nccl_tune.tuner import records as R
 from nccl_tune.tuner.stability import Candidate, baseline, select_winner
 from nccl_tune.tuner.storage import S_COMMAND, S_SPACE_SOURCE, S_SPACE_TEXT, load_existing, open_storage
@@ -65,26 +66,14 @@ def tuned_document(
 ) -> dict[str, Any]:
     """The tuned YAML as a mapping."""
     values = dict(winner.values)
-    overrides: dict[str, Any] = {}
-    env: dict[str, str] = {}
-    unset_env: list[str] = []
-    for p in space.parameters:
-        if p.name not in values:
-            continue
-        rendered = p.render(values[p.name])
-        if p.target is Target.ENV:
-            if rendered is None:
-                unset_env.append(p.name)
-            else:
-                env[p.name] = rendered
-        else:
-            overrides[p.name] = _plain(values[p.name])
-    for key, value in space.derived_values(values).items():
-        target = next(d.target for d in space.derived if d.key == key)
-        if target is Target.ENV:
-            env[key] = format_value(value)
-        else:
-            overrides[key] = _plain(value)
+    args, env_overlay = render_values(space, values)
+    env = {k: v for k, v in env_overlay.items() if v is not None}
+    unset_env = [k for k, v in env_overlay.items() if v is None]
+    overrides: dict[str, Any] = {
+        p.name: _plain(values[p.name]) for p in space.parameters if p.name in values and p.target is not Target.ENV
+    }
+    derived = space.derived_values(values)
+    overrides.update({d.key: _plain(derived[d.key]) for d in space.derived if d.target is not Target.ENV})
     semantic = []
     for p in space.parameters:
         if p.semantic and p.name in values:
@@ -108,7 +97,7 @@ def tuned_document(
         "overrides": _nest(overrides),
         "env": env,
         "unset_env": unset_env,
-        "args": [f"{k}={format_value(v)}" for k, v in overrides.items()],
+        "args": args,
         "semantic_changes": semantic,
         "metrics": metrics,
         "study": {
@@ -132,7 +121,7 @@ def render(doc: dict[str, Any], fmt: str) -> str:
         head = (
             f"# nccl-tune: fastest stable config of study {doc['study']['name']} "
             f"({doc['metrics']['throughput_samples_per_s']} samples/s)\n"
-            "# overrides: merge into the training config (OmegaConf.merge) or pass `args` on the command line;\n"
+            "# overrides: merge into the training config (OmegaConf.merge) or pass `args` on the command line (argv elements);\n"
             "# env: export before the run; unset_env: make sure these are not set.\n"
         )
         return head + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)

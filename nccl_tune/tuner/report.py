@@ -13,7 +13,8 @@ from rich.table import Table
 
 from nccl_tune.failure import FailureClass
 from nccl_tune.search_spaces.loader import parse_space
-from nccl_tune.search_spaces.space import SearchSpace, format_value
+from nccl_tune.search_spaces.render import format_value
+from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.tuner import records as R
 from nccl_tune.tuner.display import Display, describe
 from nccl_tune.tuner.records import Outcome, TrialRecord

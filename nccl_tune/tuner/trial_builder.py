@@ -1,9 +1,9 @@
 """Turn a parameter assignment into a ``TrialSpec``: argv, env overlay, clocks, stop rule.
 
 argv is the user's command, then the space's fixed trial overrides, then pinned context
-values, then the trial's own ``key=value`` arguments (Hydra keeps the last value of a key, so
-the trial's values win over the script's). Values are argv elements, never spliced into a
-shell string.
+values, then the trial's own arguments (Hydra and argparse keep the last value of a key, so the
+trial's values win over the script's). ``search_spaces/render.py`` spells them; values are argv
+elements, never spliced into a shell string.
 """
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Mapping
 
-from nccl_tune.search_spaces.space import SearchSpace, format_value
+from nccl_tune.search_spaces.render import fixed_argv, render_values
+from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.trial import Clocks, StopRule, TrialSpec
 from nccl_tune.tuner.settings import RunSettings
 
@@ -67,11 +68,9 @@ def build_trial_spec(
     def x(text: str) -> str:
         return expand(text, trial_dir=trial_dir, study=study, number=number)
 
-    args, param_env = space.render(values)
-    argv = [*settings.command]
-    argv += [f"{k}={x(v)}" for k, v in space.trial_overrides.items()]
-    argv += [f"{k}={format_value(v)}" for k, v in context_pins.items()]
-    argv += args
+    args, param_env = render_values(space, values)
+    overrides = {k: None if v is None else x(v) for k, v in space.trial_overrides.items()}
+    argv = [*settings.command, *fixed_argv(space, overrides, context_pins), *args]
     env: dict[str, str | None] = dict(settings.extra_env)
     env.update({k: x(v) for k, v in space.trial_env.items()})
     env.update(param_env)

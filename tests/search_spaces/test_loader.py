@@ -9,6 +9,7 @@ import pytest
 
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.search_spaces.loader import builtin_names, load_space
+from nccl_tune.search_spaces.render import render_values
 from nccl_tune.search_spaces.space import UNSET, ParamKind, Target
 
 MINIMAL = """
@@ -89,12 +90,12 @@ def test_every_admissible_builtin_config_passes_validate_batch_sizes_arithmetic(
 def test_prompt_length_keeps_max_input_length_consistent():
     space = load_space("skyrl-text2sql")
     values = {**space.defaults(), "trainer.max_prompt_length": 8192}
-    args, env = space.render(values)
+    args, env = render_values(space, values)
     assert "generator.max_input_length=29000" in args  # multi-turn: the script's larger budget stays
     import dataclasses
 
     single = dataclasses.replace(space, context={**space.context, "generator.max_turns": 1})
-    args, _ = single.render(values)
+    args, _ = render_values(single, values)
     assert "generator.max_input_length=8192" in args
     assert env["NCCL_ALGO"] is None  # unset: removed from the trial's environment
 
@@ -103,7 +104,7 @@ def test_user_file_works_like_a_builtin(tmp_path):
     space = load_space(str(write(tmp_path, MINIMAL)))
     assert space.name == "mini" and space.source.endswith("space.yaml")
     assert space.param("trainer.micro_train_batch_size_per_gpu").choices == (1, 2, 4, 8)
-    args, env = space.render({"trainer.micro_train_batch_size_per_gpu": 4, "NCCL_PROTO": "LL128"})
+    args, env = render_values(space, {"trainer.micro_train_batch_size_per_gpu": 4, "NCCL_PROTO": "LL128"})
     assert args == ["trainer.micro_train_batch_size_per_gpu=4"] and env == {"NCCL_PROTO": "LL128"}
     assert space.violations({"trainer.micro_train_batch_size_per_gpu": 8, "NCCL_PROTO": UNSET}) == []
 

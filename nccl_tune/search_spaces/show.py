@@ -1,0 +1,62 @@
+"""``nccl-tune spaces show``: a space as a person reads it."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from nccl_tune.search_spaces.render import format_value
+from nccl_tune.search_spaces.space import SearchSpace
+
+
+def print_space(space: SearchSpace, console: Console) -> None:
+    console.print(f"[bold]{escape(space.name)}[/]  [dim]{escape(space.source)}[/]", highlight=False)
+    if space.description:
+        console.print(escape(space.description), highlight=False, soft_wrap=True)
+    table = Table(title="parameters")
+    for col in ("name", "values", "default", "notes"):
+        table.add_column(col, overflow="fold")
+    for p in space.parameters:
+        notes = [p.target.value if p.arg is None else f"arg {p.arg}" + ("" if p.arg_style.value == "separate" else f" ({p.arg_style.value})")]
+        if p.memory.value != "unknown":
+            notes.append(f"memory {p.memory.value}")
+        if p.semantic:
+            notes.append("semantic")
+        table.add_row(
+            escape(p.name),
+            escape(", ".join(format_value(c) for c in p.choices)),
+            "-" if p.default is None else escape(format_value(p.default)),
+            ", ".join(notes),
+        )
+    console.print(table)
+    for p in space.parameters:
+        if p.help:
+            console.print(f"  [bold]{escape(p.name)}[/]: {escape(p.help)}", highlight=False, soft_wrap=True)
+    if space.context:
+        console.print("[bold]context[/] (the command's values the rules read; change with --set):", highlight=False)
+        for k, v in space.context.items():
+            console.print(f"  {escape(k)} = {escape(format_value(v))}", highlight=False)
+    if space.derived:
+        console.print("[bold]derived[/]:", highlight=False)
+        for d in space.derived:
+            console.print(f"  {escape(d.key)} = {escape(d.expr.text)}", highlight=False, soft_wrap=True)
+    if space.constraints:
+        console.print("[bold]rules[/]:", highlight=False)
+        for c in space.constraints:
+            console.print(f"  {escape(c.expr.text)}  [dim]# {escape(c.message)}[/]", highlight=False, soft_wrap=True)
+    if space.trial_overrides or space.trial_env:
+        console.print("[bold]every trial[/]:", highlight=False)
+        for k, v in space.trial_overrides.items():
+            console.print(escape(f"  {k}={v}"), highlight=False)
+        for k, v in space.trial_env.items():
+            console.print(escape(f"  env {k}={v}"), highlight=False)
+    clocks = space.clocks
+    console.print(
+        f"[bold]stop[/] after {space.stop.warmup_steps} warm-up + {space.stop.measured_steps} measured steps; "
+        f"start-up {clocks.startup_timeout_s:.0f}s, stall {clocks.stall_timeout_s:.0f}s "
+        f"(adaptive: {clocks.stall_multiplier:g}x the longest known phase, at least {clocks.stall_floor_s:.0f}s), "
+        f"trial {clocks.trial_timeout_s:.0f}s, grace {clocks.grace_s:.0f}s",
+        highlight=False,
+        soft_wrap=True,
+    )

@@ -1,0 +1,97 @@
+"""Parameters spelled the way their command line wants them: Hydra keys, flags, switches."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from nccl_tune.errors import NcclTuneError
+from nccl_tune.search_spaces.loader import load_space
+from nccl_tune.search_spaces.render import fixed_argv, format_value, render_values
+
+FLAGS = """
+name: flags
+parameters:
+  - {name: batch_size, arg: --batch-size, kind: pow2, low: 1, high: 64, default: 8}
+  - {name: seq_len, arg: --seq-len, arg_style: equals, kind: categorical, choices: [128, 256], default: 128}
+  - {name: checkpointing, arg: --gradient-checkpointing, arg_style: switch, kind: bool, default: false}
+  - {name: model.dropout, kind: categorical, choices: [0.0, 0.1], default: 0.1}
+  - {name: seed, arg: +trainer.seed, kind: int, low: 0, high: 3, default: 1}
+  - {name: GLOO_SOCKET_IFNAME, kind: categorical, choices: [unset, lo], default: unset}
+context:
+  world: {value: 2, arg: --nproc}
+  accum: 4
+derived:
+  eval_batch: {expr: batch_size * 2, arg: --eval-batch-size}
+constraints:
+  - expr: batch_size * accum * world <= 256
+    message: global batch at most 256
+trial:
+  overrides:
+    --max-steps: 100
+    --no-eval: null
+"""
+
+
+def write(tmp_path: Path, text: str) -> str:
+    p = tmp_path / "space.yaml"
+    p.write_text(textwrap.dedent(text))
+    return str(p)
+
+
+def test_flags_render_as_separate_or_joined_argv_elements(tmp_path):
+    space = load_space(write(tmp_path, FLAGS))
+    values = {"batch_size": 16, "seq_len": 256, "checkpointing": True, "model.dropout": 0.0, "seed": 2,
+              "GLOO_SOCKET_IFNAME": "unset"}
+    args, env = render_values(space, values)
+    assert args == ["--batch-size", "16", "--seq-len=256", "--gradient-checkpointing", "model.dropout=0.0",
+                    "+trainer.seed=2", "--eval-batch-size", "32"]
+    assert env == {"GLOO_SOCKET_IFNAME": None}
+    off, _ = render_values(space, {**values, "checkpointing": False})
+    assert "--gradient-checkpointing" not in off and "false" not in off
+
+
+def test_expressions_read_names_not_flags(tmp_path):
+    space = load_space(write(tmp_path, FLAGS))
+    base = {**space.defaults(), "batch_size": 32}
+    assert space.violations(base) == []
+    assert space.violations({**base, "batch_size": 64}) == ["global batch at most 256"]
+    import dataclasses
+
+    wide = dataclasses.replace(space, context={**space.context, "world": 4})
+    assert wide.violations(base) == ["global batch at most 256"]
+
+
+def test_fixed_arguments_flags_bare_flags_and_pinned_context(tmp_path):
+    space = load_space(write(tmp_path, FLAGS))
+    assert fixed_argv(space, space.trial_overrides, {"world": 4, "accum": 8}) == [
+        "--max-steps", "100", "--no-eval", "--nproc", "4", "accum=8",
+    ]
+
+
+def test_format_value_spells_booleans_and_whole_floats():
+    assert [format_value(v) for v in (True, False, 2.0, 0.1, "x", 3)] == ["true", "false", "2.0", "0.1", "x", "3"]
+
+
+BAD = {
+    "flag as a name": ("  - {name: --lr, kind: categorical, choices: [0.1, 0.2]}", "name '--lr' is not an identifier.*name: lr and arg: --lr"),
+    "colliding arg": ("  - {name: bs, arg: --batch-size, kind: int, low: 1, high: 2}", "parameter bs sets --batch-size, which parameter batch_size already sets"),
+    "arg equal to another name": ("  - {name: other, arg: model.dropout, kind: int, low: 1, high: 2}", "sets model.dropout, which parameter model.dropout"),
+    "switch on an int": ("  - {name: flag, arg: --flag, arg_style: switch, kind: int, low: 1, high: 2}", "switch needs kind: bool"),
+    "unknown style": ("  - {name: flag, arg: --flag, arg_style: glued, kind: int, low: 1, high: 2}", "arg_style must be one of separate, equals, switch"),
+    "style on a Hydra key": ("  - {name: flag, arg: a.b, arg_style: equals, kind: int, low: 1, high: 2}", "arg_style applies to a flag only"),
+    "arg on env": ("  - {name: NCCL_ALGO, arg: --algo, kind: categorical, choices: [Ring]}", "env parameter takes no arg"),
+    "arg with a space": ("  - {name: x, arg: '--a b', kind: int, low: 1, high: 2}", "neither a flag"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_bad_parameter_spelling_is_one_line_naming_the_fix(tmp_path, case):
+    extra, pattern = BAD[case]
+    text = textwrap.dedent(FLAGS).replace("context:", extra + "\ncontext:", 1)
+    path = write(tmp_path, text)
+    with pytest.raises(NcclTuneError, match=pattern) as info:
+        load_space(path)
+    assert "\n" not in str(info.value) and path in str(info.value)
