@@ -59,6 +59,15 @@ class GpuHealth:
     """NVLink links the GPU supports."""
 
 
+@dataclass(frozen=True)
+class GpuSystem:
+    """Node-wide NVML facts (None when not reported)."""
+
+    driver_version: str | None
+    cuda_driver_version: str | None
+    """The CUDA version the driver supports, e.g. ``12.4``."""
+
+
 class GpuProbe(ABC):
     """Read-only view of the node's GPUs."""
 
@@ -85,6 +94,9 @@ class GpuProbe(ABC):
 
     @abstractmethod
     def health(self) -> tuple[GpuHealth, ...]: ...
+
+    def system(self) -> GpuSystem:
+        return GpuSystem(None, None)
 
     def close(self) -> None:
         pass
@@ -200,6 +212,14 @@ class NvmlProbe(GpuProbe):
                 )
             )
         return tuple(out)
+
+    def system(self) -> GpuSystem:
+        driver = self._call("nvmlSystemGetDriverVersion")
+        cuda = self._call("nvmlSystemGetCudaDriverVersion")
+        return GpuSystem(
+            None if driver is None else _text(driver),
+            None if cuda is None else f"{int(cuda) // 1000}.{int(cuda) % 1000 // 10}",
+        )
 
     def close(self) -> None:
         try:

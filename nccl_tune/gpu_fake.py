@@ -6,7 +6,8 @@ what the "GPUs" hold while a study runs. Selected by ``NCCL_TUNE_FAKE_NVML=<path
 
 State file::
 
-    {"gpus": [{"name": "NVIDIA H100 80GB HBM3", "total_gib": 80, "used_gib": 0.5,
+    {"driver_version": "550.54.15", "cuda_driver_version": 12040,   # optional
+     "gpus": [{"name": "NVIDIA H100 80GB HBM3", "total_gib": 80, "used_gib": 0.5,
                "processes": [{"pid": 1234, "used_gib": 40.0}],
                "ecc": {"enabled": true, "uncorrected_volatile": 0, "uncorrected_aggregate": 0},
                "nvlink": {"active": 18, "total": 18}}]}
@@ -30,11 +31,12 @@ class FakeNvmlError(Exception):
     pass
 
 
-def write_state(path: str | os.PathLike, gpus: list[dict[str, Any]]) -> None:
-    """Write a state file atomically (readers never see half a file)."""
+def write_state(path: str | os.PathLike, gpus: list[dict[str, Any]], **system: Any) -> None:
+    """Write a state file atomically (readers never see half a file); ``system`` adds node-wide
+    keys (``driver_version``, ``cuda_driver_version``)."""
     p = Path(path)
     tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps({"gpus": gpus}))
+    tmp.write_text(json.dumps({**system, "gpus": gpus}))
     os.replace(tmp, p)
 
 
@@ -87,6 +89,21 @@ class FakeNvml:
             return json.loads(self._path.read_text())["gpus"]
         except (OSError, ValueError, KeyError) as exc:
             raise FakeNvmlError(f"fake NVML state {self._path} unreadable: {exc}") from exc
+
+    def _system(self, key: str) -> Any:
+        try:
+            value = json.loads(self._path.read_text()).get(key)
+        except (OSError, ValueError) as exc:
+            raise FakeNvmlError(f"fake NVML state {self._path} unreadable: {exc}") from exc
+        if value is None:
+            raise FakeNvmlError("Not Supported")
+        return value
+
+    def nvmlSystemGetDriverVersion(self) -> str:
+        return str(self._system("driver_version"))
+
+    def nvmlSystemGetCudaDriverVersion(self) -> int:
+        return int(self._system("cuda_driver_version"))
 
     def _gpu(self, handle: int) -> dict[str, Any]:
         return self._gpus()[handle]
