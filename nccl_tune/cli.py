@@ -216,6 +216,29 @@ def report_cmd(
         _emit_json(data)
 
 
+@app.command("history")
+def history_cmd(
+    series: Optional[str] = typer.Option(None, "--series", help="Series name (default: the only series in the storage)."),
+    storage: Optional[str] = typer.Option(None, "--storage", help="Optuna storage URL."),
+    results: Path = typer.Option(Path("results"), "--results", help="Folder of the default storage."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable history."),
+) -> None:
+    """A series of nightly runs over time: best throughput, fingerprint changes, verdicts, steps."""
+    from nccl_tune.nightly.history import history_json, print_history
+    from nccl_tune.tuner.series import load_history
+    from nccl_tune.tuner.settings import RunSettings
+
+    try:
+        url = storage or RunSettings(command=(), results=results).storage_url
+        history = load_history(url, series)
+    except NcclTuneError as exc:
+        _fail(exc)
+    if as_json:
+        _emit_json(history_json(history))
+    else:
+        print_history(history, out)
+
+
 @spaces_app.command("list")
 def spaces_list_cmd() -> None:
     """The built-in search spaces."""
