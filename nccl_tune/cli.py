@@ -198,17 +198,38 @@ def apply_cmd(
 @app.command("report")
 def report_cmd(
     study: Optional[str] = typer.Option(None, "--study", help="Study name (default: the only study in the storage)."),
+    series: Optional[str] = typer.Option(None, "--series", help="Report the latest night of this series (instead of --study)."),
     storage: Optional[str] = typer.Option(None, "--storage", help="Optuna storage URL."),
     results: Path = typer.Option(Path("results"), "--results", help="Folder of the default storage."),
+    fmt: Optional[str] = typer.Option(None, "--format", help="html (one self-contained file with plots), md (for $GITHUB_STEP_SUMMARY) or json."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report here (format from --format or the suffix)."),
+    junit: Optional[Path] = typer.Option(None, "--junit", help="Also write the night's checks as JUnit XML here."),
     plots: Optional[Path] = typer.Option(None, "--plots", help="Write PNG plots into this folder."),
-    as_json: bool = typer.Option(False, "--json", help="Machine-readable report."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable report (the trials and the winner)."),
 ) -> None:
-    """What was tried, what failed and why, and the winner against the baseline."""
+    """What was tried, what failed and why, and the winner against the baseline; as HTML,
+    Markdown, JSON or JUnit XML for nightly runs."""
+    from nccl_tune.reporting.render import pick_format, render_report
     from nccl_tune.tuner.report import report_study
     from nccl_tune.tuner.settings import RunSettings
 
+    data = None
     try:
         url = storage or RunSettings(command=(), results=results).storage_url
+        chosen = pick_format(fmt, output)
+        if chosen is not None or junit is not None or series is not None:
+            from nccl_tune.reporting.junit import render_junit
+            from nccl_tune.tuner.export import write_text
+            from nccl_tune.tuner.study_view import load_view
+
+            view = load_view(url, study, series)
+            if junit is not None:
+                write_text(junit, render_junit(view))
+                err.print(escape(f"wrote {junit}"), highlight=False)
+            if chosen is not None:
+                _deliver(render_report(view, chosen), output)
+                return
+            study = view.study
         data = report_study(url, study, out, as_json=as_json, plots_dir=plots)
     except NcclTuneError as exc:
         _fail(exc)

@@ -1,0 +1,85 @@
+"""The report as GitHub-flavoured Markdown, for ``$GITHUB_STEP_SUMMARY`` (or a pull-request
+comment): the verdict first, the checks, the winner, the failures' cost, the launched trials
+and the series' latest nights. No images (a step summary cannot show local files)."""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+from nccl_tune.reporting.checks import FAILED, PASSED, night_checks
+from nccl_tune.reporting.view import StudyView, duration, failure_costs, known_gib, winner_reasons
+from nccl_tune.tuner.display import describe
+
+MAX_TRIAL_ROWS = 60
+MAX_NIGHTS = 14
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _table(head: Sequence[str], rows: Iterable[Sequence[object]]) -> list[str]:
+    out = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
+    out += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return out + [""]
+
+
+def _num(x: float | None, fmt: str = ".4g") -> str:
+    return "" if x is None else format(x, fmt)
+
+
+def _verdict(view: StudyView) -> list[str]:
+    v = view.night.verdict if view.night else None
+    if v is not None:
+        return [f"> **{'REGRESSION' if v.regression else 'OK'}**: {_cell(v.summary)}", ""]
+    if view.winner is None:
+        return ["> **NO STABLE CONFIG**", ""]
+    return [f"> best stable: trial {view.winner.first.number}, {view.winner.throughput:.4g} samples/s", ""]
+
+
+def _trials(view: StudyView) -> list[str]:
+    base = view.baseline.values if view.baseline else None
+    rows = []
+    for r in view.launched[:MAX_TRIAL_ROWS]:
+        res = r.result
+        advice = res.verdict.advice if res is not None and not r.ok else ""
+        t = view.timings.get(r.number)
+        rows.append((r.number, r.kind.value, (r.status.value if r.status else "") + (" (near wall)" if r.near_wall else ""),
+                     f"`{describe(view.space, r.values, base)}`", _num(r.throughput), _num(known_gib(r.peak_mem_gib), ".1f"),
+                     _num(res.memory.min_headroom_gib if res and res.memory else None, ".1f"),
+                     _num(t.duration_s if t else None, ".0f"), advice))
+    out = ["### Trials", ""]
+    out += _table(("#", "kind", "class", "values (changes from the defaults)", "samples/s", "peak GiB", "headroom GiB",
+                   "s", "advice"), rows)
+    if len(view.launched) > MAX_TRIAL_ROWS:
+        out += [f"({len(view.launched) - MAX_TRIAL_ROWS} more launched trials in the HTML and JSON reports)", ""]
+    return out
+
+
+def _history(view: StudyView) -> list[str]:
+    h = view.history
+    if h is None:
+        return []
+    rows = [(r.night.started_at[:10], r.night.study, _num(r.night.best_samples_per_s),
+             "" if r.change_frac is None else f"{r.change_frac:+.1%}", "; ".join(r.fingerprint_changes),
+             (r.night.verdict.kind.value.replace("_", " ") if r.night.verdict else "not compared"),
+             f"step {r.step.change_frac:+.1%}" if r.step else ("shift?" if r.pending else ""))
+            for r in h.rows[-MAX_NIGHTS:]]
+    return [f"### Series `{h.series}` (last {len(rows)} nights)", ""] + _table(
+        ("night", "study", "best samples/s", "change", "fingerprint changes", "verdict", "step"), rows)
+
+
+def render_markdown(view: StudyView) -> str:
+    icon = {PASSED: ":white_check_mark:", FAILED: ":x:"}
+    out = [f"## nccl-tune: `{view.study}`", ""] + _verdict(view)
+    if view.fingerprint:
+        out += [f"Ran on {view.fingerprint.summary()}.", ""]
+    out += ["### Checks", ""] + [f"- {icon.get(c.outcome, ':heavy_minus_sign:')} **{c.name}**: {_cell(c.message)}"
+                                 for c in night_checks(view)] + [""]
+    out += ["### The winner and why", ""] + [f"- {_cell(line)}" for line in winner_reasons(view)] + [""]
+    costs = failure_costs(view)
+    if costs:
+        out += ["### What the failures cost", ""] + _table(
+            ("class", "trials", "time", "share"),
+            ((c.failure_class, len(c.trials), duration(c.wall_s), f"{c.share:.0%}") for c in costs))
+    return "\n".join(out + _trials(view) + _history(view)) + "\n"

@@ -1,0 +1,227 @@
+"""The report's plots as inline SVG (matplotlib, no network, no files): throughput against the
+main parameters, peak memory against the memory-growing parameters with the GPU's limit drawn,
+a timeline of trials coloured by outcome, and the series' history."""
+
+from __future__ import annotations
+
+import io
+import math
+import re
+from typing import Any, Sequence
+
+from nccl_tune.failure import FailureClass
+from nccl_tune.reporting.view import StudyView, known_gib
+from nccl_tune.search_spaces.render import format_value
+from nccl_tune.search_spaces.space import MemoryEffect, Parameter, Target
+from nccl_tune.tuner.display import short_names
+from nccl_tune.tuner.records import TrialRecord
+
+COLOURS = {
+    "ok": "#2a9d3a",
+    "near wall": "#f0a202",
+    FailureClass.BUDGET.value: "#c9b400",
+    FailureClass.OOM.value: "#d62728",
+    FailureClass.HOST_OOM.value: "#a61c1c",
+    FailureClass.HANG.value: "#7b3fa0",
+    FailureClass.COLLECTIVE_TIMEOUT.value: "#9467bd",
+    FailureClass.CONFIG_ERROR.value: "#8c564b",
+    FailureClass.INTERRUPTED.value: "#e377c2",
+    "other failure": "#555555",
+}
+_NAMED = {c for c in COLOURS if c in FailureClass._value2member_map_}
+
+
+def outcome_label(r: TrialRecord) -> str:
+    """The colour key of a launched trial."""
+    if r.ok:
+        return "near wall" if r.near_wall else "ok"
+    status = r.status.value if r.status else "other failure"
+    return status if status in _NAMED else "other failure"
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False, "axes.spines.right": False})
+    return plt
+
+
+def to_svg(fig: Any) -> str:
+    """The figure as an ``<svg>`` element to inline in HTML (XML prolog, doctype and RDF metadata
+    dropped; its only references are to its own elements, ``href="#..."``)."""
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg", bbox_inches="tight")
+    _plt().close(fig)
+    text = buf.getvalue()
+    return re.sub(r"<metadata>.*?</metadata>\s*", "", text[text.index("<svg"):], flags=re.S)
+
+
+def main_parameters(view: StudyView, limit: int = 6) -> list[Parameter]:
+    """Parameters with at least two values among launched trials: memory-growing ones first,
+    then the other command-line ones, environment variables last."""
+    seen = {p.name: {format_value(r.values.get(p.name)) for r in view.launched} for p in view.space.parameters}
+    varied = [p for p in view.space.parameters if len(seen[p.name]) >= 2]
+    order = lambda p: (p.memory is not MemoryEffect.INCREASING, p.target is Target.ENV)  # noqa: E731
+    return sorted(varied, key=order)[:limit]
+
+
+def _positions(p: Parameter, recs: Sequence[TrialRecord]) -> tuple[dict[str, int], list[str]]:
+    present = {format_value(r.values.get(p.name)) for r in recs}
+    labels = [format_value(c) for c in p.choices if format_value(c) in present]
+    labels += sorted(present - set(labels))
+    return {v: i for i, v in enumerate(labels)}, labels
+
+
+def _scatter_by_outcome(ax: Any, recs: Sequence[TrialRecord], xs: Sequence[float], ys: Sequence[float]) -> None:
+    for label in COLOURS:
+        idx = [i for i, r in enumerate(recs) if outcome_label(r) == label]
+        if idx:
+            ok = label in ("ok", "near wall")
+            ax.scatter([xs[i] for i in idx], [ys[i] for i in idx], c=COLOURS[label], label=label,
+                       marker="o" if ok else "x", s=28 if ok else 36, alpha=0.85, zorder=3)
+
+
+def _jitter(i: int) -> float:
+    return ((i * 37) % 11 - 5) / 40.0
+
+
+def throughput_by_parameter(view: StudyView) -> str | None:
+    params = main_parameters(view)
+    recs = view.launched
+    if not params or not recs:
+        return None
+    plt = _plt()
+    cols = min(3, len(params))
+    rows = math.ceil(len(params) / cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.6 * cols, 2.8 * rows), squeeze=False)
+    names = short_names(view.space)
+    for ax, p in zip(axes.flat, params):
+        pos, labels = _positions(p, recs)
+        xs = [pos[format_value(r.values.get(p.name))] + _jitter(r.number) for r in recs]
+        ys = [r.throughput if r.ok and r.throughput else 0.0 for r in recs]
+        _scatter_by_outcome(ax, recs, xs, ys)
+        if view.winner is not None:
+            ax.scatter([pos[format_value(view.winner.values.get(p.name))]], [view.winner.throughput], marker="*",
+                       s=180, facecolors="none", edgecolors="black", zorder=4, label="winner")
+        ax.set_xticks(range(len(labels)), labels, rotation=30 if max(map(len, labels)) > 4 else 0)
+        ax.set_title(names[p.name])
+        ax.set_ylabel("samples/s")
+    for ax in list(axes.flat)[len(params):]:
+        ax.set_visible(False)
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 6), frameon=False, bbox_to_anchor=(0.5, 1.06))
+    fig.suptitle("throughput by parameter (failures at 0)", y=1.12)
+    fig.tight_layout()
+    return to_svg(fig)
+
+
+_SIZE_HINTS = (re.compile(r"micro|batch", re.I), re.compile(r"length|seq|token|ctx|context", re.I))
+
+
+def memory_parameters(view: StudyView) -> list[Parameter]:
+    """Up to two memory-growing parameters that varied: a micro-batch size and a sequence length when the names say so."""
+    grow = [p for p in main_parameters(view, limit=99) if p.memory is MemoryEffect.INCREASING]
+    picked = [next((p for p in grow if hint.search(p.name)), None) for hint in _SIZE_HINTS]
+    out = [p for p in picked if p is not None]
+    out = list(dict.fromkeys(out))
+    out += [p for p in grow if p not in out]
+    return out[:2]
+
+
+def memory_by_size(view: StudyView) -> str | None:
+    recs = [r for r in view.launched if known_gib(r.peak_mem_gib) or r.status is FailureClass.OOM]
+    if not recs:
+        return None
+    params = memory_parameters(view) or [None]
+    limit = view.gpu_limit_gib
+    plt = _plt()
+    fig, axes = plt.subplots(1, len(params), figsize=(4.8 * len(params), 3.2), squeeze=False)
+    names = short_names(view.space)
+    for ax, p in zip(axes.flat, params):
+        if p is None:
+            xs, labels = [float(r.number) for r in recs], None
+        else:
+            pos, labels = _positions(p, recs)
+            xs = [pos[format_value(r.values.get(p.name))] + _jitter(r.number) for r in recs]
+        top = limit or max((r.peak_mem_gib or 0.0) for r in recs)
+        ys = [top if r.status is FailureClass.OOM or not known_gib(r.peak_mem_gib) else r.peak_mem_gib for r in recs]
+        _scatter_by_outcome(ax, recs, xs, ys)
+        if limit:
+            ax.axhline(limit, color="#d62728", linestyle="--", linewidth=1.2, label=f"GPU memory {limit:.1f} GiB")
+            margin = limit * (1 - view.space.min_headroom_frac)
+            ax.axhline(margin, color="#f0a202", linestyle=":", linewidth=1.2,
+                       label=f"stability margin ({view.space.min_headroom_frac:.0%} free)")
+        if labels is not None:
+            ax.set_xticks(range(len(labels)), labels)
+        ax.set_xlabel(names[p.name] if p is not None else "trial")
+        ax.set_ylabel("peak memory per GPU (GiB)")
+        ax.legend(fontsize=7, loc="lower right")
+    fig.suptitle("peak memory (out-of-memory trials drawn at the limit)")
+    fig.tight_layout()
+    return to_svg(fig)
+
+
+def timeline(view: StudyView) -> str | None:
+    recs = [r for r in view.launched if r.number in view.timings]
+    if not recs:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9, max(2.2, 0.22 * len(recs) + 1)))
+    shown: set[str] = set()
+    for r in recs:
+        t = view.timings[r.number]
+        label = outcome_label(r)
+        ax.barh(r.number, max(t.duration_s, 0.5) / 60.0, left=t.start_s / 60.0, color=COLOURS[label], height=0.7,
+                label=None if label in shown else label)
+        shown.add(label)
+    ax.invert_yaxis()
+    ax.set_xlabel("minutes since the first trial")
+    ax.set_ylabel("trial")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    ax.set_title("timeline of trials, coloured by outcome")
+    fig.tight_layout()
+    return to_svg(fig)
+
+
+def series_history(view: StudyView) -> str | None:
+    h = view.history
+    if h is None or not h.rows:
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9, 3.2))
+    xs = list(range(len(h.rows)))
+    best = [r.night.best_samples_per_s for r in h.rows]
+    ax.plot([x for x, b in zip(xs, best) if b is not None], [b for b in best if b is not None], "-o", color="#1f77b4",
+            label="best stable samples/s", zorder=3)
+    base = [(x, r.night.baseline.throughput_samples_per_s) for x, r in zip(xs, h.rows) if r.night.baseline]
+    if base:
+        ax.scatter(*zip(*base), marker="_", s=220, color="#444444", label="baseline", zorder=2)
+    bad = [(x, b if b is not None else 0.0) for x, b, r in zip(xs, best, h.rows) if r.night.verdict and r.night.verdict.regression]
+    if bad:
+        ax.scatter(*zip(*bad), marker="X", s=90, color="#d62728", label="regression", zorder=4)
+    for s in h.steps:
+        ax.axvline(s.index - 0.5, color="#f0a202", linestyle="--", label=f"step {s.change_frac:+.0%}")
+    here = next((x for x, r in zip(xs, h.rows) if r.night.study == view.study), None)
+    if here is not None:
+        ax.axvspan(here - 0.4, here + 0.4, color="#1f77b4", alpha=0.08, label="this study")
+    ax.set_xticks(xs, [r.night.started_at[5:10] for r in h.rows], rotation=45 if len(xs) > 12 else 0)
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("samples/s")
+    ax.set_title(f"series {h.series}")
+    ax.legend(fontsize=7, loc="lower left", ncol=3)
+    fig.tight_layout()
+    return to_svg(fig)
+
+
+def all_plots(view: StudyView) -> list[tuple[str, str]]:
+    """(title, svg) for every plot the study has data for."""
+    plots = [
+        ("Throughput against the main parameters", throughput_by_parameter(view)),
+        ("Peak memory against micro-batch size and sequence length", memory_by_size(view)),
+        ("Timeline of trials", timeline(view)),
+        ("The series' history", series_history(view)),
+    ]
+    return [(title, svg) for title, svg in plots if svg]

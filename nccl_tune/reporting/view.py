@@ -1,0 +1,134 @@
+"""What a report shows, read once from the storage: ``StudyView``; and the facts every format
+shares (the winner and why, what the failures cost, the night's checks)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+from nccl_tune.failure import FailureClass
+from nccl_tune.nightly.fingerprint import Fingerprint
+from nccl_tune.nightly.history import History
+from nccl_tune.nightly.night import Night
+from nccl_tune.search_spaces.render import format_value
+from nccl_tune.search_spaces.space import SearchSpace
+from nccl_tune.tuner.records import Outcome, TrialRecord
+from nccl_tune.tuner.stability import Candidate, candidates, values_key
+
+
+@dataclass(frozen=True)
+class TrialTiming:
+    start_s: float
+    """Seconds from the study's first trial start to this trial's start."""
+    duration_s: float
+    """Wall time of the trial (launch to teardown), 0 for a trial not launched."""
+
+
+@dataclass(frozen=True)
+class StudyView:
+    study: str
+    storage_url: str
+    command: tuple[str, ...]
+    space: SearchSpace
+    records: tuple[TrialRecord, ...]
+    winner: Candidate | None
+    baseline: Candidate | None
+    """The space's defaults (what the user ran before tuning), when launched."""
+    timings: Mapping[int, TrialTiming]
+    fingerprint: Fingerprint | None
+    night: Night | None
+    history: History | None
+    generated_at: str
+
+    @property
+    def launched(self) -> tuple[TrialRecord, ...]:
+        return tuple(r for r in self.records if r.outcome is Outcome.LAUNCHED)
+
+    @property
+    def gpu_limit_gib(self) -> float | None:
+        """The GPU's memory: from the trials' NVML/log figures, else the fingerprint."""
+        totals = [g.total_gib for r in self.launched if r.result and r.result.memory for g in r.result.memory.gpus]
+        if totals:
+            return max(totals)
+        return self.fingerprint.gpu_memory_gib if self.fingerprint else None
+
+
+def duration(seconds: float) -> str:
+    """``45 s``, ``12.5 min`` or ``3.2 h``."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def known_gib(x: float | None) -> float | None:
+    """A memory figure, None when unknown (a run that died before reporting one reads 0)."""
+    return x if x else None
+
+
+def failed(r: TrialRecord) -> bool:
+    """Launched and failed (stopped for being slow, or interrupted, is not a failure)."""
+    return (r.outcome is Outcome.LAUNCHED and r.result is not None
+            and r.status not in (FailureClass.OK, FailureClass.BUDGET, FailureClass.INTERRUPTED))
+
+
+@dataclass(frozen=True)
+class FailureCost:
+    failure_class: str
+    trials: tuple[int, ...]
+    wall_s: float
+    share: float
+    """Of the wall time of every launched trial."""
+
+
+def failure_costs(view: StudyView) -> tuple[FailureCost, ...]:
+    """Wall time spent on failed trials (and on trials stopped as too slow), per class, largest first."""
+    total = sum(view.timings[r.number].duration_s for r in view.launched if r.number in view.timings) or 1.0
+    groups: dict[str, list[TrialRecord]] = {}
+    for r in view.launched:
+        if failed(r) or r.status is FailureClass.BUDGET:
+            groups.setdefault(r.status.value, []).append(r)
+    out = []
+    for cls, recs in groups.items():
+        wall = sum(view.timings[r.number].duration_s for r in recs if r.number in view.timings)
+        out.append(FailureCost(cls, tuple(r.number for r in recs), wall, wall / total))
+    return tuple(sorted(out, key=lambda c: -c.wall_s))
+
+
+def _why_not(c: Candidate, margin: float) -> str:
+    bad = [r for r in c.runs if not r.ok]
+    if bad:
+        return f"failed on run {bad[0].number} ({bad[0].status.value if bad[0].status else '?'})"
+    if c.near_wall:
+        return f"came within {margin:.0%} of the memory wall"
+    return "ran once only (not confirmed by a re-run)"
+
+
+def winner_reasons(view: StudyView) -> list[str]:
+    """Why the winner won, in sentences: its numbers, the defaults it beats, faster configs not
+    chosen and why, the runner-up, and the parameters that change the training itself."""
+    w = view.winner
+    if w is None:
+        return [f"no stable config among {len(view.launched)} launched trials"]
+    runs = ", ".join(f"{r.throughput:.4g}" for r in w.ok_runs if r.throughput)
+    lines = [f"trial {w.first.number}: {w.throughput:.4g} samples/s, the fastest config that finished every measured "
+             f"step in each of its {len(w.runs)} runs ({runs}; spread {w.throughput_spread:.1%})"
+             + (f" with at least {w.min_headroom_gib:.1f} GiB of GPU memory left" if w.min_headroom_gib is not None else "")]
+    b = view.baseline
+    if b is not None and b.throughput and b is not w and values_key(b.values) != values_key(w.values):
+        lines.append(f"{w.throughput / b.throughput:.2f}x the space defaults' {b.throughput:.4g} samples/s (trial {b.first.number})")
+    margin = view.space.min_headroom_frac
+    pool = [c for c in candidates(view.records) if values_key(c.values) != values_key(w.values)]
+    for c in sorted((c for c in pool if c.throughput > w.throughput and not c.stable), key=lambda c: -c.throughput)[:3]:
+        lines.append(f"trial {c.first.number} was faster ({c.throughput:.4g} samples/s) but {_why_not(c, margin)}")
+    runner = max((c for c in pool if c.stable), key=lambda c: c.throughput, default=None)
+    if runner is not None and w.throughput:
+        lines.append(f"runner-up: trial {runner.first.number}, {runner.throughput:.4g} samples/s "
+                     f"({runner.throughput / w.throughput - 1:+.1%})")
+    for p in view.space.parameters:
+        before = b.values.get(p.name) if b else p.default
+        if p.semantic and p.name in w.values and before != w.values[p.name]:
+            lines.append(f"changes the training itself: {p.name} {format_value(before)} -> {format_value(w.values[p.name])} "
+                         "(pin it with --set to tune speed only)")
+    return lines

@@ -1,0 +1,72 @@
+"""A stored study read once for a report: ``load_view`` opens it (or the latest night of a
+series) and gathers what every report format shows."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import optuna
+
+from nccl_tune.errors import NcclTuneError
+from nccl_tune.nightly.fingerprint import Fingerprint
+from nccl_tune.nightly.history import build_history
+from nccl_tune.reporting.view import StudyView, TrialTiming
+from nccl_tune.search_spaces.loader import parse_space
+from nccl_tune.tuner import records as R
+from nccl_tune.tuner.series import S_FINGERPRINT, check_series_name, series_nights, study_night
+from nccl_tune.tuner.stability import baseline, select_winner
+from nccl_tune.tuner.storage import S_COMMAND, S_SPACE_SOURCE, S_SPACE_TEXT, load_existing, open_storage
+
+
+def _timings(trials: list[optuna.trial.FrozenTrial], recs: list[R.TrialRecord]) -> dict[int, TrialTiming]:
+    starts = [t.datetime_start for t in trials if t.datetime_start is not None]
+    if not starts:
+        return {}
+    t0 = min(starts)
+    out = {}
+    for t, r in zip(trials, recs):
+        if t.datetime_start is None:
+            continue
+        end = t.datetime_complete or t.datetime_start
+        wall = 0.0
+        if r.outcome is R.Outcome.LAUNCHED:
+            wall = (r.result.wall_s if r.result else 0.0) or (end - t.datetime_start).total_seconds()
+        out[t.number] = TrialTiming((t.datetime_start - t0).total_seconds(), wall)
+    return out
+
+
+def _latest_night_study(storage: optuna.storages.BaseStorage, url: str, series: str) -> str:
+    nights = series_nights(storage, check_series_name(series))
+    if not nights:
+        raise NcclTuneError(f"no series named {series!r} in {url}; run `nccl-tune run --series {series} -- COMMAND` first")
+    return nights[-1].study
+
+
+def load_view(storage_url: str, study_name: str | None, series: str | None = None) -> StudyView:
+    """The report's view of ``study_name`` (the only study when None; the latest night of
+    ``series`` when a series is given instead)."""
+    storage = open_storage(storage_url, create=False)
+    if study_name is None and series is not None:
+        study_name = _latest_night_study(storage, storage_url, series)
+    study = load_existing(storage, storage_url, study_name)
+    attrs = study.user_attrs
+    space = parse_space(attrs[S_SPACE_TEXT], source=attrs.get(S_SPACE_SOURCE, ""), label=f"study {study.study_name}")
+    trials = study.get_trials(deepcopy=False)
+    recs = [R.record_of(t) for t in trials]
+    night = study_night(study)
+    history = build_history(night.series, series_nights(storage, night.series)) if night else None
+    fp = attrs.get(S_FINGERPRINT)
+    return StudyView(
+        study=study.study_name,
+        storage_url=storage_url,
+        command=tuple(attrs.get(S_COMMAND) or ()),
+        space=space,
+        records=tuple(recs),
+        winner=select_winner(recs, require_confirmation=True) or select_winner(recs, require_confirmation=False),
+        baseline=baseline(recs),
+        timings=_timings(trials, recs),
+        fingerprint=Fingerprint.from_json(fp) if fp else None,
+        night=night,
+        history=history,
+        generated_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+    )
