@@ -220,7 +220,7 @@ def report_cmd(
         if chosen is not None or junit is not None or series is not None:
             from nccl_tune.reporting.junit import render_junit
             from nccl_tune.tuner.export import write_text
-            from nccl_tune.tuner.study_view import load_view
+            from nccl_tune.tuner.report_view import load_view
 
             view = load_view(url, study, series)
             if junit is not None:
