@@ -66,7 +66,7 @@ from nccl_tune.trial import TrialSpec
 from nccl_tune.tuner.display import describe
 from nccl_tune.tuner.loop import run_study
 from nccl_tune.tuner.pins import Pins, apply_pins, parse_pin
-from nccl_tune.tuner.records import Outcome, TrialRecord
+from nccl_tune.tuner.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.settings import RunSettings
 from nccl_tune.tuner.stability import values_key
 from nccl_tune.tuner.trial_builder import build_trial_spec, stop_for

@@ -11,5 +11,5 @@
 - ``gate``: the next trial waits for GPU memory back at the baseline and no process left.
 - ``fr``: Flight Recorder dump paths and collection.
 - ``outcome``: the verdict from the stop reason and the log classifier.
-- ``records``: ``spec.json`` and ``result.json``, written atomically.
+- ``trial_files``: a trial folder's ``spec.json`` and ``result.json``, written atomically and read back.
 """

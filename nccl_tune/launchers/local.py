@@ -34,7 +34,7 @@ from nccl_tune.launchers.memory import MemorySampler, build_report
 from nccl_tune.launchers.outcome import ClassifyFile, Ending, classify_with_diagnose, decide
 from nccl_tune.launchers.process import build_env, resolve_command, spawn
 from nccl_tune.launchers.progress import ProgressEvent, ProgressTracker, compile_rules
-from nccl_tune.launchers.records import LOG_FILE, write_result, write_spec
+from nccl_tune.launchers.trial_files import LOG_FILE, write_result, write_spec
 from nccl_tune.launchers.supervise import Decision, Watch
 from nccl_tune.launchers.teardown import TeardownReport, kill_marked, study_match, terminate
 from nccl_tune.trial import StopReason, TrialResult, TrialSpec

@@ -15,7 +15,7 @@ from nccl_tune.failure import FailureClass
 from nccl_tune.search_spaces.render import format_value
 from nccl_tune.search_spaces.space import UNSET, SearchSpace
 from nccl_tune.trial import TrialResult
-from nccl_tune.tuner.records import Outcome, TrialRecord
+from nccl_tune.tuner.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.stability import Candidate
 
 _STYLE = {

@@ -21,7 +21,7 @@ from nccl_tune.gpu import open_probe
 from nccl_tune.search_spaces.loader import parse_space
 from nccl_tune.search_spaces.render import format_value, render_values
 from nccl_tune.search_spaces.space import SearchSpace, Target
-from nccl_tune.tuner import records as R
+from nccl_tune.tuner import study_records as R
 from nccl_tune.tuner.stability import Candidate, baseline, select_winner
 from nccl_tune.tuner.storage import S_COMMAND, S_SPACE_SOURCE, S_SPACE_TEXT, load_existing, open_storage
 

@@ -26,16 +26,16 @@ from rich.console import Console
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import FailureClass
 from nccl_tune.launchers.base import Launcher
-from nccl_tune.launchers.records import interrupted_result
+from nccl_tune.launchers.trial_files import interrupted_result
 from nccl_tune.search_spaces.loader import load_space
 from nccl_tune.search_spaces.space import MemoryEffect, SearchSpace, Target
 from nccl_tune.trial import TrialResult, TrialSpec
-from nccl_tune.tuner import records as R
+from nccl_tune.tuner import study_records as R
 from nccl_tune.tuner.display import Display
 from nccl_tune.tuner.observer import InterruptFlag, TunerObserver
 from nccl_tune.tuner.pins import Pins, apply_pins
 from nccl_tune.tuner.predict import predicted_oom
-from nccl_tune.tuner.records import TrialKind, TrialRecord
+from nccl_tune.tuner.study_records import TrialKind, TrialRecord
 from nccl_tune.tuner.local_search import LocalSearchSampler
 from nccl_tune.tuner.sampling import optuna_name, suggest, to_optuna
 from nccl_tune.tuner.settings import RunSettings

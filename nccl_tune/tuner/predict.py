@@ -9,7 +9,7 @@ from typing import Any, Iterable, Mapping
 
 from nccl_tune.failure import FailureClass
 from nccl_tune.search_spaces.space import MemoryEffect, SearchSpace
-from nccl_tune.tuner.records import Outcome, TrialRecord
+from nccl_tune.tuner.study_records import Outcome, TrialRecord
 
 
 def dominates_memory(space: SearchSpace, candidate: Mapping[str, Any], oom: Mapping[str, Any]) -> bool:

@@ -15,9 +15,9 @@ from nccl_tune.failure import FailureClass
 from nccl_tune.search_spaces.loader import parse_space
 from nccl_tune.search_spaces.render import format_value
 from nccl_tune.search_spaces.space import SearchSpace
-from nccl_tune.tuner import records as R
+from nccl_tune.tuner import study_records as R
 from nccl_tune.tuner.display import Display, describe
-from nccl_tune.tuner.records import Outcome, TrialRecord
+from nccl_tune.tuner.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.stability import Candidate, baseline, select_winner
 from nccl_tune.tuner.storage import S_COMMAND, S_SPACE_SOURCE, S_SPACE_TEXT, load_existing, open_storage
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
 from nccl_tune.failure import FailureClass
-from nccl_tune.tuner.records import Outcome, TrialKind, TrialRecord
+from nccl_tune.tuner.study_records import Outcome, TrialKind, TrialRecord
 
 
 def values_key(values: Mapping[str, Any]) -> str:

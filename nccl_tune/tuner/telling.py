@@ -14,7 +14,7 @@ from optuna.trial import TrialState
 
 from nccl_tune.failure import FailureClass
 from nccl_tune.trial import TrialResult
-from nccl_tune.tuner.records import (
+from nccl_tune.tuner.study_records import (
     A_DUPLICATE_OF,
     A_NEAR_WALL,
     A_PREDICTED_FROM,

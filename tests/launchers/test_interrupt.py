@@ -14,7 +14,7 @@ import psutil
 import pytest
 
 from nccl_tune.failure import FailureClass
-from nccl_tune.launchers.records import read_result
+from nccl_tune.launchers.trial_files import read_result
 from nccl_tune.launchers.teardown import find_marked, study_match
 
 from .helpers import DRIVER, wait_for_json

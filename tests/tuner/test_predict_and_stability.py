@@ -8,7 +8,7 @@ from nccl_tune.failure import FailureClass, Verdict
 from nccl_tune.search_spaces.loader import load_space
 from nccl_tune.trial import GpuMemory, MemoryReport, StopReason, TrialResult
 from nccl_tune.tuner.predict import dominates_memory, predicted_oom
-from nccl_tune.tuner.records import Outcome, TrialKind, TrialRecord
+from nccl_tune.tuner.study_records import Outcome, TrialKind, TrialRecord
 from nccl_tune.tuner.stability import select_winner, to_confirm
 
 SPACE = load_space("skyrl-text2sql")

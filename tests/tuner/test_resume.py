@@ -10,7 +10,7 @@ import socket
 import optuna
 from optuna.trial import TrialState
 
-from nccl_tune.tuner import records as R
+from nccl_tune.tuner import study_records as R
 from tests.tuner.conftest import TINY_SPACE, run_cli
 
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from nccl_tune.launchers.base import TrialObserver
 from nccl_tune.launchers.local import LocalLauncher
-from nccl_tune.launchers.records import RESULT_FILE, SPEC_FILE, interrupted_result
+from nccl_tune.launchers.trial_files import RESULT_FILE, SPEC_FILE, interrupted_result
 from nccl_tune.trial import Clocks, StopRule, TrialSpec
 
 FAKE_TRAINER = Path(__file__).with_name("fake_trainer.py")

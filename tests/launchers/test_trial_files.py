@@ -9,7 +9,7 @@ import pytest
 
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import OK_VERDICT, FailureClass
-from nccl_tune.launchers.records import interrupted_result, read_result, write_result, write_spec
+from nccl_tune.launchers.trial_files import interrupted_result, read_result, write_result, write_spec
 from nccl_tune.trial import Clocks, StopReason, TrialResult, TrialSpec
 
 
