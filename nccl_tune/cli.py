@@ -295,7 +295,7 @@ def diagnose_cmd(
 ) -> None:
     """Why a run died: root cause, rank, evidence lines and advice, from any log."""
     from nccl_tune.diagnose.api import diagnose_paths
-    from nccl_tune.diagnose.render import print_diagnoses
+    from nccl_tune.diagnose.show import print_diagnoses
 
     try:
         diagnoses = diagnose_paths(paths)

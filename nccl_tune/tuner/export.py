@@ -116,7 +116,8 @@ def tuned_document(
     }
 
 
-def render(doc: dict[str, Any], fmt: str) -> str:
+def format_tuned(doc: dict[str, Any], fmt: str) -> str:
+    """The tuned document as text: ``yaml``, ``args`` (one shell line) or ``env`` (export lines)."""
     if fmt == "yaml":
         head = (
             f"# nccl-tune: fastest stable config of study {doc['study']['name']} "
@@ -159,7 +160,7 @@ def export_study(storage_url: str, study_name: str | None, fmt: str = "yaml") ->
         space, winner, baseline(recs), study.study_name, storage_url, study.user_attrs.get(S_COMMAND, []),
         len(recs), failures,
     )
-    return render(doc, fmt)
+    return format_tuned(doc, fmt)
 
 
 def write_text(path: Path, text: str) -> None:

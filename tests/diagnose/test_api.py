@@ -11,7 +11,7 @@ import pytest
 from rich.console import Console
 
 from nccl_tune.diagnose.api import diagnose_paths
-from nccl_tune.diagnose.render import print_diagnoses
+from nccl_tune.diagnose.show import print_diagnoses
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import FailureClass as F
 
