@@ -86,5 +86,11 @@ class Launcher(ABC):
         killed); return one description per process killed."""
         return []
 
+    def tuner_alive(self, pid: int) -> bool:
+        """True when process ``pid`` of this host, the tuner that started a trial still recorded
+        as running, is alive (another ``nccl-tune run`` is running the study). A launcher that
+        cannot tell answers False."""
+        return False
+
     def close(self) -> None:
         """Release resources (threads, connections)."""

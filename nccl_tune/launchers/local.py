@@ -32,7 +32,7 @@ from nccl_tune.launchers.gate import GpuGate
 from nccl_tune.launchers.logstream import LineScanner, LogPump
 from nccl_tune.launchers.memory import MemorySampler, build_report
 from nccl_tune.launchers.outcome import ClassifyFile, Ending, classify_with_diagnose, decide
-from nccl_tune.launchers.process import build_env, resolve_command, spawn
+from nccl_tune.launchers.process import build_env, resolve_command, spawn, tuner_alive
 from nccl_tune.launchers.progress import ProgressEvent, ProgressTracker, compile_rules
 from nccl_tune.launchers.trial_files import LOG_FILE, write_result, write_spec
 from nccl_tune.launchers.supervise import Decision, Watch
@@ -136,6 +136,10 @@ class LocalLauncher(Launcher):
         """Kill every process carrying a marker of ``study`` (SIGTERM, grace, SIGKILL)."""
         return [p.describe() for p in kill_marked(study_match(study), REAP_GRACE_S)]
 
+    def tuner_alive(self, pid: int) -> bool:
+        """True when ``pid`` is a live nccl-tune process other than this one."""
+        return tuner_alive(pid)
+
     def close(self) -> None:
         if self._probe is not None:
             self._probe.close()
@@ -167,7 +171,7 @@ class LocalLauncher(Launcher):
         try:
             resolve_command(spec.argv, env, spec.cwd)
             proc = spawn(spec.argv, env, spec.cwd)
-        except (NcclTuneError, OSError) as exc:
+        except (NcclTuneError, OSError, ValueError) as exc:  # ValueError: an env name exec refuses
             return self._launch_error(spec, observer, str(exc), log_path, t0)
 
         tracker = ProgressTracker(spec.progress)

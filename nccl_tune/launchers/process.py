@@ -14,9 +14,13 @@ import subprocess
 from pathlib import Path
 from typing import Mapping, Sequence
 
+import psutil
+
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.trial import MARKER_ENV
 
+INTERPRETERS = frozenset({"bash", "sh", "zsh", "dash", "python", "python3"})
+"""Commands whose first argument, unless an option, is a script file they run."""
 PIPE_SIZE_BYTES = 1 << 20
 """Requested size of the output pipe: a large pipe lets a flooding command run ahead of the reader."""
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
@@ -39,12 +43,22 @@ def build_env(
 
 def resolve_command(argv: Sequence[str], env: Mapping[str, str], cwd: Path | None = None) -> str:
     """The executable ``argv[0]`` names, found the way the trial will find it (the trial's PATH,
-    relative paths from ``cwd``); raise ``NcclTuneError`` with a one-line fix if it cannot run."""
+    relative paths from ``cwd``); raise ``NcclTuneError`` with a one-line fix if it cannot run,
+    or if it is an interpreter (``bash``, ``python``) given a script file that does not exist."""
     if not argv:
         raise NcclTuneError("the trial command is empty: give it after `--`, e.g. `nccl-tune run -- bash train.sh`")
     if cwd is not None and not Path(cwd).is_dir():
         raise NcclTuneError(f"working directory {cwd} does not exist: create it or run from another directory")
-    name = argv[0]
+    found = _executable(argv[0], env, cwd)
+    if Path(argv[0]).name in INTERPRETERS and len(argv) > 1 and not argv[1].startswith("-"):
+        script = Path(argv[1]) if os.path.isabs(argv[1]) or cwd is None else Path(cwd) / argv[1]
+        if not script.exists():
+            where = cwd if cwd is not None else Path.cwd()
+            raise NcclTuneError(f"{argv[0]} cannot run {argv[1]!r}: no such file (from {where})")
+    return found
+
+
+def _executable(name: str, env: Mapping[str, str], cwd: Path | None) -> str:
     if os.sep in name:
         path = Path(name) if os.path.isabs(name) or cwd is None else Path(cwd) / name
         if not path.exists():
@@ -60,6 +74,17 @@ def resolve_command(argv: Sequence[str], env: Mapping[str, str], cwd: Path | Non
             f"command {name!r} not found on the trial's PATH: install it, fix PATH, or give its full path"
         )
     return found
+
+
+def tuner_alive(pid: int) -> bool:
+    """True when ``pid`` is a live nccl-tune process other than this one (a tuner running a study)."""
+    if pid == os.getpid():
+        return False
+    try:
+        proc = psutil.Process(pid)
+        return proc.status() != psutil.STATUS_ZOMBIE and "nccl" in " ".join(proc.cmdline())
+    except (psutil.Error, OSError):
+        return False
 
 
 def spawn(argv: Sequence[str], env: Mapping[str, str], cwd: Path | None = None) -> subprocess.Popen:
