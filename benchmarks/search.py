@@ -67,7 +67,7 @@ from nccl_tune.tuner.display import describe
 from nccl_tune.tuner.loop import run_study
 from nccl_tune.tuner.pins import Pins, apply_pins, parse_pin
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
-from nccl_tune.tuner.settings import RunSettings
+from nccl_tune.tuner.settings import DEFAULT_SAMPLER, RunSettings
 from nccl_tune.tuner.stability import values_key
 from nccl_tune.tuner.trial_builder import build_trial_spec, stop_for
 
@@ -91,7 +91,7 @@ QUICK_PINS = (("trainer.train_batch_size", "256"), ("trainer.max_prompt_length",
 """``--quick`` searches this smaller subspace (micro-batches, offload and NCCL variables still free)."""
 TRANSPORT_RANK = {"p2p": 2, "shm": 1, "socket": 0}
 """NCCL transports from fastest to slowest, as the cost model rates them."""
-SHIPPED = RunSettings(command=()).sampler
+SHIPPED = DEFAULT_SAMPLER
 """The sampler the tuner ships with (``RunSettings``' default)."""
 SAMPLERS = ("tuner", "random")
 """The tuner as shipped, and the random-search yardstick."""

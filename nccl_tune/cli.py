@@ -119,38 +119,22 @@ def run_cmd(
 
 
 def _run(settings, as_json: bool) -> None:
-    import shlex
-
-    from nccl_tune.tuner.export import export_study, write_text
+    from nccl_tune.tuner.dry_run import plan_dry_run
+    from nccl_tune.tuner.export import write_tuned
     from nccl_tune.tuner.loop import run_study
     from nccl_tune.tuner.report import summary_json
 
-    outcome = run_study(settings, console=err if as_json else out)
-    if outcome.dry_run_spec is not None:
-        spec = outcome.dry_run_spec
-        c = spec.clocks
-        data = {"study": outcome.study, "argv": list(spec.argv), "env": dict(spec.env), "trial_dir": str(spec.trial_dir),
-                "stop": {"warmup_steps": spec.stop.warmup_steps, "measured_steps": spec.stop.measured_steps},
-                "clocks": {"startup_timeout_s": c.startup_timeout_s, "stall_timeout_s": c.stall_timeout_s,
-                           "stall_floor_s": c.stall_floor_s, "stall_multiplier": c.stall_multiplier,
-                           "trial_timeout_s": c.trial_timeout_s, "grace_s": c.grace_s,
-                           "known_phase_s": dict(c.known_phase_s)}}
+    if settings.dry_run:
+        plan = plan_dry_run(settings)
         if as_json:
-            _emit_json(data)
+            _emit_json(plan.to_json())
         else:
-            out.print(escape(f"space {outcome.space.name} is valid; trial 0 would run in {spec.trial_dir}:"), highlight=False)
-            out.print(escape(shlex.join(spec.argv)), highlight=False, soft_wrap=True)
-            for k, v in spec.env.items():
-                out.print(escape(f"  unset {k}" if v is None else f"  {k}={v}"), highlight=False, soft_wrap=True)
-            out.print(
-                f"stop after {spec.stop.warmup_steps} warm-up + {spec.stop.measured_steps} measured steps; start-up "
-                f"{c.startup_timeout_s:g}s, stall {c.stall_timeout_s:g}s ({c.stall_multiplier:g}x a known phase, at least "
-                f"{c.stall_floor_s:g}s), trial {c.trial_timeout_s:g}s, grace {c.grace_s:g}s",
-                highlight=False, soft_wrap=True,
-            )
+            for line in plan.lines():
+                out.print(escape(line), highlight=False, soft_wrap=True)
         raise typer.Exit(0)
+    outcome = run_study(settings, console=err if as_json else out)
     if settings.output is not None and outcome.winner is not None and not outcome.interrupted:
-        write_text(settings.output, export_study(outcome.storage_url, outcome.study, "yaml"))
+        write_tuned(settings.output, outcome.stored, outcome.winner)
         (err if as_json else out).print(escape(f"tuned YAML: {settings.output}"), highlight=False)
     if as_json:
         _emit_json(summary_json(outcome.study, outcome.storage_url, list(outcome.records), outcome.winner,
@@ -170,10 +154,10 @@ def export_cmd(
 ) -> None:
     """Write the best stable trial of a study as tuned YAML, key=value arguments or env lines."""
     from nccl_tune.tuner.export import export_study
-    from nccl_tune.tuner.settings import RunSettings
+    from nccl_tune.tuner.settings import default_storage_url
 
     try:
-        url = storage or RunSettings(command=(), results=results).storage_url
+        url = storage or default_storage_url(results)
         _deliver(export_study(url, study, fmt), output)
     except NcclTuneError as exc:
         _fail(exc)
@@ -211,11 +195,11 @@ def report_cmd(
     Markdown, JSON or JUnit XML for nightly runs."""
     from nccl_tune.reporting.render import pick_format, render_report
     from nccl_tune.tuner.report import report_study
-    from nccl_tune.tuner.settings import RunSettings
+    from nccl_tune.tuner.settings import default_storage_url
 
     data = None
     try:
-        url = storage or RunSettings(command=(), results=results).storage_url
+        url = storage or default_storage_url(results)
         chosen = pick_format(fmt, output)
         if chosen is not None or junit is not None or series is not None:
             from nccl_tune.reporting.junit import render_junit
@@ -247,10 +231,10 @@ def history_cmd(
     """A series of nightly runs over time: best throughput, fingerprint changes, verdicts, steps."""
     from nccl_tune.nightly.history import history_json, print_history
     from nccl_tune.tuner.series import load_history
-    from nccl_tune.tuner.settings import RunSettings
+    from nccl_tune.tuner.settings import default_storage_url
 
     try:
-        url = storage or RunSettings(command=(), results=results).storage_url
+        url = storage or default_storage_url(results)
         history = load_history(url, series)
     except NcclTuneError as exc:
         _fail(exc)

@@ -11,7 +11,7 @@ from nccl_tune.reporting.plots import COLOURS, all_plots, outcome_label
 from nccl_tune.reporting.view import StudyView, duration, failure_costs, known_gib, winner_reasons
 from nccl_tune.search_spaces.render import format_value
 from nccl_tune.tuner.display import describe, short_names
-from nccl_tune.tuner.records import Outcome, TrialRecord
+from nccl_tune.tuner.study_records import Outcome, TrialRecord
 
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2em auto;max-width:1200px;color:#222;padding:0 1em}

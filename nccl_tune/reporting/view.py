@@ -12,7 +12,8 @@ from nccl_tune.nightly.history import History
 from nccl_tune.nightly.night import Night
 from nccl_tune.search_spaces.render import format_value
 from nccl_tune.search_spaces.space import SearchSpace
-from nccl_tune.tuner.records import Outcome, TrialRecord
+from nccl_tune.tuner.study_records import Outcome, TrialRecord
+from nccl_tune.tuner.semantics import semantic_changes
 from nccl_tune.tuner.stability import Candidate, candidates, values_key
 
 
@@ -126,9 +127,7 @@ def winner_reasons(view: StudyView) -> list[str]:
     if runner is not None and w.throughput:
         lines.append(f"runner-up: trial {runner.first.number}, {runner.throughput:.4g} samples/s "
                      f"({runner.throughput / w.throughput - 1:+.1%})")
-    for p in view.space.parameters:
-        before = b.values.get(p.name) if b else p.default
-        if p.semantic and p.name in w.values and before != w.values[p.name]:
-            lines.append(f"changes the training itself: {p.name} {format_value(before)} -> {format_value(w.values[p.name])} "
-                         "(pin it with --set to tune speed only)")
+    for c in semantic_changes(view.space, w.values, b.values if b else None):
+        lines.append(f"changes the training itself: {c.name} {format_value(c.before)} -> {format_value(c.after)} "
+                     "(pin it with --set to tune speed only)")
     return lines

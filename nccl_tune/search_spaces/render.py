@@ -74,6 +74,15 @@ def render_values(space: SearchSpace, values: Mapping[str, Any]) -> tuple[list[s
     return args, env
 
 
+def config_overrides(space: SearchSpace, values: Mapping[str, Any]) -> dict[str, Any]:
+    """The command-line values of ``values`` as typed config entries by name (parameters, then
+    derived values): what the tuned YAML's ``overrides:`` merges into a training config."""
+    out = {p.name: values[p.name] for p in space.parameters if p.name in values and p.target is not Target.ENV}
+    derived = space.derived_values(values)
+    out.update({d.key: derived[d.key] for d in space.derived if d.target is not Target.ENV})
+    return out
+
+
 def fixed_argv(space: SearchSpace, overrides: Mapping[str, str], pins: Mapping[str, Any]) -> list[str]:
     """The argv elements every trial gets before its own: the space's trial overrides (already
     expanded), then context values changed with ``--set``."""

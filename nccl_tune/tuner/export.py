@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-import platform
 import shlex
 from pathlib import Path
 from typing import Any
@@ -16,14 +15,10 @@ from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.failure import FailureClass
-from nccl_tune.gpu import open_probe
-from nccl_tune.search_spaces.loader import parse_space
-from nccl_tune.search_spaces.render import format_value, render_values
-from nccl_tune.search_spaces.space import SearchSpace, Target
-from nccl_tune.tuner import study_records as R
-from nccl_tune.tuner.stability import Candidate, baseline, select_winner
-from nccl_tune.tuner.storage import S_COMMAND, S_SPACE_SOURCE, S_SPACE_TEXT, load_existing, open_storage
+from nccl_tune.search_spaces.render import config_overrides, render_values
+from nccl_tune.tuner.semantics import semantic_changes
+from nccl_tune.tuner.stability import Candidate
+from nccl_tune.tuner.study_view import StoredStudy, open_study
 
 FORMATS = ("yaml", "args", "env")
 
@@ -44,42 +39,15 @@ def _plain(value: Any) -> Any:
     return value if isinstance(value, (bool, int, float)) else str(value)
 
 
-def _hardware() -> dict[str, Any]:
-    probe = open_probe()
-    try:
-        devices = probe.devices()
-        gpus = f"{len(devices)}x {devices[0].name} ({devices[0].total_gib:.0f} GiB)" if devices else "none"
-    finally:
-        probe.close()
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        torch_version = version("torch")
-    except PackageNotFoundError:
-        torch_version = None
-    return {"host": platform.node(), "gpus": gpus, "torch": torch_version}
-
-
-def tuned_document(
-    space: SearchSpace, winner: Candidate, base: Candidate | None, study: str, storage: str, command: list[str],
-    n_trials: int, failures: dict[str, int],
-) -> dict[str, Any]:
-    """The tuned YAML as a mapping."""
+def tuned_document(stored: StoredStudy, winner: Candidate) -> dict[str, Any]:
+    """The tuned YAML of ``winner`` (a candidate of ``stored``) as a mapping."""
+    space, base = stored.space, stored.baseline
     values = dict(winner.values)
     args, env_overlay = render_values(space, values)
     env = {k: v for k, v in env_overlay.items() if v is not None}
     unset_env = [k for k, v in env_overlay.items() if v is None]
-    overrides: dict[str, Any] = {
-        p.name: _plain(values[p.name]) for p in space.parameters if p.name in values and p.target is not Target.ENV
-    }
-    derived = space.derived_values(values)
-    overrides.update({d.key: _plain(derived[d.key]) for d in space.derived if d.target is not Target.ENV})
-    semantic = []
-    for p in space.parameters:
-        if p.semantic and p.name in values:
-            before = base.values.get(p.name) if base else p.default
-            if before != values[p.name]:
-                semantic.append(f"{p.name}: {format_value(before)} -> {format_value(values[p.name])}")
+    overrides = {k: _plain(v) for k, v in config_overrides(space, values).items()}
+    semantic = [str(c) for c in semantic_changes(space, values, base.values if base else None)]
     best = max(winner.ok_runs, key=lambda r: r.throughput or 0.0)
     metrics: dict[str, Any] = {
         "throughput_samples_per_s": round(winner.throughput, 3),
@@ -101,18 +69,18 @@ def tuned_document(
         "semantic_changes": semantic,
         "metrics": metrics,
         "study": {
-            "name": study,
-            "storage": storage,
+            "name": stored.name,
+            "storage": stored.storage_url,
             "space": space.name,
-            "command": shlex.join(command),
+            "command": shlex.join(stored.command),
             "trial": winner.first.number,
             "trials": [r.number for r in winner.runs],
-            "trials_in_study": n_trials,
-            "failures": failures,
+            "trials_in_study": len(stored.records),
+            "failures": stored.failures,
             "confirmed": winner.confirmed,
             "exported": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         },
-        "hardware": _hardware(),
+        "hardware": dict(stored.hardware) if stored.hardware is not None else None,
     }
 
 
@@ -136,31 +104,23 @@ def format_tuned(doc: dict[str, Any], fmt: str) -> str:
 
 
 def export_study(storage_url: str, study_name: str | None, fmt: str = "yaml") -> str:
-    """The best stable trial of a stored study, rendered as ``fmt``."""
+    """The winner of a stored study, as ``fmt``; exit code 2 when it has no stable trial."""
     if fmt not in FORMATS:
         raise NcclTuneError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
-    storage = open_storage(storage_url, create=False)
-    study = load_existing(storage, storage_url, study_name)
-    space = parse_space(study.user_attrs[S_SPACE_TEXT], source=study.user_attrs.get(S_SPACE_SOURCE, ""), label=f"study {study.study_name}")
-    recs = R.records(study)
-    confirmed = select_winner(recs, require_confirmation=True)
-    winner = confirmed or select_winner(recs, require_confirmation=False)
-    if winner is None:
-        n_ok = sum(r.ok for r in recs)
+    stored = open_study(storage_url, study_name)
+    if stored.winner is None:
+        n_ok = sum(r.ok for r in stored.records)
         raise NcclTuneError(
-            f"study {study.study_name!r} has no stable trial yet ({len(recs)} trials, {n_ok} ok); "
+            f"study {stored.name!r} has no stable trial yet ({len(stored.records)} trials, {n_ok} ok); "
             "run more trials with `nccl-tune run` or see `nccl-tune report`",
             exit_code=2,
         )
-    failures: dict[str, int] = {}
-    for r in recs:
-        if r.outcome is R.Outcome.LAUNCHED and r.status not in (None, FailureClass.OK):
-            failures[r.status.value] = failures.get(r.status.value, 0) + 1
-    doc = tuned_document(
-        space, winner, baseline(recs), study.study_name, storage_url, study.user_attrs.get(S_COMMAND, []),
-        len(recs), failures,
-    )
-    return format_tuned(doc, fmt)
+    return format_tuned(tuned_document(stored, stored.winner), fmt)
+
+
+def write_tuned(path: Path, stored: StoredStudy, winner: Candidate) -> None:
+    """Write ``winner``'s tuned YAML to ``path``."""
+    write_text(path, format_tuned(tuned_document(stored, winner), "yaml"))
 
 
 def write_text(path: Path, text: str) -> None:

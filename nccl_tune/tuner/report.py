@@ -12,14 +12,12 @@ from rich.markup import escape
 from rich.table import Table
 
 from nccl_tune.failure import FailureClass
-from nccl_tune.search_spaces.loader import parse_space
-from nccl_tune.search_spaces.render import format_value
 from nccl_tune.search_spaces.space import SearchSpace
-from nccl_tune.tuner import study_records as R
 from nccl_tune.tuner.display import Display, describe
+from nccl_tune.tuner.semantics import semantic_changes
+from nccl_tune.tuner.stability import Candidate
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
-from nccl_tune.tuner.stability import Candidate, baseline, select_winner
-from nccl_tune.tuner.storage import S_COMMAND, S_SPACE_SOURCE, S_SPACE_TEXT, load_existing, open_storage
+from nccl_tune.tuner.study_view import open_study
 
 
 def trial_row(r: TrialRecord) -> dict[str, Any]:
@@ -157,34 +155,26 @@ def plot(space: SearchSpace, recs: list[TrialRecord], out_dir: Path) -> list[Pat
 def report_study(storage_url: str, study_name: str | None, console: Console, *, as_json: bool,
                  plots_dir: Path | None) -> dict[str, Any]:
     """Print the report (or return its JSON) for a stored study."""
-    storage = open_storage(storage_url, create=False)
-    study = load_existing(storage, storage_url, study_name)
-    space = parse_space(study.user_attrs[S_SPACE_TEXT], source=study.user_attrs.get(S_SPACE_SOURCE, ""),
-                        label=f"study {study.study_name}")
-    recs = R.records(study)
-    winner = select_winner(recs, require_confirmation=True) or select_winner(recs, require_confirmation=False)
-    base = baseline(recs)
-    data = summary_json(study.study_name, storage_url, recs, winner, base, 0 if winner else 2)
-    data["command"] = study.user_attrs.get(S_COMMAND)
+    stored = open_study(storage_url, study_name)
+    space, recs, winner, base = stored.space, list(stored.records), stored.winner, stored.baseline
+    data = summary_json(stored.name, storage_url, recs, winner, base, 0 if winner else 2)
+    data["command"] = list(stored.command) or None
+    data["hardware"] = stored.hardware
     if plots_dir is not None:
         data["plots"] = [str(p) for p in plot(space, recs, plots_dir)]
     if as_json:
         return data
     display = Display(console, space)
-    console.print(f"[bold]study[/] {escape(study.study_name)}  [dim]{escape(storage_url)}[/]", highlight=False)
+    console.print(f"[bold]study[/] {escape(stored.name)}  [dim]{escape(storage_url)}[/]", highlight=False)
     display.summary(recs, winner, base)
     if any(_failed(r) for r in recs):
         console.print(failures_table(space, recs, base))
     if winner is not None:
-        changed = [
-            f"{p.name}: {format_value(base.values.get(p.name) if base else p.default)} -> {format_value(winner.values[p.name])}"
-            for p in space.parameters
-            if p.semantic and p.name in winner.values and (base.values.get(p.name) if base else p.default) != winner.values[p.name]
-        ]
+        changed = semantic_changes(space, winner.values, base.values if base else None)
         if changed:
             console.print("[yellow]the winner changes the training itself, not only its speed:[/]", highlight=False)
-            for line in changed:
-                console.print(f"  {escape(line)}", highlight=False)
+            for change in changed:
+                console.print(f"  {escape(str(change))}", highlight=False)
             console.print("  pin them with --set KEY=VALUE to tune speed only", highlight=False)
     for p in data.get("plots", []):
         console.print(f"plot: {escape(p)}", highlight=False)

@@ -1,5 +1,5 @@
 """A stored study read once for a report: ``load_view`` opens it (or the latest night of a
-series) and gathers what every report format shows."""
+series) and gathers what every report format shows, on top of ``study_view.stored_of``."""
 
 from __future__ import annotations
 
@@ -11,11 +11,10 @@ from nccl_tune.errors import NcclTuneError
 from nccl_tune.nightly.fingerprint import Fingerprint
 from nccl_tune.nightly.history import build_history
 from nccl_tune.reporting.view import StudyView, TrialTiming
-from nccl_tune.search_spaces.loader import parse_space
-from nccl_tune.tuner import records as R
+from nccl_tune.tuner import study_records as R
 from nccl_tune.tuner.series import S_FINGERPRINT, check_series_name, series_nights, study_night
-from nccl_tune.tuner.stability import baseline, select_winner
-from nccl_tune.tuner.storage import S_COMMAND, S_SPACE_SOURCE, S_SPACE_TEXT, load_existing, open_storage
+from nccl_tune.tuner.storage import load_existing, open_storage
+from nccl_tune.tuner.study_view import stored_of
 
 
 def _timings(trials: list[optuna.trial.FrozenTrial], recs: list[R.TrialRecord]) -> dict[int, TrialTiming]:
@@ -49,22 +48,20 @@ def load_view(storage_url: str, study_name: str | None, series: str | None = Non
     if study_name is None and series is not None:
         study_name = _latest_night_study(storage, storage_url, series)
     study = load_existing(storage, storage_url, study_name)
-    attrs = study.user_attrs
-    space = parse_space(attrs[S_SPACE_TEXT], source=attrs.get(S_SPACE_SOURCE, ""), label=f"study {study.study_name}")
+    stored = stored_of(study, storage_url)
     trials = study.get_trials(deepcopy=False)
-    recs = [R.record_of(t) for t in trials]
     night = study_night(study)
     history = build_history(night.series, series_nights(storage, night.series)) if night else None
-    fp = attrs.get(S_FINGERPRINT)
+    fp = study.user_attrs.get(S_FINGERPRINT)
     return StudyView(
-        study=study.study_name,
+        study=stored.name,
         storage_url=storage_url,
-        command=tuple(attrs.get(S_COMMAND) or ()),
-        space=space,
-        records=tuple(recs),
-        winner=select_winner(recs, require_confirmation=True) or select_winner(recs, require_confirmation=False),
-        baseline=baseline(recs),
-        timings=_timings(trials, recs),
+        command=stored.command,
+        space=stored.space,
+        records=stored.records,
+        winner=stored.winner,
+        baseline=stored.baseline,
+        timings=_timings(trials, list(stored.records)),
         fingerprint=Fingerprint.from_json(fp) if fp else None,
         night=night,
         history=history,

@@ -12,7 +12,8 @@ from typing import Any, Mapping
 
 import optuna
 
-from nccl_tune.search_spaces.space import ParamKind, Parameter, SearchSpace
+from nccl_tune.search_spaces.space import MemoryEffect, ParamKind, Parameter, SearchSpace, Target
+from nccl_tune.tuner.local_search import LocalSearchSampler
 
 LOG2 = ":log2"
 
@@ -47,3 +48,20 @@ def to_optuna(space: SearchSpace, values: Mapping[str, Any], pinned: Mapping[str
         v = values[p.name]
         out[optuna_name(p)] = int(math.log2(v)) if p.kind is ParamKind.POW2 else v
     return out
+
+
+def make_sampler(name: str, seed: int | None, space: SearchSpace) -> optuna.samplers.BaseSampler:
+    """The sampler ``name`` (one of ``settings.SAMPLERS``, checked by ``RunSettings``): ``local``
+    walks from the incumbent, micro-batches up first and NCCL variables last; ``tpe`` models the
+    whole space; ``random`` is the yardstick."""
+    if name == "local":
+        return LocalSearchSampler(
+            seed,
+            first=frozenset(
+                (optuna_name(p), 1) for p in space.parameters if p.memory is MemoryEffect.INCREASING and not p.semantic
+            ),
+            late=frozenset(optuna_name(p) for p in space.parameters if p.target is Target.ENV),
+        )
+    if name == "tpe":
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=8, multivariate=True)
+    return optuna.samplers.RandomSampler(seed=seed)

@@ -1,9 +1,28 @@
-"""Options of one tuning run, as data (the CLI fills it; the loop reads it)."""
+"""Options of one tuning run, as data (the CLI fills it; the loop reads it).
+
+``RunSettings`` checks its own values when it is made: a bad option is one ``NcclTuneError``
+naming it, before any storage is opened or trial started. Whether the command itself can run
+is the launcher's check (``Launcher.prepare``).
+"""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from nccl_tune.errors import NcclTuneError
+from nccl_tune.launchers.registry import launcher_problem
+from nccl_tune.tuner.storage import default_study_name
+
+SAMPLERS = ("local", "tpe", "random")
+"""The samplers ``make_sampler`` builds (see ``tuner/sampling.py``)."""
+DEFAULT_SAMPLER = "local"
+
+
+def default_storage_url(results: Path) -> str:
+    """The storage a ``--results`` folder holds: ``sqlite:///<results>/nccl-tune.db``."""
+    return f"sqlite:///{(Path(results) / 'nccl-tune.db').resolve()}"
 
 
 @dataclass(frozen=True)
@@ -44,56 +63,65 @@ class RunSettings:
     predict_oom: bool = True
     """Skip configs that dominate a known OOM in every memory-increasing parameter."""
     extra_env: dict[str, str] = field(default_factory=dict)
-    sampler: str = "local"
+    sampler: str = DEFAULT_SAMPLER
     """``local`` (pattern search from the incumbent, TPE when its neighbourhood is exhausted), ``tpe``
     (models the whole space) or ``random`` (the benchmarks' yardstick). All learn from failures."""
 
     def __post_init__(self) -> None:
-        check_values(self)
+        problems = settings_problems(self)
+        if problems:
+            raise NcclTuneError(problems[0])
 
     @property
     def storage_url(self) -> str:
-        if self.storage:
-            return self.storage
-        return f"sqlite:///{(self.results / 'nccl-tune.db').resolve()}"
+        return self.storage or default_storage_url(self.results)
+
+    def study_name(self, space_name: str) -> str:
+        """``--study``, or the name derived from the space and the command (the same command resumes)."""
+        return self.study or default_study_name(space_name, self.command)
 
 
 MAX_SEED = 2**32 - 1
 """Samplers seed numpy's generator, which takes 0 .. 2**32 - 1."""
 
 
-def check_values(s: RunSettings) -> None:
-    """One-line ``NcclTuneError`` for an option value no run can use (named as the CLI spells it)."""
-    from nccl_tune.errors import NcclTuneError
+def settings_problems(s: RunSettings) -> list[str]:
+    """One line per option value no run can use, named as the CLI spells it, with the fix."""
+    problems: list[str] = []
 
     def need(ok: bool, option: str, value: object, rule: str) -> None:
         if not ok:
-            raise NcclTuneError(f"{option} {value}: {rule}")
+            problems.append(f"{option} {value}: {rule}")
 
+    if not s.command:
+        problems.append("no command after --; usage: nccl-tune run [OPTIONS] -- COMMAND [ARGS...]")
     need(s.trials >= 1, "--trials", s.trials, "must be at least 1")
     need(s.steps is None or s.steps >= 1, "--steps", s.steps, "must be at least 1 (measured steps per trial)")
     need(s.warmup_steps is None or s.warmup_steps >= 0, "--warmup-steps", s.warmup_steps, "must be 0 or more")
     need(s.seed is None or 0 <= s.seed <= MAX_SEED, "--seed", s.seed, f"must be between 0 and {MAX_SEED}")
     need(s.confirm >= 0, "--confirm", s.confirm, "must be 0 or more")
-    need(s.parallel >= 1, "--parallel", s.parallel, "must be at least 1")
+    if s.sampler not in SAMPLERS:
+        problems.append(f"--sampler {s.sampler!r} is unknown; use {', '.join(SAMPLERS[:-1])} or {SAMPLERS[-1]}")
     for option, secs in (("--budget", s.budget_s), ("--stall-timeout", s.stall_timeout_s),
                          ("--startup-timeout", s.startup_timeout_s), ("--trial-timeout", s.trial_timeout_s)):
         need(secs is None or secs > 0, option, f"{secs:g}s" if secs is not None else secs,
              "must be more than 0 (e.g. 90s, 45m, 8h); leave it out for the default")
     need(s.grace_s is None or s.grace_s >= 0, "--grace", s.grace_s, "must be 0 or more seconds")
+    launcher = launcher_problem(s.launcher)
+    if launcher is not None:
+        problems.append(launcher)
+    need(s.parallel >= 1, "--parallel", s.parallel, "must be at least 1")
+    need(s.parallel <= 1, "--parallel", s.parallel, "only one trial at a time is supported yet; use --parallel 1")
+    return problems
 
 
 def parse_duration(text: str, option: str) -> float:
     """Seconds in ``text``: ``3600``, ``90s``, ``45m``, ``8h`` or ``1h30m``; one-line error otherwise."""
-    import re
-
     raw = text.strip().lower()
     if re.fullmatch(r"\d+(\.\d+)?", raw):
         return float(raw)
     parts = re.findall(r"(\d+(?:\.\d+)?)([hms])", raw)
     if not parts or "".join(n + u for n, u in parts) != raw:
-        from nccl_tune.errors import NcclTuneError
-
         raise NcclTuneError(f"{option} {text!r}: expected seconds or a duration such as 90s, 45m, 8h, 1h30m")
     scale = {"h": 3600.0, "m": 60.0, "s": 1.0}
     return sum(float(n) * scale[u] for n, u in parts)

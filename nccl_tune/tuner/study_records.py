@@ -29,6 +29,8 @@ A_VIOLATIONS = "violations"
 A_PREDICTED_FROM = "predicted_from"
 A_NEAR_WALL = "near_wall"
 A_DUPLICATE_OF = "duplicate_of"
+A_ABANDONED = "abandoned"
+"""Why a trial was asked but never launched (the node gate gave up, the tuner failed before the start)."""
 
 
 class TrialKind(str, Enum):
@@ -51,6 +53,8 @@ class Outcome(str, Enum):
     """Not launched: predicted to fail (dominates a known OOM)."""
     DUPLICATE = "duplicate"
     """Not launched: the same values were already measured; told the sampler the same outcome."""
+    ABANDONED = "abandoned"
+    """Not launched: something failed between asking for the values and starting the command."""
     PENDING = "pending"
     """Running, or interrupted before a result was recorded."""
 
@@ -94,6 +98,8 @@ def record_of(t: FrozenTrial) -> TrialRecord:
         outcome = Outcome.PREDICTED
     elif a.get(A_DUPLICATE_OF) is not None:
         outcome = Outcome.DUPLICATE
+    elif a.get(A_ABANDONED) is not None and result is None:
+        outcome = Outcome.ABANDONED
     elif result is not None:
         outcome = Outcome.LAUNCHED
     else:

@@ -4,7 +4,8 @@ TPE learns only from COMPLETE and PRUNED trials, so a failed config is told as C
 a violated constraint (``failed`` > 0): the sampler ranks it below every feasible trial and
 steers away from its region. A config too close to the memory wall violates ``memory_wall``
 by its headroom deficit. A trial stopped for being slower than the incumbent is PRUNED with
-its partial throughput. Only an interrupted trial is FAIL: it says nothing about its values.
+its partial throughput. Only a trial that says nothing about its values is FAIL: an interrupted
+one, and one abandoned before its command started.
 """
 
 from __future__ import annotations
@@ -12,15 +13,22 @@ from __future__ import annotations
 import optuna
 from optuna.trial import TrialState
 
+from typing import Any, Mapping
+
 from nccl_tune.failure import FailureClass
+from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.trial import TrialResult
+from nccl_tune.tuner.sampling import to_optuna
 from nccl_tune.tuner.study_records import (
+    A_ABANDONED,
     A_DUPLICATE_OF,
+    A_KIND,
     A_NEAR_WALL,
     A_PREDICTED_FROM,
     A_RESULT,
     A_STATUS,
     A_VIOLATIONS,
+    TrialKind,
 )
 
 C_FAILED = "failed"
@@ -92,3 +100,17 @@ def tell_duplicate(study: optuna.Study, trial: optuna.Trial, original: optuna.tr
         study.tell(trial, state=TrialState.PRUNED)
     else:
         study.tell(trial, original.value if original.value is not None else 0.0)
+
+
+def tell_abandoned(study: optuna.Study, trial: optuna.Trial, why: str) -> None:
+    """Values asked for but never launched (the gate gave up, the tuner failed before the start):
+    FAIL, with the reason, so that the study resumes cleanly and the sampler learns nothing."""
+    trial.set_user_attr(A_ABANDONED, why)
+    study.tell(trial, state=TrialState.FAIL)
+
+
+def requeue(study: optuna.Study, space: SearchSpace, values: Mapping[str, Any], pinned: Mapping[str, Any],
+            kind: str) -> None:
+    """Ask for ``values`` again next (an interrupted or abandoned trial); the baseline stays the baseline."""
+    again = TrialKind.BASELINE.value if kind == TrialKind.BASELINE.value else TrialKind.RETRY.value
+    study.enqueue_trial(to_optuna(space, values, pinned), user_attrs={A_KIND: again})

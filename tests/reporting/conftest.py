@@ -10,7 +10,7 @@ import pytest
 
 from nccl_tune.nightly.night import Baseline, Night
 from nccl_tune.nightly.regression import RunFact, judge_night
-from nccl_tune.tuner import records as R
+from nccl_tune.tuner import study_records as R
 from nccl_tune.tuner.series import S_FINGERPRINT, S_SERIES, S_STARTED_AT, write_night
 from nccl_tune.tuner.stability import select_winner
 from tests.tuner.conftest import TINY_SPACE, TINY_TRAINER, run_cli

@@ -1,0 +1,118 @@
+"""Which asked-for values are launched: the gate between Optuna's ask and a trial's start.
+
+Values are not launched, and are told to the study at once, when they
+- break the space's rules, or an expression of the space fails on them (``rejected``:
+  infeasible for the sampler, with the rule's message or the expression's error);
+- were already measured by a launched trial (``duplicate``: the sampler hears the same outcome);
+- need at least the memory of a known OOM in every memory-increasing parameter (``predicted``).
+Re-runs, retries and the baseline skip the last two checks: they are asked for on purpose.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+import optuna
+from optuna.trial import FrozenTrial, TrialState
+
+from nccl_tune.errors import NcclTuneError
+from nccl_tune.failure import FailureClass
+from nccl_tune.search_spaces.expr import ExprError
+from nccl_tune.search_spaces.space import SearchSpace
+from nccl_tune.tuner import study_records as R
+from nccl_tune.tuner.display import Display
+from nccl_tune.tuner.predict import predicted_oom
+from nccl_tune.tuner.stability import values_key
+from nccl_tune.tuner.study_records import TrialKind, TrialRecord
+from nccl_tune.tuner.telling import tell_duplicate, tell_predicted, tell_rejected
+
+MAX_REJECTED_IN_A_ROW = 2000
+MAX_DUPLICATES_IN_A_ROW = 50
+
+
+def rule_violations(space: SearchSpace, values: Mapping[str, Any]) -> list[str]:
+    """The rules ``values`` break; when none, every derived value and the samples per step are
+    evaluated too, so that ``ExprError`` (division by zero) is raised here and not at launch."""
+    broken = space.violations(values)
+    if not broken:
+        space.derived_values(values)
+        space.samples(values)
+    return broken
+
+
+def measured_before(
+    trials: Sequence[FrozenTrial], history: Sequence[TrialRecord], values: Mapping[str, Any]
+) -> FrozenTrial | None:
+    """The first launched, finished trial with exactly these values (interrupted ones do not count);
+    ``history`` holds the records of ``trials``, in the same order."""
+    key = values_key(values)
+    for t, rec in zip(trials, history):
+        if (
+            t.state in (TrialState.COMPLETE, TrialState.PRUNED)
+            and rec.outcome is R.Outcome.LAUNCHED
+            and values_key(rec.values) == key
+        ):
+            return t
+    return None
+
+
+class Admission:
+    """Decides, trial by trial, whether asked values are launched; counts refusals in a row."""
+
+    def __init__(self, space: SearchSpace, display: Display, predict_oom: bool) -> None:
+        self.space = space
+        self.display = display
+        self.predict_oom = predict_oom
+        self.rejected_in_a_row = 0
+        self.duplicates_in_a_row = 0
+
+    @property
+    def converged(self) -> bool:
+        """The sampler keeps proposing configs already measured."""
+        return self.duplicates_in_a_row >= MAX_DUPLICATES_IN_A_ROW
+
+    def admit(
+        self,
+        study: optuna.Study,
+        trial: optuna.Trial,
+        values: Mapping[str, Any],
+        kind: str,
+        trials: Sequence[FrozenTrial],
+        history: Sequence[TrialRecord],
+    ) -> bool:
+        """True when ``values`` are to be launched; otherwise the trial has been told why not.
+        ``trials`` are the study's trials and ``history`` their records, in the same order."""
+        if not self._within_rules(study, trial, values):
+            return False
+        if kind != TrialKind.SEARCH.value:
+            return True
+        original = measured_before(trials, history, values)
+        if original is not None:
+            tell_duplicate(study, trial, original)
+            self.duplicates_in_a_row += 1
+            return False
+        self.duplicates_in_a_row = 0
+        oom_from = predicted_oom(self.space, values, history) if self.predict_oom else None
+        if oom_from is not None:
+            tell_predicted(study, trial, oom_from, FailureClass.OOM)
+            self.display.skipped(trial.number, f"needs at least the memory of trial {oom_from}, which ran out")
+            return False
+        return True
+
+    def _within_rules(self, study: optuna.Study, trial: optuna.Trial, values: Mapping[str, Any]) -> bool:
+        try:
+            violations = rule_violations(self.space, values)
+        except ExprError as exc:
+            violations = [str(exc)]
+            self.display.skipped(trial.number, f"an expression of the space fails on these values: {exc}")
+        if not violations:
+            self.rejected_in_a_row = 0
+            return True
+        tell_rejected(study, trial, violations)
+        self.rejected_in_a_row += 1
+        if self.rejected_in_a_row >= MAX_REJECTED_IN_A_ROW:
+            raise NcclTuneError(
+                f"space {self.space.name}: {self.rejected_in_a_row} sampled configs in a row broke its rules "
+                f"(last: {violations[0]}); widen the ranges or check --set values"
+            )
+        return False

@@ -1,0 +1,89 @@
+"""``nccl-tune run --dry-run``: validate the space and the command, and show the first trial's
+argv, env, stop rule and clocks; run nothing, open no storage."""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+import optuna
+
+from nccl_tune.errors import NcclTuneError
+from nccl_tune.launchers.base import Launcher
+from nccl_tune.launchers.registry import make_launcher
+from nccl_tune.search_spaces.loader import load_space
+from nccl_tune.search_spaces.space import SearchSpace
+from nccl_tune.trial import TrialSpec
+from nccl_tune.tuner.admission import MAX_REJECTED_IN_A_ROW
+from nccl_tune.tuner.pins import Pins, apply_pins, baseline_values
+from nccl_tune.tuner.sampling import suggest
+from nccl_tune.tuner.settings import RunSettings
+from nccl_tune.tuner.trial_builder import build_trial_spec
+
+
+@dataclass(frozen=True)
+class DryRun:
+    """What trial 0 of a run would be."""
+
+    study: str
+    space: str
+    spec: TrialSpec
+
+    def to_json(self) -> dict[str, Any]:
+        spec, c = self.spec, self.spec.clocks
+        return {
+            "study": self.study,
+            "argv": list(spec.argv),
+            "env": dict(spec.env),
+            "trial_dir": str(spec.trial_dir),
+            "stop": {"warmup_steps": spec.stop.warmup_steps, "measured_steps": spec.stop.measured_steps},
+            "clocks": {
+                "startup_timeout_s": c.startup_timeout_s,
+                "stall_timeout_s": c.stall_timeout_s,
+                "stall_floor_s": c.stall_floor_s,
+                "stall_multiplier": c.stall_multiplier,
+                "trial_timeout_s": c.trial_timeout_s,
+                "grace_s": c.grace_s,
+                "known_phase_s": dict(c.known_phase_s),
+            },
+        }
+
+    def lines(self) -> list[str]:
+        """The plan as plain text lines."""
+        spec, c = self.spec, self.spec.clocks
+        out = [f"space {self.space} is valid; trial 0 would run in {spec.trial_dir}:", shlex.join(spec.argv)]
+        out += [f"  unset {k}" if v is None else f"  {k}={v}" for k, v in spec.env.items()]
+        out.append(
+            f"stop after {spec.stop.warmup_steps} warm-up + {spec.stop.measured_steps} measured steps; start-up "
+            f"{c.startup_timeout_s:g}s, stall {c.stall_timeout_s:g}s ({c.stall_multiplier:g}x a known phase, at least "
+            f"{c.stall_floor_s:g}s), trial {c.trial_timeout_s:g}s, grace {c.grace_s:g}s"
+        )
+        return out
+
+
+def first_values(space: SearchSpace, pins: Pins, seed: int | None) -> dict[str, Any]:
+    """The baseline's values, or the first sampled values within the space's rules."""
+    values = baseline_values(space, pins)
+    if values is not None:
+        return values
+    study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed))
+    for _ in range(MAX_REJECTED_IN_A_ROW):
+        trial = study.ask()
+        candidate = suggest(trial, space, pins.params)
+        if not space.violations(candidate):
+            return candidate
+        study.tell(trial, 0.0)
+    raise NcclTuneError(f"space {space.name}: no values satisfy its constraints")
+
+
+def plan_dry_run(settings: RunSettings, launcher: Launcher | None = None) -> DryRun:
+    """Trial 0 of ``settings``' run, checked by the launcher as the run would check it."""
+    space, pins = apply_pins(load_space(settings.space), settings.pins)
+    study = settings.study_name(space.name)
+    values = first_values(space, pins, settings.seed)
+    spec = build_trial_spec(
+        space, settings, study=study, number=0, values=values, context_pins=pins.context, observed_phase_s={}
+    )
+    (launcher or make_launcher(settings.launcher)).prepare(spec)
+    return DryRun(study=study, space=space.name, spec=spec)

@@ -1,0 +1,38 @@
+"""Parameters that change the training itself (``semantic: true`` in the space: batch sizes,
+prompt filtering), and which of them a config changes from the baseline."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from nccl_tune.search_spaces.render import format_value
+from nccl_tune.search_spaces.space import SearchSpace
+
+
+@dataclass(frozen=True)
+class SemanticChange:
+    name: str
+    before: Any
+    after: Any
+
+    def __str__(self) -> str:
+        return f"{self.name}: {format_value(self.before)} -> {format_value(self.after)}"
+
+
+def semantic_reference(space: SearchSpace, base_values: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What each semantic parameter is in the user's own run: the baseline trial's value, else the
+    space's default."""
+    return {
+        p.name: (base_values.get(p.name, p.default) if base_values is not None else p.default)
+        for p in space.parameters
+        if p.semantic
+    }
+
+
+def semantic_changes(
+    space: SearchSpace, values: Mapping[str, Any], base_values: Mapping[str, Any] | None
+) -> list[SemanticChange]:
+    """The semantic parameters whose value in ``values`` differs from the user's own run."""
+    ref = semantic_reference(space, base_values)
+    return [SemanticChange(k, before, values[k]) for k, before in ref.items() if k in values and values[k] != before]

@@ -1,0 +1,76 @@
+"""A stored study as the read-only commands see it. One home for "open a study and pick its
+winner": ``open_study`` (``export`` and ``report``), ``report_view.load_view`` (the report
+formats, which add timings and the nightly series) and ``run`` (on the study it has open) all
+read the study through ``stored_of`` and pick the winner with ``pick_winner``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterable, Mapping
+
+import optuna
+
+from nccl_tune.failure import FailureClass
+from nccl_tune.search_spaces.loader import parse_space
+from nccl_tune.search_spaces.space import SearchSpace
+from nccl_tune.tuner import study_records as R
+from nccl_tune.tuner.hardware_record import recorded_hardware
+from nccl_tune.tuner.stability import Candidate, baseline, select_winner
+from nccl_tune.tuner.storage import S_COMMAND, S_SPACE_SOURCE, S_SPACE_TEXT, load_existing, open_storage
+from nccl_tune.tuner.study_records import TrialRecord
+
+
+def pick_winner(records: Iterable[TrialRecord]) -> Candidate | None:
+    """The study's winner: the fastest stable candidate confirmed by a re-run, else the fastest
+    stable one (its ``confirmed`` says which)."""
+    recs = list(records)
+    return select_winner(recs, require_confirmation=True) or select_winner(recs, require_confirmation=False)
+
+
+@dataclass(frozen=True)
+class StoredStudy:
+    """A study's space, command, trial records, winner, baseline and recorded hardware."""
+
+    name: str
+    storage_url: str
+    space: SearchSpace
+    command: tuple[str, ...]
+    records: tuple[TrialRecord, ...]
+    winner: Candidate | None
+    baseline: Candidate | None
+    hardware: Mapping[str, Any] | None = None
+    """What ``run`` recorded about the node (None for studies recorded before it was kept)."""
+
+    @property
+    def failures(self) -> dict[str, int]:
+        """Launched trials that failed, by class."""
+        out: dict[str, int] = {}
+        for r in self.records:
+            if r.outcome is R.Outcome.LAUNCHED and r.status not in (None, FailureClass.OK):
+                out[r.status.value] = out.get(r.status.value, 0) + 1
+        return out
+
+
+def stored_of(study: optuna.Study, storage_url: str, space: SearchSpace | None = None) -> StoredStudy:
+    """An open ``study`` read once (``space``: the one a run uses, else the one the study stored)."""
+    attrs = study.user_attrs
+    if space is None:
+        space = parse_space(attrs[S_SPACE_TEXT], source=attrs.get(S_SPACE_SOURCE, ""), label=f"study {study.study_name}")
+    recs = tuple(R.records(study))
+    return StoredStudy(
+        name=study.study_name,
+        storage_url=storage_url,
+        space=space,
+        command=tuple(attrs.get(S_COMMAND) or ()),
+        records=recs,
+        winner=pick_winner(recs),
+        baseline=baseline(recs),
+        hardware=recorded_hardware(attrs),
+    )
+
+
+def open_study(storage_url: str, name: str | None) -> StoredStudy:
+    """The stored study ``name`` (the only one when None), read-only."""
+    storage = open_storage(storage_url, create=False)
+    return stored_of(load_existing(storage, storage_url, name), storage_url)

@@ -1,0 +1,143 @@
+"""Running one admitted trial: its spec, the node gate, the launcher, and telling the study.
+
+Whatever fails between Optuna's ask and the command's start (the node gate gives up, the trial
+folder cannot be written, a bug) leaves the asked trial told: FAIL with the reason in its
+``abandoned`` attribute, its values asked for again when the failure was not theirs. The study
+resumes cleanly; no trial stays RUNNING without a folder.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from dataclasses import replace
+from typing import Any, Iterator, Mapping, Sequence
+
+import optuna
+from optuna.trial import TrialState
+
+from nccl_tune.errors import NcclTuneError
+from nccl_tune.failure import FailureClass, Verdict
+from nccl_tune.launchers.base import Launcher
+from nccl_tune.search_spaces.space import SearchSpace
+from nccl_tune.trial import StopReason, TrialResult, TrialSpec
+from nccl_tune.tuner import study_records as R
+from nccl_tune.tuner.display import Display
+from nccl_tune.tuner.observer import InterruptFlag, TunerObserver
+from nccl_tune.tuner.pins import Pins
+from nccl_tune.tuner.settings import RunSettings
+from nccl_tune.tuner.stability import select_winner
+from nccl_tune.tuner.study_records import TrialRecord
+from nccl_tune.tuner.telling import near_wall, requeue, tell_abandoned, tell_result
+from nccl_tune.tuner.trial_builder import build_trial_spec
+
+
+def observed_phases(history: Sequence[TrialRecord]) -> dict[str, float]:
+    """The longest duration of each phase over the study's results so far."""
+    observed: dict[str, float] = {}
+    for r in history:
+        if r.result:
+            for phase, secs in r.result.phase_max_s.items():
+                observed[phase] = max(observed.get(phase, 0.0), secs)
+    return observed
+
+
+def as_interrupted(result: TrialResult) -> TrialResult:
+    """``result`` of a trial stopped by the tuner's interrupt before its measured steps."""
+    return replace(
+        result,
+        status=FailureClass.INTERRUPTED,
+        stop_reason=StopReason.INTERRUPTED,
+        verdict=Verdict(FailureClass.INTERRUPTED, advice="the tuner was interrupted; the trial runs again on resume"),
+    )
+
+
+class TrialRunner:
+    """Runs admitted trials of one study through its launcher."""
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        pins: Pins,
+        settings: RunSettings,
+        study_name: str,
+        launcher: Launcher,
+        display: Display,
+        interrupt: InterruptFlag,
+        host: str,
+    ) -> None:
+        self.space = space
+        self.pins = pins
+        self.settings = settings
+        self.study_name = study_name
+        self.launcher = launcher
+        self.display = display
+        self.interrupt = interrupt
+        self.host = host
+        self.launched = 0
+
+    def spec_for(self, number: int, values: Mapping[str, Any], history: Sequence[TrialRecord]) -> TrialSpec:
+        return build_trial_spec(
+            self.space,
+            self.settings,
+            study=self.study_name,
+            number=number,
+            values=values,
+            context_pins=self.pins.context,
+            observed_phase_s=observed_phases(history),
+        )
+
+    @contextmanager
+    def told_on_failure(self, study: optuna.Study, trial: optuna.Trial) -> Iterator[None]:
+        """Tell ``trial`` abandoned when the body raises while it is still running."""
+        try:
+            yield
+        except BaseException as exc:
+            running = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+            if trial.number in running:
+                tell_abandoned(study, trial, f"{type(exc).__name__}: {exc}".strip(": "))
+                values, kind = trial.user_attrs.get(R.A_VALUES), trial.user_attrs.get(R.A_KIND, "")
+                if values and isinstance(exc, (NcclTuneError, KeyboardInterrupt)):
+                    requeue(study, self.space, values, self.pins.params, kind)
+            raise
+
+    def run(
+        self,
+        study: optuna.Study,
+        trial: optuna.Trial,
+        values: Mapping[str, Any],
+        kind: str,
+        history: Sequence[TrialRecord],
+        early_stop: bool = True,
+    ) -> TrialResult:
+        """Launch ``trial`` with ``values`` once the node is clean, and tell the study the result;
+        ``history`` is the study's records before it."""
+        spec = self.spec_for(trial.number, values, history)
+        self.launcher.gate()
+        for key, value in (
+            (R.A_TRIAL_DIR, str(spec.trial_dir)),
+            (R.A_HOST, self.host),
+            (R.A_PID, os.getpid()),
+            ("argv", list(spec.argv)),
+            ("env", dict(spec.env)),
+        ):
+            trial.set_user_attr(key, value)
+        incumbent = select_winner(history, require_confirmation=False)
+        ratio = self.settings.early_stop_ratio if early_stop else 0.0
+        observer = TunerObserver(self.display, self.interrupt, incumbent, ratio)
+        self.display.trial_started(trial.number, kind, values)
+        result = self.launcher.run(spec, observer)
+        if self.interrupt.is_set and result.status is FailureClass.OK and len(result.step_times_s) < spec.stop.total_steps:
+            result = as_interrupted(result)
+        tell_result(study, trial, result, self.space.min_headroom_frac)
+        self.launched += 1
+        if result.status is FailureClass.INTERRUPTED:
+            requeue(study, self.space, values, self.pins.params, kind)
+        deficit = near_wall(result, self.space.min_headroom_frac)
+        self.display.trial_finished(
+            trial.number,
+            result,
+            bool(deficit is not None and deficit > 0 and result.status is FailureClass.OK),
+            select_winner(R.records(study), require_confirmation=False),
+        )
+        return result
