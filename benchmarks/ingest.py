@@ -9,7 +9,10 @@ then measures:
 - ``pump``: a real ``cat`` process writing the file into a pipe, read by ``LogPump``, which
   appends every byte to an ``output.log`` and parses it (the path a trial's output takes);
 - ``classify`` (when ``nccl_tune.diagnose`` is installed): the post-mortem classifier over the
-  same file, as run on a failed trial.
+  same file, as run on a failed trial;
+- ``classify unique``: the classifier over a log of the same size whose lines never repeat
+  (timestamps, hex addresses, request ids and words that differ on every line), so that no
+  per-line cache can help.
 
 For each: MB/s, peak RSS of this process and its growth over the run (bounded memory means the
 growth does not scale with the log), and whether every progress line was found.
@@ -106,6 +109,37 @@ def generate(path: Path, size_mb: float, seed: int = 0) -> int:
     return steps
 
 
+UNIQUE_LINE = "{ts} {level} {host}:{pid} [{module}:{line}] {words} addr=0x{addr:012x} req={req:08x}\n"
+
+
+def generate_unique(path: Path, size_mb: float, seed: int = 1) -> int:
+    """Write a log whose lines never repeat; return how many step lines it holds. A ~8 MB block of
+    random lines is written again and again with its lower-case letters permuted differently each
+    time (words, hex digits and ids change; no line comes back), with progress lines between."""
+    rnd = random.Random(seed)
+    vocab = ["".join(rnd.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rnd.randint(2, 10))) for _ in range(20_000)]
+    levels = ("INFO", "INFO", "INFO", "DEBUG", "WARNING")
+    lines = []
+    for i in range(60_000):
+        lines.append(UNIQUE_LINE.format(
+            ts=f"2026-03-02 10:{(i // 60) % 60:02d}:{i % 60:02d}.{rnd.randrange(10**6):06d}", level=rnd.choice(levels),
+            host=f"gpu-{rnd.choice(vocab)}", pid=rnd.randrange(1000, 99999), module=rnd.choice(vocab), line=rnd.randrange(9999),
+            words=" ".join(rnd.choice(vocab) for _ in range(rnd.randint(6, 14))), addr=rnd.getrandbits(48), req=rnd.getrandbits(32),
+        ))
+    block = "".join(lines).encode()
+    letters = b"abcdefghijklmnopqrstuvwxyz"
+    steps = written = 0
+    with open(path, "wb", buffering=CHUNK) as fh:
+        while written < size_mb * MB:
+            perm = bytes(rnd.sample(letters, len(letters)))
+            data = block.translate(bytes.maketrans(letters, perm))
+            data += (PROGRESS.format(pid=645566, msg=f"Finished: 'step', time cost: {1300 + steps % 5}.50s") + "\n").encode()
+            fh.write(data)
+            written += len(data)
+            steps += 1
+    return steps
+
+
 class RssWatch:
     """Peak RSS of this process while a measurement runs."""
 
@@ -172,7 +206,7 @@ def bench_pump(log: Path, steps: int, out_dir: Path) -> Row:
     return _row("pump", scanner.bytes, seconds, rss, len(tracker.snapshot().step_times_s), steps)
 
 
-def bench_classify(log: Path, steps: int) -> Row | None:
+def bench_classify(log: Path, steps: int, name: str = "classify") -> Row | None:
     try:
         from nccl_tune.diagnose.classify import classify_file
     except ImportError:
@@ -181,7 +215,7 @@ def bench_classify(log: Path, steps: int) -> Row | None:
         t0 = time.perf_counter()
         classify_file(log, exit_code=1)
         seconds = time.perf_counter() - t0
-    return _row("classify", log.stat().st_size, seconds, rss, None, steps)
+    return _row(name, log.stat().st_size, seconds, rss, None, steps)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -204,6 +238,10 @@ def main(argv: list[str] | None = None) -> int:
             row = bench_classify(log, steps)
             if row is not None:
                 rows.append(row)
+                log.unlink()
+                unique = work / "unique.log"
+                unique_steps = generate_unique(unique, args.size_mb)
+                rows.append(bench_classify(unique, unique_steps, "classify unique"))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any, Iterator, Sequence
 
-from nccl_tune.diagnose.classify import LogClassifier
+from nccl_tune.diagnose.classify import READ_BYTES, LogClassifier
 from nccl_tune.diagnose.flight_recorder import FlightRecorderSummary, analyse_dumps, looks_like_dump
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import Evidence, FailureClass, Verdict
@@ -45,20 +45,21 @@ class Diagnosis:
         return out
 
 
-def _open_text(path: Path) -> IO[str]:
+def _open_binary(path: Path) -> IO[bytes]:
     with open(path, "rb") as fh:
         magic = fh.read(2)
     if magic == b"\x1f\x8b":
-        return gzip.open(path, "rt", encoding="utf-8", errors="replace")
-    return open(path, encoding="utf-8", errors="replace", buffering=1 << 20)
+        return gzip.open(path, "rb")
+    return open(path, "rb", buffering=0)
 
 
-def _lines(path: Path) -> Iterator[str]:
+def _chunks(path: Path) -> Iterator[bytes]:
     try:
-        with _open_text(path) as fh:
-            yield from fh
+        with _open_binary(path) as fh:
+            while chunk := fh.read(READ_BYTES):
+                yield chunk
     except (OSError, EOFError) as exc:
-        raise NcclTuneError(f"diagnose: cannot read {path}: {exc.strerror or exc}") from exc
+        raise NcclTuneError(f"diagnose: cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from exc
 
 
 def _status_from_result(folder: Path) -> tuple[int | None, str | None]:
@@ -124,7 +125,7 @@ def _diagnose_logs(
         clf = LogClassifier()
         for log in logs:
             clf.set_source(log.name)
-            clf.feed(_lines(log))
+            clf.feed_bytes(_chunks(log))
         verdict = clf.verdict(exit_code=exit_code, signal_name=signal_name, fr_summary=summary)
     elif summary is not None:
         if not summary.ranks_dumped:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from functools import lru_cache
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -31,7 +32,8 @@ from typing import Any, Iterable, Sequence
 from nccl_tune.diagnose import text as T
 from nccl_tune.diagnose.advice import AdviceContext, advise
 from nccl_tune.diagnose.flight_recorder import FlightRecorderSummary, analyse_dumps
-from nccl_tune.diagnose.rules import RULES, Kind, Rule, prefilter, template
+from nccl_tune.diagnose.rules import PREFILTER_KEYS, RULES, Kind, Rule, prefilter, template
+from nccl_tune.diagnose.scan import BLOCK_BYTES, CoverFinder, covers_for, whole_lines
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import OK_VERDICT, Evidence, FailureClass, Verdict
 
@@ -44,6 +46,11 @@ TAIL_LINES = 16
 TEMPLATE_CACHE = 4096
 """Digit-masked line templates whose prefilter answer is remembered (cleared when full)."""
 TEMPLATE_MAX_BYTES = 512
+CONTEXT_BYTES = 2048
+"""Bytes before an OOM line searched for its context (vLLM, weight sync)."""
+MAX_LINE_BYTES = 1 << 20
+"""A longer line is cut: its head is kept and classified."""
+READ_BYTES = 1 << 20
 OWN_SOURCE = "nccl-tune"
 
 _STARTED = re.compile(r"Started: '(?P<phase>[^']+)'")
@@ -64,6 +71,11 @@ _WEIGHT_SYNC_HINTS = ("sync_weights", "sync_model", "broadcast_to_inference_engi
 _TORCHRUN_SUMMARY = Rule("torchrun_root_cause", FailureClass.CRASH, Kind.CRASH, (), None, "child_exit")
 _NCCL_WARN_CAUSES = ("failure", "Failure", "failed", "Failed", "rror", "imeout", "timed out", "No space", "reset", "closed")
 _NCCL_WARN_BENIGN = ("No device found", "Could not find", "Unable to open", "not supported", "Not supported")
+
+
+@lru_cache(maxsize=1)
+def _default_finder() -> CoverFinder:
+    return CoverFinder(covers_for(PREFILTER_KEYS))
 
 
 def signal_from_exit(exit_code: int | None) -> str | None:
@@ -162,18 +174,17 @@ class _Phases:
 
 
 class LogClassifier:
-    """Streaming classifier: ``feed`` lines (from one or more sources), then ``verdict``."""
+    """Streaming classifier: ``feed`` lines or ``feed_bytes`` chunks (from one or more sources),
+    then ``verdict``."""
 
     def __init__(self, source: str = "") -> None:
         self._source = source
-        self._source_index = 0
         self._line_no = 0
         self._order_base = 0
         self._phases = _Phases()
         self._events: list[_Event] = []
         self._per_rule: dict[str, int] = {}
-        self._tail: deque[str] = deque(maxlen=TAIL_LINES)
-        self._tail_end = 0
+        self._tail: deque[tuple[int, bytes]] = deque(maxlen=TAIL_LINES)
         self._pid_rank: dict[int, int] = {}
         self._ranks_seen: set[int] = set()
         self._world_size: int | None = None
@@ -181,7 +192,12 @@ class LogClassifier:
         self._summary_rank: int | None = None
         self._summary_event: _Event | None = None
         self._templates: dict[bytes, bool] = {}
-        self._hinted_prefixes: set[str] = set()
+        self._hinted_prefixes: set[bytes] = set()
+        """``[rankN]:`` line heads whose rank is known (such lines are skipped undecoded)."""
+        self._hinted_heads: set[str] = set()
+        """Ray worker prefixes whose rank is known."""
+        self._context: tuple[bytes, int, int] = (b"", 0, 0)
+        self._finder = _default_finder()
         self.lines_read = 0
 
     # --- input ------------------------------------------------------------------------------
@@ -195,42 +211,87 @@ class LogClassifier:
 
     def feed(self, lines: Iterable[str]) -> None:
         """Read lines (with or without their newline) from the current source."""
-        n = start = self._line_no
-        tail = self._tail
-        tail_append = tail.append
-        pf = prefilter
-        tpl_of = template
+        parts: list[str] = []
+        size = 0
+        for line in lines:
+            if not line.endswith("\n"):
+                line += "\n"
+            parts.append(line)
+            size += len(line)
+            if size >= BLOCK_BYTES:
+                self._block("".join(parts).encode("utf-8", "surrogatepass"))
+                parts, size = [], 0
+        if parts:
+            self._block("".join(parts).encode("utf-8", "surrogatepass"))
+
+    def feed_bytes(self, chunks: Iterable[bytes]) -> None:
+        """Read a byte stream (any chunking) from the current source; undecodable bytes are replaced."""
+        for block in whole_lines(chunks, MAX_LINE_BYTES):
+            self._block(block)
+
+    def _block(self, buf: bytes) -> None:
+        """Whole lines: only those holding a cover literal reach Python (see ``scan``)."""
+        base = self._line_no
+        resume, counted_to, newlines = 0, 0, 0
+        if self._summary_left:
+            resume = self._sequential(buf, 0, base + 1)
+        for start, end, rank_only in self._finder.line_spans(buf):
+            if start < resume:
+                continue
+            newlines += buf.count(b"\n", counted_to, start)
+            counted_to = start
+            if rank_only and buf[start : start + 9] in self._hinted_prefixes:
+                continue  # a torchrun ``[rankN]:`` line whose rank is known already
+            line_no = base + newlines + 1
+            self._context = (buf, start, end)
+            self._candidate(buf[start:end].decode("utf-8", "replace"), line_no)
+            if self._summary_left:
+                resume = self._sequential(buf, end + 1, line_no + 1)
+        total = newlines + buf.count(b"\n", counted_to) + (0 if buf.endswith(b"\n") else 1)
+        self._line_no = base + total
+        self.lines_read += total
+        self._keep_tail(buf, base + total)
+
+    def _sequential(self, buf: bytes, offset: int, line_no: int) -> int:
+        """Lines from ``offset`` on, one by one, while torchrun's summary block lasts; returns
+        where the block scan resumes."""
+        while self._summary_left and offset < len(buf):
+            end = buf.find(b"\n", offset)
+            end = len(buf) if end < 0 else end
+            self._line_no = line_no
+            self._summary(buf[offset:end].decode("utf-8", "replace"))
+            offset, line_no = end + 1, line_no + 1
+        return offset
+
+    def _keep_tail(self, buf: bytes, last_no: int) -> None:
+        ends: list[int] = []
+        pos = len(buf) - 1 if buf.endswith(b"\n") else len(buf)
+        while len(ends) < TAIL_LINES and pos >= 0:
+            ends.append(pos)
+            pos = buf.rfind(b"\n", 0, pos)
+        for i, end in enumerate(reversed(ends)):
+            start = buf.rfind(b"\n", 0, end) + 1
+            self._tail.append((last_no - len(ends) + 1 + i, buf[start:end]))
+
+    def _candidate(self, raw: str, line_no: int) -> None:
+        if "NCCL INFO" in raw:
+            if "Init COMPLETE" in raw:
+                self._nccl_init(raw)
+            return
+        tpl = template(raw)
         cache = self._templates
-        hinted = self._hinted_prefixes
-        try:
-            for raw in lines:
-                n += 1
-                tail_append(raw)
-                if "NCCL INFO" in raw:
-                    if "Init COMPLETE" in raw:
-                        self._nccl_init(raw)
-                    continue
-                if self._summary_left:
-                    self._line_no = n
-                    self._summary(raw)
-                    continue
-                tpl = tpl_of(raw)
-                hit = cache.get(tpl)
-                if hit is None:
-                    hit = pf(raw)
-                    if len(tpl) <= TEMPLATE_MAX_BYTES:
-                        if len(cache) >= TEMPLATE_CACHE:
-                            cache.clear()
-                        cache[tpl] = hit
-                if hit:
-                    self._line_no = n
-                    self._line(raw)
-                elif "[rank" in raw and raw[:9] not in hinted:
-                    self._rank_hint(raw)
-        finally:
-            self.lines_read += n - start
-            self._line_no = n
-            self._tail_end = n
+        hit = cache.get(tpl)
+        if hit is None:
+            hit = prefilter(raw)
+            if len(tpl) <= TEMPLATE_MAX_BYTES:
+                if len(cache) >= TEMPLATE_CACHE:
+                    cache.clear()
+                cache[tpl] = hit
+        if hit:
+            self._line_no = line_no
+            self._line(raw)
+        elif "[rank" in raw:
+            self._rank_hint(raw)
 
     # --- per line ---------------------------------------------------------------------------
 
@@ -249,10 +310,10 @@ class LogClassifier:
             if 5 < end < 12 and raw[5:end].isdigit():
                 self._ranks_seen.add(int(raw[5:end]))
                 if len(self._hinted_prefixes) < 4096:
-                    self._hinted_prefixes.add(raw[:9])
+                    self._hinted_prefixes.add(raw[:9].encode("utf-8", "replace"))
             return
         head = raw[: raw.find(")") + 1]
-        if head and head in self._hinted_prefixes:
+        if head and head in self._hinted_heads:
             return  # this Ray worker's rank is already known
         text = T.strip_ansi(raw)
         r = T.rank_of(text)
@@ -261,8 +322,8 @@ class LogClassifier:
             pid = T.ray_pid(text)
             if pid is not None:
                 self._pid_rank[pid] = r
-                if len(self._hinted_prefixes) < 4096:
-                    self._hinted_prefixes.add(head)
+                if len(self._hinted_heads) < 4096:
+                    self._hinted_heads.add(head)
 
     def _line(self, raw: str) -> None:
         text = T.clean(raw)
@@ -377,7 +438,8 @@ class LogClassifier:
             steps_done=ph.steps_finished,
         )
         if rule.failure_class is FailureClass.OOM:
-            recent = "".join(self._tail)
+            buf, start, end = self._context
+            recent = buf[max(0, start - CONTEXT_BYTES) : end].decode("utf-8", "replace")
             ev.vllm_context = "vllm" in recent.lower() or "vllm" in msg.lower()
             ev.weight_sync_context = any(h in recent for h in _WEIGHT_SYNC_HINTS)
         self._events.append(ev)
@@ -403,9 +465,11 @@ class LogClassifier:
 
     def tail_evidence(self, n: int = 3) -> tuple[Evidence, ...]:
         """The last ``n`` non-blank lines of the current source, as evidence."""
-        lines = list(self._tail)
-        first_no = self._tail_end - len(lines) + 1
-        out = [Evidence(first_no + i, T.clean(ln), self._source) for i, ln in enumerate(lines) if ln.strip()]
+        out = []
+        for no, raw in self._tail:
+            text = T.clean(raw.decode("utf-8", "replace"))
+            if text.strip():
+                out.append(Evidence(no, text, self._source))
         return tuple(out[-n:])
 
 
@@ -750,15 +814,12 @@ def classify_file(
     """``classify_log`` over a file, read as a stream (undecodable bytes replaced); raises
     ``NcclTuneError`` naming the file when it cannot be read."""
     path = Path(path)
+    clf = LogClassifier(source or path.name)
     try:
-        with open(path, encoding="utf-8", errors="replace", buffering=1 << 20) as fh:
-            return classify_log(
-                fh,
-                exit_code=exit_code,
-                signal_name=signal_name,
-                fr_dumps=fr_dumps,
-                source=source or path.name,
-                host_mem_peak_frac=host_mem_peak_frac,
-            )
+        with open(path, "rb", buffering=0) as fh:
+            clf.feed_bytes(iter(lambda: fh.read(READ_BYTES), b""))
     except OSError as exc:
         raise NcclTuneError(f"cannot read the log {path}: {exc.strerror or exc}") from exc
+    return clf.verdict(
+        exit_code=exit_code, signal_name=signal_name, fr_dumps=fr_dumps, host_mem_peak_frac=host_mem_peak_frac
+    )
