@@ -193,6 +193,13 @@ def _mismatch(ctx: AdviceContext) -> str:
     shown = f" ({groups})" if groups else ""
     fr = _fr_clause(ctx.fr)
     lead = f"{fr}; r" if fr else "R"
+    if ctx.subtype == "seq_desync":
+        behind = f"rank {ctx.rank} is the one behind: " if ctx.rank is not None else ""
+        return (
+            f"{lead}anks are out of step, waiting at different sequence numbers{shown}: {behind}it skipped or added "
+            "collectives (a rank-only branch, an early exit, uneven batches or data); make every rank issue the same "
+            "collectives in the same order; TORCH_DISTRIBUTED_DEBUG=DETAIL reports it at the call"
+        )
     return (
         f"{lead}anks called different collectives at the same sequence number{shown}: some code path runs a collective "
         "on some ranks only (a rank-0-only branch, a value from dist.reduce deciding control flow, uneven batches); make "
@@ -226,6 +233,20 @@ def _nccl(ctx: AdviceContext) -> str:
         return (
             "NCCL reported invalid usage: rerun with NCCL_DEBUG=WARN to see the call it refused; a forced NCCL_ALGO or "
             "NCCL_PROTO that a collective cannot use, or mismatched tensors across ranks, are the usual causes"
+        )
+    if ctx.subtype == "ib_verbs":
+        call = d.get("call") or "an InfiniBand verbs call"
+        return (
+            f"NCCL could not use the InfiniBand device ({call} failed): memory registration needs the locked-memory "
+            "limit raised (ulimit -l unlimited; the container's --ulimit memlock=-1) and the GPU peer-memory module "
+            "loaded; NCCL_IB_DISABLE=1 falls back to sockets (slower)"
+        )
+    if ctx.subtype == "transport":
+        who = f" on rank {ctx.rank}" if ctx.rank is not None else ""
+        return (
+            f"NCCL's network transport failed{who} first (IB completion error or socket closed/reset); the other ranks' "
+            "time-outs followed from it: a link, NIC or peer node dropped; check the fabric (ibstat, NCCL_DEBUG=INFO "
+            "NCCL_DEBUG_SUBSYS=NET), NCCL_IB_TIMEOUT / NCCL_IB_RETRY_CNT, and the peer node's own log"
         )
     if ctx.subtype == "remote":
         return (
@@ -286,6 +307,19 @@ def _init(ctx: AdviceContext) -> str:
         )
     if ctx.subtype == "ray":
         return "Could not reach the Ray cluster: start it (`ray start --head`) or point RAY_ADDRESS at it; check `ray status`"
+    if ctx.subtype == "placement_group":
+        return (
+            "Ray could not create the placement group in time: the cluster has fewer free GPUs/CPUs than the job asks "
+            "for (another job or a leftover Ray cluster holds them: `ray status`); free them, ask for fewer "
+            "(placement/colocation settings), or raise SKYRL_RAY_PG_TIMEOUT_IN_S if an autoscaler is still adding nodes"
+        )
+    if ctx.subtype in ("connect", "nccl_connect"):
+        return (
+            "A process could not connect to its master before the first step (connect timeout: an unroutable or "
+            "firewalled address, a master that never started): check the address it dialled (MASTER_ADDR, the "
+            "weight-sync or server host) is reachable from every node, and the interface NCCL_SOCKET_IFNAME / "
+            "GLOO_SOCKET_IFNAME"
+        )
     return (
         "The rendezvous did not complete before the first step: a process or node never joined (wrong MASTER_ADDR/port, "
         "firewall, unequal --nproc-per-node, a node that never started); check every node reaches the same endpoint"
@@ -302,6 +336,14 @@ def _config(ctx: AdviceContext) -> str:
         )
     if ctx.subtype == "validation":
         return f"The command refused the config ({d.get('detail', 'a validation assertion')}): fix the values or pin them with --set"
+    if ctx.subtype == "engine_args":
+        arg = d.get("arg")
+        what = f" ({arg})" if arg else ""
+        return (
+            f"vLLM refused its engine arguments{what}: fix the value the evidence names (the generator/engine settings "
+            "in the search space or --set), e.g. max_num_batched_tokens at least max_model_len, a tensor parallel size "
+            "that divides the attention heads, max_model_len within the model's limit"
+        )
     if ctx.subtype == "command":
         return f"The command was not found ({d.get('cmd', '')}): check the command line and PATH"
     return "The command refused its config: fix the value named in the evidence (the search space or --set)"
@@ -321,6 +363,12 @@ def _crash(ctx: AdviceContext) -> str:
         return (
             "A Ray actor died without a recorded cause: read the worker's own log (`ray logs`, /tmp/ray/session_latest/"
             "logs) for its first error; SIGKILL there usually means host memory"
+        )
+    if ctx.subtype == "no_cause":
+        how = f"the command exited with code {ctx.exit_code}" if ctx.exit_code else "the log ends in error lines"
+        return (
+            f"No cause found: {how} but no known failure message is in the log; read the last lines shown and the "
+            "output before them"
         )
     if ctx.subtype == "exception":
         exc = ctx.details.get("exception")
@@ -361,7 +409,8 @@ def advise(ctx: AdviceContext) -> str:
         return "Interrupted: the study can be resumed with the same --study"
     text = _BY_CLASS[ctx.failure_class](ctx)
     if ctx.after_training:
+        head = text[0].lower() if text[1:2].islower() else text[0]
         text = "Training had finished; this failed afterwards (final checkpoint or teardown), the measured steps stand: " + (
-            text[0].lower() + text[1:]
+            head + text[1:]
         )
     return text

@@ -23,7 +23,7 @@ a finished step) are flagged ``after_training``.
 from __future__ import annotations
 
 import re
-from collections import deque
+from collections import Counter, deque
 from functools import lru_cache
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,7 +32,17 @@ from typing import Any, Iterable, Sequence
 from nccl_tune.diagnose import text as T
 from nccl_tune.diagnose.advice import AdviceContext, advise
 from nccl_tune.diagnose.flight_recorder import FlightRecorderSummary, analyse_dumps
-from nccl_tune.diagnose.rules import PREFILTER_KEYS, RULES, Kind, Rule, prefilter, template
+from nccl_tune.diagnose.rules import (
+    HOST_MEMORY,
+    HOST_MEMORY_KEYS,
+    PREFILTER_KEYS,
+    RULES,
+    TRAINING_END,
+    Kind,
+    Rule,
+    prefilter,
+    template,
+)
 from nccl_tune.diagnose.scan import BLOCK_BYTES, CoverFinder, covers_for, whole_lines
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import OK_VERDICT, Evidence, FailureClass, Verdict
@@ -53,6 +63,23 @@ MAX_LINE_BYTES = 1 << 20
 READ_BYTES = 1 << 20
 OWN_SOURCE = "nccl-tune"
 
+TAIL_CHECK = 3
+"""Non-blank last lines of each source that must not be errors for a run to be called ``ok``."""
+MAX_SOURCES = 64
+_ERROR_LINE = re.compile(
+    r"Traceback \(most recent call last\)|^\s*File \"[^\"]+\", line \d+|\b\w*(?:Error|Exception)\b(?::|\s*$)"
+    r"|\b(?:ERROR|FATAL|CRITICAL|Fatal|fatal)\b|\b(?:failed|Failed|FAILED)\b|\bKilled\b|\bAborted\b|core dumped"
+    r"|Segmentation fault|[Ee]xit(?:ed|s)? with (?:exit |return )?(?:code|status)(?: =)? -?[1-9]|exitcode\s*:\s*-?[1-9]"
+    r"|NCCL WARN|terminate called|\bSIG(?:KILL|ABRT|SEGV|BUS)\b"
+)
+"""A line that says something went wrong (any program's wording): a log ending in one is never ``ok``."""
+_P2P_OPS = {"SEND", "RECV", "send", "recv"}
+"""Point-to-point operations: their sequence numbers legitimately differ between ranks."""
+_FRAME_LINE = re.compile(r"^\s*File \"[^\"]+\", line \d+")
+_SIGNAL_IN_TEXT = re.compile(
+    r"<Signals\.(?P<a>SIG\w+): \d+>|terminated with signal (?P<b>SIG\w+)|terminated with code (?P<c>-\d+)"
+    r"|non-zero exit status (?P<d>-\d+)"
+)
 _STARTED = re.compile(r"Started: '(?P<phase>[^']+)'")
 _FINISHED = re.compile(r"Finished: '(?P<phase>[^']+)', time cost")
 _WORK_FIELD = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\))=([^,)\s]+)")
@@ -197,6 +224,10 @@ class LogClassifier:
         self._hinted_heads: set[str] = set()
         """Ray worker prefixes whose rank is known."""
         self._context: tuple[bytes, int, int] = (b"", 0, 0)
+        self._host_peak: tuple[float, Evidence] | None = None
+        """The highest host-memory readout in the log (fraction of RAM) and its line."""
+        self._tails: dict[str, tuple[tuple[int, bytes], ...]] = {}
+        """The last lines of the sources read before the current one."""
         self._finder = _default_finder()
         self.lines_read = 0
 
@@ -205,6 +236,8 @@ class LogClassifier:
     def set_source(self, source: str) -> None:
         """Start another input (line numbers restart; events keep their order of arrival)."""
         self._order_base += self._line_no + 1
+        if self._tail and len(self._tails) < MAX_SOURCES:
+            self._tails[self._source] = tuple(self._tail)
         self._source = source
         self._line_no = 0
         self._tail.clear()
@@ -275,7 +308,7 @@ class LogClassifier:
 
     def _candidate(self, raw: str, line_no: int) -> None:
         if "NCCL INFO" in raw:
-            if "Init COMPLETE" in raw:
+            if "Init COMPLETE" in raw or "Init START" in raw:
                 self._nccl_init(raw)
             return
         tpl = template(raw)
@@ -290,7 +323,7 @@ class LogClassifier:
         if hit:
             self._line_no = line_no
             self._line(raw)
-        elif "[rank" in raw:
+        elif "[rank" in raw or "[Rank " in raw or "rank=" in raw:
             self._rank_hint(raw)
 
     # --- per line ---------------------------------------------------------------------------
@@ -337,8 +370,11 @@ class LogClassifier:
             if m:
                 self._phases.finished(m.group("phase"))
                 return
-        if "Training done" in msg or "Training completed" in msg:
+        if any(k in msg for k in TRAINING_END):
             self._phases.training_done = True
+            return
+        if "%" in msg and any(k in msg for k in HOST_MEMORY_KEYS):
+            self._host_readout(text, msg)
             return
         if "raise " in msg and _RAISE_CODE.search(msg):
             return  # a traceback's source line (`raise ValueError(...)`), not the error itself
@@ -363,6 +399,15 @@ class LogClassifier:
         r = T.rank_of(msg)
         if r is not None:
             self._ranks_seen.add(r)
+
+    def _host_readout(self, text: str, msg: str) -> None:
+        """A host-memory readout the trainer printed: keep the highest."""
+        m = HOST_MEMORY.search(msg)
+        if m is None or "GPU" in msg or "cuda" in msg:
+            return
+        frac = float(m.group("pct")) / 100.0
+        if self._host_peak is None or frac >= self._host_peak[0]:
+            self._host_peak = (frac, Evidence(self._line_no, text, self._source))
 
     def _summary(self, raw: str) -> None:
         """torchrun's ``Root Cause (first observed failure)`` block: rank, exitcode, signal."""
@@ -465,12 +510,42 @@ class LogClassifier:
 
     def tail_evidence(self, n: int = 3) -> tuple[Evidence, ...]:
         """The last ``n`` non-blank lines of the current source, as evidence."""
-        out = []
-        for no, raw in self._tail:
-            text = T.clean(raw.decode("utf-8", "replace"))
-            if text.strip():
-                out.append(Evidence(no, text, self._source))
-        return tuple(out[-n:])
+        return _tail_lines(self._tail, self._source)[-n:]
+
+    def tail_errors(self, n: int = TAIL_CHECK) -> tuple[Evidence, ...]:
+        """For every source read whose last non-blank line is an error (or a traceback frame's code
+        line), its last error lines (at most ``n``)."""
+        out: list[Evidence] = []
+        tails = dict(self._tails)
+        tails[self._source] = tuple(self._tail)
+        for source, tail in tails.items():
+            out += _ending_errors(_tail_lines(tail, source), n)
+        return tuple(out)
+
+
+def _is_error(text: str, previous: str) -> bool:
+    msg = T.message(text)
+    return bool(_ERROR_LINE.search(msg)) or bool(_FRAME_LINE.search(T.message(previous)))
+
+
+def _ending_errors(lines: tuple[Evidence, ...], n: int) -> list[Evidence]:
+    """The error lines a log ends with (empty when its last non-blank line is not one)."""
+    out: list[Evidence] = []
+    for i in range(len(lines) - 1, -1, -1):
+        previous = lines[i - 1].text if i else ""
+        if not _is_error(lines[i].text, previous) or len(out) >= n:
+            break
+        out.insert(0, lines[i])
+    return out
+
+
+def _tail_lines(tail: Iterable[tuple[int, bytes]], source: str) -> tuple[Evidence, ...]:
+    out = []
+    for no, raw in tail:
+        text = T.clean(raw.decode("utf-8", "replace"))
+        if text.strip():
+            out.append(Evidence(no, text, source))
+    return tuple(out)
 
 
 def _details_for(rule: Rule, msg: str, det: dict[str, Any]) -> None:
@@ -517,7 +592,12 @@ def _details_for(rule: Rule, msg: str, det: dict[str, Any]) -> None:
             det["subtype"] = "system"
         elif "invalid usage" in low or "ncclinvalidusage" in low:
             det["subtype"] = "invalid_usage"
-    elif rule.name in ("torchrun_child_failed",) and "exit_code" in det:
+    elif rule.name == "exception":
+        m = _SIGNAL_IN_TEXT.search(msg)
+        if m:
+            code = m.group("c") or m.group("d")
+            det["signal"] = m.group("a") or m.group("b") or signal_from_exit(int(code))
+    elif rule.name in ("torchrun_child_failed", "launcher_exit") and "exit_code" in det:
         det["exit_code"] = int(det["exit_code"])
         det["signal"] = signal_from_exit(det["exit_code"])
     elif rule.name == "signal_received":
@@ -554,38 +634,64 @@ class _Decision:
         return bool(self.sig) or (self.exit_code not in (None, 0))
 
     def decide(self) -> Verdict:
-        events = self.events
-        for e in events:
+        for e in self.events:
             if e.rank is None and e.pid is not None and e.pid in self.clf._pid_rank:
                 e.rank = self.clf._pid_rank[e.pid]  # the worker named its rank later in the log
-        timeouts = self._of(Kind.TIMEOUT) + [e for e in self._of(Kind.INIT) if not e.before_first_step]
-        timeouts.sort(key=lambda e: e.order)
-        first_timeout = timeouts[0].order if timeouts else None
-        crashes = self._of(Kind.CRASH)
-        roots = []
-        for e in events:
-            if e.kind is Kind.ROOT or (e.kind is Kind.INIT and e.before_first_step):
-                if e.failure_class is FailureClass.NCCL_ERROR and e.rule.subtype == "remote":
-                    earlier = [x for x in events if x.order < e.order and x.kind in (Kind.ROOT, Kind.CRASH)
-                               and x is not e and x.failure_class is not FailureClass.NCCL_ERROR]
-                    if earlier or (first_timeout is not None and first_timeout < e.order):
-                        continue
-                if (e.failure_class is FailureClass.NCCL_ERROR and first_timeout is not None
-                        and first_timeout < e.order):
-                    continue
-                roots.append(e)
-        status_failed = self._failed_status()
+        timeouts = self._timeouts()
+        strong = [e for e in timeouts if e.rule.subtype != "nccl_generic"]
+        roots = self._roots(strong[0].order if strong else None)
         if roots:
             return self._root(roots[0])
         if timeouts:
-            return self._timeout(timeouts)
-        if crashes and (status_failed or self.exit_code is None):
+            return self._timeout(strong or timeouts)
+        return self._without_root()
+
+    def _timeouts(self) -> list[_Event]:
+        """Collectives that did not complete, and connect failures after the first step (a rank
+        that died or hung leaves the others waiting); NCCL's own connect failures after the first
+        step are transport errors, not time-outs."""
+        out = self._of(Kind.TIMEOUT) + [
+            e for e in self._of(Kind.INIT) if not e.before_first_step and e.rule.subtype != "nccl_connect"
+        ]
+        return sorted(out, key=lambda e: e.order)
+
+    def _roots(self, first_timeout: int | None) -> list[_Event]:
+        """Specific causes in order; an NCCL error after a time-out, a transport or remote error
+        after another failure, and an NCCL error the run trained through are consequences."""
+        steps_finished = self.clf._phases.steps_finished
+        roots = []
+        for e in self.events:
+            transport_late = e.kind is Kind.INIT and not e.before_first_step and e.rule.subtype == "nccl_connect"
+            if not (e.kind is Kind.ROOT or (e.kind is Kind.INIT and e.before_first_step) or transport_late):
+                continue
+            if e.failure_class is FailureClass.NCCL_ERROR or transport_late:
+                if first_timeout is not None and first_timeout < e.order:
+                    continue
+                if e.steps_done < steps_finished:
+                    continue  # training went on after it: not what ended the run
+                if (transport_late or e.rule.subtype in ("remote", "transport")) and any(
+                    x.order < e.order and x.kind in (Kind.ROOT, Kind.CRASH) and x.failure_class is not FailureClass.NCCL_ERROR
+                    for x in self.events
+                ):
+                    continue
+            roots.append(e)
+        return roots
+
+    def _without_root(self) -> Verdict:
+        """No specific cause and no time-out: a crash, the exit status, or the last lines decide;
+        ``ok`` needs a clean (or unknown) exit status and a log that does not end in errors."""
+        failed = self._failed_status()
+        tail_errors = self.clf.tail_errors()
+        crashes = self._of(Kind.CRASH)
+        if crashes and (failed or self.exit_code is None or tail_errors):
             return self._crash(crashes)
         symptoms = self._of(Kind.SYMPTOM)
-        if symptoms and (status_failed or self.exit_code is None) and not self.clf._phases.training_done:
+        if symptoms and (failed or self.exit_code is None) and not self.clf._phases.training_done:
             return self._crash(symptoms)
-        if status_failed:
+        if failed:
             return self._status_only()
+        if tail_errors:
+            return self._no_cause(tail_errors)
         return OK_VERDICT
 
     # --- building the verdict ---------------------------------------------------------------
@@ -695,6 +801,9 @@ class _Decision:
         for (pg, seq), sigs in groups.items():
             if len(sigs) > 1:
                 return self._mismatch(timeouts, pg, seq, sigs)
+        desync = self._seq_desync(timeouts)
+        if desync is not None:
+            return desync
         fr = self.fr_summary
         if fr is not None and fr.mismatch:
             return self._make(
@@ -714,6 +823,40 @@ class _Decision:
         best = next((e for e in timeouts if "seq" in e.details), first)
         extra = [best] + [e for e in timeouts if e.rank != best.rank][:3]
         return self._make(FailureClass.COLLECTIVE_TIMEOUT, best, self._evidence(first, extra), rank=rank)
+
+    def _seq_desync(self, timeouts: list[_Event]) -> Verdict | None:
+        """Ranks of one process group that time out at different sequence numbers are out of step
+        (a collective completes on all ranks or none): ``collective_mismatch``, naming the rank
+        behind (the one lowest sequence number), else the odd collective out."""
+        by_pg: dict[str, dict[int, _Event]] = {}
+        for e in timeouts:
+            if "seq" in e.details and e.rank is not None and e.details.get("op") not in _P2P_OPS:
+                first = by_pg.setdefault(e.details.get("pg", "0"), {})
+                if e.rank not in first or e.details["seq"] < first[e.rank].details["seq"]:
+                    first[e.rank] = e
+        for pg, ranks in by_pg.items():
+            seqs = sorted({e.details["seq"] for e in ranks.values()})
+            if len(seqs) < 2:
+                continue
+            lowest = [r for r, e in ranks.items() if e.details["seq"] == seqs[0]]
+            ops = Counter(e.details.get("op") for e in ranks.values())
+            odd = [r for r, e in ranks.items() if len(ops) > 1 and ops[e.details.get("op")] == 1]
+            culprit = lowest[0] if len(lowest) == 1 else (odd[0] if len(odd) == 1 else None)
+            if self.fr_summary is not None and self.fr_summary.culprit_rank is not None:
+                culprit = self.fr_summary.culprit_rank
+            parts = []
+            for seq in seqs:
+                at = sorted(r for r, e in ranks.items() if e.details["seq"] == seq)
+                op = "/".join(sorted({str(ranks[r].details.get("op")) for r in at}))
+                parts.append(f"rank{'s' if len(at) > 1 else ''} {','.join(map(str, at))} at SeqNum {seq} ({op})")
+            reps = sorted(ranks.values(), key=lambda e: (e.details["seq"] != seqs[0], e.order))
+            root = ranks[culprit] if culprit in ranks else reps[0]
+            others = [e for e in reps if e is not root][:3]
+            return self._make(
+                FailureClass.COLLECTIVE_MISMATCH, root, self._evidence(root, others), rank=culprit,
+                subtype="seq_desync", details={**root.details, "groups": "; ".join(parts)},
+            )
+        return None
 
     def _silent_rank(self, timeouts: list[_Event]) -> int | None:
         """The one rank that reported no timeout while at least two others did (the one behind)."""
@@ -760,28 +903,44 @@ class _Decision:
             root.rank = self.fr_summary.culprit_rank  # a rank that died leaves no dump; the others name it
         sig = root.details.get("signal") or self.sig
         killed = sig == "SIGKILL" or any(e.details.get("signal") == "SIGKILL" for e in crashes)
-        if killed and self.host_peak is not None and self.host_peak >= HOST_OOM_PEAK_FRAC:
-            note = Evidence(0, f"host memory peaked at {self.host_peak:.0%} of RAM before SIGKILL", OWN_SOURCE)
+        peak, note = self._host_peak()
+        if killed and peak is not None and peak >= HOST_OOM_PEAK_FRAC and note is not None:
             return self._make(
-                FailureClass.HOST_OOM, root, self._evidence(root, prefix=[note]), subtype="sigkill_after_climb"
+                FailureClass.HOST_OOM, root, self._evidence(root, prefix=[note]), subtype="sigkill_after_climb",
+                host_mem_peak_frac=peak,
             )
         last_exc = [e for e in crashes if e.rule.subtype == "exception"]
         extra = last_exc[-1:] if last_exc else []
         return self._make(FailureClass.CRASH, root, self._evidence(root, extra), signal_name=sig)
 
+    def _host_peak(self) -> tuple[float | None, Evidence | None]:
+        """The host-memory peak: the launcher's sample or the log's own readout, whichever is higher."""
+        log = self.clf._host_peak
+        if log is not None and (self.host_peak is None or log[0] >= self.host_peak):
+            return log[0], log[1]
+        if self.host_peak is None:
+            return None, None
+        return self.host_peak, Evidence(0, f"host memory peaked at {self.host_peak:.0%} of RAM before SIGKILL", OWN_SOURCE)
+
     def _status_only(self) -> Verdict:
-        tail = self.clf.tail_evidence(3)
+        tail = self.clf.tail_errors() or self.clf.tail_evidence(3)
         sig = self.sig
-        if sig == "SIGKILL" and self.host_peak is not None and self.host_peak >= HOST_OOM_PEAK_FRAC:
-            note = Evidence(0, f"host memory peaked at {self.host_peak:.0%} of RAM before SIGKILL", OWN_SOURCE)
+        peak, note = self._host_peak()
+        if sig == "SIGKILL" and peak is not None and peak >= HOST_OOM_PEAK_FRAC and note is not None:
             return self._make(FailureClass.HOST_OOM, None, (note, *tail), subtype="sigkill_after_climb",
-                              phase=self.clf._phases.current)
+                              phase=self.clf._phases.current, host_mem_peak_frac=peak)
         what = f"ended by {sig}" if sig else f"exited with code {self.exit_code}"
-        note = Evidence(0, f"the command {what} with no error line", OWN_SOURCE)
+        note = Evidence(0, f"the command {what}; no cause found in the log", OWN_SOURCE)
         return self._make(
-            FailureClass.CRASH, None, (note, *tail), subtype="signal" if sig else "",
+            FailureClass.CRASH, None, (note, *tail), subtype="signal" if sig else "no_cause",
             phase=self.clf._phases.current,
         )
+
+    def _no_cause(self, tail_errors: tuple[Evidence, ...]) -> Verdict:
+        """The log ends in error lines no rule knows: never ``ok``."""
+        note = Evidence(0, "the log ends in error lines; no cause found", OWN_SOURCE)
+        return self._make(FailureClass.CRASH, None, (note, *tail_errors[-MAX_EVIDENCE + 1 :]), subtype="no_cause",
+                          phase=self.clf._phases.current)
 
 
 def classify_log(

@@ -83,6 +83,12 @@ RULES: tuple[Rule, ...] = (
          "bad_value"),
     Rule("command_not_found", F.CONFIG_ERROR, Kind.ROOT, ("command not found",),
          _rx(r"(?P<cmd>[\w./-]+): command not found"), "command"),
+    # --- NCCL's InfiniBand verbs (first: their errno texts read like host memory) -------------
+    Rule("ib_verbs_call", F.NCCL_ERROR, Kind.ROOT, ("ibv_",), _rx(r"Call to (?P<call>ibv_\w+) failed"), "ib_verbs",
+         exclude=("retrying",)),
+    Rule("ib_completion_error", F.NCCL_ERROR, Kind.ROOT, ("Got completion", "got completion with error", "IBV_WC_"),
+         _rx(r"NET/IB\w*\s*:\s*Got completion from peer (?P<peer>\S+)|got completion with error|IBV_WC_\w+"),
+         "transport"),
     # --- host memory (before device OOM: Ray's OutOfMemoryError is host RAM) ----------------
     Rule("ray_memory_monitor", F.HOST_OOM, Kind.ROOT,
          ("killed due to memory pressure", "running low on memory", "NODE_OUT_OF_MEMORY",
@@ -90,7 +96,7 @@ RULES: tuple[Rule, ...] = (
          None, "ray_memory_monitor"),
     Rule("kernel_oom_killer", F.HOST_OOM, Kind.ROOT,
          ("Out of memory: Killed process", "invoked oom-killer", "oom-kill:", "oom_reaper",
-          "Memory cgroup out of memory"),
+          "Memory cgroup out of memory", "oom_kill event", "oom-kill event", "OOMKilled"),
          None, "kernel_oom"),
     Rule("host_alloc_failed", F.HOST_OOM, Kind.ROOT,
          ("MemoryError", "std::bad_alloc", "Cannot allocate memory", "can't allocate memory"),
@@ -107,6 +113,12 @@ RULES: tuple[Rule, ...] = (
          _rx(r"\((?P<free_gib>[\d.]+)/(?P<total_gib>[\d.]+) GiB\) on startup is less than desired GPU memory "
              r"utilization \((?P<util>[\d.]+), (?P<want_gib>[\d.]+) GiB\)"),
          "vllm_free_memory"),
+    Rule("vllm_engine_args", F.CONFIG_ERROR, Kind.ROOT, ("ValueError", "TypeError", "Value error,"),
+         _rx(r"(?:ValueError|TypeError|Value error,)[: ].*?\b(?P<arg>max_model_len|max_num_batched_tokens|max_num_seqs"
+             r"|tensor parallel size|tensor_parallel_size|pipeline parallel size|pipeline_parallel_size|attention heads"
+             r"|gpu_memory_utilization|GPU memory utilization|kv_cache_dtype|block_size|swap_space|quantization"
+             r"|max_seq_len_to_capture|max_lora_rank|enforce_eager|data_parallel_size|EngineArgs|SamplingParams|dtype)\b"),
+         "engine_args"),
     Rule("cuda_oom", F.OOM, Kind.ROOT,
          ("CUDA out of memory", "OutOfMemoryError", "CUDA error: out of memory", "HIP out of memory",
           "CUBLAS_STATUS_ALLOC_FAILED", "'out of memory'", "cudaErrorMemoryAllocation"),
@@ -142,7 +154,7 @@ RULES: tuple[Rule, ...] = (
              r"(?:.*?NCCL_ALGO was set to (?P<algo>[^.]*)\.)?(?:.*?NCCL_PROTO was set to (?P<proto>[^.]*)\.)?"),
          "no_algorithm"),
     Rule("nccl_remote", F.NCCL_ERROR, Kind.ROOT,
-         ("remote process exited", "ncclRemoteError", "NET/IB : Got completion", "IBV_WC_"),
+         ("remote process exited", "ncclRemoteError"),
          None, "remote"),
     Rule("nccl_error", F.NCCL_ERROR, Kind.ROOT,
          ("NCCL error", "ncclSystemError", "ncclInternalError", "ncclInvalidUsage", "ncclInvalidArgument",
@@ -150,7 +162,18 @@ RULES: tuple[Rule, ...] = (
          _rx(r"NCCL error|nccl(?:System|Internal|InvalidUsage|InvalidArgument)\w*|communicator was aborted"
              r"|ncclCommInitRank failed"),
          "nccl"),
-    # --- rendezvous, store, ports -----------------------------------------------------------
+    # --- rendezvous, store, ports, connect ---------------------------------------------------
+    Rule("c10d_connect_retry", F.INIT_FAILURE, Kind.SUPPORT, ("failed to connect to",),
+         _rx(r"socket has failed to connect to .*(?:Connection refused|errno: 11[01]|No route to host|Connection timed out)"),
+         "rendezvous"),
+    Rule("nccl_connect", F.INIT_FAILURE, Kind.INIT, ("Connect to",),
+         _rx(r"(?:socketStartConnect|socketPollConnect|Net|NET/Socket|NET/IB)\w*\s*: Connect to (?P<peer>\S+) failed"),
+         "nccl_connect"),
+    Rule("nccl_socket_transport", F.NCCL_ERROR, Kind.ROOT,
+         ("socketProgress", "NET/Socket : socket progress error", "Connection closed by remote peer", "Net : Call to"),
+         _rx(r"socketProgress\w*: (?:Connection closed by remote peer|Call to (?:recv from|send to) (?P<peer>\S+) failed)"
+             r"|NET/Socket : socket progress error|Net : Call to \w+ (?:from|to) \S+ failed|Connection closed by remote peer"),
+         "transport"),
     Rule("port_in_use", F.INIT_FAILURE, Kind.ROOT,
          ("Address already in use", "EADDRINUSE", "failed to listen on any local network address"),
          None, "port_in_use", exclude=("NCCL WARN", "NCCL INFO")),
@@ -166,8 +189,15 @@ RULES: tuple[Rule, ...] = (
          ("Failed to connect to GCS", "Could not find any running Ray instance", "Can't find a `node_ip_address.json`",
           "Unable to connect to GCS"),
          None, "ray"),
-    Rule("c10d_connect_retry", F.INIT_FAILURE, Kind.SUPPORT, ("failed to connect to",),
-         _rx(r"socket has failed to connect to .*(?:Connection refused|errno: 111|No route to host)"), "rendezvous"),
+    Rule("connect_timeout", F.INIT_FAILURE, Kind.INIT,
+         ("Connect timeout", "[Errno ", "ConnectTimeout", "Connection timed out", "No route to host"),
+         _rx(r"Connect timeout \[|\[Errno 11[03]\]|ConnectTimeout(?:Error)?\b|Connection timed out|No route to host"),
+         "connect", exclude=("NCCL WARN", "NCCL INFO")),
+    Rule("ray_placement_group", F.INIT_FAILURE, Kind.ROOT, ("placement group", "Placement group"),
+         _rx(r"Failed to create placement group|[Pp]lacement group creation timed out|PlacementGroupSchedulingError"),
+         "placement_group"),
+    Rule("ray_unschedulable", F.INIT_FAILURE, Kind.SUPPORT,
+         ("cannot be scheduled right now", "No available node types can fulfill"), None, "placement_group"),
     # --- collectives that did not complete --------------------------------------------------
     Rule("collective_fingerprint_mismatch", F.COLLECTIVE_MISMATCH, Kind.ROOT,
          ("Detected mismatch between collectives",), None, "fingerprint"),
@@ -183,7 +213,9 @@ RULES: tuple[Rule, ...] = (
     Rule("watchdog_check_timeout_frame", F.COLLECTIVE_TIMEOUT, Kind.TIMEOUT, ("checkTimeout",),
          _rx(r"WorkNCCL::checkTimeout"), "watchdog_frames"),
     Rule("heartbeat_monitor", F.COLLECTIVE_TIMEOUT, Kind.TIMEOUT,
-         ("Heartbeat monitor timed out", "watchdog got stuck", "Watchdog thread got stuck", "heartbeat monitor timed out"),
+         ("Heartbeat monitor timed out", "watchdog got stuck", "Watchdog thread got stuck", "heartbeat monitor timed out",
+          "Received a dump signal due to a collective timeout",
+          "Terminating the process after attempting to dump debug info"),
          None, "heartbeat"),
     Rule("some_nccl_ops_failed", F.COLLECTIVE_TIMEOUT, Kind.TIMEOUT,
          ("Some NCCL operations have failed or timed out",), None, "nccl_generic"),
@@ -192,6 +224,10 @@ RULES: tuple[Rule, ...] = (
     # --- a process died ---------------------------------------------------------------------
     Rule("torchrun_child_failed", F.CRASH, Kind.CRASH, ("exitcode",),
          _rx(r"failed \(exitcode: (?P<exit_code>-?\d+)\) local_rank: (?P<rank>\d+)"), "child_exit"),
+    Rule("launcher_exit", F.CRASH, Kind.CRASH, ("exits with return code", "exited with code", "Exited with exit code"),
+         _rx(r"(?:--local_rank=(?P<rank>\d+)\S*.*)?(?:exits with return code = |exited with code |Exited with exit code )"
+             r"(?P<exit_code>-?[1-9]\d*)"),
+         "child_exit"),
     Rule("signal_received", F.CRASH, Kind.CRASH, ("received by PID", "Received SIG"),
          _rx(r"Signal (?P<signum>\d+) \((?P<signal>SIG\w+)\) received by PID|Received (?P<signal2>SIG\w+)"), "signal"),
     Rule("segfault", F.CRASH, Kind.CRASH,
@@ -208,7 +244,7 @@ RULES: tuple[Rule, ...] = (
          ("To avoid data inconsistency", "terminate called after throwing", "Fatal Python error: Aborted",
           "Aborted (core dumped)", "ncclCommAbort", "Process group watchdog thread terminated",
           "Connection reset by peer", "Connection closed by peer", "closing signal SIGTERM",
-          "Exiting main process due to a failure", "ChildFailedError", "Broken pipe"),
+          "Exiting main process due to a failure", "ChildFailedError", "Broken pipe", "Killing subprocess"),
          None, "teardown"),
     # --- warnings that name a cause when a failure follows ----------------------------------
     Rule("nccl_warn", F.NCCL_ERROR, Kind.SUPPORT, ("NCCL WARN",),
@@ -223,14 +259,28 @@ RULES: tuple[Rule, ...] = (
          "exception", exclude=("Warning:",)),
 )
 
+TRAINING_END: tuple[str, ...] = (
+    "Training done", "Training completed", "Training finished", "training finished", "Training complete",
+    "'train_runtime'", "[after training is done]", "Finished training",
+)
+"""A trainer's own end-of-training line (SkyRL, OpenRLHF, Hugging Face Trainer, Megatron, ...): failures
+after it happened after training."""
+
+HOST_MEMORY_KEYS: tuple[str, ...] = ("CPU Virtual Memory", "host RAM", "Host RAM", "RAM usage", "RAM used",
+                                     "host memory", "Host memory", "System memory")
+"""Host-memory readouts a trainer prints (DeepSpeed's ``see_memory_usage``, per-step RAM lines)."""
+HOST_MEMORY = _rx(r"(?:CPU Virtual Memory|[Hh]ost (?:RAM|memory)|System memory|RAM usage|RAM used)\b[^%\n]*?"
+                  r"(?P<pct>\d{1,3}(?:\.\d+)?)\s*%")
+
 PREFILTER: tuple[str, ...] = tuple(
     sorted(
         {k for r in RULES for k in r.keys}
         | {
             "Started: '",
             "Finished: '",
-            "Training done",
-            "Training completed",
+            *TRAINING_END,
+            *HOST_MEMORY_KEYS,
+            "Init START",
             "Root Cause",
             "Traceback (most recent call last)",
         }

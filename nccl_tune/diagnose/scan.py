@@ -26,24 +26,26 @@ BLOCK_BYTES = 1 << 18
 COVER_LITERALS: tuple[str, ...] = (
     # errors, exceptions, levels
     "rror", "ERROR", "xception", "CRITICAL", "Traceback", "Interrupt", "ssert", "Root Cause", "exitcode",
-    "exits with return code", "terminate called", "nconsistency",
+    "exits with return code", "xited with", "terminate called", "nconsistency", "Killing subprocess",
     # memory
-    "emory", "EMORY", "bad_alloc", "KV cache", "kv_cache", "oom_reaper", "oom_kill", "OOMKilled",
+    "emory", "EMORY", "bad_alloc", "KV cache", "kv_cache", "oom_reaper", "oom_kill", "OOMKilled", "ost RAM", "RAM u",
     # time-outs and hangs
-    "imeout", "imed out", "atchdog", "Heartbeat", "dump signal", "waitForInput", "for clients", "arrier",
+    "imeout", "imed out", "atchdog", "Heartbeat", "dump signal", "dump debug info", "waitForInput", "for clients",
+    "arrier",
     # failures, kills, signals
     "ailed", "ailure", "illed", "kill", "bort", "SIG", "by PID", "egmentation", "llegal", "isaligned",
     "The actor", "are busy", "is lost", "off the bus", "Xid", "ECC", "_STATUS_",
     # NCCL, network, rendezvous
     "NCCL WARN", "ncclInvalid", "nrecognized", "must have a prefix", "algorithm/protocol", "IBV_", "ibv_",
     "mlx5", "Got completion", "by peer", "by remote peer", "Broken pipe", "remote process", "to connect",
-    "Connect to", "already in use", "INUSE", "closure", "ismatch", "node_ip_address", "placement group",
+    "Connect to", "already in use", "INUSE", "closure", "ismatch", "node_ip_address", "lacement group", "socketProgress",
     # configuration refused
     "Could not", "not in struct", "viable", "not found",
     # progress and end of training (the default progress rules)
-    "ed: '", "Training done", "Training completed",
+    "ed: '", "Training done", "Training complete", "raining finished", "train_runtime", "after training is done",
+    "Finished training",
     # who is who
-    "Init COMPLETE", "[rank",
+    "Init COMPLETE", "Init START", "[rank", "[Rank ", "rank=",
 )
 """Hand-picked covers (see the module docstring); ``covers_for`` completes them."""
 

@@ -18,8 +18,8 @@ _RAY_PREFIX = re.compile(r"^\s*\((?P<name>[^()\s]+)(?: pid=(?P<pid>\d+))?(?:, ip
 
 _RAY_REPEAT = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 
-_NCCL_PREFIX = re.compile(r"^\s*(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] NCCL ")
-"""NCCL's own line prefix ``host:pid:tid [cudaDev] NCCL WARN ...``."""
+_NCCL_PREFIX = re.compile(r"^\s*(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:[\w./-]+:\d+ )?NCCL ")
+"""NCCL's own line prefix ``host:pid:tid [cudaDev] NCCL INFO ...`` (WARN lines put ``file.cc:line`` before ``NCCL``)."""
 
 _RANK_STRICT = re.compile(
     r"\[rank(?P<a>\d+)\]:"  # torchrun / c10 log prefix: [rank3]:

@@ -57,6 +57,15 @@ EXAMPLES = {
     "nccl_warn": "node:112:201 [0] include/shm.h:48 NCCL WARN Error while creating shared memory segment nccl-shm-recv-1 (size 8392704)",
     "loguru_error": "2026-03-02 10:11:12.345 | ERROR    | skyrl_train.generators:generate:88 - request failed, retrying",
     "exception": "KeyError: 'prompt'",
+    "ib_verbs_call": "gpu-3:7101:7190 [1] misc/ibvwrap.cc:196 NCCL WARN Call to ibv_reg_mr failed with error Cannot allocate memory",
+    "ib_completion_error": "gpu-3:7101:7190 [1] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer 10.2.0.9<41211> with status=12 opcode=0 len=0 vendor err 129 (Recv)",
+    "vllm_engine_args": "ValueError: Total number of attention heads (40) must be divisible by tensor parallel size (6).",
+    "nccl_connect": "node-b:4410:4466 [0] misc/socket.cc:484 NCCL WARN socketStartConnect: Connect to 192.168.7.3<52413> failed : Connection timed out",
+    "nccl_socket_transport": "node-b:88310:88502 [3] misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by remote peer node-a<41877>",
+    "connect_timeout": "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:144] Connect timeout [10.0.77.2]:38211",
+    "ray_placement_group": "RuntimeError: Failed to create placement group with 8 bundles (requiring 8.0 GPUs, 8.0 CPUs total) in 180 seconds.",
+    "ray_unschedulable": "(autoscaler +31s) Warning: The following resource request cannot be scheduled right now: {'GPU': 1.0}.",
+    "launcher_exit": "[2026-03-02 09:44:33,020] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python', '-u', 'train.py', '--local_rank=3'] exits with return code = -9",
 }
 
 

@@ -1,0 +1,93 @@
+"""Property: a log whose last line is an error, or a run whose exit status is non-zero or a signal,
+is never ``ok`` -- over generated logs of healthy output in many programs' formats (Ray prefixes,
+colour remnants, torchrun ranks, NCCL INFO, tqdm, loguru, Megatron, Hugging Face, DeepSpeed),
+with error endings in many programs' wordings (known failures and unknown ones)."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from nccl_tune.diagnose.classify import classify_log
+from nccl_tune.failure import FailureClass
+
+CASES = 150
+
+
+def _healthy(rnd: random.Random) -> str:
+    r, pid, step = rnd.randrange(8), rnd.randrange(1000, 99999), rnd.randrange(10_000)
+    word = "".join(rnd.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rnd.randint(3, 9)))
+    return rnd.choice([
+        f"\x1b[36m(WorkerDict pid={pid})\x1b[0m step {step}: loss={rnd.random():.4f} {word}={rnd.random():.3f}",
+        f"[36m(FSDPPolicyWorkerBase pid={pid})[0m rank {r} step {step} memory: {rnd.uniform(10, 70):.2f}GiB",
+        f"node-{r}:{pid}:{pid + 7} [{r}] NCCL INFO Channel {step % 32:02d}/0 : {r}[{r}] -> {(r + 1) % 8}[{(r + 1) % 8}] via P2P/CUMEM/read",
+        f"[rank{r}]: {word}: {rnd.randrange(100)}%|{'█' * rnd.randrange(10):<10}| {step}/20000 [00:{step % 60:02d}<01:00, 2.1it/s]",
+        f"2026-03-02 10:{step % 60:02d}:11.{step % 1000:03d} | INFO     | trainer:fit:{step % 400} - {word} step={step}",
+        f" iteration {step:8d}/   50000 | consumed samples: {step * 512:12d} | lm loss: {rnd.uniform(1, 4):.6E} |",
+        f"{{'loss': {rnd.random():.4f}, 'grad_norm': {rnd.random():.4f}, 'learning_rate': 1e-05, 'epoch': {step / 1e4:.2f}}}",
+        f"[2026-03-02 10:00:00,{step % 1000:03d}] [INFO] [logging.py:128:log_dist] [Rank 0] step={step}, skipped=0",
+        f"(raylet) [{word}] {rnd.randrange(9)} workers idle",
+        "",
+    ])
+
+
+ERROR_ENDINGS = (
+    "RuntimeError: CUDA error: an illegal memory access was encountered",
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.",
+    "{prefix}ValueError: {word} must be positive",
+    "{prefix}{Word}Error: unexpected value {n}",
+    "{prefix}{Word}Exception: {word} went away",
+    "Traceback (most recent call last):\n  File \"/work/{word}.py\", line {n}, in <module>\n    main()",
+    "ERROR {word}: job step aborted",
+    "FATAL: {word} stopped after {n} records",
+    "Segmentation fault (core dumped)",
+    "Killed",
+    "{prefix}terminate called after throwing an instance of 'c10::Error'",
+    "srun: error: node-{n}: task 3: Exited with exit code 2",
+    "[2026-03-02 09:44:33,020] [ERROR] [launch.py:321:sigkill_handler] ['python', 'x.py'] exits with return code = 1",
+    "{prefix}node-1:11:12 [0] misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by remote peer node-2<4100>",
+    "{prefix}*** SIGSEGV received at time=1772475493 on cpu 3 ***",
+    "{word} failed: {word} not reachable",
+)
+
+
+def _error_ending(rnd: random.Random) -> list[str]:
+    word = "".join(rnd.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rnd.randint(3, 9)))
+    prefix = rnd.choice(["", "[rank3]: ", "(WorkerDict pid=4411) ", "[36m(Worker pid=12)[0m "])
+    text = rnd.choice(ERROR_ENDINGS).format(prefix=prefix, word=word, Word=word.capitalize(), n=rnd.randrange(1, 999))
+    return text.split("\n") + [""] * rnd.randrange(3)
+
+
+def _log(rnd: random.Random) -> list[str]:
+    return [_healthy(rnd) for _ in range(rnd.randrange(1, 400))]
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_a_log_ending_in_an_error_is_never_ok(seed: int) -> None:
+    rnd = random.Random(seed)
+    lines = _log(rnd) + _error_ending(rnd)
+    exit_code = rnd.choice([None, 0])
+    v = classify_log(lines, exit_code=exit_code)
+    assert v.failure_class is not FailureClass.OK, lines[-4:]
+    assert v.evidence
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_a_failed_exit_status_is_never_ok(seed: int) -> None:
+    rnd = random.Random(10_000 + seed)
+    lines = _log(rnd)
+    if rnd.random() < 0.5:
+        v = classify_log(lines, exit_code=rnd.choice([1, 2, 3, 127, 134, 137, 139, -9]))
+    else:
+        v = classify_log(lines, signal_name=rnd.choice(["SIGKILL", "SIGABRT", "SIGSEGV", "SIGTERM", "9"]))
+    assert v.failure_class is not FailureClass.OK
+    assert v.evidence and v.evidence[0].source == "nccl-tune"
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_the_same_healthy_logs_with_a_clean_ending_are_ok(seed: int) -> None:
+    """The generator is not what makes the two properties hold: its healthy logs are ``ok``."""
+    rnd = random.Random(seed)
+    lines = _log(rnd)
+    assert classify_log(lines, exit_code=rnd.choice([None, 0])).ok
