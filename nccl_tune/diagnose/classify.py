@@ -43,7 +43,7 @@ from nccl_tune.diagnose.rules import (
     prefilter,
     template,
 )
-from nccl_tune.diagnose.scan import BLOCK_BYTES, CoverFinder, covers_for, whole_lines
+from nccl_tune.diagnose.scan import BLOCK_BYTES, CoverFinder, block_ranks, covers_for, whole_lines
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import OK_VERDICT, Evidence, FailureClass, Verdict
 
@@ -61,6 +61,9 @@ CONTEXT_BYTES = 2048
 MAX_LINE_BYTES = 1 << 20
 """A longer line is cut: its head is kept and classified."""
 READ_BYTES = 1 << 20
+RANK_SCAN_BLOCKS = 64
+"""Blocks at the start of a log read for who is who (ranks, Ray worker pids); after them, only blocks
+that hold an event are (ranks and Ray workers introduce themselves early)."""
 OWN_SOURCE = "nccl-tune"
 
 TAIL_CHECK = 3
@@ -219,16 +222,13 @@ class LogClassifier:
         self._summary_rank: int | None = None
         self._summary_event: _Event | None = None
         self._templates: dict[bytes, bool] = {}
-        self._hinted_prefixes: set[bytes] = set()
-        """``[rankN]:`` line heads whose rank is known (such lines are skipped undecoded)."""
-        self._hinted_heads: set[str] = set()
-        """Ray worker prefixes whose rank is known."""
         self._context: tuple[bytes, int, int] = (b"", 0, 0)
         self._host_peak: tuple[float, Evidence] | None = None
         """The highest host-memory readout in the log (fraction of RAM) and its line."""
         self._tails: dict[str, tuple[tuple[int, bytes], ...]] = {}
         """The last lines of the sources read before the current one."""
         self._finder = _default_finder()
+        self._blocks = 0
         self.lines_read = 0
 
     # --- input ------------------------------------------------------------------------------
@@ -268,22 +268,33 @@ class LogClassifier:
         resume, counted_to, newlines = 0, 0, 0
         if self._summary_left:
             resume = self._sequential(buf, 0, base + 1)
-        for start, end, rank_only in self._finder.line_spans(buf):
+        early = self._blocks < RANK_SCAN_BLOCKS
+        self._blocks += 1
+        if early:
+            self._block_ranks(buf)
+        events_before = len(self._events)
+        for start, end in self._finder.line_spans(buf):
             if start < resume:
                 continue
             newlines += buf.count(b"\n", counted_to, start)
             counted_to = start
-            if rank_only and buf[start : start + 9] in self._hinted_prefixes:
-                continue  # a torchrun ``[rankN]:`` line whose rank is known already
             line_no = base + newlines + 1
             self._context = (buf, start, end)
             self._candidate(buf[start:end].decode("utf-8", "replace"), line_no)
             if self._summary_left:
                 resume = self._sequential(buf, end + 1, line_no + 1)
+        if not early and len(self._events) > events_before:
+            self._block_ranks(buf)  # who printed this block's events
         total = newlines + buf.count(b"\n", counted_to) + (0 if buf.endswith(b"\n") else 1)
         self._line_no = base + total
         self.lines_read += total
         self._keep_tail(buf, base + total)
+
+    def _block_ranks(self, buf: bytes) -> None:
+        ranks, pid_rank = block_ranks(buf)
+        self._ranks_seen |= ranks
+        for pid, rank in pid_rank.items():
+            self._pid_rank.setdefault(pid, rank)
 
     def _sequential(self, buf: bytes, offset: int, line_no: int) -> int:
         """Lines from ``offset`` on, one by one, while torchrun's summary block lasts; returns
@@ -337,26 +348,14 @@ class LogClassifier:
             self._world_size = max(self._world_size or 0, nranks)
 
     def _rank_hint(self, raw: str) -> None:
-        """Remember the ranks that print (``[rankN]:``) and which Ray worker pid speaks for which rank."""
-        if raw.startswith("[rank"):
-            end = raw.find("]", 5)
-            if 5 < end < 12 and raw[5:end].isdigit():
-                self._ranks_seen.add(int(raw[5:end]))
-                if len(self._hinted_prefixes) < 4096:
-                    self._hinted_prefixes.add(raw[:9].encode("utf-8", "replace"))
-            return
-        head = raw[: raw.find(")") + 1]
-        if head and head in self._hinted_heads:
-            return  # this Ray worker's rank is already known
+        """A candidate line that names a rank anywhere: remember it, and which Ray worker pid it is."""
         text = T.strip_ansi(raw)
         r = T.rank_of(text)
         if r is not None:
             self._ranks_seen.add(r)
             pid = T.ray_pid(text)
             if pid is not None:
-                self._pid_rank[pid] = r
-                if len(self._hinted_heads) < 4096:
-                    self._hinted_heads.add(head)
+                self._pid_rank.setdefault(pid, r)
 
     def _line(self, raw: str) -> None:
         text = T.clean(raw)

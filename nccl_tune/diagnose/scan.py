@@ -13,6 +13,7 @@ cover is part of becomes a cover itself, so adding a rule can never make the sca
 
 from __future__ import annotations
 
+import re
 from typing import Iterable, Sequence
 
 try:  # compiled multi-literal search; optional (the pure fallback is correct, only slower)
@@ -45,7 +46,7 @@ COVER_LITERALS: tuple[str, ...] = (
     "ed: '", "Training done", "Training complete", "raining finished", "train_runtime", "after training is done",
     "Finished training",
     # who is who
-    "Init COMPLETE", "Init START", "[rank", "[Rank ", "rank=",
+    "Init COMPLETE", "Init START",
 )
 """Hand-picked covers (see the module docstring); ``covers_for`` completes them."""
 
@@ -60,46 +61,65 @@ def covers_for(keys: Iterable[str], extra: Iterable[str] = ()) -> tuple[str, ...
 
 
 class CoverFinder:
-    """Where the covers occur in a block: ``line_spans(buf)`` -> ``(start, end, rank_only)`` for
-    every line holding one, in order (``end`` is the offset of the line's newline; ``rank_only``:
-    the line's only cover is ``[rank``, a torchrun prefix that names the rank and nothing else)."""
+    """Where the covers occur in a block: ``line_spans(buf)`` -> the ``(start, end)`` byte offsets
+    of every line holding one, in order (``end`` is the offset of the line's newline)."""
 
     def __init__(self, covers: Sequence[str]) -> None:
         self.covers = tuple(covers)
         self._literals = [c.encode("utf-8") for c in self.covers]
-        self._rank_index = self.covers.index("[rank") if "[rank" in self.covers else -1
         self._ac = _ac.BytesAhoCorasick(self._literals) if _ac is not None else None
 
-    def _matches(self, buf: bytes) -> list[tuple[int, int]]:
-        """(offset, cover index) of the covers found, in order of offset."""
+    def _positions(self, buf: bytes) -> list[int]:
         if self._ac is not None:
-            return [(start, idx) for idx, start, _ in self._ac.find_matches_as_indexes(buf)]
-        found: list[tuple[int, int]] = []
-        for idx, lit in enumerate(self._literals):
+            return [start for _, start, _ in self._ac.find_matches_as_indexes(buf)]
+        found: list[int] = []
+        for lit in self._literals:
             pos = buf.find(lit)
             while pos >= 0:
-                found.append((pos, idx))
+                found.append(pos)
                 end = buf.find(b"\n", pos)
                 pos = buf.find(lit, end + 1) if end >= 0 else -1
         found.sort()
         return found
 
-    def line_spans(self, buf: bytes) -> list[tuple[int, int, bool]]:
-        spans: list[tuple[int, int, bool]] = []
+    def line_spans(self, buf: bytes) -> list[tuple[int, int]]:
+        spans: list[tuple[int, int]] = []
         last_end = -1
-        rank = self._rank_index
-        for pos, idx in self._matches(buf):
+        for pos in self._positions(buf):
             if pos <= last_end:
-                if idx != rank and spans[-1][2]:
-                    spans[-1] = (spans[-1][0], last_end, False)
                 continue  # another cover on a line already taken
             start = buf.rfind(b"\n", 0, pos) + 1
             end = buf.find(b"\n", pos)
             if end < 0:
                 end = len(buf)
-            spans.append((start, end, idx == rank))
+            spans.append((start, end))
             last_end = end
         return spans
+
+
+_RANK_PREFIX = re.compile(rb"\[rank(\d+)\]:")
+_RANK_PG = re.compile(rb"Rank (\d+)\]")
+_PID_RANK = re.compile(
+    rb"pid=(\d+)[^)\n]*\)(?:\x1b\[[\d;]*m|\[\d{1,3}(?:;\d{1,3})*m)*\s?(?:\[rank(\d+)\]|\[Rank (\d+)\]|rank=(\d+)\b)"
+)
+
+
+def block_ranks(buf: bytes) -> tuple[set[int], dict[int, int]]:
+    """Who is who in a block, read in compiled code: the ranks that print (``[rank3]:``, ``[Rank 3]``,
+    ``[PG 0 Rank 3]``) and, for Ray workers that name their rank right after their prefix
+    (``(Worker pid=N) [rank3]:`` / ``rank=3``), pid -> rank."""
+    ranks: set[int] = set()
+    pid_rank: dict[int, int] = {}
+    if b"[rank" in buf:
+        ranks.update(int(r) for r in set(_RANK_PREFIX.findall(buf)))
+    if b"Rank " in buf:
+        ranks.update(int(r) for r in set(_RANK_PG.findall(buf)))
+    if b"pid=" in buf and (b"ank" in buf):
+        for pid, a, b, c in set(_PID_RANK.findall(buf)):
+            rank = int(a or b or c)
+            pid_rank[int(pid)] = rank
+            ranks.add(rank)
+    return ranks, pid_rank
 
 
 def whole_lines(chunks: Iterable[bytes], max_line_bytes: int) -> Iterable[bytes]:

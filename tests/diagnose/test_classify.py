@@ -453,6 +453,15 @@ def healthy_slow_log(steps: int = 3) -> list[str]:
         "[W socket.cpp:663] [c10d] The client socket has failed to connect to [node-01]:29500 (errno: 111 - Connection "
         "refused).\n",
         "gpu-node-01:4000:4000 [0] NCCL INFO Call to connect returned Connection refused, retrying\n",
+        "[W302 07:03:41.006712114 socket.cpp:755] [c10d] The client socket has failed to connect to [node-01]:29500 "
+        "(errno: 110 - Connection timed out).\n",
+        "(autoscaler +12s) Warning: The following resource request cannot be scheduled right now: {'GPU': 1.0}.\n",
+        "gpu-node-01:4003:4190 [3] misc/ibvwrap.cc:196 NCCL WARN Call to ibv_modify_qp failed with error Connection timed "
+        "out, retrying\n",
+        "gpu-node-01:4000:4000 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/IB [1]mlx5_3:1/IB ; OOB ibp12s0:10.44.3.21<0>\n",
+        "(TorchTrainer pid=8120) Waiting for placement group to start.\n",
+        "[2026-03-02 09:41:10,553] [INFO] [utils.py:789:see_memory_usage] CPU Virtual Memory:  used = 418.44 GB, "
+        "percent = 93.4%\n",
         "gpu-node-01:4000:4000 [0] NCCL INFO NET/Plugin: Could not find: libnccl-net.so. Using internal network plugin.\n",
         "(raylet) [2026-03-02 10:00:00,000 I 88213 88213] memory_monitor.cc:52: MemoryMonitor initialized with usage "
         "threshold at 95% of the system memory\n",
