@@ -73,7 +73,7 @@ def main() -> int:
             env={},
             trial_dir=args.results / f"trial-{number}",
             clocks=Clocks(startup_timeout_s=60, stall_timeout_s=60, grace_s=1.0),
-            stop=StopRule(1, 2),
+            stop=StopRule(1, 2) if quick else StopRule(1, 1000),  # a long trial lasts until it is signalled
         )
         launcher.gate()
         print(f"trial {number} starting", flush=True)
