@@ -70,24 +70,83 @@ class StopRule:
         return self.warmup_steps + self.measured_steps
 
 
+RATE_GROUPS: Mapping[str, str] = MappingProxyType(
+    {"samples_per_s": "samples", "tokens_per_s": "tokens", "steps_per_s": "steps", "it_per_s": "steps"}
+)
+"""Groups of a step rule that carry a rate, and what the rate counts (``it/s`` of a progress bar
+counts steps)."""
+DURATION_GROUPS: Mapping[str, float] = MappingProxyType({"seconds": 1.0, "ms": 1e-3})
+"""Groups of a step or phase rule that carry a duration, and their factor to seconds."""
+STEP_GROUPS = frozenset({*RATE_GROUPS, *DURATION_GROUPS, "step", "samples_per_step"})
+"""Every group a step rule may use (``step``: the step's number; ``samples_per_step``: samples the
+step processed, e.g. Megatron's global batch size)."""
+MEMORY_GROUPS = frozenset({"gib", "mib", "pct", "total_gib", "rank", "gpu"})
+PHASE_GROUPS = frozenset({"phase", *DURATION_GROUPS})
+
+
 @dataclass(frozen=True)
 class ProgressRules:
-    """How progress is read from the command's output (regular expressions, matched after
-    ANSI colours and Ray ``(name pid=N)`` prefixes are stripped)."""
+    """How progress is read from the command's output: regular expressions, matched after ANSI
+    colours, Ray ``(name pid=N)`` prefixes and progress-bar redraws are stripped.
 
-    step_end: str = r"Finished: 'step', time cost: (?P<seconds>\d+(?:\.\d+)?)s"
-    """A finished training step; group ``seconds`` is its duration."""
-    phase_start: str = r"Started: '(?P<phase>[^']+)'"
+    ``step_end`` and ``memory`` hold alternatives. A trial uses the first step alternative its
+    output matches for the rest of its run (a progress bar and a log line never both count); every
+    line tries the memory alternatives in order. No step rule at all means: detect the preset from
+    the output (``launchers/presets.py``), with the rules given here replacing the preset's."""
+
+    step_end: tuple[str, ...] = ()
+    """A finished step. Its duration is group ``seconds`` (or ``ms``); else its rate is a group of
+    ``RATE_GROUPS``; else the wall-clock time since the previous step line (divided by the step
+    numbers between them when group ``step`` gives them)."""
+    phase_start: str | None = None
     """A phase starts; group ``phase`` is its name."""
-    phase_end: str = r"Finished: '(?P<phase>[^']+)', time cost: (?P<seconds>\d+(?:\.\d+)?)s"
-    """A phase ends; groups ``phase`` and ``seconds``."""
-    memory: str | None = (
-        r"(?:rank[ =:]*(?P<rank>\d+)\b.*?)?memory: (?P<gib>\d+(?:\.\d+)?)GiB(?:\s*\((?P<pct>\d+(?:\.\d+)?)%\))?"
-    )
-    """A memory line the trainer prints: group ``gib`` (peak GiB), optional ``rank``/``gpu``, optional
-    ``pct`` (percent of the GPU's total, which gives the total)."""
-    training_done: str | None = r"Training done!"
+    phase_end: str | None = None
+    """A phase ends; groups ``phase`` and ``seconds`` (or ``ms``)."""
+    memory: tuple[str, ...] = ()
+    """A memory figure the trainer prints: group ``gib`` or ``mib`` (peak), optional ``rank``/``gpu``,
+    optional ``pct`` (percent of the GPU) or ``total_gib``, which give the GPU's total."""
+    training_done: str | None = None
     """Training finished: failures after this line happened during teardown."""
+    preset: str | None = None
+    """The preset these rules come from (None: written in the space)."""
+
+    def __post_init__(self) -> None:
+        for name in ("step_end", "memory"):
+            value = getattr(self, name)
+            object.__setattr__(self, name, (value,) if isinstance(value, str) else tuple(value or ()))
+
+    @property
+    def detect(self) -> bool:
+        """True when the preset is to be recognised from the output."""
+        return not self.step_end
+
+    def throughput_units(self) -> frozenset[str]:
+        """What the step alternatives can measure: ``samples``, ``tokens`` (a rate the trainer prints
+        or its samples per step) or ``steps`` (durations only); empty while the preset is unknown."""
+        import re
+
+        units = set()
+        for pattern in self.step_end:
+            groups = set(re.compile(pattern).groupindex)
+            rates = {RATE_GROUPS[g] for g in groups & set(RATE_GROUPS)} - {"steps"}
+            units |= rates or ({"samples"} if "samples_per_step" in groups else {"steps"})
+        return frozenset(units)
+
+
+@dataclass(frozen=True)
+class MemoryKnob:
+    """A parameter of the trial's search space that moves device memory, and its value in the trial
+    (advice for a memory failure names these, in the space's own terms)."""
+
+    name: str
+    value: str
+    """The value as the command received it."""
+    effect: str
+    """``increasing`` (memory grows with the value) or ``decreasing`` (e.g. offload on uses less)."""
+    arg: str | None = None
+    """How the command line spells it, when not by ``name``."""
+    room: bool = True
+    """The space has a value of it that uses less memory than this one."""
 
 
 @dataclass(frozen=True)
@@ -109,12 +168,15 @@ class TrialSpec:
     samples_per_step: float | None = None
     """Samples a step processes (e.g. train batch x samples per prompt): turns step time into throughput."""
     cwd: Path | None = None
+    memory_knobs: tuple[MemoryKnob, ...] = ()
+    """The space's parameters that move memory, with this trial's values (for advice)."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", _frozen_map(self.params))
         object.__setattr__(self, "env", _frozen_map(self.env))
         object.__setattr__(self, "argv", tuple(self.argv))
         object.__setattr__(self, "trial_dir", Path(self.trial_dir))
+        object.__setattr__(self, "memory_knobs", tuple(self.memory_knobs))
 
     @property
     def marker(self) -> str:
@@ -223,7 +285,15 @@ class TrialResult:
     signal_name: str | None = None
     """The signal that ended the command's top process (``SIGABRT``, ``SIGKILL``, ...), if any."""
     step_times_s: tuple[float, ...] = ()
-    """Duration of every finished step, warm-up included, in order."""
+    """Duration of every finished step, warm-up included, in order (from the log, or the wall clock
+    between step lines when the log gives none)."""
+    step_rates: tuple[float | None, ...] = ()
+    """The rate each step line printed (in ``rate_unit`` per second), aligned with ``step_times_s``;
+    empty when the step rule reads no rate."""
+    rate_unit: str | None = None
+    """What ``step_rates`` count: ``samples``, ``tokens`` or ``steps``."""
+    progress_preset: str | None = None
+    """The progress preset the trial's output was read with (named by the space or recognised)."""
     warmup_steps: int = 0
     phase_max_s: Mapping[str, float] = field(default_factory=dict)
     """Longest duration per phase name seen in this trial."""
@@ -245,6 +315,7 @@ class TrialResult:
     def __post_init__(self) -> None:
         object.__setattr__(self, "phase_max_s", _frozen_map(self.phase_max_s))
         object.__setattr__(self, "step_times_s", tuple(self.step_times_s))
+        object.__setattr__(self, "step_rates", tuple(self.step_rates))
         object.__setattr__(self, "log_paths", tuple(Path(p) for p in self.log_paths))
         object.__setattr__(self, "fr_dumps", tuple(Path(p) for p in self.fr_dumps))
 
@@ -258,12 +329,31 @@ class TrialResult:
         return sum(m) / len(m) if m else None
 
     @property
-    def throughput_samples_per_s(self) -> float | None:
-        """Samples per second over the measured steps (None without measured steps or batch size)."""
+    def throughput(self) -> tuple[float | None, str]:
+        """Throughput over the measured steps and its unit (``samples/s``, ``tokens/s``, ``steps/s``).
+
+        The rate the trainer printed, when every measured step printed one (a steps rate times the
+        space's samples per step gives samples); otherwise from step durations: samples per step over
+        the mean step time, or steps per second when the samples per step are unknown."""
+        rates = self.step_rates[self.warmup_steps :]
+        if rates and all(r is not None and r > 0 for r in rates) and self.rate_unit:
+            mean_rate = sum(rates) / len(rates)  # type: ignore[arg-type]
+            if self.rate_unit == "steps" and self.samples_per_step:
+                return mean_rate * self.samples_per_step, "samples/s"
+            return mean_rate, f"{self.rate_unit}/s"
         mean = self.mean_step_s
-        if not mean or not self.samples_per_step:
-            return None
-        return self.samples_per_step / mean
+        if self.samples_per_step:
+            return (self.samples_per_step / mean if mean else None), "samples/s"
+        return (1.0 / mean if mean else None), "steps/s"
+
+    @property
+    def throughput_per_s(self) -> float | None:
+        """The measured throughput, in ``throughput_unit``."""
+        return self.throughput[0]
+
+    @property
+    def throughput_unit(self) -> str:
+        return self.throughput[1]
 
     @property
     def peak_mem_gib(self) -> float | None:
@@ -286,7 +376,7 @@ class TrialResult:
             elif isinstance(v, Mapping):
                 v = dict(v)
             out[f.name] = v
-        out["throughput_samples_per_s"] = self.throughput_samples_per_s
+        out["throughput_per_s"], out["throughput_unit"] = self.throughput
         return out
 
     @classmethod
@@ -299,6 +389,9 @@ class TrialResult:
             exit_code=data.get("exit_code"),
             signal_name=data.get("signal_name"),
             step_times_s=tuple(data.get("step_times_s") or ()),
+            step_rates=tuple(data.get("step_rates") or ()),
+            rate_unit=data.get("rate_unit"),
+            progress_preset=data.get("progress_preset"),
             warmup_steps=int(data.get("warmup_steps") or 0),
             phase_max_s=data.get("phase_max_s") or {},
             samples_per_step=data.get("samples_per_step"),

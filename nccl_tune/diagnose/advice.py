@@ -9,9 +9,10 @@ timeout; PyTorch reads no ``NCCL_TIMEOUT``), and the command that shows more.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from nccl_tune.failure import FailureClass as F
+from nccl_tune.trial import MemoryKnob
 
 _TRAIN_PHASES = {"policy_train", "train_critic_and_policy", "critic_train"}
 _FORWARD_PHASES = {"fwd_logprobs_values_reward", "compute_advantages_and_returns", "apply_reward_kl_penalty"}
@@ -414,3 +415,50 @@ def advise(ctx: AdviceContext) -> str:
             head + text[1:]
         )
     return text
+
+
+# -- advice in a search space's own terms ------------------------------------------------------
+
+
+def _shown(k: MemoryKnob) -> str:
+    spelled = f"{k.arg}, " if k.arg and k.arg != k.name else ""
+    return f"{k.name} ({spelled}now {k.value})"
+
+
+def _saving(k: MemoryKnob) -> str:
+    """The move of ``k`` that saves device memory."""
+    if k.effect == "increasing":
+        return f"lower {_shown(k)}"
+    return f"turn on {_shown(k)}" if k.value in ("false", "0") else f"raise {_shown(k)}"
+
+
+def space_memory_advice(failure: F, knobs: Sequence[MemoryKnob], trainer: str | None) -> str | None:
+    """The advice line for a memory failure in the trial's search-space terms: its parameters that
+    declare ``memory: increasing``/``decreasing``, with their values in the trial. None for other
+    classes, for SkyRL (its advice names SkyRL's keys), and for an unknown trainer without such
+    parameters (the log's own advice stands)."""
+    if failure not in (F.OOM, F.HOST_OOM) or trainer == "skyrl" or (trainer is None and not knobs):
+        return None
+    movable = [k for k in knobs if k.room]
+    if failure is F.OOM:
+        if movable:
+            return "Out of GPU memory: " + ", or ".join(_saving(k) for k in movable)
+        if knobs:
+            return (
+                "Out of GPU memory with every memory parameter of the space at its smallest setting "
+                f"({', '.join(_shown(k) for k in knobs)}): shorten sequences or shrink the model's footprint"
+            )
+        return (
+            "Out of GPU memory: lower the batch size or sequence length (declare memory: increasing or decreasing "
+            "on the space's parameters to have them named here)"
+        )
+    grow = [k for k in movable if k.effect == "increasing"]
+    offload = [k for k in knobs if k.effect == "decreasing" and k.value not in ("false", "0")]
+    parts = ["Host memory, not GPU memory, ran out"]
+    if grow:
+        parts.append("lower " + " or ".join(_shown(k) for k in grow))
+    if offload:
+        parts.append(f"{', '.join(_shown(k) for k in offload)} may keep state in host RAM: turn it off where GPU memory allows")
+    parts.append("check other tenants with `free -g` and `dmesg | grep -i oom`")
+    return "; ".join(parts)
+

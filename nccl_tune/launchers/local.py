@@ -23,6 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
+from nccl_tune.diagnose.advice import space_memory_advice
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import Evidence, FailureClass, Verdict
 from nccl_tune.gpu import GpuProbe, open_probe
@@ -33,7 +34,7 @@ from nccl_tune.launchers.logstream import LineScanner, LogPump
 from nccl_tune.launchers.memory import MemorySampler, build_report
 from nccl_tune.launchers.outcome import ClassifyFile, Ending, classify_with_diagnose, decide
 from nccl_tune.launchers.process import build_env, resolve_command, spawn, tuner_alive
-from nccl_tune.launchers.progress import ProgressEvent, ProgressTracker, compile_rules
+from nccl_tune.launchers.progress import ProgressEvent, ProgressTracker, compile_rules, rules_hint
 from nccl_tune.launchers.trial_files import LOG_FILE, write_result, write_spec
 from nccl_tune.launchers.supervise import Decision, Watch
 from nccl_tune.launchers.teardown import TeardownReport, kill_marked, study_match, terminate
@@ -174,7 +175,7 @@ class LocalLauncher(Launcher):
         except (NcclTuneError, OSError, ValueError) as exc:  # ValueError: an env name exec refuses
             return self._launch_error(spec, observer, str(exc), log_path, t0)
 
-        tracker = ProgressTracker(spec.progress)
+        tracker = ProgressTracker(spec.progress, start_t=t0)
         scanner = LineScanner(tracker.feed, tracker.literals, source=LOG_FILE, tail_lines=self.tail_lines)
         assert proc.stdout is not None
         pump = LogPump(proc.stdout.fileno(), log_path, scanner)
@@ -287,10 +288,13 @@ class LocalLauncher(Launcher):
             summary=summary,
             fr_dumps=dumps,
             host_mem_peak_frac=sampler.host_peak_frac,
-            rules_hint=f"step_end={spec.progress.step_end!r}",
+            rules_hint=rules_hint(spec.progress),
             training_done=state.training_done,
         )
         verdict = self._verdict(ending)
+        in_space_terms = space_memory_advice(verdict.failure_class, spec.memory_knobs, state.preset or spec.progress.preset)
+        if in_space_terms:
+            verdict = replace(verdict, advice=in_space_terms)
         notes = []
         if reader_error is not None:
             notes.append(f"the log reader failed ({type(reader_error).__name__}: {reader_error}); output.log may be incomplete")
@@ -307,9 +311,12 @@ class LocalLauncher(Launcher):
             exit_code=exit_code,
             signal_name=signal_name,
             step_times_s=state.step_times_s,
+            step_rates=state.step_rates,
+            rate_unit=state.rate_unit,
+            progress_preset=state.preset,
             warmup_steps=spec.stop.warmup_steps,
             phase_max_s=state.phase_max_s,
-            samples_per_step=spec.samples_per_step,
+            samples_per_step=state.samples_per_step or spec.samples_per_step,
             memory=build_report(sampler, state, self.gpu_gate.baseline_gib or {}),
             wall_s=time.monotonic() - t0,
             trial_dir=spec.trial_dir,

@@ -104,6 +104,8 @@ class LineScanner:
         self._first_errors: list[Evidence] = []
         self._max_errors = first_error_lines
         self._rest = b""
+        self._redrawn: bytes | None = None
+        """The last progress-bar redraw of the open line already given to ``on_line``."""
         self.lines = 0
         self.bytes = 0
         self.parsed_lines = 0
@@ -120,27 +122,55 @@ class LineScanner:
             nl = chunk.find(b"\n")
             if nl < 0:
                 self._keep_rest(self._rest + chunk)
+                self._redraws(now)
                 return
             head = self._rest + chunk[: nl + 1]
             self._rest = b""
-            self._scan(head, 0, len(head), now)
+            redrawn, self._redrawn = self._redrawn, None
+            self._scan(head, 0, len(head), now, redrawn)
             start = nl + 1
+        self._redrawn = None
         cut = chunk.rfind(b"\n", start) + 1
         if cut > start:
             self._scan(chunk, start, cut, now)
         else:
             cut = start
         self._keep_rest(chunk[cut:])
+        self._redraws(now)
 
     def _keep_rest(self, rest: bytes) -> None:
         # an over-long line keeps its head only; the rest of it is counted, not kept
         self._rest = rest if len(rest) <= MAX_LINE_BYTES else rest[:MAX_LINE_BYTES]
 
+    def _redraws(self, now: float) -> None:
+        """A progress bar (tqdm) redraws one line with carriage returns and ends it only when it
+        closes: hand each redraw to the parsers as it arrives, and keep only the last one."""
+        rest = self._rest
+        if rest.rfind(b"\r") < 0:
+            return
+        segs = rest.split(b"\r")
+        keep = max((i for i, seg in enumerate(segs) if seg.strip()), default=0)
+        self._parse_redraws(rest, self.lines + 1, now, self._redrawn)
+        self._redrawn = segs[keep] if segs[keep].strip() else self._redrawn
+        self._rest = (b"\r" if keep else b"") + b"\r".join(segs[keep:])  # the last redraw, for the tail
+
+    def _parse_redraws(self, raw: bytes, line_no: int, now: float, seen: bytes | None) -> None:
+        """Hand every redraw of ``raw`` to the parsers, except a first one equal to ``seen``."""
+        segs = [seg for seg in raw.rstrip(b"\r\n").split(b"\r") if seg.strip()]
+        if seen is not None and segs and segs[0] == seen:
+            segs = segs[1:]
+        for seg in segs:
+            if self._literals is None or any(lit in seg for lit in self._literals):
+                self.parsed_lines += 1
+                self._on_line(line_no, clean_line(seg.decode("utf-8", "replace")), now)
+
     def finish(self, now: float | None = None) -> None:
         """The stream ended: a last line without newline is a line too."""
         if self._rest:
             rest, self._rest = self._rest + b"\n", b""
-            self._scan(rest, 0, len(rest), time.monotonic() if now is None else now)
+            now = time.monotonic() if now is None else now
+            redrawn, self._redrawn = self._redrawn, None
+            self._scan(rest, 0, len(rest), now, redrawn)
 
     @staticmethod
     def _line_starts(buf: bytes, lo: int, hi: int, literals: Sequence[bytes]) -> set[int]:
@@ -164,8 +194,9 @@ class LineScanner:
             m = _ERROR_RX.search(buf, end + 1, hi) if end >= 0 else None
         return starts
 
-    def _scan(self, buf: bytes, lo: int, hi: int, now: float) -> None:
-        """Parse the complete lines in ``buf[lo:hi]`` (which ends with a newline)."""
+    def _scan(self, buf: bytes, lo: int, hi: int, now: float, redrawn: bytes | None = None) -> None:
+        """Parse the complete lines in ``buf[lo:hi]`` (which ends with a newline); ``redrawn`` is
+        the first line's progress-bar redraw the parsers have already seen."""
         base = self.lines
         if buf.find(b"\x1b", lo, hi) >= 0:
             buf = _ANSI_BYTES.sub(b"", buf[lo:hi])
@@ -192,8 +223,12 @@ class LineScanner:
                 with self._lock:
                     self._first_errors.append(Evidence(line_no, text, self._source))
             if start in wanted:
-                self.parsed_lines += 1
-                self._on_line(line_no, text, now)
+                raw = buf[start:end]
+                if b"\r" in raw.rstrip(b"\r"):
+                    self._parse_redraws(raw, line_no, now, redrawn if start == lo else None)
+                else:
+                    self.parsed_lines += 1
+                    self._on_line(line_no, text, now)
         n = buf.count(b"\n", lo, hi)
         self.lines = base + n
         tail_n = self._tail.maxlen or 0

@@ -1,7 +1,9 @@
 """Reading progress from a trial's log lines with the search space's ``ProgressRules``.
 
-``ProgressTracker`` keeps the open-phase stack (``Started: 'generate'`` pushes, ``Finished:
-'generate', ...`` pops), the duration of every finished step, the longest duration per phase,
+``ProgressTracker`` recognises the preset when the space names none (the first preset whose rules
+match a line is used for the rest of the trial), then keeps the open-phase stack (``Started:
+'generate'`` pushes, ``Finished: 'generate', ...`` pops), every finished step's duration (from the
+log, or the wall clock between step lines) and the rate it printed, the longest duration per phase,
 the trainer's memory lines per rank, and when the last progress line arrived. It is fed from the
 log reader thread and read from the supervising thread.
 """
@@ -15,11 +17,12 @@ from types import MappingProxyType
 from typing import Mapping
 
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.trial import ProgressRules
+from nccl_tune.launchers.presets import DETECT_ORDER, candidates
+from nccl_tune.trial import DURATION_GROUPS, MEMORY_GROUPS, PHASE_GROUPS, RATE_GROUPS, STEP_GROUPS, ProgressRules
 
 try:  # the regular-expression parser, used only to find a rule's required literal text
-    from re import _parser as _sre_parse  # type: ignore[attr-defined]
     from re import _constants as _sre_const  # type: ignore[attr-defined]
+    from re import _parser as _sre_parse  # type: ignore[attr-defined]
 except ImportError:  # Python 3.10
     import sre_constants as _sre_const  # type: ignore[no-redef]
     import sre_parse as _sre_parse  # type: ignore[no-redef]
@@ -28,64 +31,198 @@ MIN_LITERAL_CHARS = 3
 RULE_NAMES = ("step_end", "phase_start", "phase_end", "memory", "training_done")
 
 
-def required_literal(pattern: str) -> str | None:
-    """The longest run of plain text every match of ``pattern`` must contain (so a cheap
-    substring test can skip lines that cannot match), or None when there is no such run of at
-    least ``MIN_LITERAL_CHARS`` characters (case-insensitive patterns, alternations)."""
-    parsed = _sre_parse.parse(pattern)
-    if parsed.state.flags & re.IGNORECASE:
-        return None
-    runs: list[str] = []
-
-    def walk(sub) -> None:  # noqa: ANN001 - a parser SubPattern
-        run: list[str] = []
-        for op, av in sub:
-            if op is _sre_const.LITERAL:
-                run.append(chr(av))
-                continue
-            if op is _sre_const.AT:  # zero-width: does not break the run
-                continue
-            runs.append("".join(run))
-            run = []
-            if op is _sre_const.SUBPATTERN:
-                walk(av[-1])
-            elif op in (_sre_const.MAX_REPEAT, _sre_const.MIN_REPEAT) and av[0] >= 1:
-                walk(av[2])
+def _literal_runs(sub, runs: list[str], branches: list[list[str | None]]) -> None:  # noqa: ANN001 - a SubPattern
+    """Collect the runs of plain text ``sub`` must contain, and for each alternation the best
+    required text of every arm (None for an arm without one)."""
+    run: list[str] = []
+    for op, av in sub:
+        if op is _sre_const.LITERAL:
+            run.append(chr(av))
+            continue
+        if op is _sre_const.AT:  # zero-width: does not break the run
+            continue
         runs.append("".join(run))
+        run = []
+        if op is _sre_const.SUBPATTERN:
+            _literal_runs(av[-1], runs, branches)
+        elif op is _sre_const.ASSERT and av[0] == 1:  # a lookahead's text is in the line too
+            _literal_runs(av[1], runs, branches)
+        elif op in (_sre_const.MAX_REPEAT, _sre_const.MIN_REPEAT) and av[0] >= 1:
+            _literal_runs(av[2], runs, branches)
+        elif op is _sre_const.BRANCH:
+            branches.append([_best_literal(arm) for arm in av[1]])
+    runs.append("".join(run))
 
-    walk(parsed)
+
+def _best_literal(sub) -> str | None:  # noqa: ANN001
+    runs: list[str] = []
+    _literal_runs(sub, runs, [])
     best = max(runs, key=len, default="")
     return best if len(best) >= MIN_LITERAL_CHARS else None
 
 
-def compile_rules(rules: ProgressRules) -> dict[str, re.Pattern[str]]:
-    """The rules' regular expressions, compiled; ``NcclTuneError`` names a rule that does not compile."""
-    compiled = {}
+def pattern_literals(pattern: str) -> tuple[str, ...] | None:
+    """Texts one of which every match of ``pattern`` contains (so a cheap substring test can skip
+    lines that cannot match): its longest required run of plain text, or one per arm of an
+    alternation; None when there is none of at least ``MIN_LITERAL_CHARS`` characters."""
+    parsed = _sre_parse.parse(pattern)
+    if parsed.state.flags & re.IGNORECASE:
+        return None
+    runs: list[str] = []
+    branches: list[list[str | None]] = []
+    _literal_runs(parsed, runs, branches)
+    best = max(runs, key=len, default="")
+    if len(best) >= MIN_LITERAL_CHARS:
+        return (best,)
+    for arms in branches:
+        if all(arms):
+            return tuple(dict.fromkeys(a for a in arms if a))
+    return None
+
+
+def required_literal(pattern: str) -> str | None:
+    """The one text every match of ``pattern`` contains, or None (see ``pattern_literals``)."""
+    found = pattern_literals(pattern)
+    return found[0] if found is not None and len(found) == 1 else None
+
+
+def _patterns(rules: ProgressRules) -> list[tuple[str, str]]:
+    """Every (rule name, pattern) of ``rules``; alternatives are named ``step_end[i]``."""
+    out: list[tuple[str, str]] = []
     for name in RULE_NAMES:
-        pattern = getattr(rules, name)
-        if pattern is None:
-            continue
-        try:
-            compiled[name] = re.compile(pattern)
-        except re.error as exc:
-            raise NcclTuneError(
-                f"progress rule {name}={pattern!r} is not a valid regular expression ({exc}): fix it in the search space"
-            ) from None
-    return compiled
+        value = getattr(rules, name)
+        if isinstance(value, tuple):
+            out += [(f"{name}[{i}]" if len(value) > 1 else name, v) for i, v in enumerate(value)]
+        elif value is not None:
+            out.append((name, value))
+    return out
 
 
 def required_literals(rules: ProgressRules) -> tuple[bytes, ...] | None:
-    """Prefilter for the log reader: one literal per rule, or None if some rule has none (then
-    every line must be parsed)."""
-    out = []
-    for name, pattern in compile_rules(rules).items():
-        lit = required_literal(pattern.pattern)
-        if lit is None:
-            return None
-        out.append(lit.encode())
+    """Prefilter for the log reader: texts one of which every line a rule (of any preset that may
+    be recognised) can match contains, or None if some rule has none (then every line is parsed)."""
+    out: list[str] = []
+    for ruleset in candidates(rules):
+        for _, pattern in _patterns(ruleset):
+            lits = pattern_literals(pattern)
+            if lits is None:
+                return None
+            out += lits
     # a line holding "Finished: 'step', time cost: " also holds "', time cost: ": one search is enough
     unique = list(dict.fromkeys(out))
-    return tuple(lit for lit in unique if not any(other != lit and other in lit for other in unique))
+    return tuple(lit.encode() for lit in unique if not any(other != lit and other in lit for other in unique))
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    preset: str | None
+    step: tuple[re.Pattern[str], ...]
+    phase_start: re.Pattern[str] | None
+    phase_end: re.Pattern[str] | None
+    memory: tuple[re.Pattern[str], ...]
+    done: re.Pattern[str] | None
+
+
+def _compile_one(name: str, pattern: str) -> re.Pattern[str]:
+    try:
+        return re.compile(pattern)
+    except re.error as exc:
+        raise NcclTuneError(
+            f"progress rule {name}={pattern!r} is not a valid regular expression ({exc}): fix it in the search space"
+        ) from None
+
+
+def _compile(rules: ProgressRules) -> _Compiled:
+    c = {name: _compile_one(name, p) for name, p in _patterns(rules)}
+
+    def alts(field_name: str) -> tuple[re.Pattern[str], ...]:
+        return tuple(v for k, v in c.items() if k == field_name or k.startswith(field_name + "["))
+
+    return _Compiled(
+        rules.preset, alts("step_end"), c.get("phase_start"), c.get("phase_end"), alts("memory"), c.get("training_done")
+    )
+
+
+def compile_rules(rules: ProgressRules) -> None:
+    """Raise ``NcclTuneError`` naming a rule (of any preset that may be used) that does not compile."""
+    for ruleset in candidates(rules):
+        _compile(ruleset)
+
+
+def _group_paths(pattern: str) -> dict[str, tuple[tuple[int, int], ...]]:
+    """For each named group, the alternations (node id, arm) it sits in."""
+    parsed = _sre_parse.parse(pattern)
+    names = {num: name for name, num in parsed.state.groupdict.items()}
+    out: dict[str, tuple[tuple[int, int], ...]] = {}
+
+    def walk(sub, path: tuple[tuple[int, int], ...]) -> None:  # noqa: ANN001
+        for op, av in sub:
+            if op is _sre_const.SUBPATTERN:
+                if av[0] in names:
+                    out[names[av[0]]] = path
+                walk(av[-1], path)
+            elif op is _sre_const.BRANCH:
+                for i, arm in enumerate(av[1]):
+                    walk(arm, path + ((id(av), i),))
+            elif op in (_sre_const.MAX_REPEAT, _sre_const.MIN_REPEAT):
+                walk(av[2], path)
+            elif op in (_sre_const.ASSERT, _sre_const.ASSERT_NOT):
+                walk(av[1], path)
+
+    walk(parsed, ())
+    return out
+
+
+def _exclusive(a: tuple[tuple[int, int], ...], b: tuple[tuple[int, int], ...]) -> bool:
+    """True when two groups sit in different arms of one alternation (never both in one match)."""
+    arms = dict(a)
+    return any(node in arms and arms[node] != arm for node, arm in b)
+
+
+def _check_groups(where: str, pattern: str, allowed: frozenset[str], needs: frozenset[str]) -> None:
+    paths = _group_paths(pattern)
+    unknown = sorted(set(paths) - allowed)
+    if unknown:
+        raise NcclTuneError(f"{where}: unknown group {unknown[0]!r}; this rule reads the groups {', '.join(sorted(allowed))}")
+    if needs and not needs & set(paths):
+        raise NcclTuneError(f"{where}: the rule needs a group named {' or '.join(sorted(needs))}, e.g. (?P<{min(needs)}>...)")
+    measures = sorted(set(paths) & (set(RATE_GROUPS) | set(DURATION_GROUPS)))
+    for i, a in enumerate(measures):
+        for b in measures[i + 1 :]:
+            if not _exclusive(paths[a], paths[b]):
+                raise NcclTuneError(
+                    f"{where}: groups {a!r} and {b!r} can match the same line; keep one (a step's duration or a rate), "
+                    "or make them alternatives of one another (A|B)"
+                )
+
+
+def check_rules(rules: ProgressRules, where: str) -> None:
+    """One-line ``NcclTuneError`` (prefixed with ``where``) for a rule that does not compile or
+    whose groups the tracker cannot read."""
+    for name, pattern in _patterns(rules):
+        try:
+            re.compile(pattern)
+        except re.error as exc:
+            raise NcclTuneError(f"{where}.{name}: bad regular expression: {exc}") from None
+        base = name.split("[")[0]
+        if base == "step_end":
+            _check_groups(f"{where}.{name}", pattern, STEP_GROUPS, frozenset())
+        elif base in ("phase_start", "phase_end"):
+            _check_groups(f"{where}.{name}", pattern, PHASE_GROUPS, frozenset({"phase"}))
+        elif base == "memory":
+            _check_groups(f"{where}.{name}", pattern, MEMORY_GROUPS, frozenset({"gib", "mib"}))
+
+
+def rules_hint(rules: ProgressRules) -> str:
+    """How the step lines were looked for, for advice when none was found."""
+    if rules.detect:
+        return (
+            f"no progress preset ({', '.join(DETECT_ORDER)}) recognised the output: name one with "
+            "progress: {preset: NAME} or write progress.step_end"
+        )
+    shown = rules.step_end[0] if len(rules.step_end) == 1 else list(rules.step_end)
+    head = f"preset {rules.preset}: " if rules.preset else ""
+    return f"{head}step_end={shown!r}"
 
 
 @dataclass(frozen=True)
@@ -110,6 +247,13 @@ class ProgressState:
     """A snapshot of what the log said so far."""
 
     step_times_s: tuple[float, ...] = ()
+    step_rates: tuple[float | None, ...] = ()
+    """The rate each step line printed (empty when none printed one)."""
+    rate_unit: str | None = None
+    samples_per_step: float | None = None
+    """Samples per step the log printed (the last figure), if the step rule reads them."""
+    preset: str | None = None
+    """The preset the rules come from (recognised from the output when the space named none)."""
     phase_max_s: Mapping[str, float] = field(default_factory=dict)
     open_phases: tuple[str, ...] = ()
     first_progress_t: float | None = None
@@ -118,7 +262,7 @@ class ProgressState:
     memory_peak_gib: Mapping[int | None, float] = field(default_factory=dict)
     """Largest memory figure printed per rank (None: lines without a rank)."""
     memory_total_gib: Mapping[int | None, float] = field(default_factory=dict)
-    """Total memory per rank, when lines gave a percentage."""
+    """Total memory per rank, when lines gave a percentage or a total."""
 
     @property
     def open_phase(self) -> str | None:
@@ -126,22 +270,51 @@ class ProgressState:
         return self.open_phases[-1] if self.open_phases else None
 
 
-def _float(m: re.Match[str], name: str) -> float | None:
+def _group(m: re.Match[str], name: str) -> str | None:
     try:
-        value = m.group(name)
+        return m.group(name)
     except IndexError:
         return None
-    return float(value) if value is not None else None
+
+
+def _float(m: re.Match[str], name: str) -> float | None:
+    value = _group(m, name)
+    return float(value.replace(",", "")) if value is not None else None
+
+
+def _duration(m: re.Match[str]) -> float | None:
+    for name, factor in DURATION_GROUPS.items():
+        value = _float(m, name)
+        if value is not None:
+            return value * factor
+    return None
+
+
+def _rate(m: re.Match[str]) -> tuple[float | None, str | None]:
+    for name, unit in RATE_GROUPS.items():
+        value = _float(m, name)
+        if value is not None:
+            return value, unit
+    return None, None
 
 
 class ProgressTracker:
-    """Applies ``ProgressRules`` to cleaned log lines."""
+    """Applies ``ProgressRules`` to cleaned log lines. ``start_t`` (the launch time) lets the first
+    step's wall-clock duration count from the launch when the log gives no duration."""
 
-    def __init__(self, rules: ProgressRules) -> None:
-        self._rx = compile_rules(rules)
+    def __init__(self, rules: ProgressRules, start_t: float | None = None) -> None:
+        self._candidates = [_compile(r) for r in candidates(rules)]
+        self._rx: _Compiled | None = self._candidates[0] if len(self._candidates) == 1 else None
         self.literals = required_literals(rules)
         self._lock = threading.Lock()
+        self._start_t = start_t
+        self._step_alt: int | None = None
         self._steps: list[float] = []
+        self._rates: list[float | None] = []
+        self._rate_unit: str | None = None
+        self._samples: float | None = None
+        self._last_index: int | None = None
+        self._last_step_t: float | None = None
         self._phase_max: dict[str, float] = {}
         self._open: list[str] = []
         self._first: float | None = None
@@ -151,26 +324,46 @@ class ProgressTracker:
         self._mem_total: dict[int | None, float] = {}
         self._events: list[ProgressEvent] = []
 
+    def _recognise(self, text: str) -> _Compiled | None:
+        """The first candidate whose step, phase or end rule matches ``text`` (then used for good)."""
+        for c in self._candidates:
+            rules = (*c.step, c.phase_start, c.phase_end, c.done)
+            if any(rx is not None and rx.search(text) for rx in rules):
+                self._rx = c
+                return c
+        return None
+
+    def _step_match(self, rx: _Compiled, text: str) -> re.Match[str] | None:
+        """The step alternative in use matches ``text`` (the first alternative to match is kept)."""
+        if self._step_alt is not None:
+            return rx.step[self._step_alt].search(text)
+        for i, pattern in enumerate(rx.step):
+            m = pattern.search(text)
+            if m:
+                self._step_alt = i
+                return m
+        return None
+
     def feed(self, line_no: int, text: str, t: float) -> list[ProgressEvent]:
         """Parse one line; return (and queue for ``drain_events``) what it said."""
-        rx = self._rx
-        events: list[ProgressEvent] = []
-        step = rx["step_end"].search(text) if "step_end" in rx else None
-        end = rx["phase_end"].search(text) if "phase_end" in rx else None
-        start = rx["phase_start"].search(text) if "phase_start" in rx else None
-        mem = rx["memory"].search(text) if "memory" in rx else None
-        done = rx["training_done"].search(text) if "training_done" in rx else None
-        if not (step or end or start or mem or done):
-            return events
         with self._lock:
-            if step:
-                seconds = _float(step, "seconds") or 0.0
-                self._steps.append(seconds)
-                self._close("step", seconds)
-                events.append(ProgressEvent("step", line_no, t, "step", seconds, len(self._steps) - 1))
-            elif end:
+            if self._first is None and self._start_t is None:
+                self._start_t = t  # no launch time given: wall clock counts from the first line seen
+        rx = self._rx or self._recognise(text)
+        if rx is None:
+            return []
+        step = self._step_match(rx, text) if rx.step else None
+        end = rx.phase_end.search(text) if rx.phase_end else None
+        start = rx.phase_start.search(text) if rx.phase_start else None
+        mem = next((m for m in (p.search(text) for p in rx.memory) if m), None)
+        done = rx.done.search(text) if rx.done else None
+        events: list[ProgressEvent] = []
+        with self._lock:
+            if step and not self._take_step(step, line_no, t, events):
+                step = None  # a progress bar redrawn on the same step
+            if not step and end:
                 phase = end.group("phase")
-                seconds = _float(end, "seconds") or 0.0
+                seconds = _duration(end) or 0.0
                 self._close(phase, seconds)
                 events.append(ProgressEvent("phase_end", line_no, t, phase, seconds))
             if start:
@@ -181,22 +374,51 @@ class ProgressTracker:
                 self._first = t if self._first is None else self._first
                 self._last = t
             if mem:
-                gib = _float(mem, "gib")
-                if gib is not None:
-                    rank_text = mem.groupdict().get("rank") or mem.groupdict().get("gpu")
-                    rank = int(rank_text) if rank_text is not None else None
-                    pct = _float(mem, "pct") if "pct" in mem.groupdict() else None
-                    total = gib * 100.0 / pct if pct else None
-                    if gib > self._mem_peak.get(rank, -1.0):
-                        self._mem_peak[rank] = gib
-                    if total is not None:
-                        self._mem_total[rank] = total
-                    events.append(ProgressEvent("memory", line_no, t, gib=gib, total_gib=total, rank=rank))
+                self._take_memory(mem, line_no, t, events)
             if done:
                 self._done = True
                 events.append(ProgressEvent("done", line_no, t))
             self._events.extend(events)
         return events
+
+    def _take_step(self, m: re.Match[str], line_no: int, t: float, events: list[ProgressEvent]) -> bool:
+        index_text = _group(m, "step")
+        index = int(index_text) if index_text is not None else None
+        last = self._last_index
+        if index is not None and last is not None and index == last:
+            return False
+        between = index - last if index is not None and last is not None and index > last else 1
+        seconds = _duration(m)
+        if seconds is None:
+            since = self._last_step_t if self._last_step_t is not None else self._start_t
+            seconds = max(0.0, (t - since) / between) if since is not None else 0.0
+        rate, unit = _rate(m)
+        samples = _float(m, "samples_per_step")
+        self._last_index, self._last_step_t = index, t
+        self._steps.append(seconds)
+        self._rates.append(rate)
+        self._rate_unit = unit or self._rate_unit
+        self._samples = samples if samples is not None else self._samples
+        self._close("step", seconds)
+        events.append(ProgressEvent("step", line_no, t, "step", seconds, len(self._steps) - 1))
+        return True
+
+    def _take_memory(self, mem: re.Match[str], line_no: int, t: float, events: list[ProgressEvent]) -> None:
+        gib = _float(mem, "gib")
+        if gib is None:
+            mib = _float(mem, "mib")
+            gib = mib / 1024.0 if mib is not None else None
+        if gib is None:
+            return
+        rank_text = _group(mem, "rank") or _group(mem, "gpu")
+        rank = int(rank_text) if rank_text is not None else None
+        pct = _float(mem, "pct")
+        total = gib * 100.0 / pct if pct else _float(mem, "total_gib")
+        if gib > self._mem_peak.get(rank, -1.0):
+            self._mem_peak[rank] = gib
+        if total is not None:
+            self._mem_total[rank] = total
+        events.append(ProgressEvent("memory", line_no, t, gib=gib, total_gib=total, rank=rank))
 
     def _close(self, phase: str, seconds: float) -> None:
         if seconds > self._phase_max.get(phase, -1.0):
@@ -216,6 +438,10 @@ class ProgressTracker:
         with self._lock:
             return ProgressState(
                 step_times_s=tuple(self._steps),
+                step_rates=tuple(self._rates) if any(r is not None for r in self._rates) else (),
+                rate_unit=self._rate_unit,
+                samples_per_step=self._samples,
+                preset=self._rx.preset if self._rx is not None else None,
                 phase_max_s=MappingProxyType(dict(self._phase_max)),
                 open_phases=tuple(self._open),
                 first_progress_t=self._first,

@@ -51,6 +51,8 @@ def spec_record(spec: TrialSpec, env_overlay: Mapping[str, str | None] | None = 
         },
         "stop": asdict(spec.stop),
         "samples_per_step": spec.samples_per_step,
+        "progress_preset": spec.progress.preset,
+        "memory_knobs": [asdict(k) for k in spec.memory_knobs],
         "written_at": time.time(),
     }
 

@@ -19,6 +19,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.search_spaces.expr import ExprError, parse_expr
+from nccl_tune.launchers.presets import PRESETS, apply_preset
+from nccl_tune.launchers.progress import check_rules
 from nccl_tune.search_spaces.render import format_value, is_flag
 from nccl_tune.search_spaces.space import (
     UNSET,
@@ -359,11 +361,7 @@ def _build(data: dict[str, Any], source: str, label: str, text: str) -> SearchSp
         known_phase_s={str(k): _float(v, f"clocks.phase_estimates_s.{k}", label) for k, v in estimates.items()},
     )
 
-    progress_raw = _mapping(data, "progress", label)
-    _check_keys(progress_raw, _PROGRESS_KEYS, "in progress: ", label)
-    for k, v in progress_raw.items():
-        _regex(v, f"progress.{k}", label)
-    progress = ProgressRules(**progress_raw)
+    progress = _progress(_mapping(data, "progress", label), label)
 
     throughput = _mapping(data, "throughput", label)
     _check_keys(throughput, _THROUGHPUT_KEYS, "in throughput: ", label)
@@ -411,6 +409,38 @@ def _check_env_name(name: str, where: str, label: str) -> None:
             f"space file {label}: {where}: a space may not set {name} ({_PROTECTED_ENV[name]}); "
             "set it in the environment you run nccl-tune from"
         )
+def _progress(raw: Mapping[str, Any], label: str) -> ProgressRules:
+    """The space's progress rules: a preset's with the space's own replacing them, the space's own,
+    or (no preset and no step rule) the space's own over whichever preset the output matches."""
+    _check_keys(raw, _PROGRESS_KEYS, "in progress: ", label)
+    preset = raw.get("preset")
+    if preset is not None and preset not in PRESETS:
+        raise NcclTuneError(
+            f"space file {label}: progress.preset {preset!r} is unknown; presets: {', '.join(PRESETS)} "
+            "(or leave it out to recognise the trainer from its output)"
+        )
+    if "step_end" in raw and not raw["step_end"]:
+        raise NcclTuneError(
+            f"space file {label}: progress.step_end is empty, so no step is ever measured and no trial can be ranked; "
+            "remove it (the preset's step rule applies) or give a regular expression"
+        )
+    given: dict[str, Any] = {}
+    for key, value in raw.items():
+        if key == "preset" or value is None:
+            continue
+        if key in ("step_end", "memory"):
+            value = [value] if isinstance(value, str) else value
+            if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                raise NcclTuneError(f"space file {label}: progress.{key} must be a regular expression or a list of them")
+            value = tuple(value)
+        elif not isinstance(value, str):
+            raise NcclTuneError(f"space file {label}: progress.{key} must be a regular expression string")
+        given[key] = value
+    rules = ProgressRules(**given)
+    check_rules(rules, f"space file {label}: progress")
+    return apply_preset(rules, preset)
+
+
 def _context(raw: Mapping[str, Any], label: str) -> tuple[dict[str, Any], dict[str, str]]:
     """Context values, and the flags of those given as ``{value: V, arg: --flag}``."""
     values: dict[str, Any] = {}
@@ -467,16 +497,3 @@ def _float(v: Any, where: str, label: str) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
         raise NcclTuneError(f"space file {label}: {where} must be a non-negative number, got {v!r}")
     return float(v)
-
-
-def _regex(v: Any, where: str, label: str) -> None:
-    import re
-
-    if v is None:
-        return
-    if not isinstance(v, str):
-        raise NcclTuneError(f"space file {label}: {where} must be a regular expression string")
-    try:
-        re.compile(v)
-    except re.error as exc:
-        raise NcclTuneError(f"space file {label}: {where}: bad regular expression: {exc}") from None

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from enum import Enum
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Collection, Mapping
 
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.search_spaces.expr import Expr
@@ -225,3 +225,22 @@ class SearchSpace:
         env = self.scope(values)
         env.update(self.derived_values(values))
         return float(self.samples_per_step(env))
+
+    # -- ranking ---------------------------------------------------------------------------
+    def ranking_problem(self, pinned: Collection[str], units: Collection[str]) -> str | None:
+        """Why trials measured in ``units`` (``ProgressRules.throughput_units``: ``samples``,
+        ``tokens``, ``steps``) cannot be ranked, or None. Steps per second compare trials only when
+        every trial does the same work per step: not when a semantic parameter (a batch size) varies
+        and the space does not say how many samples a step processes."""
+        if set(units) != {"steps"} or self.samples_per_step is not None:
+            return None
+        varying = [p.name for p in self.parameters if p.semantic and p.name not in pinned and len(p.choices) > 1]
+        if not varying:
+            return None
+        example = " * ".join(varying[:3])
+        return (
+            f"space {self.name}: throughput would be steps per second (the progress rule reads no samples or tokens "
+            f"rate), but {', '.join(varying)} change how much a step does, so trials cannot be ranked; add "
+            f"throughput.samples_per_step (e.g. {example}), read a samples_per_s or tokens_per_s rate from the log, "
+            "or pin them with --set"
+        )

@@ -66,8 +66,9 @@ def fmt_mem(result: TrialResult | None) -> str:
     return f"{m.peak_gib:.1f} GiB{tail}"
 
 
-def fmt_tput(v: float | None) -> str:
-    return f"{v:,.1f}/s" if v else "-"
+def fmt_tput(v: float | None, unit: str | None = None) -> str:
+    """A throughput with its unit (``1,234.5 samples/s``)."""
+    return f"{v:,.1f} {unit or '/s'}" if v else "-"
 
 
 class Display:
@@ -114,7 +115,7 @@ class Display:
         style = _STYLE.get(result.status, "red")
         status = result.status.value + (" (near memory wall)" if near_wall else "")
         line = (
-            f"  [{style}]{status}[/] {fmt_tput(result.throughput_samples_per_s)}  mem {fmt_mem(result)}"
+            f"  [{style}]{status}[/] {fmt_tput(result.throughput_per_s, result.throughput_unit)}  mem {fmt_mem(result)}"
             f"  steps {len(result.step_times_s)}  {result.wall_s:.1f}s"
         )
         self.console.print(line, highlight=False)
@@ -124,7 +125,7 @@ class Display:
             self.console.print(f"    advice: {escape(result.verdict.advice)}", highlight=False, soft_wrap=True)
         if incumbent is not None:
             self.console.print(
-                f"  incumbent: trial {incumbent.first.number} {fmt_tput(incumbent.throughput)}", highlight=False
+                f"  incumbent: trial {incumbent.first.number} {fmt_tput(incumbent.throughput, incumbent.throughput_unit)}", highlight=False
             )
 
     def skipped(self, number: int, why: str) -> None:
@@ -135,7 +136,8 @@ class Display:
 
     def summary(self, records: list[TrialRecord], winner: Candidate | None, base: Candidate | None) -> None:
         table = Table(title="trials", show_lines=False)
-        for col in ("#", "kind", "status", "samples/s", "peak mem"):
+        units = {r.throughput_unit for r in records if r.ok and r.throughput}
+        for col in ("#", "kind", "status", units.pop() if len(units) == 1 else "throughput", "peak mem"):
             table.add_column(col, no_wrap=True)
         table.add_column("values (changes from the baseline)", overflow="fold")
         for r in records:
@@ -147,7 +149,7 @@ class Display:
                 f"{r.number}{mark}",
                 r.kind.value,
                 f"[{style}]{r.status.value if r.status else '?'}[/]" + (" wall" if r.near_wall else ""),
-                fmt_tput(r.throughput),
+                fmt_tput(r.throughput, None if len(units) == 1 else r.throughput_unit).removesuffix(" /s"),
                 fmt_mem(r.result),
                 escape(describe(self.space, r.values, base.values if base else None)),
             )
@@ -166,10 +168,10 @@ class Display:
             return
         gain = ""
         if base is not None and base.throughput and winner is not base:
-            gain = f" ({winner.throughput / base.throughput:.2f}x the baseline's {fmt_tput(base.throughput)})"
+            gain = f" ({winner.throughput / base.throughput:.2f}x the baseline's {fmt_tput(base.throughput, base.throughput_unit)})"
         confirmed = "confirmed by a re-run" if winner.confirmed else "[yellow]not confirmed by a re-run[/]"
         self.console.print(
-            f"[bold green]best stable:[/] trial {winner.first.number} {fmt_tput(winner.throughput)}{gain}, {confirmed}",
+            f"[bold green]best stable:[/] trial {winner.first.number} {fmt_tput(winner.throughput, winner.throughput_unit)}{gain}, {confirmed}",
             highlight=False,
         )
         self.console.print(f"  {escape(describe(self.space, winner.values))}", highlight=False, soft_wrap=True)

@@ -19,6 +19,7 @@ from nccl_tune.tuner.admission import MAX_REJECTED_IN_A_ROW
 from nccl_tune.tuner.pins import Pins, apply_pins, baseline_values
 from nccl_tune.tuner.sampling import suggest
 from nccl_tune.tuner.settings import RunSettings
+from nccl_tune.tuner.stop_rules import refuse_unrankable
 from nccl_tune.tuner.trial_builder import build_trial_spec
 
 
@@ -80,6 +81,7 @@ def first_values(space: SearchSpace, pins: Pins, seed: int | None) -> dict[str, 
 def plan_dry_run(settings: RunSettings, launcher: Launcher | None = None) -> DryRun:
     """Trial 0 of ``settings``' run, checked by the launcher as the run would check it."""
     space, pins = apply_pins(load_space(settings.space), settings.pins)
+    refuse_unrankable(space, pins.params)
     study = settings.study_name(space.name)
     values = first_values(space, pins, settings.seed)
     spec = build_trial_spec(

@@ -50,7 +50,8 @@ def tuned_document(stored: StoredStudy, winner: Candidate) -> dict[str, Any]:
     semantic = [str(c) for c in semantic_changes(space, values, base.values if base else None)]
     best = max(winner.ok_runs, key=lambda r: r.throughput or 0.0)
     metrics: dict[str, Any] = {
-        "throughput_samples_per_s": round(winner.throughput, 3),
+        "throughput_per_s": round(winner.throughput, 3),
+        "throughput_unit": winner.throughput_unit,
         "mean_step_s": round(best.result.mean_step_s, 3) if best.result and best.result.mean_step_s else None,
         "runs": len(winner.runs),
         "throughput_spread": round(winner.throughput_spread, 4),
@@ -59,7 +60,7 @@ def tuned_document(stored: StoredStudy, winner: Candidate) -> dict[str, Any]:
         "memory_source": best.result.memory.source if best.result and best.result.memory else None,
     }
     if base is not None and base.throughput:
-        metrics["baseline_throughput_samples_per_s"] = round(base.throughput, 3)
+        metrics["baseline_throughput_per_s"] = round(base.throughput, 3)
         metrics["speedup_vs_baseline"] = round(winner.throughput / base.throughput, 3)
     return {
         "overrides": _nest(overrides),
@@ -89,7 +90,7 @@ def format_tuned(doc: dict[str, Any], fmt: str) -> str:
     if fmt == "yaml":
         head = (
             f"# nccl-tune: fastest stable config of study {doc['study']['name']} "
-            f"({doc['metrics']['throughput_samples_per_s']} samples/s)\n"
+            f"({doc['metrics']['throughput_per_s']} {doc['metrics']['throughput_unit']})\n"
             "# overrides: merge into the training config (OmegaConf.merge) or pass `args` on the command line (argv elements);\n"
             "# env: export before the run; unset_env: make sure these are not set.\n"
         )

@@ -37,7 +37,7 @@ from nccl_tune.tuner.recovery import Recovery
 from nccl_tune.tuner.sampling import make_sampler, suggest, to_optuna
 from nccl_tune.tuner.settings import RunSettings
 from nccl_tune.tuner.stability import Candidate, select_winner
-from nccl_tune.tuner.stop_rules import StopRules
+from nccl_tune.tuner.stop_rules import StopRules, refuse_unrankable
 from nccl_tune.tuner.storage import create_or_resume, open_storage
 from nccl_tune.tuner.study_records import TrialKind, TrialRecord
 from nccl_tune.tuner.study_view import StoredStudy, stored_of
@@ -89,6 +89,7 @@ class StudyLoop:
     def __init__(self, settings: RunSettings, console: Console, launcher: Launcher | None) -> None:
         self.settings = settings
         self.space, self.pins = apply_pins(load_space(settings.space), settings.pins)
+        refuse_unrankable(self.space, self.pins.params)
         self.study_name = settings.study_name(self.space.name)
         self.launcher = launcher or make_launcher(settings.launcher)
         self.display = Display(console, self.space)
@@ -98,7 +99,7 @@ class StudyLoop:
             socket.gethostname(),
         )
         self.admission = Admission(self.space, self.display, settings.predict_oom)
-        self.stops = StopRules()
+        self.stops = StopRules(self.space, self.pins.params)
 
     def open(self) -> tuple[optuna.Study, bool]:
         """Check the command with the launcher, then open (or create) the study and settle it."""

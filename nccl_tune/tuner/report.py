@@ -28,7 +28,8 @@ def trial_row(r: TrialRecord) -> dict[str, Any]:
         "kind": r.kind.value,
         "outcome": r.outcome.value,
         "status": r.status.value if r.status else None,
-        "throughput_samples_per_s": r.throughput,
+        "throughput_per_s": r.throughput,
+        "throughput_unit": r.throughput_unit,
         "peak_mem_gib": r.peak_mem_gib,
         "near_wall": r.near_wall,
         "params": dict(r.values),
@@ -48,7 +49,8 @@ def candidate_json(c: Candidate | None) -> dict[str, Any] | None:
         "trial": c.first.number,
         "trials": [r.number for r in c.runs],
         "params": dict(c.values),
-        "throughput_samples_per_s": c.throughput,
+        "throughput_per_s": c.throughput,
+        "throughput_unit": c.throughput_unit,
         "throughput_spread": c.throughput_spread,
         "peak_mem_gib": c.peak_mem_gib,
         "min_headroom_gib": c.min_headroom_gib,
@@ -130,8 +132,9 @@ def plot(space: SearchSpace, recs: list[TrialRecord], out_dir: Path) -> list[Pat
         xs.append(r.number)
         ys.append(best)
     ax.step(xs, ys, where="post", c="tab:blue", label="best so far")
+    unit = next((r.throughput_unit for r in ok if r.throughput), "throughput")
     ax.set_xlabel("trial")
-    ax.set_ylabel("samples/s")
+    ax.set_ylabel(unit)
     ax.legend()
     fig.tight_layout()
     paths.append(out_dir / "throughput.png")
@@ -144,7 +147,7 @@ def plot(space: SearchSpace, recs: list[TrialRecord], out_dir: Path) -> list[Pat
         for r in with_mem:
             ax.scatter(r.peak_mem_gib, r.throughput or 0, c="tab:green" if r.ok else "tab:red", marker="o" if r.ok else "x")
         ax.set_xlabel("peak memory per GPU (GiB)")
-        ax.set_ylabel("samples/s")
+        ax.set_ylabel(unit)
         fig.tight_layout()
         paths.append(out_dir / "memory.png")
         fig.savefig(paths[-1])

@@ -52,6 +52,11 @@ class Candidate:
         return statistics.fmean(vals) if vals else 0.0
 
     @property
+    def throughput_unit(self) -> str | None:
+        """The unit of ``throughput`` (``samples/s``, ``tokens/s``, ``steps/s``)."""
+        return next((r.throughput_unit for r in self.ok_runs if r.throughput), None)
+
+    @property
     def throughput_spread(self) -> float:
         """(max - min) / mean of the runs' throughput: how repeatable it is."""
         vals = [r.throughput for r in self.ok_runs if r.throughput]

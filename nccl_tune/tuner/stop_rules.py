@@ -3,8 +3,11 @@ one line that says what to fix, instead of spending every later trial on the sam
 
 from __future__ import annotations
 
+from typing import Collection
+
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import FailureClass
+from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.trial import TrialResult
 
 MAX_ENV_FAILURES_IN_A_ROW = 3
@@ -14,11 +17,23 @@ def _evidence(result: TrialResult) -> str:
     return result.verdict.evidence[0].text if result.verdict.evidence else ""
 
 
-class StopRules:
-    """Checks each launched trial's result, in order; raises ``NcclTuneError`` to stop the study."""
+def refuse_unrankable(space: SearchSpace, pinned: Collection[str]) -> None:
+    """Before any trial: refuse a space whose progress rules can only measure steps per second
+    while a parameter changes how much a step does."""
+    problem = space.ranking_problem(pinned, space.progress.throughput_units())
+    if problem:
+        raise NcclTuneError(problem)
 
-    def __init__(self) -> None:
+
+class StopRules:
+    """Checks each launched trial's result, in order; raises ``NcclTuneError`` to stop the study.
+    Given the space and the pinned parameters, a trial that measured steps per second where those
+    cannot rank trials stops the study too (a preset recognised in the output reads no rate)."""
+
+    def __init__(self, space: SearchSpace | None = None, pinned: Collection[str] = ()) -> None:
         self.env_failures = 0
+        self.space = space
+        self.pinned = pinned
 
     def check(self, result: TrialResult, *, never_ok: bool) -> None:
         """``never_ok``: no trial of the study had finished ``ok`` before this one."""
@@ -33,6 +48,10 @@ class StopRules:
                 f"trial {result.number}: the command could not be executed (exit {result.exit_code}): {evidence} "
                 f"(log: {result.trial_dir}/output.log)"
             )
+        if self.space is not None and result.status is FailureClass.OK and result.throughput_unit == "steps/s":
+            problem = self.space.ranking_problem(self.pinned, {"steps"})
+            if problem:
+                raise NcclTuneError(f"{problem} (trial {result.number} measured steps/s)")
         self.env_failures = self.env_failures + 1 if result.status.is_environment_failure else 0
         if self.env_failures >= MAX_ENV_FAILURES_IN_A_ROW:
             raise NcclTuneError(

@@ -80,7 +80,12 @@ class TrialRecord:
 
     @property
     def throughput(self) -> float | None:
-        return self.result.throughput_samples_per_s if self.result else None
+        """Measured throughput, in ``throughput_unit``."""
+        return self.result.throughput_per_s if self.result else None
+
+    @property
+    def throughput_unit(self) -> str | None:
+        return self.result.throughput_unit if self.result else None
 
     @property
     def peak_mem_gib(self) -> float | None:

@@ -58,7 +58,7 @@ def tell_result(study: optuna.Study, trial: optuna.Trial, result: TrialResult, m
         study.tell(trial, state=TrialState.FAIL)
         return
     if result.status is FailureClass.BUDGET:
-        partial = result.throughput_samples_per_s
+        partial = result.throughput_per_s
         if partial is not None:
             trial.report(partial, len(result.step_times_s))
         _constrain(trial)
@@ -68,7 +68,7 @@ def tell_result(study: optuna.Study, trial: optuna.Trial, result: TrialResult, m
         deficit = near_wall(result, min_headroom_frac)
         trial.set_user_attr(A_NEAR_WALL, bool(deficit is not None and deficit > 0))
         _constrain(trial, memory_wall=deficit if deficit is not None else -1.0)
-        study.tell(trial, result.throughput_samples_per_s or 0.0)
+        study.tell(trial, result.throughput_per_s or 0.0)
         return
     _constrain(trial, failed=1.0)
     study.tell(trial, 0.0)

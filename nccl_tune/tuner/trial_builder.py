@@ -12,9 +12,10 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Mapping
 
-from nccl_tune.search_spaces.render import fixed_argv, render_values
-from nccl_tune.search_spaces.space import SearchSpace
-from nccl_tune.trial import Clocks, StopRule, TrialSpec
+from nccl_tune.launchers.presets import apply_preset
+from nccl_tune.search_spaces.render import fixed_argv, format_value, render_values
+from nccl_tune.search_spaces.space import MemoryEffect, SearchSpace
+from nccl_tune.trial import Clocks, MemoryKnob, StopRule, TrialSpec
 from nccl_tune.tuner.settings import RunSettings
 
 
@@ -52,6 +53,17 @@ def stop_for(space: SearchSpace, settings: RunSettings) -> StopRule:
     )
 
 
+def memory_knobs(space: SearchSpace, values: Mapping[str, Any]) -> tuple[MemoryKnob, ...]:
+    """The space's parameters that move memory, with their values in ``values`` (for advice)."""
+    knobs = []
+    for p in space.parameters:
+        if p.memory in (MemoryEffect.INCREASING, MemoryEffect.DECREASING) and p.name in values:
+            rank = p.memory_rank(values[p.name])
+            room = any(p.memory_rank(c) < rank for c in p.choices)
+            knobs.append(MemoryKnob(p.name, format_value(values[p.name]), p.memory.value, p.arg, room))
+    return tuple(knobs)
+
+
 def build_trial_spec(
     space: SearchSpace,
     settings: RunSettings,
@@ -61,8 +73,10 @@ def build_trial_spec(
     values: Mapping[str, Any],
     context_pins: Mapping[str, Any],
     observed_phase_s: Mapping[str, float],
+    detected_preset: str | None = None,
 ) -> TrialSpec:
-    """The full ``TrialSpec`` for trial ``number`` with parameter ``values``."""
+    """The full ``TrialSpec`` for trial ``number`` with parameter ``values``; ``detected_preset`` is
+    the progress preset an earlier trial's output was recognised as, when the space names none."""
     trial_dir = trial_dir_for(settings.results, study, number)
 
     def x(text: str) -> str:
@@ -83,7 +97,8 @@ def build_trial_spec(
         trial_dir=trial_dir,
         clocks=clocks_for(space, settings, observed_phase_s),
         stop=stop_for(space, settings),
-        progress=space.progress,
+        progress=apply_preset(space.progress, detected_preset if space.progress.detect else None),
         samples_per_step=space.samples(values),
         cwd=Path.cwd(),
+        memory_knobs=memory_knobs(space, values),
     )

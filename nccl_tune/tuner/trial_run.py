@@ -42,6 +42,11 @@ def observed_phases(history: Sequence[TrialRecord]) -> dict[str, float]:
     return observed
 
 
+def detected_preset(history: Sequence[TrialRecord]) -> str | None:
+    """The progress preset an earlier trial's output was recognised as (the first one found)."""
+    return next((r.result.progress_preset for r in history if r.result and r.result.progress_preset), None)
+
+
 def as_interrupted(result: TrialResult) -> TrialResult:
     """``result`` of a trial stopped by the tuner's interrupt before its measured steps."""
     return replace(
@@ -85,6 +90,7 @@ class TrialRunner:
             values=values,
             context_pins=self.pins.context,
             observed_phase_s=observed_phases(history),
+            detected_preset=detected_preset(history),
         )
 
     @contextmanager
@@ -133,6 +139,8 @@ class TrialRunner:
         self.launched += 1
         if result.status is FailureClass.INTERRUPTED:
             requeue(study, self.space, values, self.pins.params, kind)
+        if self.space.progress.detect and result.progress_preset and detected_preset(history) is None:
+            self.display.note(f"progress: the output reads as preset {result.progress_preset} (trial {result.number})")
         deficit = near_wall(result, self.space.min_headroom_frac)
         self.display.trial_finished(
             trial.number,

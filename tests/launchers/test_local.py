@@ -45,7 +45,7 @@ def test_a_good_trial_is_measured_stopped_and_recorded(make_spec) -> None:
     assert result.verdict.ok
     assert len(result.step_times_s) >= 3 and len(result.measured_step_times_s) >= 2
     assert all(0.2 <= s < 5 for s in result.step_times_s)
-    assert result.throughput_samples_per_s == pytest.approx(1280.0 / result.mean_step_s)
+    assert result.throughput_per_s == pytest.approx(1280.0 / result.mean_step_s)
     assert set(result.phase_max_s) == {"generate", "policy_train", "step"}
     assert result.signal_name == "SIGTERM"  # we stopped it once it had measured enough
     assert result.escaped_processes == 0 and result.survivors == 0

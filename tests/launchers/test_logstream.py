@@ -167,3 +167,29 @@ def test_pump_stops_while_a_leftover_process_still_holds_the_pipe(tmp_path: Path
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_progress_bar_redraws_reach_the_parsers_before_the_line_ends() -> None:
+    seen: list[tuple[int, str, float]] = []
+    scanner = LineScanner(lambda n, text, t: seen.append((n, text, t)), (b"it/s",))
+    scanner.feed(b"first line\n\r  0%|   | 0/9 [00:00<?, ?it/s]", now=1.0)
+    scanner.feed(b"\r 11%|#  | 1/9 [00:01<00:08,  1.01it/s]", now=2.0)
+    scanner.feed(b"\r 22%|## | 2/9 [00:02<00:07,  1.02it/s]\r 22%|## | 2/9 [00:02<00:07, ", now=3.0)
+    scanner.feed(b" 1.02it/s]", now=3.5)  # the rest of a redraw that arrived in two reads
+    assert [(n, t) for n, _, t in seen] == [(2, 1.0), (2, 2.0), (2, 3.0), (2, 3.5)]
+    assert seen[1][1] == " 11%|#  | 1/9 [00:01<00:08,  1.01it/s]" and seen[3][1].endswith("1.02it/s]")
+    scanner.feed(b"\n", now=4.0)  # the bar closes: its last redraw is not parsed again
+    assert len(seen) == 4
+    scanner.feed(b"\r 33%|### | 3/9 [00:03<00:06,  1.03it/s]\rdone it/s\n", now=5.0)
+    assert [text for _, text, _ in seen[4:]] == [" 33%|### | 3/9 [00:03<00:06,  1.03it/s]", "done it/s"]
+    summary = scanner.summary()
+    assert summary.lines == 3 and summary.tail[-2].text.endswith("1.02it/s]")
+
+
+def test_a_redrawn_line_keeps_only_its_last_redraw_in_memory() -> None:
+    scanner = LineScanner(lambda n, text, t: None, (b"it/s",))
+    for i in range(20000):
+        scanner.feed(f"\r{i}/20000 [00:00<00:00, 9.0it/s]".encode(), now=float(i))
+    assert len(scanner._rest) < 100
+    scanner.finish(now=1.0)
+    assert scanner.summary().tail[-1].text == "19999/20000 [00:00<00:00, 9.0it/s]"

@@ -140,3 +140,54 @@ def test_unknown_space_name_lists_the_builtins():
         load_space("nope")
     with pytest.raises(NcclTuneError, match="does not exist"):
         load_space("/tmp/definitely/not/here.yaml")
+
+
+PROGRESS_BAD = {
+    "unknown preset": ("progress:\n  preset: fairseq\n", r"progress.preset 'fairseq' is unknown; presets: skyrl, hf-trainer"),
+    "rate and seconds together": (
+        "progress:\n  step_end: 'step (?P<seconds>[0-9.]+)s (?P<samples_per_s>[0-9.]+) samples/s'\n",
+        r"progress.step_end: groups 'samples_per_s' and 'seconds' can match the same line",
+    ),
+    "empty step rule": ("progress:\n  preset: lightning\n  step_end: []\n", "no trial can be ranked"),
+    "unknown group": ("progress:\n  step_end: 'step (?P<sec>[0-9.]+)s'\n", "unknown group 'sec'"),
+    "memory without a figure": ("progress:\n  memory: 'mem (?P<rank>[0-9]+)'\n", "needs a group named gib or mib"),
+    "phase without a name": ("progress:\n  phase_start: 'Started'\n", "needs a group named phase"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(PROGRESS_BAD))
+def test_bad_progress_rules_are_one_line_before_any_trial(tmp_path, case):
+    text, pattern = PROGRESS_BAD[case]
+    path = write(tmp_path, MINIMAL + text)
+    with pytest.raises(NcclTuneError, match=pattern) as info:
+        load_space(str(path))
+    assert "\n" not in str(info.value) and str(path) in str(info.value)
+
+
+def test_a_preset_with_one_rule_replaced_and_alternatives_that_exclude_each_other(tmp_path):
+    text = MINIMAL + (
+        "progress:\n  preset: megatron\n  training_done: 'all done'\n"
+        "  memory: ['peak (?P<gib>[0-9.]+) GiB', 'peak (?P<mib>[0-9.]+) MiB']\n"
+    )
+    rules = load_space(str(write(tmp_path, text))).progress
+    assert rules.preset == "megatron" and rules.training_done == "all done" and len(rules.memory) == 2
+    assert "elapsed time per iteration" in rules.step_end[0]
+    bar = MINIMAL + "progress:\n  step_end: '(?P<step>[0-9]+)/[0-9]+ .*?(?:(?P<it_per_s>[0-9.]+)it/s|(?P<seconds>[0-9.]+)s/it)'\n"
+    custom = load_space(str(write(tmp_path, bar, "bar.yaml"))).progress
+    assert custom.preset is None and custom.throughput_units() == {"steps"}
+    assert load_space(str(write(tmp_path, MINIMAL, "none.yaml"))).progress.detect
+
+
+def test_steps_per_second_cannot_rank_trials_that_change_the_work_of_a_step(tmp_path):
+    text = MINIMAL.replace("    default: 2\n", "    default: 2\n    semantic: true\n", 1)
+    lightning = load_space(str(write(tmp_path, text + "progress:\n  preset: lightning\n")))
+    problem = lightning.ranking_problem((), lightning.progress.throughput_units())
+    assert problem and "trainer.micro_train_batch_size_per_gpu change how much a step does" in problem
+    assert "throughput.samples_per_step" in problem and "\n" not in problem
+    assert lightning.ranking_problem({"trainer.micro_train_batch_size_per_gpu"}, {"steps"}) is None  # pinned
+    assert lightning.ranking_problem((), {"samples"}) is None
+    with_samples = load_space(str(write(tmp_path, text + "throughput:\n  samples_per_step: n * 8\n", "s.yaml")))
+    assert with_samples.ranking_problem((), {"steps"}) is None
+    hf = load_space(str(write(tmp_path, text + "progress:\n  preset: hf-trainer\n", "hf.yaml")))
+    assert hf.progress.throughput_units() == {"steps", "samples"}  # known only once a trial ran
+    assert hf.ranking_problem((), hf.progress.throughput_units()) is None

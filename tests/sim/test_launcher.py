@@ -73,7 +73,7 @@ def test_a_healthy_trial_is_measured_in_modelled_seconds(launcher):
     assert r.status is FailureClass.OK and r.stop_reason is StopReason.MEASURED and r.verdict.ok
     assert len(r.step_times_s) == 3 and r.warmup_steps == 1
     assert r.step_times_s[0] > r.step_times_s[1] and all(100 < t < 400 for t in r.step_times_s)
-    assert r.throughput_samples_per_s == pytest.approx(1280 / r.mean_step_s)
+    assert r.throughput_per_s == pytest.approx(1280 / r.mean_step_s)
     assert r.memory.source == "model" and len(r.memory.gpus) == 8
     assert all(g.total_gib == pytest.approx(79.15) and 30 < g.peak_gib < 79.15 for g in r.memory.gpus)
     assert r.modelled_gpu_s == pytest.approx(r.wall_s * 8) and r.wall_s > sum(r.step_times_s)

@@ -30,11 +30,11 @@ def test_study_finds_the_fastest_stable_config_and_exports_it(workdir, tiny_comm
     rows = {r["number"]: r for r in summary["trials"]}
     # trial 0 is the baseline: the space's defaults, launched first
     assert rows[0]["kind"] == "baseline" and rows[0]["params"]["trainer.micro"] == 1
-    assert rows[0]["status"] == "ok" and rows[0]["throughput_samples_per_s"] > 0
+    assert rows[0]["status"] == "ok" and rows[0]["throughput_per_s"] > 0
     best = summary["best"]
     assert best["confirmed"] and len(best["trials"]) >= 2
     ok_rows = [r for r in summary["trials"] if r["status"] == "ok" and not r["near_wall"]]
-    assert best["throughput_samples_per_s"] >= 0.9 * max(r["throughput_samples_per_s"] for r in ok_rows)
+    assert best["throughput_per_s"] >= 0.9 * max(r["throughput_per_s"] for r in ok_rows)
     # every launched micro=8 without offload ran out of memory and was recorded as such
     for r in summary["trials"]:
         if r["outcome"] == "launched" and r["params"]["trainer.micro"] == 8 and not r["params"]["trainer.offload"]:
@@ -43,7 +43,7 @@ def test_study_finds_the_fastest_stable_config_and_exports_it(workdir, tiny_comm
     doc = yaml.safe_load((workdir / "tuned.yaml").read_text())
     assert doc["overrides"]["trainer"]["micro"] == best["params"]["trainer.micro"]
     assert f"trainer.micro={best['params']['trainer.micro']}" in doc["args"]
-    assert doc["study"]["name"] == "t" and doc["metrics"]["throughput_samples_per_s"] > 0
+    assert doc["study"]["name"] == "t" and doc["metrics"]["throughput_per_s"] > 0
     base = OmegaConf.create({"trainer": {"micro": 1, "offload": False, "lr": 1e-6}})
     merged = OmegaConf.merge(base, OmegaConf.create(doc["overrides"]))
     assert merged.trainer.micro == best["params"]["trainer.micro"] and merged.trainer.lr == 1e-6

@@ -1,0 +1,56 @@
+"""Advice for a memory failure in the terms of the trial's own search space."""
+
+from __future__ import annotations
+
+from nccl_tune.diagnose.advice import space_memory_advice
+from nccl_tune.failure import FailureClass as F
+from nccl_tune.search_spaces.loader import parse_space
+from nccl_tune.trial import MemoryKnob
+from nccl_tune.tuner.trial_builder import memory_knobs
+
+SPACE = """
+name: ddp
+parameters:
+  - {name: batch_size, arg: --batch-size, kind: pow2, low: 1, high: 64, default: 8, memory: increasing}
+  - {name: seq_len, arg: --seq-len, kind: categorical, choices: [128, 256, 512], default: 256, memory: increasing}
+  - {name: checkpointing, arg: --checkpointing, arg_style: switch, kind: bool, default: false, memory: decreasing}
+  - {name: offload, arg: --cpu-offload, kind: bool, default: true, memory: decreasing}
+  - {name: workers, arg: --num-workers, kind: int, low: 0, high: 4, default: 2, memory: none}
+"""
+
+
+def knobs(**values):
+    space = parse_space(SPACE, source="test", label="test")
+    return memory_knobs(space, {**space.defaults(), **values})
+
+
+def test_gpu_oom_names_the_spaces_memory_parameters_and_their_values():
+    text = space_memory_advice(F.OOM, knobs(batch_size=32), "hf-trainer")
+    assert text == (
+        "Out of GPU memory: lower batch_size (--batch-size, now 32), or lower seq_len (--seq-len, now 256), "
+        "or turn on checkpointing (--checkpointing, now false)"
+    )
+    assert "trainer." not in text and "workers" not in text
+
+
+def test_values_already_at_their_smallest_memory_are_not_suggested():
+    text = space_memory_advice(F.OOM, knobs(batch_size=1, seq_len=128, checkpointing=True), None)
+    assert text.startswith("Out of GPU memory with every memory parameter of the space at its smallest setting")
+
+
+def test_host_oom_names_offload_and_the_growing_parameters_not_skyrl_keys():
+    text = space_memory_advice(F.HOST_OOM, knobs(batch_size=16), "torchtitan")
+    assert "lower batch_size (--batch-size, now 16) or seq_len (--seq-len, now 256)" in text
+    assert "offload (--cpu-offload, now true) may keep state in host RAM" in text
+    assert "fsdp_config" not in text and "n_samples_per_prompt" not in text
+
+
+def test_skyrl_and_other_classes_keep_the_logs_own_advice():
+    assert space_memory_advice(F.OOM, knobs(), "skyrl") is None
+    assert space_memory_advice(F.COLLECTIVE_TIMEOUT, knobs(), "hf-trainer") is None
+    assert space_memory_advice(F.OOM, (), None) is None
+    generic = space_memory_advice(F.OOM, (), "lightning")
+    assert "declare memory: increasing or decreasing" in generic
+    assert space_memory_advice(F.OOM, (MemoryKnob("NCCL_BUFFSIZE", "4194304", "increasing"),), None).startswith(
+        "Out of GPU memory: lower NCCL_BUFFSIZE (now 4194304)"
+    )

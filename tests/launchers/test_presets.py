@@ -1,0 +1,220 @@
+"""Every progress preset on lines in its trainer's own format (from each project's logging code and
+docs), through the real log reader: colours, Ray and torchrun prefixes, progress-bar redraws; and
+recognising the preset when the space names none."""
+
+from __future__ import annotations
+
+import io
+import time
+
+import pytest
+
+from nccl_tune.launchers.logstream import LineScanner
+from nccl_tune.launchers.presets import PRESETS
+from nccl_tune.launchers.progress import ProgressState, ProgressTracker
+from nccl_tune.trial import ProgressRules, TrialResult
+from nccl_tune.failure import OK_VERDICT, FailureClass
+from nccl_tune.trial import StopReason
+
+ESC = "\x1b"
+
+
+def read(rules: ProgressRules, chunks: list[str], dt: float = 2.0) -> ProgressState:
+    """Feed ``chunks`` (as the pipe delivers them) through the log reader, ``dt`` seconds apart."""
+    tracker = ProgressTracker(rules, start_t=0.0)
+    scanner = LineScanner(tracker.feed, tracker.literals)
+    for i, chunk in enumerate(chunks, 1):
+        scanner.feed(chunk.encode(), now=i * dt)
+    scanner.finish(now=(len(chunks) + 1) * dt)
+    return tracker.snapshot()
+
+
+def result_of(state: ProgressState, warmup: int = 1, samples_per_step: float | None = None) -> TrialResult:
+    return TrialResult(
+        number=0, status=FailureClass.OK, verdict=OK_VERDICT, stop_reason=StopReason.MEASURED,
+        step_times_s=state.step_times_s, step_rates=state.step_rates, rate_unit=state.rate_unit,
+        warmup_steps=warmup, samples_per_step=state.samples_per_step or samples_per_step,
+    )
+
+
+def loguru(module: str, line: int, message: str) -> str:
+    """SkyRL's loguru record, coloured, behind Ray's prefix (as the driver's stdout shows it)."""
+    return (
+        f"{ESC}[36m(skyrl_entrypoint pid=51234){ESC}[0m {ESC}[32m2026-08-02 10:15:01.123{ESC}[0m | "
+        f"{ESC}[1mINFO    {ESC}[0m | {ESC}[36m{module}{ESC}[0m:{ESC}[36mtrain{ESC}[0m:{ESC}[36m{line}{ESC}[0m - "
+        f"{ESC}[1m{message}{ESC}[0m\n"
+    )
+
+
+SKYRL_TODAY = [
+    loguru("skyrl.train.utils.utils", 61, "after init - Allocated: 13.21 GiB, Reserved: 14.00 GiB, Free: 60.12 GiB, Total: 79.19 GiB"),
+    loguru("skyrl.train.trainer", 342, "Started: 'step'"),
+    loguru("skyrl.train.trainer", 343, "Started: 'generate'"),
+    loguru("skyrl.train.trainer", 343, "Finished: 'generate', time cost: 95.12s"),
+    loguru("skyrl.train.trainer", 342, "Finished: 'step', time cost: 130.40s"),
+    loguru("skyrl.train.trainer", 342, "Started: 'step'"),
+    loguru("skyrl.train.trainer", 342, "Finished: 'step', time cost: 120.00s"),
+    loguru("skyrl.train.trainer", 601, "Training done!"),
+]
+SKYRL_LEGACY = [line.replace("skyrl.train.trainer", "skyrl_train.trainer") for line in SKYRL_TODAY]
+
+
+@pytest.mark.parametrize("lines", [SKYRL_TODAY, SKYRL_LEGACY], ids=["skyrl.train", "skyrl_train"])
+def test_skyrl_timer_lines_in_both_layouts(lines):
+    s = read(PRESETS["skyrl"], lines)
+    assert s.step_times_s == (130.4, 120.0) and s.phase_max_s["generate"] == 95.12
+    assert s.training_done and s.memory_peak_gib[None] == 14.0 and s.memory_total_gib[None] == 79.19
+    r = result_of(s, samples_per_step=1280)
+    assert r.throughput == (pytest.approx(1280 / 120.0), "samples/s")
+
+
+HF_BAR = (
+    "\r  0%|          | 0/20 [00:00<?, ?it/s]"
+    "\r  5%|▌         | 1/20 [00:02<00:40,  2.10s/it]"
+    "\r 10%|█         | 2/20 [00:03<00:30,  1.65s/it]"
+)
+HF_LOG = "{'loss': 2.3125, 'grad_norm': 1.0625, 'learning_rate': 4.5e-05, 'epoch': 0.1}\n"
+HF_END = "{'train_runtime': 31.2, 'train_samples_per_second': 20.51, 'train_steps_per_second': 0.641, 'train_loss': 2.2, 'epoch': 1.0}\n"
+
+
+def test_hf_trainer_bar_redraws_are_steps_as_they_arrive():
+    chunks = [HF_BAR, "\r 15%|█▌        | 3/20 [00:04<00:22,  1.31it/s]", "\r" + " " * 40 + "\r" + HF_LOG,
+              "\r 15%|█▌        | 3/20 [00:04<00:22,  1.31it/s]", "\r 20%|██        | 4/20 [00:05<00:19,  1.25it/s]"]
+    s = read(PRESETS["hf-trainer"], chunks)
+    # the bar is read before its line ends; a redraw of the same step (after the log dict) is no new step
+    assert len(s.step_times_s) == 4 and s.step_times_s[:2] == (2.10, 1.65)
+    assert s.step_rates[2:] == (1.31, 1.25) and s.rate_unit == "steps"
+    assert result_of(s, warmup=2).throughput == (pytest.approx(1.28), "steps/s")
+    assert result_of(s, warmup=2, samples_per_step=32).throughput == (pytest.approx(1.28 * 32), "samples/s")
+
+
+def test_hf_trainer_log_dicts_without_a_bar_and_the_final_summary():
+    lines = [
+        "{'loss': 2.31, 'step': 1, 'train_samples_per_second': 201.7, 'epoch': 0.01}\n",
+        "{'loss': 2.25, 'grad_norm': 0.9, 'step': 2, 'train_samples_per_second': np.float64(210.3), 'epoch': 0.02}\n",
+        "{'loss': 2.2, 'step': 3, 'train_samples_per_second': 190.1, 'epoch': 0.03}\n",
+        HF_END,
+    ]
+    s = read(PRESETS["hf-trainer"], lines)
+    assert s.step_rates == (201.7, 210.3, 190.1) and s.rate_unit == "samples" and s.training_done
+    assert result_of(s).throughput == (pytest.approx(200.2), "samples/s")
+    plain = read(PRESETS["hf-trainer"], [HF_LOG, HF_LOG, HF_LOG], dt=3.0)  # PrinterCallback: wall clock
+    assert plain.step_times_s == (3.0, 3.0, 3.0) and plain.step_rates == ()
+
+
+def test_hf_trainer_with_a_real_tqdm_bar():
+    from tqdm import tqdm
+
+    out = io.StringIO()
+    bar = tqdm(total=6, file=out, dynamic_ncols=True, mininterval=0)
+    chunks = []
+    for i in range(6):
+        time.sleep(0.01)
+        bar.update(1)
+        if i == 2:
+            bar.write(HF_LOG.strip(), file=out)
+        chunks.append(out.getvalue())
+        out.seek(0)
+        out.truncate()
+    bar.close()
+    chunks.append(out.getvalue())
+    s = read(PRESETS["hf-trainer"], chunks)
+    assert len(s.step_times_s) == 6 and s.rate_unit == "steps" and all(r > 0 for r in s.step_rates)
+
+
+TITAN = (
+    "[rank0]:[titan] 2026-08-01 12:00:{sec:02d},234 - root - INFO - {e}[31mstep: {step:2}  {e}[32mloss: 12.25000  "
+    "{e}[38;2;180;60;0mgrad_norm:  3.9215  {e}[38;2;54;234;195mmemory: {gib:5.2f}GiB(22.16%)  "
+    "{e}[34mtps: {tps}  {e}[36mtflops: 71.43  {e}[35mmfu: 7.22%{e}[39m\n"
+)
+
+
+def test_torchtitan_metrics_lines_in_colour():
+    lines = [TITAN.format(e=ESC, sec=1, step=1, gib=21.05, tps="1,234"),
+             TITAN.format(e=ESC, sec=3, step=10, gib=21.10, tps="5,010"),
+             "[rank0]:[titan] 2026-08-01 12:00:04,000 - root - INFO - validate step: 10  loss:  7.1000  memory: 30.00GiB(31.00%)  tps: 99\n",
+             TITAN.format(e=ESC, sec=5, step=20, gib=21.08, tps="4,990"),
+             "[rank0]:[titan] 2026-08-01 12:00:06,000 - root - INFO - Training completed\n"]
+    s = read(PRESETS["torchtitan"], lines)
+    assert s.step_rates == (1234.0, 5010.0, 4990.0) and s.rate_unit == "tokens" and s.training_done
+    assert s.step_times_s[1:] == (pytest.approx(2.0 / 9), pytest.approx(4.0 / 10))  # log_freq steps apart
+    assert s.memory_peak_gib[None] == 21.10 and s.memory_total_gib[None] == pytest.approx(21.08 / 0.2216, rel=1e-3)
+    assert result_of(s).throughput == (pytest.approx(5000.0), "tokens/s")
+
+
+MEGATRON = (
+    " [2026-08-01 12:00:01.123456] iteration {it:8d}/     100 | consumed samples:   {cs:10d} | elapsed time per "
+    "iteration (ms): {ms:.1f} | throughput per GPU (TFLOP/s/GPU): 123.4 | learning rate: 1.000000E-05 | global batch "
+    "size:    64 | lm loss: 7.123456E+00 | loss scale: 1.0 | grad norm: 1.234 | number of skipped iterations:   0 | "
+    "number of nan iterations:   0 |\n"
+)
+
+
+def test_megatron_iteration_lines_and_memory_report():
+    lines = [MEGATRON.format(it=10, cs=640, ms=1500.0),
+             "[Rank 0] (after 10 iterations) memory (MB) | allocated: 12345.67 | max allocated: 23456.78 | reserved: "
+             "30000.00 | max reserved: 30720.00\n",
+             MEGATRON.format(it=20, cs=1280, ms=1000.0), MEGATRON.format(it=30, cs=1920, ms=1280.0),
+             " [after training is done] datetime: 2026-08-01 12:10:00 \n"]
+    s = read(PRESETS["megatron"], lines)
+    assert s.step_times_s == (1.5, 1.0, 1.28) and s.samples_per_step == 64 and s.training_done
+    assert s.memory_peak_gib[0] == pytest.approx(30.0)
+    assert result_of(s).throughput == (pytest.approx(64 / 1.14), "samples/s")
+
+
+def test_lightning_progress_bar_from_real_tqdm_and_from_its_docs():
+    from tqdm import tqdm
+
+    out = io.StringIO()
+    fmt = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_noinv_fmt}{postfix}]"
+    bar = tqdm(total=4, file=out, desc="Epoch 0", bar_format=fmt, dynamic_ncols=True, mininterval=0)
+    chunks = []
+    for i in range(4):
+        time.sleep(0.01)
+        bar.n = i + 1
+        bar.set_postfix({"v_num": 0, "train_loss": 2.31}, refresh=False)
+        bar.refresh()
+        chunks.append(out.getvalue())
+        out.seek(0)
+        out.truncate()
+    s = read(PRESETS["lightning"], chunks)
+    assert len(s.step_times_s) == 4 and s.rate_unit == "steps"
+    docs = read(PRESETS["lightning"], ["\rEpoch 1:   4%|▎         | 40/1095 [00:03<01:37, 10.84it/s, v_num=10]",
+                                        "\rEpoch 1:   4%|▍         | 41/1095 [00:03<01:37, 10.90it/s, v_num=10]",
+                                        "\n`Trainer.fit` stopped: `max_steps=41` reached.\n"])
+    assert docs.step_rates == (10.84, 10.90) and docs.training_done
+
+
+def test_deepspeed_throughput_timer_today_and_in_older_releases():
+    today = [f"[2026-08-01 12:00:0{i},123] [INFO] [timer.py:264:stop] epoch=0/micro_step={20 * i}/global_step={10 * i}, "
+             f"RunningAvgSamplesPerSec=45.12, CurrSamplesPerSec={46 + i}.5, MemAllocated=3.21GB, MaxMemAllocated=7.8{i}GB\n"
+             for i in (1, 2, 3)]
+    s = read(PRESETS["deepspeed"], today)
+    assert s.step_rates == (47.5, 48.5, 49.5) and s.rate_unit == "samples" and s.memory_peak_gib[None] == 7.83
+    old = read(PRESETS["deepspeed"], ["worker-0: [INFO 2020-02-06 19:53:56] 0/50, SamplesPerSec=1292.6411179579866\n",
+                                      "worker-0: [INFO 2020-02-06 19:53:56] 0/100, SamplesPerSec=1303.6726433398537\n"])
+    assert old.step_rates == (1292.6411179579866, 1303.6726433398537)
+
+
+@pytest.mark.parametrize(
+    "preset, lines",
+    [
+        ("skyrl", SKYRL_TODAY),
+        ("hf-trainer", [HF_BAR]),
+        ("hf-trainer", [HF_LOG]),
+        ("torchtitan", [TITAN.format(e=ESC, sec=1, step=1, gib=1.0, tps="1,000")]),
+        ("megatron", [MEGATRON.format(it=10, cs=640, ms=1.0)]),
+        ("lightning", ["\rEpoch 1:   4%|▎         | 40/1095 [00:03<01:37, 10.84it/s, v_num=10]"]),
+        ("deepspeed", ["worker-0: [INFO 2020-02-06 19:53:56] 0/50, SamplesPerSec=1292.6\n"]),
+    ],
+)
+def test_the_preset_is_recognised_from_the_output(preset, lines):
+    s = read(ProgressRules(), ["loading model...\n", "Loading checkpoint shards: 100%|██| 4/4 [00:05<00:00, 1.25s/it]\n", *lines])
+    assert s.preset == preset and len(s.step_times_s) >= 1
+
+
+def test_recognised_preset_keeps_the_spaces_own_rules():
+    rules = ProgressRules(training_done=r"all finished")
+    s = read(rules, [MEGATRON.format(it=10, cs=640, ms=1.0), "[after training is done]\n", "all finished\n"])
+    assert s.preset == "megatron" and s.training_done
+    assert not read(rules, [MEGATRON.format(it=10, cs=640, ms=1.0), "[after training is done]\n"]).training_done
