@@ -24,7 +24,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-spaces_app = typer.Typer(help="List and show search spaces.", no_args_is_help=True, rich_markup_mode=None)
+spaces_app = typer.Typer(help="List, show and start search spaces.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(spaces_app, name="spaces")
 
 out = Console()
@@ -67,7 +67,7 @@ def _check_dashdash(ctx: typer.Context, command: List[str]) -> None:
         return
     raise NcclTuneError(
         f"{command[0]!r} comes before --: put the training command after -- "
-        "(nccl-tune run [OPTIONS] -- COMMAND ...); --dry-run and --json take no value"
+        f"({ctx.command_path or 'nccl-tune run'} [OPTIONS] -- COMMAND ...); --dry-run and --json take no value"
     )
 
 
@@ -251,6 +251,27 @@ def spaces_list_cmd() -> None:
 
     for name in builtin_names():
         out.print(f"[bold]{escape(name)}[/]  {escape(load_space(name).description)}", highlight=False, soft_wrap=True)
+
+
+@spaces_app.command("init", cls=_RunCommand, context_settings={"allow_interspersed_args": False})
+def spaces_init_cmd(
+    ctx: typer.Context,
+    command: Optional[List[str]] = typer.Argument(None, help="The training command, after --.", show_default=False, metavar="-- COMMAND"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the space here (a new file) instead of stdout."),
+    timeout: float = typer.Option(30.0, "--timeout", help="Seconds COMMAND --help may take."),
+) -> None:
+    """A starter space for COMMAND from its --help (argparse or Hydra): tunable options, a progress preset, checks."""
+    from nccl_tune.search_spaces.starter import init_space
+
+    try:
+        _check_dashdash(ctx, command or [])
+        if not command:
+            raise NcclTuneError("no command after --; usage: nccl-tune spaces init [-o FILE] -- COMMAND [ARGS...]")
+        if output is not None and output.exists():
+            raise NcclTuneError(f"{output} already exists; choose another --output or remove it")
+        _deliver(init_space(tuple(command), timeout), output)
+    except NcclTuneError as exc:
+        _fail(exc)
 
 
 @spaces_app.command("show")

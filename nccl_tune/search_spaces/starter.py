@@ -1,0 +1,332 @@
+"""``nccl-tune spaces init -- COMMAND``: a starter search space from what ``COMMAND --help`` says.
+
+From an argparse help (``--batch-size BATCH_SIZE  ... (default: 8)``) or a Hydra help (the YAML
+under ``== Config ==``), the options that look tunable (batch and micro-batch sizes, gradient
+accumulation, sequence lengths, offload, activation checkpointing, data-loader workers) become
+parameters, with kinds and defaults where the help shows them; a progress preset is guessed from
+the command; ``# check:`` comments mark what only the user can know. Nothing here runs anything:
+``launchers/help.py`` fetches the help text.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from nccl_tune.launchers.presets import PRESETS
+from nccl_tune.search_spaces.render import format_value
+
+
+@dataclass(frozen=True)
+class HelpOption:
+    """One option of the command, as its help shows it."""
+
+    key: str
+    """``--batch-size`` (a flag) or ``trainer.train_batch_size`` (a Hydra key)."""
+    takes_value: bool = True
+    choices: tuple[str, ...] = ()
+    default: Any = None
+    negatable: bool = False
+    """argparse's ``--x/--no-x`` pair."""
+
+
+@dataclass(frozen=True)
+class Role:
+    """What kind of knob an option name suggests, and how it moves memory and the training."""
+
+    name: str
+    pattern: str
+    memory: str
+    semantic: bool
+    help: str
+
+
+ROLES = (
+    Role("micro", r"micro.*batch|batch.*micro", "increasing", False, "micro-batch per forward/backward"),
+    Role("batch", r"(?<!eval_)(?<!val_)(?<!test_)batch_?size|batch$|per_device_train_batch", "increasing", True,
+         "samples per step per device"),
+    Role("accum", r"accum", "none", True, "gradient accumulation steps"),
+    Role("seq", r"seq_?len|max_?(seq_?)?length|block_size|max_prompt_length|context_len", "increasing", True,
+         "tokens per sample"),
+    Role("offload", r"offload", "decreasing", False, "CPU offload (less GPU memory, slower steps)"),
+    Role("checkpointing", r"checkpointing|recompute|activation_ckpt|grad_ckpt", "decreasing", False,
+         "activation checkpointing (less GPU memory, slower steps)"),
+    Role("workers", r"num_workers|dataloader_workers|workers$", "none", False, "data-loader worker processes"),
+)
+_SKIP = re.compile(r"dir|path|file|url|seed|interval|every|save|eval|valid|test|log")
+_LOGGING = re.compile(r"^(logging_steps|log_interval|log_freq|log_every(_n_steps)?|steps_per_print)$")
+_GUESSES = (
+    ("skyrl", r"skyrl"),
+    ("torchtitan", r"torchtitan"),
+    ("megatron", r"megatron|pretrain_(gpt|bert|t5|llama|mamba)"),
+    ("deepspeed", r"deepspeed"),
+    ("lightning", r"lightning|LightningCLI|--trainer\.max_steps"),
+    ("hf-trainer", r"transformers|\btrl\b|accelerate|run_clm|run_mlm|\bsft\b|per_device_train_batch_size|TrainingArguments"),
+)
+
+
+def _norm(key: str) -> str:
+    """The identifier a flag or key is called by in expressions (``--batch-size`` -> ``batch_size``)."""
+    return re.sub(r"[^A-Za-z0-9_.]+", "_", key.lstrip("-+")).strip("_.").lower()
+
+
+def _value(text: str) -> Any:
+    text = text.strip().strip("'\"")
+    if text in ("None", "null", ""):
+        return None
+    for cast in (int, float):
+        try:
+            return cast(text)
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+_OPTION_LINE = re.compile(r"^\s{1,8}(-\S.*?)(?:\s{2,}(\S.*))?$")
+_DEFAULT = re.compile(r"\(default:?\s*([^)]*)\)|\[default:?\s*([^\]]*)\]|[Dd]efaults? to\s+([^\s,;.)]+)")
+
+
+def parse_argparse(text: str) -> list[HelpOption]:
+    """The options of an argparse (or argparse-like) help text."""
+    options: list[HelpOption] = []
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        m = _OPTION_LINE.match(line)
+        if not m:
+            continue
+        help_text = m.group(2) or ""
+        for nxt in lines[i + 1 :]:
+            if not nxt.strip() or _OPTION_LINE.match(nxt) or not nxt.startswith(" " * 10):
+                break
+            help_text += " " + nxt.strip()
+        option = _option(m.group(1), help_text)
+        if option is not None:
+            options.append(option)
+    return options
+
+
+def _option(spec: str, help_text: str) -> HelpOption | None:
+    forms = [f.strip() for f in spec.split(", ")]
+    longs = [f for f in forms if f.startswith("--")]
+    if not longs or longs[0].split()[0] == "--help":
+        return None
+    flag, _, metavar = longs[0].partition(" ")
+    negatable = any(f.startswith("--no-") and f[5:] == flag[2:] for f in forms)
+    choices = tuple(c.strip() for c in metavar.strip("{}").split(",")) if metavar.startswith("{") else ()
+    d = _DEFAULT.search(help_text)
+    default = _value(next(g for g in d.groups() if g is not None)) if d else None
+    if not metavar and default is None:
+        default = False  # a switch (store_true) is off unless given
+    return HelpOption(flag, bool(metavar), choices, default, negatable)
+
+
+def parse_hydra(text: str) -> list[HelpOption]:
+    """The leaves of the config a Hydra help prints under ``== Config ==``."""
+    head, sep, rest = text.partition("== Config ==")
+    if not sep:
+        return []
+    body = rest.split("Powered by Hydra")[0]
+    body = "\n".join(ln for ln in body.splitlines() if not ln.startswith("Override anything"))
+    try:
+        cfg = yaml.safe_load(body)
+    except yaml.YAMLError:
+        return []
+    out: list[HelpOption] = []
+
+    def walk(node: Any, prefix: str) -> None:
+        if isinstance(node, dict):
+            for k, v in node.items():
+                walk(v, f"{prefix}{k}.")
+        else:
+            out.append(HelpOption(prefix[:-1], default=node))
+
+    walk(cfg if isinstance(cfg, dict) else {}, "")
+    return out
+
+
+def role_of(key: str) -> Role | None:
+    """The knob an option's name suggests (the last part of a dotted key decides), or None."""
+    name = _norm(key).split(".")[-1]
+    if _SKIP.search(name):
+        return None
+    return next((r for r in ROLES if re.search(r.pattern, name)), None)
+
+
+def guess_preset(command: Sequence[str], help_text: str) -> str | None:
+    """The progress preset the command (then its help) suggests."""
+    for where in (" ".join(command), help_text):
+        for preset, pattern in _GUESSES:
+            if re.search(pattern, where, re.IGNORECASE):
+                return preset
+    return None
+
+
+def _pow2(n: int) -> bool:
+    return n >= 1 and n & (n - 1) == 0
+
+
+def _numeric_kind(role: Role, d: Any) -> tuple[dict[str, Any], list[str]]:
+    """Kind and values for a numeric knob with default ``d`` (None: the help shows none)."""
+    check = [] if isinstance(d, int) else ["the help shows no default: set default: to what your command runs with today"]
+    if role.name == "workers":
+        d0 = d if isinstance(d, int) else 2
+        return {"kind": "int", "low": 0, "high": max(4, 2 * d0)}, check
+    if role.name == "seq":
+        d0 = d if isinstance(d, int) and d >= 2 else 1024
+        return {"kind": "categorical", "choices": sorted({d0 // 2, d0, d0 * 2})}, check
+    d0 = d if isinstance(d, int) and d >= 1 else (1 if role.name == "accum" else 8)
+    if _pow2(d0):
+        low, high = (1, max(8, 2 * d0)) if role.name == "accum" else (max(1, d0 // 4), d0 * 4)
+        return {"kind": "pow2", "low": low, "high": high}, check
+    return {"kind": "categorical", "choices": sorted({max(1, d0 // 2), d0, d0 * 2})}, check
+
+
+def _fields(opt: HelpOption, role: Role) -> tuple[dict[str, Any], list[str]] | None:
+    """The parameter's kind, values and default, and what to check; None when it cannot be tuned."""
+    if opt.choices:
+        return {"kind": "categorical", "choices": [_value(c) for c in opt.choices], "default": opt.default}, []
+    if not opt.takes_value or isinstance(opt.default, bool):
+        checks = []
+        if opt.negatable:
+            checks.append(f"{opt.key} has a --no- form; a switch only adds the flag, so keep default: false")
+        style = {"arg_style": "switch"} if not opt.takes_value and opt.key.startswith("-") else {}
+        return {"kind": "bool", **style, "default": bool(opt.default)}, checks
+    if role.name in ("offload", "checkpointing"):
+        return None  # a value that is not a boolean (a policy name): left to the user
+    if opt.default is not None and not isinstance(opt.default, int):
+        return None
+    kind, checks = _numeric_kind(role, opt.default)
+    if opt.default is not None:
+        kind["default"] = opt.default
+    return kind, checks
+
+
+def _yaml_value(v: Any) -> str:
+    if isinstance(v, (bool, int, float)) or v is None:
+        return format_value(v) if v is not None else "null"
+    return json.dumps(v)
+
+
+def _param_block(opt: HelpOption, role: Role, name: str) -> list[str] | None:
+    got = _fields(opt, role)
+    if got is None:
+        return None
+    fields, checks = got
+    lines = [f"  - name: {name}"]
+    if opt.key.startswith("-"):
+        lines.append(f"    arg: {opt.key}")
+    for key in ("arg_style", "kind", "low", "high", "choices", "default"):
+        if key in fields and fields[key] is not None:
+            v = fields[key]
+            shown = "[" + ", ".join(_yaml_value(c) for c in v) + "]" if key == "choices" else _yaml_value(v)
+            lines.append(f"    {key}: {v if key in ('kind', 'arg_style') else shown}")
+    lines.append(f"    memory: {role.memory}")
+    if role.semantic:
+        lines.append("    semantic: true          # check: does it change the training itself (not only its speed)?")
+    lines.append(f"    help: {json.dumps(role.help)}")
+    lines += [f"    # check: {c}" for c in checks]
+    return lines
+
+
+def starter_yaml(command: Sequence[str], help_text: str) -> str:
+    """A starter space (YAML with ``# check:`` comments) for ``command`` from its ``--help`` output."""
+    from nccl_tune.errors import NcclTuneError
+
+    hydra = parse_hydra(help_text)
+    options = hydra or parse_argparse(help_text)
+    if not options:
+        first = next((ln.strip() for ln in help_text.splitlines() if ln.strip()), "")
+        raise NcclTuneError(
+            f"`{' '.join(command)} --help` shows no argparse or Hydra options (it printed: {first[:120]!r}); "
+            "write the space by hand (`nccl-tune spaces show skyrl-text2sql --yaml` is an example)"
+        )
+    params: list[str] = []
+    names: set[str] = set()
+    for opt in options:
+        role, name = role_of(opt.key), _norm(opt.key)
+        if role is None or name in names:
+            continue
+        block = _param_block(opt, role, name if opt.key.startswith("-") else opt.key)
+        if block:
+            names.add(name)
+            params += block
+    if not params:
+        raise NcclTuneError(
+            f"`{' '.join(command)} --help` shows no option that looks tunable (batch or micro-batch size, "
+            "accumulation, sequence length, offload, checkpointing, workers); write the parameters by hand"
+        )
+    return _document(command, help_text, options, params, names)
+
+
+def _space_name(command: Sequence[str]) -> str:
+    script = next((a for a in command if a.endswith((".py", ".sh"))), None)
+    script = script or next((a for a in reversed(command) if not a.startswith("-")), "job")
+    stem = re.sub(r"[^a-z0-9]+", "-", Path(script).stem.lower()).strip("-")
+    return stem or "job"
+
+
+def _document(command: Sequence[str], help_text: str, options: list[HelpOption], params: list[str], names: set[str]) -> str:
+    import shlex
+
+    from nccl_tune.search_spaces.loader import parse_space
+
+    preset = guess_preset(command, help_text)
+    shown = shlex.join(command)
+    lines = [
+        f"# Starter search space for: {shown}",
+        "# Written by `nccl-tune spaces init` from the command's --help; nothing was run. Before tuning,",
+        "# check: each default is what the command runs with today (the first trial is that baseline), each",
+        "# range is one the job accepts, and memory:/semantic: say what each knob really does.",
+        f"name: {_space_name(command)}",
+        f"description: {json.dumps('Starter space for ' + shown)}",
+        f"command: {json.dumps(shown)}",
+        "",
+        "parameters:",
+        *params,
+        "",
+        "progress:",
+    ]
+    if preset:
+        lines.append(f"  preset: {preset}          # check: guessed from the command; presets: {', '.join(PRESETS)}")
+    else:
+        lines.append("  {}                       # no preset guessed: the first trial's output decides (or name one: "
+                     + ", ".join(PRESETS) + ")")
+        lines[-2] = "progress:"
+    logging = [o for o in options if _LOGGING.match(_norm(o.key).split(".")[-1]) and o.takes_value]
+    if logging:
+        key = logging[0].key
+        lines += ["", "trial:", "  overrides:", f"    {json.dumps(key)}: 1      # print progress every step while tuning"]
+    lines += [
+        "",
+        "stop:",
+        "  warmup_steps: 1",
+        "  measured_steps: 3",
+        "",
+        "clocks:                     # check: model loading and the slowest step of the baseline fit in these",
+        "  startup_timeout_s: 900",
+        "  stall_timeout_s: 600",
+        "  trial_timeout_s: 3600",
+        "",
+        "# When the log prints no samples or tokens rate, say how many samples a step processes (steps/s",
+        "# cannot compare trials that change the batch):",
+        "# throughput:",
+        f"#   samples_per_step: {' * '.join(sorted(n for n in names if role_of(n) and role_of(n).name in ('batch', 'accum'))) or 'batch_size'}"
+        "   # check: times the number of data-parallel ranks",
+    ]
+    text = "\n".join(lines) + "\n"
+    if not preset:
+        text = text.replace("progress:\n  {}", "progress: {}")
+    parse_space(text, source="starter", label="the starter space")  # written spaces always load
+    return text
+
+
+def init_space(command: Sequence[str], timeout_s: float = 30.0) -> str:
+    """The starter space for ``command``: its ``--help`` (run with a timeout, never its training) read."""
+    from nccl_tune.launchers.help import help_text
+
+    return starter_yaml(command, help_text(command, timeout_s))

@@ -1,0 +1,28 @@
+"""`nccl-tune spaces init -- COMMAND`: a starter space file from the command's --help."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from tests.tuner.conftest import run_cli
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ddp_train.py"
+
+
+def test_init_writes_a_space_that_loads_and_never_overwrites(tmp_path):
+    proc = run_cli(["spaces", "init", "-o", "space.yaml", "--", sys.executable, str(EXAMPLE)], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    text = (tmp_path / "space.yaml").read_text()
+    assert "arg: --batch-size" in text and "# check:" in text
+    shown = run_cli(["spaces", "show", "space.yaml"], cwd=tmp_path)
+    assert shown.returncode == 0 and "arg --gradient-checkpointing (switch)" in shown.stdout
+    again = run_cli(["spaces", "init", "-o", "space.yaml", "--", sys.executable, str(EXAMPLE)], cwd=tmp_path)
+    assert again.returncode == 1 and "already exists" in again.stderr and (tmp_path / "space.yaml").read_text() == text
+
+
+def test_init_needs_a_command_after_dashdash(tmp_path):
+    proc = run_cli(["spaces", "init"], cwd=tmp_path)
+    assert proc.returncode == 1 and "usage: nccl-tune spaces init" in proc.stderr
+    stray = run_cli(["spaces", "init", sys.executable, str(EXAMPLE)], cwd=tmp_path)
+    assert stray.returncode == 1 and "comes before --" in stray.stderr

@@ -1,0 +1,91 @@
+"""Starter spaces from a command's --help: argparse and Hydra programs, the preset guess, and a
+command that ignores --help (stopped, never waited for)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from nccl_tune.errors import NcclTuneError
+from nccl_tune.launchers.help import help_text
+from nccl_tune.search_spaces.loader import parse_space
+from nccl_tune.search_spaces.render import render_values
+from nccl_tune.search_spaces.starter import guess_preset, init_space, parse_argparse, role_of
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLE = ROOT / "examples" / "ddp_train.py"
+HYDRA_APP = Path(__file__).parent / "scripts" / "hydra_app.py"
+
+
+def test_an_argparse_job_gives_flags_with_kinds_defaults_and_checks():
+    text = init_space([sys.executable, str(EXAMPLE)])
+    space = parse_space(text, source="t", label="t")
+    p = {q.name: q for q in space.parameters}
+    assert set(p) == {"batch_size", "grad_accum", "seq_len", "gradient_checkpointing"}
+    assert p["batch_size"].arg == "--batch-size" and p["batch_size"].default == 2 and p["batch_size"].kind.value == "pow2"
+    assert p["grad_accum"].default == 8 and p["seq_len"].choices == (16, 32, 64) and p["seq_len"].semantic
+    assert p["gradient_checkpointing"].arg_style.value == "switch" and p["gradient_checkpointing"].memory.value == "decreasing"
+    args, _ = render_values(space, space.defaults())
+    assert args[:2] == ["--batch-size", "2"] and "--gradient-checkpointing" not in args
+    assert "# check:" in text and "# throughput:" in text
+    assert "progress: {}" in text  # nothing in `python ddp_train.py` names a trainer: the first trial decides
+
+
+def test_a_hydra_program_gives_its_config_keys():
+    text = init_space([sys.executable, str(HYDRA_APP)])
+    space = parse_space(text, source="t", label="t")
+    names = [q.name for q in space.parameters]
+    assert names == [
+        "trainer.train_batch_size", "trainer.micro_train_batch_size_per_gpu", "trainer.max_prompt_length",
+        "trainer.policy.fsdp_config.cpu_offload", "trainer.gradient_checkpointing", "data.num_workers",
+    ]
+    micro = space.param("trainer.micro_train_batch_size_per_gpu")
+    assert micro.arg is None and micro.default == 1 and not micro.semantic
+    assert space.param("trainer.train_batch_size").semantic and space.param("trainer.gradient_checkpointing").default is True
+    args, _ = render_values(space, space.defaults())
+    assert "trainer.train_batch_size=256" in args
+    assert space.trial_overrides == {"trainer.log_every_n_steps": "1"}
+
+
+@pytest.mark.parametrize(
+    "command, preset",
+    [
+        (["uv", "run", "-m", "skyrl.train.entrypoints.main_base"], "skyrl"),
+        (["torchrun", "-m", "torchtitan.train"], "torchtitan"),
+        (["torchrun", "pretrain_gpt.py"], "megatron"),
+        (["deepspeed", "train.py"], "deepspeed"),
+        (["python", "train_lightning.py"], "lightning"),
+        (["accelerate", "launch", "sft.py"], "hf-trainer"),
+        (["python", "train.py"], None),
+    ],
+)
+def test_the_preset_is_guessed_from_the_command(command, preset):
+    assert guess_preset(command, "") == preset
+
+
+def test_options_that_are_not_knobs_are_left_out():
+    for key in ("--output-dir", "--checkpoint-dir", "--eval-batch-size", "--save-steps", "--seed", "--log-interval"):
+        assert role_of(key) is None, key
+    assert role_of("--per_device_train_batch_size").name == "batch"
+    assert role_of("--micro-batch-size").name == "micro"
+    hf = "  --gradient_checkpointing [GRADIENT_CHECKPOINTING]\n                        If True, use gradient checkpointing. (default: False)\n"
+    (opt,) = parse_argparse(hf)
+    assert opt.key == "--gradient_checkpointing" and opt.takes_value and opt.default is False
+
+
+def test_a_command_that_ignores_help_is_stopped_not_waited_for(tmp_path):
+    marker = tmp_path / "started"
+    code = f"import pathlib, time; pathlib.Path({str(marker)!r}).write_text('x'); time.sleep(60)"
+    t0 = time.monotonic()
+    with pytest.raises(NcclTuneError, match="printed nothing in 1s and was stopped"):
+        help_text([sys.executable, "-c", code], timeout_s=1.0)
+    assert time.monotonic() - t0 < 10 and marker.exists()
+
+
+def test_help_without_options_is_one_line():
+    with pytest.raises(NcclTuneError, match="shows no argparse or Hydra options") as info:
+        init_space([sys.executable, "-c", "print('hello')"])
+    assert "\n" not in str(info.value)
