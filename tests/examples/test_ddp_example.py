@@ -1,0 +1,48 @@
+"""examples/ddp_train.py, a real torchrun (gloo) job with argparse flags and Hugging Face Trainer-style
+lines, tuned end to end through `nccl-tune run` with its user-style space (flags, a preset, no
+throughput section)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.tuner.conftest import run_cli
+
+pytestmark = pytest.mark.timeout(600)
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+JOB = [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc-per-node", "2", str(EXAMPLES / "ddp_train.py")]
+SPACE = str(EXAMPLES / "ddp_train.yaml")
+
+
+def test_dry_run_shows_the_flags_as_separate_argv_elements(tmp_path):
+    proc = run_cli(["run", "--space", SPACE, "--dry-run", "--json", "--", *JOB], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    argv = json.loads(proc.stdout)["argv"]
+    assert argv[: len(JOB)] == JOB and argv[len(JOB) :] == ["--batch-size", "2", "--grad-accum", "8"]
+
+
+def test_the_example_is_tuned_to_a_faster_config_than_its_baseline(tmp_path):
+    proc = run_cli(
+        ["run", "--space", SPACE, "--trials", "3", "--confirm", "1", "--seed", "1", "--json", "-o", "tuned.yaml", "--", *JOB],
+        cwd=tmp_path, timeout=540,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads(proc.stdout)
+    best, base = summary["best"], summary["baseline"]
+    assert best["throughput_unit"] == base["throughput_unit"] == "samples/s"
+    assert best["confirmed"] and best["params"]["batch_size"] > 2
+    assert best["throughput_per_s"] > 1.2 * base["throughput_per_s"], (best, base)
+    assert "progress: the output reads" not in proc.stderr  # the space names its preset
+    doc = yaml.safe_load((tmp_path / "tuned.yaml").read_text())
+    b = best["params"]["batch_size"]
+    assert doc["args"] == ["--batch-size", str(b), "--grad-accum", str(16 // b)]
+    assert doc["overrides"] == {"batch_size": b, "checkpointing": best["params"]["checkpointing"], "grad_accum": 16 // b}
+    assert doc["metrics"]["throughput_unit"] == "samples/s"
+    spec = json.loads(next(tmp_path.glob("results/*/trial-0000/spec.json")).read_text())
+    assert spec["argv"][len(JOB) :] == ["--batch-size", "2", "--grad-accum", "8"]
