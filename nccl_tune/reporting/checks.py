@@ -27,7 +27,7 @@ def stable_config_found(view: StudyView) -> Check:
     w = view.winner
     if w is not None:
         confirmed = f"confirmed by {len(w.ok_runs)} runs" if w.confirmed else "not confirmed by a re-run"
-        return Check("stable config found", PASSED, f"trial {w.first.number}: {w.throughput:.4g} samples/s, {confirmed}")
+        return Check("stable config found", PASSED, f"trial {w.first.number}: {w.throughput:.4g} {view.unit}, {confirmed}")
     counts = Counter(r.status.value for r in view.launched if failed(r) and r.status)
     what = ", ".join(f"{k} {n}" for k, n in counts.most_common()) or "none failed"
     return Check("stable config found", FAILED, f"no stable config in {len(view.launched)} launched trials ({what})")
@@ -57,7 +57,7 @@ def baseline_still_runs(view: StudyView) -> Check:
     bad = next((r for r in runs if not r.ok or r.near_wall), None)
     if bad is None:
         shown = ", ".join(f"{r.throughput:.4g}" for r in runs if r.throughput)
-        return Check(name, PASSED, f"{len(runs)} runs ok ({shown} samples/s)")
+        return Check(name, PASSED, f"{len(runs)} runs ok ({shown} {view.unit})")
     v = bad.result.verdict if bad.result else None
     if bad.ok:
         return Check(name, FAILED, f"trial {bad.number} came within the memory margin of the GPU's limit")

@@ -127,7 +127,7 @@ def _trial_row(view: StudyView, r: TrialRecord) -> list[str]:
 
 
 def _trials(view: StudyView) -> str:
-    head = ("#", "kind", "status", "failure class", "values (changes from the defaults)", "samples/s", "peak GiB",
+    head = ("#", "kind", "status", "failure class", "values (changes from the defaults)", view.unit, "peak GiB",
             "headroom GiB", "seconds", "advice")
     return "<h2>Trials</h2>" + _table(head, (_trial_row(view, r) for r in view.records), num_cols=(0, 5, 6, 7, 8))
 

@@ -34,7 +34,7 @@ def _verdict(view: StudyView) -> list[str]:
         return [f"> **{'REGRESSION' if v.regression else 'OK'}**: {_cell(v.summary)}", ""]
     if view.winner is None:
         return ["> **NO STABLE CONFIG**", ""]
-    return [f"> best stable: trial {view.winner.first.number}, {view.winner.throughput:.4g} samples/s", ""]
+    return [f"> best stable: trial {view.winner.first.number}, {view.winner.throughput:.4g} {view.unit}", ""]
 
 
 def _trials(view: StudyView) -> list[str]:
@@ -49,7 +49,7 @@ def _trials(view: StudyView) -> list[str]:
                      _num(res.memory.min_headroom_gib if res and res.memory else None, ".1f"),
                      _num(t.duration_s if t else None, ".0f"), advice))
     out = ["### Trials", ""]
-    out += _table(("#", "kind", "class", "values (changes from the defaults)", "samples/s", "peak GiB", "headroom GiB",
+    out += _table(("#", "kind", "class", "values (changes from the defaults)", view.unit, "peak GiB", "headroom GiB",
                    "s", "advice"), rows)
     if len(view.launched) > MAX_TRIAL_ROWS:
         out += [f"({len(view.launched) - MAX_TRIAL_ROWS} more launched trials in the HTML and JSON reports)", ""]

@@ -108,7 +108,7 @@ def throughput_by_parameter(view: StudyView) -> str | None:
                        s=180, facecolors="none", edgecolors="black", zorder=4, label="winner")
         ax.set_xticks(range(len(labels)), labels, rotation=30 if max(map(len, labels)) > 4 else 0)
         ax.set_title(names[p.name])
-        ax.set_ylabel("samples/s")
+        ax.set_ylabel(view.unit)
     for ax in list(axes.flat)[len(params):]:
         ax.set_visible(False)
     handles, labels = axes.flat[0].get_legend_handles_labels()

@@ -46,6 +46,11 @@ class StudyView:
         return tuple(r for r in self.records if r.outcome is Outcome.LAUNCHED)
 
     @property
+    def unit(self) -> str:
+        """The unit the study's throughput is in (``samples/s``, ``tokens/s``, ``steps/s``)."""
+        return next((r.throughput_unit for r in self.launched if r.ok and r.throughput_unit), "samples/s")
+
+    @property
     def gpu_limit_gib(self) -> float | None:
         """The GPU's memory: from the trials' NVML/log figures, else the fingerprint."""
         totals = [g.total_gib for r in self.launched if r.result and r.result.memory for g in r.result.memory.gpus]
@@ -113,19 +118,20 @@ def winner_reasons(view: StudyView) -> list[str]:
     if w is None:
         return [f"no stable config among {len(view.launched)} launched trials"]
     runs = ", ".join(f"{r.throughput:.4g}" for r in w.ok_runs if r.throughput)
-    lines = [f"trial {w.first.number}: {w.throughput:.4g} samples/s, the fastest config that finished every measured "
+    u = view.unit
+    lines = [f"trial {w.first.number}: {w.throughput:.4g} {u}, the fastest config that finished every measured "
              f"step in each of its {len(w.runs)} runs ({runs}; spread {w.throughput_spread:.1%})"
              + (f" with at least {w.min_headroom_gib:.1f} GiB of GPU memory left" if w.min_headroom_gib is not None else "")]
     b = view.baseline
     if b is not None and b.throughput and b is not w and values_key(b.values) != values_key(w.values):
-        lines.append(f"{w.throughput / b.throughput:.2f}x the space defaults' {b.throughput:.4g} samples/s (trial {b.first.number})")
+        lines.append(f"{w.throughput / b.throughput:.2f}x the space defaults' {b.throughput:.4g} {u} (trial {b.first.number})")
     margin = view.space.min_headroom_frac
     pool = [c for c in candidates(view.records) if values_key(c.values) != values_key(w.values)]
     for c in sorted((c for c in pool if c.throughput > w.throughput and not c.stable), key=lambda c: -c.throughput)[:3]:
-        lines.append(f"trial {c.first.number} was faster ({c.throughput:.4g} samples/s) but {_why_not(c, margin)}")
+        lines.append(f"trial {c.first.number} was faster ({c.throughput:.4g} {u}) but {_why_not(c, margin)}")
     runner = max((c for c in pool if c.stable), key=lambda c: c.throughput, default=None)
     if runner is not None and w.throughput:
-        lines.append(f"runner-up: trial {runner.first.number}, {runner.throughput:.4g} samples/s "
+        lines.append(f"runner-up: trial {runner.first.number}, {runner.throughput:.4g} {u} "
                      f"({runner.throughput / w.throughput - 1:+.1%})")
     for c in semantic_changes(view.space, w.values, b.values if b else None):
         lines.append(f"changes the training itself: {c.name} {format_value(c.before)} -> {format_value(c.after)} "
