@@ -174,7 +174,7 @@ def _row(path: str, size: int, seconds: float, rss: RssWatch, found: int | None,
 
 def bench_scanner(log: Path, steps: int) -> Row:
     tracker = ProgressTracker(ProgressRules())
-    scanner = LineScanner(tracker.feed, tracker.literals)
+    scanner = LineScanner(tracker.feed, tracker.current_literals)
     with RssWatch() as rss:
         t0 = time.perf_counter()
         with open(log, "rb", buffering=0) as fh:
@@ -187,7 +187,7 @@ def bench_scanner(log: Path, steps: int) -> Row:
 
 def bench_pump(log: Path, steps: int, out_dir: Path) -> Row:
     tracker = ProgressTracker(ProgressRules())
-    scanner = LineScanner(tracker.feed, tracker.literals)
+    scanner = LineScanner(tracker.feed, tracker.current_literals)
     out = out_dir / "output.log"
     with RssWatch() as rss:
         t0 = time.perf_counter()

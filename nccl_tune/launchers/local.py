@@ -176,7 +176,7 @@ class LocalLauncher(Launcher):
             return self._launch_error(spec, observer, str(exc), log_path, t0)
 
         tracker = ProgressTracker(spec.progress, start_t=t0)
-        scanner = LineScanner(tracker.feed, tracker.literals, source=LOG_FILE, tail_lines=self.tail_lines)
+        scanner = LineScanner(tracker.feed, tracker.current_literals, source=LOG_FILE, tail_lines=self.tail_lines)
         assert proc.stdout is not None
         pump = LogPump(proc.stdout.fileno(), log_path, scanner)
         sampler = MemorySampler(self.probe, proc.pid, spec.marker, interval_s=self.memory_interval_s)

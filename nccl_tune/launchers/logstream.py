@@ -86,19 +86,21 @@ class LineScanner:
     """Turns byte chunks into the few lines that matter. Not thread-safe: one feeder.
 
     ``literals`` are substrings at least one of which every interesting line holds (from
-    ``progress.required_literals``); None sends every line to ``on_line`` (slow, exact)."""
+    ``progress.required_literals``), or a callable giving the current ones (they narrow once a
+    tracker has recognised its preset); None sends every line to ``on_line`` (slow, exact)."""
 
     def __init__(
         self,
         on_line: LineHandler,
-        literals: Sequence[bytes] | None,
+        literals: Sequence[bytes] | None | Callable[[], Sequence[bytes] | None],
         *,
         source: str = "output.log",
         tail_lines: int = 50,
         first_error_lines: int = 20,
     ) -> None:
         self._on_line = on_line
-        self._literals = tuple(literals) if literals is not None else None
+        self._literals_of = literals if callable(literals) else None
+        self._literals = tuple(literals) if literals is not None and not callable(literals) else None
         self._source = source
         self._tail: deque[tuple[int, bytes]] = deque(maxlen=tail_lines)
         self._first_errors: list[Evidence] = []
@@ -142,12 +144,18 @@ class LineScanner:
         # an over-long line keeps its head only; the rest of it is counted, not kept
         self._rest = rest if len(rest) <= MAX_LINE_BYTES else rest[:MAX_LINE_BYTES]
 
+    def _update_literals(self) -> None:
+        if self._literals_of is not None:
+            found = self._literals_of()
+            self._literals = tuple(found) if found is not None else None
+
     def _redraws(self, now: float) -> None:
         """A progress bar (tqdm) redraws one line with carriage returns and ends it only when it
         closes: hand each redraw to the parsers as it arrives, and keep only the last one."""
         rest = self._rest
         if rest.rfind(b"\r") < 0:
             return
+        self._update_literals()
         segs = rest.split(b"\r")
         keep = max((i for i, seg in enumerate(segs) if seg.strip()), default=0)
         self._parse_redraws(rest, self.lines + 1, now, self._redrawn)
@@ -198,6 +206,7 @@ class LineScanner:
         """Parse the complete lines in ``buf[lo:hi]`` (which ends with a newline); ``redrawn`` is
         the first line's progress-bar redraw the parsers have already seen."""
         base = self.lines
+        self._update_literals()
         if buf.find(b"\x1b", lo, hi) >= 0:
             buf = _ANSI_BYTES.sub(b"", buf[lo:hi])
             lo, hi = 0, len(buf)

@@ -303,9 +303,12 @@ class ProgressTracker:
     step's wall-clock duration count from the launch when the log gives no duration."""
 
     def __init__(self, rules: ProgressRules, start_t: float | None = None) -> None:
-        self._candidates = [_compile(r) for r in candidates(rules)]
+        self._rules = candidates(rules)
+        self._candidates = [_compile(r) for r in self._rules]
         self._rx: _Compiled | None = self._candidates[0] if len(self._candidates) == 1 else None
         self.literals = required_literals(rules)
+        """Texts one of which every line the rules can match holds (every candidate preset's)."""
+        self._literals_now = self.literals
         self._lock = threading.Lock()
         self._start_t = start_t
         self._step_alt: int | None = None
@@ -326,12 +329,16 @@ class ProgressTracker:
 
     def _recognise(self, text: str) -> _Compiled | None:
         """The first candidate whose step, phase or end rule matches ``text`` (then used for good)."""
-        for c in self._candidates:
-            rules = (*c.step, c.phase_start, c.phase_end, c.done)
-            if any(rx is not None and rx.search(text) for rx in rules):
+        for c, rules in zip(self._candidates, self._rules):
+            if any(rx is not None and rx.search(text) for rx in (*c.step, c.phase_start, c.phase_end, c.done)):
                 self._rx = c
+                self._literals_now = required_literals(rules)
                 return c
         return None
+
+    def current_literals(self) -> tuple[bytes, ...] | None:
+        """``literals``, narrowed to the recognised preset's once the output has been recognised."""
+        return self._literals_now
 
     def _step_match(self, rx: _Compiled, text: str) -> re.Match[str] | None:
         """The step alternative in use matches ``text`` (the first alternative to match is kept)."""

@@ -22,7 +22,7 @@ ESC = "\x1b"
 def read(rules: ProgressRules, chunks: list[str], dt: float = 2.0) -> ProgressState:
     """Feed ``chunks`` (as the pipe delivers them) through the log reader, ``dt`` seconds apart."""
     tracker = ProgressTracker(rules, start_t=0.0)
-    scanner = LineScanner(tracker.feed, tracker.literals)
+    scanner = LineScanner(tracker.feed, tracker.current_literals)
     for i, chunk in enumerate(chunks, 1):
         scanner.feed(chunk.encode(), now=i * dt)
     scanner.finish(now=(len(chunks) + 1) * dt)
@@ -218,3 +218,11 @@ def test_recognised_preset_keeps_the_spaces_own_rules():
     s = read(rules, [MEGATRON.format(it=10, cs=640, ms=1.0), "[after training is done]\n", "all finished\n"])
     assert s.preset == "megatron" and s.training_done
     assert not read(rules, [MEGATRON.format(it=10, cs=640, ms=1.0), "[after training is done]\n"]).training_done
+
+
+def test_the_prefilter_narrows_to_the_recognised_presets_texts():
+    tracker = ProgressTracker(ProgressRules())
+    assert b"SamplesPerSec=" in tracker.current_literals()
+    tracker.feed(1, "Started: 'step'", 1.0)
+    assert tracker.snapshot().preset == "skyrl" and b"SamplesPerSec=" not in tracker.current_literals()
+    assert b"', time cost: " in tracker.current_literals()
