@@ -20,6 +20,11 @@ _GENERATE_PHASES = {"generate", "eval"}
 _SYNC_PHASES = {"sync_weights", "init_weight_sync_state", "update_ref_with_policy"}
 _SAVE_PHASES = {"save_checkpoints", "save_hf_model"}
 
+SKYRL_TIMEOUT_CLAUSE = "; lower SKYRL_WORKER_NCCL_TIMEOUT_IN_S to fail faster instead of raising it"
+"""How SkyRL sets its collective timeout (the clause ends the timeout advice)."""
+TIMEOUT_CLAUSE = "; a shorter process-group timeout (init_process_group(timeout=...)) fails faster than a longer one helps"
+"""The same for any other trainer."""
+
 FR_ENV_HINT = "TORCH_FR_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1 TORCH_FR_DUMP_TEMP_FILE=<dir>/nccl_trace_rank_"
 
 
@@ -185,7 +190,7 @@ def _timeout(ctx: AdviceContext) -> str:
             head += f", with {FR_ENV_HINT} set"
     if ctx.phase:
         head += f" (phase {ctx.phase})"
-    return head + "; lower SKYRL_WORKER_NCCL_TIMEOUT_IN_S to fail faster instead of raising it"
+    return head + SKYRL_TIMEOUT_CLAUSE
 
 
 def _mismatch(ctx: AdviceContext) -> str:
@@ -430,6 +435,18 @@ def _saving(k: MemoryKnob) -> str:
     if k.effect == "increasing":
         return f"lower {_shown(k)}"
     return f"turn on {_shown(k)}" if k.value in ("false", "0") else f"raise {_shown(k)}"
+
+
+def advice_for_space(failure: F, advice: str, knobs: Sequence[MemoryKnob], trainer: str | None) -> str:
+    """``advice`` (the log's) as the trial's search space should read it: a memory failure in the
+    space's own parameters (``space_memory_advice``); for a trainer known not to be SkyRL, no SkyRL
+    timeout variable."""
+    in_space_terms = space_memory_advice(failure, knobs, trainer)
+    if in_space_terms:
+        return in_space_terms
+    if trainer not in (None, "skyrl") and advice.endswith(SKYRL_TIMEOUT_CLAUSE):
+        return advice[: -len(SKYRL_TIMEOUT_CLAUSE)] + TIMEOUT_CLAUSE
+    return advice
 
 
 def space_memory_advice(failure: F, knobs: Sequence[MemoryKnob], trainer: str | None) -> str | None:

@@ -23,7 +23,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
-from nccl_tune.diagnose.advice import space_memory_advice
+from nccl_tune.diagnose.advice import advice_for_space
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import Evidence, FailureClass, Verdict
 from nccl_tune.gpu import GpuProbe, open_probe
@@ -292,9 +292,10 @@ class LocalLauncher(Launcher):
             training_done=state.training_done,
         )
         verdict = self._verdict(ending)
-        in_space_terms = space_memory_advice(verdict.failure_class, spec.memory_knobs, state.preset or spec.progress.preset)
-        if in_space_terms:
-            verdict = replace(verdict, advice=in_space_terms)
+        trainer = state.preset or spec.progress.preset
+        advice = advice_for_space(verdict.failure_class, verdict.advice, spec.memory_knobs, trainer)
+        if advice != verdict.advice:
+            verdict = replace(verdict, advice=advice)
         notes = []
         if reader_error is not None:
             notes.append(f"the log reader failed ({type(reader_error).__name__}: {reader_error}); output.log may be incomplete")

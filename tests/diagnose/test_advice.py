@@ -54,3 +54,15 @@ def test_skyrl_and_other_classes_keep_the_logs_own_advice():
     assert space_memory_advice(F.OOM, (MemoryKnob("NCCL_BUFFSIZE", "4194304", "increasing"),), None).startswith(
         "Out of GPU memory: lower NCCL_BUFFSIZE (now 4194304)"
     )
+
+
+def test_a_timeout_outside_skyrl_does_not_name_skyrls_variable():
+    from nccl_tune.diagnose.advice import SKYRL_TIMEOUT_CLAUSE, AdviceContext, advice_for_space, advise
+
+    text = advise(AdviceContext(F.COLLECTIVE_TIMEOUT, rank=1))
+    assert text.endswith(SKYRL_TIMEOUT_CLAUSE)
+    assert advice_for_space(F.COLLECTIVE_TIMEOUT, text, knobs(), "skyrl") == text
+    assert advice_for_space(F.COLLECTIVE_TIMEOUT, text, knobs(), None) == text  # unknown trainer: as the log says
+    other = advice_for_space(F.COLLECTIVE_TIMEOUT, text, knobs(), "torchtitan")
+    assert "SKYRL" not in other and other.startswith("Rank 1 is the likely one behind") and "init_process_group" in other
+    assert advice_for_space(F.OOM, "log advice", knobs(), "hf-trainer").startswith("Out of GPU memory: lower batch_size")

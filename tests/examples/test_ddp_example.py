@@ -46,3 +46,18 @@ def test_the_example_is_tuned_to_a_faster_config_than_its_baseline(tmp_path):
     assert doc["metrics"]["throughput_unit"] == "samples/s"
     spec = json.loads(next(tmp_path.glob("results/*/trial-0000/spec.json")).read_text())
     assert spec["argv"][len(JOB) :] == ["--batch-size", "2", "--grad-accum", "8"]
+
+
+def test_a_memory_failure_is_advised_in_the_spaces_own_flags(tmp_path):
+    proc = run_cli(
+        ["run", "--space", SPACE, "--set", "batch_size=16", "--set", "checkpointing=false", "--trials", "1",
+         "--confirm", "0", "--json", "--", *JOB],
+        cwd=tmp_path, timeout=300,
+    )
+    assert proc.returncode == 2, proc.stderr[-3000:]  # no stable config: the only trial ran out of memory
+    (row,) = json.loads(proc.stdout)["trials"]
+    assert row["status"] == "oom" and row["params"] == {"batch_size": 16, "checkpointing": False}
+    assert row["advice"] == (
+        "Out of GPU memory: lower batch_size (--batch-size, now 16), or turn on checkpointing "
+        "(--gradient-checkpointing, now false)"
+    )
