@@ -40,7 +40,8 @@ def print_space(space: SearchSpace, console: Console) -> None:
     if space.derived:
         console.print("[bold]derived[/]:", highlight=False)
         for d in space.derived:
-            console.print(f"  {escape(d.key)} = {escape(d.expr.text)}", highlight=False, soft_wrap=True)
+            spelled = f" ({d.arg})" if d.arg else ""
+            console.print(f"  {escape(d.key + spelled)} = {escape(d.expr.text)}", highlight=False, soft_wrap=True)
     if space.constraints:
         console.print("[bold]rules[/]:", highlight=False)
         for c in space.constraints:
@@ -51,6 +52,14 @@ def print_space(space: SearchSpace, console: Console) -> None:
             console.print(escape(f"  {k}={v}"), highlight=False)
         for k, v in space.trial_env.items():
             console.print(escape(f"  env {k}={v}"), highlight=False)
+    progress = space.progress
+    if progress.detect:
+        how = "the preset is recognised from the first trial's output"
+    else:
+        how = f"preset {progress.preset}" if progress.preset else f"its own step rule {progress.step_end[0]!r}"
+    units = {"samples" if u == "steps" and space.samples_per_step is not None else u for u in progress.throughput_units()}
+    shown = " or ".join(f"{u}/s" for u in sorted(units)) or "a unit known after the first trial"
+    console.print(escape(f"progress: {how}; throughput in {shown}"), highlight=False, soft_wrap=True)
     clocks = space.clocks
     console.print(
         f"[bold]stop[/] after {space.stop.warmup_steps} warm-up + {space.stop.measured_steps} measured steps; "
