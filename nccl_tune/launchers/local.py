@@ -167,11 +167,9 @@ class LocalLauncher(Launcher):
             raise NcclTuneError(
                 f"cannot write the trial folder {trial_dir} ({exc.strerror or exc}): choose another --results folder"
             ) from None
-        env = build_env(overlay, spec.marker)
         t0 = time.monotonic()
         try:
-            resolve_command(spec.argv, env, spec.cwd)
-            proc = spawn(spec.argv, env, spec.cwd)
+            proc = self._start(spec, overlay)
         except (NcclTuneError, OSError, ValueError) as exc:  # ValueError: an env name exec refuses
             return self._launch_error(spec, observer, str(exc), log_path, t0)
 
@@ -179,7 +177,7 @@ class LocalLauncher(Launcher):
         scanner = LineScanner(tracker.feed, tracker.current_literals, source=LOG_FILE, tail_lines=self.tail_lines)
         assert proc.stdout is not None
         pump = LogPump(proc.stdout.fileno(), log_path, scanner)
-        sampler = MemorySampler(self.probe, proc.pid, spec.marker, interval_s=self.memory_interval_s)
+        sampler = self._sampler(spec, proc)
         pump.start()
         sampler.start()
         raised: BaseException | None = None
@@ -195,7 +193,7 @@ class LocalLauncher(Launcher):
                     observer.on_stopping(spec, decision.reason, decision.detail)
                 except Exception as exc:  # an observer's error must not stop the teardown
                     raised = exc
-            report = terminate(spec.marker, spec.clocks.grace_s, pgid=proc.pid, leader=proc)
+            report = self._stop(spec, proc)
             pump.stop()
             proc.stdout.close()
             sampler.stop()
@@ -205,6 +203,22 @@ class LocalLauncher(Launcher):
             raise raised
         observer.on_end(spec, result)
         return result
+
+    # -- where the command runs (the Ray launcher runs it on a node of its cluster) ---------------
+
+    def _start(self, spec: TrialSpec, overlay: dict[str, str]) -> subprocess.Popen:
+        """Start the command in its own session with the trial's env; raises when it cannot."""
+        env = build_env(overlay, spec.marker)
+        resolve_command(spec.argv, env, spec.cwd)
+        return spawn(spec.argv, env, spec.cwd)
+
+    def _sampler(self, spec: TrialSpec, proc: subprocess.Popen) -> MemorySampler:
+        """The memory sampler of the trial (started by ``run``)."""
+        return MemorySampler(self.probe, proc.pid, spec.marker, interval_s=self.memory_interval_s)
+
+    def _stop(self, spec: TrialSpec, proc: subprocess.Popen) -> TeardownReport:
+        """Tear the trial down: its process group, then every process carrying its marker."""
+        return terminate(spec.marker, spec.clocks.grace_s, pgid=proc.pid, leader=proc)
 
     def _supervise(
         self,

@@ -12,6 +12,7 @@ import pytest
 from nccl_tune.failure import FailureClass
 from nccl_tune.launchers.base import Launcher
 from nccl_tune.launchers.local import LocalLauncher
+from nccl_tune.launchers.ray_launcher import RayLauncher
 from nccl_tune.sim.launcher import ModelLauncher
 from nccl_tune.trial import Clocks, StopRule, TrialResult, TrialSpec
 
@@ -53,8 +54,16 @@ def model_case() -> Case:
     )
 
 
-@pytest.fixture(params=[local_case, model_case], ids=["local", "model"])
+def ray_case() -> Case:
+    local = local_case()
+    return Case(make=RayLauncher, good=local.good, failing=local.failing, config_error=local.config_error,
+                clocks=Clocks(startup_timeout_s=60, stall_timeout_s=20, grace_s=1.0))
+
+
+@pytest.fixture(params=[local_case, model_case, ray_case], ids=["local", "model", "ray"])
 def case(request: pytest.FixtureRequest) -> Case:
+    if request.param is ray_case:
+        request.getfixturevalue("ray_cluster")
     return request.param()
 
 

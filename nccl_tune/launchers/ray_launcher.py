@@ -1,0 +1,417 @@
+"""``RayLauncher``: each trial on one whole node of an existing Ray cluster, supervised from here.
+
+The study (Optuna, its storage, the trial folders) stays with the driver. A trial takes a free
+node (one trial per node), starts a ``TrialHost`` actor pinned to it, waits for that node's GPU
+gate, and starts the command there through the local launcher's own spawn. The driver runs the
+local launcher's supervision unchanged: the command's output is fetched from the actor as it
+comes and fed through a local pipe to the same log pump and progress parser, so ``output.log``
+grows in the trial folder and the stall, start-up and budget clocks run here. Teardown runs on the
+node (``teardown.terminate``), then the actor is killed. A node lost mid-trial ends the trial with
+a line naming the node in its log, and the node leaves the pool.
+
+Nodes: those offering the custom resource ``nccl_tune_node`` (``ray start --resources
+'{"nccl_tune_node": 1}'``); without any, every node with GPUs, each trial holding all of them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from nccl_tune.errors import NcclTuneError
+from nccl_tune.gpu import NoGpuProbe
+from nccl_tune.launchers.local import LocalLauncher
+from nccl_tune.launchers.progress import compile_rules
+from nccl_tune.launchers.ray_node import Chunk, MemoryReading, TrialHost, node_baseline_gib, reap_node, trial_env
+from nccl_tune.launchers.process import resolve_command
+from nccl_tune.launchers.teardown import TeardownReport
+from nccl_tune.trial import TrialSpec
+
+NODE_RESOURCE = "nccl_tune_node"
+"""The custom resource marking a node trials may use (one unit per node)."""
+READ_WAIT_S = 0.2
+"""How long one fetch of output waits on the node for new bytes."""
+CALL_TIMEOUT_S = 60.0
+"""A node that does not answer a call for this long is taken as lost."""
+DRAIN_S = 10.0
+"""After teardown, how long the output still in flight may take to arrive."""
+
+
+def _ray() -> Any:
+    import ray
+
+    return ray
+
+
+@dataclass(frozen=True)
+class Node:
+    """A node of the cluster trials may run on."""
+
+    node_id: str
+    address: str
+    gpus: float
+
+    def describe(self) -> str:
+        return f"node {self.address} (id {self.node_id[:12]})"
+
+
+class RemoteSampler:
+    """The driver's stand-in for the node's ``MemorySampler``: the latest reading fetched."""
+
+    def __init__(self) -> None:
+        self.reading = MemoryReading()
+
+    def start(self) -> None:
+        """Sampling runs on the node."""
+
+    def stop(self) -> None:
+        """Sampling runs on the node."""
+
+    @property
+    def gpu_peak_gib(self) -> dict[int, float]:
+        return dict(self.reading.gpu_peak_gib)
+
+    @property
+    def gpu_total_gib(self) -> dict[int, float]:
+        return dict(self.reading.gpu_total_gib)
+
+    @property
+    def peak_rss_gib(self) -> float:
+        return self.reading.peak_rss_gib
+
+    @property
+    def host_peak_frac(self) -> float:
+        return self.reading.host_peak_frac
+
+
+class RemoteProcess:
+    """The driver's stand-in for the command's ``Popen``: ``pid``, ``poll()``, ``returncode`` and
+    a ``stdout`` pipe fed with the output fetched from the node."""
+
+    def __init__(self, actor: Any, pid: int, node: Node) -> None:
+        self.actor = actor
+        self.pid = pid
+        self.node = node
+        self.returncode: int | None = None
+        self.lost: str | None = None
+        self.sampler = RemoteSampler()
+        read_fd, self._write_fd = os.pipe()
+        self.stdout = os.fdopen(read_fd, "rb", buffering=0)
+        self._thread = threading.Thread(target=self._feed, name=f"ray-feed:{pid}", daemon=True)
+        self._thread.start()
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(self._write_fd, view):]
+
+    def _feed(self) -> None:
+        ray = _ray()
+        try:
+            while True:
+                chunk: Chunk = ray.get(self.actor.read.remote(READ_WAIT_S), timeout=CALL_TIMEOUT_S)
+                self._write(chunk.data)
+                self.sampler.reading = chunk.memory
+                if chunk.returncode is not None and len(chunk.data) < 1 << 20:
+                    self.returncode = chunk.returncode
+                if chunk.eof:
+                    break
+        except Exception as exc:  # the actor, its worker or its node is gone
+            self.lose(exc)
+        finally:
+            os.close(self._write_fd)
+
+    def lose(self, exc: BaseException) -> None:
+        """Record that the node (or its actor) went away, as a line of the trial's log."""
+        if self.lost is None:
+            first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            self.lost = f"{self.node.describe()} was lost during the trial: {type(exc).__name__}: {first}"[:400]
+            try:
+                self._write(f"\nnccl-tune: {self.lost}\n".encode())
+            except OSError:
+                pass
+        if self.returncode is None:
+            self.returncode = -signal.SIGKILL
+
+    def drain(self, timeout_s: float) -> None:
+        """Wait for the output still in flight (the node's pipe reaches its end after teardown)."""
+        self._thread.join(timeout_s)
+
+
+class NodePool:
+    """Free nodes; a trial takes one and gives it back when its node is still alive."""
+
+    def __init__(self, nodes: list[Node]) -> None:
+        self._cond = threading.Condition()
+        self._free = list(nodes)
+        self._known = {n.node_id for n in nodes}
+
+    def size(self) -> int:
+        return len(self._known)
+
+    def take(self, wait_s: float) -> Node | None:
+        with self._cond:
+            deadline = time.monotonic() + wait_s
+            while not self._free:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                self._cond.wait(left)
+            return self._free.pop(0)
+
+    def give(self, node: Node, alive: bool) -> None:
+        with self._cond:
+            if alive:
+                self._free.append(node)
+            else:
+                self._known.discard(node.node_id)
+            self._cond.notify_all()
+
+    def add(self, nodes: list[Node]) -> None:
+        with self._cond:
+            for n in nodes:
+                if n.node_id not in self._known:
+                    self._known.add(n.node_id)
+                    self._free.append(n)
+            self._cond.notify_all()
+
+
+def cluster_nodes(resource: str = NODE_RESOURCE) -> list[Node]:
+    """Alive nodes offering ``resource``; without any, alive nodes with GPUs."""
+    alive = [n for n in _ray().nodes() if n.get("Alive")]
+    marked = [n for n in alive if n.get("Resources", {}).get(resource, 0) >= 1]
+    chosen = marked or [n for n in alive if n.get("Resources", {}).get("GPU", 0) >= 1]
+    return [
+        Node(n["NodeID"], n.get("NodeManagerAddress", "?"), 0.0 if marked else n["Resources"]["GPU"])
+        for n in chosen
+    ]
+
+
+class RayLauncher(LocalLauncher):
+    """Runs each trial on a whole node of a Ray cluster; several trials at once on several nodes.
+    One instance serves a whole study and may be called from several threads."""
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, *, resource: str = NODE_RESOURCE, node_wait_s: float = 30.0, **kw: Any) -> None:
+        kw.setdefault("probe", NoGpuProbe("trials run on the nodes of the Ray cluster"))
+        super().__init__(**kw)
+        self.address = address
+        self.resource = resource
+        self.node_wait_s = node_wait_s
+        self._pool: NodePool | None = None
+        self._baselines: dict[str, dict[int, float]] = {}
+        self._started_ray = False
+        self._local = threading.local()
+
+    # -- the cluster ------------------------------------------------------------------------------
+
+    def _connect(self) -> NodePool:
+        if self._pool is not None:
+            return self._pool
+        ray = _ray()
+        if not ray.is_initialized():
+            address = self.address or os.environ.get("RAY_ADDRESS") or "auto"
+            try:
+                ray.init(address=address, log_to_driver=False, namespace="nccl-tune", configure_logging=False)
+            except (ConnectionError, ValueError, RuntimeError) as exc:
+                raise NcclTuneError(
+                    f"cannot connect to the Ray cluster at {address} ({str(exc).splitlines()[0]}): "
+                    "start it (`ray start --head`) or give --ray-address HOST:PORT"
+                ) from None
+            self._started_ray = True
+        nodes = cluster_nodes(self.resource)
+        if not nodes:
+            raise NcclTuneError(
+                f"no node of the Ray cluster offers the resource {self.resource!r} or a GPU: start the nodes with "
+                f"`ray start --resources='{{\"{self.resource}\": 1}}'`"
+            )
+        self._pool = NodePool(nodes)
+        return self._pool
+
+    @property
+    def nodes(self) -> int:
+        """Nodes trials may run on (the most trials at once)."""
+        return self._connect().size()
+
+    def _on_node(self, node: Node, **options: Any) -> dict[str, Any]:
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        strategy = NodeAffinitySchedulingStrategy(node.node_id, soft=False)
+        return {"scheduling_strategy": strategy, "num_cpus": 0, **options}
+
+    def _each_node(self, func: Any, *args: Any) -> list[Any]:
+        ray = _ray()
+        task = ray.remote(func)
+        nodes = cluster_nodes(self.resource)
+        refs = [task.options(**self._on_node(n)).remote(*args) for n in nodes]
+        return list(zip(nodes, ray.get(refs, timeout=CALL_TIMEOUT_S * 2)))
+
+    def prepare(self, spec: TrialSpec) -> None:
+        """Connect, find the nodes, and check on one of them that the command can start there."""
+        compile_rules(spec.progress)
+        self._connect()
+        self._study = spec.study
+        ray = _ray()
+        node = cluster_nodes(self.resource)[0]
+        check = ray.remote(_command_problem).options(**self._on_node(node))
+        problem = ray.get(check.remote(spec.argv, dict(spec.env), spec.marker, _cwd(spec)), timeout=CALL_TIMEOUT_S * 2)
+        if problem:
+            raise NcclTuneError(f"{problem} (on Ray {node.describe()})")
+
+    def before_study(self) -> None:
+        """The GPU memory baseline of every node."""
+        self._connect()
+        self._baselines = {n.node_id: b for n, b in self._each_node(node_baseline_gib)}
+
+    def gate(self) -> None:
+        """Each node's gate runs before each trial on it (in ``run``)."""
+
+    def reap(self, study: str) -> list[str]:
+        """Kill the processes of ``study`` on every node (one task per node)."""
+        self._connect()
+        from nccl_tune.launchers.local import REAP_GRACE_S
+
+        found: list[str] = []
+        for _node, lines in self._each_node(reap_node, study, REAP_GRACE_S):
+            found.extend(lines)
+        return found
+
+    def close(self) -> None:
+        super().close()
+        if self._started_ray:
+            _ray().shutdown()
+            self._started_ray = False
+        self._pool = None
+
+    # -- one trial --------------------------------------------------------------------------------
+
+    def run(self, spec: TrialSpec, observer: Any = None) -> Any:
+        """Take a free node, pass its GPU gate, and run the trial there under the local launcher's
+        supervision (see the module docstring). Raises ``GpuGateError`` when a node's gate does not
+        open, ``NcclTuneError`` when no node is left."""
+        pool = self._connect()
+        host = self._open_host(pool)
+        self._local.host = host
+        try:
+            return super().run(spec, observer)
+        finally:
+            self._local.host = None
+            self._close_host(pool, host)
+
+    def _open_host(self, pool: NodePool) -> _Host:
+        ray = _ray()
+        from ray.exceptions import RayTaskError
+
+        while True:
+            node = pool.take(self.node_wait_s)
+            if node is None:
+                pool.add(cluster_nodes(self.resource))
+                if pool.size() == 0:
+                    raise NcclTuneError("no node of the Ray cluster is left for trials: check `ray status`")
+                continue
+            need = {"resources": {self.resource: 1}} if node.gpus == 0 else {"num_gpus": node.gpus}
+            actor = _host_class().options(**self._on_node(node, max_concurrency=4, max_restarts=0, **need)).remote()
+            try:
+                ray.get(actor.gate.remote(self._baselines.get(node.node_id), self._gate_tolerance_gib,
+                                          self._gate_timeout_s), timeout=self._gate_timeout_s + CALL_TIMEOUT_S)
+            except RayTaskError as exc:
+                ray.kill(actor, no_restart=True)
+                pool.give(node, True)
+                cause = exc.cause
+                if isinstance(cause, NcclTuneError):
+                    raise type(cause)(f"on Ray {node.describe()}: {cause}") from None
+                raise NcclTuneError(f"the GPU gate failed on Ray {node.describe()}: {cause}") from None
+            except Exception:  # the node went away before the trial: try another
+                ray.kill(actor, no_restart=True)
+                pool.give(node, False)
+                continue
+            return _Host(node, actor)
+
+    def _close_host(self, pool: NodePool, host: _Host) -> None:
+        ray = _ray()
+        try:
+            ray.kill(host.actor, no_restart=True)
+        except Exception:  # already gone with its node
+            pass
+        lost = host.proc is not None and host.proc.lost is not None
+        alive = not lost and any(n.node_id == host.node.node_id for n in cluster_nodes(self.resource))
+        pool.give(host.node, alive)
+
+    def _start(self, spec: TrialSpec, overlay: dict[str, str]) -> Any:
+        """Start the command on this trial's node (raises like the local spawn when it cannot)."""
+        ray = _ray()
+        from ray.exceptions import RayTaskError
+
+        host: _Host = self._local.host
+        try:
+            pid = ray.get(host.actor.start.remote(spec.argv, overlay, spec.marker, _cwd(spec), self.memory_interval_s),
+                          timeout=CALL_TIMEOUT_S)
+        except RayTaskError as exc:
+            cause = exc.cause
+            if isinstance(cause, (NcclTuneError, OSError, ValueError)):
+                raise cause from None
+            raise NcclTuneError(f"the command could not start on Ray {host.node.describe()}: {cause}") from None
+        except Exception as exc:
+            raise NcclTuneError(f"Ray {host.node.describe()} was lost before the command started: {exc}") from None
+        host.proc = RemoteProcess(host.actor, pid, host.node)
+        return host.proc
+
+    def _sampler(self, spec: TrialSpec, proc: Any) -> Any:
+        return proc.sampler
+
+    def _stop(self, spec: TrialSpec, proc: Any) -> TeardownReport:
+        """Tear the trial down on its node, then collect the output still in flight."""
+        ray = _ray()
+        report = TeardownReport(in_group=0, escaped=0, killed=0, survivors=0, elapsed_s=0.0)
+        if proc.lost is None:
+            try:
+                report, returncode = ray.get(proc.actor.stop.remote(spec.marker, spec.clocks.grace_s),
+                                             timeout=spec.clocks.grace_s + CALL_TIMEOUT_S)
+                if returncode is not None:
+                    proc.returncode = returncode
+            except Exception as exc:  # the node went away meanwhile
+                proc.lose(exc)
+        proc.drain(DRAIN_S)
+        return report
+
+
+@dataclass
+class _Host:
+    """A trial's node and actor (and, once started, its command)."""
+
+    node: Node
+    actor: Any
+    proc: RemoteProcess | None = None
+
+
+_HOST_CLASS: Any = None
+
+
+def _host_class() -> Any:
+    global _HOST_CLASS
+    if _HOST_CLASS is None:
+        _HOST_CLASS = _ray().remote(TrialHost)
+    return _HOST_CLASS
+
+
+def _cwd(spec: TrialSpec) -> str | None:
+    return str(spec.cwd) if spec.cwd is not None else None
+
+
+def _command_problem(argv: tuple[str, ...], overlay: dict[str, str], marker: str, cwd: str | None) -> str | None:
+    """On a node: why the command cannot start there (None when it can)."""
+    from pathlib import Path
+
+    try:
+        resolve_command(argv, trial_env(overlay, marker, "/tmp"), Path(cwd) if cwd else None)
+    except NcclTuneError as exc:
+        return str(exc)
+    return None
