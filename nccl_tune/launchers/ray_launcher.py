@@ -101,6 +101,7 @@ class RemoteProcess:
         self.sampler = RemoteSampler()
         read_fd, self._write_fd = os.pipe()
         self.stdout = os.fdopen(read_fd, "rb", buffering=0)
+        self._write(f"nccl-tune: trial running on Ray {node.describe()}, pid {pid}\n".encode())
         self._thread = threading.Thread(target=self._feed, name=f"ray-feed:{pid}", daemon=True)
         self._thread.start()
 

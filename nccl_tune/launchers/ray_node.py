@@ -99,10 +99,11 @@ class TrialHost:
     def node(self) -> str:
         return node_name()
 
-    def gate(self, baseline_gib: dict[int, float], tolerance_gib: float, timeout_s: float) -> float:
-        """Wait until this node's GPU memory is back to its baseline; raises ``GpuGateError``."""
+    def gate(self, baseline_gib: dict[int, float] | None, tolerance_gib: float, timeout_s: float) -> float:
+        """Wait until this node's GPU memory is back to its baseline (taken now when the study
+        took none on this node); raises ``GpuGateError``."""
         gate = GpuGate(self._probe, tolerance_gib=tolerance_gib, timeout_s=timeout_s)
-        gate.baseline_gib = dict(baseline_gib)
+        gate.baseline_gib = dict(baseline_gib) if baseline_gib is not None else None
         return gate.wait(None)
 
     def start(

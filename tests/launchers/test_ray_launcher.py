@@ -1,0 +1,162 @@
+"""RayLauncher on a loopback cluster (the session's ``ray_cluster``): one trial per node, teardown
+of a detached child on the node, a nested ``ray.init()`` kept private, a node lost mid-trial, and
+the orphan sweep on every node."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from nccl_tune.failure import FailureClass
+from nccl_tune.launchers.ray_launcher import RayLauncher
+from nccl_tune.launchers.teardown import find_marked, study_match
+from nccl_tune.trial import MARKER_ENV, Clocks
+
+from .conftest import RAY_NODES
+from .helpers import FAKE_TRAINER, RecordingObserver
+
+pytest.importorskip("ray")
+
+CLOCKS = Clocks(startup_timeout_s=90, stall_timeout_s=30, grace_s=1.0)
+NODE_LINE = re.compile(r"trial running on Ray node \S+ \(id (\w+)\)")
+
+
+def _node_of(result) -> str:
+    found = NODE_LINE.search((result.trial_dir / "output.log").read_text())
+    assert found, (result.trial_dir / "output.log").read_text()[:2000]
+    return found.group(1)
+
+
+def test_parallel_trials_take_one_node_each(ray_cluster, make_spec) -> None:
+    launcher = RayLauncher()
+    specs = [make_spec("--steps", "4", "--step-s", "1.0", number=n, clocks=CLOCKS) for n in range(RAY_NODES)]
+    results: dict[int, object] = {}
+    try:
+        launcher.prepare(specs[0])
+        launcher.before_study()
+        threads = [threading.Thread(target=lambda s=s: results.__setitem__(s.number, launcher.run(s))) for s in specs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(300)
+    finally:
+        launcher.close()
+    assert all(r.status is FailureClass.OK for r in results.values()), [r.verdict for r in results.values()]
+    assert len({_node_of(r) for r in results.values()}) == RAY_NODES
+    assert all(r.survivors == 0 for r in results.values())
+
+
+def test_a_detached_child_on_the_node_is_torn_down(ray_cluster, make_spec) -> None:
+    launcher = RayLauncher()
+    spec = make_spec("--steps", "3", "--step-s", "0.2", "--detach", "1", "--ignore-term", "--linger-s", "60", clocks=CLOCKS)
+    try:
+        launcher.prepare(spec)
+        result = launcher.run(spec, RecordingObserver())
+    finally:
+        launcher.close()
+    assert result.status is FailureClass.OK, result.verdict
+    assert result.escaped_processes >= 1 and result.survivors == 0
+    assert "detached child" in (spec.trial_dir / "output.log").read_text()
+
+
+NESTED = textwrap.dedent("""
+    import os, subprocess, sys, ray
+    from ray.util.placement_group import placement_group
+    ray.init(resources={"nested_trial_unit": 3}, num_cpus=1, include_dashboard=False)
+    pg = placement_group([{"nested_trial_unit": 1}])
+    ray.get(pg.ready(), timeout=120)
+    print("nested ray at", ray.get_runtime_context().gcs_address, "temp", os.environ.get("RAY_TMPDIR"), flush=True)
+    sys.exit(subprocess.call([sys.executable, sys.argv[1], "--steps", "3", "--step-s", "0.5"]))
+""")
+
+
+class OuterResources(RecordingObserver):
+    """Reads the outer cluster's resources once the trial's own Ray is up (its first step)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: dict[str, float] | None = None
+
+    def should_stop(self, spec, progress):
+        if progress.step_times_s and self.seen is None:
+            import ray
+
+            self.seen = ray.cluster_resources()
+        return super().should_stop(spec, progress)
+
+
+def test_a_nested_ray_init_stays_private(ray_cluster, make_spec) -> None:
+    launcher = RayLauncher()
+    spec = make_spec(argv=[sys.executable, "-c", NESTED, str(FAKE_TRAINER)], clocks=CLOCKS)
+    watcher = OuterResources()
+    try:
+        launcher.prepare(spec)
+        result = launcher.run(spec, watcher)
+    finally:
+        launcher.close()
+    log = (spec.trial_dir / "output.log").read_text()
+    assert result.status is FailureClass.OK, log[-3000:]
+    nested = re.search(r"nested ray at (\S+) temp (\S+)", log)
+    assert nested and nested.group(1) != ray_cluster.address and nested.group(2).startswith("/tmp/ntr"), log[-2000:]
+    assert watcher.seen is not None and "nested_trial_unit" not in watcher.seen
+    assert not any(k.startswith("nested") for k in ray_cluster_resources())
+    assert not Path(nested.group(2)).exists()  # the trial's Ray folder is removed with it
+
+
+def ray_cluster_resources() -> dict[str, float]:
+    import ray
+
+    return ray.cluster_resources()
+
+
+class NodeKiller(RecordingObserver):
+    """Removes the trial's node from the cluster at its first step."""
+
+    def __init__(self, cluster, node) -> None:
+        super().__init__()
+        self.cluster, self.node, self.done = cluster, node, False
+
+    def should_stop(self, spec, progress):
+        if progress.step_times_s and not self.done:
+            self.done = True
+            self.cluster.remove_node(self.node, allow_graceful=False)
+        return super().should_stop(spec, progress)
+
+
+def test_a_node_lost_mid_trial_is_a_crash_naming_it(ray_cluster, make_spec, study) -> None:
+    doomed = ray_cluster.add_node(num_cpus=1, resources={"doomed_node": 1})
+    ray_cluster.wait_for_nodes()
+    launcher = RayLauncher(resource="doomed_node")
+    spec = make_spec("--steps", "200", "--step-s", "0.5", clocks=CLOCKS)
+    try:
+        launcher.prepare(spec)
+        result = launcher.run(spec, NodeKiller(ray_cluster, doomed))
+    finally:
+        launcher.close()
+    assert result.status is FailureClass.CRASH, result.verdict
+    assert any("was lost during the trial" in e.text for e in result.verdict.evidence), result.verdict
+    # the study goes on: the other nodes still take trials, and the orphans are swept from them
+    sweep = RayLauncher().reap(study)
+    assert not find_marked(study_match(study)), sweep
+
+
+def test_reap_sweeps_a_study_on_every_node(ray_cluster, study) -> None:
+    env = {**os.environ, MARKER_ENV: f"{study}/7"}
+    orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while not find_marked(study_match(study)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        found = RayLauncher().reap(study)
+        assert any(str(orphan.pid) in line for line in found), found
+        assert orphan.wait(10) is not None
+    finally:
+        orphan.kill()
