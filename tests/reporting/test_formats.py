@@ -5,22 +5,39 @@ from __future__ import annotations
 import json
 import re
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
+import pytest
+
+from nccl_tune.errors import NcclTuneError
+from nccl_tune.reporting.render import pick_format, render_report
+from nccl_tune.reporting.junit import render_junit
+from nccl_tune.tuner.report_view import load_view
 from tests.reporting.conftest import SERIES
 from tests.tuner.conftest import run_cli
 
 
-def _report(root, *args):
-    proc = run_cli(["report", *args], cwd=root)
+@pytest.fixture(scope="module")
+def view(tiny_study):
+    return load_view(f"sqlite:///{tiny_study}/results/nccl-tune.db", "t")
+
+
+def test_the_cli_writes_each_format_where_asked(tiny_study):
+    proc = run_cli(["report", "--series", SERIES, "-o", "out/r.html", "--junit", "out/junit.xml"], cwd=tiny_study)
     assert proc.returncode == 0, proc.stderr
-    return proc
+    assert (tiny_study / "out" / "r.html").read_text().startswith("<!DOCTYPE html>")
+    assert ET.parse(tiny_study / "out" / "junit.xml").getroot().tag == "testsuites"
+    md = run_cli(["report", "--study", "t", "--format", "md"], cwd=tiny_study)
+    assert md.returncode == 0 and md.stdout.startswith("## nccl-tune: `t`"), md.stderr
+    bad = run_cli(["report", "--study", "t", "--format", "pdf"], cwd=tiny_study)
+    lines = [line for line in bad.stderr.splitlines() if line.strip()]
+    assert bad.returncode == 1 and lines == ["error: --format 'pdf': choose html, md or json"]
 
 
-def test_html_is_one_self_contained_file_with_every_section(tiny_study):
-    _report(tiny_study, "--study", "t", "--format", "html", "-o", "out/r.html")
-    html = (tiny_study / "out" / "r.html").read_text()
-    # nothing to fetch: no script, stylesheet link, image or frame source; only SVG's namespace names a URL
-    assert not re.search(r"<(script|link|iframe|img)\b", html, re.I)
+def test_html_is_one_self_contained_file_with_every_section(view):
+    html = render_report(view, "html")
+    # nothing to fetch: no script, stylesheet link, image or frame; only SVG's namespaces name a URL
+    assert not re.search(r"<(script|link|iframe|img|object|embed)\b", html, re.I)
     assert not re.search(r"\bsrc\s*=", html, re.I)
     assert set(re.findall(r"href=\"(.)", html)) == {"#"}  # SVG's references to its own markers
     assert set(re.findall(r"https?://[^\s\"'<>)]+", html)) == {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}
@@ -34,31 +51,30 @@ def test_html_is_one_self_contained_file_with_every_section(tiny_study):
     assert "regression: the baseline config (trial" in html and "now fails: oom" in html
     assert "CUDA out of memory" in html  # the failed baseline's evidence
     assert "torch 2.12.0 -&gt; 2.13.0" in html  # what changed that night, next to the throughput change
+    rows = re.findall(r"<tr><td class=\"num\">(\d+)</td>", html.split("<h2>Trials</h2>")[1])
+    assert [int(n) for n in rows] == [r.number for r in view.records]
 
 
-def test_markdown_for_the_step_summary(tiny_study):
-    md = _report(tiny_study, "--series", SERIES, "--format", "md").stdout
+def test_markdown_for_the_step_summary(view):
+    md = render_report(view, "md")
     assert md.startswith("## nccl-tune: `t`\n\n> **REGRESSION**: regression: the baseline config")
     assert ":x: **baseline config still runs**: trial" in md and ":white_check_mark: **stable config found**" in md
-    assert "| # | kind | class |" in md and "| oom |" in md.replace("oom | ", "oom |")
+    assert "| # | kind | class |" in md and re.search(r"\| \d+ \| search \| oom \|", md)
     assert f"### Series `{SERIES}` (last 6 nights)" in md
-    assert "<" not in md.split("### Trials")[0]  # no HTML leaks into the summary part
+    assert "<" not in md
 
 
-def test_json_carries_the_night_the_checks_and_the_table_rows(tiny_study):
-    data = json.loads(_report(tiny_study, "--study", "t", "--format", "json").stdout)
+def test_json_carries_the_night_the_checks_and_the_table_rows(view):
+    data = json.loads(render_report(view, "json"))
     assert data["study"] == "t" and data["best"]["confirmed"] and data["night"]["series"] == SERIES
     assert [c["outcome"] for c in data["checks"]] == ["passed", "failed", "failed"]
     assert data["history"]["nights"][-1]["study"] == "t" and data["failure_costs"][0]["wall_s"] > 0
     assert all(row["timing"] is not None for row in data["trials"] if row["outcome"] == "launched")
-    # the plain --json report keeps its shape
-    plain = json.loads(_report(tiny_study, "--study", "t", "--json").stdout)
-    assert set(plain) >= {"study", "best", "baseline", "counts", "trials", "command"}
+    assert {"study", "best", "baseline", "counts", "trials", "command"} <= set(data)  # `report --json`'s keys
 
 
-def test_junit_xml_is_valid_and_has_one_case_per_check(tiny_study):
-    _report(tiny_study, "--series", SERIES, "--junit", "junit.xml")
-    root = ET.parse(tiny_study / "junit.xml").getroot()
+def test_junit_xml_is_valid_and_has_one_case_per_check(view):
+    root = ET.fromstring(render_junit(view))
     assert root.tag == "testsuites"
     (suite,) = root.findall("testsuite")
     cases = suite.findall("testcase")
@@ -80,10 +96,10 @@ def test_junit_xml_is_valid_and_has_one_case_per_check(tiny_study):
     assert {p.get("name") for p in suite.find("properties")} == {"study", "storage", "space", "fingerprint"}
 
 
-def test_report_options_refused_in_one_line(tiny_study):
-    for args, fragment in ((["--format", "pdf"], "--format 'pdf': choose html, md or json"),
-                           (["-o", "r.txt"], "cannot tell the format from its name"),
-                           (["--series", "nope"], "no series named 'nope'")):
-        proc = run_cli(["report", "--study", "t", *args] if args[0] != "--series" else ["report", *args], cwd=tiny_study)
-        lines = [line for line in proc.stderr.splitlines() if line.strip()]
-        assert proc.returncode == 1 and len(lines) == 1 and fragment in lines[0], proc.stderr
+def test_format_choice_and_series_errors(tiny_study):
+    assert pick_format(None, Path("x.HTML")) == "html" and pick_format(None, Path("s.md")) == "md"
+    assert pick_format("json", Path("x.txt")) == "json" and pick_format(None, None) is None
+    with pytest.raises(NcclTuneError, match="cannot tell the format from its name"):
+        pick_format(None, Path("r.txt"))
+    with pytest.raises(NcclTuneError, match="no series named 'nope'"):
+        load_view(f"sqlite:///{tiny_study}/results/nccl-tune.db", None, "nope")
