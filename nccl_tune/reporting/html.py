@@ -61,7 +61,8 @@ def _night(view: StudyView) -> str:
     v = night.verdict
     cls = "neutral" if v is None else ("bad" if v.regression else "good")
     text = v.summary if v else "not compared with a baseline (first night of the series, or no --fail-on-regression/--warm-start)"
-    out = [f"<h2>Night of series {escape(night.series)}</h2>", f'<div class="banner {cls}">{escape(text)}</div>']
+    title = f"Night of series {escape(night.series)}" if night.series else "Night"
+    out = [f"<h2>{title}</h2>", f'<div class="banner {cls}">{escape(text)}</div>']
     if night.baseline:
         b = night.baseline
         out.append(f"<p>baseline: {escape(b.source)} <code>{escape(b.origin)}</code>, "

@@ -12,7 +12,7 @@ from nccl_tune.reporting.view import StudyView
 
 def render_junit(view: StudyView) -> str:
     checks = night_checks(view)
-    suite_name = f"nccl-tune.{view.night.series}" if view.night else "nccl-tune"
+    suite_name = f"nccl-tune.{view.night.series}" if view.night and view.night.series else "nccl-tune"
     failures = sum(c.outcome == FAILED for c in checks)
     skipped = sum(c.outcome == SKIPPED for c in checks)
     total_s = sum(t.duration_s for t in view.timings.values())

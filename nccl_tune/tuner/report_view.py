@@ -51,7 +51,7 @@ def load_view(storage_url: str, study_name: str | None, series: str | None = Non
     stored = stored_of(study, storage_url)
     trials = study.get_trials(deepcopy=False)
     night = study_night(study)
-    history = build_history(night.series, series_nights(storage, night.series)) if night else None
+    history = build_history(night.series, series_nights(storage, night.series)) if night and night.series else None
     fp = study.user_attrs.get(S_FINGERPRINT)
     return StudyView(
         study=stored.name,

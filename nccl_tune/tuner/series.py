@@ -36,12 +36,14 @@ def check_series_name(name: str) -> str:
 
 
 def night_from_attrs(study_name: str, attrs: Mapping[str, Any]) -> Night | None:
-    """The night a study's user attributes describe (None when it is not part of a series)."""
+    """The night a study's user attributes describe: its record when the run kept one (a run in a
+    series, or compared with --baseline), a night still running when only its series is known,
+    else None."""
+    if attrs.get(S_NIGHT):
+        return Night.from_json(attrs[S_NIGHT])
     series = attrs.get(S_SERIES)
     if not series:
         return None
-    if attrs.get(S_NIGHT):
-        return Night.from_json(attrs[S_NIGHT])
     fp = attrs.get(S_FINGERPRINT)
     return Night(study_name, series, attrs.get(S_STARTED_AT, ""), Fingerprint.from_json(fp) if fp else None)
 
@@ -51,7 +53,7 @@ def series_nights(storage: optuna.storages.BaseStorage, series: str) -> list[Nig
     nights = []
     for s in optuna.study.get_all_study_summaries(storage, include_best_trial=False):
         night = night_from_attrs(s.study_name, s.user_attrs)
-        if night is not None and night.series == series:
+        if night is not None and night.series and night.series == series:
             nights.append(night)
     return sorted(nights, key=lambda n: (n.started_at, n.study))
 
