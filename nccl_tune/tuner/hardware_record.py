@@ -1,42 +1,37 @@
-"""The hardware a study ran on, recorded in the study when ``run`` starts, so that ``export``
-and ``report`` name it without probing the machine they run on (which may have no GPU at all).
+"""The hardware and software a study ran on, recorded in the study when ``run`` starts, so that
+``export``, ``report`` and ``history`` name them without probing the machine they run on (which
+may have no GPU at all).
 
-One function builds the record (``hardware_facts``); extend it there (a run-time fingerprint)
-and every reader gets the new fields.
+One function builds the record (``hardware_facts``): the run-time fingerprint
+(``nccl_tune.nightly.fingerprint``: GPUs, driver, CUDA, torch, NCCL, the trainer's version or
+commit, the host) and a readable summary of it; every reader gets its fields from here.
 """
 
 from __future__ import annotations
 
-import platform
-from importlib.metadata import PackageNotFoundError, version
-from typing import Any, Mapping
+from pathlib import Path
+from typing import Any, Mapping, Sequence
 
 import optuna
 
-from nccl_tune.gpu import open_probe
+from nccl_tune.nightly.fingerprint import Fingerprint, probe_fingerprint
 
 S_HARDWARE = "hardware"
 """Study user attribute holding the record of the latest run."""
 
 
-def hardware_facts() -> dict[str, Any]:
-    """This node as trials see it: host name, GPUs (count, model, memory) and the torch version."""
-    probe = open_probe()
-    try:
-        devices = probe.devices()
-        gpus = f"{len(devices)}x {devices[0].name} ({devices[0].total_gib:.0f} GiB)" if devices else "none"
-    finally:
-        probe.close()
-    try:
-        torch_version: str | None = version("torch")
-    except PackageNotFoundError:
-        torch_version = None
-    return {"host": platform.node(), "gpus": gpus, "torch": torch_version}
+def hardware_facts(command: Sequence[str] = (), cwd: Path | None = None) -> dict[str, Any]:
+    """This node and ``command`` as trials see them: host, GPUs (count, model, memory), driver,
+    CUDA, torch and NCCL versions, the trainer; ``fingerprint`` holds every field."""
+    fp = probe_fingerprint(command, cwd)
+    gpus = f"{fp.gpu_count}x {fp.gpu_model} ({fp.gpu_memory_gib:.0f} GiB)" if fp.gpu_count else "none"
+    return {"host": fp.host, "gpus": gpus, "driver": fp.driver_version, "cuda": fp.cuda_version,
+            "torch": fp.torch_version, "nccl": fp.nccl_version, "trainer": fp.trainer, "fingerprint": fp.to_json()}
 
 
-def record_hardware(study: optuna.Study) -> dict[str, Any]:
+def record_hardware(study: optuna.Study, command: Sequence[str] = (), cwd: Path | None = None) -> dict[str, Any]:
     """Probe this node and store the record in ``study`` (the latest run's hardware wins)."""
-    facts = hardware_facts()
+    facts = hardware_facts(command, cwd)
     study.set_user_attr(S_HARDWARE, facts)
     return facts
 
@@ -45,3 +40,10 @@ def recorded_hardware(study_attrs: Mapping[str, Any]) -> dict[str, Any] | None:
     """The record stored by the latest ``run`` (None for a study recorded before it was kept)."""
     facts = study_attrs.get(S_HARDWARE)
     return dict(facts) if isinstance(facts, Mapping) else None
+
+
+def recorded_fingerprint(study_attrs: Mapping[str, Any]) -> Fingerprint | None:
+    """The fingerprint stored by the latest ``run`` (None for a study recorded before it was kept)."""
+    facts = recorded_hardware(study_attrs)
+    fp = facts.get("fingerprint") if facts else None
+    return Fingerprint.from_json(fp) if isinstance(fp, Mapping) else None

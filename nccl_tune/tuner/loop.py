@@ -122,7 +122,7 @@ class StudyLoop:
             Recovery(self.space, self.pins.params, self.launcher, self.display).run(study, storage, self.runner.host)
         else:
             self.enqueue_baseline(study)
-        record_hardware(study)
+        record_hardware(study, self.settings.command)
         return study, existed
 
     def enqueue_baseline(self, study: optuna.Study) -> None:

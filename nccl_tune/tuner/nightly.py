@@ -23,7 +23,7 @@ from nccl_tune.nightly.fingerprint import Fingerprint
 from nccl_tune.nightly.night import Baseline, Night
 from nccl_tune.nightly.regression import RegressionVerdict, RunFact, judge_night
 from nccl_tune.search_spaces.space import SearchSpace
-from nccl_tune.tuner.records import Outcome, TrialRecord
+from nccl_tune.tuner.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.series import check_series_name, series_nights
 from nccl_tune.tuner.stability import Candidate, values_key
 

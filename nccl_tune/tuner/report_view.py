@@ -8,11 +8,11 @@ import datetime as dt
 import optuna
 
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.nightly.fingerprint import Fingerprint
 from nccl_tune.nightly.history import build_history
 from nccl_tune.reporting.view import StudyView, TrialTiming
 from nccl_tune.tuner import study_records as R
-from nccl_tune.tuner.series import S_FINGERPRINT, check_series_name, series_nights, study_night
+from nccl_tune.tuner.hardware_record import recorded_fingerprint
+from nccl_tune.tuner.series import check_series_name, series_nights, study_night
 from nccl_tune.tuner.storage import load_existing, open_storage
 from nccl_tune.tuner.study_view import stored_of
 
@@ -52,7 +52,6 @@ def load_view(storage_url: str, study_name: str | None, series: str | None = Non
     trials = study.get_trials(deepcopy=False)
     night = study_night(study)
     history = build_history(night.series, series_nights(storage, night.series)) if night and night.series else None
-    fp = study.user_attrs.get(S_FINGERPRINT)
     return StudyView(
         study=stored.name,
         storage_url=storage_url,
@@ -62,7 +61,7 @@ def load_view(storage_url: str, study_name: str | None, series: str | None = Non
         winner=stored.winner,
         baseline=stored.baseline,
         timings=_timings(trials, list(stored.records)),
-        fingerprint=Fingerprint.from_json(fp) if fp else None,
+        fingerprint=recorded_fingerprint(study.user_attrs),
         night=night,
         history=history,
         generated_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),

@@ -13,12 +13,11 @@ from typing import Any, Mapping
 import optuna
 
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.nightly.fingerprint import Fingerprint
 from nccl_tune.nightly.night import Night
+from nccl_tune.tuner.hardware_record import recorded_fingerprint
 
 S_SERIES = "series"
 S_NIGHT = "night"
-S_FINGERPRINT = "fingerprint"
 S_STARTED_AT = "started_at"
 
 _PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
@@ -44,8 +43,7 @@ def night_from_attrs(study_name: str, attrs: Mapping[str, Any]) -> Night | None:
     series = attrs.get(S_SERIES)
     if not series:
         return None
-    fp = attrs.get(S_FINGERPRINT)
-    return Night(study_name, series, attrs.get(S_STARTED_AT, ""), Fingerprint.from_json(fp) if fp else None)
+    return Night(study_name, series, attrs.get(S_STARTED_AT, ""), recorded_fingerprint(attrs))
 
 
 def series_nights(storage: optuna.storages.BaseStorage, series: str) -> list[Night]:

@@ -11,7 +11,8 @@ import pytest
 from nccl_tune.nightly.night import Baseline, Night
 from nccl_tune.nightly.regression import RunFact, judge_night
 from nccl_tune.tuner import study_records as R
-from nccl_tune.tuner.series import S_FINGERPRINT, S_SERIES, S_STARTED_AT, write_night
+from nccl_tune.tuner.hardware_record import S_HARDWARE
+from nccl_tune.tuner.series import S_SERIES, S_STARTED_AT, write_night
 from nccl_tune.tuner.stability import select_winner
 from tests.tuner.conftest import TINY_SPACE, TINY_TRAINER, run_cli
 from tests.tuner.nights import fingerprint, store_nights
@@ -36,7 +37,7 @@ def _make_night(url: str) -> None:
                   dict(winner.values), winner.first.number, base, verdict, True)
     study.set_user_attr(S_SERIES, SERIES)
     study.set_user_attr(S_STARTED_AT, night.started_at)
-    study.set_user_attr(S_FINGERPRINT, fp.to_json())
+    study.set_user_attr(S_HARDWARE, {"host": fp.host, "fingerprint": fp.to_json()})
     write_night(study, night)
 
 

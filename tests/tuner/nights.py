@@ -7,7 +7,8 @@ import optuna
 from nccl_tune.nightly.fingerprint import Fingerprint
 from nccl_tune.nightly.night import Baseline, Night
 from nccl_tune.nightly.regression import compare_throughput
-from nccl_tune.tuner.series import S_FINGERPRINT, S_SERIES, S_STARTED_AT, write_night
+from nccl_tune.tuner.hardware_record import S_HARDWARE
+from nccl_tune.tuner.series import S_SERIES, S_STARTED_AT, write_night
 
 FP = dict(host="node-1", gpu_model="NVIDIA H100 80GB HBM3", gpu_count=8, gpu_memory_gib=79.65,
           driver_version="550.54.15", cuda_version="12.4", torch_version="2.12.0", nccl_version="2.21.5",
@@ -35,7 +36,7 @@ def store_nights(url: str, series: str, bests: list[float | None], fingerprints:
         study = optuna.create_study(study_name=night.study, storage=storage, direction="maximize")
         study.set_user_attr(S_SERIES, series)
         study.set_user_attr(S_STARTED_AT, started)
-        study.set_user_attr(S_FINGERPRINT, fp.to_json())
+        study.set_user_attr(S_HARDWARE, {"host": fp.host, "fingerprint": fp.to_json()})
         write_night(study, night)
         nights.append(night)
     return nights
