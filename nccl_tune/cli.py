@@ -96,6 +96,10 @@ def run_cmd(
     confirm: int = typer.Option(2, "--confirm", help="Re-run the best N candidates once to confirm them (0: none)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate the space and print the first trial's argv and env; run nothing."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout (progress goes to stderr)."),
+    series: Optional[str] = typer.Option(None, "--series", help="Keep this run as a night of the named series (a new study per night).", metavar="NAME"),
+    warm_start: bool = typer.Option(False, "--warm-start", help="Run the baseline config (the series' previous best, or --baseline) first, 3 times, then search."),
+    baseline: Optional[Path] = typer.Option(None, "--baseline", help="A tuned YAML to compare with (default: the series' previous good night).", metavar="FILE"),
+    fail_on_regression: Optional[float] = typer.Option(None, "--fail-on-regression", help="Exit 3 when the best is slower than the baseline's by more than PCT and the noise, or the baseline config now fails.", metavar="PCT"),
 ) -> None:
     """Tune COMMAND: run short trials under an Optuna search and report the fastest stable config."""
     from nccl_tune.tuner.pins import parse_pin
@@ -111,7 +115,8 @@ def run_cmd(
             trials=trials, steps=steps, warmup_steps=warmup_steps, pins=tuple(parse_pin(p) for p in pin),
             seed=seed, sampler=sampler, launcher=launcher, parallel=parallel, output=output, dry_run=dry_run, confirm=confirm,
             budget_s=secs["--budget"], stall_timeout_s=secs["--stall-timeout"], startup_timeout_s=secs["--startup-timeout"],
-            trial_timeout_s=secs["--trial-timeout"], grace_s=secs["--grace"],
+            trial_timeout_s=secs["--trial-timeout"], grace_s=secs["--grace"], series=series, warm_start=warm_start,
+            baseline_file=baseline, fail_on_regression_pct=fail_on_regression,
         )
         _run(settings, as_json)
     except NcclTuneError as exc:
@@ -137,8 +142,14 @@ def _run(settings, as_json: bool) -> None:
         write_tuned(settings.output, outcome.stored, outcome.winner)
         (err if as_json else out).print(escape(f"tuned YAML: {settings.output}"), highlight=False)
     if as_json:
-        _emit_json(summary_json(outcome.study, outcome.storage_url, list(outcome.records), outcome.winner,
-                                outcome.baseline, outcome.exit_code))
+        data = summary_json(outcome.study, outcome.storage_url, list(outcome.records), outcome.winner,
+                            outcome.baseline, outcome.exit_code)
+        data["night"] = outcome.night.to_json() if outcome.night else None
+        _emit_json(data)
+    verdict = outcome.night.verdict if outcome.night else None
+    if verdict is not None and not outcome.interrupted:
+        (err if outcome.exit_code == 3 else (err if as_json else out)).print(escape(verdict.summary), highlight=False,
+                                                                            soft_wrap=True)
     if outcome.interrupted:
         err.print(escape(f"interrupted: study {outcome.study} is saved; run the same command again to resume"), highlight=False)
     raise typer.Exit(outcome.exit_code)

@@ -29,11 +29,10 @@ def hardware_facts(command: Sequence[str] = (), cwd: Path | None = None) -> dict
             "torch": fp.torch_version, "nccl": fp.nccl_version, "trainer": fp.trainer, "fingerprint": fp.to_json()}
 
 
-def record_hardware(study: optuna.Study, command: Sequence[str] = (), cwd: Path | None = None) -> dict[str, Any]:
-    """Probe this node and store the record in ``study`` (the latest run's hardware wins)."""
-    facts = hardware_facts(command, cwd)
-    study.set_user_attr(S_HARDWARE, facts)
-    return facts
+def store_hardware(study: optuna.Study, facts: Mapping[str, Any]) -> None:
+    """Keep ``hardware_facts``' record in ``study`` (the latest run's hardware wins)."""
+    study.set_user_attr(S_HARDWARE, dict(facts))
+
 
 
 def recorded_hardware(study_attrs: Mapping[str, Any]) -> dict[str, Any] | None:

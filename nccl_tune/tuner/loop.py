@@ -30,7 +30,10 @@ from nccl_tune.tuner.budget import Budget
 from nccl_tune.tuner.confirmation import confirm
 from nccl_tune.tuner.display import Display
 from nccl_tune.tuner.dry_run import first_values
-from nccl_tune.tuner.hardware_record import record_hardware
+from nccl_tune.nightly.fingerprint import Fingerprint
+from nccl_tune.nightly.night import Night
+from nccl_tune.tuner.hardware_record import hardware_facts, store_hardware
+from nccl_tune.tuner.nightly import NightPlan, check_runnable, finish_night, plan_night, start_night
 from nccl_tune.tuner.observer import InterruptFlag
 from nccl_tune.tuner.pins import apply_pins, baseline_values
 from nccl_tune.tuner.recovery import Recovery
@@ -42,6 +45,7 @@ from nccl_tune.tuner.storage import create_or_resume, open_storage
 from nccl_tune.tuner.study_records import TrialKind, TrialRecord
 from nccl_tune.tuner.study_view import StoredStudy, stored_of
 from nccl_tune.tuner.trial_run import TrialRunner
+from nccl_tune.tuner.warm_start import warm_start
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,14 @@ class StudyOutcome:
     interrupted: bool = False
     resumed: bool = False
     notes: tuple[str, ...] = field(default_factory=tuple)
+    night: Night | None = None
+    """The night's record (a run in a series, or compared with --baseline)."""
+    fail_on_regression: bool = False
+    """--fail-on-regression was given: a regression exits 3."""
+
+    @property
+    def regression(self) -> bool:
+        return bool(self.night and self.night.verdict and self.night.verdict.regression)
 
     @property
     def study(self) -> str:
@@ -80,6 +92,8 @@ class StudyOutcome:
     def exit_code(self) -> int:
         if self.interrupted:
             return 130
+        if self.fail_on_regression and self.regression:
+            return 3
         return 0 if self.winner is not None else 2
 
 
@@ -105,6 +119,12 @@ class StudyLoop:
         """Check the command with the launcher, then open (or create) the study and settle it."""
         self.launcher.prepare(self.runner.spec_for(0, first_values(self.space, self.pins, self.settings.seed), []))
         storage = open_storage(self.settings.storage_url)
+        facts = hardware_facts(self.settings.command)
+        self.fingerprint = Fingerprint.from_json(facts["fingerprint"])
+        self.plan = plan_night(storage, self.space, self.fingerprint, series=self.settings.series,
+                               baseline_file=self.settings.baseline_file, warm_start=self.settings.warm_start,
+                               fail_on_regression_pct=self.settings.fail_on_regression_pct)
+        check_runnable(self.plan, self.space, self.pins.params)
         study, existed = create_or_resume(
             storage,
             self.settings.storage_url,
@@ -120,9 +140,10 @@ class StudyLoop:
         )
         if existed:
             Recovery(self.space, self.pins.params, self.launcher, self.display).run(study, storage, self.runner.host)
-        else:
+        elif not self.plan.warm_start:
             self.enqueue_baseline(study)
-        record_hardware(study, self.settings.command)
+        store_hardware(study, facts)
+        start_night(study, self.plan, existed)
         return study, existed
 
     def enqueue_baseline(self, study: optuna.Study) -> None:
@@ -141,7 +162,9 @@ class StudyLoop:
         try:
             with self.interrupt:
                 self.launcher.before_study()
-                interrupted = self.search(study, budget)
+                if self.plan.warm_start:
+                    interrupted = warm_start(study, self.runner, self.plan, budget, self.interrupt, self.display)
+                interrupted = interrupted or self.search(study, budget)
                 if not interrupted and self.settings.confirm:
                     interrupted = confirm(
                         study, self.runner, self.settings.confirm, budget, self.interrupt, self.display
@@ -151,9 +174,11 @@ class StudyLoop:
             self.launcher.close()
         stored = stored_of(study, self.settings.storage_url, self.space)
         winner = select_winner(stored.records, require_confirmation=self.settings.confirm > 0)
+        night = finish_night(study, self.plan, self.fingerprint, stored.records, winner, interrupted)
         if not interrupted:
             self.display.summary(list(stored.records), winner, stored.baseline)
-        return StudyOutcome(stored, winner, self.runner.launched, interrupted=interrupted, resumed=existed)
+        return StudyOutcome(stored, winner, self.runner.launched, interrupted=interrupted, resumed=existed, night=night,
+                            fail_on_regression=self.settings.fail_on_regression_pct is not None)
 
     def ask(self, study: optuna.Study) -> tuple[optuna.Trial, dict[str, Any], str]:
         """Optuna's next trial, its values and its kind (baseline, search, retry), recorded in it."""
@@ -166,7 +191,8 @@ class StudyLoop:
 
     def search(self, study: optuna.Study, budget: Budget) -> bool:
         """Ask, admit, run and tell until ``--trials`` trials ran; True when interrupted."""
-        while self.runner.launched < self.settings.trials:
+        start = self.runner.launched  # warm-start runs come on top of --trials, as re-runs do
+        while self.runner.launched - start < self.settings.trials:
             if self.interrupt.is_set:
                 return True
             if budget.spent():

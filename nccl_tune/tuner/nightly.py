@@ -13,7 +13,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 import optuna
 
@@ -22,9 +22,10 @@ from nccl_tune.nightly.baseline import baseline_from_file, baseline_of_night, pr
 from nccl_tune.nightly.fingerprint import Fingerprint
 from nccl_tune.nightly.night import Baseline, Night
 from nccl_tune.nightly.regression import RegressionVerdict, RunFact, judge_night
+from nccl_tune.search_spaces.render import format_value
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
-from nccl_tune.tuner.series import check_series_name, series_nights
+from nccl_tune.tuner.series import S_SERIES, S_STARTED_AT, plain_series_name, series_nights, write_night
 from nccl_tune.tuner.stability import Candidate, values_key
 
 WARM_RUNS = 3
@@ -50,17 +51,28 @@ def night_study_name(series: str, now: dt.datetime | None = None) -> str:
     return f"{series}.{(now or dt.datetime.now(dt.timezone.utc)).strftime('%Y%m%d-%H%M%S')}"
 
 
-def _check_options(series: str | None, baseline_file: Path | None, warm_start: bool, pct: float | None) -> None:
-    if series is not None:
-        check_series_name(series)
+def nightly_option_problems(series: str | None, baseline_file: Path | None, warm_start: bool,
+                            pct: float | None) -> list[str]:
+    """One line per nightly option no storage could make right, with the fix."""
+    problems = []
+    if series is not None and not plain_series_name(series):
+        problems.append(f"--series {series!r}: not a plain name; use letters, digits, '_', '.' and '-' (at most 64, "
+                        "starting with a letter or digit), e.g. --series skyrl-nightly")
     if pct is not None and not 0 < pct < 100:
-        raise NcclTuneError(f"--fail-on-regression {pct:g}: give a percentage between 0 and 100, e.g. 5")
+        problems.append(f"--fail-on-regression {pct:g}: give a percentage between 0 and 100, e.g. 5")
     if warm_start and series is None and baseline_file is None:
-        raise NcclTuneError("--warm-start: nothing to start from; name the series with --series NAME "
-                            "or give a tuned YAML with --baseline FILE")
+        problems.append("--warm-start: nothing to start from; name the series with --series NAME "
+                        "or give a tuned YAML with --baseline FILE")
     if pct is not None and series is None and baseline_file is None:
-        raise NcclTuneError(f"--fail-on-regression {pct:g}: no baseline to compare with; name the series with "
-                            "--series NAME or give a tuned YAML with --baseline FILE")
+        problems.append(f"--fail-on-regression {pct:g}: no baseline to compare with; name the series with "
+                        "--series NAME or give a tuned YAML with --baseline FILE")
+    return problems
+
+
+def _check_options(series: str | None, baseline_file: Path | None, warm_start: bool, pct: float | None) -> None:
+    problems = nightly_option_problems(series, baseline_file, warm_start, pct)
+    if problems:
+        raise NcclTuneError(problems[0])
 
 
 def plan_night(
@@ -87,9 +99,9 @@ def plan_night(
                                 f"parameters than space {space.name}'s; use a new series for this space")
     if baseline is None and (warm_start or fail_on_regression_pct is not None):
         what = "--fail-on-regression" if fail_on_regression_pct is not None else "--warm-start"
-        raise NcclTuneError(f"{what}: series {series!r} has no earlier night with a stable config on "
-                            f"{fingerprint.hardware}, and no --baseline FILE was given; run once without it to "
-                            "start the series, or give a tuned YAML with --baseline")
+        raise NcclTuneError(f"{what}: series {series!r} has no earlier night with a stable config on this hardware "
+                            f"({fingerprint.hardware}), and no --baseline FILE was given; run once without {what} "
+                            "to start the series, or give a tuned YAML with --baseline")
     return NightPlan(series, baseline, warm_start, fail_on_regression_pct)
 
 
@@ -130,3 +142,35 @@ def night_record(plan: NightPlan, study: str, started_at: str, fingerprint: Fing
         verdict=verdict_of(plan, records, winner) if finished else None,
         finished=finished,
     )
+
+
+def check_runnable(plan: NightPlan, space: SearchSpace, pinned: Mapping[str, Any]) -> None:
+    """The baseline config must be a config of this run: within its pins and the space's rules."""
+    if plan.baseline is None:
+        return
+    b = plan.baseline
+    for name, value in pinned.items():
+        if name in b.values and b.values[name] != value:
+            raise NcclTuneError(f"--set {name}={format_value(value)}: the baseline config ({b.source} {b.origin}) has "
+                                f"{name}={format_value(b.values[name])}; pin the same value or leave it free")
+    broken = space.violations(b.values)
+    if broken:
+        raise NcclTuneError(f"the baseline config ({b.source} {b.origin}) breaks space {space.name}'s rules: {broken[0]}")
+
+
+def start_night(study: optuna.Study, plan: NightPlan, existed: bool) -> None:
+    """Mark a new study as a night of its series (a resumed one keeps its start)."""
+    if plan.series and not existed:
+        study.set_user_attr(S_SERIES, plan.series)
+        study.set_user_attr(S_STARTED_AT, dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
+
+
+def finish_night(study: optuna.Study, plan: NightPlan, fingerprint: Fingerprint | None,
+                 records: Sequence[TrialRecord], winner: Candidate | None, interrupted: bool) -> Night | None:
+    """The night's record, kept with the study (None for a run outside any series and without a baseline)."""
+    if not plan.series and plan.baseline is None:
+        return None
+    started = study.user_attrs.get(S_STARTED_AT) or dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    night = night_record(plan, study.study_name, started, fingerprint, records, winner, finished=not interrupted)
+    write_night(study, night)
+    return night

@@ -23,10 +23,14 @@ S_STARTED_AT = "started_at"
 _PLAIN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
+def plain_series_name(name: str) -> bool:
+    """Letters, digits, ``_ . -``, at most 64, starting with a letter or digit (no ``..``)."""
+    return bool(_PLAIN.fullmatch(name)) and ".." not in name
+
+
 def check_series_name(name: str) -> str:
-    """``name`` if it is a plain name (letters, digits, ``_ . -``, at most 64, starting with a
-    letter or digit); one-line error otherwise."""
-    if not _PLAIN.fullmatch(name) or ".." in name:
+    """``name`` if it is a plain name; one-line error otherwise."""
+    if not plain_series_name(name):
         raise NcclTuneError(
             f"--series {name!r}: not a plain name; use letters, digits, '_', '.' and '-' (at most 64, "
             "starting with a letter or digit), e.g. --series skyrl-nightly"

@@ -67,6 +67,16 @@ class RunSettings:
     """``local`` (pattern search from the incumbent, TPE when its neighbourhood is exhausted), ``tpe``
     (models the whole space) or ``random`` (the benchmarks' yardstick). All learn from failures."""
 
+    series: str | None = None
+    """``--series NAME``: keep this run as a night of the named series (a new study per night)."""
+    warm_start: bool = False
+    """``--warm-start``: run the baseline config first, several times, to know its noise."""
+    baseline_file: Path | None = None
+    """``--baseline FILE``: a tuned YAML to compare with (else the series' previous good night)."""
+    fail_on_regression_pct: float | None = None
+    """``--fail-on-regression PCT``: exit 3 when the night's best is slower than the baseline's by
+    more than PCT percent and the noise, or the baseline config now fails."""
+
     def __post_init__(self) -> None:
         problems = settings_problems(self)
         if problems:
@@ -77,8 +87,15 @@ class RunSettings:
         return self.storage or default_storage_url(self.results)
 
     def study_name(self, space_name: str) -> str:
-        """``--study``, or the name derived from the space and the command (the same command resumes)."""
-        return self.study or default_study_name(space_name, self.command)
+        """``--study``; in a series, a new study per night (``SERIES.YYYYMMDD-HHMMSS``); else the
+        name derived from the space and the command (the same command resumes)."""
+        if self.study:
+            return self.study
+        if self.series:
+            from nccl_tune.tuner.nightly import night_study_name
+
+            return night_study_name(self.series)
+        return default_study_name(space_name, self.command)
 
 
 MAX_SEED = 2**32 - 1
@@ -95,7 +112,8 @@ def settings_problems(s: RunSettings) -> list[str]:
 
     if not s.command:
         problems.append("no command after --; usage: nccl-tune run [OPTIONS] -- COMMAND [ARGS...]")
-    need(s.trials >= 1, "--trials", s.trials, "must be at least 1")
+    need(s.trials >= (0 if s.warm_start else 1), "--trials", s.trials,
+         "must be at least 1 (0 only with --warm-start: re-measure the baseline config, search nothing)")
     need(s.steps is None or s.steps >= 1, "--steps", s.steps, "must be at least 1 (measured steps per trial)")
     need(s.warmup_steps is None or s.warmup_steps >= 0, "--warmup-steps", s.warmup_steps, "must be 0 or more")
     need(s.seed is None or 0 <= s.seed <= MAX_SEED, "--seed", s.seed, f"must be between 0 and {MAX_SEED}")
@@ -112,7 +130,15 @@ def settings_problems(s: RunSettings) -> list[str]:
         problems.append(launcher)
     need(s.parallel >= 1, "--parallel", s.parallel, "must be at least 1")
     need(s.parallel <= 1, "--parallel", s.parallel, "only one trial at a time is supported yet; use --parallel 1")
+    problems += nightly_problems(s)
     return problems
+
+
+def nightly_problems(s: RunSettings) -> list[str]:
+    """The nightly options that no storage could make right (the rest: ``tuner.nightly.plan_night``)."""
+    from nccl_tune.tuner.nightly import nightly_option_problems
+
+    return nightly_option_problems(s.series, s.baseline_file, s.warm_start, s.fail_on_regression_pct)
 
 
 def parse_duration(text: str, option: str) -> float:

@@ -41,6 +41,8 @@ class TrialKind(str, Enum):
     """A repeat of an earlier trial's values, to confirm stability."""
     RETRY = "retry"
     """A repeat of a trial that was interrupted."""
+    WARM_START = "warm_start"
+    """The nightly baseline config (the series' previous best or ``--baseline FILE``), run first and repeated."""
 
 
 class Outcome(str, Enum):

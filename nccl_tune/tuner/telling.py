@@ -111,6 +111,7 @@ def tell_abandoned(study: optuna.Study, trial: optuna.Trial, why: str) -> None:
 
 def requeue(study: optuna.Study, space: SearchSpace, values: Mapping[str, Any], pinned: Mapping[str, Any],
             kind: str) -> None:
-    """Ask for ``values`` again next (an interrupted or abandoned trial); the baseline stays the baseline."""
-    again = TrialKind.BASELINE.value if kind == TrialKind.BASELINE.value else TrialKind.RETRY.value
+    """Ask for ``values`` again next (an interrupted or abandoned trial); the baseline (and the
+    nightly warm start) keep their kind."""
+    again = kind if kind in (TrialKind.BASELINE.value, TrialKind.WARM_START.value) else TrialKind.RETRY.value
     study.enqueue_trial(to_optuna(space, values, pinned), user_attrs={A_KIND: again})
