@@ -18,7 +18,7 @@ def previous_good_night(nights: Sequence[Night], hardware: str | None) -> Night 
     that was not itself a regression: a slowdown stays a regression every night until the speed
     comes back (or a new baseline is given), instead of becoming the new normal overnight."""
     for night in reversed(nights):
-        if not night.finished or not night.best_runs_samples_per_s:
+        if not night.finished or not night.best_runs_per_s:
             continue
         if night.verdict is not None and night.verdict.regression:
             continue
@@ -29,7 +29,7 @@ def previous_good_night(nights: Sequence[Night], hardware: str | None) -> Night 
 
 
 def baseline_of_night(night: Night, space: str) -> Baseline:
-    return Baseline("series", night.study, dict(night.best_values), night.best_runs_samples_per_s, space)
+    return Baseline("series", night.study, dict(night.best_values), night.best_runs_per_s, space, night.unit)
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
@@ -87,12 +87,13 @@ def baseline_from_file(path: Path, space: SearchSpace) -> Baseline:
         raise NcclTuneError(f"--baseline {path}: tuned for space {tuned_for!r}, but this run uses space {space.name!r}; "
                             "give a tuned YAML of the same space (or the matching --space)")
     metrics = doc.get("metrics") or {}
-    runs = metrics.get("runs_samples_per_s") or ([metrics["throughput_samples_per_s"]]
-                                                  if metrics.get("throughput_samples_per_s") else [])
+    runs = metrics.get("runs_per_s") or [x for x in (metrics.get("throughput_per_s"),
+                                                      metrics.get("throughput_samples_per_s")) if x][:1]
     try:
         runs = tuple(float(x) for x in runs)
     except (TypeError, ValueError):
-        raise NcclTuneError(f"--baseline {path}: metrics.runs_samples_per_s must be numbers, got {runs!r}") from None
+        raise NcclTuneError(f"--baseline {path}: metrics.runs_per_s must be numbers, got {runs!r}") from None
     if not runs:
-        raise NcclTuneError(f"--baseline {path}: no measured throughput (metrics.throughput_samples_per_s) to compare with")
-    return Baseline("file", str(path), _values(doc, space, path), runs, space.name)
+        raise NcclTuneError(f"--baseline {path}: no measured throughput (metrics.throughput_per_s) to compare with")
+    return Baseline("file", str(path), _values(doc, space, path), runs, space.name,
+                    str(metrics.get("throughput_unit") or "samples/s"))

@@ -35,17 +35,22 @@ class History:
     steps: tuple[Step, ...]
     pending: Step | None
 
+    @property
+    def unit(self) -> str:
+        """The unit of the latest night's throughput."""
+        return self.rows[-1].night.unit if self.rows else "samples/s"
+
 
 def build_history(series: str, nights: Sequence[Night]) -> History:
     """``nights`` oldest first."""
-    values = [n.best_samples_per_s for n in nights]
+    values = [n.best_per_s for n in nights]
     steps = detect_steps(values)
     pending = pending_shift(values)
     by_start = {s.index: s for s in steps}
     rows = []
     last_value: float | None = None
     for i, night in enumerate(nights):
-        value = night.best_samples_per_s
+        value = night.best_per_s
         change = (value - last_value) / last_value if value is not None and last_value else None
         before = nights[i - 1].fingerprint if i else None
         rows.append(HistoryRow(night, change, changes(before, night.fingerprint), by_start.get(i),
@@ -80,13 +85,14 @@ def history_json(history: History) -> dict[str, Any]:
     return {
         "series": history.series,
         "rule": {"min_step_frac": MIN_STEP_FRAC, "min_nights": MIN_NIGHTS},
+        "unit": history.unit,
         "nights": [
             {**r.night.to_json(), "change_frac": r.change_frac, "fingerprint_changes": list(r.fingerprint_changes),
              "step_starts": r.step is not None, "pending_shift": r.pending}
             for r in history.rows
         ],
-        "steps": [{"index": s.index, "study": history.rows[s.index].night.study, "before_samples_per_s": s.before_median,
-                   "after_samples_per_s": s.after_median, "change_frac": s.change_frac} for s in history.steps],
+        "steps": [{"index": s.index, "study": history.rows[s.index].night.study, "before_per_s": s.before_median,
+                   "after_per_s": s.after_median, "change_frac": s.change_frac} for s in history.steps],
         "pending_shift": None if history.pending is None else {
             "index": history.pending.index, "study": history.rows[history.pending.index].night.study,
             "change_frac": history.pending.change_frac},
@@ -106,12 +112,12 @@ def _verdict_cell(night: Night) -> str:
 
 def print_history(history: History, console: Console) -> None:
     table = Table(title=f"series {escape(history.series)}")
-    for col in ("night (UTC)", "study", "best samples/s", "change", "fingerprint changes", "baseline", "verdict", "step"):
+    for col in ("night (UTC)", "study", f"best {history.unit}", "change", "fingerprint changes", "baseline", "verdict", "step"):
         table.add_column(col, overflow="fold")
     for r in history.rows:
         n = r.night
-        best = "-" if n.best_samples_per_s is None else f"{n.best_samples_per_s:.4g}"
-        base = n.baseline.throughput_samples_per_s if n.baseline else None
+        best = "-" if n.best_per_s is None else f"{n.best_per_s:.4g}"
+        base = n.baseline.throughput_per_s if n.baseline else None
         step = f"[bold yellow]step {r.step.change_frac:+.1%}[/]" if r.step else ("[yellow]shift?[/]" if r.pending else "")
         table.add_row(escape(n.started_at[:16].replace("T", " ")), escape(n.study), best,
                       "" if r.change_frac is None else f"{r.change_frac:+.1%}",

@@ -59,7 +59,7 @@ class RunFact:
     trial: int
     status: str
     """Its failure class (``ok``, ``oom``, ``hang``, ...)."""
-    throughput_samples_per_s: float | None = None
+    throughput_per_s: float | None = None
     near_wall: bool = False
     rank: int | None = None
     evidence: str = ""
@@ -73,8 +73,8 @@ class RegressionVerdict:
     summary: str
     """One line, for the terminal, the report and CI."""
     threshold_frac: float
-    baseline_throughput_samples_per_s: float | None = None
-    night_throughput_samples_per_s: float | None = None
+    baseline_per_s: float | None = None
+    night_per_s: float | None = None
     change_frac: float | None = None
     """(tonight - baseline) / baseline, of the medians."""
     noise_frac: float | None = None
@@ -85,6 +85,7 @@ class RegressionVerdict:
     z_score: float | None = None
     failure_class: str | None = None
     failed_trial: int | None = None
+    unit: str = "samples/s"
 
     def to_json(self) -> dict[str, Any]:
         out = asdict(self)
@@ -138,7 +139,8 @@ def _fmt(x: float) -> str:
 
 
 def compare_throughput(
-    base: Sequence[float], night: Sequence[float], threshold_pct: float, repeats: Sequence[float] = ()
+    base: Sequence[float], night: Sequence[float], threshold_pct: float, repeats: Sequence[float] = (),
+    unit: str = "samples/s",
 ) -> RegressionVerdict:
     """Tonight's best runs (``night``) against the baseline's runs (``base``); ``repeats`` are
     tonight's runs of the baseline config (noise only)."""
@@ -148,9 +150,9 @@ def compare_throughput(
     b, t = statistics.median(base), statistics.median(night)
     change = (t - b) / b
     noise = relative_noise(base, repeats, night)
-    common = dict(threshold_frac=thr, baseline_throughput_samples_per_s=b, night_throughput_samples_per_s=t,
-                  change_frac=change, noise_frac=noise)
-    head = f"best {_fmt(t)} samples/s against the baseline's {_fmt(b)} ({change:+.1%})"
+    common = dict(threshold_frac=thr, baseline_per_s=b, night_per_s=t,
+                  change_frac=change, noise_frac=noise, unit=unit)
+    head = f"best {_fmt(t)} {unit} against the baseline's {_fmt(b)} ({change:+.1%})"
     if -change <= thr:
         return RegressionVerdict(False, VerdictKind.WITHIN_THRESHOLD, f"no regression: {head}, within {threshold_pct:g}%",
                                  method="threshold", **common)
@@ -172,7 +174,8 @@ def compare_throughput(
                              **common, **extra)
 
 
-def baseline_failure(run: RunFact, threshold_pct: float, base_throughput: float | None) -> RegressionVerdict:
+def baseline_failure(run: RunFact, threshold_pct: float, base_throughput: float | None,
+                     unit: str = "samples/s") -> RegressionVerdict:
     """The verdict when the baseline config failed tonight (or came too close to the memory wall)."""
     if run.status == "ok" and run.near_wall:
         what = "came within the memory margin (not stable any more)"
@@ -184,23 +187,24 @@ def baseline_failure(run: RunFact, threshold_pct: float, base_throughput: float 
     detail = run.evidence or run.advice
     summary = f"regression: the baseline config (trial {run.trial}) {what}" + (f": {detail}" if detail else "")
     return RegressionVerdict(True, VerdictKind.BASELINE_FAILS, summary, threshold_frac=threshold_pct / 100.0,
-                             baseline_throughput_samples_per_s=base_throughput, method="failure",
-                             failure_class=cls, failed_trial=run.trial)
+                             baseline_per_s=base_throughput, method="failure",
+                             failure_class=cls, failed_trial=run.trial, unit=unit)
 
 
 def judge_night(
-    base: Sequence[float], baseline_runs: Sequence[RunFact], night_best: Sequence[float], threshold_pct: float
+    base: Sequence[float], baseline_runs: Sequence[RunFact], night_best: Sequence[float], threshold_pct: float,
+    unit: str = "samples/s",
 ) -> RegressionVerdict:
     """The night's verdict: the baseline config's runs tonight first (a failure is a regression
     whatever the throughput), then tonight's best stable runs against the baseline's runs."""
     for run in baseline_runs:
         if run.status != "ok" or run.near_wall:
-            return baseline_failure(run, threshold_pct, statistics.median(base) if base else None)
+            return baseline_failure(run, threshold_pct, statistics.median(base) if base else None, unit)
     if not night_best:
         return RegressionVerdict(True, VerdictKind.NO_STABLE_CONFIG,
                                  "regression: no config was stable tonight, the baseline's included",
                                  threshold_frac=threshold_pct / 100.0,
-                                 baseline_throughput_samples_per_s=statistics.median(base) if base else None,
-                                 method="failure")
-    repeats = [r.throughput_samples_per_s for r in baseline_runs if r.throughput_samples_per_s]
-    return compare_throughput(base, night_best, threshold_pct, repeats)
+                                 baseline_per_s=statistics.median(base) if base else None,
+                                 method="failure", unit=unit)
+    repeats = [r.throughput_per_s for r in baseline_runs if r.throughput_per_s]
+    return compare_throughput(base, night_best, threshold_pct, repeats, unit)

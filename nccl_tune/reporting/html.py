@@ -66,7 +66,7 @@ def _night(view: StudyView) -> str:
     if night.baseline:
         b = night.baseline
         out.append(f"<p>baseline: {escape(b.source)} <code>{escape(b.origin)}</code>, "
-                   f"{_num(b.throughput_samples_per_s)} samples/s over {len(b.runs_samples_per_s)} runs</p>")
+                   f"{_num(b.throughput_per_s)} {escape(b.unit)} over {len(b.runs_per_s)} runs</p>")
     row = next((r for r in view.history.rows if r.night.study == night.study), None) if view.history else None
     if row is not None and row.fingerprint_changes:
         out.append("<p>changed since the previous night: " + escape("; ".join(row.fingerprint_changes)) + "</p>")
@@ -141,12 +141,12 @@ def _history(view: StudyView) -> str:
     for r in h.rows:
         n = r.night
         v = n.verdict
-        rows.append([escape(n.started_at[:16].replace("T", " ")), escape(n.study), _num(n.best_samples_per_s),
+        rows.append([escape(n.started_at[:16].replace("T", " ")), escape(n.study), _num(n.best_per_s),
                      "" if r.change_frac is None else f"{r.change_frac:+.1%}", escape("; ".join(r.fingerprint_changes)),
                      escape(v.kind.value.replace("_", " ") if v else "not compared"),
                      f"step {r.step.change_frac:+.1%}" if r.step else ("shift?" if r.pending else "")])
     return (f"<h2>Series {escape(h.series)}</h2>"
-            + _table(("night (UTC)", "study", "best samples/s", "change", "fingerprint changes", "verdict", "step"),
+            + _table(("night (UTC)", "study", f"best {h.unit}", "change", "fingerprint changes", "verdict", "step"),
                      rows, num_cols=(2, 3)))
 
 

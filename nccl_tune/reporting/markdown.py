@@ -60,13 +60,13 @@ def _history(view: StudyView) -> list[str]:
     h = view.history
     if h is None:
         return []
-    rows = [(r.night.started_at[:10], r.night.study, _num(r.night.best_samples_per_s),
+    rows = [(r.night.started_at[:10], r.night.study, _num(r.night.best_per_s),
              "" if r.change_frac is None else f"{r.change_frac:+.1%}", "; ".join(r.fingerprint_changes),
              (r.night.verdict.kind.value.replace("_", " ") if r.night.verdict else "not compared"),
              f"step {r.step.change_frac:+.1%}" if r.step else ("shift?" if r.pending else ""))
             for r in h.rows[-MAX_NIGHTS:]]
     return [f"### Series `{h.series}` (last {len(rows)} nights)", ""] + _table(
-        ("night", "study", "best samples/s", "change", "fingerprint changes", "verdict", "step"), rows)
+        ("night", "study", f"best {h.unit}", "change", "fingerprint changes", "verdict", "step"), rows)
 
 
 def render_markdown(view: StudyView) -> str:

@@ -193,10 +193,10 @@ def series_history(view: StudyView) -> str | None:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(9, 3.2))
     xs = list(range(len(h.rows)))
-    best = [r.night.best_samples_per_s for r in h.rows]
+    best = [r.night.best_per_s for r in h.rows]
     ax.plot([x for x, b in zip(xs, best) if b is not None], [b for b in best if b is not None], "-o", color="#1f77b4",
-            label="best stable samples/s", zorder=3)
-    base = [(x, r.night.baseline.throughput_samples_per_s) for x, r in zip(xs, h.rows) if r.night.baseline]
+            label=f"best stable {h.unit}", zorder=3)
+    base = [(x, r.night.baseline.throughput_per_s) for x, r in zip(xs, h.rows) if r.night.baseline]
     if base:
         ax.scatter(*zip(*base), marker="_", s=220, color="#444444", label="baseline", zorder=2)
     bad = [(x, b if b is not None else 0.0) for x, b, r in zip(xs, best, h.rows) if r.night.verdict and r.night.verdict.regression]
@@ -209,7 +209,7 @@ def series_history(view: StudyView) -> str | None:
         ax.axvspan(here - 0.4, here + 0.4, color="#1f77b4", alpha=0.08, label="this study")
     ax.set_xticks(xs, [r.night.started_at[5:10] for r in h.rows], rotation=45 if len(xs) > 12 else 0)
     ax.set_ylim(bottom=0)
-    ax.set_ylabel("samples/s")
+    ax.set_ylabel(h.unit)
     ax.set_title(f"series {h.series}")
     ax.legend(fontsize=7, loc="lower left", ncol=3)
     fig.tight_layout()

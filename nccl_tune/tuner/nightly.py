@@ -124,7 +124,8 @@ def verdict_of(plan: NightPlan, records: Sequence[TrialRecord], winner: Candidat
         return None
     runs = [_fact(r) for r in baseline_runs(plan.baseline, records)]
     best = [r.throughput for r in winner.ok_runs if r.throughput] if winner is not None else []
-    return judge_night(plan.baseline.runs_samples_per_s, runs, best, plan.threshold_pct)
+    unit = (winner.throughput_unit if winner is not None else None) or plan.baseline.unit
+    return judge_night(plan.baseline.runs_per_s, runs, best, plan.threshold_pct, unit)
 
 
 def night_record(plan: NightPlan, study: str, started_at: str, fingerprint: Fingerprint | None,
@@ -135,12 +136,13 @@ def night_record(plan: NightPlan, study: str, started_at: str, fingerprint: Fing
         series=plan.series or "",
         started_at=started_at,
         fingerprint=fingerprint,
-        best_runs_samples_per_s=best,
+        best_runs_per_s=best,
         best_values=dict(winner.values) if winner is not None else {},
         best_trial=winner.first.number if winner is not None else None,
         baseline=plan.baseline,
         verdict=verdict_of(plan, records, winner) if finished else None,
         finished=finished,
+        unit=(winner.throughput_unit if winner is not None else None) or (plan.baseline.unit if plan.baseline else "samples/s"),
     )
 
 

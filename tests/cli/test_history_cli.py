@@ -42,7 +42,7 @@ def test_history_of_the_only_series_and_a_pending_shift(tmp_path):
     data = json.loads(run_cli(["history", "--json"], cwd=tmp_path).stdout)
     assert data["series"] == "only" and data["steps"] == []
     assert data["pending_shift"]["study"] == "only.5"
-    assert data["nights"][4]["best_samples_per_s"] is None
+    assert data["nights"][4]["best_per_s"] is None
 
 
 def test_history_errors_are_one_line(tmp_path):

@@ -21,7 +21,7 @@ def space():
 
 def tuned(tmp_path, **changes):
     doc = {"overrides": {"trainer": {"micro": 4, "offload": False}}, "env": {"NCCL_ALGO": "Ring"}, "unset_env": [],
-           "metrics": {"throughput_samples_per_s": 400.0}, "study": {"name": "t", "space": "tiny"}}
+           "metrics": {"throughput_per_s": 400.0, "throughput_unit": "samples/s"}, "study": {"name": "t", "space": "tiny"}}
     for key, value in changes.items():
         section, _, field = key.partition("__")
         if field:
@@ -36,13 +36,13 @@ def tuned(tmp_path, **changes):
 def test_a_tuned_yaml_gives_the_values_and_runs(tmp_path, space):
     b = baseline_from_file(tuned(tmp_path), space)
     assert dict(b.values) == {"trainer.micro": 4, "trainer.offload": False, "NCCL_ALGO": "Ring"}
-    assert b.runs_samples_per_s == (400.0,) and b.source == "file" and b.space == "tiny"
+    assert b.runs_per_s == (400.0,) and b.source == "file" and b.space == "tiny"
     unset = baseline_from_file(tuned(tmp_path, env={}, unset_env=["NCCL_ALGO"]), space)
     assert unset.values["NCCL_ALGO"] == "unset"
     exact = baseline_from_file(tuned(tmp_path, study__params={"trainer.micro": 2, "trainer.offload": True,
                                                               "NCCL_ALGO": "Tree"},
-                                     metrics__runs_samples_per_s=[390, 400, 410]), space)
-    assert exact.values["trainer.micro"] == 2 and exact.throughput_samples_per_s == 400
+                                     metrics__runs_per_s=[390, 400, 410]), space)
+    assert exact.values["trainer.micro"] == 2 and exact.throughput_per_s == 400
 
 
 @pytest.mark.parametrize(

@@ -32,7 +32,7 @@ def _make_night(url: str) -> None:
     base = Baseline("series", f"{SERIES}.4", dict(oom.values), (399.0, 400.0, 401.0), "tiny")
     v = oom.result.verdict
     run = RunFact(oom.number, "oom", rank=v.rank, evidence=v.evidence[0].text if v.evidence else "", advice=v.advice)
-    verdict = judge_night(base.runs_samples_per_s, [run], [r.throughput for r in winner.ok_runs], 5.0)
+    verdict = judge_night(base.runs_per_s, [run], [r.throughput for r in winner.ok_runs], 5.0)
     night = Night("t", SERIES, "2026-08-06T02:00:00+00:00", fp, tuple(r.throughput for r in winner.ok_runs),
                   dict(winner.values), winner.first.number, base, verdict, True)
     study.set_user_attr(S_SERIES, SERIES)

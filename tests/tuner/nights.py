@@ -28,9 +28,9 @@ def store_nights(url: str, series: str, bests: list[float | None], fingerprints:
     for i, best in enumerate(bests):
         fp = (fingerprints or [fingerprint()] * len(bests))[i]
         runs = () if best is None else (best * 0.99, best, best * 1.01)
-        prev = next((n for n in reversed(nights) if n.best_runs_samples_per_s), None)
-        base = None if prev is None else Baseline("series", prev.study, {"x": 1}, prev.best_runs_samples_per_s, "tiny")
-        verdict = compare_throughput(base.runs_samples_per_s, runs, threshold_pct) if base and runs else None
+        prev = next((n for n in reversed(nights) if n.best_runs_per_s), None)
+        base = None if prev is None else Baseline("series", prev.study, {"x": 1}, prev.best_runs_per_s, "tiny")
+        verdict = compare_throughput(base.runs_per_s, runs, threshold_pct) if base and runs else None
         started = f"2026-08-{i + 1:02d}T02:00:00+00:00"
         night = Night(f"{series}.{i}", series, started, fp, runs, {"x": 1}, 0 if runs else None, base, verdict, True)
         study = optuna.create_study(study_name=night.study, storage=storage, direction="maximize")

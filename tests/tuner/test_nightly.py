@@ -33,7 +33,7 @@ def series(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("nights")
     proc, data = night(root, "--trials", "1", "--confirm", "1")
     assert proc.returncode == 0, proc.stderr
-    assert data["night"]["verdict"] is None and len(data["night"]["best_runs_samples_per_s"]) == 2
+    assert data["night"]["verdict"] is None and len(data["night"]["best_runs_per_s"]) == 2
     return root
 
 
@@ -82,7 +82,7 @@ def test_the_fingerprint_is_recorded_when_the_night_runs_and_history_shows_the_s
 def test_a_baseline_config_that_now_runs_out_of_memory_is_a_regression(workdir, tiny_command):
     tuned = workdir / "tuned.yaml"
     tuned.write_text("overrides: {trainer: {micro: 8, offload: false}}\nenv: {}\nunset_env: [NCCL_ALGO]\n"
-                     "metrics: {throughput_samples_per_s: 800.0}\nstudy: {name: old, space: tiny}\n")
+                     "metrics: {throughput_per_s: 800.0}\nstudy: {name: old, space: tiny}\n")
     proc = run_cli(["run", "--space", str(TINY_SPACE), "--study", "n", "--baseline", str(tuned), "--warm-start",
                     "--fail-on-regression", "5", "--trials", "1", "--confirm", "0", "--json", "--", *tiny_command],
                    cwd=workdir)
@@ -108,10 +108,24 @@ def test_a_baseline_config_that_now_runs_out_of_memory_is_a_regression(workdir, 
 )
 def test_bad_nightly_input_is_one_line_before_any_trial(workdir, tiny_command, args, fragment):
     (workdir / "other.yaml").write_text("overrides: {trainer: {micro_train_batch_size_per_gpu: 2}}\n"
-                                        "metrics: {throughput_samples_per_s: 1.0}\nstudy: {space: skyrl-text2sql}\n")
+                                        "metrics: {throughput_per_s: 1.0}\nstudy: {space: skyrl-text2sql}\n")
     proc = run_cli(["run", "--space", str(TINY_SPACE), *args, "--", *tiny_command], cwd=workdir, timeout=60)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 1 and len(lines) == 1 and fragment in lines[0], proc.stderr
     db = workdir / "results" / "nccl-tune.db"
     assert not db.exists() or sqlite3.connect(db).execute("select count(*) from trials").fetchone()[0] == 0
     assert not any((workdir / "results").rglob("trial-*"))
+
+
+def test_an_exported_tuned_yaml_is_a_baseline_for_a_later_night(workdir, tiny_command):
+    first = run_cli(["run", "--space", str(TINY_SPACE), "--study", "day", "--trials", "3", "--seed", "1",
+                     "-o", "tuned.yaml", "--", *tiny_command], cwd=workdir)
+    assert first.returncode == 0, first.stderr
+    proc = run_cli(["run", "--space", str(TINY_SPACE), "--study", "night", "--baseline", "tuned.yaml", "--warm-start",
+                    "--fail-on-regression", "30", "--trials", "0", "--json", "--", *tiny_command], cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    night = json.loads(proc.stdout)["night"]
+    tuned = __import__("yaml").safe_load((workdir / "tuned.yaml").read_text())
+    assert night["baseline"]["values"] == tuned["study"]["params"] and night["baseline"]["source"] == "file"
+    assert night["baseline"]["runs_per_s"] == tuned["metrics"]["runs_per_s"] and len(night["best_runs_per_s"]) == 3
+    assert not night["verdict"]["regression"] and night["series"] == ""

@@ -32,7 +32,7 @@ def test_the_baseline_is_the_series_previous_good_night(storage, tmp_path):
     study.set_user_attr("night", {**nights[1].to_json(), "best_values": VALUES})
     p = plan(storage, series="s", warm_start=True, fail_on_regression_pct=5)
     assert p.baseline.origin == "s.1" and dict(p.baseline.values) == VALUES and p.threshold_pct == 5
-    assert p.baseline.runs_samples_per_s == pytest.approx((99.99, 101.0, 102.01))
+    assert p.baseline.runs_per_s == pytest.approx((99.99, 101.0, 102.01))
     assert plan(storage, series="new").baseline is None  # a first night: nothing to compare with, and fine
 
 
@@ -56,7 +56,7 @@ def test_bad_nightly_options_are_one_line(storage, kw, fragment):
 def test_a_baseline_file_of_another_space_is_refused(storage, tmp_path):
     f = tmp_path / "tuned.yaml"
     f.write_text(yaml.safe_dump({"overrides": {"trainer": {"micro": 4}}, "study": {"space": "skyrl-text2sql"},
-                                 "metrics": {"throughput_samples_per_s": 1.0}}))
+                                 "metrics": {"throughput_per_s": 1.0}}))
     with pytest.raises(NcclTuneError, match="tuned for space 'skyrl-text2sql', but this run uses space 'tiny'"):
         plan(storage, baseline_file=f, fail_on_regression_pct=5)
 
