@@ -163,6 +163,7 @@ def report_study(storage_url: str, study_name: str | None, console: Console, *, 
     data = summary_json(stored.name, storage_url, recs, winner, base, 0 if winner else 2)
     data["command"] = list(stored.command) or None
     data["hardware"] = stored.hardware
+    data["night"] = stored.night.to_json() if stored.night else None
     if plots_dir is not None:
         data["plots"] = [str(p) for p in plot(space, recs, plots_dir)]
     if as_json:
@@ -179,6 +180,10 @@ def report_study(storage_url: str, study_name: str | None, console: Console, *, 
             for change in changed:
                 console.print(f"  {escape(str(change))}", highlight=False)
             console.print("  pin them with --set KEY=VALUE to tune speed only", highlight=False)
+    verdict = stored.night.verdict if stored.night else None
+    if verdict is not None:
+        console.print(f"[{'bold red' if verdict.regression else 'green'}]{escape(verdict.summary)}[/]", highlight=False,
+                      soft_wrap=True)
     for p in data.get("plots", []):
         console.print(f"plot: {escape(p)}", highlight=False)
     return data

@@ -12,7 +12,7 @@ from nccl_tune.nightly.history import build_history
 from nccl_tune.reporting.view import StudyView, TrialTiming
 from nccl_tune.tuner import study_records as R
 from nccl_tune.tuner.hardware_record import recorded_fingerprint
-from nccl_tune.tuner.series import check_series_name, series_nights, study_night
+from nccl_tune.tuner.series import check_series_name, series_nights
 from nccl_tune.tuner.storage import load_existing, open_storage
 from nccl_tune.tuner.study_view import stored_of
 
@@ -50,7 +50,7 @@ def load_view(storage_url: str, study_name: str | None, series: str | None = Non
     study = load_existing(storage, storage_url, study_name)
     stored = stored_of(study, storage_url)
     trials = study.get_trials(deepcopy=False)
-    night = study_night(study)
+    night = stored.night
     history = build_history(night.series, series_nights(storage, night.series)) if night and night.series else None
     return StudyView(
         study=stored.name,

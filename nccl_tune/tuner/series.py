@@ -85,9 +85,6 @@ def write_night(study: optuna.Study, night: Night) -> None:
     study.set_user_attr(S_NIGHT, night.to_json())
 
 
-def study_night(study: optuna.Study) -> Night | None:
-    return night_from_attrs(study.study_name, study.user_attrs)
-
 
 def load_history(storage_url: str, series: str | None):
     """The ``History`` of a stored series (the only one when ``series`` is None)."""

@@ -15,7 +15,9 @@ from nccl_tune.failure import FailureClass
 from nccl_tune.search_spaces.loader import parse_space
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.tuner import study_records as R
+from nccl_tune.nightly.night import Night
 from nccl_tune.tuner.hardware_record import recorded_hardware
+from nccl_tune.tuner.series import night_from_attrs
 from nccl_tune.tuner.stability import Candidate, baseline, select_winner
 from nccl_tune.tuner.storage import S_COMMAND, S_SPACE_SOURCE, S_SPACE_TEXT, load_existing, open_storage
 from nccl_tune.tuner.study_records import TrialRecord
@@ -41,6 +43,8 @@ class StoredStudy:
     baseline: Candidate | None
     hardware: Mapping[str, Any] | None = None
     """What ``run`` recorded about the node (None for studies recorded before it was kept)."""
+    night: Night | None = None
+    """The nightly record (a run in a series or compared with --baseline), if any."""
 
     @property
     def failures(self) -> dict[str, int]:
@@ -67,6 +71,7 @@ def stored_of(study: optuna.Study, storage_url: str, space: SearchSpace | None =
         winner=pick_winner(recs),
         baseline=baseline(recs),
         hardware=recorded_hardware(attrs),
+        night=night_from_attrs(study.study_name, attrs),
     )
 
 

@@ -103,3 +103,11 @@ def test_format_choice_and_series_errors(tiny_study):
         pick_format(None, Path("r.txt"))
     with pytest.raises(NcclTuneError, match="no series named 'nope'"):
         load_view(f"sqlite:///{tiny_study}/results/nccl-tune.db", None, "nope")
+
+
+def test_the_terminal_report_ends_with_the_nights_verdict(tiny_study):
+    proc = run_cli(["report", "--study", "t"], cwd=tiny_study)
+    assert proc.returncode == 0, proc.stderr
+    assert "regression: the baseline config (trial" in proc.stdout.replace("\n", " ")
+    data = json.loads(run_cli(["report", "--study", "t", "--json"], cwd=tiny_study).stdout)
+    assert data["night"]["verdict"]["kind"] == "baseline_fails"
