@@ -35,6 +35,7 @@ bench: venv
 	-$(BIN)/python benchmarks/search.py --json benchmarks/out/search.json
 	-$(BIN)/python benchmarks/hang.py --json benchmarks/out/hang.json
 	-$(BIN)/python benchmarks/ingest.py --json benchmarks/out/ingest.json
+	-$(BIN)/python benchmarks/parallel.py --json benchmarks/out/parallel.json
 
 clean:
 	rm -rf $(VENV) results/* benchmarks/out

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from nccl_tune.launchers.base import Launcher
 
-LAUNCHERS = ("local",)
+LAUNCHERS = ("local", "ray")
 """Names ``make_launcher`` builds."""
-_PLANNED = ("ray",)
+_PLANNED: tuple[str, ...] = ()
 
 
 def launcher_problem(name: str) -> str | None:
@@ -18,10 +18,22 @@ def launcher_problem(name: str) -> str | None:
     return f"--launcher {name!r} is unknown; use --launcher {' or '.join(LAUNCHERS)}"
 
 
-def make_launcher(name: str) -> Launcher:
+def parallel_problem(name: str, parallel: int) -> str | None:
+    """One line when ``--parallel parallel`` cannot be used with ``--launcher name``: one node
+    runs one trial, so only the ray launcher (one trial per node) runs several at once."""
+    if parallel > 1 and name != "ray":
+        return f"--parallel {parallel} needs --launcher ray (one node runs one trial at a time); use --parallel 1"
+    return None
+
+
+def make_launcher(name: str, ray_address: str | None = None) -> Launcher:
     """The launcher named ``name`` (checked by ``launcher_problem`` first)."""
     if name == "local":
         from nccl_tune.launchers.local import LocalLauncher
 
         return LocalLauncher()
+    if name == "ray":
+        from nccl_tune.launchers.ray_launcher import RayLauncher
+
+        return RayLauncher(ray_address)
     raise ValueError(f"no launcher named {name!r}")

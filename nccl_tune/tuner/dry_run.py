@@ -87,5 +87,5 @@ def plan_dry_run(settings: RunSettings, launcher: Launcher | None = None) -> Dry
     spec = build_trial_spec(
         space, settings, study=study, number=0, values=values, context_pins=pins.context, observed_phase_s={}
     )
-    (launcher or make_launcher(settings.launcher)).prepare(spec)
+    (launcher or make_launcher(settings.launcher, settings.ray_address)).prepare(spec)
     return DryRun(study=study, space=space.name, spec=spec)

@@ -21,6 +21,7 @@ from rich.console import Console
 
 from nccl_tune.launchers.base import Launcher
 from nccl_tune.launchers.registry import make_launcher
+from nccl_tune.tuner.parallel import search_parallel
 from nccl_tune.search_spaces.loader import load_space
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.failure import FailureClass
@@ -105,7 +106,7 @@ class StudyLoop:
         self.space, self.pins = apply_pins(load_space(settings.space), settings.pins)
         refuse_unrankable(self.space, self.pins.params)
         self.study_name = settings.study_name(self.space.name)
-        self.launcher = launcher or make_launcher(settings.launcher)
+        self.launcher = launcher or make_launcher(settings.launcher, settings.ray_address)
         self.display = Display(console, self.space)
         self.interrupt = InterruptFlag()
         self.runner = TrialRunner(
@@ -192,6 +193,8 @@ class StudyLoop:
     def search(self, study: optuna.Study, budget: Budget) -> bool:
         """Ask, admit, run and tell until ``--trials`` trials ran; True when interrupted."""
         start = self.runner.launched  # warm-start runs come on top of --trials, as re-runs do
+        if self.settings.parallel > 1:
+            return search_parallel(self, study, budget, self.settings.parallel, start)
         while self.runner.launched - start < self.settings.trials:
             if self.interrupt.is_set:
                 return True

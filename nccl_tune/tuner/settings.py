@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.launchers.registry import launcher_problem
+from nccl_tune.launchers.registry import launcher_problem, parallel_problem
 from nccl_tune.tuner.storage import default_study_name
 
 SAMPLERS = ("local", "tpe", "random")
@@ -53,6 +53,8 @@ class RunSettings:
     seed: int | None = None
     launcher: str = "local"
     parallel: int = 1
+    ray_address: str | None = None
+    """``--ray-address``: the Ray cluster of ``--launcher ray`` (default: RAY_ADDRESS, then the local one)."""
     output: Path | None = None
     """Write the tuned YAML here at the end of the run."""
     dry_run: bool = False
@@ -129,7 +131,11 @@ def settings_problems(s: RunSettings) -> list[str]:
     if launcher is not None:
         problems.append(launcher)
     need(s.parallel >= 1, "--parallel", s.parallel, "must be at least 1")
-    need(s.parallel <= 1, "--parallel", s.parallel, "only one trial at a time is supported yet; use --parallel 1")
+    parallel = parallel_problem(s.launcher, s.parallel) if launcher is None else None
+    if parallel is not None:
+        problems.append(parallel)
+    if s.ray_address is not None and s.launcher != "ray":
+        problems.append("--ray-address is for --launcher ray; drop it or add --launcher ray")
     problems += nightly_problems(s)
     return problems
 

@@ -118,8 +118,16 @@ class TrialRunner:
     ) -> TrialResult:
         """Launch ``trial`` with ``values`` once the node is clean, and tell the study the result;
         ``history`` is the study's records before it."""
-        spec = self.spec_for(trial.number, values, history)
         self.launcher.gate()
+        spec, observer = self.begin(trial, values, kind, history, early_stop)
+        return self.finish(study, trial, values, kind, history, spec, self.launcher.run(spec, observer))
+
+    def begin(
+        self, trial: optuna.Trial, values: Mapping[str, Any], kind: str, history: Sequence[TrialRecord],
+        early_stop: bool = True,
+    ) -> tuple[TrialSpec, TunerObserver]:
+        """The spec and observer of ``trial``, recorded in it (the launch itself is the caller's)."""
+        spec = self.spec_for(trial.number, values, history)
         for key, value in (
             (R.A_TRIAL_DIR, str(spec.trial_dir)),
             (R.A_HOST, self.host),
@@ -132,7 +140,13 @@ class TrialRunner:
         ratio = self.settings.early_stop_ratio if early_stop else 0.0
         observer = TunerObserver(self.display, self.interrupt, incumbent, ratio)
         self.display.trial_started(trial.number, kind, values)
-        result = self.launcher.run(spec, observer)
+        return spec, observer
+
+    def finish(
+        self, study: optuna.Study, trial: optuna.Trial, values: Mapping[str, Any], kind: str,
+        history: Sequence[TrialRecord], spec: TrialSpec, result: TrialResult,
+    ) -> TrialResult:
+        """Tell the study how ``trial`` ended (from the thread that owns the study)."""
         if self.interrupt.is_set and result.status is FailureClass.OK and len(result.step_times_s) < spec.stop.total_steps:
             result = as_interrupted(result)
         tell_result(study, trial, result, self.space.min_headroom_frac)

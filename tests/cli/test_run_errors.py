@@ -39,7 +39,7 @@ SPACES = {
         (["run", "--space", str(TINY_SPACE), "--set", "trainer.micro=3", "--", *GOOD], "'3' is not a value of trainer.micro"),
         (["run", "--space", str(TINY_SPACE), "--storage", "sqlite:////proc/no/such/dir/x.db", "--", *GOOD], "storage sqlite:////proc/no/such/dir/x.db"),
         (["run", "--space", str(TINY_SPACE), "--storage", "notaurl", "--", *GOOD], "storage notaurl: cannot open it"),
-        (["run", "--space", str(TINY_SPACE), "--launcher", "ray", "--", *GOOD], "--launcher ray is not available yet"),
+        (["run", "--space", str(TINY_SPACE), "--ray-address", "127.0.0.1:6379", "--", *GOOD], "--ray-address is for --launcher ray"),
         (["run", "--space", str(TINY_SPACE), "--parallel", "4", "--", *GOOD], "--parallel 4"),
         (["run", "--space", str(TINY_SPACE), "--budget", "soon", "--", *GOOD], "--budget 'soon'"),
         (["run", "--space", str(TINY_SPACE), "--steps", "0", "--", *GOOD], "--steps 0: must be at least 1"),

@@ -20,7 +20,7 @@ from nccl_tune.launchers.ray_launcher import RayLauncher
 from nccl_tune.launchers.teardown import find_marked, study_match
 from nccl_tune.trial import MARKER_ENV, Clocks
 
-from .conftest import RAY_NODES
+from tests.conftest import RAY_NODES
 from .helpers import FAKE_TRAINER, RecordingObserver
 
 pytest.importorskip("ray")

@@ -15,9 +15,9 @@ from nccl_tune.tuner.settings import SAMPLERS, RunSettings, default_storage_url
         ({"trials": 0}, "--trials 0: must be at least 1"),
         ({"sampler": "cmaes"}, "--sampler 'cmaes' is unknown; use local, tpe or random"),
         ({"confirm": -1}, "--confirm -1: must be 0 or more"),
-        ({"launcher": "ray"}, "--launcher ray is not available yet"),
         ({"launcher": "slurm"}, "--launcher 'slurm' is unknown"),
-        ({"parallel": 2}, "--parallel 2: only one trial at a time"),
+        ({"ray_address": "127.0.0.1:6379"}, "--ray-address is for --launcher ray"),
+        ({"parallel": 2}, "--parallel 2 needs --launcher ray"),
     ],
 )
 def test_bad_values_are_refused_when_the_settings_are_made(kwargs, fragment):
