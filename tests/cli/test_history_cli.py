@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import json
 
+import re
+
 import optuna
+import pytest
+
+from nccl_tune.errors import NcclTuneError
+from nccl_tune.tuner.series import load_history
 
 from tests.tuner.conftest import run_cli
 from tests.tuner.nights import fingerprint, store_nights
@@ -49,13 +55,13 @@ def test_history_errors_are_one_line(tmp_path):
     assert "no such database" in run_cli(["history"], cwd=tmp_path).stderr
     url = _url(tmp_path)
     optuna.create_study(study_name="plain", storage=url)
-    proc = run_cli(["history"], cwd=tmp_path)
-    assert proc.returncode == 1 and "holds no series yet" in proc.stderr
+    with pytest.raises(NcclTuneError, match="holds no series yet"):
+        load_history(url, None)
     store_nights(url, "a", [1.0])
     store_nights(url, "b", [1.0])
-    for args, fragment in ((["history"], "several series; choose one with --series: a, b"),
-                           (["history", "--series", "c"], "no series named 'c'"),
-                           (["history", "--series", "../x"], "not a plain name")):
-        proc = run_cli(args, cwd=tmp_path)
-        lines = [line for line in proc.stderr.splitlines() if line.strip()]
-        assert proc.returncode == 1 and len(lines) == 1 and fragment in lines[0], proc.stderr
+    for series, fragment in ((None, "several series; choose one with --series: a, b"), ("c", "no series named 'c'")):
+        with pytest.raises(NcclTuneError, match=re.escape(fragment)):
+            load_history(url, series)
+    proc = run_cli(["history", "--series", "../x"], cwd=tmp_path)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 1 and len(lines) == 1 and "--series '../x': not a plain name" in lines[0], proc.stderr

@@ -29,11 +29,12 @@ def night(root: Path, *extra: str, env: dict | None = None):
 
 @pytest.fixture(scope="module")
 def series(tmp_path_factory) -> Path:
-    """The series' first night: the space's defaults, confirmed by a re-run (two runs)."""
+    """The series' first night: one run of the space's defaults (the later nights' warm starts
+    measure the noise)."""
     root = tmp_path_factory.mktemp("nights")
-    proc, data = night(root, "--trials", "1", "--confirm", "1")
+    proc, data = night(root, "--trials", "1", "--confirm", "0")
     assert proc.returncode == 0, proc.stderr
-    assert data["night"]["verdict"] is None and len(data["night"]["best_runs_per_s"]) == 2
+    assert data["night"]["verdict"] is None and len(data["night"]["best_runs_per_s"]) == 1
     return root
 
 
