@@ -34,7 +34,7 @@ from nccl_tune.tuner.dry_run import first_values
 from nccl_tune.nightly.fingerprint import Fingerprint
 from nccl_tune.nightly.night import Night
 from nccl_tune.tuner.hardware_record import hardware_facts, store_hardware
-from nccl_tune.tuner.nightly import NightPlan, check_runnable, finish_night, plan_night, start_night
+from nccl_tune.tuner.nightly import check_runnable, finish_night, plan_night, start_night
 from nccl_tune.tuner.observer import InterruptFlag
 from nccl_tune.tuner.pins import apply_pins, baseline_values
 from nccl_tune.tuner.recovery import Recovery
