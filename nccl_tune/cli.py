@@ -42,12 +42,12 @@ def _emit_json(obj: object) -> None:
 
 def _deliver(text: str, output: Optional[Path]) -> None:
     """``text`` to stdout, or atomically to ``output``."""
-    from nccl_tune.tuner.export import write_text
+    from nccl_tune.atomic import write_text_atomic
 
     if output is None:
         sys.stdout.write(text)
     else:
-        write_text(output, text)
+        write_text_atomic(output, text)
         err.print(escape(f"wrote {output}"), highlight=False)
 
 
@@ -215,12 +215,12 @@ def report_cmd(
         chosen = pick_format(fmt, output)
         if chosen is not None or junit is not None or series is not None:
             from nccl_tune.reporting.junit import render_junit
-            from nccl_tune.tuner.export import write_text
+            from nccl_tune.atomic import write_text_atomic
             from nccl_tune.tuner.report_view import load_view
 
             view = load_view(url, study, series)
             if junit is not None:
-                write_text(junit, render_junit(view))
+                write_text_atomic(junit, render_junit(view))
                 err.print(escape(f"wrote {junit}"), highlight=False)
             if chosen is not None:
                 _deliver(render_report(view, chosen), output)

@@ -24,6 +24,8 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
+from nccl_tune.atomic import write_json_atomic
+
 GIB = 1 << 30
 
 
@@ -34,10 +36,7 @@ class FakeNvmlError(Exception):
 def write_state(path: str | os.PathLike, gpus: list[dict[str, Any]], **system: Any) -> None:
     """Write a state file atomically (readers never see half a file); ``system`` adds node-wide
     keys (``driver_version``, ``cuda_driver_version``)."""
-    p = Path(path)
-    tmp = p.with_name(p.name + ".tmp")
-    tmp.write_text(json.dumps({**system, "gpus": gpus}))
-    os.replace(tmp, p)
+    write_json_atomic(path, {**system, "gpus": gpus})
 
 
 def h100_node(n: int = 8, used_gib: float = 0.5) -> list[dict[str, Any]]:

@@ -8,12 +8,12 @@ no ``result.json`` is a trial whose tuner died while it ran.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any, Mapping
 
+from nccl_tune.atomic import write_json_atomic
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import Evidence, FailureClass, Verdict
 from nccl_tune.trial import StopReason, TrialResult, TrialSpec
@@ -21,18 +21,6 @@ from nccl_tune.trial import StopReason, TrialResult, TrialSpec
 SPEC_FILE = "spec.json"
 RESULT_FILE = "result.json"
 LOG_FILE = "output.log"
-
-
-def write_json_atomic(path: Path, data: Any) -> None:
-    """Write ``data`` as JSON to ``path`` so readers see the old or the new file, never a part."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        json.dump(data, fh, indent=2, default=str)
-        fh.write("\n")
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.replace(tmp, path)
 
 
 def spec_record(spec: TrialSpec, env_overlay: Mapping[str, str | None] | None = None) -> dict[str, Any]:

@@ -16,16 +16,15 @@ else ``hang``; the budget or an early stop -> ``budget``.
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import zlib
 from datetime import datetime, timedelta
-from pathlib import Path
 from typing import Mapping, Sequence
 
 from nccl_tune.failure import Evidence, FailureClass, Verdict
 from nccl_tune.launchers.base import Launcher, TrialObserver, TrialProgress
+from nccl_tune.launchers.records import write_result
 from nccl_tune.sim import logfmt
 from nccl_tune.sim.config import parse_overrides
 from nccl_tune.sim.cost_model import GPUS_PER_NODE, H100_CAPACITY_GIB
@@ -101,7 +100,10 @@ class ModelLauncher(Launcher):
                 samples_per_step=spec.samples_per_step,
             )
         if self.write_result:
-            _write_json(spec.trial_dir / "result.json", result.to_json())
+            try:
+                write_result(result, spec.trial_dir)
+            except OSError:  # the launcher contract: the result is returned even when it cannot be written
+                pass
         observer.on_end(spec, result)
         return result
 
@@ -320,13 +322,3 @@ class _Supervision:
             trial_dir=spec.trial_dir,
             modelled_gpu_s=wall * GPUS_PER_NODE,
         )
-
-
-def _write_json(path: Path, data: dict) -> None:
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(data, indent=2, default=str))
-        os.replace(tmp, path)
-    except OSError:
-        pass

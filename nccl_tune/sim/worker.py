@@ -27,6 +27,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from nccl_tune.atomic import write_bytes_atomic
 from nccl_tune.sim import logfmt
 
 DUMP_FLAG = "fr_dump_requested"
@@ -145,10 +146,7 @@ class Rank:
             return
         path = Path(f"{spec['fr_prefix']}{self.rank}")
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(path.name + f".tmp{self.pid}")
-            tmp.write_bytes(data)
-            os.replace(tmp, path)
+            write_bytes_atomic(path, data)
         except OSError as exc:
             self.raw(f"[rank{self.rank}]: Flight Recorder dump to {path} failed: {exc}")
             return

@@ -5,7 +5,6 @@ merges a tuned YAML into a training config."""
 from __future__ import annotations
 
 import datetime as dt
-import os
 import shlex
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
+from nccl_tune.atomic import write_text_atomic
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.search_spaces.render import config_overrides, render_values
 from nccl_tune.tuner.semantics import semantic_changes
@@ -123,15 +123,7 @@ def export_study(storage_url: str, study_name: str | None, fmt: str = "yaml") ->
 
 def write_tuned(path: Path, stored: StoredStudy, winner: Candidate) -> None:
     """Write ``winner``'s tuned YAML to ``path``."""
-    write_text(path, format_tuned(tuned_document(stored, winner), "yaml"))
-
-
-def write_text(path: Path, text: str) -> None:
-    """Write atomically (a reader never sees half a file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+    write_text_atomic(path, format_tuned(tuned_document(stored, winner), "yaml"))
 
 
 def _load_yaml(path: Path, what: str) -> Any:
