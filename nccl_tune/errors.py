@@ -18,8 +18,3 @@ class NcclTuneError(Exception):
 class GpuGateError(NcclTuneError):
     """GPU memory or marked processes did not come back to the baseline between trials."""
 
-
-class StudyInterrupted(NcclTuneError):
-    """The tuner was interrupted (SIGINT/SIGTERM); the study can be resumed."""
-
-    exit_code = 130
