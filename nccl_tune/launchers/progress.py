@@ -298,6 +298,59 @@ def _rate(m: re.Match[str]) -> tuple[float | None, str | None]:
     return None, None
 
 
+class ProgressLedger:
+    """What progress means for supervision: the finished steps, the open-phase stack, the longest
+    duration per phase, and when progress first and last came. ``ProgressTracker`` feeds it from
+    log lines; an in-process launcher feeds it modelled events. Not locked: its owner locks."""
+
+    def __init__(self) -> None:
+        self.step_times_s: list[float] = []
+        self.phase_max_s: dict[str, float] = {}
+        self.open_phases: list[str] = []
+        self.first_progress_t: float | None = None
+        self.last_progress_t: float | None = None
+
+    def phase_started(self, phase: str, t: float) -> None:
+        """Phase ``phase`` started at ``t`` (a ``phase_start`` line)."""
+        self.open_phases.append(phase)
+        self._progress_at(t)
+
+    def phase_finished(self, phase: str, seconds: float, t: float) -> None:
+        """Phase ``phase`` finished at ``t`` after ``seconds`` (a ``phase_end`` line)."""
+        self._close(phase, seconds)
+        self._progress_at(t)
+
+    def step_finished(self, seconds: float, t: float) -> int:
+        """A training step finished at ``t`` after ``seconds`` (a step line; it also ends the phase
+        named ``step``); returns the step's index (0-based, warm-up included)."""
+        self.step_times_s.append(seconds)
+        self._close("step", seconds)
+        self._progress_at(t)
+        return len(self.step_times_s) - 1
+
+    def _progress_at(self, t: float) -> None:
+        self.first_progress_t = t if self.first_progress_t is None else self.first_progress_t
+        self.last_progress_t = t
+
+    def _close(self, phase: str, seconds: float) -> None:
+        if seconds > self.phase_max_s.get(phase, -1.0):
+            self.phase_max_s[phase] = seconds
+        if phase in self.open_phases:  # close it and anything opened inside it that never finished
+            idx = len(self.open_phases) - 1 - self.open_phases[::-1].index(phase)
+            del self.open_phases[idx:]
+
+    def snapshot(self, **more: object) -> ProgressState:
+        """The ledger as a ``ProgressState`` (``more``: the state's other fields)."""
+        return ProgressState(
+            step_times_s=tuple(self.step_times_s),
+            phase_max_s=MappingProxyType(dict(self.phase_max_s)),
+            open_phases=tuple(self.open_phases),
+            first_progress_t=self.first_progress_t,
+            last_progress_t=self.last_progress_t,
+            **more,  # type: ignore[arg-type]
+        )
+
+
 class ProgressTracker:
     """Applies ``ProgressRules`` to cleaned log lines. ``start_t`` (the launch time) lets the first
     step's wall-clock duration count from the launch when the log gives no duration."""
@@ -312,16 +365,12 @@ class ProgressTracker:
         self._lock = threading.Lock()
         self._start_t = start_t
         self._step_alt: int | None = None
-        self._steps: list[float] = []
+        self.ledger = ProgressLedger()
         self._rates: list[float | None] = []
         self._rate_unit: str | None = None
         self._samples: float | None = None
         self._last_index: int | None = None
         self._last_step_t: float | None = None
-        self._phase_max: dict[str, float] = {}
-        self._open: list[str] = []
-        self._first: float | None = None
-        self._last: float | None = None
         self._done = False
         self._mem_peak: dict[int | None, float] = {}
         self._mem_total: dict[int | None, float] = {}
@@ -354,7 +403,7 @@ class ProgressTracker:
     def feed(self, line_no: int, text: str, t: float) -> list[ProgressEvent]:
         """Parse one line; return (and queue for ``drain_events``) what it said."""
         with self._lock:
-            if self._first is None and self._start_t is None:
+            if self.ledger.first_progress_t is None and self._start_t is None:
                 self._start_t = t  # no launch time given: wall clock counts from the first line seen
         rx = self._rx or self._recognise(text)
         if rx is None:
@@ -371,15 +420,12 @@ class ProgressTracker:
             if not step and end:
                 phase = end.group("phase")
                 seconds = _duration(end) or 0.0
-                self._close(phase, seconds)
+                self.ledger.phase_finished(phase, seconds, t)
                 events.append(ProgressEvent("phase_end", line_no, t, phase, seconds))
             if start:
                 phase = start.group("phase")
-                self._open.append(phase)
+                self.ledger.phase_started(phase, t)
                 events.append(ProgressEvent("phase_start", line_no, t, phase))
-            if step or end or start:
-                self._first = t if self._first is None else self._first
-                self._last = t
             if mem:
                 self._take_memory(mem, line_no, t, events)
             if done:
@@ -402,12 +448,11 @@ class ProgressTracker:
         rate, unit = _rate(m)
         samples = _float(m, "samples_per_step")
         self._last_index, self._last_step_t = index, t
-        self._steps.append(seconds)
         self._rates.append(rate)
         self._rate_unit = unit or self._rate_unit
         self._samples = samples if samples is not None else self._samples
-        self._close("step", seconds)
-        events.append(ProgressEvent("step", line_no, t, "step", seconds, len(self._steps) - 1))
+        index = self.ledger.step_finished(seconds, t)
+        events.append(ProgressEvent("step", line_no, t, "step", seconds, index))
         return True
 
     def _take_memory(self, mem: re.Match[str], line_no: int, t: float, events: list[ProgressEvent]) -> None:
@@ -427,13 +472,6 @@ class ProgressTracker:
             self._mem_total[rank] = total
         events.append(ProgressEvent("memory", line_no, t, gib=gib, total_gib=total, rank=rank))
 
-    def _close(self, phase: str, seconds: float) -> None:
-        if seconds > self._phase_max.get(phase, -1.0):
-            self._phase_max[phase] = seconds
-        if phase in self._open:  # close it and anything opened inside it that never finished
-            idx = len(self._open) - 1 - self._open[::-1].index(phase)
-            del self._open[idx:]
-
     def drain_events(self) -> list[ProgressEvent]:
         """Events since the last call, in the order the lines arrived."""
         with self._lock:
@@ -443,16 +481,11 @@ class ProgressTracker:
     def snapshot(self) -> ProgressState:
         """What the log said so far."""
         with self._lock:
-            return ProgressState(
-                step_times_s=tuple(self._steps),
+            return self.ledger.snapshot(
                 step_rates=tuple(self._rates) if any(r is not None for r in self._rates) else (),
                 rate_unit=self._rate_unit,
                 samples_per_step=self._samples,
                 preset=self._rx.preset if self._rx is not None else None,
-                phase_max_s=MappingProxyType(dict(self._phase_max)),
-                open_phases=tuple(self._open),
-                first_progress_t=self._first,
-                last_progress_t=self._last,
                 training_done=self._done,
                 memory_peak_gib=MappingProxyType(dict(self._mem_peak)),
                 memory_total_gib=MappingProxyType(dict(self._mem_total)),

@@ -6,7 +6,7 @@ import pytest
 
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.launchers.logstream import LineScanner
-from nccl_tune.launchers.progress import ProgressTracker, required_literal, required_literals
+from nccl_tune.launchers.progress import ProgressLedger, ProgressTracker, required_literal, required_literals
 from nccl_tune.trial import ProgressRules
 
 
@@ -103,3 +103,20 @@ def test_default_rules_have_literals() -> None:
 def test_a_broken_rule_names_itself() -> None:
     with pytest.raises(NcclTuneError, match=r"progress rule phase_start='Started: \(' is not a valid regular expression"):
         ProgressTracker(ProgressRules(phase_start="Started: ("))
+
+
+def test_events_fed_to_the_ledger_mean_what_their_lines_mean() -> None:
+    by_lines = ProgressTracker(ProgressRules())
+    feed(by_lines, ["Started: 'step'", "Started: 'generate'", "Started: 'inner'",
+                    "Finished: 'generate', time cost: 2.50s", "Finished: 'step', time cost: 4.00s", "Started: 'step'"])
+    direct = ProgressLedger()
+    direct.phase_started("step", 1.0)
+    direct.phase_started("generate", 2.0)
+    direct.phase_started("inner", 3.0)
+    direct.phase_finished("generate", 2.5, 4.0)
+    assert direct.step_finished(4.0, 5.0) == 0
+    direct.phase_started("step", 6.0)
+    lines, events = by_lines.snapshot(), direct.snapshot()
+    assert events.step_times_s == lines.step_times_s == (4.0,) and events.open_phases == lines.open_phases == ("step",)
+    assert events.phase_max_s == lines.phase_max_s == {"generate": 2.5, "step": 4.0}
+    assert (events.first_progress_t, events.last_progress_t) == (lines.first_progress_t, lines.last_progress_t) == (1.0, 6.0)
