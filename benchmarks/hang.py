@@ -67,7 +67,7 @@ class Timeline(TrialObserver):
     def on_start(self, spec: TrialSpec, pid: int | None) -> None:
         self.started = time.monotonic()
 
-    def should_stop(self, spec: TrialSpec, progress: TrialProgress) -> str | None:
+    def should_stop(self, spec: TrialSpec, progress: TrialProgress) -> StopReason | None:
         if progress.step_times_s or progress.open_phase:
             # the reader thread stamps each line on arrival; this recovers that stamp
             self.last_progress = time.monotonic() - progress.last_progress_s

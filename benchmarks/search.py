@@ -168,7 +168,7 @@ class ConfigModel:
     def _spec(self, values: Mapping[str, Any]) -> TrialSpec:
         return build_trial_spec(
             self.space, self.settings, study="landscape", number=0, values=values,
-            context_pins=self.pins.context, observed_phase_s={},
+            context_pins=self.pins.context,
         )
 
     def parse(self, values: Mapping[str, Any]) -> tuple[SimConfig | None, str | None]:

@@ -8,11 +8,11 @@ folder and the study storage hold everything a report needs.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from enum import Enum
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from nccl_tune.failure import FailureClass, Verdict
 
@@ -24,6 +24,19 @@ ParamValue = Any  # int | float | str | bool
 
 def _frozen_map(m: Mapping | None) -> Mapping:
     return MappingProxyType(dict(m or {}))
+
+
+def longest_measured_s(phase: str, measured: Iterable[Mapping[str, float]]) -> float | None:
+    """The longest of the durations measured for ``phase`` (None when it was never measured): the
+    one rule by which what is known about a phase's duration grows, over trials and within one."""
+    found = [phase_max_s[phase] for phase_max_s in measured if phase in phase_max_s]
+    return max(found) if found else None
+
+
+def fold_phase_max(*measured: Mapping[str, float]) -> dict[str, float]:
+    """``longest_measured_s`` of every phase in ``measured`` (several trials' ``phase_max_s``)."""
+    phases = dict.fromkeys(phase for phase_max_s in measured for phase in phase_max_s)
+    return {phase: longest_measured_s(phase, measured) for phase in phases}  # type: ignore[misc]
 
 
 @dataclass(frozen=True)
@@ -42,15 +55,32 @@ class Clocks:
     """Whole-trial budget: a trial still running after this is stopped as ``budget``."""
     grace_s: float = 10.0
     """SIGTERM to the process group, then SIGKILL after this many seconds."""
-    known_phase_s: Mapping[str, float] = field(default_factory=dict)
-    """Longest duration seen so far in the study, per phase name (``step`` included)."""
+    phase_estimates_s: Mapping[str, float] = field(default_factory=dict)
+    """The space's guess of a phase's longest duration, per phase name: it stands in for a phase
+    until the phase has been measured."""
+    phase_max_s: Mapping[str, float] = field(default_factory=dict)
+    """Longest measured duration per phase name (``step`` included), over the trials measured so far."""
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "known_phase_s", _frozen_map(self.known_phase_s))
+        object.__setattr__(self, "phase_estimates_s", _frozen_map(self.phase_estimates_s))
+        object.__setattr__(self, "phase_max_s", _frozen_map(self.phase_max_s))
 
-    def stall_deadline_s(self, open_phase: str | None) -> float:
-        """Seconds of silence allowed while ``open_phase`` (innermost open phase) is running."""
-        known = self.known_phase_s.get(open_phase) if open_phase else None
+    def learned(self, *measured: Mapping[str, float]) -> "Clocks":
+        """These clocks, knowing also the phase maxima in ``measured`` (the study's earlier trials)."""
+        return replace(self, phase_max_s=fold_phase_max(self.phase_max_s, *measured))
+
+    def longest_phase_s(self, phase: str | None, *measured: Mapping[str, float]) -> float | None:
+        """The longest known duration of ``phase``: the longest measured (in ``phase_max_s`` or the
+        further phase maxima ``measured``, e.g. the running trial's), else the space's estimate."""
+        if phase is None:
+            return None
+        longest = longest_measured_s(phase, (self.phase_max_s, *measured))
+        return longest if longest is not None else self.phase_estimates_s.get(phase)
+
+    def stall_deadline_s(self, open_phase: str | None, *measured: Mapping[str, float]) -> float:
+        """Seconds of silence allowed while ``open_phase`` (innermost open phase) is running,
+        ``measured`` being further phase maxima (the running trial's)."""
+        known = self.longest_phase_s(open_phase, *measured)
         if known is None:
             return self.stall_timeout_s
         return max(self.stall_floor_s, self.stall_multiplier * known)

@@ -1,11 +1,12 @@
-"""Throughput of a trial from what its log gave: a rate, step durations, and the unit it is in."""
+"""Throughput of a trial from what its log gave (a rate, step durations, and the unit it is in), and the
+clocks' one rule for what is known about a phase's duration."""
 
 from __future__ import annotations
 
 import pytest
 
 from nccl_tune.failure import OK_VERDICT, FailureClass
-from nccl_tune.trial import StopReason, TrialResult
+from nccl_tune.trial import Clocks, StopReason, TrialResult, fold_phase_max
 
 
 def result(**kw) -> TrialResult:
@@ -37,3 +38,35 @@ def test_result_json_keeps_rates_unit_and_preset():
     assert data["throughput_per_s"] == 6.0 and data["throughput_unit"] == "samples/s"
     back = TrialResult.from_json(data)
     assert back.step_rates == (5.0, 6.0) and back.progress_preset == "deepspeed" and back.throughput == r.throughput
+
+
+def test_measurements_fold_by_their_longest_duration_per_phase() -> None:
+    folded = fold_phase_max({"generate": 300.0, "step": 400.0}, {"generate": 500.0}, {}, {"policy_train": 60.0, "step": 350.0})
+    assert folded == {"generate": 500.0, "step": 400.0, "policy_train": 60.0}
+    assert fold_phase_max() == {}
+
+
+@pytest.mark.parametrize(
+    "estimates, study, trial, phase, longest",
+    [
+        ({"generate": 1200.0}, [], [], "generate", 1200.0),  # the space's estimate until measured
+        ({"generate": 1200.0}, [{"generate": 300.0}], [], "generate", 300.0),  # a measurement replaces it
+        ({"generate": 1200.0}, [], [{"generate": 300.0}], "generate", 300.0),  # also this trial's own
+        ({}, [{"generate": 300.0}, {"generate": 500.0}], [{"generate": 400.0}], "generate", 500.0),  # the longest
+        ({"generate": 1200.0}, [{"step": 9.0}], [], "policy_train", None),  # unknown
+        ({"generate": 1200.0}, [], [], None, None),  # no open phase
+    ],
+)
+def test_the_longest_known_duration_of_a_phase(estimates, study, trial, phase, longest) -> None:
+    clocks = Clocks(phase_estimates_s=estimates).learned(*study).learned(*trial)
+    assert clocks.longest_phase_s(phase) == longest
+
+
+def test_the_stall_deadline_follows_the_longest_known_duration() -> None:
+    clocks = Clocks(stall_timeout_s=900, stall_floor_s=120, stall_multiplier=5, phase_estimates_s={"generate": 1200.0})
+    assert clocks.stall_deadline_s("generate") == 6000
+    assert clocks.learned({"generate": 300.0}).stall_deadline_s("generate") == 1500
+    assert clocks.learned({"generate": 10.0}).stall_deadline_s("generate") == 120  # the floor
+    assert clocks.stall_deadline_s("policy_train") == clocks.stall_deadline_s(None) == 900
+    assert clocks.learned({"x": 1.0}).phase_estimates_s == clocks.phase_estimates_s  # estimates are kept
+    assert clocks.learned({"generate": 300.0}).stall_deadline_s("generate", {"generate": 400.0}) == 2000  # and the trial's own

@@ -47,10 +47,10 @@ class TrialObserver:
     def on_memory(self, spec: TrialSpec, peak_gib: float) -> None:
         """A new peak of per-GPU memory was seen."""
 
-    def should_stop(self, spec: TrialSpec, progress: TrialProgress) -> str | None:
-        """Polled about every 0.2 s. Return ``"interrupted"`` to stop because the tuner is being
-        interrupted, or ``"early_stop"`` to stop a trial already worse than the incumbent;
-        None to let it run."""
+    def should_stop(self, spec: TrialSpec, progress: TrialProgress) -> StopReason | None:
+        """Polled about every 0.2 s (at every modelled event by in-process launchers). Return
+        ``StopReason.INTERRUPTED`` to stop because the tuner is being interrupted, or
+        ``StopReason.EARLY_STOP`` to stop a trial already worse than the incumbent; None to let it run."""
         return None
 
     def on_stopping(self, spec: TrialSpec, reason: StopReason, detail: str) -> None:

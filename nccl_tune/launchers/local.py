@@ -5,7 +5,7 @@ Flight Recorder dump path in its env; stream its output to ``output.log`` throug
 parser; sample memory; watch the three clocks and the observer; tear it down (process group,
 then every marked process); collect Flight Recorder dumps; classify; write ``result.json``.
 
-Interrupts: the tuner's observer returns ``"interrupted"`` from ``should_stop`` and gets an
+Interrupts: the tuner's observer returns ``StopReason.INTERRUPTED`` from ``should_stop`` and gets an
 ``interrupted`` result back. A ``KeyboardInterrupt`` (or any other exception) raised inside
 ``run`` is not swallowed: the trial is torn down, ``result.json`` records it as ``interrupted``,
 and the exception is re-raised. SIGINT/SIGTERM arriving during teardown are held until teardown
@@ -36,7 +36,7 @@ from nccl_tune.launchers.outcome import ClassifyFile, Ending, classify_with_diag
 from nccl_tune.launchers.process import build_env, resolve_command, spawn, tuner_alive
 from nccl_tune.launchers.progress import ProgressEvent, ProgressTracker, compile_rules, rules_hint
 from nccl_tune.launchers.trial_files import LOG_FILE, write_result, write_spec
-from nccl_tune.launchers.supervise import Decision, Watch
+from nccl_tune.launchers.supervise import Decision, Watch, observer_decision
 from nccl_tune.launchers.teardown import TeardownReport, kill_marked, study_match, terminate
 from nccl_tune.trial import StopReason, TrialResult, TrialSpec
 
@@ -256,15 +256,9 @@ class LocalLauncher(Launcher):
                 last_progress_s=now - (last if last is not None else t0),
                 peak_mem_gib=peak,
             )
-            ask = observer.should_stop(spec, progress)
-            if ask == "interrupted":
-                return Decision(StopReason.INTERRUPTED, "the tuner was interrupted", state.open_phase)
-            if ask == "early_stop":
-                return Decision(
-                    StopReason.EARLY_STOP,
-                    f"stopped early after {len(state.step_times_s)} steps: slower than the best trial so far",
-                    state.open_phase,
-                )
+            decision = observer_decision(observer.should_stop(spec, progress), state)
+            if decision is not None:
+                return decision
             time.sleep(self.poll_s)
 
     @staticmethod

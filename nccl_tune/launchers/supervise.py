@@ -1,15 +1,19 @@
 """The three clocks of a running trial: start-up deadline, adaptive stall timeout, trial budget.
 
-``Watch.check`` is a pure decision over a progress snapshot and the time, so the supervising
-loop stays small and the rules are tested without processes.
+``Watch`` is a pure decision over a progress snapshot and a time, so the same rules serve the
+local launcher (which polls with the wall clock) and the model launcher (which jumps from one
+modelled event to the next and asks ``Watch.due`` when the next clock would fire), and they are
+tested without processes. The observer's answer to ``should_stop`` becomes a ``Decision`` here too.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from nccl_tune.launchers.progress import ProgressState
 from nccl_tune.trial import Clocks, StopReason, StopRule
+
+_OBSERVER_REASONS = (StopReason.INTERRUPTED, StopReason.EARLY_STOP)
 
 
 @dataclass(frozen=True)
@@ -33,42 +37,48 @@ class Watch:
 
     def stall_deadline_s(self, state: ProgressState) -> float:
         """Seconds of silence allowed now: the clocks' rule for the innermost open phase, with
-        the study's known phase durations raised by what this trial has already measured."""
-        known = dict(self.clocks.known_phase_s)
-        for phase, seconds in state.phase_max_s.items():
-            known[phase] = max(seconds, known.get(phase, 0.0))
-        return replace(self.clocks, known_phase_s=known).stall_deadline_s(state.open_phase)
+        what this trial has measured so far."""
+        return self.clocks.stall_deadline_s(state.open_phase, state.phase_max_s)
+
+    def due(self, state: ProgressState) -> tuple[float, StopReason]:
+        """When the first clock fires if no further progress comes, and which one (on a tie,
+        the budget)."""
+        budget_t = self.started_t + self.clocks.trial_timeout_s
+        if state.last_progress_t is None:
+            fire_t, reason = self.started_t + self.clocks.startup_timeout_s, StopReason.STARTUP
+        else:
+            fire_t, reason = state.last_progress_t + self.stall_deadline_s(state), StopReason.STALL
+        return (budget_t, StopReason.BUDGET) if budget_t <= fire_t else (fire_t, reason)
 
     def check(self, state: ProgressState, now: float) -> Decision | None:
         """The reason to stop now, or None to keep watching."""
         steps = len(state.step_times_s)
-        elapsed = now - self.started_t
         if steps >= self.stop.total_steps:
             return Decision(StopReason.MEASURED, f"all {self.stop.total_steps} steps done", state.open_phase)
-        if elapsed >= self.clocks.trial_timeout_s:
-            return Decision(
-                StopReason.BUDGET,
-                f"trial budget of {self.clocks.trial_timeout_s:g} s used up after {steps} of {self.stop.total_steps} steps",
-                state.open_phase,
-            )
-        if state.last_progress_t is None:
-            if elapsed >= self.clocks.startup_timeout_s:
-                return Decision(
-                    StopReason.STARTUP,
-                    f"no progress line within the start-up deadline of {self.clocks.startup_timeout_s:g} s",
-                    None,
-                    elapsed,
-                )
+        due_t, reason = self.due(state)
+        if now < due_t:
             return None
-        silent = now - state.last_progress_t
-        deadline = self.stall_deadline_s(state)
-        if silent >= deadline:
-            where = f" in phase '{state.open_phase}'" if state.open_phase else ""
-            return Decision(
-                StopReason.STALL,
-                f"no progress for {silent:.1f} s{where} after {steps} of {self.stop.total_steps} steps "
-                f"(stall timeout {deadline:g} s)",
-                state.open_phase,
-                silent,
-            )
+        of_steps = f"{steps} of {self.stop.total_steps} steps"
+        if reason is StopReason.BUDGET:
+            detail = f"trial budget of {self.clocks.trial_timeout_s:g} s used up after {of_steps}"
+            return Decision(reason, detail, state.open_phase)
+        if reason is StopReason.STARTUP:
+            detail = f"no progress line within the start-up deadline of {self.clocks.startup_timeout_s:g} s"
+            return Decision(reason, detail, None, now - self.started_t)
+        silent = now - (state.last_progress_t or 0.0)
+        where = f" in phase '{state.open_phase}'" if state.open_phase else ""
+        detail = f"no progress for {silent:.1f} s{where} after {of_steps} (stall timeout {self.stall_deadline_s(state):g} s)"
+        return Decision(reason, detail, state.open_phase, silent)
+
+
+def observer_decision(asked: StopReason | None, state: ProgressState) -> Decision | None:
+    """The observer's answer to ``should_stop`` as a decision (None: keep watching)."""
+    if asked is None:
         return None
+    reason = StopReason(asked)
+    if reason not in _OBSERVER_REASONS:
+        raise ValueError(f"should_stop returned {reason.value!r}; an observer may only ask for interrupted or early_stop")
+    if reason is StopReason.INTERRUPTED:
+        return Decision(reason, "the tuner was interrupted", state.open_phase)
+    steps = len(state.step_times_s)
+    return Decision(reason, f"stopped early after {steps} steps: slower than the best trial so far", state.open_phase)

@@ -44,7 +44,7 @@ _PARAM_KEYS = {
 }  # fmt: skip
 _TRIAL_KEYS = {"overrides", "env"}
 _STOP_KEYS = {f.name for f in dataclasses.fields(StopRule)}
-_CLOCK_KEYS = {f.name for f in dataclasses.fields(Clocks) if f.name != "known_phase_s"} | {"phase_estimates_s"}
+_CLOCK_KEYS = {f.name for f in dataclasses.fields(Clocks) if f.name != "phase_max_s"}  # measured, never given
 _PROGRESS_KEYS = {f.name for f in dataclasses.fields(ProgressRules)}
 _THROUGHPUT_KEYS = {"samples_per_step"}
 _STABILITY_KEYS = {"min_headroom_frac"}
@@ -358,7 +358,7 @@ def _build(data: dict[str, Any], source: str, label: str, text: str) -> SearchSp
         raise NcclTuneError(f"space file {label}: clocks.phase_estimates_s must map phase names to seconds")
     clocks = Clocks(
         **{k: _float(v, f"clocks.{k}", label) for k, v in clocks_raw.items()},
-        known_phase_s={str(k): _float(v, f"clocks.phase_estimates_s.{k}", label) for k, v in estimates.items()},
+        phase_estimates_s={str(k): _float(v, f"clocks.phase_estimates_s.{k}", label) for k, v in estimates.items()},
     )
 
     progress = _progress(_mapping(data, "progress", label), label)

@@ -46,7 +46,8 @@ class DryRun:
                 "stall_multiplier": c.stall_multiplier,
                 "trial_timeout_s": c.trial_timeout_s,
                 "grace_s": c.grace_s,
-                "known_phase_s": dict(c.known_phase_s),
+                "phase_estimates_s": dict(c.phase_estimates_s),
+                "phase_max_s": dict(c.phase_max_s),
             },
         }
 
@@ -85,7 +86,7 @@ def plan_dry_run(settings: RunSettings, launcher: Launcher | None = None) -> Dry
     study = settings.study_name(space.name)
     values = first_values(space, pins, settings.seed)
     spec = build_trial_spec(
-        space, settings, study=study, number=0, values=values, context_pins=pins.context, observed_phase_s={}
+        space, settings, study=study, number=0, values=values, context_pins=pins.context
     )
     (launcher or make_launcher(settings.launcher, settings.ray_address)).prepare(spec)
     return DryRun(study=study, space=space.name, spec=spec)

@@ -9,7 +9,7 @@ from types import FrameType
 from typing import Any
 
 from nccl_tune.launchers.base import TrialObserver, TrialProgress
-from nccl_tune.trial import TrialSpec
+from nccl_tune.trial import StopReason, TrialSpec
 from nccl_tune.tuner.display import Display
 from nccl_tune.tuner.stability import Candidate
 
@@ -60,7 +60,6 @@ class TunerObserver(TrialObserver):
             best = max(incumbent.ok_runs, key=lambda r: r.throughput or 0.0)
             if best.result and best.result.samples_per_step:
                 self.reference = (best.result.samples_per_step, best.result.step_times_s)
-        self.stop_reason: str | None = None
 
     def on_phase(self, spec: TrialSpec, phase: str, seconds: float) -> None:
         self.display.progress(f"{phase} done in {seconds:.1f}s")
@@ -82,9 +81,9 @@ class TunerObserver(TrialObserver):
                 return True
         return False
 
-    def should_stop(self, spec: TrialSpec, progress: TrialProgress) -> str | None:
+    def should_stop(self, spec: TrialSpec, progress: TrialProgress) -> StopReason | None:
         if self.interrupt.is_set:
-            return "interrupted"
+            return StopReason.INTERRUPTED
         if self.slower_than_incumbent(spec, progress.step_times_s):
-            return "early_stop"
+            return StopReason.EARLY_STOP
         return None

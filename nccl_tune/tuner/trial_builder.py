@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from nccl_tune.launchers.presets import apply_preset
 from nccl_tune.search_spaces.render import fixed_argv, format_value, render_values
@@ -32,18 +32,21 @@ def trial_dir_for(results_dir: Path, study: str, number: int) -> Path:
     return (results_dir / study / f"trial-{number:04d}").resolve()
 
 
-def clocks_for(space: SearchSpace, settings: RunSettings, observed_phase_s: Mapping[str, float]) -> Clocks:
-    """The space's clocks, with command-line overrides and what the study has observed so far.
+def clocks_for(space: SearchSpace, settings: RunSettings, measured: Sequence[Mapping[str, float]] = ()) -> Clocks:
+    """The space's clocks with the command line's clock options, knowing the phase maxima the
+    study's earlier trials ``measured`` (``Clocks.learned``)."""
+    c = space.clocks.learned(*measured)
+    return dataclasses.replace(
+        c,
+        stall_timeout_s=_given(settings.stall_timeout_s, c.stall_timeout_s),
+        startup_timeout_s=_given(settings.startup_timeout_s, c.startup_timeout_s),
+        trial_timeout_s=_given(settings.trial_timeout_s, c.trial_timeout_s),
+        grace_s=_given(settings.grace_s, c.grace_s),
+    )
 
-    An observed phase duration replaces the space's estimate for that phase."""
-    known = dict(space.clocks.known_phase_s)
-    known.update(observed_phase_s)
-    changes: dict[str, Any] = {"known_phase_s": known}
-    for name in ("stall_timeout_s", "startup_timeout_s", "trial_timeout_s", "grace_s"):
-        value = getattr(settings, name)
-        if value is not None:
-            changes[name] = value
-    return dataclasses.replace(space.clocks, **changes)
+
+def _given(option: float | None, default: float) -> float:
+    return default if option is None else option
 
 
 def stop_for(space: SearchSpace, settings: RunSettings) -> StopRule:
@@ -72,10 +75,11 @@ def build_trial_spec(
     number: int,
     values: Mapping[str, Any],
     context_pins: Mapping[str, Any],
-    observed_phase_s: Mapping[str, float],
+    measured: Sequence[Mapping[str, float]] = (),
     detected_preset: str | None = None,
 ) -> TrialSpec:
-    """The full ``TrialSpec`` for trial ``number`` with parameter ``values``; ``detected_preset`` is
+    """The full ``TrialSpec`` for trial ``number`` with parameter ``values``; ``measured``: the
+    phase maxima (``TrialResult.phase_max_s``) of the study's earlier trials; ``detected_preset`` is
     the progress preset an earlier trial's output was recognised as, when the space names none."""
     trial_dir = trial_dir_for(settings.results, study, number)
 
@@ -95,7 +99,7 @@ def build_trial_spec(
         argv=tuple(argv),
         env=env,
         trial_dir=trial_dir,
-        clocks=clocks_for(space, settings, observed_phase_s),
+        clocks=clocks_for(space, settings, measured),
         stop=stop_for(space, settings),
         progress=apply_preset(space.progress, detected_preset if space.progress.detect else None),
         samples_per_step=space.samples(values),

@@ -32,16 +32,6 @@ from nccl_tune.tuner.telling import near_wall, requeue, tell_abandoned, tell_res
 from nccl_tune.tuner.trial_builder import build_trial_spec
 
 
-def observed_phases(history: Sequence[TrialRecord]) -> dict[str, float]:
-    """The longest duration of each phase over the study's results so far."""
-    observed: dict[str, float] = {}
-    for r in history:
-        if r.result:
-            for phase, secs in r.result.phase_max_s.items():
-                observed[phase] = max(observed.get(phase, 0.0), secs)
-    return observed
-
-
 def detected_preset(history: Sequence[TrialRecord]) -> str | None:
     """The progress preset an earlier trial's output was recognised as (the first one found)."""
     return next((r.result.progress_preset for r in history if r.result and r.result.progress_preset), None)
@@ -89,7 +79,7 @@ class TrialRunner:
             number=number,
             values=values,
             context_pins=self.pins.context,
-            observed_phase_s=observed_phases(history),
+            measured=[r.result.phase_max_s for r in history if r.result],
             detected_preset=detected_preset(history),
         )
 

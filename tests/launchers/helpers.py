@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 from nccl_tune.launchers.base import TrialObserver
+from nccl_tune.trial import StopReason
 
 SCRIPTS = Path(__file__).parent / "scripts"
 FAKE_TRAINER = SCRIPTS / "fake_trainer.py"
@@ -32,7 +33,7 @@ def wait_for_json(path: Path, timeout_s: float = 30.0) -> dict:
 class RecordingObserver(TrialObserver):
     """A TrialObserver that records every callback with its time, and can ask to stop."""
 
-    def __init__(self, stop_after_steps: int | None = None, answer: str = "early_stop", raise_on_poll: int | None = None):
+    def __init__(self, stop_after_steps: int | None = None, answer: StopReason = StopReason.EARLY_STOP, raise_on_poll: int | None = None):
         self.calls: list[tuple[float, str, object]] = []
         self.polls = 0
         self.stop_after_steps = stop_after_steps

@@ -119,7 +119,7 @@ def test_a_hang_is_found_by_the_stall_clock_and_nothing_survives(make_spec, tmp_
 def test_a_slow_but_steady_phase_is_not_a_hang_once_its_duration_is_known(make_spec, known, expected) -> None:
     """generate prints nothing for 2 s, twice the plain stall timeout; a study that has seen it
     take 1.5 s allows 3 x 1.5 s of silence."""
-    clocks = Clocks(startup_timeout_s=30, stall_timeout_s=1.0, stall_floor_s=1.0, stall_multiplier=3, known_phase_s=known, grace_s=1.0)
+    clocks = Clocks(startup_timeout_s=30, stall_timeout_s=1.0, stall_floor_s=1.0, stall_multiplier=3, phase_max_s=known, grace_s=1.0)
     result = LocalLauncher().run(make_spec("--steps", "3", "--phases", "generate", "--step-s", "2.0", clocks=clocks))
     assert result.status is expected
     if expected is FailureClass.HANG:
@@ -213,8 +213,8 @@ def test_an_nccl_info_flood_is_logged_whole_and_does_not_disturb_progress(make_s
 @pytest.mark.parametrize(
     "answer, status, reason",
     [
-        ("early_stop", FailureClass.BUDGET, StopReason.EARLY_STOP),
-        ("interrupted", FailureClass.INTERRUPTED, StopReason.INTERRUPTED),
+        (StopReason.EARLY_STOP, FailureClass.BUDGET, StopReason.EARLY_STOP),
+        (StopReason.INTERRUPTED, FailureClass.INTERRUPTED, StopReason.INTERRUPTED),
     ],
 )
 def test_the_observer_can_stop_a_trial(make_spec, answer, status, reason) -> None:

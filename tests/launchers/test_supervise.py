@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nccl_tune.launchers.progress import ProgressState
-from nccl_tune.launchers.supervise import Watch
+from nccl_tune.launchers.supervise import Watch, observer_decision
 from nccl_tune.trial import Clocks, StopReason, StopRule
 
 CLOCKS = Clocks(startup_timeout_s=100, stall_timeout_s=50, stall_floor_s=20, stall_multiplier=3, trial_timeout_s=1000)
@@ -44,7 +44,7 @@ def test_clock_decisions(snapshot: ProgressState, now: float, expected: StopReas
     ],
 )
 def test_adaptive_stall_deadline(known, trial_max, open_phases, deadline) -> None:
-    clocks = Clocks(stall_timeout_s=50, stall_floor_s=20, stall_multiplier=3, trial_timeout_s=1e6, known_phase_s=known)
+    clocks = Clocks(stall_timeout_s=50, stall_floor_s=20, stall_multiplier=3, trial_timeout_s=1e6, phase_max_s=known)
     watch = Watch(clocks, StopRule(), started_t=0)
     snap = state(phase_max_s=trial_max, open_phases=open_phases, last_progress_t=0)
     assert watch.stall_deadline_s(snap) == deadline
@@ -54,3 +54,29 @@ def test_adaptive_stall_deadline(known, trial_max, open_phases, deadline) -> Non
     assert (decision.open_phase is None) == (not open_phases)
     if open_phases:
         assert f"in phase '{open_phases[-1]}'" in decision.detail
+
+
+@pytest.mark.parametrize(
+    "snapshot, due",
+    [
+        (state(), (100, StopReason.STARTUP)),
+        (state(last_progress_t=10, open_phases=("step",)), (60, StopReason.STALL)),
+        (state(last_progress_t=960, open_phases=("step",)), (1000, StopReason.BUDGET)),
+        (state(last_progress_t=950, open_phases=("step",)), (1000, StopReason.BUDGET)),  # a tie: the budget
+    ],
+)
+def test_due_says_when_the_first_clock_fires_and_check_agrees(snapshot: ProgressState, due) -> None:
+    watch = Watch(CLOCKS, StopRule(1, 2), started_t=0)
+    assert watch.due(snapshot) == due
+    assert watch.check(snapshot, due[0] - 0.01) is None
+    assert watch.check(snapshot, due[0]).reason is due[1]
+
+
+def test_the_observer_answer_becomes_a_decision() -> None:
+    snap = state(step_times_s=(1.0,), open_phases=("step",))
+    assert observer_decision(None, snap) is None
+    early = observer_decision(StopReason.EARLY_STOP, snap)
+    assert early.reason is StopReason.EARLY_STOP and "after 1 steps" in early.detail and early.open_phase == "step"
+    assert observer_decision(StopReason.INTERRUPTED, snap).reason is StopReason.INTERRUPTED
+    with pytest.raises(ValueError, match="may only ask for interrupted or early_stop"):
+        observer_decision(StopReason.MEASURED, snap)

@@ -16,7 +16,7 @@ from nccl_tune.trial import Clocks, StopReason, TrialResult, TrialSpec
 def spec(tmp_path: Path) -> TrialSpec:
     return TrialSpec(
         "s", 4, {"micro": 2}, ("bash", "run.sh", "a=1"), {"NCCL_ALGO": "Ring", "NCCL_P2P_DISABLE": None},
-        tmp_path / "t4", clocks=Clocks(known_phase_s={"generate": 12.0}),
+        tmp_path / "t4", clocks=Clocks(phase_max_s={"generate": 12.0}),
     )
 
 
@@ -27,7 +27,7 @@ def test_spec_file_and_stale_result(tmp_path: Path) -> None:
     data = json.loads(write_spec(s).read_text())
     assert data["argv"] == ["bash", "run.sh", "a=1"] and data["marker"] == "s/4"
     assert data["env"] == {"NCCL_ALGO": "Ring", "NCCL_P2P_DISABLE": None}
-    assert data["params"] == {"micro": 2} and data["clocks"]["known_phase_s"] == {"generate": 12.0}
+    assert data["params"] == {"micro": 2} and data["clocks"]["phase_max_s"] == {"generate": 12.0}
     assert not (s.trial_dir / "result.json").exists()
     assert [p.name for p in s.trial_dir.iterdir()] == ["spec.json"]  # no temporary file left
 

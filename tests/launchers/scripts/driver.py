@@ -20,7 +20,7 @@ from pathlib import Path
 from nccl_tune.launchers.base import TrialObserver
 from nccl_tune.launchers.local import LocalLauncher
 from nccl_tune.launchers.trial_files import RESULT_FILE, SPEC_FILE, interrupted_result
-from nccl_tune.trial import Clocks, StopRule, TrialSpec
+from nccl_tune.trial import Clocks, StopReason, StopRule, TrialSpec
 
 FAKE_TRAINER = Path(__file__).with_name("fake_trainer.py")
 
@@ -30,7 +30,7 @@ class FlagObserver(TrialObserver):
         self.flag: str | None = None
 
     def should_stop(self, spec, progress):
-        return "interrupted" if self.flag else None
+        return StopReason.INTERRUPTED if self.flag else None
 
 
 def main() -> int:
