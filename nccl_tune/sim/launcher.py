@@ -1,17 +1,18 @@
 """``ModelLauncher``: runs a trial against the cost model, in process, without starting anything.
 
 It reads the trial as the twin program would (the ``key=value`` tokens of ``spec.argv`` on top of
-the overrides of ``examples/run_skyrl_sql_sim.sh``; ``spec.env`` on top of the launcher's
-environment, ``None`` removing a variable), models the run (:func:`nccl_tune.sim.evaluate`) and
-then supervises it the way the local launcher supervises a process, on the modelled clock: the
-start-up deadline, the stall deadline of the open phase (``spec.clocks``), the trial budget, the
-stop rule, and the observer's early stop and interrupt. All times in the result are modelled
-seconds of the real node (``wall_s`` included); ``modelled_gpu_s`` is ``wall_s`` times the node's
-8 GPUs.
+the overrides of ``examples/run_skyrl_sql_sim.sh``; the trial's environment built by
+``launchers.process.build_env``), models the run (:func:`nccl_tune.sim.evaluate`) and feeds the
+modelled run's phase and step events to the supervision the local launcher ships: its
+``ProgressTracker``, its ``Watch`` (start-up deadline, adaptive stall timeout, trial budget, stop
+rule) and the observer's early stop and interrupt, on the modelled clock, so the search
+benchmark measures the rules the tool applies. All times in the result are modelled seconds of
+the real node (``wall_s`` included); ``modelled_gpu_s`` is ``wall_s`` times the node's 8 GPUs.
 
-Classification follows the local launcher's rules: all measured steps -> ``ok``; the command
-exited -> the root cause of its failure; a stall -> the failure already in the log if any,
-else ``hang``; the budget or an early stop -> ``budget``.
+The class is read off the cost model's account of the failure (``modelled_class``), following the
+local launcher's rules: all measured steps -> ``ok``; the command exited -> the root cause of its
+failure; a stall -> the failure already in the log if any, else ``hang``; the budget or an early
+stop -> ``budget``.
 """
 
 from __future__ import annotations
@@ -24,7 +25,10 @@ from typing import Mapping, Sequence
 
 from nccl_tune.failure import Evidence, FailureClass, Verdict
 from nccl_tune.launchers.base import Launcher, TrialObserver, TrialProgress
+from nccl_tune.launchers.process import build_env
+from nccl_tune.launchers.progress import ProgressState, ProgressTracker
 from nccl_tune.launchers.records import write_result
+from nccl_tune.launchers.supervise import Decision, Watch, observer_decision
 from nccl_tune.sim import logfmt
 from nccl_tune.sim.config import parse_overrides
 from nccl_tune.sim.cost_model import GPUS_PER_NODE, H100_CAPACITY_GIB
@@ -71,14 +75,8 @@ class ModelLauncher(Launcher):
         self.write_result = write_result
 
     def trial_env(self, spec: TrialSpec) -> dict[str, str]:
-        """The environment the trial's command would see."""
-        env = dict(self.base_env)
-        for key, value in spec.env.items():
-            if value is None:
-                env.pop(key, None)
-            else:
-                env[key] = str(value)
-        return env
+        """The environment the trial's command would see (the local launcher's own rule)."""
+        return build_env(spec.env, spec.marker, base=self.base_env)
 
     def run(self, spec: TrialSpec, observer: TrialObserver | None = None) -> TrialResult:
         """Model the trial to its end; never raises."""
@@ -142,20 +140,52 @@ class ModelLauncher(Launcher):
 
 
 class _Supervision:
-    """The local launcher's clocks and stop rule, applied to a modelled run."""
+    """The modelled run's events fed to the local launcher's own supervision: its progress
+    bookkeeping (``ProgressTracker``), its clocks and stop rule (``Watch``) and the observer's
+    answers (``observer_decision``), on the modelled clock (seconds since launch)."""
 
     def __init__(self, spec: TrialSpec, observer: TrialObserver, outcome: Outcome) -> None:
         self.spec = spec
         self.observer = observer
         self.out = outcome
-        self.clocks = spec.clocks
-        self.open: list[str] = []
-        self.step_times: list[float] = []
-        self.phase_max: dict[str, float] = {}
+        self.tracker = ProgressTracker(spec.progress)
+        self.watch = Watch(spec.clocks, spec.stop, started_t=0.0)
         self.peak = 0.0
-        self.last_progress = 0.0
-        self.first = True
         self.last_line = ""
+
+    def run(self) -> TrialResult:
+        at, decision = self._supervise()
+        return self._result(at, decision, self.tracker.snapshot())
+
+    def _supervise(self) -> tuple[float, Decision]:
+        """(when, why) the launcher stops watching: a clock firing between two events, the stop
+        rule or the observer at an event, or the command's own exit."""
+        state = self.tracker.snapshot()
+        for t, is_start, span in self._events():
+            fired = self._fired_before(state, t)
+            if fired is not None:
+                return fired
+            self._apply(t, is_start, span)
+            state = self.tracker.snapshot()
+            decision = self.watch.check(state, t) or observer_decision(
+                self.observer.should_stop(self.spec, self._progress(state, t)), state
+            )
+            if decision is not None:
+                return t, decision
+        end = self.out.end_s
+        exit_code, signal_name = self._exit_status(end)
+        how = f"killed by {signal_name}" if signal_name else f"exit code {exit_code}"
+        exited = Decision(StopReason.EXITED, f"the command ended ({how})", state.open_phase)
+        return self._fired_before(state, end) or (end, exited)
+
+    def _fired_before(self, state: ProgressState, t: float) -> tuple[float, Decision] | None:
+        """The clock that fires before ``t`` if nothing happens until then: (when, decision)."""
+        due_t, _ = self.watch.due(state)
+        if due_t >= t:
+            return None
+        decision = self.watch.check(state, due_t)
+        assert decision is not None
+        return due_t, decision
 
     def _events(self) -> list[tuple[float, bool, PhaseSpan]]:
         """(time, is_start, span): at one instant, phases end (innermost first) before the next start
@@ -168,70 +198,42 @@ class _Supervision:
         events.sort(key=lambda e: e[0])
         return [(key[0], is_start, span) for key, is_start, span in events]
 
-    def _deadline(self) -> tuple[float, StopReason]:
-        if self.first:
-            return self.clocks.startup_timeout_s, StopReason.STARTUP
-        return self.clocks.stall_deadline_s(self.open[-1] if self.open else None), StopReason.STALL
-
-    def _check_gap(self, t: float) -> tuple[float, StopReason] | None:
-        """A clock that fires before ``t``: (when, why)."""
-        limit, reason = self._deadline()
-        fire = self.last_progress + limit
-        budget = self.clocks.trial_timeout_s
-        if min(fire, budget) >= t:
-            return None
-        return (budget, StopReason.BUDGET) if budget <= fire else (fire, reason)
-
-    def run(self) -> TrialResult:
-        spec = self.spec
-        stop: tuple[float, StopReason] | None = None
-        for t, is_start, span in self._events():
-            stop = self._check_gap(t)
-            if stop is not None:
-                break
-            if is_start:
-                self.open.append(span.name)
-                self.last_line = logfmt.started(span.name)
-            else:
-                self._finished(span, t)
-            self.last_progress, self.first = t, False
-            if len(self.step_times) >= spec.stop.total_steps:
-                stop = (t, StopReason.MEASURED)
-                break
-            asked = self.observer.should_stop(
-                spec,
-                TrialProgress(
-                    elapsed_s=t,
-                    step_times_s=tuple(self.step_times),
-                    open_phase=self.open[-1] if self.open else None,
-                    last_progress_s=0.0,
-                    peak_mem_gib=self.peak or None,
-                ),
-            )
-            if asked in ("interrupted", "early_stop"):
-                stop = (t, StopReason.INTERRUPTED if asked == "interrupted" else StopReason.EARLY_STOP)
-                break
-        if stop is None:
-            stop = self._check_gap(self.out.end_s) or (self.out.end_s, StopReason.EXITED)
-        return self._result(*stop)
-
-    def _finished(self, span: PhaseSpan, t: float) -> None:
+    def _apply(self, t: float, is_start: bool, span: PhaseSpan) -> None:
+        """What the twin's log line for this event tells the tracker and the observer."""
         name = span.name
-        if name in self.open:
-            idx = len(self.open) - 1 - self.open[::-1].index(name)
-            del self.open[idx]
+        if is_start:
+            self.tracker.phase_started(name, t)
+            self.last_line = logfmt.started(name)
+            return
         seconds = span.duration_s or 0.0
-        self.phase_max[name] = max(self.phase_max.get(name, 0.0), seconds)
         self.last_line = logfmt.finished(name, seconds)
+        if name == "step":  # "Finished: 'step', ..." is the step_end line
+            self.tracker.step_finished(seconds, t)
+            self.observer.on_step(self.spec, len(self.tracker.snapshot().step_times_s) - 1, seconds)
+            return
+        self.tracker.phase_finished(name, seconds, t)
         self.observer.on_phase(self.spec, name, seconds)
         if name == "policy_train":
             mem = self.out.step_memory_gib.get(span.step)
             if mem and max(mem) > self.peak:
                 self.peak = max(mem)
                 self.observer.on_memory(self.spec, self.peak)
-        if name == "step" and span.step > 0:
-            self.step_times.append(seconds)
-            self.observer.on_step(self.spec, len(self.step_times) - 1, seconds)
+
+    def _progress(self, state: ProgressState, t: float) -> TrialProgress:
+        return TrialProgress(
+            elapsed_s=t,
+            step_times_s=state.step_times_s,
+            open_phase=state.open_phase,
+            last_progress_s=t - (state.last_progress_t if state.last_progress_t is not None else 0.0),
+            peak_mem_gib=self.peak or None,
+        )
+
+    def _exit_status(self, at: float) -> tuple[int | None, str | None]:
+        """(exit code, signal) of the command had it ended by itself at ``at``."""
+        failure = self.out.failure
+        if failure is not None and failure.at_s <= at:
+            return failure.exit_code, failure.signal_name
+        return 0, None
 
     # -- the result --------------------------------------------------------------------------
     def _memory(self, until_s: float) -> MemoryReport | None:
@@ -248,77 +250,83 @@ class _Supervision:
             gpus=tuple(GpuMemory(index=g, total_gib=H100_CAPACITY_GIB, peak_gib=round(p, 3)) for g, p in enumerate(peaks)),
         )
 
-    def _verdict(self, cls: FailureClass, failure: SimFailure | None, reason: StopReason, at: float) -> Verdict:
+    # -- classification: read off the cost model's own account of the failure ------------------
+    # The local launcher classifies from the log. Once one verdict function over a trial's facts
+    # (stop reason, exit status, evidence lines) exists, ``_result`` hands it the modelled facts
+    # instead of calling ``modelled_class`` and ``_verdict``.
+    def _verdict(self, cls: FailureClass, failure: SimFailure | None, decision: Decision, at: float, state: ProgressState) -> Verdict:
         if cls is FailureClass.OK:
             return Verdict(FailureClass.OK)
-        phase = (failure.phase if failure else None) or (self.open[-1] if self.open else None)
+        phase = (failure.phase if failure else None) or state.open_phase
         rank = failure.rank if failure is not None else None
         if failure is not None and cls is not FailureClass.HANG:
             # Root cause first; the other ranks' watchdog lines only once they have timed out.
-            lines = [ln for ln in failure.evidence if reason is StopReason.EXITED or "Watchdog" not in ln]
+            lines = [ln for ln in failure.evidence if decision.reason is StopReason.EXITED or "Watchdog" not in ln]
             if cls is FailureClass.COLLECTIVE_TIMEOUT:
                 lines.sort(key=lambda ln: "Watchdog" not in ln)
             evidence = tuple(Evidence(i + 1, ln, "model") for i, ln in enumerate(lines))
             return Verdict(cls, rank=rank, evidence=evidence, advice=failure.advice, phase=phase)
-        when = _BASE_TIME + timedelta(seconds=self.last_progress)
+        last_progress = state.last_progress_t or 0.0
+        when = _BASE_TIME + timedelta(seconds=last_progress)
         line = logfmt.trainer_line(phase or "step", self.last_line or "(no output)", when=when, color=False)
         lines = [f"({logfmt.ENTRYPOINT_ACTOR} pid=400000) {line}"]
         if failure is not None:
             lines += [ln for ln in failure.evidence if "Watchdog" not in ln]
         evidence = tuple(Evidence(i + 1, ln, "model") for i, ln in enumerate(lines))
+        return Verdict(cls, rank=rank, evidence=evidence, advice=self._advice(cls, failure, at - last_progress, phase, state), phase=phase)
+
+    def _advice(self, cls: FailureClass, failure: SimFailure | None, silent_s: float, phase: str | None, state: ProgressState) -> str:
         if cls is FailureClass.HANG:
-            advice = (
-                f"no progress for {at - self.last_progress:.0f} s in '{phase}'"
-                + (f": {failure.advice}" if failure is not None else ": if this phase is known to be slow, raise the stall timeout")
-            )
-        elif cls is FailureClass.BUDGET:
-            advice = "stopped by the trial budget or for being slower than the best trial so far"
-        elif cls is FailureClass.CRASH:
-            advice = (
-                f"the command exited after {len(self.step_times)} of {self.spec.stop.total_steps} steps: it runs only "
+            why = f": {failure.advice}" if failure is not None else ": if this phase is known to be slow, raise the stall timeout"
+            return f"no progress for {silent_s:.0f} s in '{phase}'{why}"
+        if cls is FailureClass.BUDGET:
+            return "stopped by the trial budget or for being slower than the best trial so far"
+        if cls is FailureClass.CRASH:
+            return (
+                f"the command exited after {len(state.step_times_s)} of {self.spec.stop.total_steps} steps: it runs only "
                 f"{self.out.total_steps} steps (epochs x kept prompts // train_batch_size)"
             )
-        else:
-            advice = ""
-        return Verdict(cls, rank=rank, evidence=evidence, advice=advice, phase=phase)
+        return ""
 
-    def _result(self, at: float, reason: StopReason) -> TrialResult:
+    def _result(self, at: float, decision: Decision, state: ProgressState) -> TrialResult:
         spec, out = self.spec, self.out
         failure = out.failure if out.failure is not None and out.failure.at_s <= at else None
-        exit_code: int | None = None
-        signal_name: str | None = None
-        if reason is StopReason.MEASURED:
-            cls = FailureClass.OK
-        elif reason is StopReason.EXITED:
-            if failure is not None:
-                cls = FailureClass.COLLECTIVE_TIMEOUT if failure.failure_class is FailureClass.HANG else failure.failure_class
-                exit_code, signal_name = failure.exit_code, failure.signal_name
-            else:
-                exit_code = 0
-                cls = FailureClass.OK if len(self.step_times) >= spec.stop.total_steps else FailureClass.CRASH
-        elif reason in (StopReason.STALL, StopReason.STARTUP):
-            cls = failure.failure_class if failure is not None else FailureClass.HANG
-        elif reason is StopReason.INTERRUPTED:
-            cls = FailureClass.INTERRUPTED
-        else:
-            cls = FailureClass.BUDGET
-        stopped_by_us = reason is not StopReason.EXITED
+        steps = len(state.step_times_s)
+        cls = modelled_class(decision.reason, failure, steps, spec.stop.total_steps)
+        stopped_by_us = decision.reason is not StopReason.EXITED
+        exit_code, signal_name = (None, "SIGTERM") if stopped_by_us else self._exit_status(at)
         wall = at + (min(TEARDOWN_S, spec.clocks.grace_s) if stopped_by_us else 0.0)
-        if stopped_by_us:
-            signal_name = "SIGTERM"
         return TrialResult(
             number=spec.number,
             status=cls,
-            verdict=self._verdict(cls, failure, reason, at),
-            stop_reason=reason,
+            verdict=self._verdict(cls, failure, decision, at, state),
+            stop_reason=decision.reason,
             exit_code=exit_code,
             signal_name=signal_name,
-            step_times_s=tuple(self.step_times),
-            warmup_steps=min(spec.stop.warmup_steps, len(self.step_times)),
-            phase_max_s=dict(self.phase_max),
+            step_times_s=state.step_times_s,
+            warmup_steps=min(spec.stop.warmup_steps, steps),
+            phase_max_s=state.phase_max_s,
             samples_per_step=spec.samples_per_step,
             memory=self._memory(at),
             wall_s=wall,
             trial_dir=spec.trial_dir,
             modelled_gpu_s=wall * GPUS_PER_NODE,
         )
+
+
+def modelled_class(reason: StopReason, failure: SimFailure | None, steps_done: int, total_steps: int) -> FailureClass:
+    """The trial's class from why supervision stopped and the cost model's failure (if it had
+    happened by then): the local launcher's rules (all measured steps: ``ok``; the command
+    exited: the root cause of its failure; a stall: the failure already in the log, else
+    ``hang``; the budget or an early stop: ``budget``)."""
+    if reason is StopReason.MEASURED:
+        return FailureClass.OK
+    if reason is StopReason.EXITED:
+        if failure is not None:
+            return FailureClass.COLLECTIVE_TIMEOUT if failure.failure_class is FailureClass.HANG else failure.failure_class
+        return FailureClass.OK if steps_done >= total_steps else FailureClass.CRASH
+    if reason in (StopReason.STALL, StopReason.STARTUP):
+        return failure.failure_class if failure is not None else FailureClass.HANG
+    if reason is StopReason.INTERRUPTED:
+        return FailureClass.INTERRUPTED
+    return FailureClass.BUDGET

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -36,7 +37,7 @@ def launcher() -> ModelLauncher:
 class Recorder(TrialObserver):
     """Records callbacks; optionally asks to stop at a given step count."""
 
-    def __init__(self, stop_after_steps: int | None = None, answer: str = "early_stop") -> None:
+    def __init__(self, stop_after_steps: int | None = None, answer: StopReason = StopReason.EARLY_STOP) -> None:
         self.events: list[tuple] = []
         self.stop_after_steps = stop_after_steps
         self.answer = answer
@@ -109,14 +110,20 @@ def test_oom_names_rank_phase_and_exits_after_the_cascade(launcher):
 
 def test_a_hang_is_called_after_the_stall_deadline(launcher):
     clocks = Clocks(startup_timeout_s=1500, stall_timeout_s=900, stall_floor_s=60, stall_multiplier=3,
-                    trial_timeout_s=50000, grace_s=20, known_phase_s={"policy_train": 160.0})
-    r = launcher.run(spec(env={"SIM_FAULT": "hang:1:2", "SKYRL_WORKER_NCCL_TIMEOUT_IN_S": "100000"}, clocks=clocks))
+                    trial_timeout_s=50000, grace_s=20, phase_max_s={"policy_train": 250.0})
+    hang = {"SIM_FAULT": "hang:1:2", "SKYRL_WORKER_NCCL_TIMEOUT_IN_S": "100000"}
+    r = launcher.run(spec(env=hang, clocks=clocks))
     assert r.status is FailureClass.HANG and r.stop_reason is StopReason.STALL and r.verdict.rank == 1
     assert r.verdict.phase == "policy_train" and len(r.step_times_s) == 1
     assert "Started: 'policy_train'" in r.verdict.evidence[0].text
-    # The stall watchdog fires 3 x 160 s after the last progress line, long before the collective timeout.
-    assert r.verdict.advice.startswith("no progress for 480 s in 'policy_train'")
-    assert sum(r.step_times_s) + 480 < r.wall_s < 3000
+    # The stall watchdog fires 3 x 250 s after the last progress line, long before the collective timeout.
+    assert r.verdict.advice.startswith("no progress for 750 s in 'policy_train'")
+    assert sum(r.step_times_s) + 750 < r.wall_s < 3000
+    # What the trial itself measured counts too (launchers.supervise.Watch): its first policy_train
+    # took longer than the 160 s the study knew, so the deadline is 3 x its own.
+    own = launcher.run(spec(env=hang, clocks=dataclasses.replace(clocks, phase_max_s={"policy_train": 160.0})))
+    assert own.phase_max_s["policy_train"] > 160
+    assert own.verdict.advice.startswith(f"no progress for {3 * own.phase_max_s['policy_train']:.0f} s in 'policy_train'")
 
 
 def test_a_short_collective_timeout_ends_it_before_the_stall_watchdog(launcher):
@@ -132,7 +139,7 @@ def test_budget_and_early_stop(launcher):
     assert r.wall_s == pytest.approx(400 + 5)
     r = launcher.run(spec(), Recorder(stop_after_steps=1))
     assert r.status is FailureClass.BUDGET and r.stop_reason is StopReason.EARLY_STOP and len(r.step_times_s) == 1
-    r = launcher.run(spec(), Recorder(stop_after_steps=2, answer="interrupted"))
+    r = launcher.run(spec(), Recorder(stop_after_steps=2, answer=StopReason.INTERRUPTED))
     assert r.status is FailureClass.INTERRUPTED and len(r.step_times_s) == 2
 
 
@@ -140,7 +147,7 @@ def test_unknown_slow_phase_is_a_hang_until_the_study_knows_it(launcher):
     slow = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"}
     r = launcher.run(spec(env=slow))
     assert r.status is FailureClass.HANG
-    knows = Clocks(startup_timeout_s=1500, stall_timeout_s=900, trial_timeout_s=50000, known_phase_s={"policy_train": 2000.0, "step": 3000.0})
+    knows = Clocks(startup_timeout_s=1500, stall_timeout_s=900, trial_timeout_s=50000, phase_max_s={"policy_train": 2000.0, "step": 3000.0})
     r = launcher.run(spec(env=slow, clocks=knows))
     assert r.status is FailureClass.OK
 
