@@ -29,8 +29,12 @@ def _frozen_map(m: Mapping | None) -> Mapping:
 def longest_measured_s(phase: str, measured: Iterable[Mapping[str, float]]) -> float | None:
     """The longest of the durations measured for ``phase`` (None when it was never measured): the
     one rule by which what is known about a phase's duration grows, over trials and within one."""
-    found = [phase_max_s[phase] for phase_max_s in measured if phase in phase_max_s]
-    return max(found) if found else None
+    longest = None
+    for phase_max_s in measured:
+        seconds = phase_max_s.get(phase)
+        if seconds is not None and (longest is None or seconds > longest):
+            longest = seconds
+    return longest
 
 
 def fold_phase_max(*measured: Mapping[str, float]) -> dict[str, float]:

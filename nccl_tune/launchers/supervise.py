@@ -34,6 +34,7 @@ class Watch:
         self.clocks = clocks
         self.stop = stop
         self.started_t = started_t
+        self._due: tuple[ProgressState, tuple[float, StopReason]] | None = None
 
     def stall_deadline_s(self, state: ProgressState) -> float:
         """Seconds of silence allowed now: the clocks' rule for the innermost open phase, with
@@ -43,12 +44,16 @@ class Watch:
     def due(self, state: ProgressState) -> tuple[float, StopReason]:
         """When the first clock fires if no further progress comes, and which one (on a tie,
         the budget)."""
+        if self._due is not None and self._due[0] is state:  # asked again about the same snapshot
+            return self._due[1]
         budget_t = self.started_t + self.clocks.trial_timeout_s
         if state.last_progress_t is None:
             fire_t, reason = self.started_t + self.clocks.startup_timeout_s, StopReason.STARTUP
         else:
             fire_t, reason = state.last_progress_t + self.stall_deadline_s(state), StopReason.STALL
-        return (budget_t, StopReason.BUDGET) if budget_t <= fire_t else (fire_t, reason)
+        due = (budget_t, StopReason.BUDGET) if budget_t <= fire_t else (fire_t, reason)
+        self._due = (state, due)
+        return due
 
     def check(self, state: ProgressState, now: float) -> Decision | None:
         """The reason to stop now, or None to keep watching."""

@@ -151,6 +151,7 @@ class _Supervision:
         self.tracker = ProgressTracker(spec.progress)
         self.watch = Watch(spec.clocks, spec.stop, started_t=0.0)
         self.peak = 0.0
+        self.steps = 0
         self.last_line = ""
 
     def run(self) -> TrialResult:
@@ -209,7 +210,8 @@ class _Supervision:
         self.last_line = logfmt.finished(name, seconds)
         if name == "step":  # "Finished: 'step', ..." is the step_end line
             self.tracker.step_finished(seconds, t)
-            self.observer.on_step(self.spec, len(self.tracker.snapshot().step_times_s) - 1, seconds)
+            self.observer.on_step(self.spec, self.steps, seconds)
+            self.steps += 1
             return
         self.tracker.phase_finished(name, seconds, t)
         self.observer.on_phase(self.spec, name, seconds)
