@@ -55,17 +55,12 @@ def h100_node(n: int = 8, used_gib: float = 0.5) -> list[dict[str, Any]]:
 
 
 def _alive(pid: int) -> bool:
-    """True while ``pid`` runs; a zombie has already released its GPU memory, as with the driver."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
+    """True while ``pid`` runs (read from ``/proc``, no signal sent); a zombie has already released
+    its GPU memory, as with the driver."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as fh:
             return fh.read().rpartition(b")")[2].split()[0] != b"Z"
-    except FileNotFoundError:
+    except (FileNotFoundError, ProcessLookupError):
         return False
     except (OSError, IndexError):
         return True
