@@ -27,7 +27,7 @@ from nccl_tune.failure import Evidence, FailureClass, Verdict
 from nccl_tune.launchers.base import Launcher, TrialObserver, TrialProgress
 from nccl_tune.launchers.process import build_env
 from nccl_tune.launchers.progress import ProgressState, ProgressTracker
-from nccl_tune.launchers.records import write_result
+from nccl_tune.launchers.trial_files import write_result
 from nccl_tune.launchers.supervise import Decision, Watch, observer_decision
 from nccl_tune.sim import logfmt
 from nccl_tune.sim.config import parse_overrides
