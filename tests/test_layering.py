@@ -1,0 +1,161 @@
+"""The package's layers, read from the imports and calls of its source with ``ast``.
+
+- Only ``tuner/`` imports Optuna.
+- Only ``launchers/`` (and ``sim/``, the twin program, which starts and signals its own ranks)
+  starts or signals processes: ``subprocess``/``multiprocessing``, ``os.kill``/``killpg``/``fork``/
+  ``exec*``/``spawn*``/``system``/``popen``, ``signal.pthread_kill``, and ``.kill()``/
+  ``.terminate()``/``.send_signal()`` on anything. Installing signal handlers is allowed anywhere.
+- ``psutil`` is imported only by ``launchers/``, ``sim/`` and ``node/``; ``node/`` reads with it
+  (processes holding GPU memory, a running Ray), it never signals (the rule above).
+- ``diagnose/`` does not probe the node: no ``pynvml``, ``psutil``, ``socket``, ``resource``,
+  ``subprocess``, ``multiprocessing``, nor ``nccl_tune.gpu``/``gpu_fake``/``node``/``launchers``/
+  ``tuner``/``sim``: text in, verdict out.
+- Nothing outside ``sim/`` imports ``nccl_tune.sim`` (tests and benchmarks, not scanned here, may).
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+from typing import Iterator, Mapping
+
+PACKAGE = Path(__file__).resolve().parents[1] / "nccl_tune"
+
+SPAWN_MODULES = ("subprocess", "multiprocessing")
+OS_PROCESS_CALLS = {"kill", "killpg", "fork", "forkpty", "system", "popen", "posix_spawn", "posix_spawnp"}
+OS_PROCESS_PREFIXES = ("exec", "spawn")
+SIGNALLING_METHODS = {"kill", "terminate", "send_signal"}
+NODE_PROBES = ("pynvml", "psutil", "socket", "resource", *SPAWN_MODULES)
+NOT_FOR_DIAGNOSE = ("nccl_tune.gpu", "nccl_tune.gpu_fake", "nccl_tune.node", "nccl_tune.launchers", "nccl_tune.tuner", "nccl_tune.sim")
+
+
+def _under(path: str, *folders: str) -> bool:
+    return any(path.startswith(f"nccl_tune/{folder}/") for folder in folders)
+
+
+def _module_of(path: str) -> str:
+    parts = path[: -len(".py")].split("/")
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported(path: str, tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """(line, module) for every import in the file, relative ones resolved; ``from a import b``
+    yields ``a`` and ``a.b`` (``b`` may be a module)."""
+    package = _module_of(path).split(".")
+    if not path.endswith("__init__.py"):
+        package = package[:-1]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield node.lineno, alias.name
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join([*package[: len(package) - node.level + 1], *([base] if base else [])])
+            yield node.lineno, base
+            for alias in node.names:
+                yield node.lineno, f"{base}.{alias.name}"
+
+
+def _is(module: str, *names: str) -> bool:
+    return any(module == n or module.startswith(n + ".") for n in names)
+
+
+def process_calls(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """(line, what) for every call that starts or signals a process."""
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+            continue
+        name, owner = node.func.attr, node.func.value
+        owner_name = owner.id if isinstance(owner, ast.Name) else None
+        if owner_name == "os" and (name in OS_PROCESS_CALLS or name.startswith(OS_PROCESS_PREFIXES)):
+            yield node.lineno, f"os.{name}()"
+        elif owner_name == "signal" and name == "pthread_kill":
+            yield node.lineno, "signal.pthread_kill()"
+        elif name in SIGNALLING_METHODS:
+            yield node.lineno, f".{name}()"
+
+
+SPAWNERS = "only nccl_tune/launchers/ (and the twin in nccl_tune/sim/) start or signal processes"
+
+
+def import_breaches(path: str, module: str) -> list[str]:
+    """The layering rules an import of ``module`` in ``path`` breaks."""
+    out = []
+    if _is(module, "optuna") and not _under(path, "tuner"):
+        out.append("only nccl_tune/tuner/ may import optuna")
+    if _is(module, *SPAWN_MODULES) and not _under(path, "launchers", "sim"):
+        out.append(SPAWNERS)
+    leaf = module.rsplit(".", 1)[-1]
+    if module.count(".") == 1 and _is(module, "os", "signal") and not _under(path, "launchers", "sim"):
+        if leaf in OS_PROCESS_CALLS or leaf.startswith(OS_PROCESS_PREFIXES) or leaf == "pthread_kill":
+            out.append(SPAWNERS)
+    if _is(module, "psutil") and not _under(path, "launchers", "sim", "node"):
+        out.append("only nccl_tune/launchers/, nccl_tune/sim/ and nccl_tune/node/ may use psutil")
+    if _under(path, "diagnose") and _is(module, *NODE_PROBES, *NOT_FOR_DIAGNOSE):
+        out.append("nccl_tune/diagnose/ is text in, verdict out (node checks go to nccl_tune/node/)")
+    if _is(module, "nccl_tune.sim") and not _under(path, "sim"):
+        out.append("the twin is a test fixture; only nccl_tune/sim/, tests and benchmarks may import it")
+    return out
+
+
+def violations(sources: Mapping[str, str]) -> list[str]:
+    """One line per breach of the layering, naming the file, the line and the import or call."""
+    found: dict[tuple[str, int, str], str] = {}
+    for path, source in sorted(sources.items()):
+        tree = ast.parse(source, filename=path)
+        for line, module in imported(path, tree):
+            for rule in import_breaches(path, module):
+                found.setdefault((path, line, rule), f"{path}:{line} imports {module}: {rule}")
+        if not _under(path, "launchers", "sim"):
+            for line, call in process_calls(tree):
+                found.setdefault((path, line, SPAWNERS), f"{path}:{line} calls {call}: {SPAWNERS}")
+    return list(found.values())
+
+
+def package_sources() -> dict[str, str]:
+    root = PACKAGE.parent
+    return {p.relative_to(root).as_posix(): p.read_text(encoding="utf-8") for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def test_the_package_keeps_its_layers() -> None:
+    sources = package_sources()
+    assert "nccl_tune/tuner/trial_builder.py" in sources and "nccl_tune/diagnose/classify.py" in sources
+    found = violations(sources)
+    assert not found, "layering broken:\n" + "\n".join(found)
+
+
+def test_the_scanner_sees_the_imports_the_layers_are_built_on() -> None:
+    """The rules read real imports: optuna in the tuner, subprocess in the launchers, the twin's own modules."""
+    sources = package_sources()
+    seen = {(path, module) for path, src in sources.items() for _, module in imported(path, ast.parse(src))}
+    assert any(p.startswith("nccl_tune/tuner/") and m == "optuna" for p, m in seen)
+    assert ("nccl_tune/launchers/process.py", "subprocess") in seen
+    assert any(p == "nccl_tune/sim/launcher.py" and m.startswith("nccl_tune.sim.") for p, m in seen)
+    assert ("nccl_tune/node/doctor.py", "psutil") in seen
+
+
+def test_each_breach_is_named_with_its_file_line_and_import() -> None:
+    bad = {
+        "nccl_tune/launchers/local.py": "import optuna\n",
+        "nccl_tune/tuner/loop.py": "import subprocess\nfrom nccl_tune.sim.launcher import ModelLauncher\n",
+        "nccl_tune/tuner/observer.py": "import os\nimport signal\nsignal.signal(2, None)\nos.killpg(1, 9)\n",
+        "nccl_tune/node/doctor.py": "import psutil\npsutil.Process(1).terminate()\n",
+        "nccl_tune/diagnose/classify.py": "from . import text\nimport socket\nfrom ..gpu import open_probe\n",
+        "nccl_tune/cli.py": "from os import kill\nfrom nccl_tune import sim\n",
+        "nccl_tune/gpu.py": "import psutil\n",
+        "nccl_tune/launchers/teardown.py": "import os, psutil, subprocess\nos.killpg(1, 9)\npsutil.Process(1).kill()\n",
+        "nccl_tune/sim/worker.py": "import os, signal, subprocess\nos.kill(1, signal.SIGSEGV)\n",
+    }
+    assert violations(bad) == [
+        "nccl_tune/cli.py:1 imports os.kill: only nccl_tune/launchers/ (and the twin in nccl_tune/sim/) start or signal processes",
+        "nccl_tune/cli.py:2 imports nccl_tune.sim: the twin is a test fixture; only nccl_tune/sim/, tests and benchmarks may import it",
+        "nccl_tune/diagnose/classify.py:2 imports socket: nccl_tune/diagnose/ is text in, verdict out (node checks go to nccl_tune/node/)",
+        "nccl_tune/diagnose/classify.py:3 imports nccl_tune.gpu: nccl_tune/diagnose/ is text in, verdict out (node checks go to nccl_tune/node/)",
+        "nccl_tune/gpu.py:1 imports psutil: only nccl_tune/launchers/, nccl_tune/sim/ and nccl_tune/node/ may use psutil",
+        "nccl_tune/launchers/local.py:1 imports optuna: only nccl_tune/tuner/ may import optuna",
+        "nccl_tune/node/doctor.py:2 calls .terminate(): only nccl_tune/launchers/ (and the twin in nccl_tune/sim/) start or signal processes",
+        "nccl_tune/tuner/loop.py:1 imports subprocess: only nccl_tune/launchers/ (and the twin in nccl_tune/sim/) start or signal processes",
+        "nccl_tune/tuner/loop.py:2 imports nccl_tune.sim.launcher: the twin is a test fixture; only nccl_tune/sim/, tests and benchmarks may import it",
+        "nccl_tune/tuner/observer.py:4 calls os.killpg(): only nccl_tune/launchers/ (and the twin in nccl_tune/sim/) start or signal processes",
+    ]
