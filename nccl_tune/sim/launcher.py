@@ -4,7 +4,7 @@ It reads the trial as the twin program would (the ``key=value`` tokens of ``spec
 the overrides of ``examples/run_skyrl_sql_sim.sh``; the trial's environment built by
 ``launchers.process.build_env``), models the run (:func:`nccl_tune.sim.evaluate`) and feeds the
 modelled run's phase and step events to the supervision the local launcher ships: its
-``ProgressTracker``, its ``Watch`` (start-up deadline, adaptive stall timeout, trial budget, stop
+``ProgressLedger``, its ``Watch`` (start-up deadline, adaptive stall timeout, trial budget, stop
 rule) and the observer's early stop and interrupt, on the modelled clock, so the search
 benchmark measures the rules the tool applies. All times in the result are modelled seconds of
 the real node (``wall_s`` included); ``modelled_gpu_s`` is ``wall_s`` times the node's 8 GPUs.
@@ -26,7 +26,7 @@ from typing import Mapping, Sequence
 from nccl_tune.failure import Evidence, FailureClass, Verdict
 from nccl_tune.launchers.base import Launcher, TrialObserver, TrialProgress
 from nccl_tune.launchers.process import build_env
-from nccl_tune.launchers.progress import ProgressState, ProgressTracker
+from nccl_tune.launchers.progress import ProgressLedger, ProgressState
 from nccl_tune.launchers.trial_files import write_result
 from nccl_tune.launchers.supervise import Decision, Watch, observer_decision
 from nccl_tune.sim import logfmt
@@ -141,33 +141,32 @@ class ModelLauncher(Launcher):
 
 class _Supervision:
     """The modelled run's events fed to the local launcher's own supervision: its progress
-    bookkeeping (``ProgressTracker``), its clocks and stop rule (``Watch``) and the observer's
+    bookkeeping (``ProgressLedger``), its clocks and stop rule (``Watch``) and the observer's
     answers (``observer_decision``), on the modelled clock (seconds since launch)."""
 
     def __init__(self, spec: TrialSpec, observer: TrialObserver, outcome: Outcome) -> None:
         self.spec = spec
         self.observer = observer
         self.out = outcome
-        self.tracker = ProgressTracker(spec.progress)
+        self.ledger = ProgressLedger()
         self.watch = Watch(spec.clocks, spec.stop, started_t=0.0)
         self.peak = 0.0
-        self.steps = 0
         self.last_line = ""
 
     def run(self) -> TrialResult:
         at, decision = self._supervise()
-        return self._result(at, decision, self.tracker.snapshot())
+        return self._result(at, decision, self.ledger.snapshot())
 
     def _supervise(self) -> tuple[float, Decision]:
         """(when, why) the launcher stops watching: a clock firing between two events, the stop
         rule or the observer at an event, or the command's own exit."""
-        state = self.tracker.snapshot()
+        state = self.ledger.snapshot()
         for t, is_start, span in self._events():
             fired = self._fired_before(state, t)
             if fired is not None:
                 return fired
             self._apply(t, is_start, span)
-            state = self.tracker.snapshot()
+            state = self.ledger.snapshot()
             decision = self.watch.check(state, t) or observer_decision(
                 self.observer.should_stop(self.spec, self._progress(state, t)), state
             )
@@ -200,20 +199,18 @@ class _Supervision:
         return [(key[0], is_start, span) for key, is_start, span in events]
 
     def _apply(self, t: float, is_start: bool, span: PhaseSpan) -> None:
-        """What the twin's log line for this event tells the tracker and the observer."""
+        """What the twin's log line for this event tells the ledger and the observer."""
         name = span.name
         if is_start:
-            self.tracker.phase_started(name, t)
+            self.ledger.phase_started(name, t)
             self.last_line = logfmt.started(name)
             return
         seconds = span.duration_s or 0.0
         self.last_line = logfmt.finished(name, seconds)
         if name == "step":  # "Finished: 'step', ..." is the step_end line
-            self.tracker.step_finished(seconds, t)
-            self.observer.on_step(self.spec, self.steps, seconds)
-            self.steps += 1
+            self.observer.on_step(self.spec, self.ledger.step_finished(seconds, t), seconds)
             return
-        self.tracker.phase_finished(name, seconds, t)
+        self.ledger.phase_finished(name, seconds, t)
         self.observer.on_phase(self.spec, name, seconds)
         if name == "policy_train":
             mem = self.out.step_memory_gib.get(span.step)
