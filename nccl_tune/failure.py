@@ -46,27 +46,44 @@ class FailureClass(str, Enum):
         return self is not FailureClass.OK
 
     @property
-    def is_config_failure(self) -> bool:
-        """Failures caused by the trial's parameters (what the sampler should learn to avoid)."""
-        return self in _CONFIG_CAUSED
-
-    @property
     def is_environment_failure(self) -> bool:
         """Failures that say the node or the command is broken, not the parameters."""
         return self in (FailureClass.INIT_FAILURE, FailureClass.CONFIG_ERROR, FailureClass.CUDA_ERROR)
 
 
-_CONFIG_CAUSED = frozenset(
-    {
-        FailureClass.OOM,
-        FailureClass.HOST_OOM,
-        FailureClass.COLLECTIVE_TIMEOUT,
-        FailureClass.COLLECTIVE_MISMATCH,
-        FailureClass.NCCL_ERROR,
-        FailureClass.HANG,
-        FailureClass.CRASH,
-    }
-)
+SIGNAL_NAMES = {1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE",
+                9: "SIGKILL", 11: "SIGSEGV", 13: "SIGPIPE", 14: "SIGALRM", 15: "SIGTERM"}
+
+
+def signal_from_exit(exit_code: int | None) -> str | None:
+    """The signal behind an exit status: negative (``subprocess``: killed by signal N) or 128+N
+    (a shell reporting a child killed by signal N); None for a plain exit code."""
+    if exit_code is None:
+        return None
+    if exit_code < 0:
+        return SIGNAL_NAMES.get(-exit_code, f"SIG{-exit_code}")
+    if 128 < exit_code < 128 + 65:
+        return SIGNAL_NAMES.get(exit_code - 128, f"SIG{exit_code - 128}")
+    return None
+
+
+def norm_signal(name: str | int | None) -> str | None:
+    """``9``, ``"9"``, ``"kill"``, ``"SIGKILL"`` -> ``"SIGKILL"``; None stays None."""
+    if name is None or name == "":
+        return None
+    text = str(name).upper().strip()
+    if text.lstrip("-").isdigit():
+        return SIGNAL_NAMES.get(abs(int(text)), f"SIG{abs(int(text))}")
+    return text if text.startswith("SIG") else f"SIG{text}"
+
+
+def split_returncode(returncode: int | None) -> tuple[int | None, str | None]:
+    """``Popen.returncode`` as (exit code, signal name): a negative one is a signal, no exit code."""
+    if returncode is None:
+        return None, None
+    if returncode < 0:
+        return None, norm_signal(-returncode)
+    return returncode, None
 
 
 @dataclass(frozen=True)
@@ -86,8 +103,39 @@ class Evidence:
 
 
 @dataclass(frozen=True)
+class Cause:
+    """Which rule decided a verdict: ``rule`` is its id (``hydra_unknown_key``, ``cuda_oom``,
+    ``stall``, ``no_cause``, ...), ``subtype`` its refinement (``unknown_key``, ``vllm_kv_budget``,
+    ...), ``details`` the values it read (key, port, seq, op, exit code, ...). Code acts on these,
+    never on evidence text."""
+
+    rule: str
+    subtype: str = ""
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"rule": self.rule, "subtype": self.subtype, "details": {k: _jsonable(v) for k, v in self.details.items()}}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any] | None) -> "Cause | None":
+        if not data:
+            return None
+        return cls(str(data.get("rule") or ""), str(data.get("subtype") or ""), dict(data.get("details") or {}))
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, (list, tuple, set)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return str(value)
+
+
+@dataclass(frozen=True)
 class Verdict:
-    """The classification of one run: class, root-cause rank, evidence and advice."""
+    """The classification of one run: class, root-cause rank, cause, evidence and advice."""
 
     failure_class: FailureClass
     rank: int | None = None
@@ -101,41 +149,56 @@ class Verdict:
     """True when the failure happened after training finished (teardown, final checkpoint)."""
     flight_recorder: Mapping[str, Any] | None = field(default=None, compare=False)
     """Summary of the Flight Recorder analysis when dumps were present (see ``diagnose``)."""
+    cause: Cause | None = None
+    """The rule that decided it (None only for verdicts made before causes were recorded)."""
 
     @property
     def ok(self) -> bool:
         return self.failure_class is FailureClass.OK
 
+    @property
+    def refused_key(self) -> bool:
+        """The command refused a configuration key it does not know."""
+        return self.failure_class is FailureClass.CONFIG_ERROR and self.cause is not None and (
+            self.cause.subtype == "unknown_key"
+        )
+
     def to_json(self) -> dict[str, Any]:
+        """Evidence as ``{"file", "line", "text"}`` objects and the cause as an object."""
         return {
             "class": self.failure_class.value,
             "rank": self.rank,
-            "evidence": [str(e) for e in self.evidence],
+            "evidence": [{"file": e.source, "line": e.line_no, "text": e.text} for e in self.evidence],
             "advice": self.advice,
             "phase": self.phase,
             "after_training": self.after_training,
             "flight_recorder": dict(self.flight_recorder) if self.flight_recorder else None,
+            "cause": self.cause.to_json() if self.cause else None,
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> "Verdict":
-        evidence = []
-        for item in data.get("evidence") or ():
-            head, _, text = str(item).partition(": ")
-            src, _, num = head.rpartition(":")
-            try:
-                evidence.append(Evidence(int(num), text, src))
-            except ValueError:
-                evidence.append(Evidence(0, str(item)))
         return cls(
             failure_class=FailureClass(data["class"]),
             rank=data.get("rank"),
-            evidence=tuple(evidence),
+            evidence=tuple(_evidence_from_json(item) for item in data.get("evidence") or ()),
             advice=data.get("advice") or "",
             phase=data.get("phase"),
             after_training=bool(data.get("after_training")),
             flight_recorder=data.get("flight_recorder"),
+            cause=Cause.from_json(data.get("cause")),
         )
 
 
-OK_VERDICT = Verdict(FailureClass.OK, advice="")
+def _evidence_from_json(item: Any) -> Evidence:
+    if isinstance(item, Mapping):
+        return Evidence(int(item.get("line") or 0), str(item.get("text") or ""), str(item.get("file") or ""))
+    head, _, text = str(item).partition(": ")  # "file:line: text", written before evidence was structured
+    src, _, num = head.rpartition(":")
+    try:
+        return Evidence(int(num), text, src)
+    except ValueError:
+        return Evidence(0, str(item))
+
+
+OK_VERDICT = Verdict(FailureClass.OK, advice="", cause=Cause("measured"))

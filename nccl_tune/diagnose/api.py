@@ -1,21 +1,24 @@
 """``diagnose_paths``: what ``nccl-tune diagnose`` runs on each path it is given.
 
-A path is a log file (plain or ``.gz``), a Flight Recorder dump, a trial folder (its ``*.log``
-files, ``result.json`` for the exit status, and dumps in it or in ``fr/``), or a folder of dumps.
+A path is a log file (plain or ``.gz``), a Flight Recorder dump, a trial folder, or a folder of
+dumps. A trial folder is decided from the facts its launcher saved (``facts.json``: stop reason,
+exit status, steps, the logs it read; ``stacks.json``; the dumps in it or in ``fr/``) by the same
+``verdict.decide`` the launcher used, so the answer is the one in its ``result.json``; a folder
+without them is decided from its ``*.log`` files and ``result.json``'s exit status.
 """
 
 from __future__ import annotations
 
-import gzip
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, Iterator, Sequence
+from typing import Any, Sequence
 
-from nccl_tune.diagnose.classify import READ_BYTES, LogClassifier
 from nccl_tune.diagnose.flight_recorder import FlightRecorderSummary, analyse_dumps, looks_like_dump
+from nccl_tune.diagnose.stacks import STACKS_FILE, StackReport
+from nccl_tune.diagnose.verdict import FACTS_FILE, LogFacts, TrialFacts, decide
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.failure import Evidence, FailureClass, Verdict
+from nccl_tune.failure import Verdict
 
 LOG_SUFFIXES = (".log", ".out", ".err", ".txt", ".log.gz", ".txt.gz")
 FR_SOURCE = "flight-recorder"
@@ -34,32 +37,17 @@ class Diagnosis:
     signal_name: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """``path``, ``class``, ``rank``, ``evidence``, ``advice``, ``phase``, ``after_training``,
-        ``flight_recorder`` (the summary or null), ``inputs``, ``exit_code``, ``signal_name``."""
+        """``path``, ``class``, ``rank``, ``evidence`` (``file:line: text`` lines), ``advice``, ``phase``,
+        ``after_training``, ``cause`` (rule, subtype, details), ``flight_recorder`` (the summary or
+        null), ``inputs``, ``exit_code``, ``signal_name``."""
         out: dict[str, Any] = {"path": str(self.path)}
         out.update(self.verdict.to_json())
+        out["evidence"] = [str(e) for e in self.verdict.evidence]  # lines, as people read them
         out["flight_recorder"] = self.flight_recorder.to_json() if self.flight_recorder else None
         out["inputs"] = [str(p) for p in self.inputs]
         out["exit_code"] = self.exit_code
         out["signal_name"] = self.signal_name
         return out
-
-
-def _open_binary(path: Path) -> IO[bytes]:
-    with open(path, "rb") as fh:
-        magic = fh.read(2)
-    if magic == b"\x1f\x8b":
-        return gzip.open(path, "rb")
-    return open(path, "rb", buffering=0)
-
-
-def _chunks(path: Path) -> Iterator[bytes]:
-    try:
-        with _open_binary(path) as fh:
-            while chunk := fh.read(READ_BYTES):
-                yield chunk
-    except (OSError, EOFError) as exc:
-        raise NcclTuneError(f"diagnose: cannot read {path}: {getattr(exc, 'strerror', None) or exc}") from exc
 
 
 def _status_from_result(folder: Path) -> tuple[int | None, str | None]:
@@ -89,56 +77,44 @@ def _logs_in(folder: Path) -> list[Path]:
     return logs
 
 
-def _fr_verdict(summary: FlightRecorderSummary) -> Verdict:
-    """A verdict from dumps alone (no log)."""
-    evidence = [Evidence(0, summary.note, FR_SOURCE)]
-    if summary.library_verdict:
-        evidence.append(Evidence(0, summary.library_verdict, FR_SOURCE))
-    fr = summary.to_json()
-    if summary.mismatch:
-        cls = FailureClass.COLLECTIVE_MISMATCH
-        advice = (
-            f"Ranks disagree on {summary.op} #{summary.seq}: rank {summary.culprit_rank} issued a different collective "
-            "or sizes; make every rank issue the same collectives in the same order (TORCH_DISTRIBUTED_DEBUG=DETAIL)"
-        )
-    else:
-        cls = FailureClass.COLLECTIVE_TIMEOUT
-        if summary.culprit_rank is not None:
-            advice = (
-                f"Rank {summary.culprit_rank} is behind ({summary.culprit_reason}) while the others wait in "
-                f"{summary.op} #{summary.seq}: look at that rank's last log lines or `py-spy dump --pid <pid>`; lower "
-                "SKYRL_WORKER_NCCL_TIMEOUT_IN_S to fail faster instead of raising it"
-            )
-        else:
-            advice = (
-                "Every rank reached the same collective and none is behind in the dumps: the collective itself is stuck "
-                "(NCCL transport or network); rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET"
-            )
-    return Verdict(cls, rank=summary.culprit_rank, evidence=tuple(evidence), advice=advice, flight_recorder=fr)
-
-
-def _diagnose_logs(
-    root: Path, logs: Sequence[Path], dumps: Sequence[Path], exit_code: int | None, signal_name: str | None
-) -> Diagnosis:
+def _facts_for_folder(folder: Path, dumps: Sequence[Path]) -> TrialFacts:
+    """The facts the launcher saved (``facts.json``), else what ``result.json`` and the folder's
+    logs say; with the Flight Recorder analysis and the stacks taken at a stall."""
     summary = analyse_dumps(dumps) if dumps else None
-    if logs:
-        clf = LogClassifier()
-        for log in logs:
-            clf.set_source(log.name)
-            clf.feed_bytes(_chunks(log))
-        verdict = clf.verdict(exit_code=exit_code, signal_name=signal_name, fr_summary=summary)
-    elif summary is not None:
+    stacks = _read_json(folder / STACKS_FILE)
+    extra = dict(fr_summary=summary, stacks=StackReport.from_json(stacks))
+    saved = _read_json(folder / FACTS_FILE)
+    if saved is not None:
+        return TrialFacts.from_json(saved, folder, **extra)
+    exit_code, signal_name = _status_from_result(folder)
+    logs = tuple(LogFacts(p.name, p) for p in _logs_in(folder))
+    return TrialFacts(logs=logs, exit_code=exit_code, signal_name=signal_name, **extra)
+
+
+def _read_json(path: Path) -> Any:
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise NcclTuneError(f"diagnose: {path} is not valid JSON ({exc}); delete it or fix it") from exc
+
+
+def _diagnose(root: Path, facts: TrialFacts, dumps: Sequence[Path]) -> Diagnosis:
+    summary = facts.fr_summary
+    if not facts.logs:
+        if summary is None:
+            raise NcclTuneError(
+                f"diagnose: {root} holds no log file ({', '.join('*' + s for s in LOG_SUFFIXES[:4])}) and no Flight "
+                "Recorder dump; pass a log file, a trial folder or a folder of dumps"
+            )
         if not summary.ranks_dumped:
             raise NcclTuneError(
                 f"diagnose: no readable Flight Recorder dump in {root} ({'; '.join(summary.errors) or 'none found'})"
             )
-        verdict = _fr_verdict(summary)
-    else:
-        raise NcclTuneError(
-            f"diagnose: {root} holds no log file ({', '.join('*' + s for s in LOG_SUFFIXES[:4])}) and no Flight Recorder "
-            "dump; pass a log file, a trial folder or a folder of dumps"
-        )
-    return Diagnosis(root, verdict, tuple(logs) + tuple(dumps), summary, exit_code, signal_name)
+    verdict = decide(facts)
+    inputs = tuple(log.path for log in facts.logs if log.path is not None) + tuple(dumps)
+    return Diagnosis(root, verdict, inputs, summary, facts.exit_code, facts.signal_name)
 
 
 def diagnose_path(path: Path) -> Diagnosis:
@@ -149,13 +125,13 @@ def diagnose_path(path: Path) -> Diagnosis:
         raise NcclTuneError(f"diagnose: {path} does not exist; pass a log file, a trial folder or a folder of dumps")
     try:
         if path.is_dir():
-            exit_code, signal_name = _status_from_result(path)
-            return _diagnose_logs(path, _logs_in(path), _dumps_in(path), exit_code, signal_name)
+            dumps = _dumps_in(path)
+            return _diagnose(path, _facts_for_folder(path, dumps), dumps)
         if looks_like_dump(path):
-            return _diagnose_logs(path, [], [path], None, None)
+            return _diagnose(path, TrialFacts(fr_summary=analyse_dumps([path])), [path])
         with open(path, "rb"):
             pass
-        return _diagnose_logs(path, [path], [], None, None)
+        return _diagnose(path, TrialFacts(logs=(LogFacts(path.name, path),)), [])
     except PermissionError as exc:
         raise NcclTuneError(f"diagnose: cannot read {exc.filename or path}: permission denied") from exc
     except (IsADirectoryError, NotADirectoryError, FileNotFoundError) as exc:

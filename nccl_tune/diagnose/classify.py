@@ -45,7 +45,9 @@ from nccl_tune.diagnose.rules import (
 )
 from nccl_tune.diagnose.scan import BLOCK_BYTES, CoverFinder, block_ranks, covers_for, whole_lines
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.failure import OK_VERDICT, Evidence, FailureClass, Verdict
+from nccl_tune.patterns import pattern_literals
+from nccl_tune.trial import ProgressRules
+from nccl_tune.failure import OK_VERDICT, Cause, Evidence, FailureClass, Verdict, norm_signal, signal_from_exit
 
 HOST_OOM_PEAK_FRAC = 0.90
 """Host RAM peak (fraction of total) above which a silent SIGKILL is called ``host_oom``."""
@@ -83,8 +85,6 @@ _SIGNAL_IN_TEXT = re.compile(
     r"<Signals\.(?P<a>SIG\w+): \d+>|terminated with signal (?P<b>SIG\w+)|terminated with code (?P<c>-\d+)"
     r"|non-zero exit status (?P<d>-\d+)"
 )
-_STARTED = re.compile(r"Started: '(?P<phase>[^']+)'")
-_FINISHED = re.compile(r"Finished: '(?P<phase>[^']+)', time cost")
 _WORK_FIELD = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\))=([^,)\s]+)")
 _PG = re.compile(r"\[PG (?:ID )?(?P<pg>\d+)(?: PG GUID (?P<guid>[^\s\]]+))?[^\]]*Rank \d+\]")
 _PORT = re.compile(r"(?P<host>\]|\b[\w.-]+):(?P<port>\d{2,5})\b")
@@ -96,36 +96,10 @@ _SUMMARY_SIGNAL = re.compile(r"Signal (?P<num>\d+) \((?P<name>SIG\w+)\)")
 _OOM_RESERVED = re.compile(r"(?P<v>[\d.]+) (?P<u>[KMG])i?B is reserved by PyTorch but unallocated")
 _UTIL = re.compile(r"gpu_memory_utilization=(?P<util>[\d.]+)")
 _SAVE_PHASES = {"save_checkpoints", "save_hf_model"}
-_SIGNALS = {1: "SIGHUP", 2: "SIGINT", 6: "SIGABRT", 7: "SIGBUS", 9: "SIGKILL", 11: "SIGSEGV", 15: "SIGTERM"}
 _WEIGHT_SYNC_HINTS = ("sync_weights", "sync_model", "broadcast_to_inference_engines", "update_weights", "weight_sync")
 _TORCHRUN_SUMMARY = Rule("torchrun_root_cause", FailureClass.CRASH, Kind.CRASH, (), None, "child_exit")
 _NCCL_WARN_CAUSES = ("failure", "Failure", "failed", "Failed", "rror", "imeout", "timed out", "No space", "reset", "closed")
 _NCCL_WARN_BENIGN = ("No device found", "Could not find", "Unable to open", "not supported", "Not supported")
-
-
-@lru_cache(maxsize=1)
-def _default_finder() -> CoverFinder:
-    return CoverFinder(covers_for(PREFILTER_KEYS))
-
-
-def signal_from_exit(exit_code: int | None) -> str | None:
-    """The signal behind an exit status: negative (``subprocess``) or 128+N (a shell)."""
-    if exit_code is None:
-        return None
-    if exit_code < 0:
-        return _SIGNALS.get(-exit_code, f"SIG{-exit_code}")
-    if 128 < exit_code < 160:
-        return _SIGNALS.get(exit_code - 128)
-    return None
-
-
-def _norm_signal(name: str | None) -> str | None:
-    if not name:
-        return None
-    name = str(name).upper().strip()
-    if name.isdigit():
-        return _SIGNALS.get(int(name), f"SIG{name}")
-    return name if name.startswith("SIG") else f"SIG{name}"
 
 
 @dataclass
@@ -161,7 +135,7 @@ class _Event:
 
 @dataclass
 class _Phases:
-    """The SkyRL timer lines: open phases, the last leaf, steps, the final save."""
+    """What the progress lines said: open phases, the last leaf, steps, the final save, the end."""
 
     stack: list[str] = field(default_factory=list)
     last_leaf: str | None = None
@@ -191,6 +165,12 @@ class _Phases:
                     break
         if phase == "step":
             self.steps_finished += 1
+            self.steps_started = max(self.steps_started, self.steps_finished)
+
+    def step_finished(self) -> None:
+        """A step line that ends no phase named ``step`` (trainers without phase lines)."""
+        self.steps_finished += 1
+        self.steps_started = max(self.steps_started, self.steps_finished)
 
     @property
     def current(self) -> str | None:
@@ -203,12 +183,77 @@ class _Phases:
         return self.training_done or self.final_save
 
 
+class ProgressReader:
+    """The progress rules (the search space's, or the preset a trial was recognised as; SkyRL's
+    timer lines when none is known) applied to candidate lines: phases, steps and the end of
+    training, for the verdict's phase and timing."""
+
+    def __init__(self, rules: ProgressRules | None = None) -> None:
+        rules = _rules_in_use(rules)
+        self._step: list[re.Pattern[str]] = []
+        self._one: dict[str, re.Pattern[str]] = {}
+        literals: list[str] = []
+        named = [("step_end", p) for p in rules.step_end] + [
+            (name, getattr(rules, name)) for name in ("phase_start", "phase_end", "training_done") if getattr(rules, name)
+        ]
+        for name, pattern in named:
+            try:
+                rx = re.compile(pattern)
+            except re.error:
+                continue  # a space's broken rule is reported where the space is loaded
+            lits = pattern_literals(pattern)
+            if lits is None:
+                continue  # no text to find its lines by: this rule cannot be read here
+            if name == "step_end":
+                self._step.append(rx)
+            else:
+                self._one[name] = rx
+            literals += lits
+        self.literals: tuple[str, ...] = tuple(dict.fromkeys(literals))
+
+    def any_literal(self, raw: str) -> bool:
+        return any(lit in raw for lit in self.literals)
+
+    def feed(self, msg: str, phases: _Phases) -> bool:
+        """Apply the rules to one cleaned message; True when it was a progress line."""
+        one = self._one
+        end = one["phase_end"].search(msg) if "phase_end" in one else None
+        step = next((m for rx in self._step if (m := rx.search(msg))), None)
+        start = one["phase_start"].search(msg) if "phase_start" in one else None
+        done = one["training_done"].search(msg) if "training_done" in one else None
+        if end is not None and "phase" in end.groupdict():
+            phases.finished(end.group("phase"))
+        if step is not None and not (end is not None and end.groupdict().get("phase") == "step"):
+            phases.step_finished()
+        if start is not None and "phase" in start.groupdict():
+            phases.started(start.group("phase"))
+        if done is not None:
+            phases.training_done = True
+        return bool(end or step or start or done)
+
+
+def _rules_in_use(rules: ProgressRules | None) -> ProgressRules:
+    """The rules to read: the space's when they name a step rule, else SkyRL's preset under them
+    (a log of unknown origin; other trainers' end-of-training lines are known anyway)."""
+    from nccl_tune.launchers.presets import SKYRL, with_overrides
+
+    if rules is None:
+        return SKYRL
+    return with_overrides(SKYRL, rules) if rules.detect else rules
+
+
+@lru_cache(maxsize=16)
+def _finder_for(extra: tuple[str, ...]) -> CoverFinder:
+    return CoverFinder(covers_for(PREFILTER_KEYS, extra))
+
+
 class LogClassifier:
     """Streaming classifier: ``feed`` lines or ``feed_bytes`` chunks (from one or more sources),
     then ``verdict``."""
 
-    def __init__(self, source: str = "") -> None:
+    def __init__(self, source: str = "", progress: ProgressRules | None = None) -> None:
         self._source = source
+        self._progress = ProgressReader(progress)
         self._line_no = 0
         self._order_base = 0
         self._phases = _Phases()
@@ -227,7 +272,7 @@ class LogClassifier:
         """The highest host-memory readout in the log (fraction of RAM) and its line."""
         self._tails: dict[str, tuple[tuple[int, bytes], ...]] = {}
         """The last lines of the sources read before the current one."""
-        self._finder = _default_finder()
+        self._finder = _finder_for(self._progress.literals)
         self._blocks = 0
         self.lines_read = 0
 
@@ -326,7 +371,7 @@ class LogClassifier:
         cache = self._templates
         hit = cache.get(tpl)
         if hit is None:
-            hit = prefilter(raw)
+            hit = prefilter(raw) or self._progress.any_literal(raw)
             if len(tpl) <= TEMPLATE_MAX_BYTES:
                 if len(cache) >= TEMPLATE_CACHE:
                     cache.clear()
@@ -360,15 +405,8 @@ class LogClassifier:
     def _line(self, raw: str) -> None:
         text = T.clean(raw)
         msg = T.message(text)
-        if "ed: '" in msg:
-            m = _STARTED.search(msg)
-            if m:
-                self._phases.started(m.group("phase"))
-                return
-            m = _FINISHED.search(msg)
-            if m:
-                self._phases.finished(m.group("phase"))
-                return
+        if self._progress.feed(msg, self._phases):
+            return
         if any(k in msg for k in TRAINING_END):
             self._phases.training_done = True
             return
@@ -501,7 +539,7 @@ class LogClassifier:
         fr_summary: FlightRecorderSummary | None = None,
     ) -> Verdict:
         """The verdict for everything fed so far."""
-        sig = _norm_signal(signal_name) or signal_from_exit(exit_code)
+        sig = norm_signal(signal_name) or signal_from_exit(exit_code)
         if fr_summary is None and fr_dumps:
             fr_summary = analyse_dumps(list(fr_dumps))
         fr = fr_summary.to_json() if fr_summary is not None and fr_summary.ranks_dumped else None
@@ -741,8 +779,12 @@ class _Decision:
         return AdviceContext(**base)
 
     def _make(self, cls: FailureClass, ev: _Event | None, evidence: tuple[Evidence, ...], **kw: Any) -> Verdict:
+        """The verdict; its cause names ``rule`` (default: the event's rule), the subtype and the
+        values the advice used."""
+        rule = kw.pop("rule", None) or (ev.rule.name if ev is not None else "exit_status")
         ctx = self._ctx(cls, ev, **kw)
         rank = kw.get("rank", ctx.rank)
+        details = {k: v for k, v in ctx.details.items() if k != "subtype"}
         return Verdict(
             failure_class=cls,
             rank=rank,
@@ -751,6 +793,7 @@ class _Decision:
             phase=ctx.phase,
             after_training=ctx.after_training,
             flight_recorder=self.fr,
+            cause=Cause(rule, ctx.subtype, details),
         )
 
     def _nccl_warn_before(self, failure: _Event) -> _Event | None:
@@ -807,7 +850,7 @@ class _Decision:
         if fr is not None and fr.mismatch:
             return self._make(
                 FailureClass.COLLECTIVE_MISMATCH, first, self._evidence(first, timeouts[1:3]),
-                rank=fr.culprit_rank, details={**first.details, "groups": fr.note},
+                rank=fr.culprit_rank, details={**first.details, "groups": fr.note}, rule="flight_recorder_mismatch",
             )
         rank = None
         if fr is not None and fr.culprit_rank is not None:
@@ -853,7 +896,7 @@ class _Decision:
             others = [e for e in reps if e is not root][:3]
             return self._make(
                 FailureClass.COLLECTIVE_MISMATCH, root, self._evidence(root, others), rank=culprit,
-                subtype="seq_desync", details={**root.details, "groups": "; ".join(parts)},
+                subtype="seq_desync", rule="seq_desync", details={**root.details, "groups": "; ".join(parts)},
             )
         return None
 
@@ -889,7 +932,7 @@ class _Decision:
         root = reps[0]
         return self._make(
             FailureClass.COLLECTIVE_MISMATCH, root, self._evidence(root, reps[1:]),
-            rank=rank, details={**root.details, "groups": detail},
+            rank=rank, details={**root.details, "groups": detail}, rule="same_seq_mismatch",
         )
 
     def _crash(self, crashes: list[_Event]) -> Verdict:
@@ -906,6 +949,7 @@ class _Decision:
         if killed and peak is not None and peak >= HOST_OOM_PEAK_FRAC and note is not None:
             return self._make(
                 FailureClass.HOST_OOM, root, self._evidence(root, prefix=[note]), subtype="sigkill_after_climb",
+                rule="sigkill_after_climb",
                 host_mem_peak_frac=peak,
             )
         last_exc = [e for e in crashes if e.rule.subtype == "exception"]
@@ -927,11 +971,12 @@ class _Decision:
         peak, note = self._host_peak()
         if sig == "SIGKILL" and peak is not None and peak >= HOST_OOM_PEAK_FRAC and note is not None:
             return self._make(FailureClass.HOST_OOM, None, (note, *tail), subtype="sigkill_after_climb",
+                              rule="sigkill_after_climb",
                               phase=self.clf._phases.current, host_mem_peak_frac=peak)
         what = f"ended by {sig}" if sig else f"exited with code {self.exit_code}"
         note = Evidence(0, f"the command {what}; no cause found in the log", OWN_SOURCE)
         return self._make(
-            FailureClass.CRASH, None, (note, *tail), subtype="signal" if sig else "no_cause",
+            FailureClass.CRASH, None, (note, *tail), subtype="signal" if sig else "no_cause", rule="exit_status",
             phase=self.clf._phases.current,
         )
 
@@ -939,6 +984,7 @@ class _Decision:
         """The log ends in error lines no rule knows: never ``ok``."""
         note = Evidence(0, "the log ends in error lines; no cause found", OWN_SOURCE)
         return self._make(FailureClass.CRASH, None, (note, *tail_errors[-MAX_EVIDENCE + 1 :]), subtype="no_cause",
+                          rule="no_cause",
                           phase=self.clf._phases.current)
 
 
@@ -951,13 +997,13 @@ def classify_log(
     source: str = "",
     host_mem_peak_frac: float | None = None,
 ) -> Verdict:
-    """Classify one run from its log lines (streamed once), exit code or signal, and Flight
-    Recorder dumps; ``ok`` when nothing failed and the exit status is 0 or unknown."""
-    clf = LogClassifier(source)
-    clf.feed(lines)
-    return clf.verdict(
-        exit_code=exit_code, signal_name=signal_name, fr_dumps=fr_dumps, host_mem_peak_frac=host_mem_peak_frac
-    )
+    """The verdict for one log's lines with its exit status (``verdict.decide`` on those facts)."""
+    from nccl_tune.diagnose.verdict import LogFacts, TrialFacts, decide
+
+    return decide(TrialFacts(
+        logs=(LogFacts(source, lines=lines),), exit_code=exit_code, signal_name=signal_name,
+        host_mem_peak_frac=host_mem_peak_frac, fr_summary=analyse_dumps(list(fr_dumps)) if fr_dumps else None,
+    ))
 
 
 def classify_file(
@@ -969,15 +1015,12 @@ def classify_file(
     source: str = "",
     host_mem_peak_frac: float | None = None,
 ) -> Verdict:
-    """``classify_log`` over a file, read as a stream (undecodable bytes replaced); raises
-    ``NcclTuneError`` naming the file when it cannot be read."""
+    """``classify_log`` over a file, read as a stream of byte blocks; raises ``NcclTuneError``
+    naming the file when it cannot be read."""
+    from nccl_tune.diagnose.verdict import LogFacts, TrialFacts, decide
+
     path = Path(path)
-    clf = LogClassifier(source or path.name)
-    try:
-        with open(path, "rb", buffering=0) as fh:
-            clf.feed_bytes(iter(lambda: fh.read(READ_BYTES), b""))
-    except OSError as exc:
-        raise NcclTuneError(f"cannot read the log {path}: {exc.strerror or exc}") from exc
-    return clf.verdict(
-        exit_code=exit_code, signal_name=signal_name, fr_dumps=fr_dumps, host_mem_peak_frac=host_mem_peak_frac
-    )
+    return decide(TrialFacts(
+        logs=(LogFacts(source or path.name, path),), exit_code=exit_code, signal_name=signal_name,
+        host_mem_peak_frac=host_mem_peak_frac, fr_summary=analyse_dumps(list(fr_dumps)) if fr_dumps else None,
+    ))

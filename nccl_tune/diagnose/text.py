@@ -3,15 +3,19 @@
 Training logs arrive wrapped: ANSI colours (sometimes only their remnants, ``[36m`` without the
 escape byte, after a copy and paste), Ray's ``(ActorName pid=N, ip=A)`` prefixes, docker-compose's
 ``service-1  | `` prefixes, torchrun's ``[rank3]:`` prefixes and tqdm's carriage returns. These
-helpers strip what hides the message and extract the rank, pid or GPU the line speaks for.
+helpers strip what hides the message and extract the rank, pid or GPU the line speaks for. This is
+the one home of line cleaning: the launcher's log reader (``launchers/logstream``) calls it too.
 """
 
 from __future__ import annotations
 
 import re
 
-_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\[(?:\d{1,3}(?:;\d{1,3})*)?m")
-"""Escape sequences, and bare colour remnants such as ``[36m``/``[0m`` left after the ESC byte was lost."""
+_ANSI = re.compile(
+    r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b|\[(?:\d{1,3};)*\d{1,3}m"
+)
+"""Escape sequences (CSI, OSC ended by BEL or ST, a stray ESC), and bare colour remnants such as
+``[36m``/``[0m`` left after the ESC byte was lost (digits required: ``[model]`` stays)."""
 
 _RAY_PREFIX = re.compile(r"^\s*\((?P<name>[^()\s]+)(?: pid=(?P<pid>\d+))?(?:, ip=[^)]*)?\)\s?")
 """Ray's worker prefix: ``(FSDPPolicyWorkerBase pid=959049)``, ``(raylet)``, ``(pid=12, ip=10.0.0.1)``."""
@@ -30,7 +34,7 @@ _RANK_STRICT = re.compile(
 
 def strip_ansi(text: str) -> str:
     """``text`` without ANSI escape sequences or their bare remnants (``[36m``)."""
-    if "[" not in text:
+    if "[" not in text and "\x1b" not in text:
         return text
     return _ANSI.sub("", text)
 
@@ -49,9 +53,14 @@ def clean(line: str) -> str:
 
 
 def message(text: str) -> str:
-    """A cleaned line without the Ray prefix in front of it (rules match on this)."""
-    m = _RAY_PREFIX.match(text)
+    """A cleaned line without the Ray prefix in front of it (rules and progress rules match on this)."""
+    m = _RAY_PREFIX.match(text) if "(" in text[:2] or text[:1].isspace() else None
     return text[m.end() :] if m else text
+
+
+def clean_message(line: str) -> str:
+    """``message(clean(line))``: what the progress rules and the rules read."""
+    return message(clean(line))
 
 
 def ray_pid(text: str) -> int | None:

@@ -10,6 +10,7 @@
 - ``teardown``: SIGTERM to the group, grace, SIGKILL, then every process carrying the marker.
 - ``gate``: the next trial waits for GPU memory back at the baseline and no process left.
 - ``fr``: Flight Recorder dump paths and collection.
-- ``outcome``: the verdict from the stop reason and the log classifier.
-- ``trial_files``: a trial folder's ``spec.json`` and ``result.json``, written atomically and read back.
+- ``stacks``: every rank's Python stack (py-spy) when a trial stalls, before teardown.
+- ``trial_files``: a trial folder's ``spec.json``, ``result.json`` and ``facts.json`` (what its verdict,
+  from ``diagnose.verdict.decide``, was decided from), written atomically and read back.
 """

@@ -23,19 +23,21 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Iterator
 
-from nccl_tune.diagnose.advice import advice_for_space
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.failure import Evidence, FailureClass, Verdict
+from nccl_tune.diagnose.stacks import StackReport
+from nccl_tune.diagnose.verdict import LogFacts, TrialFacts, decide
+from nccl_tune.failure import Cause, Evidence, FailureClass, Verdict, split_returncode
 from nccl_tune.gpu import GpuProbe, open_probe
 from nccl_tune.launchers.base import Launcher, TrialObserver, TrialProgress
 from nccl_tune.launchers.fr import clear_dumps, collect_dumps, fr_env, fr_prefix
 from nccl_tune.launchers.gate import GpuGate
 from nccl_tune.launchers.logstream import LineScanner, LogPump
 from nccl_tune.launchers.memory import MemorySampler, build_report
-from nccl_tune.launchers.outcome import ClassifyFile, Ending, classify_with_diagnose, decide
+from nccl_tune.launchers.presets import apply_preset
+from nccl_tune.launchers.stacks import collect_stacks
 from nccl_tune.launchers.process import build_env, resolve_command, spawn, tuner_alive
 from nccl_tune.launchers.progress import ProgressEvent, ProgressTracker, compile_rules, rules_hint
-from nccl_tune.launchers.trial_files import LOG_FILE, write_result, write_spec
+from nccl_tune.launchers.trial_files import LOG_FILE, write_facts, write_result, write_spec
 from nccl_tune.launchers.supervise import Decision, Watch, observer_decision
 from nccl_tune.launchers.teardown import TeardownReport, kill_marked, study_match, terminate
 from nccl_tune.trial import StopReason, TrialResult, TrialSpec
@@ -65,15 +67,13 @@ def _signals_held() -> Iterator[None]:
             signal.raise_signal(sig)
 
 
-def _exit_status(returncode: int | None) -> tuple[int | None, str | None]:
-    if returncode is None:
-        return None, None
-    if returncode < 0:
-        try:
-            return None, signal.Signals(-returncode).name
-        except ValueError:
-            return None, f"signal {-returncode}"
-    return returncode, None
+def _analyse(dumps: tuple[Path, ...]):  # noqa: ANN202 - FlightRecorderSummary | None
+    """The Flight Recorder analysis of the dumps the trial left (None without any)."""
+    if not dumps:
+        return None
+    from nccl_tune.diagnose.flight_recorder import analyse_dumps
+
+    return analyse_dumps(list(dumps))
 
 
 class LocalLauncher(Launcher):
@@ -90,7 +90,7 @@ class LocalLauncher(Launcher):
         poll_s: float = 0.1,
         memory_interval_s: float = 0.5,
         tail_lines: int = 50,
-        classify: ClassifyFile | None = None,
+        stack_timeout_s: float = 5.0,
     ) -> None:
         self._probe = probe
         self._gate_timeout_s = gate_timeout_s
@@ -99,7 +99,7 @@ class LocalLauncher(Launcher):
         self.poll_s = poll_s
         self.memory_interval_s = memory_interval_s
         self.tail_lines = tail_lines
-        self._classify = classify
+        self.stack_timeout_s = stack_timeout_s
         self._study: str | None = None
 
     # -- set-up ---------------------------------------------------------------------------------
@@ -193,11 +193,12 @@ class LocalLauncher(Launcher):
                     observer.on_stopping(spec, decision.reason, decision.detail)
                 except Exception as exc:  # an observer's error must not stop the teardown
                     raised = exc
+            stacks = self._stacks(spec, proc, decision)
             report = self._stop(spec, proc)
             pump.stop()
             proc.stdout.close()
             sampler.stop()
-            result = self._result(spec, proc, decision, tracker, scanner, sampler, report, log_path, t0, pump.error)
+            result = self._result(spec, proc, decision, tracker, sampler, report, log_path, t0, pump.error, stacks)
             write_result(result, trial_dir)
         if raised is not None:
             raise raised
@@ -237,7 +238,7 @@ class LocalLauncher(Launcher):
             returncode = proc.poll()
             state = tracker.snapshot()
             if returncode is not None:
-                code, sig = _exit_status(returncode)
+                code, sig = split_returncode(returncode)
                 how = f"killed by {sig}" if sig else f"exit code {code}"
                 return Decision(StopReason.EXITED, f"the command ended ({how})", state.open_phase)
             decision = watch.check(state, now)
@@ -269,49 +270,58 @@ class LocalLauncher(Launcher):
             elif ev.kind == "phase_end" and ev.phase is not None:
                 observer.on_phase(spec, ev.phase, ev.seconds or 0.0)
 
+    def _stacks(self, spec: TrialSpec, proc: subprocess.Popen, decision: Decision) -> StackReport | None:
+        """At a stall (or a start-up that never progressed), every rank's stack, before teardown."""
+        if decision.reason not in (StopReason.STALL, StopReason.STARTUP):
+            return None
+        try:
+            return collect_stacks(spec.marker, proc.pid, self.stack_timeout_s)
+        except Exception as exc:  # a stack reader's failure must not stop the teardown
+            return StackReport(note=f"the ranks' stacks could not be taken ({type(exc).__name__}: {exc})")
+
     def _result(
         self,
         spec: TrialSpec,
         proc: subprocess.Popen,
         decision: Decision,
         tracker: ProgressTracker,
-        scanner: LineScanner,
         sampler: MemorySampler,
         report: TeardownReport,
         log_path: Path,
         t0: float,
         reader_error: BaseException | None = None,
+        stacks: StackReport | None = None,
     ) -> TrialResult:
         state = tracker.snapshot()
-        summary = scanner.summary()
-        exit_code, signal_name = _exit_status(proc.returncode)
+        exit_code, signal_name = split_returncode(proc.returncode)
         dumps = collect_dumps(fr_prefix(spec.env, spec.trial_dir))
-        ending = Ending(
-            decision=decision,
-            exit_code=exit_code,
-            signal_name=signal_name,
-            steps_done=len(state.step_times_s),
-            total_steps=spec.stop.total_steps,
-            log_path=log_path,
-            summary=summary,
-            fr_dumps=dumps,
-            host_mem_peak_frac=sampler.host_peak_frac,
-            rules_hint=rules_hint(spec.progress),
-            training_done=state.training_done,
-        )
-        verdict = self._verdict(ending)
-        trainer = state.preset or spec.progress.preset
-        advice = advice_for_space(verdict.failure_class, verdict.advice, spec.memory_knobs, trainer)
-        if advice != verdict.advice:
-            verdict = replace(verdict, advice=advice)
         notes = []
         if reader_error is not None:
             notes.append(f"the log reader failed ({type(reader_error).__name__}: {reader_error}); output.log may be incomplete")
         if report.survivors:
             pids = ", ".join(map(str, report.survivor_pids))
             notes.append(f"{report.survivors} process(es) survived teardown: pid {pids}")
-        if notes:
-            verdict = replace(verdict, evidence=verdict.evidence + tuple(Evidence(0, n, "nccl-tune") for n in notes))
+        facts = TrialFacts(
+            logs=(LogFacts(LOG_FILE, log_path),),
+            stop_reason=decision.reason,
+            stop_detail=decision.detail,
+            open_phase=decision.open_phase,
+            exit_code=exit_code,
+            signal_name=signal_name,
+            steps_done=len(state.step_times_s),
+            total_steps=spec.stop.total_steps,
+            training_done=state.training_done,
+            host_mem_peak_frac=sampler.host_peak_frac,
+            fr_summary=_analyse(dumps),
+            stacks=stacks,
+            progress=apply_preset(spec.progress, state.preset) if spec.progress.detect else spec.progress,
+            rules_hint=rules_hint(spec.progress),
+            memory_knobs=spec.memory_knobs,
+            trainer=state.preset or spec.progress.preset,
+            notes=tuple(notes),
+        )
+        verdict = self._verdict(facts)
+        write_facts(facts, spec.trial_dir)
         return TrialResult(
             number=spec.number,
             status=verdict.failure_class,
@@ -335,27 +345,27 @@ class LocalLauncher(Launcher):
             survivors=report.survivors,
         )
 
-    def _verdict(self, ending: Ending) -> Verdict:
+    @staticmethod
+    def _verdict(facts: TrialFacts) -> Verdict:
         try:
-            return decide(ending, self._classify or classify_with_diagnose)
+            return decide(facts)
         except Exception as exc:  # a classifier bug must not lose the trial's record
             return Verdict(
                 FailureClass.CRASH,
-                evidence=(Evidence(0, f"{ending.decision.detail}; the log could not be classified: {exc}", "nccl-tune"),),
+                evidence=(Evidence(0, f"{facts.stop_detail}; the log could not be classified: {exc}", "nccl-tune"),),
                 advice="read output.log in the trial folder",
+                cause=Cause("classifier_error", "", {"error": f"{type(exc).__name__}: {exc}"}),
             )
 
     def _launch_error(
         self, spec: TrialSpec, observer: TrialObserver, message: str, log_path: Path, t0: float
     ) -> TrialResult:
-        verdict = Verdict(
-            FailureClass.CONFIG_ERROR,
-            evidence=(Evidence(0, message, "nccl-tune"),),
-            advice="the command could not be started: fix the command line or its PATH",
-        )
+        facts = TrialFacts(stop_reason=StopReason.LAUNCH_ERROR, stop_detail=message)
+        verdict = decide(facts)
+        write_facts(facts, spec.trial_dir)
         result = TrialResult(
             number=spec.number,
-            status=FailureClass.CONFIG_ERROR,
+            status=verdict.failure_class,
             verdict=verdict,
             stop_reason=StopReason.LAUNCH_ERROR,
             wall_s=time.monotonic() - t0,

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+from nccl_tune.diagnose.text import clean_message
 from nccl_tune.failure import Evidence
 
 READ_BYTES = 1 << 20
@@ -42,26 +43,12 @@ ERROR_LITERALS: tuple[bytes, ...] = (
 _ERROR_RX = re.compile(b"|".join(re.escape(x) for x in ERROR_LITERALS))
 
 _ANSI_BYTES = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)")
-_ANSI_TEXT = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b")
-_BARE_SGR = re.compile(r"\[(?:\d{1,3};)*\d{1,3}m")
-_RAY_PREFIX = re.compile(r"^\((?:[\w.:\-]+(?: pid=\d+)?|pid=\d+)(?:, ip=[\w.:\-]+)?\)\s?")
 
 
 def clean_line(raw: str) -> str:
-    """A log line as the parsers see it: no trailing newline, the last carriage-return redraw
-    only, ANSI colour codes (and bare remnants such as ``[36m``) removed, a leading Ray
-    ``(Name pid=N)`` prefix removed."""
-    text = raw.rstrip("\r\n")
-    if "\r" in text:
-        parts = [p for p in text.split("\r") if p.strip()]
-        text = parts[-1] if parts else ""
-    if "\x1b" in text:
-        text = _ANSI_TEXT.sub("", text)
-    if "m" in text and "[" in text:
-        text = _BARE_SGR.sub("", text)
-    if text.startswith("("):
-        text = _RAY_PREFIX.sub("", text, count=1)
-    return text
+    """A log line as the parsers see it (``diagnose.text.clean_message``: no newline, the last
+    carriage-return redraw only, no colour codes or their bare remnants, no Ray prefix)."""
+    return clean_message(raw)
 
 
 @dataclass(frozen=True)

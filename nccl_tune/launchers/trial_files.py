@@ -1,4 +1,6 @@
-"""The files a trial leaves in its folder: ``spec.json`` before launch, ``result.json`` at the end.
+"""The files a trial leaves in its folder: ``spec.json`` before launch, ``result.json`` at the end,
+and beside it ``facts.json`` (what the verdict was decided from, so ``nccl-tune diagnose`` on the
+folder replays the same decision) and ``stacks.json`` (the ranks' stacks taken at a stall).
 
 Both are written atomically (a temporary file, then a rename), so a tuner killed at any moment
 leaves either the old file or the new one, never half of one. A folder with ``spec.json`` and
@@ -14,8 +16,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from nccl_tune.atomic import write_json_atomic
+from nccl_tune.diagnose.stacks import STACKS_FILE
+from nccl_tune.diagnose.verdict import FACTS_FILE, LogFacts, TrialFacts, decide
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.failure import Evidence, FailureClass, Verdict
 from nccl_tune.trial import StopReason, TrialResult, TrialSpec
 
 SPEC_FILE = "spec.json"
@@ -48,7 +51,8 @@ def spec_record(spec: TrialSpec, env_overlay: Mapping[str, str | None] | None = 
 def write_spec(spec: TrialSpec, env_overlay: Mapping[str, str | None] | None = None) -> Path:
     """Write ``<trial_dir>/spec.json`` and remove a ``result.json`` left by an earlier attempt."""
     spec.trial_dir.mkdir(parents=True, exist_ok=True)
-    (spec.trial_dir / RESULT_FILE).unlink(missing_ok=True)
+    for name in (RESULT_FILE, FACTS_FILE, STACKS_FILE):
+        (spec.trial_dir / name).unlink(missing_ok=True)
     path = spec.trial_dir / SPEC_FILE
     write_json_atomic(path, spec_record(spec, env_overlay))
     return path
@@ -59,6 +63,13 @@ def write_result(result: TrialResult, trial_dir: Path) -> Path:
     path = Path(trial_dir) / RESULT_FILE
     write_json_atomic(path, result.to_json())
     return path
+
+
+def write_facts(facts: TrialFacts, trial_dir: Path) -> None:
+    """Write ``facts.json`` (and ``stacks.json`` when stacks were taken) into the trial folder."""
+    write_json_atomic(Path(trial_dir) / FACTS_FILE, facts.to_json())
+    if facts.stacks is not None:
+        write_json_atomic(Path(trial_dir) / STACKS_FILE, facts.stacks.to_json())
 
 
 def read_result(trial_dir: Path) -> TrialResult | None:
@@ -81,14 +92,13 @@ def interrupted_result(trial_dir: Path, number: int, detail: str, *, escaped_pro
     if existing is not None:
         return existing
     log = trial_dir / LOG_FILE
-    verdict = Verdict(
-        FailureClass.INTERRUPTED,
-        evidence=(Evidence(0, detail, "nccl-tune"),),
-        advice="the tuner stopped while this trial ran; the trial will not be counted",
-    )
+    facts = TrialFacts(logs=(LogFacts(LOG_FILE, log),) if log.exists() else (), stop_reason=StopReason.INTERRUPTED,
+                       stop_detail=detail)
+    verdict = decide(facts)
+    write_facts(facts, trial_dir)
     result = TrialResult(
         number=number,
-        status=FailureClass.INTERRUPTED,
+        status=verdict.failure_class,
         verdict=verdict,
         stop_reason=StopReason.INTERRUPTED,
         trial_dir=trial_dir,
