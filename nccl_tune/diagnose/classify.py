@@ -120,6 +120,8 @@ class _Event:
     """The Ray worker or NCCL process that printed the line (its rank may be learnt later in the log)."""
     steps_done: int = 0
     """Training steps finished when the line was printed."""
+    stamp: tuple[int, ...] | None = None
+    """When the line says it was printed (month, day, h, m, s, microseconds), if it says."""
 
     @property
     def kind(self) -> Kind:
@@ -437,6 +439,15 @@ class LogClassifier:
         if r is not None:
             self._ranks_seen.add(r)
 
+    def _stamp_before(self) -> tuple[int, ...] | None:
+        """The last time stamp printed shortly before the current line (its own has none)."""
+        buf, start, _ = self._context
+        window = buf[max(0, start - CONTEXT_BYTES) : start].decode("utf-8", "replace")
+        last = None
+        for m in _STAMP.finditer(window):
+            last = m
+        return time_stamp(last.group(0)) if last is not None else None
+
     def _host_readout(self, text: str, msg: str) -> None:
         """A host-memory readout the trainer printed: keep the highest."""
         m = HOST_MEMORY.search(msg)
@@ -518,6 +529,7 @@ class LogClassifier:
             after_training=ph.after_training,
             pid=pid,
             steps_done=ph.steps_finished,
+            stamp=time_stamp(text) or self._stamp_before(),
         )
         if rule.failure_class is FailureClass.OOM:
             buf, start, end = self._context
@@ -545,6 +557,11 @@ class LogClassifier:
         fr = fr_summary.to_json() if fr_summary is not None and fr_summary.ranks_dumped else None
         return _Decision(self, exit_code, sig, host_mem_peak_frac, fr_summary, fr).decide()
 
+    @property
+    def pid_ranks(self) -> dict[int, int]:
+        """Which rank each process that printed is, as far as the logs say (pid -> rank)."""
+        return dict(self._pid_rank)
+
     def tail_evidence(self, n: int = 3) -> tuple[Evidence, ...]:
         """The last ``n`` non-blank lines of the current source, as evidence."""
         return _tail_lines(self._tail, self._source)[-n:]
@@ -558,6 +575,57 @@ class LogClassifier:
         for source, tail in tails.items():
             out += _ending_errors(_tail_lines(tail, source), n)
         return tuple(out)
+
+
+_STAMP = re.compile(
+    r"(?:20\d\d)-(?P<mo>\d\d)-(?P<d>\d\d)[ T_](?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)(?:[.,](?P<f>\d{1,9}))?"
+    r"|\b[EWIF](?P<md>\d{3,4}) (?P<h2>\d\d):(?P<mi2>\d\d):(?P<s2>\d\d)(?:\.(?P<f2>\d{1,9}))?"
+    r"|\b(?P<mo3>\d\d)-(?P<d3>\d\d) (?P<h3>\d\d):(?P<mi3>\d\d):(?P<s3>\d\d)"
+)
+
+
+def time_stamp(text: str) -> tuple[int, ...] | None:
+    """(month, day, hour, minute, second, microsecond) of a line's own time stamp: ISO dates
+    (loguru, DeepSpeed, Python logging), glog's ``E0302 04:12:31.808`` (PyTorch's C++ lines),
+    vLLM's ``03-02 09:12:01``; None when the line has none. The year is left out: glog and vLLM
+    do not print it, and one run does not span a new year often enough to matter."""
+    m = _STAMP.search(text[:160])
+    if m is None:
+        return None
+    g = m.groupdict()
+    if g["mo"]:
+        month, day, h, mi, sec, frac = g["mo"], g["d"], g["h"], g["mi"], g["s"], g["f"]
+    elif g["md"]:
+        month, day, h, mi, sec, frac = g["md"][:-2], g["md"][-2:], g["h2"], g["mi2"], g["s2"], g["f2"]
+    else:
+        month, day, h, mi, sec, frac = g["mo3"], g["d3"], g["h3"], g["mi3"], g["s3"], None
+    micro = int((frac or "0")[:6].ljust(6, "0"))
+    return int(month), int(day), int(h), int(mi), int(sec), micro
+
+
+def _time_ordered(events: list[_Event]) -> list[_Event]:
+    """Events of several logs in the order they happened, when time stamps allow: within a log an
+    event without a stamp takes the one of the event before it (or after it, at the start); a log
+    with no stamped event at all keeps every log in the order they were read. ``order`` is
+    rewritten to match."""
+    by_source: dict[str, list[_Event]] = {}
+    for e in events:
+        by_source.setdefault(e.source, []).append(e)
+    if len(by_source) < 2:
+        return events
+    keys: dict[int, tuple[int, ...]] = {}
+    for evs in by_source.values():
+        stamps = [e.stamp for e in evs]
+        if all(st is None for st in stamps):
+            return events
+        last = next(st for st in stamps if st is not None)
+        for e in evs:
+            last = e.stamp or last
+            keys[id(e)] = last
+    ordered = sorted(events, key=lambda e: (keys[id(e)], e.order))
+    for i, e in enumerate(ordered):
+        e.order = i
+    return ordered
 
 
 def _is_error(text: str, previous: str) -> bool:
@@ -656,7 +724,7 @@ class _Decision:
         fr: dict[str, Any] | None,
     ) -> None:
         self.clf = clf
-        self.events = clf._events
+        self.events = _time_ordered(clf._events)
         self.exit_code = exit_code
         self.sig = sig
         self.host_peak = host_mem_peak_frac

@@ -68,6 +68,8 @@ RULES: tuple[Rule, ...] = (
          _rx(r"Could not override '(?P<key>[^']+)'"), "unknown_key"),
     Rule("hydra_not_in_struct", F.CONFIG_ERROR, Kind.ROOT, ("is not in struct",),
          _rx(r"Key '(?P<key>[^']+)' is not in struct"), "unknown_key"),
+    Rule("dataclass_unknown_key", F.CONFIG_ERROR, Kind.ROOT, ("Invalid fields",),
+         _rx(r"Invalid fields? \{(?P<key>[^}]*)\} for (?P<config>\w+)"), "unknown_key"),
     Rule("hydra_bad_override", F.CONFIG_ERROR, Kind.ROOT,
          ("Error merging override", "Error parsing override", "mismatched input", "no viable alternative"),
          None, "bad_value"),

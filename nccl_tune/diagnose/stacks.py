@@ -165,14 +165,37 @@ def _ranks(procs: list[ProcessStack]) -> str:
     return f"{label} {', '.join(map(str, ids))}"
 
 
+def _program(command: str) -> tuple[str, ...]:
+    """What a process runs, for telling a job's ranks from its driver or launcher: the program's
+    file name and its next two arguments (``python -m pkg.worker``, ``python -u train.py``)."""
+    words = command.split()
+    return tuple([words[0].rsplit("/", 1)[-1]] + words[1:3]) if words else ()
+
+
 def _trainers(report: StackReport) -> list[ProcessStack]:
-    """Processes that are ranks: those with a rank, else every readable process that is not a
-    launcher agent (torchrun's elastic agent sleeps in its monitoring loop by design)."""
+    """The ranks: processes with a rank when at least two have one; else the processes that run
+    the same program as one found in a collective (the driver and launcher agents run another);
+    else every readable process that is not a launcher agent."""
     readable = [p for p in report.processes if p.main_thread is not None and p.main_thread.frames]
     ranked = [p for p in readable if p.rank is not None]
     if len(ranked) >= 2:
         return ranked
+    programs = {_program(p.command) for p in readable if _state(p.main_thread).kind == "collective"}
+    same = [p for p in readable if _program(p.command) in programs]
+    if len(same) >= 2:
+        return same
     return [p for p in readable if not any(any(k in f.file for k in _LAUNCHER_FILES) for f in p.main_thread.frames)]
+
+
+def with_ranks(report: StackReport | None, rank_of_pid: Mapping[int, int]) -> StackReport | None:
+    """``report`` with the ranks the logs give for pids the process environments did not name."""
+    if report is None or not rank_of_pid:
+        return report
+    procs = tuple(
+        ProcessStack(p.pid, rank_of_pid[p.pid], p.command, p.threads, p.error) if p.rank is None and p.pid in rank_of_pid else p
+        for p in report.processes
+    )
+    return StackReport(procs, report.note)
 
 
 def odd_rank(report: StackReport | None) -> StackFinding | None:
@@ -186,8 +209,14 @@ def odd_rank(report: StackReport | None) -> StackFinding | None:
     states = {p.pid: _state(p.main_thread) for p in procs}
     counts = Counter(states.values())
     majority, size = counts.most_common(1)[0]
+    if size < 2:  # no two alike: one rank outside every collective while the others are in one still counts
+        outside = [p for p in procs if states[p.pid].kind != "collective"]
+        inside = [p for p in procs if states[p.pid].kind == "collective"]
+        if len(outside) != 1 or not inside:
+            return None
+        majority = states[inside[0].pid]
     odd = [p for p in procs if states[p.pid] != majority]
-    if size < 2 or not odd:
+    if not odd:
         return None
     if len(odd) > 1:  # several stand out: the one outside any collective is the one the others wait for
         outside = [p for p in odd if states[p.pid].kind != "collective"]

@@ -31,7 +31,7 @@ from typing import Any, Iterable, Iterator, Mapping
 from nccl_tune.diagnose.advice import advice_for_space
 from nccl_tune.diagnose.classify import READ_BYTES, LogClassifier
 from nccl_tune.diagnose.flight_recorder import FlightRecorderSummary
-from nccl_tune.diagnose.stacks import StackFinding, StackReport, odd_rank
+from nccl_tune.diagnose.stacks import StackFinding, StackReport, odd_rank, with_ranks
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import Cause, Evidence, FailureClass, Verdict, norm_signal, signal_from_exit
 from nccl_tune.trial import MemoryKnob, ProgressRules, StopReason
@@ -252,7 +252,7 @@ def _dumps_only(summary: FlightRecorderSummary) -> Verdict:
 def _stalled(facts: TrialFacts, found: Verdict, clf: LogClassifier) -> Verdict:
     if found.failure_class in ROOT_CAUSES:
         return found
-    finding = odd_rank(facts.stacks)
+    finding = odd_rank(with_ranks(facts.stacks, clf.pid_ranks))
     evidence = (_own(facts.stop_detail),)
     if finding is not None:
         evidence += (Evidence(0, finding.headline, STACKS_SOURCE),)

@@ -18,7 +18,7 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import psutil
 
@@ -86,12 +86,13 @@ def _parse(pid: int, text: str) -> tuple[ThreadStack, ...]:
     return tuple(threads)
 
 
-def dump_process(py_spy: str, proc: psutil.Process, timeout_s: float) -> ProcessStack:
-    """One process's stacks (``error`` says why not, for a process py-spy could not read)."""
+def dump_process(py_spy: Sequence[str], proc: psutil.Process, timeout_s: float) -> ProcessStack:
+    """One process's stacks (``error`` says why not, for a process py-spy could not read);
+    ``py_spy`` is the command that runs py-spy (its path, possibly behind a privilege wrapper)."""
     rank, command = _rank(proc), command_of(proc)
     try:
         done = subprocess.run(
-            [py_spy, "dump", "--json", "--full-filenames", "--pid", str(proc.pid)],
+            [*py_spy, "dump", "--json", "--full-filenames", "--pid", str(proc.pid)],
             capture_output=True, text=True, timeout=timeout_s,
         )
     except subprocess.TimeoutExpired:
@@ -107,11 +108,15 @@ def dump_process(py_spy: str, proc: psutil.Process, timeout_s: float) -> Process
         return ProcessStack(proc.pid, rank, command, error=f"unreadable py-spy output: {exc}")
 
 
-def collect_stacks(marker: str, pgid: int | None, timeout_s: float = PER_PROCESS_TIMEOUT_S) -> StackReport:
+def collect_stacks(
+    marker: str, pgid: int | None, timeout_s: float = PER_PROCESS_TIMEOUT_S, py_spy: Sequence[str] | None = None
+) -> StackReport:
     """Every Python process of the trial, dumped in parallel (see the module docstring)."""
-    py_spy = py_spy_path()
     if py_spy is None:
-        return StackReport(note="py-spy is not installed, so the ranks' stacks were not taken: pip install py-spy")
+        found = py_spy_path()
+        if found is None:
+            return StackReport(note="py-spy is not installed, so the ranks' stacks were not taken: pip install py-spy")
+        py_spy = (found,)
     procs = trial_python_processes(marker, pgid)
     if not procs:
         return StackReport(note="no Python process of the trial was left to read stacks from")

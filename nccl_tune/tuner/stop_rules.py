@@ -38,7 +38,7 @@ class StopRules:
     def check(self, result: TrialResult, *, never_ok: bool) -> None:
         """``never_ok``: no trial of the study had finished ``ok`` before this one."""
         evidence = _evidence(result)
-        if result.status is FailureClass.CONFIG_ERROR and (never_ok or "Could not override" in evidence):
+        if result.status is FailureClass.CONFIG_ERROR and (never_ok or result.verdict.refused_key):
             raise NcclTuneError(
                 f"the command refused its configuration in trial {result.number}: {evidence or result.verdict.advice} "
                 f"(log: {result.trial_dir}/output.log); fix the space or the command"

@@ -10,17 +10,16 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
-from dataclasses import replace
 from typing import Any, Iterator, Mapping, Sequence
 
 import optuna
 from optuna.trial import TrialState
 
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.failure import FailureClass, Verdict
+from nccl_tune.failure import FailureClass
 from nccl_tune.launchers.base import Launcher
 from nccl_tune.search_spaces.space import SearchSpace
-from nccl_tune.trial import StopReason, TrialResult, TrialSpec
+from nccl_tune.trial import TrialResult, TrialSpec
 from nccl_tune.tuner import study_records as R
 from nccl_tune.tuner.display import Display
 from nccl_tune.tuner.observer import InterruptFlag, TunerObserver
@@ -35,16 +34,6 @@ from nccl_tune.tuner.trial_builder import build_trial_spec
 def detected_preset(history: Sequence[TrialRecord]) -> str | None:
     """The progress preset an earlier trial's output was recognised as (the first one found)."""
     return next((r.result.progress_preset for r in history if r.result and r.result.progress_preset), None)
-
-
-def as_interrupted(result: TrialResult) -> TrialResult:
-    """``result`` of a trial stopped by the tuner's interrupt before its measured steps."""
-    return replace(
-        result,
-        status=FailureClass.INTERRUPTED,
-        stop_reason=StopReason.INTERRUPTED,
-        verdict=Verdict(FailureClass.INTERRUPTED, advice="the tuner was interrupted; the trial runs again on resume"),
-    )
 
 
 class TrialRunner:
@@ -137,8 +126,6 @@ class TrialRunner:
         history: Sequence[TrialRecord], spec: TrialSpec, result: TrialResult,
     ) -> TrialResult:
         """Tell the study how ``trial`` ended (from the thread that owns the study)."""
-        if self.interrupt.is_set and result.status is FailureClass.OK and len(result.step_times_s) < spec.stop.total_steps:
-            result = as_interrupted(result)
         tell_result(study, trial, result, self.space.min_headroom_frac)
         self.launched += 1
         if result.status is FailureClass.INTERRUPTED:

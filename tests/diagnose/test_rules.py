@@ -65,6 +65,7 @@ EXAMPLES = {
     "connect_timeout": "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:144] Connect timeout [10.0.77.2]:38211",
     "ray_placement_group": "RuntimeError: Failed to create placement group with 8 bundles (requiring 8.0 GPUs, 8.0 CPUs total) in 180 seconds.",
     "ray_unschedulable": "(autoscaler +31s) Warning: The following resource request cannot be scheduled right now: {'GPU': 1.0}.",
+    "dataclass_unknown_key": "ValueError: Invalid fields {'mikro_batch'} for TrainerConfig. Valid fields are {'epochs', 'micro_train_batch_size_per_gpu'}",
     "launcher_exit": "[2026-03-02 09:44:33,020] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python', '-u', 'train.py', '--local_rank=3'] exits with return code = -9",
 }
 

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
+from nccl_tune.diagnose.api import diagnose_path
 from nccl_tune.failure import FailureClass
 from nccl_tune.launchers.local import LocalLauncher
 from nccl_tune.launchers.teardown import find_marked, study_match
+from nccl_tune.launchers.trial_files import read_result
 from nccl_tune.trial import Clocks, StopReason, StopRule, TrialSpec
 
 TWIN = Path(__file__).resolve().parents[2] / "examples" / "run_skyrl_sql_sim.sh"
@@ -44,3 +46,21 @@ def test_an_oom_cascade_is_classified_by_its_root_cause_with_every_rank_dump(stu
     assert [p.name for p in result.fr_dumps] == ["nccl_trace_rank_0", "nccl_trace_rank_1"]
     assert all(p.parent == tmp_path / "trial" / "fr" for p in result.fr_dumps)
     assert result.memory.source == "log" and result.memory.peak_gib > 0
+
+
+@pytest.mark.parametrize(
+    ("fault", "status"),
+    [("oom:1:2", FailureClass.OOM), ("hang:1:2", FailureClass.HANG), ("crash:1:2", FailureClass.CRASH)],
+)
+def test_diagnose_on_the_trial_folder_agrees_with_its_result(study: str, tmp_path: Path, fault: str, status) -> None:
+    """The twin fails for real; ``nccl-tune diagnose TRIAL_DIR`` replays the launcher's decision."""
+    timeout = "7200" if fault.startswith("hang") else "60"  # a hang must outlast the stall clock
+    env = {"SIM_FAULT": fault, "SIM_RANKS": "2", "TORCH_FR_BUFFER_SIZE": "2000", "SKYRL_WORKER_NCCL_TIMEOUT_IN_S": timeout}
+    result = _run(study, tmp_path, env)
+    assert result.status is status, [str(e) for e in result.verdict.evidence]
+    recorded = read_result(tmp_path / "trial")
+    assert recorded is not None and recorded.verdict == result.verdict
+    assert diagnose_path(tmp_path / "trial").verdict == result.verdict
+    assert (tmp_path / "trial" / "facts.json").is_file()
+    if status is FailureClass.HANG:  # the stacks taken at the stall show the twin's stalled rank asleep
+        assert any("is in time.sleep" in e.text and e.source == "stacks.json" for e in result.verdict.evidence)
