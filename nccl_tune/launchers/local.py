@@ -275,9 +275,13 @@ class LocalLauncher(Launcher):
         if decision.reason not in (StopReason.STALL, StopReason.STARTUP):
             return None
         try:
-            return collect_stacks(spec.marker, proc.pid, self.stack_timeout_s)
+            return self._collect_stacks(spec, proc)
         except Exception as exc:  # a stack reader's failure must not stop the teardown
             return StackReport(note=f"the ranks' stacks could not be taken ({type(exc).__name__}: {exc})")
+
+    def _collect_stacks(self, spec: TrialSpec, proc: subprocess.Popen) -> StackReport:
+        """Where the trial's processes live (this machine; the Ray launcher asks the trial's node)."""
+        return collect_stacks(spec.marker, proc.pid, self.stack_timeout_s)
 
     def _result(
         self,

@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from nccl_tune.diagnose.stacks import StackReport
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.gpu import NoGpuProbe
 from nccl_tune.launchers.local import LocalLauncher
@@ -367,6 +368,13 @@ class RayLauncher(LocalLauncher):
 
     def _sampler(self, spec: TrialSpec, proc: Any) -> Any:
         return proc.sampler
+
+    def _collect_stacks(self, spec: TrialSpec, proc: Any) -> Any:
+        """The ranks' stacks, taken on the trial's node by its host actor."""
+        if proc.lost is not None:
+            return StackReport(note=f"the ranks' stacks could not be taken: {proc.lost}")
+        timeout = self.stack_timeout_s * 2 + CALL_TIMEOUT_S
+        return _ray().get(proc.actor.stacks.remote(spec.marker, self.stack_timeout_s), timeout=timeout)
 
     def _stop(self, spec: TrialSpec, proc: Any) -> TeardownReport:
         """Tear the trial down on its node, then collect the output still in flight."""

@@ -19,11 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
 
+from nccl_tune.diagnose.stacks import StackReport
 from nccl_tune.gpu import open_probe
 from nccl_tune.launchers.gate import GpuGate
 from nccl_tune.launchers.memory import MemorySampler
 from nccl_tune.launchers.private_ray import make_private_temp, private_ray_env, remove_private_temp
 from nccl_tune.launchers.process import build_env, resolve_command, spawn
+from nccl_tune.launchers.stacks import collect_stacks
 from nccl_tune.launchers.teardown import TeardownReport, kill_marked, study_match, terminate
 
 BUFFER_LIMIT_BYTES = 64 << 20
@@ -156,6 +158,11 @@ class TrialHost:
         if s is None:
             return MemoryReading()
         return MemoryReading(s.gpu_peak_gib, s.gpu_total_gib, s.peak_rss_gib, s.host_peak_frac)
+
+    def stacks(self, marker: str, timeout_s: float) -> StackReport:
+        """Every Python process of the trial on this node, with py-spy (see ``launchers.stacks``)."""
+        proc = self._proc
+        return collect_stacks(marker, proc.pid if proc is not None else None, timeout_s)
 
     def stop(self, marker: str, grace_s: float) -> tuple[TeardownReport, int | None]:
         """Tear the trial down on this node; the report and the command's exit status."""
