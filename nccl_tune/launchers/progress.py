@@ -21,6 +21,7 @@ from nccl_tune.launchers.presets import DETECT_ORDER, candidates
 from nccl_tune.trial import DURATION_GROUPS, MEMORY_GROUPS, PHASE_GROUPS, RATE_GROUPS, STEP_GROUPS, ProgressRules
 
 from nccl_tune.patterns import MIN_LITERAL_CHARS, pattern_literals, required_literal  # noqa: F401 - re-exported
+from nccl_tune.patterns import _sre_const, _sre_parse  # the regular-expression parser
 
 RULE_NAMES = ("step_end", "phase_start", "phase_end", "memory", "training_done")
 
