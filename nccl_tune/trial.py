@@ -126,7 +126,7 @@ class ProgressRules:
     ``step_end`` and ``memory`` hold alternatives. A trial uses the first step alternative its
     output matches for the rest of its run (a progress bar and a log line never both count); every
     line tries the memory alternatives in order. No step rule at all means: detect the preset from
-    the output (``launchers/presets.py``), with the rules given here replacing the preset's."""
+    the output (``nccl_tune/presets.py``), with the rules given here replacing the preset's."""
 
     step_end: tuple[str, ...] = ()
     """A finished step. Its duration is group ``seconds`` (or ``ms``); else its rate is a group of

@@ -237,7 +237,7 @@ class ProgressReader:
 def _rules_in_use(rules: ProgressRules | None) -> ProgressRules:
     """The rules to read: the space's when they name a step rule, else SkyRL's preset under them
     (a log of unknown origin; other trainers' end-of-training lines are known anyway)."""
-    from nccl_tune.launchers.presets import SKYRL, with_overrides
+    from nccl_tune.presets import SKYRL, with_overrides
 
     if rules is None:
         return SKYRL

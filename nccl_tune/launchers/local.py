@@ -33,7 +33,7 @@ from nccl_tune.launchers.fr import clear_dumps, collect_dumps, fr_env, fr_prefix
 from nccl_tune.launchers.gate import GpuGate
 from nccl_tune.launchers.logstream import LineScanner, LogPump
 from nccl_tune.launchers.memory import MemorySampler, build_report
-from nccl_tune.launchers.presets import apply_preset
+from nccl_tune.presets import apply_preset
 from nccl_tune.launchers.stacks import collect_stacks
 from nccl_tune.launchers.process import build_env, resolve_command, spawn, tuner_alive
 from nccl_tune.launchers.progress import ProgressEvent, ProgressTracker, compile_rules, rules_hint

@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import Mapping
 
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.launchers.presets import DETECT_ORDER, candidates
+from nccl_tune.presets import DETECT_ORDER, candidates
 from nccl_tune.trial import DURATION_GROUPS, MEMORY_GROUPS, PHASE_GROUPS, RATE_GROUPS, STEP_GROUPS, ProgressRules
 
 from nccl_tune.patterns import MIN_LITERAL_CHARS, pattern_literals, required_literal  # noqa: F401 - re-exported

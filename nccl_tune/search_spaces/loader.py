@@ -19,7 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.search_spaces.expr import ExprError, parse_expr
-from nccl_tune.launchers.presets import PRESETS, apply_preset
+from nccl_tune.presets import PRESETS, apply_preset
 from nccl_tune.launchers.progress import check_rules
 from nccl_tune.search_spaces.render import format_value, is_flag
 from nccl_tune.search_spaces.space import (

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 import yaml
 
-from nccl_tune.launchers.presets import PRESETS
+from nccl_tune.presets import PRESETS
 from nccl_tune.search_spaces.render import format_value
 
 

@@ -12,7 +12,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from nccl_tune.launchers.presets import apply_preset
+from nccl_tune.presets import apply_preset
 from nccl_tune.search_spaces.render import fixed_argv, format_value, render_values
 from nccl_tune.search_spaces.space import MemoryEffect, SearchSpace
 from nccl_tune.trial import Clocks, MemoryKnob, StopRule, TrialSpec

@@ -10,7 +10,7 @@ import time
 import pytest
 
 from nccl_tune.launchers.logstream import LineScanner
-from nccl_tune.launchers.presets import PRESETS
+from nccl_tune.presets import PRESETS
 from nccl_tune.launchers.progress import ProgressState, ProgressTracker
 from nccl_tune.trial import ProgressRules, TrialResult
 from nccl_tune.failure import OK_VERDICT, FailureClass
