@@ -78,6 +78,9 @@ _ERROR_LINE = re.compile(
     r"|NCCL WARN|terminate called|\bSIG(?:KILL|ABRT|SEGV|BUS)\b"
 )
 """A line that says something went wrong (any program's wording): a log ending in one is never ``ok``."""
+_VALIDATION_FRAME = re.compile(rb'File "[^"\n]+", line \d+, in (?:validate|_?check|verify)\w*')
+CONFIG_ASSERTION = Rule("config_assertion_frame", FailureClass.CONFIG_ERROR, Kind.ROOT, (), None, "validation")
+"""A bare ``AssertionError`` raised inside a config validation function."""
 _P2P_OPS = {"SEND", "RECV", "send", "recv"}
 """Point-to-point operations: their sequence numbers legitimately differ between ranks."""
 _FRAME_LINE = re.compile(r"^\s*File \"[^\"]+\", line \d+")
@@ -439,6 +442,13 @@ class LogClassifier:
         if r is not None:
             self._ranks_seen.add(r)
 
+    def _assertion_rule(self, rule: Rule) -> Rule:
+        """An ``AssertionError`` raised in a config validation function (a traceback frame ``in
+        validate_...``, as SkyRL's batch-size checks are) is the command refusing its config."""
+        buf, start, _ = self._context
+        window = buf[max(0, start - CONTEXT_BYTES) : start]
+        return CONFIG_ASSERTION if _VALIDATION_FRAME.search(window) else rule
+
     def _stamp_before(self) -> tuple[int, ...] | None:
         """The last time stamp printed shortly before the current line (its own has none)."""
         buf, start, _ = self._context
@@ -502,6 +512,8 @@ class LogClassifier:
         rank: int | None = None,
         details: dict[str, Any] | None = None,
     ) -> _Event | None:
+        if rule.name == "exception" and m is not None and m.group("exception") == "AssertionError":
+            rule = self._assertion_rule(rule)
         count = self._per_rule.get(rule.name, 0)
         self._per_rule[rule.name] = count + 1
         limit = TIMEOUT_EVENTS_KEPT if rule.kind is Kind.TIMEOUT else EVENTS_PER_RULE

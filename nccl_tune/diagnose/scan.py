@@ -104,6 +104,10 @@ _PID_RANK = re.compile(
 )
 
 
+_PID_PG_RANK = re.compile(rb"pid=(\d+)[^)\n]*\)[^\n]*?[Ii]nitiali[sz]ed process group,? rank[ =:]?(\d+)")
+"""A Ray worker announcing its rank: ``(Worker pid=N) ... Initialized process group rank 3/8``."""
+
+
 def block_ranks(buf: bytes) -> tuple[set[int], dict[int, int]]:
     """Who is who in a block, read in compiled code: the ranks that print (``[rank3]:``, ``[Rank 3]``,
     ``[PG 0 Rank 3]``) and, for Ray workers that name their rank right after their prefix
@@ -119,6 +123,10 @@ def block_ranks(buf: bytes) -> tuple[set[int], dict[int, int]]:
             rank = int(a or b or c)
             pid_rank[int(pid)] = rank
             ranks.add(rank)
+        if b"rocess group" in buf:
+            for pid, rank_text in set(_PID_PG_RANK.findall(buf)):
+                pid_rank.setdefault(int(pid), int(rank_text))
+                ranks.add(int(rank_text))
     return ranks, pid_rank
 
 

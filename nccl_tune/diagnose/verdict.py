@@ -323,7 +323,8 @@ def _exited_early(facts: TrialFacts, clf: LogClassifier) -> Verdict:
     if not done and facts.rules_hint:
         advice = f"no step line was recognised: check the search space's progress rules ({facts.rules_hint})"
     else:
-        advice = "the command ended before the measured steps: let it run more steps or lower --steps"
+        advice = (f"the command ended by itself after {done} of {total} steps, before the measured steps: let it "
+                  "run more steps (its own step cap, epochs, data) or lower --steps")
     return Verdict(
         FailureClass.CRASH,
         evidence=(_own(f"exited with code 0 after {done} of {total} steps"),) + clf.tail_evidence(5),

@@ -9,10 +9,10 @@ rule) and the observer's early stop and interrupt, on the modelled clock, so the
 benchmark measures the rules the tool applies. All times in the result are modelled seconds of
 the real node (``wall_s`` included); ``modelled_gpu_s`` is ``wall_s`` times the node's 8 GPUs.
 
-The class is read off the cost model's account of the failure (``modelled_class``), following the
-local launcher's rules: all measured steps -> ``ok``; the command exited -> the root cause of its
-failure; a stall -> the failure already in the log if any, else ``hang``; the budget or an early
-stop -> ``budget``.
+The class comes from the verdict function every launcher uses (``diagnose.verdict.decide``), fed
+with the modelled facts: the lines the twin would have printed by the stop (SkyRL's timer lines and
+the cost model's own lines for its failure), the stop reason, the exit status or our SIGTERM, the
+steps done; so the benchmarks measure the rules the tool ships.
 """
 
 from __future__ import annotations
@@ -23,11 +23,13 @@ import zlib
 from datetime import datetime, timedelta
 from typing import Mapping, Sequence
 
-from nccl_tune.failure import Evidence, FailureClass, Verdict
+from nccl_tune.diagnose.stacks import Frame, ProcessStack, StackReport, ThreadStack
+from nccl_tune.diagnose.verdict import LogFacts, TrialFacts, decide
+from nccl_tune.failure import Cause, Evidence, FailureClass, Verdict
 from nccl_tune.launchers.base import Launcher, TrialObserver, TrialProgress
 from nccl_tune.launchers.process import build_env
 from nccl_tune.launchers.progress import ProgressLedger, ProgressState
-from nccl_tune.launchers.trial_files import write_result
+from nccl_tune.launchers.trial_files import LOG_FILE, write_result
 from nccl_tune.launchers.supervise import Decision, Watch, observer_decision
 from nccl_tune.sim import logfmt
 from nccl_tune.sim.config import parse_overrides
@@ -43,6 +45,13 @@ TEARDOWN_S = 5.0
 """Modelled seconds from the launcher's stop to no process left (SIGTERM to a Ray job)."""
 _OVERRIDE = re.compile(r"^(?:\+\+|\+|~)?[A-Za-z_][\w\-]*(?:\.[\w\-]+)*(?:=|$)")
 _BASE_TIME = datetime(2026, 3, 2, 10, 0, 0)
+ENTRYPOINT_PID = 400000
+WORKER_PID = 400100
+"""The pids the cost model's lines give the entry point and the policy worker of GPU ``g`` (+ g)."""
+
+
+def _when(t: float) -> datetime:
+    return _BASE_TIME + timedelta(seconds=t)
 
 
 def override_tokens(argv: Sequence[str]) -> list[str]:
@@ -85,14 +94,16 @@ class ModelLauncher(Launcher):
         try:
             result = self._run(spec, observer)
         except Exception as exc:  # noqa: BLE001 - the launcher contract: failures are values
+            verdict = Verdict(
+                FailureClass.CRASH,
+                evidence=(Evidence(0, f"model launcher error: {type(exc).__name__}: {exc}", "nccl-tune"),),
+                advice="the cost model could not evaluate this trial; report it with the trial's argv and env",
+                cause=Cause("model_error", "", {"error": f"{type(exc).__name__}: {exc}"}),
+            )
             result = TrialResult(
                 number=spec.number,
                 status=FailureClass.CRASH,
-                verdict=Verdict(
-                    FailureClass.CRASH,
-                    evidence=(Evidence(1, f"model launcher error: {type(exc).__name__}: {exc}", "model"),),
-                    advice="the cost model could not evaluate this trial; report it with the trial's argv and env",
-                ),
+                verdict=verdict,
                 stop_reason=StopReason.LAUNCH_ERROR,
                 trial_dir=spec.trial_dir,
                 samples_per_step=spec.samples_per_step,
@@ -118,15 +129,16 @@ class ModelLauncher(Launcher):
         return _Supervision(spec, observer, outcome).run()
 
     def _refused(self, spec: TrialSpec, exc: SimConfigError) -> TrialResult:
-        lines = [ln for ln in exc.lines if ln.strip() and ln != HYDRA_FULL_ERROR_HINT]
-        if exc.kind == "validation":
-            lines = [lines[-1], *lines[:-1]]
-        evidence = tuple(Evidence(i + 1, ln, "model") for i, ln in enumerate(lines[:8]))
+        """The twin refused the configuration: the lines it prints, exit 1, decided like any run."""
+        facts = TrialFacts(logs=(LogFacts(LOG_FILE, lines=tuple(exc.lines)),), stop_reason=StopReason.EXITED,
+                           stop_detail="the command ended (exit code 1)", exit_code=1, steps_done=0,
+                           total_steps=spec.stop.total_steps, progress=spec.progress, trainer="skyrl")
+        verdict = decide(facts)
         wall = CONFIG_ERROR_WALL_S
         return TrialResult(
             number=spec.number,
-            status=FailureClass.CONFIG_ERROR,
-            verdict=Verdict(FailureClass.CONFIG_ERROR, evidence=evidence, advice=str(exc)),
+            status=verdict.failure_class,
+            verdict=verdict,
             stop_reason=StopReason.EXITED,
             exit_code=1,
             samples_per_step=spec.samples_per_step,
@@ -249,56 +261,92 @@ class _Supervision:
             gpus=tuple(GpuMemory(index=g, total_gib=H100_CAPACITY_GIB, peak_gib=round(p, 3)) for g, p in enumerate(peaks)),
         )
 
-    # -- classification: read off the cost model's own account of the failure ------------------
-    # The local launcher classifies from the log. Once one verdict function over a trial's facts
-    # (stop reason, exit status, evidence lines) exists, ``_result`` hands it the modelled facts
-    # instead of calling ``modelled_class`` and ``_verdict``.
-    def _verdict(self, cls: FailureClass, failure: SimFailure | None, decision: Decision, at: float, state: ProgressState) -> Verdict:
-        if cls is FailureClass.OK:
-            return Verdict(FailureClass.OK)
-        phase = (failure.phase if failure else None) or state.open_phase
-        rank = failure.rank if failure is not None else None
-        if failure is not None and cls is not FailureClass.HANG:
-            # Root cause first; the other ranks' watchdog lines only once they have timed out.
-            lines = [ln for ln in failure.evidence if decision.reason is StopReason.EXITED or "Watchdog" not in ln]
-            if cls is FailureClass.COLLECTIVE_TIMEOUT:
-                lines.sort(key=lambda ln: "Watchdog" not in ln)
-            evidence = tuple(Evidence(i + 1, ln, "model") for i, ln in enumerate(lines))
-            return Verdict(cls, rank=rank, evidence=evidence, advice=failure.advice, phase=phase)
-        last_progress = state.last_progress_t or 0.0
-        when = _BASE_TIME + timedelta(seconds=last_progress)
-        line = logfmt.trainer_line(phase or "step", self.last_line or "(no output)", when=when, color=False)
-        lines = [f"({logfmt.ENTRYPOINT_ACTOR} pid=400000) {line}"]
-        if failure is not None:
-            lines += [ln for ln in failure.evidence if "Watchdog" not in ln]
-        evidence = tuple(Evidence(i + 1, ln, "model") for i, ln in enumerate(lines))
-        return Verdict(cls, rank=rank, evidence=evidence, advice=self._advice(cls, failure, at - last_progress, phase, state), phase=phase)
+    # -- classification: the shared verdict function, fed with the modelled facts ---------------
+    def _log_lines(self, at: float, failure: SimFailure | None, decision: Decision) -> list[str]:
+        """The output the twin would have printed by ``at``: SkyRL's timer lines (Ray prefix,
+        loguru format, time stamps) and the cost model's own lines for the failure; the other
+        ranks' watchdog lines only once the command has run its cascade to its end."""
+        start = self.out.startup_s if self.out.phases else 0.0
+        lines = [  # the workers introduce themselves once their process group is up, as the twin's do
+            f"({logfmt.POLICY_ACTOR} pid={WORKER_PID + g}) "
+            + logfmt.loguru_line(f"Initialized process group rank {g}/{len(self.out.gpu_peak_gib)}", when=_when(start),
+                                 name="skyrl_train.workers.fsdp.fsdp_worker", function="init_model", line=88, color=False)
+            for g in range(len(self.out.gpu_peak_gib))
+        ] if start <= at else []
+        fail_at = failure.at_s if failure is not None else None
+        emitted = False
+        for t, is_start, span in self._events():
+            if t > at:
+                break
+            if fail_at is not None and not emitted and t > fail_at:
+                lines += self._failure_lines(failure, decision)
+                emitted = True
+            msg = logfmt.started(span.name) if is_start else logfmt.finished(span.name, span.duration_s or 0.0)
+            lines.append(self._trainer(span.name, msg, t))
+        if failure is not None and not emitted:
+            lines += self._failure_lines(failure, decision)
+        elif failure is None and decision.reason is StopReason.EXITED and self.out.steps:
+            lines.append(self._trainer("step", "Training done!", at))
+        return lines
 
-    def _advice(self, cls: FailureClass, failure: SimFailure | None, silent_s: float, phase: str | None, state: ProgressState) -> str:
-        if cls is FailureClass.HANG:
-            why = f": {failure.advice}" if failure is not None else ": if this phase is known to be slow, raise the stall timeout"
-            return f"no progress for {silent_s:.0f} s in '{phase}'{why}"
-        if cls is FailureClass.BUDGET:
-            return "stopped by the trial budget or for being slower than the best trial so far"
-        if cls is FailureClass.CRASH:
-            return (
-                f"the command exited after {len(state.step_times_s)} of {self.spec.stop.total_steps} steps: it runs only "
-                f"{self.out.total_steps} steps (epochs x kept prompts // train_batch_size)"
-            )
-        return ""
+    @staticmethod
+    def _failure_lines(failure: SimFailure, decision: Decision) -> list[str]:
+        return [ln for ln in failure.evidence if decision.reason is StopReason.EXITED or "Watchdog" not in ln]
+
+    @staticmethod
+    def _trainer(site: str, message: str, t: float) -> str:
+        line = logfmt.trainer_line(site, message, when=_when(t), color=False)
+        return f"({logfmt.ENTRYPOINT_ACTOR} pid={ENTRYPOINT_PID}) {line}"
+
+    def _stacks(self, failure: SimFailure | None, decision: Decision) -> StackReport | None:
+        """What py-spy would show at a stall the twin's injected hang caused: the hung rank asleep
+        in its fault, the others in the all-gather it never joins."""
+        if decision.reason not in (StopReason.STALL, StopReason.STARTUP):
+            return None
+        if failure is None or failure.kind != "hang_fault" or failure.rank is None:
+            return StackReport()
+        procs = []
+        for g in range(len(self.out.gpu_peak_gib)):
+            if g == failure.rank:
+                frames = (Frame("_event", "nccl_tune/sim/worker.py", 221, "time.sleep(self.spec['timeout_s'] + 0.5)"),)
+            else:
+                frames = (Frame("all_gather_into_tensor", "torch/distributed/distributed_c10d.py", 3800, ""),
+                          Frame("_all_gather", "nccl_tune/sim/worker.py", 160, ""))
+            procs.append(ProcessStack(WORKER_PID + g, g, "python -m nccl_tune.sim.worker",
+                                      (ThreadStack("MainThread", False, frames, main=True),)))
+        return StackReport(tuple(procs))
+
+    def _facts(self, at: float, decision: Decision, state: ProgressState, exit_code: int | None,
+               signal_name: str | None) -> TrialFacts:
+        out = self.out
+        failure = out.failure if out.failure is not None and out.failure.at_s <= at else None
+        return TrialFacts(
+            logs=(LogFacts(LOG_FILE, lines=tuple(self._log_lines(at, failure, decision))),),
+            stop_reason=decision.reason,
+            stop_detail=decision.detail,
+            open_phase=decision.open_phase or state.open_phase,
+            exit_code=exit_code,
+            signal_name=signal_name,
+            steps_done=len(state.step_times_s),
+            total_steps=self.spec.stop.total_steps,
+            training_done=failure is None and decision.reason is StopReason.EXITED and bool(out.steps),
+            stacks=self._stacks(failure, decision),
+            progress=self.spec.progress,
+            memory_knobs=self.spec.memory_knobs,
+            trainer="skyrl",
+        )
 
     def _result(self, at: float, decision: Decision, state: ProgressState) -> TrialResult:
-        spec, out = self.spec, self.out
-        failure = out.failure if out.failure is not None and out.failure.at_s <= at else None
+        spec = self.spec
         steps = len(state.step_times_s)
-        cls = modelled_class(decision.reason, failure, steps, spec.stop.total_steps)
         stopped_by_us = decision.reason is not StopReason.EXITED
         exit_code, signal_name = (None, "SIGTERM") if stopped_by_us else self._exit_status(at)
         wall = at + (min(TEARDOWN_S, spec.clocks.grace_s) if stopped_by_us else 0.0)
+        verdict = decide(self._facts(at, decision, state, exit_code, signal_name))
         return TrialResult(
             number=spec.number,
-            status=cls,
-            verdict=self._verdict(cls, failure, decision, at, state),
+            status=verdict.failure_class,
+            verdict=verdict,
             stop_reason=decision.reason,
             exit_code=exit_code,
             signal_name=signal_name,
@@ -311,21 +359,3 @@ class _Supervision:
             trial_dir=spec.trial_dir,
             modelled_gpu_s=wall * GPUS_PER_NODE,
         )
-
-
-def modelled_class(reason: StopReason, failure: SimFailure | None, steps_done: int, total_steps: int) -> FailureClass:
-    """The trial's class from why supervision stopped and the cost model's failure (if it had
-    happened by then): the local launcher's rules (all measured steps: ``ok``; the command
-    exited: the root cause of its failure; a stall: the failure already in the log, else
-    ``hang``; the budget or an early stop: ``budget``)."""
-    if reason is StopReason.MEASURED:
-        return FailureClass.OK
-    if reason is StopReason.EXITED:
-        if failure is not None:
-            return FailureClass.COLLECTIVE_TIMEOUT if failure.failure_class is FailureClass.HANG else failure.failure_class
-        return FailureClass.OK if steps_done >= total_steps else FailureClass.CRASH
-    if reason in (StopReason.STALL, StopReason.STARTUP):
-        return failure.failure_class if failure is not None else FailureClass.HANG
-    if reason is StopReason.INTERRUPTED:
-        return FailureClass.INTERRUPTED
-    return FailureClass.BUDGET
