@@ -42,7 +42,7 @@ from nccl_tune.tuner.sampling import make_sampler, suggest, to_optuna
 from nccl_tune.tuner.settings import RunSettings
 from nccl_tune.tuner.stability import Candidate, select_winner
 from nccl_tune.tuner.stop_rules import StopRules, refuse_unrankable
-from nccl_tune.tuner.storage import create_or_resume, open_storage
+from nccl_tune.tuner.storage import create_or_resume, hold_study, open_storage, study_folder
 from nccl_tune.tuner.study_records import TrialKind, TrialRecord
 from nccl_tune.tuner.study_view import StoredStudy, stored_of
 from nccl_tune.tuner.trial_run import TrialRunner
@@ -135,6 +135,7 @@ class StudyLoop:
             space_source=self.space.source,
             space_text=self.space.text,
             command=self.settings.command,
+            folder=study_folder(self.settings.results, self.study_name),
         )
         self.display.header(
             self.study_name, self.settings.storage_url, existed, len(study.trials), shlex.join(self.settings.command)
@@ -219,4 +220,6 @@ class StudyLoop:
 
 def run_study(settings: RunSettings, console: Console | None = None, launcher: Launcher | None = None) -> StudyOutcome:
     """Run (or resume) the study described by ``settings``; see ``StudyOutcome.exit_code``."""
-    return StudyLoop(settings, console or Console(stderr=True), launcher).run()
+    loop = StudyLoop(settings, console or Console(stderr=True), launcher)
+    with hold_study(study_folder(settings.results, loop.study_name), loop.study_name):
+        return loop.run()

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import logging
+import os
+import socket
+import sqlite3
+import time
+import uuid
 import warnings
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
+from urllib.parse import quote, unquote
+
+import yaml
 
 import optuna
 from optuna.samplers import BaseSampler
@@ -19,6 +29,15 @@ S_SPACE_SOURCE = "space_source"
 S_SPACE_TEXT = "space_text"
 S_COMMAND = "command"
 S_TOOL_VERSION = "nccl_tune_version"
+S_STUDY_UID = "study_uid"
+"""A random id given to a study when it is created: its trial folder names it, so that a folder is
+never taken over by another study (same name in another or a re-created database)."""
+S_SPACE_DIGEST = "space_digest"
+"""A digest of the space's content: a study resumes only with the space it was created with."""
+SQLITE_MAGIC = b"SQLite format 3\x00"
+STUDY_FILE = "study.json"
+"""In a study's folder: which study its trial folders belong to (name, storage, uid)."""
+LOCK_FILE = ".lock"
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -30,20 +49,97 @@ def default_study_name(space_name: str, command: tuple[str, ...]) -> str:
     return f"{space_name}-{digest}"
 
 
-def open_storage(url: str, create: bool = True) -> optuna.storages.BaseStorage:
-    """An Optuna storage for ``url``; one-line error when it cannot be reached. With
-    ``create=False`` a SQLite file that does not exist is an error, not a new empty database."""
-    if url.startswith("sqlite:///"):
-        path = Path(url[len("sqlite:///") :])
-        if not create and not path.is_file():
+def sqlite_path(url: str) -> Path | None:
+    """The database file of a ``sqlite:///PATH`` URL (None for other storages)."""
+    if not url.startswith("sqlite:///"):
+        return None
+    rest = url[len("sqlite:///") :]
+    if rest.startswith("file:"):  # already a URI form: sqlite:///file:PATH?mode=ro&uri=true
+        rest = unquote(rest[len("file:") :].split("?", 1)[0])
+    return Path(rest)
+
+
+def check_sqlite(path: Path, url: str, *, must_exist: bool) -> None:
+    """One-line errors for a SQLite database nccl-tune cannot use, read without writing to it: missing
+    (when ``must_exist``), empty (0 bytes, when ``must_exist``), not a database, corrupt, or one without
+    Optuna's tables (when ``must_exist``)."""
+    if path.is_dir():
+        raise NcclTuneError(f"storage {url}: {path} is a folder, not a database file")
+    if not path.exists():
+        if must_exist:
             raise NcclTuneError(
                 f"storage {url}: no such database; run `nccl-tune run` first, or point --results/--storage at one"
             )
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-        except OSError as exc:
-            raise NcclTuneError(f"storage {url}: cannot create folder {path.parent}: {exc.strerror}") from None
-    kwargs: dict[str, Any] = {}
+        return
+    try:
+        with open(path, "rb") as fh:
+            head = fh.read(len(SQLITE_MAGIC))
+    except OSError as exc:
+        raise NcclTuneError(f"storage {url}: cannot read {path}: {exc.strerror}") from None
+    if not head:
+        if must_exist:
+            raise NcclTuneError(
+                f"storage {url}: the database is empty (0 bytes): no study was recorded in it; "
+                "point --results/--storage at the database of your study"
+            )
+        return
+    if head != SQLITE_MAGIC:
+        raise _corrupt(url, "not a SQLite database")
+    tables, problem = _inspect_sqlite(path)
+    if problem is not None:
+        raise _corrupt(url, problem)
+    if must_exist and not {"studies", "trials"} <= tables:
+        raise NcclTuneError(f"storage {url}: a SQLite database without Optuna's tables: no study was recorded in it")
+
+
+def _inspect_sqlite(path: Path) -> tuple[set[str], str | None]:
+    """(table names, None) for a sound database, or (set(), what is wrong); opened read-only."""
+    try:
+        con = sqlite3.connect(f"file:{quote(str(path.resolve()))}?mode=ro", uri=True, timeout=60)
+    except sqlite3.Error as exc:
+        return set(), str(exc)
+    try:
+        check = con.execute("PRAGMA quick_check").fetchone()
+        if not check or check[0] != "ok":
+            return set(), str(check[0] if check else "integrity check failed")
+        return {r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")}, None
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc):  # a run is writing: sound as far as we can tell
+            return {"studies", "trials"}, None
+        return set(), str(exc)
+    except sqlite3.DatabaseError as exc:
+        return set(), str(exc)
+    finally:
+        con.close()
+
+
+def _corrupt(url: str, detail: str) -> NcclTuneError:
+    return NcclTuneError(
+        f"storage {url}: the database is corrupt ({detail}); every trial's result is still in its trial folder "
+        "(result.json, output.log): move the database aside and start a new study with --study NEW, or restore a copy"
+    )
+
+
+def open_storage(url: str, create: bool = True) -> optuna.storages.BaseStorage:
+    """An Optuna storage for ``url``; one-line error when it cannot be used. ``create=False`` (report,
+    export) never writes: a SQLite file is checked first, then opened read-only, and a missing or
+    empty one is an error. ``create=True`` (run) makes the folder and the schema, one process at a time."""
+    path = sqlite_path(url)
+    if path is not None:
+        check_sqlite(path, url, must_exist=not create)
+    if path is not None and not create:
+        return _rdb(f"sqlite:///file:{quote(str(path.resolve()))}?mode=ro&uri=true", url, skip_table_creation=True)
+    if path is None:
+        return _rdb(url, url)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise NcclTuneError(f"storage {url}: cannot create folder {path.parent}: {exc.strerror}") from None
+    with exclusive(path.parent / f".{path.name}.lock", f"storage {url}", wait=True):  # one schema creator at a time
+        return _rdb(url, url)
+
+
+def _rdb(url: str, shown: str, **kwargs: Any) -> optuna.storages.RDBStorage:
     if url.startswith("sqlite"):
         kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60}}
     logging.getLogger("sqlalchemy").setLevel(logging.ERROR)
@@ -52,9 +148,40 @@ def open_storage(url: str, create: bool = True) -> optuna.storages.BaseStorage:
     except Exception as exc:  # sqlalchemy's errors vary by driver; all mean "cannot use this URL"
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise NcclTuneError(
-            f"storage {url}: cannot open it ({first}); give a reachable Optuna storage URL with --storage "
+            f"storage {shown}: cannot open it ({first}); give a reachable Optuna storage URL with --storage "
             "(e.g. sqlite:///results/nccl-tune.db or postgresql://user@host/db)"
         ) from None
+
+
+@contextmanager
+def exclusive(lock_path: Path, what: str, *, wait: bool, holder: str = "") -> Iterator[int]:
+    """Hold an exclusive ``flock`` on ``lock_path`` (created if needed) for the body. The kernel releases
+    it when the holder exits, however it exits, so a lock of a dead process is simply free. With
+    ``wait=False`` a held lock is a one-line error naming its holder (what the holder wrote in the file);
+    ``holder`` is written into the file while it is held."""
+    try:
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except OSError as exc:
+        raise NcclTuneError(
+            f"{what}: cannot write {lock_path} ({exc.strerror}); choose a folder you can write with --results"
+        ) from None
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            who = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "another nccl-tune"
+            raise NcclTuneError(f"{what} is being run by {who}; wait for it to finish or use another --study") from None
+        if holder:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, holder.encode(), 0)
+        yield fd
+    finally:
+        if holder:
+            try:
+                os.ftruncate(fd, 0)
+            except OSError:
+                pass
+        os.close(fd)  # releases the lock
 
 
 def study_names(storage: optuna.storages.BaseStorage) -> list[str]:
@@ -77,6 +204,99 @@ def load_existing(storage: optuna.storages.BaseStorage, url: str, name: str | No
     return optuna.load_study(study_name=name, storage=storage)
 
 
+def study_folder(results: Path, study: str) -> Path:
+    """The folder of ``study``'s trial folders under ``results``."""
+    return results / study
+
+
+def space_digest(text: str) -> str:
+    """A digest of a space's content (its parsed YAML: comments and layout do not count)."""
+    try:
+        data: Any = yaml.safe_load(text)
+    except yaml.YAMLError:
+        data = text
+    return hashlib.sha256(json.dumps(data, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+@contextmanager
+def hold_study(folder: Path, name: str) -> Iterator[None]:
+    """Run study ``name`` alone: an exclusive lock in its folder for the body, so that a second run of
+    the same study started at the same moment gets a one-line error naming the first."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise NcclTuneError(
+            f"cannot create the study folder {folder} ({exc.strerror}); choose a folder you can write with --results"
+        ) from None
+    holder = f"nccl-tune pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}"
+    with exclusive(folder / LOCK_FILE, f"study {name!r}", wait=False, holder=holder):
+        yield
+
+
+def _read_claim(folder: Path) -> dict[str, Any] | None:
+    path = folder / STUDY_FILE
+    if not path.is_file():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        data = None
+    if not isinstance(data, dict) or not data.get(S_STUDY_UID):
+        raise NcclTuneError(f"{path} cannot be read; it says which study the trial folders next to it belong to")
+    return data
+
+
+def claim_folder(folder: Path, url: str, name: str, uid: str | None, existed: bool) -> None:
+    """Refuse to put ``name``'s trials (``uid``, None for a study not created yet) into a folder that
+    holds another study's: the same name in another, an emptied or a re-created database."""
+    claim = _read_claim(folder)
+    if claim is not None:
+        if uid is not None and claim[S_STUDY_UID] == uid:
+            return
+        where = (
+            f"an earlier study {claim.get('study')!r} that {url} no longer holds (emptied or re-created?)"
+            if claim.get("storage") == url
+            else f"study {claim.get('study')!r} of {claim.get('storage')}, not of {url}"
+        )
+        raise NcclTuneError(
+            f"{folder} holds the trials of {where}; nothing was overwritten: use another --study or --results, "
+            "or --storage with the database that holds that study"
+        )
+    if not existed and any(folder.glob("trial-[0-9]*")):
+        raise NcclTuneError(
+            f"{folder} already holds trial folders of a study that {url} does not hold; nothing was overwritten: "
+            "use another --study or --results, or --storage with the database that holds it"
+        )
+
+
+def _write_claim(folder: Path, url: str, name: str, uid: str) -> None:
+    path = folder / STUDY_FILE
+    tmp = folder / f".{STUDY_FILE}.tmp{os.getpid()}"
+    tmp.write_text(json.dumps({"study": name, "storage": url, S_STUDY_UID: uid}, indent=2) + "\n")
+    os.replace(tmp, path)
+
+
+def _check_resumable(attrs: dict[str, Any], name: str, space_name: str, space_text: str, command: tuple[str, ...]) -> None:
+    """One-line errors when an existing study was created for another command or space."""
+    if attrs.get(S_COMMAND) not in (None, list(command)):
+        raise NcclTuneError(
+            f"study {name!r} was created for the command {' '.join(attrs[S_COMMAND])!r}; "
+            f"use another --study for {' '.join(command)!r}"
+        )
+    if attrs.get(S_SPACE_NAME) not in (None, space_name):
+        raise NcclTuneError(
+            f"study {name!r} was created with the space {attrs[S_SPACE_NAME]!r}, not {space_name!r}; "
+            "use another --study or the same --space"
+        )
+    stored = attrs.get(S_SPACE_DIGEST) or (space_digest(attrs[S_SPACE_TEXT]) if attrs.get(S_SPACE_TEXT) else None)
+    if stored is not None and stored != space_digest(space_text):
+        raise NcclTuneError(
+            f"study {name!r} was created with other content for the space {space_name!r} "
+            f"({attrs.get(S_SPACE_SOURCE, '?')}): resuming would mix trials of two spaces; use --study NEW for "
+            "this content, or restore the original file"
+        )
+
+
 def create_or_resume(
     storage: optuna.storages.BaseStorage,
     url: str,
@@ -87,23 +307,20 @@ def create_or_resume(
     space_source: str,
     space_text: str,
     command: tuple[str, ...],
+    folder: Path,
 ) -> tuple[optuna.Study, bool]:
-    """Open study ``name`` (creating it if needed); True when it already existed."""
+    """Open study ``name`` (creating it if needed) whose trial folders go under ``folder``; True when it
+    already existed. Refused, before anything is written, when the study was created for another
+    command or space content, or when ``folder`` holds another study's trials."""
     existed = name in study_names(storage)
+    attrs = optuna.load_study(study_name=name, storage=storage).user_attrs if existed else {}
+    if existed:
+        _check_resumable(attrs, name, space_name, space_text, command)
+    uid = attrs.get(S_STUDY_UID)
+    claim_folder(folder, url, name, uid, existed)
     study = optuna.create_study(
         study_name=name, storage=storage, sampler=sampler, direction="maximize", load_if_exists=True
     )
-    attrs = study.user_attrs
-    if existed and attrs.get(S_COMMAND) not in (None, list(command)):
-        raise NcclTuneError(
-            f"study {name!r} was created for the command {' '.join(attrs[S_COMMAND])!r}; "
-            f"use another --study for {' '.join(command)!r}"
-        )
-    if existed and attrs.get(S_SPACE_NAME) not in (None, space_name):
-        raise NcclTuneError(
-            f"study {name!r} was created with the space {attrs[S_SPACE_NAME]!r}, not {space_name!r}; "
-            "use another --study or the same --space"
-        )
     if not existed:
         from nccl_tune import __version__
 
@@ -112,4 +329,10 @@ def create_or_resume(
         study.set_user_attr(S_SPACE_TEXT, space_text)
         study.set_user_attr(S_COMMAND, list(command))
         study.set_user_attr(S_TOOL_VERSION, __version__)
+    if S_SPACE_DIGEST not in attrs:
+        study.set_user_attr(S_SPACE_DIGEST, space_digest(space_text))
+    if uid is None:  # a new study, or one created before studies had an id: its folder is its own from now
+        uid = uuid.uuid4().hex
+        study.set_user_attr(S_STUDY_UID, uid)
+    _write_claim(folder, url, name, uid)
     return study, existed

@@ -17,6 +17,7 @@ from nccl_tune.search_spaces.render import fixed_argv, format_value, render_valu
 from nccl_tune.search_spaces.space import MemoryEffect, SearchSpace
 from nccl_tune.trial import Clocks, MemoryKnob, StopRule, TrialSpec
 from nccl_tune.tuner.settings import RunSettings
+from nccl_tune.tuner.storage import study_folder
 
 
 def expand(template: str, *, trial_dir: Path, study: str, number: int) -> str:
@@ -29,7 +30,7 @@ def expand(template: str, *, trial_dir: Path, study: str, number: int) -> str:
 
 
 def trial_dir_for(results_dir: Path, study: str, number: int) -> Path:
-    return (results_dir / study / f"trial-{number:04d}").resolve()
+    return (study_folder(results_dir, study) / f"trial-{number:04d}").resolve()
 
 
 def clocks_for(space: SearchSpace, settings: RunSettings, measured: Sequence[Mapping[str, float]] = ()) -> Clocks:

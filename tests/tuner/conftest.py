@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -33,3 +34,22 @@ def run_cli(args: list[str], cwd: Path, env: dict | None = None, timeout: float 
     return subprocess.run(
         [str(NCCL_TUNE), *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=timeout
     )
+
+
+@contextlib.contextmanager
+def read_only(path: Path):
+    """``path`` (a folder or file) cannot be written for the body, even by root: ``chattr +i`` as root
+    (mode bits do not stop root), mode bits otherwise."""
+    if os.geteuid() == 0:
+        subprocess.run(["chattr", "+i", str(path)], check=True)
+        try:
+            yield
+        finally:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
+    else:
+        mode = path.stat().st_mode
+        path.chmod(mode & ~0o222)
+        try:
+            yield
+        finally:
+            path.chmod(mode)
