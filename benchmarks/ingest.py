@@ -12,12 +12,15 @@ then measures:
   same file, as run on a failed trial;
 - ``classify unique``: the classifier over a log of the same size whose lines never repeat
   (timestamps, hex addresses, request ids and words that differ on every line), so that no
-  per-line cache can help.
+  per-line cache can help;
+- ``... long line``: the scanner and the classifier over a log holding one 300 MB line without a
+  newline between progress lines (kept: its first 64 KiB and a ``[... N bytes cut]`` marker); the
+  target there is also a memory growth under ``LONG_LINE_GROWTH_MIB``.
 
 For each: MB/s, peak RSS of this process and its growth over the run (bounded memory means the
 growth does not scale with the log), and whether every progress line was found.
 
-    python benchmarks/ingest.py [--size-mb 1024] [--json PATH]
+    python benchmarks/ingest.py [--size-mb 1024] [--long-line-mb 300] [--json PATH]
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from nccl_tune.trial import ProgressRules
 MB = 1_000_000
 TARGET_MB_S = 100.0
 CHUNK = 1 << 20
+LONG_LINE_GROWTH_MIB = 100.0
 
 NCCL_LINES = (
     "{host}:{pid}:{tid} [{r}] NCCL INFO Channel {c:02d}/0 : {r}[{r}] -> {n}[{n}] via P2P/CUMEM/read",
@@ -140,6 +144,18 @@ def generate_unique(path: Path, size_mb: float, seed: int = 1) -> int:
     return steps
 
 
+def generate_long_line(path: Path, line_mb: float) -> int:
+    """A log with one ``line_mb`` MB line without a newline between two steps; return 2 (steps)."""
+    step = PROGRESS.format(pid=645566, msg="Finished: 'step', time cost: 12.50s") + "\n"
+    with open(path, "wb", buffering=CHUNK) as fh:
+        fh.write(step.encode())
+        blob = b"0123456789abcdef" * (CHUNK // 16)
+        for _ in range(int(line_mb * MB) // CHUNK):
+            fh.write(blob)
+        fh.write(b"\n" + step.encode())
+    return 2
+
+
 class RssWatch:
     """Peak RSS of this process while a measurement runs."""
 
@@ -170,6 +186,12 @@ def _row(path: str, size: int, seconds: float, rss: RssWatch, found: int | None,
         path, round(size / MB, 1), round(seconds, 3), round(mb_s, 1), round(rss.start_mib, 1), round(rss.peak_mib, 1),
         round(rss.peak_mib - rss.start_mib, 1), found, written, mb_s >= TARGET_MB_S and (found is None or found == written),
     )
+
+
+def _long(row: Row) -> Row:
+    from dataclasses import replace
+
+    return replace(row, path=f"{row.path}, long line", meets_target=row.meets_target and row.rss_growth_mib < LONG_LINE_GROWTH_MIB)
 
 
 def bench_scanner(log: Path, steps: int) -> Row:
@@ -224,6 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", type=Path, default=None, help="write the results here")
     p.add_argument("--tmp-dir", type=Path, default=None, help="where to write the generated log")
     p.add_argument("--skip-classify", action="store_true", help="do not time the diagnose classifier")
+    p.add_argument("--long-line-mb", type=float, default=300.0, help="size of the one-line log (0: skip it)")
     args = p.parse_args(argv)
 
     console = Console(width=120)
@@ -242,6 +265,14 @@ def main(argv: list[str] | None = None) -> int:
                 unique = work / "unique.log"
                 unique_steps = generate_unique(unique, args.size_mb)
                 rows.append(bench_classify(unique, unique_steps, "classify unique"))
+                unique.unlink()
+        if args.long_line_mb > 0:
+            long_log = work / "long_line.log"
+            long_steps = generate_long_line(long_log, args.long_line_mb)
+            rows.append(_long(bench_scanner(long_log, long_steps)))
+            row = None if args.skip_classify else bench_classify(long_log, long_steps)
+            if row is not None:
+                rows.append(_long(row))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -260,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         payload = {
             "benchmark": "ingest",
             "size_mb": args.size_mb,
+            "long_line_mb": args.long_line_mb,
             "target_mb_per_s": TARGET_MB_S,
             "cpu_count": os.cpu_count(),
             "python": sys.version.split()[0],

@@ -60,8 +60,6 @@ TEMPLATE_CACHE = 4096
 TEMPLATE_MAX_BYTES = 512
 CONTEXT_BYTES = 2048
 """Bytes before an OOM line searched for its context (vLLM, weight sync)."""
-MAX_LINE_BYTES = 1 << 20
-"""A longer line is cut: its head is kept and classified."""
 READ_BYTES = 1 << 20
 RANK_SCAN_BLOCKS = 64
 """Blocks at the start of a log read for who is who (ranks, Ray worker pids); after them, only blocks
@@ -309,7 +307,7 @@ class LogClassifier:
 
     def feed_bytes(self, chunks: Iterable[bytes]) -> None:
         """Read a byte stream (any chunking) from the current source; undecodable bytes are replaced."""
-        for block in whole_lines(chunks, MAX_LINE_BYTES):
+        for block in whole_lines(chunks):  # an over-long line keeps its head and a cut marker
             self._block(block)
 
     def _block(self, buf: bytes) -> None:

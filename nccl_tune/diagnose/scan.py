@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from typing import Iterable, Sequence
 
+from nccl_tune.diagnose.lines import MAX_LINE_BYTES, LineCutter
+
 try:  # compiled multi-literal search; optional (the pure fallback is correct, only slower)
     import ahocorasick_rs as _ac
 except ImportError:  # pragma: no cover - exercised when the package is absent
@@ -130,17 +132,20 @@ def block_ranks(buf: bytes) -> tuple[set[int], dict[int, int]]:
     return ranks, pid_rank
 
 
-def whole_lines(chunks: Iterable[bytes], max_line_bytes: int) -> Iterable[bytes]:
+def whole_lines(chunks: Iterable[bytes], max_line_bytes: int = MAX_LINE_BYTES) -> Iterable[bytes]:
     """Re-cut a byte stream into blocks that end at a newline (the last one may not); a line
-    longer than ``max_line_bytes`` is cut (its head kept) so memory stays bounded."""
+    longer than ``max_line_bytes`` keeps its head and a ``[... N bytes cut]`` marker
+    (``lines.LineCutter``), so memory stays bounded."""
+    cutter = LineCutter(max_line_bytes)
     rest = b""
     for chunk in chunks:
+        chunk = cutter.cut(chunk)
         if not chunk:
             continue
         if rest:
             nl = chunk.find(b"\n")
             if nl < 0:
-                rest = (rest + chunk)[:max_line_bytes]
+                rest += chunk
                 continue
             yield rest + chunk[: nl + 1]
             chunk = chunk[nl + 1 :]
@@ -148,6 +153,7 @@ def whole_lines(chunks: Iterable[bytes], max_line_bytes: int) -> Iterable[bytes]
         cut = chunk.rfind(b"\n") + 1
         if cut:
             yield chunk[:cut]
-        rest = chunk[cut:][:max_line_bytes]
+        rest = chunk[cut:]
+    rest += cutter.flush()
     if rest:
         yield rest + b"\n"

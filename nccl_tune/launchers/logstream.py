@@ -21,12 +21,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Sequence
 
+from nccl_tune.diagnose.lines import LineCutter
 from nccl_tune.diagnose.text import clean_message
 from nccl_tune.failure import Evidence
 
 READ_BYTES = 1 << 20
-MAX_LINE_BYTES = 1 << 20
-"""A line longer than this is cut: the rest of it is counted but not kept or parsed."""
 
 ERROR_LITERALS: tuple[bytes, ...] = (
     b"rror",  # Error, error, RuntimeError, "CUDA error", ...
@@ -93,6 +92,8 @@ class LineScanner:
         self._first_errors: list[Evidence] = []
         self._max_errors = first_error_lines
         self._rest = b""
+        self._cutter = LineCutter()
+        """Over-long lines keep their head and a ``[... N bytes cut]`` marker (bounded memory)."""
         self._redrawn: bytes | None = None
         """The last progress-bar redraw of the open line already given to ``on_line``."""
         self.lines = 0
@@ -106,11 +107,12 @@ class LineScanner:
             return
         now = time.monotonic() if now is None else now
         self.bytes += len(chunk)
+        chunk = self._cutter.cut(chunk)
         start = 0
         if self._rest:  # finish the line the previous chunk left open
             nl = chunk.find(b"\n")
             if nl < 0:
-                self._keep_rest(self._rest + chunk)
+                self._rest += chunk
                 self._redraws(now)
                 return
             head = self._rest + chunk[: nl + 1]
@@ -124,12 +126,8 @@ class LineScanner:
             self._scan(chunk, start, cut, now)
         else:
             cut = start
-        self._keep_rest(chunk[cut:])
+        self._rest = chunk[cut:]
         self._redraws(now)
-
-    def _keep_rest(self, rest: bytes) -> None:
-        # an over-long line keeps its head only; the rest of it is counted, not kept
-        self._rest = rest if len(rest) <= MAX_LINE_BYTES else rest[:MAX_LINE_BYTES]
 
     def _update_literals(self) -> None:
         if self._literals_of is not None:
@@ -161,6 +159,7 @@ class LineScanner:
 
     def finish(self, now: float | None = None) -> None:
         """The stream ended: a last line without newline is a line too."""
+        self._rest += self._cutter.flush()
         if self._rest:
             rest, self._rest = self._rest + b"\n", b""
             now = time.monotonic() if now is None else now

@@ -79,3 +79,24 @@ def test_bad_path_is_one_line_and_exit_1(tmp_path: Path, what: str) -> None:
     assert err.startswith("error: diagnose:") and str(target) in err
     assert "\n" not in err and "Traceback" not in r.stderr
     assert r.stdout == ""
+
+
+def test_a_300_mb_line_is_cut_and_memory_stays_bounded(tmp_path: Path) -> None:
+    from tests.tuner.conftest import run_cli_peak_rss
+
+    small, big = tmp_path / "small.log", tmp_path / "big.log"
+    tail = b"\n[rank1]: RuntimeError: CUDA error: an illegal memory access was encountered\n"
+    small.write_bytes(b"x" * 100 + tail)
+    with open(big, "wb") as fh:
+        blob = b"x" * (1 << 20)
+        for _ in range(300):
+            fh.write(blob)
+        fh.write(tail)
+    done_small, peak_small = run_cli_peak_rss(["diagnose", "--json", str(small)], cwd=tmp_path)
+    done_big, peak_big = run_cli_peak_rss(["diagnose", "--json", str(big)], cwd=tmp_path)
+    assert done_small.returncode == 0 and done_big.returncode == 0, done_big.stderr
+    verdict = json.loads(done_big.stdout)
+    assert verdict["class"] == json.loads(done_small.stdout)["class"] == "cuda_error"
+    assert any("illegal memory access" in e for e in verdict["evidence"]), verdict
+    print(f"diagnose peak RSS: {peak_small:.0f} MiB on a small log, {peak_big:.0f} MiB with a 300 MiB line")
+    assert peak_big - peak_small < 200, (peak_small, peak_big)

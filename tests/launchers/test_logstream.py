@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from nccl_tune.diagnose.lines import MAX_LINE_BYTES
 from nccl_tune.launchers.logstream import LineScanner, LogPump, clean_line
 from nccl_tune.launchers.progress import ProgressTracker
 from nccl_tune.trial import ProgressRules
@@ -116,7 +117,14 @@ def test_overlong_line_is_cut_but_counted() -> None:
     data = b"x" * (3 << 20) + b"\nFinished: 'step', time cost: 1.00s\n"
     seen, scanner = _scan(data, [1 << 18])
     assert seen == [(2, "Finished: 'step', time cost: 1.00s")]
-    assert scanner.lines == 2
+    assert scanner.lines == 2 and scanner.bytes == len(data)
+    head = scanner.summary().tail[0].text
+    assert head == "x" * MAX_LINE_BYTES + f" [... {(3 << 20) - MAX_LINE_BYTES} bytes cut]"
+
+
+def test_an_overlong_last_line_gets_its_marker_at_the_end() -> None:
+    seen, scanner = _scan(b"ok\n" + b"y" * (MAX_LINE_BYTES + 10), [4096])
+    assert scanner.summary().tail[-1].text.endswith("y [... 10 bytes cut]")
 
 
 def test_without_literals_every_line_is_parsed() -> None:

@@ -6,6 +6,7 @@ import contextlib
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -53,3 +54,26 @@ def read_only(path: Path):
             yield
         finally:
             path.chmod(mode)
+
+
+def run_cli_peak_rss(args: list[str], cwd: Path, env: dict | None = None, timeout: float = 240) -> tuple[subprocess.CompletedProcess, float]:
+    """``run_cli``, and the peak resident memory (MiB) of the ``nccl-tune`` process itself (its
+    children not counted), sampled every 20 ms."""
+    import psutil
+
+    full_env = {**os.environ, "COLUMNS": "200", **(env or {})}
+    out, err = cwd / ".stdout", cwd / ".stderr"
+    with open(out, "w") as fo, open(err, "w") as fe:
+        proc = subprocess.Popen([str(NCCL_TUNE), *args], cwd=cwd, env=full_env, stdout=fo, stderr=fe, text=True)
+        me, peak, deadline = psutil.Process(proc.pid), 0, time.monotonic() + timeout
+        while proc.poll() is None and time.monotonic() < deadline:
+            try:
+                peak = max(peak, me.memory_info().rss)
+            except psutil.Error:
+                pass
+            time.sleep(0.02)
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    done = subprocess.CompletedProcess(args, proc.returncode, out.read_text(), err.read_text())
+    return done, peak / float(1 << 20)

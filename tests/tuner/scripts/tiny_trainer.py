@@ -2,7 +2,8 @@
 prints SkyRL-format timing and memory lines, and fails the way trainers fail.
 
 Keys: trainer.micro=<int> (bigger: faster steps, more memory), trainer.offload=<bool> (less memory,
-slower), trainer.mode=<ok|crash|refuse> and trainer.ckpt_path=<dir>. Any other key is refused like
+slower), trainer.mode=<ok|crash|refuse|bigline> and trainer.ckpt_path=<dir>. ``bigline`` first prints
+TINY_BIGLINE_MB (default 300) megabytes without a newline, then trains as usual. Any other key is refused like
 Hydra refuses it. Memory = 20 + 12 * micro GiB (x0.5 with offload) on an 80 GiB GPU: above it, a CUDA OOM.
 TINY_STEP_S scales the step time (default 0.15 s for micro=1). It never stops by itself (no step cap),
 like skyrl_train: the tuner stops it after its measured steps.
@@ -39,6 +40,11 @@ def main() -> int:
         print(f"{pre}\x1b[32m{stamp}\x1b[0m | INFO     | skyrl_train.trainer:train:209 - {msg}", flush=True)
 
     log(f"NCCL_ALGO={os.environ.get('NCCL_ALGO', '<unset>')} marker={os.environ.get('NCCL_TUNE_TRIAL')}")
+    if cfg["trainer.mode"] == "bigline":
+        blob = b"x" * (1 << 20)
+        for _ in range(int(os.environ.get("TINY_BIGLINE_MB", "300"))):
+            sys.stdout.buffer.write(blob)
+        sys.stdout.buffer.flush()
     step = 0
     while True:
         step += 1
