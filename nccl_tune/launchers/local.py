@@ -39,7 +39,7 @@ from nccl_tune.launchers.process import build_env, resolve_command, spawn, tuner
 from nccl_tune.launchers.progress import ProgressEvent, ProgressTracker, compile_rules, rules_hint
 from nccl_tune.launchers.trial_files import LOG_FILE, write_facts, write_result, write_spec
 from nccl_tune.launchers.supervise import Decision, Watch, observer_decision
-from nccl_tune.launchers.teardown import TeardownReport, kill_marked, study_match, terminate
+from nccl_tune.launchers.teardown import TeardownReport, become_subreaper, kill_marked, study_match, terminate
 from nccl_tune.trial import StopReason, TrialResult, TrialSpec
 
 REAP_GRACE_S = 5.0
@@ -101,6 +101,8 @@ class LocalLauncher(Launcher):
         self.tail_lines = tail_lines
         self.stack_timeout_s = stack_timeout_s
         self._study: str | None = None
+        self._started_at: dict[int, float] = {}
+        """The start (``time.time()``) of each running trial, by its leader's pid."""
 
     # -- set-up ---------------------------------------------------------------------------------
 
@@ -211,15 +213,21 @@ class LocalLauncher(Launcher):
         """Start the command in its own session with the trial's env; raises when it cannot."""
         env = build_env(overlay, spec.marker)
         resolve_command(spec.argv, env, spec.cwd)
-        return spawn(spec.argv, env, spec.cwd)
+        become_subreaper()  # orphans of the trial come back to us, not to init: teardown finds them
+        started = time.time()
+        proc = spawn(spec.argv, env, spec.cwd)
+        self._started_at[proc.pid] = started
+        return proc
 
     def _sampler(self, spec: TrialSpec, proc: subprocess.Popen) -> MemorySampler:
         """The memory sampler of the trial (started by ``run``)."""
         return MemorySampler(self.probe, proc.pid, spec.marker, interval_s=self.memory_interval_s)
 
     def _stop(self, spec: TrialSpec, proc: subprocess.Popen) -> TeardownReport:
-        """Tear the trial down: its process group, then every process carrying its marker."""
-        return terminate(spec.marker, spec.clocks.grace_s, pgid=proc.pid, leader=proc)
+        """Tear the trial down: its process group, every process carrying its marker, and every one
+        descending from it (the orphans this process adopted since the trial started)."""
+        since = self._started_at.pop(proc.pid, None)
+        return terminate(spec.marker, spec.clocks.grace_s, pgid=proc.pid, leader=proc, since=since)
 
     def _supervise(
         self,
@@ -303,8 +311,8 @@ class LocalLauncher(Launcher):
         if reader_error is not None:
             notes.append(f"the log reader failed ({type(reader_error).__name__}: {reader_error}); output.log may be incomplete")
         if report.survivors:
-            pids = ", ".join(map(str, report.survivor_pids))
-            notes.append(f"{report.survivors} process(es) survived teardown: pid {pids}")
+            left = "; ".join(f"pid {p} ({c})" for p, c in zip(report.survivor_pids, report.survivor_commands))
+            notes.append(f"{report.survivors} process(es) survived teardown and could not be killed: {left}")
         facts = TrialFacts(
             logs=(LogFacts(LOG_FILE, log_path),),
             stop_reason=decision.reason,

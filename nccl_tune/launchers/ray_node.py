@@ -15,6 +15,7 @@ import os
 import socket
 import subprocess
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Mapping, Sequence
@@ -26,7 +27,7 @@ from nccl_tune.launchers.memory import MemorySampler
 from nccl_tune.launchers.private_ray import make_private_temp, private_ray_env, remove_private_temp
 from nccl_tune.launchers.process import build_env, resolve_command, spawn
 from nccl_tune.launchers.stacks import collect_stacks
-from nccl_tune.launchers.teardown import TeardownReport, kill_marked, study_match, terminate
+from nccl_tune.launchers.teardown import TeardownReport, become_subreaper, kill_marked, study_match, terminate
 
 BUFFER_LIMIT_BYTES = 64 << 20
 """Output held for the driver at most; beyond it the reader waits (the command's pipe fills)."""
@@ -91,6 +92,7 @@ class TrialHost:
 
     def __init__(self) -> None:
         self._proc: subprocess.Popen | None = None
+        self._started: float | None = None
         self._sampler: MemorySampler | None = None
         self._buffer = bytearray()
         self._eof = False
@@ -117,6 +119,8 @@ class TrialHost:
         env = trial_env(overlay, marker, self._temp_dir)
         where = Path(cwd) if cwd is not None else None
         resolve_command(argv, env, where)
+        become_subreaper()  # the trial's orphans come back to this actor: its teardown finds them
+        self._started = time.time()
         self._proc = spawn(argv, env, where)
         self._sampler = MemorySampler(self._probe, self._proc.pid, marker, interval_s=memory_interval_s)
         self._sampler.start()
@@ -167,7 +171,7 @@ class TrialHost:
     def stop(self, marker: str, grace_s: float) -> tuple[TeardownReport, int | None]:
         """Tear the trial down on this node; the report and the command's exit status."""
         proc = self._proc
-        report = terminate(marker, grace_s, pgid=proc.pid if proc else None, leader=proc)
+        report = terminate(marker, grace_s, pgid=proc.pid if proc else None, leader=proc, since=self._started)
         if self._sampler is not None:
             self._sampler.stop()
         if self._temp_dir is not None:

@@ -3,15 +3,20 @@ machine that carries its marker.
 
 Processes started with ``setsid``, daemons and Ray workers leave the trial's process group, but
 they inherit its environment, so ``NCCL_TUNE_TRIAL=<study>/<number>`` finds them
-(``psutil.Process.environ()``). A zombie counts as gone: it holds no memory, only a table entry
-that its parent (or, on some machines, nobody) collects.
+(``psutil.Process.environ()``). One that also drops its environment (``env -i setsid daemon``) is
+found by ancestry instead: the trial's leader's descendants, and, because the tuner makes itself a
+child subreaper (``prctl(PR_SET_CHILD_SUBREAPER)`` on Linux), every orphan of the trial, which the
+kernel re-parents to the tuner instead of to init. A zombie counts as gone: it holds no memory, only
+a table entry; the orphans the tuner adopted are reaped by it.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
 import signal
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from typing import Callable, Iterable
@@ -20,6 +25,7 @@ import psutil
 
 from nccl_tune.trial import MARKER_ENV
 
+PR_SET_CHILD_SUBREAPER = 36
 POLL_S = 0.05
 RESCAN_S = 0.5
 KILL_WAIT_S = 2.0
@@ -55,6 +61,65 @@ class TeardownReport:
     elapsed_s: float
     escaped_pids: tuple[int, ...] = ()
     survivor_pids: tuple[int, ...] = ()
+    adopted: int = 0
+    """Of ``escaped``: processes without the marker, found by ancestry (the leader's descendants, or
+    orphans re-parented to this process as a child subreaper)."""
+    survivor_commands: tuple[str, ...] = ()
+
+
+def become_subreaper() -> bool:
+    """Make this process a child subreaper (Linux): orphans of its descendants are re-parented to it,
+    not to init, so that teardown finds what left a trial with neither its group nor its marker.
+    False where that is not available (then such a process can escape)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        return int(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _kin(leader_pid: int | None, since: float | None, marker: str) -> set[int]:
+    """Pids that belong to the trial by ancestry: descendants of its leader, and (with ``since``, the
+    trial's start as a ``time.time()``) children this process adopted since then, from another
+    session, that carry no other trial's marker, with their descendants."""
+    roots: list[psutil.Process] = []
+    if leader_pid is not None:
+        try:
+            roots.append(psutil.Process(leader_pid))
+        except psutil.Error:
+            pass
+    if since is not None:
+        me = os.getsid(0)
+        try:
+            children = psutil.Process().children()
+        except psutil.Error:
+            children = []
+        for child in children:
+            try:
+                if child.pid == leader_pid or child.create_time() < since - 1.0 or os.getsid(child.pid) == me:
+                    continue
+            except (psutil.Error, OSError):
+                continue
+            if _marker(child) in (None, marker):
+                roots.append(child)
+    pids = {p.pid for p in roots if p.pid != leader_pid}
+    for root in roots:
+        try:
+            pids.update(p.pid for p in root.children(recursive=True))
+        except psutil.Error:
+            pass
+    return pids
+
+
+def _reap(pids: Iterable[int]) -> None:
+    """Collect the exit status of those of ``pids`` that are this process's (adopted) children."""
+    for pid in pids:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except (ChildProcessError, OSError):
+            pass
 
 
 def _protected_pids() -> frozenset[int]:
@@ -94,9 +159,12 @@ def _marker(proc: psutil.Process) -> str | None:
         return None
 
 
-def scan(match: Callable[[str], bool], pgid: int | None = None) -> tuple[list[psutil.Process], list[psutil.Process]]:
+def scan(
+    match: Callable[[str], bool], pgid: int | None = None, kin: frozenset[int] | set[int] = frozenset()
+) -> tuple[list[psutil.Process], list[psutil.Process]]:
     """One pass over the machine's processes: (members of process group ``pgid``, processes whose
-    marker satisfies ``match``). Zombies, this process and its ancestors are left out."""
+    marker satisfies ``match`` or whose pid is in ``kin``). Zombies, this process and its ancestors
+    are left out."""
     protected = _protected_pids()
     group: list[psutil.Process] = []
     marked: list[psutil.Process] = []
@@ -110,7 +178,7 @@ def scan(match: Callable[[str], bool], pgid: int | None = None) -> tuple[list[ps
             except OSError:
                 continue
         marker = _marker(proc)
-        is_marked = marker is not None and match(marker)
+        is_marked = (marker is not None and match(marker)) or proc.pid in kin
         if (in_group or is_marked) and not is_gone(proc):
             (group if in_group else marked).append(proc)
             if in_group and is_marked:
@@ -159,15 +227,26 @@ def terminate(
     *,
     pgid: int | None = None,
     leader: subprocess.Popen | None = None,
+    since: float | None = None,
 ) -> TeardownReport:
-    """SIGTERM to process group ``pgid`` and to every process outside it that carries ``marker``;
-    after ``grace_s`` seconds SIGKILL to whatever is left; then sweep for marked processes again
-    (ones started during the grace period) and SIGKILL them. ``leader`` (the group's top process,
-    our child) is reaped on the way so it does not linger as a zombie. Never raises for a process
-    that disappears meanwhile."""
+    """SIGTERM to process group ``pgid`` and to every process outside it that carries ``marker`` or
+    descends from the trial (see ``_kin``; ``since`` is the trial's start as a ``time.time()``); after
+    ``grace_s`` seconds SIGKILL to whatever is left; then sweep again (processes started during the
+    grace period) and SIGKILL them. ``leader`` (the group's top process, our child) is reaped on the
+    way so it does not linger as a zombie, and so are the orphans this process adopted. Never raises
+    for a process that disappears meanwhile."""
     t0 = time.monotonic()
     match = marker.__eq__
-    group, marked = scan(match, pgid)
+    leader_pid = leader.pid if leader is not None else pgid
+    by_kin: set[int] = set()
+
+    def look() -> tuple[list[psutil.Process], list[psutil.Process]]:
+        kin = _kin(leader_pid, since, marker)
+        group, marked = scan(match, pgid, kin)
+        by_kin.update(p.pid for p in marked if p.pid in kin and _marker(p) != marker)
+        return group, marked
+
+    group, marked = look()
     tracked: dict[int, psutil.Process] = {p.pid: p for p in group}
     group_pids = set(tracked)
     escaped: dict[int, psutil.Process] = {p.pid: p for p in marked if p.pid not in group_pids}
@@ -178,7 +257,7 @@ def terminate(
     _signal(escaped.values(), signal.SIGTERM)
 
     def refresh(sig: int) -> None:
-        more_group, more_marked = scan(match, pgid)
+        more_group, more_marked = look()
         fresh = [p for p in more_group + more_marked if p.pid not in tracked]
         more_group_pids = {p.pid for p in more_group}
         for proc in more_marked:
@@ -223,15 +302,18 @@ def terminate(
             leader.wait(timeout=max(0.0, kill_deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             pass
-    survivors = [p.pid for p in tracked.values() if not is_gone(p)]
+    _reap(pid for pid in tracked if pid != leader_pid)
+    left = [p for p in tracked.values() if not is_gone(p)]
     return TeardownReport(
         in_group=in_group,
         escaped=len(escaped),
         killed=len(stubborn),
-        survivors=len(survivors),
+        survivors=len(left),
         elapsed_s=time.monotonic() - t0,
         escaped_pids=tuple(sorted(escaped)),
-        survivor_pids=tuple(sorted(survivors)),
+        survivor_pids=tuple(sorted(p.pid for p in left)),
+        adopted=len(by_kin & set(escaped)),
+        survivor_commands=tuple(command_of(p) for p in left),
     )
 
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -111,3 +113,29 @@ def test_this_process_is_never_signalled_even_if_marked(study: str, monkeypatch:
     monkeypatch.setenv("NCCL_TUNE_TRIAL", f"{study}/0")  # only affects children: /proc/self/environ is fixed
     report = terminate(f"{study}/0", 0.2)
     assert report.survivors == 0
+
+
+@pytest.mark.parametrize("shape", ["( {daemon} & ) ;", "{daemon} &"], ids=["orphaned-at-once", "child-of-the-trainer"])
+def test_a_daemon_that_drops_group_and_marker_is_found_and_killed(tmp_path: Path, shape: str) -> None:
+    """`env -i setsid`: a daemon in its own session, without the trial's marker. Orphaned at once (a
+    subshell that exits) the tuner, a child subreaper, adopts it; still a descendant of the trainer
+    it is found under the trial's leader. Either way teardown kills it and counts it."""
+    from tests.tuner.conftest import TINY_SPACE, TINY_TRAINER, run_cli
+
+    token = f"{300 + random.random() * 100:.6f}"
+    daemon = shape.format(daemon=f"env -i setsid sleep {token}") + ' exec "$0" "$@"'
+    command = ["bash", "-c", daemon, sys.executable, str(TINY_TRAINER)]
+
+    def left() -> list[psutil.Process]:
+        return [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", token]]
+
+    try:
+        proc = run_cli(["run", "--space", str(TINY_SPACE), "--study", "d", "--trials", "1", "--confirm", "0",
+                        "--", *command], cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        assert left() == []
+        result = json.loads((tmp_path / "results/d/trial-0000/result.json").read_text())
+        assert result["escaped_processes"] >= 1 and result["survivors"] == 0, result
+    finally:
+        for p in left():
+            p.kill()
