@@ -71,6 +71,14 @@ def fmt_tput(v: float | None, unit: str | None = None) -> str:
     return f"{v:,.1f} {unit or '/s'}" if v else "-"
 
 
+def shorten(text: str, limit: int = 240) -> str:
+    """``text`` up to ``limit`` characters, cut between words (never inside a number or a name)."""
+    if len(text) <= limit:
+        return text
+    cut = text.rfind(" ", 0, limit)
+    return (text[:cut] if cut > limit // 2 else text[:limit]).rstrip() + " ..."
+
+
 class Display:
     """Prints study progress on ``console`` (stderr when stdout carries JSON)."""
 
@@ -80,6 +88,8 @@ class Display:
         self._status: Status | None = None
         self._trial_start = 0.0
         self._label = ""
+        self.plain = not console.is_terminal
+        """Piped or in CI (``| tee``, 80 columns): one unbroken line per trial, no table."""
 
     def header(self, study: str, storage: str, resumed: bool, n_done: int, command: str) -> None:
         verb = f"resuming ({n_done} trials recorded)" if resumed else "new study"
@@ -93,9 +103,14 @@ class Display:
     def trial_started(self, number: int, kind: str, values: Mapping[str, Any]) -> None:
         self._trial_start = time.monotonic()
         self._label = f"trial {number}"
-        self.console.print(
-            f"[bold]▶ trial {number}[/] [dim]{escape(kind)}[/] {escape(describe(self.space, values))}", highlight=False, soft_wrap=True
-        )
+        if self.plain:
+            text = f"trial {number} started ({kind}): {describe(self.space, values)}"
+            self.console.print(escape(text), highlight=False, soft_wrap=True)
+        else:
+            self.console.print(
+                f"[bold]▶ trial {number}[/] [dim]{escape(kind)}[/] {escape(describe(self.space, values))}",
+                highlight=False, soft_wrap=True,
+            )
         if self.console.is_terminal:
             self._status = self.console.status(f"{self._label}: starting")
             self._status.start()
@@ -114,19 +129,25 @@ class Display:
         self._stop_status()
         style = _STYLE.get(result.status, "red")
         status = result.status.value + (" (near memory wall)" if near_wall else "")
-        line = (
-            f"  [{style}]{status}[/] {fmt_tput(result.throughput_per_s, result.throughput_unit)}  mem {fmt_mem(result)}"
+        metrics = (
+            f"{fmt_tput(result.throughput_per_s, result.throughput_unit)}  mem {fmt_mem(result)}"
             f"  steps {len(result.step_times_s)}  {result.wall_s:.1f}s"
         )
-        self.console.print(line, highlight=False)
-        if result.status is not FailureClass.OK and result.verdict.evidence:
-            self.console.print(f"    [dim]{escape(result.verdict.evidence[0].text[:160])}[/]", highlight=False)
-        if result.status is not FailureClass.OK and result.verdict.advice:
-            self.console.print(f"    advice: {escape(result.verdict.advice)}", highlight=False, soft_wrap=True)
-        if incumbent is not None:
-            self.console.print(
-                f"  incumbent: trial {incumbent.first.number} {fmt_tput(incumbent.throughput, incumbent.throughput_unit)}", highlight=False
-            )
+        failed = result.status is not FailureClass.OK
+        evidence = shorten(result.verdict.evidence[0].text) if failed and result.verdict.evidence else ""
+        advice = result.verdict.advice if failed else ""
+        best = f"incumbent: trial {incumbent.first.number} {fmt_tput(incumbent.throughput, incumbent.throughput_unit)}" if incumbent else ""
+        if self.plain:
+            parts = [f"trial {number} {status}  {metrics}"] + [x for x in (evidence, advice and f"advice: {advice}", best) if x]
+            self.console.print(escape(" | ".join(parts)), highlight=False, soft_wrap=True)
+            return
+        self.console.print(f"  [{style}]{status}[/] {metrics}", highlight=False, soft_wrap=True)
+        if evidence:
+            self.console.print(f"    [dim]{escape(evidence)}[/]", highlight=False, soft_wrap=True)
+        if advice:
+            self.console.print(f"    advice: {escape(advice)}", highlight=False, soft_wrap=True)
+        if best:
+            self.console.print(f"  {best}", highlight=False)
 
     def skipped(self, number: int, why: str) -> None:
         self.console.print(f"  [dim]trial {number} not launched: {escape(why)}[/]", highlight=False, soft_wrap=True)
@@ -135,6 +156,24 @@ class Display:
         self._stop_status()
 
     def summary(self, records: list[TrialRecord], winner: Candidate | None, base: Candidate | None) -> None:
+        if self.plain:
+            self._summary_lines(records, winner, base)
+        else:
+            self._summary_table(records, winner, base)
+        self._closing(records, winner, base)
+
+    def _summary_lines(self, records: list[TrialRecord], winner: Candidate | None, base: Candidate | None) -> None:
+        self.console.print("trials:", highlight=False)
+        for r in records:
+            if r.outcome is not Outcome.LAUNCHED:
+                continue
+            mark = " *" if winner is not None and r in winner.runs else ""
+            status = (r.status.value if r.status else "?") + (" (near memory wall)" if r.near_wall else "")
+            values = describe(self.space, r.values, base.values if base else None)
+            line = f"  trial {r.number}{mark} {r.kind.value} {status}  {fmt_tput(r.throughput, r.throughput_unit)}  mem {fmt_mem(r.result)}  {values}"
+            self.console.print(escape(line), highlight=False, soft_wrap=True)
+
+    def _summary_table(self, records: list[TrialRecord], winner: Candidate | None, base: Candidate | None) -> None:
         table = Table(title="trials", show_lines=False)
         units = {r.throughput_unit for r in records if r.ok and r.throughput}
         for col in ("#", "kind", "status", units.pop() if len(units) == 1 else "throughput", "peak mem"):
@@ -154,6 +193,8 @@ class Display:
                 escape(describe(self.space, r.values, base.values if base else None)),
             )
         self.console.print(table)
+
+    def _closing(self, records: list[TrialRecord], winner: Candidate | None, base: Candidate | None) -> None:
         rej = sum(r.outcome is Outcome.REJECTED for r in records)
         pred = sum(r.outcome is Outcome.PREDICTED for r in records)
         dup = sum(r.outcome is Outcome.DUPLICATE for r in records)
@@ -162,6 +203,7 @@ class Display:
                 f"not launched: {rej} broke the space's rules, {pred} predicted to run out of memory, "
                 f"{dup} already measured",
                 highlight=False,
+                soft_wrap=True,
             )
         if winner is None:
             self.console.print("[bold red]no stable config found[/]", highlight=False)
@@ -173,5 +215,6 @@ class Display:
         self.console.print(
             f"[bold green]best stable:[/] trial {winner.first.number} {fmt_tput(winner.throughput, winner.throughput_unit)}{gain}, {confirmed}",
             highlight=False,
+            soft_wrap=True,
         )
         self.console.print(f"  {escape(describe(self.space, winner.values))}", highlight=False, soft_wrap=True)

@@ -29,3 +29,35 @@ def test_describe_leaves_out_unset_env_and_unchanged_values():
     values = {**base, "trainer.micro_train_batch_size_per_gpu": 4, "NCCL_PROTO": "LL128"}
     assert describe(space, values, base) == "micro_train_batch_size_per_gpu=4 NCCL_PROTO=LL128"
     assert "NCCL_ALGO" not in describe(space, values)
+
+
+def test_piped_output_at_80_columns_is_one_unbroken_line_per_trial(tmp_path):
+    """As in CI or `| tee`: no table, no identifier or number broken across lines, evidence whole."""
+    import re
+    import sys
+
+    from tests.tuner.conftest import TINY_SPACE, TINY_TRAINER, run_cli
+
+    proc = run_cli(["run", "--space", str(TINY_SPACE), "--study", "p", "--trials", "4", "--seed", "1", "--confirm", "0",
+                    "--set", "trainer.offload=false", "--", sys.executable, str(TINY_TRAINER)],
+                   cwd=tmp_path, env={"COLUMNS": "80"})
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert not any(ch in proc.stdout for ch in "┃│┏━"), proc.stdout  # no table
+    ends = [line for line in lines if re.match(r"trial \d+ (ok|oom|crash)", line)]
+    assert len(ends) == 4, proc.stdout
+    oom = [line for line in ends if " oom " in line]
+    assert oom and re.search(r"Tried to allocate \d+\.\d\d GiB\. GPU 0 has a total capacity of 79\.19 GiB of which "
+                             r"1\.21 GiB is free\. \| advice: ", oom[0]), oom
+    summary = lines[lines.index("trials:") + 1 :]
+    rows = [line for line in summary if line.startswith("  trial ")]
+    assert len(rows) == 4 and all(re.search(r"micro=\d|baseline values", r) for r in rows), summary
+
+
+def test_long_evidence_is_shortened_between_words():
+    from nccl_tune.tuner.display import shorten
+
+    text = "CUDA out of memory. Tried to allocate 123456.78 GiB " * 20
+    short = shorten(text, 100)
+    assert len(short) <= 104 and short.endswith(" ...")
+    assert text.startswith(short[:-4]) and text[len(short) - 4] == " "  # cut at a space, not in a number
