@@ -131,11 +131,16 @@ class Rank:
             pass
 
     def dump_fr(self) -> None:
-        """Write this rank's Flight Recorder trace once, atomically."""
+        """Write this rank's Flight Recorder trace once, atomically. A second caller (the main thread
+        failing while the flag watcher dumps) waits for the dump in progress: a rank that aborted
+        mid-dump would lose its trace and the one line that names its rank."""
         with self._dump_lock:
             if self._dumped:
                 return
             self._dumped = True
+            self._write_dump()
+
+    def _write_dump(self) -> None:
         spec = self.spec
         if not spec["fr_enabled"] or self.torch is None:
             return

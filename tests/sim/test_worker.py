@@ -1,0 +1,35 @@
+"""The twin's rank: a Flight Recorder dump in progress is never cut short by the rank's own failure."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+from nccl_tune.sim.worker import Rank
+
+
+def test_a_failing_rank_waits_for_the_dump_its_watcher_started(tmp_path: Path) -> None:
+    """The stalled rank's flag watcher starts its dump; the rank then wakes, fails its next collective
+    and calls dump_fr again before aborting. That call must wait for the dump in progress: otherwise
+    the rank aborts mid-dump, its trace and the line naming its rank are lost, and the stall cannot be
+    pinned on it (the flaky test_stalled_rank_is_a_collective_timeout_naming_it under load)."""
+    ours, theirs = socket.socketpair()
+    spec = {"rank": 1, "world": 3, "gpus": [1], "run_dir": str(tmp_path), "sock_fd": ours.fileno(),
+            "color": False, "fr_enabled": True, "fr_prefix": str(tmp_path / "fr" / "nccl_trace_rank_")}
+    rank = Rank(spec)
+
+    def slow_dump() -> bytes:  # a dump on a loaded machine
+        time.sleep(0.5)
+        return b"trace"
+
+    rank.torch = SimpleNamespace(_C=SimpleNamespace(_distributed_c10d=SimpleNamespace(_dump_fr_trace=slow_dump)))
+    watcher = threading.Thread(target=rank.dump_fr)
+    watcher.start()
+    time.sleep(0.1)
+    rank.dump_fr()  # the main thread, about to abort
+    assert (tmp_path / "fr" / "nccl_trace_rank_1").read_bytes() == b"trace"
+    watcher.join()
+    theirs.close()
