@@ -18,9 +18,22 @@ def cut_marker(n_bytes: int) -> bytes:
     return f" [... {n_bytes} bytes cut]".encode()
 
 
+def _rfind(buf: bytes, lo: int, hi: int) -> int:
+    """The last line break (``\\n``, or ``\\r`` of a progress bar's redraw) in ``buf[lo:hi]``, or -1."""
+    return max(buf.rfind(b"\n", lo, hi), buf.rfind(b"\r", lo, hi))
+
+
+def _find(buf: bytes, lo: int, hi: int | None = None) -> int:
+    """The first line break in ``buf[lo:hi]``, or -1."""
+    hi = len(buf) if hi is None else hi
+    a, b = buf.find(b"\n", lo, hi), buf.find(b"\r", lo, hi)
+    return a if b < 0 else b if a < 0 else min(a, b)
+
+
 class LineCutter:
     """Stateful: ``cut(chunk)`` returns the chunk with over-long lines cut, ``flush()`` what an
-    unfinished cut line still owes at the end of the stream (its marker)."""
+    unfinished cut line still owes at the end of the stream (its marker). A carriage return ends a
+    line here too: a progress bar redrawn a million times is many short lines, not one long one."""
 
     def __init__(self, max_line_bytes: int = MAX_LINE_BYTES) -> None:
         self.max = max_line_bytes
@@ -40,11 +53,11 @@ class LineCutter:
         n = len(chunk)
         while p < n:  # p starts a line
             if n - p <= self.max:
-                tail_nl = chunk.rfind(b"\n", p)
+                tail_nl = _rfind(chunk, p, n)
                 self._run = n - p if tail_nl < 0 else n - tail_nl - 1
                 out.append(chunk[p:])
                 break
-            nl = chunk.rfind(b"\n", p, p + self.max + 1)
+            nl = _rfind(chunk, p, p + self.max + 1)
             if nl >= 0:  # every line in chunk[p:nl] is shorter than the limit
                 out.append(chunk[p : nl + 1])
                 p = nl + 1
@@ -58,11 +71,11 @@ class LineCutter:
         n, p = len(chunk), 0
         limit = self.max - self._run  # the first newline may come at this offset at the latest
         while n - p > limit:
-            nl = chunk.rfind(b"\n", p, p + limit + 1)
+            nl = _rfind(chunk, p, p + limit + 1)
             if nl < 0:
                 return False
             p, limit = nl + 1, self.max
-        last = chunk.rfind(b"\n")
+        last = _rfind(chunk, 0, n)
         self._run = self._run + n if last < 0 else n - last - 1
         return True
 
@@ -73,7 +86,7 @@ class LineCutter:
         if not self._run:
             return 0
         room = self.max - self._run
-        nl = chunk.find(b"\n", 0, room + 1)
+        nl = _find(chunk, 0, room + 1)
         if nl >= 0:
             out.append(chunk[: nl + 1])
             self._run = 0
@@ -90,12 +103,12 @@ class LineCutter:
         if not self._cutting:
             self._cutting, self._cut = True, 0
             self.lines_cut += 1
-        nl = chunk.find(b"\n", start)
+        nl = _find(chunk, start)
         if nl < 0:
             self._cut += len(chunk) - start
             return len(chunk)
         self._cut += nl - start
-        out.append(cut_marker(self._cut) + b"\n")
+        out.append(cut_marker(self._cut) + chunk[nl : nl + 1])
         self._cutting, self._run = False, 0
         return nl + 1
 
