@@ -41,13 +41,13 @@ def _emit_json(obj: object) -> None:
 
 
 def _deliver(text: str, output: Optional[Path]) -> None:
-    """``text`` to stdout, or atomically to ``output``."""
-    from nccl_tune.atomic import write_text_atomic
+    """``text`` to stdout, or atomically to ``output`` (one-line error when it cannot be written)."""
+    from nccl_tune.tuner.export import write_output
 
     if output is None:
         sys.stdout.write(text)
     else:
-        write_text_atomic(output, text)
+        write_output(output, text)
         err.print(escape(f"wrote {output}"), highlight=False)
 
 
@@ -126,7 +126,7 @@ def run_cmd(
 
 def _run(settings, as_json: bool) -> None:
     from nccl_tune.tuner.dry_run import plan_dry_run
-    from nccl_tune.tuner.export import write_tuned
+    from nccl_tune.tuner.export import check_writable, write_tuned
     from nccl_tune.tuner.loop import run_study
     from nccl_tune.tuner.report import summary_json
 
@@ -138,6 +138,8 @@ def _run(settings, as_json: bool) -> None:
             for line in plan.lines():
                 out.print(escape(line), highlight=False, soft_wrap=True)
         raise typer.Exit(0)
+    if settings.output is not None:
+        check_writable(settings.output)  # before hours of trials, not after
     outcome = run_study(settings, console=err if as_json else out)
     if settings.output is not None and outcome.winner is not None and not outcome.interrupted:
         write_tuned(settings.output, outcome.stored, outcome.winner)
@@ -186,9 +188,14 @@ def apply_cmd(
     from nccl_tune.tuner.export import apply_tuned
 
     try:
-        _deliver(apply_tuned(tuned, into, allow_new_keys), output)
+        applied = apply_tuned(tuned, into, allow_new_keys)
+        _deliver(applied.config_yaml, output)
     except NcclTuneError as exc:
         _fail(exc)
+    if applied.env_lines:  # the config cannot carry them: say what to run before the training command
+        err.print(escape(f"# {tuned} also sets the environment; run before the training command:"), highlight=False)
+        for line in applied.env_lines:
+            err.print(escape(line), highlight=False, soft_wrap=True)
 
 
 @app.command("report")
@@ -215,12 +222,12 @@ def report_cmd(
         chosen = pick_format(fmt, output)
         if chosen is not None or junit is not None or series is not None:
             from nccl_tune.reporting.junit import render_junit
-            from nccl_tune.atomic import write_text_atomic
+            from nccl_tune.tuner.export import write_output
             from nccl_tune.tuner.report_view import load_view
 
             view = load_view(url, study, series)
             if junit is not None:
-                write_text_atomic(junit, render_junit(view))
+                write_output(junit, render_junit(view))
                 err.print(escape(f"wrote {junit}"), highlight=False)
             if chosen is not None:
                 _deliver(render_report(view, chosen), output)

@@ -5,12 +5,14 @@ merges a tuned YAML into a training config."""
 from __future__ import annotations
 
 import datetime as dt
+import os
+from dataclasses import dataclass
 import shlex
 from pathlib import Path
 from typing import Any
 
 import yaml
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from nccl_tune.atomic import write_text_atomic
@@ -123,27 +125,75 @@ def export_study(storage_url: str, study_name: str | None, fmt: str = "yaml") ->
 
 def write_tuned(path: Path, stored: StoredStudy, winner: Candidate) -> None:
     """Write ``winner``'s tuned YAML to ``path``."""
-    write_text_atomic(path, format_tuned(tuned_document(stored, winner), "yaml"))
+    write_output(path, format_tuned(tuned_document(stored, winner), "yaml"))
 
 
-def _load_yaml(path: Path, what: str) -> Any:
+def check_writable(path: Path) -> None:
+    """One-line error now when ``path`` could not be written later (its folder is made if needed)."""
+    probe = path.with_name(f".{path.name}.probe{os.getpid()}")
     try:
-        return OmegaConf.load(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise NcclTuneError(
+            f"cannot write {path} ({exc.strerror or exc}); choose a file in a folder you can write"
+        ) from None
+
+
+def write_output(path: Path, text: str) -> None:
+    """Write a file the user named (``-o``) atomically; one-line error when it cannot be written."""
+    try:
+        write_text_atomic(path, text)
+    except OSError as exc:
+        raise NcclTuneError(
+            f"cannot write {path} ({exc.strerror or exc}); choose a file in a folder you can write"
+        ) from None
+
+
+def _load_yaml(path: Path, what: str) -> DictConfig:
+    """A YAML mapping from ``path``; one-line errors for a missing, binary, empty or non-mapping file."""
+    try:
+        raw = path.read_bytes()
     except FileNotFoundError:
         raise NcclTuneError(f"{what} {path} does not exist") from None
+    except OSError as exc:
+        raise NcclTuneError(f"{what} {path}: cannot read it: {exc.strerror or exc}") from None
+    try:
+        if b"\0" in raw[:8192]:
+            raise UnicodeDecodeError("utf-8", raw[:1], 0, 1, "NUL byte")
+        data = yaml.safe_load(raw.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise NcclTuneError(f"{what} {path} is not a text file (binary content); give a YAML file") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
         raise NcclTuneError(f"{what} {path}:{where} YAML syntax error: {getattr(exc, 'problem', exc)}") from None
-    except (OSError, OmegaConfBaseException) as exc:
+    if data is None:
+        raise NcclTuneError(f"{what} {path} is empty; expected a YAML mapping of keys")
+    if not isinstance(data, dict):
+        raise NcclTuneError(f"{what} {path} holds a single {type(data).__name__}, not a YAML mapping of keys")
+    try:
+        return OmegaConf.create(data)
+    except OmegaConfBaseException as exc:
         raise NcclTuneError(f"{what} {path}: cannot read it: {str(exc).splitlines()[0]}") from None
 
 
-def apply_tuned(tuned: Path, into: Path, allow_new_keys: bool = False) -> str:
-    """``into`` with the tuned ``overrides`` merged in, as YAML text; refuses keys ``into`` lacks
-    (Hydra would refuse them too) unless ``allow_new_keys``."""
+@dataclass(frozen=True)
+class Applied:
+    """``nccl-tune apply``'s result: the merged config, and the environment the tuned config needs,
+    as shell lines (a config file cannot carry it)."""
+
+    config_yaml: str
+    env_lines: tuple[str, ...]
+
+
+def apply_tuned(tuned: Path, into: Path, allow_new_keys: bool = False) -> Applied:
+    """``into`` with the tuned ``overrides`` merged in, as YAML text, and the tuned ``env``/``unset_env``
+    as ``export``/``unset`` lines; refuses keys ``into`` lacks (Hydra would refuse them too) unless
+    ``allow_new_keys``."""
     doc = _load_yaml(tuned, "tuned file")
-    if "overrides" not in doc:
+    if not isinstance(doc.get("overrides"), DictConfig):
         raise NcclTuneError(f"tuned file {tuned}: no 'overrides' mapping; is it a file written by `nccl-tune export`?")
     base = _load_yaml(into, "config file")
     overrides = doc.overrides
@@ -156,7 +206,10 @@ def apply_tuned(tuned: Path, into: Path, allow_new_keys: bool = False) -> str:
                     "(use --allow-new-keys to add it anyway)"
                 )
     merged = OmegaConf.merge(base, overrides)
-    return OmegaConf.to_yaml(merged)
+    env = OmegaConf.to_container(doc.get("env") or OmegaConf.create({}))
+    unset = list(doc.get("unset_env") or [])
+    lines = [f"export {k}={shlex.quote(str(v))}" for k, v in dict(env).items()] + [f"unset {k}" for k in unset]
+    return Applied(OmegaConf.to_yaml(merged), tuple(lines))
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import FailureClass
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.tuner.display import Display, describe
@@ -165,7 +166,13 @@ def report_study(storage_url: str, study_name: str | None, console: Console, *, 
     data["hardware"] = stored.hardware
     data["night"] = stored.night.to_json() if stored.night else None
     if plots_dir is not None:
-        data["plots"] = [str(p) for p in plot(space, recs, plots_dir)]
+        try:
+            data["plots"] = [str(p) for p in plot(space, recs, plots_dir)]
+        except OSError as exc:
+            raise NcclTuneError(
+                f"--plots {plots_dir}: cannot write {exc.filename or plots_dir} ({exc.strerror or exc}); "
+                "choose a folder you can write"
+            ) from None
     if as_json:
         return data
     display = Display(console, space)
