@@ -167,10 +167,13 @@ class Display:
         for r in records:
             if r.outcome is not Outcome.LAUNCHED:
                 continue
-            mark = " *" if winner is not None and r in winner.runs else ""
+            mark = "  <- best" if winner is not None and r in winner.runs else ""
             status = (r.status.value if r.status else "?") + (" (near memory wall)" if r.near_wall else "")
             values = describe(self.space, r.values, base.values if base else None)
-            line = f"  trial {r.number}{mark} {r.kind.value} {status}  {fmt_tput(r.throughput, r.throughput_unit)}  mem {fmt_mem(r.result)}  {values}"
+            line = (
+                f"  trial {r.number} {r.kind.value} {status}  {fmt_tput(r.throughput, r.throughput_unit)}"
+                f"  mem {fmt_mem(r.result)}  {values}{mark}"
+            )
             self.console.print(escape(line), highlight=False, soft_wrap=True)
 
     def _summary_table(self, records: list[TrialRecord], winner: Candidate | None, base: Candidate | None) -> None:

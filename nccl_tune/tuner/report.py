@@ -14,7 +14,7 @@ from rich.table import Table
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import FailureClass
 from nccl_tune.search_spaces.space import SearchSpace
-from nccl_tune.tuner.display import Display, describe
+from nccl_tune.tuner.display import Display, describe, shorten
 from nccl_tune.tuner.semantics import semantic_changes
 from nccl_tune.tuner.stability import Candidate
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
@@ -87,6 +87,19 @@ def _failed(r: TrialRecord) -> bool:
         and r.result is not None
         and r.status not in (FailureClass.OK, FailureClass.BUDGET, FailureClass.INTERRUPTED)
     )
+
+
+def print_failure_lines(console: Console, space: SearchSpace, recs: list[TrialRecord], base: Candidate | None) -> None:
+    """The failures as one unbroken line each (piped, in CI): nothing cut inside a word or number."""
+    console.print("failures:", highlight=False)
+    for r in recs:
+        if _failed(r):
+            v = r.result.verdict
+            rank = "" if v.rank is None else f" rank {v.rank}"
+            values = describe(space, r.values, base.values if base else None)
+            evidence = shorten(v.evidence[0].text) if v.evidence else ""
+            line = f"  trial {r.number} {r.status.value if r.status else '?'}{rank}: {values} | {evidence} | advice: {v.advice}"
+            console.print(escape(line), highlight=False, soft_wrap=True)
 
 
 def failures_table(space: SearchSpace, recs: list[TrialRecord], base: Candidate | None) -> Table:
@@ -178,7 +191,9 @@ def report_study(storage_url: str, study_name: str | None, console: Console, *, 
     display = Display(console, space)
     console.print(f"[bold]study[/] {escape(stored.name)}  [dim]{escape(storage_url)}[/]", highlight=False)
     display.summary(recs, winner, base)
-    if any(_failed(r) for r in recs):
+    if any(_failed(r) for r in recs) and display.plain:
+        print_failure_lines(console, space, recs, base)
+    elif any(_failed(r) for r in recs):
         console.print(failures_table(space, recs, base))
     if winner is not None:
         changed = semantic_changes(space, winner.values, base.values if base else None)

@@ -50,8 +50,13 @@ def test_piped_output_at_80_columns_is_one_unbroken_line_per_trial(tmp_path):
     assert oom and re.search(r"Tried to allocate \d+\.\d\d GiB\. GPU 0 has a total capacity of 79\.19 GiB of which "
                              r"1\.21 GiB is free\. \| advice: ", oom[0]), oom
     summary = lines[lines.index("trials:") + 1 :]
-    rows = [line for line in summary if line.startswith("  trial ")]
+    rows = [line for line in summary if line.startswith("  trial ")][:4]
     assert len(rows) == 4 and all(re.search(r"micro=\d|baseline values", r) for r in rows), summary
+    assert rows[0].startswith("  trial 0 baseline ok")
+    report = run_cli(["report"], cwd=tmp_path, env={"COLUMNS": "80"})
+    assert report.returncode == 0 and not any(ch in report.stdout for ch in "┃│┏━"), report.stdout
+    failures = report.stdout.splitlines()[report.stdout.splitlines().index("failures:") + 1 :]
+    assert re.search(r"^  trial \d+ oom: micro=8 \| .*Tried to allocate \d+\.\d\d GiB\. GPU 0 .* \| advice: ", failures[0])
 
 
 def test_long_evidence_is_shortened_between_words():
