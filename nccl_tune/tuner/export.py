@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import datetime as dt
 import os
-from dataclasses import dataclass
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
