@@ -273,6 +273,8 @@ class LogClassifier:
         self._context: tuple[bytes, int, int] = (b"", 0, 0)
         self._host_peak: tuple[float, Evidence] | None = None
         """The highest host-memory readout in the log (fraction of RAM) and its line."""
+        self._limits: dict[str, int] = {}
+        """Per source, the last line that counts (see ``limit``)."""
         self._tails: dict[str, tuple[tuple[int, bytes], ...]] = {}
         """The last lines of the sources read before the current one."""
         self._finder = _finder_for(self._progress.literals)
@@ -280,6 +282,10 @@ class LogClassifier:
         self.lines_read = 0
 
     # --- input ------------------------------------------------------------------------------
+
+    def limit(self, source: str, last_line: int) -> None:
+        """Lines of ``source`` after ``last_line`` are read but neither events nor last lines."""
+        self._limits[source] = last_line
 
     def set_source(self, source: str) -> None:
         """Start another input (line numbers restart; events keep their order of arrival)."""
@@ -361,9 +367,12 @@ class LogClassifier:
         while len(ends) < TAIL_LINES and pos >= 0:
             ends.append(pos)
             pos = buf.rfind(b"\n", 0, pos)
+        last = self._limits.get(self._source)
         for i, end in enumerate(reversed(ends)):
             start = buf.rfind(b"\n", 0, end) + 1
-            self._tail.append((last_no - len(ends) + 1 + i, buf[start:end]))
+            no = last_no - len(ends) + 1 + i
+            if last is None or no <= last:
+                self._tail.append((no, buf[start:end]))
 
     def _candidate(self, raw: str, line_no: int) -> None:
         if "NCCL INFO" in raw:
@@ -510,6 +519,9 @@ class LogClassifier:
         rank: int | None = None,
         details: dict[str, Any] | None = None,
     ) -> _Event | None:
+        last = self._limits.get(self._source)
+        if last is not None and self._line_no > last:
+            return None
         if rule.name == "exception" and m is not None and m.group("exception") == "AssertionError":
             rule = self._assertion_rule(rule)
         count = self._per_rule.get(rule.name, 0)

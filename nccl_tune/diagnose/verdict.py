@@ -64,6 +64,9 @@ class LogFacts:
     path: Path | None = None
     lines: Iterable[str] | None = None
     """Given instead of ``path`` (the model launcher's modelled lines); an iterator is read once."""
+    upto: int | None = None
+    """Lines the log held when supervision stopped a stalled trial: what the teardown made the
+    ranks print afterwards (peers reset, SIGTERM tracebacks) does not decide the verdict."""
 
 
 @dataclass(frozen=True)
@@ -99,7 +102,7 @@ class TrialFacts:
     def to_json(self) -> dict[str, Any]:
         """The facts a trial folder does not hold otherwise (logs and dumps are files beside it)."""
         return {
-            "logs": [log.name for log in self.logs],
+            "logs": [log.name if log.upto is None else {"name": log.name, "upto": log.upto} for log in self.logs],
             "stop_reason": self.stop_reason.value if self.stop_reason else None,
             "stop_detail": self.stop_detail,
             "open_phase": self.open_phase,
@@ -119,7 +122,11 @@ class TrialFacts:
     @classmethod
     def from_json(cls, data: Mapping[str, Any], folder: Path, **extra: Any) -> "TrialFacts":
         """Facts saved by a launcher, with the logs read from ``folder``."""
-        logs = tuple(LogFacts(name, Path(folder) / name) for name in data.get("logs") or ())
+        logs = tuple(
+            LogFacts(item, Path(folder) / item) if isinstance(item, str)
+            else LogFacts(item["name"], Path(folder) / item["name"], upto=item.get("upto"))
+            for item in data.get("logs") or ()
+        )
         reason = data.get("stop_reason")
         progress = data.get("progress")
         return cls(
@@ -200,6 +207,10 @@ def _decide(facts: TrialFacts) -> Verdict:
 def read_logs(logs: Iterable[LogFacts], progress: ProgressRules | None = None) -> LogClassifier:
     """Every log through one classifier, in the order given (evidence names each line's file)."""
     clf = LogClassifier(progress=progress)
+    logs = list(logs)
+    for log in logs:
+        if log.upto is not None:
+            clf.limit(log.name, log.upto)
     for log in logs:
         clf.set_source(log.name)
         if log.lines is not None:

@@ -186,6 +186,8 @@ class LocalLauncher(Launcher):
         try:
             observer.on_start(spec, proc.pid)
             decision = self._supervise(spec, proc, tracker, sampler, observer, t0)
+            if decision.reason in (StopReason.STALL, StopReason.STARTUP):  # what teardown makes them print does not count
+                decision = replace(decision, log_lines=scanner.lines)
         except BaseException as exc:  # KeyboardInterrupt, SystemExit, an observer's error: tear down first
             raised = exc
             decision = Decision(StopReason.INTERRUPTED, f"interrupted by {type(exc).__name__} {exc}".strip())
@@ -314,7 +316,7 @@ class LocalLauncher(Launcher):
             left = "; ".join(f"pid {p} ({c})" for p, c in zip(report.survivor_pids, report.survivor_commands))
             notes.append(f"{report.survivors} process(es) survived teardown and could not be killed: {left}")
         facts = TrialFacts(
-            logs=(LogFacts(LOG_FILE, log_path),),
+            logs=(LogFacts(LOG_FILE, log_path, upto=decision.log_lines),),
             stop_reason=decision.reason,
             stop_detail=decision.detail,
             open_phase=decision.open_phase,

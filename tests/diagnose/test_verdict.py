@@ -118,3 +118,19 @@ def test_verdict_json_keeps_evidence_and_cause_structured() -> None:
     assert Verdict.from_json(data) == v
     legacy = dict(data, evidence=[str(e) for e in v.evidence], cause=None)  # result.json before structured evidence
     assert Verdict.from_json(legacy).evidence == v.evidence
+
+
+def test_what_teardown_makes_a_stalled_run_print_does_not_decide() -> None:
+    """Killing a stalled job makes its peers print transport errors; the stall is judged on what
+    came before the launcher stopped it."""
+    before = (*HEALTHY, started("step"))
+    after = ("node-1:7001:7090 [3] misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by remote peer node-2<4187>",
+             "Traceback (most recent call last):", "KeyboardInterrupt")
+    stall = dict(stop_reason=StopReason.STALL, stop_detail="no progress for 9 s", open_phase="step")
+    cut = decide(TrialFacts(logs=(LogFacts("output.log", lines=before + after, upto=len(before)),), **stall))
+    assert cut.failure_class is F.HANG and all(e.line_no <= len(before) for e in cut.evidence if e.source == "output.log")
+    whole = decide(TrialFacts(logs=(LogFacts("output.log", lines=before + after),), **stall))
+    assert whole.failure_class is F.NCCL_ERROR
+    saved = TrialFacts(logs=(LogFacts("output.log", Path("/x/output.log"), upto=7),)).to_json()
+    assert saved["logs"] == [{"name": "output.log", "upto": 7}]
+    assert TrialFacts.from_json(saved, Path("/x")).logs[0].upto == 7
