@@ -14,18 +14,23 @@ import psutil
 import pytest
 
 from nccl_tune.sim import evaluate, parse_overrides, skyrl_sql_overrides
-from nccl_tune.trial import ProgressRules
+from nccl_tune.presets import SKYRL
 
 from .conftest import SCRIPT, SHORT, clean
 
-RULES = ProgressRules()
+RULES = SKYRL  # the rules the built-in SkyRL spaces run with
+
+
+def _first_match(patterns: tuple[str, ...], line: str) -> re.Match | None:
+    """The match of the first of a rule's alternatives that matches ``line``."""
+    return next((m for rx in patterns if (m := re.search(rx, line))), None)
 
 
 def test_healthy_run_prints_what_the_tuner_parses(run_twin, tmp_path):
     # The script sets micro_train_batch_size_per_gpu=1; the later value wins, as with Hydra.
     run = run_twin(*SHORT, "trainer.micro_train_batch_size_per_gpu=2", env={"SIM_SEED": "3"})
     assert run.returncode == 0, "\n".join(run.lines[-30:])
-    steps = [m for ln in run.lines if (m := re.search(RULES.step_end, ln))]
+    steps = [m for ln in run.lines if (m := re.search(RULES.step_end[0], ln))]
     assert len(steps) == 2
     starts = [m.group("phase") for ln in run.lines if (m := re.search(RULES.phase_start, ln))]
     assert starts[:3] == ["init_weight_sync_state", "load_checkpoints", "sync_weights"]
@@ -43,7 +48,7 @@ def test_healthy_run_prints_what_the_tuner_parses(run_twin, tmp_path):
     ]
     assert run.grep("Training done!") and run.index("Training done!") > run.index("Finished: 'step'")
     # One memory line per modelled GPU per step, from the rank that hosts it.
-    mems = [m for ln in run.lines if "peak memory" in ln and (m := re.search(RULES.memory, ln))]
+    mems = [m for ln in run.lines if "peak memory" in ln and (m := _first_match(RULES.memory, ln))]
     assert sorted(int(m.group("rank")) for m in mems) == sorted(list(range(8)) * 2)
     assert all(0 < float(m.group("gib")) < 79.15 and m.group("pct") for m in mems)
     # Worker lines come from the trainer ranks' own processes, trainer lines from the driver.
