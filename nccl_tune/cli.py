@@ -126,7 +126,7 @@ def run_cmd(
 
 def _run(settings, as_json: bool) -> None:
     from nccl_tune.tuner.dry_run import plan_dry_run
-    from nccl_tune.tuner.export import check_writable, write_tuned
+    from nccl_tune.tuner.export import check_writable
     from nccl_tune.tuner.loop import run_study
     from nccl_tune.tuner.report import summary_json
 
@@ -141,12 +141,11 @@ def _run(settings, as_json: bool) -> None:
     if settings.output is not None:
         check_writable(settings.output)  # before hours of trials, not after
     outcome = run_study(settings, console=err if as_json else out)
-    if settings.output is not None and outcome.winner is not None and not outcome.interrupted:
-        write_tuned(settings.output, outcome.stored, outcome.winner)
-        (err if as_json else out).print(escape(f"tuned YAML: {settings.output}"), highlight=False)
+    for line in outcome.notes:
+        (err if as_json else out).print(escape(line), highlight=False, soft_wrap=True)
     if as_json:
         data = summary_json(outcome.study, outcome.storage_url, list(outcome.records), outcome.winner,
-                            outcome.baseline, outcome.exit_code)
+                            outcome.baseline, outcome.exit_code, outcome.space)
         data["night"] = outcome.night.to_json() if outcome.night else None
         _emit_json(data)
     verdict = outcome.night.verdict if outcome.night else None

@@ -11,6 +11,7 @@ from nccl_tune.tuner.budget import Budget
 from nccl_tune.tuner.display import Display
 from nccl_tune.tuner.observer import InterruptFlag
 from nccl_tune.tuner.sampling import suggest, to_optuna
+from nccl_tune.tuner.semantics import study_reference
 from nccl_tune.tuner.stability import to_confirm
 from nccl_tune.tuner.study_records import TrialKind
 from nccl_tune.tuner.trial_run import TrialRunner
@@ -23,7 +24,7 @@ def confirm(
     space, pinned = runner.space, runner.pins.params
     for _ in range(reruns):
         history = R.records(study)
-        pending = to_confirm(history, 1)
+        pending = to_confirm(history, 1, study_reference(space, history))
         if not pending:
             return False
         cand = pending[0]
@@ -41,6 +42,7 @@ def confirm(
             values = suggest(trial, space, pinned)
             trial.set_user_attr(R.A_VALUES, values)
             result = runner.run(study, trial, values, f"re-run of trial {cand.first.number}", history, early_stop=False)
+        budget.observe(result)
         if result.status is FailureClass.INTERRUPTED:
             return True
     return False

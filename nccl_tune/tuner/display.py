@@ -16,6 +16,7 @@ from nccl_tune.search_spaces.render import format_value
 from nccl_tune.search_spaces.space import UNSET, SearchSpace
 from nccl_tune.trial import TrialResult
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
+from nccl_tune.tuner.semantics import semantic_changes
 from nccl_tune.tuner.stability import Candidate
 
 _STYLE = {
@@ -91,9 +92,13 @@ class Display:
         self.plain = not console.is_terminal
         """Piped or in CI (``| tee``, 80 columns): one unbroken line per trial, no table."""
 
-    def header(self, study: str, storage: str, resumed: bool, n_done: int, command: str) -> None:
-        verb = f"resuming ({n_done} trials recorded)" if resumed else "new study"
-        self.console.print(f"[bold]nccl-tune[/] study [cyan]{escape(study)}[/] - {verb}", highlight=False)
+    def header(self, study: str, storage: str, resumed: bool, n_done: int, n_more: int, command: str) -> None:
+        """``n_done``: trials the study had launched before this run; ``n_more``: this run's ``--trials``."""
+        if resumed:
+            line = f"resuming study [cyan]{escape(study)}[/]: {n_done} trials done, running up to {n_more} more"
+        else:
+            line = f"new study [cyan]{escape(study)}[/]: running up to {n_more} trials"
+        self.console.print(f"[bold]nccl-tune[/] {line}", highlight=False)
         self.console.print(f"  space {escape(self.space.name)}  storage {escape(storage)}", highlight=False)
         self.console.print(f"  command: {escape(command)}", highlight=False, soft_wrap=True)
 
@@ -155,12 +160,18 @@ class Display:
     def close(self) -> None:
         self._stop_status()
 
-    def summary(self, records: list[TrialRecord], winner: Candidate | None, base: Candidate | None) -> None:
+    def summary(
+        self, records: list[TrialRecord], winner: Candidate | None, base: Candidate | None,
+        confirmation_required: bool = False,
+    ) -> None:
+        """The trials, what was not launched, and the winner (``confirmation_required``: a winner not
+        confirmed by a re-run is not called stable)."""
         if self.plain:
             self._summary_lines(records, winner, base)
         else:
             self._summary_table(records, winner, base)
-        self._closing(records, winner, base)
+        self._closing(records)
+        self.winner(winner, base, confirmation_required)
 
     def _summary_lines(self, records: list[TrialRecord], winner: Candidate | None, base: Candidate | None) -> None:
         self.console.print("trials:", highlight=False)
@@ -197,7 +208,7 @@ class Display:
             )
         self.console.print(table)
 
-    def _closing(self, records: list[TrialRecord], winner: Candidate | None, base: Candidate | None) -> None:
+    def _closing(self, records: list[TrialRecord]) -> None:
         rej = sum(r.outcome is Outcome.REJECTED for r in records)
         pred = sum(r.outcome is Outcome.PREDICTED for r in records)
         dup = sum(r.outcome is Outcome.DUPLICATE for r in records)
@@ -208,16 +219,27 @@ class Display:
                 highlight=False,
                 soft_wrap=True,
             )
+
+    def winner(self, winner: Candidate | None, base: Candidate | None, confirmation_required: bool) -> None:
+        """The winner, its gain over the baseline, and what it changes in the training itself."""
         if winner is None:
             self.console.print("[bold red]no stable config found[/]", highlight=False)
             return
         gain = ""
         if base is not None and base.throughput and winner is not base:
             gain = f" ({winner.throughput / base.throughput:.2f}x the baseline's {fmt_tput(base.throughput, base.throughput_unit)})"
-        confirmed = "confirmed by a re-run" if winner.confirmed else "[yellow]not confirmed by a re-run[/]"
-        self.console.print(
-            f"[bold green]best stable:[/] trial {winner.first.number} {fmt_tput(winner.throughput, winner.throughput_unit)}{gain}, {confirmed}",
-            highlight=False,
-            soft_wrap=True,
-        )
+        if winner.confirmed:
+            head, tail = "[bold green]best stable:[/]", "confirmed by a re-run"
+        elif confirmation_required:
+            head, tail = "[bold yellow]no confirmed config; best unconfirmed:[/]", "[yellow]not confirmed by a re-run[/]"
+        else:
+            head, tail = "[bold green]best stable:[/]", "[yellow]not confirmed by a re-run[/]"
+        tput = fmt_tput(winner.throughput, winner.throughput_unit)
+        self.console.print(f"{head} trial {winner.first.number} {tput}{gain}, {tail}", highlight=False, soft_wrap=True)
         self.console.print(f"  {escape(describe(self.space, winner.values))}", highlight=False, soft_wrap=True)
+        changes = semantic_changes(self.space, winner.values, base.values if base else None)
+        if changes:
+            self.console.print("[yellow]it changes the training itself, not only its speed:[/]", highlight=False)
+            for change in changes:
+                self.console.print(f"  {escape(str(change))}", highlight=False, soft_wrap=True)
+            self.console.print("  pin them with --set KEY=VALUE to tune speed only", highlight=False)

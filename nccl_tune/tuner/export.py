@@ -61,6 +61,7 @@ def tuned_document(stored: StoredStudy, winner: Candidate) -> dict[str, Any]:
         "peak_mem_gib": round(winner.peak_mem_gib, 2) if winner.peak_mem_gib is not None else None,
         "min_headroom_gib": round(winner.min_headroom_gib, 2) if winner.min_headroom_gib is not None else None,
         "memory_source": best.result.memory.source if best.result and best.result.memory else None,
+        "confirmed": winner.confirmed,
     }
     if base is not None and base.throughput:
         metrics["baseline_throughput_per_s"] = round(base.throughput, 3)
@@ -92,9 +93,10 @@ def tuned_document(stored: StoredStudy, winner: Candidate) -> dict[str, Any]:
 def format_tuned(doc: dict[str, Any], fmt: str) -> str:
     """The tuned document as text: ``yaml``, ``args`` (one shell line) or ``env`` (export lines)."""
     if fmt == "yaml":
+        unconfirmed = "" if doc["metrics"]["confirmed"] else ", NOT confirmed by a re-run"
         head = (
             f"# nccl-tune: fastest stable config of study {doc['study']['name']} "
-            f"({doc['metrics']['throughput_per_s']} {doc['metrics']['throughput_unit']})\n"
+            f"({doc['metrics']['throughput_per_s']} {doc['metrics']['throughput_unit']}{unconfirmed})\n"
             "# overrides: merge into the training config (OmegaConf.merge) or pass `args` on the command line (argv elements);\n"
             "# env: export before the run; unset_env: make sure these are not set.\n"
         )
@@ -123,9 +125,24 @@ def export_study(storage_url: str, study_name: str | None, fmt: str = "yaml") ->
     return format_tuned(tuned_document(stored, stored.winner), fmt)
 
 
-def write_tuned(path: Path, stored: StoredStudy, winner: Candidate) -> None:
-    """Write ``winner``'s tuned YAML to ``path``."""
-    write_output(path, format_tuned(tuned_document(stored, winner), "yaml"))
+def kept_name(path: Path) -> Path:
+    """Where a tuned file already at ``path`` is kept: ``NAME.prev.yaml`` next to it."""
+    return path.with_name(f"{path.stem}.prev{path.suffix or '.yaml'}")
+
+
+def write_tuned(path: Path, stored: StoredStudy, winner: Candidate) -> Path | None:
+    """Write ``winner``'s tuned YAML to ``path``; a file already there is kept as ``NAME.prev.yaml``
+    (returned), never replaced silently."""
+    text = format_tuned(tuned_document(stored, winner), "yaml")
+    previous = None
+    if path.exists():
+        previous = kept_name(path)
+        try:
+            os.replace(path, previous)
+        except OSError as exc:
+            raise NcclTuneError(f"cannot keep the previous {path} as {previous} ({exc.strerror}): move it away") from None
+    write_output(path, text)
+    return previous
 
 
 def check_writable(path: Path) -> None:

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import shlex
 import socket
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -30,6 +31,7 @@ from nccl_tune.tuner.admission import Admission
 from nccl_tune.tuner.budget import Budget
 from nccl_tune.tuner.confirmation import confirm
 from nccl_tune.tuner.display import Display
+from nccl_tune.tuner.export import write_tuned
 from nccl_tune.tuner.dry_run import first_values
 from nccl_tune.nightly.fingerprint import Fingerprint
 from nccl_tune.nightly.night import Night
@@ -40,11 +42,11 @@ from nccl_tune.tuner.pins import apply_pins, baseline_values
 from nccl_tune.tuner.recovery import Recovery
 from nccl_tune.tuner.sampling import make_sampler, suggest, to_optuna
 from nccl_tune.tuner.settings import RunSettings
-from nccl_tune.tuner.stability import Candidate, select_winner
+from nccl_tune.tuner.stability import Candidate
 from nccl_tune.tuner.stop_rules import StopRules, refuse_unrankable
 from nccl_tune.tuner.storage import create_or_resume, hold_study, open_storage, study_folder
 from nccl_tune.tuner.study_records import TrialKind, TrialRecord
-from nccl_tune.tuner.study_view import StoredStudy, stored_of
+from nccl_tune.tuner.study_view import StoredStudy, pick_winner, stored_of
 from nccl_tune.tuner.trial_run import TrialRunner
 from nccl_tune.tuner.warm_start import warm_start
 
@@ -54,12 +56,16 @@ class StudyOutcome:
     stored: StoredStudy
     """The study after the run (its winner is ``pick_winner``'s, as ``export`` sees it)."""
     winner: Candidate | None
-    """This run's winner: confirmed by a re-run unless the run asked for none (``--confirm 0``)."""
+    """This run's pick (``pick_winner``): the fastest stable config confirmed by a re-run, else the fastest
+    stable one, unconfirmed (``stable`` says whether it is proven)."""
     launched: int
     """Trials launched by this run (re-runs included)."""
+    confirmation_required: bool = True
+    """The run asked for confirmation re-runs (``--confirm`` above 0)."""
     interrupted: bool = False
     resumed: bool = False
     notes: tuple[str, ...] = field(default_factory=tuple)
+    """Lines for the person who ran it (where the tuned YAML went, what it holds)."""
     night: Night | None = None
     """The night's record (a run in a series, or compared with --baseline)."""
     fail_on_regression: bool = False
@@ -95,7 +101,12 @@ class StudyOutcome:
             return 130
         if self.fail_on_regression and self.regression:
             return 3
-        return 0 if self.winner is not None else 2
+        return 0 if self.stable else 2
+
+    @property
+    def stable(self) -> bool:
+        """A winner proven stable: confirmed by a re-run, or the run asked for no re-run."""
+        return self.winner is not None and (self.winner.confirmed or not self.confirmation_required)
 
 
 class StudyLoop:
@@ -137,8 +148,10 @@ class StudyLoop:
             command=self.settings.command,
             folder=study_folder(self.settings.results, self.study_name),
         )
+        done = sum(r.outcome is R.Outcome.LAUNCHED for r in R.records(study)) if existed else 0
         self.display.header(
-            self.study_name, self.settings.storage_url, existed, len(study.trials), shlex.join(self.settings.command)
+            self.study_name, self.settings.storage_url, existed, done, self.settings.trials,
+            shlex.join(self.settings.command),
         )
         if existed:
             Recovery(self.space, self.pins.params, self.launcher, self.display).run(study, storage, self.runner.host)
@@ -159,13 +172,15 @@ class StudyLoop:
 
     def run(self) -> StudyOutcome:
         study, existed = self.open()
-        budget = Budget(self.settings.budget_s)
+        budget = Budget(self.settings.budget_s, self.settings.confirm)
+        budget.observe_all(R.records(study))
         interrupted = False
         try:
             with self.interrupt:
                 self.launcher.before_study()
                 if self.plan.warm_start:
                     interrupted = warm_start(study, self.runner, self.plan, budget, self.interrupt, self.display)
+                    budget.observe_all(R.records(study))
                 interrupted = interrupted or self.search(study, budget)
                 if not interrupted and self.settings.confirm:
                     interrupted = confirm(
@@ -175,12 +190,25 @@ class StudyLoop:
             self.display.close()
             self.launcher.close()
         stored = stored_of(study, self.settings.storage_url, self.space)
-        winner = select_winner(stored.records, require_confirmation=self.settings.confirm > 0)
-        night = finish_night(study, self.plan, self.fingerprint, stored.records, winner, interrupted)
+        required = self.settings.confirm > 0
+        winner = pick_winner(stored.records, self.space, prefer_confirmed=required)
+        proven = winner if winner is not None and (winner.confirmed or not required) else None
+        night = finish_night(study, self.plan, self.fingerprint, stored.records, proven, interrupted)
         if not interrupted:
-            self.display.summary(list(stored.records), winner, stored.baseline)
-        return StudyOutcome(stored, winner, self.runner.launched, interrupted=interrupted, resumed=existed, night=night,
+            self.display.summary(list(stored.records), winner, stored.baseline, confirmation_required=required)
+        return StudyOutcome(stored, winner, self.runner.launched, confirmation_required=required,
+                            interrupted=interrupted, resumed=existed, night=night,
                             fail_on_regression=self.settings.fail_on_regression_pct is not None)
+
+    def budget_note(self, budget: Budget) -> str:
+        """Why the search starts no new trial."""
+        if budget.spent() or not budget.reserve_s:
+            return "the run's --budget is spent: no new trial"
+        reruns = f" and {self.settings.confirm} confirmation re-run(s)" if self.settings.confirm else ""
+        return (
+            f"the run's --budget has {budget.left_s() / 60:.1f} min left, too little for one more trial{reruns} of "
+            f"about {budget.longest_ok_s / 60:.1f} min each: no new search trial"
+        )
 
     def ask(self, study: optuna.Study) -> tuple[optuna.Trial, dict[str, Any], str]:
         """Optuna's next trial, its values and its kind (baseline, search, retry), recorded in it."""
@@ -199,8 +227,8 @@ class StudyLoop:
         while self.runner.launched - start < self.settings.trials:
             if self.interrupt.is_set:
                 return True
-            if budget.spent():
-                self.display.note("the run's --budget is spent: no new trial")
+            if budget.search_over():
+                self.display.note(self.budget_note(budget))
                 return False
             trial, values, kind = self.ask(study)
             with self.runner.told_on_failure(study, trial):
@@ -212,14 +240,35 @@ class StudyLoop:
                         return False
                     continue
                 result = self.runner.run(study, trial, values, kind, history)
+            budget.observe(result)
             if result.status is FailureClass.INTERRUPTED:
                 return True
-            self.stops.check(result, never_ok=not any(r.ok for r in history))
+            self.stops.check(result, kind=kind, never_ok=not any(r.ok for r in history))
         return False
 
 
 def run_study(settings: RunSettings, console: Console | None = None, launcher: Launcher | None = None) -> StudyOutcome:
-    """Run (or resume) the study described by ``settings``; see ``StudyOutcome.exit_code``."""
+    """Run (or resume) the study described by ``settings`` and write its winner to
+    ``settings.output``; see ``StudyOutcome.exit_code`` and ``StudyOutcome.notes``."""
     loop = StudyLoop(settings, console or Console(stderr=True), launcher)
     with hold_study(study_folder(settings.results, loop.study_name), loop.study_name):
-        return loop.run()
+        outcome = loop.run()
+    if settings.output is None or outcome.winner is None or outcome.interrupted:
+        return outcome
+    return replace(outcome, notes=outcome.notes + tuple(deliver_tuned(settings.output, outcome)))
+
+
+def deliver_tuned(path: Path, outcome: StudyOutcome) -> list[str]:
+    """Write the run's winner to ``path`` (keeping a file already there as ``NAME.prev.yaml``);
+    the lines that say what was written."""
+    previous = write_tuned(path, outcome.stored, outcome.winner)
+    lines = [f"tuned YAML: {path}"]
+    if previous is not None:
+        lines.append(f"the previous tuned YAML is kept as {previous}")
+    if not outcome.stable:
+        lines.append(
+            f"no config was confirmed by a re-run: {path} holds the fastest stable one (trial "
+            f"{outcome.winner.first.number}), marked unconfirmed (metrics.confirmed: false); run the same "
+            "command again to confirm it"
+        )
+    return lines

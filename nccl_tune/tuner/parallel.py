@@ -28,8 +28,10 @@ def search_parallel(loop: Any, study: optuna.Study, budget: Budget, slots: int, 
     with ThreadPoolExecutor(max_workers=slots, thread_name_prefix="trial") as pool:
         while True:
             while not stop and len(running) < slots and loop.runner.launched - start + len(running) < loop.settings.trials:
-                if loop.interrupt.is_set or budget.spent():
+                if loop.interrupt.is_set or budget.search_over():
                     interrupted = interrupted or loop.interrupt.is_set
+                    if not interrupted:
+                        loop.display.note(loop.budget_note(budget))
                     stop = True
                     break
                 started = _start_one(loop, study, running, pool.submit)
@@ -43,10 +45,11 @@ def search_parallel(loop: Any, study: optuna.Study, budget: Budget, slots: int, 
                 trial, values, kind, history, spec = running.pop(future)
                 with loop.runner.told_on_failure(study, trial):
                     result: TrialResult = loop.runner.finish(study, trial, values, kind, history, spec, future.result())
+                budget.observe(result)
                 if result.status is FailureClass.INTERRUPTED:
                     stop = interrupted = True
                 else:
-                    loop.stops.check(result, never_ok=not any(r.ok for r in history))
+                    loop.stops.check(result, kind=kind, never_ok=not any(r.ok for r in history))
 
 
 def _start_one(loop: Any, study: optuna.Study, running: dict, submit: Callable) -> bool | None:

@@ -43,9 +43,12 @@ def trial_row(r: TrialRecord) -> dict[str, Any]:
     }
 
 
-def candidate_json(c: Candidate | None) -> dict[str, Any] | None:
+def candidate_json(c: Candidate | None, space: SearchSpace | None = None,
+                   base: Candidate | None = None) -> dict[str, Any] | None:
+    """A candidate as JSON; with ``space``, the semantic changes it makes from ``base``."""
     if c is None:
         return None
+    changes = semantic_changes(space, c.values, base.values if base else None) if space is not None else []
     return {
         "trial": c.first.number,
         "trials": [r.number for r in c.runs],
@@ -56,17 +59,18 @@ def candidate_json(c: Candidate | None) -> dict[str, Any] | None:
         "peak_mem_gib": c.peak_mem_gib,
         "min_headroom_gib": c.min_headroom_gib,
         "confirmed": c.confirmed,
+        "semantic_changes": [str(x) for x in changes],
     }
 
 
 def summary_json(study: str, storage: str, recs: list[TrialRecord], winner: Candidate | None,
-                 base: Candidate | None, exit_code: int) -> dict[str, Any]:
+                 base: Candidate | None, exit_code: int, space: SearchSpace | None = None) -> dict[str, Any]:
     launched = [r for r in recs if r.outcome is Outcome.LAUNCHED]
     return {
         "study": study,
         "storage": storage,
         "exit_code": exit_code,
-        "best": candidate_json(winner),
+        "best": candidate_json(winner, space, base),
         "baseline": candidate_json(base),
         "counts": {
             "trials": len(recs),
@@ -174,7 +178,7 @@ def report_study(storage_url: str, study_name: str | None, console: Console, *, 
     """Print the report (or return its JSON) for a stored study."""
     stored = open_study(storage_url, study_name)
     space, recs, winner, base = stored.space, list(stored.records), stored.winner, stored.baseline
-    data = summary_json(stored.name, storage_url, recs, winner, base, 0 if winner else 2)
+    data = summary_json(stored.name, storage_url, recs, winner, base, 0 if winner else 2, space)
     data["command"] = list(stored.command) or None
     data["hardware"] = stored.hardware
     data["night"] = stored.night.to_json() if stored.night else None
@@ -195,17 +199,6 @@ def report_study(storage_url: str, study_name: str | None, console: Console, *, 
         print_failure_lines(console, space, recs, base)
     elif any(_failed(r) for r in recs):
         console.print(failures_table(space, recs, base))
-    if winner is not None:
-        changed = semantic_changes(space, winner.values, base.values if base else None)
-        if changed:
-            console.print("[yellow]the winner changes the training itself, not only its speed:[/]", highlight=False)
-            for change in changed:
-                console.print(f"  {escape(str(change))}", highlight=False)
-            console.print("  pin them with --set KEY=VALUE to tune speed only", highlight=False)
-    verdict = stored.night.verdict if stored.night else None
-    if verdict is not None:
-        console.print(f"[{'bold red' if verdict.regression else 'green'}]{escape(verdict.summary)}[/]", highlight=False,
-                      soft_wrap=True)
     for p in data.get("plots", []):
         console.print(f"plot: {escape(p)}", highlight=False)
     return data

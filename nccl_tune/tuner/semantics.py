@@ -4,10 +4,12 @@ prompt filtering), and which of them a config changes from the baseline."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from nccl_tune.search_spaces.render import format_value
 from nccl_tune.search_spaces.space import SearchSpace
+from nccl_tune.tuner.stability import baseline
+from nccl_tune.tuner.study_records import TrialRecord
 
 
 @dataclass(frozen=True)
@@ -28,6 +30,12 @@ def semantic_reference(space: SearchSpace, base_values: Mapping[str, Any] | None
         for p in space.parameters
         if p.semantic
     }
+
+
+def study_reference(space: SearchSpace, records: Iterable[TrialRecord]) -> dict[str, Any]:
+    """``semantic_reference`` of a study: its baseline trial's values, else the space's defaults."""
+    base = baseline(records)
+    return semantic_reference(space, base.values if base else None)
 
 
 def semantic_changes(

@@ -32,7 +32,8 @@ class RunSettings:
     space: str = "skyrl-text2sql"
     """Built-in space name or path to a space YAML file."""
     study: str | None = None
-    """Study name; derived from the space and command when not given (same command resumes)."""
+    """Study name; derived from the space, the command and the results folder when not given (the same
+    command into the same ``--results`` resumes)."""
     storage: str | None = None
     """Optuna storage URL; default ``sqlite:///<results>/nccl-tune.db``."""
     results: Path = Path("results")
@@ -40,7 +41,8 @@ class RunSettings:
     trials: int = 20
     """Trials to launch in this run (rule-rejected and predicted-to-fail configs are not launched and not counted)."""
     budget_s: float | None = None
-    """Wall-clock budget for the whole run: no new trial starts after it."""
+    """Wall-clock budget for the whole run: a search trial starts only when it and the confirmation re-runs
+    fit in the time left (as measured so far); no trial starts after it (see ``tuner/budget.py``)."""
     steps: int | None = None
     """Measured steps per trial (overrides the space's stop rule)."""
     warmup_steps: int | None = None
@@ -90,14 +92,15 @@ class RunSettings:
 
     def study_name(self, space_name: str) -> str:
         """``--study``; in a series, a new study per night (``SERIES.YYYYMMDD-HHMMSS``); else the
-        name derived from the space and the command (the same command resumes)."""
+        name derived from the space, the command and the results folder (the same command into the same
+        ``--results`` resumes)."""
         if self.study:
             return self.study
         if self.series:
             from nccl_tune.tuner.nightly import night_study_name
 
             return night_study_name(self.series)
-        return default_study_name(space_name, self.command)
+        return default_study_name(space_name, self.command, self.results)
 
 
 MAX_SEED = 2**32 - 1

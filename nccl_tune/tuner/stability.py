@@ -3,6 +3,14 @@
 Stable means: every launched run of those values finished its measured steps (status ``ok``),
 none of them came within ``min_headroom_frac`` of the memory wall, and (when re-runs were
 asked for) it did so at least twice. Throughput is the mean over its runs.
+
+A config that changes the training itself (a ``semantic`` parameter away from the user's own
+value) wins only by more than the measured noise: when the fastest stable candidate is such a
+config, the fastest one that keeps every semantic parameter wins instead, unless the semantic
+one is faster by more than ``noise_frac``: the largest run-to-run spread, (max - min) / mean, of
+any candidate run more than once in the study (at least ``MIN_NOISE_FRAC``), or
+``DEFAULT_NOISE_FRAC`` before any re-run. The confirmation re-runs start with the candidate this
+rule would pick, so that a config kept for being within the noise gets confirmed too.
 """
 
 from __future__ import annotations
@@ -14,6 +22,12 @@ from typing import Any, Iterable, Mapping
 
 from nccl_tune.failure import FailureClass
 from nccl_tune.tuner.study_records import Outcome, TrialKind, TrialRecord
+
+
+DEFAULT_NOISE_FRAC = 0.03
+"""Run-to-run noise assumed before any config has been run twice."""
+MIN_NOISE_FRAC = 0.01
+"""The least noise assumed once measured (a few repeats that agree do not prove a 0.1% gain)."""
 
 
 def values_key(values: Mapping[str, Any]) -> str:
@@ -93,18 +107,49 @@ def candidates(records: Iterable[TrialRecord]) -> list[Candidate]:
     return [Candidate(runs[0].values, tuple(runs)) for runs in groups.values()]
 
 
-def to_confirm(records: Iterable[TrialRecord], n: int) -> list[Candidate]:
-    """The ``n`` fastest stable candidates that have run only once."""
-    pool = [c for c in candidates(records) if c.stable and not c.confirmed]
-    confirmed_best = max((c.throughput for c in candidates(records) if c.stable and c.confirmed), default=0.0)
-    pool = [c for c in pool if c.throughput > confirmed_best]
-    return sorted(pool, key=lambda c: c.throughput, reverse=True)[:n]
+def to_confirm(
+    records: Iterable[TrialRecord], n: int, semantic_ref: Mapping[str, Any] | None = None
+) -> list[Candidate]:
+    """The ``n`` stable candidates that have run only once to re-run first: the one
+    ``select_winner`` would pick without confirmation, then the fastest faster than every
+    confirmed one."""
+    recs = list(records)
+    pool = [c for c in candidates(recs) if c.stable and not c.confirmed]
+    confirmed_best = max((c.throughput for c in candidates(recs) if c.stable and c.confirmed), default=0.0)
+    order = sorted((c for c in pool if c.throughput > confirmed_best), key=lambda c: c.throughput, reverse=True)
+    lead = select_winner(recs, require_confirmation=False, semantic_ref=semantic_ref)
+    if lead is not None and not lead.confirmed:
+        order = [lead] + [c for c in order if values_key(c.values) != values_key(lead.values)]
+    return order[:n]
 
 
-def select_winner(records: Iterable[TrialRecord], require_confirmation: bool) -> Candidate | None:
-    """The fastest stable candidate (confirmed by a re-run when ``require_confirmation``)."""
-    pool = [c for c in candidates(records) if c.stable and (c.confirmed or not require_confirmation)]
-    return max(pool, key=lambda c: c.throughput, default=None)
+def noise_frac(records: Iterable[TrialRecord]) -> float:
+    """The study's measured run-to-run noise: the largest throughput spread of a candidate with
+    two ``ok`` runs or more; ``DEFAULT_NOISE_FRAC`` when none has been repeated."""
+    spreads = [c.throughput_spread for c in candidates(records) if len(c.ok_runs) >= 2]
+    return max(max(spreads), MIN_NOISE_FRAC) if spreads else DEFAULT_NOISE_FRAC
+
+
+def changes_semantics(c: Candidate, semantic_ref: Mapping[str, Any]) -> bool:
+    """True when ``c`` sets a semantic parameter away from its value in ``semantic_ref``."""
+    return any(k in c.values and c.values[k] != v for k, v in semantic_ref.items())
+
+
+def select_winner(
+    records: Iterable[TrialRecord], require_confirmation: bool, semantic_ref: Mapping[str, Any] | None = None
+) -> Candidate | None:
+    """The fastest stable candidate (confirmed by a re-run when ``require_confirmation``); with
+    ``semantic_ref`` (semantic parameter -> the user's value), one that changes the training wins
+    only by more than ``noise_frac`` (see the module docstring)."""
+    recs = list(records)
+    pool = [c for c in candidates(recs) if c.stable and (c.confirmed or not require_confirmation)]
+    best = max(pool, key=lambda c: c.throughput, default=None)
+    if best is None or not semantic_ref or not changes_semantics(best, semantic_ref):
+        return best
+    plain = max((c for c in pool if not changes_semantics(c, semantic_ref)), key=lambda c: c.throughput, default=None)
+    if plain is not None and best.throughput <= plain.throughput * (1.0 + noise_frac(recs)):
+        return plain
+    return best
 
 
 def baseline(records: Iterable[TrialRecord]) -> Candidate | None:

@@ -43,9 +43,11 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
 
 
-def default_study_name(space_name: str, command: tuple[str, ...]) -> str:
-    """A stable name for (space, command): running the same command again resumes its study."""
-    digest = hashlib.sha1(json.dumps(list(command)).encode()).hexdigest()[:8]
+def default_study_name(space_name: str, command: tuple[str, ...], results: Path) -> str:
+    """A stable name for (space, command, results folder): running the same command into the same
+    ``--results`` again resumes its study; another folder is another study."""
+    key = [list(command), str(Path(results).resolve())]
+    digest = hashlib.sha1(json.dumps(key).encode()).hexdigest()[:8]
     return f"{space_name}-{digest}"
 
 

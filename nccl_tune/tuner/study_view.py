@@ -17,17 +17,21 @@ from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.tuner import study_records as R
 from nccl_tune.nightly.night import Night
 from nccl_tune.tuner.hardware_record import recorded_hardware
+from nccl_tune.tuner.semantics import study_reference
 from nccl_tune.tuner.series import night_from_attrs
 from nccl_tune.tuner.stability import Candidate, baseline, select_winner
 from nccl_tune.tuner.storage import S_COMMAND, S_SPACE_SOURCE, S_SPACE_TEXT, load_existing, open_storage
 from nccl_tune.tuner.study_records import TrialRecord
 
 
-def pick_winner(records: Iterable[TrialRecord]) -> Candidate | None:
-    """The study's winner: the fastest stable candidate confirmed by a re-run, else the fastest
-    stable one (its ``confirmed`` says which)."""
+def pick_winner(records: Iterable[TrialRecord], space: SearchSpace, prefer_confirmed: bool = True) -> Candidate | None:
+    """The study's winner: the fastest stable candidate confirmed by a re-run, else (or, without
+    ``prefer_confirmed``, in any case) the fastest stable one; its ``confirmed`` says which. A
+    change to the training itself wins only beyond the measured noise (``stability.select_winner``)."""
     recs = list(records)
-    return select_winner(recs, require_confirmation=True) or select_winner(recs, require_confirmation=False)
+    ref = study_reference(space, recs)
+    confirmed = select_winner(recs, require_confirmation=True, semantic_ref=ref) if prefer_confirmed else None
+    return confirmed or select_winner(recs, require_confirmation=False, semantic_ref=ref)
 
 
 @dataclass(frozen=True)
@@ -68,7 +72,7 @@ def stored_of(study: optuna.Study, storage_url: str, space: SearchSpace | None =
         space=space,
         command=tuple(attrs.get(S_COMMAND) or ()),
         records=recs,
-        winner=pick_winner(recs),
+        winner=pick_winner(recs, space),
         baseline=baseline(recs),
         hardware=recorded_hardware(attrs),
         night=night_from_attrs(study.study_name, attrs),

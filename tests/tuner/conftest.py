@@ -77,3 +77,46 @@ def run_cli_peak_rss(args: list[str], cwd: Path, env: dict | None = None, timeou
         proc.wait()
     done = subprocess.CompletedProcess(args, proc.returncode, out.read_text(), err.read_text())
     return done, peak / float(1 << 20)
+
+
+# The synthetic twin of SkyRL's run (examples/run_skyrl_sql_sim.sh), fast: two ranks, 1/500 of the
+# modelled time. A trial takes a few seconds.
+REPO = HERE.parents[1]
+TWIN = REPO / "examples" / "run_skyrl_sql_sim.sh"
+TWIN_ENV = {"SIM_TIME_SCALE": "0.002", "SIM_RANKS": "2"}
+TWIN_PINS_SPEED_ONLY = (
+    "--set", "trainer.micro_train_batch_size_per_gpu=1", "--set", "trainer.micro_forward_batch_size_per_gpu=8",
+    "--set", "trainer.policy.fsdp_config.cpu_offload=false", "--set", "trainer.ref.fsdp_config.cpu_offload=true",
+    "--set", "NCCL_ALGO=unset", "--set", "NCCL_PROTO=unset", "--set", "NCCL_MIN_NCHANNELS=unset",
+    "--set", "NCCL_NVLS_ENABLE=unset", "--set", "NCCL_CUMEM_ENABLE=unset", "--set", "NCCL_BUFFSIZE=unset",
+)
+"""Pins that leave only the semantic parameters (batch sizes, prompt length) to the search."""
+
+
+def twin_space_text() -> str:
+    """The built-in skyrl-text2sql space's YAML, to write variants of."""
+    from nccl_tune.search_spaces.loader import load_space
+
+    return load_space("skyrl-text2sql").text
+
+
+def run_twin(args: list[str], cwd: Path, env: dict | None = None, extra: tuple[str, ...] = (),
+             timeout: float = 400) -> subprocess.CompletedProcess:
+    """``nccl-tune run ARGS -- bash examples/run_skyrl_sql_sim.sh EXTRA`` with the fast twin."""
+    return run_cli(["run", *args, "--", "bash", str(TWIN), *extra], cwd=cwd, env={**TWIN_ENV, **(env or {})},
+                   timeout=timeout)
+
+
+def error_lines(proc: subprocess.CompletedProcess) -> list[str]:
+    return [line for line in proc.stderr.splitlines() if line.startswith("error:")]
+
+
+def study_trials(workdir: Path, study: str | None = None, results: str = "results"):
+    """The trials of the (only) study in ``workdir/results``, read with Optuna."""
+    import optuna
+
+    storage = f"sqlite:///{workdir / results / 'nccl-tune.db'}"
+    if study is None:
+        (summary,) = optuna.study.get_all_study_summaries(storage, include_best_trial=False)
+        study = summary.study_name
+    return optuna.load_study(study_name=study, storage=storage).get_trials(deepcopy=False)

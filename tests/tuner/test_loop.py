@@ -139,3 +139,34 @@ def test_report_lists_failures_with_evidence_and_writes_plots(workdir, tiny_comm
     assert "failures" in text.stdout and "CUDA out of memory" in text.stdout and "no stable config" in text.stdout
     several = run_cli(["report"], cwd=workdir)
     assert several.returncode == 1 and "choose one with --study: r, r2" in several.stderr
+
+
+@pytest.mark.slow
+def test_running_the_same_command_again_says_it_resumes_and_keeps_the_previous_tuned_file(workdir):
+    from tests.tuner.conftest import run_twin
+
+    first = run_twin(["--trials", "1", "--confirm", "0", "-o", "tuned.yaml"], cwd=workdir)
+    assert first.returncode == 0, first.stderr
+    assert "new study skyrl-text2sql-" in first.stdout and "running up to 1 trials" in first.stdout
+    before = (workdir / "tuned.yaml").read_text()
+    second = run_twin(["--trials", "2", "--confirm", "0", "-o", "tuned.yaml"], cwd=workdir)
+    assert second.returncode == 0, second.stderr
+    name = first.stdout.split("new study ")[1].split(":")[0]
+    assert f"resuming study {name}: 1 trials done, running up to 2 more" in second.stdout
+    assert "the previous tuned YAML is kept as tuned.prev.yaml" in second.stdout
+    assert (workdir / "tuned.prev.yaml").read_text() == before
+    assert yaml.safe_load((workdir / "tuned.yaml").read_text())["study"]["trials_in_study"] >= 3
+
+
+@pytest.mark.slow
+def test_the_default_study_name_includes_the_results_folder(workdir):
+    from tests.tuner.conftest import run_twin
+
+    shared = f"sqlite:///{workdir}/shared.db"
+    runs = [run_twin(["--storage", shared, "--results", folder, "--trials", "1", "--confirm", "0"], cwd=workdir)
+            for folder in ("a", "b")]
+    assert all(p.returncode == 0 for p in runs), [p.stderr for p in runs]
+    names = [p.stdout.split("new study ")[1].split(":")[0] for p in runs]  # the second is a new study too
+    assert names[0] != names[1]
+    assert sorted(s.study_name for s in optuna.study.get_all_study_summaries(shared)) == sorted(names)
+    assert (workdir / "a" / names[0] / "trial-0000").is_dir() and (workdir / "b" / names[1] / "trial-0000").is_dir()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from optuna.trial import TrialState
 
 from nccl_tune.failure import FailureClass, Verdict
@@ -63,3 +64,27 @@ def test_winner_is_the_fastest_config_whose_every_run_was_ok_away_from_the_wall(
     confirmed = records + [rec(5, steady, step_s=8.4, kind=TrialKind.RERUN)]
     win = select_winner(confirmed, require_confirmation=True)
     assert win.values == steady and win.confirmed and 0 < win.throughput_spread < 0.1
+
+
+def test_a_change_to_the_training_wins_only_beyond_the_measured_noise():
+    from nccl_tune.tuner.stability import noise_frac
+
+    semantic_ref = {"trainer.train_batch_size": 256}
+    bigger = {**BASE, "trainer.train_batch_size": 512}
+    # the baseline twice (spread 4%), a bigger train batch 3% faster: within the noise, so not the winner
+    records = [rec(0, BASE, step_s=10.0, kind=TrialKind.BASELINE), rec(1, BASE, step_s=10.4, kind=TrialKind.RERUN),
+               rec(2, bigger, step_s=9.9), rec(3, bigger, step_s=9.9, kind=TrialKind.RERUN)]
+    assert noise_frac(records) == pytest.approx(0.4 / 10.2, rel=1e-3)
+    assert select_winner(records, require_confirmation=True).values == bigger
+    assert select_winner(records, require_confirmation=True, semantic_ref=semantic_ref).values == BASE
+    # 20% faster is beyond the noise: the change wins, and is named by the caller
+    faster = records[:2] + [rec(2, bigger, step_s=8.5), rec(3, bigger, step_s=8.5, kind=TrialKind.RERUN)]
+    assert select_winner(faster, require_confirmation=True, semantic_ref=semantic_ref).values == bigger
+
+
+def test_confirmation_re_runs_start_with_the_config_the_noise_rule_keeps():
+    semantic_ref = {"trainer.train_batch_size": 256}
+    bigger = {**BASE, "trainer.train_batch_size": 512}
+    records = [rec(0, BASE, step_s=10.0, kind=TrialKind.BASELINE), rec(1, bigger, step_s=9.9)]
+    assert [c.values for c in to_confirm(records, 1)] == [bigger]
+    assert [c.values for c in to_confirm(records, 1, semantic_ref)] == [BASE]

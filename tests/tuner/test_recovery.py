@@ -56,3 +56,22 @@ def test_finished_results_survive_a_killed_tuner_and_unfinished_trials_run_again
     retry = trials[unfinished + 1]
     assert retry.user_attrs["kind"] == "retry" and retry.user_attrs["values"]["trainer.micro"] == 4
     assert retry.user_attrs["status"] in ("ok", "oom")
+
+
+def test_a_trial_asked_but_never_started_by_a_killed_tuner_resumes_without_a_folder(workdir):
+    """The tuner died between asking for values and creating the trial folder: the trial is
+    RUNNING with a folder that does not exist. The next run records it interrupted and goes on."""
+    from tests.tuner.conftest import run_twin
+
+    first = run_twin(["--study", "n", "--trials", "1", "--confirm", "0", "--json"], cwd=workdir)
+    assert first.returncode == 0, first.stderr
+    storage = f"sqlite:///{workdir}/results/nccl-tune.db"
+    values = json.loads(first.stdout)["trials"][0]["params"]
+    missing = workdir / "results" / "n" / "trial-0001"
+    orphan = _orphan_running_trial(storage, "n", values, missing, 2**22 + 11)
+    second = run_twin(["--study", "n", "--trials", "1", "--confirm", "0", "--json"], cwd=workdir)
+    assert second.returncode == 0, second.stderr
+    assert "FileNotFoundError" not in second.stderr and "Traceback" not in second.stderr
+    assert f"trial {orphan}: interrupted before it finished; it will be run again" in second.stderr
+    trials = {t.number: t for t in optuna.load_study(study_name="n", storage=storage).trials}
+    assert trials[orphan].state is TrialState.FAIL and trials[orphan].user_attrs["status"] == "interrupted"

@@ -1,0 +1,39 @@
+"""--budget keeps room for the confirmation re-runs; when they could not run, the best config is
+still written, marked unconfirmed, and the run says where. Through the CLI, with the twin."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from tests.tuner.conftest import TWIN_PINS_SPEED_ONLY, run_twin
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+def test_the_search_stops_early_enough_for_the_confirmation_to_run(workdir):
+    # offload and NCCL pinned: every trial takes about as long as the others, so the plan holds
+    pins = TWIN_PINS_SPEED_ONLY[4:]
+    assert not any("micro" in p for p in pins)
+    proc = run_twin(["--trials", "50", "--budget", "45s", "--confirm", "1", "--json", "-o", "tuned.yaml", *pins],
+                    cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    assert "too little for one more trial and 1 confirmation re-run(s)" in proc.stderr
+    assert "no new search trial" in proc.stderr
+    rows = json.loads(proc.stdout)["trials"]
+    assert [r["kind"] for r in rows if r["outcome"] == "launched"][-1] == "rerun"
+    assert yaml.safe_load((workdir / "tuned.yaml").read_text())["metrics"]["confirmed"] is True
+
+
+def test_a_budget_too_short_for_any_rerun_still_writes_the_best_config_marked_unconfirmed(workdir):
+    proc = run_twin(["--trials", "5", "--budget", "1s", "--json", "-o", "tuned.yaml"], cwd=workdir)
+    assert proc.returncode == 2, proc.stderr  # not proven stable
+    summary = json.loads(proc.stdout)
+    assert summary["best"]["trial"] == 0 and summary["best"]["confirmed"] is False
+    doc = yaml.safe_load((workdir / "tuned.yaml").read_text())
+    assert doc["metrics"]["confirmed"] is False and doc["study"]["trial"] == 0
+    assert "NOT confirmed by a re-run" in (workdir / "tuned.yaml").read_text().splitlines()[0]
+    assert "the run's --budget is spent: no confirmation re-run" in proc.stderr
+    assert "tuned.yaml holds the fastest stable one (trial 0), marked unconfirmed (metrics.confirmed: false)" in proc.stderr

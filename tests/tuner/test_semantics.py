@@ -1,0 +1,34 @@
+"""A winner that changes the training itself says so, in the closing summary, in --json and in
+the exported YAML. Through the CLI, with the twin, where a larger train batch is faster."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from tests.tuner.conftest import TWIN_PINS_SPEED_ONLY, run_cli, run_twin, twin_space_text
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
+
+
+def test_a_winner_that_changes_the_training_names_each_change_everywhere(workdir):
+    # one free parameter, the train batch (256 or 512): the only config the search can try is 512
+    space = workdir / "space.yaml"
+    text = twin_space_text()
+    assert "choices: [64, 128, 256, 512]" in text
+    space.write_text(text.replace("choices: [64, 128, 256, 512]", "choices: [256, 512]", 1))
+    pins = [*TWIN_PINS_SPEED_ONLY, "--set", "trainer.policy_mini_batch_size=256", "--set", "trainer.max_prompt_length=6000"]
+    proc = run_twin(["--space", str(space), "--trials", "2", "--confirm", "1", "--json", "-o", "tuned.yaml", *pins],
+                    cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    best = json.loads(proc.stdout)["best"]
+    assert best["params"]["trainer.train_batch_size"] == 512, best  # about 5% faster: beyond the noise
+    assert best["semantic_changes"] == ["trainer.train_batch_size: 256 -> 512"]
+    assert "it changes the training itself, not only its speed:" in proc.stderr
+    assert "  trainer.train_batch_size: 256 -> 512" in proc.stderr
+    assert yaml.safe_load((workdir / "tuned.yaml").read_text())["semantic_changes"] == [
+        "trainer.train_batch_size: 256 -> 512"]
+    exported = yaml.safe_load(run_cli(["export"], cwd=workdir).stdout)
+    assert exported["semantic_changes"] == ["trainer.train_batch_size: 256 -> 512"]
