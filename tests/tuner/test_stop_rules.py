@@ -45,8 +45,8 @@ def _case(name: str, workdir: Path) -> tuple[list[str], dict[str, str], str]:
     if name == "no progress line before the start-up deadline":
         return ["--startup-timeout", "0.5s"], {}, "no progress line before the start-up deadline"
     if name == "a step rule that matches nothing":
-        space = _space(workdir, "\nstop:\n", '\nprogress:\n  step_end: "Finished: .no_such_phase., time cost: '
-                       '(?P<seconds>[0-9.]+)s"\nstop:\n')
+        space = _space(workdir, "\nprogress:\n", '\nprogress:\n  step_end: "Finished: .no_such_phase., time cost: '
+                       '(?P<seconds>[0-9.]+)s"\n')  # the preset's phase rules stay: only steps are never seen
         return (["--space", space, "--trial-timeout", "10s"], {},
                 "no step line within the trial budget")
     assert name == "config_error"
