@@ -199,6 +199,10 @@ def report_study(storage_url: str, study_name: str | None, console: Console, *, 
         print_failure_lines(console, space, recs, base)
     elif any(_failed(r) for r in recs):
         console.print(failures_table(space, recs, base))
+    verdict = stored.night.verdict if stored.night else None
+    if verdict is not None:
+        console.print(f"[{'bold red' if verdict.regression else 'green'}]{escape(verdict.summary)}[/]", highlight=False,
+                      soft_wrap=True)
     for p in data.get("plots", []):
         console.print(f"plot: {escape(p)}", highlight=False)
     return data
