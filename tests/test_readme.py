@@ -39,7 +39,7 @@ def test_make_demo_as_written_tunes_the_twin_and_writes_the_tuned_yaml(tmp_path)
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode in (0, 2), out  # 2: no stable config in two trials is an honest answer
-    assert "trial 0 baseline" in out and "nccl-tune study demo" in out
+    assert "trial 0 baseline" in out and "nccl-tune new study demo" in out  # a fresh results folder
     if proc.returncode == 0:
         doc = yaml.safe_load((tmp_path / "demo-tuned.yaml").read_text())
         assert doc["overrides"]["trainer"] and doc["study"]["name"] == "demo"
