@@ -56,6 +56,8 @@ def sqlite_path(url: str) -> Path | None:
     if not url.startswith("sqlite:///"):
         return None
     rest = url[len("sqlite:///") :]
+    if rest in ("", ":memory:"):  # an in-memory database has no file (and no lock file next to one)
+        return None
     if rest.startswith("file:"):  # already a URI form: sqlite:///file:PATH?mode=ro&uri=true
         rest = unquote(rest[len("file:") :].split("?", 1)[0])
     return Path(rest)

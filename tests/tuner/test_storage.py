@@ -169,3 +169,12 @@ def test_run_into_a_read_only_results_folder_is_one_line(workdir, tiny_command):
     with read_only(results):
         line = _one_line_error(run_cli([*_args("x", "--results", str(results)), *tiny_command], cwd=workdir), str(results))
     assert "--results" in line
+
+
+def test_an_in_memory_storage_leaves_no_lock_file_behind(tmp_path, monkeypatch):
+    from nccl_tune.tuner.storage import open_storage, sqlite_path
+
+    monkeypatch.chdir(tmp_path)
+    assert sqlite_path("sqlite:///:memory:") is None
+    open_storage("sqlite:///:memory:")
+    assert list(tmp_path.iterdir()) == []
