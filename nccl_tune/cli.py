@@ -87,6 +87,7 @@ def run_cmd(
     startup_timeout: Optional[str] = typer.Option(None, "--startup-timeout", help="Time allowed before the first progress line.", metavar="DURATION"),
     trial_timeout: Optional[str] = typer.Option(None, "--trial-timeout", help="Budget of one trial.", metavar="DURATION"),
     grace: Optional[str] = typer.Option(None, "--grace", help="SIGTERM-to-SIGKILL grace period at teardown.", metavar="DURATION"),
+    gate_timeout: Optional[str] = typer.Option(None, "--gate-timeout", help="How long to wait for a clean node (GPU memory back, the study's processes gone) before a trial; default 60s.", metavar="DURATION"),
     pin: List[str] = typer.Option([], "--set", help="Hold a parameter (or context value) fixed: KEY=VALUE; repeatable.", metavar="KEY=VALUE"),
     seed: Optional[int] = typer.Option(None, "--seed", help="Sampler seed."),
     sampler: str = typer.Option("local", "--sampler", help="local (walk from the incumbent), tpe or random."),
@@ -109,14 +110,14 @@ def run_cmd(
     try:
         _check_dashdash(ctx, command or [])
         given = {"--budget": budget, "--stall-timeout": stall_timeout, "--startup-timeout": startup_timeout,
-                 "--trial-timeout": trial_timeout, "--grace": grace}
+                 "--trial-timeout": trial_timeout, "--grace": grace, "--gate-timeout": gate_timeout}
         secs = {opt: None if text is None else parse_duration(text, opt) for opt, text in given.items()}
         settings = RunSettings(
             command=tuple(command or ()), space=space, study=study, storage=storage, results=results,
             trials=trials, steps=steps, warmup_steps=warmup_steps, pins=tuple(parse_pin(p) for p in pin),
             seed=seed, sampler=sampler, launcher=launcher, parallel=parallel, ray_address=ray_address, output=output, dry_run=dry_run, confirm=confirm,
             budget_s=secs["--budget"], stall_timeout_s=secs["--stall-timeout"], startup_timeout_s=secs["--startup-timeout"],
-            trial_timeout_s=secs["--trial-timeout"], grace_s=secs["--grace"], series=series, warm_start=warm_start,
+            trial_timeout_s=secs["--trial-timeout"], grace_s=secs["--grace"], gate_timeout_s=secs["--gate-timeout"], series=series, warm_start=warm_start,
             baseline_file=baseline, fail_on_regression_pct=fail_on_regression,
         )
         _run(settings, as_json)

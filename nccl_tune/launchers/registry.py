@@ -26,14 +26,16 @@ def parallel_problem(name: str, parallel: int) -> str | None:
     return None
 
 
-def make_launcher(name: str, ray_address: str | None = None) -> Launcher:
-    """The launcher named ``name`` (checked by ``launcher_problem`` first)."""
+def make_launcher(name: str, ray_address: str | None = None, gate_timeout_s: float | None = None) -> Launcher:
+    """The launcher named ``name`` (checked by ``launcher_problem`` first); ``gate_timeout_s`` is how long
+    the gate before a trial waits for a clean node (None: the launcher's default)."""
+    kw = {} if gate_timeout_s is None else {"gate_timeout_s": gate_timeout_s}
     if name == "local":
         from nccl_tune.launchers.local import LocalLauncher
 
-        return LocalLauncher()
+        return LocalLauncher(**kw)
     if name == "ray":
         from nccl_tune.launchers.ray_launcher import RayLauncher
 
-        return RayLauncher(ray_address)
+        return RayLauncher(ray_address, **kw)
     raise ValueError(f"no launcher named {name!r}")

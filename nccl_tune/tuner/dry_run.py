@@ -88,5 +88,5 @@ def plan_dry_run(settings: RunSettings, launcher: Launcher | None = None) -> Dry
     spec = build_trial_spec(
         space, settings, study=study, number=0, values=values, context_pins=pins.context
     )
-    (launcher or make_launcher(settings.launcher, settings.ray_address)).prepare(spec)
+    (launcher or make_launcher(settings.launcher, settings.ray_address, settings.gate_timeout_s)).prepare(spec)
     return DryRun(study=study, space=space.name, spec=spec)

@@ -117,7 +117,7 @@ class StudyLoop:
         self.space, self.pins = apply_pins(load_space(settings.space), settings.pins)
         refuse_unrankable(self.space, self.pins.params)
         self.study_name = settings.study_name(self.space.name)
-        self.launcher = launcher or make_launcher(settings.launcher, settings.ray_address)
+        self.launcher = launcher or make_launcher(settings.launcher, settings.ray_address, settings.gate_timeout_s)
         self.display = Display(console, self.space)
         self.interrupt = InterruptFlag()
         self.runner = TrialRunner(

@@ -50,6 +50,9 @@ class RunSettings:
     startup_timeout_s: float | None = None
     trial_timeout_s: float | None = None
     grace_s: float | None = None
+    gate_timeout_s: float | None = None
+    """``--gate-timeout``: how long the gate before a trial waits for the node's GPU memory and the study's
+    processes to be gone before the run stops with one line naming what holds the node (default 60 s)."""
     pins: tuple[tuple[str, str], ...] = ()
     """``--set KEY=VALUE`` pairs: parameters (or context values) held fixed."""
     seed: int | None = None
@@ -126,7 +129,8 @@ def settings_problems(s: RunSettings) -> list[str]:
     if s.sampler not in SAMPLERS:
         problems.append(f"--sampler {s.sampler!r} is unknown; use {', '.join(SAMPLERS[:-1])} or {SAMPLERS[-1]}")
     for option, secs in (("--budget", s.budget_s), ("--stall-timeout", s.stall_timeout_s),
-                         ("--startup-timeout", s.startup_timeout_s), ("--trial-timeout", s.trial_timeout_s)):
+                         ("--startup-timeout", s.startup_timeout_s), ("--trial-timeout", s.trial_timeout_s),
+                         ("--gate-timeout", s.gate_timeout_s)):
         need(secs is None or secs > 0, option, f"{secs:g}s" if secs is not None else secs,
              "must be more than 0 (e.g. 90s, 45m, 8h); leave it out for the default")
     need(s.grace_s is None or s.grace_s >= 0, "--grace", s.grace_s, "must be 0 or more seconds")

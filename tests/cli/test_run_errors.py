@@ -47,6 +47,7 @@ SPACES = {
         (["run", "--space", str(TINY_SPACE), "--stall-timeout", "0", "--", *GOOD], "--stall-timeout 0s: must be more than 0"),
         (["run", "--space", str(TINY_SPACE), "--startup-timeout", "0m", "--", *GOOD], "--startup-timeout 0s: must be more than 0"),
         (["run", "--space", str(TINY_SPACE), "--trial-timeout", "0", "--", *GOOD], "--trial-timeout 0s: must be more than 0"),
+        (["run", "--space", str(TINY_SPACE), "--gate-timeout", "0", "--", *GOOD], "--gate-timeout 0s: must be more than 0"),
         (["run", "--space", str(TINY_SPACE), "--warmup-steps", "-1", "--", *GOOD], "--warmup-steps -1: must be 0 or more"),
         (["run", "--space", str(TINY_SPACE), "--seed", "-1", "--", *GOOD], "--seed -1: must be between 0 and 4294967295"),
         (["run", "--space", str(TINY_SPACE), "--seed", str(2**32), "--", *GOOD], "--seed 4294967296: must be between"),
