@@ -98,6 +98,9 @@ class StopRule:
     """Steps run first and not measured (the first step is slow: compilation, allocator warm-up)."""
     measured_steps: int = 2
     """Steps measured after the warm-up; the trial is stopped once they are done."""
+    screen_steps: int = 0
+    """Cheap screening (0: off): after the warm-up and this many measured steps, a trial not within
+    reach of the incumbent is stopped; only promising ones run every measured step."""
 
     @property
     def total_steps(self) -> int:

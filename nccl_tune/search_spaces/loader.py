@@ -350,6 +350,11 @@ def _build(data: dict[str, Any], source: str, label: str, text: str) -> SearchSp
     stop = StopRule(**{k: _int(v, f"stop.{k}", label, minimum=0) for k, v in stop_raw.items()})
     if stop.measured_steps < 1:
         raise NcclTuneError(f"space file {label}: stop.measured_steps must be at least 1")
+    if stop.screen_steps >= stop.measured_steps:
+        raise NcclTuneError(
+            f"space file {label}: stop.screen_steps {stop.screen_steps} must be below stop.measured_steps "
+            f"({stop.measured_steps}); use 0 to turn screening off"
+        )
 
     clocks_raw = _mapping(data, "clocks", label)
     _check_keys(clocks_raw, _CLOCK_KEYS, "in clocks: ", label)

@@ -21,7 +21,7 @@ import os
 import re
 import zlib
 from datetime import datetime, timedelta
-from typing import Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 from nccl_tune.diagnose.stacks import Frame, ProcessStack, StackReport, ThreadStack
 from nccl_tune.diagnose.verdict import LogFacts, TrialFacts, decide
@@ -73,15 +73,19 @@ class ModelLauncher(Launcher):
         base_overrides: Sequence[str] | None = None,
         env: Mapping[str, str] | None = None,
         write_result: bool = False,
+        cost: Callable[[TrialSpec, int, int], Outcome] | None = None,
     ) -> None:
         """``base_overrides``: the command's own overrides (default: the twin script's);
         ``env``: the environment trials start from (default: this process's);
-        ``write_result``: also write ``result.json`` into each trial folder."""
+        ``write_result``: also write ``result.json`` into each trial folder;
+        ``cost``: another cost model, ``(spec, run seed, steps) -> Outcome`` (an analytic landscape,
+        ``nccl_tune.sim.analytic``), in place of the twin's; supervised the same way."""
         self.base_env = dict(os.environ if env is None else env)
         self.base_overrides = (
             list(base_overrides) if base_overrides is not None else skyrl_sql_overrides(self.base_env.get("HOME"))
         )
         self.write_result = write_result
+        self.cost = cost
 
     def trial_env(self, spec: TrialSpec) -> dict[str, str]:
         """The environment the trial's command would see (the local launcher's own rule)."""
@@ -118,6 +122,9 @@ class ModelLauncher(Launcher):
 
     # -- one trial ---------------------------------------------------------------------------
     def _run(self, spec: TrialSpec, observer: TrialObserver) -> TrialResult:
+        if self.cost is not None:
+            outcome = self.cost(spec, zlib.crc32(spec.marker.encode()), spec.stop.total_steps)
+            return _Supervision(spec, observer, outcome).run()
         env = self.trial_env(spec)
         tokens = self.base_overrides + override_tokens(spec.argv)
         try:

@@ -4,7 +4,9 @@ Values are not launched, and are told to the study at once, when they
 - break the space's rules, or an expression of the space fails on them (``rejected``:
   infeasible for the sampler, with the rule's message or the expression's error);
 - were already measured by a launched trial (``duplicate``: the sampler hears the same outcome);
-- need at least the memory of a known OOM in every memory-increasing parameter (``predicted``).
+- are refused by the memory model (``memory_model.MemoryModel.verdict``: they need at least the
+  memory of a known OOM or of a run within the headroom, or are predicted with confidence to run
+  out or to come within the headroom of the wall; ``predicted``).
 Re-runs, retries and the baseline skip the last two checks: they are asked for on purpose.
 """
 
@@ -16,12 +18,11 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.failure import FailureClass
 from nccl_tune.search_spaces.expr import ExprError
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.tuner import study_records as R
 from nccl_tune.tuner.display import Display
-from nccl_tune.tuner.predict import predicted_oom
+from nccl_tune.tuner.memory_model import memory_verdict
 from nccl_tune.tuner.stability import values_key
 from nccl_tune.tuner.study_records import TrialKind, TrialRecord
 from nccl_tune.tuner.telling import tell_duplicate, tell_predicted, tell_rejected
@@ -92,10 +93,10 @@ class Admission:
             self.duplicates_in_a_row += 1
             return False
         self.duplicates_in_a_row = 0
-        oom_from = predicted_oom(self.space, values, history) if self.predict_oom else None
-        if oom_from is not None:
-            tell_predicted(study, trial, oom_from, FailureClass.OOM)
-            self.display.skipped(trial.number, f"needs at least the memory of trial {oom_from}, which ran out")
+        verdict = memory_verdict(self.space, values, history) if self.predict_oom else None
+        if verdict is not None:
+            tell_predicted(study, trial, verdict.from_trial, verdict.status)
+            self.display.skipped(trial.number, verdict.reason)
             return False
         return True
 

@@ -1,128 +1,327 @@
-"""A pattern-search sampler: step one parameter of the incumbent at a time.
+"""The default sampler: a memory-aware local search, moves ranked by expected gain.
 
-On a landscape like a training node's, the fastest stable configs sit next to the memory wall
-and the rest of the space is mostly slower or failing, so a few dozen trials are better spent
-walking from the best config found so far than modelling the whole space. Each trial moves one
-parameter of the incumbent one step (the next or previous choice; the next power of two) to
-values not tried yet:
+On a training node the fastest stable configs sit next to the memory wall and most of the space is
+slower or failing, so a few dozen trials are better spent moving from the best config found so far
+than modelling the whole space. Every proposal is rebuilt from the study's storage (a resumed study
+proposes what an uninterrupted one would):
 
-- a move that produced a new incumbent is repeated in the same direction;
-- ``first`` moves (micro-batch sizes up: faster until memory runs out) are tried before others;
-- ``late`` parameters (NCCL variables, whose effect is small) move only when nothing else is left;
-- the incumbent changes only for a feasible trial faster by more than ``margin``: a trial's
-  measured throughput is noisy, and chasing noise walks away from the real optimum;
-- when the incumbent and its near-ties have no untried neighbour, TPE proposes.
-
-Failed trials are infeasible (see ``telling.py``), so the walk never starts from one, and their
-values count as tried. Nothing is kept that storage cannot rebuild: a resumed study recomputes
-its incumbent.
+1. Models: ``throughput_model`` (log throughput, additive over the parameters, with each
+   parameter's scale learnt from the study's own one-parameter differences) and ``memory_model``
+   (peak per GPU, monotone in the parameters declared ``memory: increasing/decreasing``).
+2. The incumbent: the stable config (every run ``ok``, away from the wall) of highest modelled
+   throughput; noise within a run or between runs does not move it, since the model pools them.
+3. Moves from the best finished configs (stable ones, and ones too close to the memory wall to be
+   stable: a step back from the wall may be the best config): every one-parameter change, and
+   compound moves where a memory-increasing change would not fit on its own: that change together
+   with each enabler (a memory-decreasing change of another parameter: checkpointing on, a higher
+   ZeRO stage, offload on, a shorter sequence). While an enabler's effect on memory is unmeasured,
+   it is paired with the smallest change that needs it; once measured, with any that the memory
+   model predicts will fit, so the largest that fits wins on expected gain. And a jump: the
+   config the throughput model rates best near the base, over values already measured (gains
+   measured one at a time, combined in one trial).
+4. Each move is scored ``expected improvement x (P(fits in memory) x P(no other failure))^2``: expected
+   improvement over the incumbent under the throughput model (parameters whose measured effect is
+   within noise promise little and wait; untried values of parameters with a large measured spread
+   come first); ``P(fits)`` from the memory model; ``P(no other failure)`` from earlier hangs,
+   crashes and refusals, each blamed on the values its move changed, as a failure rate per value
+   that runs without a failure dilute. Configs the admission rule would refuse (predicted OOM or
+   within the headroom) and configs already tried are never proposed. Among configs whose modelled
+   throughput is tied, moves start from the one with fewest changes from the baseline: a change
+   that did not measurably help is not carried along (it may break in combination).
+5. Without a stable config yet, moves from the launched configs are ranked by
+   ``P(fits) x P(no other failure) x expected throughput``. When no move is worth
+   ``MIN_EXPECTED_GAIN``, Optuna's TPE proposes.
 """
 
 from __future__ import annotations
 
+import math
 import random
-from typing import Any, Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Any, Mapping, Sequence
 
+import numpy as np
 import optuna
-from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
+from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler, TPESampler
 from optuna.trial import FrozenTrial, TrialState
 
-Move = tuple[str, int, dict[str, Any]]
-"""(parameter, direction -1/+1, the values after the move)."""
+from nccl_tune.failure import FailureClass
+from nccl_tune.search_spaces.space import MemoryEffect, Parameter, SearchSpace
+from nccl_tune.tuner import study_records as R
+from nccl_tune.tuner.memory_model import MemoryModel
+from nccl_tune.tuner.study_records import Outcome, TrialRecord
+from nccl_tune.tuner.sampling import distributions, to_optuna
+from nccl_tune.tuner.stability import candidates, values_key
+from nccl_tune.tuner.throughput_model import ThroughputModel, axis
+
+MIN_EXPECTED_GAIN = 0.002
+"""Expected log-throughput gain below which local moves are not worth a trial (TPE proposes)."""
+BASES = 4
+"""Finished configs (stable, or near the wall: backing off from the wall is a move too), best
+modelled first, whose neighbourhoods are searched."""
+RISK_AVERSION = 2.0
+"""Exponent on the probability that a move runs (fits in memory, no other failure): a failed trial
+costs GPU time and teaches less than a finished one, so risk counts more than in plain expectation."""
+FAILURE_PRIOR = 0.5
+"""Pseudo-runs without a failure in a blamed value's failure rate (one failure alone: 2/3)."""
+TIE = 0.01
+"""Modelled log-throughput difference within which configs count as tied: the one with fewer changes
+from the baseline leads (a change that did not measurably help is not carried into the next move)."""
+_NORMAL = NormalDist()
+_SIGNED = (MemoryEffect.INCREASING, MemoryEffect.DECREASING)
 
 
-def _key(params: dict[str, Any]) -> tuple[tuple[str, Any], ...]:
-    return tuple(sorted(params.items()))
+@dataclass(frozen=True)
+class Move:
+    values: Mapping[str, Any]
+    changed: tuple[str, ...]
+    base: int
+    """Trial number of the config it moves from."""
+    kind: str = "move"
+    """``move`` (one parameter), ``compound move`` (an enabler with a change that needs it) or ``jump``
+    (the model's best config, several parameters)."""
 
 
-def neighbours(params: dict[str, Any], space: dict[str, BaseDistribution]) -> list[Move]:
-    """Every move of one parameter one step up or down within its distribution."""
-    out: list[Move] = []
-    for name, dist in space.items():
-        if name not in params:
-            continue
-        value = params[name]
-        for d in (-1, 1):
-            if isinstance(dist, IntDistribution):
-                moved = value + d * dist.step
-                if dist.low <= moved <= dist.high:
-                    out.append((name, d, {**params, name: moved}))
-            elif isinstance(dist, CategoricalDistribution):
-                i = list(dist.choices).index(value) + d
-                if 0 <= i < len(dist.choices):
-                    out.append((name, d, {**params, name: dist.choices[i]}))
-    return out
+@dataclass(frozen=True)
+class Proposal:
+    values: Mapping[str, Any]
+    reason: str
+    score: float
 
 
-def _feasible(trial: FrozenTrial) -> bool:
-    return bool(trial.value) and all(v <= 0 for v in trial.constraints.values())
+def expected_improvement(mean: np.ndarray, sd: np.ndarray, best: float) -> np.ndarray:
+    z = (mean - best) / np.maximum(sd, 1e-12)
+    cdf = np.array([_NORMAL.cdf(x) for x in z])
+    pdf = np.exp(-0.5 * z**2) / math.sqrt(2 * math.pi)
+    return np.maximum((mean - best) * cdf + sd * pdf, 0.0)
+
+
+class Planner:
+    """One proposal from the study's records (the module docstring, steps 1-5)."""
+
+    def __init__(self, space: SearchSpace, pinned: Mapping[str, Any], records: Sequence[TrialRecord]) -> None:
+        self.space = space
+        self.pinned = dict(pinned)
+        self.records = list(records)
+        self.free = [p for p in space.parameters if p.name not in self.pinned and len(p.choices) > 1]
+        self.baseline = {**space.defaults(), **self.pinned}
+        self.memory = MemoryModel(space, self.records)
+        self.tput = ThroughputModel(space, self.free, self.records, self.baseline)
+        self.tried = {self._key(r.values) for r in self.records if r.values}
+        self.failure_rates = self._failure_rates()
+
+    def _key(self, values: Mapping[str, Any]) -> str:
+        return values_key({p.name: values.get(p.name) for p in self.free})
+
+    # -- what failed, and what it is blamed on ---------------------------------------------------
+    def _failure_rates(self) -> dict[tuple[str, Any], float]:
+        """Failure rate of each (parameter, value) a failure was blamed on: a failure not explained by
+        the memory model is blamed on the values in which it differs from the nearest stable config
+        launched before it (shared when several); every launched run that did not fail with a value
+        counts for it. Rate = blame / (blame + runs without a failure + ``FAILURE_PRIOR``)."""
+        memory_explains = bool(self.memory.signed)
+        stable_before: list[TrialRecord] = []
+        blame: dict[tuple[str, Any], float] = {}
+        fine: dict[tuple[str, Any], int] = {}
+        for r in sorted(self.records, key=lambda r: r.number):
+            if r.outcome is not Outcome.LAUNCHED or r.status in (None, FailureClass.INTERRUPTED):
+                continue
+            if r.status in (FailureClass.OK, FailureClass.BUDGET):
+                for p in self.free:
+                    fine[(p.name, r.values.get(p.name))] = fine.get((p.name, r.values.get(p.name)), 0) + 1
+                if r.ok and not r.near_wall:
+                    stable_before.append(r)
+                continue
+            if r.status is FailureClass.OOM and memory_explains:
+                continue
+            blamed = self._blamed(r.values, stable_before)
+            for name in blamed:
+                key = (name, r.values.get(name))
+                blame[key] = blame.get(key, 0.0) + 1.0 / len(blamed)
+        return {k: b / (b + fine.get(k, 0) + FAILURE_PRIOR) for k, b in blame.items()}
+
+    def _blamed(self, failed: Mapping[str, Any], stable: Sequence[TrialRecord]) -> tuple[str, ...]:
+        """The parameters in which ``failed`` differs from the nearest stable config launched before it."""
+        names = [p.name for p in self.free]
+        best: tuple[str, ...] = tuple(names)
+        for r in stable:
+            diff = tuple(n for n in names if r.values.get(n) != failed.get(n))
+            if len(diff) < len(best):
+                best = diff
+        return best or tuple(names)
+
+    def p_no_other_failure(self, values: Mapping[str, Any]) -> float:
+        ok = 1.0
+        for p in self.free:
+            ok *= 1.0 - self.failure_rates.get((p.name, values.get(p.name)), 0.0)
+        return ok
+
+    # -- moves -------------------------------------------------------------------------------------
+    def full(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        return {**values, **self.pinned}
+
+    def singles(self, base: Mapping[str, Any], number: int) -> list[Move]:
+        """One parameter changed: to the next value up or down along its axis, or to any value off
+        the axis (``throughput_model.axis``); from a value off the axis, to any other (a jump along
+        an axis is a compound move's job)."""
+        out = []
+        for p in self.free:
+            if base.get(p.name) not in p.choices:
+                continue
+            pos = axis(p)
+            here = pos[p.choices.index(base[p.name])]
+            for j, c in enumerate(p.choices):
+                if c == base[p.name]:
+                    continue
+                if here is None or pos[j] is None or abs(pos[j] - here) == 1:
+                    out.append(Move(self.full({**base, p.name: c}), (p.name,), number))
+        return out
+
+    def compounds(self, base: Mapping[str, Any], number: int) -> list[Move]:
+        """A memory-increasing change that does not fit alone (by the memory model's measured
+        effects, or because it needs at least the memory of a config that ran out or came too close
+        to the wall), with each enabler of another parameter."""
+        signed = [p for p in self.free if p.memory in _SIGNED]
+        out = []
+        for q in signed:
+            rank = q.memory_rank(base[q.name])
+            ups = sorted((v for v in q.choices if q.memory_rank(v) > rank), key=q.memory_rank)
+            needing = [v for v in ups if self.needs_enabler(self.full({**base, q.name: v}), q.name)]
+            for e in signed:
+                if e is q:
+                    continue
+                known = self.memory.varies(e.name)
+                e_rank = e.memory_rank(base[e.name])
+                for w in (w for w in e.choices if e.memory_rank(w) < e_rank):
+                    for v in needing if known else needing[:1]:
+                        values = self.full({**base, q.name: v, e.name: w})
+                        out.append(Move(values, (e.name, q.name), number, kind="compound move"))
+        return out
+
+    def needs_enabler(self, values: Mapping[str, Any], name: str) -> bool:
+        """True when ``values`` would not fit by what the study measured (not by the prior alone)."""
+        pred = self.memory.predict(values)
+        if pred.p_below(self.memory.wall_frac) >= 0.5:
+            return False
+        return pred.lower_frac > self.memory.wall_frac or self.memory.varies(name)
+
+    def jump(self, base: Mapping[str, Any], number: int) -> list[Move]:
+        """The model's best config near ``base``: greedy ascent of the modelled throughput over values
+        the study has measured, kept to configs that fit and are not suspect. A multi-parameter
+        move: it combines gains measured one at a time in one trial."""
+        seen = {(p.name, o.values.get(p.name)) for o in self.tput.obs for p in self.free}
+        current = dict(base)
+        current_mean = float(self.tput.predict([current])[0][0])
+        for _ in range(len(self.free)):
+            options = [self.full({**current, p.name: v}) for p in self.free for v in p.choices
+                       if v != current.get(p.name) and (p.name, v) in seen]
+            options = [o for o in options if not self.space.violations(o) and self.memory.p_fits(o) >= 0.5
+                       and self.p_no_other_failure(o) >= 0.5 and self.memory.verdict(o) is None]
+            if not options:
+                break
+            means, _ = self.tput.predict(options)
+            i = int(np.argmax(means))
+            if means[i] < current_mean + 0.003:
+                break
+            current, current_mean = options[i], float(means[i])
+        changed = tuple(p.name for p in self.free if current.get(p.name) != base.get(p.name))
+        return [Move(current, changed, number, kind="jump")] if len(changed) >= 2 else []
+
+    def admissible(self, move: Move) -> bool:
+        return (
+            self._key(move.values) not in self.tried
+            and not self.space.violations(move.values)
+            and self.memory.verdict(move.values) is None
+        )
+
+    # -- choosing ------------------------------------------------------------------------------------
+    def ranked(self) -> list[tuple[float, int, Mapping[str, Any], bool]]:
+        """(modelled log throughput, first trial, values, stable) of every config whose runs all
+        finished (stable, or too close to the memory wall to be), best first."""
+        finished = [c for c in candidates(self.records) if c.all_ok]
+        if not finished:
+            return []
+        means, _ = self.tput.predict([c.values for c in finished])
+        rows = [(float(m), c.first.number, c.values, c.stable) for m, c in zip(means, finished)]
+        top = max((m for m, _, _, st in rows if st), default=max(m for m, *_ in rows))
+        tie = max(TIE, self.tput.noise / 2)
+
+        def order(row: tuple[float, int, Mapping[str, Any], bool]) -> tuple[int, int, float]:
+            tied = row[0] >= top - tie
+            return (0 if tied else 1, self.changes(row[2]) if tied else 0, -row[0])
+
+        return sorted(rows, key=order)
+
+    def changes(self, values: Mapping[str, Any]) -> int:
+        """How many free parameters differ from the baseline."""
+        return sum(values.get(p.name) != self.baseline.get(p.name) for p in self.free)
+
+    def propose(self, rng: random.Random) -> Proposal | None:
+        ranked = self.ranked()
+        stable = [row for row in ranked if row[3]]
+        if stable:
+            bases = [(number, values) for _, number, values, _ in ranked[:BASES]]
+            best = max(row[0] for row in stable)
+        else:
+            launched = [r for r in self.records if r.outcome is Outcome.LAUNCHED and r.values]
+            if not launched:
+                return None
+            bases = [(r.number, r.values) for r in launched[-BASES:]]
+            best = None
+        moves: dict[str, Move] = {}
+        for number, values in bases:
+            for m in self.singles(values, number) + self.compounds(values, number) + self.jump(values, number):
+                moves.setdefault(self._key(m.values), m)
+        pool = [m for m in moves.values() if self.admissible(m)]
+        if not pool:
+            return None
+        mean, sd = self.tput.predict([m.values for m in pool])
+        fits = np.array([self.memory.p_fits(m.values) for m in pool])
+        safe = np.array([self.p_no_other_failure(m.values) for m in pool])
+        if best is not None:
+            gain = expected_improvement(mean, sd, best)
+        else:
+            gain = np.exp(mean - mean.max()) * MIN_EXPECTED_GAIN * 10
+        score = gain * (fits * safe) ** RISK_AVERSION * (1.0 + 1e-6 * np.array([rng.random() for _ in pool]))
+        i = int(np.argmax(score))
+        if score[i] < MIN_EXPECTED_GAIN * (0.1 if best is None else 1.0):
+            return None
+        return Proposal(pool[i].values, self.describe(pool[i], float(mean[i] - (best or mean[i])), fits[i]), float(score[i]))
+
+    def describe(self, move: Move, gain: float, fits: float) -> str:
+        changes = ", ".join(f"{n}={move.values[n]}" for n in move.changed)
+        return f"{move.kind} from trial {move.base}: {changes} (modelled {gain:+.1%}, fits {fits:.0%})"
 
 
 class LocalSearchSampler(BaseSampler):
-    """Pattern search around the incumbent, TPE when the neighbourhood is exhausted (see the module docstring)."""
+    """Optuna's face of ``Planner`` (the module docstring); TPE when no local move is worth a trial."""
 
-    def __init__(
-        self,
-        seed: int | None = None,
-        *,
-        first: frozenset[tuple[str, int]] = frozenset(),
-        late: frozenset[str] = frozenset(),
-        margin: float = 0.02,
-    ) -> None:
+    def __init__(self, space: SearchSpace, pinned: Mapping[str, Any] | None = None, seed: int | None = None) -> None:
+        self.space = space
+        self.pinned = dict(pinned or {})
         self._tpe = TPESampler(seed=seed, n_startup_trials=8, multivariate=True)
         self._rng = random.Random(seed)
-        self._first = first
-        self._late = late
-        self._margin = margin
-        self._incumbent: int | None = None
-        self._last: tuple[str, int, int] | None = None
-        """The last move: (parameter, direction, number of the trial it moved from)."""
-
-    def _incumbent_of(self, feasible: Sequence[FrozenTrial]) -> FrozenTrial:
-        best = max(feasible, key=lambda t: t.value)
-        current = next((t for t in feasible if t.number == self._incumbent), None)
-        if current is None or best.value > current.value * (1 + self._margin):
-            current = best
-        self._incumbent = current.number
-        return current
+        self._dists = distributions(space, self.pinned)
+        self.last: Proposal | None = None
 
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
-        return self._tpe.infer_relative_search_space(study, trial)
+        return dict(self._dists)
 
     def sample_relative(
         self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
     ) -> dict[str, Any]:
         if not search_space:
             return {}
-        trials = study.get_trials(deepcopy=False)
-        feasible = [t for t in trials if t.state is TrialState.COMPLETE and _feasible(t)]
-        if not feasible:
-            return self._tpe.sample_relative(study, trial, search_space)
-        tried = {_key(t.params) for t in trials if t.number != trial.number}
-        incumbent = self._incumbent_of(feasible)
-        near = sorted(
-            (t for t in feasible if t.value >= incumbent.value * (1 - self._margin)), key=lambda t: -t.value
-        )
-        for base in (incumbent, *near):
-            moves = [m for m in neighbours(base.params, search_space) if _key(m[2]) not in tried]
-            if moves:
-                break
-        else:
-            return self._tpe.sample_relative(study, trial, search_space)
-        if self._last is not None and self._last[2] != base.number:
-            again = [m for m in moves if m[:2] == self._last[:2]]
-            if again:
-                self._last = (again[0][0], again[0][1], base.number)
-                return again[0][2]
-        pool = (
-            [m for m in moves if m[:2] in self._first]
-            or [m for m in moves if m[0] not in self._late]
-            or moves
-        )
-        name, direction, values = self._rng.choice(pool)
-        self._last = (name, direction, base.number)
-        return values
+        trials = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number]
+        records = [R.record_of(t) for t in trials if t.state is not TrialState.RUNNING]
+        self.last = Planner(self.space, self.pinned, records).propose(self._rng)
+        if self.last is None:
+            tpe_space = self._tpe.infer_relative_search_space(study, trial)
+            return self._tpe.sample_relative(study, trial, tpe_space)
+        proposal = to_optuna(self.space, self.last.values, self.pinned)
+        return {k: v for k, v in proposal.items() if k in search_space}
 
     def sample_independent(
         self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution

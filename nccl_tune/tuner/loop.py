@@ -141,7 +141,7 @@ class StudyLoop:
             storage,
             self.settings.storage_url,
             self.study_name,
-            make_sampler(self.settings.sampler, self.settings.seed, self.space),
+            make_sampler(self.settings.sampler, self.settings.seed, self.space, self.pins.params),
             space_name=self.space.name,
             space_source=self.space.source,
             space_text=self.space.text,

@@ -1,5 +1,10 @@
-"""The tuner's ``TrialObserver``: live progress, early stopping against the incumbent, and
-turning SIGINT/SIGTERM into a clean teardown of the running trial."""
+"""The tuner's ``TrialObserver``: live progress, early stopping and screening against the
+incumbent, and turning SIGINT/SIGTERM into a clean teardown of the running trial.
+
+Screening (``stop.screen_steps`` > 0) is a two-rung successive-halving rule decided inside the
+running trial: after the warm-up and ``screen_steps`` measured steps, a trial whose throughput is
+not within ``screen_reach`` of the incumbent's is stopped; one within reach runs every measured
+step. The trial is not restarted, so screening costs no second start-up."""
 
 from __future__ import annotations
 
@@ -51,7 +56,10 @@ class TunerObserver(TrialObserver):
         interrupt: InterruptFlag,
         incumbent: Candidate | None,
         early_stop_ratio: float,
+        screen_reach: float | None = None,
     ) -> None:
+        """``screen_reach``: how far (a fraction) below the incumbent's throughput a screened trial
+        may measure and still run on (None: no screening)."""
         self.display = display
         self.interrupt = interrupt
         self.early_stop_ratio = early_stop_ratio
@@ -60,6 +68,8 @@ class TunerObserver(TrialObserver):
             best = max(incumbent.ok_runs, key=lambda r: r.throughput or 0.0)
             if best.result and best.result.samples_per_step:
                 self.reference = (best.result.samples_per_step, best.result.step_times_s)
+        self.incumbent_throughput = incumbent.throughput if incumbent is not None else 0.0
+        self.screen_reach = screen_reach
 
     def on_phase(self, spec: TrialSpec, phase: str, seconds: float) -> None:
         self.display.progress(f"{phase} done in {seconds:.1f}s")
@@ -81,9 +91,24 @@ class TunerObserver(TrialObserver):
                 return True
         return False
 
+    def screened_out(self, spec: TrialSpec, step_times_s: tuple[float, ...]) -> bool:
+        """True at the screening point when the screened steps are not within reach of the incumbent."""
+        screen, warm = spec.stop.screen_steps, spec.stop.warmup_steps
+        if not screen or self.screen_reach is None or not self.incumbent_throughput or not spec.samples_per_step:
+            return False
+        if len(step_times_s) != warm + screen:
+            return False
+        measured = [t for t in step_times_s[warm:] if t > 0]
+        if len(measured) < screen:
+            return False
+        throughput = spec.samples_per_step / (sum(measured) / len(measured))
+        return throughput < self.incumbent_throughput * (1.0 - self.screen_reach)
+
     def should_stop(self, spec: TrialSpec, progress: TrialProgress) -> StopReason | None:
         if self.interrupt.is_set:
             return StopReason.INTERRUPTED
         if self.slower_than_incumbent(spec, progress.step_times_s):
+            return StopReason.EARLY_STOP
+        if self.screened_out(spec, progress.step_times_s):
             return StopReason.EARLY_STOP
         return None

@@ -11,9 +11,9 @@ import math
 from typing import Any, Mapping
 
 import optuna
+from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 
-from nccl_tune.search_spaces.space import MemoryEffect, ParamKind, Parameter, SearchSpace, Target
-from nccl_tune.tuner.local_search import LocalSearchSampler
+from nccl_tune.search_spaces.space import ParamKind, Parameter, SearchSpace
 
 LOG2 = ":log2"
 
@@ -22,18 +22,33 @@ def optuna_name(p: Parameter) -> str:
     return p.name + LOG2 if p.kind is ParamKind.POW2 else p.name
 
 
+def distribution(p: Parameter) -> BaseDistribution:
+    """The Optuna distribution ``suggest`` samples ``p`` from."""
+    if p.kind is ParamKind.POW2:
+        return IntDistribution(int(math.log2(p.choices[0])), int(math.log2(p.choices[-1])))
+    if p.kind is ParamKind.INT:
+        step = p.choices[1] - p.choices[0] if len(p.choices) > 1 else 1
+        return IntDistribution(p.choices[0], p.choices[-1], step=step)
+    return CategoricalDistribution(list(p.choices))
+
+
+def distributions(space: SearchSpace, pinned: Mapping[str, Any]) -> dict[str, BaseDistribution]:
+    """Optuna's view of the parameters that are not pinned, by Optuna name."""
+    return {optuna_name(p): distribution(p) for p in space.parameters if p.name not in pinned}
+
+
 def suggest(trial: optuna.Trial, space: SearchSpace, pinned: Mapping[str, Any]) -> dict[str, Any]:
     """Values for every parameter: pinned ones as given, the rest suggested by the sampler."""
     values: dict[str, Any] = {}
     for p in space.parameters:
         if p.name in pinned:
             values[p.name] = pinned[p.name]
-        elif p.kind is ParamKind.POW2:
-            lo, hi = int(math.log2(p.choices[0])), int(math.log2(p.choices[-1]))
-            values[p.name] = 2 ** trial.suggest_int(optuna_name(p), lo, hi)
+            continue
+        dist = distribution(p)
+        if p.kind is ParamKind.POW2:
+            values[p.name] = 2 ** trial.suggest_int(optuna_name(p), dist.low, dist.high)
         elif p.kind is ParamKind.INT:
-            step = p.choices[1] - p.choices[0] if len(p.choices) > 1 else 1
-            values[p.name] = trial.suggest_int(p.name, p.choices[0], p.choices[-1], step=step)
+            values[p.name] = trial.suggest_int(p.name, dist.low, dist.high, step=dist.step)
         else:
             values[p.name] = trial.suggest_categorical(p.name, list(p.choices))
     return values
@@ -50,18 +65,16 @@ def to_optuna(space: SearchSpace, values: Mapping[str, Any], pinned: Mapping[str
     return out
 
 
-def make_sampler(name: str, seed: int | None, space: SearchSpace) -> optuna.samplers.BaseSampler:
+def make_sampler(
+    name: str, seed: int | None, space: SearchSpace, pinned: Mapping[str, Any] | None = None
+) -> optuna.samplers.BaseSampler:
     """The sampler ``name`` (one of ``settings.SAMPLERS``, checked by ``RunSettings``): ``local``
-    walks from the incumbent, micro-batches up first and NCCL variables last; ``tpe`` models the
-    whole space; ``random`` is the yardstick."""
+    moves from the incumbent by expected gain, memory-aware (``local_search.py``); ``tpe`` models
+    the whole space; ``random`` is the yardstick."""
     if name == "local":
-        return LocalSearchSampler(
-            seed,
-            first=frozenset(
-                (optuna_name(p), 1) for p in space.parameters if p.memory is MemoryEffect.INCREASING and not p.semantic
-            ),
-            late=frozenset(optuna_name(p) for p in space.parameters if p.target is Target.ENV),
-        )
+        from nccl_tune.tuner.local_search import LocalSearchSampler  # it builds on this module
+
+        return LocalSearchSampler(space, pinned or {}, seed)
     if name == "tpe":
         return optuna.samplers.TPESampler(seed=seed, n_startup_trials=8, multivariate=True)
     return optuna.samplers.RandomSampler(seed=seed)

@@ -68,7 +68,11 @@ class RunSettings:
     early_stop_ratio: float = 0.7
     """Stop a trial whose per-step throughput falls below this fraction of the incumbent's (0: never)."""
     predict_oom: bool = True
-    """Skip configs that dominate a known OOM in every memory-increasing parameter."""
+    """Skip configs the memory model refuses (``memory_model.py``): those that dominate a known OOM, and
+    those predicted with confidence to run out or to come within the headroom of the wall."""
+    screening: bool = True
+    """Screen candidates when the space asks for it (``stop.screen_steps``): stop a trial after the
+    warm-up and those steps when it is not within reach of the incumbent."""
     extra_env: dict[str, str] = field(default_factory=dict)
     sampler: str = DEFAULT_SAMPLER
     """``local`` (pattern search from the incumbent, TPE when its neighbourhood is exhausted), ``tpe``

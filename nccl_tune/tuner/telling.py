@@ -81,10 +81,12 @@ def tell_rejected(study: optuna.Study, trial: optuna.Trial, violations: list[str
     study.tell(trial, 0.0)
 
 
-def tell_predicted(study: optuna.Study, trial: optuna.Trial, oom_trial: int, status: FailureClass) -> None:
-    """Values predicted to fail like trial ``oom_trial``: never launched, infeasible."""
+def tell_predicted(study: optuna.Study, trial: optuna.Trial, oom_trial: int, status: FailureClass | None) -> None:
+    """Values predicted from trial ``oom_trial`` to fail (``status``) or to run too close to the
+    memory wall to be stable (None): never launched, infeasible."""
     trial.set_user_attr(A_PREDICTED_FROM, oom_trial)
-    trial.set_user_attr(A_STATUS, status.value)
+    if status is not None:
+        trial.set_user_attr(A_STATUS, status.value)
     _constrain(trial, failed=1.0)
     study.tell(trial, 0.0)
 

@@ -28,6 +28,7 @@ from nccl_tune.tuner.settings import RunSettings
 from nccl_tune.tuner.stability import select_winner
 from nccl_tune.tuner.study_records import TrialRecord
 from nccl_tune.tuner.telling import near_wall, requeue, tell_abandoned, tell_result
+from nccl_tune.tuner.throughput_model import screen_reach
 from nccl_tune.tuner.trial_builder import build_trial_spec
 
 
@@ -117,7 +118,11 @@ class TrialRunner:
             trial.set_user_attr(key, value)
         incumbent = select_winner(history, require_confirmation=False)
         ratio = self.settings.early_stop_ratio if early_stop else 0.0
-        observer = TunerObserver(self.display, self.interrupt, incumbent, ratio)
+        reach = None
+        if early_stop and self.settings.screening and incumbent is not None and spec.stop.screen_steps:
+            measured = min((len(r.result.measured_step_times_s) for r in incumbent.ok_runs if r.result), default=1)
+            reach = screen_reach(history, spec.stop.screen_steps, measured)
+        observer = TunerObserver(self.display, self.interrupt, incumbent, ratio, reach)
         self.display.trial_started(trial.number, kind, values)
         return spec, observer
 

@@ -1,0 +1,168 @@
+"""Runs of an analytic landscape, shaped like the twin's: a config's noise-free behaviour
+(``Truth``: step time, per-GPU peak, the failure it meets) becomes an ``evaluate.Outcome`` with
+timing noise, chance events and the log lines a real failure prints, so that the model launcher
+(``ModelLauncher(cost=...)``) supervises it with the same clocks and rules as the twin.
+
+A landscape is any callable ``values -> Truth`` with the node's constants (``AnalyticNode``): the
+search benchmark's synthetic families (``families.py``) are such callables. Everything here is
+deterministic in the run seed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Any, Callable, Mapping
+
+from nccl_tune.failure import FailureClass
+from nccl_tune.sim import logfmt
+from nccl_tune.sim.cost_model import H100_CAPACITY_GIB
+from nccl_tune.sim.evaluate import Outcome, PhaseSpan, SimFailure, StepRecord, _mix
+from nccl_tune.trial import TrialSpec
+
+_NORMAL = NormalDist()
+FIRST_STEP_FACTOR = 1.3
+"""The first step is slower (compilation, allocator warm-up)."""
+TRAIN_SHARE = 0.85
+"""Share of a step spent in its ``policy_train`` phase (the rest: data, logging)."""
+WATCHDOG_S = 180.0
+"""A rank stuck in a collective is killed by the process-group timeout after this long."""
+ABORT_S = 3.0
+
+
+@dataclass(frozen=True)
+class Truth:
+    """A config's noise-free behaviour on the modelled node."""
+
+    step_s: float
+    """Steady-state step time (modelled seconds)."""
+    peak_gib: float
+    """Peak device memory of the busiest GPU (may exceed the capacity: then it runs out)."""
+    failure: str | None = None
+    """A failure every run meets: ``hang`` (a collective never completes), ``nccl_error`` (NCCL refuses
+    the settings at start-up), ``crash``; ``oom`` is implied by ``peak_gib`` above the capacity."""
+    hang_p: float = 0.0
+    """Chance per step of a hang (near the memory wall, flaky settings)."""
+    detail: str = ""
+    """One line naming the cause (NCCL's refusal, the hang's trigger)."""
+
+    def stable(self, capacity_gib: float, min_headroom_frac: float) -> bool:
+        """Finishes every step of every run with the headroom free."""
+        return (
+            self.failure is None
+            and self.hang_p == 0.0
+            and self.peak_gib <= (1.0 - min_headroom_frac) * capacity_gib
+        )
+
+
+@dataclass(frozen=True)
+class AnalyticNode:
+    """The constants of one landscape instance that are not per config."""
+
+    startup_s: float = 120.0
+    step_noise: float = 0.02
+    """Standard deviation of log step time, per step."""
+    run_noise: float = 0.01
+    """Standard deviation of a run's log step time offset (placement, thermals)."""
+    gpus: int = 8
+    capacity_gib: float = H100_CAPACITY_GIB
+
+
+def _normal(*keys: int) -> float:
+    return _NORMAL.inv_cdf(min(max(_mix(*keys), 1e-9), 1 - 1e-9))
+
+
+def run_outcome(truth: Truth, node: AnalyticNode, seed: int, steps: int, samples_per_step: float) -> Outcome:
+    """One run of ``steps`` steps (deterministic in ``seed``): phases, memory, the failure."""
+    phases: list[PhaseSpan] = []
+    records: list[StepRecord] = []
+    memory: dict[int, tuple[float, ...]] = {}
+    offset = math.exp(node.run_noise * _normal(seed, 1))
+    t = node.startup_s * math.exp(0.05 * _normal(seed, 2))
+    gpu_peaks = _gpu_peaks(truth.peak_gib, node, seed)
+    failure = None
+    if truth.failure == "nccl_error":
+        failure = _failure(truth, node, 0, t * 0.9, "nccl_error")
+    for step in range(1, steps + 1 if failure is None else 1):
+        planned = truth.step_s * offset * math.exp(node.step_noise * _normal(seed, 3, step))
+        planned *= FIRST_STEP_FACTOR if step == 1 else 1.0
+        train_start = t + (1 - TRAIN_SHARE) * planned
+        kind = _fails_in(truth, node, seed, step)
+        memory[step] = tuple(min(p, node.capacity_gib) for p in gpu_peaks)
+        if kind is not None:
+            phases += [PhaseSpan(step, "step", t, None, 0), PhaseSpan(step, "policy_train", train_start, None, 1)]
+            failure = _failure(truth, node, step, train_start + 0.5 * TRAIN_SHARE * planned, kind)
+            break
+        end = t + planned
+        phases += [PhaseSpan(step, "step", t, end, 0, planned), PhaseSpan(step, "policy_train", train_start, end, 1)]
+        records.append(StepRecord(step, planned, memory[step]))
+        t = end
+    return Outcome(
+        samples_per_step=int(samples_per_step),
+        total_steps=10_000,
+        steps_planned=steps,
+        startup_s=node.startup_s,
+        phases=tuple(phases),
+        steps=tuple(records),
+        step_s=truth.step_s,
+        first_step_s=truth.step_s * FIRST_STEP_FACTOR,
+        phase_s={"step": truth.step_s, "policy_train": truth.step_s * TRAIN_SHARE},
+        gpu_capacity_gib=node.capacity_gib,
+        gpu_peak_gib=tuple(max((m[g] for m in memory.values()), default=0.0) for g in range(node.gpus)),
+        failure=failure,
+        end_s=failure.exit_s if failure is not None else t,
+        step_memory_gib=memory,
+    )
+
+
+def _gpu_peaks(peak_gib: float, node: AnalyticNode, seed: int) -> list[float]:
+    """The busiest GPU at ``peak_gib``, the others a little below it."""
+    star = int(_mix(seed, 4) * node.gpus)
+    return [peak_gib if g == star else peak_gib * (0.93 + 0.05 * _mix(seed, 5, g)) for g in range(node.gpus)]
+
+
+def _fails_in(truth: Truth, node: AnalyticNode, seed: int, step: int) -> str | None:
+    if truth.peak_gib > node.capacity_gib:
+        return "oom"
+    if truth.failure in ("hang", "crash"):
+        return truth.failure
+    if truth.hang_p > 0 and _mix(seed, 6, step) < truth.hang_p:
+        return "hang"
+    return None
+
+
+def _failure(truth: Truth, node: AnalyticNode, step: int, at: float, kind: str) -> SimFailure:
+    worker = f"({logfmt.POLICY_ACTOR} pid=400103) "
+    timeout = worker + logfmt.watchdog_timeout_line(4, 1200 + step, "_ALLGATHER_BASE", 1 << 20, 1 << 23, int(WATCHDOG_S * 1000))
+    if kind == "oom":
+        used = node.capacity_gib - 0.05
+        msg = logfmt.cuda_oom_message(
+            gpu=3, tried_gib=max(truth.peak_gib - used, 0.1) * 0.8 + 0.02, capacity_gib=node.capacity_gib, free_gib=0.05,
+            process_gib=used - 0.6, allocated_gib=used * 0.9, reserved_unallocated_gib=used * 0.05,
+        )
+        return SimFailure(FailureClass.OOM, "oom", 3, step, "policy_train", at, at + WATCHDOG_S + ABORT_S,
+                          evidence=(worker + "torch.OutOfMemoryError: " + msg, timeout),
+                          advice=f"GPU 3 needed {truth.peak_gib:.1f} of {node.capacity_gib:.2f} GiB: lower the batch or add an enabler")
+    if kind == "nccl_error":
+        warn = logfmt.nccl_warn_line(0, 400100, truth.detail or "Invalid NCCL setting", host="node-0")
+        return SimFailure(FailureClass.NCCL_ERROR, "nccl_error", 0, 0, None, at, at + ABORT_S,
+                          evidence=(worker + warn, worker + "torch.distributed.DistBackendError: NCCL error: invalid usage"),
+                          advice=f"NCCL refused the settings: {truth.detail}")
+    if kind == "crash":
+        return SimFailure(FailureClass.CRASH, "crash", 3, step, "policy_train", at, at + ABORT_S,
+                          evidence=(worker + "Fatal Python error: Segmentation fault",), advice=truth.detail or "crashed")
+    return SimFailure(FailureClass.HANG, "hang", 3, step, "policy_train", at, at + WATCHDOG_S + ABORT_S,
+                      evidence=(timeout,), advice=truth.detail or "a collective never completed")
+
+
+Landscape = Callable[[Mapping[str, Any]], Truth]
+
+
+def analytic_cost(landscape: Landscape, node: AnalyticNode) -> Callable[[TrialSpec, int, int], Outcome]:
+    """The ``ModelLauncher`` cost function of a landscape: the trial's own parameter values in, a run out."""
+
+    def cost(spec: TrialSpec, seed: int, steps: int) -> Outcome:
+        return run_outcome(landscape(spec.params), node, seed, steps, spec.samples_per_step or 1.0)
+
+    return cost

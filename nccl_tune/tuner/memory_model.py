@@ -1,0 +1,418 @@
+"""Device memory of an untried config, predicted from what the study has measured.
+
+Every launched trial that reports per-GPU memory is a data point: its highest peak as a fraction
+of the GPU (``MemoryReport.max_peak_frac``). A trial that ran out of device memory says only that
+its peak was above 1.0 (a lower bound). Only the parameters declared ``memory: increasing`` or
+``decreasing`` enter the model (``unknown`` ones must match; ``none``/``small`` ones are ignored),
+in two layers:
+
+- bounds that are certain, from monotonicity (the rule of ``predict.dominates_memory``): a config needs at
+  least the memory of every measured config it dominates and at most that of every finished config
+  that dominates it;
+- a log-linear fit, ``log(peak) = a + sum_p beta_p * z_p`` with ``z_p`` the parameter's coordinate
+  (log2 of a numeric value, the position in the choice order otherwise) and each ``beta_p`` held to
+  the declared sign, under a weak prior (``PRIOR_SLOPE``). A prediction starts from the nearest
+  measured config (its ``anchor``) and adds the fitted change, so it is exact at measured configs
+  and uncertain in proportion to the fit's residuals, the posterior spread of the change and the
+  distance travelled. A change the data has not pinned down (``MEASURED_SHARE``) gives odds, but
+  never refuses a config.
+
+OOM trials, and trials that failed otherwise after measuring some memory, are censored
+observations (their peak is at least the GPU, or what was measured): when the fit predicts one
+below its bound it is added at the bound and the fit is repeated. The prediction is then clipped into the certain bounds.
+
+``MemoryModel.verdict`` is the admission rule: a config that dominates a known OOM, or one that
+dominates a config measured within the headroom, or one the fit predicts above ``1 -
+min_headroom_frac`` of the GPU with ``CONFIDENCE_Z`` standard deviations to spare, is not launched.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from nccl_tune.failure import FailureClass
+from nccl_tune.search_spaces.space import MemoryEffect, ParamKind, Parameter, SearchSpace
+from nccl_tune.tuner.study_records import Outcome, TrialRecord
+
+CONFIDENCE_Z = 2.0
+"""Standard deviations between a prediction and the wall before the model prunes on its own."""
+SIGMA_FLOOR = 0.02
+"""Smallest residual spread of log peak assumed (runs of one config differ by a few percent)."""
+SIGMA_FEW_POINTS = 0.08
+"""Residual spread assumed while the fit has too few points to measure its own."""
+DISTANCE_SIGMA = 0.05
+"""Extra spread per unit of coordinate travelled from the anchor (one doubling, one choice): the
+log-linear form is only locally right (a static part makes growth accelerate with batch size)."""
+PRIOR_SLOPE = {True: (0.2, 0.2), False: (0.15, 0.25)}
+"""Prior (mean, sd) of ``|beta|``: per doubling on numeric axes (memory at most proportional to a
+batch size or length, ln 2 = 0.69, usually well below as a static part dominates) and per choice
+position otherwise. It carries the odds that a move fits until the study measures the parameter."""
+MEASURED_SHARE = 0.25
+"""A change counts as measured when the data cut its prior variance to this share; only measured
+changes can refuse a config."""
+FIT_SIGMA = 0.05
+"""Residual scale that weighs data against the prior in the fit."""
+_NORMAL = NormalDist()
+_SIGNED = (MemoryEffect.INCREASING, MemoryEffect.DECREASING)
+
+
+@dataclass(frozen=True)
+class MemoryPrediction:
+    """Predicted highest per-GPU peak of a config, as a fraction of the GPU."""
+
+    peak_frac: float | None
+    """Point prediction (None when nothing was measured to anchor it)."""
+    sigma_log: float
+    """Standard deviation of ``log(peak_frac)``; ``inf`` when the change was never observed."""
+    lower_frac: float
+    """Certain lower bound (0.0 when none): the peak of a measured config this one dominates."""
+    upper_frac: float
+    """Certain upper bound (``inf`` when none): the peak of a finished config that dominates this one."""
+    anchor: int | None = None
+    """Trial the prediction starts from."""
+    lower_from: int | None = None
+    """Trial that sets ``lower_frac``."""
+    measured: bool = True
+    """False when the move changes a parameter whose effect the study never measured (the
+    prediction then leans on ``PRIOR_SLOPE``: good for odds, not for refusing a config)."""
+
+    @property
+    def known(self) -> bool:
+        return self.peak_frac is not None and math.isfinite(self.sigma_log)
+
+    def p_below(self, frac: float) -> float:
+        """Probability that the peak stays at or below ``frac`` of the GPU."""
+        if self.lower_frac > frac:
+            return 0.0
+        if self.upper_frac <= frac:
+            return 1.0
+        if not self.known:
+            return 0.5
+        if self.sigma_log <= 0:
+            return 1.0 if self.peak_frac <= frac else 0.0
+        return _NORMAL.cdf((math.log(frac) - math.log(self.peak_frac)) / self.sigma_log)
+
+
+@dataclass(frozen=True)
+class MemoryVerdict:
+    """Why a config is not launched."""
+
+    oom: bool
+    """True when it would run out of memory; False when it would run, but within the headroom (not stable)."""
+    from_trial: int
+    reason: str
+
+    @property
+    def status(self) -> FailureClass | None:
+        """The failure the config is predicted to meet (None: it would run, just not stably)."""
+        return FailureClass.OOM if self.oom else None
+
+
+@dataclass(frozen=True)
+class _Point:
+    number: int
+    values: Mapping[str, Any]
+    frac: float
+    exact: bool
+    """True for a finished run's peak; False for a lower bound (OOM, or a run cut short)."""
+
+
+def _numeric_ascending(p: Parameter) -> bool:
+    """Positive numbers in ascending order spanning a factor of 4 or more (sizes, lengths): an axis
+    measured in doublings. Narrow numeric ranges (ZeRO stages 1-3) are treated as positions."""
+    nums = [c for c in p.choices if isinstance(c, (int, float)) and not isinstance(c, bool)]
+    return (
+        len(nums) == len(p.choices) > 1
+        and all(c > 0 for c in nums)
+        and list(nums) == sorted(nums)
+        and nums[-1] >= 4 * nums[0]
+    )
+
+
+def coordinate(p: Parameter, value: Any) -> float:
+    """The value's position on the axis the fit uses: log2 of a number, else its choice index."""
+    if p.kind is ParamKind.BOOL:
+        return 1.0 if value else 0.0
+    if _numeric_ascending(p):
+        return math.log2(value)
+    return float(p.choices.index(value))
+
+
+def observations(records: Iterable[TrialRecord]) -> list[_Point]:
+    """Memory data points of launched trials (exact peaks and lower bounds)."""
+    out = []
+    for r in records:
+        if r.outcome is not Outcome.LAUNCHED or r.result is None or r.status is FailureClass.INTERRUPTED:
+            continue
+        mem = r.result.memory
+        frac = mem.max_peak_frac if mem is not None else None
+        if r.status is FailureClass.OOM:
+            out.append(_Point(r.number, r.values, max(frac or 0.0, 1.0), exact=False))
+        elif frac is None or not frac > 0:
+            continue
+        elif r.status is FailureClass.OK:
+            out.append(_Point(r.number, r.values, frac, exact=True))
+        elif r.status is FailureClass.BUDGET and r.result.step_times_s:
+            out.append(_Point(r.number, r.values, frac, exact=True))
+        else:
+            out.append(_Point(r.number, r.values, frac, exact=False))
+    return out
+
+
+class MemoryModel:
+    """Fitted once per study state (cheap: a few dozen points); see the module docstring."""
+
+    def __init__(self, space: SearchSpace, records: Iterable[TrialRecord]) -> None:
+        self.space = space
+        self.wall_frac = 1.0 - space.min_headroom_frac
+        self.signed = [p for p in space.parameters if p.memory in _SIGNED]
+        self.unknown = [p for p in space.parameters if p.memory is MemoryEffect.UNKNOWN]
+        self.points = observations(records)
+        sign = [1.0 if p.memory is MemoryEffect.INCREASING else -1.0 for p in self.signed]
+        slopes = [PRIOR_SLOPE[_numeric_ascending(p) and p.kind is not ParamKind.BOOL] for p in self.signed]
+        self.prior_beta = np.array([s * m for s, (m, _) in zip(sign, slopes)])
+        self.prior_sd = np.array([sd for _, sd in slopes])
+        self.affine = [j for j, p in enumerate(self.signed)
+                       if p.memory is MemoryEffect.INCREASING and _numeric_ascending(p) and p.kind is not ParamKind.BOOL]
+        self._index_points()
+        self._fit()
+
+    # -- the fit -----------------------------------------------------------------------------
+    def _z(self, values: Mapping[str, Any]) -> np.ndarray | None:
+        try:
+            return np.array([coordinate(p, values[p.name]) for p in self.signed], dtype=float)
+        except (KeyError, ValueError, TypeError):
+            return None
+
+    def _fit(self) -> None:
+        """Sign-constrained MAP fit of ``beta`` on the finished runs under the prior ``PRIOR_SLOPE``,
+        then raised where a censored point (an OOM, a failure after some memory was measured) is
+        predicted below its bound (``_raise_for``)."""
+        exact = [(pt, self._z(pt.values)) for pt in self.points if pt.exact]
+        self.anchors = [(pt, z) for pt, z in exact if z is not None]
+        censored = [(self._z(pt.values), math.log(pt.frac)) for pt in self.points if not pt.exact]
+        self.censored = [(z, t) for z, t in censored if z is not None]
+        k = len(self.signed)
+        self.beta = self.prior_beta.copy()
+        self.cov = np.diag(self.prior_sd**2)
+        self.sigma = SIGMA_FEW_POINTS
+        if not self.anchors or not k:
+            return
+        rows = np.array([z for _, z in self.anchors])
+        ys = np.array([math.log(pt.frac) for pt, _ in self.anchors])
+        beta, intercept = _map_fit(rows, ys, self.prior_beta, self.prior_sd)
+        resid = ys - (intercept + rows @ beta)
+        dof = len(ys) - 1 - int(np.sum(np.ptp(rows, axis=0) > 1e-9))
+        if dof >= 2:
+            self.sigma = max(SIGMA_FLOOR, float(np.sqrt(np.sum(resid**2) / dof)))
+        else:
+            self.sigma = max(SIGMA_FEW_POINTS, float(np.max(np.abs(resid))))
+        self.beta = beta
+        raised = self._raise_for()
+        centred = rows - rows.mean(axis=0)
+        info = centred.T @ centred / self.sigma**2 + np.diag(1.0 / self.prior_sd**2)
+        for dz in raised:
+            info += np.outer(dz, dz) / self.sigma**2
+        self.cov = np.linalg.inv(info)
+
+    def _raise_for(self) -> list[np.ndarray]:
+        """Make every censored point's prediction reach its bound by raising the coefficients of the
+        changes that increased memory on the way from its anchor (never lowering another: a config
+        that ran out says something about what grew, not about what shrank). Returns the moves used."""
+        used = []
+        for _ in range(3):
+            for z, target in self.censored:
+                found = min(((pt, pz) for pt, pz in self.anchors), key=lambda a: float(np.abs(z - a[1]).sum()))
+                pt, pz = found
+                dz = z - pz
+                grew = np.array([(self.prior_beta[j] > 0) == (dz[j] > 0) and dz[j] != 0 for j in range(len(dz))])
+                deficit = target - (math.log(pt.frac) + float(dz @ self.beta))
+                if deficit <= 1e-6 or not grew.any():
+                    continue
+                step = np.where(grew, dz, 0.0)
+                self.beta += step * deficit / float(step @ step)
+                used.append(step)
+        return used
+
+    # -- bounds ------------------------------------------------------------------------------
+    def _ranks(self, values: Mapping[str, Any]) -> np.ndarray | None:
+        """Memory ranks of the signed parameters, then choice positions of the ``unknown`` ones."""
+        try:
+            signed = [p.memory_rank(values[p.name]) for p in self.signed]
+            unknown = [p.choices.index(values[p.name]) for p in self.unknown]
+        except (KeyError, ValueError):
+            return None
+        return np.array(signed + unknown, dtype=float)
+
+    def _index_points(self) -> None:
+        rows = [(pt, self._ranks(pt.values)) for pt in self.points]
+        rows = [(pt, r) for pt, r in rows if r is not None]
+        width = len(self.signed) + len(self.unknown)
+        self._dom_points = [pt for pt, _ in rows]
+        self._dom_ranks = np.array([r for _, r in rows], dtype=float).reshape(len(rows), width)
+        self._dom_frac = np.array([pt.frac for pt in self._dom_points])
+        self._dom_exact = np.array([pt.exact for pt in self._dom_points], dtype=bool)
+
+    def bounds(self, values: Mapping[str, Any]) -> tuple[float, int | None, float]:
+        """(lower bound, trial that sets it, upper bound) from dominance alone
+        (``predict.dominates_memory``, vectorised over the measured configs)."""
+        r = self._ranks(values)
+        if r is None or not len(self._dom_points):
+            return 0.0, None, math.inf
+        k = len(self.signed)
+        same = np.all(self._dom_ranks[:, k:] == r[k:], axis=1)
+        below = same & np.all(self._dom_ranks[:, :k] <= r[:k], axis=1)
+        above = same & self._dom_exact & np.all(self._dom_ranks[:, :k] >= r[:k], axis=1)
+        lower, lower_from = 0.0, None
+        if below.any():
+            i = int(np.argmax(np.where(below, self._dom_frac, -1.0)))
+            lower, lower_from = float(self._dom_frac[i]), self._dom_points[i].number
+        upper = float(self._dom_frac[above].min()) if above.any() else math.inf
+        return lower, lower_from, upper
+
+    def _anchor(self, values: Mapping[str, Any], z: np.ndarray) -> tuple[_Point, np.ndarray] | None:
+        best, best_d = None, math.inf
+        for pt, pz in self.anchors:
+            if any(pt.values.get(p.name) != values.get(p.name) for p in self.unknown):
+                continue
+            d = float(np.abs(z - pz).sum())
+            if d < best_d:
+                best, best_d = (pt, pz), d
+        return best
+
+    # -- predictions -------------------------------------------------------------------------
+    def predict(self, values: Mapping[str, Any]) -> MemoryPrediction:
+        lower, lower_from, upper = self.bounds(values)
+        z = self._z(values)
+        found = self._anchor(values, z) if z is not None and self.anchors else None
+        if found is None:
+            return MemoryPrediction(None, math.inf, lower, upper, None, lower_from, measured=False)
+        pt, pz = found
+        dz = z - pz
+        change, grad, on_line = self._change(pt, pz, dz)
+        spread = float(grad @ self.cov @ grad)
+        prior_spread = float((self.prior_sd * grad) @ (self.prior_sd * grad))
+        var = self.sigma**2 + spread + (DISTANCE_SIGMA * float(np.abs(dz).sum())) ** 2
+        peak = math.exp(math.log(pt.frac) + change)
+        peak = min(max(peak, lower), upper) if upper >= lower else lower
+        measured = on_line and spread <= MEASURED_SHARE * prior_spread
+        return MemoryPrediction(peak, math.sqrt(var), lower, upper, pt.number, lower_from, measured=measured)
+
+    def _change(self, pt: _Point, pz: np.ndarray, dz: np.ndarray) -> tuple[float, np.ndarray, bool]:
+        """Change of log peak from the anchor, its gradient in ``beta`` (for the spread), and whether
+        every numeric axis moved was measured through the anchor.
+
+        Along a numeric memory-increasing axis memory is taken as affine in the value (a static part
+        plus a part proportional to a batch size or length), as on a real GPU, where a log-linear fit
+        under-predicts growth. The line is fitted on the measured configs that differ from the anchor
+        in that axis alone (the slope depends on the other values: checkpointing shrinks it); without
+        such configs the fitted elasticity ``e = beta / ln 2`` gives it (a factor ``r`` on the value
+        multiplies the peak by ``1 - e + e r``), and the change does not count as measured."""
+        change = float(dz @ self.beta)
+        grad = dz.copy()
+        on_line = True
+        for j in self.affine:
+            if dz[j] == 0.0:
+                continue
+            r = 2.0 ** dz[j]
+            change -= self.beta[j] * dz[j]
+            line = self._line(pt, pz, j)
+            if line is not None:
+                static, slope = line
+                base = static + slope * 2.0 ** pz[j]
+                change += math.log(max(static + slope * 2.0 ** (pz[j] + dz[j]), 1e-3) / base)
+                grad[j] = 0.0
+                continue
+            on_line = False
+            e = min(self.beta[j] / math.log(2), 0.95 if dz[j] < 0 else 2.0)
+            factor = max(1.0 - e + e * r, 1e-3)
+            change += math.log(factor)
+            grad[j] = (r - 1.0) / (math.log(2) * factor)
+        return change, grad, on_line
+
+    def _line(self, pt: _Point, pz: np.ndarray, j: int) -> tuple[float, float] | None:
+        """(static, slope) of peak against the value of axis ``j`` through the anchor, from the
+        measured configs equal to it elsewhere (None without such a config)."""
+        others = [k for k in range(len(pz)) if k != j]
+        rows = [(2.0 ** qz[j], q.frac) for q, qz in self.anchors
+                if np.array_equal(qz[others], pz[others])
+                and all(q.values.get(p.name) == pt.values.get(p.name) for p in self.unknown)]
+        values = {v for v, _ in rows}
+        if len(values) < 2:
+            return None
+        v = np.array([v for v, _ in rows])
+        f = np.array([f for _, f in rows])
+        slope = max(float(np.polyfit(v, f, 1)[0]), 0.0)
+        anchor_v = 2.0 ** pz[j]
+        return pt.frac - slope * anchor_v, slope
+
+    def varies(self, name: str) -> bool:
+        """True when the study has measured ``name``'s effect (its posterior spread is well below the prior's)."""
+        for j, p in enumerate(self.signed):
+            if p.name == name:
+                return bool(self.cov[j, j] <= MEASURED_SHARE * self.prior_sd[j] ** 2)
+        return False
+
+    def p_fits(self, values: Mapping[str, Any]) -> float:
+        """Probability that ``values`` run with at least the headroom free."""
+        return self.predict(values).p_below(self.wall_frac)
+
+    def verdict(self, values: Mapping[str, Any]) -> MemoryVerdict | None:
+        """The admission rule (module docstring): None when the config may be launched."""
+        pred = self.predict(values)
+        if pred.lower_from is not None and pred.lower_frac >= 1.0:
+            return MemoryVerdict(
+                True, pred.lower_from, f"needs at least the memory of trial {pred.lower_from}, which ran out"
+            )
+        if pred.lower_from is not None and pred.lower_frac > self.wall_frac:
+            return MemoryVerdict(
+                False,
+                pred.lower_from,
+                f"needs at least the memory of trial {pred.lower_from} ({pred.lower_frac:.0%} of the GPU), "
+                f"within the {self.space.min_headroom_frac:.0%} headroom",
+            )
+        if pred.known and pred.measured and pred.upper_frac > self.wall_frac:
+            low = pred.peak_frac * math.exp(-CONFIDENCE_Z * pred.sigma_log)
+            if low > self.wall_frac:
+                what = "runs out of memory" if low > 1.0 else "comes within the headroom"
+                return MemoryVerdict(
+                    low > 1.0,
+                    pred.anchor,
+                    f"predicted peak {pred.peak_frac:.0%} of the GPU (at least {low:.0%}) from trial {pred.anchor}: {what}",
+                )
+        return None
+
+
+def _map_fit(z: np.ndarray, y: np.ndarray, prior: np.ndarray, prior_sd: np.ndarray) -> tuple[np.ndarray, float]:
+    """``y ~ a + z @ beta`` by least squares (residual scale ``FIT_SIGMA``) with a Gaussian prior on
+    ``beta`` and each ``beta_j`` held to the sign of ``prior_j`` (coordinate descent, centred data)."""
+    zc = z - z.mean(axis=0)
+    yc = y - y.mean()
+    beta = prior.copy()
+    resid = yc - zc @ beta
+    inv_var = 1.0 / prior_sd**2
+    norms = (zc**2).sum(axis=0) / FIT_SIGMA**2 + inv_var
+    for _ in range(500):
+        change = 0.0
+        for j in range(len(beta)):
+            old = beta[j]
+            rho = float(zc[:, j] @ resid) / FIT_SIGMA**2 + (norms[j] - inv_var[j]) * old + inv_var[j] * prior[j]
+            new = rho / norms[j]
+            new = max(new, 0.0) if prior[j] > 0 else min(new, 0.0)
+            if new != old:
+                resid -= zc[:, j] * (new - old)
+                beta[j] = new
+                change = max(change, abs(new - old))
+        if change < 1e-10:
+            break
+    return beta, float(y.mean() - z.mean(axis=0) @ beta)
+
+
+def memory_verdict(space: SearchSpace, values: Mapping[str, Any], history: Sequence[TrialRecord]) -> MemoryVerdict | None:
+    """The admission gate's memory rule for one config, from the study's records."""
+    return MemoryModel(space, history).verdict(values)
