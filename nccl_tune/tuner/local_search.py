@@ -16,7 +16,8 @@ proposes what an uninterrupted one would):
    with each enabler (a memory-decreasing change of another parameter: checkpointing on, a higher
    ZeRO stage, offload on, a shorter sequence). While an enabler's effect on memory is unmeasured,
    it is paired with the smallest change that needs it; once measured, with any that the memory
-   model predicts will fit, so the largest that fits wins on expected gain. And a jump: the
+   model predicts will fit, so the largest that fits wins on expected gain. An enabler is then not
+   tried alone: slower at the same micro-batch, it would never pay off at once. And a jump: the
    config the throughput model rates best near the base, over values already measured (gains
    measured one at a time, combined in one trial).
 4. Each move is scored ``expected improvement x (P(fits in memory) x P(no other failure))^2``: expected
@@ -64,6 +65,9 @@ modelled first, whose neighbourhoods are searched."""
 RISK_AVERSION = 2.0
 """Exponent on the probability that a move runs (fits in memory, no other failure): a failed trial
 costs GPU time and teaches less than a finished one, so risk counts more than in plain expectation."""
+PARSIMONY = 0.01
+"""Score discount per value changed from the baseline: between moves that promise the same, the one
+that keeps more of the user's config."""
 FAILURE_PRIOR = 0.5
 """Pseudo-runs without a failure in a blamed value's failure rate (one failure alone: 2/3)."""
 TIE = 0.01
@@ -272,7 +276,12 @@ class Planner:
             best = None
         moves: dict[str, Move] = {}
         for number, values in bases:
-            for m in self.singles(values, number) + self.compounds(values, number) + self.jump(values, number):
+            compounds = self.compounds(values, number)
+            singles = self.singles(values, number)
+            if compounds:
+                enablers = {(m.changed[0], m.values[m.changed[0]]) for m in compounds}
+                singles = [m for m in singles if (m.changed[0], m.values[m.changed[0]]) not in enablers]
+            for m in singles + compounds + self.jump(values, number):
                 moves.setdefault(self._key(m.values), m)
         pool = [m for m in moves.values() if self.admissible(m)]
         if not pool:
@@ -284,7 +293,8 @@ class Planner:
             gain = expected_improvement(mean, sd, best)
         else:
             gain = np.exp(mean - mean.max()) * MIN_EXPECTED_GAIN * 10
-        score = gain * (fits * safe) ** RISK_AVERSION * (1.0 + 1e-6 * np.array([rng.random() for _ in pool]))
+        plain = np.array([1.0 - PARSIMONY * self.changes(m.values) for m in pool])
+        score = gain * (fits * safe) ** RISK_AVERSION * plain * (1.0 + 1e-6 * np.array([rng.random() for _ in pool]))
         i = int(np.argmax(score))
         if score[i] < MIN_EXPECTED_GAIN * (0.1 if best is None else 1.0):
             return None

@@ -48,10 +48,11 @@ SIGMA_FEW_POINTS = 0.08
 DISTANCE_SIGMA = 0.05
 """Extra spread per unit of coordinate travelled from the anchor (one doubling, one choice): the
 log-linear form is only locally right (a static part makes growth accelerate with batch size)."""
-PRIOR_SLOPE = {True: (0.2, 0.2), False: (0.15, 0.25)}
+PRIOR_SLOPE = {True: (0.2, 0.2), False: (0.3, 0.4)}
 """Prior (mean, sd) of ``|beta|``: per doubling on numeric axes (memory at most proportional to a
 batch size or length, ln 2 = 0.69, usually well below as a static part dominates) and per choice
-position otherwise. It carries the odds that a move fits until the study measures the parameter."""
+position otherwise (checkpointing, offload, a ZeRO stage: anything from a few percent to half the
+GPU). It carries the odds that a move fits until the study measures the parameter."""
 MEASURED_SHARE = 0.25
 """A change counts as measured when the data cut its prior variance to this share; only measured
 changes can refuse a config."""

@@ -64,11 +64,14 @@ class TunerObserver(TrialObserver):
         self.interrupt = interrupt
         self.early_stop_ratio = early_stop_ratio
         self.reference: tuple[float, tuple[float, ...]] | None = None
+        self.incumbent_throughput = 0.0
+        """Samples per second over the incumbent's measured steps, as screening measures a trial."""
         if incumbent is not None and incumbent.ok_runs:
             best = max(incumbent.ok_runs, key=lambda r: r.throughput or 0.0)
             if best.result and best.result.samples_per_step:
                 self.reference = (best.result.samples_per_step, best.result.step_times_s)
-        self.incumbent_throughput = incumbent.throughput if incumbent is not None else 0.0
+                if best.result.mean_step_s:
+                    self.incumbent_throughput = best.result.samples_per_step / best.result.mean_step_s
         self.screen_reach = screen_reach
 
     def on_phase(self, spec: TrialSpec, phase: str, seconds: float) -> None:

@@ -128,7 +128,7 @@ def observations(records: Sequence[TrialRecord], noise: float) -> list[Observati
         if r.outcome is not Outcome.LAUNCHED or r.result is None or r.status not in (FailureClass.OK, FailureClass.BUDGET):
             continue
         res = r.result
-        tput, n = res.throughput_samples_per_s, len(res.measured_step_times_s)
+        tput, n = res.throughput_per_s, len(res.measured_step_times_s)
         if tput and tput > 0 and n:
             out.append(Observation(r.number, r.values, math.log(tput), noise**2 / n + RUN_NOISE**2))
         elif res.step_times_s and res.samples_per_step:

@@ -51,9 +51,13 @@ def _given(option: float | None, default: float) -> float:
 
 
 def stop_for(space: SearchSpace, settings: RunSettings) -> StopRule:
+    """The space's stop rule with ``--steps``/``--warmup-steps``; screening keeps at least one
+    measured step after its screened ones (none when ``--steps 1``)."""
+    measured = space.stop.measured_steps if settings.steps is None else settings.steps
     return StopRule(
         warmup_steps=space.stop.warmup_steps if settings.warmup_steps is None else settings.warmup_steps,
-        measured_steps=space.stop.measured_steps if settings.steps is None else settings.steps,
+        measured_steps=measured,
+        screen_steps=min(space.stop.screen_steps, measured - 1),
     )
 
 

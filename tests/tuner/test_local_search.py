@@ -1,64 +1,143 @@
-"""The local-search sampler walks from the incumbent one step at a time, on a real Optuna study."""
+"""The memory-aware local search: compound moves where an enabler is needed, moves ordered by the
+measured spread, failures blamed on the values that caused them; on records, then through a real
+Optuna study and a whole study on an analytic landscape."""
 
 from __future__ import annotations
 
+import io
+import random
+
 import optuna
-from optuna.distributions import CategoricalDistribution, IntDistribution
+from optuna.trial import TrialState
+from rich.console import Console
 
-from nccl_tune.tuner.local_search import LocalSearchSampler, neighbours
+from nccl_tune.failure import FailureClass, Verdict
+from nccl_tune.search_spaces.loader import parse_space
+from nccl_tune.sim.analytic import AnalyticNode, Truth, analytic_cost
+from nccl_tune.sim.families import FAMILIES, instance
+from nccl_tune.sim.launcher import ModelLauncher
+from nccl_tune.trial import GpuMemory, MemoryReport, StopReason, TrialResult
+from nccl_tune.tuner.local_search import LocalSearchSampler, Planner
+from nccl_tune.tuner.loop import run_study
+from nccl_tune.tuner.settings import RunSettings
+from nccl_tune.tuner.study_records import Outcome, TrialKind, TrialRecord
 
-SPACE = {
-    "micro:log2": IntDistribution(0, 4),
-    "offload": CategoricalDistribution([False, True]),
-    "NCCL_PROTO": CategoricalDistribution(["unset", "Simple", "LL128"]),
-}
+SPACE = parse_space(
+    """
+name: sft
+parameters:
+  - {name: micro, kind: pow2, low: 1, high: 32, default: 2, memory: increasing}
+  - {name: ckpt, kind: bool, default: false, memory: decreasing}
+  - {name: NCCL_ALGO, kind: categorical, choices: [unset, Ring, Tree], default: unset, memory: none}
+throughput: {samples_per_step: 64}
+""",
+    source="test",
+    label="sft",
+)
+BASE = SPACE.defaults()
+GPU = 80.0
 
 
-def told(study: optuna.Study, params: dict, value: float, failed: bool = False) -> None:
+def peak(v) -> float:
+    return 30.0 + 10.0 * v["micro"] * (0.12 if v["ckpt"] else 1.0)
+
+
+def speed(v) -> float:
+    """Samples/s: larger micro-batches are faster, checkpointing costs 30%, NCCL nothing."""
+    return 64.0 * v["micro"] / (v["micro"] + 8.0) / (1.3 if v["ckpt"] else 1.0)
+
+
+def rec(number: int, changes: dict, status: FailureClass | None = None) -> TrialRecord:
+    v = {**BASE, **changes}
+    status = status or (FailureClass.OK if peak(v) <= GPU else FailureClass.OOM)
+    step = 64.0 / speed(v)
+    result = TrialResult(
+        number=number, status=status, verdict=Verdict(status), stop_reason=StopReason.MEASURED,
+        step_times_s=(step * 1.3, step, step * 1.01, step * 0.99) if status is FailureClass.OK else (),
+        warmup_steps=1, samples_per_step=64.0,
+        memory=MemoryReport("nvml", (GpuMemory(0, GPU, min(peak(v), GPU)),)),
+    )
+    return TrialRecord(number, TrialState.COMPLETE, v, TrialKind.SEARCH, Outcome.LAUNCHED, status, result)
+
+
+def propose(records: list[TrialRecord]):
+    proposal = Planner(SPACE, {}, records).propose(random.Random(0))
+    assert proposal is not None
+    return proposal
+
+
+def test_a_micro_batch_that_does_not_fit_is_tried_with_the_enabler_that_frees_room():
+    # micro 2 -> 4 fits (70 GiB), micro 8 ran out; NCCL measured flat: checkpointing is the way on
+    records = [rec(0, {}), rec(1, {"micro": 4}), rec(2, {"micro": 8}), rec(3, {"micro": 4, "NCCL_ALGO": "Ring"})]
+    assert records[2].status is FailureClass.OOM
+    p = propose(records)
+    assert p.values["ckpt"] is True and p.values["micro"] == 8, p.reason
+    assert p.reason.startswith("compound move")
+
+
+def test_once_the_enabler_is_measured_the_largest_micro_batch_predicted_to_fit_comes_with_it():
+    records = [rec(0, {}), rec(1, {"micro": 4}), rec(2, {"micro": 8}), rec(3, {"micro": 8, "ckpt": True}),
+               rec(4, {"micro": 16, "ckpt": True})]
+    planner = Planner(SPACE, {}, records)
+    p = planner.propose(random.Random(0))
+    # micro 32 with checkpointing needs 68 GiB: it fits (measured along the checkpointing line) and is
+    # the fastest left
+    assert p is not None and p.values == {**BASE, "micro": 32, "ckpt": True}, p.reason
+    pred = planner.memory.predict(p.values)
+    assert pred.measured and planner.memory.p_fits(p.values) > 0.8
+
+
+def test_a_parameter_measured_within_noise_waits_while_others_have_spread():
+    records = [rec(0, {}), rec(1, {"NCCL_ALGO": "Ring"}), rec(2, {"micro": 4})]
+    planner = Planner(SPACE, {}, records)
+    assert planner.tput.scale_of("NCCL_ALGO") < planner.tput.scale_of("micro")
+    p = planner.propose(random.Random(0))
+    assert p.values["NCCL_ALGO"] != "Tree", p.reason
+
+
+def test_a_failure_is_blamed_on_the_values_its_move_changed():
+    records = [rec(0, {}), rec(1, {"micro": 4}), rec(2, {"micro": 4, "NCCL_ALGO": "Tree"}, FailureClass.HANG)]
+    planner = Planner(SPACE, {}, records)
+    assert planner.p_no_other_failure({**BASE, "micro": 8, "ckpt": True, "NCCL_ALGO": "Tree"}) < 0.5
+    assert planner.p_no_other_failure({**BASE, "micro": 8, "ckpt": True}) == 1.0
+    assert planner.propose(random.Random(0)).values["NCCL_ALGO"] != "Tree"
+
+
+def told(study: optuna.Study, r: TrialRecord) -> None:
+    """``r`` added to a real Optuna study as the tuner stores it (values and result in user attributes)."""
+    from nccl_tune.tuner.sampling import distributions, to_optuna
+
     trial = optuna.trial.create_trial(
-        params=params, distributions=SPACE, value=value,
-        system_attrs={"constraints:failed": 1.0 if failed else -1.0},
+        params=to_optuna(SPACE, r.values, {}), distributions=distributions(SPACE, {}),
+        value=r.throughput or 0.0, user_attrs={"values": dict(r.values), "result": r.result.to_json(),
+                                                "status": r.status.value, "kind": "search"},
+        system_attrs={"constraints:failed": -1.0 if r.ok else 1.0},
     )
     study.add_trial(trial)
 
 
-def ask(study: optuna.Study) -> dict:
-    trial = study.ask(SPACE)
-    params = dict(trial.params)
-    study.tell(trial, 0.0)
-    return params
+def test_the_sampler_asks_optuna_for_the_planners_proposal():
+    study = optuna.create_study(direction="maximize", sampler=LocalSearchSampler(SPACE, {}, seed=0))
+    for r in (rec(0, {}), rec(1, {"micro": 4}), rec(2, {"micro": 8}), rec(3, {"micro": 4, "NCCL_ALGO": "Ring"})):
+        told(study, r)
+    trial = study.ask()
+    from nccl_tune.tuner.sampling import suggest
+
+    values = suggest(trial, SPACE, {})
+    assert values == {**BASE, "micro": 8, "ckpt": True}
+    assert trial.params["micro:log2"] == 3
 
 
-def test_neighbours_move_one_parameter_one_step():
-    moves = neighbours({"micro:log2": 0, "offload": False, "NCCL_PROTO": "Simple"}, SPACE)
-    assert {(n, d) for n, d, _ in moves} == {("micro:log2", 1), ("offload", 1), ("NCCL_PROTO", -1), ("NCCL_PROTO", 1)}
-    for name, _, values in moves:
-        assert sum(values[k] != v for k, v in {"micro:log2": 0, "offload": False, "NCCL_PROTO": "Simple"}.items()) == 1
-
-
-def test_walks_micro_batches_up_first_then_repeats_a_winning_direction_and_leaves_nccl_for_last():
-    sampler = LocalSearchSampler(seed=0, first=frozenset({("micro:log2", 1)}), late=frozenset({"NCCL_PROTO"}))
-    study = optuna.create_study(direction="maximize", sampler=sampler)
-    told(study, {"micro:log2": 0, "offload": False, "NCCL_PROTO": "unset"}, 10.0)
-    step = ask(study)
-    assert step == {"micro:log2": 1, "offload": False, "NCCL_PROTO": "unset"}
-    # that move won (its outcome recorded as a trial of its own): the sampler keeps going the same way
-    told(study, step, 14.0)
-    assert ask(study)["micro:log2"] == 2
-    # micro 2 ran out of memory (infeasible): from the incumbent, the other non-NCCL move comes next
-    told(study, {"micro:log2": 2, "offload": False, "NCCL_PROTO": "unset"}, 0.0, failed=True)
-    nxt = ask(study)
-    assert nxt["NCCL_PROTO"] == "unset" and (nxt["offload"] is True or nxt["micro:log2"] == 0)
-
-
-def test_noise_within_the_margin_does_not_move_the_incumbent():
-    sampler = LocalSearchSampler(seed=1, margin=0.02)
-    study = optuna.create_study(direction="maximize", sampler=sampler)
-    told(study, {"micro:log2": 2, "offload": False, "NCCL_PROTO": "unset"}, 100.0)
-    ask(study)
-    told(study, {"micro:log2": 3, "offload": True, "NCCL_PROTO": "unset"}, 101.0)  # +1%: noise
-    for _ in range(3):
-        p = ask(study)
-        # every proposal is one step from the first incumbent, not from the 1%-faster neighbour
-        base = {"micro:log2": 2, "offload": False, "NCCL_PROTO": "unset"}
-        assert sum(p[k] != v for k, v in base.items()) == 1
+def test_a_whole_study_on_the_enabler_trap_takes_the_slower_enabler_for_a_larger_micro_batch(tmp_path):
+    inst, ex = instance("enabler-trap", 0)
+    space_file = tmp_path / "trap.yaml"
+    space_file.write_text(FAMILIES["enabler-trap"].space_yaml)
+    settings = RunSettings(command=("true",), space=str(space_file), results=tmp_path, storage="sqlite:///:memory:",
+                           study="trap", trials=12, seed=0, confirm=0)
+    launcher = ModelLauncher(env={"HOME": str(tmp_path)}, cost=analytic_cost(inst.landscape, inst.node))
+    out = run_study(settings, console=Console(file=io.StringIO()), launcher=launcher)
+    ok = [r for r in out.records if r.ok and r.values["train.gradient_checkpointing"]]
+    assert any(r.values["train.micro_batch_size"] >= 16 for r in ok)
+    best = out.winner
+    assert best is not None and best.values["train.gradient_checkpointing"]
+    assert AnalyticNode().capacity_gib and isinstance(inst.landscape(best.values), Truth)

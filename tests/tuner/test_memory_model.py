@@ -1,0 +1,124 @@
+"""The memory model on synthetic studies whose memory is known: peak = static (ZeRO stage) + context
++ activations that grow with the micro-batch (checkpointing keeps 15% of them)."""
+
+from __future__ import annotations
+
+import pytest
+from optuna.trial import TrialState
+
+from nccl_tune.failure import FailureClass, Verdict
+from nccl_tune.search_spaces.loader import parse_space
+from nccl_tune.trial import GpuMemory, MemoryReport, StopReason, TrialResult
+from nccl_tune.tuner.memory_model import MemoryModel, memory_verdict
+from nccl_tune.tuner.study_records import Outcome, TrialKind, TrialRecord
+
+SPACE = parse_space(
+    """
+name: memory-test
+parameters:
+  - {name: micro, kind: pow2, low: 1, high: 64, default: 1, memory: increasing}
+  - {name: ckpt, kind: bool, default: false, memory: decreasing}
+  - {name: zero, kind: categorical, choices: [1, 2, 3], default: 1, memory: decreasing}
+  - {name: NCCL_ALGO, kind: categorical, choices: [unset, Ring], default: unset, memory: none}
+stability: {min_headroom_frac: 0.05}
+""",
+    source="test",
+    label="memory-test",
+)
+GPU_GIB = 80.0
+BASE = SPACE.defaults()
+
+
+def peak_gib(v: dict) -> float:
+    static = {1: 30.0, 2: 22.0, 3: 14.0}[v["zero"]]
+    return static + 6.0 + 4.0 * v["micro"] * (0.15 if v["ckpt"] else 1.0)
+
+
+def launched(number: int, values: dict) -> TrialRecord:
+    """A trial of ``values`` as the node would run it: OOM above the GPU, its peak otherwise."""
+    need = peak_gib(values)
+    status = FailureClass.OK if need <= GPU_GIB else FailureClass.OOM
+    result = TrialResult(
+        number=number, status=status, verdict=Verdict(status), stop_reason=StopReason.MEASURED,
+        step_times_s=(2.0, 1.0, 1.0) if status is FailureClass.OK else (), warmup_steps=1, samples_per_step=8.0,
+        memory=MemoryReport("nvml", (GpuMemory(0, GPU_GIB, min(need, GPU_GIB)),)),
+    )
+    return TrialRecord(number, TrialState.COMPLETE, values, TrialKind.SEARCH, Outcome.LAUNCHED, status, result)
+
+
+def study(*configs: dict) -> list[TrialRecord]:
+    return [launched(i, {**BASE, **c}) for i, c in enumerate(configs)]
+
+
+def frac(v: dict) -> float:
+    return peak_gib({**BASE, **v}) / GPU_GIB
+
+
+def test_a_measured_config_is_predicted_exactly_and_unrelated_parameters_change_nothing():
+    model = MemoryModel(SPACE, study({}, {"micro": 2}, {"micro": 4}))
+    for v in ({}, {"micro": 2}, {"micro": 4}):
+        assert model.predict({**BASE, **v}).peak_frac == pytest.approx(frac(v))
+    other = model.predict({**BASE, "micro": 4, "NCCL_ALGO": "Ring"})  # memory: none
+    assert other.peak_frac == pytest.approx(frac({"micro": 4})) and other.measured
+
+
+def test_along_a_measured_line_memory_is_extrapolated_as_affine_in_the_value():
+    model = MemoryModel(SPACE, study({}, {"micro": 2}, {"micro": 4}))
+    for micro in (8, 16):
+        pred = model.predict({**BASE, "micro": micro})
+        assert pred.measured
+        assert pred.peak_frac == pytest.approx(frac({"micro": micro}), rel=0.02)
+    # beyond the wall with confidence: refused (micro 16 needs 100 GiB, micro 32 164 GiB)
+    assert model.verdict({**BASE, "micro": 8}) is None
+    assert model.verdict({**BASE, "micro": 16}) is not None
+    verdict = model.verdict({**BASE, "micro": 32})
+    assert verdict is not None and verdict.oom and "predicted peak" in verdict.reason
+    # the odds of fitting fall with the micro-batch
+    odds = [model.p_fits({**BASE, "micro": m}) for m in (4, 8, 16, 32)]
+    assert odds == sorted(odds, reverse=True) and odds[0] > 0.9 > 0.1 > odds[-1]
+
+
+def test_a_change_never_measured_gives_odds_but_never_refuses():
+    model = MemoryModel(SPACE, study({}, {"micro": 2}, {"micro": 4}))
+    # zero stage 3 was never run: even paired with micro 32 the model gives odds only
+    pred = model.predict({**BASE, "zero": 3, "micro": 32})
+    assert not pred.measured and 0.0 < model.p_fits({**BASE, "zero": 3, "micro": 32}) < 1.0
+    assert model.verdict({**BASE, "zero": 3, "micro": 32}) is None
+    assert not model.varies("zero") and model.varies("micro")
+
+
+def test_dominating_an_oom_or_a_run_within_the_headroom_is_refused_for_certain():
+    records = study({}, {"micro": 8}, {"micro": 16})  # micro 8: 68 GiB (85%), micro 16: OOM
+    assert records[2].status is FailureClass.OOM
+    v = memory_verdict(SPACE, {**BASE, "micro": 32}, records)
+    assert v is not None and v.oom and v.from_trial == 2 and "ran out" in v.reason
+    # a run that finished at 96% of the GPU is not stable; a config needing at least its memory is not launched
+    hot = TrialRecord(
+        3, TrialState.COMPLETE, {**BASE, "micro": 8}, TrialKind.SEARCH, Outcome.LAUNCHED, FailureClass.OK,
+        TrialResult(number=3, status=FailureClass.OK, verdict=Verdict(FailureClass.OK), stop_reason=StopReason.MEASURED,
+                    step_times_s=(2.0, 1.0), warmup_steps=1, samples_per_step=8.0,
+                    memory=MemoryReport("nvml", (GpuMemory(0, GPU_GIB, 0.96 * GPU_GIB),))),
+    )
+    v = memory_verdict(SPACE, {**BASE, "micro": 8, "NCCL_ALGO": "Ring"}, [records[0], hot])
+    assert v is not None and not v.oom and v.status is None and v.from_trial == 3 and "headroom" in v.reason
+    assert memory_verdict(SPACE, {**BASE, "micro": 4}, [records[0], hot]) is None
+
+
+def test_an_oom_raises_the_effect_of_what_grew_not_of_what_shrank():
+    # micro 4 -> 8 at ZeRO 1 fits; ZeRO 1 -> 2 was measured; then micro 16 with ckpt off runs out
+    records = study({}, {"micro": 4}, {"zero": 2}, {"micro": 16})
+    model = MemoryModel(SPACE, records)
+    # the OOM says micro-16 needs the GPU: micro 32 at ZeRO 2 is predicted past it too
+    assert model.p_fits({**BASE, "micro": 32, "zero": 2}) < 0.05
+    # and ZeRO 2 keeps its measured saving (the OOM did not shrink it)
+    assert model.predict({**BASE, "zero": 2}).peak_frac == pytest.approx(frac({"zero": 2}))
+
+
+def test_checkpointing_measured_once_then_the_line_through_it_predicts_the_largest_fit():
+    records = study({}, {"micro": 2}, {"micro": 4}, {"micro": 16}, {"micro": 16, "ckpt": True}, {"micro": 32, "ckpt": True})
+    model = MemoryModel(SPACE, records)
+    assert model.varies("ckpt")
+    # with checkpointing on, micro 64 is measured along its own line: 36 + 0.6 * 64 = 74.4 GiB (93%)
+    pred = model.predict({**BASE, "micro": 64, "ckpt": True})
+    assert pred.measured and pred.peak_frac == pytest.approx(frac({"micro": 64, "ckpt": True}), rel=0.02)
+    assert model.p_fits({**BASE, "micro": 64, "ckpt": True}) > 0.5
