@@ -13,14 +13,15 @@ proposes what an uninterrupted one would):
 3. Moves from the best finished configs (stable ones, and ones too close to the memory wall to be
    stable: a step back from the wall may be the best config): every one-parameter change, and
    compound moves where a memory-increasing change would not fit on its own: that change together
-   with each enabler (a memory-decreasing change of another parameter: checkpointing on, a higher
-   ZeRO stage, offload on, a shorter sequence). While an enabler's effect on memory is unmeasured,
-   it is paired with the smallest change that needs it; once measured, with any that the memory
-   model predicts will fit, so the largest that fits wins on expected gain. An enabler is then not
+   with an enabler (a memory-decreasing change of another parameter: checkpointing on, a higher
+   ZeRO stage, offload on, a shorter sequence). While no enabler's effect on memory is measured,
+   each is paired with the smallest change that needs it; once one is measured, the measured ones
+   are paired with any change the memory model predicts will fit, so the largest that fits wins
+   on expected gain (untried enablers wait: each costs an OOM when it frees too little). An enabler is then not
    tried alone: slower at the same micro-batch, it would never pay off at once. And a jump: the
    config the throughput model rates best near the base, over values already measured (gains
    measured one at a time, combined in one trial).
-4. Each move is scored ``expected improvement x (P(fits in memory) x P(no other failure))^2``: expected
+4. Each move is scored ``expected improvement x P(fits in memory) x P(no other failure)^2``: expected
    improvement over the incumbent under the throughput model (parameters whose measured effect is
    within noise promise little and wait; untried values of parameters with a large measured spread
    come first); ``P(fits)`` from the memory model; ``P(no other failure)`` from earlier hangs,
@@ -63,8 +64,9 @@ BASES = 4
 """Finished configs (stable, or near the wall: backing off from the wall is a move too), best
 modelled first, whose neighbourhoods are searched."""
 RISK_AVERSION = 2.0
-"""Exponent on the probability that a move runs (fits in memory, no other failure): a failed trial
-costs GPU time and teaches less than a finished one, so risk counts more than in plain expectation."""
+"""Exponent on the probability that a move escapes the failures seen so far (hangs, crashes,
+refusals): such a failure costs a whole stall timeout and teaches little, so that risk counts more
+than in plain expectation. Running out of memory counts plainly: it fails early and measures memory."""
 PARSIMONY = 0.01
 """Score discount per value changed from the baseline: between moves that promise the same, the one
 that keeps more of the user's config."""
@@ -186,22 +188,23 @@ class Planner:
     def compounds(self, base: Mapping[str, Any], number: int) -> list[Move]:
         """A memory-increasing change that does not fit alone (by the memory model's measured
         effects, or because it needs at least the memory of a config that ran out or came too close
-        to the wall), with each enabler of another parameter."""
+        to the wall), with each enabler of another parameter whose memory effect is measured (with
+        each of its values), or while none is, with each enabler (with the smallest such change)."""
         signed = [p for p in self.free if p.memory in _SIGNED]
         out = []
         for q in signed:
             rank = q.memory_rank(base[q.name])
             ups = sorted((v for v in q.choices if q.memory_rank(v) > rank), key=q.memory_rank)
             needing = [v for v in ups if self.needs_enabler(self.full({**base, q.name: v}), q.name)]
-            for e in signed:
-                if e is q:
-                    continue
-                known = self.memory.varies(e.name)
-                e_rank = e.memory_rank(base[e.name])
-                for w in (w for w in e.choices if e.memory_rank(w) < e_rank):
-                    for v in needing if known else needing[:1]:
-                        values = self.full({**base, q.name: v, e.name: w})
-                        out.append(Move(values, (e.name, q.name), number, kind="compound move"))
+            if not needing:
+                continue
+            enablers = [(e, w) for e in signed if e is not q
+                        for w in e.choices if e.memory_rank(w) < e.memory_rank(base[e.name])]
+            known = [(e, w) for e, w in enablers if self.memory.varies(e.name)]
+            for e, w in known or enablers:
+                for v in needing if (e, w) in known else needing[:1]:
+                    values = self.full({**base, q.name: v, e.name: w})
+                    out.append(Move(values, (e.name, q.name), number, kind="compound move"))
         return out
 
     def needs_enabler(self, values: Mapping[str, Any], name: str) -> bool:
@@ -294,7 +297,7 @@ class Planner:
         else:
             gain = np.exp(mean - mean.max()) * MIN_EXPECTED_GAIN * 10
         plain = np.array([1.0 - PARSIMONY * self.changes(m.values) for m in pool])
-        score = gain * (fits * safe) ** RISK_AVERSION * plain * (1.0 + 1e-6 * np.array([rng.random() for _ in pool]))
+        score = gain * fits * safe**RISK_AVERSION * plain * (1.0 + 1e-6 * np.array([rng.random() for _ in pool]))
         i = int(np.argmax(score))
         if score[i] < MIN_EXPECTED_GAIN * (0.1 if best is None else 1.0):
             return None

@@ -10,10 +10,10 @@ The model is ``log(throughput) = m(x) + sum_p g_p(x_p) + h(x)``:
 - ``g_p`` is the effect of parameter ``p``: independent per value for unordered choices, smooth
   in the choice order (with a linear trend, so that a run of gains extrapolates) for ordered ones.
   Its scale ``tau_p`` is fitted to the study's data by type-II maximum likelihood, shrunk towards
-  the scale of its group (environment variables, command-line values that trade memory for speed,
-  other command-line values), which is shrunk towards a prior (``PRIOR_TAU``). A parameter whose
-  changes measured within noise gets a small scale, so its untried values promise little: the
-  study spends its trials where the measured spread is.
+  a prior (``PRIOR_TAU``: larger for values that trade memory for speed), and for environment
+  variables towards their common fitted scale. A parameter whose changes measured within noise
+  gets a small scale, so its untried values promise little: the study spends its trials where
+  the measured spread is.
 - ``h`` is a small interaction term that correlates configs by how many values they share.
 
 Observations are weighted by their noise: the per-step spread measured within trials (pooled
@@ -231,11 +231,14 @@ class ThroughputModel:
 
     # -- scales from the study's own pairs --------------------------------------------------------
     def _scales(self) -> np.ndarray:
-        """Per-parameter effect scales by type-II maximum likelihood on a grid: first each group's
-        scale (a factor of its prior), then each parameter's (a factor of its group's), each under a
-        log-normal hyperprior, so that a parameter the study never varied keeps its group's scale and
-        one whose changes measured within noise gets a small one. The data are weighed jointly, so a
-        difference between two configs is not blamed on a parameter whose effect is known."""
+        """Per-parameter effect scales by type-II maximum likelihood on a grid, under log-normal
+        hyperpriors: first the environment variables' common scale (a factor of its prior: NCCL
+        variables all act on the collectives, so when the job is not communication-bound none of
+        them matters much), then each parameter's (a factor of that, or of its own prior for a
+        command-line value: checkpointing and offload say nothing about each other). A parameter the
+        study never varied keeps its prior; one whose changes measured within noise gets a small
+        scale. The data are weighed jointly, so a difference between two configs is not blamed on a
+        parameter whose effect is known."""
         groups = [_group(p) for p in self.free]
         tau = np.array([PRIOR_TAU[g] for g in groups], dtype=float)
         self.extra_var = 0.0
@@ -256,11 +259,10 @@ class ThroughputModel:
             return float(-0.5 * alpha @ alpha - np.log(np.diag(chol)).sum() - 0.5 * (log_factor / hyper_sd) ** 2)
 
         self.extra_var = max((sd**2 for sd in EXTRA_RUN_SD), key=lambda v: score(tau, 0.0, 1.0, v))
-        for group in PRIOR_TAU:
-            mask = np.array([g == group for g in groups])
-            if mask.any():
-                best = max(SCALE_FACTORS, key=lambda f: score(np.where(mask, tau * f, tau), math.log(f), GROUP_HYPER_SD))
-                tau[mask] *= best
+        mask = np.array([g == Target.ENV for g in groups])
+        if mask.any():
+            best = max(SCALE_FACTORS, key=lambda f: score(np.where(mask, tau * f, tau), math.log(f), GROUP_HYPER_SD))
+            tau[mask] *= best
         group_scale = tau.copy()
         for _ in range(2):
             for j in range(len(tau)):
