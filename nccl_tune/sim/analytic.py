@@ -138,7 +138,7 @@ def _failure(truth: Truth, node: AnalyticNode, step: int, at: float, kind: str) 
     if kind == "oom":
         used = node.capacity_gib - 0.05
         msg = logfmt.cuda_oom_message(
-            gpu=3, tried_gib=max(truth.peak_gib - used, 0.1) * 0.8 + 0.02, capacity_gib=node.capacity_gib, free_gib=0.05,
+            gpu=3, tried_gib=max(truth.peak_gib - used, 0.1) * 0.6 + 0.02, capacity_gib=node.capacity_gib, free_gib=0.05,
             process_gib=used - 0.6, allocated_gib=used * 0.9, reserved_unallocated_gib=used * 0.05,
         )
         return SimFailure(FailureClass.OOM, "oom", 3, step, "policy_train", at, at + WATCHDOG_S + ABORT_S,

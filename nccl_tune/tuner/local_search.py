@@ -123,10 +123,12 @@ class Planner:
 
     # -- what failed, and what it is blamed on ---------------------------------------------------
     def _failure_rates(self) -> dict[tuple[str, Any], float]:
-        """Failure rate of each (parameter, value) a failure was blamed on: a failure not explained by
-        the memory model is blamed on the values in which it differs from the nearest stable config
-        launched before it (shared when several); every launched run that did not fail with a value
-        counts for it. Rate = blame / (blame + runs without a failure + ``FAILURE_PRIOR``)."""
+        """Failure rate of each (parameter, value) that failures not explained by the memory model
+        were blamed on. A failure is blamed on the values it took from outside the baseline, each in
+        proportion to ``1 / (1 + runs it had finished without a failure)`` (twice for the values its
+        own move changed): a value that ran fine many times is an unlikely culprit, one that never did
+        (or that a lucky run carried along: chance hangs) a likely one. Rate = blame / (blame + runs
+        without a failure + ``FAILURE_PRIOR``)."""
         memory_explains = bool(self.memory.signed)
         stable_before: list[TrialRecord] = []
         blame: dict[tuple[str, Any], float] = {}
@@ -134,18 +136,21 @@ class Planner:
         for r in sorted(self.records, key=lambda r: r.number):
             if r.outcome is not Outcome.LAUNCHED or r.status in (None, FailureClass.INTERRUPTED):
                 continue
+            keys = [(p.name, r.values.get(p.name)) for p in self.free]
             if r.status in (FailureClass.OK, FailureClass.BUDGET):
-                for p in self.free:
-                    fine[(p.name, r.values.get(p.name))] = fine.get((p.name, r.values.get(p.name)), 0) + 1
+                for k in keys:
+                    fine[k] = fine.get(k, 0) + 1
                 if r.ok and not r.near_wall:
                     stable_before.append(r)
                 continue
             if r.status is FailureClass.OOM and memory_explains:
                 continue
-            blamed = self._blamed(r.values, stable_before)
-            for name in blamed:
-                key = (name, r.values.get(name))
-                blame[key] = blame.get(key, 0.0) + 1.0 / len(blamed)
+            moved = set(self._blamed(r.values, stable_before))
+            suspects = [k for k in keys if k[1] != self.baseline.get(k[0])] or keys
+            weights = {k: (2.0 if k[0] in moved else 1.0) / (1.0 + fine.get(k, 0)) for k in suspects}
+            total = sum(weights.values())
+            for k, w in weights.items():
+                blame[k] = blame.get(k, 0.0) + w / total
         return {k: b / (b + fine.get(k, 0) + FAILURE_PRIOR) for k, b in blame.items()}
 
     def _blamed(self, failed: Mapping[str, Any], stable: Sequence[TrialRecord]) -> tuple[str, ...]:
@@ -246,8 +251,9 @@ class Planner:
     # -- choosing ------------------------------------------------------------------------------------
     def ranked(self) -> list[tuple[float, int, Mapping[str, Any], bool]]:
         """(modelled log throughput, first trial, values, stable) of every config whose runs all
-        finished (stable, or too close to the memory wall to be), best first."""
-        finished = [c for c in candidates(self.records) if c.all_ok]
+        finished (stable, or too close to the memory wall to be) and that is not suspect (its values'
+        failure rates leave it less than even odds), best first."""
+        finished = [c for c in candidates(self.records) if c.all_ok and self.p_no_other_failure(c.values) >= 0.5]
         if not finished:
             return []
         means, _ = self.tput.predict([c.values for c in finished])

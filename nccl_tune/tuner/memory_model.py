@@ -18,7 +18,8 @@ in two layers:
   never refuses a config.
 
 OOM trials, and trials that failed otherwise after measuring some memory, are censored
-observations (their peak is at least the GPU, or what was measured): when the fit predicts one
+observations (their peak is at least the GPU, or what PyTorch's message shows the failing
+allocation needed, ``diagnose.oom_demand``, or what was measured): when the fit predicts one
 below its bound it is added at the bound and the fit is repeated. The prediction is then clipped into the certain bounds.
 
 ``MemoryModel.verdict`` is the admission rule: a config that dominates a known OOM, or one that
@@ -35,6 +36,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 import numpy as np
 
+from nccl_tune.diagnose.oom_demand import oom_demand
 from nccl_tune.failure import FailureClass
 from nccl_tune.search_spaces.space import MemoryEffect, ParamKind, Parameter, SearchSpace
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
@@ -153,7 +155,9 @@ def observations(records: Iterable[TrialRecord]) -> list[_Point]:
         mem = r.result.memory
         frac = mem.max_peak_frac if mem is not None else None
         if r.status is FailureClass.OOM:
-            out.append(_Point(r.number, r.values, max(frac or 0.0, 1.0), exact=False))
+            demand = oom_demand(e.text for e in r.result.verdict.evidence)
+            need = demand.needed_frac if demand is not None else 0.0
+            out.append(_Point(r.number, r.values, max(frac or 0.0, need, 1.0), exact=False))
         elif frac is None or not frac > 0:
             continue
         elif r.status is FailureClass.OK:
