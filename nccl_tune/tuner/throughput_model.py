@@ -33,7 +33,7 @@ from nccl_tune.failure import FailureClass
 from nccl_tune.search_spaces.space import UNSET, MemoryEffect, ParamKind, Parameter, SearchSpace, Target
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
 
-PRIOR_MEMORY_GAIN = 0.03
+PRIOR_MEMORY_GAIN = 0.08
 """Prior log-throughput gain per step towards more memory (see the module docstring)."""
 PRIOR_TAU = {"memory": 0.30, Target.OVERRIDE: 0.15, Target.ENV: 0.10}
 """Prior effect scale (log throughput) of a parameter's untried values: a parameter that trades
