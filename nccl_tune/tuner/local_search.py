@@ -50,6 +50,7 @@ from optuna.samplers import BaseSampler, TPESampler
 from optuna.trial import FrozenTrial, TrialState
 
 from nccl_tune.failure import FailureClass
+from nccl_tune.search_spaces.expr import ExprError
 from nccl_tune.search_spaces.space import MemoryEffect, Parameter, SearchSpace
 from nccl_tune.tuner import study_records as R
 from nccl_tune.tuner.memory_model import MemoryModel
@@ -229,7 +230,7 @@ class Planner:
         for _ in range(len(self.free)):
             options = [self.full({**current, p.name: v}) for p in self.free for v in p.choices
                        if v != current.get(p.name) and (p.name, v) in seen]
-            options = [o for o in options if not self.space.violations(o) and self.memory.p_fits(o) >= 0.5
+            options = [o for o in options if self.within_rules(o) and self.memory.p_fits(o) >= 0.5
                        and self.p_no_other_failure(o) >= 0.5 and self.memory.verdict(o) is None]
             if not options:
                 break
@@ -241,10 +242,18 @@ class Planner:
         changed = tuple(p.name for p in self.free if current.get(p.name) != base.get(p.name))
         return [Move(current, changed, number, kind="jump")] if len(changed) >= 2 else []
 
+    def within_rules(self, values: Mapping[str, Any]) -> bool:
+        """No rule of the space is broken. An expression that fails on the values leaves them to the
+        admission rule, which rejects them and says so (the planner then counts them as tried)."""
+        try:
+            return not self.space.violations(values)
+        except ExprError:
+            return True
+
     def admissible(self, move: Move) -> bool:
         return (
             self._key(move.values) not in self.tried
-            and not self.space.violations(move.values)
+            and self.within_rules(move.values)
             and self.memory.verdict(move.values) is None
         )
 

@@ -13,16 +13,17 @@ from tests.tuner.conftest import error_lines, run_twin, study_trials, twin_space
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-RULE = ("constraints:\n  - expr: 100 // (trainer.micro_train_batch_size_per_gpu - 2) != 12345\n"
-        "    message: a rule that divides by zero when micro_train_batch_size_per_gpu is 2\n")
+RULE = ("constraints:\n  - expr: 100 // (1 if trainer.micro_train_batch_size_per_gpu == 1 else 0) != 12345\n"
+        "    message: a rule that divides by zero when micro_train_batch_size_per_gpu is above 1\n")
 
 
 def test_an_expression_failing_on_a_sampled_value_rejects_it_and_the_study_goes_on(workdir):
     space = workdir / "space.yaml"
     space.write_text(twin_space_text().replace("constraints:\n", RULE, 1))
-    # the local sampler's first move raises the one free micro-batch size from 1 to 2
+    # the local sampler's first moves raise the one free micro-batch size above 1
     args = ["--space", str(space), "--trials", "2", "--confirm", "0", "--study", "e", "--json", "--seed", "1",
-            "--set", "trainer.micro_forward_batch_size_per_gpu=8", "--set", "trainer.micro_train_batch_size_per_gpu=2"]
+            "--set", "trainer.micro_forward_batch_size_per_gpu=8", "--set", "trainer.max_prompt_length=6000",
+            "--set", "trainer.micro_train_batch_size_per_gpu=2"]
     # pinned to the value the expression fails on: refused before anything starts, in one line
     pinned = run_twin(args, cwd=workdir)
     assert pinned.returncode == 1 and "integer division or modulo by zero" in error_lines(pinned)[0]
@@ -32,7 +33,7 @@ def test_an_expression_failing_on_a_sampled_value_rejects_it_and_the_study_goes_
     assert proc.returncode == 0, proc.stderr
     assert "an expression of the space fails on these values" in proc.stderr
     rows = json.loads(proc.stdout)["trials"]
-    rejected = [r for r in rows if r["params"].get("trainer.micro_train_batch_size_per_gpu") == 2]
+    rejected = [r for r in rows if r["params"].get("trainer.micro_train_batch_size_per_gpu") != 1]
     assert rejected and all(r["outcome"] == "rejected" for r in rejected)
     assert "division or modulo by zero" in rejected[0]["violations"][0]
     assert sum(r["outcome"] == "launched" for r in rows) == 2
