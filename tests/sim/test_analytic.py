@@ -49,7 +49,8 @@ def test_the_model_launcher_supervises_analytic_runs_like_the_twin(tmp_path):
     assert oom.memory.max_peak_frac == 1.0
     refused = LAUNCHER.run(spec(tmp_path, "refused", 2))
     assert refused.status is FailureClass.NCCL_ERROR and refused.wall_s < 100.0
-    assert any("LL128" in e.text for e in refused.verdict.evidence)
+    # the classifier quotes the error line, as for the twin (the WARN line before it names the setting)
+    assert any("NCCL error: invalid usage" in e.text for e in refused.verdict.evidence)
     for mode in ("hang", "flaky"):
         hung = LAUNCHER.run(spec(tmp_path, mode, 3))
         # no progress in the step's phase: the stall clock (or the watchdog's exit) ends it

@@ -31,9 +31,11 @@ STEP_S = {"fast": 10.0, "close": 10.2, "slow": 11.8}
 
 
 def study(tmp_path: Path, screen_steps: int, screening: bool = True) -> dict:
-    space_file = tmp_path / "screening.yaml"
+    folder = tmp_path / f"screen{screen_steps}-{screening}"  # a study's folder belongs to one study
+    folder.mkdir()
+    space_file = folder / "screening.yaml"
     space_file.write_text(SPACE % screen_steps)
-    settings = RunSettings(command=("true",), space=str(space_file), results=tmp_path, storage="sqlite:///:memory:",
+    settings = RunSettings(command=("true",), space=str(space_file), results=folder, storage="sqlite:///:memory:",
                            study="screening", trials=3, seed=0, confirm=0, screening=screening)
     cost = analytic_cost(lambda v: Truth(STEP_S[v["mode"]], 40.0), AnalyticNode(startup_s=60.0, step_noise=0.005))
     out = run_study(settings, console=Console(file=io.StringIO()), launcher=ModelLauncher(env={}, cost=cost))
