@@ -14,7 +14,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "benchmarks" / "search.py"
-SEEDS, TRIALS = 1, 8
+SEEDS, TRIALS = 1, 6
+PIN = ("--set", "trainer.micro_forward_batch_size_per_gpu=8")
+"""On top of ``--quick``'s own pins: the twin's landscape in a few seconds (the test stays near 20 s)."""
 FAMILIES = ("twin", "enabler-trap", "comm-bound", "flat-top", "narrow-wall", "hang-region")
 
 
@@ -27,7 +29,7 @@ def run_bench(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def quick(tmp_path_factory) -> tuple[dict, Path, subprocess.CompletedProcess]:
     out = tmp_path_factory.mktemp("search") / "search.json"
-    proc = run_bench("--quick", "--seeds", str(SEEDS), "--trials", str(TRIALS), "--json", str(out))
+    proc = run_bench("--quick", *PIN, "--seeds", str(SEEDS), "--trials", str(TRIALS), "--json", str(out))
     assert proc.returncode in (0, 1), proc.stderr
     return json.loads(out.read_text()), out, proc
 
@@ -41,7 +43,8 @@ def test_every_family_has_an_exact_best_and_a_small_target_region(quick):
         assert inst["implied_random_median"] >= 14, name
     land = data["families"]["twin"]["landscape"]
     assert land["reduction_check"]["exact"] and land["best"]["failure"] is None
-    assert data["families"]["twin"]["pins"] == {"trainer.train_batch_size": "256", "trainer.max_prompt_length": "4096"}
+    assert data["families"]["twin"]["pins"] == {"trainer.train_batch_size": "256", "trainer.max_prompt_length": "4096",
+                                                "trainer.micro_forward_batch_size_per_gpu": "8"}
 
 
 def test_three_samplers_side_by_side_with_the_defined_measures(quick):
@@ -74,7 +77,7 @@ def test_second_run_reuses_the_cached_twin_landscape(quick, tmp_path):
     data, out, _ = quick
     copy = tmp_path / "again.json"
     copy.write_text(out.read_text())
-    proc = run_bench("--quick", "--families", "twin", "--samplers", "tuner", "--seeds", "1", "--trials", "3",
+    proc = run_bench("--quick", *PIN, "--families", "twin", "--samplers", "tuner", "--seeds", "1", "--trials", "3",
                      "--json", str(copy))
     assert proc.returncode in (0, 1), proc.stderr
     assert "reused from" in proc.stdout
