@@ -207,6 +207,10 @@ class TrialSpec:
     cwd: Path | None = None
     memory_knobs: tuple[MemoryKnob, ...] = ()
     """The space's parameters that move memory, with this trial's values (for advice)."""
+    scope: str = ""
+    """What the markers of this study's processes start with: the study name and its storage (see
+    ``tuner.storage.marker_scope``), so that a study of the same name in another storage is never
+    swept or waited on; empty: the study name alone."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", _frozen_map(self.params))
@@ -216,9 +220,14 @@ class TrialSpec:
         object.__setattr__(self, "memory_knobs", tuple(self.memory_knobs))
 
     @property
+    def marker_scope(self) -> str:
+        """The prefix every process of this study carries in ``NCCL_TUNE_TRIAL`` (before ``/NUMBER``)."""
+        return self.scope or self.study
+
+    @property
     def marker(self) -> str:
         """Value of ``NCCL_TUNE_TRIAL`` for this trial."""
-        return f"{self.study}/{self.number}"
+        return f"{self.marker_scope}/{self.number}"
 
 
 class StopReason(str, Enum):

@@ -125,7 +125,7 @@ class LocalLauncher(Launcher):
         progress rule does not compile."""
         compile_rules(spec.progress)
         resolve_command(spec.argv, build_env(spec.env, spec.marker), spec.cwd)
-        self._study = spec.study
+        self._study = spec.marker_scope
 
     def before_study(self) -> None:
         """Take the GPU memory baseline the gate compares against."""
@@ -154,7 +154,7 @@ class LocalLauncher(Launcher):
         before anything started (the trial folder cannot be written); once the command runs it
         never raises, except to re-raise an exception raised inside it (see the module docstring)."""
         observer = observer or TrialObserver()
-        self._study = spec.study
+        self._study = spec.marker_scope
         if self.gpu_gate.baseline_gib is None:
             self.gpu_gate.take_baseline()
         trial_dir = spec.trial_dir

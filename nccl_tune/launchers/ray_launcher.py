@@ -260,7 +260,7 @@ class RayLauncher(LocalLauncher):
         """Connect, find the nodes, and check on one of them that the command can start there."""
         compile_rules(spec.progress)
         self._connect()
-        self._study = spec.study
+        self._study = spec.marker_scope
         ray = _ray()
         node = cluster_nodes(self.resource)[0]
         check = ray.remote(_command_problem).options(**self._on_node(node))

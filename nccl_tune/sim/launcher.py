@@ -131,7 +131,7 @@ class ModelLauncher(Launcher):
             cfg = parse_overrides(tokens, env)
         except SimConfigError as exc:
             return self._refused(spec, exc)
-        seed = cfg.env.sim_seed if cfg.env.sim_seed is not None else zlib.crc32(spec.marker.encode())
+        seed = cfg.env.sim_seed if cfg.env.sim_seed is not None else zlib.crc32(f"{spec.study}/{spec.number}".encode())
         outcome = evaluate(cfg, seed=seed, steps=spec.stop.total_steps)
         return _Supervision(spec, observer, outcome).run()
 

@@ -154,7 +154,8 @@ class StudyLoop:
             shlex.join(self.settings.command),
         )
         if existed:
-            Recovery(self.space, self.pins.params, self.launcher, self.display).run(study, storage, self.runner.host)
+            recovery = Recovery(self.space, self.pins.params, self.launcher, self.display)
+            recovery.run(study, storage, self.settings.storage_url, self.runner.host)
         elif not self.plan.warm_start:
             self.enqueue_baseline(study)
         store_hardware(study, facts)

@@ -25,6 +25,7 @@ from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.trial import TrialResult
 from nccl_tune.tuner import study_records as R
 from nccl_tune.tuner.display import Display
+from nccl_tune.tuner.storage import marker_scope
 from nccl_tune.tuner.telling import requeue, tell_result
 
 KILLED = "the tuner was killed while this trial ran"
@@ -59,7 +60,7 @@ class Recovery:
         self.launcher = launcher
         self.display = display
 
-    def run(self, study: optuna.Study, storage: optuna.storages.BaseStorage, host: str) -> None:
+    def run(self, study: optuna.Study, storage: optuna.storages.BaseStorage, storage_url: str, host: str) -> None:
         mine = orphans(study, host)
         for t in mine:
             pid = t.user_attrs.get(R.A_PID)
@@ -68,7 +69,7 @@ class Recovery:
                     f"study {study.study_name!r} is being run by nccl-tune (pid {pid}) on this host; "
                     "wait for it or use another --study"
                 )
-        for desc in self.launcher.reap(study.study_name):
+        for desc in self.launcher.reap(marker_scope(study.study_name, storage_url)):
             self.display.note(f"killed an orphan of an interrupted trial: {desc}")
         for t in mine:
             self.settle(study, live_trial(study, storage, t.number), t)

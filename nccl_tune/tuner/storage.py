@@ -51,6 +51,16 @@ def default_study_name(space_name: str, command: tuple[str, ...], results: Path)
     return f"{space_name}-{digest}"
 
 
+def marker_scope(study: str, storage_url: str) -> str:
+    """What every process of ``study`` in ``storage_url`` carries in its marker: the name and a digest of
+    the storage (a SQLite file by its absolute path), so that a study of the same name in another
+    folder or database is neither swept nor waited on; the same study always gets the same scope, so a
+    resumed run still finds its own orphans."""
+    path = sqlite_path(storage_url)
+    where = f"sqlite:///{path.resolve()}" if path is not None else storage_url
+    return f"{study}@{hashlib.sha1(where.encode()).hexdigest()[:8]}"
+
+
 def sqlite_path(url: str) -> Path | None:
     """The database file of a ``sqlite:///PATH`` URL (None for other storages)."""
     if not url.startswith("sqlite:///"):

@@ -17,7 +17,7 @@ from nccl_tune.search_spaces.render import fixed_argv, format_value, render_valu
 from nccl_tune.search_spaces.space import MemoryEffect, SearchSpace
 from nccl_tune.trial import Clocks, MemoryKnob, StopRule, TrialSpec
 from nccl_tune.tuner.settings import RunSettings
-from nccl_tune.tuner.storage import study_folder
+from nccl_tune.tuner.storage import marker_scope, study_folder
 
 
 def expand(template: str, *, trial_dir: Path, study: str, number: int) -> str:
@@ -110,4 +110,5 @@ def build_trial_spec(
         samples_per_step=space.samples(values),
         cwd=Path.cwd(),
         memory_knobs=memory_knobs(space, values),
+        scope=marker_scope(study, settings.storage_url),
     )

@@ -14,7 +14,7 @@ import optuna
 import psutil
 import pytest
 
-from nccl_tune.launchers.teardown import find_marked, study_match
+from nccl_tune.launchers.teardown import find_marked
 
 from .helpers import FAKE_TRAINER, SCRIPTS
 
@@ -32,11 +32,16 @@ def _tuner(study: str, results: Path, env: dict[str, str], trials: int) -> subpr
                             text=True, start_new_session=True)
 
 
+def _of_study(study: str):
+    """Markers of ``study`` as the tuner sets them (``NAME@STORAGE/NUMBER``, see ``marker_scope``)."""
+    return lambda marker: marker.split("@")[0] == study and "/" in marker
+
+
 def _wait_for_trial(study: str, number: int, timeout_s: float = 60.0) -> set[int]:
     """Pids of trial ``number`` once it runs, with its detached child."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        pids = {p.pid for p in find_marked(lambda m: m == f"{study}/{number}")}
+        pids = {p.pid for p in find_marked(lambda m: _of_study(study)(m) and m.endswith(f"/{number}"))}
         if len(pids) >= 2:
             return pids
         time.sleep(0.1)
@@ -71,7 +76,7 @@ def test_a_signal_to_the_tuner_tears_the_trial_down_and_exits_130(study: str, tm
     assert tuner.returncode == 130, out
     assert "interrupted" in out
     assert not any(_alive(p) for p in pids)
-    assert find_marked(study_match(study)) == []
+    assert find_marked(_of_study(study)) == []
     first = {t.number: t for t in _trials(study, results)}[0]
     assert first.state is optuna.trial.TrialState.FAIL
     assert first.user_attrs.get("status") == "interrupted"
@@ -96,7 +101,7 @@ def test_a_killed_tuner_is_resumed_with_its_orphans_killed_and_nothing_lost(stud
     out = resumed.stdout + resumed.stderr
     assert resumed.returncode in (0, 2), out  # a config was found or not: not a usage error, not interrupted
     assert not any(_alive(p) for p in orphans), out
-    assert find_marked(study_match(study)) == []
+    assert find_marked(_of_study(study)) == []
     by_number = {t.number: t for t in _trials(study, results)}
     assert by_number[0].state is optuna.trial.TrialState.COMPLETE and by_number[0].user_attrs.get("status") == "ok"
     assert by_number[1].state is optuna.trial.TrialState.FAIL and by_number[1].user_attrs.get("status") == "interrupted"

@@ -178,3 +178,34 @@ def test_an_in_memory_storage_leaves_no_lock_file_behind(tmp_path, monkeypatch):
     assert sqlite_path("sqlite:///:memory:") is None
     open_storage("sqlite:///:memory:")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_study_of_the_same_name_in_another_storage_is_neither_swept_nor_waited_on(tmp_path, monkeypatch):
+    """Two folders, one study name, one node: resuming one study must not kill the other's trial
+    (its processes carry the other storage in their marker), and its gate must not wait on them."""
+    import sys
+    import time
+
+    from nccl_tune.launchers.local import LocalLauncher
+    from nccl_tune.launchers.teardown import MARKER_ENV, find_marked, study_match
+    from nccl_tune.tuner.storage import marker_scope
+
+    monkeypatch.chdir(tmp_path)
+    mine = marker_scope("s", "sqlite:///a/nccl-tune.db")
+    assert mine == marker_scope("s", f"sqlite:///{tmp_path}/a/nccl-tune.db")  # one file, however it is named
+    theirs = marker_scope("s", "sqlite:///b/nccl-tune.db")
+    assert len({mine, theirs, marker_scope("t", "sqlite:///a/nccl-tune.db")}) == 3
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             env={**os.environ, MARKER_ENV: f"{theirs}/0"}, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while not find_marked(study_match(theirs)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert find_marked(study_match(theirs)), "the other study's trial never showed its marker"
+        launcher = LocalLauncher(gate_timeout_s=1.0)
+        assert launcher.reap(mine) == []
+        assert not launcher.gpu_gate.look(mine).marked and launcher.gpu_gate.look(theirs).marked
+        assert other.poll() is None
+    finally:
+        other.kill()
+        other.wait()
