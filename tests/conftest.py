@@ -1,29 +1,70 @@
-"""Fixtures shared by several test packages: the loopback Ray cluster (started once per session)."""
+"""Shared by several test packages: the loopback Ray cluster, and the guard that none of its
+processes outlives it."""
 
 from __future__ import annotations
 
+import contextlib
+import time
+from typing import Iterator
+
+import psutil
 import pytest
 
 
 RAY_NODES = 2
 """Logical nodes of the test cluster that trials may use (the head is one of them)."""
+RAY_EXIT_WAIT_S = 20.0
+"""How long the cluster's processes may take to exit after its shutdown."""
 
 
-@pytest.fixture(scope="session")
-def ray_cluster():
-    """A Ray cluster on loopback, started once for the test session: ``RAY_NODES`` logical nodes,
-    each offering ``nccl_tune_node: 1`` and eight GPU-like units; this process is its driver."""
+def _ray_processes_of_this_test_run() -> list[psutil.Process]:
+    """Live descendants of this process that belong to Ray (its daemons and workers)."""
+    found = []
+    for proc in psutil.Process().children(recursive=True):
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            text = f"{proc.name()} {' '.join(proc.cmdline()[:3])}"
+        except psutil.Error:
+            continue
+        if any(word in text for word in ("gcs_server", "raylet", "ray::", "ray/", "ray_")):
+            found.append(proc)
+    return found
+
+
+def _wait_gone(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
+    """Those of ``procs`` still alive (not zombies) after ``timeout_s``."""
+    _, alive = psutil.wait_procs(procs, timeout=timeout_s)
+    return [p for p in alive if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+@contextlib.contextmanager
+def loopback_ray_cluster() -> Iterator[object]:
+    """A Ray cluster on loopback: ``RAY_NODES`` logical nodes, each offering ``nccl_tune_node: 1``
+    and eight GPU-like units; this process is its driver. On exit the cluster is shut down and its
+    processes waited for: one still alive after ``RAY_EXIT_WAIT_S`` is killed and fails the test
+    run (a left-over ``gcs_server`` makes later tests see "a Ray cluster is running")."""
     ray = pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
 
     from nccl_tune.launchers.ray_launcher import NODE_RESOURCE
 
+    before = {p.pid for p in _ray_processes_of_this_test_run()}
     node = {"num_cpus": 1, "resources": {NODE_RESOURCE: 1, "GPU-like": 8}, "include_dashboard": False}
     cluster = Cluster(initialize_head=True, head_node_args=node)
-    for _ in range(RAY_NODES - 1):
-        cluster.add_node(**{k: v for k, v in node.items() if k != "include_dashboard"})
-    ray.init(address=cluster.address, log_to_driver=False, namespace="nccl-tune-tests")
-    cluster.wait_for_nodes()
-    yield cluster
-    ray.shutdown()
-    cluster.shutdown()
+    try:
+        for _ in range(RAY_NODES - 1):
+            cluster.add_node(**{k: v for k, v in node.items() if k != "include_dashboard"})
+        ray.init(address=cluster.address, log_to_driver=False, namespace="nccl-tune-tests")
+        cluster.wait_for_nodes()
+        ours = [p for p in _ray_processes_of_this_test_run() if p.pid not in before]
+        yield cluster
+    finally:
+        ray.shutdown()
+        cluster.shutdown()
+    ours += [p for p in _ray_processes_of_this_test_run() if p.pid not in before]
+    left = _wait_gone(list({p.pid: p for p in ours}.values()), RAY_EXIT_WAIT_S)
+    for proc in left:
+        proc.kill()
+    psutil.wait_procs(left, timeout=5)
+    assert not left, f"the test Ray cluster left processes behind: {[p.pid for p in left]}"

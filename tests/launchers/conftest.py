@@ -14,6 +14,8 @@ from nccl_tune.gpu_fake import FakeNvml, h100_node, write_state
 from nccl_tune.launchers.teardown import find_marked, kill_marked, study_match
 from nccl_tune.trial import Clocks, StopRule, TrialSpec
 
+from tests.conftest import loopback_ray_cluster
+
 from .helpers import trainer_argv
 
 
@@ -56,3 +58,11 @@ def fake_gpus(tmp_path: Path) -> tuple[Path, NvmlProbe]:
     write_state(path, h100_node(2, used_gib=0.5))
     return path, NvmlProbe(FakeNvml(path))
 
+
+
+@pytest.fixture(scope="package")
+def ray_cluster():
+    """The loopback Ray cluster of this package's tests (shut down after its last test, so later
+    packages see no Ray running)."""
+    with loopback_ray_cluster() as cluster:
+        yield cluster

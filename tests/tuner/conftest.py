@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import loopback_ray_cluster
+
 HERE = Path(__file__).parent
 SCRIPTS = HERE / "scripts"
 TINY_SPACE = SCRIPTS / "tiny.yaml"
@@ -120,3 +122,11 @@ def study_trials(workdir: Path, study: str | None = None, results: str = "result
         (summary,) = optuna.study.get_all_study_summaries(storage, include_best_trial=False)
         study = summary.study_name
     return optuna.load_study(study_name=study, storage=storage).get_trials(deepcopy=False)
+
+
+@pytest.fixture(scope="package")
+def ray_cluster():
+    """The loopback Ray cluster of this package's tests (shut down after its last test, so later
+    packages see no Ray running)."""
+    with loopback_ray_cluster() as cluster:
+        yield cluster

@@ -1,17 +1,28 @@
-"""The study loop with --launcher ray --parallel 2 on the launcher tests' loopback cluster: trials
-overlap in time, each is told, the study ends with a winner."""
+"""The study loop with --launcher ray --parallel 2 on a loopback cluster: trials
+overlap in time, each is told, the study ends with a winner; a driver killed mid-study resumes
+like a local one and sweeps the killed trials' orphans."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import time
+import uuid
+from pathlib import Path
 
+import optuna
 import pytest
+from optuna.trial import TrialState
 from rich.console import Console
 
+from nccl_tune.launchers.teardown import find_marked, kill_marked, study_match
+from nccl_tune.tuner import study_records as R
 from nccl_tune.tuner.loop import run_study
 from nccl_tune.tuner.settings import RunSettings
 
-from .conftest import TINY_SPACE
+from .conftest import NCCL_TUNE, TINY_SPACE, run_cli
 
 pytest.importorskip("ray")
 
@@ -29,3 +40,67 @@ def test_two_slots_run_trials_at_once(ray_cluster, tiny_command, workdir) -> Non
         spans.append((folder.stat().st_mtime - result["wall_s"], folder.stat().st_mtime))
     assert len(spans) == 4
     assert any(a[0] < b[1] and b[0] < a[1] for i, a in enumerate(spans) for b in spans[i + 1:]), spans
+
+
+ORPHAN_THEN_TRAIN = 'setsid sleep 300 & TINY_STEP_S=1 exec "$0" "$@"'
+"""Leaves a detached process of the trial (it carries the trial's marker), then trains with steps
+long enough (0.4-1 s; the node's environment, not the driver's, reaches the command) that the
+kill lands while trials run."""
+
+
+def _running_on_a_node(storage: str, study: str) -> list[int]:
+    """Trials still running whose command has trained a step on its node (once one has a result)."""
+    try:
+        trials = _trials(storage, study)
+    except Exception:  # the study is not created yet
+        return []
+    running = [t for t in trials if t.state is TrialState.RUNNING]
+    if not any(R.A_STATUS in t.user_attrs for t in trials if t.state is not TrialState.RUNNING):
+        return []
+    logs = [Path(t.user_attrs.get(R.A_TRIAL_DIR, "/nonexistent")) / "output.log" for t in running]
+    return [t.number for t, log in zip(running, logs) if log.exists() and "step 1 memory" in log.read_text()]
+
+
+def test_a_killed_ray_driver_resumes_and_sweeps_the_orphans_on_every_node(ray_cluster, tiny_command, workdir) -> None:
+    study = f"kr-{uuid.uuid4().hex[:8]}"
+    args = ["run", "--launcher", "ray", "--ray-address", ray_cluster.address, "--parallel", "2",
+            "--space", str(TINY_SPACE), "--study", study, "--trials", "3", "--seed", "5", "--sampler", "random",
+            "--confirm", "0", "--", "bash", "-c", ORPHAN_THEN_TRAIN, *tiny_command]
+    env = {**os.environ, "COLUMNS": "200"}
+    storage = f"sqlite:///{workdir}/results/nccl-tune.db"
+    try:
+        with open(workdir / "first.err", "w") as err:
+            driver = subprocess.Popen([str(NCCL_TUNE), *args], cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=err)
+            deadline = time.monotonic() + 120
+            while driver.poll() is None and time.monotonic() < deadline:
+                if _running_on_a_node(storage, study):
+                    break
+                time.sleep(0.1)
+            assert driver.poll() is None, (workdir / "first.err").read_text()[-3000:]
+            driver.send_signal(signal.SIGKILL)
+            driver.wait(10)
+        kept = {t.number: (t.state, t.params, t.user_attrs.get(R.A_STATUS)) for t in _trials(storage, study)
+                if t.state is not TrialState.RUNNING}
+        killed = [t.number for t in _trials(storage, study) if t.state is TrialState.RUNNING]
+        assert killed and any(status for *_, status in kept.values()), (workdir / "first.err").read_text()[-3000:]
+        assert find_marked(study_match(study)), "the killed trials left no orphan to sweep"
+
+        second = run_cli(args, cwd=workdir, timeout=180)
+        said = second.stdout + second.stderr
+        assert second.returncode == 0, said[-3000:]
+        assert "killed an orphan of an interrupted trial" in said, said[-3000:]
+        trials = {t.number: t for t in _trials(storage, study)}
+        for number in killed:  # settled: recovered when it had written its result, else run again
+            settled = (f"trial {number}: interrupted before it finished; it will be run again",
+                       f"trial {number}: recovered its finished result")
+            assert any(line in said for line in settled), said[-3000:]
+            assert trials[number].state is not TrialState.RUNNING
+        assert {n: (trials[n].state, trials[n].params, trials[n].user_attrs.get(R.A_STATUS)) for n in kept} == kept
+        assert not [t for t in trials.values() if t.state is TrialState.RUNNING]
+        assert not find_marked(study_match(study))
+    finally:
+        kill_marked(study_match(study), 1.0)
+
+
+def _trials(storage: str, study: str) -> list:
+    return optuna.load_study(study_name=study, storage=storage).get_trials(deepcopy=False)
