@@ -191,10 +191,15 @@ def _dists_in(paths: list[str]) -> dict[str, list[str]]:
 
 
 def _script_dir(command: Sequence[str], cwd: Path) -> Path:
-    """The folder of the command's script (the first argument that is a file), else ``cwd``."""
+    """The folder of the command's script (the first argument that is a file), else ``cwd``. An
+    argument that cannot be a path (``python -c`` code longer than a file name may be) is skipped."""
     for arg in list(command)[:3]:
         p = Path(arg) if Path(arg).is_absolute() else cwd / arg
-        if p.is_file() and not _LAUNCHERS.fullmatch(p.name):
+        try:
+            is_script = p.is_file() and not _LAUNCHERS.fullmatch(p.name)
+        except OSError:
+            continue
+        if is_script:
             return p.parent
     return cwd
 

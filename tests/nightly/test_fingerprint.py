@@ -84,3 +84,9 @@ def test_changes_name_what_moved():
     assert changes(a, a) == () and changes(None, a) == ()
     c = Fingerprint(**{**base, "trainer_commit": "b" * 40})
     assert changes(a, c) == (f"trainer git {'a' * 12} (main) -> git {'b' * 12} (main)",)
+
+
+def test_a_command_given_as_inline_code_longer_than_a_file_name_is_fingerprinted(tmp_path: Path) -> None:
+    code = "import time\n" + "time.sleep(0)\n" * 40  # longer than NAME_MAX (255): not a path
+    fp = probe_fingerprint([sys.executable, "-c", code], cwd=tmp_path, probe=NoGpuProbe("no GPU in this test"))
+    assert fp.python_version and fp.trainer_commit is None  # tmp_path is no git checkout
