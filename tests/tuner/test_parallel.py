@@ -17,7 +17,7 @@ import pytest
 from optuna.trial import TrialState
 from rich.console import Console
 
-from nccl_tune.launchers.teardown import find_marked, kill_marked, study_match
+from nccl_tune.launchers.teardown import find_marked, kill_marked
 from nccl_tune.tuner import study_records as R
 from nccl_tune.tuner.loop import run_study
 from nccl_tune.tuner.settings import RunSettings
@@ -83,7 +83,7 @@ def test_a_killed_ray_driver_resumes_and_sweeps_the_orphans_on_every_node(ray_cl
                 if t.state is not TrialState.RUNNING}
         killed = [t.number for t in _trials(storage, study) if t.state is TrialState.RUNNING]
         assert killed and any(status for *_, status in kept.values()), (workdir / "first.err").read_text()[-3000:]
-        assert find_marked(study_match(study)), "the killed trials left no orphan to sweep"
+        assert find_marked(_of_study(study)), "the killed trials left no orphan to sweep"
 
         second = run_cli(args, cwd=workdir, timeout=180)
         said = second.stdout + second.stderr
@@ -97,9 +97,14 @@ def test_a_killed_ray_driver_resumes_and_sweeps_the_orphans_on_every_node(ray_cl
             assert trials[number].state is not TrialState.RUNNING
         assert {n: (trials[n].state, trials[n].params, trials[n].user_attrs.get(R.A_STATUS)) for n in kept} == kept
         assert not [t for t in trials.values() if t.state is TrialState.RUNNING]
-        assert not find_marked(study_match(study))
+        assert not find_marked(_of_study(study))
     finally:
-        kill_marked(study_match(study), 1.0)
+        kill_marked(_of_study(study), 1.0)
+
+
+def _of_study(study: str):
+    """Markers of ``study`` as the tuner sets them (``NAME@STORAGE/NUMBER``)."""
+    return lambda marker: marker.split("@")[0] == study and "/" in marker
 
 
 def _trials(storage: str, study: str) -> list:
