@@ -123,7 +123,7 @@ class RemoteProcess:
                 self.sampler.reading = chunk.memory
                 if chunk.returncode is not None and len(chunk.data) < 1 << 20:
                     self.returncode = chunk.returncode
-                if chunk.eof:
+                if chunk.eof and self.returncode is not None:
                     break
         except Exception as exc:  # the actor, its worker or its node is gone
             self.lose(exc)

@@ -146,7 +146,10 @@ class TrialHost:
                 self._cond.notify_all()
 
     def read(self, wait_s: float) -> Chunk:
-        """The output since the last call (waiting up to ``wait_s`` for some), the exit status."""
+        """The output since the last call (waiting up to ``wait_s`` for some), the exit status.
+        Once the output has ended the call waits up to ``wait_s`` for the exit status instead: a
+        command's pipe often closes a moment before it can be reaped, and a command may close its
+        output and go on running."""
         with self._cond:
             if not self._buffer and not self._eof:
                 self._cond.wait(wait_s)
@@ -155,6 +158,11 @@ class TrialHost:
             eof = self._eof and not self._buffer
             self._cond.notify_all()
         returncode = self._proc.poll() if self._proc is not None else None
+        if eof and returncode is None and self._proc is not None:
+            try:
+                returncode = self._proc.wait(wait_s)
+            except subprocess.TimeoutExpired:
+                pass
         return Chunk(data, returncode, eof, self._memory())
 
     def _memory(self) -> MemoryReading:

@@ -18,7 +18,7 @@ import pytest
 from nccl_tune.failure import FailureClass
 from nccl_tune.launchers.ray_launcher import RayLauncher
 from nccl_tune.launchers.teardown import find_marked, study_match
-from nccl_tune.trial import MARKER_ENV, Clocks
+from nccl_tune.trial import MARKER_ENV, Clocks, StopReason
 
 from tests.conftest import RAY_NODES
 from .helpers import FAKE_TRAINER, RecordingObserver
@@ -160,3 +160,20 @@ def test_reap_sweeps_a_study_on_every_node(ray_cluster, study) -> None:
         assert orphan.wait(10) is not None
     finally:
         orphan.kill()
+
+
+CLOSES_OUTPUT_THEN_EXITS = "import os, sys, time; print('bye', flush=True); os.close(1); os.close(2); time.sleep(1); sys.exit(3)"
+
+
+def test_a_command_that_ends_its_output_before_it_exits_ends_the_trial_with_its_exit_status(ray_cluster, make_spec) -> None:
+    """The output's end reaches the driver before the exit status; the trial still ends as soon as
+    the command does (not at its start-up clock, 30 s here), with the command's exit code."""
+    launcher = RayLauncher()
+    spec = make_spec(argv=[sys.executable, "-c", CLOSES_OUTPUT_THEN_EXITS], clocks=Clocks(startup_timeout_s=30, stall_timeout_s=30, grace_s=1.0))
+    try:
+        launcher.prepare(spec)
+        result = launcher.run(spec)
+    finally:
+        launcher.close()
+    assert result.stop_reason is StopReason.EXITED and result.exit_code == 3, (result.stop_reason, result.verdict)
+    assert result.wall_s < 20, result.wall_s
