@@ -244,7 +244,7 @@ class StudyLoop:
             budget.observe(result)
             if result.status is FailureClass.INTERRUPTED:
                 return True
-            self.stops.check(result, kind=kind, never_ok=not any(r.ok for r in history))
+            self.stops.check(result, kind=kind, never_ok=not any(r.ok for r in history), values=values)
         return False
 
 

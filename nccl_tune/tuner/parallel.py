@@ -49,7 +49,7 @@ def search_parallel(loop: Any, study: optuna.Study, budget: Budget, slots: int, 
                 if result.status is FailureClass.INTERRUPTED:
                     stop = interrupted = True
                 else:
-                    loop.stops.check(result, kind=kind, never_ok=not any(r.ok for r in history))
+                    loop.stops.check(result, kind=kind, never_ok=not any(r.ok for r in history), values=values)
 
 
 def _start_one(loop: Any, study: optuna.Study, running: dict, submit: Callable) -> bool | None:

@@ -11,7 +11,9 @@ The rules, checked after every launched trial, in order:
   a key it does not know (``Verdict.refused_key``);
 - the command could not be executed at all (exit 126/127) before any trial was ``ok``;
 - ``MAX_SAME_EARLY_FAILURES`` trials in a row failed the same way (class and stop reason) before
-  any step, memory failures excepted;
+  any step, memory failures excepted; once a trial has run ``ok``, not when they share a value away
+  from the baseline (a forced ``NCCL_ALGO`` that NCCL refuses: the value is to blame, and the
+  sampler learns from it);
 - ``MAX_ENV_FAILURES_IN_A_ROW`` trials in a row failed for an environment reason;
 - given the space, a trial that measured steps per second where those cannot rank trials (a preset
   recognised in the output reads no rate while a parameter changes how much a step does).
@@ -19,7 +21,7 @@ The rules, checked after every launched trial, in order:
 
 from __future__ import annotations
 
-from typing import Collection
+from typing import Any, Collection, Mapping
 
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import FailureClass
@@ -83,11 +85,14 @@ class StopRules:
     def __init__(self, space: SearchSpace | None = None, pinned: Collection[str] = ()) -> None:
         self.env_failures = 0
         self.same_early: tuple[tuple[FailureClass, StopReason] | None, int] = (None, 0)
+        self.shared: set[tuple[str, str]] = set()
+        """The values away from the baseline that every trial of the current run of failures shares."""
         self.space = space
         self.pinned = pinned
 
-    def check(self, result: TrialResult, *, kind: str, never_ok: bool) -> None:
-        """``kind``: the trial's kind; ``never_ok``: no trial of the study was ``ok`` before this one."""
+    def check(self, result: TrialResult, *, kind: str, never_ok: bool, values: Mapping[str, Any] | None = None) -> None:
+        """``kind``: the trial's kind; ``never_ok``: no trial of the study was ``ok`` before this one;
+        ``values``: the trial's parameter values."""
         found = unfixable(result) if kind == TrialKind.BASELINE.value else None
         if found is not None:
             what, fix = found
@@ -98,7 +103,7 @@ class StopRules:
             )
         self._refused(result, never_ok)
         self._unrankable(result)
-        self._in_a_row(result)
+        self._in_a_row(result, values or {}, never_ok)
 
     def _unrankable(self, result: TrialResult) -> None:
         if self.space is not None and result.status is FailureClass.OK and result.throughput_unit == "steps/s":
@@ -119,11 +124,17 @@ class StopRules:
                 f"{_log(result)}"
             )
 
-    def _in_a_row(self, result: TrialResult) -> None:
+    def _away_from_baseline(self, values: Mapping[str, Any]) -> set[tuple[str, str]]:
+        defaults = self.space.defaults() if self.space is not None else {}
+        return {(k, repr(v)) for k, v in values.items() if k not in self.pinned and k in defaults and v != defaults[k]}
+
+    def _in_a_row(self, result: TrialResult, values: Mapping[str, Any], never_ok: bool) -> None:
         way = (result.status, result.stop_reason) if early_failure(result) else None
         last, count = self.same_early
         self.same_early = (way, count + 1 if way is not None and way == last else 1)
-        if way is not None and self.same_early[1] >= MAX_SAME_EARLY_FAILURES:
+        away = self._away_from_baseline(values)
+        self.shared = self.shared & away if self.same_early[1] > 1 else away
+        if way is not None and self.same_early[1] >= MAX_SAME_EARLY_FAILURES and (never_ok or not self.shared):
             raise NcclTuneError(
                 f"{self.same_early[1]} trials in a row failed the same way before any step ({result.status.value}, "
                 f"stopped: {result.stop_reason.value}): the command or the node looks broken, not the values; "

@@ -88,3 +88,31 @@ def test_three_trials_in_a_row_failing_the_same_way_before_any_step_stop_the_stu
     (line,) = error_lines(proc)
     assert "3 trials in a row failed the same way before any step (hang, stopped: startup)" in line, line
     assert len([t for t in study_trials(workdir) if "result" in t.user_attrs]) == 3
+
+
+def test_failures_that_share_a_forced_value_after_an_ok_trial_blame_the_value_not_the_node():
+    from nccl_tune.errors import NcclTuneError
+    from nccl_tune.failure import FailureClass, Verdict
+    from nccl_tune.search_spaces.loader import load_space
+    from nccl_tune.trial import StopReason, TrialResult
+    from nccl_tune.tuner.stop_rules import StopRules
+
+    space = load_space("skyrl-text2sql")
+    base = space.defaults()
+    nvls = "allreduce:NVLS;allgather:NVLS;reducescatter:NVLS"
+
+    def refused(number: int) -> TrialResult:
+        return TrialResult(number, FailureClass.NCCL_ERROR, Verdict(FailureClass.NCCL_ERROR), StopReason.EXITED, 1)
+
+    def three(values_of, never_ok: bool) -> None:
+        rules = StopRules(space)
+        for n, values in enumerate(values_of, start=1):
+            rules.check(refused(n), kind="search", never_ok=never_ok, values=values)
+
+    forced = [{**base, "NCCL_ALGO": nvls, "NCCL_PROTO": proto} for proto in ("unset", "Simple", "LL")]
+    three(forced, never_ok=False)  # the baseline ran ok: NCCL_ALGO is to blame, the study goes on
+    with pytest.raises(NcclTuneError, match="3 trials in a row failed the same way"):
+        three(forced, never_ok=True)  # nothing ever ran: the command or the node
+    varied = [{**base, "NCCL_ALGO": nvls}, {**base, "NCCL_PROTO": "LL"}, {**base, "NCCL_BUFFSIZE": 4194304}]
+    with pytest.raises(NcclTuneError, match="3 trials in a row failed the same way"):
+        three(varied, never_ok=False)  # nothing in common: the node broke
