@@ -58,7 +58,8 @@ from nccl_tune.sim.launcher import ModelLauncher
 from nccl_tune.trial import StopReason
 from nccl_tune.tuner.loop import run_study
 from nccl_tune.tuner.pins import apply_pins, parse_pin
-from nccl_tune.tuner.study_records import Outcome, TrialRecord
+from nccl_tune.tuner.storage import load_existing, open_storage
+from nccl_tune.tuner.study_records import Outcome, TrialRecord, records
 from nccl_tune.tuner.settings import DEFAULT_SAMPLER, RunSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -210,11 +211,13 @@ class StudyStats:
     """None when the study has no winner."""
     winner_stable: bool | None
     wall_s: float
+    stopped_by: str = ""
+    """The stop rule's line when one ended the study (``tuner.stop_rules``), as it would a user's."""
 
 
 def settings_for(problem: Problem, sampler: str, trials: int, results: Path) -> RunSettings:
     common: dict[str, Any] = dict(
-        command=problem.command, space=problem.space, results=results, storage="sqlite:///:memory:",
+        command=problem.command, space=problem.space, results=results, storage=f"sqlite:///{results / 'bench.db'}",
         study=f"bench-{problem.family}-{sampler}-{problem.seed}", trials=trials, seed=problem.seed, pins=problem.pins,
     )
     if sampler == "tuner":
@@ -235,7 +238,7 @@ def saved_gpu_s(record: TrialRecord, steps: int) -> float:
 
 
 def judge_study(problem: Problem, sampler: str, trials: int, records: Iterable[TrialRecord],
-                winner: Mapping[str, Any] | None, wall_s: float) -> StudyStats:
+                winner: Mapping[str, Any] | None, wall_s: float, stopped_by: str = "") -> StudyStats:
     recs = sorted(records, key=lambda r: r.number)
     launched = [r for r in recs if r.outcome is Outcome.LAUNCHED]
     reach, best_so_far, after = None, 0.0, {}
@@ -261,13 +264,20 @@ def judge_study(problem: Problem, sampler: str, trials: int, records: Iterable[T
         statuses=dict(Counter(r.status.value for r in launched if r.status)),
         outcomes=dict(Counter(r.outcome.value for r in recs)),
         winner_frac=judged[1] if judged else None, winner_stable=judged[0] if judged else None, wall_s=wall_s,
+        stopped_by=stopped_by,
     )
 
 
 def run_one(problem: Problem, sampler: str, trials: int, root: Path) -> StudyStats:
     settings = settings_for(problem, sampler, trials, root / f"{problem.family}-{sampler}-{problem.seed}")
+    settings.results.mkdir(parents=True, exist_ok=True)
     t0 = time.monotonic()
-    study = run_study(settings, console=Console(file=io.StringIO()), launcher=problem.launcher())
+    try:
+        study = run_study(settings, console=Console(file=io.StringIO()), launcher=problem.launcher())
+    except NcclTuneError as exc:  # a stop rule ended it: judged on what it launched, without a winner
+        url = settings.storage_url
+        recs = records(load_existing(open_storage(url, create=False), url, settings.study))
+        return judge_study(problem, sampler, trials, recs, None, time.monotonic() - t0, str(exc))
     winner = dict(study.winner.values) if study.winner is not None else None
     return judge_study(problem, sampler, trials, study.records, winner, time.monotonic() - t0)
 
