@@ -123,7 +123,7 @@ class ModelLauncher(Launcher):
     # -- one trial ---------------------------------------------------------------------------
     def _run(self, spec: TrialSpec, observer: TrialObserver) -> TrialResult:
         if self.cost is not None:
-            outcome = self.cost(spec, zlib.crc32(spec.marker.encode()), spec.stop.total_steps)
+            outcome = self.cost(spec, zlib.crc32(f"{spec.study}/{spec.number}".encode()), spec.stop.total_steps)
             return _Supervision(spec, observer, outcome).run()
         env = self.trial_env(spec)
         tokens = self.base_overrides + override_tokens(spec.argv)
