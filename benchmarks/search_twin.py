@@ -116,7 +116,7 @@ class ConfigModel:
         """``cfg`` with the env parameters set to ``env_values`` (the trial's environment does not
         depend on the other parameters)."""
         spec = self._spec({**self.space.defaults(), **self.pins.params, **env_values})
-        return dataclasses.replace(cfg, env=read_run_env(self.launcher.trial_env(spec), cfg.n_gpus))
+        return dataclasses.replace(cfg, env=read_run_env(self.launcher.trial_env(spec), cfg.n_gpus, cfg.env.forced))
 
     def run(self, cfg: SimConfig, seed: int) -> Modelled:
         """One modelled run of ``cfg`` at run seed ``seed``."""

@@ -1,13 +1,15 @@
 set -x
 
-# The synthetic twin of SkyRL's examples/text_to_sql/run_skyrl_sql.sh (colocated GRPO training and
-# generation for Qwen2.5-Coder-7B-Instruct on SkyRL-SQL-653, one node with 8 GPUs): the same
-# overrides, run by nccl_tune.sim.main_base, which models the node on CPU with real processes.
-# Differences: the data, database and checkpoint paths need not exist, and the logger is
-# "console" (SkyRL refuses "wandb" without WANDB_API_KEY).
+# The synthetic twin of today's SkyRL examples/train/text_to_sql/run_skyrl_sql.sh (colocated GRPO
+# training and generation for Qwen2.5-Coder-7B-Instruct on SkyRL-SQL-653, one node with 8 GPUs):
+# the same lines, with `uv run --isolated --extra fsdp -m skyrl.train.entrypoints.main_base`
+# swapped for the twin's module, which models the node on CPU with real processes.
+# Differences: the data, database and checkpoint paths need not exist, the logger is "console"
+# (SkyRL refuses "wandb" without WANDB_API_KEY), and the arguments are forwarded as "$@".
 #   bash examples/run_skyrl_sql_sim.sh [key=value ...]      # later values of a key win
 # Environment: SIM_RANKS, SIM_TIME_SCALE, SIM_SEED, SIM_FAULT, SKYRL_WORKER_NCCL_TIMEOUT_IN_S,
-# TORCH_FR_BUFFER_SIZE, TORCH_FR_DUMP_TEMP_FILE, NCCL_* (see nccl_tune/sim/README.md).
+# SKYRL_DUMP_INFRA_LOG_TO_STDOUT, TORCH_FR_*, NCCL_* (see nccl_tune/sim/README.md).
+# The legacy skyrl_train layout: examples/run_skyrl_sql_sim_legacy.sh.
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 if [ -n "$PYTHON" ]; then
@@ -31,22 +33,22 @@ MAX_INPUT_LENGTH=29000
 MAX_GENERATE_LENGTH=3000
 TRAIN_BATCH_SIZE=256
 
-"$PYTHON" -m nccl_tune.sim.main_base \
+"$PYTHON" -m nccl_tune.sim.skyrl.train.entrypoints.main_base \
   trainer.algorithm.advantage_estimator="grpo" \
   data.train_data="['$DATA_DIR/train.parquet']" \
   data.val_data="['$DATA_DIR/validation.parquet']" \
   trainer.policy.model.path="Qwen/Qwen2.5-Coder-7B-Instruct" \
   trainer.epochs=30 \
   trainer.placement.colocate_all=true \
-  trainer.strategy=fsdp2 \
+  trainer.strategy=fsdp \
   trainer.policy.fsdp_config.cpu_offload=false \
   trainer.ref.fsdp_config.cpu_offload=true \
   trainer.policy.optimizer_config.max_grad_norm=0.5 \
   trainer.policy.sequence_parallel_size=1 \
   trainer.placement.policy_num_gpus_per_node=$NUM_GPUS \
   trainer.placement.ref_num_gpus_per_node=$NUM_GPUS \
-  generator.num_inference_engines=$NUM_INFERENCE_ENGINES \
-  generator.inference_engine_tensor_parallel_size=$TP_SIZE \
+  generator.inference_engine.num_engines=$NUM_INFERENCE_ENGINES \
+  generator.inference_engine.tensor_parallel_size=$TP_SIZE \
   trainer.train_batch_size=$TRAIN_BATCH_SIZE \
   trainer.micro_forward_batch_size_per_gpu=8 \
   trainer.micro_train_batch_size_per_gpu=1 \
@@ -59,20 +61,20 @@ TRAIN_BATCH_SIZE=256
   trainer.ckpt_interval=60 \
   trainer.hf_save_interval=30 \
   trainer.dump_data_batch=true \
-  generator.backend=vllm \
-  generator.run_engines_locally=true \
-  generator.weight_sync_backend=nccl \
-  generator.async_engine=true \
+  generator.inference_engine.backend=vllm \
+  generator.inference_engine.run_engines_locally=true \
+  generator.inference_engine.weight_sync_backend=nccl \
   generator.batched=false \
   environment.env_class=text2sql \
   generator.use_conversation_multi_turn=false \
   generator.n_samples_per_prompt=5 \
-  generator.gpu_memory_utilization=0.7 \
+  generator.inference_engine.gpu_memory_utilization=0.7 \
   generator.max_turns=6 \
   generator.sampling_params.temperature=0.6 \
   generator.sampling_params.top_p=0.95 \
   generator.sampling_params.stop='["</sql>", "</solution>"]' \
   generator.eval_sampling_params.stop='["</sql>", "</solution>"]' \
+  generator.eval_sampling_params.max_generate_length=$MAX_GENERATE_LENGTH \
   environment.skyrl_gym.text2sql.db_path=$DB_PATH \
   trainer.logger="console" \
   trainer.project_name="skyrlsql" \

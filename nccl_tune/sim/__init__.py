@@ -2,13 +2,15 @@
 
 Two ways to use it:
 
-- the program, ``python -m nccl_tune.sim.main_base key=value ...`` (or
-  ``bash examples/run_skyrl_sql_sim.sh``): real processes in a real gloo group, SkyRL's log lines,
-  failures as a real node shows them;
+- the program, ``python -m nccl_tune.sim.skyrl.train.entrypoints.main_base key=value ...`` (today's
+  SkyRL; ``bash examples/run_skyrl_sql_sim.sh``) or ``python -m
+  nccl_tune.sim.skyrl_train.entrypoints.main_base`` (the legacy layout;
+  ``bash examples/run_skyrl_sql_sim_legacy.sh``): real processes in a real gloo group, SkyRL's log
+  lines, failures as a real node shows them;
 - in process, for benchmarks::
 
       from nccl_tune.sim import parse_overrides, evaluate
-      cfg = parse_overrides(["trainer.micro_train_batch_size_per_gpu=4", *skyrl_sql_overrides()], env)
+      cfg = parse_overrides([*skyrl_sql_overrides(), "trainer.micro_train_batch_size_per_gpu=4"], env)  # Layout.TODAY
       out = evaluate(cfg, seed=1)
       out.step_s, out.peak_mem_gib, out.failure
 
@@ -17,11 +19,13 @@ Two ways to use it:
 
 from nccl_tune.sim.config import DEFAULT_TIME_SCALE, RunEnv, SimConfig, parse_overrides
 from nccl_tune.sim.evaluate import Outcome, PhaseSpan, SimFailure, StepRecord, evaluate
+from nccl_tune.sim.layout import Layout
 from nccl_tune.sim.refusal import SimConfigError
 from nccl_tune.sim.script import skyrl_sql_overrides
 
 __all__ = [
     "DEFAULT_TIME_SCALE",
+    "Layout",
     "Outcome",
     "PhaseSpan",
     "RunEnv",

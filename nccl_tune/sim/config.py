@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import os
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from nccl_tune.sim.cost_model import ARCHITECTURES, GPUS_PER_NODE, Architecture
 from nccl_tune.sim.faults import FAULT_ENV, Faults, parse_faults
+from nccl_tune.sim.layout import Layout, names
 from nccl_tune.sim.nccl_env import NcclSettings, read_nccl_env
 from nccl_tune.sim.overrides import AppliedConfig, apply_overrides, convert_checked
 from nccl_tune.sim.refusal import HYDRA_FULL_ERROR_HINT, SimConfigError
@@ -56,6 +57,11 @@ class RunEnv:
     """``TORCH_NCCL_DUMP_ON_TIMEOUT`` (default on)."""
     abort_on_error: bool
     """False when ``TORCH_NCCL_ASYNC_ERROR_HANDLING`` is 0 or 2 (no tear-down on a collective error)."""
+    infra_to_stdout: bool = False
+    """``SKYRL_DUMP_INFRA_LOG_TO_STDOUT``: workers and engines print to stdout instead of the infra log."""
+    forced: Mapping[str, str] = field(default_factory=dict)
+    """Variables SkyRL sets for its workers whatever the environment says (``NCCL_CUMEM_ENABLE=0``
+    with NCCL weight sync); ``nccl`` is read with them applied."""
 
     @property
     def gloo_timeout_s(self) -> float:
@@ -68,6 +74,9 @@ class SimConfig:
     """The run the twin models: SkyRL's configuration, typed, plus its environment."""
 
     applied: AppliedConfig
+    layout: Layout
+    warnings: tuple[str, ...]
+    """What SkyRL prints while checking the config (a renamed strategy)."""
     arch: Architecture
     model_path: str
     strategy: str
@@ -102,6 +111,8 @@ class SimConfig:
     enforce_eager: bool
     weight_sync_backend: str
     epochs: int
+    max_training_steps: int | None
+    """``trainer.max_training_steps`` (today's layout; None: no cap)."""
     eval_batch_size: int
     eval_before_train: bool
     eval_interval: int
@@ -111,6 +122,8 @@ class SimConfig:
     hf_save_interval: int
     dump_data_batch: bool
     resume_mode: str
+    log_path: str
+    """``trainer.log_path``: where the infra log goes (today's layout)."""
     loggers: tuple[str, ...]
     seed: int
     lr: float
@@ -157,8 +170,21 @@ def _env_int(env: Mapping[str, str | None], name: str, default: int, *, python_s
         raise _sim_env_error(name, raw, "expected an integer") from None
 
 
-def read_run_env(env: Mapping[str, str | None], n_gpus: int) -> RunEnv:
-    """The twin's, SkyRL's, PyTorch's and NCCL's environment variables."""
+def skyrl_worker_env(weight_sync_backend: str) -> dict[str, str]:
+    """What SkyRL's ``prepare_runtime_environment`` sets for its workers, for the variables the twin
+    models: ``NCCL_CUMEM_ENABLE=0`` when weights are synced over NCCL. (It also sets
+    ``NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1`` when GPUs lack peer access, which H100s with NVLink have.)"""
+    return {"NCCL_CUMEM_ENABLE": "0"} if weight_sync_backend == "nccl" else {}
+
+
+def _truthy(raw: str | None) -> bool:
+    return str(raw or "").strip().lower() in ("true", "1", "yes")
+
+
+def read_run_env(env: Mapping[str, str | None], n_gpus: int, forced: Mapping[str, str] | None = None) -> RunEnv:
+    """The twin's, SkyRL's, PyTorch's and NCCL's environment variables; ``forced`` are what SkyRL
+    sets for its workers (they win over ``env`` for the NCCL settings the ranks get)."""
+    forced = dict(forced or {})
     ranks = _env_int(env, "SIM_RANKS", DEFAULT_RANKS)
     if not 1 <= ranks <= GPUS_PER_NODE:
         raise _sim_env_error("SIM_RANKS", str(ranks), f"expected 1..{GPUS_PER_NODE} processes")
@@ -187,27 +213,36 @@ def read_run_env(env: Mapping[str, str | None], n_gpus: int) -> RunEnv:
         time_scale=scale,
         sim_seed=seed,
         faults=parse_faults(env.get(FAULT_ENV), ranks),
-        nccl=read_nccl_env(env),
+        nccl=read_nccl_env({**env, **forced}),
         nccl_timeout_s=float(_env_int(env, "SKYRL_WORKER_NCCL_TIMEOUT_IN_S", 600, python_style=True)),
         pg_timeout_s=float(_env_int(env, "SKYRL_RAY_PG_TIMEOUT_IN_S", 180, python_style=True)),
         fr_buffer_size=fr,
         fr_dump_prefix=env.get("TORCH_FR_DUMP_TEMP_FILE") or DEFAULT_FR_DUMP_PREFIX,
         dump_on_timeout=dump_raw not in ("0", "false", "no", "off"),
         abort_on_error=aeh not in (0, 2),
+        infra_to_stdout=_truthy(env.get("SKYRL_DUMP_INFRA_LOG_TO_STDOUT")),
+        forced=forced,
     )
 
 
-def _validation_refusal(cfg_tokens: Sequence[str], exc: BaseException) -> SimConfigError:
-    lines = [f"Error executing job with overrides: {list(cfg_tokens)!r}", "Traceback (most recent call last):"]
+def _validation_refusal(cfg_tokens: Sequence[str], exc: BaseException, layout: Layout = Layout.LEGACY) -> SimConfigError:
+    """A ``validate_cfg`` refusal as the layout prints it: Hydra's job error around the traceback
+    (skyrl_train), or a plain Python traceback (today's entry point is not a Hydra app)."""
+    hydra = layout is Layout.LEGACY
+    lines = [f"Error executing job with overrides: {list(cfg_tokens)!r}"] if hydra else []
+    lines.append("Traceback (most recent call last):")
     frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.name != "_check"]
     for chunk in traceback.format_list(frames):
         lines.extend(chunk.rstrip("\n").split("\n"))
     lines.extend(part.rstrip("\n") for part in traceback.format_exception_only(type(exc), exc))
-    lines += ["", HYDRA_FULL_ERROR_HINT]
+    if hydra:
+        lines += ["", HYDRA_FULL_ERROR_HINT]
     message = str(exc)
     if not message and frames:
         message = f"assertion failed in {frames[-1].name}: {frames[-1].line}"
-    return SimConfigError("validation", f"skyrl_train's validate_cfg refused the config: {type(exc).__name__}: {message}", lines)
+    return SimConfigError(
+        "validation", f"{layout.value}'s validate_cfg refused the config: {type(exc).__name__}: {message}", lines
+    )
 
 
 def _set(tree: Any, path: str, value: Any) -> None:
@@ -225,30 +260,57 @@ def _unsupported(what: str, fix: str) -> SimConfigError:
     )
 
 
-def parse_overrides(argv: Sequence[str], env: Mapping[str, str | None] | None = None) -> SimConfig:
-    """Parse SkyRL-style ``key=value`` tokens (the last value of a key wins) and the environment
-    into a :class:`SimConfig`; raise :class:`SimConfigError` for what SkyRL (or the twin) refuses."""
-    env_map: Mapping[str, str | None] = dict(os.environ) if env is None else env
-    applied = apply_overrides(list(argv), env_map)
-    src = applied.source_token
+def _today_type_refusal(exc: SimConfigError, path: str, value: Any) -> SimConfigError:
+    """Today's SkyRL keeps a value's YAML type: a number given as text fails in ``validate_cfg``."""
+    from nccl_tune.sim.dataclass_config import python_traceback
 
-    def get(path: str, want: type) -> Any:
-        return convert_checked(path, applied.get(path), want, src)
+    lines = python_traceback(
+        names(Layout.TODAY).entrypoint_module.replace(".", "/") + ".py",
+        ('  File "skyrl/train/utils/utils.py", line 73, in validate_batch_sizes',),
+        f"TypeError: '>=' not supported between instances of '{type(value).__name__}' and 'int'",
+    )
+    return SimConfigError("type", f"{path}={value!r}: not a number (today's SkyRL keeps it as text and its checks fail)", lines)
 
-    for path, want in _TYPED_KEYS:
-        _set(applied.tree, path, get(path, want))
+
+def _apply(argv: Sequence[str], env_map: Mapping[str, str | None], layout: Layout) -> tuple[AppliedConfig, list[str]]:
+    """Apply the overrides as the layout's entry point does, type-check the keys the twin compares
+    as numbers, run SkyRL's ``validate_cfg``; returns the warnings SkyRL prints."""
+    if layout is Layout.TODAY:
+        from nccl_tune.sim.dataclass_config import apply_dataclass_overrides
+
+        applied = apply_dataclass_overrides(list(argv), env_map)
+    else:
+        applied = apply_overrides(list(argv), env_map)
+    keys = names(layout).keys
+    for name, want in _TYPED_KEYS:
+        path = keys.get(name, name)
+        try:
+            _set(applied.tree, path, convert_checked(path, applied.get(path), want, applied.source_token))
+        except SimConfigError as exc:
+            if layout is Layout.TODAY:
+                raise _today_type_refusal(exc, path, applied.get(path)) from None
+            raise
     try:
+        if layout is Layout.TODAY:
+            from nccl_tune.sim.validate_today import validate_cfg_today
+
+            return applied, validate_cfg_today(applied, env_map)
         validate_cfg(applied, env_map)
     except (AssertionError, ValueError) as exc:
-        raise _validation_refusal(argv, exc) from None
+        raise _validation_refusal(argv, exc, layout) from None
+    return applied, []
 
+
+def _check_supported(get, applied: AppliedConfig, layout: Layout) -> Architecture:
+    """What the twin does not model, and an unknown model, refused with one line."""
     strategy = get("trainer.strategy", str)
     if strategy not in ("fsdp", "fsdp2"):
-        raise _unsupported(f"trainer.strategy={strategy}", "use trainer.strategy=fsdp2 (or fsdp)")
+        raise _unsupported(f"trainer.strategy={strategy}", "use trainer.strategy=fsdp")
     if applied.get("trainer.critic.model.path") is not None:
         raise _unsupported("a critic model (trainer.critic.model.path)", "use a critic-free estimator such as grpo")
-    if get("generator.backend", str) != "vllm":
-        raise _unsupported(f"generator.backend={applied.get('generator.backend')}", "use generator.backend=vllm")
+    backend_key = names(layout).keys["backend"]
+    if get(backend_key, str) != "vllm":
+        raise _unsupported(f"{backend_key}={applied.get(backend_key)}", f"use {backend_key}=vllm")
     nodes = get("trainer.placement.policy_num_nodes", int)
     if nodes != 1:
         raise _unsupported(f"{nodes} nodes (trainer.placement.policy_num_nodes)", "model one node")
@@ -266,14 +328,38 @@ def parse_overrides(argv: Sequence[str], env: Mapping[str, str | None] | None = 
                 "by logging in with `huggingface-cli login` or by passing `token=<your_token>`",
             ],
         )
+    return arch
+
+
+def parse_overrides(
+    argv: Sequence[str], env: Mapping[str, str | None] | None = None, layout: Layout = Layout.TODAY
+) -> SimConfig:
+    """Parse SkyRL-style ``key=value`` tokens (the last value of a key wins) and the environment
+    into a :class:`SimConfig`, the way ``layout``'s entry point does; raise :class:`SimConfigError`
+    for what SkyRL (or the twin) refuses."""
+    layout = Layout(layout)
+    env_map: Mapping[str, str | None] = dict(os.environ) if env is None else env
+    applied, warnings = _apply(argv, env_map, layout)
+    src = applied.source_token
+    keys = names(layout).keys
+
+    def get(path: str, want: type) -> Any:
+        return convert_checked(path, applied.get(path), want, src)
+
+    arch = _check_supported(get, applied, layout)
     loggers = applied.get("trainer.logger")
     loggers_t = (loggers,) if isinstance(loggers, str) else tuple(str(x) for x in loggers or ())
+    nodes = get("trainer.placement.policy_num_nodes", int)
     n_gpus = nodes * get("trainer.placement.policy_num_gpus_per_node", int)
+    sync_backend = get(keys["weight_sync_backend"], str)
+    steps_cap = applied.get("trainer.max_training_steps") if layout is Layout.TODAY else None
     return SimConfig(
         applied=applied,
+        layout=layout,
+        warnings=tuple(warnings),
         arch=arch,
-        model_path=model_path,
-        strategy=strategy,
+        model_path=get("trainer.policy.model.path", str),
+        strategy=get("trainer.strategy", str),
         n_gpus=n_gpus,
         sp=max(1, get("trainer.policy.sequence_parallel_size", int)),
         colocate_all=get("trainer.placement.colocate_all", bool),
@@ -283,7 +369,7 @@ def parse_overrides(argv: Sequence[str], env: Mapping[str, str | None] | None = 
         reshard_after_forward=bool(applied.get("trainer.policy.fsdp_config.reshard_after_forward")),
         offload_optimizer_after_step=get("trainer.policy.optimizer_config.offload_after_step", bool),
         gradient_checkpointing=get("trainer.gradient_checkpointing", bool),
-        use_sample_packing=get("trainer.use_sample_packing", bool),
+        use_sample_packing=get(keys["sample_packing"], bool),
         flash_attn=get("trainer.flash_attn", bool),
         train_batch_size=get("trainer.train_batch_size", int),
         policy_mini_batch_size=get("trainer.policy_mini_batch_size", int),
@@ -295,16 +381,17 @@ def parse_overrides(argv: Sequence[str], env: Mapping[str, str | None] | None = 
         max_prompt_length=get("trainer.max_prompt_length", int),
         max_input_length=get("generator.max_input_length", int),
         max_generate_length=get("generator.sampling_params.max_generate_length", int),
-        num_engines=get("generator.num_inference_engines", int),
-        engine_tp=get("generator.inference_engine_tensor_parallel_size", int),
-        engine_pp=get("generator.inference_engine_pipeline_parallel_size", int),
-        engine_dp=get("generator.inference_engine_data_parallel_size", int),
-        gpu_memory_utilization=get("generator.gpu_memory_utilization", float),
-        max_num_seqs=get("generator.max_num_seqs", int),
-        max_num_batched_tokens=get("generator.max_num_batched_tokens", int),
-        enforce_eager=get("generator.enforce_eager", bool),
-        weight_sync_backend=get("generator.weight_sync_backend", str),
+        num_engines=get(keys["num_engines"], int),
+        engine_tp=get(keys["engine_tp"], int),
+        engine_pp=get(keys["engine_pp"], int),
+        engine_dp=get(keys["engine_dp"], int),
+        gpu_memory_utilization=get(keys["gpu_memory_utilization"], float),
+        max_num_seqs=get(keys["max_num_seqs"], int),
+        max_num_batched_tokens=get(keys["max_num_batched_tokens"], int),
+        enforce_eager=get(keys["enforce_eager"], bool),
+        weight_sync_backend=sync_backend,
         epochs=get("trainer.epochs", int),
+        max_training_steps=None if steps_cap is None else get("trainer.max_training_steps", int),
         eval_batch_size=get("trainer.eval_batch_size", int),
         eval_before_train=get("trainer.eval_before_train", bool),
         eval_interval=get("trainer.eval_interval", int),
@@ -314,11 +401,12 @@ def parse_overrides(argv: Sequence[str], env: Mapping[str, str | None] | None = 
         hf_save_interval=get("trainer.hf_save_interval", int),
         dump_data_batch=get("trainer.dump_data_batch", bool),
         resume_mode=str(applied.get("trainer.resume_mode")),
+        log_path=get("trainer.log_path", str),
         loggers=loggers_t,
         seed=get("trainer.seed", int),
         lr=get("trainer.policy.optimizer_config.lr", float),
         max_grad_norm=get("trainer.policy.optimizer_config.max_grad_norm", float),
-        env=read_run_env(env_map, n_gpus),
+        env=read_run_env(env_map, n_gpus, skyrl_worker_env(sync_backend)),
     )
 
 
@@ -337,14 +425,14 @@ _TYPED_KEYS: tuple[tuple[str, type], ...] = (
     ("generator.max_input_length", int),
     ("generator.n_samples_per_prompt", int),
     ("generator.max_turns", int),
-    ("generator.num_inference_engines", int),
-    ("generator.inference_engine_tensor_parallel_size", int),
-    ("generator.inference_engine_pipeline_parallel_size", int),
-    ("generator.inference_engine_data_parallel_size", int),
+    ("num_engines", int),
+    ("engine_tp", int),
+    ("engine_pp", int),
+    ("engine_dp", int),
     ("generator.sampling_params.max_generate_length", int),
     ("generator.eval_sampling_params.max_generate_length", int),
-    ("generator.gpu_memory_utilization", float),
+    ("gpu_memory_utilization", float),
     ("trainer.max_ckpts_to_keep", int),
 )
-"""Keys ``validate_cfg`` compares as numbers: checked before it runs, so a wrongly typed value gets
+"""Keys (a dotted key, or a logical name of :data:`nccl_tune.sim.layout.Names.keys` for keys that moved) ``validate_cfg`` compares as numbers: checked before it runs, so a wrongly typed value gets
 the merge error a structured config gives, not a TypeError deep in validation."""

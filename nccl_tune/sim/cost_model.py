@@ -242,10 +242,6 @@ HANG_BAND_FRAC = 0.96
 HANG_P_AT_BAND = 0.15
 HANG_P_AT_WALL = 0.6
 """Chance per step that a rank in the band stalls, at the band's edge and at the wall (assumption)."""
-CUMEM_SYNC_HANG_P = 0.2
-"""Chance per weight sync that ``NCCL_CUMEM_ENABLE=1`` with NCCL weight sync to colocated vLLM
-engines hangs (OpenRLHF and others force NCCL_CUMEM_ENABLE=0 "to prevent hanging during NCCL
-synchronization of weights"; the rate is an assumption)."""
 
 # --------------------------------------------------------------------------------------------
 # Fixed times

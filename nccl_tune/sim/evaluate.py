@@ -107,7 +107,7 @@ class SimFailure:
 
     failure_class: FailureClass
     kind: str
-    """``oom``, ``oom_fault``, ``vllm_memory``, ``hang_memory``, ``hang_weight_sync``, ``hang_fault``,
+    """``oom``, ``oom_fault``, ``vllm_memory``, ``hang_memory``, ``hang_fault``,
     ``crash_fault``, ``nccl_error`` or ``placement``."""
     rank: int | None
     """Modelled GPU index of the root cause (for ``SIM_FAULT`` faults, the process rank)."""
@@ -152,6 +152,10 @@ class Outcome:
     end_s: float
     """Modelled seconds from launch to the command's own exit (after its last planned step, or
     after the failure's cascade)."""
+    steps_per_epoch: int = 0
+    """Batches in one pass over the kept prompts."""
+    stopped_early: bool = False
+    """The run ended at ``trainer.max_training_steps`` (today's SkyRL logs ``Reached max_training_steps=N``)."""
     step_memory_gib: Mapping[int, tuple[float, ...]] = field(default_factory=dict)
     """Per step (the failing one included, up to the failure): peak per modelled GPU, at most the
     capacity."""
@@ -189,8 +193,11 @@ class _Run:
         self.data_seed = cfg.seed
         self.comm = cm.comm_model(cfg.env.nccl, cfg.n_gpus)
         self.tokens = cm.token_profile(cfg)
-        per_epoch = self.tokens.kept_prompts // max(cfg.train_batch_size, 1)
-        self.total_steps = max(0, cfg.epochs * per_epoch)
+        self.per_epoch = self.tokens.kept_prompts // max(cfg.train_batch_size, 1)
+        self.total_steps = max(0, cfg.epochs * self.per_epoch)
+        if cfg.max_training_steps is not None:  # today's SkyRL caps the loop
+            self.total_steps = min(self.total_steps, cfg.max_training_steps)
+        self.saved_at_last = {"save_checkpoints": False, "save_hf_model": False}
         want = DEFAULT_STEPS if steps is None else steps
         self.steps_planned = max(0, min(want, self.total_steps))
         self.slow = cfg.env.faults.slow_factor
@@ -310,6 +317,8 @@ class _Run:
             gpu_peak_gib=tuple(self.gpu_peak),
             failure=self.failure,
             end_s=end,
+            steps_per_epoch=self.per_epoch,
+            stopped_early=self._stopped_early(),
             step_memory_gib=dict(self.step_peaks),
             memory_phase_gib={
                 "fwd_logprobs_values_reward": tuple(f1),
@@ -317,6 +326,10 @@ class _Run:
                 "generate": (gen,) * cfg.n_gpus,
             },
         )
+
+    def _stopped_early(self) -> bool:
+        cap = self.cfg.max_training_steps
+        return self.failure is None and cap is not None and self.steps_planned == self.total_steps == cap
 
     def _step_phases(self) -> list[str]:
         out = ["generate", "postprocess_generator_output", "convert_to_training_input", "fwd_logprobs_values_reward",
@@ -366,9 +379,6 @@ class _Run:
         for f in cfg.env.faults.rank_faults:
             if f.kind == "hang" and f.step == step == 0:
                 return lambda at, f=f: _fault_failure(cfg, self, f, "sync_weights", at)
-        if self.comm.cumem and cfg.colocate_all and cfg.weight_sync_backend == "nccl":
-            if _mix(self.seed, 41, step) < cm.CUMEM_SYNC_HANG_P:
-                return lambda at: _cumem_hang(cfg, step, at)
         return None
 
     def _step(self, step: int) -> bool:
@@ -405,10 +415,11 @@ class _Run:
             return False
         done("policy_train", 2)
         self.phases[tcp_index] = PhaseSpan(step, "train_critic_and_policy", tcp_start, self.clock.t, 1, self.clock.t - tcp_start)
-        if cfg.ckpt_interval > 0 and step % cfg.ckpt_interval == 0:
-            done("save_checkpoints")
-        if cfg.hf_save_interval > 0 and step % cfg.hf_save_interval == 0:
-            done("save_hf_model")
+        epoch_end = self.per_epoch > 0 and step % self.per_epoch == 0
+        for phase, interval in (("save_checkpoints", cfg.ckpt_interval), ("save_hf_model", cfg.hf_save_interval)):
+            self.saved_at_last[phase] = interval > 0 and (epoch_end or step % interval == 0)
+            if self.saved_at_last[phase]:
+                done(phase)
         hang = self._sync_hang(step)
         if hang is not None:
             self._fail_in(step, "sync_weights", 1, self._duration("sync_weights", step), hang)
@@ -452,10 +463,10 @@ class _Run:
         cfg = self.cfg
         if self.steps_planned < self.total_steps:
             return self.clock.t  # the run was cut short by the caller: it would go on
-        if cfg.ckpt_interval > 0:
-            self._span(-1, "save_checkpoints", 0, self._duration("save_checkpoints", -1))
-        if cfg.hf_save_interval > 0:
-            self._span(-1, "save_hf_model", 0, self._duration("save_hf_model", -1))
+        # SkyRL's safety net: a final checkpoint (and HF model) unless the last step saved one.
+        for phase, interval in (("save_checkpoints", cfg.ckpt_interval), ("save_hf_model", cfg.hf_save_interval)):
+            if interval > 0 and not self.saved_at_last[phase]:
+                self._span(-1, phase, 0, self._duration(phase, -1))
         return self.clock.t + 2.0
 
 
@@ -537,14 +548,6 @@ def _memory_hang(cfg: SimConfig, step: int, phase: str, gpu: int, total_gib: flo
     )
 
 
-def _cumem_hang(cfg: SimConfig, step: int, at: float) -> SimFailure:
-    return SimFailure(
-        FailureClass.HANG, "hang_weight_sync", 0, step, "sync_weights", at, _cascade_exit(cfg, at),
-        evidence=(_timeout_line(cfg, 1),),
-        advice="NCCL weight sync to colocated vLLM engines stalls with NCCL_CUMEM_ENABLE=1: unset it or set NCCL_CUMEM_ENABLE=0",
-    )
-
-
 def _fault_failure(cfg: SimConfig, run: _Run, fault, phase: str, at: float) -> SimFailure:
     rank = fault.rank
     fault_text = f"SIM_FAULT {fault.kind}:{fault.rank}:{fault.step}"
@@ -591,27 +594,30 @@ def _nccl_failure(cfg: SimConfig, nf: cm.NcclFailure, at: float) -> SimFailure:
 
 
 def _vllm_failure(cfg: SimConfig, budget: cm.EngineBudget, why: str, at: float) -> SimFailure:
+    from nccl_tune.sim.layout import names
+
     util = cfg.gpu_memory_utilization
+    key = names(cfg.layout).keys["gpu_memory_utilization"]
     if why == "free":
         text = (
             f"ValueError: Free memory on device ({budget.free_at_start_gib:.2f}/{cm.H100_CAPACITY_GIB:.2f} GiB) on startup "
             f"is less than desired GPU memory utilization ({util}, {budget.requested_gib:.2f} GiB). Decrease GPU memory "
             "utilization or reduce GPU memory used by other processes."
         )
-        advice = f"lower generator.gpu_memory_utilization (now {util}): the colocated trainer keeps memory on every GPU"
+        advice = f"lower {key} (now {util}): the colocated trainer keeps memory on every GPU"
     elif why == "no_blocks":
         text = "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when initializing the engine."
-        advice = f"raise generator.gpu_memory_utilization (now {util}): the engines' weights and activations do not fit in it"
+        advice = f"raise {key} (now {util}): the engines' weights and activations do not fit in it"
     else:
         text = (
             f"ValueError: The model's max seq len ({budget.max_model_len}) is larger than the maximum number of tokens that "
             f"can be stored in KV cache ({int(budget.kv_tokens)}). Try increasing `gpu_memory_utilization` or decreasing "
             "`max_model_len` when initializing the engine."
         )
-        advice = f"raise generator.gpu_memory_utilization (now {util}) or lower generator.max_input_length"
+        advice = f"raise {key} (now {util}) or lower generator.max_input_length"
     return SimFailure(
         FailureClass.OOM, "vllm_memory", 0, 0, None, at, at + ABORT_GRACE_S,
-        evidence=(f"({logfmt.ENGINE_ACTOR} pid=500200) " + text,),
+        evidence=(f"({names(cfg.layout).engine_actor} pid=500200) " + text,),
         advice=advice,
         detail={"text": text},
     )
@@ -638,7 +644,7 @@ def evaluate(config: SimConfig, env: Mapping[str, str | None] | None = None, see
     if env is not None:
         from nccl_tune.sim.config import read_run_env
 
-        config = _with_env(config, read_run_env(env, config.n_gpus))
+        config = _with_env(config, read_run_env(env, config.n_gpus, config.env.forced))
     return _Run(config, seed, steps).run()
 
 

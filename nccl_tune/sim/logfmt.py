@@ -86,10 +86,25 @@ def loguru_line(
     )
 
 
-def trainer_line(site: str, message: str, *, level: str = "INFO", when: datetime | None = None, color: bool = True) -> str:
-    """A loguru line from ``skyrl_train.trainer`` at the call site named ``site``."""
-    function, line = TRAINER_SITES.get(site, ("train", 0))
-    return loguru_line(message, level=level, function=function, line=line, when=when, color=color)
+def trainer_line(
+    site: str,
+    message: str,
+    *,
+    level: str = "INFO",
+    when: datetime | None = None,
+    color: bool = True,
+    name: str = "skyrl_train.trainer",
+    sites: Mapping[str, tuple[str, int]] = TRAINER_SITES,
+) -> str:
+    """A loguru line from the trainer module ``name`` at the call site named ``site``."""
+    function, line = sites.get(site, ("train", 0))
+    return loguru_line(message, level=level, name=name, function=function, line=line, when=when, color=color)
+
+
+def nccl_info_line(gpu: int, pid: int, text: str, host: str | None = None) -> str:
+    """NCCL's ``host:pid:tid [dev] NCCL INFO text`` line."""
+    host = host or socket.gethostname()
+    return f"{host}:{pid}:{pid + 17} [{gpu}] NCCL INFO {text}"
 
 
 def ray_prefix(actor: str, pid: int, color: bool = True) -> str:

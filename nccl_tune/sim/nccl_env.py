@@ -158,3 +158,53 @@ def read_nccl_env(env: Mapping[str, str | None]) -> NcclSettings:
         debug_subsys=env.get("NCCL_DEBUG_SUBSYS") or None,
         problems=tuple(problems),
     )
+
+
+# -- what NCCL reports about its environment (NCCL_DEBUG=INFO) ----------------------------------
+
+STRING_VARS = (
+    "NCCL_ALGO", "NCCL_PROTO", "NCCL_SOCKET_IFNAME", "NCCL_IB_HCA", "NCCL_NET", "NCCL_NET_PLUGIN", "NCCL_TOPO_FILE",
+    "NCCL_P2P_LEVEL", "NCCL_NET_GDR_LEVEL", "NCCL_LAUNCH_MODE",
+)  # fmt: skip
+"""Variables NCCL reads as text (reported as given)."""
+INT_VARS = (
+    "NCCL_P2P_DISABLE", "NCCL_SHM_DISABLE", "NCCL_CUMEM_ENABLE", "NCCL_NVLS_ENABLE", "NCCL_MIN_NCHANNELS",
+    "NCCL_MAX_NCHANNELS", "NCCL_BUFFSIZE", "NCCL_IB_DISABLE", "NCCL_NCHANNELS_PER_NET_PEER", "NCCL_COLLNET_ENABLE",
+    "NCCL_CROSS_NIC", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS", "NCCL_NSOCKS_PERTHREAD", "NCCL_SOCKET_NTHREADS",
+)  # fmt: skip
+"""Integer parameters (``NCCL_PARAM``): read with ``strtoll`` and reported as the number read."""
+SUBSYSTEMS = ("INIT", "COLL", "P2P", "SHM", "NET", "GRAPH", "TUNING", "ENV", "ALLOC", "CALL", "PROXY", "NVLS", "BOOTSTRAP", "REG")
+DEFAULT_SUBSYSTEMS = frozenset({"INIT", "BOOTSTRAP", "ENV"})
+"""NCCL's subsystems when ``NCCL_DEBUG_SUBSYS`` is unset (NCCL's environment documentation)."""
+
+
+def debug_subsystems(text: str | None) -> frozenset[str]:
+    """The subsystems ``NCCL_DEBUG_SUBSYS`` selects: a comma list, ``ALL``, or ``^`` to exclude."""
+    if text is None or text.strip() == "":
+        return DEFAULT_SUBSYSTEMS
+    raw = text.strip()
+    invert = raw.startswith("^")
+    names = {t.strip().upper() for t in raw.lstrip("^").split(",") if t.strip()}
+    chosen = set(SUBSYSTEMS) if "ALL" in names else names & set(SUBSYSTEMS)
+    return frozenset(set(SUBSYSTEMS) - chosen if invert else chosen)
+
+
+def info_enabled(env: Mapping[str, str | None], subsystem: str) -> bool:
+    """Does NCCL print INFO lines of ``subsystem`` with this environment?"""
+    level = (env.get("NCCL_DEBUG") or "").strip().upper()
+    return level in ("INFO", "TRACE") and subsystem in debug_subsystems(env.get("NCCL_DEBUG_SUBSYS"))
+
+
+def env_report(env: Mapping[str, str | None]) -> list[str]:
+    """NCCL's ``NCCL_X set by environment to V`` texts for the variables it reads, when its ENV
+    subsystem is on (the order is the twin's; NCCL reports each parameter when it first reads it)."""
+    if not info_enabled(env, "ENV"):
+        return []
+    out = []
+    for name in STRING_VARS + INT_VARS:
+        raw = env.get(name)
+        if raw is None or raw == "":
+            continue
+        value = str(strtoll(raw)) if name in INT_VARS else raw
+        out.append(f"{name} set by environment to {value}")
+    return out

@@ -24,3 +24,14 @@ class SimConfigError(NcclTuneError):
         super().__init__(summary)
         self.kind = kind
         self.lines = tuple(lines)
+
+    @property
+    def root_line(self) -> str:
+        """The line that names the cause: a Python traceback's last line (today's SkyRL, a validation
+        refusal), else the first line (Hydra's own messages)."""
+        lines = [ln for ln in self.lines if ln.strip() and ln != HYDRA_FULL_ERROR_HINT]
+        if not lines:
+            return ""
+        if self.kind == "validation" or "Traceback (most recent call last):" in lines:
+            return lines[-1]
+        return lines[0]

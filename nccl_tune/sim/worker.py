@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from nccl_tune.atomic import write_bytes_atomic
-from nccl_tune.sim import logfmt
+from nccl_tune.sim import logfmt, nccl_env
 
 DUMP_FLAG = "fr_dump_requested"
 POLL_S = 0.05
@@ -49,7 +49,9 @@ class Rank:
         self.run_dir = Path(spec["run_dir"])
         self.color: bool = spec.get("color", True)
         self.pid = os.getpid()
-        self.prefix = logfmt.ray_prefix(logfmt.POLICY_ACTOR, self.pid, self.color)
+        self.infra_log: str | None = spec.get("infra_log")
+        # Today's SkyRL: the worker's stdout/stderr go to the infra log, where Ray adds no prefix.
+        self.prefix = "" if self.infra_log else logfmt.ray_prefix(logfmt.POLICY_ACTOR, self.pid, self.color)
         self.sock = socket.socket(fileno=spec["sock_fd"])
         self.reader = self.sock.makefile("r", encoding="utf-8")
         self._dump_lock = threading.Lock()
@@ -67,7 +69,12 @@ class Rank:
         """A loguru line from the FSDP worker module."""
         self.raw(
             logfmt.loguru_line(
-                message, level=level, name="skyrl_train.workers.fsdp.fsdp_worker", function=function, line=line, color=self.color
+                message,
+                level=level,
+                name=self.spec.get("worker_module", "skyrl_train.workers.fsdp.fsdp_worker"),
+                function=function,
+                line=line,
+                color=self.color,
             )
         )
 
@@ -79,6 +86,10 @@ class Rank:
 
     # -- start-up ----------------------------------------------------------------------------
     def start(self) -> None:
+        if self.infra_log:  # as SkyRL's redirect_actor_output_to_file: append, then dup2 onto 1 and 2
+            with open(self.infra_log, "a", buffering=1) as fh:
+                os.dup2(fh.fileno(), 1)
+                os.dup2(fh.fileno(), 2)
         faulthandler.enable()
         parent = os.getppid()
         threading.Thread(target=self._watch_parent, args=(parent,), daemon=True).start()
@@ -330,9 +341,23 @@ class Rank:
             }
         )
 
+    def nccl_info(self) -> None:
+        """What NCCL prints at communicator init with NCCL_DEBUG=INFO, per modelled GPU: the INIT
+        lines, and one ENV line for every variable it read (with the values this process got)."""
+        host = socket.gethostname()
+        env = dict(os.environ)
+        texts = nccl_env.env_report(env)
+        if nccl_env.info_enabled(env, "INIT"):
+            texts = [f"NCCL version {logfmt.NCCL_VERSION}+cuda12.8", *texts, "Channel 00/16 : 0 1 2 3 4 5 6 7",
+                     "Connected all rings, use ring PXN 0 GDR 1"]  # fmt: skip
+        for gpu in self.gpus:
+            for text in texts:
+                self.raw(logfmt.nccl_info_line(gpu, self.pid, text, host=host))
+
     def init_model(self, msg: dict[str, Any]) -> None:
         fail = msg.get("fail")
         self.log(f"Initialized process group rank {self.rank}/{self.world} (modelled GPUs {self.gpus})", line=88)
+        self.nccl_info()
         if fail:
             host = socket.gethostname()
             for gpu in self.gpus:

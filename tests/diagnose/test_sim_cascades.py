@@ -31,8 +31,9 @@ def run_twin(folder: Path, *overrides: str, **env: str) -> SimRun:
     """Run the twin to its end, its merged output in ``output.log`` and dumps in ``fr/`` (a trial folder)."""
     (folder / "fr").mkdir(parents=True)
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "SIM_", "TORCH_FR_"))}
+    # Everything in one file: today's SkyRL would write the workers' output to an infra log.
     full_env.update(TORCH_FR_BUFFER_SIZE="2000", TORCH_FR_DUMP_TEMP_FILE=str(folder / "fr" / "nccl_trace_rank_"),
-                    SIM_SEED="11", **env)
+                    SIM_SEED="11", SKYRL_DUMP_INFRA_LOG_TO_STDOUT="1", **env)
     log = folder / "output.log"
     with open(log, "w") as out:
         proc = subprocess.run(["bash", str(SCRIPT), *overrides], stdout=out, stderr=subprocess.STDOUT,
@@ -87,7 +88,7 @@ def test_invalid_nccl_value_and_vllm_start_up(tmp_path: Path) -> None:
     bad = run_twin(tmp_path / "nccl", SIM_RANKS="2", NCCL_PROTO="LL,Simpel")
     v = classify_file(bad.log, exit_code=bad.exit_code)
     assert v.failure_class is F.NCCL_ERROR and '"LL,Simpel"' in v.advice
-    vllm = run_twin(tmp_path / "vllm", "generator.gpu_memory_utilization=0.99", SIM_RANKS="2")
+    vllm = run_twin(tmp_path / "vllm", "generator.inference_engine.gpu_memory_utilization=0.99", SIM_RANKS="2")
     v2 = classify_file(vllm.log, exit_code=vllm.exit_code)
     assert v2.failure_class is F.OOM and "lower generator.gpu_memory_utilization" in v2.advice
 

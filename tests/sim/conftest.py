@@ -10,7 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
@@ -21,6 +21,9 @@ from nccl_tune.trial import MARKER_ENV
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "examples" / "run_skyrl_sql_sim.sh"
+"""Today's SkyRL layout (``skyrl.train``)."""
+LEGACY_SCRIPT = REPO / "examples" / "run_skyrl_sql_sim_legacy.sh"
+"""The legacy ``skyrl_train`` layout."""
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 RAY_PREFIX = re.compile(r"^\((?P<actor>[\w.\-]+) pid=(?P<pid>\d+)\) ")
 
@@ -42,6 +45,8 @@ class TwinRun:
     lines: list[str]
     """Cleaned lines (see :func:`clean`)."""
     wall_s: float
+    infra_lines: list[str] = field(default_factory=list)
+    """Cleaned lines of the infra logs the run wrote (today's layout, ``trainer.log_path``)."""
 
     def grep(self, text: str) -> list[str]:
         return [ln for ln in self.lines if text in ln]
@@ -105,16 +110,20 @@ def twin_env(marker: str, tmp_path: Path) -> dict[str, str]:
 
 @pytest.fixture
 def run_twin(twin_env: dict[str, str], tmp_path: Path) -> Callable[..., TwinRun]:
-    """``run_twin(*overrides, env={...}, timeout_s=90)``: run the twin script to its end from a
-    folder that is not the repository (the script must work from any cwd)."""
+    """``run_twin(*overrides, env={...}, timeout_s=90, legacy=False)``: run the twin script (today's
+    layout, or the legacy one) to its end from a folder that is not the repository (the script must
+    work from any cwd). Today's layout writes its infra logs under ``tmp_path/logs``."""
 
-    def run(*overrides: str, env: dict[str, str] | None = None, timeout_s: float = 90.0) -> TwinRun:
+    def run(*overrides: str, env: dict[str, str] | None = None, timeout_s: float = 90.0, legacy: bool = False) -> TwinRun:
         cwd = tmp_path / "cwd"
         cwd.mkdir(exist_ok=True)
         full_env = {**twin_env, **(env or {})}
+        logs = tmp_path / "logs"
+        if not legacy:
+            overrides = (f"trainer.log_path={logs}", *overrides)
         start = time.monotonic()
         proc = subprocess.Popen(
-            ["bash", str(SCRIPT), *overrides],
+            ["bash", str(LEGACY_SCRIPT if legacy else SCRIPT), *overrides],
             cwd=cwd,
             env=full_env,
             stdout=subprocess.PIPE,
@@ -128,6 +137,7 @@ def run_twin(twin_env: dict[str, str], tmp_path: Path) -> Callable[..., TwinRun]
             proc.communicate()
             pytest.fail(f"the twin did not finish in {timeout_s} s")
         raw = out.decode("utf-8", "replace").splitlines()
-        return TwinRun(proc.returncode, raw, [clean(x) for x in raw], time.monotonic() - start)
+        infra = [clean(x) for f in sorted(logs.glob("infra-*.log")) for x in f.read_text(errors="replace").splitlines()]
+        return TwinRun(proc.returncode, raw, [clean(x) for x in raw], time.monotonic() - start, infra)
 
     return run

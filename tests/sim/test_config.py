@@ -7,13 +7,14 @@ import pytest
 
 from nccl_tune.sim import SimConfigError, parse_overrides, skyrl_sql_overrides
 from nccl_tune.sim.config import TIMEOUT_FLOOR_S
+from nccl_tune.sim.layout import Layout
 
 ENV = {"HOME": "/h"}
 BASE = skyrl_sql_overrides("/h")
 
 
-def parse(*extra: str, env: dict | None = None):
-    return parse_overrides([*BASE, *extra], {**ENV, **(env or {})})
+def parse(*extra: str, env: dict | None = None, layout: Layout = Layout.TODAY):
+    return parse_overrides([*skyrl_sql_overrides("/h", layout), *extra], {**ENV, **(env or {})}, layout)
 
 
 def test_the_scripts_config_is_typed():
@@ -43,7 +44,7 @@ def test_the_scripts_config_is_typed():
         (
             ["trainer.policy_mini_batch_size=96", "trainer.train_batch_size=384", "generator.n_samples_per_prompt=4",
              "trainer.micro_train_batch_size_per_gpu=1", "trainer.placement.policy_num_gpus_per_node=5",
-             "generator.num_inference_engines=5", "generator.inference_engine_tensor_parallel_size=1"],
+             "generator.inference_engine.num_engines=5", "generator.inference_engine.tensor_parallel_size=1"],
             "normalized policy_train_batch_size_per_gpu",
         ),
     ],
@@ -53,7 +54,7 @@ def test_batch_size_relations_are_refused_like_validate_batch_sizes(extra, messa
     with pytest.raises(SimConfigError) as err:
         parse(*extra)
     assert err.value.kind == "validation"
-    assert err.value.lines[0].startswith("Error executing job with overrides:")
+    assert err.value.lines[0] == "Traceback (most recent call last):"  # today's entry point is not a Hydra app
     last = [ln for ln in err.value.lines if ln.startswith("AssertionError")]
     assert last, err.value.lines
     if message:
@@ -63,10 +64,17 @@ def test_batch_size_relations_are_refused_like_validate_batch_sizes(extra, messa
         assert "train_bs >= mini_bs" in str(err.value)
 
 
+def test_a_legacy_refusal_is_wrapped_in_hydras_job_error():
+    with pytest.raises(SimConfigError) as err:
+        parse("trainer.train_batch_size=384", layout=Layout.LEGACY)
+    assert err.value.lines[0].startswith("Error executing job with overrides:")
+    assert err.value.lines[-1].startswith("Set the environment variable HYDRA_FULL_ERROR=1")
+
+
 def test_prompt_length_coupling_single_and_multi_turn():
     with pytest.raises(SimConfigError) as err:
         parse("generator.max_turns=1")
-    assert "generator.max_input_length should be set equal to trainer.max_prompt_length for single-turn generation" in str(err.value)
+    assert "max_input_length should be set equal to trainer.max_prompt_length for single-turn generation" in str(err.value)
     assert parse("generator.max_turns=1", "generator.max_input_length=6000").max_input_length == 6000
     with pytest.raises(SimConfigError) as err:
         parse("trainer.max_prompt_length=8192", "generator.max_input_length=4096")
@@ -76,17 +84,25 @@ def test_prompt_length_coupling_single_and_multi_turn():
 @pytest.mark.parametrize(
     "extra, env, message",
     [
-        (["generator.num_inference_engines=1"], {}, "num_policy_gpus (8) and num_rollout_gpus (4) must be the same when colocating all models"),
+        (["generator.inference_engine.num_engines=1"], {}, "num_policy_gpus (8) and num_rollout_gpus (4) must be the same when colocating all models"),
         (["trainer.logger=wandb"], {}, "`WANDB_API_KEY` is required for `wandb` logger"),
         (["trainer.algorithm.use_kl_loss=true", "trainer.algorithm.use_kl_in_reward=true"], {}, "use_kl_in_reward and use_kl_loss should be mutually exclusive"),
-        (["trainer.strategy=fsdp", "trainer.policy.fsdp_config.cpu_offload=true"], {}, "fwd pass cpu offloading is not supported for FSDP1"),
         (["trainer.algorithm.advantage_estimator=ppo"], {}, "invalid advantage_estimator: ppo"),
+        (["trainer.max_training_steps=0"], {}, "max_training_steps must be > 0, got 0"),
     ],
 )
 def test_other_skyrl_checks(extra, env, message):
     with pytest.raises(SimConfigError) as err:
         parse(*extra, env=env)
     assert message in str(err.value)
+
+
+def test_legacy_fsdp1_refuses_cpu_offload():
+    with pytest.raises(SimConfigError) as err:
+        parse("trainer.strategy=fsdp", "trainer.policy.fsdp_config.cpu_offload=true", layout=Layout.LEGACY)
+    assert "fwd pass cpu offloading is not supported for FSDP1" in str(err.value)
+    # Today's fsdp is FSDP2: the same values are accepted.
+    assert parse("trainer.strategy=fsdp", "trainer.policy.fsdp_config.cpu_offload=true").policy_offload
 
 
 def test_wandb_with_a_key_is_accepted():

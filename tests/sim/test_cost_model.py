@@ -90,18 +90,30 @@ def test_bad_nccl_settings_slow_the_step(env, slower_than):
     assert slow.step_s > base.step_s * slower_than
 
 
+NOT_NCCL_SYNC = "generator.inference_engine.weight_sync_backend=delta"
+"""With weights not synced over NCCL, SkyRL leaves NCCL_CUMEM_ENABLE alone and the variable reaches NCCL."""
+
+
+def test_skyrl_forces_cumem_off_with_nccl_weight_sync():
+    cumem_cfg = parse_overrides([*skyrl_sql_overrides("/h")], {"HOME": "/h", "NCCL_CUMEM_ENABLE": "1"})
+    assert not cm.comm_model(cumem_cfg.env.nccl, 8).nvls
+    assert memory("trainer.micro_train_batch_size_per_gpu=4") == memory(
+        "trainer.micro_train_batch_size_per_gpu=4", env={"NCCL_CUMEM_ENABLE": "1"}
+    )
+
+
 def test_nvls_needs_cumem_and_is_faster_but_costs_memory():
     plain = cm.comm_model(parse_overrides([*skyrl_sql_overrides("/h")], {"HOME": "/h"}).env.nccl, 8)
-    cumem_cfg = parse_overrides([*skyrl_sql_overrides("/h")], {"HOME": "/h", "NCCL_CUMEM_ENABLE": "1"})
+    cumem_cfg = parse_overrides([*skyrl_sql_overrides("/h"), NOT_NCCL_SYNC], {"HOME": "/h", "NCCL_CUMEM_ENABLE": "1"})
     cumem = cm.comm_model(cumem_cfg.env.nccl, 8)
     assert not plain.nvls and cumem.nvls and cumem.choice["AllGather"] == ("NVLS", "Simple")
     assert cumem.busbw["AllGather"] > plain.busbw["AllGather"]
-    fwd0, train0 = memory("trainer.micro_train_batch_size_per_gpu=4")
-    fwd1, train1 = memory("trainer.micro_train_batch_size_per_gpu=4", env={"NCCL_CUMEM_ENABLE": "1"})
+    fwd0, train0 = memory("trainer.micro_train_batch_size_per_gpu=4", NOT_NCCL_SYNC)
+    fwd1, train1 = memory("trainer.micro_train_batch_size_per_gpu=4", NOT_NCCL_SYNC, env={"NCCL_CUMEM_ENABLE": "1"})
     assert train1 > train0 + 5
     # Forcing NVLS for every collective leaves Broadcast (ring only) without an algorithm.
-    assert "function Broadcast" in outcome(env={"NCCL_ALGO": "NVLS", "NCCL_CUMEM_ENABLE": "1"}).failure.detail["warn"]
-    scoped = outcome(env={"NCCL_ALGO": "allgather:NVLS;reducescatter:NVLS", "NCCL_CUMEM_ENABLE": "1"}).failure
+    assert "function Broadcast" in outcome(NOT_NCCL_SYNC, env={"NCCL_ALGO": "NVLS", "NCCL_CUMEM_ENABLE": "1"}).failure.detail["warn"]
+    scoped = outcome(NOT_NCCL_SYNC, env={"NCCL_ALGO": "allgather:NVLS;reducescatter:NVLS", "NCCL_CUMEM_ENABLE": "1"}).failure
     assert scoped is None or scoped.kind != "nccl_error"
 
 
@@ -128,12 +140,12 @@ def test_socket_ifname_that_matches_is_fine():
     (0.075, "max seq len (32000) is larger than the maximum number of tokens"),
 ])
 def test_vllm_budget_checks_at_start(util, text):
-    f = outcome(f"generator.gpu_memory_utilization={util}").failure
+    f = outcome(f"generator.inference_engine.gpu_memory_utilization={util}").failure
     assert f is not None and f.kind == "vllm_memory" and text in f.evidence[0]
 
 
 def test_more_kv_cache_makes_generation_faster_down_to_a_point():
-    gen = [outcome(f"generator.gpu_memory_utilization={u}").phase_s["generate"] for u in (0.15, 0.3, 0.7)]
+    gen = [outcome(f"generator.inference_engine.gpu_memory_utilization={u}").phase_s["generate"] for u in (0.15, 0.3, 0.7)]
     assert gen[0] > gen[1] >= gen[2]
 
 

@@ -65,9 +65,12 @@ def test_near_the_wall_some_seeds_stall_instead():
     assert all(outcome(*extra, seed=s).ok for s in range(20))
 
 
-def test_cumem_with_nccl_weight_sync_hangs_for_some_seeds_not_all():
-    kinds = [getattr(outcome(env={"NCCL_CUMEM_ENABLE": "1"}, seed=s).failure, "kind", None) for s in range(30)]
-    assert "hang_weight_sync" in kinds and None in kinds
+def test_cumem_never_reaches_nccl_with_nccl_weight_sync():
+    # SkyRL sets NCCL_CUMEM_ENABLE=0 for its workers: the run is the one without the variable.
+    plain = [outcome(seed=s) for s in range(10)]
+    cumem = [outcome(env={"NCCL_CUMEM_ENABLE": "1"}, seed=s) for s in range(10)]
+    assert [o.step_times_s for o in cumem] == [o.step_times_s for o in plain]
+    assert all(o.ok for o in cumem)
 
 
 def test_sim_fault_drives_the_model_too():

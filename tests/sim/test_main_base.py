@@ -27,7 +27,7 @@ def _first_match(patterns: tuple[str, ...], line: str) -> re.Match | None:
 
 
 def test_healthy_run_prints_what_the_tuner_parses(run_twin, tmp_path):
-    # The script sets micro_train_batch_size_per_gpu=1; the later value wins, as with Hydra.
+    # The script sets micro_train_batch_size_per_gpu=1; the later value wins, as with OmegaConf.
     run = run_twin(*SHORT, "trainer.micro_train_batch_size_per_gpu=2", env={"SIM_SEED": "3"})
     assert run.returncode == 0, "\n".join(run.lines[-30:])
     steps = [m for ln in run.lines if (m := re.search(RULES.step_end[0], ln))]
@@ -47,14 +47,18 @@ def test_healthy_run_prints_what_the_tuner_parses(run_twin, tmp_path):
         "sync_weights",
     ]
     assert run.grep("Training done!") and run.index("Training done!") > run.index("Finished: 'step'")
-    # One memory line per modelled GPU per step, from the rank that hosts it.
-    mems = [m for ln in run.lines if "peak memory" in ln and (m := _first_match(RULES.memory, ln))]
+    # Today's SkyRL: the workers' and engines' output goes to {trainer.log_path}/infra-YYMMDD_HHMMSS.log,
+    # named on stdout; the trainer loop stays on stdout.
+    logs = list((tmp_path / "logs").glob("infra-*.log"))
+    assert len(logs) == 1 and re.fullmatch(r"infra-\d{6}_\d{6}\.log", logs[0].name)
+    assert run.grep(f"Infrastructure logs will be written to: {logs[0]}")
+    assert not run.grep("peak memory") and not run.grep("INFO vllm")
+    # One memory line per modelled GPU per step, from the rank that hosts it, in the infra log.
+    mems = [m for ln in run.infra_lines if "peak memory" in ln and (m := _first_match(RULES.memory, ln))]
     assert sorted(int(m.group("rank")) for m in mems) == sorted(list(range(8)) * 2)
     assert all(0 < float(m.group("gib")) < 79.15 and m.group("pct") for m in mems)
-    # Worker lines come from the trainer ranks' own processes, trainer lines from the driver.
-    worker_pids = {pid for actor, pid, _ in run.actor_lines("peak memory")}
-    driver_pids = {pid for actor, pid, _ in run.actor_lines("Finished: 'step'")}
-    assert len(worker_pids) == 2 and len(driver_pids) == 1 and not worker_pids & driver_pids
+    assert any("skyrl.backends.skyrl_train.workers.fsdp.fsdp_worker" in ln for ln in run.infra_lines)
+    assert run.grep("skyrl.train.trainer:train") and not run.grep("skyrl_train.trainer")
     # The console logger prints the metrics dict per step, with measured timings.
     assert len(run.grep("Step 1: ")) == 1 and any("'timing/step'" in ln for ln in run.lines)
     # The printed step time is measured and tracks the model's scaled step time.
@@ -64,8 +68,42 @@ def test_healthy_run_prints_what_the_tuner_parses(run_twin, tmp_path):
         assert 0.8 * modelled * cfg.env.time_scale <= printed <= modelled * cfg.env.time_scale + 1.5
 
 
-def test_oom_on_one_rank_cascades_into_timeouts_and_dumps_from_every_rank(run_twin, tmp_path):
+def test_the_legacy_layout_prints_worker_lines_behind_ray_prefixes(run_twin):
+    run = run_twin(*SHORT, env={"SIM_SEED": "3"}, legacy=True)
+    assert run.returncode == 0, "\n".join(run.lines[-30:])
+    assert not run.infra_lines and not run.grep("Infrastructure logs")
+    assert run.grep("skyrl_train.trainer:train") and run.grep("Number of sequences: 1280")
+    assert not run.grep("Reached max_training_steps")
+    mems = [m for ln in run.lines if "peak memory" in ln and (m := _first_match(RULES.memory, ln))]
+    assert sorted(int(m.group("rank")) for m in mems) == sorted(list(range(8)) * 2)
+    # Worker lines come from the trainer ranks' own processes, trainer lines from the driver.
+    worker_pids = {pid for actor, pid, _ in run.actor_lines("peak memory")}
+    driver_pids = {pid for actor, pid, _ in run.actor_lines("Finished: 'step'")}
+    assert len(worker_pids) == 2 and len(driver_pids) == 1 and not worker_pids & driver_pids
+
+
+def test_max_training_steps_ends_the_loop_and_the_safety_net_saves(run_twin, tmp_path):
+    run = run_twin("trainer.max_training_steps=1", "trainer.eval_before_train=false", "trainer.eval_interval=5",
+                   "trainer.hf_save_interval=-1", env={"SIM_SEED": "3"})
+    assert run.returncode == 0, "\n".join(run.lines[-30:])
+    assert len(run.grep("Finished: 'step'")) == 1
+    reached = run.index("Reached max_training_steps=1, stopping early.")
+    # eval runs on the last step (eval_interval > 0), then the final checkpoint (ckpt_interval=60 > 0).
+    assert run.index("Finished: 'eval'") < reached < run.index("Saved final checkpoint.") < run.index("Training done!")
+
+
+def test_oom_in_the_infra_log_leaves_stdout_with_rays_error(run_twin, tmp_path):
+    # SIM_SEED=1 makes rank 0 abort in its collective: Ray reports that actor's death first.
     run = run_twin(*SHORT, env={"SIM_SEED": "1", "SIM_FAULT": "oom:1:2", "SKYRL_WORKER_NCCL_TIMEOUT_IN_S": "600"})
+    assert run.returncode == 1
+    assert run.grep("ray.exceptions.ActorDiedError") and not run.grep("CUDA out of memory")
+    assert [ln for ln in run.infra_lines if "torch.OutOfMemoryError: CUDA out of memory" in ln]
+    assert [ln for ln in run.infra_lines if "Fatal Python error: Aborted" in ln]
+
+
+def test_oom_on_one_rank_cascades_into_timeouts_and_dumps_from_every_rank(run_twin, tmp_path):
+    run = run_twin(*SHORT, env={"SIM_SEED": "1", "SIM_FAULT": "oom:1:2", "SKYRL_WORKER_NCCL_TIMEOUT_IN_S": "600",
+                                "SKYRL_DUMP_INFRA_LOG_TO_STDOUT": "1"})
     assert run.returncode == 1
     oom = run.actor_lines("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate")
     assert len(oom) == 1 and "GPU 1 has a total capacity of 79.15 GiB" in oom[0][2]
@@ -89,7 +127,7 @@ def test_model_oom_names_the_gpu_the_model_predicts(run_twin, tmp_path):
     cfg = parse_overrides([*skyrl_sql_overrides("/h"), *over], {"HOME": "/h"})
     failure = evaluate(cfg, seed=5, steps=2).failure
     assert failure is not None and failure.kind == "oom"
-    run = run_twin(*over, env={"SIM_SEED": "5", "SIM_RANKS": "2"})
+    run = run_twin(*over, env={"SIM_SEED": "5", "SIM_RANKS": "2", "SKYRL_DUMP_INFRA_LOG_TO_STDOUT": "1"})
     assert run.returncode == 1
     oom = run.grep("torch.OutOfMemoryError: CUDA out of memory")
     assert len(oom) == 1 and f"GPU {failure.rank} has a total capacity" in oom[0]
@@ -97,7 +135,7 @@ def test_model_oom_names_the_gpu_the_model_predicts(run_twin, tmp_path):
 
 def test_crash_makes_the_peer_fail_at_once(run_twin):
     run = run_twin(*SHORT, env={"SIM_SEED": "4", "SIM_FAULT": "crash:1:1", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "0",
-                                "SKYRL_WORKER_NCCL_TIMEOUT_IN_S": "100000"})
+                                "SKYRL_WORKER_NCCL_TIMEOUT_IN_S": "100000", "SKYRL_DUMP_INFRA_LOG_TO_STDOUT": "1"})
     assert run.returncode == 1
     assert run.grep("Fatal Python error: Segmentation fault")
     assert any("killed by signal 11" in ln for ln in run.grep("A worker died or was killed"))  # SIGSEGV
@@ -107,9 +145,9 @@ def test_crash_makes_the_peer_fail_at_once(run_twin):
     assert run.wall_s < 60
 
 
-def test_hang_stalls_without_output_until_the_group_is_killed(twin_env, marker):
+def test_hang_stalls_without_output_until_the_group_is_killed(twin_env, marker, tmp_path):
     env = {**twin_env, "SIM_SEED": "2", "SIM_FAULT": "hang:0:1", "SKYRL_WORKER_NCCL_TIMEOUT_IN_S": "100000"}
-    proc = subprocess.Popen(["bash", str(SCRIPT), *SHORT], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    proc = subprocess.Popen(["bash", str(SCRIPT), f"trainer.log_path={tmp_path}", *SHORT], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             start_new_session=True)
     lines: list[str] = []
     try:
@@ -157,17 +195,23 @@ def test_orphan_escapes_the_group_and_ignores_sigterm(run_twin, marker):
 
 
 @pytest.mark.parametrize(
-    "args, env, expected",
+    "args, env, legacy, expected",
     [
-        (("trainer.foo=1",), {}, ["Could not override 'trainer.foo'.", "Key 'foo' is not in struct"]),
-        (("trainer.train_batch_size=384",), {}, ["AssertionError: train_batch_size 384 should be divisible by policy_mini_batch_size 256"]),
-        (("trainer.max_prompt_length=30000",), {}, ["AssertionError: generator.max_input_length should be set greater than or equal"]),
-        ((), {"NCCL_PROTO": "LL129"}, ['NCCL WARN Unrecognized element token "LL129" when parsing "LL129"', "invalid usage"]),
+        (("trainer.foo=1",), {}, True, ["Could not override 'trainer.foo'.", "Key 'foo' is not in struct"]),
+        (("trainer.foo=1",), {}, False, ["ValueError: Invalid fields {'foo'} for TrainerConfig. Valid fields are {"]),
+        (("generator.num_inference_engines=2",), {}, False, ["ValueError: Invalid fields {'num_inference_engines'} for GeneratorConfig."]),
+        (("+trainer.foo=1",), {}, False, ["ValueError: The '+' prefix for adding new config fields is not supported: '+trainer.foo=1'."]),
+        (("generator.inference_engine.num_engines=2",), {}, True, ["Could not override 'generator.inference_engine.num_engines'."]),
+        (("trainer.train_batch_size=384",), {}, False, ["AssertionError: train_batch_size 384 should be divisible by policy_mini_batch_size 256"]),
+        (("trainer.max_prompt_length=30000",), {}, True, ["AssertionError: generator.max_input_length should be set greater than or equal"]),
+        ((), {"NCCL_PROTO": "LL129", "SKYRL_DUMP_INFRA_LOG_TO_STDOUT": "1"}, False,
+         ['NCCL WARN Unrecognized element token "LL129" when parsing "LL129"', "invalid usage"]),
     ],
-    ids=["unknown-key", "batch-relation", "prompt-length", "nccl-value"],
+    ids=["unknown-key-legacy", "unknown-key", "legacy-key-today", "plus-today", "today-key-legacy", "batch-relation",
+         "prompt-length", "nccl-value"],
 )
-def test_refusals_exit_1_with_the_stack_s_message(run_twin, args, env, expected):
-    run = run_twin(*SHORT, *args, env=env)
+def test_refusals_exit_1_with_the_stack_s_message(run_twin, args, env, legacy, expected):
+    run = run_twin(*SHORT, *args, env=env, legacy=legacy)
     assert run.returncode == 1
     for text in expected:
         assert run.grep(text), f"{text!r} not in:\n" + "\n".join(run.lines[-15:])

@@ -1,5 +1,7 @@
-"""The twin's entry point, ``python -m nccl_tune.sim.main_base key=value ...``, after
-``skyrl_train.entrypoints.main_base``.
+"""The twin's driver: what SkyRL's ``main_base`` entry point does, for either layout. It runs as
+``python -m nccl_tune.sim.skyrl.train.entrypoints.main_base key=value ...`` (today's SkyRL,
+``skyrl.train``) or ``python -m nccl_tune.sim.skyrl_train.entrypoints.main_base key=value ...``
+(the legacy ``skyrl_train``); the module decides the layout, as in SkyRL.
 
 It parses the overrides as SkyRL does (refusals print SkyRL's error and exit 1), models the run
 (:func:`nccl_tune.sim.evaluate.evaluate`), starts ``SIM_RANKS`` trainer ranks (real processes in a
@@ -37,6 +39,7 @@ from nccl_tune.sim import logfmt
 from nccl_tune.sim.config import SimConfig, parse_overrides
 from nccl_tune.sim.cost_model import H100_CAPACITY_GIB
 from nccl_tune.sim.evaluate import Outcome, PhaseSpan, evaluate
+from nccl_tune.sim.layout import Layout, names
 from nccl_tune.sim.refusal import HYDRA_FULL_ERROR_HINT, SimConfigError
 from nccl_tune.sim.worker import DUMP_FLAG
 
@@ -99,6 +102,9 @@ class Driver:
         self.pid = os.getpid()
         self.color = True
         self.prefix = logfmt.ray_prefix(logfmt.ENTRYPOINT_ACTOR, self.pid, self.color)
+        self.names = names(cfg.layout)
+        self.infra_log: Path | None = None
+        """Today's SkyRL: where workers and engines write (``{trainer.log_path}/infra-*.log``)."""
         self.workers: list[WorkerHandle] = []
         self.run_dir = Path(tempfile.mkdtemp(prefix="skyrl-sim-"))
         self.timings: dict[str, float] = {}
@@ -107,13 +113,34 @@ class Driver:
     # -- output ------------------------------------------------------------------------------
     def tlog(self, site: str, message: str, level: str = "INFO") -> None:
         """A trainer line behind the entrypoint's Ray prefix (multi-line messages stay together)."""
-        text = logfmt.trainer_line(site, message, level=level, color=self.color)
+        text = logfmt.trainer_line(
+            site, message, level=level, color=self.color, name=self.names.trainer_module, sites=self.names.sites
+        )
         for part in text.split("\n"):
             _write(self.prefix + part)
 
     def raw(self, actor: str, text: str) -> None:
         for line in logfmt.prefixed(actor, self.pid, text, self.color):
             _write(line)
+
+    def infra(self, actor: str, text: str) -> None:
+        """An engine's lines: into the infra log (today's SkyRL redirects the engines' output), else
+        behind Ray's prefix on the driver's output."""
+        if self.infra_log is None:
+            self.raw(actor, text)
+            return
+        with open(self.infra_log, "a", encoding="utf-8") as fh:
+            fh.write(text + "\n")
+
+    def open_infra_log(self) -> None:
+        """Today's ``initialize_ray``: the infra log's folder is created (an unwritable
+        ``trainer.log_path`` fails here, before Ray starts) and named on stdout."""
+        if self.cfg.layout is not Layout.TODAY or self.cfg.env.infra_to_stdout:
+            return
+        folder = Path(self.cfg.log_path).resolve()
+        folder.mkdir(parents=True, exist_ok=True)
+        self.infra_log = folder / f"infra-{datetime.now().strftime('%y%m%d_%H%M%S')}.log"
+        self.infra_log.touch()
 
     # -- ranks -------------------------------------------------------------------------------
     def start_workers(self) -> None:
@@ -139,10 +166,13 @@ class Driver:
                 "max_grad_norm": cfg.max_grad_norm,
                 "sock_fd": child.fileno(),
                 "color": self.color,
+                "infra_log": str(self.infra_log) if self.infra_log else None,
+                "worker_module": self.names.worker_module,
             }
             spec_path = self.run_dir / f"worker{r}.json"
             spec_path.write_text(json.dumps(spec))
             worker_env = dict(os.environ)
+            worker_env.update(env.forced)  # what SkyRL's runtime env sets for its workers
             worker_env["TORCH_FR_BUFFER_SIZE"] = str(max(env.fr_buffer_size, 0))
             proc = subprocess.Popen(
                 [sys.executable, "-m", "nccl_tune.sim.worker", str(spec_path)],
@@ -228,8 +258,9 @@ class Driver:
         first = next((i for i, rep in enumerate(replies) if rep is None or not rep.get("ok")), 0)
         rep = replies[first]
         w = self.workers[first]
-        lines = [
-            f"Error executing job with overrides: {self.argv!r}",
+        hydra = self.cfg.layout is Layout.LEGACY
+        lines = [f"Error executing job with overrides: {self.argv!r}"] if hydra else []
+        lines += [
             "Traceback (most recent call last):",
             f'  File "{__file__}", line 1, in main',
             "    ray.get(skyrl_entrypoint.remote(cfg))",
@@ -252,12 +283,13 @@ class Driver:
             lines.append(
                 f"ray.exceptions.RayTaskError({rep.get('type')}): ray::{logfmt.POLICY_ACTOR}.{rep.get('method', method)}() "
                 f"(pid={w.pid or w.proc.pid}, ip=127.0.0.1, actor_id={os.urandom(16).hex()}, "
-                f"repr=<skyrl_train.workers.fsdp.fsdp_worker.PolicyWorker object at 0x7f{os.urandom(5).hex()}>)"
+                f"repr=<{self.names.worker_module}.{logfmt.POLICY_ACTOR} object at 0x7f{os.urandom(5).hex()}>)"
             )
             tb = [ln for ln in rep.get("traceback", []) if ln and not ln.startswith("Traceback")]
             lines += tb[:-1] if tb else []
             lines.append(f"{qual}: {rep.get('message', '')}")
-        lines += ["", HYDRA_FULL_ERROR_HINT]
+        if hydra:
+            lines += ["", HYDRA_FULL_ERROR_HINT]
         for line in lines:
             _write(line)
         self.stop_workers(kill=True)
@@ -312,6 +344,9 @@ class Driver:
     def run(self) -> int:
         cfg, out = self.cfg, self.outcome
         t_launch = time.monotonic()
+        for warning in cfg.warnings:
+            _write(f"{self.names.entrypoint_module.replace('.', '/')}.py:382: {warning}")
+        self.open_infra_log()
         self.banner()
         f = out.failure
         if f is not None and f.kind == "placement":
@@ -328,7 +363,7 @@ class Driver:
             return 1
         self.engine_startup()
         if f is not None and f.kind == "vllm_memory":
-            self.raw(logfmt.ENGINE_ACTOR, "Traceback (most recent call last):\n" + f.detail["text"])
+            self.infra(self.names.engine_actor, "Traceback (most recent call last):\n" + f.detail["text"])
             _write(f.detail["text"])
             _write("")
             _write(HYDRA_FULL_ERROR_HINT)
@@ -369,8 +404,9 @@ class Driver:
             if _TIMED.get(span.name, True) and (span.step > 0 or span.name == "eval"):
                 self.timings[span.name] = elapsed  # what SkyRL adds to all_timings
             if span.name == "convert_to_training_input":
-                self.tlog("number_of_sequences", f"Number of sequences: {cfg.samples_per_step}")
+                self.sequences_line()
             self.tlog(site, logfmt.finished(span.name, elapsed))
+            self.after_saved(span)
         while stack:
             pending_console = self.close(stack.pop(), pending_console)
         if pending_console is not None:
@@ -401,20 +437,43 @@ class Driver:
     def console(self, step: int) -> None:
         if "console" not in self.cfg.loggers:
             self.timings = {}
+            self.after_step(step)
             return
         payload: dict[str, Any] = {
             "policy/policy_loss": self.metrics.get("policy_loss", 0.0),
             "policy/grad_norm": self.metrics.get("grad_norm", 0.0),
             "generate/avg_logprob": self.metrics.get("avg_logprob", 0.0),
-            "trainer/epoch": (step - 1) // max(1, self.outcome.total_steps // max(self.cfg.epochs, 1)),
+            "trainer/epoch": (step - 1) // max(1, self.outcome.steps_per_epoch),
             "trainer/global_step": step,
         }
         payload.update({f"timing/{k}": v for k, v in self.timings.items()})
         text = logfmt.console_metrics(step, payload)
-        line = logfmt.loguru_line(text, name="skyrl_train.utils.tracking", function="log", line=115, color=self.color)
+        line = logfmt.loguru_line(text, name=self.names.tracking_module, function="log", line=115, color=self.color)
         for part in line.split("\n"):
             _write(self.prefix + part)
         self.timings = {}
+        self.after_step(step)
+
+    def after_step(self, step: int) -> None:
+        """Today's step cap: the loop ends after the step numbered ``trainer.max_training_steps``."""
+        if self.cfg.max_training_steps is not None and step == self.cfg.max_training_steps:
+            self.tlog("max_steps", f"Reached max_training_steps={self.cfg.max_training_steps}, stopping early.")
+
+    def sequences_line(self) -> None:
+        n = self.cfg.samples_per_step
+        if self.cfg.layout is Layout.LEGACY:
+            self.tlog("number_of_sequences", f"Number of sequences: {n}")
+            return
+        self.tlog("number_of_sequences", f"Number of sequences before padding: {n}")
+        self.tlog("number_of_sequences", f"Number of sequences after padding: {n}")
+
+    def after_saved(self, span: PhaseSpan) -> None:
+        """Today's SkyRL says so when it saves after the loop (its safety net)."""
+        if span.step == -1 and self.cfg.layout is Layout.TODAY:
+            if span.name == "save_checkpoints":
+                self.tlog("final_checkpoint", "Saved final checkpoint.")
+            elif span.name == "save_hf_model":
+                self.tlog("final_model", "Saved final model.")
 
     def run_leaf(self, span: PhaseSpan) -> bool:
         failing = span.end_s is None
@@ -453,34 +512,33 @@ class Driver:
 
     def banner(self) -> None:
         cfg = self.cfg
+        for name in _FORWARDED:
+            if os.environ.get(name):
+                self.driver_log(f"Exporting `{name}` to ray runtime env: {os.environ[name]}", "prepare_runtime_environment", 812)
         _write(
             f"{datetime.now().strftime('%Y-%m-%d %H:%M:%S,%f')[:-3]}\tINFO worker.py:1917 -- Started a local Ray instance. View the dashboard at "
             "\x1b[1m\x1b[32m127.0.0.1:8265 \x1b[39m\x1b[22m"
         )
+        if self.infra_log is not None:
+            self.driver_log(f"Infrastructure logs will be written to: {self.infra_log}", "initialize_ray", 924)
         dump = yaml.safe_dump(_plain(cfg.applied.tree), sort_keys=False, default_flow_style=False).rstrip("\n")
-        line = logfmt.loguru_line(dump, name="skyrl_train.entrypoints.main_base", function="_setup_trainer", line=376, color=self.color)
+        line = logfmt.loguru_line(dump, name=self.names.entrypoint_module, function="_setup_trainer", line=376, color=self.color)
         for part in line.split("\n"):
             _write(self.prefix + part)
+
+    def driver_log(self, message: str, function: str, line: int) -> None:
+        """A loguru line of SkyRL's utilities, printed by the driver process itself (no Ray prefix)."""
+        _write(logfmt.loguru_line(message, name=self.names.utils_module, function=function, line=line, color=self.color))
 
     def engine_startup(self) -> None:
         cfg = self.cfg
         for e in range(cfg.num_engines):
-            self.raw(
-                logfmt.ENGINE_ACTOR,
+            self.infra(
+                self.names.engine_actor,
                 f"INFO vllm: Initializing engine {e} with model={cfg.model_path}, tensor_parallel_size={cfg.engine_tp}, "
                 f"gpu_memory_utilization={cfg.gpu_memory_utilization}, enforce_eager={cfg.enforce_eager}, "
                 f"max_model_len={cfg.max_input_length + cfg.max_generate_length}",
             )
-        nccl = cfg.env.nccl
-        if nccl.debug and nccl.debug.upper() in ("INFO", "TRACE"):
-            host = socket.gethostname()
-            for g in range(cfg.n_gpus):
-                for text in (
-                    f"NCCL version {logfmt.NCCL_VERSION}+cuda12.8",
-                    f"Channel 00/{16:02d} : 0 1 2 3 4 5 6 7",
-                    "Connected all rings, use ring PXN 0 GDR 1",
-                ):
-                    _write(self.prefix + f"{host}:{self.pid}:{self.pid + g} [{g}] NCCL INFO {text}")
 
     def spawn_orphan(self) -> None:
         """A detached child in its own session that ignores SIGTERM, as a Ray worker does."""
@@ -509,6 +567,9 @@ class Driver:
             pass
 
 
+_FORWARDED = ("SKYRL_RAY_PG_TIMEOUT_IN_S", "SKYRL_WORKER_NCCL_TIMEOUT_IN_S", "NCCL_DEBUG")
+"""Variables SkyRL's ``prepare_runtime_environment`` forwards to its workers and logs (among others)."""
+
 _TIMED = {"dump_data_batch": False}
 """Phases SkyRL times without adding them to the step's ``timing/*`` metrics."""
 
@@ -527,11 +588,11 @@ def _sleep_until(deadline: float) -> None:
         time.sleep(left)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the twin; returns the process exit code."""
+def main(argv: list[str] | None = None, layout: Layout = Layout.TODAY) -> int:
+    """Run the twin as ``layout``'s entry point; returns the process exit code."""
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        cfg = parse_overrides(argv, dict(os.environ))
+        cfg = parse_overrides(argv, dict(os.environ), layout)
     except SimConfigError as exc:
         for line in exc.lines:
             _write(line)
@@ -549,6 +610,12 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_term)
     try:
         return driver.run()
+    except OSError as exc:  # SkyRL's initialize_ray cannot create trainer.log_path: a traceback, exit 1
+        _write("Traceback (most recent call last):")
+        _write(f'  File "{names(cfg.layout).utils_module.replace(".", "/")}.py", line 912, in initialize_ray')
+        _write(f"{type(exc).__name__}: {exc}")
+        driver.stop_workers(kill=True)
+        return 1
     except KeyboardInterrupt:
         driver.stop_workers(kill=True)
         return 130
@@ -560,6 +627,7 @@ def main(argv: list[str] | None = None) -> int:
         driver.cleanup()
 
 
-if __name__ == "__main__":
+def entry(layout: Layout) -> None:
+    """What an entry module runs: the twin as ``layout``'s ``main_base``."""
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    sys.exit(main())
+    sys.exit(main(layout=layout))

@@ -1,0 +1,1 @@
+"""Mirror of ``skyrl.train`` (today's SkyRL)."""

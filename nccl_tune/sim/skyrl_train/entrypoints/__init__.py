@@ -1,0 +1,1 @@
+"""Mirror of ``skyrl_train.entrypoints``."""
