@@ -41,6 +41,7 @@ _TOP_KEYS = {
 }  # fmt: skip
 _PARAM_KEYS = {
     "name", "kind", "target", "low", "high", "step", "choices", "default", "memory", "semantic", "help", "arg", "arg_style",
+    "enabled",
 }  # fmt: skip
 _TRIAL_KEYS = {"overrides", "env"}
 _STOP_KEYS = {f.name for f in dataclasses.fields(StopRule)}
@@ -282,7 +283,9 @@ def _build(data: dict[str, Any], source: str, label: str, text: str) -> SearchSp
     raw_params = data.get("parameters")
     if not isinstance(raw_params, list) or not raw_params:
         raise NcclTuneError(f"space file {label}: 'parameters' must be a non-empty list")
-    params = tuple(_parameter(p, i, label) for i, p in enumerate(raw_params))
+    params = tuple(_parameter(p, i, label) for i, p in enumerate(raw_params) if _enabled(p, i, label))
+    if not params:
+        raise NcclTuneError(f"space file {label}: every parameter has enabled: false; enable at least one")
     seen: set[str] = set()
     for p in params:
         if p.name in seen:
@@ -414,6 +417,8 @@ def _check_env_name(name: str, where: str, label: str) -> None:
             f"space file {label}: {where}: a space may not set {name} ({_PROTECTED_ENV[name]}); "
             "set it in the environment you run nccl-tune from"
         )
+
+
 def _progress(raw: Mapping[str, Any], label: str) -> ProgressRules:
     """The space's progress rules: a preset's with the space's own replacing them, the space's own,
     or (no preset and no step rule) the space's own over whichever preset the output matches."""
@@ -464,6 +469,17 @@ def _context(raw: Mapping[str, Any], label: str) -> tuple[dict[str, Any], dict[s
             raise NcclTuneError(f"space file {label}: context key {key!r} is not an identifier; name it and give arg: {key}")
         values[key] = v
     return values, args
+
+
+def _enabled(p: Any, i: int, label: str) -> bool:
+    """``enabled: false`` keeps an optional parameter out of the search (it is still validated)."""
+    if not isinstance(p, dict) or "enabled" not in p:
+        return True
+    if not isinstance(p["enabled"], bool):
+        raise NcclTuneError(f"space file {label}: parameters[{i}] ({p.get('name')}): enabled must be true or false")
+    if not p["enabled"]:
+        _parameter({k: v for k, v in p.items() if k != "enabled"}, i, label)
+    return p["enabled"]
 
 
 def _check_names(names: frozenset[str], known: set[str], where: str, label: str) -> None:

@@ -20,13 +20,11 @@ from nccl_tune.tuner.settings import RunSettings
 from nccl_tune.tuner.storage import marker_scope, study_folder
 
 
-def expand(template: str, *, trial_dir: Path, study: str, number: int) -> str:
-    """Replace ``{trial_dir}``, ``{study}`` and ``{trial}`` (and nothing else) in ``template``."""
-    return (
-        template.replace("{trial_dir}", str(trial_dir))
-        .replace("{study}", study)
-        .replace("{trial}", str(number))
-    )
+def expand(template: str, *, trial_dir: Path, study: str, number: int, total_steps: int | None = None) -> str:
+    """Replace ``{trial_dir}``, ``{study}``, ``{trial}`` and ``{total_steps}`` (warm-up plus measured
+    steps: a trainer's own step cap) and nothing else in ``template``."""
+    out = template.replace("{trial_dir}", str(trial_dir)).replace("{study}", study).replace("{trial}", str(number))
+    return out if total_steps is None else out.replace("{total_steps}", str(total_steps))
 
 
 def trial_dir_for(results_dir: Path, study: str, number: int) -> Path:
@@ -87,9 +85,10 @@ def build_trial_spec(
     phase maxima (``TrialResult.phase_max_s``) of the study's earlier trials; ``detected_preset`` is
     the progress preset an earlier trial's output was recognised as, when the space names none."""
     trial_dir = trial_dir_for(settings.results, study, number)
+    stop = stop_for(space, settings)
 
     def x(text: str) -> str:
-        return expand(text, trial_dir=trial_dir, study=study, number=number)
+        return expand(text, trial_dir=trial_dir, study=study, number=number, total_steps=stop.total_steps)
 
     args, param_env = render_values(space, values)
     overrides = {k: None if v is None else x(v) for k, v in space.trial_overrides.items()}
@@ -105,7 +104,7 @@ def build_trial_spec(
         env=env,
         trial_dir=trial_dir,
         clocks=clocks_for(space, settings, measured),
-        stop=stop_for(space, settings),
+        stop=stop,
         progress=apply_preset(space.progress, detected_preset if space.progress.detect else None),
         samples_per_step=space.samples(values),
         cwd=Path.cwd(),
