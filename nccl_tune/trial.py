@@ -357,9 +357,13 @@ class TrialResult:
     """Processes of the trial still alive after teardown (should always be 0)."""
     modelled_gpu_s: float | None = None
     """GPU-seconds the trial would cost on the real node (set by model-based launchers)."""
+    nccl_env_seen: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    """Per rank (``host:pid [device]``), the NCCL variables NCCL reported reading and their values
+    (``NCCL INFO NCCL_X set by environment to V``); empty when no rank reported."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "phase_max_s", _frozen_map(self.phase_max_s))
+        object.__setattr__(self, "nccl_env_seen", _frozen_map({k: dict(v) for k, v in self.nccl_env_seen.items()}))
         object.__setattr__(self, "step_times_s", tuple(self.step_times_s))
         object.__setattr__(self, "step_rates", tuple(self.step_rates))
         object.__setattr__(self, "log_paths", tuple(Path(p) for p in self.log_paths))
@@ -449,4 +453,5 @@ class TrialResult:
             escaped_processes=int(data.get("escaped_processes") or 0),
             survivors=int(data.get("survivors") or 0),
             modelled_gpu_s=data.get("modelled_gpu_s"),
+            nccl_env_seen=data.get("nccl_env_seen") or {},
         )

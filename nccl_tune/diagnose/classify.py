@@ -287,13 +287,14 @@ class LogClassifier:
         """Lines of ``source`` after ``last_line`` are read but neither events nor last lines."""
         self._limits[source] = last_line
 
-    def set_source(self, source: str) -> None:
-        """Start another input (line numbers restart; events keep their order of arrival)."""
+    def set_source(self, source: str, line_no: int = 0) -> None:
+        """Start another input, or continue one at line ``line_no + 1`` (lines of several files
+        merged in time order); events keep their order of arrival."""
         self._order_base += self._line_no + 1
         if self._tail and len(self._tails) < MAX_SOURCES:
             self._tails[self._source] = tuple(self._tail)
         self._source = source
-        self._line_no = 0
+        self._line_no = line_no
         self._tail.clear()
 
     def feed(self, lines: Iterable[str]) -> None:

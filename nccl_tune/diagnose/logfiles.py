@@ -1,0 +1,155 @@
+"""A trial's log files, and their lines merged in time order.
+
+A trial's command writes ``output.log`` (its stdout and stderr, what the launcher streams); a
+trainer may write more: today's SkyRL sends its workers' and engines' output to
+``{trainer.log_path}/infra-YYMMDD_HHMMSS.log`` (the built-in spaces put ``trainer.log_path``
+inside the trial folder), and the CUDA out-of-memory error, NCCL's lines and the Flight Recorder
+notices are there, not on stdout. Everything that reads a trial (the classifier, the memory
+reader, ``nccl-tune diagnose TRIAL_DIR``) reads every file :func:`trial_log_files` lists.
+
+Several files are merged by the timestamps their lines carry (loguru's and Python logging's
+``YYYY-MM-DD HH:MM:SS.mmm``): a line without one keeps the time of the last stamped line of its
+file, except the lines after a file's last stamp (a traceback, an abort: what a process prints
+as it fails), which take the file's last-modified time when that is later; lines before any stamp
+come first, and equal times keep file order (``output.log`` first).
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import re
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Iterator, Sequence
+
+OUTPUT_LOG = "output.log"
+INFRA_PATTERN = "infra-*.log"
+"""SkyRL's infra logs, found anywhere under the trial folder."""
+
+_STAMP = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,6}))?")
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
+_STAMP_SPAN = 200
+"""Characters at the start of a line searched for its timestamp (after a Ray prefix, colours)."""
+_NEVER = (0,)
+_TAIL_BUFFER = 20000
+"""Unstamped lines held back waiting for the next stamp; beyond this they keep the last stamp."""
+
+
+def trial_log_files(trial_dir: Path) -> tuple[Path, ...]:
+    """``output.log`` (when present), then every ``infra-*.log`` under ``trial_dir``, sorted."""
+    trial_dir = Path(trial_dir)
+    out = [trial_dir / OUTPUT_LOG] if (trial_dir / OUTPUT_LOG).is_file() else []
+    infra = sorted(p for p in trial_dir.rglob(INFRA_PATTERN) if p.is_file())
+    return (*out, *infra)
+
+
+def source_name(path: Path, root: Path | None) -> str:
+    """How evidence names a file: its path inside the trial folder, else its name."""
+    if root is not None:
+        try:
+            return str(Path(path).relative_to(root))
+        except ValueError:
+            pass
+    return Path(path).name
+
+
+def line_time(line: str) -> tuple[int, ...] | None:
+    """The line's timestamp as a sortable tuple (year .. microsecond), or None."""
+    head = line[:_STAMP_SPAN]
+    if "\x1b" in head:
+        head = _ANSI.sub("", head)
+    m = _STAMP.search(head)
+    if m is None:
+        return None
+    frac = m.group(7) or "0"
+    return (*(int(m.group(i)) for i in range(1, 7)), int(frac.ljust(6, "0")))
+
+
+def file_end_time(fh: IO[str]) -> tuple[int, ...] | None:
+    """The open file's last-modified time, local and naive as the stamps in its lines."""
+    try:
+        when = datetime.fromtimestamp(os.fstat(fh.fileno()).st_mtime)
+    except (OSError, ValueError, AttributeError):
+        return None
+    return (when.year, when.month, when.day, when.hour, when.minute, when.second, when.microsecond)
+
+
+def _stamped(fh: IO[str], index: int, end: tuple[int, ...] | None) -> Iterator[tuple[tuple[int, ...], int, int, str]]:
+    last = _NEVER
+    held: list[tuple[int, str]] = []
+    for n, line in enumerate(fh, 1):
+        t = line_time(line)
+        if t is None:
+            held.append((n, line))
+            if len(held) >= _TAIL_BUFFER:
+                yield from ((last, index, m, text) for m, text in held)
+                held = []
+            continue
+        yield from ((last, index, m, text) for m, text in held)
+        held = []
+        last = t
+        yield last, index, n, line
+    tail = end if end is not None and last != _NEVER and end > last else last
+    for m, text in held:
+        yield tail, index, m, text
+
+
+def merged_lines(handles: Sequence[IO[str]]) -> Iterator[tuple[int, int, str]]:
+    """(file index, 1-based line number, line) of every line of ``handles``, merged in time order."""
+    if len(handles) == 1:
+        for n, line in enumerate(handles[0], 1):
+            yield 0, n, line
+        return
+    streams = (_stamped(fh, i, file_end_time(fh)) for i, fh in enumerate(handles))
+    for _, index, n, line in heapq.merge(*streams):
+        yield index, n, line
+
+
+def runs(handles: Sequence[IO[str]]) -> Iterator[tuple[int, int, list[str]]]:
+    """The merged lines as runs of consecutive lines of one file: (file index, first line number, lines)."""
+    current: tuple[int, int] | None = None
+    chunk: list[str] = []
+    for index, n, line in merged_lines(handles):
+        if current is not None and (index != current[0] or n != current[1] + len(chunk)):
+            yield current[0], current[1], chunk
+            chunk = []
+            current = None
+        if current is None:
+            current = (index, n)
+        chunk.append(line)
+        if len(chunk) >= 4096:
+            yield current[0], current[1], chunk
+            current, chunk = (index, n + 1), []
+    if current is not None and chunk:
+        yield current[0], current[1], chunk
+
+
+def feed_merged(clf, paths: Sequence[Path], root: Path | None = None, opener=None) -> None:
+    """Feed ``LogClassifier`` ``clf`` the lines of ``paths`` merged in time order, each run of lines
+    under its file's name and real line numbers (evidence says which file a line came from)."""
+    open_text = opener or (lambda p: open(p, encoding="utf-8", errors="replace", buffering=1 << 20))
+    handles = [open_text(p) for p in paths]
+    try:
+        names = [source_name(p, root) for p in paths]
+        for index, first, lines in runs(handles):
+            clf.set_source(names[index], first - 1)
+            clf.feed(lines)
+    finally:
+        for fh in handles:
+            fh.close()
+
+
+def classify_logs(paths: Sequence[Path], *, root: Path | None = None, **verdict_kwargs):
+    """The classifier's verdict over every file of ``paths`` merged in time order (``verdict_kwargs``:
+    ``exit_code``, ``signal_name``, ``fr_dumps``, ``host_mem_peak_frac``); ``NcclTuneError`` naming
+    a file that cannot be read."""
+    from nccl_tune.diagnose.classify import LogClassifier
+    from nccl_tune.errors import NcclTuneError
+
+    clf = LogClassifier()
+    try:
+        feed_merged(clf, paths, root)
+    except OSError as exc:
+        raise NcclTuneError(f"cannot read the log {exc.filename}: {exc.strerror or exc}") from exc
+    return clf.verdict(**verdict_kwargs)
