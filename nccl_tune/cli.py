@@ -75,7 +75,7 @@ def _check_dashdash(ctx: typer.Context, command: List[str]) -> None:
 def run_cmd(
     ctx: typer.Context,
     command: Optional[List[str]] = typer.Argument(None, help="The training command, after --.", show_default=False, metavar="-- COMMAND"),
-    space: str = typer.Option("skyrl-text2sql", "--space", help="Built-in space name or a space YAML file."),
+    space: Optional[str] = typer.Option(None, "--space", help="Built-in space name or a space YAML file (default: the SkyRL space of the layout the command runs)."),
     study: Optional[str] = typer.Option(None, "--study", help="Study name (default: from the space and command; the same name resumes)."),
     storage: Optional[str] = typer.Option(None, "--storage", help="Optuna storage URL (default: sqlite:///RESULTS/nccl-tune.db)."),
     results: Path = typer.Option(Path("results"), "--results", help="Folder for trial folders and the default storage."),

@@ -340,6 +340,8 @@ def _config(ctx: AdviceContext) -> str:
             f"The command refused the key '{key}': check its spelling against the training config (the search space "
             "or --set), or add a new key with +key=value"
         )
+    if ctx.subtype == "plus_prefix":
+        return f"The command refuses the '+' prefix ({d.get('key', '')}): give the key without '+', it must already exist"
     if ctx.subtype == "validation":
         return f"The command refused the config ({d.get('detail', 'a validation assertion')}): fix the values or pin them with --set"
     if ctx.subtype == "engine_args":

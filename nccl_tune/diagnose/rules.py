@@ -70,6 +70,8 @@ RULES: tuple[Rule, ...] = (
          _rx(r"Key '(?P<key>[^']+)' is not in struct"), "unknown_key"),
     Rule("dataclass_unknown_key", F.CONFIG_ERROR, Kind.ROOT, ("Invalid fields",),
          _rx(r"Invalid fields? \{(?P<key>[^}]*)\} for (?P<config>\w+)"), "unknown_key"),
+    Rule("dataclass_plus_prefix", F.CONFIG_ERROR, Kind.ROOT, ("prefix for adding new config fields is not supported",),
+         _rx(r"prefix for adding new config fields is not supported: '(?P<key>[^']*)'"), "plus_prefix"),
     Rule("hydra_bad_override", F.CONFIG_ERROR, Kind.ROOT,
          ("Error merging override", "Error parsing override", "mismatched input", "no viable alternative"),
          None, "bad_value"),

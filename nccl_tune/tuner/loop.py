@@ -24,6 +24,7 @@ from nccl_tune.launchers.base import Launcher
 from nccl_tune.launchers.registry import make_launcher
 from nccl_tune.tuner.parallel import search_parallel
 from nccl_tune.search_spaces.loader import load_space
+from nccl_tune.search_spaces.skyrl_layout import space_for_command
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.failure import FailureClass
 from nccl_tune.tuner import study_records as R
@@ -114,12 +115,15 @@ class StudyLoop:
 
     def __init__(self, settings: RunSettings, console: Console, launcher: Launcher | None) -> None:
         self.settings = settings
-        self.space, self.pins = apply_pins(load_space(settings.space), settings.pins)
+        picked = None if settings.space else space_for_command(settings.command, Path.cwd())
+        self.space, self.pins = apply_pins(load_space(settings.space or picked[0]), settings.pins)
         refuse_unrankable(self.space, self.pins.params)
         self.study_name = settings.study_name(self.space.name)
         self.launcher = launcher or make_launcher(settings.launcher, settings.ray_address, settings.gate_timeout_s)
         self.display = Display(console, self.space)
         self.interrupt = InterruptFlag()
+        if picked is not None:
+            self.display.note(f"space {picked[0]}: {picked[1]} (--space to choose another)")
         self.runner = TrialRunner(
             self.space, self.pins, settings, self.study_name, self.launcher, self.display, self.interrupt,
             socket.gethostname(),

@@ -29,8 +29,9 @@ def default_storage_url(results: Path) -> str:
 class RunSettings:
     command: tuple[str, ...]
     """The user's training command, e.g. ``("bash", "run_skyrl_sql.sh")``."""
-    space: str = "skyrl-text2sql"
-    """Built-in space name or path to a space YAML file."""
+    space: str | None = None
+    """Built-in space name or path to a space YAML file; None: the SkyRL space of the layout the
+    command runs (``search_spaces.skyrl_layout``), else the default."""
     study: str | None = None
     """Study name; derived from the space, the command and the results folder when not given (the same
     command into the same ``--results`` resumes)."""

@@ -2,6 +2,8 @@
 one line that says what to fix, instead of spending every later trial on the same failure.
 
 The rules, checked after every launched trial, in order:
+- the command refused a key of the space (``config_error``) in a way that names it, or shows the
+  command runs the other SkyRL layout (``skyrl_layout.refusal_line``): one line naming the key and the fix;
 - the baseline (the user's own values) failed before any step for a reason no value can fix: the
   command exited 0 without a step, ``config_error``/``crash``/``init_failure`` before any step
   (a ``ModuleNotFoundError``), no progress line before the start-up deadline, or no step line
@@ -25,6 +27,7 @@ from typing import Any, Collection, Mapping
 
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import FailureClass
+from nccl_tune.search_spaces.skyrl_layout import refusal_line
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.trial import StopReason, TrialResult
 from nccl_tune.tuner.study_records import TrialKind
@@ -93,6 +96,10 @@ class StopRules:
     def check(self, result: TrialResult, *, kind: str, never_ok: bool, values: Mapping[str, Any] | None = None) -> None:
         """``kind``: the trial's kind; ``never_ok``: no trial of the study was ``ok`` before this one;
         ``values``: the trial's parameter values."""
+        space_name = self.space.name if self.space is not None else ""
+        refused = refusal_line(space_name, (e.text for e in result.verdict.evidence))
+        if result.status is FailureClass.CONFIG_ERROR and refused:
+            raise NcclTuneError(f"trial {result.number}: {refused} {_log(result)}")
         found = unfixable(result) if kind == TrialKind.BASELINE.value else None
         if found is not None:
             what, fix = found

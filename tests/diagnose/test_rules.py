@@ -13,6 +13,7 @@ from nccl_tune.failure import FailureClass as F
 # one line in each program's own format per rule (values changed, wording kept)
 EXAMPLES = {
     "hydra_unknown_key": "Could not override 'trainer.mikro_train_batch_size_per_gpu'.",
+    "dataclass_plus_prefix": "ValueError: The '+' prefix for adding new config fields is not supported: '+trainer.x=1'. To add custom config fields, subclass the relevant config dataclass.",
     "hydra_not_in_struct": "Key 'mikro' is not in struct",
     "hydra_bad_override": "Error merging override trainer.epochs=three",
     "config_validation": "omegaconf.errors.ValidationError: Value 'abc' of type 'str' could not be converted to Integer",
