@@ -89,7 +89,7 @@ def refusal_line(space: str, texts: Iterable[str]) -> str | None:
             if space == LEGACY_SPACE:
                 return (f"the command runs today's SkyRL (skyrl.train): its {m.group('cls')} has no field {keys}; "
                         f"use --space {TODAY_SPACE}")
-            return f"SkyRL refused the key(s) {keys} of {m.group('cls')} (Invalid fields): fix the space, the script or --set"
+            return f"Invalid fields {{{keys}}} for {m.group('cls')}: the command has no such key; fix the space, the script or --set"
         m = _PLUS_REFUSAL.search(text)
         if m:
             return f"today's SkyRL refuses the '+' prefix ({m.group('token')}): drop the '+'"
@@ -98,5 +98,5 @@ def refusal_line(space: str, texts: Iterable[str]) -> str | None:
             if space == TODAY_SPACE:
                 return (f"the command runs the legacy SkyRL (skyrl_train): Hydra cannot override '{m.group('key')}'; "
                         f"use --space {LEGACY_SPACE}")
-            return f"the command refused the key '{m.group('key')}' (Could not override): fix the space, the script or --set"
+            return f"Could not override '{m.group('key')}': the command has no such key; fix the space, the script or --set"
     return None

@@ -42,9 +42,10 @@ def _plain(value: Any) -> Any:
 
 
 def tuned_document(stored: StoredStudy, winner: Candidate) -> dict[str, Any]:
-    """The tuned YAML of ``winner`` (a candidate of ``stored``) as a mapping."""
+    """The tuned YAML of ``winner`` (a candidate of ``stored``) as a mapping. Parameters dropped
+    during the study (their value never reached the program) are left out, listed under ``dropped``."""
     space, base = stored.space, stored.baseline
-    values = dict(winner.values)
+    values = {k: v for k, v in winner.values.items() if k not in stored.dropped}
     args, env_overlay = render_values(space, values)
     env = {k: v for k, v in env_overlay.items() if v is not None}
     unset_env = [k for k, v in env_overlay.items() if v is None]
@@ -72,6 +73,7 @@ def tuned_document(stored: StoredStudy, winner: Candidate) -> dict[str, Any]:
         "unset_env": unset_env,
         "args": args,
         "semantic_changes": semantic,
+        "dropped": dict(stored.dropped),
         "metrics": metrics,
         "study": {
             "name": stored.name,
@@ -104,7 +106,8 @@ def format_tuned(doc: dict[str, Any], fmt: str) -> str:
     if fmt == "args":
         return " ".join(shlex.quote(a) for a in doc["args"]) + "\n"
     if fmt == "env":
-        lines = [f"export {k}={shlex.quote(str(v))}" for k, v in doc["env"].items()]
+        lines = [f"# not exported: {reason}" for reason in doc.get("dropped", {}).values()]
+        lines += [f"export {k}={shlex.quote(str(v))}" for k, v in doc["env"].items()]
         lines += [f"unset {k}" for k in doc["unset_env"]]
         return "\n".join(lines) + ("\n" if lines else "")
     raise NcclTuneError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")

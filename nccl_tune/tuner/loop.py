@@ -27,6 +27,7 @@ from nccl_tune.search_spaces.loader import load_space
 from nccl_tune.search_spaces.skyrl_layout import space_for_command
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.failure import FailureClass
+from nccl_tune.tuner import dropped
 from nccl_tune.tuner import study_records as R
 from nccl_tune.tuner.admission import Admission
 from nccl_tune.tuner.budget import Budget
@@ -39,7 +40,7 @@ from nccl_tune.nightly.night import Night
 from nccl_tune.tuner.hardware_record import hardware_facts, store_hardware
 from nccl_tune.tuner.nightly import check_runnable, finish_night, plan_night, start_night
 from nccl_tune.tuner.observer import InterruptFlag
-from nccl_tune.tuner.pins import apply_pins, baseline_values
+from nccl_tune.tuner.pins import Pins, apply_pins, baseline_values
 from nccl_tune.tuner.recovery import Recovery
 from nccl_tune.tuner.sampling import make_sampler, suggest, to_optuna
 from nccl_tune.tuner.settings import RunSettings
@@ -116,8 +117,8 @@ class StudyLoop:
     def __init__(self, settings: RunSettings, console: Console, launcher: Launcher | None) -> None:
         self.settings = settings
         picked = None if settings.space else space_for_command(settings.command, Path.cwd())
-        self.space, self.pins = apply_pins(load_space(settings.space or picked[0]), settings.pins)
-        refuse_unrankable(self.space, self.pins.params)
+        self.space, pins = apply_pins(load_space(settings.space or picked[0]), settings.pins)
+        refuse_unrankable(self.space, pins.params)
         self.study_name = settings.study_name(self.space.name)
         self.launcher = launcher or make_launcher(settings.launcher, settings.ray_address, settings.gate_timeout_s)
         self.display = Display(console, self.space)
@@ -125,11 +126,16 @@ class StudyLoop:
         if picked is not None:
             self.display.note(f"space {picked[0]}: {picked[1]} (--space to choose another)")
         self.runner = TrialRunner(
-            self.space, self.pins, settings, self.study_name, self.launcher, self.display, self.interrupt,
+            self.space, pins, settings, self.study_name, self.launcher, self.display, self.interrupt,
             socket.gethostname(),
         )
         self.admission = Admission(self.space, self.display, settings.predict_oom)
-        self.stops = StopRules(self.space, self.pins.params)
+        self.stops = StopRules(self.space, pins.params)
+
+    @property
+    def pins(self) -> Pins:
+        """The held parameters: ``--set`` values, and parameters dropped during the study."""
+        return self.runner.pins
 
     def open(self) -> tuple[optuna.Study, bool]:
         """Check the command with the launcher, then open (or create) the study and settle it."""
@@ -157,6 +163,7 @@ class StudyLoop:
             self.study_name, self.settings.storage_url, existed, done, self.settings.trials,
             shlex.join(self.settings.command),
         )
+        self.runner.pins = dropped.hold(self.runner.pins, self.space, dropped.load(study))
         if existed:
             recovery = Recovery(self.space, self.pins.params, self.launcher, self.display)
             recovery.run(study, storage, self.settings.storage_url, self.runner.host)

@@ -182,6 +182,7 @@ def report_study(storage_url: str, study_name: str | None, console: Console, *, 
     data["command"] = list(stored.command) or None
     data["hardware"] = stored.hardware
     data["night"] = stored.night.to_json() if stored.night else None
+    data["dropped"] = dict(stored.dropped)
     if plots_dir is not None:
         try:
             data["plots"] = [str(p) for p in plot(space, recs, plots_dir)]
@@ -195,6 +196,8 @@ def report_study(storage_url: str, study_name: str | None, console: Console, *, 
     display = Display(console, space)
     console.print(f"[bold]study[/] {escape(stored.name)}  [dim]{escape(storage_url)}[/]", highlight=False)
     display.summary(recs, winner, base)
+    for reason in stored.dropped.values():
+        console.print(f"[yellow]dropped from the search:[/] {escape(reason)}", highlight=False)
     if any(_failed(r) for r in recs) and display.plain:
         print_failure_lines(console, space, recs, base)
     elif any(_failed(r) for r in recs):

@@ -6,7 +6,7 @@ read the study through ``stored_of`` and pick the winner with ``pick_winner``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping
 
 import optuna
@@ -14,6 +14,7 @@ import optuna
 from nccl_tune.failure import FailureClass
 from nccl_tune.search_spaces.loader import parse_space
 from nccl_tune.search_spaces.space import SearchSpace
+from nccl_tune.tuner import dropped
 from nccl_tune.tuner import study_records as R
 from nccl_tune.nightly.night import Night
 from nccl_tune.tuner.hardware_record import recorded_hardware
@@ -49,6 +50,8 @@ class StoredStudy:
     """What ``run`` recorded about the node (None for studies recorded before it was kept)."""
     night: Night | None = None
     """The nightly record (a run in a series or compared with --baseline), if any."""
+    dropped: Mapping[str, str] = field(default_factory=dict)
+    """Parameters dropped during the study (their value never reached the program), with the reason."""
 
     @property
     def failures(self) -> dict[str, int]:
@@ -76,6 +79,7 @@ def stored_of(study: optuna.Study, storage_url: str, space: SearchSpace | None =
         baseline=baseline(recs),
         hardware=recorded_hardware(attrs),
         night=night_from_attrs(study.study_name, attrs),
+        dropped=dropped.load(study),
     )
 
 

@@ -9,6 +9,7 @@ elements, never spliced into a shell string.
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -16,6 +17,7 @@ from nccl_tune.presets import apply_preset
 from nccl_tune.search_spaces.render import fixed_argv, format_value, render_values
 from nccl_tune.search_spaces.space import MemoryEffect, SearchSpace
 from nccl_tune.trial import Clocks, MemoryKnob, StopRule, TrialSpec
+from nccl_tune.tuner.dropped import probe_overlay
 from nccl_tune.tuner.settings import RunSettings
 from nccl_tune.tuner.storage import marker_scope, study_folder
 
@@ -96,6 +98,7 @@ def build_trial_spec(
     env: dict[str, str | None] = dict(settings.extra_env)
     env.update({k: x(v) for k, v in space.trial_env.items()})
     env.update(param_env)
+    env.update(probe_overlay(space, {**os.environ, **env}))  # NCCL reports the variables it read
     return TrialSpec(
         study=study,
         number=number,

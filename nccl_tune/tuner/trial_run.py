@@ -20,6 +20,7 @@ from nccl_tune.failure import FailureClass
 from nccl_tune.launchers.base import Launcher
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.trial import TrialResult, TrialSpec
+from nccl_tune.tuner import dropped
 from nccl_tune.tuner import study_records as R
 from nccl_tune.tuner.display import Display
 from nccl_tune.tuner.observer import InterruptFlag, TunerObserver
@@ -132,6 +133,9 @@ class TrialRunner:
     ) -> TrialResult:
         """Tell the study how ``trial`` ended (from the thread that owns the study)."""
         tell_result(study, trial, result, self.space.min_headroom_frac)
+        for name, reason in dropped.check(study, self.space, spec, result):
+            self.display.note(f"{reason}: dropped from the search")
+            self.pins = dropped.hold(self.pins, self.space, [name])
         self.launched += 1
         if result.status is FailureClass.INTERRUPTED:
             requeue(study, self.space, values, self.pins.params, kind)
