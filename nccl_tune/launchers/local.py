@@ -14,6 +14,7 @@ has finished, so a second Ctrl-C cannot leave processes behind.
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import threading
@@ -21,13 +22,14 @@ import time
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Mapping
 
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.diagnose.stacks import StackReport
 from nccl_tune.diagnose.verdict import LogFacts, TrialFacts, decide
 from nccl_tune.failure import Cause, Evidence, FailureClass, Verdict, split_returncode
 from nccl_tune.gpu import GpuProbe, open_probe
+from nccl_tune.launchers import private_ray
 from nccl_tune.launchers.base import Launcher, TrialObserver, TrialProgress
 from nccl_tune.launchers.fr import clear_dumps, collect_dumps, fr_env, fr_prefix
 from nccl_tune.launchers.gate import GpuGate
@@ -74,6 +76,17 @@ def _analyse(dumps: tuple[Path, ...]):  # noqa: ANN202 - FlightRecorderSummary |
     from nccl_tune.diagnose.flight_recorder import analyse_dumps
 
     return analyse_dumps(list(dumps))
+
+
+def _effective_env(overlay: Mapping[str, str | None]) -> dict[str, str]:
+    """The tuner's environment with the trial's overlay applied (None removes a variable)."""
+    env = dict(os.environ)
+    for key, value in overlay.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    return env
 
 
 class LocalLauncher(Launcher):
@@ -163,6 +176,8 @@ class LocalLauncher(Launcher):
             trial_dir.mkdir(parents=True, exist_ok=True)
             log_path.write_bytes(b"")
             overlay = fr_env(spec.env, trial_dir)
+            overlay.update(self._ray_overlay(spec, overlay))
+            private_ray.prepare(overlay)
             clear_dumps(fr_prefix(spec.env, trial_dir))
             write_spec(spec, overlay)
         except OSError as exc:  # nothing started yet: the study cannot record trials at all
@@ -204,12 +219,17 @@ class LocalLauncher(Launcher):
             sampler.stop()
             result = self._result(spec, proc, decision, tracker, sampler, report, log_path, t0, pump.error, stacks)
             write_result(result, trial_dir)
+            private_ray.cleanup(overlay, trial_dir)
         if raised is not None:
             raise raised
         observer.on_end(spec, result)
         return result
 
     # -- where the command runs (the Ray launcher runs it on a node of its cluster) ---------------
+
+    def _ray_overlay(self, spec: TrialSpec, overlay: Mapping[str, str | None]) -> dict[str, str | None]:
+        """A private Ray for the trial's own ``ray.init()`` (``launchers.private_ray``)."""
+        return private_ray.trial_ray_env(_effective_env(overlay), spec.trial_dir, spec.marker)
 
     def _start(self, spec: TrialSpec, overlay: dict[str, str]) -> subprocess.Popen:
         """Start the command in its own session with the trial's env; raises when it cannot."""

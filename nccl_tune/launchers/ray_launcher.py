@@ -20,7 +20,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Mapping
 
 from nccl_tune.diagnose.stacks import StackReport
 from nccl_tune.errors import NcclTuneError
@@ -346,6 +346,10 @@ class RayLauncher(LocalLauncher):
         lost = host.proc is not None and host.proc.lost is not None
         alive = not lost and any(n.node_id == host.node.node_id for n in cluster_nodes(self.resource))
         pool.give(host.node, alive)
+
+    def _ray_overlay(self, spec: TrialSpec, overlay: Mapping[str, str | None]) -> dict[str, str | None]:
+        """None here: the node gives the trial its private Ray (``ray_node.trial_env``)."""
+        return {}
 
     def _start(self, spec: TrialSpec, overlay: dict[str, str]) -> Any:
         """Start the command on this trial's node (raises like the local spawn when it cannot)."""

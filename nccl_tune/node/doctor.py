@@ -270,35 +270,45 @@ def _reachable(address: str, timeout_s: float = 0.5) -> bool:
         return False
 
 
+_SWALLOW = (
+    "a command that calls ray.init() without an address joins it, and its Ray workers keep that cluster's "
+    "environment: NCCL variables set for the run never reach them"
+)
+
+
 def _ray_check(env: Mapping[str, str]) -> Check:
-    """A local Ray head (its ``gcs_server`` process) and the address file ``ray start`` leaves;
-    no Ray import, no cluster started."""
-    gcs = []
-    for p in psutil.process_iter(["name", "pid"]):
-        if p.info.get("name") == "gcs_server":
-            gcs.append(p.info["pid"])
+    """A Ray cluster that would swallow a run's variables: ``RAY_ADDRESS``, a local Ray head (its
+    ``gcs_server`` process) or the address file ``ray start`` leaves; no Ray import, no cluster
+    started."""
+    gcs = [p.info["pid"] for p in psutil.process_iter(["name", "pid"]) if p.info.get("name") == "gcs_server"]
     address_file = _ray_temp_dir(env) / "ray_current_cluster"
     address = None
     try:
         address = address_file.read_text().strip() or None
     except OSError:
         pass
-    ray_address = env.get("RAY_ADDRESS")
-    if gcs:
+    ray_address = (env.get("RAY_ADDRESS") or "").strip()
+    if ray_address and ray_address != "local":
+        answers = ray_address == "auto" or _reachable(ray_address.split("://")[-1])
+        if not answers:
+            return Check("ray", "warn", f"RAY_ADDRESS={ray_address} does not answer", "start the cluster or unset RAY_ADDRESS")
+        return Check("ray", "warn",
+                     f"RAY_ADDRESS={ray_address}: trials run on that cluster, and {_SWALLOW}; nccl-tune refuses to "
+                     "tune NCCL variables there",
+                     "unset RAY_ADDRESS to give each trial a private Ray on this node (multi-node runs: hold the NCCL "
+                     "parameters with --set NAME=unset)")
+    running = bool(gcs) or (address is not None and _reachable(address))
+    if running:
         where = f" at {address}" if address else ""
-        return Check("ray", "pass",
-                     f"a local Ray cluster is running{where} (gcs_server pid {', '.join(map(str, gcs))}); trials on the "
-                     "ray launcher join it, and its workers may hold GPU memory between studies")
+        pids = f" (gcs_server pid {', '.join(map(str, gcs))})" if gcs else f" (from {address_file})"
+        return Check("ray", "warn",
+                     f"a Ray cluster is running{where}{pids}: {_SWALLOW}; nccl-tune's trials each start a private Ray "
+                     "(RAY_ADDRESS=local, their own RAY_TMPDIR) and do not join it, runs outside nccl-tune do",
+                     "`ray stop` if it is left over (its workers may also hold GPU memory)")
     if address:
-        if _reachable(address):
-            return Check("ray", "pass", f"Ray cluster at {address} (from {address_file}) answers")
         return Check("ray", "warn", f"{address_file} names {address} but no Ray is running there (a stale file)",
                      f"`ray stop --force` or delete {address_file}")
-    if ray_address and ray_address not in ("auto", "local"):
-        if _reachable(ray_address.split("://")[-1]):
-            return Check("ray", "pass", f"RAY_ADDRESS={ray_address} answers")
-        return Check("ray", "warn", f"RAY_ADDRESS={ray_address} does not answer", "start the cluster or unset RAY_ADDRESS")
-    return Check("ray", "pass", "no local Ray cluster running (each trial starts its own if it needs one)")
+    return Check("ray", "pass", "no local Ray cluster running (each trial starts a private one if it needs one)")
 
 
 # --- entry points -----------------------------------------------------------------------------------

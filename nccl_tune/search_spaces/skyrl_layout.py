@@ -79,6 +79,14 @@ def space_for_command(command: Sequence[str], cwd: Path) -> tuple[str, str]:
     return DEFAULT_SPACE, "the default space"
 
 
+def chosen_space(space: str | None, command: Sequence[str], cwd: Path) -> tuple[str, str | None]:
+    """(the space a run loads, why it was picked; None when ``--space`` named it)."""
+    if space:
+        return space, None
+    name, why = space_for_command(command, cwd)
+    return name, f"space {name}: {why} (--space to choose another)"
+
+
 def refusal_line(space: str, texts: Iterable[str]) -> str | None:
     """One line for a configuration refused by SkyRL, naming the key and the fix (the other
     layout's space when the refusal shows the command runs the other SkyRL), or None."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import optuna
@@ -13,6 +14,7 @@ from nccl_tune.errors import NcclTuneError
 from nccl_tune.launchers.base import Launcher
 from nccl_tune.launchers.registry import make_launcher
 from nccl_tune.search_spaces.loader import load_space
+from nccl_tune.search_spaces.skyrl_layout import chosen_space
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.trial import TrialSpec
 from nccl_tune.tuner.admission import MAX_REJECTED_IN_A_ROW
@@ -81,7 +83,7 @@ def first_values(space: SearchSpace, pins: Pins, seed: int | None) -> dict[str, 
 
 def plan_dry_run(settings: RunSettings, launcher: Launcher | None = None) -> DryRun:
     """Trial 0 of ``settings``' run, checked by the launcher as the run would check it."""
-    space, pins = apply_pins(load_space(settings.space), settings.pins)
+    space, pins = apply_pins(load_space(chosen_space(settings.space, settings.command, Path.cwd())[0]), settings.pins)
     refuse_unrankable(space, pins.params)
     study = settings.study_name(space.name)
     values = first_values(space, pins, settings.seed)

@@ -11,6 +11,7 @@ config whose every run was ``ok`` away from the memory wall.
 
 from __future__ import annotations
 
+import os
 import shlex
 import socket
 from dataclasses import dataclass, field, replace
@@ -21,10 +22,11 @@ import optuna
 from rich.console import Console
 
 from nccl_tune.launchers.base import Launcher
+from nccl_tune.launchers.private_ray import refuse_nccl_params
 from nccl_tune.launchers.registry import make_launcher
 from nccl_tune.tuner.parallel import search_parallel
 from nccl_tune.search_spaces.loader import load_space
-from nccl_tune.search_spaces.skyrl_layout import space_for_command
+from nccl_tune.search_spaces.skyrl_layout import chosen_space
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.failure import FailureClass
 from nccl_tune.tuner import dropped
@@ -116,15 +118,18 @@ class StudyLoop:
 
     def __init__(self, settings: RunSettings, console: Console, launcher: Launcher | None) -> None:
         self.settings = settings
-        picked = None if settings.space else space_for_command(settings.command, Path.cwd())
-        self.space, pins = apply_pins(load_space(settings.space or picked[0]), settings.pins)
+        name, picked = chosen_space(settings.space, settings.command, Path.cwd())
+        self.space, pins = apply_pins(load_space(name), settings.pins)
         refuse_unrankable(self.space, pins.params)
+        if settings.launcher == "local":  # the Ray launcher gives every trial a private Ray on its node
+            tuned_nccl = [n for n in dropped.nccl_params(self.space) if n not in pins.params]
+            refuse_nccl_params({**os.environ, **settings.extra_env}, tuned_nccl)
         self.study_name = settings.study_name(self.space.name)
         self.launcher = launcher or make_launcher(settings.launcher, settings.ray_address, settings.gate_timeout_s)
         self.display = Display(console, self.space)
         self.interrupt = InterruptFlag()
         if picked is not None:
-            self.display.note(f"space {picked[0]}: {picked[1]} (--space to choose another)")
+            self.display.note(picked)
         self.runner = TrialRunner(
             self.space, pins, settings, self.study_name, self.launcher, self.display, self.interrupt,
             socket.gethostname(),
