@@ -374,6 +374,16 @@ class ProgressTracker:
             self._events.extend(events)
         return events
 
+    def feed_memory(self, line_no: int, text: str, t: float) -> None:
+        """A line of another of the trial's files (a trainer's worker log): only its memory figure
+        counts, read with the recognised preset's memory rules (every candidate's before one is)."""
+        for rx in (self._rx,) if self._rx is not None else self._candidates:
+            mem = next((m for m in (p.search(text) for p in rx.memory) if m), None)
+            if mem:
+                with self._lock:
+                    self._take_memory(mem, line_no, t, [])
+                return
+
     def _take_step(self, m: re.Match[str], line_no: int, t: float, events: list[ProgressEvent]) -> bool:
         index_text = _group(m, "step")
         index = int(index_text) if index_text is not None else None

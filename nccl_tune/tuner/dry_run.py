@@ -14,7 +14,7 @@ from nccl_tune.errors import NcclTuneError
 from nccl_tune.launchers.base import Launcher
 from nccl_tune.launchers.registry import make_launcher
 from nccl_tune.search_spaces.loader import load_space
-from nccl_tune.search_spaces.skyrl_layout import chosen_space
+from nccl_tune.search_spaces.skyrl_layout import check_log_paths, chosen_space
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.trial import TrialSpec
 from nccl_tune.tuner.admission import MAX_REJECTED_IN_A_ROW
@@ -91,4 +91,5 @@ def plan_dry_run(settings: RunSettings, launcher: Launcher | None = None) -> Dry
         space, settings, study=study, number=0, values=values, context_pins=pins.context
     )
     (launcher or make_launcher(settings.launcher, settings.ray_address, settings.gate_timeout_s)).prepare(spec)
+    check_log_paths(spec.argv)
     return DryRun(study=study, space=space.name, spec=spec)

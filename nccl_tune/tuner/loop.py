@@ -26,7 +26,7 @@ from nccl_tune.launchers.private_ray import refuse_nccl_params
 from nccl_tune.launchers.registry import make_launcher
 from nccl_tune.tuner.parallel import search_parallel
 from nccl_tune.search_spaces.loader import load_space
-from nccl_tune.search_spaces.skyrl_layout import chosen_space
+from nccl_tune.search_spaces.skyrl_layout import check_log_paths, chosen_space
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.failure import FailureClass
 from nccl_tune.tuner import dropped
@@ -144,7 +144,9 @@ class StudyLoop:
 
     def open(self) -> tuple[optuna.Study, bool]:
         """Check the command with the launcher, then open (or create) the study and settle it."""
-        self.launcher.prepare(self.runner.spec_for(0, first_values(self.space, self.pins, self.settings.seed), []))
+        first = self.runner.spec_for(0, first_values(self.space, self.pins, self.settings.seed), [])
+        self.launcher.prepare(first)
+        check_log_paths(first.argv)
         storage = open_storage(self.settings.storage_url)
         facts = hardware_facts(self.settings.command)
         self.fingerprint = Fingerprint.from_json(facts["fingerprint"])

@@ -106,7 +106,7 @@ def test_ray_socket_paths_fit_or_the_temp_dir_moves_to_a_short_folder(tmp_path) 
     assert len(str(short)) + SESSION_SOCKET_TAIL <= SOCKET_PATH_MAX
     deep = tmp_path / ("x" * 80) / "trial-0000"
     moved = temp_dir_for(deep, "study/3")
-    assert moved.name.startswith("nt-ray-") and deep not in moved.parents
+    assert moved.name.startswith("ntr-") and deep not in moved.parents
     assert temp_dir_for(deep, "study/3") == moved and temp_dir_for(deep, "study/4") != moved
 
 

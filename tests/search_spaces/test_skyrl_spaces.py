@@ -9,7 +9,7 @@ import pytest
 
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.search_spaces.loader import load_space, parse_space
-from nccl_tune.search_spaces.skyrl_layout import command_layout, refusal_line, space_for_command
+from nccl_tune.search_spaces.skyrl_layout import check_log_paths, command_layout, refusal_line, space_for_command
 from nccl_tune.search_spaces.space import Target
 from nccl_tune.sim.dataclass_config import apply_dataclass_overrides
 from nccl_tune.sim.layout import Layout
@@ -97,3 +97,12 @@ def test_refusals_become_one_line_naming_the_key_or_the_other_space():
     assert refusal_line("skyrl-text2sql", [dataclass]).startswith("Invalid fields {'num_inference_engines'} for GeneratorConfig")
     assert refusal_line("skyrl-text2sql", ["CUDA out of memory"]) is None
     assert Layout.TODAY.value == "skyrl.train"
+
+
+def test_log_path_checks_without_creating_anything(tmp_path):
+    check_log_paths(["bash", "x.sh", f"trainer.log_path={tmp_path}/a/b/c"])
+    assert not (tmp_path / "a").exists()
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(NcclTuneError, match=r"trainer.log_path=.*file/logs: .*is not a folder"):
+        check_log_paths([f"trainer.log_path={tmp_path}/ok", f"trainer.log_path={tmp_path}/file/logs"])
+    check_log_paths(["no log path here"])

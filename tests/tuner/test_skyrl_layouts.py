@@ -68,3 +68,14 @@ def test_a_refusal_by_the_other_layout_stops_at_once_naming_the_other_space(work
     assert "trial 0: the command runs the legacy SkyRL (skyrl_train)" in last
     assert "'trainer.max_training_steps'" in last and "use --space skyrl-text2sql-legacy" in last
     assert len(list((workdir / "res").glob("*/trial-*"))) == 1
+
+
+def test_a_log_path_that_cannot_be_written_is_an_error_before_any_trial(workdir: Path) -> None:
+    space = workdir / "space.yaml"
+    text = (REPO / "nccl_tune" / "search_spaces" / "skyrl-text2sql.yaml").read_text()
+    space.write_text(text.replace('trainer.log_path: "{trial_dir}/logs"', "trainer.log_path: /proc/no/such/logs"))
+    r = run_cli(["run", *ONE, "--space", str(space), "--results", "res", "--", "bash", str(TODAY)], workdir, ENV)
+    assert r.returncode == 1
+    (line,) = r.stderr.strip().splitlines()
+    assert "trainer.log_path=/proc/no/such/logs: SkyRL writes its infra logs there and cannot" in line
+    assert not list(workdir.glob("res/*/trial-*"))
