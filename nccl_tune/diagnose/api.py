@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from nccl_tune.diagnose.flight_recorder import FlightRecorderSummary, analyse_dumps, looks_like_dump
+from nccl_tune.diagnose.logfiles import OUTPUT_LOG, source_name, trial_log_files
 from nccl_tune.diagnose.stacks import STACKS_FILE, StackReport
 from nccl_tune.diagnose.verdict import FACTS_FILE, LogFacts, TrialFacts, decide
 from nccl_tune.errors import NcclTuneError
@@ -71,9 +72,11 @@ def _dumps_in(folder: Path) -> list[Path]:
 
 
 def _logs_in(folder: Path) -> list[Path]:
+    """The folder's log files and the SkyRL infra logs anywhere under it (a trial folder's
+    ``logs/infra-*.log``); the launcher's ``output.log`` first."""
     logs = [p for p in sorted(folder.iterdir()) if p.is_file() and p.name.endswith(LOG_SUFFIXES)]
-    # the launcher's merged log first: its lines are in the order the events happened
-    logs.sort(key=lambda p: (p.name != "output.log", p.name))
+    logs += [p for p in trial_log_files(folder) if p not in logs]
+    logs.sort(key=lambda p: (p.name != OUTPUT_LOG, source_name(p, folder)))
     return logs
 
 
@@ -87,7 +90,7 @@ def _facts_for_folder(folder: Path, dumps: Sequence[Path]) -> TrialFacts:
     if saved is not None:
         return TrialFacts.from_json(saved, folder, **extra)
     exit_code, signal_name = _status_from_result(folder)
-    logs = tuple(LogFacts(p.name, p) for p in _logs_in(folder))
+    logs = tuple(LogFacts(source_name(p, folder), p) for p in _logs_in(folder))
     return TrialFacts(logs=logs, exit_code=exit_code, signal_name=signal_name, **extra)
 
 

@@ -16,6 +16,7 @@ come first, and equal times keep file order (``output.log`` first).
 
 from __future__ import annotations
 
+import gzip
 import heapq
 import os
 import re
@@ -125,31 +126,27 @@ def runs(handles: Sequence[IO[str]]) -> Iterator[tuple[int, int, list[str]]]:
         yield current[0], current[1], chunk
 
 
-def feed_merged(clf, paths: Sequence[Path], root: Path | None = None, opener=None) -> None:
+
+def open_text(path: Path) -> IO[str]:
+    """A log as text (gzip-compressed logs read through; undecodable bytes replaced)."""
+    with open(path, "rb") as probe:
+        gz = probe.read(2) == b"\x1f\x8b"
+    if gz:
+        return gzip.open(path, "rt", encoding="utf-8", errors="replace")
+    return open(path, encoding="utf-8", errors="replace", buffering=1 << 20)
+
+
+def feed_merged(clf, paths: Sequence[Path], names: Sequence[str]) -> None:
     """Feed ``LogClassifier`` ``clf`` the lines of ``paths`` merged in time order, each run of lines
-    under its file's name and real line numbers (evidence says which file a line came from)."""
-    open_text = opener or (lambda p: open(p, encoding="utf-8", errors="replace", buffering=1 << 20))
-    handles = [open_text(p) for p in paths]
+    under its file's name (``names``) and real line numbers (evidence says which file a line came
+    from). ``OSError`` when a file cannot be read."""
+    handles: list[IO[str]] = []
     try:
-        names = [source_name(p, root) for p in paths]
+        for p in paths:
+            handles.append(open_text(p))
         for index, first, lines in runs(handles):
             clf.set_source(names[index], first - 1)
             clf.feed(lines)
     finally:
         for fh in handles:
             fh.close()
-
-
-def classify_logs(paths: Sequence[Path], *, root: Path | None = None, **verdict_kwargs):
-    """The classifier's verdict over every file of ``paths`` merged in time order (``verdict_kwargs``:
-    ``exit_code``, ``signal_name``, ``fr_dumps``, ``host_mem_peak_frac``); ``NcclTuneError`` naming
-    a file that cannot be read."""
-    from nccl_tune.diagnose.classify import LogClassifier
-    from nccl_tune.errors import NcclTuneError
-
-    clf = LogClassifier()
-    try:
-        feed_merged(clf, paths, root)
-    except OSError as exc:
-        raise NcclTuneError(f"cannot read the log {exc.filename}: {exc.strerror or exc}") from exc
-    return clf.verdict(**verdict_kwargs)

@@ -31,6 +31,7 @@ from typing import Any, Iterable, Iterator, Mapping
 from nccl_tune.diagnose.advice import advice_for_space
 from nccl_tune.diagnose.classify import READ_BYTES, LogClassifier
 from nccl_tune.diagnose.flight_recorder import FlightRecorderSummary
+from nccl_tune.diagnose.logfiles import feed_merged
 from nccl_tune.diagnose.stacks import StackFinding, StackReport, odd_rank, with_ranks
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import Cause, Evidence, FailureClass, Verdict, norm_signal, signal_from_exit
@@ -205,12 +206,21 @@ def _decide(facts: TrialFacts) -> Verdict:
 
 
 def read_logs(logs: Iterable[LogFacts], progress: ProgressRules | None = None) -> LogClassifier:
-    """Every log through one classifier, in the order given (evidence names each line's file)."""
+    """Every log through one classifier (evidence names each line's file): several files on disk
+    merged in time order (``diagnose.logfiles``: a SkyRL trial's infra log next to its output),
+    else in the order given."""
     clf = LogClassifier(progress=progress)
     logs = list(logs)
     for log in logs:
         if log.upto is not None:
             clf.limit(log.name, log.upto)
+    if len(logs) > 1 and all(log.path is not None and log.lines is None for log in logs):
+        try:
+            feed_merged(clf, [log.path for log in logs], [log.name for log in logs])
+        except (OSError, EOFError) as exc:
+            where = getattr(exc, "filename", None) or ", ".join(str(log.path) for log in logs)
+            raise NcclTuneError(f"cannot read the log {where}: {getattr(exc, 'strerror', None) or exc}") from exc
+        return clf
     for log in logs:
         clf.set_source(log.name)
         if log.lines is not None:

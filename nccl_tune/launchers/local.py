@@ -24,6 +24,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Iterator, Mapping
 
+from nccl_tune.diagnose.logfiles import source_name, trial_log_files
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.diagnose.stacks import StackReport
 from nccl_tune.diagnose.verdict import LogFacts, TrialFacts, decide
@@ -42,6 +43,7 @@ from nccl_tune.launchers.progress import ProgressEvent, ProgressTracker, compile
 from nccl_tune.launchers.trial_files import LOG_FILE, write_facts, write_result, write_spec
 from nccl_tune.launchers.supervise import Decision, Watch, observer_decision
 from nccl_tune.launchers.teardown import TeardownReport, become_subreaper, kill_marked, study_match, terminate
+from nccl_tune.launchers.trial_logs import count_lines, scan_trial_logs
 from nccl_tune.trial import StopReason, TrialResult, TrialSpec
 
 REAP_GRACE_S = 5.0
@@ -198,11 +200,14 @@ class LocalLauncher(Launcher):
         pump.start()
         sampler.start()
         raised: BaseException | None = None
+        upto: dict[Path, int] = {}
+        """At a stall: the lines each of the trainer's own logs held (what teardown adds does not count)."""
         try:
             observer.on_start(spec, proc.pid)
             decision = self._supervise(spec, proc, tracker, sampler, observer, t0)
             if decision.reason in (StopReason.STALL, StopReason.STARTUP):  # what teardown makes them print does not count
                 decision = replace(decision, log_lines=scanner.lines)
+                upto = {p: count_lines(p) for p in trial_log_files(spec.trial_dir) if p != log_path}
         except BaseException as exc:  # KeyboardInterrupt, SystemExit, an observer's error: tear down first
             raised = exc
             decision = Decision(StopReason.INTERRUPTED, f"interrupted by {type(exc).__name__} {exc}".strip())
@@ -217,7 +222,7 @@ class LocalLauncher(Launcher):
             pump.stop()
             proc.stdout.close()
             sampler.stop()
-            result = self._result(spec, proc, decision, tracker, sampler, report, log_path, t0, pump.error, stacks)
+            result = self._result(spec, proc, decision, tracker, sampler, report, log_path, t0, pump.error, stacks, upto)
             write_result(result, trial_dir)
             private_ray.cleanup(overlay, trial_dir)
         if raised is not None:
@@ -325,7 +330,10 @@ class LocalLauncher(Launcher):
         t0: float,
         reader_error: BaseException | None = None,
         stacks: StackReport | None = None,
+        upto: Mapping[Path, int] | None = None,
     ) -> TrialResult:
+        logs = (log_path, *(p for p in trial_log_files(spec.trial_dir) if p != log_path))
+        nccl_seen = scan_trial_logs(logs, log_path, tracker)  # a trainer's own logs: memory lines, NCCL's env report
         state = tracker.snapshot()
         exit_code, signal_name = split_returncode(proc.returncode)
         dumps = collect_dumps(fr_prefix(spec.env, spec.trial_dir))
@@ -336,7 +344,10 @@ class LocalLauncher(Launcher):
             left = "; ".join(f"pid {p} ({c})" for p, c in zip(report.survivor_pids, report.survivor_commands))
             notes.append(f"{report.survivors} process(es) survived teardown and could not be killed: {left}")
         facts = TrialFacts(
-            logs=(LogFacts(LOG_FILE, log_path, upto=decision.log_lines),),
+            logs=tuple(
+                LogFacts(source_name(p, spec.trial_dir), p, upto=decision.log_lines if p == log_path else (upto or {}).get(p))
+                for p in logs
+            ),
             stop_reason=decision.reason,
             stop_detail=decision.detail,
             open_phase=decision.open_phase,
@@ -373,10 +384,11 @@ class LocalLauncher(Launcher):
             memory=build_report(sampler, state, self.gpu_gate.baseline_gib or {}),
             wall_s=time.monotonic() - t0,
             trial_dir=spec.trial_dir,
-            log_paths=(log_path,),
+            log_paths=logs,
             fr_dumps=dumps,
             escaped_processes=report.escaped,
             survivors=report.survivors,
+            nccl_env_seen=nccl_seen,
         )
 
     @staticmethod

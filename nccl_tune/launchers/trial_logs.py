@@ -24,6 +24,18 @@ def _lines(path: Path):
         return
 
 
+def count_lines(path: Path) -> int:
+    """Lines a file holds now (0 when it cannot be read)."""
+    n = 0
+    try:
+        with open(path, "rb") as fh:
+            while chunk := fh.read(1 << 20):
+                n += chunk.count(b"\n")
+    except OSError:
+        return 0
+    return n
+
+
 def scan_trial_logs(paths: Sequence[Path], live: Path, tracker: ProgressTracker) -> Mapping[str, Mapping[str, str]]:
     """Read every file of ``paths``: the memory lines of those other than ``live`` go to
     ``tracker`` (whose memory figures then cover every file); returns, per rank, the NCCL

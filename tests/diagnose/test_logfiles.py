@@ -9,7 +9,8 @@ from datetime import datetime
 from pathlib import Path
 
 from nccl_tune.diagnose.api import diagnose_path
-from nccl_tune.diagnose.logfiles import classify_logs, line_time, merged_lines, trial_log_files
+from nccl_tune.diagnose.logfiles import line_time, merged_lines, source_name, trial_log_files
+from nccl_tune.diagnose.verdict import LogFacts, TrialFacts, decide
 from nccl_tune.failure import FailureClass
 
 STDOUT = """\
@@ -60,13 +61,14 @@ def test_lines_merge_by_their_stamps_and_unstamped_lines_follow_their_file() -> 
 
 def test_an_oom_only_in_the_infra_log_is_oom_with_that_file_named(tmp_path: Path) -> None:
     folder, infra = _trial(tmp_path)
-    v = classify_logs(trial_log_files(folder), root=folder, exit_code=1)
+    logs = tuple(LogFacts(source_name(p, folder), p) for p in trial_log_files(folder))
+    v = decide(TrialFacts(logs=logs, exit_code=1))
     assert v.failure_class is FailureClass.OOM
     assert v.evidence[0].source == "logs/infra-260822_100000.log" and v.evidence[0].line_no == 4
     assert "CUDA out of memory" in v.evidence[0].text
     assert v.phase == "policy_train"
     # stdout alone knows only that an actor died
-    alone = classify_logs([folder / "output.log"], root=folder, exit_code=1)
+    alone = decide(TrialFacts(logs=logs[:1], exit_code=1))
     assert alone.failure_class is not FailureClass.OOM
     # `nccl-tune diagnose TRIAL_DIR` reads the same files and agrees
     d = diagnose_path(folder)
