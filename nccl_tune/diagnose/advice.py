@@ -334,6 +334,12 @@ def _init(ctx: AdviceContext) -> str:
 
 def _config(ctx: AdviceContext) -> str:
     d = ctx.details
+    if ctx.subtype == "unknown_key" and d.get("config"):  # a dataclass config (today's SkyRL) names its class
+        return (
+            f"The command's {d['config']} has no field {d.get('key', '')}: check the key against the trainer's config "
+            "classes (the search space or --set); SkyRL's two layouts spell some keys differently, and the '+' prefix "
+            "adds nothing there"
+        )
     if ctx.subtype == "unknown_key":
         key = d.get("key", "")
         return (

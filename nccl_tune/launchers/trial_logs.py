@@ -16,10 +16,16 @@ from nccl_tune.launchers.logstream import clean_line
 from nccl_tune.launchers.progress import ProgressTracker
 
 
+MAX_LINE_BYTES = 1 << 16
+"""A longer line is read in pieces of this size (a 300 MB line costs no more than its pieces)."""
+
+
 def _lines(path: Path):
+    """The file's lines, each at most ``MAX_LINE_BYTES`` (longer ones come in pieces), decoded."""
     try:
-        with open(path, encoding="utf-8", errors="replace", buffering=1 << 20) as fh:
-            yield from fh
+        with open(path, "rb", buffering=1 << 20) as fh:
+            while piece := fh.readline(MAX_LINE_BYTES):
+                yield piece.decode("utf-8", "replace")
     except OSError:
         return
 
