@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from nccl_tune.search_spaces.loader import load_space
 from tests.tuner.conftest import run_cli
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,13 +61,24 @@ def test_the_legacy_layout_is_picked_from_its_script(workdir: Path) -> None:
     assert "Reached max_training_steps" not in (_trial(workdir / "res") / "output.log").read_text()
 
 
-def test_a_refusal_by_the_other_layout_stops_at_once_naming_the_other_space(workdir: Path) -> None:
+@pytest.mark.parametrize("space, script, says", [
     # today's space passes trainer.max_training_steps, which the legacy Hydra config does not have
-    r = run_cli(["run", *ONE, "--space", "skyrl-text2sql", "--results", "res", "--", "bash", str(LEGACY)], workdir, ENV)
+    ("skyrl-text2sql", LEGACY, ("trial 0: the command runs the legacy SkyRL (skyrl_train)",
+                                "'trainer.max_training_steps'", "use --space skyrl-text2sql-legacy")),
+    # a legacy key that moved under generator.inference_engine in today's dataclasses
+    ("skyrl-text2sql-legacy", TODAY, ("trial 0: the command runs today's SkyRL (skyrl.train): its GeneratorConfig "
+                                      "has no field 'num_inference_engines'", "use --space skyrl-text2sql")),
+], ids=["today-space-on-legacy", "legacy-space-on-today"])
+def test_a_refusal_by_the_other_layout_stops_at_once_naming_the_other_space(workdir: Path, space, script, says) -> None:
+    if space == "skyrl-text2sql-legacy":  # the legacy space as a user would extend it, with a legacy-only key
+        text = load_space(space).text.replace("    trainer.logger: console\n",
+                                              "    trainer.logger: console\n    generator.num_inference_engines: 2\n")
+        (workdir / "legacy.yaml").write_text(text)
+        space = str(workdir / "legacy.yaml")
+    r = run_cli(["run", *ONE, "--space", space, "--results", "res", "--", "bash", str(script)], workdir, ENV)
     assert r.returncode == 1
     last = r.stderr.strip().splitlines()[-1]
-    assert "trial 0: the command runs the legacy SkyRL (skyrl_train)" in last
-    assert "'trainer.max_training_steps'" in last and "use --space skyrl-text2sql-legacy" in last
+    assert all(s in last for s in says), last
     assert len(list((workdir / "res").glob("*/trial-*"))) == 1
 
 
