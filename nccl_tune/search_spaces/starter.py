@@ -158,8 +158,9 @@ def role_of(key: str) -> Role | None:
 
 
 def guess_preset(command: Sequence[str], help_text: str) -> str | None:
-    """The progress preset the command (then its help) suggests."""
-    for where in (" ".join(command), help_text):
+    """The progress preset the command (then its help) suggests; of a path, only the file's own name
+    counts (a folder named after a trainer says nothing about the program)."""
+    for where in (" ".join(Path(t).name if "/" in t else t for t in command), help_text):
         for preset, pattern in _GUESSES:
             if re.search(pattern, where, re.IGNORECASE):
                 return preset
