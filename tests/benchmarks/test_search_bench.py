@@ -39,8 +39,12 @@ def test_every_family_has_an_exact_best_and_a_small_target_region(quick):
     assert tuple(data["families"]) == FAMILIES
     for name, fam in data["families"].items():
         (inst,) = fam["instances"]
-        assert inst["best_throughput"] > 0 and 0 < inst["p"] < 0.05, name
-        assert inst["implied_random_median"] >= 14, name
+        # The twin is SkyRL as it is: with NCCL weight sync its workers get NCCL_CUMEM_ENABLE=0 whatever the
+        # trial sets, so no NCCL setting hangs in weight sync and its target region is wider than the
+        # analytic families' (p 0.066 with these pins: 8 assignments, every NCCL_CUMEM_ENABLE value).
+        p_max, median_min = (0.1, 10) if name == "twin" else (0.05, 14)
+        assert inst["best_throughput"] > 0 and 0 < inst["p"] < p_max, name
+        assert inst["implied_random_median"] >= median_min, name
     land = data["families"]["twin"]["landscape"]
     assert land["reduction_check"]["exact"] and land["best"]["failure"] is None
     assert data["families"]["twin"]["pins"] == {"trainer.train_batch_size": "256", "trainer.max_prompt_length": "4096",
