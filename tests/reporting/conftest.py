@@ -26,7 +26,7 @@ def _make_night(url: str) -> None:
     store_nights(url, SERIES, [390.0, 402.0, 398.0, 401.0, 399.0])
     study = optuna.load_study(study_name="t", storage=url)
     recs = R.records(study)
-    oom = next(r for r in recs if r.status is not None and r.status.value == "oom")
+    oom = next(r for r in recs if r.result is not None and r.status is not None and r.status.value == "oom")
     winner = select_winner(recs, require_confirmation=False)
     fp = fingerprint(torch_version="2.13.0")
     base = Baseline("series", f"{SERIES}.4", dict(oom.values), (399.0, 400.0, 401.0), "tiny")
@@ -43,12 +43,16 @@ def _make_night(url: str) -> None:
 
 @pytest.fixture(scope="session")
 def tiny_study(tmp_path_factory) -> Path:
-    """A folder whose results/ holds study ``t`` (10 trials of the tiny trainer, an OOM among
-    them), the sixth night of series ``tiny-nightly``."""
+    """A folder whose results/ holds study ``t`` (8 trials of the tiny trainer, the first an OOM), the
+    sixth night of series ``tiny-nightly``."""
     root = tmp_path_factory.mktemp("report")
-    proc = run_cli(["run", "--space", str(TINY_SPACE), "--study", "t", "--trials", "8", "--seed", "3",
-                    "--set", "trainer.offload=false", "--", str(Path(__import__("sys").executable)), str(TINY_TRAINER)],
-                   cwd=root)
+    trainer = ["--", str(Path(__import__("sys").executable)), str(TINY_TRAINER)]
+    common = ["run", "--space", str(TINY_SPACE), "--study", "t", "--seed", "3"]
+    # first a config that runs out of memory (the default sampler's memory model would never launch
+    # one once it has seen the trend), then the search resumes the same study
+    proc = run_cli([*common, "--trials", "1", "--confirm", "0", "--set", "trainer.micro=8", "--set", "trainer.offload=false", *trainer], cwd=root)
+    assert proc.returncode == 2 and "trial 0 oom" in proc.stdout, proc.stdout + proc.stderr
+    proc = run_cli([*common, "--trials", "7", "--set", "trainer.offload=false", *trainer], cwd=root)
     assert proc.returncode == 0, proc.stderr
     _make_night(f"sqlite:///{root}/results/nccl-tune.db")
     return root

@@ -59,7 +59,7 @@ def test_markdown_for_the_step_summary(view):
     md = render_report(view, "md")
     assert md.startswith("## nccl-tune: `t`\n\n> **REGRESSION**: regression: the baseline config")
     assert ":x: **baseline config still runs**: trial" in md and ":white_check_mark: **stable config found**" in md
-    assert "| # | kind | class |" in md and re.search(r"\| \d+ \| search \| oom \|", md)
+    assert "| # | kind | class |" in md and re.search(r"\| \d+ \| baseline \| oom \|", md)
     assert f"### Series `{SERIES}` (last 6 nights)" in md
     assert "<" not in md
 
