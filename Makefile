@@ -27,7 +27,7 @@ demo: venv
 		--output $(RESULTS)/demo-tuned.yaml -- bash examples/run_skyrl_sql_sim.sh
 
 test: venv
-	$(BIN)/python -m pytest -q tests
+	$(BIN)/python -m pytest -q -n auto tests
 
 # Each benchmark exits non-zero when it misses a target; all of them run anyway.
 bench: venv
