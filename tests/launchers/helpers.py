@@ -76,3 +76,15 @@ class RecordingObserver(TrialObserver):
 
     def last_time(self, *kinds: str) -> float:
         return max(t for t, k, _ in self.calls if k in kinds)
+
+
+def wait_until_marked(study: str, pid: int, timeout_s: float = 10.0) -> None:
+    """Wait until process ``pid`` shows its marker of ``study``: a process just past ``exec()`` may
+    show an empty environment for a moment, and a test's precondition is a process that carries it."""
+    from nccl_tune.launchers.teardown import find_marked, study_match
+
+    deadline = time.monotonic() + timeout_s
+    while pid not in {p.pid for p in find_marked(study_match(study))}:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"pid {pid} never showed a marker of study {study}")
+        time.sleep(0.05)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -15,7 +14,8 @@ from nccl_tune.gpu import NoGpuProbe, NvmlProbe
 from nccl_tune.gpu_fake import FakeNvml, h100_node, write_state
 from nccl_tune.launchers.gate import GpuGate
 from nccl_tune.launchers.process import build_env
-from nccl_tune.launchers.teardown import find_marked, study_match
+
+from .helpers import wait_until_marked
 
 
 def _hold(state_path: Path, gpu: int, gib: float, seconds: float = 120, marker: str | None = None) -> subprocess.Popen:
@@ -41,10 +41,6 @@ def test_a_leftover_holder_stops_the_study_with_its_name(fake_gpus, study: str) 
     gate.take_baseline()
     holder = _hold(state_path, 1, 40.0)
     try:
-        # a process just past exec() may show an empty environment for a moment: wait until it is visible
-        deadline = time.monotonic() + 10
-        while not find_marked(study_match(study)) and time.monotonic() < deadline:
-            time.sleep(0.05)
         with pytest.raises(GpuGateError) as info:
             gate.wait(study)
         msg = str(info.value)
@@ -90,10 +86,7 @@ def test_a_live_process_of_the_study_keeps_the_gate_shut_without_gpus(study: str
         [sys.executable, "-c", "import time; time.sleep(120)"], env=build_env({}, f"{study}/5"), start_new_session=True
     )
     try:
-        # a process just past exec() may show an empty environment for a moment: wait until it is visible
-        deadline = time.monotonic() + 10
-        while not find_marked(study_match(study)) and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_until_marked(study, proc.pid)
         with pytest.raises(GpuGateError) as info:
             gate.wait(study)
         msg = str(info.value)

@@ -18,7 +18,7 @@ from nccl_tune.launchers.local import LocalLauncher
 from nccl_tune.launchers.process import build_env
 from nccl_tune.trial import Clocks, StopReason, TrialResult
 
-from .helpers import RecordingObserver, wait_for_json
+from .helpers import RecordingObserver, wait_for_json, wait_until_marked
 
 MARGIN_S = 4.0  # the suite shares two cores with other suites: generous, and only on upper bounds
 
@@ -262,6 +262,7 @@ def test_the_gate_stays_shut_while_a_process_of_the_study_lives(make_spec, study
         [sys.executable, "-c", "import time; time.sleep(60)"], env=build_env({}, f"{study}/7"), start_new_session=True
     )
     try:
+        wait_until_marked(study, leftover.pid)
         with pytest.raises(GpuGateError, match=f"pid {leftover.pid} .*trial {study}/7"):
             launcher.gate()
         assert launcher.reap(study) and leftover.wait(10) is not None
