@@ -21,6 +21,7 @@ from nccl_tune.tuner.admission import MAX_REJECTED_IN_A_ROW
 from nccl_tune.tuner.pins import Pins, apply_pins, baseline_values
 from nccl_tune.tuner.sampling import suggest
 from nccl_tune.tuner.settings import RunSettings
+from nccl_tune.tuner.steps import MAX_MEASURED_STEPS
 from nccl_tune.tuner.stop_rules import refuse_unrankable
 from nccl_tune.tuner.trial_builder import build_trial_spec
 
@@ -32,6 +33,8 @@ class DryRun:
     study: str
     space: str
     spec: TrialSpec
+    steps_follow_noise: bool = True
+    """False when ``--steps`` fixes the measured steps of every trial."""
 
     def to_json(self) -> dict[str, Any]:
         spec, c = self.spec, self.spec.clocks
@@ -40,7 +43,12 @@ class DryRun:
             "argv": list(spec.argv),
             "env": dict(spec.env),
             "trial_dir": str(spec.trial_dir),
-            "stop": {"warmup_steps": spec.stop.warmup_steps, "measured_steps": spec.stop.measured_steps},
+            "stop": {
+                "warmup_steps": spec.stop.warmup_steps,
+                "measured_steps": spec.stop.measured_steps,
+                "later_measured_steps_max": max(spec.stop.measured_steps, MAX_MEASURED_STEPS)
+                if self.steps_follow_noise else spec.stop.measured_steps,
+            },
             "clocks": {
                 "startup_timeout_s": c.startup_timeout_s,
                 "stall_timeout_s": c.stall_timeout_s,
@@ -63,6 +71,11 @@ class DryRun:
             f"{c.startup_timeout_s:g}s, stall {c.stall_timeout_s:g}s ({c.stall_multiplier:g}x a known phase, at least "
             f"{c.stall_floor_s:g}s), trial {c.trial_timeout_s:g}s, grace {c.grace_s:g}s"
         )
+        if self.steps_follow_noise and spec.stop.measured_steps < MAX_MEASURED_STEPS:
+            out.append(
+                f"later trials measure more steps (at most {MAX_MEASURED_STEPS}) when the study's finished trials "
+                "measure steps that scatter beyond the run-to-run noise; --steps N fixes the count"
+            )
         return out
 
 
@@ -92,4 +105,4 @@ def plan_dry_run(settings: RunSettings, launcher: Launcher | None = None) -> Dry
     )
     (launcher or make_launcher(settings.launcher, settings.ray_address, settings.gate_timeout_s)).prepare(spec)
     check_log_paths(spec.argv)
-    return DryRun(study=study, space=space.name, spec=spec)
+    return DryRun(study=study, space=space.name, spec=spec, steps_follow_noise=settings.steps is None)

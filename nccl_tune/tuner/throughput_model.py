@@ -75,7 +75,14 @@ class Observation:
 
 
 def step_noise(records: Iterable[TrialRecord]) -> float:
-    """Pooled standard deviation of log step time across the measured steps of each finished trial."""
+    """Pooled standard deviation of log step time across the measured steps of each finished
+    trial; ``STEP_NOISE_PRIOR`` before a finished trial has measured two steps."""
+    measured = measured_step_noise(records)
+    return STEP_NOISE_PRIOR if measured is None else measured
+
+
+def measured_step_noise(records: Iterable[TrialRecord]) -> float | None:
+    """``step_noise`` as measured: None until a finished trial has measured two steps."""
     ss, dof = 0.0, 0
     for r in records:
         if r.result is None or r.status is not FailureClass.OK:
@@ -88,7 +95,7 @@ def step_noise(records: Iterable[TrialRecord]) -> float:
         ss += sum((x - mean) ** 2 for x in logs)
         dof += len(logs) - 1
     if dof == 0:
-        return STEP_NOISE_PRIOR
+        return None
     return max(math.sqrt(ss / dof), 0.002)
 
 

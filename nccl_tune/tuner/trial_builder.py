@@ -19,7 +19,9 @@ from nccl_tune.search_spaces.space import MemoryEffect, SearchSpace
 from nccl_tune.trial import Clocks, MemoryKnob, StopRule, TrialSpec
 from nccl_tune.tuner.dropped import probe_overlay
 from nccl_tune.tuner.settings import RunSettings
+from nccl_tune.tuner.steps import next_measured_steps
 from nccl_tune.tuner.storage import marker_scope, study_folder
+from nccl_tune.tuner.study_records import TrialRecord
 
 
 def expand(template: str, *, trial_dir: Path, study: str, number: int, total_steps: int | None = None) -> str:
@@ -50,10 +52,16 @@ def _given(option: float | None, default: float) -> float:
     return default if option is None else option
 
 
-def stop_for(space: SearchSpace, settings: RunSettings) -> StopRule:
-    """The space's stop rule with ``--steps``/``--warmup-steps``; screening keeps at least one
-    measured step after its screened ones (none when ``--steps 1``)."""
-    measured = space.stop.measured_steps if settings.steps is None else settings.steps
+def stop_for(
+    space: SearchSpace, settings: RunSettings, history: Sequence[TrialRecord] = (), trial_timeout_s: float | None = None
+) -> StopRule:
+    """The space's stop rule with ``--steps``/``--warmup-steps``; without ``--steps``, the measured
+    steps the study's ``history`` calls for (``steps.next_measured_steps``). Screening keeps at
+    least one measured step after its screened ones (none when ``--steps 1``)."""
+    if settings.steps is None:
+        measured = next_measured_steps(space.stop.measured_steps, history, trial_timeout_s).steps
+    else:
+        measured = settings.steps
     return StopRule(
         warmup_steps=space.stop.warmup_steps if settings.warmup_steps is None else settings.warmup_steps,
         measured_steps=measured,
@@ -80,14 +88,16 @@ def build_trial_spec(
     number: int,
     values: Mapping[str, Any],
     context_pins: Mapping[str, Any],
-    measured: Sequence[Mapping[str, float]] = (),
+    history: Sequence[TrialRecord] = (),
     detected_preset: str | None = None,
 ) -> TrialSpec:
-    """The full ``TrialSpec`` for trial ``number`` with parameter ``values``; ``measured``: the
-    phase maxima (``TrialResult.phase_max_s``) of the study's earlier trials; ``detected_preset`` is
-    the progress preset an earlier trial's output was recognised as, when the space names none."""
+    """The full ``TrialSpec`` for trial ``number`` with parameter ``values``; ``history``: the
+    study's records before it (their phase maxima set the clocks, their step times the measured
+    steps); ``detected_preset`` is the progress preset an earlier trial's output was recognised
+    as, when the space names none."""
     trial_dir = trial_dir_for(settings.results, study, number)
-    stop = stop_for(space, settings)
+    clocks = clocks_for(space, settings, [r.result.phase_max_s for r in history if r.result])
+    stop = stop_for(space, settings, history, clocks.trial_timeout_s)
 
     def x(text: str) -> str:
         return expand(text, trial_dir=trial_dir, study=study, number=number, total_steps=stop.total_steps)
@@ -106,7 +116,7 @@ def build_trial_spec(
         argv=tuple(argv),
         env=env,
         trial_dir=trial_dir,
-        clocks=clocks_for(space, settings, measured),
+        clocks=clocks,
         stop=stop,
         progress=apply_preset(space.progress, detected_preset if space.progress.detect else None),
         samples_per_step=space.samples(values),

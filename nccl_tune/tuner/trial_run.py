@@ -29,6 +29,7 @@ from nccl_tune.tuner.settings import RunSettings
 from nccl_tune.tuner.stability import select_winner
 from nccl_tune.tuner.study_records import TrialRecord
 from nccl_tune.tuner.telling import near_wall, requeue, tell_abandoned, tell_result
+from nccl_tune.tuner.steps import MAX_MEASURED_STEPS, next_measured_steps
 from nccl_tune.tuner.throughput_model import screen_reach
 from nccl_tune.tuner.trial_builder import build_trial_spec
 
@@ -61,6 +62,8 @@ class TrialRunner:
         self.interrupt = interrupt
         self.host = host
         self.launched = 0
+        self.told_measured_steps = settings.steps is not None
+        """True once the run has told that the measured steps follow the noise (or --steps fixed them)."""
 
     def spec_for(self, number: int, values: Mapping[str, Any], history: Sequence[TrialRecord]) -> TrialSpec:
         return build_trial_spec(
@@ -70,7 +73,7 @@ class TrialRunner:
             number=number,
             values=values,
             context_pins=self.pins.context,
-            measured=[r.result.phase_max_s for r in history if r.result],
+            history=history,
             detected_preset=detected_preset(history),
         )
 
@@ -109,6 +112,7 @@ class TrialRunner:
     ) -> tuple[TrialSpec, TunerObserver]:
         """The spec and observer of ``trial``, recorded in it (the launch itself is the caller's)."""
         spec = self.spec_for(trial.number, values, history)
+        self.tell_measured_steps(spec, history)
         for key, value in (
             (R.A_TRIAL_DIR, str(spec.trial_dir)),
             (R.A_HOST, self.host),
@@ -126,6 +130,19 @@ class TrialRunner:
         observer = TunerObserver(self.display, self.interrupt, incumbent, ratio, reach)
         self.display.trial_started(trial.number, kind, values)
         return spec, observer
+
+    def tell_measured_steps(self, spec: TrialSpec, history: Sequence[TrialRecord]) -> None:
+        """Tell the user, once, when the measured steps per trial first differ from the space's, and
+        why (``steps.py``); later trials follow the measured noise and their lines show their steps."""
+        first, steps = self.space.stop.measured_steps, spec.stop.measured_steps
+        if self.told_measured_steps or steps == first:
+            return
+        why = next_measured_steps(first, history, spec.clocks.trial_timeout_s).why()
+        self.display.note(
+            f"measured steps per trial {first} -> {steps} from trial {spec.number}: {why}; later trials follow "
+            f"the measured noise (at most {MAX_MEASURED_STEPS}); --steps N fixes the count"
+        )
+        self.told_measured_steps = True
 
     def finish(
         self, study: optuna.Study, trial: optuna.Trial, values: Mapping[str, Any], kind: str,

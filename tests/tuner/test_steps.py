@@ -1,0 +1,135 @@
+"""Measured steps that follow the measured noise: on records, through the trial's spec (``--steps``,
+``{total_steps}``), and through a whole study on an analytic landscape whose steps scatter."""
+
+from __future__ import annotations
+
+import io
+import math
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+from rich.console import Console
+
+from nccl_tune.failure import FailureClass, Verdict
+from nccl_tune.search_spaces.loader import parse_space
+from nccl_tune.sim.analytic import AnalyticNode, Truth, analytic_cost
+from nccl_tune.sim.launcher import ModelLauncher
+from nccl_tune.trial import StopReason, TrialResult
+from nccl_tune.tuner import study_records as R
+from nccl_tune.tuner.loop import run_study
+from nccl_tune.tuner.settings import RunSettings
+from nccl_tune.tuner.steps import MAX_MEASURED_STEPS, next_measured_steps
+from nccl_tune.tuner.study_records import Outcome, TrialKind, TrialRecord
+from nccl_tune.tuner.throughput_model import RUN_NOISE, measured_step_noise
+from nccl_tune.tuner.trial_builder import build_trial_spec
+
+SPACE_YAML = """
+name: rl
+parameters:
+  - {name: micro, kind: pow2, low: 1, high: 16, default: 2, memory: increasing}
+  - {name: NCCL_ALGO, kind: categorical, choices: [unset, Ring, Tree], default: unset, memory: none}
+trial:
+  overrides: {trainer.max_training_steps: "{total_steps}"}
+stop: {warmup_steps: 1, measured_steps: 3, screen_steps: 1}
+clocks: {startup_timeout_s: 900, stall_timeout_s: 600, stall_floor_s: 60, trial_timeout_s: 7200, grace_s: 10}
+throughput: {samples_per_step: 64}
+"""
+SPACE = parse_space(SPACE_YAML, source="test", label="rl")
+
+
+def rec(number: int, scatter: float, step_s: float = 10.0, fixed_s: float = 1000.0, steps: int = 3) -> TrialRecord:
+    """A finished trial: a warm-up step, then ``steps`` steps alternating ``step_s * exp(+-scatter)``
+    (so their log spread is about ``scatter``), after ``fixed_s`` of start-up, warm-up and teardown."""
+    measured = tuple(step_s * math.exp(scatter * (1 if i % 2 else -1)) for i in range(steps))
+    result = TrialResult(
+        number=number, status=FailureClass.OK, verdict=Verdict(FailureClass.OK), stop_reason=StopReason.MEASURED,
+        step_times_s=(step_s * 1.3, *measured), warmup_steps=1, samples_per_step=64.0,
+        wall_s=fixed_s + sum(measured),
+    )
+    return TrialRecord(number, TrialState.COMPLETE, {"micro": 2, "NCCL_ALGO": "unset"}, TrialKind.SEARCH,
+                       Outcome.LAUNCHED, FailureClass.OK, result)
+
+
+def test_before_two_measured_steps_and_below_the_floor_the_space_steps_stand() -> None:
+    assert next_measured_steps(3, [], 7200).steps == 3
+    one_step = [rec(0, 0.10, steps=1), rec(1, 0.10, steps=1)]
+    plan = next_measured_steps(3, one_step, 7200)
+    assert (plan.steps, plan.step_noise) == (3, None)
+    quiet = [rec(0, 0.01), rec(1, 0.012)]
+    plan = next_measured_steps(3, quiet, 7200)
+    assert plan.step_noise is not None and plan.step_noise < RUN_NOISE
+    assert (plan.wanted_steps, plan.steps) == (1, 3)
+
+
+def test_noisy_steps_raise_the_measured_steps_to_where_step_noise_meets_the_run_floor() -> None:
+    noisy = [rec(0, 0.045), rec(1, 0.05)]
+    plan = next_measured_steps(3, noisy, 7200)
+    noise = measured_step_noise(noisy)
+    assert noise is not None and 0.04 < noise < 0.06
+    assert plan.wanted_steps == math.ceil((noise / RUN_NOISE) ** 2 - 1e-9)
+    assert plan.steps == plan.wanted_steps and 3 < plan.steps < MAX_MEASURED_STEPS
+    assert "run-to-run floor" in plan.why() and "capped" not in plan.why()
+
+
+def test_the_cost_cap_binds_when_steps_are_long_against_the_start_up() -> None:
+    # fixed part 2.5 steps' worth (25 s of start-up, warm-up and teardown; 10 s steps): at most 2 extra steps
+    long_steps = [rec(0, 0.08, fixed_s=25.0), rec(1, 0.08, fixed_s=24.0), rec(2, 0.08, fixed_s=30.0)]
+    plan = next_measured_steps(3, long_steps, 7200)
+    assert plan.wanted_steps is not None and plan.wanted_steps > 20
+    assert (plan.steps, plan.cost_cap_steps) == (5, 5)
+    assert "capped at 5" in plan.why() and "start-up and warm-up" in plan.why()
+
+
+def test_the_trial_timeout_and_the_hard_maximum_cap_what_the_cost_allows() -> None:
+    cheap_steps = [rec(0, 0.10, fixed_s=5000.0), rec(1, 0.10, fixed_s=5000.0)]
+    assert next_measured_steps(3, cheap_steps, None).steps == MAX_MEASURED_STEPS
+    # half of a 10,200 s timeout leaves the longest trial (5,000 s fixed, 10 s steps) room for 10 steps
+    plan = next_measured_steps(3, cheap_steps, 10_200)
+    assert (plan.steps, plan.timeout_cap_steps) == (10, 10)
+    assert "trial timeout" in plan.why()
+
+
+def test_the_spec_measures_the_steps_the_history_calls_for_and_steps_on_the_command_line_win(tmp_path) -> None:
+    noisy = [rec(0, 0.045), rec(1, 0.05)]
+    settings = RunSettings(command=("train",), results=tmp_path)
+    spec = build_trial_spec(SPACE, settings, study="s", number=2, values=SPACE.defaults(), context_pins={},
+                            history=noisy)
+    wanted = next_measured_steps(3, noisy, spec.clocks.trial_timeout_s).steps
+    assert wanted > 3 and spec.stop.measured_steps == wanted and spec.stop.screen_steps == 1
+    assert f"trainer.max_training_steps={1 + wanted}" in spec.argv
+    first = build_trial_spec(SPACE, settings, study="s", number=0, values=SPACE.defaults(), context_pins={})
+    assert first.stop.measured_steps == 3 and "trainer.max_training_steps=4" in first.argv
+    fixed = RunSettings(command=("train",), results=tmp_path, steps=2)
+    spec = build_trial_spec(SPACE, fixed, study="s", number=2, values=SPACE.defaults(), context_pins={}, history=noisy)
+    assert (spec.stop.measured_steps, spec.stop.screen_steps) == (2, 1)
+    assert "trainer.max_training_steps=3" in spec.argv
+
+
+def landscape(v) -> Truth:
+    """An RL job with 8% step noise: larger micro-batches are faster until 8, NCCL does nothing."""
+    return Truth(step_s=60.0 * (1.0 + 2.0 / v["micro"]) * (1.1 if v["micro"] == 16 else 1.0), peak_gib=20.0 + 3.0 * v["micro"])
+
+
+def test_a_whole_study_measures_more_steps_once_its_trials_have_measured_the_noise(tmp_path: Path) -> None:
+    space_file = tmp_path / "rl.yaml"
+    space_file.write_text(SPACE_YAML)
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    settings = RunSettings(command=("train",), space=str(space_file), results=tmp_path, storage=storage,
+                           study="rl", trials=8, seed=0, confirm=1)
+    node = AnalyticNode(startup_s=240.0, step_noise=0.08, run_noise=0.01)
+    out_text = io.StringIO()
+    out = run_study(settings, console=Console(file=out_text, width=300),
+                    launcher=ModelLauncher(env={"HOME": str(tmp_path)}, cost=analytic_cost(landscape, node)))
+    launched = sorted((r for r in out.records if r.outcome is Outcome.LAUNCHED and r.result), key=lambda r: r.number)
+    full = [r for r in launched if r.result.stop_reason is StopReason.MEASURED]
+    assert launched[0].kind is TrialKind.BASELINE and len(launched[0].result.measured_step_times_s) == 3
+    for r in full:  # every full run, the confirmation re-run too, measured what the records before it called for
+        before = [x for x in out.records if x.number < r.number]
+        assert len(r.result.measured_step_times_s) == next_measured_steps(3, before, 7200).steps
+    assert any(r.kind is TrialKind.RERUN for r in full)
+    assert max(len(r.result.measured_step_times_s) for r in full) > 3
+    assert out_text.getvalue().count("measured steps per trial 3 -> ") == 1
+    # a resumed study reads the same records back from its storage, so its next trial gets the same count
+    stored = R.records(optuna.load_study(study_name="rl", storage=storage))
+    assert next_measured_steps(3, stored, 7200) == next_measured_steps(3, out.records, 7200)
