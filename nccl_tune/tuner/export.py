@@ -58,6 +58,7 @@ def tuned_document(stored: StoredStudy, winner: Candidate) -> dict[str, Any]:
         "mean_step_s": round(best.result.mean_step_s, 3) if best.result and best.result.mean_step_s else None,
         "runs": len(winner.runs),
         "runs_per_s": [round(r.throughput, 3) for r in winner.ok_runs if r.throughput],
+        "measured_steps_per_run": [len(r.result.measured_step_times_s) for r in winner.ok_runs if r.throughput and r.result],
         "throughput_spread": round(winner.throughput_spread, 4),
         "peak_mem_gib": round(winner.peak_mem_gib, 2) if winner.peak_mem_gib is not None else None,
         "min_headroom_gib": round(winner.min_headroom_gib, 2) if winner.min_headroom_gib is not None else None,

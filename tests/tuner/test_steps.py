@@ -1,5 +1,6 @@
 """Measured steps that follow the measured noise: on records, through the trial's spec (``--steps``,
-``{total_steps}``), and through a whole study on an analytic landscape whose steps scatter."""
+``{total_steps}``), and through a whole study on an analytic landscape whose steps scatter (its
+re-runs, its export, its records read back as a resumed study reads them)."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from nccl_tune.sim.analytic import AnalyticNode, Truth, analytic_cost
 from nccl_tune.sim.launcher import ModelLauncher
 from nccl_tune.trial import StopReason, TrialResult
 from nccl_tune.tuner import study_records as R
+from nccl_tune.tuner.export import tuned_document
 from nccl_tune.tuner.loop import run_study
 from nccl_tune.tuner.settings import RunSettings
 from nccl_tune.tuner.steps import MAX_MEASURED_STEPS, next_measured_steps
@@ -130,6 +132,8 @@ def test_a_whole_study_measures_more_steps_once_its_trials_have_measured_the_noi
     assert any(r.kind is TrialKind.RERUN for r in full)
     assert max(len(r.result.measured_step_times_s) for r in full) > 3
     assert out_text.getvalue().count("measured steps per trial 3 -> ") == 1
+    runs = [len(r.result.measured_step_times_s) for r in out.winner.ok_runs]
+    assert tuned_document(out.stored, out.winner)["metrics"]["measured_steps_per_run"] == runs
     # a resumed study reads the same records back from its storage, so its next trial gets the same count
     stored = R.records(optuna.load_study(study_name="rl", storage=storage))
     assert next_measured_steps(3, stored, 7200) == next_measured_steps(3, out.records, 7200)
