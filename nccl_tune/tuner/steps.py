@@ -9,10 +9,14 @@ steer it wrong. So once a finished trial has measured two steps or more, the nex
 
     n = ceil((s / RUN_NOISE) ** 2)
 
-steps, with ``s`` pooled over the study's finished trials (``throughput_model.measured_step_noise``,
-the estimate the throughput model weighs trials by): there the step part has fallen to the
-run-to-run floor, and more steps would not make one trial more telling. ``n`` is never below the
-space's ``stop.measured_steps`` and never above any of:
+steps: there the step part has fallen to the run-to-run floor, and more steps would not make one
+trial more telling. ``s`` is the spread pooled over the study's finished trials
+(``throughput_model.pooled_step_spread``, the estimate the throughput model weighs trials by),
+shrunk towards the spread at which the space's own steps are what the rule asks for
+(``RUN_NOISE * sqrt(stop.measured_steps)``), that spread weighing as much as ``PRIOR_DOF`` measured
+steps: one trial's three steps know the spread only within a factor of about two, and squared,
+that alone would set the next trial's steps at random. ``n`` is never below the space's
+``stop.measured_steps`` and never above any of:
 
 - the cost cap: the extra steps cost at most about what a trial's fixed part costs. A finished
   trial's fixed part is its wall time less its measured steps (start-up, warm-up, teardown: what
@@ -40,12 +44,15 @@ from typing import Sequence
 from nccl_tune.failure import FailureClass
 from nccl_tune.trial import TrialResult
 from nccl_tune.tuner.study_records import TrialRecord
-from nccl_tune.tuner.throughput_model import RUN_NOISE, measured_step_noise
+from nccl_tune.tuner.throughput_model import RUN_NOISE, pooled_step_spread
 
 MAX_MEASURED_STEPS = 16
 """Measured steps per trial at most, whatever the noise: at 10% step noise (the noisiest jobs met,
 generation-heavy RL) 16 steps leave one trial 2.5% of step noise, within twice the run-to-run floor;
 longer runs also average in drift (learning-rate warm-up, responses that grow in RL) rather than noise."""
+PRIOR_DOF = 6
+"""Degrees of freedom the space's own steps weigh as, against the spread the study measured (the
+module docstring): the measured spread decides once the finished trials have measured a few more."""
 TIMEOUT_SHARE = 0.5
 """Share of the trial timeout the longest finished trial may take with the raised steps."""
 
@@ -57,7 +64,10 @@ class MeasuredSteps:
     steps: int
     space_steps: int
     step_noise: float | None = None
-    """Pooled spread of log step time (None: no finished trial has measured two steps yet)."""
+    """Spread of log step time the rule used: pooled over the finished trials, shrunk towards the
+    space's (None: no finished trial has measured two steps yet)."""
+    measured_noise: float | None = None
+    """The spread pooled over the finished trials, before shrinking."""
     wanted_steps: int | None = None
     """Steps that bring the step part of a trial's noise to ``RUN_NOISE``."""
     fixed_steps: float | None = None
@@ -69,7 +79,8 @@ class MeasuredSteps:
         """One sentence: the noise, what it asks for, and the cap that binds."""
         if self.step_noise is None or self.wanted_steps is None:
             return "no finished trial has measured two steps yet"
-        text = (f"the finished trials' steps scatter {self.step_noise:.1%} (log step time); "
+        text = (f"the finished trials' steps scatter {self.measured_noise or 0.0:.1%} (log step time; "
+                f"{self.step_noise:.1%} weighed with the spread the space's {self.space_steps} steps allow); "
                 f"{self.wanted_steps} steps bring one trial's step noise to the {RUN_NOISE:.1%} run-to-run floor")
         if self.steps >= self.wanted_steps:
             return text
@@ -109,9 +120,11 @@ def _mean_step_s(res: TrialResult) -> float:
 def next_measured_steps(space_steps: int, records: Sequence[TrialRecord], trial_timeout_s: float | None) -> MeasuredSteps:
     """The measured steps of the study's next trial (the module docstring), from its ``records``;
     ``space_steps``: the space's ``stop.measured_steps``; ``trial_timeout_s``: the trial budget."""
-    noise = measured_step_noise(records)
-    if noise is None:
+    spread = pooled_step_spread(records)
+    if spread is None:
         return MeasuredSteps(space_steps, space_steps)
+    measured, dof = spread
+    noise = math.sqrt((dof * measured**2 + PRIOR_DOF * space_steps * RUN_NOISE**2) / (dof + PRIOR_DOF))
     wanted = math.ceil((noise / RUN_NOISE) ** 2 - 1e-9)
     results = _measured(records)
     fixed = median(_fixed_s(r) / _mean_step_s(r) for r in results) if results else None
@@ -121,4 +134,4 @@ def next_measured_steps(space_steps: int, records: Sequence[TrialRecord], trial_
         timeout_cap = min(math.floor((TIMEOUT_SHARE * trial_timeout_s - _fixed_s(r)) / _mean_step_s(r)) for r in results)
     caps = [wanted, cost_cap, MAX_MEASURED_STEPS] + ([timeout_cap] if timeout_cap is not None else [])
     steps = max(space_steps, min(caps))
-    return MeasuredSteps(steps, space_steps, noise, wanted, fixed, cost_cap, timeout_cap)
+    return MeasuredSteps(steps, space_steps, noise, measured, wanted, fixed, cost_cap, timeout_cap)

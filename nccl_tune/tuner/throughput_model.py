@@ -77,12 +77,13 @@ class Observation:
 def step_noise(records: Iterable[TrialRecord]) -> float:
     """Pooled standard deviation of log step time across the measured steps of each finished
     trial; ``STEP_NOISE_PRIOR`` before a finished trial has measured two steps."""
-    measured = measured_step_noise(records)
-    return STEP_NOISE_PRIOR if measured is None else measured
+    measured = pooled_step_spread(records)
+    return STEP_NOISE_PRIOR if measured is None else measured[0]
 
 
-def measured_step_noise(records: Iterable[TrialRecord]) -> float | None:
-    """``step_noise`` as measured: None until a finished trial has measured two steps."""
+def pooled_step_spread(records: Iterable[TrialRecord]) -> tuple[float, int] | None:
+    """``step_noise`` as measured, with its degrees of freedom: None until a finished trial has
+    measured two steps."""
     ss, dof = 0.0, 0
     for r in records:
         if r.result is None or r.status is not FailureClass.OK:
@@ -96,7 +97,7 @@ def measured_step_noise(records: Iterable[TrialRecord]) -> float | None:
         dof += len(logs) - 1
     if dof == 0:
         return None
-    return max(math.sqrt(ss / dof), 0.002)
+    return max(math.sqrt(ss / dof), 0.002), dof
 
 
 SCREEN_Z = 2.0

@@ -21,9 +21,9 @@ from nccl_tune.tuner import study_records as R
 from nccl_tune.tuner.export import tuned_document
 from nccl_tune.tuner.loop import run_study
 from nccl_tune.tuner.settings import RunSettings
-from nccl_tune.tuner.steps import MAX_MEASURED_STEPS, next_measured_steps
+from nccl_tune.tuner.steps import MAX_MEASURED_STEPS, PRIOR_DOF, next_measured_steps
 from nccl_tune.tuner.study_records import Outcome, TrialKind, TrialRecord
-from nccl_tune.tuner.throughput_model import RUN_NOISE, measured_step_noise
+from nccl_tune.tuner.throughput_model import RUN_NOISE, pooled_step_spread
 from nccl_tune.tuner.trial_builder import build_trial_spec
 
 SPACE_YAML = """
@@ -60,25 +60,31 @@ def test_before_two_measured_steps_and_below_the_floor_the_space_steps_stand() -
     assert (plan.steps, plan.step_noise) == (3, None)
     quiet = [rec(0, 0.01), rec(1, 0.012)]
     plan = next_measured_steps(3, quiet, 7200)
-    assert plan.step_noise is not None and plan.step_noise < RUN_NOISE
-    assert (plan.wanted_steps, plan.steps) == (1, 3)
+    assert plan.measured_noise is not None and plan.measured_noise < RUN_NOISE
+    assert plan.wanted_steps is not None and plan.wanted_steps <= 3 and plan.steps == 3
 
 
 def test_noisy_steps_raise_the_measured_steps_to_where_step_noise_meets_the_run_floor() -> None:
     noisy = [rec(0, 0.045), rec(1, 0.05)]
     plan = next_measured_steps(3, noisy, 7200)
-    noise = measured_step_noise(noisy)
-    assert noise is not None and 0.04 < noise < 0.06
-    assert plan.wanted_steps == math.ceil((noise / RUN_NOISE) ** 2 - 1e-9)
+    spread = pooled_step_spread(noisy)
+    assert spread is not None and 0.04 < spread[0] < 0.06 and spread[1] == 4
+    # the steps the measured spread asks for, weighed with the space's 3 steps (PRIOR_DOF of them)
+    wanted = (spread[1] * (spread[0] / RUN_NOISE) ** 2 + PRIOR_DOF * 3) / (spread[1] + PRIOR_DOF)
+    assert plan.wanted_steps == math.ceil(wanted - 1e-9)
     assert plan.steps == plan.wanted_steps and 3 < plan.steps < MAX_MEASURED_STEPS
     assert "run-to-run floor" in plan.why() and "capped" not in plan.why()
+    # the same spread measured by one trial moves the steps less than when many trials agree on it
+    one = next_measured_steps(3, noisy[:1], 7200).steps
+    many = next_measured_steps(3, [rec(i, 0.05) for i in range(8)], 7200).steps
+    assert 3 < one < plan.steps < many
 
 
 def test_the_cost_cap_binds_when_steps_are_long_against_the_start_up() -> None:
     # fixed part 2.5 steps' worth (25 s of start-up, warm-up and teardown; 10 s steps): at most 2 extra steps
     long_steps = [rec(0, 0.08, fixed_s=25.0), rec(1, 0.08, fixed_s=24.0), rec(2, 0.08, fixed_s=30.0)]
     plan = next_measured_steps(3, long_steps, 7200)
-    assert plan.wanted_steps is not None and plan.wanted_steps > 20
+    assert plan.wanted_steps is not None and plan.wanted_steps > 10
     assert (plan.steps, plan.cost_cap_steps) == (5, 5)
     assert "capped at 5" in plan.why() and "start-up and warm-up" in plan.why()
 
