@@ -15,8 +15,9 @@ trial more telling. ``s`` is the spread pooled over the study's finished trials
 shrunk towards the spread at which the space's own steps are what the rule asks for
 (``RUN_NOISE * sqrt(stop.measured_steps)``), that spread weighing as much as ``PRIOR_DOF`` measured
 steps: one trial's three steps know the spread only within a factor of about two, and squared,
-that alone would set the next trial's steps at random. ``n`` is never below the space's
-``stop.measured_steps`` and never above any of:
+that alone would set the next trial's steps at random (``n`` is then the mean of the steps the
+measured spread asks for and the space's steps, weighed by degrees of freedom against ``PRIOR_DOF``).
+``n`` is never below the space's ``stop.measured_steps`` and never above any of:
 
 - the cost cap: the extra steps cost at most about what a trial's fixed part costs. A finished
   trial's fixed part is its wall time less its measured steps (start-up, warm-up, teardown: what
