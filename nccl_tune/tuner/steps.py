@@ -51,9 +51,10 @@ MAX_MEASURED_STEPS = 16
 """Measured steps per trial at most, whatever the noise: at 10% step noise (the noisiest jobs met,
 generation-heavy RL) 16 steps leave one trial 2.5% of step noise, within twice the run-to-run floor;
 longer runs also average in drift (learning-rate warm-up, responses that grow in RL) rather than noise."""
-PRIOR_DOF = 6
+PRIOR_DOF = 12
 """Degrees of freedom the space's own steps weigh as, against the spread the study measured (the
-module docstring): the measured spread decides once the finished trials have measured a few more."""
+module docstring): about what six finished trials of three measured steps give; the measured
+spread decides once the study has measured more than that."""
 TIMEOUT_SHARE = 0.5
 """Share of the trial timeout the longest finished trial may take with the raised steps."""
 
