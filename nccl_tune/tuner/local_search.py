@@ -6,8 +6,10 @@ than modelling the whole space. Every proposal is rebuilt from the study's stora
 proposes what an uninterrupted one would):
 
 1. Models: ``throughput_model`` (log throughput, additive over the parameters, with each
-   parameter's scale learnt from the study's own one-parameter differences) and ``memory_model``
-   (peak per GPU, monotone in the parameters declared ``memory: increasing/decreasing``).
+   parameter's scale learnt from the study's own one-parameter differences), ``memory_model``
+   (peak per GPU, monotone in the parameters declared ``memory: increasing/decreasing``) and
+   ``failure_model`` (which values, alone or in pairs, make runs hang, crash or be refused, and
+   what those failures cost).
 2. The incumbent: the stable config (every run ``ok``, away from the wall) of highest modelled
    throughput; noise within a run or between runs does not move it, since the model pools them.
 3. Moves from the best finished configs (stable ones, and ones too close to the memory wall to be
@@ -21,17 +23,17 @@ proposes what an uninterrupted one would):
    tried alone: slower at the same micro-batch, it would never pay off at once. And a jump: the
    config the throughput model rates best near the base, over values already measured (gains
    measured one at a time, combined in one trial).
-4. Each move is scored ``expected improvement x P(fits in memory) x P(no other failure)^2``: expected
+4. Each move is scored ``expected improvement x P(fits in memory) x worth``: expected
    improvement over the incumbent under the throughput model (parameters whose measured effect is
    within noise promise little and wait; untried values of parameters with a large measured spread
-   come first); ``P(fits)`` from the memory model; ``P(no other failure)`` from earlier hangs,
-   crashes and refusals, each blamed on the values its move changed, as a failure rate per value
-   that runs without a failure dilute. Configs the admission rule would refuse (predicted OOM or
+   come first); ``P(fits)`` from the memory model; ``worth`` from the failure model: the chance the
+   run and its confirmation re-run finish, per GPU-hour the failures it risks would cost (a crash
+   at start-up little, a hang its stall timeout). Configs the admission rule would refuse (predicted OOM or
    within the headroom) and configs already tried are never proposed. Among configs whose modelled
    throughput is tied, moves start from the one with fewest changes from the baseline: a change
    that did not measurably help is not carried along (it may break in combination).
 5. Without a stable config yet, moves from the launched configs are ranked by
-   ``P(fits) x P(no other failure) x expected throughput``. When no move is worth
+   ``P(fits) x worth x expected throughput``. When no move is worth
    ``MIN_EXPECTED_GAIN``, Optuna's TPE proposes.
 """
 
@@ -49,10 +51,10 @@ from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler, TPESampler
 from optuna.trial import FrozenTrial, TrialState
 
-from nccl_tune.failure import FailureClass
 from nccl_tune.search_spaces.expr import ExprError
 from nccl_tune.search_spaces.space import MemoryEffect, Parameter, SearchSpace
 from nccl_tune.tuner import study_records as R
+from nccl_tune.tuner.failure_model import FailureModel
 from nccl_tune.tuner.memory_model import MemoryModel
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.sampling import distributions, to_optuna
@@ -64,15 +66,9 @@ MIN_EXPECTED_GAIN = 0.002
 BASES = 4
 """Finished configs (stable, or near the wall: backing off from the wall is a move too), best
 modelled first, whose neighbourhoods are searched."""
-RISK_AVERSION = 2.0
-"""Exponent on the probability that a move escapes the failures seen so far (hangs, crashes,
-refusals): such a failure costs a whole stall timeout and teaches little, so that risk counts more
-than in plain expectation. Running out of memory counts plainly: it fails early and measures memory."""
 PARSIMONY = 0.01
 """Score discount per value changed from the baseline: between moves that promise the same, the one
 that keeps more of the user's config."""
-FAILURE_PRIOR = 0.5
-"""Pseudo-runs without a failure in a blamed value's failure rate (one failure alone: 2/3)."""
 TIE = 0.01
 """Modelled log-throughput difference within which configs count as tied: the one with fewer changes
 from the baseline leads (a change that did not measurably help is not carried into the next move)."""
@@ -117,58 +113,13 @@ class Planner:
         self.memory = MemoryModel(space, self.records)
         self.tput = ThroughputModel(space, self.free, self.records, self.baseline)
         self.tried = {self._key(r.values) for r in self.records if r.values}
-        self.failure_rates = self._failure_rates()
+        self.failures = FailureModel(self.free, self.baseline, self.records, memory_explains=bool(self.memory.signed))
 
     def _key(self, values: Mapping[str, Any]) -> str:
         return values_key({p.name: values.get(p.name) for p in self.free})
 
-    # -- what failed, and what it is blamed on ---------------------------------------------------
-    def _failure_rates(self) -> dict[tuple[str, Any], float]:
-        """Failure rate of each (parameter, value) that failures not explained by the memory model
-        were blamed on. A failure is blamed on the values it took from outside the baseline, each in
-        proportion to ``1 / (1 + runs it had finished without a failure)`` (twice for the values its
-        own move changed): a value that ran fine many times is an unlikely culprit, one that never did
-        (or that a lucky run carried along: chance hangs) a likely one. Rate = blame / (blame + runs
-        without a failure + ``FAILURE_PRIOR``)."""
-        memory_explains = bool(self.memory.signed)
-        stable_before: list[TrialRecord] = []
-        blame: dict[tuple[str, Any], float] = {}
-        fine: dict[tuple[str, Any], int] = {}
-        for r in sorted(self.records, key=lambda r: r.number):
-            if r.outcome is not Outcome.LAUNCHED or r.status in (None, FailureClass.INTERRUPTED):
-                continue
-            keys = [(p.name, r.values.get(p.name)) for p in self.free]
-            if r.status in (FailureClass.OK, FailureClass.BUDGET):
-                for k in keys:
-                    fine[k] = fine.get(k, 0) + 1
-                if r.ok and not r.near_wall:
-                    stable_before.append(r)
-                continue
-            if r.status is FailureClass.OOM and memory_explains:
-                continue
-            moved = set(self._blamed(r.values, stable_before))
-            suspects = [k for k in keys if k[1] != self.baseline.get(k[0])] or keys
-            weights = {k: (2.0 if k[0] in moved else 1.0) / (1.0 + fine.get(k, 0)) for k in suspects}
-            total = sum(weights.values())
-            for k, w in weights.items():
-                blame[k] = blame.get(k, 0.0) + w / total
-        return {k: b / (b + fine.get(k, 0) + FAILURE_PRIOR) for k, b in blame.items()}
-
-    def _blamed(self, failed: Mapping[str, Any], stable: Sequence[TrialRecord]) -> tuple[str, ...]:
-        """The parameters in which ``failed`` differs from the nearest stable config launched before it."""
-        names = [p.name for p in self.free]
-        best: tuple[str, ...] = tuple(names)
-        for r in stable:
-            diff = tuple(n for n in names if r.values.get(n) != failed.get(n))
-            if len(diff) < len(best):
-                best = diff
-        return best or tuple(names)
-
     def p_no_other_failure(self, values: Mapping[str, Any]) -> float:
-        ok = 1.0
-        for p in self.free:
-            ok *= 1.0 - self.failure_rates.get((p.name, values.get(p.name)), 0.0)
-        return ok
+        return self.failures.p_ok(values)
 
     # -- moves -------------------------------------------------------------------------------------
     def full(self, values: Mapping[str, Any]) -> dict[str, Any]:
@@ -306,13 +257,13 @@ class Planner:
             return None
         mean, sd = self.tput.predict([m.values for m in pool])
         fits = np.array([self.memory.p_fits(m.values) for m in pool])
-        safe = np.array([self.p_no_other_failure(m.values) for m in pool])
+        worth = np.array([self.failures.worth(m.values) for m in pool])
         if best is not None:
             gain = expected_improvement(mean, sd, best)
         else:
             gain = np.exp(mean - mean.max()) * MIN_EXPECTED_GAIN * 10
         plain = np.array([1.0 - PARSIMONY * self.changes(m.values) for m in pool])
-        score = gain * fits * safe**RISK_AVERSION * plain * (1.0 + 1e-6 * np.array([rng.random() for _ in pool]))
+        score = gain * fits * worth * plain * (1.0 + 1e-6 * np.array([rng.random() for _ in pool]))
         i = int(np.argmax(score))
         if score[i] < MIN_EXPECTED_GAIN * (0.1 if best is None else 1.0):
             return None

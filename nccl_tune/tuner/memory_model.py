@@ -23,8 +23,9 @@ allocation needed, ``diagnose.oom_demand``, or what was measured): when the fit 
 below its bound it is added at the bound and the fit is repeated. The prediction is then clipped into the certain bounds.
 
 ``MemoryModel.verdict`` is the admission rule: a config that dominates a known OOM, or one that
-dominates a config measured within the headroom, or one the fit predicts above ``1 -
-min_headroom_frac`` of the GPU with ``CONFIDENCE_Z`` standard deviations to spare, is not launched.
+dominates a config measured within the headroom (by more than a ``small`` parameter can move, when
+they differ in one), or one the fit predicts above ``1 - min_headroom_frac`` of the GPU with
+``CONFIDENCE_Z`` standard deviations to spare, is not launched.
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ PRIOR_SLOPE = {True: (0.2, 0.2), False: (0.3, 0.4)}
 batch size or length, ln 2 = 0.69, usually well below as a static part dominates) and per choice
 position otherwise (checkpointing, offload, a ZeRO stage: anything from a few percent to half the
 GPU). It carries the odds that a move fits until the study measures the parameter."""
+SMALL_EFFECT_FRAC = 0.01
+"""How much a ``memory: small`` parameter may lower a peak, as a share of the GPU: NCCL's buffers
+are a few hundred MiB of an 80 GiB GPU."""
 MEASURED_SHARE = 0.25
 """A change counts as measured when the data cut its prior variance to this share; only measured
 changes can refuse a config."""
@@ -177,6 +181,7 @@ class MemoryModel:
         self.wall_frac = 1.0 - space.min_headroom_frac
         self.signed = [p for p in space.parameters if p.memory in _SIGNED]
         self.unknown = [p for p in space.parameters if p.memory is MemoryEffect.UNKNOWN]
+        self.small = [p for p in space.parameters if p.memory is MemoryEffect.SMALL]
         self.points = observations(records)
         sign = [1.0 if p.memory is MemoryEffect.INCREASING else -1.0 for p in self.signed]
         slopes = [PRIOR_SLOPE[_numeric_ascending(p) and p.kind is not ParamKind.BOOL] for p in self.signed]
@@ -262,21 +267,28 @@ class MemoryModel:
         self._dom_ranks = np.array([r for _, r in rows], dtype=float).reshape(len(rows), width)
         self._dom_frac = np.array([pt.frac for pt in self._dom_points])
         self._dom_exact = np.array([pt.exact for pt in self._dom_points], dtype=bool)
+        self._dom_small = [tuple(pt.values.get(p.name) for p in self.small) for pt in self._dom_points]
 
     def bounds(self, values: Mapping[str, Any]) -> tuple[float, int | None, float]:
         """(lower bound, trial that sets it, upper bound) from dominance alone
-        (``predict.dominates_memory``, vectorised over the measured configs)."""
+        (``predict.dominates_memory``, vectorised over the measured configs). A peak measured below
+        the GPU bounds a config that differs in a ``small`` parameter less by ``SMALL_EFFECT_FRAC``:
+        a smaller NCCL buffer may take a config measured just inside the headroom out of it. An OOM
+        bounds them all."""
         r = self._ranks(values)
         if r is None or not len(self._dom_points):
             return 0.0, None, math.inf
         k = len(self.signed)
+        small = tuple(values.get(p.name) for p in self.small)
+        same_small = np.array([s == small for s in self._dom_small], dtype=bool)
         same = np.all(self._dom_ranks[:, k:] == r[k:], axis=1)
         below = same & np.all(self._dom_ranks[:, :k] <= r[:k], axis=1)
+        floor = np.where(same_small | ~self._dom_exact, self._dom_frac, self._dom_frac - SMALL_EFFECT_FRAC)
         above = same & self._dom_exact & np.all(self._dom_ranks[:, :k] >= r[:k], axis=1)
         lower, lower_from = 0.0, None
         if below.any():
-            i = int(np.argmax(np.where(below, self._dom_frac, -1.0)))
-            lower, lower_from = float(self._dom_frac[i]), self._dom_points[i].number
+            i = int(np.argmax(np.where(below, floor, -1.0)))
+            lower, lower_from = float(floor[i]), self._dom_points[i].number
         upper = float(self._dom_frac[above].min()) if above.any() else math.inf
         return lower, lower_from, upper
 

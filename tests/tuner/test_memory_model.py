@@ -122,3 +122,42 @@ def test_checkpointing_measured_once_then_the_line_through_it_predicts_the_large
     pred = model.predict({**BASE, "micro": 64, "ckpt": True})
     assert pred.measured and pred.peak_frac == pytest.approx(frac({"micro": 64, "ckpt": True}), rel=0.02)
     assert model.p_fits({**BASE, "micro": 64, "ckpt": True}) > 0.5
+
+
+def test_a_run_within_the_headroom_fences_off_only_configs_with_its_small_values():
+    space = parse_space(
+        """
+name: small-test
+parameters:
+  - {name: micro, kind: pow2, low: 1, high: 16, default: 1, memory: increasing}
+  - {name: NCCL_BUFFSIZE, kind: categorical, choices: [unset, 8388608, 16777216], default: unset, memory: small}
+stability: {min_headroom_frac: 0.05}
+""",
+        source="test",
+        label="small-test",
+    )
+
+    def run(number: int, values: dict, gib: float) -> TrialRecord:
+        status = FailureClass.OK if gib <= GPU_GIB else FailureClass.OOM
+        return TrialRecord(
+            number, TrialState.COMPLETE, values, TrialKind.SEARCH, Outcome.LAUNCHED, status,
+            TrialResult(number=number, status=status, verdict=Verdict(status), stop_reason=StopReason.MEASURED,
+                        step_times_s=(2.0, 1.0) if status is FailureClass.OK else (), warmup_steps=1,
+                        samples_per_step=8.0, memory=MemoryReport("nvml", (GpuMemory(0, GPU_GIB, min(gib, GPU_GIB)),))),
+        )
+
+    base = space.defaults()
+    # micro 8 with 16 MiB NCCL buffers measured at 95.4% of the GPU: inside the headroom, not stable
+    hot = [run(0, base, 40.0), run(1, {**base, "micro": 8, "NCCL_BUFFSIZE": 16777216}, 0.954 * GPU_GIB)]
+    same_small = memory_verdict(space, {**base, "micro": 16, "NCCL_BUFFSIZE": 16777216}, hot)
+    assert same_small is not None and same_small.from_trial == 1 and "headroom" in same_small.reason
+    # a smaller buffer may take it out of the headroom: the neighbour is not refused for certain
+    assert memory_verdict(space, {**base, "micro": 8, "NCCL_BUFFSIZE": 8388608}, hot) is None
+    # ... but not a config measured deep in it (98%): a buffer moves a few hundred MiB
+    deep = [hot[0], run(1, {**base, "micro": 8, "NCCL_BUFFSIZE": 16777216}, 0.98 * GPU_GIB)]
+    v = memory_verdict(space, {**base, "micro": 8, "NCCL_BUFFSIZE": 8388608}, deep)
+    assert v is not None and not v.oom and v.from_trial == 1
+    # an OOM fences its dominating configs off whatever their small values
+    oom = [run(0, base, 40.0), run(1, {**base, "micro": 8, "NCCL_BUFFSIZE": 16777216}, 90.0)]
+    v = memory_verdict(space, {**base, "micro": 16, "NCCL_BUFFSIZE": 8388608}, oom)
+    assert v is not None and v.oom and v.from_trial == 1

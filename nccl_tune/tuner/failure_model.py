@@ -1,0 +1,187 @@
+"""What the study has learnt about failures the memory model does not explain (hangs, crashes,
+refusals): which values make a run fail, alone or with a partner, and what a failure costs.
+
+The causes a run holds are its values away from the baseline, each alone and each pair of them
+(NCCL's NVLS algorithm hangs only without cuMem buffers; a batch larger than what a shorter prompt
+limit leaves of the data set crashes only at that batch), and a leak held by every run (a failure
+no value explains). A failed run had one cause fire; a finished run had none. Each cause fires at a
+rate of its own, unknown, with a Beta prior that expects most values never to fire and a cause to
+fire either almost always (a deterministic hang) or now and then (a race): ``Beta(a, b)`` with
+``a + b = 1`` and a small mean, smaller for a pair than for one value.
+
+Which cause fired in each failed run is inferred by collapsed Gibbs sampling (the rates integrated
+out): a cause is picked in proportion to ``(a + failures given to it) / (b + finished runs holding
+it)``. So a value that many failures share (cuMem hanging at random, carried along by a lucky run)
+takes them, and the values one failure happened to hold are cleared; a value that failed in one
+context shares the blame with its pairs there, so that elsewhere it is suspect, not condemned; and
+finished runs of a value without a partner clear the value alone. The sampler's seed is fixed: a
+resumed study infers what an uninterrupted one would.
+
+A proposal's worth (``worth``) is the chance its run and its confirmation re-run both finish (the
+two runs are correlated through the unknown rate: a value that failed once fails the re-run too if
+it is a cause at all) over the GPU time it is expected to cost in finished trials' worth, ``P(ok) +
+P(fail) x cost ratio``: a crash at start-up costs little, a hang its whole stall timeout.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import statistics
+from typing import Any, Iterable, Mapping, Sequence
+
+from nccl_tune.failure import FailureClass
+from nccl_tune.search_spaces.space import Parameter
+from nccl_tune.tuner.study_records import Outcome, TrialRecord
+
+Value = tuple[str, Any]
+"""(parameter, value)."""
+Cause = tuple[Value, ...]
+"""``()`` (the leak), one value, or a pair of values."""
+PRIORS: Mapping[int, tuple[float, float]] = {0: (0.005, 0.495), 1: (0.03, 0.47), 2: (0.0075, 0.4925)}
+"""``Beta(a, b)`` of a cause's firing rate by its size (leak, one value, a pair), ``a + b = 1/2``:
+the mass sits near 0 and near 1 (a value breaks nothing, or breaks most runs); a value breaks a run
+6% of the time before the study has seen it, a pair a quarter as often (a config holds many more
+pairs than values), a run fails by chance 1% of the time."""
+SWEEPS = 200
+BURN_IN = 40
+MIN_FIRED = 0.02
+"""Failures (averaged over the sweeps) a cause must have taken to be blamed at all."""
+_FINE = (FailureClass.OK, FailureClass.BUDGET)
+
+
+def _log_beta(a: float, b: float) -> float:
+    return math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
+
+
+class FailureModel:
+    """The causes' posteriors (module docstring), fitted to the study's launched runs."""
+
+    def __init__(
+        self,
+        free: Sequence[Parameter],
+        baseline: Mapping[str, Any],
+        records: Iterable[TrialRecord],
+        memory_explains: bool,
+    ) -> None:
+        self.names = [p.name for p in free]
+        self.baseline = dict(baseline)
+        self.runs: list[tuple[tuple[Cause, ...], bool, float]] = []
+        for r in sorted(records, key=lambda r: r.number):
+            if r.outcome is not Outcome.LAUNCHED or r.status in (None, FailureClass.INTERRUPTED):
+                continue
+            if r.status is FailureClass.OOM and memory_explains:
+                continue
+            cost = r.result.wall_s if r.result is not None else 0.0
+            self.runs.append((self.causes(r.values), r.status not in _FINE, cost))
+        self.ok_cost_s = statistics.median([c for _, failed, c in self.runs if not failed and c > 0] or [0.0])
+        self.held: dict[Cause, int] = {}
+        for causes, _, _ in self.runs:
+            for c in causes:
+                self.held[c] = self.held.get(c, 0) + 1
+        self.fired, self.cost_s = self._sample()
+
+    def causes(self, values: Mapping[str, Any]) -> tuple[Cause, ...]:
+        off = [(n, values.get(n)) for n in self.names if values.get(n) != self.baseline.get(n)]
+        return ((),) + tuple((v,) for v in off) + tuple(itertools.combinations(off, 2))
+
+    def _sample(self) -> tuple[dict[Cause, float], dict[Cause, float]]:
+        """Collapsed Gibbs over which cause fired in each failed run, (failures taken averaged over
+        the sweeps after burn-in; mean cost of the failures taken) per cause. The posterior often
+        has two modes (one cause shared by many failures, or a cause of each failure's own) that one
+        chain does not cross: a chain starts in each, and each chain counts in proportion to the
+        posterior mass it visits."""
+        failed = [(causes, cost) for causes, f, cost in self.runs if f]
+        if not failed:
+            return {}, {}
+        in_failures: dict[Cause, int] = {}
+        for causes, _ in failed:
+            for c in causes:
+                in_failures[c] = in_failures.get(c, 0) + 1
+        shared = [max(causes[1:] or causes, key=lambda c: (in_failures[c], -len(c), -self.held[c])) for causes, _ in failed]
+        own = [min(causes, key=lambda c: (self.held[c], len(c))) for causes, _ in failed]
+        chains = [self._chain(failed, start, seed) for seed, start in enumerate((shared, own))]
+        top = max(mass for _, _, mass in chains)
+        weights = [math.exp(mass - top) for _, _, mass in chains]
+        fired: dict[Cause, float] = {}
+        cost: dict[Cause, float] = {}
+        for (f, c, _), w in zip(chains, weights):
+            for k in f:
+                fired[k] = fired.get(k, 0.0) + w * f[k] / sum(weights)
+                cost[k] = cost.get(k, 0.0) + w * c[k] / sum(weights)
+        return fired, {k: cost[k] / fired[k] for k in fired}
+
+    def _chain(self, failed: list[tuple[tuple[Cause, ...], float]], start: list[Cause],
+               seed: int) -> tuple[dict[Cause, float], dict[Cause, float], float]:
+        """One Gibbs chain from ``start``: (failures taken, cost taken, log of the mean posterior
+        probability of its states after burn-in)."""
+        rng = random.Random(seed)
+        assigned = list(start)
+        taken: dict[Cause, int] = {}
+        for c in assigned:
+            taken[c] = taken.get(c, 0) + 1
+        suspects = {c for causes, _ in failed for c in causes}
+        fired: dict[Cause, float] = {}
+        cost: dict[Cause, float] = {}
+        log_joints = []
+        kept = SWEEPS - BURN_IN
+        for sweep in range(SWEEPS):
+            for i, (causes, run_cost) in enumerate(failed):
+                taken[assigned[i]] -= 1
+                weights = []
+                for c in causes:
+                    a, b = PRIORS[len(c)]
+                    k = taken.get(c, 0)
+                    weights.append((a + k) / (b + self.held[c] - k - 1))
+                c = rng.choices(causes, weights)[0]
+                assigned[i] = c
+                taken[c] = taken.get(c, 0) + 1
+                if sweep >= BURN_IN:
+                    fired[c] = fired.get(c, 0.0) + 1.0 / kept
+                    cost[c] = cost.get(c, 0.0) + run_cost / kept
+            if sweep >= BURN_IN:
+                log_joints.append(sum(_log_beta(PRIORS[len(c)][0] + taken.get(c, 0),
+                                                PRIORS[len(c)][1] + self.held[c] - taken.get(c, 0)) for c in suspects))
+        top = max(log_joints)
+        return fired, cost, top + math.log(sum(math.exp(x - top) for x in log_joints) / len(log_joints))
+
+    def _posterior(self, c: Cause) -> tuple[float, float] | None:
+        """Beta posterior (alpha, beta) of a blamed cause's rate; None when it is not blamed."""
+        f = self.fired.get(c, 0.0)
+        if f < MIN_FIRED:
+            return None
+        a, b = PRIORS[len(c)]
+        return a + f, b + self.held[c] - f
+
+    def _held_posteriors(self, values: Mapping[str, Any]) -> list[tuple[float, float, float]]:
+        out = []
+        for c in self.causes(values):
+            post = self._posterior(c)
+            if post is not None:
+                out.append((*post, self.cost_s[c]))
+        return out
+
+    def p_ok(self, values: Mapping[str, Any]) -> float:
+        """Probability that a run of ``values`` finishes without a failure the memory model does not explain."""
+        return math.prod(b / (a + b) for a, b, _ in self._held_posteriors(values))
+
+    def worth(self, values: Mapping[str, Any]) -> float:
+        """The factor on a proposal's expected improvement (module docstring)."""
+        held = self._held_posteriors(values)
+        ok = math.prod(b / (a + b) for a, b, _ in held)
+        both = math.prod(b * (b + 1.0) / ((a + b) * (a + b + 1.0)) for a, b, _ in held)
+        risk = [(a / (a + b), cost) for a, b, cost in held]
+        ratio = 1.0
+        if risk and self.ok_cost_s > 0:
+            ratio = sum(p * c for p, c in risk) / sum(p for p, _ in risk) / self.ok_cost_s
+        return both / max(ok + (1.0 - ok) * ratio, 1e-12)
+
+    def blamed(self) -> list[tuple[Cause, float, float]]:
+        """(cause, failures taken, mean rate) of each blamed cause, most failures first."""
+        rows = []
+        for c in self.fired:
+            post = self._posterior(c)
+            if post is not None:
+                rows.append((c, self.fired[c], post[0] / (post[0] + post[1])))
+        return sorted(rows, key=lambda r: -r[1])

@@ -1,0 +1,95 @@
+"""The failure model: which values make runs fail, alone or with a partner, and what a failure
+costs; on records of known failures."""
+
+from __future__ import annotations
+
+from optuna.trial import TrialState
+
+from nccl_tune.failure import FailureClass, Verdict
+from nccl_tune.search_spaces.loader import parse_space
+from nccl_tune.trial import StopReason, TrialResult
+from nccl_tune.tuner.failure_model import FailureModel
+from nccl_tune.tuner.study_records import Outcome, TrialKind, TrialRecord
+
+SPACE = parse_space(
+    """
+name: failures
+parameters:
+  - {name: batch, kind: categorical, choices: [256, 512], default: 256, memory: none}
+  - {name: prompt, kind: categorical, choices: [2048, 4096], default: 4096, memory: none}
+  - {name: NCCL_ALGO, kind: categorical, choices: [unset, Ring, Tree, NVLS], default: unset, memory: none}
+  - {name: NCCL_PROTO, kind: categorical, choices: [unset, Simple, LL, LL128], default: unset, memory: none}
+  - {name: NCCL_CUMEM_ENABLE, kind: categorical, choices: [unset, 0, 1], default: unset, memory: none}
+""",
+    source="test",
+    label="failures",
+)
+BASE = SPACE.defaults()
+
+
+def run(number: int, changes: dict, status: FailureClass = FailureClass.OK, wall_s: float = 1000.0) -> TrialRecord:
+    result = TrialResult(
+        number=number, status=status, verdict=Verdict(status), stop_reason=StopReason.MEASURED,
+        step_times_s=(2.0, 1.0, 1.0) if status is FailureClass.OK else (), warmup_steps=1, samples_per_step=8.0,
+        wall_s=wall_s,
+    )
+    return TrialRecord(number, TrialState.COMPLETE, {**BASE, **changes}, TrialKind.SEARCH, Outcome.LAUNCHED, status, result)
+
+
+def model(records: list[TrialRecord]) -> FailureModel:
+    return FailureModel(SPACE.parameters, BASE, records, memory_explains=True)
+
+
+def test_a_value_that_hangs_at_random_takes_the_blame_from_the_values_its_failures_happened_to_hold():
+    hang = FailureClass.HANG
+    records = [
+        run(0, {}),
+        run(1, {"NCCL_CUMEM_ENABLE": 1}),  # a lucky run carries it along
+        run(2, {"NCCL_CUMEM_ENABLE": 1, "NCCL_ALGO": "Ring"}, hang),
+        run(3, {"NCCL_CUMEM_ENABLE": 1, "NCCL_PROTO": "Simple"}),
+        run(4, {"NCCL_CUMEM_ENABLE": 1, "NCCL_PROTO": "LL"}, hang),
+        run(5, {"NCCL_CUMEM_ENABLE": 1, "batch": 512}),
+        run(6, {"NCCL_CUMEM_ENABLE": 1, "NCCL_ALGO": "Tree"}, hang),
+        run(7, {"NCCL_CUMEM_ENABLE": 1, "NCCL_PROTO": "LL128"}, hang),
+        run(8, {"batch": 512}),
+    ]
+    m = model(records)
+    carried = m.p_ok({**BASE, "NCCL_CUMEM_ENABLE": 1})
+    assert carried < 0.7
+    for cleared in ({"NCCL_ALGO": "Ring"}, {"NCCL_PROTO": "LL"}, {"NCCL_ALGO": "Tree"}, {"NCCL_PROTO": "LL128"}):
+        assert m.p_ok({**BASE, **cleared}) > carried + 0.15, cleared
+    assert m.p_ok({**BASE, "batch": 512}) == m.p_ok(BASE) > 0.95  # only the chance no value explains
+
+
+def test_a_value_that_failed_with_a_partner_is_suspect_without_it_not_condemned():
+    records = [run(0, {}), run(1, {"batch": 512}), run(2, {"batch": 512, "NCCL_ALGO": "Ring"}),
+               run(3, {"batch": 512, "prompt": 2048}, FailureClass.CRASH)]
+    m = model(records)
+    with_partner = m.p_ok({**BASE, "batch": 512, "prompt": 2048})
+    without = m.p_ok({**BASE, "prompt": 2048})
+    assert with_partner < 0.5 < without < 1.0
+    # a second failure in the same context makes the pair likelier, and the value alone no likelier
+    m2 = model(records + [run(4, {"batch": 512, "prompt": 2048, "NCCL_ALGO": "Ring"}, FailureClass.CRASH)])
+    assert m2.p_ok({**BASE, "batch": 512, "prompt": 2048}) < with_partner
+    # finished runs of the value without the partner clear the value alone
+    m3 = model(records + [run(4, {"prompt": 2048}), run(5, {"prompt": 2048, "NCCL_ALGO": "Ring"})])
+    elsewhere = m3.p_ok({**BASE, "prompt": 2048, "NCCL_PROTO": "Simple"})
+    assert elsewhere > without and m3.p_ok({**BASE, "batch": 512, "prompt": 2048}) < elsewhere - 0.2
+
+
+def test_a_failure_at_start_up_costs_less_than_a_hang_and_weighs_less_on_a_proposal():
+    def worth(status: FailureClass, wall_s: float) -> float:
+        records = [run(0, {}), run(1, {"batch": 512}), run(2, {"batch": 512, "NCCL_ALGO": "NVLS"}, status, wall_s)]
+        return model(records).worth({**BASE, "NCCL_ALGO": "NVLS"})
+
+    crash, hang = worth(FailureClass.CRASH, 70.0), worth(FailureClass.HANG, 1500.0)
+    assert 0.0 < hang < crash < 1.0
+
+
+def test_a_run_out_of_memory_is_left_to_the_memory_model_and_a_run_stopped_by_the_user_to_nobody():
+    records = [run(0, {}), run(1, {"batch": 512}, FailureClass.OOM), run(2, {"prompt": 2048}, FailureClass.INTERRUPTED)]
+    m = model(records)
+    assert m.p_ok({**BASE, "batch": 512}) == 1.0 and m.p_ok({**BASE, "prompt": 2048}) == 1.0
+    # without a memory model (no parameter declares a memory effect) an OOM is a failure like another
+    m = FailureModel(SPACE.parameters, BASE, records, memory_explains=False)
+    assert m.p_ok({**BASE, "batch": 512}) < 0.5
