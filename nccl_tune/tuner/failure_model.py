@@ -39,7 +39,7 @@ Value = tuple[str, Any]
 """(parameter, value)."""
 Cause = tuple[Value, ...]
 """``()`` (the leak), one value, or a pair of values."""
-PRIORS: Mapping[int, tuple[float, float]] = {0: (0.005, 0.495), 1: (0.03, 0.47), 2: (0.0075, 0.4925)}
+PRIORS: Mapping[int, tuple[float, float]] = {0: (0.005, 0.495), 1: (0.06, 0.44), 2: (0.015, 0.485)}
 """``Beta(a, b)`` of a cause's firing rate by its size (leak, one value, a pair), ``a + b = 1/2``:
 the mass sits near 0 and near 1 (a value breaks nothing, or breaks most runs); a value breaks a run
 6% of the time before the study has seen it, a pair a quarter as often (a config holds many more
