@@ -236,13 +236,13 @@ class Planner:
         stable = [row for row in ranked if row[3]]
         if stable:
             bases = [(number, values) for _, number, values, _ in ranked[:BASES]]
-            best, _, incumbent, _ = max(stable, key=lambda row: row[0])
+            best = max(row[0] for row in stable)
         else:
             launched = [r for r in self.records if r.outcome is Outcome.LAUNCHED and r.values]
             if not launched:
                 return None
             bases = [(r.number, r.values) for r in launched[-BASES:]]
-            best, incumbent = None, None
+            best = None
         moves: dict[str, Move] = {}
         for number, values in bases:
             compounds = self.compounds(values, number)
@@ -258,9 +258,8 @@ class Planner:
         mean, sd = self.tput.predict([m.values for m in pool])
         fits = np.array([self.memory.p_fits(m.values) for m in pool])
         worth = np.array([self.failures.worth(m.values) for m in pool])
-        if incumbent is not None:
-            diff, diff_sd = self.tput.predict_against([m.values for m in pool], incumbent)
-            gain = expected_improvement(diff, diff_sd, 0.0)
+        if best is not None:
+            gain = expected_improvement(mean, sd, best)
         else:
             gain = np.exp(mean - mean.max()) * MIN_EXPECTED_GAIN * 10
         plain = np.array([1.0 - PARSIMONY * self.changes(m.values) for m in pool])

@@ -316,21 +316,6 @@ class ThroughputModel:
         var = np.maximum(kss - (v**2).sum(axis=0), 1e-12)
         return mean, np.sqrt(var)
 
-    def predict_against(self, configs: Sequence[Mapping[str, Any]], ref: Mapping[str, Any]) -> tuple[np.ndarray, np.ndarray]:
-        """Mean and standard deviation of each config's log throughput minus ``ref``'s, jointly: what
-        the two share (their common values, the data both rest on) cancels, so a one-value move from
-        ``ref`` is as uncertain as that value's effect, not as ``ref`` itself."""
-        if not configs:
-            return np.zeros(0), np.zeros(0)
-        mean, sd = self.predict([*configs, ref])
-        lv = np.array([self.levels(c) for c in [*configs, ref]], dtype=int).reshape(len(configs) + 1, len(self.free))
-        cross = self._kernel(lv[:-1], lv[-1:])[:, 0]
-        if self.chol is not None:
-            v = np.linalg.solve(self.chol, self._kernel(lv, self.levels_obs).T)
-            cross = cross - v[:, :-1].T @ v[:, -1]
-        var = np.maximum(sd[:-1] ** 2 + sd[-1] ** 2 - 2.0 * cross, 1e-12)
-        return mean[:-1] - mean[-1], np.sqrt(var)
-
     def scale_of(self, name: str) -> float:
         for p, t in zip(self.free, self.tau):
             if p.name == name:
