@@ -52,12 +52,15 @@ def test_a_value_that_hangs_at_random_takes_the_blame_from_the_values_its_failur
         run(6, {"NCCL_CUMEM_ENABLE": 1, "NCCL_ALGO": "Tree"}, hang),
         run(7, {"NCCL_CUMEM_ENABLE": 1, "NCCL_PROTO": "LL128"}, hang),
         run(8, {"batch": 512}),
+        run(9, {"NCCL_CUMEM_ENABLE": 1, "prompt": 2048}, hang),
+        run(10, {"NCCL_CUMEM_ENABLE": 1, "NCCL_ALGO": "NVLS"}),
     ]
     m = model(records)
+    assert m.blamed()[0][0] == (("NCCL_CUMEM_ENABLE", 1),)
     carried = m.p_ok({**BASE, "NCCL_CUMEM_ENABLE": 1})
-    assert carried < 0.7
-    for cleared in ({"NCCL_ALGO": "Ring"}, {"NCCL_PROTO": "LL"}, {"NCCL_ALGO": "Tree"}, {"NCCL_PROTO": "LL128"}):
-        assert m.p_ok({**BASE, **cleared}) > carried + 0.15, cleared
+    for cleared in ({"NCCL_ALGO": "Ring"}, {"NCCL_PROTO": "LL"}, {"NCCL_ALGO": "Tree"}, {"NCCL_PROTO": "LL128"},
+                    {"prompt": 2048}):
+        assert m.p_ok({**BASE, **cleared}) > carried, cleared
     assert m.p_ok({**BASE, "batch": 512}) == m.p_ok(BASE) > 0.95  # only the chance no value explains
 
 
@@ -67,7 +70,7 @@ def test_a_value_that_failed_with_a_partner_is_suspect_without_it_not_condemned(
     m = model(records)
     with_partner = m.p_ok({**BASE, "batch": 512, "prompt": 2048})
     without = m.p_ok({**BASE, "prompt": 2048})
-    assert with_partner < 0.5 < without < 1.0
+    assert with_partner < 0.5 and with_partner + 0.05 < without < 1.0
     # a second failure in the same context makes the pair likelier, and the value alone no likelier
     m2 = model(records + [run(4, {"batch": 512, "prompt": 2048, "NCCL_ALGO": "Ring"}, FailureClass.CRASH)])
     assert m2.p_ok({**BASE, "batch": 512, "prompt": 2048}) < with_partner
