@@ -43,7 +43,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from rich.console import Console
 from rich.table import Table
@@ -60,6 +60,7 @@ from nccl_tune.tuner.loop import run_study
 from nccl_tune.tuner.pins import apply_pins, parse_pin
 from nccl_tune.tuner.storage import load_existing, open_storage
 from nccl_tune.tuner.study_records import Outcome, TrialRecord, records
+from nccl_tune.tuner.trial_builder import clocks_for, stop_for
 from nccl_tune.tuner.settings import DEFAULT_SAMPLER, RunSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -228,7 +229,8 @@ def settings_for(problem: Problem, sampler: str, trials: int, results: Path) -> 
 
 
 def saved_gpu_s(record: TrialRecord, steps: int) -> float:
-    """GPU-seconds a trial stopped early did not spend: its missing steps at its own mean step time."""
+    """GPU-seconds a trial stopped early did not spend: its missing steps (of the ``steps`` it was
+    to run) at its own mean step time."""
     res = record.result
     if res is None or res.stop_reason is not StopReason.EARLY_STOP or not res.step_times_s or not res.wall_s:
         return 0.0
@@ -237,8 +239,21 @@ def saved_gpu_s(record: TrialRecord, steps: int) -> float:
     return missing * statistics.fmean(res.step_times_s) * gpus
 
 
+def planned_steps(settings: RunSettings) -> Callable[[Sequence[TrialRecord], TrialRecord], int]:
+    """The steps (warm-up and measured) a trial was to run, from the records before it: the tuner's
+    own rule (``trial_builder.stop_for``; the measured steps follow the study's step noise)."""
+    space = load_space(settings.space)
+    timeout_s = clocks_for(space, settings).trial_timeout_s
+
+    def steps(recs: Sequence[TrialRecord], r: TrialRecord) -> int:
+        return stop_for(space, settings, [h for h in recs if h.number < r.number], timeout_s).total_steps
+
+    return steps
+
+
 def judge_study(problem: Problem, sampler: str, trials: int, records: Iterable[TrialRecord],
-                winner: Mapping[str, Any] | None, wall_s: float, stopped_by: str = "") -> StudyStats:
+                winner: Mapping[str, Any] | None, wall_s: float, stopped_by: str = "",
+                steps: Callable[[Sequence[TrialRecord], TrialRecord], int] | None = None) -> StudyStats:
     recs = sorted(records, key=lambda r: r.number)
     launched = [r for r in recs if r.outcome is Outcome.LAUNCHED]
     reach, best_so_far, after = None, 0.0, {}
@@ -253,7 +268,8 @@ def judge_study(problem: Problem, sampler: str, trials: int, records: Iterable[T
     spent = [(r.status, (r.result.modelled_gpu_s or 0.0) if r.result else 0.0) for r in launched]
     total = sum(s for _, s in spent)
     failed = sum(s for st, s in spent if st not in (FailureClass.OK, FailureClass.BUDGET))
-    saved = sum(saved_gpu_s(r, problem.steps) for r in launched)
+    saved = sum(saved_gpu_s(r, steps(recs, r) if steps else problem.steps) for r in launched
+                if r.result is not None and r.result.stop_reason is StopReason.EARLY_STOP)
     judged = problem.judge(winner) if winner is not None else None
     return StudyStats(
         family=problem.family, sampler=sampler, seed=problem.seed, trials=trials, launched=len(launched),
@@ -277,9 +293,10 @@ def run_one(problem: Problem, sampler: str, trials: int, root: Path) -> StudySta
     except NcclTuneError as exc:  # a stop rule ended it: judged on what it launched, without a winner
         url = settings.storage_url
         recs = records(load_existing(open_storage(url, create=False), url, settings.study))
-        return judge_study(problem, sampler, trials, recs, None, time.monotonic() - t0, str(exc))
+        return judge_study(problem, sampler, trials, recs, None, time.monotonic() - t0, str(exc), planned_steps(settings))
     winner = dict(study.winner.values) if study.winner is not None else None
-    return judge_study(problem, sampler, trials, study.records, winner, time.monotonic() - t0)
+    return judge_study(problem, sampler, trials, study.records, winner, time.monotonic() - t0,
+                       steps=planned_steps(settings))
 
 
 # ---------------------------------------------------------------------------------------------
