@@ -358,11 +358,16 @@ def targets(family: str, sums: Mapping[str, Summary], implied: int | None) -> li
     rnd = sums.get("random")
     if rnd is not None:
         ratio = rnd.median_trials_to_reach / tuner.median_trials_to_reach
-        note = "a lower bound: random's median is censored" if rnd.median_censored else ""
-        if implied is not None:
-            note += f"{'; ' if note else ''}exact random median {implied}: {implied / tuner.median_trials_to_reach:.1f}x"
-        met = not tuner.median_censored and ratio >= TARGET_RANDOM_RATIO
-        out.append({"family": family, "what": "random / tuner median trials to reach", "measured": round(ratio, 2),
+        exact = implied / tuner.median_trials_to_reach if implied is not None else None
+        judged, note = ratio, "" if exact is None else f"exact random median {implied}: {exact:.1f}x"
+        if rnd.median_censored and exact is not None:
+            # random search censored at the budget gives a lower bound only; its exact median (from the
+            # target region's share: the median of a geometric law) is then the yardstick
+            judged, note = exact, f"random censored: its exact median {implied}; same-run ratio {ratio:.1f}x (a lower bound)"
+        elif rnd.median_censored:
+            note = "a lower bound: random's median is censored"
+        met = not tuner.median_censored and judged >= TARGET_RANDOM_RATIO
+        out.append({"family": family, "what": "random / tuner median trials to reach", "measured": round(judged, 2),
                     "target": f">= {TARGET_RANDOM_RATIO:g}", "met": met, "note": note})
     out.append({"family": family, "what": "GPU time on failed trials (tuner, median)",
                 "measured": round(tuner.failed_gpu_frac_median, 4), "target": f"<= {TARGET_FAILED_GPU_FRAC:.0%}",
