@@ -325,7 +325,8 @@ class Summary:
 
     @property
     def median_censored(self) -> bool:
-        return self.median_trials_to_reach > self.trials
+        """True when half the studies or more never reached the target: the median is then a lower bound."""
+        return 2 * self.censored >= self.seeds
 
 
 def summarize(stats: list[StudyStats]) -> Summary:
