@@ -105,7 +105,8 @@ class Display:
     def note(self, text: str) -> None:
         self.console.print(escape(text), highlight=False, soft_wrap=True)
 
-    def trial_started(self, number: int, kind: str, values: Mapping[str, Any]) -> None:
+    def trial_started(self, number: int, kind: str, values: Mapping[str, Any], why: str | None = None) -> None:
+        """The trial's line; ``why``: the sampler's reason for it, on a line of its own."""
         self._trial_start = time.monotonic()
         self._label = f"trial {number}"
         if self.plain:
@@ -116,6 +117,9 @@ class Display:
                 f"[bold]▶ trial {number}[/] [dim]{escape(kind)}[/] {escape(describe(self.space, values))}",
                 highlight=False, soft_wrap=True,
             )
+        if why:
+            self.console.print(f"  [dim]why: {escape(why)}[/]" if not self.plain else escape(f"  why: {why}"),
+                               highlight=False, soft_wrap=True)
         if self.console.is_terminal:
             self._status = self.console.status(f"{self._label}: starting")
             self._status.start()

@@ -284,6 +284,7 @@ class LocalSearchSampler(BaseSampler):
         self._rng = random.Random(seed)
         self._dists = distributions(space, self.pinned)
         self.last: Proposal | None = None
+        self._last_number: int | None = None
 
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
         return dict(self._dists)
@@ -296,11 +297,21 @@ class LocalSearchSampler(BaseSampler):
         trials = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number]
         records = [R.record_of(t) for t in trials if t.state is not TrialState.RUNNING]
         self.last = Planner(self.space, self.pinned, records).propose(self._rng)
+        self._last_number = trial.number
         if self.last is None:
             tpe_space = self._tpe.infer_relative_search_space(study, trial)
             return self._tpe.sample_relative(study, trial, tpe_space)
         proposal = to_optuna(self.space, self.last.values, self.pinned)
         return {k: v for k, v in proposal.items() if k in search_space}
+
+    def why(self, number: int, values: Mapping[str, Any]) -> str | None:
+        """Why trial ``number`` was proposed, when the planner proposed exactly ``values`` for it
+        (not for an enqueued baseline or re-run, nor when TPE proposed)."""
+        if self.last is None or self._last_number != number:
+            return None
+        if any(self.last.values.get(k) != v for k, v in values.items()):
+            return None
+        return self.last.reason
 
     def sample_independent(
         self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution

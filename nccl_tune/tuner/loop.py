@@ -236,6 +236,10 @@ class StudyLoop:
         kind = trial.user_attrs.get(R.A_KIND, TrialKind.SEARCH.value)
         trial.set_user_attr(R.A_VALUES, values)
         trial.set_user_attr(R.A_KIND, kind)
+        why = getattr(study.sampler, "why", None)
+        reason = why(trial.number, values) if callable(why) else None
+        if reason:
+            trial.set_user_attr(R.A_WHY, reason)
         return trial, values, kind
 
     def search(self, study: optuna.Study, budget: Budget) -> bool:

@@ -19,6 +19,8 @@ from nccl_tune.trial import TrialResult
 
 A_VALUES = "values"
 A_KIND = "kind"
+A_WHY = "why"
+"""Why the sampler proposed the trial (the default sampler's move and what it modelled)."""
 A_RERUN_OF = "rerun_of"
 A_STATUS = "status"
 A_RESULT = "result"

@@ -128,7 +128,7 @@ class TrialRunner:
             measured = min((len(r.result.measured_step_times_s) for r in incumbent.ok_runs if r.result), default=1)
             reach = screen_reach(history, spec.stop.screen_steps, measured)
         observer = TunerObserver(self.display, self.interrupt, incumbent, ratio, reach)
-        self.display.trial_started(trial.number, kind, values)
+        self.display.trial_started(trial.number, kind, values, trial.user_attrs.get(R.A_WHY))
         return spec, observer
 
     def tell_measured_steps(self, spec: TrialSpec, history: Sequence[TrialRecord]) -> None:

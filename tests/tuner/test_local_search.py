@@ -133,10 +133,17 @@ def test_a_whole_study_on_the_enabler_trap_takes_the_slower_enabler_for_a_larger
     inst, ex = instance("enabler-trap", 0)
     space_file = tmp_path / "trap.yaml"
     space_file.write_text(FAMILIES["enabler-trap"].space_yaml)
-    settings = RunSettings(command=("true",), space=str(space_file), results=tmp_path, storage="sqlite:///:memory:",
+    storage = f"sqlite:///{tmp_path / 'trap.db'}"
+    settings = RunSettings(command=("true",), space=str(space_file), results=tmp_path, storage=storage,
                            study="trap", trials=12, seed=0, confirm=0)
     launcher = ModelLauncher(env={"HOME": str(tmp_path)}, cost=analytic_cost(inst.landscape, inst.node))
-    out = run_study(settings, console=Console(file=io.StringIO()), launcher=launcher)
+    shown = io.StringIO()
+    out = run_study(settings, console=Console(file=shown, width=200), launcher=launcher)
+    # every move the planner proposed says why under its trial's line, and the study keeps it
+    text = shown.getvalue()
+    assert "why: move from trial 0" in text and "why: compound move from trial" in text
+    kept = [t.user_attrs.get("why") for t in optuna.load_study(study_name="trap", storage=storage).trials]
+    assert kept[0] is None and sum(1 for w in kept if w) == text.count("why: ") >= 6
     ok = [r for r in out.records if r.ok and r.values["train.gradient_checkpointing"]]
     assert any(r.values["train.micro_batch_size"] >= 16 for r in ok)
     best = out.winner
