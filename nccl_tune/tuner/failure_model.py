@@ -29,6 +29,7 @@ import itertools
 import math
 import random
 import statistics
+from collections import Counter
 from typing import Any, Iterable, Mapping, Sequence
 
 from nccl_tune.failure import FailureClass
@@ -42,7 +43,7 @@ Cause = tuple[Value, ...]
 PRIORS: Mapping[int, tuple[float, float]] = {0: (0.005, 0.495), 1: (0.06, 0.44), 2: (0.015, 0.485)}
 """``Beta(a, b)`` of a cause's firing rate by its size (leak, one value, a pair), ``a + b = 1/2``:
 the mass sits near 0 and near 1 (a value breaks nothing, or breaks most runs); a value breaks a run
-6% of the time before the study has seen it, a pair a quarter as often (a config holds many more
+12% of the time before the study has seen it, a pair a quarter as often (a config holds many more
 pairs than values), a run fails by chance 1% of the time."""
 SWEEPS = 200
 BURN_IN = 40
@@ -76,10 +77,7 @@ class FailureModel:
             cost = r.result.wall_s if r.result is not None else 0.0
             self.runs.append((self.causes(r.values), r.status not in _FINE, cost))
         self.ok_cost_s = statistics.median([c for _, failed, c in self.runs if not failed and c > 0] or [0.0])
-        self.held: dict[Cause, int] = {}
-        for causes, _, _ in self.runs:
-            for c in causes:
-                self.held[c] = self.held.get(c, 0) + 1
+        self.held = Counter(c for causes, _, _ in self.runs for c in causes)
         self.fired, self.cost_s = self._sample()
 
     def causes(self, values: Mapping[str, Any]) -> tuple[Cause, ...]:
@@ -95,21 +93,19 @@ class FailureModel:
         failed = [(causes, cost) for causes, f, cost in self.runs if f]
         if not failed:
             return {}, {}
-        in_failures: dict[Cause, int] = {}
-        for causes, _ in failed:
-            for c in causes:
-                in_failures[c] = in_failures.get(c, 0) + 1
+        in_failures = Counter(c for causes, _ in failed for c in causes)
         shared = [max(causes[1:] or causes, key=lambda c: (in_failures[c], -len(c), -self.held[c])) for causes, _ in failed]
         own = [min(causes, key=lambda c: (self.held[c], len(c))) for causes, _ in failed]
         chains = [self._chain(failed, start, seed) for seed, start in enumerate((shared, own))]
         top = max(mass for _, _, mass in chains)
         weights = [math.exp(mass - top) for _, _, mass in chains]
+        total = sum(weights)
         fired: dict[Cause, float] = {}
         cost: dict[Cause, float] = {}
         for (f, c, _), w in zip(chains, weights):
             for k in f:
-                fired[k] = fired.get(k, 0.0) + w * f[k] / sum(weights)
-                cost[k] = cost.get(k, 0.0) + w * c[k] / sum(weights)
+                fired[k] = fired.get(k, 0.0) + w * f[k] / total
+                cost[k] = cost.get(k, 0.0) + w * c[k] / total
         return fired, {k: cost[k] / fired[k] for k in fired}
 
     def _chain(self, failed: list[tuple[tuple[Cause, ...], float]], start: list[Cause],
@@ -118,9 +114,7 @@ class FailureModel:
         probability of its states after burn-in)."""
         rng = random.Random(seed)
         assigned = list(start)
-        taken: dict[Cause, int] = {}
-        for c in assigned:
-            taken[c] = taken.get(c, 0) + 1
+        taken = Counter(assigned)
         suspects = {c for causes, _ in failed for c in causes}
         fired: dict[Cause, float] = {}
         cost: dict[Cause, float] = {}
@@ -132,17 +126,17 @@ class FailureModel:
                 weights = []
                 for c in causes:
                     a, b = PRIORS[len(c)]
-                    k = taken.get(c, 0)
+                    k = taken[c]
                     weights.append((a + k) / (b + self.held[c] - k - 1))
                 c = rng.choices(causes, weights)[0]
                 assigned[i] = c
-                taken[c] = taken.get(c, 0) + 1
+                taken[c] += 1
                 if sweep >= BURN_IN:
                     fired[c] = fired.get(c, 0.0) + 1.0 / kept
                     cost[c] = cost.get(c, 0.0) + run_cost / kept
             if sweep >= BURN_IN:
-                log_joints.append(sum(_log_beta(PRIORS[len(c)][0] + taken.get(c, 0),
-                                                PRIORS[len(c)][1] + self.held[c] - taken.get(c, 0)) for c in suspects))
+                log_joints.append(sum(_log_beta(PRIORS[len(c)][0] + taken[c], PRIORS[len(c)][1] + self.held[c] - taken[c])
+                                      for c in suspects))
         top = max(log_joints)
         return fired, cost, top + math.log(sum(math.exp(x - top) for x in log_joints) / len(log_joints))
 
