@@ -77,6 +77,9 @@ class TrialRecord:
     violations: tuple[str, ...] = ()
     predicted_from: int | None = None
     trial_dir: str | None = None
+    why: str | None = None
+    """Why the default sampler proposed the trial (its move, the modelled gain, the odds it fits);
+    None for the baseline, re-runs and what TPE proposed."""
 
     @property
     def ok(self) -> bool:
@@ -126,6 +129,7 @@ def record_of(t: FrozenTrial) -> TrialRecord:
         violations=tuple(a.get(A_VIOLATIONS) or ()),
         predicted_from=a.get(A_PREDICTED_FROM),
         trial_dir=a.get(A_TRIAL_DIR),
+        why=a.get(A_WHY) or None,
     )
 
 
