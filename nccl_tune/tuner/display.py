@@ -166,18 +166,20 @@ class Display:
 
     def summary(
         self, records: list[TrialRecord], winner: Candidate | None, base: Candidate | None,
-        confirmation_required: bool = False,
+        confirmation_required: bool = False, show_why: bool = False,
     ) -> None:
         """The trials, what was not launched, and the winner (``confirmation_required``: a winner not
-        confirmed by a re-run is not called stable)."""
+        confirmed by a re-run is not called stable; ``show_why``: why the sampler proposed each trial,
+        under it, for the report: the run printed it when the trial started)."""
         if self.plain:
-            self._summary_lines(records, winner, base)
+            self._summary_lines(records, winner, base, show_why)
         else:
-            self._summary_table(records, winner, base)
+            self._summary_table(records, winner, base, show_why)
         self._closing(records)
         self.winner(winner, base, confirmation_required)
 
-    def _summary_lines(self, records: list[TrialRecord], winner: Candidate | None, base: Candidate | None) -> None:
+    def _summary_lines(self, records: list[TrialRecord], winner: Candidate | None, base: Candidate | None,
+                       show_why: bool) -> None:
         self.console.print("trials:", highlight=False)
         for r in records:
             if r.outcome is not Outcome.LAUNCHED:
@@ -190,8 +192,11 @@ class Display:
                 f"  mem {fmt_mem(r.result)}  {values}{mark}"
             )
             self.console.print(escape(line), highlight=False, soft_wrap=True)
+            if show_why and r.why:
+                self.console.print(escape(f"    why: {r.why}"), highlight=False, soft_wrap=True)
 
-    def _summary_table(self, records: list[TrialRecord], winner: Candidate | None, base: Candidate | None) -> None:
+    def _summary_table(self, records: list[TrialRecord], winner: Candidate | None, base: Candidate | None,
+                       show_why: bool) -> None:
         table = Table(title="trials", show_lines=False)
         units = {r.throughput_unit for r in records if r.ok and r.throughput}
         for col in ("#", "kind", "status", units.pop() if len(units) == 1 else "throughput", "peak mem"):
@@ -208,7 +213,8 @@ class Display:
                 f"[{style}]{r.status.value if r.status else '?'}[/]" + (" wall" if r.near_wall else ""),
                 fmt_tput(r.throughput, None if len(units) == 1 else r.throughput_unit).removesuffix(" /s"),
                 fmt_mem(r.result),
-                escape(describe(self.space, r.values, base.values if base else None)),
+                escape(describe(self.space, r.values, base.values if base else None))
+                + (f"\n[dim]why: {escape(r.why)}[/]" if show_why and r.why else ""),
             )
         self.console.print(table)
 

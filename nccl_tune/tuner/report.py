@@ -40,6 +40,7 @@ def trial_row(r: TrialRecord) -> dict[str, Any]:
         "violations": list(r.violations),
         "predicted_from": r.predicted_from,
         "trial_dir": r.trial_dir,
+        "why": r.why,
     }
 
 
@@ -195,7 +196,7 @@ def report_study(storage_url: str, study_name: str | None, console: Console, *, 
         return data
     display = Display(console, space)
     console.print(f"[bold]study[/] {escape(stored.name)}  [dim]{escape(storage_url)}[/]", highlight=False)
-    display.summary(recs, winner, base)
+    display.summary(recs, winner, base, show_why=True)
     for reason in stored.dropped.values():
         console.print(f"[yellow]dropped from the search:[/] {escape(reason)}", highlight=False)
     if any(_failed(r) for r in recs) and display.plain:

@@ -1,0 +1,64 @@
+"""`nccl-tune report` (the terminal report and `--json`) of a real study of the tiny trainer: each
+trial the default sampler proposed says why, read back from the storage; the others say nothing."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import sys
+
+import pytest
+from rich.console import Console
+
+from nccl_tune.tuner.report import report_study
+from tests.tuner.conftest import TINY_SPACE, TINY_TRAINER, run_cli, study_trials
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def proposed(tmp_path_factory):
+    """(folder, {trial number: its stored `why`}) of a study: the baseline, three moves, one re-run."""
+    root = tmp_path_factory.mktemp("why")
+    proc = run_cli(["run", "--space", str(TINY_SPACE), "--study", "w", "--trials", "4", "--seed", "3", "--confirm", "1",
+                    "--set", "trainer.offload=false", "--", sys.executable, str(TINY_TRAINER)], cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    stored = {t.number: t.user_attrs.get("why") for t in study_trials(root)}
+    assert stored[0] is None and any(stored.values()), stored  # the baseline has none, some moves have one
+    return root, stored
+
+
+def test_json_rows_carry_why_for_proposed_trials_only(proposed):
+    root, stored = proposed
+    proc = run_cli(["report", "--json"], cwd=root)
+    assert proc.returncode == 0, proc.stderr
+    rows = {r["number"]: r for r in json.loads(proc.stdout)["trials"]}
+    assert {n: r["why"] for n, r in rows.items()} == stored
+    assert rows[0]["kind"] == "baseline" and rows[0]["why"] is None
+    assert [r["why"] for r in rows.values() if r["kind"] == "rerun"] == [None]
+    assert all(re.match(r"(compound )?move from trial \d+: ", w) for w in stored.values() if w)
+
+
+def test_piped_report_prints_why_under_each_proposed_trial(proposed):
+    root, stored = proposed
+    lines = run_cli(["report"], cwd=root).stdout.splitlines()
+    rows = [(int(m.group(1)), lines[i + 1]) for i, line in enumerate(lines) if (m := re.match(r"  trial (\d+) ", line))]
+    assert [n for n, _ in rows] == sorted(stored)
+    for number, below in rows:
+        why = stored[number]
+        assert below == f"    why: {why}" if why else not below.startswith("    why:"), (number, below)
+    assert sum(line.startswith("    why: ") for line in lines) == sum(1 for w in stored.values() if w)
+    assert "None" not in "\n".join(lines)
+
+
+def test_terminal_table_shows_why_under_the_values(proposed):
+    root, stored = proposed
+    buf = io.StringIO()
+    console = Console(file=buf, force_terminal=True, color_system=None, width=200)
+    report_study(f"sqlite:///{root}/results/nccl-tune.db", None, console, as_json=False, plots_dir=None)
+    text = buf.getvalue()
+    assert "┃" in text  # the table, not the piped lines
+    for why in filter(None, stored.values()):
+        assert f"why: {why}" in text
+    assert text.count("why: ") == sum(1 for w in stored.values() if w) and "None" not in text
