@@ -25,6 +25,7 @@ th{background:#f4f4f4}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .dot{display:inline-block;width:.8em;height:.8em;border-radius:50%;margin-right:.3em;vertical-align:middle}
 figure{margin:1em 0}figure svg{max-width:100%;height:auto}figcaption{font-weight:600;margin-bottom:.3em}
 pre{white-space:pre-wrap;font-size:.85em;background:#f8f8f8;padding:.4em}
+.why{display:block;color:#666;font-size:.9em;max-width:40em;margin-top:.15em}
 """
 
 
@@ -107,6 +108,11 @@ def _costs(view: StudyView) -> str:
             + _table(("class", "trials", "which", "time", "share"), rows, num_cols=(1, 3, 4)))
 
 
+def _why(r: TrialRecord) -> str:
+    """Why the sampler proposed the trial, as a muted line under its values (nothing when it did not say)."""
+    return f'<small class="why">why: {escape(r.why)}</small>' if r.why else ""
+
+
 def _trial_row(view: StudyView, r: TrialRecord) -> list[str]:
     res = r.result
     mem = res.memory if res else None
@@ -123,7 +129,7 @@ def _trial_row(view: StudyView, r: TrialRecord) -> list[str]:
     base = view.baseline.values if view.baseline else None
     return [str(r.number), escape(r.kind.value), escape(r.outcome.value),
             dot + escape(r.status.value if r.status else "") + (" (near wall)" if r.near_wall else ""),
-            escape(describe(view.space, r.values, base)), _num(r.throughput), _num(known_gib(r.peak_mem_gib), ".1f"),
+            escape(describe(view.space, r.values, base)) + _why(r), _num(r.throughput), _num(known_gib(r.peak_mem_gib), ".1f"),
             _num(headroom, ".1f"), _num(timing.duration_s if timing and timing.duration_s else None, ".0f"), note]
 
 

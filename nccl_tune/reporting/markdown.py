@@ -47,10 +47,10 @@ def _trials(view: StudyView) -> list[str]:
         rows.append((r.number, r.kind.value, (r.status.value if r.status else "") + (" (near wall)" if r.near_wall else ""),
                      f"`{describe(view.space, r.values, base)}`", _num(r.throughput), _num(known_gib(r.peak_mem_gib), ".1f"),
                      _num(res.memory.min_headroom_gib if res and res.memory else None, ".1f"),
-                     _num(t.duration_s if t else None, ".0f"), advice))
+                     _num(t.duration_s if t else None, ".0f"), advice, r.why or ""))
     out = ["### Trials", ""]
     out += _table(("#", "kind", "class", "values (changes from the defaults)", view.unit, "peak GiB", "headroom GiB",
-                   "s", "advice"), rows)
+                   "s", "advice", "why proposed"), rows)
     if len(view.launched) > MAX_TRIAL_ROWS:
         out += [f"({len(view.launched) - MAX_TRIAL_ROWS} more launched trials in the HTML and JSON reports)", ""]
     return out

@@ -55,7 +55,8 @@ def screenshot(chrome: str, html: Path, png: Path, width: int = 1280, height: in
     return subprocess.run(argv, capture_output=True, text=True, timeout=180)
 
 
-def dump_dom(chrome: str, html: Path) -> str:
-    """The DOM Chromium built from ``html``, serialised."""
-    argv = _headless(chrome, html.parent / "profile-dom") + ["--dump-dom", html.resolve().as_uri()]
+def dump_dom(chrome: str, html: Path, width: int | None = None) -> str:
+    """The DOM Chromium built from ``html`` (in a window ``width`` pixels wide, when given), serialised."""
+    size = [f"--window-size={width},2000"] if width else []
+    argv = _headless(chrome, html.parent / "profile-dom") + size + ["--dump-dom", html.resolve().as_uri()]
     return subprocess.run(argv, capture_output=True, text=True, timeout=180, check=True).stdout

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import xml.etree.ElementTree as ET
+from html import escape
 from pathlib import Path
 
 import pytest
@@ -14,7 +15,7 @@ from nccl_tune.reporting.render import pick_format, render_report
 from nccl_tune.reporting.junit import render_junit
 from nccl_tune.tuner.report_view import load_view
 from tests.reporting.conftest import SERIES
-from tests.tuner.conftest import run_cli
+from tests.tuner.conftest import run_cli, study_trials
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +72,25 @@ def test_json_carries_the_night_the_checks_and_the_table_rows(view):
     assert data["history"]["nights"][-1]["study"] == "t" and data["failure_costs"][0]["wall_s"] > 0
     assert all(row["timing"] is not None for row in data["trials"] if row["outcome"] == "launched")
     assert {"study", "best", "baseline", "counts", "trials", "command"} <= set(data)  # `report --json`'s keys
+
+
+def test_every_format_says_why_the_sampler_proposed_a_trial(view, tiny_study):
+    """The default sampler's reason, stored with each trial it proposed, is in every format's row for
+    that trial; the baseline, the re-runs and what TPE proposed show none (no placeholder)."""
+    stored = {t.number: t.user_attrs.get("why") for t in study_trials(tiny_study, "t")}
+    assert stored[0] is None and sum(1 for w in stored.values() if w) >= 2, stored
+    rows = {r["number"]: r for r in json.loads(render_report(view, "json"))["trials"]}
+    assert {n: r["why"] for n, r in rows.items()} == stored
+    html = render_report(view, "html").split("<h2>Trials</h2>")[1].split("</table>")[0]
+    cells = dict(re.findall(r'<tr><td class="num">(\d+)</td>(.*?)</tr>', html))
+    assert sorted(map(int, cells)) == sorted(stored)
+    for n, why in stored.items():
+        shown = re.findall(r'<small class="why">why: (.*?)</small>', cells[str(n)])
+        assert shown == ([escape(why)] if why else []), (n, cells[str(n)])
+    md = {int(m.group(1)): m.group(0) for m in re.finditer(r"^\| (\d+) \|.*$", render_report(view, "md"), re.M)}
+    for n, line in md.items():
+        assert line.endswith(f"| {stored[n]} |" if stored[n] else "|  |"), line
+    assert any(stored[n] for n in md) and "None" not in "".join(md.values())
 
 
 def test_junit_xml_is_valid_and_has_one_case_per_check(view):

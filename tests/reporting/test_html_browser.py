@@ -50,6 +50,44 @@ def test_chromium_builds_every_plot_into_the_dom(chrome, report_html):
     assert "nccl-tune report: t" in dom and "<h2>Trials</h2>" in dom
 
 
+# Measures, in the page Chromium laid out, each "why" line of the trials table and writes what it
+# found into the DOM: the trial, the line's colour and its cell's, where the values end and the line
+# starts, whether it stays inside its cell; then how wide the page is against the window.
+LAYOUT_PROBE = """<script>
+window.addEventListener('load', () => {
+  const out = [...document.querySelectorAll('.why')].map(w => {
+    const td = w.closest('td'), box = w.getBoundingClientRect(), cell = td.getBoundingClientRect();
+    const values = document.createRange();
+    values.selectNodeContents(td.firstChild);
+    return ['why', td.parentElement.firstChild.textContent, getComputedStyle(w).color, getComputedStyle(td).color,
+            values.getBoundingClientRect().bottom, box.top, box.left >= cell.left && box.right <= cell.right].join('|');
+  });
+  out.push(['page', document.documentElement.scrollWidth, window.innerWidth].join('|'));
+  const pre = document.createElement('pre');
+  pre.id = 'probe';
+  pre.textContent = out.join('\\n');
+  document.body.append(pre);
+});
+</script>"""
+
+
+def test_why_a_trial_was_proposed_is_a_muted_line_under_its_values(chrome, report_html, tmp_path):
+    probed = tmp_path / "probed.html"
+    probed.write_text(report_html.read_text().replace("</body>", LAYOUT_PROBE + "</body>"))
+    dom = dump_dom(chrome, probed, width=1280)
+    found = re.search(r'<pre id="probe">(.*?)</pre>', dom, re.S)
+    assert found, dom[-2000:]
+    *lines, page = [line.split("|") for line in found.group(1).splitlines()]
+    proposed = [int(n) for n in re.findall(r'<tr><td class="num">(\d+)</td>(?:(?!</tr>).)*class="why"', dom, re.S)]
+    assert [int(line[1]) for line in lines] == proposed and len(proposed) >= 2  # one per proposed trial only
+    assert 0 not in proposed  # the baseline says nothing
+    for _, number, colour, cell_colour, values_bottom, top, inside in lines:
+        assert colour != cell_colour, f"trial {number}: the why line is not muted ({colour})"
+        assert float(top) >= float(values_bottom) - 1, f"trial {number}: the why line is not under the values"
+        assert inside == "true", f"trial {number}: the why line runs out of its cell"
+    assert page[0] == "page" and int(page[1]) <= int(page[2]), f"the page scrolls sideways: {page}"
+
+
 def test_the_screenshot_shows_the_plots(chrome, report_html, tmp_path):
     png = tmp_path / "report.png"
     proc = screenshot(chrome, report_html, png, height=4200)
