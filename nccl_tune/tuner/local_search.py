@@ -34,7 +34,7 @@ proposes what an uninterrupted one would):
    that did not measurably help is not carried along (it may break in combination).
 5. Without a stable config yet, moves from the launched configs are ranked by
    ``P(fits) x worth x expected throughput``. When no move is worth
-   ``MIN_EXPECTED_GAIN``, Optuna's TPE proposes.
+   ``MIN_EXPECTED_GAIN``, Optuna's TPE proposes, and the trial says why the planner declined.
 """
 
 from __future__ import annotations
@@ -114,6 +114,8 @@ class Planner:
         self.tput = ThroughputModel(space, self.free, self.records, self.baseline)
         self.tried = {self._key(r.values) for r in self.records if r.values}
         self.failures = FailureModel(self.free, self.baseline, self.records, memory_explains=bool(self.memory.signed))
+        self.declined = ""
+        """Why ``propose`` returned None."""
 
     def _key(self, values: Mapping[str, Any]) -> str:
         return values_key({p.name: values.get(p.name) for p in self.free})
@@ -232,6 +234,7 @@ class Planner:
         return sum(values.get(p.name) != self.baseline.get(p.name) for p in self.free)
 
     def propose(self, rng: random.Random) -> Proposal | None:
+        """The best-scored move, or None (then ``declined`` says why)."""
         ranked = self.ranked()
         stable = [row for row in ranked if row[3]]
         if stable:
@@ -240,6 +243,7 @@ class Planner:
         else:
             launched = [r for r in self.records if r.outcome is Outcome.LAUNCHED and r.values]
             if not launched:
+                self.declined = "no launched trial to move from"
                 return None
             bases = [(r.number, r.values) for r in launched[-BASES:]]
             best = None
@@ -254,6 +258,7 @@ class Planner:
                 moves.setdefault(self._key(m.values), m)
         pool = [m for m in moves.values() if self.admissible(m)]
         if not pool:
+            self.declined = "every move from the best configs is tried or refused"
             return None
         mean, sd = self.tput.predict([m.values for m in pool])
         fits = np.array([self.memory.p_fits(m.values) for m in pool])
@@ -265,7 +270,10 @@ class Planner:
         plain = np.array([1.0 - PARSIMONY * self.changes(m.values) for m in pool])
         score = gain * fits * worth * plain * (1.0 + 1e-6 * np.array([rng.random() for _ in pool]))
         i = int(np.argmax(score))
-        if score[i] < MIN_EXPECTED_GAIN * (0.1 if best is None else 1.0):
+        floor = MIN_EXPECTED_GAIN * (0.1 if best is None else 1.0)
+        if score[i] < floor:
+            self.declined = (f"no move is worth a trial (best expected gain {score[i]:.2%} after the odds it fits and "
+                             f"finishes, needs {floor:.2%})")
             return None
         return Proposal(pool[i].values, self.describe(pool[i], float(mean[i] - (best or mean[i])), fits[i]), float(score[i]))
 
@@ -285,6 +293,8 @@ class LocalSearchSampler(BaseSampler):
         self._dists = distributions(space, self.pinned)
         self.last: Proposal | None = None
         self._last_number: int | None = None
+        self._fallback: str | None = None
+        """Why TPE proposed the last trial, when it did (None for an enqueued one)."""
 
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
         return dict(self._dists)
@@ -296,8 +306,10 @@ class LocalSearchSampler(BaseSampler):
             return {}
         trials = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number]
         records = [R.record_of(t) for t in trials if t.state is not TrialState.RUNNING]
-        self.last = Planner(self.space, self.pinned, records).propose(self._rng)
+        planner = Planner(self.space, self.pinned, records)
+        self.last = planner.propose(self._rng)
         self._last_number = trial.number
+        self._fallback = None if "fixed_params" in trial.system_attrs else f"TPE, since {planner.declined}"
         if self.last is None:
             tpe_space = self._tpe.infer_relative_search_space(study, trial)
             return self._tpe.sample_relative(study, trial, tpe_space)
@@ -305,10 +317,12 @@ class LocalSearchSampler(BaseSampler):
         return {k: v for k, v in proposal.items() if k in search_space}
 
     def why(self, number: int, values: Mapping[str, Any]) -> str | None:
-        """Why trial ``number`` was proposed, when the planner proposed exactly ``values`` for it
-        (not for an enqueued baseline or re-run, nor when TPE proposed)."""
-        if self.last is None or self._last_number != number:
+        """Why trial ``number`` was proposed: the planner's move when it proposed exactly ``values``,
+        or why TPE proposed instead (None for an enqueued baseline or re-run)."""
+        if self._last_number != number:
             return None
+        if self.last is None:
+            return self._fallback
         if any(self.last.values.get(k) != v for k, v in values.items()):
             return None
         return self.last.reason

@@ -78,8 +78,8 @@ class TrialRecord:
     predicted_from: int | None = None
     trial_dir: str | None = None
     why: str | None = None
-    """Why the default sampler proposed the trial (its move, the modelled gain, the odds it fits);
-    None for the baseline, re-runs and what TPE proposed."""
+    """Why the default sampler proposed the trial (its move, the modelled gain, the odds it fits, or
+    why its planner left the trial to TPE); None for the baseline, re-runs and other samplers."""
 
     @property
     def ok(self) -> bool:

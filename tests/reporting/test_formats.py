@@ -76,7 +76,7 @@ def test_json_carries_the_night_the_checks_and_the_table_rows(view):
 
 def test_every_format_says_why_the_sampler_proposed_a_trial(view, tiny_study):
     """The default sampler's reason, stored with each trial it proposed, is in every format's row for
-    that trial; the baseline, the re-runs and what TPE proposed show none (no placeholder)."""
+    that trial; the baseline and the re-runs show none (no placeholder)."""
     stored = {t.number: t.user_attrs.get("why") for t in study_trials(tiny_study, "t")}
     assert stored[0] is None and sum(1 for w in stored.values() if w) >= 2, stored
     rows = {r["number"]: r for r in json.loads(render_report(view, "json"))["trials"]}

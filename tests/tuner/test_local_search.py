@@ -129,6 +129,27 @@ def test_the_sampler_asks_optuna_for_the_planners_proposal():
     assert trial.params["micro:log2"] == 3
 
 
+def test_a_trial_tpe_proposed_says_why_the_planner_declined_and_an_enqueued_one_says_nothing():
+    sampler = LocalSearchSampler(SPACE, {}, seed=0)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    from nccl_tune.tuner.sampling import suggest, to_optuna
+
+    study.enqueue_trial(to_optuna(SPACE, {**BASE, "micro": 4}, {}))
+    enqueued = study.ask()
+    assert sampler.why(enqueued.number, suggest(enqueued, SPACE, {})) is None
+    study.tell(enqueued, state=TrialState.FAIL)
+    # nothing launched yet: the planner has no base, so TPE proposes and the trial says so
+    trial = study.ask()
+    values = suggest(trial, SPACE, {})
+    assert sampler.why(trial.number, values) == "TPE, since no launched trial to move from"
+    study.tell(trial, state=TrialState.FAIL)
+    told(study, rec(2, {}))
+    trial = study.ask()
+    values = suggest(trial, SPACE, {})
+    assert sampler.why(trial.number, values).startswith("move from trial 2: ")
+    assert sampler.why(trial.number + 1, values) is None
+
+
 def test_a_whole_study_on_the_enabler_trap_takes_the_slower_enabler_for_a_larger_micro_batch(tmp_path):
     inst, ex = instance("enabler-trap", 0)
     space_file = tmp_path / "trap.yaml"
