@@ -1,5 +1,6 @@
 """What the study has learnt about failures the memory model does not explain (hangs, crashes,
-refusals): which values make a run fail, alone or with a partner, and what a failure costs.
+refusals; not OOMs, nor failures of runs whose peak came within the headroom): which values make a
+run fail, alone or with a partner, and what a failure costs.
 
 The causes a run holds are its values away from the baseline, each alone and each pair of them
 (NCCL's NVLS algorithm hangs only without cuMem buffers; a batch larger than what a shorter prompt
@@ -52,6 +53,15 @@ MIN_FIRED = 0.02
 _FINE = (FailureClass.OK, FailureClass.BUDGET)
 
 
+def _memory_explains(r: TrialRecord, wall_frac: float) -> bool:
+    """True when ``r`` ran out of memory or failed after its peak came within the headroom."""
+    if r.status is FailureClass.OOM:
+        return True
+    mem = r.result.memory if r.result is not None else None
+    peak = mem.max_peak_frac if mem is not None else None
+    return r.status not in _FINE and peak is not None and peak > wall_frac
+
+
 def _log_beta(a: float, b: float) -> float:
     return math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
 
@@ -64,15 +74,19 @@ class FailureModel:
         free: Sequence[Parameter],
         baseline: Mapping[str, Any],
         records: Iterable[TrialRecord],
-        memory_explains: bool,
+        memory_wall_frac: float | None,
     ) -> None:
+        """``memory_wall_frac``: the peak (share of the GPU) above which the memory model explains a
+        failure: an OOM, or a hang, crash or timeout of a run that came that close to the wall (the
+        allocator thrashing, a rank stalled in a retry while the others wait in a collective); None
+        when the space has no memory model (no parameter declares a memory effect)."""
         self.names = [p.name for p in free]
         self.baseline = dict(baseline)
         self.runs: list[tuple[tuple[Cause, ...], bool, float]] = []
         for r in sorted(records, key=lambda r: r.number):
             if r.outcome is not Outcome.LAUNCHED or r.status in (None, FailureClass.INTERRUPTED):
                 continue
-            if r.status is FailureClass.OOM and memory_explains:
+            if memory_wall_frac is not None and _memory_explains(r, memory_wall_frac):
                 continue
             cost = r.result.wall_s if r.result is not None else 0.0
             self.runs.append((self.causes(r.values), r.status not in _FINE, cost))

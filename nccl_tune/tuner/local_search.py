@@ -113,7 +113,8 @@ class Planner:
         self.memory = MemoryModel(space, self.records)
         self.tput = ThroughputModel(space, self.free, self.records, self.baseline)
         self.tried = {self._key(r.values) for r in self.records if r.values}
-        self.failures = FailureModel(self.free, self.baseline, self.records, memory_explains=bool(self.memory.signed))
+        self.failures = FailureModel(self.free, self.baseline, self.records,
+                                     memory_wall_frac=self.memory.wall_frac if self.memory.signed else None)
         self.declined = ""
         """Why ``propose`` returned None."""
 

@@ -7,7 +7,7 @@ from optuna.trial import TrialState
 
 from nccl_tune.failure import FailureClass, Verdict
 from nccl_tune.search_spaces.loader import parse_space
-from nccl_tune.trial import StopReason, TrialResult
+from nccl_tune.trial import GpuMemory, MemoryReport, StopReason, TrialResult
 from nccl_tune.tuner.failure_model import FailureModel
 from nccl_tune.tuner.study_records import Outcome, TrialKind, TrialRecord
 
@@ -27,17 +27,19 @@ parameters:
 BASE = SPACE.defaults()
 
 
-def run(number: int, changes: dict, status: FailureClass = FailureClass.OK, wall_s: float = 1000.0) -> TrialRecord:
+def run(number: int, changes: dict, status: FailureClass = FailureClass.OK, wall_s: float = 1000.0,
+        peak_frac: float | None = None) -> TrialRecord:
+    memory = None if peak_frac is None else MemoryReport("nvml", (GpuMemory(0, 80.0, 80.0 * peak_frac),))
     result = TrialResult(
         number=number, status=status, verdict=Verdict(status), stop_reason=StopReason.MEASURED,
         step_times_s=(2.0, 1.0, 1.0) if status is FailureClass.OK else (), warmup_steps=1, samples_per_step=8.0,
-        wall_s=wall_s,
+        wall_s=wall_s, memory=memory,
     )
     return TrialRecord(number, TrialState.COMPLETE, {**BASE, **changes}, TrialKind.SEARCH, Outcome.LAUNCHED, status, result)
 
 
 def model(records: list[TrialRecord]) -> FailureModel:
-    return FailureModel(SPACE.parameters, BASE, records, memory_explains=True)
+    return FailureModel(SPACE.parameters, BASE, records, memory_wall_frac=0.95)
 
 
 def test_a_value_that_hangs_at_random_takes_the_blame_from_the_values_its_failures_happened_to_hold():
@@ -94,5 +96,18 @@ def test_a_run_out_of_memory_is_left_to_the_memory_model_and_a_run_stopped_by_th
     m = model(records)
     assert m.p_ok({**BASE, "batch": 512}) == 1.0 and m.p_ok({**BASE, "prompt": 2048}) == 1.0
     # without a memory model (no parameter declares a memory effect) an OOM is a failure like another
-    m = FailureModel(SPACE.parameters, BASE, records, memory_explains=False)
+    m = FailureModel(SPACE.parameters, BASE, records, memory_wall_frac=None)
     assert m.p_ok({**BASE, "batch": 512}) < 0.5
+
+
+def test_a_failure_at_the_memory_wall_is_left_to_the_memory_model_one_away_from_it_is_not():
+    """A collective timeout or hang of a run whose peak came within the headroom is memory pressure
+    (a rank stalled in the allocator while the others wait), not the fault of its values."""
+    timeout = FailureClass.COLLECTIVE_TIMEOUT
+    at_wall = [run(0, {}, peak_frac=0.6), run(1, {"prompt": 2048, "batch": 512}, timeout, peak_frac=0.97)]
+    assert model(at_wall).p_ok({**BASE, "prompt": 2048}) == 1.0
+    away = [run(0, {}, peak_frac=0.6), run(1, {"prompt": 2048, "batch": 512}, timeout, peak_frac=0.7)]
+    assert model(away).p_ok({**BASE, "prompt": 2048}) < 0.9
+    # without a memory model the same run at the wall is a failure like another
+    unexplained = FailureModel(SPACE.parameters, BASE, at_wall, memory_wall_frac=None)
+    assert unexplained.p_ok({**BASE, "prompt": 2048}) < 0.9
