@@ -5,10 +5,12 @@ run fail, alone or with a partner, and what a failure costs.
 The causes a run holds are its values away from the baseline, each alone and each pair of them
 (NCCL's NVLS algorithm hangs only without cuMem buffers; a batch larger than what a shorter prompt
 limit leaves of the data set crashes only at that batch), and a leak held by every run (a failure
-no value explains). A failed run had one cause fire; a finished run had none. Each cause fires at a
-rate of its own, unknown, with a Beta prior that expects most values never to fire and a cause to
-fire either almost always (a deterministic hang) or now and then (a race): ``Beta(a, b)`` with
-``a + b = 1`` and a small mean, smaller for a pair than for one value.
+no value explains). A failed run had one cause fire; a finished run had none. A cause fires in one
+of two phases: before the run's first step (a bad setting, a batch the data cannot fill: these
+break most runs or none) or after it (a race, a hang now and then: a value that let the run start
+and measure steps does not break every run). In each phase each cause fires at a rate of its own,
+unknown, with a Beta prior (``PRIORS``) that expects most values never to fire, smaller for a pair
+than for one value; before the first step its mass sits near 0 and near 1, after it on small rates.
 
 Which cause fired in each failed run is inferred by collapsed Gibbs sampling (the rates integrated
 out): a cause is picked in proportion to ``(a + failures given to it) / (b + finished runs holding
@@ -41,11 +43,20 @@ Value = tuple[str, Any]
 """(parameter, value)."""
 Cause = tuple[Value, ...]
 """``()`` (the leak), one value, or a pair of values."""
-PRIORS: Mapping[int, tuple[float, float]] = {0: (0.005, 0.495), 1: (0.06, 0.44), 2: (0.015, 0.485)}
-"""``Beta(a, b)`` of a cause's firing rate by its size (leak, one value, a pair), ``a + b = 1/2``:
-the mass sits near 0 and near 1 (a value breaks nothing, or breaks most runs); a value breaks a run
-12% of the time before the study has seen it, a pair a quarter as often (a config holds many more
-pairs than values), a run fails by chance 1% of the time."""
+Key = tuple[str, Cause]
+"""(phase, cause): ``start`` (the run failed before its first step) or ``run`` (after it)."""
+PRIORS: Mapping[str, Mapping[int, tuple[float, float]]] = {
+    "start": {0: (0.005, 0.495), 1: (0.06, 0.44), 2: (0.015, 0.485)},
+    "run": {0: (0.01, 0.99), 1: (0.3, 2.7), 2: (0.075, 2.925)},
+}
+"""``Beta(a, b)`` of a cause's firing rate by phase and size (leak, one value, a pair). Before the
+first step, ``a + b = 1/2``: the mass sits near 0 and near 1 (a value breaks nothing, or breaks the
+start-up of most runs: a bad NCCL setting, a batch the data cannot fill); a value breaks a run 12% of
+the time before the study has seen it, a pair a quarter as often (a config holds many more pairs than
+values), a run fails by chance 1% of the time. After the first step, ``a + b = 3``: a value that
+let a run start and measure steps does not break every run, so the mass sits on small rates (a race,
+a hang now and then: 10% in the mean for a value, 2.5% for a pair, 1% by chance), and a failure
+there is blamed on a value held by other failures sooner than on the one value its run changed."""
 SWEEPS = 200
 BURN_IN = 40
 MIN_FIRED = 0.02
@@ -82,21 +93,33 @@ class FailureModel:
         when the space has no memory model (no parameter declares a memory effect)."""
         self.names = [p.name for p in free]
         self.baseline = dict(baseline)
-        self.runs: list[tuple[tuple[Cause, ...], bool, float]] = []
+        self.runs: list[tuple[tuple[Key, ...], tuple[Key, ...], float]] = []
+        """(keys held, keys one of which fired (empty for a finished run), cost) per run."""
         for r in sorted(records, key=lambda r: r.number):
             if r.outcome is not Outcome.LAUNCHED or r.status in (None, FailureClass.INTERRUPTED):
                 continue
             if memory_wall_frac is not None and _memory_explains(r, memory_wall_frac):
                 continue
             cost = r.result.wall_s if r.result is not None else 0.0
-            self.runs.append((self.causes(r.values), r.status not in _FINE, cost))
-        self.ok_cost_s = statistics.median([c for _, failed, c in self.runs if not failed and c > 0] or [0.0])
-        self.held = Counter(c for causes, _, _ in self.runs for c in causes)
+            start, run = self.keys(r.values, "start"), self.keys(r.values, "run")
+            if r.status in _FINE:
+                self.runs.append((start + run, (), cost))
+            elif r.result is not None and r.result.step_times_s:
+                self.runs.append((start + run, run, cost))
+            else:
+                self.runs.append((start, start, cost))
+        self.ok_cost_s = statistics.median([c for _, fired, c in self.runs if not fired and c > 0] or [0.0])
+        self.held = Counter(k for keys, _, _ in self.runs for k in keys)
         self.fired, self.cost_s = self._sample()
 
     def causes(self, values: Mapping[str, Any]) -> tuple[Cause, ...]:
         off = [(n, values.get(n)) for n in self.names if values.get(n) != self.baseline.get(n)]
         return ((),) + tuple((v,) for v in off) + tuple(itertools.combinations(off, 2))
+
+    def keys(self, values: Mapping[str, Any], phase: str | None = None) -> tuple[Key, ...]:
+        """The causes ``values`` hold in ``phase`` (both phases when None)."""
+        phases = ("start", "run") if phase is None else (phase,)
+        return tuple((ph, c) for ph in phases for c in self.causes(values))
 
     def _sample(self) -> tuple[dict[Cause, float], dict[Cause, float]]:
         """Collapsed Gibbs over which cause fired in each failed run, (failures taken averaged over
@@ -104,12 +127,13 @@ class FailureModel:
         has two modes (one cause shared by many failures, or a cause of each failure's own) that one
         chain does not cross: a chain starts in each, and each chain counts in proportion to the
         posterior mass it visits."""
-        failed = [(causes, cost) for causes, f, cost in self.runs if f]
+        failed = [(fired, cost) for _, fired, cost in self.runs if fired]
         if not failed:
             return {}, {}
         in_failures = Counter(c for causes, _ in failed for c in causes)
-        shared = [max(causes[1:] or causes, key=lambda c: (in_failures[c], -len(c), -self.held[c])) for causes, _ in failed]
-        own = [min(causes, key=lambda c: (self.held[c], len(c))) for causes, _ in failed]
+        shared = [max([k for k in keys if k[1]] or keys, key=lambda k: (in_failures[k], -len(k[1]), -self.held[k]))
+                  for keys, _ in failed]
+        own = [min(keys, key=lambda k: (self.held[k], len(k[1]))) for keys, _ in failed]
         chains = [self._chain(failed, start, seed) for seed, start in enumerate((shared, own))]
         top = max(mass for _, _, mass in chains)
         weights = [math.exp(mass - top) for _, _, mass in chains]
@@ -139,7 +163,7 @@ class FailureModel:
                 taken[assigned[i]] -= 1
                 weights = []
                 for c in causes:
-                    a, b = PRIORS[len(c)]
+                    a, b = PRIORS[c[0]][len(c[1])]
                     k = taken[c]
                     weights.append((a + k) / (b + self.held[c] - k - 1))
                 c = rng.choices(causes, weights)[0]
@@ -149,25 +173,25 @@ class FailureModel:
                     fired[c] = fired.get(c, 0.0) + 1.0 / kept
                     cost[c] = cost.get(c, 0.0) + run_cost / kept
             if sweep >= BURN_IN:
-                log_joints.append(sum(_log_beta(PRIORS[len(c)][0] + taken[c], PRIORS[len(c)][1] + self.held[c] - taken[c])
-                                      for c in suspects))
+                log_joints.append(sum(_log_beta(PRIORS[c[0]][len(c[1])][0] + taken[c],
+                                                PRIORS[c[0]][len(c[1])][1] + self.held[c] - taken[c]) for c in suspects))
         top = max(log_joints)
         return fired, cost, top + math.log(sum(math.exp(x - top) for x in log_joints) / len(log_joints))
 
-    def _posterior(self, c: Cause) -> tuple[float, float] | None:
+    def _posterior(self, k: Key) -> tuple[float, float] | None:
         """Beta posterior (alpha, beta) of a blamed cause's rate; None when it is not blamed."""
-        f = self.fired.get(c, 0.0)
+        f = self.fired.get(k, 0.0)
         if f < MIN_FIRED:
             return None
-        a, b = PRIORS[len(c)]
-        return a + f, b + self.held[c] - f
+        a, b = PRIORS[k[0]][len(k[1])]
+        return a + f, b + self.held[k] - f
 
     def _held_posteriors(self, values: Mapping[str, Any]) -> list[tuple[float, float, float]]:
         out = []
-        for c in self.causes(values):
-            post = self._posterior(c)
+        for k in self.keys(values):
+            post = self._posterior(k)
             if post is not None:
-                out.append((*post, self.cost_s[c]))
+                out.append((*post, self.cost_s[k]))
         return out
 
     def p_ok(self, values: Mapping[str, Any]) -> float:
@@ -186,10 +210,11 @@ class FailureModel:
         return both / max(ok + (1.0 - ok) * ratio, 1e-12)
 
     def blamed(self) -> list[tuple[Cause, float, float]]:
-        """(cause, failures taken, mean rate) of each blamed cause, most failures first."""
+        """(cause, failures taken, mean rate) of each blamed cause (in each phase it failed in),
+        most failures first."""
         rows = []
-        for c in self.fired:
-            post = self._posterior(c)
+        for k in self.fired:
+            post = self._posterior(k)
             if post is not None:
-                rows.append((c, self.fired[c], post[0] / (post[0] + post[1])))
+                rows.append((k[1], self.fired[k], post[0] / (post[0] + post[1])))
         return sorted(rows, key=lambda r: -r[1])

@@ -111,3 +111,30 @@ def test_a_failure_at_the_memory_wall_is_left_to_the_memory_model_one_away_from_
     # without a memory model the same run at the wall is a failure like another
     unexplained = FailureModel(SPACE.parameters, BASE, at_wall, memory_wall_frac=None)
     assert unexplained.p_ok({**BASE, "prompt": 2048}) < 0.9
+
+
+def hung_after(number: int, changes: dict, steps: int) -> TrialRecord:
+    """A run that hung after measuring ``steps`` steps."""
+    result = TrialResult(
+        number=number, status=FailureClass.HANG, verdict=Verdict(FailureClass.HANG), stop_reason=StopReason.STALL,
+        step_times_s=(2.0,) + (1.0,) * steps, warmup_steps=1, samples_per_step=8.0, wall_s=1000.0,
+    )
+    return TrialRecord(number, TrialState.COMPLETE, {**BASE, **changes}, TrialKind.SEARCH, Outcome.LAUNCHED,
+                       FailureClass.HANG, result)
+
+
+def test_a_hang_after_the_first_steps_is_blamed_on_the_value_that_hangs_now_and_then_not_on_the_new_one():
+    """Each run changed one NCCL value next to cuMem, which hangs at random; the runs started and
+    measured steps, so the value a run changed did not break it at start-up as a bad setting would:
+    NVLS, whose only run hung that way, stays worth trying without cuMem."""
+    cumem = {"NCCL_CUMEM_ENABLE": 1}
+    records = [run(0, {}), run(1, cumem), hung_after(2, {**cumem, "NCCL_ALGO": "Ring"}, 2),
+               run(3, {**cumem, "NCCL_PROTO": "Simple"}), hung_after(4, {**cumem, "NCCL_PROTO": "LL"}, 3),
+               hung_after(5, {**cumem, "NCCL_ALGO": "NVLS"}, 1)]
+    m = model(records)
+    assert m.blamed()[0][0] == (("NCCL_CUMEM_ENABLE", 1),)
+    assert m.p_ok({**BASE, "NCCL_ALGO": "NVLS"}) > 0.8 > m.p_ok({**BASE, **cumem})
+    # the same failures at start-up (no step measured) are each the new value's, as a bad setting's
+    at_start = [r if r.ok else run(r.number, {k: v for k, v in r.values.items() if v != BASE[k]}, FailureClass.HANG)
+                for r in records]
+    assert model(at_start).p_ok({**BASE, "NCCL_ALGO": "NVLS"}) < 0.7
