@@ -44,7 +44,8 @@ from nccl_tune.tuner.nightly import check_runnable, finish_night, plan_night, st
 from nccl_tune.tuner.observer import InterruptFlag
 from nccl_tune.tuner.pins import Pins, apply_pins, baseline_values
 from nccl_tune.tuner.recovery import Recovery
-from nccl_tune.tuner.sampling import make_sampler, suggest, to_optuna
+from nccl_tune.tuner.samplers import make_sampler
+from nccl_tune.tuner.sampling import suggest, to_optuna
 from nccl_tune.tuner.settings import RunSettings
 from nccl_tune.tuner.stability import Candidate
 from nccl_tune.tuner.stop_rules import StopRules, refuse_unrankable

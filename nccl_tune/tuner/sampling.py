@@ -63,18 +63,3 @@ def to_optuna(space: SearchSpace, values: Mapping[str, Any], pinned: Mapping[str
         v = values[p.name]
         out[optuna_name(p)] = int(math.log2(v)) if p.kind is ParamKind.POW2 else v
     return out
-
-
-def make_sampler(
-    name: str, seed: int | None, space: SearchSpace, pinned: Mapping[str, Any] | None = None
-) -> optuna.samplers.BaseSampler:
-    """The sampler ``name`` (one of ``settings.SAMPLERS``, checked by ``RunSettings``): ``local``
-    moves from the incumbent by expected gain, memory-aware (``local_search.py``); ``tpe`` models
-    the whole space; ``random`` is the yardstick."""
-    if name == "local":
-        from nccl_tune.tuner.local_search import LocalSearchSampler  # it builds on this module
-
-        return LocalSearchSampler(space, pinned or {}, seed)
-    if name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=8, multivariate=True)
-    return optuna.samplers.RandomSampler(seed=seed)

@@ -16,7 +16,7 @@ from nccl_tune.launchers.registry import launcher_problem, parallel_problem
 from nccl_tune.tuner.storage import default_study_name
 
 SAMPLERS = ("local", "tpe", "random")
-"""The samplers ``make_sampler`` builds (see ``tuner/sampling.py``)."""
+"""The samplers ``make_sampler`` builds (see ``tuner/samplers.py``)."""
 DEFAULT_SAMPLER = "local"
 
 
