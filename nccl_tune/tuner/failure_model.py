@@ -73,6 +73,11 @@ def _memory_explains(r: TrialRecord, wall_frac: float) -> bool:
     return r.status not in _FINE and peak is not None and peak > wall_frac
 
 
+def _prior(k: Key) -> tuple[float, float]:
+    """``Beta(a, b)`` of a cause's rate in its phase (``PRIORS``)."""
+    return PRIORS[k[0]][len(k[1])]
+
+
 def _log_beta(a: float, b: float) -> float:
     return math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
 
@@ -121,7 +126,7 @@ class FailureModel:
         phases = ("start", "run") if phase is None else (phase,)
         return tuple((ph, c) for ph in phases for c in self.causes(values))
 
-    def _sample(self) -> tuple[dict[Cause, float], dict[Cause, float]]:
+    def _sample(self) -> tuple[dict[Key, float], dict[Key, float]]:
         """Collapsed Gibbs over which cause fired in each failed run, (failures taken averaged over
         the sweeps after burn-in; mean cost of the failures taken) per cause. The posterior often
         has two modes (one cause shared by many failures, or a cause of each failure's own) that one
@@ -130,7 +135,7 @@ class FailureModel:
         failed = [(fired, cost) for _, fired, cost in self.runs if fired]
         if not failed:
             return {}, {}
-        in_failures = Counter(c for causes, _ in failed for c in causes)
+        in_failures = Counter(k for keys, _ in failed for k in keys)
         shared = [max([k for k in keys if k[1]] or keys, key=lambda k: (in_failures[k], -len(k[1]), -self.held[k]))
                   for keys, _ in failed]
         own = [min(keys, key=lambda k: (self.held[k], len(k[1]))) for keys, _ in failed]
@@ -138,43 +143,43 @@ class FailureModel:
         top = max(mass for _, _, mass in chains)
         weights = [math.exp(mass - top) for _, _, mass in chains]
         total = sum(weights)
-        fired: dict[Cause, float] = {}
-        cost: dict[Cause, float] = {}
+        fired: dict[Key, float] = {}
+        cost: dict[Key, float] = {}
         for (f, c, _), w in zip(chains, weights):
             for k in f:
                 fired[k] = fired.get(k, 0.0) + w * f[k] / total
                 cost[k] = cost.get(k, 0.0) + w * c[k] / total
         return fired, {k: cost[k] / fired[k] for k in fired}
 
-    def _chain(self, failed: list[tuple[tuple[Cause, ...], float]], start: list[Cause],
-               seed: int) -> tuple[dict[Cause, float], dict[Cause, float], float]:
+    def _chain(self, failed: list[tuple[tuple[Key, ...], float]], start: list[Key],
+               seed: int) -> tuple[dict[Key, float], dict[Key, float], float]:
         """One Gibbs chain from ``start``: (failures taken, cost taken, log of the mean posterior
         probability of its states after burn-in)."""
         rng = random.Random(seed)
         assigned = list(start)
         taken = Counter(assigned)
-        suspects = {c for causes, _ in failed for c in causes}
-        fired: dict[Cause, float] = {}
-        cost: dict[Cause, float] = {}
+        suspects = {k for keys, _ in failed for k in keys}
+        fired: dict[Key, float] = {}
+        cost: dict[Key, float] = {}
         log_joints = []
         kept = SWEEPS - BURN_IN
         for sweep in range(SWEEPS):
-            for i, (causes, run_cost) in enumerate(failed):
+            for i, (keys, run_cost) in enumerate(failed):
                 taken[assigned[i]] -= 1
                 weights = []
-                for c in causes:
-                    a, b = PRIORS[c[0]][len(c[1])]
-                    k = taken[c]
-                    weights.append((a + k) / (b + self.held[c] - k - 1))
-                c = rng.choices(causes, weights)[0]
+                for key in keys:
+                    a, b = _prior(key)
+                    k = taken[key]
+                    weights.append((a + k) / (b + self.held[key] - k - 1))
+                c = rng.choices(keys, weights)[0]
                 assigned[i] = c
                 taken[c] += 1
                 if sweep >= BURN_IN:
                     fired[c] = fired.get(c, 0.0) + 1.0 / kept
                     cost[c] = cost.get(c, 0.0) + run_cost / kept
             if sweep >= BURN_IN:
-                log_joints.append(sum(_log_beta(PRIORS[c[0]][len(c[1])][0] + taken[c],
-                                                PRIORS[c[0]][len(c[1])][1] + self.held[c] - taken[c]) for c in suspects))
+                log_joints.append(sum(_log_beta(_prior(k)[0] + taken[k], _prior(k)[1] + self.held[k] - taken[k])
+                                      for k in suspects))
         top = max(log_joints)
         return fired, cost, top + math.log(sum(math.exp(x - top) for x in log_joints) / len(log_joints))
 
@@ -183,7 +188,7 @@ class FailureModel:
         f = self.fired.get(k, 0.0)
         if f < MIN_FIRED:
             return None
-        a, b = PRIORS[k[0]][len(k[1])]
+        a, b = _prior(k)
         return a + f, b + self.held[k] - f
 
     def _held_posteriors(self, values: Mapping[str, Any]) -> list[tuple[float, float, float]]:
