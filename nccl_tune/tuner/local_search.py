@@ -121,9 +121,6 @@ class Planner:
     def _key(self, values: Mapping[str, Any]) -> str:
         return values_key({p.name: values.get(p.name) for p in self.free})
 
-    def p_no_other_failure(self, values: Mapping[str, Any]) -> float:
-        return self.failures.p_ok(values)
-
     # -- moves -------------------------------------------------------------------------------------
     def full(self, values: Mapping[str, Any]) -> dict[str, Any]:
         return {**values, **self.pinned}
@@ -185,7 +182,7 @@ class Planner:
             options = [self.full({**current, p.name: v}) for p in self.free for v in p.choices
                        if v != current.get(p.name) and (p.name, v) in seen]
             options = [o for o in options if self.within_rules(o) and self.memory.p_fits(o) >= 0.5
-                       and self.p_no_other_failure(o) >= 0.5 and self.memory.verdict(o) is None]
+                       and self.failures.p_ok(o) >= 0.5 and self.memory.verdict(o) is None]
             if not options:
                 break
             means, _ = self.tput.predict(options)
@@ -216,7 +213,7 @@ class Planner:
         """(modelled log throughput, first trial, values, stable) of every config whose runs all
         finished (stable, or too close to the memory wall to be) and that is not suspect (its values'
         failure rates leave it less than even odds), best first."""
-        finished = [c for c in candidates(self.records) if c.all_ok and self.p_no_other_failure(c.values) >= 0.5]
+        finished = [c for c in candidates(self.records) if c.all_ok and self.failures.p_ok(c.values) >= 0.5]
         if not finished:
             return []
         means, _ = self.tput.predict([c.values for c in finished])
@@ -283,13 +280,19 @@ class Planner:
         return f"{move.kind} from trial {move.base}: {changes} (modelled {gain:+.1%}, fits {fits:.0%})"
 
 
+def tpe_sampler(seed: int | None) -> TPESampler:
+    """Optuna's TPE as the study uses it: on its own (``--sampler tpe``) and where no local move is
+    worth a trial."""
+    return TPESampler(seed=seed, n_startup_trials=8, multivariate=True)
+
+
 class LocalSearchSampler(BaseSampler):
     """Optuna's face of ``Planner`` (the module docstring); TPE when no local move is worth a trial."""
 
     def __init__(self, space: SearchSpace, pinned: Mapping[str, Any] | None = None, seed: int | None = None) -> None:
         self.space = space
         self.pinned = dict(pinned or {})
-        self._tpe = TPESampler(seed=seed, n_startup_trials=8, multivariate=True)
+        self._tpe = tpe_sampler(seed)
         self._rng = random.Random(seed)
         self._dists = distributions(space, self.pinned)
         self.last: Proposal | None = None
@@ -310,8 +313,10 @@ class LocalSearchSampler(BaseSampler):
         planner = Planner(self.space, self.pinned, records)
         self.last = planner.propose(self._rng)
         self._last_number = trial.number
-        self._fallback = None if "fixed_params" in trial.system_attrs else f"TPE, since {planner.declined}"
+        self._fallback = None
         if self.last is None:
+            if "fixed_params" not in trial.system_attrs:
+                self._fallback = f"TPE, since {planner.declined}"
             tpe_space = self._tpe.infer_relative_search_space(study, trial)
             return self._tpe.sample_relative(study, trial, tpe_space)
         proposal = to_optuna(self.space, self.last.values, self.pinned)

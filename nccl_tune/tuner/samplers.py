@@ -7,7 +7,7 @@ from typing import Any, Mapping
 import optuna
 
 from nccl_tune.search_spaces.space import SearchSpace
-from nccl_tune.tuner.local_search import LocalSearchSampler
+from nccl_tune.tuner.local_search import LocalSearchSampler, tpe_sampler
 
 
 def make_sampler(
@@ -19,5 +19,5 @@ def make_sampler(
     if name == "local":
         return LocalSearchSampler(space, pinned or {}, seed)
     if name == "tpe":
-        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=8, multivariate=True)
+        return tpe_sampler(seed)
     return optuna.samplers.RandomSampler(seed=seed)

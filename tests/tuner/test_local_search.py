@@ -98,9 +98,9 @@ def test_a_parameter_measured_within_noise_waits_while_others_have_spread():
 def test_a_failure_is_blamed_on_the_values_its_move_changed():
     records = [rec(0, {}), rec(1, {"micro": 4}), rec(2, {"micro": 4, "NCCL_ALGO": "Tree"}, FailureClass.HANG)]
     planner = Planner(SPACE, {}, records)
-    elsewhere = planner.p_no_other_failure({**BASE, "micro": 8, "ckpt": True, "NCCL_ALGO": "Tree"})
-    assert elsewhere < 0.6 and planner.p_no_other_failure({**BASE, "micro": 4, "NCCL_ALGO": "Tree"}) < elsewhere
-    assert planner.p_no_other_failure({**BASE, "micro": 8, "ckpt": True}) == planner.p_no_other_failure(BASE) > 0.95
+    elsewhere = planner.failures.p_ok({**BASE, "micro": 8, "ckpt": True, "NCCL_ALGO": "Tree"})
+    assert elsewhere < 0.6 and planner.failures.p_ok({**BASE, "micro": 4, "NCCL_ALGO": "Tree"}) < elsewhere
+    assert planner.failures.p_ok({**BASE, "micro": 8, "ckpt": True}) == planner.failures.p_ok(BASE) > 0.95
     assert planner.propose(random.Random(0)).values["NCCL_ALGO"] != "Tree"
 
 
