@@ -64,6 +64,11 @@ class MemoryEffect(str, Enum):
     UNKNOWN = "unknown"
     """Unknown: two configs are comparable only if they agree on this parameter."""
 
+    @property
+    def signed(self) -> bool:
+        """Increasing or decreasing: the memory model can order configs by it."""
+        return self in (MemoryEffect.INCREASING, MemoryEffect.DECREASING)
+
 
 @dataclass(frozen=True)
 class Parameter:

@@ -52,10 +52,10 @@ from optuna.samplers import BaseSampler, TPESampler
 from optuna.trial import FrozenTrial, TrialState
 
 from nccl_tune.search_spaces.expr import ExprError
-from nccl_tune.search_spaces.space import MemoryEffect, Parameter, SearchSpace
+from nccl_tune.search_spaces.space import Parameter, SearchSpace
 from nccl_tune.tuner import study_records as R
 from nccl_tune.tuner.failure_model import FailureModel
-from nccl_tune.tuner.memory_model import MemoryModel
+from nccl_tune.tuner.memory_model import MemoryModel, failure_wall_frac
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.sampling import distributions, to_optuna
 from nccl_tune.tuner.stability import candidates, values_key
@@ -73,7 +73,6 @@ TIE = 0.01
 """Modelled log-throughput difference within which configs count as tied: the one with fewer changes
 from the baseline leads (a change that did not measurably help is not carried into the next move)."""
 _NORMAL = NormalDist()
-_SIGNED = (MemoryEffect.INCREASING, MemoryEffect.DECREASING)
 
 
 @dataclass(frozen=True)
@@ -114,7 +113,7 @@ class Planner:
         self.tput = ThroughputModel(space, self.free, self.records, self.baseline)
         self.tried = {self._key(r.values) for r in self.records if r.values}
         self.failures = FailureModel(self.free, self.baseline, self.records,
-                                     memory_wall_frac=self.memory.wall_frac if self.memory.signed else None)
+                                     memory_wall_frac=failure_wall_frac(space))
         self.declined = ""
         """Why ``propose`` returned None."""
 
@@ -147,7 +146,7 @@ class Planner:
         effects, or because it needs at least the memory of a config that ran out or came too close
         to the wall), with each enabler of another parameter whose memory effect is measured (with
         each of its values), or while none is, with each enabler (with the smallest such change)."""
-        signed = [p for p in self.free if p.memory in _SIGNED]
+        signed = [p for p in self.free if p.memory.signed]
         out = []
         for q in signed:
             rank = q.memory_rank(base[q.name])

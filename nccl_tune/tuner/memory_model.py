@@ -65,7 +65,6 @@ changes can refuse a config."""
 FIT_SIGMA = 0.05
 """Residual scale that weighs data against the prior in the fit."""
 _NORMAL = NormalDist()
-_SIGNED = (MemoryEffect.INCREASING, MemoryEffect.DECREASING)
 
 
 @dataclass(frozen=True)
@@ -173,13 +172,20 @@ def observations(records: Iterable[TrialRecord]) -> list[_Point]:
     return out
 
 
+def failure_wall_frac(space: SearchSpace) -> float | None:
+    """The peak (share of the GPU) above which memory explains a failure (an OOM, or a hang, crash or
+    timeout of a run that came that close: the headroom's edge); None when no parameter declares an
+    increasing or decreasing memory effect (the space has no memory model)."""
+    return 1.0 - space.min_headroom_frac if any(p.memory.signed for p in space.parameters) else None
+
+
 class MemoryModel:
     """Fitted once per study state (cheap: a few dozen points); see the module docstring."""
 
     def __init__(self, space: SearchSpace, records: Iterable[TrialRecord]) -> None:
         self.space = space
         self.wall_frac = 1.0 - space.min_headroom_frac
-        self.signed = [p for p in space.parameters if p.memory in _SIGNED]
+        self.signed = [p for p in space.parameters if p.memory.signed]
         self.unknown = [p for p in space.parameters if p.memory is MemoryEffect.UNKNOWN]
         self.small = [p for p in space.parameters if p.memory is MemoryEffect.SMALL]
         self.points = observations(records)

@@ -30,7 +30,7 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from nccl_tune.failure import FailureClass
-from nccl_tune.search_spaces.space import UNSET, MemoryEffect, ParamKind, Parameter, SearchSpace, Target
+from nccl_tune.search_spaces.space import UNSET, ParamKind, Parameter, SearchSpace, Target
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
 
 PRIOR_MEMORY_GAIN = 0.08
@@ -150,14 +150,14 @@ def _group(p: Parameter) -> Any:
     """The group whose measured spread a parameter's scale is shrunk towards (keys of ``PRIOR_TAU``)."""
     if p.target is Target.ENV:
         return Target.ENV
-    return "memory" if p.memory in (MemoryEffect.INCREASING, MemoryEffect.DECREASING) else Target.OVERRIDE
+    return "memory" if p.memory.signed else Target.OVERRIDE
 
 
 def ordered(p: Parameter) -> bool:
     """True when the choice order means something (numbers, booleans, declared memory order)."""
     if p.kind in (ParamKind.POW2, ParamKind.INT, ParamKind.BOOL):
         return True
-    if p.memory in (MemoryEffect.INCREASING, MemoryEffect.DECREASING):
+    if p.memory.signed:
         return True
     nums = [c for c in p.choices if isinstance(c, (int, float)) and not isinstance(c, bool)]
     return len(nums) == len(p.choices) and nums == sorted(nums)
@@ -231,7 +231,7 @@ class ThroughputModel:
     def prior_mean(self, values: Mapping[str, Any]) -> float:
         total = 0.0
         for p in self.free:
-            if p.semantic or p.memory not in (MemoryEffect.INCREASING, MemoryEffect.DECREASING):
+            if p.semantic or not p.memory.signed:
                 continue
             if p.name in values and p.name in self.baseline:
                 total += PRIOR_MEMORY_GAIN * (p.memory_rank(values[p.name]) - p.memory_rank(self.baseline[p.name]))

@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 
 from nccl_tune.presets import apply_preset
 from nccl_tune.search_spaces.render import fixed_argv, format_value, render_values
-from nccl_tune.search_spaces.space import MemoryEffect, SearchSpace
+from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.trial import Clocks, MemoryKnob, StopRule, TrialSpec
 from nccl_tune.tuner.dropped import probe_overlay
 from nccl_tune.tuner.settings import RunSettings
@@ -73,7 +73,7 @@ def memory_knobs(space: SearchSpace, values: Mapping[str, Any]) -> tuple[MemoryK
     """The space's parameters that move memory, with their values in ``values`` (for advice)."""
     knobs = []
     for p in space.parameters:
-        if p.memory in (MemoryEffect.INCREASING, MemoryEffect.DECREASING) and p.name in values:
+        if p.memory.signed and p.name in values:
             rank = p.memory_rank(values[p.name])
             room = any(p.memory_rank(c) < rank for c in p.choices)
             knobs.append(MemoryKnob(p.name, format_value(values[p.name]), p.memory.value, p.arg, room))
