@@ -146,7 +146,7 @@ def _run(settings, as_json: bool) -> None:
         (err if as_json else out).print(escape(line), highlight=False, soft_wrap=True)
     if as_json:
         data = summary_json(outcome.study, outcome.storage_url, list(outcome.records), outcome.winner,
-                            outcome.baseline, outcome.exit_code, outcome.space)
+                            outcome.baseline, outcome.exit_code, outcome.space, outcome.stored.passed_over)
         data["night"] = outcome.night.to_json() if outcome.night else None
         _emit_json(data)
     verdict = outcome.night.verdict if outcome.night else None

@@ -40,6 +40,9 @@ class StudyView:
     night: Night | None
     history: History | None
     generated_at: str
+    passed_over: tuple[tuple[Candidate, str], ...] = ()
+    """Configs whose own runs all finished but that hold a value the study has seen fail now and then,
+    with why (``study_view.passed_over``)."""
 
     @property
     def launched(self) -> tuple[TrialRecord, ...]:
@@ -126,10 +129,14 @@ def winner_reasons(view: StudyView) -> list[str]:
     if b is not None and b.throughput and b is not w and values_key(b.values) != values_key(w.values):
         lines.append(f"{w.throughput / b.throughput:.2f}x the space defaults' {b.throughput:.4g} {u} (trial {b.first.number})")
     margin = view.space.min_headroom_frac
+    flaky = {values_key(c.values): why for c, why in view.passed_over}
     pool = [c for c in candidates(view.records) if values_key(c.values) != values_key(w.values)]
-    for c in sorted((c for c in pool if c.throughput > w.throughput and not c.stable), key=lambda c: -c.throughput)[:3]:
-        lines.append(f"trial {c.first.number} was faster ({c.throughput:.4g} {u}) but {_why_not(c, margin)}")
-    runner = max((c for c in pool if c.stable), key=lambda c: c.throughput, default=None)
+    stable = [c for c in pool if c.stable and values_key(c.values) not in flaky]
+    for c in sorted((c for c in pool if c.throughput > w.throughput and c not in stable), key=lambda c: -c.throughput)[:3]:
+        why = flaky.get(values_key(c.values))
+        why = f"is not stable though its runs finished: {why}" if why else _why_not(c, margin)
+        lines.append(f"trial {c.first.number} was faster ({c.throughput:.4g} {u}) but {why}")
+    runner = max(stable, key=lambda c: c.throughput, default=None)
     if runner is not None and w.throughput:
         lines.append(f"runner-up: trial {runner.first.number}, {runner.throughput:.4g} {u} "
                      f"({runner.throughput / w.throughput - 1:+.1%})")

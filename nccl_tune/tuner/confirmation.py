@@ -9,6 +9,7 @@ from nccl_tune.failure import FailureClass
 from nccl_tune.tuner import study_records as R
 from nccl_tune.tuner.budget import Budget
 from nccl_tune.tuner.display import Display
+from nccl_tune.tuner.failure_model import flaky_rule
 from nccl_tune.tuner.observer import InterruptFlag
 from nccl_tune.tuner.sampling import suggest, to_optuna
 from nccl_tune.tuner.semantics import study_reference
@@ -24,7 +25,7 @@ def confirm(
     space, pinned = runner.space, runner.pins.params
     for _ in range(reruns):
         history = R.records(study)
-        pending = to_confirm(history, 1, study_reference(space, history))
+        pending = to_confirm(history, 1, study_reference(space, history), flaky_rule(space, history))
         if not pending:
             return False
         cand = pending[0]

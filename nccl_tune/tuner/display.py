@@ -4,7 +4,7 @@ for the running trial on a terminal, the incumbent, and a summary table at the e
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from rich.console import Console
 from rich.markup import escape
@@ -17,7 +17,7 @@ from nccl_tune.search_spaces.space import UNSET, SearchSpace
 from nccl_tune.trial import TrialResult
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.semantics import semantic_changes
-from nccl_tune.tuner.stability import Candidate
+from nccl_tune.tuner.stability import Candidate, faster_passed_over
 
 _STYLE = {
     FailureClass.OK: "green",
@@ -167,16 +167,22 @@ class Display:
     def summary(
         self, records: list[TrialRecord], winner: Candidate | None, base: Candidate | None,
         confirmation_required: bool = False, show_why: bool = False,
+        passed_over: Sequence[tuple[Candidate, str]] = (),
     ) -> None:
         """The trials, what was not launched, and the winner (``confirmation_required``: a winner not
         confirmed by a re-run is not called stable; ``show_why``: why the sampler proposed each trial,
-        under it, for the report: the run printed it when the trial started)."""
+        under it, for the report: the run printed it when the trial started), and the configs faster
+        than it that ``passed_over`` says are not stable, with why."""
         if self.plain:
             self._summary_lines(records, winner, base, show_why)
         else:
             self._summary_table(records, winner, base, show_why)
         self._closing(records)
         self.winner(winner, base, confirmation_required)
+        for c, why in faster_passed_over(passed_over, winner):
+            self.console.print(
+                f"[yellow]not stable, though its runs finished:[/] trial {c.first.number} "
+                f"{fmt_tput(c.throughput, c.throughput_unit)}: {escape(why)}", highlight=False, soft_wrap=True)
 
     def _summary_lines(self, records: list[TrialRecord], winner: Candidate | None, base: Candidate | None,
                        show_why: bool) -> None:

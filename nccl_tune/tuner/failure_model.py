@@ -36,7 +36,10 @@ from collections import Counter
 from typing import Any, Iterable, Mapping, Sequence
 
 from nccl_tune.failure import FailureClass
-from nccl_tune.search_spaces.space import Parameter
+from nccl_tune.search_spaces.render import format_value
+from nccl_tune.search_spaces.space import Parameter, SearchSpace
+from nccl_tune.tuner.memory_model import failure_wall_frac
+from nccl_tune.tuner.stability import values_key
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
 
 Value = tuple[str, Any]
@@ -61,6 +64,12 @@ SWEEPS = 200
 BURN_IN = 40
 MIN_FIRED = 0.02
 """Failures (averaged over the sweeps) a cause must have taken to be blamed at all."""
+FLAKY_RATE = 0.10
+"""Rate (posterior mean, per run) at or above which a value or pair that made runs fail makes every
+config holding it flaky, once it has taken at least one failure: a setting that fails one trial run
+in ten hangs a day of training many times over. The estimate is low where a failed run held many
+values (its blame is shared among them and their pairs): a value that hung half the runs holding it
+on the hang-region landscape was estimated at 11%."""
 _FINE = (FailureClass.OK, FailureClass.BUDGET)
 
 
@@ -214,6 +223,19 @@ class FailureModel:
             ratio = sum(p * c for p, c in risk) / sum(p for p, _ in risk) / self.ok_cost_s
         return both / max(ok + (1.0 - ok) * ratio, 1e-12)
 
+    def flaky(self, values: Mapping[str, Any]) -> list[tuple[Cause, float, float]]:
+        """(cause, failures taken, mean rate) of each value or pair in ``values`` that made runs fail
+        at ``FLAKY_RATE`` or more, in either phase, having taken at least one failure. Asked of a
+        config whose own runs finished, it names causes that fail now and then (those runs held it
+        too): the config is not stable however its own runs went, since a hang now and then spares a
+        few short runs, not a day of training."""
+        out = []
+        for k in self.keys(values):
+            post = self._posterior(k)
+            if k[1] and post is not None and self.fired[k] >= 1.0 and post[0] / (post[0] + post[1]) >= FLAKY_RATE:
+                out.append((k[1], self.fired[k], post[0] / (post[0] + post[1])))
+        return out
+
     def blamed(self) -> list[tuple[Cause, float, float]]:
         """(cause, failures taken, mean rate) of each blamed cause (in each phase it failed in),
         most failures first."""
@@ -223,3 +245,36 @@ class FailureModel:
             if post is not None:
                 rows.append((k[1], self.fired[k], post[0] / (post[0] + post[1])))
         return sorted(rows, key=lambda r: -r[1])
+
+
+def study_failures(space: SearchSpace, records: Sequence[TrialRecord]) -> FailureModel:
+    """The failure model of a stored study, as its records show it: the parameters its launched runs
+    varied (a value every run held, pinned, is told from chance by nothing), against the space's
+    defaults (the user's own values)."""
+    launched = [r for r in records if r.outcome is Outcome.LAUNCHED and r.values]
+    free = [p for p in space.parameters if len({values_key({"v": r.values.get(p.name)}) for r in launched}) > 1]
+    return FailureModel(free, space.defaults(), records, memory_wall_frac=failure_wall_frac(space))
+
+
+class FlakyRule:
+    """Which configs hold a flaky cause (``FailureModel.flaky``), by a study's records; called with a
+    config's values, True when it holds one."""
+
+    def __init__(self, model: FailureModel) -> None:
+        self.model = model
+
+    def __call__(self, values: Mapping[str, Any]) -> bool:
+        return bool(self.model.flaky(values))
+
+    def why(self, values: Mapping[str, Any]) -> str:
+        """The flaky causes ``values`` hold, in words."""
+        return "; ".join(
+            f"{' with '.join(f'{n}={format_value(v)}' for n, v in cause)} fails about {rate:.0%} of the runs "
+            f"holding it (blamed for {taken:.1f} of the study's failures)"
+            for cause, taken, rate in self.model.flaky(values)
+        )
+
+
+def flaky_rule(space: SearchSpace, records: Sequence[TrialRecord]) -> FlakyRule:
+    """``FlakyRule`` of a stored study (``study_failures``)."""
+    return FlakyRule(study_failures(space, records))

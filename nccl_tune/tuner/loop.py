@@ -215,7 +215,8 @@ class StudyLoop:
         proven = winner if winner is not None and (winner.confirmed or not required) else None
         night = finish_night(study, self.plan, self.fingerprint, stored.records, proven, interrupted)
         if not interrupted:
-            self.display.summary(list(stored.records), winner, stored.baseline, confirmation_required=required)
+            self.display.summary(list(stored.records), winner, stored.baseline, confirmation_required=required,
+                                 passed_over=stored.passed_over)
         return StudyOutcome(stored, winner, self.runner.launched, confirmation_required=required,
                             interrupted=interrupted, resumed=existed, night=night,
                             fail_on_regression=self.settings.fail_on_regression_pct is not None)

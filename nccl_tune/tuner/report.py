@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from rich.console import Console
 from rich.markup import escape
@@ -16,7 +16,7 @@ from nccl_tune.failure import FailureClass
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.tuner.display import Display, describe, shorten
 from nccl_tune.tuner.semantics import semantic_changes
-from nccl_tune.tuner.stability import Candidate
+from nccl_tune.tuner.stability import Candidate, faster_passed_over
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.study_view import open_study
 
@@ -65,7 +65,10 @@ def candidate_json(c: Candidate | None, space: SearchSpace | None = None,
 
 
 def summary_json(study: str, storage: str, recs: list[TrialRecord], winner: Candidate | None,
-                 base: Candidate | None, exit_code: int, space: SearchSpace | None = None) -> dict[str, Any]:
+                 base: Candidate | None, exit_code: int, space: SearchSpace | None = None,
+                 passed_over: Sequence[tuple[Candidate, str]] = ()) -> dict[str, Any]:
+    """The study as JSON; ``passed_over``: configs left out as flaky (``study_view.passed_over``),
+    listed under ``not_stable`` when faster than the winner."""
     launched = [r for r in recs if r.outcome is Outcome.LAUNCHED]
     return {
         "study": study,
@@ -82,6 +85,8 @@ def summary_json(study: str, storage: str, recs: list[TrialRecord], winner: Cand
             "duplicates": sum(r.outcome is Outcome.DUPLICATE for r in recs),
         },
         "trials": [trial_row(r) for r in recs],
+        "not_stable": [{"trial": c.first.number, "params": dict(c.values), "throughput_per_s": c.throughput, "why": why}
+                       for c, why in faster_passed_over(passed_over, winner)],
     }
 
 
@@ -179,7 +184,7 @@ def report_study(storage_url: str, study_name: str | None, console: Console, *, 
     """Print the report (or return its JSON) for a stored study."""
     stored = open_study(storage_url, study_name)
     space, recs, winner, base = stored.space, list(stored.records), stored.winner, stored.baseline
-    data = summary_json(stored.name, storage_url, recs, winner, base, 0 if winner else 2, space)
+    data = summary_json(stored.name, storage_url, recs, winner, base, 0 if winner else 2, space, stored.passed_over)
     data["command"] = list(stored.command) or None
     data["hardware"] = stored.hardware
     data["night"] = stored.night.to_json() if stored.night else None
@@ -196,7 +201,7 @@ def report_study(storage_url: str, study_name: str | None, console: Console, *, 
         return data
     display = Display(console, space)
     console.print(f"[bold]study[/] {escape(stored.name)}  [dim]{escape(storage_url)}[/]", highlight=False)
-    display.summary(recs, winner, base, show_why=True)
+    display.summary(recs, winner, base, show_why=True, passed_over=stored.passed_over)
     for reason in stored.dropped.values():
         console.print(f"[yellow]dropped from the search:[/] {escape(reason)}", highlight=False)
     if any(_failed(r) for r in recs) and display.plain:

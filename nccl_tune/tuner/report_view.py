@@ -65,4 +65,5 @@ def load_view(storage_url: str, study_name: str | None, series: str | None = Non
         night=night,
         history=history,
         generated_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        passed_over=stored.passed_over,
     )

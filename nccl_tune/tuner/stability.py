@@ -2,7 +2,10 @@
 
 Stable means: every launched run of those values finished its measured steps (status ``ok``),
 none of them came within ``min_headroom_frac`` of the memory wall, and (when re-runs were
-asked for) it did so at least twice. Throughput is the mean over its runs.
+asked for) it did so at least twice, and it holds no value (or pair of values) that the study has
+seen make other runs hang or crash after they started (``failure_model.flaky_rule``, where the
+callers pass it): a config that passed its own short runs while its NCCL setting hung half the
+runs of others was lucky, not stable. Throughput is the mean over its runs.
 
 A config that changes the training itself (a ``semantic`` parameter away from the user's own
 value) wins only by more than the measured noise: when the fastest stable candidate is such a
@@ -18,7 +21,7 @@ from __future__ import annotations
 import json
 import statistics
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from nccl_tune.failure import FailureClass
 from nccl_tune.tuner.study_records import Outcome, TrialKind, TrialRecord
@@ -107,20 +110,37 @@ def candidates(records: Iterable[TrialRecord]) -> list[Candidate]:
     return [Candidate(runs[0].values, tuple(runs)) for runs in groups.values()]
 
 
+Flaky = Callable[[Mapping[str, Any]], bool]
+"""True for values that hold a value or pair the study has seen make runs fail after they started
+(``failure_model.flaky_rule``): such a config is not stable however its own runs went."""
+
+
+def _stable(records: Iterable[TrialRecord], flaky: Flaky | None) -> list[Candidate]:
+    return [c for c in candidates(records) if c.stable and not (flaky and flaky(c.values))]
+
+
 def to_confirm(
-    records: Iterable[TrialRecord], n: int, semantic_ref: Mapping[str, Any] | None = None
+    records: Iterable[TrialRecord], n: int, semantic_ref: Mapping[str, Any] | None = None, flaky: Flaky | None = None
 ) -> list[Candidate]:
     """The ``n`` stable candidates that have run only once to re-run first: the one
     ``select_winner`` would pick without confirmation, then the fastest faster than every
     confirmed one."""
     recs = list(records)
-    pool = [c for c in candidates(recs) if c.stable and not c.confirmed]
-    confirmed_best = max((c.throughput for c in candidates(recs) if c.stable and c.confirmed), default=0.0)
+    stable = _stable(recs, flaky)
+    pool = [c for c in stable if not c.confirmed]
+    confirmed_best = max((c.throughput for c in stable if c.confirmed), default=0.0)
     order = sorted((c for c in pool if c.throughput > confirmed_best), key=lambda c: c.throughput, reverse=True)
-    lead = select_winner(recs, require_confirmation=False, semantic_ref=semantic_ref)
+    lead = select_winner(recs, require_confirmation=False, semantic_ref=semantic_ref, flaky=flaky)
     if lead is not None and not lead.confirmed:
         order = [lead] + [c for c in order if values_key(c.values) != values_key(lead.values)]
     return order[:n]
+
+
+def faster_passed_over(passed: Iterable[tuple[Candidate, str]], winner: Candidate | None) -> list[tuple[Candidate, str]]:
+    """Those of ``passed`` (configs left out as ``flaky``, with why) faster than ``winner``: the ones a
+    reader asks about."""
+    floor = winner.throughput if winner is not None else 0.0
+    return [(c, why) for c, why in passed if c.throughput > floor]
 
 
 def noise_frac(records: Iterable[TrialRecord]) -> float:
@@ -136,13 +156,14 @@ def changes_semantics(c: Candidate, semantic_ref: Mapping[str, Any]) -> bool:
 
 
 def select_winner(
-    records: Iterable[TrialRecord], require_confirmation: bool, semantic_ref: Mapping[str, Any] | None = None
+    records: Iterable[TrialRecord], require_confirmation: bool, semantic_ref: Mapping[str, Any] | None = None,
+    flaky: Flaky | None = None,
 ) -> Candidate | None:
-    """The fastest stable candidate (confirmed by a re-run when ``require_confirmation``); with
-    ``semantic_ref`` (semantic parameter -> the user's value), one that changes the training wins
-    only by more than ``noise_frac`` (see the module docstring)."""
+    """The fastest stable candidate (confirmed by a re-run when ``require_confirmation``; not
+    ``flaky``); with ``semantic_ref`` (semantic parameter -> the user's value), one that changes the
+    training wins only by more than ``noise_frac`` (see the module docstring)."""
     recs = list(records)
-    pool = [c for c in candidates(recs) if c.stable and (c.confirmed or not require_confirmation)]
+    pool = [c for c in _stable(recs, flaky) if c.confirmed or not require_confirmation]
     best = max(pool, key=lambda c: c.throughput, default=None)
     if best is None or not semantic_ref or not changes_semantics(best, semantic_ref):
         return best

@@ -17,22 +17,34 @@ from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.tuner import dropped
 from nccl_tune.tuner import study_records as R
 from nccl_tune.nightly.night import Night
+from nccl_tune.tuner.failure_model import FlakyRule, flaky_rule
 from nccl_tune.tuner.hardware_record import recorded_hardware
 from nccl_tune.tuner.semantics import study_reference
 from nccl_tune.tuner.series import night_from_attrs
-from nccl_tune.tuner.stability import Candidate, baseline, select_winner
+from nccl_tune.tuner.stability import Candidate, baseline, candidates, select_winner
 from nccl_tune.tuner.storage import S_COMMAND, S_SPACE_SOURCE, S_SPACE_TEXT, load_existing, open_storage
 from nccl_tune.tuner.study_records import TrialRecord
 
 
-def pick_winner(records: Iterable[TrialRecord], space: SearchSpace, prefer_confirmed: bool = True) -> Candidate | None:
+def pick_winner(records: Iterable[TrialRecord], space: SearchSpace, prefer_confirmed: bool = True,
+                flaky: FlakyRule | None = None) -> Candidate | None:
     """The study's winner: the fastest stable candidate confirmed by a re-run, else (or, without
     ``prefer_confirmed``, in any case) the fastest stable one; its ``confirmed`` says which. A
-    change to the training itself wins only beyond the measured noise (``stability.select_winner``)."""
+    change to the training itself wins only beyond the measured noise (``stability.select_winner``);
+    a config holding a value the study has seen fail now and then is not stable (``flaky``: the
+    study's ``flaky_rule`` when None)."""
     recs = list(records)
     ref = study_reference(space, recs)
-    confirmed = select_winner(recs, require_confirmation=True, semantic_ref=ref) if prefer_confirmed else None
-    return confirmed or select_winner(recs, require_confirmation=False, semantic_ref=ref)
+    flaky = flaky or flaky_rule(space, recs)
+    confirmed = select_winner(recs, True, semantic_ref=ref, flaky=flaky) if prefer_confirmed else None
+    return confirmed or select_winner(recs, False, semantic_ref=ref, flaky=flaky)
+
+
+def passed_over(records: Iterable[TrialRecord], flaky: FlakyRule) -> tuple[tuple[Candidate, str], ...]:
+    """Configs whose every run finished away from the wall, left out for holding a flaky value, with
+    why; fastest first."""
+    found = [c for c in candidates(records) if c.stable and flaky(c.values)]
+    return tuple((c, flaky.why(c.values)) for c in sorted(found, key=lambda c: -c.throughput))
 
 
 @dataclass(frozen=True)
@@ -52,6 +64,9 @@ class StoredStudy:
     """The nightly record (a run in a series or compared with --baseline), if any."""
     dropped: Mapping[str, str] = field(default_factory=dict)
     """Parameters dropped during the study (their value never reached the program), with the reason."""
+    passed_over: tuple[tuple[Candidate, str], ...] = ()
+    """Configs whose own runs all finished but that hold a value the study has seen fail now and then
+    (``passed_over``), with why they are not stable."""
 
     @property
     def failures(self) -> dict[str, int]:
@@ -69,17 +84,19 @@ def stored_of(study: optuna.Study, storage_url: str, space: SearchSpace | None =
     if space is None:
         space = parse_space(attrs[S_SPACE_TEXT], source=attrs.get(S_SPACE_SOURCE, ""), label=f"study {study.study_name}")
     recs = tuple(R.records(study))
+    flaky = flaky_rule(space, recs)
     return StoredStudy(
         name=study.study_name,
         storage_url=storage_url,
         space=space,
         command=tuple(attrs.get(S_COMMAND) or ()),
         records=recs,
-        winner=pick_winner(recs, space),
+        winner=pick_winner(recs, space, flaky=flaky),
         baseline=baseline(recs),
         hardware=recorded_hardware(attrs),
         night=night_from_attrs(study.study_name, attrs),
         dropped=dropped.load(study),
+        passed_over=passed_over(recs, flaky),
     )
 
 

@@ -23,10 +23,11 @@ from nccl_tune.trial import TrialResult, TrialSpec
 from nccl_tune.tuner import dropped
 from nccl_tune.tuner import study_records as R
 from nccl_tune.tuner.display import Display
+from nccl_tune.tuner.failure_model import flaky_rule
 from nccl_tune.tuner.observer import InterruptFlag, TunerObserver
 from nccl_tune.tuner.pins import Pins
 from nccl_tune.tuner.settings import RunSettings
-from nccl_tune.tuner.stability import select_winner
+from nccl_tune.tuner.stability import Candidate, select_winner
 from nccl_tune.tuner.study_records import TrialRecord
 from nccl_tune.tuner.telling import near_wall, requeue, tell_abandoned, tell_result
 from nccl_tune.tuner.steps import MAX_MEASURED_STEPS, next_measured_steps
@@ -121,7 +122,7 @@ class TrialRunner:
             ("env", dict(spec.env)),
         ):
             trial.set_user_attr(key, value)
-        incumbent = select_winner(history, require_confirmation=False)
+        incumbent = self.leader(history)
         ratio = self.settings.early_stop_ratio if early_stop else 0.0
         reach = None
         if early_stop and self.settings.screening and incumbent is not None and spec.stop.screen_steps:
@@ -163,6 +164,11 @@ class TrialRunner:
             trial.number,
             result,
             bool(deficit is not None and deficit > 0 and result.status is FailureClass.OK),
-            select_winner(R.records(study), require_confirmation=False),
+            self.leader(R.records(study)),
         )
         return result
+
+    def leader(self, records: Sequence[TrialRecord]) -> Candidate | None:
+        """The fastest stable config so far, confirmed or not: what a trial is screened against and the
+        display calls the best."""
+        return select_winner(records, require_confirmation=False, flaky=flaky_rule(self.space, records))

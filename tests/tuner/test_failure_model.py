@@ -3,12 +3,14 @@ costs; on records of known failures."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from optuna.trial import TrialState
 
 from nccl_tune.failure import FailureClass, Verdict
 from nccl_tune.search_spaces.loader import parse_space
 from nccl_tune.trial import GpuMemory, MemoryReport, StopReason, TrialResult
-from nccl_tune.tuner.failure_model import FailureModel
+from nccl_tune.tuner.failure_model import FailureModel, flaky_rule
 from nccl_tune.tuner.study_records import Outcome, TrialKind, TrialRecord
 
 SPACE = parse_space(
@@ -138,3 +140,41 @@ def test_a_hang_after_the_first_steps_is_blamed_on_the_value_that_hangs_now_and_
     at_start = [r if r.ok else run(r.number, {k: v for k, v in r.values.items() if v != BASE[k]}, FailureClass.HANG)
                 for r in records]
     assert model(at_start).p_ok({**BASE, "NCCL_ALGO": "NVLS"}) < 0.7
+
+
+def test_a_config_holding_a_value_that_hangs_now_and_then_is_flaky_however_its_own_runs_went():
+    """cuMem hung two of its four runs after they had started; the config that finished twice with it
+    was lucky. Values cleared by finished runs do not make a config flaky, nor does a value that broke
+    the start-up of every run with a partner that the config does not hold."""
+    cumem = {"NCCL_CUMEM_ENABLE": 1}
+    lucky = {**BASE, **cumem, "NCCL_PROTO": "Simple"}
+    short = {"prompt": 2048}  # crashes at start-up with the larger batch only (the data cannot fill it)
+    records = [run(0, {}), run(1, lucky), hung_after(2, {**cumem, "NCCL_ALGO": "Ring"}, 2), run(3, lucky),
+               hung_after(4, {**cumem, "NCCL_PROTO": "LL"}, 3), run(5, {"NCCL_PROTO": "Simple"}),
+               run(6, {"NCCL_ALGO": "Ring"}), run(7, {**short, "batch": 512}, FailureClass.CRASH),
+               run(8, {**short, "batch": 512, "NCCL_ALGO": "Ring"}, FailureClass.CRASH), run(9, short), run(10, short)]
+    m = model(records)
+    assert [cause for cause, _, _ in m.flaky(lucky)] == [(("NCCL_CUMEM_ENABLE", 1),)]
+    (_, taken, rate), = m.flaky(lucky)
+    assert 1.0 <= taken <= 2.0 and 0.15 <= rate < 0.6  # of its two hangs, shared with the pairs each held
+    assert m.flaky({**BASE, "NCCL_PROTO": "Simple"}) == [] and m.flaky({**BASE, "NCCL_ALGO": "Ring"}) == []
+    assert m.p_ok({**BASE, **short, "batch": 512}) < 0.5 and m.flaky({**BASE, **short}) == []
+    # one hang after start-up next to many finished runs of the value is chance, not a flaky value
+    steady = [run(0, {})] + [run(i, {**cumem, "NCCL_PROTO": p}) for i, p in enumerate(["Simple", "LL", "LL128"] * 3, 1)]
+    assert model(steady + [hung_after(10, {**cumem, "NCCL_ALGO": "Tree"}, 2)]).flaky(lucky) == []
+
+
+def test_a_stored_study_s_flaky_rule_reads_the_varied_parameters_against_its_baseline_trial():
+    """``flaky_rule`` needs no pins: what the runs held in common (a pinned value) is no suspect."""
+    cumem = {"NCCL_CUMEM_ENABLE": 1}
+    pinned = {"prompt": 2048}
+    lucky = {**BASE, **pinned, **cumem}
+
+    def at(number, changes, hung=False):
+        r = hung_after(number, {**pinned, **changes}, 2) if hung else run(number, {**pinned, **changes})
+        return replace(r, kind=TrialKind.BASELINE) if number == 0 else r
+
+    records = [at(0, {}), at(1, cumem), at(2, {**cumem, "NCCL_ALGO": "Ring"}, True),
+               at(3, {**cumem, "NCCL_PROTO": "LL"}, True), at(4, {"NCCL_ALGO": "Ring"}), at(5, {"NCCL_PROTO": "LL"})]
+    flaky = flaky_rule(SPACE, records)
+    assert flaky(lucky) and not flaky({**BASE, **pinned}) and not flaky({**BASE, **pinned, "NCCL_ALGO": "Ring"})

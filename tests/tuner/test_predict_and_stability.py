@@ -66,6 +66,21 @@ def test_winner_is_the_fastest_config_whose_every_run_was_ok_away_from_the_wall(
     assert win.values == steady and win.confirmed and 0 < win.throughput_spread < 0.1
 
 
+def test_a_config_holding_a_flaky_value_is_neither_the_winner_nor_re_run_however_its_own_runs_went():
+    lucky = {**BASE, MICRO: 8, "NCCL_CUMEM_ENABLE": 1}
+    steady = {**BASE, MICRO: 4}
+    records = [rec(0, BASE, kind=TrialKind.BASELINE, step_s=20.0), rec(1, lucky, step_s=5.0), rec(2, steady, step_s=6.0),
+               rec(3, lucky, step_s=5.1, kind=TrialKind.RERUN)]
+
+    def flaky(values):
+        return values.get("NCCL_CUMEM_ENABLE") == 1
+
+    assert select_winner(records, require_confirmation=True).values == lucky
+    assert select_winner(records, require_confirmation=False, flaky=flaky).values == steady
+    assert select_winner(records, require_confirmation=True, flaky=flaky) is None
+    assert [c.values for c in to_confirm(records, 2, flaky=flaky)] == [steady, BASE]
+
+
 def test_a_change_to_the_training_wins_only_beyond_the_measured_noise():
     from nccl_tune.tuner.stability import noise_frac
 
