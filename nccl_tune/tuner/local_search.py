@@ -10,8 +10,9 @@ proposes what an uninterrupted one would):
    (peak per GPU, monotone in the parameters declared ``memory: increasing/decreasing``) and
    ``failure_model`` (which values, alone or in pairs, make runs hang, crash or be refused, and
    what those failures cost).
-2. The incumbent: the stable config (every run ``ok``, away from the wall) of highest modelled
-   throughput; noise within a run or between runs does not move it, since the model pools them.
+2. The incumbent: the stable config (every run ``ok``, away from the wall, no flaky value:
+   ``FailureModel.flaky``) of highest modelled throughput; noise within a run or between runs does
+   not move it, since the model pools them.
 3. Moves from the best finished configs (stable ones, and ones too close to the memory wall to be
    stable: a step back from the wall may be the best config): every one-parameter change, and
    compound moves where a memory-increasing change would not fit on its own: that change together
@@ -211,8 +212,9 @@ class Planner:
     def ranked(self) -> list[tuple[float, int, Mapping[str, Any], bool]]:
         """(modelled log throughput, first trial, values, stable) of every config whose runs all
         finished (stable, or too close to the memory wall to be) and that is not suspect (its values'
-        failure rates leave it less than even odds), best first."""
-        finished = [c for c in candidates(self.records) if c.all_ok and self.failures.p_ok(c.values) >= 0.5]
+        failure rates leave it less than even odds) nor flaky, best first."""
+        finished = [c for c in candidates(self.records)
+                    if c.all_ok and self.failures.p_ok(c.values) >= 0.5 and not self.failures.flaky(c.values)]
         if not finished:
             return []
         means, _ = self.tput.predict([c.values for c in finished])

@@ -170,3 +170,19 @@ def test_a_whole_study_on_the_enabler_trap_takes_the_slower_enabler_for_a_larger
     best = out.winner
     assert best is not None and best.values["train.gradient_checkpointing"]
     assert AnalyticNode().capacity_gib and isinstance(inst.landscape(best.values), Truth)
+
+
+def test_a_config_holding_a_flaky_value_is_neither_the_incumbent_nor_a_base():
+    """Tree hung two of its five runs: better than even odds for a run, but a value that fails that
+    often is no stable setting. The config that finished with it is the fastest; the incumbent and
+    the moves come from the others."""
+    lucky = {"micro": 4, "NCCL_ALGO": "Tree"}
+    records = [rec(0, {}), rec(1, {"micro": 4}), rec(2, lucky), rec(3, {"NCCL_ALGO": "Tree"}, FailureClass.HANG),
+               rec(4, {"micro": 1, "NCCL_ALGO": "Tree"}), rec(5, {"ckpt": True, "NCCL_ALGO": "Tree"}, FailureClass.HANG),
+               rec(6, {"ckpt": True, "micro": 4, "NCCL_ALGO": "Tree"}), rec(7, {"NCCL_ALGO": "Ring"})]
+    planner = Planner(SPACE, {}, records)
+    assert planner.failures.p_ok({**BASE, **lucky}) > 0.5 and planner.failures.flaky({**BASE, **lucky})
+    ranked = [number for _, number, _, _ in planner.ranked()]
+    assert ranked[0] == 1 and not {2, 4, 6} & set(ranked)
+    proposal = planner.propose(random.Random(0))
+    assert proposal is not None and "from trial 2" not in proposal.reason
