@@ -18,7 +18,7 @@ import pytest
 from nccl_tune.failure import FailureClass
 from nccl_tune.launchers.ray_launcher import RayLauncher
 from nccl_tune.launchers.teardown import find_marked, study_match
-from nccl_tune.trial import MARKER_ENV, Clocks, StopReason
+from nccl_tune.trial import MARKER_ENV, Clocks, StopReason, StopRule
 
 from tests.conftest import RAY_NODES
 from .helpers import FAKE_TRAINER, RecordingObserver
@@ -135,7 +135,9 @@ def test_a_node_lost_mid_trial_is_a_crash_naming_it(ray_cluster, make_spec, stud
     doomed = ray_cluster.add_node(num_cpus=1, resources={"doomed_node": 1})
     ray_cluster.wait_for_nodes()
     launcher = RayLauncher(resource="doomed_node")
-    spec = make_spec("--steps", "200", "--step-s", "0.5", clocks=CLOCKS)
+    # measured steps the trial cannot finish before the node is gone, however long its removal takes
+    # on a loaded machine (with the usual 2 it sometimes ended ok first)
+    spec = make_spec("--steps", "200", "--step-s", "0.5", clocks=CLOCKS, stop=StopRule(warmup_steps=1, measured_steps=150))
     try:
         launcher.prepare(spec)
         result = launcher.run(spec, NodeKiller(ray_cluster, doomed))
