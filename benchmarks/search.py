@@ -384,7 +384,7 @@ def render(console: Console, sums: list[Summary], tgt: list[dict[str, Any]], pro
         f"search on {len(problems)} landscape families ({sums[0].seeds} seeds x {trials} trials per sampler)\n"
         f"reach: launched trials up to the first stable config within {WITHIN_FRAC:.0%} of the best (budget+1 if "
         "never); best@N: best stable launched in N trials / the best; failed: GPU-s of failed trials / all; "
-        "saved: GPU-s not spent by stopping early"
+        "saved: GPU-s not spent by stopping early; winner / best: median, and the studies whose winner is not stable"
     ))
     for col in ("family", "sampler", "reach (median)", "censored", "per seed", *(f"best@{n}" for n in shown),
                 "failed med / max", "saved", "winner / best", "s/study"):
@@ -395,7 +395,8 @@ def render(console: Console, sums: list[Summary], tgt: list[dict[str, Any]], pro
             " ".join(str(x) for x in s.trials_to_reach),
             *(f"{s.median_best_frac_after[n]:.1%}" if n in s.median_best_frac_after else "-" for n in shown),
             f"{s.failed_gpu_frac_median:.1%} / {s.failed_gpu_frac_max:.1%}", f"{s.saved_gpu_frac_median:.1%}",
-            "-" if s.winner_frac_median is None else f"{s.winner_frac_median:.1%}", f"{s.study_wall_s_median:.1f}",
+            ("-" if s.winner_frac_median is None else f"{s.winner_frac_median:.1%}")
+            + (f" ({s.winners_unstable} not stable)" if s.winners_unstable else ""), f"{s.study_wall_s_median:.1f}",
         )
     console.print(table)
     land = Table(title="landscapes (per seed: exact random median from the target region's share p)")
