@@ -39,7 +39,6 @@ from nccl_tune.failure import FailureClass
 from nccl_tune.search_spaces.render import format_value
 from nccl_tune.search_spaces.space import Parameter, SearchSpace
 from nccl_tune.tuner.memory_model import failure_wall_frac
-from nccl_tune.tuner.stability import values_key
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
 
 Value = tuple[str, Any]
@@ -252,7 +251,7 @@ def study_failures(space: SearchSpace, records: Sequence[TrialRecord]) -> Failur
     varied (a value every run held, pinned, is told from chance by nothing), against the space's
     defaults (the user's own values)."""
     launched = [r for r in records if r.outcome is Outcome.LAUNCHED and r.values]
-    free = [p for p in space.parameters if len({values_key({"v": r.values.get(p.name)}) for r in launched}) > 1]
+    free = [p for p in space.parameters if len({repr(r.values.get(p.name)) for r in launched}) > 1]
     return FailureModel(free, space.defaults(), records, memory_wall_frac=failure_wall_frac(space))
 
 
