@@ -22,8 +22,10 @@ resumed study infers what an uninterrupted one would.
 
 A proposal's worth (``worth``) is the chance its run and its confirmation re-run both finish (the
 two runs are correlated through the unknown rate: a value that failed once fails the re-run too if
-it is a cause at all) over the GPU time it is expected to cost in finished trials' worth, ``P(ok) +
-P(fail) x cost ratio``: a crash at start-up costs little, a hang its whole stall timeout.
+it is a cause at all) over what it is expected to cost in finished trials' worth, ``P(ok) +
+P(fail) x cost ratio``: a hang costs its whole stall timeout, and any failure at least the trial it
+uses (a crash at start-up costs little GPU time, but a study has as many trials as ``--trials``
+says: a pair that crashed a start-up cheaply six times is not worth a seventh try).
 """
 
 from __future__ import annotations
@@ -220,7 +222,7 @@ class FailureModel:
         ratio = 1.0
         if risk and self.ok_cost_s > 0:
             ratio = sum(p * c for p, c in risk) / sum(p for p, _ in risk) / self.ok_cost_s
-        return both / max(ok + (1.0 - ok) * ratio, 1e-12)
+        return both / max(ok + (1.0 - ok) * max(ratio, 1.0), 1e-12)
 
     def flaky(self, values: Mapping[str, Any]) -> list[tuple[Cause, float, float]]:
         """(cause, failures taken, mean rate) of each value or pair in ``values`` that made runs fail

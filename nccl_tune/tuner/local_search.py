@@ -28,8 +28,8 @@ proposes what an uninterrupted one would):
    improvement over the incumbent under the throughput model (parameters whose measured effect is
    within noise promise little and wait; untried values of parameters with a large measured spread
    come first); ``P(fits)`` from the memory model; ``worth`` from the failure model: the chance the
-   run and its confirmation re-run finish, per GPU-hour the failures it risks would cost (a crash
-   at start-up little, a hang its stall timeout). Configs the admission rule would refuse (predicted OOM or
+   run and its confirmation re-run finish, per trial the failures it risks would cost (a hang its
+   stall timeout, any failure at least the trial it uses). Configs the admission rule would refuse (predicted OOM or
    within the headroom) and configs already tried are never proposed. Among configs whose modelled
    throughput is tied, moves start from the one with fewest changes from the baseline: a change
    that did not measurably help is not carried along (it may break in combination).

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from optuna.trial import TrialState
 
 from nccl_tune.failure import FailureClass, Verdict
@@ -91,6 +92,17 @@ def test_a_failure_at_start_up_costs_less_than_a_hang_and_weighs_less_on_a_propo
 
     crash, hang = worth(FailureClass.CRASH, 70.0), worth(FailureClass.HANG, 1500.0)
     assert 0.0 < hang < crash < 1.0
+    # a failure costs at least the trial it uses: a crash cheaper than a finished run weighs as much as one
+    assert crash == pytest.approx(worth(FailureClass.CRASH, 1000.0), rel=1e-9)
+
+
+def test_a_pair_that_crashed_every_start_up_is_not_worth_another_cheap_try():
+    """A shorter prompt limit crashed at the larger batch three times, 70 s each against 1,000 s for a
+    finished run: however cheap, a fourth try is worth less than half a sure one."""
+    short = {"prompt": 2048, "batch": 512}
+    records = [run(0, {}), run(1, {"batch": 512}), run(2, {"prompt": 2048})] + [
+        run(3 + i, {**short, "NCCL_ALGO": algo}, FailureClass.CRASH, 70.0) for i, algo in enumerate(["unset", "Ring", "Tree"])]
+    assert model(records).worth({**BASE, **short, "NCCL_ALGO": "NVLS"}) < 0.5
 
 
 def test_a_run_out_of_memory_is_left_to_the_memory_model_and_a_run_stopped_by_the_user_to_nobody():
