@@ -201,6 +201,11 @@ class FailureModel:
         a, b = _prior(k)
         return a + f, b + self.held[k] - f
 
+    def _rate(self, k: Key) -> float | None:
+        """The posterior mean rate of a blamed cause; None when it is not blamed."""
+        post = self._posterior(k)
+        return None if post is None else post[0] / (post[0] + post[1])
+
     def _held_posteriors(self, values: Mapping[str, Any]) -> list[tuple[float, float, float]]:
         out = []
         for k in self.keys(values):
@@ -232,19 +237,15 @@ class FailureModel:
         few short runs, not a day of training."""
         out = []
         for k in self.keys(values):
-            post = self._posterior(k)
-            if k[1] and post is not None and self.fired[k] >= 1.0 and post[0] / (post[0] + post[1]) >= FLAKY_RATE:
-                out.append((k[1], self.fired[k], post[0] / (post[0] + post[1])))
+            rate = self._rate(k)
+            if k[1] and rate is not None and rate >= FLAKY_RATE and self.fired[k] >= 1.0:
+                out.append((k[1], self.fired[k], rate))
         return out
 
     def blamed(self) -> list[tuple[Cause, float, float]]:
         """(cause, failures taken, mean rate) of each blamed cause (in each phase it failed in),
         most failures first."""
-        rows = []
-        for k in self.fired:
-            post = self._posterior(k)
-            if post is not None:
-                rows.append((k[1], self.fired[k], post[0] / (post[0] + post[1])))
+        rows = [(k[1], self.fired[k], rate) for k in self.fired if (rate := self._rate(k)) is not None]
         return sorted(rows, key=lambda r: -r[1])
 
 

@@ -211,7 +211,7 @@ class StudyLoop:
             self.launcher.close()
         stored = stored_of(study, self.settings.storage_url, self.space)
         required = self.settings.confirm > 0
-        winner = pick_winner(stored.records, self.space, prefer_confirmed=required)
+        winner = pick_winner(stored.records, self.space, prefer_confirmed=required, flaky=stored.flaky)
         proven = winner if winner is not None and (winner.confirmed or not required) else None
         night = finish_night(study, self.plan, self.fingerprint, stored.records, proven, interrupted)
         if not interrupted:

@@ -67,6 +67,9 @@ class StoredStudy:
     passed_over: tuple[tuple[Candidate, str], ...] = ()
     """Configs whose own runs all finished but that hold a value the study has seen fail now and then
     (``passed_over``), with why they are not stable."""
+    flaky: FlakyRule | None = field(default=None, compare=False, repr=False)
+    """The study's ``flaky_rule``, fitted once: a caller that picks the winner again (``run``, which
+    may not require confirmation) passes it to ``pick_winner``."""
 
     @property
     def failures(self) -> dict[str, int]:
@@ -97,6 +100,7 @@ def stored_of(study: optuna.Study, storage_url: str, space: SearchSpace | None =
         night=night_from_attrs(study.study_name, attrs),
         dropped=dropped.load(study),
         passed_over=passed_over(recs, flaky),
+        flaky=flaky,
     )
 
 
