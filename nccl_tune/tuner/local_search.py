@@ -21,7 +21,8 @@ proposes what an uninterrupted one would):
    each is paired with the smallest change that needs it; once one is measured, the measured ones
    are paired with any change the memory model predicts will fit, so the largest that fits wins
    on expected gain (untried enablers wait: each costs an OOM when it frees too little). An enabler is then not
-   tried alone: slower at the same micro-batch, it would never pay off at once. And a jump: the
+   tried alone until a finished run measured its effect on throughput: slower at the same
+   micro-batch, it would never pay off at once. And a jump: the
    config the throughput model rates best near the base, over values already measured (gains
    measured one at a time, combined in one trial).
 4. Each move is scored ``expected improvement x P(fits in memory) x worth``: expected
@@ -175,7 +176,7 @@ class Planner:
         """The model's best config near ``base``: greedy ascent of the modelled throughput over values
         the study has measured, kept to configs that fit and are not suspect. A multi-parameter
         move: it combines gains measured one at a time in one trial."""
-        seen = {(p.name, o.values.get(p.name)) for o in self.tput.obs for p in self.free}
+        seen = self.measured
         current = dict(base)
         current_mean = float(self.tput.predict([current])[0][0])
         for _ in range(len(self.free)):
@@ -192,6 +193,11 @@ class Planner:
             current, current_mean = options[i], float(means[i])
         changed = tuple(p.name for p in self.free if current.get(p.name) != base.get(p.name))
         return [Move(current, changed, number, kind="jump")] if len(changed) >= 2 else []
+
+    @property
+    def measured(self) -> set[tuple[str, Any]]:
+        """(parameter, value) pairs some finished run held: their effect on throughput is measured."""
+        return {(p.name, o.values.get(p.name)) for o in self.tput.obs for p in self.free}
 
     def within_rules(self, values: Mapping[str, Any]) -> bool:
         """No rule of the space is broken. An expression that fails on the values leaves them to the
@@ -232,6 +238,24 @@ class Planner:
         """How many free parameters differ from the baseline."""
         return sum(values.get(p.name) != self.baseline.get(p.name) for p in self.free)
 
+    def moves(self, bases: Sequence[tuple[int, Mapping[str, Any]]]) -> list[Move]:
+        """The admissible moves from ``bases`` ((trial number, values) pairs). An enabler that a
+        compound move pairs with a change needing it is not tried alone while its effect on
+        throughput is unmeasured (slower at the same micro-batch, it would not pay off at once);
+        once a finished run held it, its measured effect ranks it like any other move (a smaller
+        tensor-parallel size that is also faster)."""
+        moves: dict[str, Move] = {}
+        measured = self.measured
+        for number, values in bases:
+            compounds = self.compounds(values, number)
+            singles = self.singles(values, number)
+            if compounds:
+                enablers = {(m.changed[0], m.values[m.changed[0]]) for m in compounds} - measured
+                singles = [m for m in singles if (m.changed[0], m.values[m.changed[0]]) not in enablers]
+            for m in singles + compounds + self.jump(values, number):
+                moves.setdefault(self._key(m.values), m)
+        return [m for m in moves.values() if self.admissible(m)]
+
     def propose(self, rng: random.Random) -> Proposal | None:
         """The best-scored move, or None (then ``declined`` says why)."""
         ranked = self.ranked()
@@ -246,16 +270,7 @@ class Planner:
                 return None
             bases = [(r.number, r.values) for r in launched[-BASES:]]
             best = None
-        moves: dict[str, Move] = {}
-        for number, values in bases:
-            compounds = self.compounds(values, number)
-            singles = self.singles(values, number)
-            if compounds:
-                enablers = {(m.changed[0], m.values[m.changed[0]]) for m in compounds}
-                singles = [m for m in singles if (m.changed[0], m.values[m.changed[0]]) not in enablers]
-            for m in singles + compounds + self.jump(values, number):
-                moves.setdefault(self._key(m.values), m)
-        pool = [m for m in moves.values() if self.admissible(m)]
+        pool = self.moves(bases)
         if not pool:
             self.declined = "every move from the best configs is tried or refused"
             return None

@@ -87,6 +87,19 @@ def test_once_the_enabler_is_measured_the_largest_micro_batch_predicted_to_fit_c
     assert pred.measured and planner.memory.p_fits(p.values) > 0.8
 
 
+def test_an_enabler_is_tried_alone_only_once_a_finished_run_measured_its_throughput():
+    """Checkpointing frees room for micro 8; untried, it only comes with micro 8 (alone it is just
+    slower). Once a run with it finished, its measured effect decides: a memory-saving setting can
+    be faster on its own (a smaller tensor-parallel size), and a noisy first comparison must not
+    keep it out of the study for good."""
+    before = [rec(0, {}), rec(1, {"micro": 4}), rec(2, {"micro": 8})]
+    alone = {**BASE, "micro": 4, "ckpt": True}
+    for records, tried_alone in ((before, False), (before + [rec(3, {"ckpt": True})], True)):
+        moves = Planner(SPACE, {}, records).moves([(1, records[1].values)])
+        assert any(m.kind == "compound move" and m.values == {**BASE, "micro": 8, "ckpt": True} for m in moves)
+        assert any(m.kind == "move" and m.values == alone for m in moves) is tried_alone
+
+
 def test_a_parameter_measured_within_noise_waits_while_others_have_spread():
     records = [rec(0, {}), rec(1, {"NCCL_ALGO": "Ring"}), rec(2, {"micro": 4})]
     planner = Planner(SPACE, {}, records)
