@@ -231,15 +231,22 @@ class FailureModel:
 
     def flaky(self, values: Mapping[str, Any]) -> list[tuple[Cause, float, float]]:
         """(cause, failures taken, mean rate) of each value or pair in ``values`` that made runs fail
-        at ``FLAKY_RATE`` or more, in either phase, having taken at least one failure. Asked of a
+        at ``FLAKY_RATE`` or more, having taken at least one failure, both counted over the two
+        phases (a value that hangs at random hangs in a run's first step too). Asked of a
         config whose own runs finished, it names causes that fail now and then (those runs held it
         too): the config is not stable however its own runs went, since a hang now and then spares a
         few short runs, not a day of training."""
-        out = []
+        phases: dict[Cause, list[tuple[float, float]]] = {}
         for k in self.keys(values):
             rate = self._rate(k)
-            if k[1] and rate is not None and rate >= FLAKY_RATE and self.fired[k] >= 1.0:
-                out.append((k[1], self.fired[k], rate))
+            if k[1] and rate is not None:
+                phases.setdefault(k[1], []).append((self.fired[k], rate))
+        out = []
+        for cause, rows in phases.items():
+            taken = sum(f for f, _ in rows)
+            rate = 1.0 - math.prod(1.0 - r for _, r in rows)
+            if rate >= FLAKY_RATE and taken >= 1.0:
+                out.append((cause, taken, rate))
         return out
 
     def blamed(self) -> list[tuple[Cause, float, float]]:

@@ -190,3 +190,22 @@ def test_a_stored_study_s_flaky_rule_reads_the_varied_parameters_against_its_bas
                at(3, {**cumem, "NCCL_PROTO": "LL"}, True), at(4, {"NCCL_ALGO": "Ring"}), at(5, {"NCCL_PROTO": "LL"})]
     flaky = flaky_rule(SPACE, records)
     assert flaky(lucky) and not flaky({**BASE, **pinned}) and not flaky({**BASE, **pinned, "NCCL_ALGO": "Ring"})
+
+
+def test_a_value_that_hangs_at_random_is_flaky_by_its_hangs_in_both_phases_together():
+    """cuMem hung four of its seven runs, two in their first step (before measuring: the start-up
+    phase) and two after measuring. Neither phase alone holds one whole failure's blame; together
+    they make the value flaky, named once, with the chance a run fails in either phase."""
+    cumem = {"NCCL_CUMEM_ENABLE": 1}
+    lucky = {**BASE, **cumem, "NCCL_PROTO": "Simple"}
+    partners = [{"NCCL_ALGO": "Ring"}, {"NCCL_PROTO": "LL"}, {"batch": 512}, {"NCCL_ALGO": "Tree"}]
+    records = [run(0, {}), run(1, lucky), run(2, lucky)] + [run(3 + i, p) for i, p in enumerate(partners)]
+    records += [run(7, {**cumem, **partners[0]}, FailureClass.HANG), hung_after(8, {**cumem, **partners[1]}, 2),
+                run(9, {**cumem, **partners[2]}, FailureClass.HANG), hung_after(10, {**cumem, **partners[3]}, 2),
+                run(11, {**cumem, **partners[0]}), run(12, {**cumem, **partners[1]})]
+    m = model(records)
+    phases = [(k[0], m.fired.get(k, 0.0)) for k in m.keys(lucky) if k[1] == (("NCCL_CUMEM_ENABLE", 1),)]
+    assert {ph for ph, f in phases if f > 0.3} == {"start", "run"} and all(f < 1.0 for _, f in phases)
+    (cause, taken, rate), = m.flaky(lucky)
+    assert cause == (("NCCL_CUMEM_ENABLE", 1),) and taken >= 1.0 and rate >= 0.15
+    assert m.flaky({**BASE, "NCCL_PROTO": "Simple"}) == []
