@@ -21,7 +21,7 @@ proposes what an uninterrupted one would):
    each is paired with the smallest change that needs it; once one is measured, the measured ones
    are paired with any change the memory model predicts will fit, so the largest that fits wins
    on expected gain (untried enablers wait: each costs an OOM when it frees too little). An enabler is then not
-   tried alone until a finished run measured its effect on throughput: slower at the same
+   tried alone until a run holding it measured its throughput: slower at the same
    micro-batch, it would never pay off at once. And a jump: the
    config the throughput model rates best near the base, over values already measured (gains
    measured one at a time, combined in one trial).
@@ -196,7 +196,8 @@ class Planner:
 
     @property
     def measured(self) -> set[tuple[str, Any]]:
-        """(parameter, value) pairs some finished run held: their effect on throughput is measured."""
+        """(parameter, value) pairs held by a run that measured its throughput (finished, or stopped
+        early after measuring): their effect on throughput is measured."""
         return {(p.name, o.values.get(p.name)) for o in self.tput.obs for p in self.free}
 
     def within_rules(self, values: Mapping[str, Any]) -> bool:
@@ -242,8 +243,8 @@ class Planner:
         """The admissible moves from ``bases`` ((trial number, values) pairs). An enabler that a
         compound move pairs with a change needing it is not tried alone while its effect on
         throughput is unmeasured (slower at the same micro-batch, it would not pay off at once);
-        once a finished run held it, its measured effect ranks it like any other move (a smaller
-        tensor-parallel size that is also faster)."""
+        once a run that held it measured its throughput, that effect ranks it like any other move (a
+        smaller tensor-parallel size that is also faster)."""
         moves: dict[str, Move] = {}
         measured = self.measured
         for number, values in bases:
