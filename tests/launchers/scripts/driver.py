@@ -6,7 +6,8 @@ On start it does what a resuming tuner does: reap processes left by an earlier d
 study and record its unfinished trials as interrupted. Then it runs a quick good trial and,
 from the second trial on, the fake trainer with TRAINER_ARGS. Exit 130 when interrupted.
 With --handlers, SIGINT/SIGTERM set a flag the observer reports (the tuner's way); without, a
-SIGINT raises KeyboardInterrupt inside LocalLauncher.run.
+SIGINT raises KeyboardInterrupt inside LocalLauncher.run (even when the driver's parent ignored
+SIGINT, which a child inherits).
 """
 
 from __future__ import annotations
@@ -55,6 +56,9 @@ def main() -> int:
             print(f"recorded trial {number} as {rec.status.value}", flush=True)
 
     observer = FlagObserver()
+    # Python installs its KeyboardInterrupt handler only when SIGINT was not ignored at start-up, and a
+    # child inherits an ignored SIGINT (a test worker can run with SIGHUP, SIGINT and SIGQUIT ignored)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     if args.handlers:
         def on_signal(signum, _frame):
             observer.flag = signal.Signals(signum).name
