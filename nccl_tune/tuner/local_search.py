@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import math
 import random
+from functools import cached_property
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any, Mapping, Sequence
@@ -194,10 +195,11 @@ class Planner:
         changed = tuple(p.name for p in self.free if current.get(p.name) != base.get(p.name))
         return [Move(current, changed, number, kind="jump")] if len(changed) >= 2 else []
 
-    @property
+    @cached_property
     def measured(self) -> set[tuple[str, Any]]:
         """(parameter, value) pairs held by a run that measured its throughput (finished, or stopped
-        early after measuring): their effect on throughput is measured."""
+        early after measuring): their effect on throughput is measured. Read by every base's moves
+        and jump of one proposal; the records do not change within it."""
         return {(p.name, o.values.get(p.name)) for o in self.tput.obs for p in self.free}
 
     def within_rules(self, values: Mapping[str, Any]) -> bool:
