@@ -9,7 +9,7 @@ from typing import Iterable, Sequence
 from nccl_tune.reporting.checks import FAILED, PASSED, Check, night_checks
 from nccl_tune.reporting.plots import COLOURS, all_plots, outcome_label
 from nccl_tune.reporting.view import StudyView, duration, failure_costs, known_gib, winner_reasons
-from nccl_tune.search_spaces.render import format_value
+from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.tuner.display import describe, short_names
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
 

@@ -11,8 +11,8 @@ from typing import Any, Sequence
 
 from nccl_tune.failure import FailureClass
 from nccl_tune.reporting.view import StudyView, known_gib
-from nccl_tune.search_spaces.render import format_value
 from nccl_tune.search_spaces.space import MemoryEffect, Parameter, Target
+from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.tuner.display import short_names
 from nccl_tune.tuner.study_records import TrialRecord
 

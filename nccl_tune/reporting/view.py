@@ -10,8 +10,8 @@ from nccl_tune.failure import FailureClass
 from nccl_tune.nightly.fingerprint import Fingerprint
 from nccl_tune.nightly.history import History
 from nccl_tune.nightly.night import Night
-from nccl_tune.search_spaces.render import format_value
 from nccl_tune.search_spaces.space import SearchSpace
+from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.semantics import semantic_changes
 from nccl_tune.tuner.stability import Candidate, candidates, values_key

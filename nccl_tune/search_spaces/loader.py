@@ -21,7 +21,7 @@ from nccl_tune.errors import NcclTuneError
 from nccl_tune.search_spaces.expr import ExprError, parse_expr
 from nccl_tune.presets import PRESETS, apply_preset
 from nccl_tune.launchers.progress import check_rules
-from nccl_tune.search_spaces.render import format_value, is_flag
+from nccl_tune.search_spaces.render import is_flag
 from nccl_tune.search_spaces.space import (
     UNSET,
     ArgStyle,
@@ -33,6 +33,7 @@ from nccl_tune.search_spaces.space import (
     SearchSpace,
     Target,
 )
+from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.trial import MARKER_ENV, Clocks, ProgressRules, StopRule
 
 _TOP_KEYS = {

@@ -1,6 +1,6 @@
 """Values as they reach the command: argv elements and environment variables.
 
-The one home for how a value is spelled. A parameter without ``arg:`` is a Hydra override
+The one home for where a value goes (its text is ``spelling.format_value``). A parameter without ``arg:`` is a Hydra override
 ``name=value`` (``+name=value`` when the name carries Hydra's ``+``); with ``arg: --batch-size`` it
 is a flag, passed as two argv elements (``--batch-size 32``), as one (``--batch-size=32``) with
 ``arg_style: equals``, or present/absent with ``arg_style: switch`` (booleans). An ``arg:`` that is
@@ -13,15 +13,7 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from nccl_tune.search_spaces.space import UNSET, ArgStyle, Parameter, SearchSpace, Target
-
-
-def format_value(value: Any) -> str:
-    """A value as it is written on a command line (Hydra spelling for booleans)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
-        return repr(value)
-    return str(value)
+from nccl_tune.search_spaces.spelling import format_value
 
 
 def is_flag(key: str) -> bool:

@@ -6,8 +6,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from nccl_tune.search_spaces.render import format_value
 from nccl_tune.search_spaces.space import SearchSpace
+from nccl_tune.search_spaces.spelling import format_value
 
 
 def print_space(space: SearchSpace, console: Console) -> None:

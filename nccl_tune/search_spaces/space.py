@@ -15,6 +15,7 @@ from typing import Any, Collection, Mapping
 
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.search_spaces.expr import Expr
+from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.trial import Clocks, ProgressRules, StopRule
 
 UNSET = "unset"
@@ -99,8 +100,6 @@ class Parameter:
 
     def coerce(self, raw: Any, where: str) -> Any:
         """The admissible value that ``raw`` (a string from ``--set`` or a YAML value) denotes."""
-        from nccl_tune.search_spaces.render import format_value
-
         for c in self.choices:
             if raw == c and type(raw) is type(c):
                 return c

@@ -19,7 +19,7 @@ from typing import Any, Sequence
 import yaml
 
 from nccl_tune.presets import PRESETS
-from nccl_tune.search_spaces.render import format_value
+from nccl_tune.search_spaces.spelling import format_value
 
 
 @dataclass(frozen=True)

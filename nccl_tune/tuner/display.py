@@ -12,8 +12,8 @@ from rich.status import Status
 from rich.table import Table
 
 from nccl_tune.failure import FailureClass
-from nccl_tune.search_spaces.render import format_value
 from nccl_tune.search_spaces.space import UNSET, SearchSpace
+from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.trial import TrialResult
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.semantics import semantic_changes

@@ -38,8 +38,8 @@ from collections import Counter
 from typing import Any, Iterable, Mapping, Sequence
 
 from nccl_tune.failure import FailureClass
-from nccl_tune.search_spaces.render import format_value
 from nccl_tune.search_spaces.space import Parameter, SearchSpace
+from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.tuner.memory_model import failure_wall_frac
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
 

@@ -22,8 +22,8 @@ from nccl_tune.nightly.baseline import baseline_from_file, baseline_of_night, pr
 from nccl_tune.nightly.fingerprint import Fingerprint
 from nccl_tune.nightly.night import Baseline, Night
 from nccl_tune.nightly.regression import RegressionVerdict, RunFact, judge_night
-from nccl_tune.search_spaces.render import format_value
 from nccl_tune.search_spaces.space import SearchSpace
+from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.series import S_SERIES, S_STARTED_AT, plain_series_name, series_nights, write_night
 from nccl_tune.tuner.stability import Candidate, values_key

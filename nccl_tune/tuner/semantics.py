@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from nccl_tune.search_spaces.render import format_value
 from nccl_tune.search_spaces.space import SearchSpace
+from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.tuner.stability import baseline
 from nccl_tune.tuner.study_records import TrialRecord
 

@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from nccl_tune.presets import apply_preset
-from nccl_tune.search_spaces.render import fixed_argv, format_value, render_values
+from nccl_tune.search_spaces.render import fixed_argv, render_values
 from nccl_tune.search_spaces.space import SearchSpace
+from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.trial import Clocks, MemoryKnob, StopRule, TrialSpec
 from nccl_tune.tuner.dropped import probe_overlay
 from nccl_tune.tuner.settings import RunSettings

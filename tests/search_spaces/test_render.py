@@ -9,7 +9,7 @@ import pytest
 
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.search_spaces.loader import load_space
-from nccl_tune.search_spaces.render import fixed_argv, format_value, render_values
+from nccl_tune.search_spaces.render import fixed_argv, render_values
 
 FLAGS = """
 name: flags
@@ -69,10 +69,6 @@ def test_fixed_arguments_flags_bare_flags_and_pinned_context(tmp_path):
     assert fixed_argv(space, space.trial_overrides, {"world": 4, "accum": 8}) == [
         "--max-steps", "100", "--no-eval", "--nproc", "4", "accum=8",
     ]
-
-
-def test_format_value_spells_booleans_and_whole_floats():
-    assert [format_value(v) for v in (True, False, 2.0, 0.1, "x", 3)] == ["true", "false", "2.0", "0.1", "x", "3"]
 
 
 BAD = {
