@@ -14,12 +14,12 @@ import traceback
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
-from nccl_tune.sim.cost_model import ARCHITECTURES, GPUS_PER_NODE, Architecture
 from nccl_tune.sim.faults import FAULT_ENV, Faults, parse_faults
 from nccl_tune.sim.layout import Layout, names
 from nccl_tune.sim.nccl_env import NcclSettings, read_nccl_env
 from nccl_tune.sim.overrides import AppliedConfig, apply_overrides, convert_checked
 from nccl_tune.sim.refusal import HYDRA_FULL_ERROR_HINT, SimConfigError
+from nccl_tune.sim.shapes import ARCHITECTURES, GPUS_PER_NODE, Architecture
 from nccl_tune.sim.validate import validate_cfg
 
 DEFAULT_TIME_SCALE = 0.006

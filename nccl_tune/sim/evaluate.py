@@ -18,6 +18,7 @@ from nccl_tune.failure import FailureClass
 from nccl_tune.sim import cost_model as cm
 from nccl_tune.sim import logfmt
 from nccl_tune.sim.config import SimConfig
+from nccl_tune.sim.shapes import GPUS_PER_NODE
 
 DEFAULT_STEPS = 3
 ABORT_GRACE_S = 3.0
@@ -342,7 +343,7 @@ class _Run:
     def _startup_checks(self, startup: float) -> bool:
         """Failures before the first timed phase; True when one happened."""
         cfg, env = self.cfg, self.cfg.env
-        if cfg.gpus_needed > cm.GPUS_PER_NODE:
+        if cfg.gpus_needed > GPUS_PER_NODE:
             at = cm.RAY_INIT_S + env.pg_timeout_s
             self.failure = _placement_failure(cfg, at)
             return True
@@ -631,7 +632,7 @@ def _placement_failure(cfg: SimConfig, at: float) -> SimFailure:
     return SimFailure(
         FailureClass.INIT_FAILURE, "placement", None, 0, None, at, at + ABORT_GRACE_S,
         evidence=(text,),
-        advice=f"the config asks for {cfg.gpus_needed} GPUs and the node has {cm.GPUS_PER_NODE}: lower "
+        advice=f"the config asks for {cfg.gpus_needed} GPUs and the node has {GPUS_PER_NODE}: lower "
         "trainer.placement.policy_num_gpus_per_node or the engines' GPUs",
         detail={"text": text},
     )

@@ -33,10 +33,11 @@ from nccl_tune.launchers.trial_files import LOG_FILE, write_result
 from nccl_tune.launchers.supervise import Decision, Watch, observer_decision
 from nccl_tune.sim import logfmt
 from nccl_tune.sim.config import parse_overrides
-from nccl_tune.sim.cost_model import GPUS_PER_NODE, H100_CAPACITY_GIB
+from nccl_tune.sim.cost_model import H100_CAPACITY_GIB
 from nccl_tune.sim.evaluate import Outcome, PhaseSpan, SimFailure, evaluate
 from nccl_tune.sim.refusal import HYDRA_FULL_ERROR_HINT, SimConfigError
 from nccl_tune.sim.script import skyrl_sql_overrides
+from nccl_tune.sim.shapes import GPUS_PER_NODE
 from nccl_tune.trial import GpuMemory, MemoryReport, StopReason, TrialResult, TrialSpec
 
 CONFIG_ERROR_WALL_S = 8.0
