@@ -230,7 +230,7 @@ def bench_pump(log: Path, steps: int, out_dir: Path) -> Row:
 
 def bench_classify(log: Path, steps: int, name: str = "classify") -> Row | None:
     try:
-        from nccl_tune.diagnose.classify import classify_file
+        from nccl_tune.diagnose.verdict import classify_file
     except ImportError:
         return None
     with RssWatch() as rss:

@@ -1,6 +1,6 @@
 """Classify a run from its log, exit status and Flight Recorder dumps: root cause over cascades.
 
-``classify_log`` streams over lines with bounded memory: a few counters, the open training phases,
+``LogClassifier`` streams over lines with bounded memory: a few counters, the open training phases,
 the last lines, and at most a few events per rule. Lines no rule can match (``NCCL INFO`` floods,
 progress bars, metrics) cost one or a few substring tests; rules run only on the rest.
 
@@ -1078,40 +1078,3 @@ class _Decision:
                           rule="no_cause",
                           phase=self.clf._phases.current)
 
-
-def classify_log(
-    lines: Iterable[str],
-    *,
-    exit_code: int | None = None,
-    signal_name: str | None = None,
-    fr_dumps: Sequence[Path] = (),
-    source: str = "",
-    host_mem_peak_frac: float | None = None,
-) -> Verdict:
-    """The verdict for one log's lines with its exit status (``verdict.decide`` on those facts)."""
-    from nccl_tune.diagnose.verdict import LogFacts, TrialFacts, decide
-
-    return decide(TrialFacts(
-        logs=(LogFacts(source, lines=lines),), exit_code=exit_code, signal_name=signal_name,
-        host_mem_peak_frac=host_mem_peak_frac, fr_summary=analyse_dumps(list(fr_dumps)) if fr_dumps else None,
-    ))
-
-
-def classify_file(
-    path: Path,
-    *,
-    exit_code: int | None = None,
-    signal_name: str | None = None,
-    fr_dumps: Sequence[Path] = (),
-    source: str = "",
-    host_mem_peak_frac: float | None = None,
-) -> Verdict:
-    """``classify_log`` over a file, read as a stream of byte blocks; raises ``NcclTuneError``
-    naming the file when it cannot be read."""
-    from nccl_tune.diagnose.verdict import LogFacts, TrialFacts, decide
-
-    path = Path(path)
-    return decide(TrialFacts(
-        logs=(LogFacts(source or path.name, path),), exit_code=exit_code, signal_name=signal_name,
-        host_mem_peak_frac=host_mem_peak_frac, fr_summary=analyse_dumps(list(fr_dumps)) if fr_dumps else None,
-    ))

@@ -5,7 +5,8 @@ class through this one pure function of the facts: every log of the trial (by fi
 from a path or given as lines), why supervision stopped, the exit status, the host-memory peak,
 the Flight Recorder analysis, and the ranks' stacks taken at a stall. A launcher saves the facts
 that are not in the logs as ``facts.json`` in the trial folder, so ``diagnose TRIAL_DIR`` replays
-the same decision and agrees with ``result.json``.
+the same decision and agrees with ``result.json``. ``classify_log``/``classify_file`` take the same
+route for one log and its exit status.
 
 The rules, by stop reason:
 
@@ -26,11 +27,11 @@ from __future__ import annotations
 import gzip
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, Sequence
 
 from nccl_tune.diagnose.advice import advice_for_space
 from nccl_tune.diagnose.classify import READ_BYTES, LogClassifier
-from nccl_tune.diagnose.flight_recorder import FlightRecorderSummary
+from nccl_tune.diagnose.flight_recorder import FlightRecorderSummary, analyse_dumps
 from nccl_tune.diagnose.logfiles import feed_merged
 from nccl_tune.diagnose.stacks import StackFinding, StackReport, odd_rank, with_ranks
 from nccl_tune.errors import NcclTuneError
@@ -171,6 +172,40 @@ def decide(facts: TrialFacts) -> Verdict:
     if facts.notes:
         verdict = replace(verdict, evidence=verdict.evidence + tuple(_own(n) for n in facts.notes))
     return verdict
+
+
+def classify_log(
+    lines: Iterable[str],
+    *,
+    exit_code: int | None = None,
+    signal_name: str | None = None,
+    fr_dumps: Sequence[Path] = (),
+    source: str = "",
+    host_mem_peak_frac: float | None = None,
+) -> Verdict:
+    """The verdict for one log's lines with its exit status (``decide`` on those facts)."""
+    return decide(TrialFacts(
+        logs=(LogFacts(source, lines=lines),), exit_code=exit_code, signal_name=signal_name,
+        host_mem_peak_frac=host_mem_peak_frac, fr_summary=analyse_dumps(list(fr_dumps)) if fr_dumps else None,
+    ))
+
+
+def classify_file(
+    path: Path,
+    *,
+    exit_code: int | None = None,
+    signal_name: str | None = None,
+    fr_dumps: Sequence[Path] = (),
+    source: str = "",
+    host_mem_peak_frac: float | None = None,
+) -> Verdict:
+    """``classify_log`` over a file, read as a stream of byte blocks; raises ``NcclTuneError``
+    naming the file when it cannot be read."""
+    path = Path(path)
+    return decide(TrialFacts(
+        logs=(LogFacts(source or path.name, path),), exit_code=exit_code, signal_name=signal_name,
+        host_mem_peak_frac=host_mem_peak_frac, fr_summary=analyse_dumps(list(fr_dumps)) if fr_dumps else None,
+    ))
 
 
 def _decide(facts: TrialFacts) -> Verdict:

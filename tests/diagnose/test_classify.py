@@ -10,7 +10,8 @@ from typing import Iterator
 
 import pytest
 
-from nccl_tune.diagnose.classify import LogClassifier, classify_file, classify_log, signal_from_exit
+from nccl_tune.diagnose.classify import LogClassifier, signal_from_exit
+from nccl_tune.diagnose.verdict import classify_file, classify_log
 from nccl_tune.failure import FailureClass as F
 
 from .helpers import (

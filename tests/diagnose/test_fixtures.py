@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from nccl_tune.diagnose.classify import classify_log
+from nccl_tune.diagnose.verdict import classify_log
 from nccl_tune.failure import FailureClass
 
 from .helpers import FIXTURES, SHARED_FIXTURES, fixture_paths, read_fixture
@@ -79,7 +79,7 @@ def test_fixture_advice_and_root_evidence(name: str) -> None:
 def test_fixture_read_as_a_file_with_its_exit_status(tmp_path: Path) -> None:
     """The same log, from a file, with the launcher's exit status: 10 (SIGKILL, no memory evidence)
     stays a crash, but with a host-memory climb sampled by the launcher it is host_oom."""
-    from nccl_tune.diagnose.classify import classify_file
+    from nccl_tune.diagnose.verdict import classify_file
 
     fx = read_fixture(FIXTURES / "10_crash.log")
     log = tmp_path / "output.log"

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from nccl_tune.diagnose.api import diagnose_paths
-from nccl_tune.diagnose.classify import classify_file
 from nccl_tune.diagnose.flight_recorder import analyse_dumps, load_dump, looks_like_dump, normalise, rank_from_name
+from nccl_tune.diagnose.verdict import classify_file
 from nccl_tune.failure import FailureClass as F
 
 from .conftest import GlooRun

@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from nccl_tune.diagnose.classify import classify_log
+from nccl_tune.diagnose.verdict import classify_log
 from nccl_tune.failure import FailureClass
 
 CASES = 150

@@ -179,7 +179,7 @@ def test_every_class_has_advice() -> None:
     ],
 )
 def test_watchdog_lines_across_pytorch_versions(line: str, op: str, seq: int | None) -> None:
-    from nccl_tune.diagnose.classify import classify_log
+    from nccl_tune.diagnose.verdict import classify_log
 
     assert first_rule(line) == "nccl_watchdog_timeout"
     v = classify_log([line + "\n"], signal_name="SIGABRT")

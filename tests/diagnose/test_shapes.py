@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from nccl_tune.diagnose.classify import classify_file, classify_log
+from nccl_tune.diagnose.verdict import classify_file, classify_log
 from nccl_tune.failure import FailureClass
 
 SHAPES = Path(__file__).parent / "fixtures" / "shapes"

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from nccl_tune.diagnose.api import diagnose_paths
-from nccl_tune.diagnose.classify import classify_file
+from nccl_tune.diagnose.verdict import classify_file
 from nccl_tune.failure import FailureClass as F
 
 SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "run_skyrl_sql_sim.sh"
