@@ -30,10 +30,12 @@ proposes what an uninterrupted one would):
    within noise promise little and wait; untried values of parameters with a large measured spread
    come first); ``P(fits)`` from the memory model; ``worth`` from the failure model: the chance the
    run and its confirmation re-run finish, per trial the failures it risks would cost (a hang its
-   stall timeout, any failure at least the trial it uses). Configs the admission rule would refuse (predicted OOM or
-   within the headroom) and configs already tried are never proposed. Among configs whose modelled
-   throughput is tied, moves start from the one with fewest changes from the baseline: a change
-   that did not measurably help is not carried along (it may break in combination).
+   stall timeout, any failure at least the trial it uses). Configs the admission rule would refuse
+   (predicted OOM or within the headroom), configs already tried and configs holding a flaky value
+   or pair (``FailureModel.flaky``: the incumbent and the export pass such a config over, however
+   its run goes) are never proposed. Among configs whose modelled throughput is tied, moves start
+   from the one with fewest changes from the baseline: a change that did not measurably help is
+   not carried along (it may break in combination).
 5. Without a stable config yet, moves from the launched configs are ranked by
    ``P(fits) x worth x expected throughput``. When no move is worth
    ``MIN_EXPECTED_GAIN``, Optuna's TPE proposes, and the trial says why the planner declined.
@@ -211,10 +213,14 @@ class Planner:
             return True
 
     def admissible(self, move: Move) -> bool:
+        """Untried, within the space's rules, not refused by the memory model, and holding no flaky
+        value or pair (the incumbent and the export pass such a config over; a value is flaky only
+        once it has taken a whole failure's blame, so one hang by chance does not close it)."""
         return (
             self._key(move.values) not in self.tried
             and self.within_rules(move.values)
             and self.memory.verdict(move.values) is None
+            and not self.failures.flaky(move.values)
         )
 
     # -- choosing ------------------------------------------------------------------------------------

@@ -199,3 +199,16 @@ def test_a_config_holding_a_flaky_value_is_neither_the_incumbent_nor_a_base():
     assert ranked[0] == 1 and not {2, 4, 6} & set(ranked)
     proposal = planner.propose(random.Random(0))
     assert proposal is not None and "from trial 2" not in proposal.reason
+
+
+def test_no_move_goes_to_a_config_holding_a_flaky_value():
+    """One hang of Tree may be chance: moves still try it elsewhere. Two hangs in two runs make it
+    flaky: the incumbent and the export pass over a config holding it, so no move goes there."""
+    once = [rec(0, {}), rec(1, {"micro": 4}), rec(2, {"NCCL_ALGO": "Tree"}, FailureClass.HANG)]
+    twice = once + [rec(3, {"ckpt": True, "NCCL_ALGO": "Tree"}, FailureClass.HANG)]
+    tree = {**BASE, "micro": 4, "NCCL_ALGO": "Tree"}
+    for records, flaky in ((once, False), (twice, True)):
+        planner = Planner(SPACE, {}, records)
+        assert bool(planner.failures.flaky(tree)) is flaky
+        moves = planner.moves([(1, records[1].values)])
+        assert moves and any(m.values["NCCL_ALGO"] == "Tree" for m in moves) is not flaky
