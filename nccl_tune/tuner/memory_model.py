@@ -3,8 +3,8 @@
 Every launched trial that reports per-GPU memory is a data point: its highest peak as a fraction
 of the GPU (``MemoryReport.max_peak_frac``). A trial that ran out of device memory says only that
 its peak was above 1.0 (a lower bound). Only the parameters declared ``memory: increasing`` or
-``decreasing`` enter the model (``unknown`` ones must match; ``none``/``small`` ones are ignored),
-in two layers:
+``decreasing`` enter the model (``unknown`` ones must match; ``none`` ones are ignored; ``small``
+ones only as measured: below), in two layers:
 
 - bounds that are certain, from monotonicity (the rule of ``predict.dominates_memory``): a config needs at
   least the memory of every measured config it dominates and at most that of every finished config
@@ -14,8 +14,15 @@ in two layers:
   the declared sign, under a weak prior (``PRIOR_SLOPE``). A prediction starts from the nearest
   measured config (its ``anchor``) and adds the fitted change, so it is exact at measured configs
   and uncertain in proportion to the fit's residuals, the posterior spread of the change and the
-  distance travelled. A change the data has not pinned down (``MEASURED_SHARE``) gives odds, but
+  distance travelled (a config that differs from its anchor only outside the fit carries the
+  run-to-run spread alone, ``SIGMA_FLOOR``: the residuals measure the fit elsewhere). A change the data has not pinned down (``MEASURED_SHARE``) gives odds, but
   never refuses a config.
+
+A ``small`` parameter (NCCL's buffers: a few hundred MiB, either way) is left out of the fit, but a
+step between two of its values that two finished runs measured (equal in every other parameter
+that enters the model) is added to a prediction that takes that step from its anchor: 16 MiB
+buffers measured 1.2% of the GPU above the default take a config measured just inside the headroom
+with them out of it when they go back. An unmeasured step adds nothing.
 
 OOM trials, and trials that failed otherwise after measuring some memory, are censored
 observations (their peak is at least the GPU, or what PyTorch's message shows the failing
@@ -45,7 +52,8 @@ from nccl_tune.tuner.study_records import Outcome, TrialRecord
 CONFIDENCE_Z = 2.0
 """Standard deviations between a prediction and the wall before the model prunes on its own."""
 SIGMA_FLOOR = 0.02
-"""Smallest residual spread of log peak assumed (runs of one config differ by a few percent)."""
+"""Smallest residual spread of log peak assumed, and the whole spread of a prediction from an anchor
+equal in every parameter of the fit (runs of one config differ by a few percent)."""
 SIGMA_FEW_POINTS = 0.08
 """Residual spread assumed while the fit has too few points to measure its own."""
 DISTANCE_SIGMA = 0.05
@@ -197,6 +205,9 @@ class MemoryModel:
                        if p.memory is MemoryEffect.INCREASING and _numeric_ascending(p) and p.kind is not ParamKind.BOOL]
         self._index_points()
         self._fit()
+        self.small_steps = self._measure_small_steps()
+        """(parameter, from value, to value), values spelled by ``repr`` -> mean change of the peak
+        (share of the GPU) between finished runs equal in every other parameter that enters the model."""
 
     # -- the fit -----------------------------------------------------------------------------
     def _z(self, values: Mapping[str, Any]) -> np.ndarray | None:
@@ -255,6 +266,33 @@ class MemoryModel:
                 used.append(step)
         return used
 
+    def _measure_small_steps(self) -> dict[tuple[str, str, str], float]:
+        """The measured steps of each ``small`` parameter (``small_steps``), both ways."""
+        if not self.small:
+            return {}
+        others = [p.name for p in (*self.signed, *self.unknown, *self.small)]
+        groups: dict[tuple[str, str], dict[Any, list[float]]] = {}
+        for pt in self.points:
+            if not pt.exact:
+                continue
+            for p in self.small:
+                rest = repr([pt.values.get(n) for n in others if n != p.name])
+                groups.setdefault((p.name, rest), {}).setdefault(pt.values.get(p.name), []).append(pt.frac)
+        steps: dict[tuple[str, str, str], list[float]] = {}
+        for (name, _), by_value in groups.items():
+            means = {v: sum(f) / len(f) for v, f in by_value.items()}
+            for a, fa in means.items():
+                for b, fb in means.items():
+                    if a != b:
+                        steps.setdefault((name, repr(a), repr(b)), []).append(fb - fa)
+        return {k: sum(d) / len(d) for k, d in steps.items()}
+
+    def small_step(self, anchor: Mapping[str, Any], values: Mapping[str, Any]) -> float:
+        """The measured change of the peak (share of the GPU) from ``anchor``'s ``small`` values to
+        ``values``'; 0.0 for the steps not measured."""
+        return sum(self.small_steps.get((p.name, repr(anchor.get(p.name)), repr(values.get(p.name))), 0.0)
+                   for p in self.small if anchor.get(p.name) != values.get(p.name))
+
     # -- bounds ------------------------------------------------------------------------------
     def _ranks(self, values: Mapping[str, Any]) -> np.ndarray | None:
         """Memory ranks of the signed parameters, then choice positions of the ``unknown`` ones."""
@@ -278,9 +316,10 @@ class MemoryModel:
     def bounds(self, values: Mapping[str, Any]) -> tuple[float, int | None, float]:
         """(lower bound, trial that sets it, upper bound) from dominance alone
         (``predict.dominates_memory``, vectorised over the measured configs). A peak measured below
-        the GPU bounds a config that differs in a ``small`` parameter less by ``SMALL_EFFECT_FRAC``:
-        a smaller NCCL buffer may take a config measured just inside the headroom out of it. An OOM
-        bounds them all."""
+        the GPU bounds a config that differs in a ``small`` parameter less surely, by
+        ``SMALL_EFFECT_FRAC`` or the step measured (``small_steps``) if larger, either way: a smaller
+        NCCL buffer may take a config measured just inside the headroom out of it, a larger one may
+        take a config just outside into it. An OOM bounds them all from below."""
         r = self._ranks(values)
         if r is None or not len(self._dom_points):
             return 0.0, None, math.inf
@@ -289,13 +328,17 @@ class MemoryModel:
         same_small = np.array([s == small for s in self._dom_small], dtype=bool)
         same = np.all(self._dom_ranks[:, k:] == r[k:], axis=1)
         below = same & np.all(self._dom_ranks[:, :k] <= r[:k], axis=1)
-        floor = np.where(same_small | ~self._dom_exact, self._dom_frac, self._dom_frac - SMALL_EFFECT_FRAC)
         above = same & self._dom_exact & np.all(self._dom_ranks[:, :k] >= r[:k], axis=1)
+        floor, ceiling = self._dom_frac.copy(), self._dom_frac.copy()
+        for i in np.flatnonzero(~same_small & self._dom_exact & (below | above)):
+            step = self.small_step(self._dom_points[i].values, values)
+            floor[i] += min(-SMALL_EFFECT_FRAC, step)
+            ceiling[i] += max(SMALL_EFFECT_FRAC, step)
         lower, lower_from = 0.0, None
         if below.any():
             i = int(np.argmax(np.where(below, floor, -1.0)))
             lower, lower_from = float(floor[i]), self._dom_points[i].number
-        upper = float(self._dom_frac[above].min()) if above.any() else math.inf
+        upper = float(ceiling[above].min()) if above.any() else math.inf
         return lower, lower_from, upper
 
     def _anchor(self, values: Mapping[str, Any], z: np.ndarray) -> tuple[_Point, np.ndarray] | None:
@@ -320,8 +363,9 @@ class MemoryModel:
         change, grad, on_line = self._change(pt, pz, dz)
         spread = float(grad @ self.cov @ grad)
         prior_spread = float((self.prior_sd * grad) @ (self.prior_sd * grad))
-        var = self.sigma**2 + spread + (DISTANCE_SIGMA * float(np.abs(dz).sum())) ** 2
-        peak = math.exp(math.log(pt.frac) + change)
+        residual = self.sigma if np.any(dz) else SIGMA_FLOOR
+        var = residual**2 + spread + (DISTANCE_SIGMA * float(np.abs(dz).sum())) ** 2
+        peak = max(math.exp(math.log(pt.frac) + change) + self.small_step(pt.values, values), 1e-3)
         peak = min(max(peak, lower), upper) if upper >= lower else lower
         measured = on_line and spread <= MEASURED_SHARE * prior_spread
         return MemoryPrediction(peak, math.sqrt(var), lower, upper, pt.number, lower_from, measured=measured)

@@ -124,28 +124,32 @@ def test_checkpointing_measured_once_then_the_line_through_it_predicts_the_large
     assert model.p_fits({**BASE, "micro": 64, "ckpt": True}) > 0.5
 
 
-def test_a_run_within_the_headroom_fences_off_only_configs_with_its_small_values():
-    space = parse_space(
-        """
+SMALL_SPACE = parse_space(
+    """
 name: small-test
 parameters:
   - {name: micro, kind: pow2, low: 1, high: 16, default: 1, memory: increasing}
   - {name: NCCL_BUFFSIZE, kind: categorical, choices: [unset, 8388608, 16777216], default: unset, memory: small}
 stability: {min_headroom_frac: 0.05}
 """,
-        source="test",
-        label="small-test",
+    source="test",
+    label="small-test",
+)
+
+
+def run(number: int, values: dict, gib: float) -> TrialRecord:
+    """A trial of ``values`` that peaked at ``gib`` (ran out above the GPU)."""
+    status = FailureClass.OK if gib <= GPU_GIB else FailureClass.OOM
+    return TrialRecord(
+        number, TrialState.COMPLETE, values, TrialKind.SEARCH, Outcome.LAUNCHED, status,
+        TrialResult(number=number, status=status, verdict=Verdict(status), stop_reason=StopReason.MEASURED,
+                    step_times_s=(2.0, 1.0) if status is FailureClass.OK else (), warmup_steps=1,
+                    samples_per_step=8.0, memory=MemoryReport("nvml", (GpuMemory(0, GPU_GIB, min(gib, GPU_GIB)),))),
     )
 
-    def run(number: int, values: dict, gib: float) -> TrialRecord:
-        status = FailureClass.OK if gib <= GPU_GIB else FailureClass.OOM
-        return TrialRecord(
-            number, TrialState.COMPLETE, values, TrialKind.SEARCH, Outcome.LAUNCHED, status,
-            TrialResult(number=number, status=status, verdict=Verdict(status), stop_reason=StopReason.MEASURED,
-                        step_times_s=(2.0, 1.0) if status is FailureClass.OK else (), warmup_steps=1,
-                        samples_per_step=8.0, memory=MemoryReport("nvml", (GpuMemory(0, GPU_GIB, min(gib, GPU_GIB)),))),
-        )
 
+def test_a_run_within_the_headroom_fences_off_only_configs_with_its_small_values():
+    space = SMALL_SPACE
     base = space.defaults()
     # micro 8 with 16 MiB NCCL buffers measured at 95.4% of the GPU: inside the headroom, not stable
     hot = [run(0, base, 40.0), run(1, {**base, "micro": 8, "NCCL_BUFFSIZE": 16777216}, 0.954 * GPU_GIB)]
@@ -161,3 +165,23 @@ stability: {min_headroom_frac: 0.05}
     oom = [run(0, base, 40.0), run(1, {**base, "micro": 8, "NCCL_BUFFSIZE": 16777216}, 90.0)]
     v = memory_verdict(space, {**base, "micro": 16, "NCCL_BUFFSIZE": 8388608}, oom)
     assert v is not None and v.oom and v.from_trial == 1
+
+
+def test_a_measured_step_of_a_small_parameter_moves_the_prediction_of_a_config_that_takes_it():
+    """16 MiB buffers measured 1 GiB above the default at micro 1: micro 8 with them, measured just
+    inside the headroom, is predicted out of it with the default buffers, with the run-to-run
+    spread alone (no parameter of the fit moved); unmeasured, the step leaves the peak where it was
+    (a coin flip at the headroom's edge)."""
+    base = SMALL_SPACE.defaults()
+    hot = run(2, {**base, "micro": 8, "NCCL_BUFFSIZE": 16777216}, 0.954 * GPU_GIB)
+    back = {**base, "micro": 8}
+    measured = MemoryModel(SMALL_SPACE, [run(0, base, 40.0), run(1, {**base, "NCCL_BUFFSIZE": 16777216}, 41.0), hot])
+    assert measured.predict(back).peak_frac == pytest.approx(0.954 - 1.0 / GPU_GIB)
+    assert measured.p_fits(back) > 0.65
+    # the step goes both ways: the larger buffers take a config at 94% into the headroom
+    cool = run(2, back, 0.94 * GPU_GIB)
+    up = MemoryModel(SMALL_SPACE, [run(0, base, 40.0), run(1, {**base, "NCCL_BUFFSIZE": 16777216}, 41.0), cool])
+    assert up.predict(hot.values).peak_frac == pytest.approx(0.94 + 1.0 / GPU_GIB)
+    unmeasured = MemoryModel(SMALL_SPACE, [run(0, base, 40.0), hot])
+    assert unmeasured.predict(back).peak_frac == pytest.approx(0.954)
+    assert unmeasured.p_fits(back) < 0.5
