@@ -184,10 +184,7 @@ def classify_log(
     host_mem_peak_frac: float | None = None,
 ) -> Verdict:
     """The verdict for one log's lines with its exit status (``decide`` on those facts)."""
-    return decide(TrialFacts(
-        logs=(LogFacts(source, lines=lines),), exit_code=exit_code, signal_name=signal_name,
-        host_mem_peak_frac=host_mem_peak_frac, fr_summary=analyse_dumps(list(fr_dumps)) if fr_dumps else None,
-    ))
+    return _decide_one(LogFacts(source, lines=lines), exit_code, signal_name, fr_dumps, host_mem_peak_frac)
 
 
 def classify_file(
@@ -202,9 +199,15 @@ def classify_file(
     """``classify_log`` over a file, read as a stream of byte blocks; raises ``NcclTuneError``
     naming the file when it cannot be read."""
     path = Path(path)
+    return _decide_one(LogFacts(source or path.name, path), exit_code, signal_name, fr_dumps, host_mem_peak_frac)
+
+
+def _decide_one(log: LogFacts, exit_code: int | None, signal_name: str | None, fr_dumps: Sequence[Path],
+                host_mem_peak_frac: float | None) -> Verdict:
+    """``decide`` on one log and its exit status: what ``classify_log`` and ``classify_file`` share."""
     return decide(TrialFacts(
-        logs=(LogFacts(source or path.name, path),), exit_code=exit_code, signal_name=signal_name,
-        host_mem_peak_frac=host_mem_peak_frac, fr_summary=analyse_dumps(list(fr_dumps)) if fr_dumps else None,
+        logs=(log,), exit_code=exit_code, signal_name=signal_name, host_mem_peak_frac=host_mem_peak_frac,
+        fr_summary=analyse_dumps(list(fr_dumps)) if fr_dumps else None,
     ))
 
 
