@@ -15,8 +15,8 @@ ones only as measured: below), in two layers:
   measured config (its ``anchor``) and adds the fitted change, so it is exact at measured configs
   and uncertain in proportion to the fit's residuals, the posterior spread of the change and the
   distance travelled (a config that differs from its anchor only outside the fit carries the
-  run-to-run spread alone, ``SIGMA_FLOOR``: the residuals measure the fit elsewhere). A change the data has not pinned down (``MEASURED_SHARE``) gives odds, but
-  never refuses a config.
+  run-to-run spread alone, ``SIGMA_FLOOR``: the residuals measure the fit elsewhere). A change the
+  data has not pinned down (``MEASURED_SHARE``) gives odds, but never refuses a config.
 
 A ``small`` parameter (NCCL's buffers: a few hundred MiB, either way) is left out of the fit, but a
 step between two of its values that two finished runs measured (equal in every other parameter
@@ -47,6 +47,7 @@ import numpy as np
 from nccl_tune.diagnose.oom_demand import oom_demand
 from nccl_tune.failure import FailureClass
 from nccl_tune.search_spaces.space import MemoryEffect, ParamKind, Parameter, SearchSpace
+from nccl_tune.tuner.stability import values_key
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
 
 CONFIDENCE_Z = 2.0
@@ -276,7 +277,7 @@ class MemoryModel:
             if not pt.exact:
                 continue
             for p in self.small:
-                rest = repr([pt.values.get(n) for n in others if n != p.name])
+                rest = values_key({n: pt.values.get(n) for n in others if n != p.name})
                 groups.setdefault((p.name, rest), {}).setdefault(pt.values.get(p.name), []).append(pt.frac)
         steps: dict[tuple[str, str, str], list[float]] = {}
         for (name, _), by_value in groups.items():
