@@ -1,11 +1,12 @@
 """Values as they reach the command: argv elements and environment variables.
 
-The one home for where a value goes (its text is ``spelling.format_value``). A parameter without ``arg:`` is a Hydra override
-``name=value`` (``+name=value`` when the name carries Hydra's ``+``); with ``arg: --batch-size`` it
-is a flag, passed as two argv elements (``--batch-size 32``), as one (``--batch-size=32``) with
-``arg_style: equals``, or present/absent with ``arg_style: switch`` (booleans). An ``arg:`` that is
-not a flag (``arg: +trainer.seed``) is a Hydra key. Environment parameters set (or, for ``unset``,
-remove) a variable. Values are argv elements, never spliced into a shell string.
+The one home for where a value goes (its text is ``spelling.format_value``). A parameter without
+``arg:`` is a Hydra override ``name=value`` (``+name=value`` when the name carries Hydra's ``+``);
+with ``arg: --batch-size`` it is a flag, passed as two argv elements (``--batch-size 32``), as one
+(``--batch-size=32``) with ``arg_style: equals``, or present/absent with ``arg_style: switch``
+(booleans). An ``arg:`` that is not a flag (``arg: +trainer.seed``) is a Hydra key. Environment
+parameters set (or, for ``unset``, remove) a variable. Values are argv elements, never spliced into
+a shell string.
 """
 
 from __future__ import annotations
