@@ -21,8 +21,9 @@ proposes what an uninterrupted one would):
    each is paired with the smallest change that needs it; once one is measured, the measured ones
    are paired with any change the memory model predicts will fit, so the largest that fits wins
    on expected gain (untried enablers wait: each costs an OOM when it frees too little). An enabler is then not
-   tried alone until a run holding it measured its throughput: slower at the same
-   micro-batch, it would never pay off at once. And a jump: the
+   tried alone until a run holding it measured its throughput (slower at the same micro-batch, it
+   would never pay off at once), unless the trend its parameter measured so far rates it faster
+   than the base (a shorter sequence, after the longer ones measured slower). And a jump: the
    config the throughput model rates best near the base, over values already measured (gains
    measured one at a time, combined in one trial).
 4. Each move is scored ``expected improvement x P(fits in memory) x worth``: expected
@@ -252,7 +253,8 @@ class Planner:
         compound move pairs with a change needing it is not tried alone while its effect on
         throughput is unmeasured (slower at the same micro-batch, it would not pay off at once);
         once a run that held it measured its throughput, that effect ranks it like any other move (a
-        smaller tensor-parallel size that is also faster)."""
+        smaller tensor-parallel size that is also faster). One the model already rates faster than
+        the base, from what its parameter measured elsewhere, moves alone too."""
         moves: dict[str, Move] = {}
         measured = self.measured
         for number, values in bases:
@@ -260,10 +262,23 @@ class Planner:
             singles = self.singles(values, number)
             if compounds:
                 enablers = {(m.changed[0], m.values[m.changed[0]]) for m in compounds} - measured
-                singles = [m for m in singles if (m.changed[0], m.values[m.changed[0]]) not in enablers]
+                singles = self.without_slower_enablers(values, singles, enablers)
             for m in singles + compounds + self.jump(values, number):
                 moves.setdefault(self._key(m.values), m)
         return [m for m in moves.values() if self.admissible(m)]
+
+    def without_slower_enablers(self, base: Mapping[str, Any], singles: list[Move],
+                                enablers: set[tuple[str, Any]]) -> list[Move]:
+        """``singles`` less the moves to an unmeasured enabler that the throughput model does not
+        rate faster than ``base``. The model's prior holds a memory-saving change slower; only the
+        study's measured trend along the parameter (a shorter sequence measured faster at each
+        step so far) can rate it faster, and then nothing is traded for the memory it frees."""
+        held = [m for m in singles if (m.changed[0], m.values[m.changed[0]]) in enablers]
+        if not held:
+            return singles
+        means, _ = self.tput.predict([base] + [m.values for m in held])
+        slower = {self._key(m.values) for m, mean in zip(held, means[1:]) if mean <= means[0]}
+        return [m for m in singles if self._key(m.values) not in slower]
 
     def propose(self, rng: random.Random) -> Proposal | None:
         """The best-scored move, or None (then ``declined`` says why)."""

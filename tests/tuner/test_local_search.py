@@ -8,6 +8,7 @@ import io
 import random
 
 import optuna
+import pytest
 from optuna.trial import TrialState
 from rich.console import Console
 
@@ -98,6 +99,52 @@ def test_an_enabler_is_tried_alone_only_once_a_finished_run_measured_its_through
         moves = Planner(SPACE, {}, records).moves([(1, records[1].values)])
         assert any(m.kind == "compound move" and m.values == {**BASE, "micro": 8, "ckpt": True} for m in moves)
         assert any(m.kind == "move" and m.values == alone for m in moves) is tried_alone
+
+
+SEQ_SPACE = parse_space(
+    """
+name: rl
+parameters:
+  - {name: micro, kind: pow2, low: 1, high: 32, default: 2, memory: increasing}
+  - {name: ckpt, kind: bool, default: false, memory: decreasing}
+  - {name: seq, kind: categorical, choices: [1024, 2048, 4096, 8192], default: 8192, memory: increasing,
+     semantic: true}
+throughput: {samples_per_step: 64}
+""",
+    source="test",
+    label="rl",
+)
+
+
+def seq_rec(number: int, changes: dict, shorter_is_faster: bool = True) -> TrialRecord:
+    """A run on a job whose shorter sequences need less memory and step faster (or slower: the
+    same samples then take more steps' worth of padding and launches, say)."""
+    v = {**SEQ_SPACE.defaults(), **changes}
+    used = 30.0 + 10.0 * v["micro"] * v["seq"] / 4096 * (0.12 if v["ckpt"] else 1.0)
+    status = FailureClass.OK if used <= GPU else FailureClass.OOM
+    step = (v["micro"] + 8.0) / v["micro"] * (1.3 if v["ckpt"] else 1.0) * (1.0 + (v["seq"] / 8192 if shorter_is_faster else 1024 / v["seq"]))
+    result = TrialResult(
+        number=number, status=status, verdict=Verdict(status), stop_reason=StopReason.MEASURED,
+        step_times_s=(step * 1.3, step, step * 1.01, step * 0.99) if status is FailureClass.OK else (),
+        warmup_steps=1, samples_per_step=64.0,
+        memory=MemoryReport("nvml", (GpuMemory(0, GPU, min(used, GPU)),)),
+    )
+    return TrialRecord(number, TrialState.COMPLETE, v, TrialKind.SEARCH, Outcome.LAUNCHED, status, result)
+
+
+@pytest.mark.parametrize("shorter_is_faster", [True, False])
+def test_an_unmeasured_enabler_moves_alone_only_when_the_measured_trend_rates_it_faster(shorter_is_faster):
+    """A shorter sequence frees room for micro 8. Where the two lengths measured so far say shorter
+    is also faster, nothing is traded for its memory: it moves alone too, without waiting for a
+    compound move to measure it. Where they say shorter is slower, it comes only with micro 8."""
+    runs = [{}, {"seq": 4096}, {"seq": 4096, "micro": 4}, {"seq": 4096, "micro": 8}]
+    records = [seq_rec(i, changes, shorter_is_faster) for i, changes in enumerate(runs)]
+    assert [r.status for r in records] == [FailureClass.OK] * 3 + [FailureClass.OOM]
+    assert (records[1].throughput > records[0].throughput) is shorter_is_faster
+    base = records[2].values
+    moves = Planner(SEQ_SPACE, {}, records).moves([(2, base)])
+    assert any(m.kind == "compound move" and m.values == {**base, "micro": 8, "seq": 2048} for m in moves)
+    assert any(m.kind == "move" and m.values == {**base, "seq": 2048} for m in moves) is shorter_is_faster
 
 
 def test_a_parameter_measured_within_noise_waits_while_others_have_spread():
