@@ -125,7 +125,20 @@ class FailureModel:
                 self.runs.append((start, start, cost))
         self.ok_cost_s = statistics.median([c for _, fired, c in self.runs if not fired and c > 0] or [0.0])
         self.held = Counter(k for keys, _, _ in self.runs for k in keys)
+        self.partners = self._partners()
+        """Per cause held by a failed run, the values every failed run holding it held besides its own."""
         self.fired, self.cost_s = self._sample()
+
+    def _partners(self) -> dict[Cause, frozenset[Value]]:
+        out: dict[Cause, frozenset[Value]] = {}
+        for keys, fired, _ in self.runs:
+            if not fired:
+                continue
+            values = frozenset(c[0] for _, c in keys if len(c) == 1)
+            for cause in {c for _, c in keys if c}:
+                others = values - set(cause)
+                out[cause] = out[cause] & others if cause in out else others
+        return out
 
     def causes(self, values: Mapping[str, Any]) -> tuple[Cause, ...]:
         off = [(n, values.get(n)) for n in self.names if values.get(n) != self.baseline.get(n)]
@@ -235,11 +248,12 @@ class FailureModel:
         phases (a value that hangs at random hangs in a run's first step too). Asked of a
         config whose own runs finished, it names causes that fail now and then (those runs held it
         too): the config is not stable however its own runs went, since a hang now and then spares a
-        few short runs, not a day of training."""
+        few short runs, not a day of training. A cause counts only where ``values`` also hold what
+        every failed run holding it held (``_in_context``): the runs cannot tell it from that pair."""
         phases: dict[Cause, list[tuple[float, float]]] = {}
         for k in self.keys(values):
             rate = self._rate(k)
-            if k[1] and rate is not None:
+            if k[1] and rate is not None and self._in_context(k[1], values):
                 phases.setdefault(k[1], []).append((self.fired[k], rate))
         out = []
         for cause, rows in phases.items():
@@ -248,6 +262,12 @@ class FailureModel:
             if rate >= FLAKY_RATE and taken >= 1.0:
                 out.append((cause, taken, rate))
         return out
+
+    def _in_context(self, cause: Cause, values: Mapping[str, Any]) -> bool:
+        """True when ``values`` hold every value that each failed run holding ``cause`` held too: a
+        value whose failures all came with a partner (a shorter prompt limit, every run of it at a
+        batch larger than the prompts it keeps) is not condemned without that partner."""
+        return all(values.get(name) == value for name, value in self.partners.get(cause, ()))
 
     def blamed(self) -> list[tuple[Cause, float, float]]:
         """(cause, failures taken, mean rate) of each blamed cause (in each phase it failed in),

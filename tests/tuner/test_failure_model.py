@@ -209,3 +209,16 @@ def test_a_value_that_hangs_at_random_is_flaky_by_its_hangs_in_both_phases_toget
     (cause, taken, rate), = m.flaky(lucky)
     assert cause == (("NCCL_CUMEM_ENABLE", 1),) and taken >= 1.0 and rate >= 0.15
     assert m.flaky({**BASE, "NCCL_PROTO": "Simple"}) == []
+
+
+def test_a_value_whose_every_failure_held_a_partner_is_flaky_with_the_partner_only():
+    """A shorter prompt limit crashed three start-ups, each at the larger batch (the data it keeps
+    cannot fill that batch). The runs cannot tell the value from the pair: it is condemned where the
+    larger batch is held, and left to its odds (suspect, not closed) at the smaller batch."""
+    short = {"prompt": 2048, "batch": 512}
+    records = [run(0, {}), run(1, {"batch": 512}), run(2, {"batch": 512, "NCCL_ALGO": "Ring"}),
+               run(3, short, FailureClass.CRASH), run(4, {**short, "NCCL_ALGO": "Ring"}, FailureClass.CRASH),
+               run(5, {**short, "NCCL_PROTO": "Simple"}, FailureClass.CRASH)]
+    m = model(records)
+    assert (("prompt", 2048),) in [cause for cause, _, _ in m.flaky({**BASE, **short})]
+    assert m.flaky({**BASE, "prompt": 2048}) == [] and m.p_ok({**BASE, "prompt": 2048}) < 0.9
