@@ -48,17 +48,22 @@ def speed(v) -> float:
     return 64.0 * v["micro"] / (v["micro"] + 8.0) / (1.3 if v["ckpt"] else 1.0)
 
 
-def rec(number: int, changes: dict, status: FailureClass | None = None) -> TrialRecord:
-    v = {**BASE, **changes}
-    status = status or (FailureClass.OK if peak(v) <= GPU else FailureClass.OOM)
-    step = 64.0 / speed(v)
+def record(number: int, v: dict, used_gib: float, step_s: float, status: FailureClass | None = None) -> TrialRecord:
+    """A launched run of ``v`` that peaked at ``used_gib`` (out of memory above ``GPU``) and
+    stepped every ``step_s`` after a slower warm-up step."""
+    status = status or (FailureClass.OK if used_gib <= GPU else FailureClass.OOM)
     result = TrialResult(
         number=number, status=status, verdict=Verdict(status), stop_reason=StopReason.MEASURED,
-        step_times_s=(step * 1.3, step, step * 1.01, step * 0.99) if status is FailureClass.OK else (),
+        step_times_s=(step_s * 1.3, step_s, step_s * 1.01, step_s * 0.99) if status is FailureClass.OK else (),
         warmup_steps=1, samples_per_step=64.0,
-        memory=MemoryReport("nvml", (GpuMemory(0, GPU, min(peak(v), GPU)),)),
+        memory=MemoryReport("nvml", (GpuMemory(0, GPU, min(used_gib, GPU)),)),
     )
     return TrialRecord(number, TrialState.COMPLETE, v, TrialKind.SEARCH, Outcome.LAUNCHED, status, result)
+
+
+def rec(number: int, changes: dict, status: FailureClass | None = None) -> TrialRecord:
+    v = {**BASE, **changes}
+    return record(number, v, peak(v), 64.0 / speed(v), status)
 
 
 def propose(records: list[TrialRecord]):
@@ -121,15 +126,9 @@ def seq_rec(number: int, changes: dict, shorter_is_faster: bool = True) -> Trial
     same samples then take more steps' worth of padding and launches, say)."""
     v = {**SEQ_SPACE.defaults(), **changes}
     used = 30.0 + 10.0 * v["micro"] * v["seq"] / 4096 * (0.12 if v["ckpt"] else 1.0)
-    status = FailureClass.OK if used <= GPU else FailureClass.OOM
-    step = (v["micro"] + 8.0) / v["micro"] * (1.3 if v["ckpt"] else 1.0) * (1.0 + (v["seq"] / 8192 if shorter_is_faster else 1024 / v["seq"]))
-    result = TrialResult(
-        number=number, status=status, verdict=Verdict(status), stop_reason=StopReason.MEASURED,
-        step_times_s=(step * 1.3, step, step * 1.01, step * 0.99) if status is FailureClass.OK else (),
-        warmup_steps=1, samples_per_step=64.0,
-        memory=MemoryReport("nvml", (GpuMemory(0, GPU, min(used, GPU)),)),
-    )
-    return TrialRecord(number, TrialState.COMPLETE, v, TrialKind.SEARCH, Outcome.LAUNCHED, status, result)
+    length_cost = v["seq"] / 8192 if shorter_is_faster else 1024 / v["seq"]
+    step = (v["micro"] + 8.0) / v["micro"] * (1.3 if v["ckpt"] else 1.0) * (1.0 + length_cost)
+    return record(number, v, used, step)
 
 
 @pytest.mark.parametrize("shorter_is_faster", [True, False])
