@@ -270,9 +270,10 @@ class Planner:
     def without_slower_enablers(self, base: Mapping[str, Any], singles: list[Move],
                                 enablers: set[tuple[str, Any]]) -> list[Move]:
         """``singles`` less the moves to an unmeasured enabler that the throughput model does not
-        rate faster than ``base``. The model's prior holds a memory-saving change slower; only the
-        study's measured trend along the parameter (a shorter sequence measured faster at each
-        step so far) can rate it faster, and then nothing is traded for the memory it frees."""
+        rate faster than ``base``. The model's prior holds a memory-saving change slower (no faster
+        for a semantic parameter, such as a prompt limit); only the study's measured trend along the
+        parameter (a shorter limit measured faster at each step so far) can rate it faster, and then
+        nothing is traded for the memory it frees."""
         held = [m for m in singles if (m.changed[0], m.values[m.changed[0]]) in enablers]
         if not held:
             return singles
