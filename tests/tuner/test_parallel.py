@@ -1,10 +1,9 @@
-"""The study loop with --launcher ray --parallel 2 on a loopback cluster: trials
-overlap in time, each is told, the study ends with a winner; a driver killed mid-study resumes
-like a local one and sweeps the killed trials' orphans."""
+"""The study loop with --launcher ray --parallel 2 on a loopback cluster: two trials run at once
+(each waits until the other has started) and each is told; a driver killed mid-study resumes like a
+local one and sweeps the killed trials' orphans."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -27,19 +26,28 @@ from .conftest import NCCL_TUNE, TINY_SPACE, run_cli
 pytest.importorskip("ray")
 
 
+RENDEZVOUS = (
+    'mktemp -p "$0" >/dev/null; for _ in $(seq 200); do '
+    '[ "$(ls "$0" | wc -l)" -ge 2 ] && echo "a peer trial is running" && exec "$@"; sleep 0.1; done; '
+    'echo "no peer trial started within 20 s"; exit 1'
+)
+"""Each trial leaves a file in a shared folder, then trains only once two trials have left one: with
+two slots the first two trials meet; run one after the other, the first waits 20 s (under the
+start-up timeout) and fails."""
+
+
 def test_two_slots_run_trials_at_once(ray_cluster, tiny_command, workdir) -> None:
+    met = workdir / "met"
+    met.mkdir()
     settings = RunSettings(
-        command=tuple(tiny_command), space=str(TINY_SPACE), study="par", results=workdir / "r", trials=4,
-        seed=3, sampler="random", launcher="ray", parallel=2, confirm=0,
+        command=("bash", "-c", RENDEZVOUS, str(met), *tiny_command), space=str(TINY_SPACE), study="par",
+        results=workdir / "r", trials=4, seed=3, sampler="random", launcher="ray", parallel=2, confirm=0,
     )
     outcome = run_study(settings, Console(stderr=True, quiet=True))
     assert outcome.launched == 4 and not outcome.interrupted
-    spans = []
-    for folder in sorted((workdir / "r").rglob("result.json")):
-        result = json.loads(folder.read_text())
-        spans.append((folder.stat().st_mtime - result["wall_s"], folder.stat().st_mtime))
-    assert len(spans) == 4
-    assert any(a[0] < b[1] and b[0] < a[1] for i, a in enumerate(spans) for b in spans[i + 1:]), spans
+    logs = [log.read_text() for log in sorted((workdir / "r").rglob("output.log"))]
+    assert len(logs) == 4 and len(list(met.iterdir())) == 4
+    assert all("a peer trial is running" in log for log in logs), logs
 
 
 ORPHAN_THEN_TRAIN = 'setsid sleep 300 & TINY_STEP_S=1 exec "$0" "$@"'
