@@ -36,6 +36,7 @@ bench: venv
 	-$(BIN)/python benchmarks/hang.py --json benchmarks/out/hang.json
 	-$(BIN)/python benchmarks/ingest.py --json benchmarks/out/ingest.json
 	-$(BIN)/python benchmarks/parallel.py --json benchmarks/out/parallel.json
+	-$(BIN)/python benchmarks/twin.py --json benchmarks/out/twin.json
 
 clean:
 	rm -rf $(VENV) results/* benchmarks/out
