@@ -8,9 +8,10 @@ from typing import Iterable, Sequence
 
 from nccl_tune.reporting.checks import FAILED, PASSED, Check, night_checks
 from nccl_tune.reporting.plots import COLOURS, all_plots, outcome_label
-from nccl_tune.reporting.view import StudyView, duration, failure_costs, known_gib, winner_reasons
+from nccl_tune.reporting.view import StudyView, failure_costs, known_gib, winner_reasons
 from nccl_tune.search_spaces.spelling import format_value
-from nccl_tune.tuner.display import describe, short_names
+from nccl_tune.tuner.display import describe, duration, early_stop_sentence, short_names
+from nccl_tune.tuner.early_stops import early_stops
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
 
 CSS = """
@@ -96,6 +97,12 @@ def _winner(view: StudyView) -> str:
 
 
 def _costs(view: StudyView) -> str:
+    stops = early_stops(view.records)
+    saved = f'<p class="early-stops">{escape(early_stop_sentence(stops))}</p>' if stops else ""
+    return _failure_costs(view) + saved
+
+
+def _failure_costs(view: StudyView) -> str:
     costs = failure_costs(view)
     if not costs:
         return "<h2>What the failures cost</h2><p>no trial failed</p>"

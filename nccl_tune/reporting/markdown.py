@@ -7,8 +7,9 @@ from __future__ import annotations
 from typing import Iterable, Sequence
 
 from nccl_tune.reporting.checks import FAILED, PASSED, night_checks
-from nccl_tune.reporting.view import StudyView, duration, failure_costs, known_gib, winner_reasons
-from nccl_tune.tuner.display import describe
+from nccl_tune.reporting.view import StudyView, failure_costs, known_gib, winner_reasons
+from nccl_tune.tuner.display import describe, duration, early_stop_sentence
+from nccl_tune.tuner.early_stops import early_stops
 
 MAX_TRIAL_ROWS = 60
 MAX_NIGHTS = 14
@@ -82,4 +83,7 @@ def render_markdown(view: StudyView) -> str:
         out += ["### What the failures cost", ""] + _table(
             ("class", "trials", "time", "share"),
             ((c.failure_class, len(c.trials), duration(c.wall_s), f"{c.share:.0%}") for c in costs))
+    stops = early_stops(view.records)
+    if stops is not None:
+        out += [_cell(early_stop_sentence(stops)), ""]
     return "\n".join(out + _trials(view) + _history(view)) + "\n"

@@ -62,15 +62,6 @@ class StudyView:
         return self.fingerprint.gpu_memory_gib if self.fingerprint else None
 
 
-def duration(seconds: float) -> str:
-    """``45 s``, ``12.5 min`` or ``3.2 h``."""
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"
-
-
 def known_gib(x: float | None) -> float | None:
     """A memory figure, None when unknown (a run that died before reporting one reads 0)."""
     return x if x else None

@@ -15,6 +15,7 @@ from nccl_tune.failure import FailureClass
 from nccl_tune.search_spaces.space import UNSET, SearchSpace
 from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.trial import TrialResult
+from nccl_tune.tuner.early_stops import EarlyStops, early_stops
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.semantics import semantic_changes
 from nccl_tune.tuner.stability import Candidate, faster_passed_over
@@ -70,6 +71,26 @@ def fmt_mem(result: TrialResult | None) -> str:
 def fmt_tput(v: float | None, unit: str | None = None) -> str:
     """A throughput with its unit (``1,234.5 samples/s``)."""
     return f"{v:,.1f} {unit or '/s'}" if v else "-"
+
+
+def duration(seconds: float) -> str:
+    """``45 s``, ``12.5 min`` or ``3.2 h``."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def early_stop_sentence(stops: EarlyStops) -> str:
+    """What stopping early saved, in one sentence."""
+    n = len(stops.trials)
+    text = (f"stopping early: {n} trial{'s' if n != 1 else ''} stopped as slower than the incumbent "
+            f"(screening, the early stop) ran {duration(stops.spent_s)} and saved about {duration(stops.saved_s)}, "
+            f"{stops.saved_share:.0%} of what the launched trials would have taken")
+    if stops.unknown:
+        text += f" ({stops.unknown} recorded without their planned steps, not counted)"
+    return text
 
 
 def shorten(text: str, limit: int = 240) -> str:
@@ -225,6 +246,9 @@ class Display:
         self.console.print(table)
 
     def _closing(self, records: list[TrialRecord]) -> None:
+        stops = early_stops(records)
+        if stops is not None:
+            self.console.print(escape(early_stop_sentence(stops)), highlight=False, soft_wrap=True)
         rej = sum(r.outcome is Outcome.REJECTED for r in records)
         pred = sum(r.outcome is Outcome.PREDICTED for r in records)
         dup = sum(r.outcome is Outcome.DUPLICATE for r in records)

@@ -4,6 +4,7 @@ as a table, as JSON, and as plots."""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -15,6 +16,7 @@ from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import FailureClass
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.tuner.display import Display, describe, shorten
+from nccl_tune.tuner.early_stops import early_stops
 from nccl_tune.tuner.semantics import semantic_changes
 from nccl_tune.tuner.stability import Candidate, faster_passed_over
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
@@ -85,9 +87,16 @@ def summary_json(study: str, storage: str, recs: list[TrialRecord], winner: Cand
             "duplicates": sum(r.outcome is Outcome.DUPLICATE for r in recs),
         },
         "trials": [trial_row(r) for r in recs],
+        "early_stops": _early_stops_json(recs),
         "not_stable": [{"trial": c.first.number, "params": dict(c.values), "throughput_per_s": c.throughput, "why": why}
                        for c, why in faster_passed_over(passed_over, winner)],
     }
+
+
+def _early_stops_json(recs: list[TrialRecord]) -> dict[str, Any] | None:
+    """``EarlyStops`` as JSON (its saved share included); None when no trial was stopped early."""
+    stops = early_stops(recs)
+    return None if stops is None else {**asdict(stops), "saved_share": stops.saved_share}
 
 
 def _failed(r: TrialRecord) -> bool:

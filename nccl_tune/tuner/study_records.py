@@ -15,7 +15,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from nccl_tune.failure import FailureClass
-from nccl_tune.trial import TrialResult
+from nccl_tune.trial import StopReason, TrialResult
 
 A_VALUES = "values"
 A_KIND = "kind"
@@ -33,6 +33,8 @@ A_NEAR_WALL = "near_wall"
 A_DUPLICATE_OF = "duplicate_of"
 A_ABANDONED = "abandoned"
 """Why a trial was asked but never launched (the node gate gave up, the tuner failed before the start)."""
+A_PLANNED_STEPS = "planned_steps"
+"""The steps (warm-up and measured) the trial was to run when it was launched."""
 
 
 class TrialKind(str, Enum):
@@ -80,6 +82,9 @@ class TrialRecord:
     why: str | None = None
     """Why the default sampler proposed the trial (its move, the modelled gain, the odds it fits, or
     why its planner left the trial to TPE); None for the baseline, re-runs and other samplers."""
+    planned_steps: int | None = None
+    """The steps (warm-up and measured) the trial was to run; None when the study did not record
+    them (trials launched before nccl-tune stored them)."""
 
     @property
     def ok(self) -> bool:
@@ -97,6 +102,22 @@ class TrialRecord:
     @property
     def peak_mem_gib(self) -> float | None:
         return self.result.peak_mem_gib if self.result else None
+
+    @property
+    def stopped_early(self) -> bool:
+        """Stopped by the tuner as slower than the incumbent (screening or the early stop)."""
+        return self.result is not None and self.result.stop_reason is StopReason.EARLY_STOP
+
+    @property
+    def unspent_s(self) -> float | None:
+        """Seconds a trial stopped early did not run: its planned steps it did not reach, at its own
+        mean step time (0 for a trial not stopped early; None when the planned steps are unknown)."""
+        if not self.stopped_early:
+            return 0.0
+        steps = self.result.step_times_s if self.result else ()
+        if self.planned_steps is None or not steps:
+            return None
+        return max(0, self.planned_steps - len(steps)) * sum(steps) / len(steps)
 
 
 def record_of(t: FrozenTrial) -> TrialRecord:
@@ -130,6 +151,7 @@ def record_of(t: FrozenTrial) -> TrialRecord:
         predicted_from=a.get(A_PREDICTED_FROM),
         trial_dir=a.get(A_TRIAL_DIR),
         why=a.get(A_WHY) or None,
+        planned_steps=a.get(A_PLANNED_STEPS),
     )
 
 

@@ -118,6 +118,7 @@ class TrialRunner:
             (R.A_TRIAL_DIR, str(spec.trial_dir)),
             (R.A_HOST, self.host),
             (R.A_PID, os.getpid()),
+            (R.A_PLANNED_STEPS, spec.stop.total_steps),
             ("argv", list(spec.argv)),
             ("env", dict(spec.env)),
         ):

@@ -13,9 +13,12 @@ import pytest
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.reporting.render import pick_format, render_report
 from nccl_tune.reporting.junit import render_junit
+from nccl_tune.tuner.display import early_stop_sentence
+from nccl_tune.tuner.early_stops import early_stops
 from nccl_tune.tuner.report_view import load_view
 from tests.reporting.conftest import SERIES
 from tests.tuner.conftest import run_cli, study_trials
+from tests.tuner.test_screening import screened_study
 
 
 @pytest.fixture(scope="module")
@@ -131,3 +134,20 @@ def test_the_terminal_report_ends_with_the_nights_verdict(tiny_study):
     assert "regression: the baseline config (trial" in proc.stdout.replace("\n", " ")
     data = json.loads(run_cli(["report", "--study", "t", "--json"], cwd=tiny_study).stdout)
     assert data["night"]["verdict"]["kind"] == "baseline_fails"
+
+
+def test_every_format_says_what_stopping_early_saved(tmp_path):
+    """A study whose slow candidate screening stopped: each format names the trial stopped and the
+    time it did not run; a study that stopped none says nothing of it."""
+    runs, _, url = screened_study(tmp_path, screen_steps=1)
+    view = load_view(url, "screening")
+    sentence = early_stop_sentence(early_stops(view.records))
+    assert "1 trial stopped as slower than the incumbent" in sentence
+    assert escape(sentence) in render_report(view, "html")
+    assert sentence in render_report(view, "md")
+    saved = json.loads(render_report(view, "json"))["early_stops"]
+    assert saved["trials"] == [runs["slow"].number] and saved["saved_s"] == pytest.approx(runs["slow"].unspent_s)
+    assert 0 < saved["saved_share"] < 1
+    quiet = load_view(screened_study(tmp_path, screen_steps=0)[2], "screening")
+    assert "stopping early" not in render_report(quiet, "html") + render_report(quiet, "md")
+    assert json.loads(render_report(quiet, "json"))["early_stops"] is None

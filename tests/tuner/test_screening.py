@@ -10,14 +10,19 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from optuna.trial import TrialState
+
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.failure import FailureClass
+from nccl_tune.failure import FailureClass, Verdict
 from nccl_tune.search_spaces.loader import parse_space
 from nccl_tune.sim.analytic import AnalyticNode, Truth, analytic_cost
 from nccl_tune.sim.launcher import ModelLauncher
-from nccl_tune.trial import StopReason
+from nccl_tune.trial import StopReason, TrialResult
+from nccl_tune.tuner.display import early_stop_sentence
+from nccl_tune.tuner.early_stops import early_stops
 from nccl_tune.tuner.loop import run_study
 from nccl_tune.tuner.settings import RunSettings
+from nccl_tune.tuner.study_records import Outcome, TrialKind, TrialRecord
 
 SPACE = """
 name: screening
@@ -30,16 +35,23 @@ STEP_S = {"fast": 10.0, "close": 10.2, "slow": 11.8}
 """The slow mode is 15% slower: above the early stop's 0.7, beyond screening's reach."""
 
 
-def study(tmp_path: Path, screen_steps: int, screening: bool = True) -> dict:
+def screened_study(tmp_path: Path, screen_steps: int, screening: bool = True) -> tuple[dict, str, str]:
+    """(records by mode, what the run printed, the storage URL) of a three-trial study."""
     folder = tmp_path / f"screen{screen_steps}-{screening}"  # a study's folder belongs to one study
     folder.mkdir()
     space_file = folder / "screening.yaml"
     space_file.write_text(SPACE % screen_steps)
-    settings = RunSettings(command=("true",), space=str(space_file), results=folder, storage="sqlite:///:memory:",
+    url = f"sqlite:///{folder}/nccl-tune.db"
+    settings = RunSettings(command=("true",), space=str(space_file), results=folder, storage=url,
                            study="screening", trials=3, seed=0, confirm=0, screening=screening)
     cost = analytic_cost(lambda v: Truth(STEP_S[v["mode"]], 40.0), AnalyticNode(startup_s=60.0, step_noise=0.005))
-    out = run_study(settings, console=Console(file=io.StringIO()), launcher=ModelLauncher(env={}, cost=cost))
-    return {r.values["mode"]: r for r in out.records}
+    printed = io.StringIO()
+    out = run_study(settings, console=Console(file=printed, width=400), launcher=ModelLauncher(env={}, cost=cost))
+    return {r.values["mode"]: r for r in out.records}, printed.getvalue(), url
+
+
+def study(tmp_path: Path, screen_steps: int, screening: bool = True) -> dict:
+    return screened_study(tmp_path, screen_steps, screening)[0]
 
 
 def test_a_slow_candidate_is_stopped_after_one_measured_step_and_a_close_one_runs_on(tmp_path):
@@ -54,9 +66,40 @@ def test_a_slow_candidate_is_stopped_after_one_measured_step_and_a_close_one_run
     assert slow.wall_s < fast.wall_s - 1.5 * STEP_S["slow"]
 
 
+def test_the_run_says_how_much_time_screening_saved(tmp_path):
+    """The slow trial was to run four steps and ran two: the two it did not run, at its own mean
+    step time, are what screening saved, against what the three trials would have taken."""
+    runs, printed, _ = screened_study(tmp_path, screen_steps=1)
+    slow = runs["slow"]
+    assert slow.planned_steps == 4 and all(r.planned_steps == 4 for r in runs.values())
+    assert slow.stopped_early and not runs["fast"].stopped_early and runs["fast"].unspent_s == 0.0
+    assert slow.unspent_s == pytest.approx(2 * sum(slow.result.step_times_s) / 2)
+    stops = early_stops(runs.values())
+    launched_s = sum(r.result.wall_s for r in runs.values())
+    assert stops.trials == (slow.number,) and stops.spent_s == slow.result.wall_s and stops.unknown == 0
+    assert stops.saved_s == pytest.approx(slow.unspent_s)
+    assert stops.saved_share == pytest.approx(slow.unspent_s / (launched_s + slow.unspent_s))
+    line = next(x for x in printed.splitlines() if x.startswith("stopping early:"))
+    assert "1 trial stopped as slower than the incumbent" in line
+    assert f"saved about {stops.saved_s:.0f} s, {stops.saved_share:.0%} of what the launched trials" in line
+
+
+def test_a_trial_recorded_without_its_planned_steps_is_counted_apart():
+    """A study recorded before the planned steps were stored: its stopped trials are named, their
+    time saved is unknown, not made up."""
+    slow = TrialRecord(1, TrialState.COMPLETE, {"mode": "slow"}, TrialKind.SEARCH, Outcome.LAUNCHED, FailureClass.BUDGET,
+                       TrialResult(number=1, status=FailureClass.BUDGET, verdict=Verdict(FailureClass.BUDGET),
+                                   stop_reason=StopReason.EARLY_STOP, step_times_s=(12.0, 11.8), wall_s=90.0))
+    assert slow.unspent_s is None
+    stops = early_stops([slow])
+    assert (stops.trials, stops.saved_s, stops.unknown, stops.saved_share) == ((1,), 0.0, 1, 0.0)
+    assert "(1 recorded without their planned steps, not counted)" in early_stop_sentence(stops)
+
+
 def test_without_screening_the_slow_candidate_runs_every_step(tmp_path):
-    runs = study(tmp_path, screen_steps=1, screening=False)
+    runs, printed, _ = screened_study(tmp_path, screen_steps=1, screening=False)
     assert len(runs["slow"].result.step_times_s) == 4 and runs["slow"].status is FailureClass.OK
+    assert early_stops(runs.values()) is None and "stopping early" not in printed
     runs = study(tmp_path, screen_steps=0)
     assert len(runs["slow"].result.step_times_s) == 4
 
