@@ -43,7 +43,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping
 
 from rich.console import Console
 from rich.table import Table
@@ -55,12 +55,10 @@ from nccl_tune.search_spaces.loader import load_space
 from nccl_tune.sim.analytic import analytic_cost
 from nccl_tune.sim.families import FAMILIES, instance, throughput
 from nccl_tune.sim.launcher import ModelLauncher
-from nccl_tune.trial import StopReason
 from nccl_tune.tuner.loop import run_study
 from nccl_tune.tuner.pins import apply_pins, parse_pin
 from nccl_tune.tuner.storage import load_existing, open_storage
 from nccl_tune.tuner.study_records import Outcome, TrialRecord, records
-from nccl_tune.tuner.trial_builder import clocks_for, stop_for
 from nccl_tune.tuner.settings import DEFAULT_SAMPLER, RunSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -129,7 +127,6 @@ class Problem:
     best_values: Mapping[str, Any]
     best_throughput: float
     p: float | None
-    steps: int
 
     @property
     def implied_random_median(self) -> int | None:
@@ -158,7 +155,7 @@ def twin_problems(seeds: int, trials: int, pins: tuple[tuple[str, str], ...], ca
     problems = [
         Problem("twin", seed, twin.SPACE, ("bash", str(twin.TWIN)), pins, judge,
                 lambda: ModelLauncher(env=twin.BASE_ENV), land.best_values, land.best.throughput_samples_per_s,
-                land.target_region.get("p"), model.steps)
+                land.target_region.get("p"))
         for seed in range(seeds)
     ]
     return problems, land
@@ -180,7 +177,7 @@ def synthetic_problems(name: str, seeds: int, root: Path) -> list[Problem]:
         cost = analytic_cost(inst.landscape, inst.node)
         out.append(Problem(name, seed, str(path), ("true",), (), judge,
                            lambda cost=cost: ModelLauncher(env=twin.BASE_ENV, cost=cost), ex.best_values,
-                           ex.best_throughput, ex.p, inst.space.stop.total_steps))
+                           ex.best_throughput, ex.p))
     return out
 
 
@@ -228,32 +225,17 @@ def settings_for(problem: Problem, sampler: str, trials: int, results: Path) -> 
     return RunSettings(**common, sampler="random", predict_oom=False, early_stop_ratio=0.0, screening=False, confirm=0)
 
 
-def saved_gpu_s(record: TrialRecord, steps: int) -> float:
-    """GPU-seconds a trial stopped early did not spend: its missing steps (of the ``steps`` it was
-    to run) at its own mean step time."""
+def saved_gpu_s(record: TrialRecord) -> float:
+    """GPU-seconds a trial stopped early did not spend: ``TrialRecord.unspent_s`` (its planned steps
+    not reached, at its own mean step time) times the GPUs it held."""
     res = record.result
-    if res is None or res.stop_reason is not StopReason.EARLY_STOP or not res.step_times_s or not res.wall_s:
+    if res is None or not res.wall_s:
         return 0.0
-    missing = max(0, steps - len(res.step_times_s))
-    gpus = (res.modelled_gpu_s or 0.0) / res.wall_s
-    return missing * statistics.fmean(res.step_times_s) * gpus
-
-
-def planned_steps(settings: RunSettings) -> Callable[[Sequence[TrialRecord], TrialRecord], int]:
-    """The steps (warm-up and measured) a trial was to run, from the records before it: the tuner's
-    own rule (``trial_builder.stop_for``; the measured steps follow the study's step noise)."""
-    space = load_space(settings.space)
-    timeout_s = clocks_for(space, settings).trial_timeout_s
-
-    def steps(recs: Sequence[TrialRecord], r: TrialRecord) -> int:
-        return stop_for(space, settings, [h for h in recs if h.number < r.number], timeout_s).total_steps
-
-    return steps
+    return (record.unspent_s or 0.0) * (res.modelled_gpu_s or 0.0) / res.wall_s
 
 
 def judge_study(problem: Problem, sampler: str, trials: int, records: Iterable[TrialRecord],
-                winner: Mapping[str, Any] | None, wall_s: float, stopped_by: str = "",
-                steps: Callable[[Sequence[TrialRecord], TrialRecord], int] | None = None) -> StudyStats:
+                winner: Mapping[str, Any] | None, wall_s: float, stopped_by: str = "") -> StudyStats:
     recs = sorted(records, key=lambda r: r.number)
     launched = [r for r in recs if r.outcome is Outcome.LAUNCHED]
     reach, best_so_far, after = None, 0.0, {}
@@ -268,15 +250,14 @@ def judge_study(problem: Problem, sampler: str, trials: int, records: Iterable[T
     spent = [(r.status, (r.result.modelled_gpu_s or 0.0) if r.result else 0.0) for r in launched]
     total = sum(s for _, s in spent)
     failed = sum(s for st, s in spent if st not in (FailureClass.OK, FailureClass.BUDGET))
-    saved = sum(saved_gpu_s(r, steps(recs, r) if steps else problem.steps) for r in launched
-                if r.result is not None and r.result.stop_reason is StopReason.EARLY_STOP)
+    saved = sum(saved_gpu_s(r) for r in launched)
     judged = problem.judge(winner) if winner is not None else None
     return StudyStats(
         family=problem.family, sampler=sampler, seed=problem.seed, trials=trials, launched=len(launched),
         trials_to_reach=reach if reach is not None else trials + 1, censored=reach is None, best_frac_after=after,
         gpu_s=total, failed_gpu_frac=failed / total if total else 0.0,
         saved_gpu_frac=saved / (total + saved) if total + saved else 0.0,
-        stopped_early=sum(1 for r in launched if r.result and r.result.stop_reason is StopReason.EARLY_STOP),
+        stopped_early=sum(1 for r in launched if r.stopped_early),
         statuses=dict(Counter(r.status.value for r in launched if r.status)),
         outcomes=dict(Counter(r.outcome.value for r in recs)),
         winner_frac=judged[1] if judged else None, winner_stable=judged[0] if judged else None, wall_s=wall_s,
@@ -293,10 +274,9 @@ def run_one(problem: Problem, sampler: str, trials: int, root: Path) -> StudySta
     except NcclTuneError as exc:  # a stop rule ended it: judged on what it launched, without a winner
         url = settings.storage_url
         recs = records(load_existing(open_storage(url, create=False), url, settings.study))
-        return judge_study(problem, sampler, trials, recs, None, time.monotonic() - t0, str(exc), planned_steps(settings))
+        return judge_study(problem, sampler, trials, recs, None, time.monotonic() - t0, str(exc))
     winner = dict(study.winner.values) if study.winner is not None else None
-    return judge_study(problem, sampler, trials, study.records, winner, time.monotonic() - t0,
-                       steps=planned_steps(settings))
+    return judge_study(problem, sampler, trials, study.records, winner, time.monotonic() - t0)
 
 
 # ---------------------------------------------------------------------------------------------
