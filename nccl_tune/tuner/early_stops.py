@@ -39,8 +39,8 @@ def early_stops(records: Iterable[TrialRecord]) -> EarlyStops | None:
     unspent = [r.unspent_s for r in stopped]
     return EarlyStops(
         trials=tuple(r.number for r in stopped),
-        spent_s=sum(r.result.wall_s for r in stopped if r.result),
+        spent_s=sum(r.result.wall_s for r in stopped),
         saved_s=sum(s for s in unspent if s is not None),
-        launched_s=sum(r.result.wall_s for r in launched if r.result),
+        launched_s=sum(r.result.wall_s for r in launched),
         unknown=sum(s is None for s in unspent),
     )

@@ -112,9 +112,9 @@ class TrialRecord:
     def unspent_s(self) -> float | None:
         """Seconds a trial stopped early did not run: its planned steps it did not reach, at its own
         mean step time (0 for a trial not stopped early; None when the planned steps are unknown)."""
-        if not self.stopped_early:
+        if self.result is None or not self.stopped_early:
             return 0.0
-        steps = self.result.step_times_s if self.result else ()
+        steps = self.result.step_times_s
         if self.planned_steps is None or not steps:
             return None
         return max(0, self.planned_steps - len(steps)) * sum(steps) / len(steps)
