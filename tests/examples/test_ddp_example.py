@@ -18,6 +18,12 @@ pytestmark = pytest.mark.timeout(600)
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 JOB = [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc-per-node", "2", str(EXAMPLES / "ddp_train.py")]
 SPACE = str(EXAMPLES / "ddp_train.yaml")
+# A narrower, shallower model than the example's default: each micro-batch costs mostly its fixed
+# overhead, so fewer, larger micro-batches are 1.7x (4) and 2.4x (8) faster than the baseline's 2
+# alone, an effect that the suite's other workers on the same two cores cannot hide (with the default
+# model, 1.4x and 1.6x alone, a load burst measured the batch of 4 slower than the baseline in 1 of 8
+# runs, and the search kept the baseline)
+SMALL_MODEL = ["--seq-len", "4", "--hidden", "16", "--layers", "12", "--vocab", "64"]
 
 
 def test_dry_run_shows_the_flags_as_separate_argv_elements(tmp_path):
@@ -28,8 +34,10 @@ def test_dry_run_shows_the_flags_as_separate_argv_elements(tmp_path):
 
 
 def test_the_example_is_tuned_to_a_faster_config_than_its_baseline(tmp_path):
+    # 20 measured steps (about 0.4 s at the baseline) average over the other workers' bursts
     proc = run_cli(
-        ["run", "--space", SPACE, "--trials", "3", "--confirm", "1", "--seed", "1", "--json", "-o", "tuned.yaml", "--", *JOB],
+        ["run", "--space", SPACE, "--trials", "3", "--confirm", "1", "--seed", "1", "--steps", "20", "--warmup-steps", "2",
+         "--json", "-o", "tuned.yaml", "--", *JOB, *SMALL_MODEL],
         cwd=tmp_path, timeout=540,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -37,9 +45,8 @@ def test_the_example_is_tuned_to_a_faster_config_than_its_baseline(tmp_path):
     best, base = summary["best"], summary["baseline"]
     assert best["throughput_unit"] == base["throughput_unit"] == "samples/s"
     assert best["confirmed"] and best["params"]["batch_size"] > 2
-    # alone, the larger micro-batch is 1.3-1.5x faster; with the suite's other workers on the same
-    # cores, compute dominates the per-micro-batch overhead and the gain falls to about 1.2x
-    assert best["throughput_per_s"] > 1.1 * base["throughput_per_s"], (best, base)
+    # 2.2x and more in 8 runs next to a busy test process on the same two cores
+    assert best["throughput_per_s"] > 1.3 * base["throughput_per_s"], (best, base)
     assert "progress: the output reads" not in proc.stderr  # the space names its preset
     doc = yaml.safe_load((tmp_path / "tuned.yaml").read_text())
     b = best["params"]["batch_size"]
@@ -47,7 +54,7 @@ def test_the_example_is_tuned_to_a_faster_config_than_its_baseline(tmp_path):
     assert doc["overrides"] == {"batch_size": b, "checkpointing": best["params"]["checkpointing"], "grad_accum": 16 // b}
     assert doc["metrics"]["throughput_unit"] == "samples/s"
     spec = json.loads(next(tmp_path.glob("results/*/trial-0000/spec.json")).read_text())
-    assert spec["argv"][len(JOB) :] == ["--batch-size", "2", "--grad-accum", "8"]
+    assert spec["argv"][len(JOB) :] == [*SMALL_MODEL, "--batch-size", "2", "--grad-accum", "8"]
 
 
 def test_a_memory_failure_is_advised_in_the_spaces_own_flags(tmp_path):
