@@ -111,7 +111,7 @@ def _failure_costs(view: StudyView) -> str:
              duration(c.wall_s), f"{c.share:.0%}") for c in costs]
     share = sum(c.share for c in costs)
     return (f"<h2>What the failures cost</h2><p>{duration(total)}, {share:.0%} of the launched trials' time "
-            "(trials stopped as too slow included, as <code>budget</code>)</p>"
+            "(a trial that ran out of time, as <code>budget</code>)</p>"
             + _table(("class", "trials", "which", "time", "share"), rows, num_cols=(1, 3, 4)))
 
 

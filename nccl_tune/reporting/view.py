@@ -83,11 +83,13 @@ class FailureCost:
 
 
 def failure_costs(view: StudyView) -> tuple[FailureCost, ...]:
-    """Wall time spent on failed trials (and on trials stopped as too slow), per class, largest first."""
+    """Wall time spent on failed trials and on trials whose time ran out (``budget``), per class,
+    largest first. A trial the tuner stopped as slower than the incumbent did not fail: its time is
+    what screening and the early stop cost, told apart by ``early_stops``."""
     total = sum(view.timings[r.number].duration_s for r in view.launched if r.number in view.timings) or 1.0
     groups: dict[str, list[TrialRecord]] = {}
     for r in view.launched:
-        if failed(r) or r.status is FailureClass.BUDGET:
+        if failed(r) or (r.status is FailureClass.BUDGET and not r.stopped_early):
             groups.setdefault(r.status.value, []).append(r)
     out = []
     for cls, recs in groups.items():

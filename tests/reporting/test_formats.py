@@ -148,6 +148,8 @@ def test_every_format_says_what_stopping_early_saved(tmp_path):
     saved = json.loads(render_report(view, "json"))["early_stops"]
     assert saved["trials"] == [runs["slow"].number] and saved["saved_s"] == pytest.approx(runs["slow"].unspent_s)
     assert 0 < saved["saved_share"] < 1
+    # stopped as slower, not failed: the failure table leaves it to the early-stop line
+    assert all(runs["slow"].number not in c["trials"] for c in json.loads(render_report(view, "json"))["failure_costs"])
     quiet = load_view(screened_study(tmp_path, screen_steps=0)[2], "screening")
     assert "stopping early" not in render_report(quiet, "html") + render_report(quiet, "md")
     assert json.loads(render_report(quiet, "json"))["early_stops"] is None
