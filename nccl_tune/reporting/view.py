@@ -13,8 +13,8 @@ from nccl_tune.nightly.night import Night
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
-from nccl_tune.tuner.semantics import semantic_changes
-from nccl_tune.tuner.stability import Candidate, candidates, values_key
+from nccl_tune.tuner.semantics import semantic_changes, user_run
+from nccl_tune.tuner.stability import Candidate, candidates, changes, noise_frac, undoes_some_of, values_key
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,20 @@ def _why_not(c: Candidate, margin: float) -> str:
     return "ran once only (not confirmed by a re-run)"
 
 
+def _settings_that_do_not_pay(view: StudyView, w: Candidate, stable: list[Candidate]) -> list[str]:
+    """Faster stable configs that add settings to the winner's within the noise, and what they add."""
+    b = view.baseline
+    user, noise = user_run(view.space, b.values if b else None), noise_frac(view.records)
+    mine = changes(w.values, user)
+    out = []
+    within = [c for c in stable if w.throughput < c.throughput <= w.throughput * (1.0 + noise) and undoes_some_of(w, c, user)]
+    for c in sorted(within, key=lambda c: -c.throughput)[:3]:
+        added = ", ".join(f"{k}={format_value(v)}" for k, v in changes(c.values, user).items() if k not in mine)
+        out.append(f"trial {c.first.number} was {c.throughput / w.throughput - 1:+.1%} faster with {added} as well, "
+                   f"within the measured noise ({noise:.1%}): a setting that does not pay is left as your run has it")
+    return out
+
+
 def winner_reasons(view: StudyView) -> list[str]:
     """Why the winner won, in sentences: its numbers, the defaults it beats, faster configs not
     chosen and why, the runner-up, and the parameters that change the training itself."""
@@ -129,6 +143,7 @@ def winner_reasons(view: StudyView) -> list[str]:
         why = flaky.get(values_key(c.values))
         why = f"is not stable though its runs finished: {why}" if why else _why_not(c, margin)
         lines.append(f"trial {c.first.number} was faster ({c.throughput:.4g} {u}) but {why}")
+    lines += _settings_that_do_not_pay(view, w, stable)
     runner = max(stable, key=lambda c: c.throughput, default=None)
     if runner is not None and w.throughput:
         lines.append(f"runner-up: trial {runner.first.number}, {runner.throughput:.4g} {u} "

@@ -153,3 +153,48 @@ def test_every_format_says_what_stopping_early_saved(tmp_path):
     quiet = load_view(screened_study(tmp_path, screen_steps=0)[2], "screening")
     assert "stopping early" not in render_report(quiet, "html") + render_report(quiet, "md")
     assert json.loads(render_report(quiet, "json"))["early_stops"] is None
+
+
+SETTING_SPACE = """
+name: setting
+parameters:
+  - {name: NCCL_CUMEM_ENABLE, kind: categorical, choices: [unset, 0, 1], default: unset, memory: small}
+stop: {warmup_steps: 1, measured_steps: 3}
+throughput: {samples_per_step: 100}
+"""
+
+
+def setting_study(tmp_path: Path, gain: float) -> tuple[dict, str]:
+    """(the winner's values, the report's winner lines) of a study whose NCCL_CUMEM_ENABLE=1 is
+    ``gain`` faster than the user's run (the variable unset) and 0 as fast as unset."""
+    from io import StringIO
+
+    from rich.console import Console
+
+    from nccl_tune.reporting.view import winner_reasons
+    from nccl_tune.sim.analytic import AnalyticNode, Truth, analytic_cost
+    from nccl_tune.sim.launcher import ModelLauncher
+    from nccl_tune.tuner.loop import run_study
+    from nccl_tune.tuner.settings import RunSettings
+
+    folder = tmp_path / f"gain{gain}"
+    folder.mkdir()
+    (folder / "setting.yaml").write_text(SETTING_SPACE)
+    url = f"sqlite:///{folder}/nccl-tune.db"
+    settings = RunSettings(command=("true",), space=str(folder / "setting.yaml"), results=folder, storage=url,
+                           study="setting", trials=3, seed=0, confirm=1)
+    cost = analytic_cost(lambda v: Truth(10.0 / (1.0 + (gain if v["NCCL_CUMEM_ENABLE"] == 1 else 0.0)), 40.0),
+                         AnalyticNode(startup_s=60.0, step_noise=0.001, run_noise=0.001))
+    out = run_study(settings, console=Console(file=StringIO()), launcher=ModelLauncher(env={}, cost=cost))
+    assert {r.values["NCCL_CUMEM_ENABLE"] for r in out.records} == {"unset", 0, 1}
+    return dict(out.winner.values), winner_reasons(load_view(url, "setting"))
+
+
+def test_a_setting_within_the_noise_is_left_out_and_the_report_says_so(tmp_path):
+    winner, lines = setting_study(tmp_path, gain=0.005)
+    assert winner == {"NCCL_CUMEM_ENABLE": "unset"}
+    assert any(re.search(r"trial \d+ was \+0\.\d% faster with NCCL_CUMEM_ENABLE=1 as well, within the measured "
+                         r"noise \(\d\.\d%\): a setting that does not pay is left as your run has it", x) for x in lines), lines
+    winner, lines = setting_study(tmp_path, gain=0.10)
+    assert winner == {"NCCL_CUMEM_ENABLE": 1}
+    assert not any("does not pay" in x for x in lines), lines

@@ -103,3 +103,27 @@ def test_confirmation_re_runs_start_with_the_config_the_noise_rule_keeps():
     records = [rec(0, BASE, step_s=10.0, kind=TrialKind.BASELINE), rec(1, bigger, step_s=9.9)]
     assert [c.values for c in to_confirm(records, 1)] == [bigger]
     assert [c.values for c in to_confirm(records, 1, semantic_ref)] == [BASE]
+
+
+def test_a_setting_whose_gain_is_within_the_noise_is_left_as_the_user_runs_it():
+    """A stable config that adds NCCL_CUMEM_ENABLE=1 to another one and is 1% faster, within the
+    3% assumed before any re-run: the one without it wins; 10% faster, the setting pays and wins."""
+    user = dict(BASE)
+    bigger = {**BASE, MICRO: 8}
+    extra = {**bigger, "NCCL_CUMEM_ENABLE": 1}
+    unrelated = {**BASE, "NCCL_ALGO": "Ring"}
+    records = [rec(0, BASE, step_s=12.0, kind=TrialKind.BASELINE), rec(1, bigger, step_s=10.0),
+               rec(2, extra, step_s=9.9), rec(3, unrelated, step_s=11.0)]
+    assert select_winner(records, require_confirmation=False).values == extra
+    assert select_winner(records, require_confirmation=False, user_ref=user).values == bigger
+    assert [c.values for c in to_confirm(records, 1, user_ref=user)] == [bigger]
+    # beyond the noise: the setting pays
+    paying = records[:2] + [rec(2, extra, step_s=9.0), records[3]]
+    assert select_winner(paying, require_confirmation=False, user_ref=user).values == extra
+    # a config that undoes one of the winner's changes and makes another is not simpler: the faster wins
+    other = {**BASE, "NCCL_CUMEM_ENABLE": 1}
+    swapped = [records[0], rec(1, other, step_s=10.0), rec(2, bigger, step_s=9.9)]
+    assert select_winner(swapped, require_confirmation=False, user_ref=user).values == bigger
+    # of two simpler configs within the noise, the one with the fewest changes: here the user's own run
+    close = [rec(0, BASE, step_s=10.1, kind=TrialKind.BASELINE), rec(1, bigger, step_s=10.0), rec(2, extra, step_s=9.9)]
+    assert select_winner(close, require_confirmation=False, user_ref=user).values == BASE
