@@ -13,7 +13,7 @@ from nccl_tune.nightly.night import Night
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
-from nccl_tune.tuner.semantics import semantic_changes, user_run
+from nccl_tune.tuner.semantics import semantic_changes, user_env
 from nccl_tune.tuner.stability import Candidate, candidates, changes, noise_frac, undoes_some_of, values_key
 
 
@@ -108,9 +108,10 @@ def _why_not(c: Candidate, margin: float) -> str:
 
 
 def _settings_that_do_not_pay(view: StudyView, w: Candidate, stable: list[Candidate]) -> list[str]:
-    """Faster stable configs that add settings to the winner's within the noise, and what they add."""
+    """Faster stable configs that set environment variables the winner leaves as the user's run has
+    them, within the noise, and what they set."""
     b = view.baseline
-    user, noise = user_run(view.space, b.values if b else None), noise_frac(view.records)
+    user, noise = user_env(view.space, b.values if b else None), noise_frac(view.records)
     mine = changes(w.values, user)
     out = []
     within = [c for c in stable if w.throughput < c.throughput <= w.throughput * (1.0 + noise) and undoes_some_of(w, c, user)]

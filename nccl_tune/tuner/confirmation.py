@@ -12,7 +12,7 @@ from nccl_tune.tuner.display import Display
 from nccl_tune.tuner.failure_model import flaky_rule
 from nccl_tune.tuner.observer import InterruptFlag
 from nccl_tune.tuner.sampling import suggest, to_optuna
-from nccl_tune.tuner.semantics import study_reference, study_user_run
+from nccl_tune.tuner.semantics import study_reference, study_user_env
 from nccl_tune.tuner.stability import to_confirm
 from nccl_tune.tuner.study_records import TrialKind
 from nccl_tune.tuner.trial_run import TrialRunner
@@ -26,7 +26,7 @@ def confirm(
     for _ in range(reruns):
         history = R.records(study)
         pending = to_confirm(history, 1, study_reference(space, history), flaky_rule(space, history),
-                             study_user_run(space, history))
+                             study_user_env(space, history))
         if not pending:
             return False
         cand = pending[0]

@@ -1,13 +1,13 @@
-"""The user's own run a config is judged against (the baseline's values), the parameters that
-change the training itself (``semantic: true`` in the space: batch sizes, prompt filtering), and
-which of them a config changes from the baseline."""
+"""Parameters that change the training itself (``semantic: true`` in the space: batch sizes,
+prompt filtering), and which of them a config changes from the baseline; the environment variables
+the space sets, as the user's own run has them."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping
 
-from nccl_tune.search_spaces.space import SearchSpace
+from nccl_tune.search_spaces.space import SearchSpace, Target
 from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.tuner.stability import baseline
 from nccl_tune.tuner.study_records import TrialRecord
@@ -23,22 +23,27 @@ class SemanticChange:
         return f"{self.name}: {format_value(self.before)} -> {format_value(self.after)}"
 
 
-def user_run(space: SearchSpace, base_values: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Every parameter as the user's own run sets it: the baseline trial's value, else the space's
-    default."""
-    return {p.name: (base_values.get(p.name, p.default) if base_values is not None else p.default) for p in space.parameters}
+def user_env(space: SearchSpace, base_values: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Every environment variable the space sets (``target: env``), as the user's own run has it:
+    the baseline trial's value, else the space's default."""
+    return {p.name: (base_values.get(p.name, p.default) if base_values is not None else p.default)
+            for p in space.parameters if p.target is Target.ENV}
 
 
-def study_user_run(space: SearchSpace, records: Iterable[TrialRecord]) -> dict[str, Any]:
-    """``user_run`` of a study: its baseline trial's values, else the space's defaults."""
+def study_user_env(space: SearchSpace, records: Iterable[TrialRecord]) -> dict[str, Any]:
+    """``user_env`` of a study: its baseline trial's values, else the space's defaults."""
     base = baseline(records)
-    return user_run(space, base.values if base else None)
+    return user_env(space, base.values if base else None)
 
 
 def semantic_reference(space: SearchSpace, base_values: Mapping[str, Any] | None) -> dict[str, Any]:
-    """What each semantic parameter is in the user's own run (``user_run``)."""
-    user = user_run(space, base_values)
-    return {p.name: user[p.name] for p in space.parameters if p.semantic}
+    """What each semantic parameter is in the user's own run: the baseline trial's value, else the
+    space's default."""
+    return {
+        p.name: (base_values.get(p.name, p.default) if base_values is not None else p.default)
+        for p in space.parameters
+        if p.semantic
+    }
 
 
 def study_reference(space: SearchSpace, records: Iterable[TrialRecord]) -> dict[str, Any]:

@@ -14,13 +14,14 @@ one is faster by more than ``noise_frac``: the largest run-to-run spread, (max -
 any candidate run more than once in the study (at least ``MIN_NOISE_FRAC``), or
 ``DEFAULT_NOISE_FRAC`` before any re-run.
 
-Likewise a setting wins only if it pays: when a stable candidate makes some of the winner's changes
-to the user's own run (the baseline's values) and no others, and is within ``noise_frac`` of it, the
-one of those with the fewest changes wins. An NCCL variable (or any value) whose gain the study
-cannot tell from the noise is left at what the user runs today: each one set is one more thing that
-can hang at scale or change under the next NCCL release, and a config that passed its short runs
-with it has not shown that it is safe. The confirmation re-runs start with the candidate these rules
-would pick, so that a config kept for being within the noise gets confirmed too.
+Likewise an environment variable set wins only if it pays: when a stable candidate is the winner
+with one or more of its environment variables (``target: env``: NCCL's, above all) back as the
+user's own run has them (the baseline's values), every other value the same, and is within
+``noise_frac`` of it, the one of those with the fewest variables set wins. A variable whose gain the
+study cannot tell from the noise is left as the user runs it today: each one set is one more thing
+that can hang at scale or change under the next NCCL release, and a config that passed its short
+runs with it has not shown that it is safe. The confirmation re-runs start with the candidate these
+rules would pick, so that a config kept for being within the noise gets confirmed too.
 """
 
 from __future__ import annotations
@@ -128,7 +129,7 @@ def _stable(records: Iterable[TrialRecord], flaky: Flaky | None) -> list[Candida
 
 def to_confirm(
     records: Iterable[TrialRecord], n: int, semantic_ref: Mapping[str, Any] | None = None, flaky: Flaky | None = None,
-    user_ref: Mapping[str, Any] | None = None,
+    env_ref: Mapping[str, Any] | None = None,
 ) -> list[Candidate]:
     """The ``n`` stable candidates that have run only once to re-run first: the one
     ``select_winner`` would pick without confirmation, then the fastest faster than every
@@ -138,7 +139,7 @@ def to_confirm(
     pool = [c for c in stable if not c.confirmed]
     confirmed_best = max((c.throughput for c in stable if c.confirmed), default=0.0)
     order = sorted((c for c in pool if c.throughput > confirmed_best), key=lambda c: c.throughput, reverse=True)
-    lead = select_winner(recs, require_confirmation=False, semantic_ref=semantic_ref, flaky=flaky, user_ref=user_ref)
+    lead = select_winner(recs, require_confirmation=False, semantic_ref=semantic_ref, flaky=flaky, env_ref=env_ref)
     if lead is not None and not lead.confirmed:
         order = [lead] + [c for c in order if values_key(c.values) != values_key(lead.values)]
     return order[:n]
@@ -163,25 +164,29 @@ def changes_semantics(c: Candidate, semantic_ref: Mapping[str, Any]) -> bool:
     return any(k in c.values and c.values[k] != v for k, v in semantic_ref.items())
 
 
-def changes(values: Mapping[str, Any], user_ref: Mapping[str, Any]) -> dict[str, Any]:
-    """The values that differ from the user's own run (``user_ref``: parameter -> its value there)."""
-    return {k: v for k, v in values.items() if k in user_ref and user_ref[k] != v}
+def changes(values: Mapping[str, Any], env_ref: Mapping[str, Any]) -> dict[str, Any]:
+    """The environment variables ``values`` sets away from the user's own run (``env_ref``: each
+    variable -> its value there)."""
+    return {k: v for k, v in values.items() if k in env_ref and env_ref[k] != v}
 
 
-def undoes_some_of(simpler: Candidate, c: Candidate, user_ref: Mapping[str, Any]) -> bool:
-    """True when ``simpler`` is ``c`` with one or more of its changes to the user's run undone."""
-    mine, theirs = changes(simpler.values, user_ref), changes(c.values, user_ref)
+def undoes_some_of(simpler: Candidate, c: Candidate, env_ref: Mapping[str, Any]) -> bool:
+    """True when ``simpler`` is ``c`` with one or more of its environment variables back as the
+    user's run has them, every other value the same."""
+    if any(simpler.values.get(k) != v for k, v in c.values.items() if k not in env_ref):
+        return False
+    mine, theirs = changes(simpler.values, env_ref), changes(c.values, env_ref)
     return len(mine) < len(theirs) and all(theirs.get(k) == v for k, v in mine.items())
 
 
 def select_winner(
     records: Iterable[TrialRecord], require_confirmation: bool, semantic_ref: Mapping[str, Any] | None = None,
-    flaky: Flaky | None = None, user_ref: Mapping[str, Any] | None = None,
+    flaky: Flaky | None = None, env_ref: Mapping[str, Any] | None = None,
 ) -> Candidate | None:
     """The fastest stable candidate (confirmed by a re-run when ``require_confirmation``; not
     ``flaky``); with ``semantic_ref`` (semantic parameter -> the user's value), one that changes the
-    training wins only by more than ``noise_frac``; with ``user_ref`` (every parameter -> the user's
-    value), a change wins only by more than ``noise_frac`` (see the module docstring)."""
+    training wins only by more than ``noise_frac``; with ``env_ref`` (each environment variable ->
+    the user's value), so does a variable set (see the module docstring)."""
     recs = list(records)
     pool = [c for c in _stable(recs, flaky) if c.confirmed or not require_confirmation]
     best = max(pool, key=lambda c: c.throughput, default=None)
@@ -192,10 +197,10 @@ def select_winner(
         plain = max((c for c in pool if not changes_semantics(c, semantic_ref)), key=lambda c: c.throughput, default=None)
         if plain is not None and best.throughput <= plain.throughput * (1.0 + noise):
             best = plain
-    if not user_ref:
+    if not env_ref:
         return best
-    simpler = [c for c in pool if undoes_some_of(c, best, user_ref) and best.throughput <= c.throughput * (1.0 + noise)]
-    return min(simpler, key=lambda c: (len(changes(c.values, user_ref)), -c.throughput), default=best)
+    simpler = [c for c in pool if undoes_some_of(c, best, env_ref) and best.throughput <= c.throughput * (1.0 + noise)]
+    return min(simpler, key=lambda c: (len(changes(c.values, env_ref)), -c.throughput), default=best)
 
 
 def baseline(records: Iterable[TrialRecord]) -> Candidate | None:

@@ -19,7 +19,7 @@ from nccl_tune.tuner import study_records as R
 from nccl_tune.nightly.night import Night
 from nccl_tune.tuner.failure_model import FlakyRule, flaky_rule
 from nccl_tune.tuner.hardware_record import recorded_hardware
-from nccl_tune.tuner.semantics import study_reference, study_user_run
+from nccl_tune.tuner.semantics import study_reference, study_user_env
 from nccl_tune.tuner.series import night_from_attrs
 from nccl_tune.tuner.stability import Candidate, baseline, candidates, select_winner
 from nccl_tune.tuner.storage import S_COMMAND, S_SPACE_SOURCE, S_SPACE_TEXT, load_existing, open_storage
@@ -30,14 +30,14 @@ def pick_winner(records: Iterable[TrialRecord], space: SearchSpace, prefer_confi
                 flaky: FlakyRule | None = None) -> Candidate | None:
     """The study's winner: the fastest stable candidate confirmed by a re-run, else (or, without
     ``prefer_confirmed``, in any case) the fastest stable one; its ``confirmed`` says which. A
-    change to the training itself, or to any value of the user's own run, wins only beyond the
-    measured noise (``stability.select_winner``); a config holding a value the study has seen fail
-    now and then is not stable (``flaky``: the study's ``flaky_rule`` when None)."""
+    change to the training itself, or an environment variable set away from the user's own run,
+    wins only beyond the measured noise (``stability.select_winner``); a config holding a value the
+    study has seen fail now and then is not stable (``flaky``: the study's ``flaky_rule`` when None)."""
     recs = list(records)
-    ref, user = study_reference(space, recs), study_user_run(space, recs)
+    ref, user = study_reference(space, recs), study_user_env(space, recs)
     flaky = flaky or flaky_rule(space, recs)
-    confirmed = select_winner(recs, True, semantic_ref=ref, flaky=flaky, user_ref=user) if prefer_confirmed else None
-    return confirmed or select_winner(recs, False, semantic_ref=ref, flaky=flaky, user_ref=user)
+    confirmed = select_winner(recs, True, semantic_ref=ref, flaky=flaky, env_ref=user) if prefer_confirmed else None
+    return confirmed or select_winner(recs, False, semantic_ref=ref, flaky=flaky, env_ref=user)
 
 
 def passed_over(records: Iterable[TrialRecord], flaky: FlakyRule) -> tuple[tuple[Candidate, str], ...]:
