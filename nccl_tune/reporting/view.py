@@ -116,9 +116,11 @@ def _settings_that_do_not_pay(view: StudyView, w: Candidate, stable: list[Candid
     out = []
     within = [c for c in stable if w.throughput < c.throughput <= w.throughput * (1.0 + noise) and undoes_some_of(w, c, user)]
     for c in sorted(within, key=lambda c: -c.throughput)[:3]:
-        added = ", ".join(f"{k}={format_value(v)}" for k, v in changes(c.values, user).items() if k not in mine)
-        out.append(f"trial {c.first.number} was {c.throughput / w.throughput - 1:+.1%} faster with {added} as well, "
-                   f"within the measured noise ({noise:.1%}): a setting that does not pay is left as your run has it")
+        added = [f"{k}={format_value(v)}" for k, v in changes(c.values, user).items() if k not in mine]
+        left = ("settings that do not pay are left as your run has them" if len(added) > 1
+                else "a setting that does not pay is left as your run has it")
+        out.append(f"trial {c.first.number} was {c.throughput / w.throughput - 1:+.1%} faster with {', '.join(added)} "
+                   f"as well, within the measured noise ({noise:.1%}): {left}")
     return out
 
 
