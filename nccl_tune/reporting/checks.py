@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from nccl_tune.reporting.view import StudyView, failed
+from nccl_tune.reporting.view import StudyView
 from nccl_tune.tuner.stability import values_key
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
@@ -28,7 +28,7 @@ def stable_config_found(view: StudyView) -> Check:
     if w is not None:
         confirmed = f"confirmed by {len(w.ok_runs)} runs" if w.confirmed else "not confirmed by a re-run"
         return Check("stable config found", PASSED, f"trial {w.first.number}: {w.throughput:.4g} {view.unit}, {confirmed}")
-    counts = Counter(r.status.value for r in view.launched if failed(r) and r.status)
+    counts = Counter(r.status.value for r in view.launched if r.failed and r.status)
     what = ", ".join(f"{k} {n}" for k, n in counts.most_common()) or "none failed"
     return Check("stable config found", FAILED, f"no stable config in {len(view.launched)} launched trials ({what})")
 

@@ -67,12 +67,6 @@ def known_gib(x: float | None) -> float | None:
     return x if x else None
 
 
-def failed(r: TrialRecord) -> bool:
-    """Launched and failed (stopped for being slow, or interrupted, is not a failure)."""
-    return (r.outcome is Outcome.LAUNCHED and r.result is not None
-            and r.status not in (FailureClass.OK, FailureClass.BUDGET, FailureClass.INTERRUPTED))
-
-
 @dataclass(frozen=True)
 class FailureCost:
     failure_class: str
@@ -89,7 +83,7 @@ def failure_costs(view: StudyView) -> tuple[FailureCost, ...]:
     total = sum(view.timings[r.number].duration_s for r in view.launched if r.number in view.timings) or 1.0
     groups: dict[str, list[TrialRecord]] = {}
     for r in view.launched:
-        if failed(r) or (r.status is FailureClass.BUDGET and not r.stopped_early):
+        if r.failed or (r.status is FailureClass.BUDGET and not r.stopped_early):
             groups.setdefault(r.status.value, []).append(r)
     out = []
     for cls, recs in groups.items():

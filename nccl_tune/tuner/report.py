@@ -99,20 +99,11 @@ def _early_stops_json(recs: list[TrialRecord]) -> dict[str, Any] | None:
     return None if stops is None else {**asdict(stops), "saved_share": stops.saved_share}
 
 
-def _failed(r: TrialRecord) -> bool:
-    """Launched and failed (a trial stopped for being slow, or interrupted, did not fail)."""
-    return (
-        r.outcome is Outcome.LAUNCHED
-        and r.result is not None
-        and r.status not in (FailureClass.OK, FailureClass.BUDGET, FailureClass.INTERRUPTED)
-    )
-
-
 def print_failure_lines(console: Console, space: SearchSpace, recs: list[TrialRecord], base: Candidate | None) -> None:
     """The failures as one unbroken line each (piped, in CI): nothing cut inside a word or number."""
     console.print("failures:", highlight=False)
     for r in recs:
-        if _failed(r):
+        if r.failed:
             v = r.result.verdict
             rank = "" if v.rank is None else f" rank {v.rank}"
             values = describe(space, r.values, base.values if base else None)
@@ -126,7 +117,7 @@ def failures_table(space: SearchSpace, recs: list[TrialRecord], base: Candidate 
     for col in ("#", "class", "rank", "values (changes from the baseline)", "evidence", "advice"):
         table.add_column(col, overflow="fold")
     for r in recs:
-        if _failed(r):
+        if r.failed:
             v = r.result.verdict
             table.add_row(
                 str(r.number),
@@ -152,7 +143,7 @@ def plot(space: SearchSpace, recs: list[TrialRecord], out_dir: Path) -> list[Pat
     fig, ax = plt.subplots(figsize=(8, 4))
     ok = [r for r in launched if r.ok]
     slow = [r for r in launched if r.status is FailureClass.BUDGET]
-    bad = [r for r in launched if _failed(r)]
+    bad = [r for r in launched if r.failed]
     ax.scatter([r.number for r in ok], [r.throughput or 0 for r in ok], c="tab:green", label="ok")
     if slow:
         ax.scatter([r.number for r in slow], [0 for _ in slow], c="tab:orange", marker="v", label="stopped: too slow")
@@ -213,9 +204,9 @@ def report_study(storage_url: str, study_name: str | None, console: Console, *, 
     display.summary(recs, winner, base, show_why=True, passed_over=stored.passed_over)
     for reason in stored.dropped.values():
         console.print(f"[yellow]dropped from the search:[/] {escape(reason)}", highlight=False)
-    if any(_failed(r) for r in recs) and display.plain:
+    if any(r.failed for r in recs) and display.plain:
         print_failure_lines(console, space, recs, base)
-    elif any(_failed(r) for r in recs):
+    elif any(r.failed for r in recs):
         console.print(failures_table(space, recs, base))
     verdict = stored.night.verdict if stored.night else None
     if verdict is not None:

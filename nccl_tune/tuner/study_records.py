@@ -104,6 +104,13 @@ class TrialRecord:
         return self.result.peak_mem_gib if self.result else None
 
     @property
+    def failed(self) -> bool:
+        """Launched and failed: stopped for being slow or for running out of time (``budget``), or
+        interrupted, is not a failure."""
+        return (self.outcome is Outcome.LAUNCHED and self.result is not None
+                and self.status not in (FailureClass.OK, FailureClass.BUDGET, FailureClass.INTERRUPTED))
+
+    @property
     def stopped_early(self) -> bool:
         """Stopped by the tuner as slower than the incumbent (screening or the early stop)."""
         return self.result is not None and self.result.stop_reason is StopReason.EARLY_STOP
