@@ -5,9 +5,9 @@ the space sets, as the user's own run has them."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
-from nccl_tune.search_spaces.space import SearchSpace, Target
+from nccl_tune.search_spaces.space import Parameter, SearchSpace, Target
 from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.tuner.stability import baseline
 from nccl_tune.tuner.study_records import TrialRecord
@@ -23,33 +23,36 @@ class SemanticChange:
         return f"{self.name}: {format_value(self.before)} -> {format_value(self.after)}"
 
 
-def user_env(space: SearchSpace, base_values: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Every environment variable the space sets (``target: env``), as the user's own run has it:
-    the baseline trial's value, else the space's default."""
+def _in_user_run(space: SearchSpace, base_values: Mapping[str, Any] | None, keep: Callable[[Parameter], bool]) -> dict[str, Any]:
+    """The ``keep`` parameters as the user's own run has them: the baseline trial's value, else the
+    space's default."""
     return {p.name: (base_values.get(p.name, p.default) if base_values is not None else p.default)
-            for p in space.parameters if p.target is Target.ENV}
+            for p in space.parameters if keep(p)}
+
+
+def _baseline_values(records: Iterable[TrialRecord]) -> Mapping[str, Any] | None:
+    base = baseline(records)
+    return base.values if base else None
+
+
+def user_env(space: SearchSpace, base_values: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Every environment variable the space sets (``target: env``), as the user's own run has it."""
+    return _in_user_run(space, base_values, lambda p: p.target is Target.ENV)
 
 
 def study_user_env(space: SearchSpace, records: Iterable[TrialRecord]) -> dict[str, Any]:
     """``user_env`` of a study: its baseline trial's values, else the space's defaults."""
-    base = baseline(records)
-    return user_env(space, base.values if base else None)
+    return user_env(space, _baseline_values(records))
 
 
 def semantic_reference(space: SearchSpace, base_values: Mapping[str, Any] | None) -> dict[str, Any]:
-    """What each semantic parameter is in the user's own run: the baseline trial's value, else the
-    space's default."""
-    return {
-        p.name: (base_values.get(p.name, p.default) if base_values is not None else p.default)
-        for p in space.parameters
-        if p.semantic
-    }
+    """What each semantic parameter is in the user's own run."""
+    return _in_user_run(space, base_values, lambda p: p.semantic)
 
 
 def study_reference(space: SearchSpace, records: Iterable[TrialRecord]) -> dict[str, Any]:
     """``semantic_reference`` of a study: its baseline trial's values, else the space's defaults."""
-    base = baseline(records)
-    return semantic_reference(space, base.values if base else None)
+    return semantic_reference(space, _baseline_values(records))
 
 
 def semantic_changes(
