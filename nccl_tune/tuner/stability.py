@@ -190,8 +190,8 @@ def select_winner(
     recs = list(records)
     pool = [c for c in _stable(recs, flaky) if c.confirmed or not require_confirmation]
     best = max(pool, key=lambda c: c.throughput, default=None)
-    if best is None:
-        return None
+    if best is None or not (semantic_ref or env_ref):
+        return best  # the screening incumbent, asked at every trial: no rule, no noise to read
     noise = noise_frac(recs)
     if semantic_ref and changes_semantics(best, semantic_ref):
         plain = max((c for c in pool if not changes_semantics(c, semantic_ref)), key=lambda c: c.throughput, default=None)
