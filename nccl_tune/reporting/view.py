@@ -14,7 +14,7 @@ from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.semantics import semantic_changes, user_env
-from nccl_tune.tuner.stability import Candidate, candidates, changes, noise_frac, undoes_some_of, values_key
+from nccl_tune.tuner.stability import Candidate, candidates, changes, does_not_pay, noise_frac, values_key
 
 
 @dataclass(frozen=True)
@@ -108,7 +108,7 @@ def _settings_that_do_not_pay(view: StudyView, w: Candidate, stable: list[Candid
     user, noise = user_env(view.space, b.values if b else None), noise_frac(view.records)
     mine = changes(w.values, user)
     out = []
-    within = [c for c in stable if w.throughput < c.throughput <= w.throughput * (1.0 + noise) and undoes_some_of(w, c, user)]
+    within = [c for c in stable if c.throughput > w.throughput and does_not_pay(w, c, user, noise)]
     for c in sorted(within, key=lambda c: -c.throughput)[:3]:
         added = [f"{k}={format_value(v)}" for k, v in changes(c.values, user).items() if k not in mine]
         left = ("settings that do not pay are left as your run has them" if len(added) > 1

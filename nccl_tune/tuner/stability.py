@@ -179,6 +179,12 @@ def undoes_some_of(simpler: Candidate, c: Candidate, env_ref: Mapping[str, Any])
     return len(mine) < len(theirs) and all(theirs.get(k) == v for k, v in mine.items())
 
 
+def does_not_pay(simpler: Candidate, c: Candidate, env_ref: Mapping[str, Any], noise: float) -> bool:
+    """True when ``c`` is ``simpler`` with more environment variables set (``undoes_some_of``) and is
+    no more than ``noise`` faster: what it sets does not pay."""
+    return undoes_some_of(simpler, c, env_ref) and c.throughput <= simpler.throughput * (1.0 + noise)
+
+
 def select_winner(
     records: Iterable[TrialRecord], require_confirmation: bool, semantic_ref: Mapping[str, Any] | None = None,
     flaky: Flaky | None = None, env_ref: Mapping[str, Any] | None = None,
@@ -199,7 +205,7 @@ def select_winner(
             best = plain
     if not env_ref:
         return best
-    simpler = [c for c in pool if undoes_some_of(c, best, env_ref) and best.throughput <= c.throughput * (1.0 + noise)]
+    simpler = [c for c in pool if does_not_pay(c, best, env_ref, noise)]
     return min(simpler, key=lambda c: (len(changes(c.values, env_ref)), -c.throughput), default=best)
 
 
