@@ -679,7 +679,8 @@ def _tail_lines(tail: Iterable[tuple[int, bytes]], source: str) -> tuple[Evidenc
 def _details_for(rule: Rule, msg: str, det: dict[str, Any]) -> None:
     """Values a rule's advice needs beyond its regular expression's groups."""
     if rule.name == "nccl_watchdog_timeout":
-        fields = dict(_WORK_FIELD.findall(det.get("work", "")))
+        # a work cut short where a terminal wrapped the line names no fields: its last one may be cut
+        fields = dict(_WORK_FIELD.findall(det.get("work", ""))) if det.pop("closed", None) else {}
         if "SeqNum" in fields:
             det["seq"] = int(fields["SeqNum"])
         if "OpType" in fields:
@@ -951,7 +952,7 @@ class _Decision:
             if len(set(explicit)) == 1:
                 rank = explicit[0]
             else:
-                rank = self._silent_rank(timeouts)
+                rank = self._silent_rank()
         # the first NCCL watchdog line names op, seq and sizes best
         best = next((e for e in timeouts if "seq" in e.details), first)
         extra = [best] + [e for e in timeouts if e.rank != best.rank][:3]
@@ -991,9 +992,10 @@ class _Decision:
             )
         return None
 
-    def _silent_rank(self, timeouts: list[_Event]) -> int | None:
-        """The one rank that reported no timeout while at least two others did (the one behind)."""
-        timed_out = {e.rank for e in timeouts if e.rank is not None}
+    def _silent_rank(self) -> int | None:
+        """The one rank that reported no timeout while at least two others did (the one behind);
+        a rank whose watchdog reported only that it caught an error or a timeout reported one."""
+        timed_out = {e.rank for e in self._timeouts() if e.rank is not None}
         if len(timed_out) < 2:
             return None
         world = set(range(self.clf._world_size)) if self.clf._world_size else set(self.clf._ranks_seen)

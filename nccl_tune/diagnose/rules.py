@@ -96,7 +96,7 @@ RULES: tuple[Rule, ...] = (
     # --- host memory (before device OOM: Ray's OutOfMemoryError is host RAM) ----------------
     Rule("ray_memory_monitor", F.HOST_OOM, Kind.ROOT,
          ("killed due to memory pressure", "running low on memory", "NODE_OUT_OF_MEMORY",
-          "ray.exceptions.OutOfMemoryError"),
+          "ray.exceptions.OutOfMemoryError", "exceeds the memory usage threshold", "ray-oom-prevention"),
          None, "ray_memory_monitor"),
     Rule("kernel_oom_killer", F.HOST_OOM, Kind.ROOT,
          ("Out of memory: Killed process", "invoked oom-killer", "oom-kill:", "oom_reaper",
@@ -208,7 +208,9 @@ RULES: tuple[Rule, ...] = (
     Rule("nccl_watchdog_timeout", F.COLLECTIVE_TIMEOUT, Kind.TIMEOUT,
          ("Watchdog caught collective operation timeout", "Caught collective operation timeout",
           "timed out in blocking wait"),
-         _rx(r"(?:[Cc]aught collective operation timeout: |Work )WorkNCCL\((?P<work>(?:[^()]|\([^()]*\))*)\)"),
+         # the work's fields may be cut short where a terminal wrapped the line
+         _rx(r"(?:[Cc]aught collective operation timeout|Work (?=WorkNCCL\())(?::\s*)?"
+             r"(?:WorkNCCL\((?P<work>(?:[^()]|\([^()]*\))*)(?P<closed>\))?)?"),
          "nccl_watchdog"),
     Rule("gloo_timeout", F.COLLECTIVE_TIMEOUT, Kind.TIMEOUT, ("Timed out waiting",),
          _rx(r"Timed out waiting (?P<timeout_ms>\d+) ?ms for (?P<direction>recv|send) operation"), "gloo"),
@@ -223,14 +225,17 @@ RULES: tuple[Rule, ...] = (
          None, "heartbeat"),
     Rule("some_nccl_ops_failed", F.COLLECTIVE_TIMEOUT, Kind.TIMEOUT,
          ("Some NCCL operations have failed or timed out",), None, "nccl_generic"),
+    Rule("watchdog_exception", F.COLLECTIVE_TIMEOUT, Kind.TIMEOUT,
+         ("detected by watchdog at work",), None, "nccl_generic"),
     Rule("gloo_pair_closed", F.COLLECTIVE_TIMEOUT, Kind.SYMPTOM, ("pair closure", "Application timeout caused"),
          None, "gloo"),
     # --- a process died ---------------------------------------------------------------------
     Rule("torchrun_child_failed", F.CRASH, Kind.CRASH, ("exitcode",),
          _rx(r"failed \(exitcode: (?P<exit_code>-?\d+)\) local_rank: (?P<rank>\d+)"), "child_exit"),
-    Rule("launcher_exit", F.CRASH, Kind.CRASH, ("exits with return code", "exited with code", "Exited with exit code"),
-         _rx(r"(?:--local_rank=(?P<rank>\d+)\S*.*)?(?:exits with return code = |exited with code |Exited with exit code )"
-             r"(?P<exit_code>-?[1-9]\d*)"),
+    Rule("launcher_exit", F.CRASH, Kind.CRASH,
+         ("exits with return code", "exited with code", "Exited with exit code", "command failed with exit code"),
+         _rx(r"(?:--local_rank=(?P<rank>\d+)\S*.*)?(?:exits with return code = |exited with code |Exited with exit code "
+             r"|[Cc]ommand failed with exit code )(?P<exit_code>-?[1-9]\d*)"),
          "child_exit"),
     Rule("signal_received", F.CRASH, Kind.CRASH, ("received by PID", "Received SIG"),
          _rx(r"Signal (?P<signum>\d+) \((?P<signal>SIG\w+)\) received by PID|Received (?P<signal2>SIG\w+)"), "signal"),

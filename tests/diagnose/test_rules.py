@@ -46,6 +46,7 @@ EXAMPLES = {
     "monitored_barrier": "RuntimeError: [Rank 0]: Ranks 1, 3 failed to pass monitoredBarrier in 30000 ms",
     "watchdog_check_timeout_frame": "frame #1: c10d::ProcessGroupNCCL::WorkNCCL::checkTimeout(std::optional<std::chrono::duration<long, std::ratio<1l, 1000l> > >) + 0x1f2 (0x7f1 in libtorch_cuda.so)",
     "heartbeat_monitor": "[rank2]:[E1021 10:11:12.000 ProcessGroupNCCL.cpp:1423] [PG ID 0 PG GUID 0(default_pg) Rank 2] Heartbeat monitor timed out! Process will be terminated after dumping debug info. workMetaList_.size()=1",
+    "watchdog_exception": "[rank5]:[E1021 10:11:12.345678 ProcessGroupNCCL.cpp:1664] [PG 1 Rank 5] Exception (either an error or timeout) detected by watchdog at work: 912, last enqueued NCCL work: 914, last completed NCCL work: 911.",
     "some_nccl_ops_failed": "[Rank 0] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data.",
     "gloo_pair_closed": "RuntimeError: Application timeout caused pair closure",
     "torchrun_child_failed": "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 1 (pid: 40118) of binary: /usr/bin/python",
@@ -187,3 +188,70 @@ def test_watchdog_lines_across_pytorch_versions(line: str, op: str, seq: int | N
     assert f"in {op}" in v.advice
     assert (f"(SeqNum {seq})" in v.advice) == (seq is not None)
     assert str(v.evidence[0]).startswith("1: ")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        # Ray's memory monitor, when the head of its message was cut (Ray Jobs truncates what it shows)
+        "(PolicyActor pid=4410) Refer to the documentation on how to address the out of memory issue: "
+        "https://docs.ray.io/en/latest/ray-core/scheduling/ray-oom-prevention.html. Consider provisioning more memory on this node",
+        "Memory on the node (IP: 10.0.0.7, ID: 5f3a) where the task (actor ID: 9c1e, name=PolicyActor.__init__, pid=4410, "
+        "memory used=31.2GB) was running was 480.1GB / 503.6GB (0.953), which exceeds the memory usage threshold of 0.95.",
+    ],
+)
+def test_ray_memory_monitor_lines_without_its_first_sentence_are_host_oom(line: str) -> None:
+    assert first_rule(line) == "ray_memory_monitor"
+
+
+def test_a_ray_job_that_failed_is_a_crash_even_when_its_log_ends_in_a_progress_bar() -> None:
+    from nccl_tune.diagnose.verdict import classify_log
+
+    line = ("2026-03-02 10:11:12,345\tINFO cli.py:83 -- Status message: Job entrypoint command failed with exit code 1, "
+            "last available logs (truncated to 20,000 chars):")
+    assert first_rule(line) == "launcher_exit"
+    lines = [line + "\n", "Episode [1/100]:   7%|▋         | 11/147 [3:34:08<44:07:37, 1168.07s/it, policy_loss=-0.1]\n"]
+    assert classify_log(lines).failure_class is F.CRASH
+
+
+def test_watchdog_lines_a_terminal_wrapped_are_a_timeout_not_a_mismatch() -> None:
+    """Each rank's watchdog line cut at a different place: the fields cut short are not read, so
+    the ranks do not look as if they ran different collectives; the torchrun summary that follows
+    is their consequence."""
+    from nccl_tune.diagnose.verdict import classify_log
+
+    head = "[rank{r}]:[E424 01:11:21.160832730 ProcessGroupNCCL.cpp:629] [Rank {r}] Watchdog caught collective operation timeout: "
+    work = "WorkNCCL(SeqNum=4, OpType=BROADCAST, NumelIn=112, NumelOut=112, Timeout(ms)=1800000) ran for 1800010 milliseconds before timing out."
+    lines = []
+    for r, cut in ((1, 60), (2, 18), (3, 18), (5, 0)):
+        text = head.format(r=r) + work
+        at = len(head.format(r=r)) + cut
+        lines += [text[:at] + "\n", text[at:] + "\n"]
+    lines.append("E0424 01:17:26.952000 521279 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: -6) "
+                 "local_rank: 6 (pid: 541332) of binary: /usr/bin/python3\n")
+    assert first_rule(lines[2]) == "nccl_watchdog_timeout"
+    v = classify_log(lines, exit_code=1)
+    assert v.failure_class is F.COLLECTIVE_TIMEOUT, v
+    # whole lines still name the collective
+    whole = [head.format(r=r) + work + "\n" for r in (1, 2, 3, 5)]
+    assert "BROADCAST (SeqNum 4)" in classify_log(whole, exit_code=1).advice
+
+
+def test_a_rank_whose_watchdog_reported_the_exception_only_is_not_the_one_behind() -> None:
+    """Ranks 0 and 4 print the watchdog's time-out line, rank 3 only the line saying its watchdog
+    caught an error or a time-out: rank 3 reported one too, so no rank is named as behind."""
+    from nccl_tune.diagnose.verdict import classify_log
+
+    def timeout(r: int) -> str:
+        return (f"[rank{r}]:[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607] [Rank {r}] Watchdog caught collective operation "
+                "timeout: WorkNCCL(SeqNum=1580, OpType=ALLREDUCE, NumelIn=4661, NumelOut=4661, Timeout(ms)=600000) ran for "
+                "600060 milliseconds before timing out.\n")
+
+    caught = ("[rank3]:[E321 02:07:08.465224069 ProcessGroupNCCL.cpp:1664] [PG 1 Rank 3] Exception (either an error or "
+              "timeout) detected by watchdog at work: 1580, last enqueued NCCL work: 1582, last completed NCCL work: 1579.\n")
+    v = classify_log([timeout(0), timeout(4), caught], signal_name="SIGABRT")
+    assert (v.failure_class, v.rank) == (F.COLLECTIVE_TIMEOUT, None), v
+    assert "ALLREDUCE (SeqNum 1580)" in v.advice
+    # without rank 3's line, rank 3 is the one silent rank of the three seen
+    ranks_seen = [timeout(0), timeout(4), "[rank3]:[I321 02:07:01.000 ProcessGroupNCCL.cpp:900] step 1580 begins\n"]
+    assert classify_log(ranks_seen, signal_name="SIGABRT").rank == 3
