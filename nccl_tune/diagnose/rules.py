@@ -124,8 +124,9 @@ RULES: tuple[Rule, ...] = (
              r"|max_seq_len_to_capture|max_lora_rank|enforce_eager|data_parallel_size|EngineArgs|SamplingParams|dtype)\b"),
          "engine_args"),
     Rule("cuda_oom", F.OOM, Kind.ROOT,
-         ("CUDA out of memory", "OutOfMemoryError", "CUDA error: out of memory", "HIP out of memory",
-          "CUBLAS_STATUS_ALLOC_FAILED", "'out of memory'", "cudaErrorMemoryAllocation"),
+         ("CUDA out of memory", "OutOfMemoryError", "CUDA error: out of memory", "CUDA Error: out of memory",
+          "HIP out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "'out of memory'", "cudaErrorMemoryAllocation",
+          "Failed to CUDA calloc", "Failed to CUDA malloc"),
          None, "cuda_oom"),
     # --- CUDA errors other than OOM ---------------------------------------------------------
     Rule("cuda_ecc", F.CUDA_ERROR, Kind.ROOT, ("ECC error", "uncorrectable ECC"), None, "ecc"),
@@ -135,7 +136,7 @@ RULES: tuple[Rule, ...] = (
          "device_assert"),
     Rule("cuda_illegal_access", F.CUDA_ERROR, Kind.ROOT,
          ("illegal memory access", "illegal address", "misaligned address", "unspecified launch failure",
-          "illegal instruction"),
+          "illegal instruction", "ILLEGAL_ADDRESS", "MISALIGNED_ADDRESS", "ILLEGAL_INSTRUCTION"),
          None, "illegal_access"),
     Rule("gpu_lost", F.CUDA_ERROR, Kind.ROOT,
          ("fallen off the bus", "GPU is lost", "NVRM: Xid", "cudaErrorDevicesUnavailable", "CUDA-capable device(s) is/are busy"),
@@ -145,8 +146,10 @@ RULES: tuple[Rule, ...] = (
     Rule("nccl_unhandled_cuda", F.CUDA_ERROR, Kind.ROOT, ("unhandled cuda error", "ncclUnhandledCudaError"),
          None, "nccl_cuda"),
     Rule("cuda_error", F.CUDA_ERROR, Kind.ROOT,
-         ("CUDA error:", "CUDA driver error", "CUBLAS_STATUS_", "CUDNN_STATUS_", "cuDNN error", "CUDA_ERROR_"),
-         _rx(r"CUDA (?:driver )?error: (?P<detail>[^.\n]+)|CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|cuDNN error|CUDA_ERROR_\w+"),
+         ("CUDA error:", "CUDA driver error", "CUBLAS_STATUS_", "CUDNN_STATUS_", "cuDNN error", "CUDA_ERROR_",
+          "CUDBG_EXCEPTION_"),
+         _rx(r"CUDA (?:driver )?error: (?P<detail>[^.\n]+)|CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|cuDNN error|CUDA_ERROR_\w+"
+             r"|CUDBG_EXCEPTION_\w+"),
          "cuda"),
     # --- NCCL's own errors ------------------------------------------------------------------
     Rule("nccl_bad_env_value", F.NCCL_ERROR, Kind.ROOT,

@@ -255,3 +255,23 @@ def test_a_rank_whose_watchdog_reported_the_exception_only_is_not_the_one_behind
     # without rank 3's line, rank 3 is the one silent rank of the three seen
     ranks_seen = [timeout(0), timeout(4), "[rank3]:[I321 02:07:01.000 ProcessGroupNCCL.cpp:900] step 1580 begins\n"]
     assert classify_log(ranks_seen, signal_name="SIGABRT").rank == 3
+
+
+@pytest.mark.parametrize(
+    ("line", "rule", "cls"),
+    [
+        # vLLM's sleep-mode allocator capitalises CUDA's error
+        ("(LLMRayActor pid=3478) CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62", "cuda_oom", F.OOM),
+        # NCCL's own device allocation
+        ("node-3:4410:4502 [2] include/alloc.h:125 NCCL WARN Failed to CUDA calloc 67108864 bytes", "cuda_oom", F.OOM),
+        # a CUDA core dump (CUDA_ENABLE_COREDUMP_ON_EXCEPTION=1) names the exception, not CUDA's error text
+        ("(AsyncVLLMInferenceEngine pid=1277) [08:52:36.868726] coredump: Detected an exception of type "
+         "CUDBG_EXCEPTION_WARP_ILLEGAL_ADDRESS (14)", "cuda_illegal_access", F.CUDA_ERROR),
+        ("[08:52:36.868726] coredump: Detected an exception of type CUDBG_EXCEPTION_WARP_ASSERT (9)", "cuda_error", F.CUDA_ERROR),
+    ],
+)
+def test_other_wordings_of_device_failures(line: str, rule: str, cls: F) -> None:
+    from nccl_tune.diagnose.verdict import classify_log
+
+    assert first_rule(line) == rule
+    assert classify_log([line + "\n"]).failure_class is cls
