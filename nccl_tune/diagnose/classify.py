@@ -963,15 +963,18 @@ class _Decision:
         (a collective completes on all ranks or none): ``collective_mismatch``, naming the rank
         behind (the one lowest sequence number), else the odd collective out."""
         by_pg: dict[str, dict[int, _Event]] = {}
+        seqs_of: dict[tuple[str, int], set[int]] = {}
         for e in timeouts:
             if "seq" in e.details and e.rank is not None and e.details.get("op") not in _P2P_OPS:
-                first = by_pg.setdefault(e.details.get("pg", "0"), {})
+                pg = e.details.get("pg", "0")
+                first = by_pg.setdefault(pg, {})
+                seqs_of.setdefault((pg, e.rank), set()).add(e.details["seq"])
                 if e.rank not in first or e.details["seq"] < first[e.rank].details["seq"]:
                     first[e.rank] = e
         for pg, ranks in by_pg.items():
             seqs = sorted({e.details["seq"] for e in ranks.values()})
-            if len(seqs) < 2:
-                continue
+            if len(seqs) < 2 or any(len(seqs_of[(pg, r)]) > 1 for r in ranks):
+                continue  # a rank waiting at two sequence numbers: lines that name no group mix several
             lowest = [r for r, e in ranks.items() if e.details["seq"] == seqs[0]]
             ops = Counter(e.details.get("op") for e in ranks.values())
             odd = [r for r, e in ranks.items() if len(ops) > 1 and ops[e.details.get("op")] == 1]

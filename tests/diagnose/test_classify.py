@@ -550,3 +550,21 @@ def test_a_forced_algorithm_without_an_implementation_is_named_with_the_per_coll
     assert "Broadcast" in v.advice and "NCCL_ALGO=Tree" in v.advice and "allreduce:Tree" in v.advice
     generic = classify_log(lines[1:], exit_code=1)
     assert "invalid usage" in generic.advice and "NCCL_ALGO" in generic.advice
+
+
+def test_timeouts_in_several_unnamed_groups_are_not_ranks_out_of_step() -> None:
+    """Lines of an older PyTorch name no process group. Rank 0 waits at three sequence numbers
+    (data-, tensor- and pipeline-parallel groups) and rank 3 at a fourth: a rank is at one sequence
+    number per group, so these are several groups, not rank 3 behind the others."""
+
+    def old(rank: int, seq: int) -> str:
+        return (f"[E ProcessGroupNCCL.cpp:828] [Rank {rank}] Watchdog caught collective operation timeout: "
+                f"WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 607565 milliseconds before timing out.\n")
+
+    lines = [old(3, 33), old(0, 257), old(0, 1032), old(0, 1796)]
+    v = classify_log(lines, signal_name="SIGABRT")
+    assert v.failure_class is F.COLLECTIVE_TIMEOUT, v
+    # one sequence number per rank, and one rank behind: out of step
+    behind = [old(3, 33), old(0, 34), old(1, 34), old(2, 34)]
+    v = classify_log(behind, signal_name="SIGABRT")
+    assert (v.failure_class, v.rank) == (F.COLLECTIVE_MISMATCH, 3), v
