@@ -39,7 +39,8 @@ proposes what an uninterrupted one would):
    not carried along (it may break in combination).
 5. Without a stable config yet, moves from the launched configs are ranked by
    ``P(fits) x worth x expected throughput``. When no move is worth
-   ``MIN_EXPECTED_GAIN``, Optuna's TPE proposes, and the trial says why the planner declined.
+   ``MIN_EXPECTED_GAIN``, Optuna's TPE proposes (the first of its proposals the memory model
+   gives an even chance to fit: ``TPE_DRAWS``), and the trial says why the planner declined.
 """
 
 from __future__ import annotations
@@ -63,10 +64,13 @@ from nccl_tune.tuner import study_records as R
 from nccl_tune.tuner.failure_model import FailureModel
 from nccl_tune.tuner.memory_model import MemoryModel, failure_wall_frac
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
-from nccl_tune.tuner.sampling import distributions, to_optuna
+from nccl_tune.tuner.sampling import distributions, from_optuna, to_optuna
 from nccl_tune.tuner.stability import candidates, values_key
 from nccl_tune.tuner.throughput_model import ThroughputModel, axis
 
+TPE_DRAWS = 8
+"""TPE proposals drawn, where no move is worth a trial, to find one the memory model gives an even
+chance to fit."""
 MIN_EXPECTED_GAIN = 0.002
 """Expected log-throughput gain below which local moves are not worth a trial (TPE proposes)."""
 BASES = 4
@@ -358,10 +362,27 @@ class LocalSearchSampler(BaseSampler):
         if self.last is None:
             if "fixed_params" not in trial.system_attrs:
                 self._fallback = f"TPE, since {planner.declined}"
-            tpe_space = self._tpe.infer_relative_search_space(study, trial)
-            return self._tpe.sample_relative(study, trial, tpe_space)
+            return self._tpe_that_fits(study, trial, planner)
         proposal = to_optuna(self.space, self.last.values, self.pinned)
         return {k: v for k, v in proposal.items() if k in search_space}
+
+    def _tpe_that_fits(self, study: optuna.Study, trial: FrozenTrial, planner: Planner) -> dict[str, Any]:
+        """TPE's proposal for ``trial``: the first of up to ``TPE_DRAWS`` that the planner's memory
+        model gives an even chance to fit, else the likeliest to fit of them (TPE knows nothing of
+        memory: where no move is worth a trial, its proposals ran out of memory in half the cases
+        on a landscape where most configs do)."""
+        tpe_space = self._tpe.infer_relative_search_space(study, trial)
+        likeliest: tuple[float, dict[str, Any]] | None = None
+        for _ in range(TPE_DRAWS):
+            params = self._tpe.sample_relative(study, trial, tpe_space)
+            if set(params) != set(self._dists):  # TPE still samples each parameter on its own
+                return params
+            fits = planner.memory.p_fits(from_optuna(self.space, params, self.pinned))
+            if fits >= 0.5:
+                return params
+            if likeliest is None or fits > likeliest[0]:
+                likeliest = (fits, params)
+        return likeliest[1] if likeliest is not None else {}
 
     def why(self, number: int, values: Mapping[str, Any]) -> str | None:
         """Why trial ``number`` was proposed: the planner's move when it proposed exactly ``values``,

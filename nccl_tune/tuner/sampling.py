@@ -63,3 +63,16 @@ def to_optuna(space: SearchSpace, values: Mapping[str, Any], pinned: Mapping[str
         v = values[p.name]
         out[optuna_name(p)] = int(math.log2(v)) if p.kind is ParamKind.POW2 else v
     return out
+
+
+def from_optuna(space: SearchSpace, params: Mapping[str, Any], pinned: Mapping[str, Any]) -> dict[str, Any]:
+    """The values Optuna's ``params`` (by Optuna name, every parameter not pinned) stand for, pinned
+    parameters as given: the inverse of ``to_optuna``."""
+    out: dict[str, Any] = {}
+    for p in space.parameters:
+        if p.name in pinned:
+            out[p.name] = pinned[p.name]
+            continue
+        v = params[optuna_name(p)]
+        out[p.name] = 2**v if p.kind is ParamKind.POW2 else v
+    return out
