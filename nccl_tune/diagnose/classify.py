@@ -772,7 +772,7 @@ class _Decision:
         if roots:
             return self._root(roots[0])
         if timeouts:
-            return self._timeout(strong or timeouts)
+            return self._timeout(strong or timeouts, timeouts)
         return self._without_root()
 
     def _timeouts(self) -> list[_Event]:
@@ -920,7 +920,8 @@ class _Decision:
                 return self._make(cls, root, self._evidence(root), weight_sync_context=True)
         return self._make(cls, root, self._evidence(root))
 
-    def _timeout(self, timeouts: list[_Event]) -> Verdict:
+    def _timeout(self, timeouts: list[_Event], reported: list[_Event]) -> Verdict:
+        """``timeouts``: the ones that decide; ``reported``: every time-out, the generic ones too."""
         first = timeouts[0]
         warn = self._nccl_warn_before(first)
         if warn is not None:
@@ -952,7 +953,7 @@ class _Decision:
             if len(set(explicit)) == 1:
                 rank = explicit[0]
             else:
-                rank = self._silent_rank()
+                rank = self._silent_rank(reported)
         # the first NCCL watchdog line names op, seq and sizes best
         best = next((e for e in timeouts if "seq" in e.details), first)
         extra = [best] + [e for e in timeouts if e.rank != best.rank][:3]
@@ -995,10 +996,10 @@ class _Decision:
             )
         return None
 
-    def _silent_rank(self) -> int | None:
+    def _silent_rank(self, reported: list[_Event]) -> int | None:
         """The one rank that reported no timeout while at least two others did (the one behind);
         a rank whose watchdog reported only that it caught an error or a timeout reported one."""
-        timed_out = {e.rank for e in self._timeouts() if e.rank is not None}
+        timed_out = {e.rank for e in reported if e.rank is not None}
         if len(timed_out) < 2:
             return None
         world = set(range(self.clf._world_size)) if self.clf._world_size else set(self.clf._ranks_seen)
