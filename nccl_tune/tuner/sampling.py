@@ -39,19 +39,16 @@ def distributions(space: SearchSpace, pinned: Mapping[str, Any]) -> dict[str, Ba
 
 def suggest(trial: optuna.Trial, space: SearchSpace, pinned: Mapping[str, Any]) -> dict[str, Any]:
     """Values for every parameter: pinned ones as given, the rest suggested by the sampler."""
-    values: dict[str, Any] = {}
+    params: dict[str, Any] = {}
     for p in space.parameters:
         if p.name in pinned:
-            values[p.name] = pinned[p.name]
             continue
         dist = distribution(p)
-        if p.kind is ParamKind.POW2:
-            values[p.name] = 2 ** trial.suggest_int(optuna_name(p), dist.low, dist.high)
-        elif p.kind is ParamKind.INT:
-            values[p.name] = trial.suggest_int(p.name, dist.low, dist.high, step=dist.step)
+        if isinstance(dist, IntDistribution):
+            params[optuna_name(p)] = trial.suggest_int(optuna_name(p), dist.low, dist.high, step=dist.step)
         else:
-            values[p.name] = trial.suggest_categorical(p.name, list(p.choices))
-    return values
+            params[p.name] = trial.suggest_categorical(p.name, list(p.choices))
+    return from_optuna(space, params, pinned)
 
 
 def to_optuna(space: SearchSpace, values: Mapping[str, Any], pinned: Mapping[str, Any]) -> dict[str, Any]:
