@@ -369,8 +369,7 @@ class LocalSearchSampler(BaseSampler):
     def _tpe_that_fits(self, study: optuna.Study, trial: FrozenTrial, planner: Planner) -> dict[str, Any]:
         """TPE's proposal for ``trial``: the first of up to ``TPE_DRAWS`` that the planner's memory
         model gives an even chance to fit, else the likeliest to fit of them (TPE knows nothing of
-        memory: where no move is worth a trial, its proposals ran out of memory in half the cases
-        on a landscape where most configs do)."""
+        memory: on a landscape where most configs run out of it, some of its proposals did)."""
         tpe_space = self._tpe.infer_relative_search_space(study, trial)
         likeliest: tuple[float, dict[str, Any]] | None = None
         for _ in range(TPE_DRAWS):
