@@ -1,6 +1,8 @@
 """What the study has learnt about failures the memory model does not explain (hangs, crashes,
 refusals; not OOMs, nor failures of runs whose peak came within the headroom): which values make a
-run fail, alone or with a partner, and what a failure costs.
+run fail, alone or with a partner, and what a failure costs. A run that failed within the headroom
+still says one thing: it got past its start-up (it loaded its model and trained to come that close),
+so it counts as a start-up that none of its values broke.
 
 The causes a run holds are its values away from the baseline, each alone and each pair of them
 (NCCL's NVLS algorithm hangs only without cuMem buffers; a batch larger than what a shorter prompt
@@ -113,10 +115,12 @@ class FailureModel:
         for r in sorted(records, key=lambda r: r.number):
             if r.outcome is not Outcome.LAUNCHED or r.status in (None, FailureClass.INTERRUPTED):
                 continue
+            start, run = self.keys(r.values, "start"), self.keys(r.values, "run")
             if memory_wall_frac is not None and _memory_explains(r, memory_wall_frac):
+                if r.status is not FailureClass.OOM:  # an OOM may come while the model loads
+                    self.runs.append((start, (), 0.0))  # past its start-up; no cost: not a finished run's
                 continue
             cost = r.result.wall_s if r.result is not None else 0.0
-            start, run = self.keys(r.values, "start"), self.keys(r.values, "run")
             if r.status in _FINE:
                 self.runs.append((start + run, (), cost))
             elif r.result is not None and r.result.step_times_s:

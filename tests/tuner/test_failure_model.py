@@ -127,6 +127,20 @@ def test_a_failure_at_the_memory_wall_is_left_to_the_memory_model_one_away_from_
     assert unexplained.p_ok({**BASE, "prompt": 2048}) < 0.9
 
 
+def test_a_run_that_failed_at_the_memory_wall_got_past_its_start_up():
+    """A shorter prompt limit crashed a start-up at the larger batch (the data set could not fill
+    it); a run of the same limit at the smaller batch stalled at the memory wall, so it had loaded
+    its model and started training: the limit alone does not break start-ups. An OOM proves nothing
+    of the kind (a model too large for the GPU fails while loading)."""
+    crashed = [run(0, {}), run(1, {"batch": 512}), run(2, {"batch": 512, "prompt": 2048}, FailureClass.CRASH, 70.0)]
+    alone = {**BASE, "prompt": 2048}
+    before = model(crashed).p_ok(alone)
+    at_wall = run(3, {"prompt": 2048, "NCCL_ALGO": "Ring"}, FailureClass.COLLECTIVE_TIMEOUT, peak_frac=0.97)
+    assert model(crashed + [at_wall]).p_ok(alone) > before + 0.1
+    oom = run(3, {"prompt": 2048, "NCCL_ALGO": "Ring"}, FailureClass.OOM, peak_frac=0.99)
+    assert model(crashed + [oom]).p_ok(alone) == pytest.approx(before)
+
+
 def hung_after(number: int, changes: dict, steps: int) -> TrialRecord:
     """A run that hung after measuring ``steps`` steps."""
     result = TrialResult(
