@@ -16,6 +16,9 @@ Root-cause selection (``Kind`` in ``rules``):
    host memory climb to ``HOST_OOM_PEAK_FRAC`` before a SIGKILL;
 4. otherwise the exit status: ``ok`` for 0 or unknown, ``crash`` for anything else.
 
+Lines of an "Exception ignored" block (``ignored``: the interpreter went on) are flagged; what they
+still count for is decided in ``_counts``.
+
 Failures after ``Training done!`` or in the final checkpoint (a save phase outside any step, after
 a finished step) are flagged ``after_training``.
 """
@@ -32,6 +35,7 @@ from typing import Any, Iterable, Sequence
 from nccl_tune.diagnose import text as T
 from nccl_tune.diagnose.advice import AdviceContext, advise
 from nccl_tune.diagnose.flight_recorder import FlightRecorderSummary, analyse_dumps
+from nccl_tune.diagnose.ignored import ENDED, IN, IgnoredBlock, header_prefix
 from nccl_tune.diagnose.rules import (
     HOST_MEMORY,
     HOST_MEMORY_KEYS,
@@ -66,6 +70,9 @@ RANK_SCAN_BLOCKS = 64
 that hold an event are (ranks and Ray workers introduce themselves early)."""
 OWN_SOURCE = "nccl-tune"
 
+MAX_OPEN_BLOCKS = 64
+""""Exception ignored" blocks followed at once (several processes' interleaved); the oldest is
+dropped beyond them."""
 TAIL_CHECK = 3
 """Non-blank last lines of each source that must not be errors for a run to be called ``ok``."""
 MAX_SOURCES = 64
@@ -121,6 +128,8 @@ class _Event:
     """The Ray worker or NCCL process that printed the line (its rank may be learnt later in the log)."""
     steps_done: int = 0
     """Training steps finished when the line was printed."""
+    ignored: bool = False
+    """The line is part of an "Exception ignored" block (``ignored``): the program went on."""
     stamp: tuple[int, ...] | None = None
     """When the line says it was printed (month, day, h, m, s, microseconds), if it says."""
 
@@ -267,6 +276,11 @@ class LogClassifier:
         self._ranks_seen: set[int] = set()
         self._world_size: int | None = None
         self._summary_left = 0
+        self._open_blocks: dict[tuple[str, str], IgnoredBlock] = {}
+        """The "Exception ignored" blocks still open at the end of the last byte block, by
+        (source, prefix)."""
+        self._ignored: set[int] = set()
+        """Line numbers of the current byte block that belong to such a block."""
         self._summary_rank: int | None = None
         self._summary_event: _Event | None = None
         self._templates: dict[bytes, bool] = {}
@@ -323,6 +337,8 @@ class LogClassifier:
         resume, counted_to, newlines = 0, 0, 0
         if self._summary_left:
             resume = self._sequential(buf, 0, base + 1)
+        for key in [k for k in self._open_blocks if k[0] == self._source]:
+            self._follow_ignored(key, buf, 0, base + 1)
         early = self._blocks < RANK_SCAN_BLOCKS
         self._blocks += 1
         if early:
@@ -344,6 +360,7 @@ class LogClassifier:
         self._line_no = base + total
         self.lines_read += total
         self._keep_tail(buf, base + total)
+        self._ignored.clear()
 
     def _block_ranks(self, buf: bytes) -> None:
         ranks, pid_rank = block_ranks(buf)
@@ -363,17 +380,45 @@ class LogClassifier:
         return offset
 
     def _keep_tail(self, buf: bytes, last_no: int) -> None:
-        ends: list[int] = []
+        """The block's last lines that count: not those of an "Exception ignored" block."""
+        kept: list[tuple[int, int, int]] = []
         pos = len(buf) - 1 if buf.endswith(b"\n") else len(buf)
-        while len(ends) < TAIL_LINES and pos >= 0:
-            ends.append(pos)
-            pos = buf.rfind(b"\n", 0, pos)
+        no = last_no
+        while len(kept) < TAIL_LINES and pos >= 0:
+            start = buf.rfind(b"\n", 0, pos) + 1
+            if no not in self._ignored:
+                kept.append((no, start, pos))
+            pos, no = start - 1, no - 1
         last = self._limits.get(self._source)
-        for i, end in enumerate(reversed(ends)):
-            start = buf.rfind(b"\n", 0, end) + 1
-            no = last_no - len(ends) + 1 + i
+        for no, start, end in reversed(kept):
             if last is None or no <= last:
                 self._tail.append((no, buf[start:end]))
+
+    def _open_ignored(self, prefix: str) -> None:
+        """An "Exception ignored" header on the current line: follow its block from the next line."""
+        self._ignored.add(self._line_no)
+        key = (self._source, prefix)
+        self._open_blocks.pop(key, None)
+        if len(self._open_blocks) >= MAX_OPEN_BLOCKS:
+            self._open_blocks.pop(next(iter(self._open_blocks)))
+        self._open_blocks[key] = IgnoredBlock(prefix)
+        buf, _, end = self._context
+        self._follow_ignored(key, buf, end + 1, self._line_no + 1)
+
+    def _follow_ignored(self, key: tuple[str, str], buf: bytes, offset: int, line_no: int) -> None:
+        """The lines of the open block ``key`` from ``offset`` (line ``line_no``) on, into
+        ``_ignored``, until the block ends or the byte block does."""
+        block = self._open_blocks[key]
+        while offset < len(buf):
+            end = buf.find(b"\n", offset)
+            end = len(buf) if end < 0 else end
+            said = block.feed(T.clean(buf[offset:end].decode("utf-8", "replace")))
+            if said == IN:
+                self._ignored.add(line_no)
+            if said == ENDED or block.exhausted:
+                del self._open_blocks[key]
+                return
+            offset, line_no = end + 1, line_no + 1
 
     def _candidate(self, raw: str, line_no: int) -> None:
         if "NCCL INFO" in raw:
@@ -426,6 +471,11 @@ class LogClassifier:
         if "%" in msg and any(k in msg for k in HOST_MEMORY_KEYS):
             self._host_readout(text, msg)
             return
+        if "Exception ignored " in text:
+            prefix = header_prefix(text)
+            if prefix is not None:
+                self._open_ignored(prefix)
+                return
         if "raise " in msg and _RAISE_CODE.search(msg):
             return  # a traceback's source line (`raise ValueError(...)`), not the error itself
         if "Root Cause" in msg and "first observed failure" in msg:
@@ -525,8 +575,10 @@ class LogClassifier:
             return None
         if rule.name == "exception" and m is not None and m.group("exception") == "AssertionError":
             rule = self._assertion_rule(rule)
-        count = self._per_rule.get(rule.name, 0)
-        self._per_rule[rule.name] = count + 1
+        ignored = self._line_no in self._ignored
+        counter = f"ignored {rule.name}" if ignored else rule.name  # ignored lines cannot use up a rule's events
+        count = self._per_rule.get(counter, 0)
+        self._per_rule[counter] = count + 1
         limit = TIMEOUT_EVENTS_KEPT if rule.kind is Kind.TIMEOUT else EVENTS_PER_RULE
         if count >= limit:
             return None
@@ -552,6 +604,7 @@ class LogClassifier:
             after_training=ph.after_training,
             pid=pid,
             steps_done=ph.steps_finished,
+            ignored=ignored,
             stamp=time_stamp(text) or self._stamp_before(),
         )
         if rule.failure_class is FailureClass.OOM:
@@ -735,6 +788,22 @@ def _details_for(rule: Rule, msg: str, det: dict[str, Any]) -> None:
         det["signal"] = "SIGKILL"
 
 
+_COUNT_WHEN_IGNORED = frozenset({
+    FailureClass.OOM, FailureClass.HOST_OOM, FailureClass.CUDA_ERROR, FailureClass.NCCL_ERROR,
+    FailureClass.COLLECTIVE_TIMEOUT, FailureClass.COLLECTIVE_MISMATCH,
+})
+
+
+def _counts(e: _Event, steps_finished: int) -> bool:
+    """Whether an event takes part in the decision. A line of an "Exception ignored" block (the
+    interpreter printed the exception and went on) is no crash, refused config or rendezvous
+    failure; a device, host-memory or NCCL cause in it still counts (it tells about the machine),
+    unless training finished a step after it."""
+    if not e.ignored:
+        return True
+    return e.failure_class in _COUNT_WHEN_IGNORED and e.steps_done == steps_finished
+
+
 class _Decision:
     """Root-cause selection over the events of one classifier (see the module docstring)."""
 
@@ -748,7 +817,8 @@ class _Decision:
         fr: dict[str, Any] | None,
     ) -> None:
         self.clf = clf
-        self.events = _time_ordered(clf._events)
+        steps = clf._phases.steps_finished
+        self.events = [e for e in _time_ordered(clf._events) if _counts(e, steps)]
         self.exit_code = exit_code
         self.sig = sig
         self.host_peak = host_mem_peak_frac

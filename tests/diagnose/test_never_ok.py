@@ -91,3 +91,36 @@ def test_the_same_healthy_logs_with_a_clean_ending_are_ok(seed: int) -> None:
     rnd = random.Random(seed)
     lines = _log(rnd)
     assert classify_log(lines, exit_code=rnd.choice([None, 0])).ok
+
+
+def _ignored_exception(rnd: random.Random, cut: bool = False) -> list[str]:
+    """What the interpreter prints for an exception in a finalizer (it goes on), in a random process's
+    prefix; ``cut``: the log stops before its exception line."""
+    prefix = rnd.choice(["", "[rank5]:", "(WorkerDict pid=4411) ", "[36m(Worker pid=12)[0m "])
+    exc = rnd.choice(["AssertionError: can only join a child process", "BrokenPipeError: [Errno 32] Broken pipe",
+                      f"RuntimeError: DataLoader worker (pid {rnd.randrange(100, 99999)}) is killed by signal: Killed."])
+    frames = [f'{prefix}  File "/usr/lib/python3.10/multiprocessing/process.py", line {rnd.randrange(1, 300)}, in join',
+              f"{prefix}    res = self._popen.wait(timeout)"] * rnd.randrange(0, 9)
+    lines = [f"{prefix}Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f{rnd.randrange(16**8):08x}>"]
+    if frames:
+        lines += [f"{prefix}Traceback (most recent call last):", *frames]
+    return lines + ([] if cut else [prefix + exc])
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_an_ignored_exception_before_an_error_ending_does_not_make_it_ok(seed: int) -> None:
+    rnd = random.Random(20_000 + seed)
+    lines = _log(rnd) + _ignored_exception(rnd) + _error_ending(rnd)
+    assert classify_log(lines, exit_code=rnd.choice([None, 0])).failure_class is not FailureClass.OK, lines[-6:]
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_healthy_logs_with_ignored_exceptions_anywhere_are_ok(seed: int) -> None:
+    """Blocks between healthy lines, and one cut short at the end of the log."""
+    rnd = random.Random(30_000 + seed)
+    lines = _log(rnd)
+    for at in sorted((rnd.randrange(len(lines) + 1) for _ in range(rnd.randrange(1, 4))), reverse=True):
+        lines[at:at] = _ignored_exception(rnd)
+    lines += _ignored_exception(rnd, cut=rnd.random() < 0.5)
+    v = classify_log(lines, exit_code=rnd.choice([None, 0]))
+    assert v.ok, [str(e) for e in v.evidence]
