@@ -107,7 +107,9 @@ _SAVE_PHASES = {"save_checkpoints", "save_hf_model"}
 _WEIGHT_SYNC_HINTS = ("sync_weights", "sync_model", "broadcast_to_inference_engines", "update_weights", "weight_sync")
 _TORCHRUN_SUMMARY = Rule("torchrun_root_cause", FailureClass.CRASH, Kind.CRASH, (), None, "child_exit")
 _NCCL_WARN_CAUSES = ("failure", "Failure", "failed", "Failed", "rror", "imeout", "timed out", "No space", "reset", "closed")
-_NCCL_WARN_BENIGN = ("No device found", "Could not find", "Unable to open", "not supported", "Not supported")
+_NCCL_WARN_BENIGN = ("No device found", "Could not find", "Unable to open", "Failed to open lib", "not supported",
+                     "Not supported")
+"""Warnings NCCL prints where it goes on without the thing (no InfiniBand library, no device)."""
 
 
 @dataclass

@@ -193,6 +193,19 @@ def test_an_nccl_warn_the_run_trained_through_does_not_explain_a_later_timeout()
     assert v.failure_class is F.COLLECTIVE_TIMEOUT
 
 
+def test_nccl_warning_that_it_could_not_open_a_library_does_not_name_the_cause() -> None:
+    """NCCL warns on every node without InfiniBand that it could not open the verbs library, and goes on
+    with sockets: a later NCCL error keeps its own reading."""
+    lines = step_prefix() + [
+        "gpu-node-01:4003:4003 [3] misc/ibvwrap.cc:98 NCCL WARN Failed to open libibverbs.so[.1]\n",
+        "[rank3]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.cpp:77, "
+        "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5\n",
+    ]
+    v = classify_log(lines)
+    assert (v.failure_class, v.cause.subtype) == (F.NCCL_ERROR, "system")
+    assert "DistBackendError" in v.evidence[0].text
+
+
 def test_invalid_nccl_env_value_is_an_nccl_error_naming_the_value() -> None:
     lines = [
         'gpu-node-01:4000:4000 [0] graph/tuning.cc:109 NCCL WARN Unrecognized element token "Simpel" when parsing "LL,Simpel"\n',
