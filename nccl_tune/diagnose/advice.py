@@ -180,6 +180,9 @@ def _timeout(ctx: AdviceContext) -> str:
         head = f"Rank {ctx.rank} is the likely one behind (it reported no timeout): look at its last lines or `py-spy dump`"
     elif ctx.subtype == "gloo":
         head = "A gloo collective timed out waiting for a peer that never arrived (a rank is stuck or died silently)"
+    elif ctx.subtype == "nccl_tests":
+        return ("nccl-tests gave up on a collective after its -T timeout: a rank, GPU or link is stuck (not slow); rerun "
+                "with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET and compare the ranks' last lines")
     elif ctx.subtype == "heartbeat":
         head = ("The watchdog itself hung (heartbeat monitor): a CUDA/NCCL call never returned, usually a rank stuck "
                 "in a collective")
@@ -258,6 +261,12 @@ def _nccl(ctx: AdviceContext) -> str:
         return (
             "A peer process exited or the network dropped (NCCL remote error / connection reset): find the first error on "
             "the other ranks or nodes; on several nodes check the fabric with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET"
+        )
+    if ctx.subtype == "socket_ifname":
+        return (
+            "NCCL found no usable address for its sockets: the interface NCCL_SOCKET_IFNAME names is missing on this "
+            "host or has no IPv4/IPv6 address; set it to an interface `ip -br addr` lists on every node (a prefix such "
+            "as eth, or ^docker,lo to exclude) or unset it; `nccl-tune doctor` checks it"
         )
     if ctx.subtype == "network":
         return (

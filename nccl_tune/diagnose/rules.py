@@ -145,11 +145,13 @@ RULES: tuple[Rule, ...] = (
          "gpu_lost"),
     Rule("nccl_unhandled_cuda", F.CUDA_ERROR, Kind.ROOT, ("unhandled cuda error", "ncclUnhandledCudaError"),
          None, "nccl_cuda"),
+    # nccl-tests' CUDACHECK prints "host: Test CUDA failure file.cu:N '<cudaGetErrorString>'": its
+    # 'out of memory', illegal accesses and busy devices are read by the rules above, the rest here
     Rule("cuda_error", F.CUDA_ERROR, Kind.ROOT,
          ("CUDA error:", "CUDA driver error", "CUBLAS_STATUS_", "CUDNN_STATUS_", "cuDNN error", "CUDA_ERROR_",
-          "CUDBG_EXCEPTION_"),
-         _rx(r"CUDA (?:driver )?error: (?P<detail>[^.\n]+)|CUBLAS_STATUS_\w+|CUDNN_STATUS_\w+|cuDNN error|CUDA_ERROR_\w+"
-             r"|CUDBG_EXCEPTION_\w+"),
+          "CUDBG_EXCEPTION_", "Test CUDA failure"),
+         _rx(r"(?:CUDA (?:driver )?error: |Test CUDA failure \S+:\d+ ')(?P<detail>[^.'\n]+)|CUBLAS_STATUS_\w+"
+             r"|CUDNN_STATUS_\w+|cuDNN error|CUDA_ERROR_\w+|CUDBG_EXCEPTION_\w+"),
          "cuda"),
     # --- NCCL's own errors ------------------------------------------------------------------
     Rule("nccl_bad_env_value", F.NCCL_ERROR, Kind.ROOT,
@@ -163,11 +165,19 @@ RULES: tuple[Rule, ...] = (
     Rule("nccl_remote", F.NCCL_ERROR, Kind.ROOT,
          ("remote process exited", "ncclRemoteError"),
          None, "remote"),
+    # NCCL's sockets given no usable address (the interface NCCL_SOCKET_IFNAME names is missing or has
+    # none): NCCL warns, then fails the call with ncclInternalError
+    Rule("nccl_no_interface", F.NCCL_ERROR, Kind.ROOT,
+         ("is neither AF_INET", "no socket interface found"),
+         _rx(r"connecting to address .*with family (?P<family>\d+) is neither AF_INET|no socket interface found"),
+         "socket_ifname"),
+    # nccl-tests' NCCLCHECK prints "host: Test NCCL failure file.cu:N '<ncclGetErrorString> / <last error>'":
+    # its 'unhandled cuda error' and 'remote process exited' are read by the rules above, as in PyTorch's wording
     Rule("nccl_error", F.NCCL_ERROR, Kind.ROOT,
          ("NCCL error", "ncclSystemError", "ncclInternalError", "ncclInvalidUsage", "ncclInvalidArgument",
-          "NCCL communicator was aborted", "ncclCommInitRank failed"),
+          "NCCL communicator was aborted", "ncclCommInitRank failed", "Test NCCL failure"),
          _rx(r"NCCL error|nccl(?:System|Internal|InvalidUsage|InvalidArgument)\w*|communicator was aborted"
-             r"|ncclCommInitRank failed"),
+             r"|ncclCommInitRank failed|Test NCCL failure"),
          "nccl"),
     # --- rendezvous, store, ports, connect ---------------------------------------------------
     Rule("c10d_connect_retry", F.INIT_FAILURE, Kind.SUPPORT, ("failed to connect to",),
@@ -226,6 +236,8 @@ RULES: tuple[Rule, ...] = (
           "Received a dump signal due to a collective timeout",
           "Terminating the process after attempting to dump debug info"),
          None, "heartbeat"),
+    Rule("nccl_tests_timeout", F.COLLECTIVE_TIMEOUT, Kind.TIMEOUT, ("Test timeout (",),
+         _rx(r"Test timeout \((?P<timeout_s>\d+)s\)"), "nccl_tests"),
     Rule("some_nccl_ops_failed", F.COLLECTIVE_TIMEOUT, Kind.TIMEOUT,
          ("Some NCCL operations have failed or timed out",), None, "nccl_generic"),
     Rule("watchdog_exception", F.COLLECTIVE_TIMEOUT, Kind.TIMEOUT,
@@ -240,6 +252,9 @@ RULES: tuple[Rule, ...] = (
          _rx(r"(?:--local_rank=(?P<rank>\d+)\S*.*)?(?:exits with return code = |exited with code |Exited with exit code "
              r"|[Cc]ommand failed with exit code )(?P<exit_code>-?[1-9]\d*)"),
          "child_exit"),
+    # nccl-tests relaying a failure up its calls (" .. host pid N: Test failure common.cu:N") before it exits
+    Rule("nccl_tests_failed", F.CRASH, Kind.CRASH, ("Test failure",),
+         _rx(r"(?:^|\s)\.\. \S+ pid \d+: Test failure \S+:\d+\s*$"), "nccl_tests"),
     Rule("signal_received", F.CRASH, Kind.CRASH, ("received by PID", "Received SIG"),
          _rx(r"Signal (?P<signum>\d+) \((?P<signal>SIG\w+)\) received by PID|Received (?P<signal2>SIG\w+)"), "signal"),
     Rule("segfault", F.CRASH, Kind.CRASH,

@@ -68,6 +68,9 @@ EXAMPLES = {
     "ray_placement_group": "RuntimeError: Failed to create placement group with 8 bundles (requiring 8.0 GPUs, 8.0 CPUs total) in 180 seconds.",
     "ray_unschedulable": "(autoscaler +31s) Warning: The following resource request cannot be scheduled right now: {'GPU': 1.0}.",
     "dataclass_unknown_key": "ValueError: Invalid fields {'mikro_batch'} for TrainerConfig. Valid fields are {'epochs', 'micro_train_batch_size_per_gpu'}",
+    "nccl_no_interface": "gpu-7:51234:51290 [3] misc/socket.cc:411 NCCL WARN Net : connecting to address  with family 21845 is neither AF_INET(2) nor AF_INET6(10)",
+    "nccl_tests_timeout": "gpu-7: Test timeout (30s) common.cu:441",
+    "nccl_tests_failed": " .. gpu-7 pid 51234: Test failure common.cu:1002",
     "launcher_exit": "[2026-03-02 09:44:33,020] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python', '-u', 'train.py', '--local_rank=3'] exits with return code = -9",
 }
 
