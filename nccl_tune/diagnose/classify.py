@@ -94,6 +94,15 @@ _SIGNAL_IN_TEXT = re.compile(
     r"|non-zero exit status (?P<d>-\d+)"
 )
 _WORK_FIELD = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\))=([^,)\s]+)")
+_WATCHDOG_WHOLE = re.compile(
+    r"(?:[Cc]aught collective operation timeout: |Work )WorkNCCL\([A-Za-z]+(?:\(ms\))?=[^,()\s]*"
+    r"(?:, [A-Za-z]+(?:\(ms\))?=[^,()\s]*)*\) (?:ran for \d+ milliseconds before timing out"
+    r"|timed out in blocking wait(?: \((?:TORCH_)?NCCL_BLOCKING_WAIT=1\))?)\.?\s*$"
+)
+"""A watchdog message from its head to the end of its line, every field of its work whole: what the
+lines after a wrapped one must complete it into."""
+WRAPPED_LINES = 3
+"""Lines after a watchdog line cut inside its ``WorkNCCL(...)`` that may hold the rest of it."""
 _PG = re.compile(r"\[PG (?:ID )?(?P<pg>\d+)(?: PG GUID (?P<guid>[^\s\]]+))?[^\]]*Rank \d+\]")
 _PORT = re.compile(r"(?P<host>\]|\b[\w.-]+):(?P<port>\d{2,5})\b")
 _SOURCE_FILE = re.compile(r"\.(?:cpp|cc|c|h|hpp|py|cu)$")
@@ -496,11 +505,35 @@ class LogClassifier:
             m = rule.pattern.search(msg) if rule.pattern is not None else None
             if rule.pattern is not None and m is None:
                 continue
+            if rule.name == "nccl_watchdog_timeout" and m is not None and m.group("closed") is None:
+                msg, m = self._unwrapped(msg, m)
             self._add(rule, text, msg, m)
             return
         r = T.rank_of(msg)
         if r is not None:
             self._ranks_seen.add(r)
+
+    def _unwrapped(self, msg: str, m: re.Match[str]) -> tuple[str, re.Match[str]]:
+        """A watchdog line a terminal wrapped inside its ``WorkNCCL(...)``, joined with the next lines
+        of the byte block when they complete it into one whole message from its head to the end of a
+        line (``_WATCHDOG_WHOLE``: every field whole, then ``ran for N milliseconds before timing
+        out.`` and nothing else), so that its collective and sequence number are read; any other line
+        after it (another rank's, which would start a line of its own) leaves it as it was, its
+        fields unread. A line cut at the end of a byte block stays unread too."""
+        buf, _, end = self._context
+        joined, pos = msg, end + 1
+        for _ in range(WRAPPED_LINES):
+            if pos >= len(buf):
+                break
+            nl = buf.find(b"\n", pos)
+            nl = len(buf) if nl < 0 else nl
+            joined += T.clean(buf[pos:nl].decode("utf-8", "replace"))
+            if _WATCHDOG_WHOLE.match(joined, m.start()):
+                whole = m.re.search(joined, m.start())
+                if whole is not None and whole.group("closed"):
+                    return joined, whole
+            pos = nl + 1
+        return msg, m
 
     def _assertion_rule(self, rule: Rule) -> Rule:
         """An ``AssertionError`` raised in a config validation function (a traceback frame ``in
@@ -734,7 +767,7 @@ def _tail_lines(tail: Iterable[tuple[int, bytes]], source: str) -> tuple[Evidenc
 def _details_for(rule: Rule, msg: str, det: dict[str, Any]) -> None:
     """Values a rule's advice needs beyond its regular expression's groups."""
     if rule.name == "nccl_watchdog_timeout":
-        # a work cut short where a terminal wrapped the line names no fields: its last one may be cut
+        # a work still cut short (no rows after it complete it: ``_unwrapped``) names no fields: its last one may be cut
         fields = dict(_WORK_FIELD.findall(det.get("work", ""))) if det.pop("closed", None) else {}
         if "SeqNum" in fields:
             det["seq"] = int(fields["SeqNum"])

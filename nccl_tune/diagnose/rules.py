@@ -221,7 +221,7 @@ RULES: tuple[Rule, ...] = (
     Rule("nccl_watchdog_timeout", F.COLLECTIVE_TIMEOUT, Kind.TIMEOUT,
          ("Watchdog caught collective operation timeout", "Caught collective operation timeout",
           "timed out in blocking wait"),
-         # the work's fields may be cut short where a terminal wrapped the line
+         # the work may be cut short where a terminal wrapped the line (classify joins the rows that complete it)
          _rx(r"(?:[Cc]aught collective operation timeout|Work (?=WorkNCCL\())(?::\s*)?"
              r"(?:WorkNCCL\((?P<work>(?:[^()]|\([^()]*\))*)(?P<closed>\))?)?"),
          "nccl_watchdog"),

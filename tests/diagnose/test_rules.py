@@ -217,27 +217,65 @@ def test_a_ray_job_that_failed_is_a_crash_even_when_its_log_ends_in_a_progress_b
     assert classify_log(lines).failure_class is F.CRASH
 
 
-def test_watchdog_lines_a_terminal_wrapped_are_a_timeout_not_a_mismatch() -> None:
-    """Each rank's watchdog line cut at a different place: the fields cut short are not read, so
-    the ranks do not look as if they ran different collectives; the torchrun summary that follows
-    is their consequence."""
+WRAPPED_HEAD = ("[rank{r}]:[E424 01:11:21.160832730 ProcessGroupNCCL.cpp:629] [Rank {r}] Watchdog caught collective "
+                "operation timeout: ")
+WRAPPED_WORK = ("WorkNCCL(SeqNum={seq}, OpType={op}, NumelIn=112, NumelOut=112, Timeout(ms)=1800000) ran for 1800010 "
+                "milliseconds before timing out.")
+
+
+def wrapped(r: int, cut: int, seq: int = 4, op: str = "BROADCAST", rows: int = 2) -> list[str]:
+    """Rank ``r``'s watchdog line as a terminal shows it: cut ``cut`` characters into its work, the rest
+    on the next row (or the next ``rows - 1`` rows)."""
+    head = WRAPPED_HEAD.format(r=r)
+    text = head + WRAPPED_WORK.format(seq=seq, op=op)
+    at = len(head) + cut
+    step = max(1, (len(text) - at) // (rows - 1))
+    return [text[:at] + "\n"] + [text[i : i + step] + "\n" for i in range(at, len(text), step)]
+
+
+TORCHRUN_FAILED = ("E0424 01:17:26.952000 521279 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: -6) "
+                   "local_rank: 6 (pid: 541332) of binary: /usr/bin/python3\n")
+
+
+def test_watchdog_lines_a_terminal_wrapped_are_read_whole() -> None:
+    """Each rank's watchdog line cut at a different place (inside its work, in or right before its
+    ``WorkNCCL``, across three rows): joined with the rows after it, it names the collective and its sequence number; the
+    torchrun summary that follows is their consequence."""
     from nccl_tune.diagnose.verdict import classify_log
 
-    head = "[rank{r}]:[E424 01:11:21.160832730 ProcessGroupNCCL.cpp:629] [Rank {r}] Watchdog caught collective operation timeout: "
-    work = "WorkNCCL(SeqNum=4, OpType=BROADCAST, NumelIn=112, NumelOut=112, Timeout(ms)=1800000) ran for 1800010 milliseconds before timing out."
-    lines = []
-    for r, cut in ((1, 60), (2, 18), (3, 18), (5, 0)):
-        text = head.format(r=r) + work
-        at = len(head.format(r=r)) + cut
-        lines += [text[:at] + "\n", text[at:] + "\n"]
-    lines.append("E0424 01:17:26.952000 521279 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: -6) "
-                 "local_rank: 6 (pid: 541332) of binary: /usr/bin/python3\n")
+    lines = wrapped(1, 60) + wrapped(2, 18) + wrapped(3, 3) + wrapped(5, 0) + wrapped(6, 30, rows=3) + [TORCHRUN_FAILED]
     assert first_rule(lines[2]) == "nccl_watchdog_timeout"
     v = classify_log(lines, exit_code=1)
     assert v.failure_class is F.COLLECTIVE_TIMEOUT, v
-    # whole lines still name the collective
-    whole = [head.format(r=r) + work + "\n" for r in (1, 2, 3, 5)]
-    assert "BROADCAST (SeqNum 4)" in classify_log(whole, exit_code=1).advice
+    assert "BROADCAST (SeqNum 4)" in v.advice
+
+
+def test_wrapped_watchdog_lines_that_name_different_collectives_are_a_mismatch() -> None:
+    from nccl_tune.diagnose.verdict import classify_log
+
+    lines = wrapped(0, 25) + wrapped(1, 40) + wrapped(2, 25, op="ALLREDUCE") + wrapped(3, 12)
+    v = classify_log(lines, exit_code=1)
+    assert (v.failure_class, v.rank) == (F.COLLECTIVE_MISMATCH, 2), v
+
+
+@pytest.mark.parametrize("after", [
+    # another rank's whole line right after the cut one (ranks' output interleaved)
+    WRAPPED_HEAD.format(r=2) + WRAPPED_WORK.format(seq=4, op="BROADCAST"),
+    # the rest of a work, with more text after its end
+    "pe=BROADCAST, NumelIn=112, NumelOut=112, Timeout(ms)=1800000) ran for 1800010 milliseconds before timing out. [rank3]:",
+    # a line that is not the rest of a work
+    "[rank1]:[E424 01:11:21.200000000 ProcessGroupNCCL.cpp:1595] [PG 0 Rank 1] Timeout at NCCL work: 4, last enqueued NCCL work: 4",
+])
+def test_a_wrapped_watchdog_line_is_joined_only_with_its_own_rest(after: str) -> None:
+    """Nothing but the rest of the work, up to the end of the message and of a line, is joined: a cut
+    line followed by anything else keeps its fields unread (they would read as a different collective)."""
+    from nccl_tune.diagnose.verdict import classify_log
+
+    cut = wrapped(1, 18, op="ALLREDUCE")[0]  # rank 1 ran ALLREDUCE: its line says so only after the cut
+    lines = [cut, after + "\n"] + wrapped(0, 200) + wrapped(3, 200)
+    v = classify_log(lines, exit_code=1)
+    assert v.failure_class is F.COLLECTIVE_TIMEOUT, v
+    assert "BROADCAST (SeqNum 4)" in v.advice
 
 
 def test_a_rank_whose_watchdog_reported_the_exception_only_is_not_the_one_behind() -> None:
