@@ -216,13 +216,40 @@ def _mismatch(ctx: AdviceContext) -> str:
     )
 
 
+_NCCL_FIXED = {
+    "shm": (
+        "NCCL could not create its shared-memory segment (/dev/shm too small; Docker's default is 64 MB): run the "
+        "container with --shm-size=16g or --ipc=host, or set NCCL_SHM_DISABLE=1 (slower)"
+    ),
+    "invalid_usage": (
+        "NCCL reported invalid usage: rerun with NCCL_DEBUG=WARN to see the call it refused; a forced NCCL_ALGO or "
+        "NCCL_PROTO that a collective cannot use, or mismatched tensors across ranks, are the usual causes"
+    ),
+    "remote": (
+        "A peer process exited or the network dropped (NCCL remote error / connection reset): find the first error on "
+        "the other ranks or nodes; on several nodes check the fabric with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET"
+    ),
+    "socket_ifname": (
+        "NCCL found no usable address for its sockets: the interface NCCL_SOCKET_IFNAME names is missing on this "
+        "host or has no IPv4/IPv6 address; set it to an interface `ip -br addr` lists on every node (a prefix such "
+        "as eth, or ^docker,lo to exclude) or unset it; `nccl-tune doctor` checks it"
+    ),
+    "network": (
+        "NCCL's network transport failed: check the interface (NCCL_SOCKET_IFNAME, NCCL_IB_HCA) and the fabric; "
+        "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET shows which device it used"
+    ),
+    "system": (
+        "NCCL hit a system error: rerun with NCCL_DEBUG=INFO to see the failing call; the usual causes are /dev/shm "
+        "size, the memlock limit (ulimit -l) and the socket interface (NCCL_SOCKET_IFNAME)"
+    ),
+}
+"""The NCCL subtypes whose advice names no value read from the log."""
+
+
 def _nccl(ctx: AdviceContext) -> str:
     d = ctx.details
-    if ctx.subtype == "shm":
-        return (
-            "NCCL could not create its shared-memory segment (/dev/shm too small; Docker's default is 64 MB): run the "
-            "container with --shm-size=16g or --ipc=host, or set NCCL_SHM_DISABLE=1 (slower)"
-        )
+    if ctx.subtype in _NCCL_FIXED:
+        return _NCCL_FIXED[ctx.subtype]
     if ctx.subtype == "invalid_env":
         value = d.get("value")
         shown = f" (\"{value}\")" if value else ""
@@ -238,11 +265,6 @@ def _nccl(ctx: AdviceContext) -> str:
             f"NCCL has no algorithm/protocol left for {fn} under the forced choice{shown}: force it only where it "
             "applies with NCCL's per-collective syntax (e.g. NCCL_ALGO=\"allreduce:Tree\") or unset the variable"
         )
-    if ctx.subtype == "invalid_usage":
-        return (
-            "NCCL reported invalid usage: rerun with NCCL_DEBUG=WARN to see the call it refused; a forced NCCL_ALGO or "
-            "NCCL_PROTO that a collective cannot use, or mismatched tensors across ranks, are the usual causes"
-        )
     if ctx.subtype == "ib_verbs":
         call = d.get("call") or "an InfiniBand verbs call"
         return (
@@ -256,27 +278,6 @@ def _nccl(ctx: AdviceContext) -> str:
             f"NCCL's network transport failed{who} first (IB completion error or socket closed/reset); the other ranks' "
             "time-outs followed from it: a link, NIC or peer node dropped; check the fabric (ibstat, NCCL_DEBUG=INFO "
             "NCCL_DEBUG_SUBSYS=NET), NCCL_IB_TIMEOUT / NCCL_IB_RETRY_CNT, and the peer node's own log"
-        )
-    if ctx.subtype == "remote":
-        return (
-            "A peer process exited or the network dropped (NCCL remote error / connection reset): find the first error on "
-            "the other ranks or nodes; on several nodes check the fabric with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=NET"
-        )
-    if ctx.subtype == "socket_ifname":
-        return (
-            "NCCL found no usable address for its sockets: the interface NCCL_SOCKET_IFNAME names is missing on this "
-            "host or has no IPv4/IPv6 address; set it to an interface `ip -br addr` lists on every node (a prefix such "
-            "as eth, or ^docker,lo to exclude) or unset it; `nccl-tune doctor` checks it"
-        )
-    if ctx.subtype == "network":
-        return (
-            "NCCL's network transport failed: check the interface (NCCL_SOCKET_IFNAME, NCCL_IB_HCA) and the fabric; "
-            "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET shows which device it used"
-        )
-    if ctx.subtype == "system":
-        return (
-            "NCCL hit a system error: rerun with NCCL_DEBUG=INFO to see the failing call; the usual causes are /dev/shm "
-            "size, the memlock limit (ulimit -l) and the socket interface (NCCL_SOCKET_IFNAME)"
         )
     return "NCCL reported an error: rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,ENV to see the failing call"
 
