@@ -27,9 +27,13 @@ HEADER = "Exception ignored "
 """How ``sys.unraisablehook``'s header starts (``in:``, ``in atexit callback:``, ``while ...``)."""
 MAX_PREFIX = 160
 """A header further into its line than this is text that quotes one, not a header."""
-MAX_LINES = 2000
+MAX_LINES = 1000
 """Lines a block may span (its own and other processes' lines between them): a block still open
 after them is closed, so that a header with no traceback after it cannot hide a log's rest."""
+MAX_OTHERS = 48
+"""Other processes' lines in a row after which a block is given up: its process printed nothing
+more, or its prefix changes from line to line (a time stamp), so no line would be found its own;
+following it further would only cost time."""
 
 _TRACEBACK = "Traceback (most recent call last)"
 _EXCEPTION_LINE = re.compile(r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*[a-z]\w*(?:\([\w.]*\))?(?::\s|:?\s*$)")
@@ -61,16 +65,20 @@ class IgnoredBlock:
         self.prefix = prefix
         self._state = _HEAD
         self.lines_seen = 0
+        self._others = 0
+        """Other processes' lines since the block's last own line."""
 
     @property
     def exhausted(self) -> bool:
-        return self.lines_seen >= MAX_LINES
+        return self.lines_seen >= MAX_LINES or self._others >= MAX_OTHERS
 
     def feed(self, text: str) -> str:
         """``IN``, ``OTHER`` or ``ENDED`` for the next cleaned line (see the module docstring)."""
         self.lines_seen += 1
         if not text.startswith(self.prefix):
+            self._others += 1
             return OTHER
+        self._others = 0
         rest = text[len(self.prefix) :]
         if not rest.strip():
             return IN  # blank lines separate chained tracebacks

@@ -69,6 +69,17 @@ def test_a_block_cut_short_ends_at_a_line_no_traceback_holds() -> None:
                                         line)] == [IN, IN, ENDED]
 
 
+def test_a_block_whose_process_prints_nothing_more_is_given_up() -> None:
+    """A prefix that changes from line to line (a time stamp) finds no line of its own: the block is
+    given up after a few lines instead of being followed through the rest of the log."""
+    block = IgnoredBlock("2026-03-02T10:11:12.000001Z ")
+    for n in range(2, 200):
+        said = block.feed(f"2026-03-02T10:11:12.{n:06d}Z Traceback (most recent call last):")
+        if block.exhausted:
+            break
+    assert said == OTHER and n < 100
+
+
 # --- the verdict -------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("bound", [False, True])
