@@ -174,11 +174,14 @@ RULES: tuple[Rule, ...] = (
     # nccl-tests' NCCLCHECK prints "host: Test NCCL failure file.cu:N '<ncclGetErrorString> / <last error>'":
     # its 'unhandled cuda error' and 'remote process exited' are read by the rules above, as in PyTorch's wording
     Rule("nccl_error", F.NCCL_ERROR, Kind.ROOT,
-         ("NCCL error", "ncclSystemError", "ncclInternalError", "ncclInvalidUsage", "ncclInvalidArgument",
+         ("NCCL error", "NCCL Error", "ncclSystemError", "ncclInternalError", "ncclInvalidUsage", "ncclInvalidArgument",
           "NCCL communicator was aborted", "ncclCommInitRank failed", "Test NCCL failure"),
-         _rx(r"NCCL error|nccl(?:System|Internal|InvalidUsage|InvalidArgument)\w*|communicator was aborted"
+         _rx(r"NCCL [Ee]rror|nccl(?:System|Internal|InvalidUsage|InvalidArgument)\w*|communicator was aborted"
              r"|ncclCommInitRank failed|Test NCCL failure"),
-         "nccl"),
+         "nccl",
+         # torch 1.x's "communicator was aborted ... Original reason for failure was: [Rank 0] Watchdog caught
+         # collective operation timeout: ..." is the time-out, read by nccl_watchdog_timeout
+         exclude=("collective operation timeout",)),
     # --- rendezvous, store, ports, connect ---------------------------------------------------
     Rule("c10d_connect_retry", F.INIT_FAILURE, Kind.SUPPORT, ("failed to connect to",),
          _rx(r"socket has failed to connect to .*(?:Connection refused|errno: 11[01]|No route to host|Connection timed out)"),
@@ -259,7 +262,9 @@ RULES: tuple[Rule, ...] = (
          _rx(r"Signal (?P<signum>\d+) \((?P<signal>SIG\w+)\) received by PID|Received (?P<signal2>SIG\w+)"), "signal"),
     Rule("segfault", F.CRASH, Kind.CRASH,
          ("Segmentation fault", "SIGSEGV", "Bus error", "SIGBUS", "Illegal instruction (core dumped)"),
-         None, "segfault"),
+         None, "segfault",
+         # Ray's worker-death message lists a segfault among the causes it might have had
+         exclude=("unexpectedly due to SIGSEGV",)),
     Rule("killed", F.CRASH, Kind.CRASH, ("Killed",), _rx(r"^\s*Killed\s*$|line \d+:\s+\d+ Killed\s"), "killed"),
     Rule("ray_kill", F.CRASH, Kind.SYMPTOM, ("killed by `ray.kill`", "ray.kill"), _rx(r"killed by `?ray\.kill"), "ray_kill"),
     Rule("ray_actor_died", F.CRASH, Kind.CRASH,

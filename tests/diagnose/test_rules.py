@@ -316,3 +316,43 @@ def test_other_wordings_of_device_failures(line: str, rule: str, cls: F) -> None
 
     assert first_rule(line) == rule
     assert classify_log([line + "\n"]).failure_class is cls
+
+
+def test_torch_1_s_communicator_aborted_by_a_watchdog_time_out_is_the_time_out() -> None:
+    """PyTorch 1.x's exception wraps the watchdog's line; it often comes before the other ranks' own."""
+    from nccl_tune.diagnose.verdict import classify_log
+
+    aborted = ("RuntimeError: NCCL communicator was aborted on rank 2.  Original reason for failure was: [Rank 2] Watchdog "
+               "caught collective operation timeout: WorkNCCL(SeqNum=4410, OpType=ALLREDUCE, Timeout(ms)=900000) ran for "
+               "900212 milliseconds before timing out.")
+    other = ("[E ProcessGroupNCCL.cpp:737] [Rank 5] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=4410, "
+             "OpType=ALLREDUCE, Timeout(ms)=900000) ran for 900305 milliseconds before timing out.")
+    assert first_rule(aborted) == "nccl_watchdog_timeout"
+    v = classify_log([aborted + "\n", other + "\n"], signal_name="SIGABRT")
+    assert v.failure_class is F.COLLECTIVE_TIMEOUT and "ALLREDUCE (SeqNum 4410)" in v.advice
+    # an abort for an NCCL error is still one
+    error = ("RuntimeError: NCCL communicator was aborted on rank 2.  Original reason for failure was: NCCL error: "
+             "unhandled system error, NCCL version 2.10.3")
+    assert classify_log([error + "\n"]).failure_class is F.NCCL_ERROR
+
+
+def test_nccl_s_capitalised_error_wording_is_an_nccl_error() -> None:
+    from nccl_tune.diagnose.verdict import classify_log
+
+    line = "RuntimeError: NCCL Error 5: invalid usage (run with NCCL_DEBUG=WARN for details)"
+    assert first_rule(line) == "nccl_error"
+    assert classify_log([line + "\n"]).failure_class is F.NCCL_ERROR
+
+
+def test_ray_s_worker_death_that_lists_sigsegv_among_its_possible_causes_is_no_segfault() -> None:
+    from nccl_tune.diagnose.verdict import classify_log
+
+    line = ("(raylet) A worker died or was killed while executing a task by an unexpected system error. Worker PID: 70412 "
+            "Worker exit type: SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a connection error code 2. "
+            "Some common causes include: (1) the process was killed by the OOM killer due to high memory usage, (2) ray "
+            "stop --force was called, or (3) the worker crashed unexpectedly due to SIGSEGV or another unexpected error.")
+    assert first_rule(line) == "ray_actor_died"
+    v = classify_log([line + "\n"])
+    assert v.failure_class is F.CRASH and v.cause != "segfault"
+    # a real one still is
+    assert first_rule("(PolicyWorker pid=70412) *** SIGSEGV received at time=1732480000 on cpu 3 ***") == "segfault"
