@@ -41,6 +41,7 @@ from nccl_tune.diagnose.rules import (
     HOST_MEMORY_KEYS,
     PREFILTER_KEYS,
     RULES,
+    PROGRAM_EXIT,
     TRAINING_END,
     Kind,
     Rule,
@@ -287,6 +288,7 @@ class LogClassifier:
         self._ranks_seen: set[int] = set()
         self._world_size: int | None = None
         self._summary_left = 0
+        self._exit_seen = False
         self._open_blocks: dict[tuple[str, str], IgnoredBlock] = {}
         """The "Exception ignored" blocks still open at the end of the last byte block, by
         (source, prefix)."""
@@ -479,6 +481,9 @@ class LogClassifier:
         if any(k in msg for k in TRAINING_END):
             self._phases.training_done = True
             return
+        if any(k in msg for k in PROGRAM_EXIT):
+            self._exit_seen = True
+            return
         if "%" in msg and any(k in msg for k in HOST_MEMORY_KEYS):
             self._host_readout(text, msg)
             return
@@ -667,6 +672,16 @@ class LogClassifier:
             fr_summary = analyse_dumps(list(fr_dumps))
         fr = fr_summary.to_json() if fr_summary is not None and fr_summary.ranks_dumped else None
         return _Decision(self, exit_code, sig, host_mem_peak_frac, fr_summary, fr).decide()
+
+    @property
+    def training_done(self) -> bool:
+        """A log read said training finished (``Training done!``, the progress rules' end line)."""
+        return self._phases.training_done
+
+    @property
+    def end_seen(self) -> bool:
+        """A log read said training finished or the program exited (``PROGRAM_EXIT``)."""
+        return self._phases.training_done or self._exit_seen
 
     @property
     def pid_ranks(self) -> dict[int, int]:
@@ -920,7 +935,7 @@ class _Decision:
         if crashes and (failed or self.exit_code is None or tail_errors):
             return self._crash(crashes)
         symptoms = self._of(Kind.SYMPTOM)
-        if symptoms and (failed or self.exit_code is None) and not self.clf._phases.training_done:
+        if symptoms and (failed or self.exit_code is None) and not self.clf.training_done:
             return self._crash(symptoms)
         if failed:
             return self._status_only()

@@ -298,6 +298,11 @@ TRAINING_END: tuple[str, ...] = (
 """A trainer's own end-of-training line (SkyRL, OpenRLHF, Hugging Face Trainer, Megatron, ...): failures
 after it happened after training."""
 
+PROGRAM_EXIT: tuple[str, ...] = ("was not called before program exit", "has NOT been destroyed before it is being destructed")
+"""Lines a program prints as it exits (PyTorch's warning from a process group's destructor,
+``destroy_process_group() was not called before program exit``, before 2.4 ``process group has NOT
+been destroyed before it is being destructed``): the run did not hang there."""
+
 HOST_MEMORY_KEYS: tuple[str, ...] = ("CPU Virtual Memory", "host RAM", "Host RAM", "RAM usage", "RAM used",
                                      "host memory", "Host memory", "System memory")
 """Host-memory readouts a trainer prints (DeepSpeed's ``see_memory_usage``, per-step RAM lines)."""
@@ -311,6 +316,7 @@ PREFILTER: tuple[str, ...] = tuple(
             "Started: '",
             "Finished: '",
             *TRAINING_END,
+            *PROGRAM_EXIT,
             *HOST_MEMORY_KEYS,
             "Init START",
             "Root Cause",

@@ -349,8 +349,17 @@ def _hang_advice(facts: TrialFacts, finding: StackFinding | None) -> str:
     )
 
 
+NO_END_SEEN = "no_end_seen"
+"""The cause of an ``ok`` read from a bare log (no supervision, no exit status) with no end-of-training
+or program-exit line (``LogClassifier.end_seen``): nothing in the text tells a run that hung from
+one still running or cut short (``show`` says so)."""
+
+
 def _exited(facts: TrialFacts, found: Verdict, clf: LogClassifier) -> Verdict:
     code, sig = facts.exit_code, norm_signal(facts.signal_name)
+    if (found.failure_class is FailureClass.OK and code is None and sig is None and facts.stop_reason is None
+            and not (facts.training_done or clf.end_seen)):
+        return replace(found, cause=Cause(NO_END_SEEN))
     done, total = facts.steps_done, facts.total_steps
     if code == 0 and sig is None and done is not None and total is not None and done < total:
         if found.failure_class is not FailureClass.OK:

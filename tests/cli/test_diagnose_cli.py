@@ -100,3 +100,23 @@ def test_a_300_mb_line_is_cut_and_memory_stays_bounded(tmp_path: Path) -> None:
     assert any("illegal memory access" in e for e in verdict["evidence"]), verdict
     print(f"diagnose peak RSS: {peak_small:.0f} MiB on a small log, {peak_big:.0f} MiB with a 300 MiB line")
     assert peak_big - peak_small < 200, (peak_small, peak_big)
+
+
+def test_a_bare_log_that_stops_without_an_end_reads_ok_with_a_note_that_it_may_have_hung(tmp_path: Path) -> None:
+    steps = "".join(f"(TaskRunner pid=812) Training step {i}: policy_loss=0.{i}1\n" for i in range(1, 4))
+    stopped = tmp_path / "stopped.log"
+    stopped.write_text(steps)
+    ended = tmp_path / "ended.log"
+    ended.write_text(steps + "[rank0]:[W1125 03:10:11.000000 ProcessGroupNCCL.cpp:1250] Warning: WARNING: "
+                     "destroy_process_group() was not called before program exit, which can leak resources.\n")
+    finished = tmp_path / "finished.log"
+    finished.write_text(steps + "(TaskRunner pid=812) Training done!\n")
+    r = nccl_tune("diagnose", str(stopped), str(ended), str(finished), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    said = r.stdout.split("\n\n")
+    assert said[0].startswith(f"{stopped}: ok") and "note:" in said[0] and "it hung" in said[0]
+    assert said[1].startswith(f"{ended}: ok") and "note:" not in said[1]
+    assert said[2].startswith(f"{finished}: ok") and "note:" not in said[2]
+    r = nccl_tune("diagnose", "--json", str(stopped), str(finished), cwd=tmp_path)
+    causes = [json.loads(line)["cause"]["rule"] for line in r.stdout.splitlines()]
+    assert causes[0] == "no_end_seen" and causes[1] != "no_end_seen"
