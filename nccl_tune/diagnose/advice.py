@@ -221,6 +221,11 @@ _NCCL_FIXED = {
         "NCCL could not create its shared-memory segment (/dev/shm too small; Docker's default is 64 MB): run the "
         "container with --shm-size=16g or --ipc=host, or set NCCL_SHM_DISABLE=1 (slower)"
     ),
+    "duplicate_gpu": (
+        "Two ranks of one NCCL communicator are on the same GPU (Duplicate GPU detected): give each process its own "
+        "device (CUDA_VISIBLE_DEVICES, LOCAL_RANK) and check where colocated actors are placed (inference engines and "
+        "trainer ranks that share a device must not join one NCCL group, e.g. for weight sync)"
+    ),
     "invalid_usage": (
         "NCCL reported invalid usage: rerun with NCCL_DEBUG=WARN to see the call it refused; a forced NCCL_ALGO or "
         "NCCL_PROTO that a collective cannot use, or mismatched tensors across ranks, are the usual causes"

@@ -71,6 +71,9 @@ RANK_SCAN_BLOCKS = 64
 that hold an event are (ranks and Ray workers introduce themselves early)."""
 OWN_SOURCE = "nccl-tune"
 
+NCCL_DETAIL_LINES = 4
+"""Lines after a generic NCCL error within which a specific one (``Last error:`` and the warning it
+repeats) tells the same failure."""
 MAX_OPEN_BLOCKS = 64
 """"Exception ignored" blocks followed at once (several processes' interleaved); the oldest is
 dropped beyond them."""
@@ -1023,11 +1026,26 @@ class _Decision:
                 return e
         return None
 
+    def _nccl_detail_after(self, error: _Event) -> _Event | None:
+        """The specific NCCL error printed within ``NCCL_DETAIL_LINES`` lines after a generic one of
+        the same log (PyTorch's ``NCCL error ... Last error:`` then the line NCCL warned): one
+        failure, told best by the specific line."""
+        for e in self.events:
+            if (e.order > error.order and e.source == error.source and e.failure_class is FailureClass.NCCL_ERROR
+                    and e.kind is Kind.ROOT and e.rule.name != "nccl_error"
+                    and 0 < e.line_no - error.line_no <= NCCL_DETAIL_LINES):
+                return e
+        return None
+
     def _root(self, root: _Event) -> Verdict:
         cls = root.failure_class
         if root.rank is None and self.fr_summary is not None and self.fr_summary.culprit_rank is not None:
             # the rank that failed is the one the others waited for in the Flight Recorder
             root.rank = self.fr_summary.culprit_rank
+        if root.rule.name == "nccl_error":
+            detail = self._nccl_detail_after(root)
+            if detail is not None:
+                return self._make(cls, root, self._evidence(root, [detail]), subtype=detail.rule.subtype)
         if cls is FailureClass.NCCL_ERROR or cls is FailureClass.CUDA_ERROR and root.rule.subtype == "nccl_cuda":
             warn = self._nccl_warn_before(root)
             if warn is not None:

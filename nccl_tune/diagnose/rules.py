@@ -145,6 +145,9 @@ RULES: tuple[Rule, ...] = (
          "gpu_lost"),
     Rule("nccl_unhandled_cuda", F.CUDA_ERROR, Kind.ROOT, ("unhandled cuda error", "ncclUnhandledCudaError"),
          None, "nccl_cuda"),
+    # NCCL's CUDACHECK warns "Cuda failure 'message'" and fails the call (its 'out of memory' is read above)
+    Rule("nccl_warn_cuda_failure", F.CUDA_ERROR, Kind.ROOT, ("Cuda failure",),
+         _rx(r"NCCL WARN .*Cuda failure (?:\d+ )?'(?P<detail>[^']*)'"), "nccl_cuda"),
     # nccl-tests' CUDACHECK prints "host: Test CUDA failure file.cu:N '<cudaGetErrorString>'": its
     # 'out of memory', illegal accesses and busy devices are read by the rules above, the rest here
     Rule("cuda_error", F.CUDA_ERROR, Kind.ROOT,
@@ -171,6 +174,15 @@ RULES: tuple[Rule, ...] = (
          ("is neither AF_INET", "no socket interface found"),
          _rx(r"connecting to address .*with family (?P<family>\d+) is neither AF_INET|no socket interface found"),
          "socket_ifname"),
+    # NCCL could not create or grow its shared-memory segment (a small /dev/shm): the call fails with a system error
+    Rule("nccl_shm", F.NCCL_ERROR, Kind.ROOT,
+         ("Error while creating shared memory segment", "Error while attaching to shared memory segment",
+          "posix_fallocate failed", "failed to extend /dev/shm"),
+         None, "shm"),
+    # two ranks of one communicator on one GPU (ranks or colocated engines given the same device)
+    Rule("nccl_duplicate_gpu", F.NCCL_ERROR, Kind.ROOT, ("Duplicate GPU detected",),
+         _rx(r"Duplicate GPU detected : rank (?P<rank_a>\d+) and rank (?P<rank_b>\d+) both on CUDA device (?P<device>\w+)"),
+         "duplicate_gpu"),
     # nccl-tests' NCCLCHECK prints "host: Test NCCL failure file.cu:N '<ncclGetErrorString> / <last error>'":
     # its 'unhandled cuda error' and 'remote process exited' are read by the rules above, as in PyTorch's wording
     Rule("nccl_error", F.NCCL_ERROR, Kind.ROOT,
@@ -265,7 +277,9 @@ RULES: tuple[Rule, ...] = (
          None, "segfault",
          # Ray's worker-death message lists a segfault among the causes it might have had
          exclude=("unexpectedly due to SIGSEGV",)),
-    Rule("killed", F.CRASH, Kind.CRASH, ("Killed",), _rx(r"^\s*Killed\s*$|line \d+:\s+\d+ Killed\s"), "killed"),
+    # bash's job report: "line 12:  4410 Killed   python ...", on macOS "Killed: 9"
+    Rule("killed", F.CRASH, Kind.CRASH, ("Killed",), _rx(r"^\s*Killed\s*$|line \d+:\s+\d+ Killed(?::\s*\d+)?\s"),
+         "killed"),
     Rule("ray_kill", F.CRASH, Kind.SYMPTOM, ("killed by `ray.kill`", "ray.kill"), _rx(r"killed by `?ray\.kill"), "ray_kill"),
     Rule("ray_actor_died", F.CRASH, Kind.CRASH,
          ("ActorDiedError", "The actor died unexpectedly", "The actor is dead because", "RayActorError",

@@ -53,10 +53,15 @@ EXAMPLES = {
     "signal_received": "  traceback : Signal 9 (SIGKILL) received by PID 40118",
     "segfault": "Fatal Python error: Segmentation fault",
     "killed": "Killed",
+    "nccl_warn_cuda_failure": "node-2:9120:9188 [5] transport/p2p.cc:275 NCCL WARN Cuda failure 'invalid argument'",
+    "nccl_shm": "node-2:9120:9188 [5] include/shm.h:28 NCCL WARN Error while creating shared memory segment "
+    "/dev/shm/nccl-Xq31aZ (size 9637888)",
+    "nccl_duplicate_gpu": "node-2:9120:9188 [1] init.cc:720 NCCL WARN Duplicate GPU detected : rank 1 and rank 3 both on "
+    "CUDA device 1d000",
     "ray_kill": "The actor is dead because it was killed by `ray.kill`.",
     "ray_actor_died": "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.",
     "nccl_abort_teardown": "terminate called after throwing an instance of 'c10::DistBackendError'",
-    "nccl_warn": "node:112:201 [0] include/shm.h:48 NCCL WARN Error while creating shared memory segment nccl-shm-recv-1 (size 8392704)",
+    "nccl_warn": "node:112:201 [0] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got async event : port error",
     "loguru_error": "2026-03-02 10:11:12.345 | ERROR    | skyrl_train.generators:generate:88 - request failed, retrying",
     "exception": "KeyError: 'prompt'",
     "ib_verbs_call": "gpu-3:7101:7190 [1] misc/ibvwrap.cc:196 NCCL WARN Call to ibv_reg_mr failed with error Cannot allocate memory",
@@ -356,3 +361,36 @@ def test_ray_s_worker_death_that_lists_sigsegv_among_its_possible_causes_is_no_s
     assert v.failure_class is F.CRASH and v.cause != "segfault"
     # a real one still is
     assert first_rule("(PolicyWorker pid=70412) *** SIGSEGV received at time=1732480000 on cpu 3 ***") == "segfault"
+
+
+@pytest.mark.parametrize(
+    ("lines", "cls", "subtype", "advice"),
+    [
+        # NCCL's shared-memory warning alone, and followed by NCCL's own trace line
+        (["h1:812:830 [0] include/shm.h:28 NCCL WARN Error while creating shared memory segment /dev/shm/nccl-aB12 "
+          "(size 5767488)", "h1:812:830 [0] NCCL INFO transport/shm.cc:552 -> 2"], F.NCCL_ERROR, "shm", "--shm-size"),
+        # PyTorch's generic error, then the specific line its "Last error:" repeats
+        (["[rank1]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system "
+          "error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5",
+          "[rank1]: ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error. ",
+          "[rank1]: Last error:", "[rank1]: Error while creating shared memory segment /dev/shm/nccl-Zz81 (size 9637888)"],
+         F.NCCL_ERROR, "shm", "--shm-size"),
+        (["h1:812:830 [2] init.cc:720 NCCL WARN Duplicate GPU detected : rank 2 and rank 0 both on CUDA device 4b000",
+          "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1269, invalid usage, NCCL version 2.18.1"],
+         F.NCCL_ERROR, "duplicate_gpu", "CUDA_VISIBLE_DEVICES"),
+        (["h1:812:830 [3] transport/p2p.cc:275 NCCL WARN Cuda failure 'invalid argument'"], F.CUDA_ERROR, "nccl_cuda", ""),
+        # NCCL's own allocation failing stays an OOM
+        (["h1:812:830 [3] transport/p2p.cc:275 NCCL WARN Cuda failure 'out of memory'"], F.OOM, None, ""),
+        # bash on macOS reports a SIGKILL as "Killed: 9"
+        (["./run.sh: line 323: 23001 Killed: 9                 python train.py", "zsh: terminated  ./run.sh"],
+         F.CRASH, None, ""),
+    ],
+)
+def test_nccl_s_specific_failures_and_other_wordings(lines: list[str], cls: F, subtype: str | None, advice: str) -> None:
+    from nccl_tune.diagnose.verdict import classify_log
+
+    v = classify_log([line + "\n" for line in lines])
+    assert v.failure_class is cls, v
+    if subtype is not None:
+        assert v.cause.subtype == subtype
+    assert advice in v.advice
