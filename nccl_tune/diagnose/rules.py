@@ -222,7 +222,7 @@ RULES: tuple[Rule, ...] = (
           "Unable to connect to GCS"),
          None, "ray"),
     Rule("connect_timeout", F.INIT_FAILURE, Kind.INIT,
-         ("Connect timeout", "[Errno ", "ConnectTimeout", "Connection timed out", "No route to host"),
+         ("Connect timeout", "ConnectTimeout", "Connection timed out", "No route to host"),
          _rx(r"Connect timeout \[|\[Errno 11[03]\]|ConnectTimeout(?:Error)?\b|Connection timed out|No route to host"),
          "connect", exclude=("NCCL WARN", "NCCL INFO")),
     Rule("ray_placement_group", F.INIT_FAILURE, Kind.ROOT, ("placement group", "Placement group"),
@@ -312,7 +312,8 @@ TRAINING_END: tuple[str, ...] = (
 """A trainer's own end-of-training line (SkyRL, OpenRLHF, Hugging Face Trainer, Megatron, ...): failures
 after it happened after training."""
 
-PROGRAM_EXIT: tuple[str, ...] = ("was not called before program exit", "has NOT been destroyed before it is being destructed")
+PROGRAM_EXIT: tuple[str, ...] = ("destroy_process_group() was not called before program exit",
+                                 "has NOT been destroyed before it is being destructed")
 """Lines a program prints as it exits (PyTorch's warning from a process group's destructor,
 ``destroy_process_group() was not called before program exit``, before 2.4 ``process group has NOT
 been destroyed before it is being destructed``): the run did not hang there."""
