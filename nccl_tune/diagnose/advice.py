@@ -270,6 +270,14 @@ def _nccl(ctx: AdviceContext) -> str:
             f"NCCL has no algorithm/protocol left for {fn} under the forced choice{shown}: force it only where it "
             "applies with NCCL's per-collective syntax (e.g. NCCL_ALGO=\"allreduce:Tree\") or unset the variable"
         )
+    if ctx.subtype == "ib_verbs" and d.get("call") == "ibv_modify_qp":
+        error = f": {d['error'].strip()}" if d.get("error") else ""
+        return (
+            f"NCCL could not connect an InfiniBand/RoCE queue pair (ibv_modify_qp failed{error}): on RoCE set "
+            "NCCL_IB_GID_INDEX to the RoCEv2 GID of a routed address (`show_gids`), and check that NCCL_IB_HCA names "
+            "ports that are up and reach the other nodes (`ibstat`, `ib_write_bw` between two nodes); NCCL_IB_DISABLE=1 "
+            "falls back to sockets (slower)"
+        )
     if ctx.subtype == "ib_verbs":
         call = d.get("call") or "an InfiniBand verbs call"
         return (
@@ -378,6 +386,21 @@ def _config(ctx: AdviceContext) -> str:
     return "The command refused its config: fix the value named in the evidence (the search space or --set)"
 
 
+def _scheduler(ctx: AdviceContext) -> str:
+    """Slurm ended the step or one of its tasks (``slurm_task_end``)."""
+    reason = (ctx.details.get("reason") or "").strip()
+    if reason == "TIME LIMIT":
+        return ("Slurm ended the job at its time limit (CANCELLED ... DUE TO TIME LIMIT), not a failure of the run: "
+                "raise --time, or checkpoint before the limit (#SBATCH --signal) and requeue")
+    if reason:
+        return f"Slurm cancelled the job ({reason.lower()}): `sacct -j <job>` says why; resubmit if it was the node"
+    if ctx.details.get("how") == "Killed":
+        return ("Slurm reports a task Killed (SIGKILL) with no error of its own: usually the job's memory limit (--mem); "
+                "`sacct -j <job> -o State,MaxRSS,ReqMem` shows it")
+    return ("Slurm ended the step (scancel, a node failure, or another task's failure under --kill-on-bad-exit): the "
+            "first task that failed is above; `sacct -j <job>` says why")
+
+
 def _crash(ctx: AdviceContext) -> str:
     sig = ctx.signal_name
     if ctx.subtype in ("killed", "signal", "child_exit") or sig == "SIGKILL":
@@ -386,6 +409,8 @@ def _crash(ctx: AdviceContext) -> str:
                 "Killed by SIGKILL with no error of its own: usually the kernel's OOM killer on host RAM (`dmesg | grep -i "
                 "oom`) or an external kill (scheduler, `ray stop`)"
             )
+    if ctx.subtype == "scheduler":
+        return _scheduler(ctx)
     if ctx.subtype == "segfault":
         return "A segmentation fault in native code: note the library in the stack (NCCL, CUDA, a kernel) and rerun with CUDA_LAUNCH_BLOCKING=1"
     if ctx.subtype == "actor_died":

@@ -841,6 +841,7 @@ def _details_for(rule: Rule, msg: str, det: dict[str, Any]) -> None:
         det["signal"] = "SIGKILL"
 
 
+_MEMORY = (FailureClass.OOM, FailureClass.HOST_OOM)
 _COUNT_WHEN_IGNORED = frozenset({
     FailureClass.OOM, FailureClass.HOST_OOM, FailureClass.CUDA_ERROR, FailureClass.NCCL_ERROR,
     FailureClass.COLLECTIVE_TIMEOUT, FailureClass.COLLECTIVE_MISMATCH,
@@ -909,7 +910,9 @@ class _Decision:
 
     def _roots(self, first_timeout: int | None) -> list[_Event]:
         """Specific causes in order; an NCCL error after a time-out, a transport or remote error
-        after another failure, and an NCCL error the run trained through are consequences."""
+        after another failure or in the step a rank ran out of memory in (the rank that died closed
+        its sockets; a survivor may print that first), and an NCCL error the run trained through
+        are consequences."""
         steps_finished = self.clf._phases.steps_finished
         roots = []
         for e in self.events:
@@ -923,6 +926,7 @@ class _Decision:
                     continue  # training went on after it: not what ended the run
                 if (transport_late or e.rule.subtype in ("remote", "transport")) and any(
                     x.order < e.order and x.kind in (Kind.ROOT, Kind.CRASH) and x.failure_class is not FailureClass.NCCL_ERROR
+                    or x.kind is Kind.ROOT and x.failure_class in _MEMORY and x.steps_done == e.steps_done
                     for x in self.events
                 ):
                     continue
@@ -1172,8 +1176,10 @@ class _Decision:
 
     def _crash(self, crashes: list[_Event]) -> Verdict:
         root = crashes[0]
-        # a more telling crash line than a generic exception: a signal, a dead child, an actor
-        specific = [e for e in crashes if e.rule.subtype != "exception"]
+        # a more telling crash line than a generic exception: a signal, a child dead of one, an actor
+        # (a child that exited with a code of its own, after the exception, tells less than the exception)
+        specific = [e for e in crashes if e.rule.subtype != "exception"
+                    and not (e.rule.subtype == "child_exit" and (e.details.get("exit_code") or 0) > 0)]
         if root.rule.subtype == "exception" and specific:
             root = specific[0]
         if root.rank is None and self.fr_summary is not None and self.fr_summary.culprit_rank is not None:
@@ -1189,7 +1195,9 @@ class _Decision:
             )
         last_exc = [e for e in crashes if e.rule.subtype == "exception"]
         extra = last_exc[-1:] if last_exc else []
-        return self._make(FailureClass.CRASH, root, self._evidence(root, extra), signal_name=sig)
+        ranked = [e.rank for e in crashes if e.rank is not None and e.rule.subtype == "child_exit"]
+        rank = root.rank if root.rank is not None or not ranked else ranked[0]  # the launcher names the rank
+        return self._make(FailureClass.CRASH, root, self._evidence(root, extra), signal_name=sig, rank=rank)
 
     def _host_peak(self) -> tuple[float | None, Evidence | None]:
         """The host-memory peak: the launcher's sample or the log's own readout, whichever is higher."""

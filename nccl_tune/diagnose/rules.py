@@ -88,7 +88,8 @@ RULES: tuple[Rule, ...] = (
     Rule("command_not_found", F.CONFIG_ERROR, Kind.ROOT, ("command not found",),
          _rx(r"(?P<cmd>[\w./-]+): command not found"), "command"),
     # --- NCCL's InfiniBand verbs (first: their errno texts read like host memory) -------------
-    Rule("ib_verbs_call", F.NCCL_ERROR, Kind.ROOT, ("ibv_",), _rx(r"Call to (?P<call>ibv_\w+) failed"), "ib_verbs",
+    Rule("ib_verbs_call", F.NCCL_ERROR, Kind.ROOT, ("ibv_",),
+         _rx(r"Call to (?P<call>ibv_\w+) failed(?: with error (?P<error>[^,(]+))?"), "ib_verbs",
          exclude=("retrying",)),
     Rule("ib_completion_error", F.NCCL_ERROR, Kind.ROOT, ("Got completion", "got completion with error", "IBV_WC_"),
          _rx(r"NET/IB\w*\s*:\s*Got completion from peer (?P<peer>\S+)|got completion with error|IBV_WC_\w+"),
@@ -102,6 +103,8 @@ RULES: tuple[Rule, ...] = (
          ("Out of memory: Killed process", "invoked oom-killer", "oom-kill:", "oom_reaper",
           "Memory cgroup out of memory", "oom_kill event", "oom-kill event", "OOMKilled"),
          None, "kernel_oom"),
+    Rule("slurm_task_oom", F.HOST_OOM, Kind.ROOT, (": Out Of Memory",),
+         _rx(r"srun: error: \S+: tasks? [\d,-]+: Out Of Memory"), "kernel_oom"),
     Rule("host_alloc_failed", F.HOST_OOM, Kind.ROOT,
          ("MemoryError", "std::bad_alloc", "Cannot allocate memory", "can't allocate memory"),
          _rx(r"(?<![A-Za-z])MemoryError\b|std::bad_alloc|Cannot allocate memory|DefaultCPUAllocator: can't allocate"),
@@ -202,9 +205,12 @@ RULES: tuple[Rule, ...] = (
          _rx(r"(?:socketStartConnect|socketPollConnect|Net|NET/Socket|NET/IB)\w*\s*: Connect to (?P<peer>\S+) failed"),
          "nccl_connect"),
     Rule("nccl_socket_transport", F.NCCL_ERROR, Kind.ROOT,
-         ("socketProgress", "NET/Socket : socket progress error", "Connection closed by remote peer", "Net : Call to"),
+         ("socketProgress", "NET/Socket : socket progress error", "Connection closed by remote peer", "Net : Call to",
+          "Call to recv failed", "Call to send failed"),
+         # older NCCL: "NCCL WARN Call to recv failed : Connection reset by peer"
          _rx(r"socketProgress\w*: (?:Connection closed by remote peer|Call to (?:recv from|send to) (?P<peer>\S+) failed)"
-             r"|NET/Socket : socket progress error|Net : Call to \w+ (?:from|to) \S+ failed|Connection closed by remote peer"),
+             r"|NET/Socket : socket progress error|Net : Call to \w+ (?:from|to) \S+ failed|Connection closed by remote peer"
+             r"|Call to (?:recv|send) failed\b"),
          "transport"),
     Rule("port_in_use", F.INIT_FAILURE, Kind.ROOT,
          ("Address already in use", "EADDRINUSE", "failed to listen on any local network address"),
@@ -260,6 +266,12 @@ RULES: tuple[Rule, ...] = (
     Rule("gloo_pair_closed", F.COLLECTIVE_TIMEOUT, Kind.SYMPTOM, ("pair closure", "Application timeout caused"),
          None, "gloo"),
     # --- a process died ---------------------------------------------------------------------
+    # Slurm ending a step or job ("slurmstepd: error: *** STEP 12.0 ON node3 CANCELLED AT ... DUE TO TIME LIMIT ***")
+    # or reporting a task it ended ("srun: error: node3: task 0: Terminated"): after the run's own error, if any
+    Rule("slurm_task_end", F.CRASH, Kind.SYMPTOM, ("error: *** JOB", "error: *** STEP", "srun: error:"),
+         _rx(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+(?: DUE TO (?P<reason>[A-Z][A-Z ]*?))? \*\*\*"
+             r"|srun: error: \S+: tasks? [\d,-]+: (?P<how>Terminated|Killed)\b"),
+         "scheduler"),
     Rule("torchrun_child_failed", F.CRASH, Kind.CRASH, ("exitcode",),
          _rx(r"failed \(exitcode: (?P<exit_code>-?\d+)\) local_rank: (?P<rank>\d+)"), "child_exit"),
     Rule("launcher_exit", F.CRASH, Kind.CRASH,
@@ -300,7 +312,7 @@ RULES: tuple[Rule, ...] = (
          _rx(r"\|\s*(?:ERROR|CRITICAL)\s*\|"), "logged_error"),
     # --- any other exception ----------------------------------------------------------------
     Rule("exception", F.CRASH, Kind.CRASH, ("Error", "Exception", "KeyboardInterrupt"),
-         _rx(r"(?:^|[\s\]>|(:])(?P<exception>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception)|KeyboardInterrupt))"
+         _rx(r"(?:^|[\s\]>|(:])(?P<exception>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception)|Exception|KeyboardInterrupt))"
              r"(?::\s|:?\s*$)"),
          "exception", exclude=("Warning:",)),
 )

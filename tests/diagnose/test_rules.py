@@ -53,6 +53,8 @@ EXAMPLES = {
     "signal_received": "  traceback : Signal 9 (SIGKILL) received by PID 40118",
     "segfault": "Fatal Python error: Segmentation fault",
     "killed": "Killed",
+    "slurm_task_end": "slurmstepd: error: *** STEP 88123.0 ON gpu-node-17 CANCELLED AT 2026-11-20T04:11:52 DUE TO TIME LIMIT ***",
+    "slurm_task_oom": "srun: error: gpu-node-17: task 3: Out Of Memory",
     "nccl_warn_cuda_failure": "node-2:9120:9188 [5] transport/p2p.cc:275 NCCL WARN Cuda failure 'invalid argument'",
     "nccl_shm": "node-2:9120:9188 [5] include/shm.h:28 NCCL WARN Error while creating shared memory segment "
     "/dev/shm/nccl-Xq31aZ (size 9637888)",
@@ -394,3 +396,38 @@ def test_nccl_s_specific_failures_and_other_wordings(lines: list[str], cls: F, s
     if subtype is not None:
         assert v.cause.subtype == subtype
     assert advice in v.advice
+
+
+@pytest.mark.parametrize(
+    ("lines", "cls", "rule", "advice"),
+    [
+        (["slurmstepd: error: *** JOB 88123 ON gpu-node-17 CANCELLED AT 2026-11-20T04:11:52 DUE TO TIME LIMIT ***"],
+         F.CRASH, "slurm_task_end", "time limit"),
+        (["Epoch 3: 41%|####      | 410/1000", "srun: error: gpu-node-17: task 0: Terminated"],
+         F.CRASH, "slurm_task_end", "sacct"),
+        # the run's own error first: Slurm's lines after it are its consequence
+        (["[rank0]: RuntimeError: stack expects each tensor to be equal size, but got [3, 224] at entry 0",
+          "srun: error: gpu-node-17: task 0: Exited with exit code 1", "srun: error: gpu-node-17: task 1: Terminated"],
+         F.CRASH, "exception", "stack expects"),
+        (["srun: error: gpu-node-17: task 3: Out Of Memory"], F.HOST_OOM, "slurm_task_oom", ""),
+        # Python's bare Exception
+        (["Exception: Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.",
+          "  3%|3         | 31/1000 [01:02<32:10,  1.99s/it]"], F.CRASH, "exception", "Exception"),
+        # older NCCL's socket transport, before PyTorch's generic line
+        (["node-1:4410:4461 [0] include/socket.h:423 NCCL WARN Call to recv failed : Connection reset by peer",
+          "RuntimeError: Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels"],
+         F.NCCL_ERROR, "nccl_socket_transport", "transport"),
+        (["node-1:4410:4461 [0] NCCL WARN Call to ibv_modify_qp failed with error Network is unreachable"],
+         F.NCCL_ERROR, "ib_verbs_call", "NCCL_IB_GID_INDEX"),
+        # a surviving rank's closed socket printed before the OOM that closed it
+        (["node-1:4410:4461 [0] misc/socket.cc:538 NCCL WARN socketProgress: Connection closed by remote peer node-1<4512>",
+          "node-1:4413:4470 [3] transport/p2p.cc:275 NCCL WARN Cuda failure 'out of memory'"],
+         F.OOM, "cuda_oom", ""),
+    ],
+)
+def test_scheduler_lines_and_older_wordings(lines: list[str], cls: F, rule: str, advice: str) -> None:
+    from nccl_tune.diagnose.verdict import classify_log
+
+    v = classify_log([line + "\n" for line in lines])
+    assert v.failure_class is cls and v.cause.rule == rule, v
+    assert advice in v.advice or advice in " ".join(str(e) for e in v.evidence)
