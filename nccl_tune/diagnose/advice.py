@@ -411,6 +411,13 @@ def _crash(ctx: AdviceContext) -> str:
             )
     if ctx.subtype == "scheduler":
         return _scheduler(ctx)
+    if ctx.subtype == "weight_sync":
+        return ("The inference engine refused the trainer's weights (a weight update failed and left them partially "
+                "updated): the trainer's conversion does not match the engine's model (tensor or expert-parallel "
+                "sharding, parameter names, the trainer's and the engine's versions)")
+    if ctx.subtype == "engine":
+        return ("The inference engine's scheduler died (SGLang's `Scheduler hit an exception`): the traceback after "
+                "that line names the error; the rollout cannot go on without the engine")
     if ctx.subtype == "segfault":
         return "A segmentation fault in native code: note the library in the stack (NCCL, CUDA, a kernel) and rerun with CUDA_LAUNCH_BLOCKING=1"
     if ctx.subtype == "actor_died":

@@ -35,7 +35,7 @@ from typing import Any, Iterable, Sequence
 from nccl_tune.diagnose import text as T
 from nccl_tune.diagnose.advice import AdviceContext, advise
 from nccl_tune.diagnose.flight_recorder import FlightRecorderSummary, analyse_dumps
-from nccl_tune.diagnose.ignored import ENDED, IN, IgnoredBlock, header_prefix
+from nccl_tune.diagnose.ignored import ENDED, HEADS as IGNORED_HEADS, IN, IgnoredBlock, header_prefix
 from nccl_tune.diagnose.rules import (
     HOST_MEMORY,
     HOST_MEMORY_KEYS,
@@ -86,7 +86,20 @@ _ERROR_LINE = re.compile(
     r"|Segmentation fault|[Ee]xit(?:ed|s)? with (?:exit |return )?(?:code|status)(?: =)? -?[1-9]|exitcode\s*:\s*-?[1-9]"
     r"|NCCL WARN|terminate called|\bSIG(?:KILL|ABRT|SEGV|BUS)\b"
 )
-"""A line that says something went wrong (any program's wording): a log ending in one is never ``ok``."""
+"""A line that says something went wrong (any program's wording): a log ending in one is never ``ok``
+(``_is_error``: not a warning-level line, unless it names a fatal end)."""
+_WARNING_LINE = re.compile(
+    r"^\s*(?:\[rank\d+\]:\s*)?(?:\[W\d{3,4} |\[W [\w.]+:\d+\]|W\d{4} \d\d:\d\d|WARNING\b|\[WARNING\]|\[W\]"
+    r"|wandb: WARNING)|\|\s*WARNING\s*\|"
+)
+"""A warning-level line: glog's ``[W1125 ...]``/``W1125 03:10``, PyTorch's ``[W socket.cpp:601]``,
+Python logging's and loguru's ``WARNING``."""
+_FATAL_WORDS = re.compile(
+    r"Traceback \(most recent call last\)|^\s*File \"|\b[A-Z]\w*(?:Error|Exception)\b:|\bKilled\b|\bAborted\b"
+    r"|core dumped|[Ee]xit(?:ed|s)? with (?:exit |return )?(?:code|status)|exitcode\s*:|\bSIG(?:KILL|ABRT|SEGV|BUS)\b"
+    r"|terminate called"
+)
+_CARETS = re.compile(r"^\s*[\^~]+\s*$")
 _VALIDATION_FRAME = re.compile(rb'File "[^"\n]+", line \d+, in (?:validate|_?check|verify)\w*')
 CONFIG_ASSERTION = Rule("config_assertion_frame", FailureClass.CONFIG_ERROR, Kind.ROOT, (), None, "validation")
 """A bare ``AssertionError`` raised inside a config validation function."""
@@ -490,7 +503,7 @@ class LogClassifier:
         if "%" in msg and any(k in msg for k in HOST_MEMORY_KEYS):
             self._host_readout(text, msg)
             return
-        if "Exception ignored " in text:
+        if any(h in text for h in IGNORED_HEADS):
             prefix = header_prefix(text)
             if prefix is not None:
                 self._open_ignored(prefix)
@@ -759,6 +772,10 @@ def _time_ordered(events: list[_Event]) -> list[_Event]:
 
 def _is_error(text: str, previous: str) -> bool:
     msg = T.message(text)
+    if _CARETS.match(msg):
+        return True  # a traceback's position markers (Python 3.11+): the log stops inside a traceback
+    if _WARNING_LINE.search(msg) and not _FATAL_WORDS.search(msg):
+        return False  # a warning says what failed and goes on ("attempt 1/3 failed", c10d's connect retries)
     return bool(_ERROR_LINE.search(msg)) or bool(_FRAME_LINE.search(T.message(previous)))
 
 

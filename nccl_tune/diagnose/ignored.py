@@ -17,6 +17,11 @@ is neither a traceback's line nor an exception line (``ERROR ...`` after a block
 block cut short is only expected at the end of a log (an excerpt, a killed process): the hook
 prints a block in one go. What the block's lines mean for a verdict is decided in ``classify``
 (``_Decision``).
+
+A library that catches an exception, logs it with its traceback and goes on prints the same kind
+of block under a message of its own (``HANDLED``: math_verify's grader logs ``Error during
+comparison`` and scores the answer 0, in most math RL runs); its block carries the process prefix
+only (a Ray worker's, ``[rankN]:``), not the logger's.
 """
 
 from __future__ import annotations
@@ -35,6 +40,12 @@ MAX_OTHERS = 48
 more, or its prefix changes from line to line (a time stamp), so no line would be found its own;
 following it further would only cost time."""
 
+HANDLED: tuple[str, ...] = ("Error during comparison",)
+"""Messages a library logs with the traceback of an exception it caught (module docstring)."""
+HEADS = (HEADER, *HANDLED)
+"""What a line that opens a block holds."""
+_PROCESS_PREFIX = re.compile(r"^(?:\s*\([^()\s]+(?: pid=\d+)?(?:, ip=[^)]*)?\)\s?)?(?:\[rank\d+\]:\s?)?")
+
 _TRACEBACK = "Traceback (most recent call last)"
 _EXCEPTION_LINE = re.compile(r"(?:[A-Za-z_]\w*\.)*[A-Z]\w*[a-z]\w*(?:\([\w.]*\))?(?::\s|:?\s*$)")
 """An exception line: a class name (``AssertionError``, ``torch.OutOfMemoryError``,
@@ -50,12 +61,14 @@ first line after the block (not part of it)."""
 
 
 def header_prefix(text: str) -> str | None:
-    """The prefix before an ``Exception ignored`` header in a cleaned line, or None when the line
-    is not a header."""
+    """The prefix before an ``Exception ignored`` header in a cleaned line (a ``HANDLED`` message's:
+    the process prefix before its logger's), or None when the line is not a header."""
     at = text.find(HEADER)
-    if at < 0 or at > MAX_PREFIX:
-        return None
-    return text[:at]
+    if 0 <= at <= MAX_PREFIX:
+        return text[:at]
+    if any(h in text[: MAX_PREFIX + 40] for h in HANDLED) and "Traceback" not in text:
+        return _PROCESS_PREFIX.match(text).group(0)
+    return None
 
 
 class IgnoredBlock:

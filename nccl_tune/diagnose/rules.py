@@ -295,8 +295,12 @@ RULES: tuple[Rule, ...] = (
     Rule("ray_kill", F.CRASH, Kind.SYMPTOM, ("killed by `ray.kill`", "ray.kill"), _rx(r"killed by `?ray\.kill"), "ray_kill"),
     Rule("ray_actor_died", F.CRASH, Kind.CRASH,
          ("ActorDiedError", "The actor died unexpectedly", "The actor is dead because", "RayActorError",
-          "WorkerCrashedError", "Worker exit type: SYSTEM_ERROR"),
+          "WorkerCrashedError", "Worker exit type: SYSTEM_ERROR", "died because of an error raised in its creation task",
+          "Exception raised in creation task"),
          None, "actor_died"),
+    # SGLang's engine refusing the trainer's weights (left partially updated), and its scheduler dying
+    Rule("sglang_weight_update_failed", F.CRASH, Kind.CRASH, ("Failed to update parameter online",), None, "weight_sync"),
+    Rule("sglang_scheduler_exception", F.CRASH, Kind.CRASH, ("Scheduler hit an exception",), None, "engine"),
     # --- what a failure drags along ---------------------------------------------------------
     Rule("nccl_abort_teardown", F.CRASH, Kind.SYMPTOM,
          ("To avoid data inconsistency", "terminate called after throwing", "Fatal Python error: Aborted",

@@ -53,6 +53,9 @@ EXAMPLES = {
     "signal_received": "  traceback : Signal 9 (SIGKILL) received by PID 40118",
     "segfault": "Fatal Python error: Segmentation fault",
     "killed": "Killed",
+    "sglang_weight_update_failed": "[2026-11-20 04:11:52 TP0] Failed to update parameter online: shape mismatch for "
+    "model.layers.3.mlp.experts.w13_weight. The full weights of the ModelRunner are partially updated.",
+    "sglang_scheduler_exception": "[2026-11-20 04:11:52 TP1] Scheduler hit an exception: Traceback (most recent call last):",
     "slurm_task_end": "slurmstepd: error: *** STEP 88123.0 ON gpu-node-17 CANCELLED AT 2026-11-20T04:11:52 DUE TO TIME LIMIT ***",
     "slurm_task_oom": "srun: error: gpu-node-17: task 3: Out Of Memory",
     "nccl_warn_cuda_failure": "node-2:9120:9188 [5] transport/p2p.cc:275 NCCL WARN Cuda failure 'invalid argument'",
@@ -431,3 +434,57 @@ def test_scheduler_lines_and_older_wordings(lines: list[str], cls: F, rule: str,
     v = classify_log([line + "\n" for line in lines])
     assert v.failure_class is cls and v.cause.rule == rule, v
     assert advice in v.advice or advice in " ".join(str(e) for e in v.evidence)
+
+
+@pytest.mark.parametrize(
+    ("lines", "cls"),
+    [
+        # a warning's "failed" at the end of a log says what it retries, not that the run died
+        (["Epoch 1: 12%|#2        | 120/1000", "[W1120 04:11:52.000000 socket.cpp:601] [c10d] The client socket has "
+          "failed to connect to [node-3]:29500 (errno: 22 - Invalid argument)."], F.OK),
+        (["step 40: reward=0.31", "WARNING:agent.sandbox:tool call attempt 1/3 failed: HTTP 500"], F.OK),
+        (["step 40: reward=0.31", "2026-11-20 04:11:52 | WARNING | rollout: request failed, retrying"], F.OK),
+        # ... unless it names a fatal end
+        (["step 40: reward=0.31", "WARNING: worker 3 exited with exit code 1"], F.CRASH),
+        # a log that stops inside a traceback, at its position markers (Python 3.11+)
+        (["Traceback (most recent call last):", '  File "/app/train.py", line 41, in <module>', "    trainer.fit()",
+          "    ^^^^^^^^^^^^^"], F.CRASH),
+    ],
+)
+def test_how_a_log_ends(lines: list[str], cls: F) -> None:
+    from nccl_tune.diagnose.verdict import classify_log
+
+    assert classify_log([line + "\n" for line in lines]).failure_class is cls
+
+
+def test_a_graders_logged_exception_is_handled_not_a_crash() -> None:
+    """math_verify catches a comparison's exception, logs it with its traceback and scores 0."""
+    from nccl_tune.diagnose.verdict import classify_log
+
+    block = ["(RewardWorker pid=812) ERROR:math_verify.grader:Error during comparison",
+             "(RewardWorker pid=812) Traceback (most recent call last):",
+             '(RewardWorker pid=812)   File "/usr/lib/python3/site-packages/math_verify/grader.py", line 230, in verify',
+             "(RewardWorker pid=812)     return compare(gold, target)",
+             "(RewardWorker pid=812) NotImplementedError: multiple generators [x, sin(x)]"]
+    steps = ["(TaskRunner pid=700) step 12: reward_mean=0.41", "(TaskRunner pid=700) step 13: reward_mean=0.44"]
+    assert classify_log([line + "\n" for line in steps[:1] + block + steps[1:]]).failure_class is F.OK
+    # a real failure after it is still read
+    oom = "(TaskRunner pid=700) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
+    assert classify_log([line + "\n" for line in block + [oom]]).failure_class is F.OOM
+
+
+@pytest.mark.parametrize(
+    ("line", "subtype"),
+    [
+        ("(LLMRayActor pid=5121) Failed to update parameter online: shape mismatch. The full weights of the ModelRunner "
+         "are partially updated. Please discard the whole weights.", "weight_sync"),
+        ("[2026-11-20 04:11:52 TP0] Scheduler hit an exception: Traceback (most recent call last):", "engine"),
+        ("ray.exceptions.ActorDiedError: The actor died because of an error raised in its creation task, "
+         "ray::LLMRayActor.__init__() (pid=5121, ip=10.0.0.7)", "actor_died"),
+    ],
+)
+def test_inference_engine_failures_inside_an_rl_loop(line: str, subtype: str) -> None:
+    from nccl_tune.diagnose.verdict import classify_log
+
+    v = classify_log([line + "\n", "(TaskRunner pid=700) step 13: reward_mean=0.44\n"])
+    assert v.failure_class is F.CRASH and v.cause.subtype == subtype, v
