@@ -71,6 +71,10 @@ RANK_SCAN_BLOCKS = 64
 that hold an event are (ranks and Ray workers introduce themselves early)."""
 OWN_SOURCE = "nccl-tune"
 
+TRAINED_THROUGH_STEPS = 2
+"""Training steps finished after an exception line that say the run went on past it (a logged,
+handled exception: not what ended the run); one is not enough, since other ranks may log the end
+of the step the exception broke."""
 NCCL_DETAIL_LINES = 4
 """Lines after a generic NCCL error within which a specific one (``Last error:`` and the warning it
 repeats) tells the same failure."""
@@ -955,7 +959,9 @@ class _Decision:
         ``ok`` needs a clean (or unknown) exit status and a log that does not end in errors."""
         failed = self._failed_status()
         tail_errors = self.clf.tail_errors()
-        crashes = self._of(Kind.CRASH)
+        steps = self.clf._phases.steps_finished
+        crashes = [e for e in self._of(Kind.CRASH)
+                   if e.rule.subtype != "exception" or steps < e.steps_done + TRAINED_THROUGH_STEPS]
         if crashes and (failed or self.exit_code is None or tail_errors):
             return self._crash(crashes)
         symptoms = self._of(Kind.SYMPTOM)

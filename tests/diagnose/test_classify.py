@@ -581,3 +581,14 @@ def test_timeouts_in_several_unnamed_groups_are_not_ranks_out_of_step() -> None:
     behind = [old(3, 33), old(0, 34), old(1, 34), old(2, 34)]
     v = classify_log(behind, signal_name="SIGABRT")
     assert (v.failure_class, v.rank) == (F.COLLECTIVE_MISMATCH, 3), v
+
+
+def test_an_exception_the_run_trained_two_steps_past_did_not_end_it() -> None:
+    """A bare log (no exit status) where a traceback was logged and handled: the run went on."""
+    handled = ["Traceback (most recent call last):\n",
+               "requests.exceptions.ConnectionError: HTTPSConnectionPool(host='api.wandb.ai', port=443)\n"]
+    two_later = step_prefix(1)[:-7] + handled + step_prefix(2)[3:]
+    assert classify_log(two_later).ok
+    # one step after it may be other ranks closing the step the exception broke: still the crash
+    one_later = step_prefix(1)[:-7] + handled + step_prefix(1)[3:]
+    assert classify_log(one_later).failure_class is F.CRASH
