@@ -411,6 +411,12 @@ def _crash(ctx: AdviceContext) -> str:
             )
     if ctx.subtype == "scheduler":
         return _scheduler(ctx)
+    if ctx.subtype == "dataloader_shm":
+        return ("A DataLoader worker died of SIGBUS writing to shared memory: /dev/shm is too small (Docker's default "
+                "is 64 MB): run the container with --shm-size=16g or --ipc=host, or lower num_workers")
+    if ctx.subtype == "disk_full":
+        return ("The disk is full: a checkpoint or log write failed; free space or point the checkpoint and output "
+                "directories at a larger volume, and keep fewer checkpoints")
     if ctx.subtype == "weight_sync":
         return ("The inference engine refused the trainer's weights (a weight update failed and left them partially "
                 "updated): the trainer's conversion does not match the engine's model (tensor or expert-parallel "

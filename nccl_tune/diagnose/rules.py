@@ -62,6 +62,9 @@ def _rx(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern)
 
 
+_THC = r"(?:THCudaCheck FAIL file=\S+ line=\d+ error=(?P<code>\d+)|cuda runtime error \((?P<code2>\d+)\)) : "
+"""The head of PyTorch's CUDA error before 1.5 (its THC library's check)."""
+
 RULES: tuple[Rule, ...] = (
     # --- the command refused its configuration -------------------------------------------
     Rule("hydra_unknown_key", F.CONFIG_ERROR, Kind.ROOT, ("Could not override",),
@@ -131,6 +134,8 @@ RULES: tuple[Rule, ...] = (
           "HIP out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "'out of memory'", "cudaErrorMemoryAllocation",
           "Failed to CUDA calloc", "Failed to CUDA malloc"),
          None, "cuda_oom"),
+    # PyTorch before 1.5: "THCudaCheck FAIL file=... line=N error=2 : out of memory", "cuda runtime error (2) : ..."
+    Rule("thc_cuda_oom", F.OOM, Kind.ROOT, ("error=", "cuda runtime error ("), _rx(_THC + r"out of memory"), "cuda_oom"),
     # --- CUDA errors other than OOM ---------------------------------------------------------
     Rule("cuda_ecc", F.CUDA_ERROR, Kind.ROOT, ("ECC error", "uncorrectable ECC"), None, "ecc"),
     Rule("cuda_device_assert", F.CUDA_ERROR, Kind.ROOT, ("device-side assert", "Assertion `"),
@@ -159,6 +164,8 @@ RULES: tuple[Rule, ...] = (
          _rx(r"(?:CUDA (?:driver )?error: |Test CUDA failure \S+:\d+ ')(?P<detail>[^.'\n]+)|CUBLAS_STATUS_\w+"
              r"|CUDNN_STATUS_\w+|cuDNN error|CUDA_ERROR_\w+|CUDBG_EXCEPTION_\w+"),
          "cuda"),
+    Rule("thc_cuda_error", F.CUDA_ERROR, Kind.ROOT, ("error=", "cuda runtime error ("),
+         _rx(_THC + r"(?P<detail>.+?)(?: at \S+:\d+)?\s*$"), "cuda"),
     # --- NCCL's own errors ------------------------------------------------------------------
     Rule("nccl_bad_env_value", F.NCCL_ERROR, Kind.ROOT,
          ("Unrecognized element token", "Unrecognized prefix token", "All entries except the first must have a prefix"),
@@ -284,6 +291,11 @@ RULES: tuple[Rule, ...] = (
          _rx(r"(?:^|\s)\.\. \S+ pid \d+: Test failure \S+:\d+\s*$"), "nccl_tests"),
     Rule("signal_received", F.CRASH, Kind.CRASH, ("received by PID", "Received SIG"),
          _rx(r"Signal (?P<signum>\d+) \((?P<signal>SIG\w+)\) received by PID|Received (?P<signal2>SIG\w+)"), "signal"),
+    # a DataLoader worker's SIGBUS writing to a too small /dev/shm (before segfault: its "Bus error")
+    Rule("dataloader_bus_error", F.CRASH, Kind.CRASH,
+         ("Unexpected bus error encountered in worker", "is killed by signal: Bus error"), None, "dataloader_shm"),
+    Rule("disk_full", F.CRASH, Kind.CRASH, ("No space left on device",), None, "disk_full",
+         exclude=("NCCL WARN", "posix_fallocate", "/dev/shm")),
     Rule("segfault", F.CRASH, Kind.CRASH,
          ("Segmentation fault", "SIGSEGV", "Bus error", "SIGBUS", "Illegal instruction (core dumped)"),
          None, "segfault",

@@ -44,6 +44,8 @@ COVER_LITERALS: tuple[str, ...] = (
     "Connect to", "already in use", "INUSE", "closure", "ismatch", "node_ip_address", "lacement group", "socketProgress",
     # configuration refused
     "Could not", "not in struct", "viable", "not found", "fields",
+    # "No route to host", "No space left on device", Ray's "No available node types can fulfill"
+    "No ",
     # progress and end of training (the default progress rules)
     "ed: '", "Training done", "Training complete", "raining finished", "train_runtime", "after training is done",
     "Finished training",

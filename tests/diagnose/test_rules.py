@@ -53,6 +53,12 @@ EXAMPLES = {
     "signal_received": "  traceback : Signal 9 (SIGKILL) received by PID 40118",
     "segfault": "Fatal Python error: Segmentation fault",
     "killed": "Killed",
+    "thc_cuda_oom": "THCudaCheck FAIL file=/pytorch/aten/src/THC/THCCachingAllocator.cpp line=510 error=2 : out of memory",
+    "thc_cuda_error": "RuntimeError: cuda runtime error (48) : no kernel image is available for execution on the device "
+    "at /pytorch/aten/src/THC/generic/THCTensorMath.cu:35",
+    "dataloader_bus_error": "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient "
+    "shared memory (shm).",
+    "disk_full": "OSError: [Errno 28] No space left on device: '/ckpt/global_step_400/model.safetensors'",
     "sglang_weight_update_failed": "[2026-11-20 04:11:52 TP0] Failed to update parameter online: shape mismatch for "
     "model.layers.3.mlp.experts.w13_weight. The full weights of the ModelRunner are partially updated.",
     "sglang_scheduler_exception": "[2026-11-20 04:11:52 TP1] Scheduler hit an exception: Traceback (most recent call last):",
@@ -488,3 +494,27 @@ def test_inference_engine_failures_inside_an_rl_loop(line: str, subtype: str) ->
 
     v = classify_log([line + "\n", "(TaskRunner pid=700) step 13: reward_mean=0.44\n"])
     assert v.failure_class is F.CRASH and v.cause.subtype == subtype, v
+
+
+@pytest.mark.parametrize(
+    ("line", "cls", "subtype", "advice"),
+    [
+        ("THCudaCheck FAIL file=/pytorch/aten/src/THC/THCGeneral.cpp line=383 error=48 : no kernel image is available "
+         "for execution on the device", F.CUDA_ERROR, "cuda", ""),
+        ("RuntimeError: cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/THCCachingAllocator.cpp:510",
+         F.OOM, "cuda_oom", ""),
+        ("RuntimeError: DataLoader worker (pid 4410) is killed by signal: Bus error. It is possible that dataloader's "
+         "workers are out of shared memory.", F.CRASH, "dataloader_shm", "--shm-size"),
+        ("OSError: [Errno 28] No space left on device: '/ckpt/global_step_400/optim.pt'", F.CRASH, "disk_full",
+         "larger volume"),
+        # NCCL's shared-memory segment on a full /dev/shm stays NCCL's
+        ("node-1:4410:4461 [0] include/shm.h:48 NCCL WARN Error while creating shared memory segment /dev/shm/nccl-x "
+         "(size 9637888): No space left on device", F.NCCL_ERROR, "shm", "--shm-size"),
+    ],
+)
+def test_older_cuda_wordings_shared_memory_and_full_disks(line: str, cls: F, subtype: str, advice: str) -> None:
+    from nccl_tune.diagnose.verdict import classify_log
+
+    v = classify_log([line + "\n"])
+    assert v.failure_class is cls and v.cause.subtype == subtype, v
+    assert advice in v.advice
