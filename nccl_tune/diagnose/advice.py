@@ -421,6 +421,10 @@ def _crash(ctx: AdviceContext) -> str:
         return ("The inference engine refused the trainer's weights (a weight update failed and left them partially "
                 "updated): the trainer's conversion does not match the engine's model (tensor or expert-parallel "
                 "sharding, parameter names, the trainer's and the engine's versions)")
+    if ctx.subtype == "engine_stall":
+        return ("The inference engine's step stalled past vLLM's own time limit (`Engine iteration timed out`): a hang "
+                "in one of its workers, usually a tensor-parallel rank stuck in a collective; its workers' last lines "
+                "or `py-spy dump` of each say which (NCCL_DEBUG=INFO for the collective)")
     if ctx.subtype == "engine":
         return ("The inference engine's scheduler died (SGLang's `Scheduler hit an exception`): the traceback after "
                 "that line names the error; the rollout cannot go on without the engine")

@@ -310,6 +310,9 @@ RULES: tuple[Rule, ...] = (
           "WorkerCrashedError", "Worker exit type: SYSTEM_ERROR", "died because of an error raised in its creation task",
           "Exception raised in creation task"),
          None, "actor_died"),
+    # vLLM's own stall watchdog: one engine step ran past its time limit (a tensor-parallel worker stuck,
+    # often in a collective); the engine dies after it
+    Rule("vllm_engine_iteration_timeout", F.CRASH, Kind.CRASH, ("Engine iteration timed out",), None, "engine_stall"),
     # SGLang's engine refusing the trainer's weights (left partially updated), and its scheduler dying
     Rule("sglang_weight_update_failed", F.CRASH, Kind.CRASH, ("Failed to update parameter online",), None, "weight_sync"),
     Rule("sglang_scheduler_exception", F.CRASH, Kind.CRASH, ("Scheduler hit an exception",), None, "engine"),

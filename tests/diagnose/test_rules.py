@@ -53,6 +53,8 @@ EXAMPLES = {
     "signal_received": "  traceback : Signal 9 (SIGKILL) received by PID 40118",
     "segfault": "Fatal Python error: Segmentation fault",
     "killed": "Killed",
+    "vllm_engine_iteration_timeout": "ERROR 11-20 04:11:52 async_llm_engine.py:531] Engine iteration timed out. This "
+    "should never happen!",
     "thc_cuda_oom": "THCudaCheck FAIL file=/pytorch/aten/src/THC/THCCachingAllocator.cpp line=510 error=2 : out of memory",
     "thc_cuda_error": "RuntimeError: cuda runtime error (48) : no kernel image is available for execution on the device "
     "at /pytorch/aten/src/THC/generic/THCTensorMath.cu:35",
@@ -485,6 +487,8 @@ def test_a_graders_logged_exception_is_handled_not_a_crash() -> None:
         ("(LLMRayActor pid=5121) Failed to update parameter online: shape mismatch. The full weights of the ModelRunner "
          "are partially updated. Please discard the whole weights.", "weight_sync"),
         ("[2026-11-20 04:11:52 TP0] Scheduler hit an exception: Traceback (most recent call last):", "engine"),
+        ("ERROR 11-20 04:11:52 async_llm_engine.py:531] Engine iteration timed out. This should never happen!",
+         "engine_stall"),
         ("ray.exceptions.ActorDiedError: The actor died because of an error raised in its creation task, "
          "ray::LLMRayActor.__init__() (pid=5121, ip=10.0.0.7)", "actor_died"),
     ],
