@@ -84,11 +84,15 @@ dropped beyond them."""
 TAIL_CHECK = 3
 """Non-blank last lines of each source that must not be errors for a run to be called ``ok``."""
 MAX_SOURCES = 64
+_DEATH = (r"Traceback \(most recent call last\)|\bKilled\b|\bAborted\b|core dumped|terminate called"
+          r"|\bSIG(?:KILL|ABRT|SEGV|BUS)\b")
+"""Words that say a process died (a traceback, a kill, an abort): both an error line and, in a
+warning, a fatal end."""
 _ERROR_LINE = re.compile(
-    r"Traceback \(most recent call last\)|^\s*File \"[^\"]+\", line \d+|\b\w*(?:Error|Exception)\b(?::|\s*$)"
-    r"|\b(?:ERROR|FATAL|CRITICAL|Fatal|fatal)\b|\b(?:failed|Failed|FAILED)\b|\bKilled\b|\bAborted\b|core dumped"
+    _DEATH + r"|^\s*File \"[^\"]+\", line \d+|\b\w*(?:Error|Exception)\b(?::|\s*$)"
+    r"|\b(?:ERROR|FATAL|CRITICAL|Fatal|fatal)\b|\b(?:failed|Failed|FAILED)\b"
     r"|Segmentation fault|[Ee]xit(?:ed|s)? with (?:exit |return )?(?:code|status)(?: =)? -?[1-9]|exitcode\s*:\s*-?[1-9]"
-    r"|NCCL WARN|terminate called|\bSIG(?:KILL|ABRT|SEGV|BUS)\b"
+    r"|NCCL WARN"
 )
 """A line that says something went wrong (any program's wording): a log ending in one is never ``ok``
 (``_is_error``: not a warning-level line, unless it names a fatal end)."""
@@ -99,9 +103,8 @@ _WARNING_LINE = re.compile(
 """A warning-level line: glog's ``[W1125 ...]``/``W1125 03:10``, PyTorch's ``[W socket.cpp:601]``,
 Python logging's and loguru's ``WARNING``."""
 _FATAL_WORDS = re.compile(
-    r"Traceback \(most recent call last\)|^\s*File \"|\b[A-Z]\w*(?:Error|Exception)\b:|\bKilled\b|\bAborted\b"
-    r"|core dumped|[Ee]xit(?:ed|s)? with (?:exit |return )?(?:code|status)|exitcode\s*:|\bSIG(?:KILL|ABRT|SEGV|BUS)\b"
-    r"|terminate called"
+    _DEATH + r"|^\s*File \"|\b[A-Z]\w*(?:Error|Exception)\b:|[Ee]xit(?:ed|s)? with (?:exit |return )?(?:code|status)"
+    r"|exitcode\s*:"
 )
 _CARETS = re.compile(r"^\s*[\^~]+\s*$")
 _VALIDATION_FRAME = re.compile(rb'File "[^"\n]+", line \d+, in (?:validate|_?check|verify)\w*')
@@ -869,6 +872,12 @@ _COUNT_WHEN_IGNORED = frozenset({
 })
 
 
+def _trained_past(e: _Event, steps_finished: int, steps: int = 1) -> bool:
+    """Training finished at least ``steps`` steps after ``e`` was printed: the run went on past it,
+    so it is not what ended the run."""
+    return steps_finished >= e.steps_done + steps
+
+
 def _counts(e: _Event, steps_finished: int) -> bool:
     """Whether an event takes part in the decision. A line of an "Exception ignored" block (the
     interpreter printed the exception and went on) is no crash, refused config or rendezvous
@@ -876,7 +885,7 @@ def _counts(e: _Event, steps_finished: int) -> bool:
     unless training finished a step after it."""
     if not e.ignored:
         return True
-    return e.failure_class in _COUNT_WHEN_IGNORED and e.steps_done == steps_finished
+    return e.failure_class in _COUNT_WHEN_IGNORED and not _trained_past(e, steps_finished)
 
 
 class _Decision:
@@ -892,8 +901,8 @@ class _Decision:
         fr: dict[str, Any] | None,
     ) -> None:
         self.clf = clf
-        steps = clf._phases.steps_finished
-        self.events = [e for e in _time_ordered(clf._events) if _counts(e, steps)]
+        self.steps_finished = clf._phases.steps_finished
+        self.events = [e for e in _time_ordered(clf._events) if _counts(e, self.steps_finished)]
         self.exit_code = exit_code
         self.sig = sig
         self.host_peak = host_mem_peak_frac
@@ -934,7 +943,6 @@ class _Decision:
         after another failure or in the step a rank ran out of memory in (the rank that died closed
         its sockets; a survivor may print that first), and an NCCL error the run trained through
         are consequences."""
-        steps_finished = self.clf._phases.steps_finished
         roots = []
         for e in self.events:
             transport_late = e.kind is Kind.INIT and not e.before_first_step and e.rule.subtype == "nccl_connect"
@@ -943,8 +951,8 @@ class _Decision:
             if e.failure_class is FailureClass.NCCL_ERROR or transport_late:
                 if first_timeout is not None and first_timeout < e.order:
                     continue
-                if e.steps_done < steps_finished:
-                    continue  # training went on after it: not what ended the run
+                if _trained_past(e, self.steps_finished):
+                    continue
                 if (transport_late or e.rule.subtype in ("remote", "transport")) and any(
                     x.order < e.order and x.kind in (Kind.ROOT, Kind.CRASH) and x.failure_class is not FailureClass.NCCL_ERROR
                     or x.kind is Kind.ROOT and x.failure_class in _MEMORY and x.steps_done == e.steps_done
@@ -959,9 +967,8 @@ class _Decision:
         ``ok`` needs a clean (or unknown) exit status and a log that does not end in errors."""
         failed = self._failed_status()
         tail_errors = self.clf.tail_errors()
-        steps = self.clf._phases.steps_finished
         crashes = [e for e in self._of(Kind.CRASH)
-                   if e.rule.subtype != "exception" or steps < e.steps_done + TRAINED_THROUGH_STEPS]
+                   if e.rule.subtype != "exception" or not _trained_past(e, self.steps_finished, TRAINED_THROUGH_STEPS)]
         if crashes and (failed or self.exit_code is None or tail_errors):
             return self._crash(crashes)
         symptoms = self._of(Kind.SYMPTOM)
