@@ -401,6 +401,41 @@ def _scheduler(ctx: AdviceContext) -> str:
             "first task that failed is above; `sacct -j <job>` says why")
 
 
+_CRASH_FIXED = {
+    "dataloader_shm": (
+        "A DataLoader worker died of SIGBUS writing to shared memory: /dev/shm is too small (Docker's default is 64 MB): "
+        "run the container with --shm-size=16g or --ipc=host, or lower num_workers"
+    ),
+    "disk_full": (
+        "The disk is full: a checkpoint or log write failed; free space or point the checkpoint and output directories "
+        "at a larger volume, and keep fewer checkpoints"
+    ),
+    "weight_sync": (
+        "The inference engine refused the trainer's weights (a weight update failed and left them partially updated): "
+        "the trainer's conversion does not match the engine's model (tensor or expert-parallel sharding, parameter "
+        "names, the trainer's and the engine's versions)"
+    ),
+    "engine_stall": (
+        "The inference engine's step stalled past vLLM's own time limit (`Engine iteration timed out`): a hang in one "
+        "of its workers, usually a tensor-parallel rank stuck in a collective; its workers' last lines or `py-spy dump` "
+        "of each say which (NCCL_DEBUG=INFO for the collective)"
+    ),
+    "engine": (
+        "The inference engine's scheduler died (SGLang's `Scheduler hit an exception`): the traceback after that line "
+        "names the error; the rollout cannot go on without the engine"
+    ),
+    "segfault": (
+        "A segmentation fault in native code: note the library in the stack (NCCL, CUDA, a kernel) and rerun with "
+        "CUDA_LAUNCH_BLOCKING=1"
+    ),
+    "actor_died": (
+        "A Ray actor died without a recorded cause: read the worker's own log (`ray logs`, /tmp/ray/session_latest/"
+        "logs) for its first error; SIGKILL there usually means host memory"
+    ),
+}
+"""The crash subtypes whose advice names no value read from the log (as ``_NCCL_FIXED``)."""
+
+
 def _crash(ctx: AdviceContext) -> str:
     sig = ctx.signal_name
     if ctx.subtype in ("killed", "signal", "child_exit") or sig == "SIGKILL":
@@ -411,30 +446,8 @@ def _crash(ctx: AdviceContext) -> str:
             )
     if ctx.subtype == "scheduler":
         return _scheduler(ctx)
-    if ctx.subtype == "dataloader_shm":
-        return ("A DataLoader worker died of SIGBUS writing to shared memory: /dev/shm is too small (Docker's default "
-                "is 64 MB): run the container with --shm-size=16g or --ipc=host, or lower num_workers")
-    if ctx.subtype == "disk_full":
-        return ("The disk is full: a checkpoint or log write failed; free space or point the checkpoint and output "
-                "directories at a larger volume, and keep fewer checkpoints")
-    if ctx.subtype == "weight_sync":
-        return ("The inference engine refused the trainer's weights (a weight update failed and left them partially "
-                "updated): the trainer's conversion does not match the engine's model (tensor or expert-parallel "
-                "sharding, parameter names, the trainer's and the engine's versions)")
-    if ctx.subtype == "engine_stall":
-        return ("The inference engine's step stalled past vLLM's own time limit (`Engine iteration timed out`): a hang "
-                "in one of its workers, usually a tensor-parallel rank stuck in a collective; its workers' last lines "
-                "or `py-spy dump` of each say which (NCCL_DEBUG=INFO for the collective)")
-    if ctx.subtype == "engine":
-        return ("The inference engine's scheduler died (SGLang's `Scheduler hit an exception`): the traceback after "
-                "that line names the error; the rollout cannot go on without the engine")
-    if ctx.subtype == "segfault":
-        return "A segmentation fault in native code: note the library in the stack (NCCL, CUDA, a kernel) and rerun with CUDA_LAUNCH_BLOCKING=1"
-    if ctx.subtype == "actor_died":
-        return (
-            "A Ray actor died without a recorded cause: read the worker's own log (`ray logs`, /tmp/ray/session_latest/"
-            "logs) for its first error; SIGKILL there usually means host memory"
-        )
+    if ctx.subtype in _CRASH_FIXED:
+        return _CRASH_FIXED[ctx.subtype]
     if ctx.subtype == "no_cause":
         how = f"the command exited with code {ctx.exit_code}" if ctx.exit_code else "the log ends in error lines"
         return (
