@@ -253,6 +253,11 @@ class StopReason(str, Enum):
     """Not launched: predicted to fail from earlier trials (e.g. dominates a known OOM)."""
 
 
+OUTSIDE_PHASES = "(no phase)"
+"""The ``MemoryReport.phase_peak_frac`` key of memory sampled while no phase was open (start-up,
+the gaps between phases)."""
+
+
 @dataclass(frozen=True)
 class GpuMemory:
     """Memory of one GPU over a trial, in GiB."""
@@ -281,9 +286,19 @@ class MemoryReport:
     gpus: tuple[GpuMemory, ...] = ()
     peak_rss_gib: float | None = None
     """Peak resident memory of the trial's process tree (always sampled)."""
+    phase_peak_frac: Mapping[str, float] = field(default_factory=dict)
+    """Highest per-GPU peak (share of its GPU) while each phase was the innermost one open, from the
+    progress rule's phase lines; samples taken with no phase open count under ``OUTSIDE_PHASES``.
+    Empty when the source gives no per-sample figures or the trainer prints no phase lines. Its
+    largest value is ``max_peak_frac`` (up to the sampling)."""
+    phases_open_at_end: tuple[str, ...] = ()
+    """The phases open when the last sample was taken, outermost first (``(OUTSIDE_PHASES,)`` when
+    none was): in a run that failed, their figures are lower bounds, the others were measured whole."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpus", tuple(self.gpus))
+        object.__setattr__(self, "phase_peak_frac", _frozen_map(self.phase_peak_frac))
+        object.__setattr__(self, "phases_open_at_end", tuple(self.phases_open_at_end))
 
     @property
     def peak_gib(self) -> float | None:
@@ -305,6 +320,8 @@ class MemoryReport:
             "source": self.source,
             "gpus": [asdict(g) for g in self.gpus],
             "peak_rss_gib": self.peak_rss_gib,
+            "phase_peak_frac": dict(self.phase_peak_frac),
+            "phases_open_at_end": list(self.phases_open_at_end),
         }
 
     @classmethod
@@ -315,6 +332,8 @@ class MemoryReport:
             source=data["source"],
             gpus=tuple(GpuMemory(**g) for g in data.get("gpus") or ()),
             peak_rss_gib=data.get("peak_rss_gib"),
+            phase_peak_frac={str(k): float(v) for k, v in (data.get("phase_peak_frac") or {}).items()},
+            phases_open_at_end=tuple(data.get("phases_open_at_end") or ()),
         )
 
 
