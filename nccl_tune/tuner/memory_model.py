@@ -29,16 +29,25 @@ observations (their peak is at least the GPU, or what PyTorch's message shows th
 allocation needed, ``diagnose.oom_demand``, or what was measured): when the fit predicts one
 below its bound it is added at the bound and the fit is repeated. The prediction is then clipped into the certain bounds.
 
+Colocated RL peaks in one phase or another (the generation engine's pool while it generates, the
+trainer's micro-batch in training), and a log-linear fit of the run's highest peak adds effects
+that belong to different phases. When trials measured memory per phase
+(``MemoryReport.phase_peak_frac``), each phase that set or came near a run's peak gets its own fit
+(``PeakFit``; a failed run gives lower bounds for the phases open when it stopped, an OOM's bound
+for the innermost), and a config's peak is the highest of its phases', within the certain bounds of
+the runs' highest peaks. An anchor is the measured config nearest by the fitted effects, so a phase
+fit travels freely along the axes that do not move it.
+
 ``MemoryModel.verdict`` is the admission rule: a config that dominates a known OOM, or one that
 dominates a config measured within the headroom (by more than a ``small`` parameter can move, when
-they differ in one), or one the fit predicts above ``1 - min_headroom_frac`` of the GPU with
+they differ in one), or one the fit (any phase's) predicts above ``1 - min_headroom_frac`` of the GPU with
 ``CONFIDENCE_Z`` standard deviations to spare, is not launched.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -48,6 +57,7 @@ from nccl_tune.diagnose.oom_demand import oom_demand
 from nccl_tune.failure import FailureClass
 from nccl_tune.search_spaces.space import MemoryEffect, ParamKind, Parameter, SearchSpace
 from nccl_tune.tuner.stability import values_key
+from nccl_tune.trial import MemoryReport
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
 
 CONFIDENCE_Z = 2.0
@@ -73,6 +83,12 @@ MEASURED_SHARE = 0.25
 changes can refuse a config."""
 FIT_SIGMA = 0.05
 """Residual scale that weighs data against the prior in the fit."""
+ANCHOR_WEIGHT_FLOOR = 0.05
+"""Least weight of an axis in the distance to a prediction's anchor (a fitted effect per unit of
+coordinate; the prior's is 0.2-0.3): an axis fitted flat still separates otherwise equal anchors."""
+PHASE_SHARE = 0.5
+"""A phase enters the model when, in some run, its peak came within this share of the run's
+highest (or it ran out of memory): the other phases never set the peak near what was measured."""
 _NORMAL = NormalDist()
 
 
@@ -95,17 +111,23 @@ class MemoryPrediction:
     measured: bool = True
     """False when the move changes a parameter whose effect the study never measured (the
     prediction then leans on ``PRIOR_SLOPE``: good for odds, not for refusing a config)."""
+    phases: Mapping[str, "MemoryPrediction"] = field(default_factory=dict)
+    """Per phase, its own prediction, when the peak is predicted as the highest of the phases'
+    (empty otherwise); the other fields then describe the phase predicted highest."""
 
     @property
     def known(self) -> bool:
         return self.peak_frac is not None and math.isfinite(self.sigma_log)
 
     def p_below(self, frac: float) -> float:
-        """Probability that the peak stays at or below ``frac`` of the GPU."""
+        """Probability that the peak stays at or below ``frac`` of the GPU (of every phase's, taken
+        as independent, when predicted per phase)."""
         if self.lower_frac > frac:
             return 0.0
         if self.upper_frac <= frac:
             return 1.0
+        if self.phases:
+            return math.prod(p.p_below(frac) for p in self.phases.values())
         if not self.known:
             return 0.5
         if self.sigma_log <= 0:
@@ -158,27 +180,63 @@ def coordinate(p: Parameter, value: Any) -> float:
     return float(p.choices.index(value))
 
 
-def observations(records: Iterable[TrialRecord]) -> list[_Point]:
-    """Memory data points of launched trials (exact peaks and lower bounds)."""
-    out = []
+def _measured(records: Iterable[TrialRecord]) -> Iterable[tuple[TrialRecord, MemoryReport | None, bool]]:
+    """(record, its memory report, whether its peaks were measured whole) of the launched trials
+    whose memory says something: finished runs (and runs stopped after their measured steps) are
+    whole; an OOM or another failure gives lower bounds."""
     for r in records:
         if r.outcome is not Outcome.LAUNCHED or r.result is None or r.status is FailureClass.INTERRUPTED:
             continue
-        mem = r.result.memory
+        whole = r.status is FailureClass.OK or (r.status is FailureClass.BUDGET and bool(r.result.step_times_s))
+        yield r, r.result.memory, whole
+
+
+def _oom_bound(record: TrialRecord, frac: float | None) -> float:
+    """The least peak an OOM says its config needed: the GPU, or what PyTorch's message shows the
+    failing allocation needed on top of what was in use, or what was measured."""
+    demand = oom_demand(e.text for e in record.result.verdict.evidence) if record.result else None
+    need = demand.needed_frac if demand is not None else 0.0
+    return max(frac or 0.0, need, 1.0)
+
+
+def observations(records: Iterable[TrialRecord]) -> list[_Point]:
+    """Memory data points of launched trials (exact peaks and lower bounds)."""
+    out = []
+    for r, mem, whole in _measured(records):
         frac = mem.max_peak_frac if mem is not None else None
         if r.status is FailureClass.OOM:
-            demand = oom_demand(e.text for e in r.result.verdict.evidence)
-            need = demand.needed_frac if demand is not None else 0.0
-            out.append(_Point(r.number, r.values, max(frac or 0.0, need, 1.0), exact=False))
-        elif frac is None or not frac > 0:
-            continue
-        elif r.status is FailureClass.OK:
-            out.append(_Point(r.number, r.values, frac, exact=True))
-        elif r.status is FailureClass.BUDGET and r.result.step_times_s:
-            out.append(_Point(r.number, r.values, frac, exact=True))
-        else:
-            out.append(_Point(r.number, r.values, frac, exact=False))
+            out.append(_Point(r.number, r.values, _oom_bound(r, frac), exact=False))
+        elif frac is not None and frac > 0:
+            out.append(_Point(r.number, r.values, frac, exact=whole))
     return out
+
+
+def phase_observations(records: Iterable[TrialRecord]) -> dict[str, list[_Point]]:
+    """Per phase, the data points of the trials that measured memory per phase
+    (``MemoryReport.phase_peak_frac``). A failed run measured the phases it left whole; those open
+    when it stopped give lower bounds, and the innermost of them, when it ran out of memory, the OOM's
+    bound. Phases that never came within ``PHASE_SHARE`` of their run's peak are left out (phases of
+    the driver's bookkeeping: they never set a peak)."""
+    out: dict[str, list[_Point]] = {}
+    leading: set[str] = set()
+    for r, mem, whole in _measured(records):
+        if mem is None or not mem.phase_peak_frac:
+            continue
+        top = max(mem.phase_peak_frac.values())
+        open_at_end = mem.phases_open_at_end
+        for name, frac in mem.phase_peak_frac.items():
+            if not frac > 0:
+                continue
+            if frac >= PHASE_SHARE * top:
+                leading.add(name)
+            if whole or name not in open_at_end:
+                out.setdefault(name, []).append(_Point(r.number, r.values, frac, exact=True))
+            elif r.status is FailureClass.OOM and name == open_at_end[-1]:
+                out.setdefault(name, []).append(_Point(r.number, r.values, _oom_bound(r, frac), exact=False))
+                leading.add(name)
+            else:
+                out.setdefault(name, []).append(_Point(r.number, r.values, frac, exact=False))
+    return {name: pts for name, pts in out.items() if name in leading}
 
 
 def failure_wall_frac(space: SearchSpace) -> float | None:
@@ -188,16 +246,17 @@ def failure_wall_frac(space: SearchSpace) -> float | None:
     return 1.0 - space.min_headroom_frac if any(p.memory.signed for p in space.parameters) else None
 
 
-class MemoryModel:
-    """Fitted once per study state (cheap: a few dozen points); see the module docstring."""
+class PeakFit:
+    """One series of peaks (the run's highest, or one phase's) fitted once per study state (cheap: a
+    few dozen points); see the module docstring."""
 
-    def __init__(self, space: SearchSpace, records: Iterable[TrialRecord]) -> None:
+    def __init__(self, space: SearchSpace, points: Sequence[_Point]) -> None:
         self.space = space
         self.wall_frac = 1.0 - space.min_headroom_frac
         self.signed = [p for p in space.parameters if p.memory.signed]
         self.unknown = [p for p in space.parameters if p.memory is MemoryEffect.UNKNOWN]
         self.small = [p for p in space.parameters if p.memory is MemoryEffect.SMALL]
-        self.points = observations(records)
+        self.points = list(points)
         sign = [1.0 if p.memory is MemoryEffect.INCREASING else -1.0 for p in self.signed]
         slopes = [PRIOR_SLOPE[_numeric_ascending(p) and p.kind is not ParamKind.BOOL] for p in self.signed]
         self.prior_beta = np.array([s * m for s, (m, _) in zip(sign, slopes)])
@@ -343,11 +402,14 @@ class MemoryModel:
         return lower, lower_from, upper
 
     def _anchor(self, values: Mapping[str, Any], z: np.ndarray) -> tuple[_Point, np.ndarray] | None:
+        """The measured config nearest to ``z``, each axis weighed by its fitted effect (at least
+        ``ANCHOR_WEIGHT_FLOOR``): travelling along an axis that barely moves this peak costs little."""
+        weight = np.maximum(np.abs(self.beta), ANCHOR_WEIGHT_FLOOR)
         best, best_d = None, math.inf
         for pt, pz in self.anchors:
             if any(pt.values.get(p.name) != values.get(p.name) for p in self.unknown):
                 continue
-            d = float(np.abs(z - pz).sum())
+            d = float((np.abs(z - pz) * weight).sum())
             if d < best_d:
                 best, best_d = (pt, pz), d
         return best
@@ -426,13 +488,14 @@ class MemoryModel:
                 return bool(self.cov[j, j] <= MEASURED_SHARE * self.prior_sd[j] ** 2)
         return False
 
-    def p_fits(self, values: Mapping[str, Any]) -> float:
-        """Probability that ``values`` run with at least the headroom free."""
-        return self.predict(values).p_below(self.wall_frac)
-
     def verdict(self, values: Mapping[str, Any]) -> MemoryVerdict | None:
         """The admission rule (module docstring): None when the config may be launched."""
         pred = self.predict(values)
+        return self.bound_verdict(pred) or self.fit_verdict(pred)
+
+    def bound_verdict(self, pred: MemoryPrediction) -> MemoryVerdict | None:
+        """The certain part of the rule: the config needs at least the memory of a run that ran out
+        or came within the headroom."""
         if pred.lower_from is not None and pred.lower_frac >= 1.0:
             return MemoryVerdict(
                 True, pred.lower_from, f"needs at least the memory of trial {pred.lower_from}, which ran out"
@@ -444,6 +507,11 @@ class MemoryModel:
                 f"needs at least the memory of trial {pred.lower_from} ({pred.lower_frac:.0%} of the GPU), "
                 f"within the {self.space.min_headroom_frac:.0%} headroom",
             )
+        return None
+
+    def fit_verdict(self, pred: MemoryPrediction) -> MemoryVerdict | None:
+        """The fitted part of the rule: a measured change predicted past the wall with
+        ``CONFIDENCE_Z`` standard deviations to spare."""
         if pred.known and pred.measured and pred.upper_frac > self.wall_frac:
             low = pred.peak_frac * math.exp(-CONFIDENCE_Z * pred.sigma_log)
             if low > self.wall_frac:
@@ -453,6 +521,58 @@ class MemoryModel:
                     pred.anchor,
                     f"predicted peak {pred.peak_frac:.0%} of the GPU (at least {low:.0%}) from trial {pred.anchor}: {what}",
                 )
+        return None
+
+
+class MemoryModel:
+    """The study's memory model: a ``PeakFit`` of the runs' highest peaks, and, when the runs
+    measured memory per phase and two or more phases set or came near their peak, one ``PeakFit``
+    per phase. A config's peak is then predicted as the highest of its phases' (each phase moves with
+    its own knobs: a colocated engine's pool in generation, the micro-batch in training), kept
+    within the certain bounds of the highest peaks; a config is refused when the highest peaks' bounds
+    or any phase's rule refuse it."""
+
+    def __init__(self, space: SearchSpace, records: Iterable[TrialRecord]) -> None:
+        records = list(records)
+        self.space = space
+        self.wall_frac = 1.0 - space.min_headroom_frac
+        self.whole = PeakFit(space, observations(records))
+        by_phase = phase_observations(records)
+        self.phases = {name: PeakFit(space, pts) for name, pts in sorted(by_phase.items())} if len(by_phase) > 1 else {}
+
+    def varies(self, name: str) -> bool:
+        """True when the study has measured ``name``'s effect (``PeakFit.varies``)."""
+        return self.whole.varies(name)
+
+    def predict(self, values: Mapping[str, Any]) -> MemoryPrediction:
+        whole = self.whole.predict(values)
+        if not self.phases:
+            return whole
+        parts = {name: fit.predict(values) for name, fit in self.phases.items()}
+        if not all(p.known for p in parts.values()):
+            return whole
+        name, top = max(parts.items(), key=lambda kv: kv[1].peak_frac)
+        lower = max((whole, *parts.values()), key=lambda p: p.lower_frac)
+        upper = min(whole.upper_frac, max(p.upper_frac for p in parts.values()))
+        peak = min(max(top.peak_frac, lower.lower_frac), upper) if upper >= lower.lower_frac else lower.lower_frac
+        return replace(top, peak_frac=peak, lower_frac=lower.lower_frac, lower_from=lower.lower_from,
+                       upper_frac=upper, measured=all(p.measured for p in parts.values()), phases=parts)
+
+    def p_fits(self, values: Mapping[str, Any]) -> float:
+        """Probability that ``values`` run with at least the headroom free."""
+        return self.predict(values).p_below(self.wall_frac)
+
+    def verdict(self, values: Mapping[str, Any]) -> MemoryVerdict | None:
+        """The admission rule (module docstring): None when the config may be launched."""
+        if not self.phases:
+            return self.whole.verdict(values)
+        found = self.whole.bound_verdict(self.whole.predict(values))
+        if found is not None:
+            return found
+        for name, fit in self.phases.items():
+            found = fit.verdict(values)
+            if found is not None:
+                return replace(found, reason=f"{name}: {found.reason}")
         return None
 
 
