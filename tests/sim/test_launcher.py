@@ -14,7 +14,7 @@ from nccl_tune.launchers.base import TrialObserver, TrialProgress
 from nccl_tune.sim.launcher import ModelLauncher, override_tokens
 from nccl_tune.trial import OUTSIDE_PHASES, Clocks, StopReason, StopRule, TrialResult, TrialSpec
 
-from .test_cost_model import TRIAL
+from .test_cost_model import TRIAL, outcome
 
 SCRIPT_ARGV = ("bash", "examples/run_skyrl_sql_sim.sh", *TRIAL)
 CLOCKS = Clocks(startup_timeout_s=1500, stall_timeout_s=900, stall_floor_s=60, trial_timeout_s=5400, grace_s=20)
@@ -120,6 +120,11 @@ def test_memory_is_reported_per_phase_with_the_phases_open_at_the_end(launcher):
     assert fwd_heavy.phase_peak_frac[FWD] > fwd_heavy.phase_peak_frac[TRAIN] + 0.05
     assert train_heavy.phase_peak_frac[TRAIN] > train_heavy.phase_peak_frac[FWD] + 0.05
     assert train_heavy.phase_peak_frac[TRAIN] > fwd_heavy.phase_peak_frac[TRAIN] + 0.05
+    # the largest over the steps: with this data order the first step peaks above the last
+    per_step = outcome("trainer.seed=3", steps=3).step_phase_memory_gib
+    assert per_step[1][TRAIN] > per_step[3][TRAIN] + 1
+    reported = launcher.run(spec("trainer.seed=3")).memory.phase_peak_frac
+    assert dict(reported) == {p: round(max(m[p] for m in per_step.values()), 3) / 79.15 for p in (FWD, TRAIN)}
 
 
 def test_a_failed_or_stopped_run_ends_in_the_phase_it_was_in(launcher):
