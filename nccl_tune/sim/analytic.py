@@ -58,7 +58,7 @@ class Truth:
         if self.phase_peak_gib:
             unknown = set(self.phase_peak_gib) - set(STEP_PHASES)
             if unknown or max(self.phase_peak_gib.values()) != self.peak_gib:
-                raise ValueError(f"phase peaks {dict(self.phase_peak_gib)} must be of {STEP_PHASES} with peak_gib as their largest")
+                raise ValueError(f"phase peaks {dict(self.phase_peak_gib)}: phases of {STEP_PHASES}, the largest peak_gib")
 
     def stable(self, capacity_gib: float, min_headroom_frac: float) -> bool:
         """Finishes every step of every run with the headroom free."""

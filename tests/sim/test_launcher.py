@@ -113,7 +113,8 @@ FWD, TRAIN = "fwd_logprobs_values_reward", "policy_train"
 
 def test_memory_is_reported_per_phase_with_the_phases_open_at_the_end(launcher):
     fwd_heavy = launcher.run(spec()).memory  # the script's micro-batches: forward 8, training 1
-    train_heavy = launcher.run(spec("trainer.micro_forward_batch_size_per_gpu=4", "trainer.micro_train_batch_size_per_gpu=2")).memory
+    micro = ("trainer.micro_forward_batch_size_per_gpu=4", "trainer.micro_train_batch_size_per_gpu=2")
+    train_heavy = launcher.run(spec(*micro)).memory
     for m in (fwd_heavy, train_heavy):
         assert set(m.phase_peak_frac) == {FWD, TRAIN} and m.phases_open_at_end == (OUTSIDE_PHASES,)
         assert max(m.phase_peak_frac.values()) == pytest.approx(m.max_peak_frac, abs=1e-9)
