@@ -1,7 +1,8 @@
 """Runs of an analytic landscape, shaped like the twin's: a config's noise-free behaviour
-(``Truth``: step time, per-GPU peak, the failure it meets) becomes an ``evaluate.Outcome`` with
-timing noise, chance events and the log lines a real failure prints, so that the model launcher
-(``ModelLauncher(cost=...)``) supervises it with the same clocks and rules as the twin.
+(``Truth``: step time, per-GPU peak, per phase too when the job's phases peak apart, the failure it
+meets) becomes an ``evaluate.Outcome`` with timing noise, chance events and the log lines a real
+failure prints, so that the model launcher (``ModelLauncher(cost=...)``) supervises it with the
+same clocks and rules as the twin.
 
 A landscape is any callable ``values -> Truth`` with the node's constants (``AnalyticNode``): the
 search benchmark's synthetic families (``families.py``) are such callables. Everything here is
@@ -11,7 +12,7 @@ deterministic in the run seed.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from statistics import NormalDist
 from typing import Any, Callable, Mapping
 
@@ -29,6 +30,9 @@ TRAIN_SHARE = 0.85
 WATCHDOG_S = 180.0
 """A rank stuck in a collective is killed by the process-group timeout after this long."""
 ABORT_S = 3.0
+STEP_PHASES = ("generate", "policy_train")
+"""The phases of a step a ``Truth`` may give peaks for, in order: ``generate`` takes the part of
+the step before ``policy_train``."""
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,15 @@ class Truth:
     """Chance per step of a hang (near the memory wall, flaky settings)."""
     detail: str = ""
     """One line naming the cause (NCCL's refusal, the hang's trigger)."""
+    phase_peak_gib: Mapping[str, float] = field(default_factory=dict, hash=False)
+    """Peak of the busiest GPU per phase of ``STEP_PHASES``, for jobs whose phases peak apart (the
+    largest is ``peak_gib``); empty for a job with one phase (``policy_train``), reported as none."""
+
+    def __post_init__(self) -> None:
+        if self.phase_peak_gib:
+            unknown = set(self.phase_peak_gib) - set(STEP_PHASES)
+            if unknown or max(self.phase_peak_gib.values()) != self.peak_gib:
+                raise ValueError(f"phase peaks {dict(self.phase_peak_gib)}: phases of {STEP_PHASES}, the largest peak_gib")
 
     def stable(self, capacity_gib: float, min_headroom_frac: float) -> bool:
         """Finishes every step of every run with the headroom free."""
@@ -78,26 +91,30 @@ def run_outcome(truth: Truth, node: AnalyticNode, seed: int, steps: int, samples
     phases: list[PhaseSpan] = []
     records: list[StepRecord] = []
     memory: dict[int, tuple[float, ...]] = {}
+    phase_memory: dict[int, dict[str, float]] = {}
     offset = math.exp(node.run_noise * _normal(seed, 1))
     t = node.startup_s * math.exp(0.05 * _normal(seed, 2))
-    gpu_peaks = _gpu_peaks(truth.peak_gib, node, seed)
+    factors = _gpu_factors(node, seed)
+    gpu_peaks = [truth.peak_gib * f for f in factors]
     failure = None
     if truth.failure == "nccl_error":
         failure = _failure(truth, node, 0, t * 0.9, "nccl_error")
     for step in range(1, steps + 1 if failure is None else 1):
         planned = truth.step_s * offset * math.exp(node.step_noise * _normal(seed, 3, step))
         planned *= FIRST_STEP_FACTOR if step == 1 else 1.0
-        train_start = t + (1 - TRAIN_SHARE) * planned
         kind = _fails_in(truth, node, seed, step)
         memory[step] = tuple(min(p, node.capacity_gib) for p in gpu_peaks)
-        if kind is not None:
-            phases += [PhaseSpan(step, "step", t, None, 0), PhaseSpan(step, "policy_train", train_start, None, 1)]
-            failure = _failure(truth, node, step, train_start + 0.5 * TRAIN_SHARE * planned, kind)
+        failing = None if kind is None else _failing_phase(truth, node, kind)
+        spans, fail_at = _step_spans(truth, step, t, planned, failing)
+        phases += spans
+        if truth.phase_peak_gib:  # each phase that ran, with the per-GPU peaks' spread
+            phase_memory[step] = {s.name: max(min(truth.phase_peak_gib[s.name] * f, node.capacity_gib) for f in factors)
+                                  for s in spans if s.name in truth.phase_peak_gib}
+        if failing is not None:
+            failure = _failure(truth, node, step, fail_at, kind, failing)
             break
-        end = t + planned
-        phases += [PhaseSpan(step, "step", t, end, 0, planned), PhaseSpan(step, "policy_train", train_start, end, 1)]
         records.append(StepRecord(step, planned, memory[step]))
-        t = end
+        t = t + planned
     return Outcome(
         samples_per_step=int(samples_per_step),
         total_steps=10_000,
@@ -107,19 +124,45 @@ def run_outcome(truth: Truth, node: AnalyticNode, seed: int, steps: int, samples
         steps=tuple(records),
         step_s=truth.step_s,
         first_step_s=truth.step_s * FIRST_STEP_FACTOR,
-        phase_s={"step": truth.step_s, "policy_train": truth.step_s * TRAIN_SHARE},
+        phase_s={"step": truth.step_s, "policy_train": truth.step_s * TRAIN_SHARE,
+                 **({"generate": truth.step_s * (1 - TRAIN_SHARE)} if "generate" in truth.phase_peak_gib else {})},
         gpu_capacity_gib=node.capacity_gib,
         gpu_peak_gib=tuple(max((m[g] for m in memory.values()), default=0.0) for g in range(node.gpus)),
         failure=failure,
         end_s=failure.exit_s if failure is not None else t,
         step_memory_gib=memory,
+        step_phase_memory_gib=phase_memory,
     )
 
 
-def _gpu_peaks(peak_gib: float, node: AnalyticNode, seed: int) -> list[float]:
-    """The busiest GPU at ``peak_gib``, the others a little below it."""
+def _gpu_factors(node: AnalyticNode, seed: int) -> list[float]:
+    """Each GPU's peak as a share of the busiest one's: 1 for the busiest, a little below for the others."""
     star = int(_mix(seed, 4) * node.gpus)
-    return [peak_gib if g == star else peak_gib * (0.93 + 0.05 * _mix(seed, 5, g)) for g in range(node.gpus)]
+    return [1.0 if g == star else 0.93 + 0.05 * _mix(seed, 5, g) for g in range(node.gpus)]
+
+
+def _failing_phase(truth: Truth, node: AnalyticNode, kind: str) -> str:
+    """The phase a failure of ``kind`` happens in: out of memory, the first whose peak exceeds the
+    capacity; the others in ``policy_train``."""
+    if kind != "oom" or not truth.phase_peak_gib:
+        return "policy_train"
+    return next(p for p in STEP_PHASES if truth.phase_peak_gib.get(p, 0.0) > node.capacity_gib)
+
+
+def _step_spans(truth: Truth, step: int, t: float, planned: float, failing: str | None) -> tuple[list[PhaseSpan], float]:
+    """One step from ``t``: ``step`` around ``generate`` (when the truth gives its peak) and
+    ``policy_train``, up to ``failing`` (left open, as the step); and when the step fails or ends."""
+    train_start = t + (1 - TRAIN_SHARE) * planned
+    end = t + planned
+    bounds = {"generate": (t, train_start), "policy_train": (train_start, end)}
+    names = [p for p in STEP_PHASES if p == "policy_train" or p in truth.phase_peak_gib]
+    if failing is None:
+        return [PhaseSpan(step, "step", t, end, 0, planned)] + [PhaseSpan(step, p, *bounds[p], 1) for p in names], end
+    names = names[: names.index(failing) + 1]
+    spans = [PhaseSpan(step, "step", t, None, 0)]
+    spans += [PhaseSpan(step, p, bounds[p][0], None if p == failing else bounds[p][1], 1) for p in names]
+    at = train_start + 0.5 * TRAIN_SHARE * planned if failing == "policy_train" else t + 0.5 * (1 - TRAIN_SHARE) * planned
+    return spans, at
 
 
 def _fails_in(truth: Truth, node: AnalyticNode, seed: int, step: int) -> str | None:
@@ -132,7 +175,7 @@ def _fails_in(truth: Truth, node: AnalyticNode, seed: int, step: int) -> str | N
     return None
 
 
-def _failure(truth: Truth, node: AnalyticNode, step: int, at: float, kind: str) -> SimFailure:
+def _failure(truth: Truth, node: AnalyticNode, step: int, at: float, kind: str, phase: str = "policy_train") -> SimFailure:
     worker = f"({logfmt.POLICY_ACTOR} pid=400103) "
     timeout = worker + logfmt.watchdog_timeout_line(4, 1200 + step, "_ALLGATHER_BASE", 1 << 20, 1 << 23, int(WATCHDOG_S * 1000))
     if kind == "oom":
@@ -141,7 +184,7 @@ def _failure(truth: Truth, node: AnalyticNode, step: int, at: float, kind: str) 
             gpu=3, tried_gib=max(truth.peak_gib - used, 0.1) * 0.6 + 0.02, capacity_gib=node.capacity_gib, free_gib=0.05,
             process_gib=used - 0.6, allocated_gib=used * 0.9, reserved_unallocated_gib=used * 0.05,
         )
-        return SimFailure(FailureClass.OOM, "oom", 3, step, "policy_train", at, at + WATCHDOG_S + ABORT_S,
+        return SimFailure(FailureClass.OOM, "oom", 3, step, phase, at, at + WATCHDOG_S + ABORT_S,
                           evidence=(worker + "torch.OutOfMemoryError: " + msg, timeout),
                           advice=f"GPU 3 needed {truth.peak_gib:.1f} of {node.capacity_gib:.2f} GiB: lower the batch or add an enabler")
     if kind == "nccl_error":

@@ -163,6 +163,10 @@ class Outcome:
     memory_phase_gib: Mapping[str, tuple[float, ...]] = field(default_factory=dict)
     """Steady-state per-GPU peak of ``fwd_logprobs_values_reward``, ``policy_train`` and
     ``generate`` for the first step's data (diagnostics)."""
+    step_phase_memory_gib: Mapping[int, Mapping[str, float]] = field(default_factory=dict)
+    """Per step (as ``step_memory_gib``): the highest per-GPU peak of ``fwd_logprobs_values_reward``
+    and ``policy_train`` when they ran (a failing phase: what it reached), at most the capacity; the
+    largest is the step's peak. The engines' pool in ``generate`` is left out, as in ``gpu_peak_gib``."""
 
     @property
     def ok(self) -> bool:
@@ -209,6 +213,7 @@ class _Run:
         self.cap = cm.H100_CAPACITY_GIB
         self.gpu_peak = [0.0] * cfg.n_gpus
         self.step_peaks: dict[int, tuple[float, ...]] = {}
+        self.step_phase_peaks: dict[int, dict[str, float]] = {}
         self.base = self._base_phase_times()
 
     # -- times -------------------------------------------------------------------------------
@@ -321,6 +326,7 @@ class _Run:
             steps_per_epoch=self.per_epoch,
             stopped_early=self._stopped_early(),
             step_memory_gib=dict(self.step_peaks),
+            step_phase_memory_gib=dict(self.step_phase_peaks),
             memory_phase_gib={
                 "fwd_logprobs_values_reward": tuple(f1),
                 "policy_train": tuple(t1),
@@ -390,6 +396,7 @@ class _Run:
         step_index = len(self.phases) - 1
         fwd_mem, train_mem, _ = self.step_memory(step)
         peaks = [max(a, b) for a, b in zip(fwd_mem, train_mem)]
+        both = {"fwd_logprobs_values_reward": fwd_mem, "policy_train": train_mem}
 
         def done(name: str, depth: int = 1) -> None:
             self._span(step, name, depth, self._duration(name, step))
@@ -400,7 +407,7 @@ class _Run:
         check = self._memory_check(step, "fwd_logprobs_values_reward", fwd_mem)
         if check is not None:
             self._fail_in(step, "fwd_logprobs_values_reward", 1, self._duration("fwd_logprobs_values_reward", step), check)
-            self._record_peaks(fwd_mem, step)
+            self._record_peaks(step, {"fwd_logprobs_values_reward": fwd_mem})
             return False
         done("fwd_logprobs_values_reward")
         done("compute_advantages_and_returns")
@@ -412,7 +419,7 @@ class _Run:
         check = self._fault_check(step) or self._memory_check(step, "policy_train", train_mem)
         if check is not None:
             self._fail_in(step, "policy_train", 2, self._duration("policy_train", step), check)
-            self._record_peaks(peaks, step)
+            self._record_peaks(step, both)
             return False
         done("policy_train", 2)
         self.phases[tcp_index] = PhaseSpan(step, "train_critic_and_policy", tcp_start, self.clock.t, 1, self.clock.t - tcp_start)
@@ -424,19 +431,23 @@ class _Run:
         hang = self._sync_hang(step)
         if hang is not None:
             self._fail_in(step, "sync_weights", 1, self._duration("sync_weights", step), hang)
-            self._record_peaks(peaks, step)
+            self._record_peaks(step, both)
             return False
         done("sync_weights")
         self.phases[step_index] = PhaseSpan(step, "step", step_start, self.clock.t, 0, self.clock.t - step_start)
-        self._record_peaks(peaks, step)
+        self._record_peaks(step, both)
         self.step_records.append(StepRecord(step, self.clock.t - step_start, tuple(peaks)))
         if cfg.eval_interval > 0 and (step % cfg.eval_interval == 0 or step == self.total_steps):
             self._span(step, "eval", 0, self._noisy("eval", step, self.base["eval"]))
         return True
 
-    def _record_peaks(self, peaks: list[float], step: int) -> None:
+    def _record_peaks(self, step: int, by_phase: Mapping[str, list[float]]) -> None:
+        """``step``'s peaks per GPU (the largest over the phases that ran) and per phase (the
+        largest over GPUs), each at most the capacity."""
+        peaks = [max(per_gpu) for per_gpu in zip(*by_phase.values())]
         clamped = tuple(min(p, self.cap) for p in peaks)
         self.step_peaks[step] = clamped
+        self.step_phase_peaks[step] = {name: min(max(mem), self.cap) for name, mem in by_phase.items()}
         for g, p in enumerate(clamped):
             self.gpu_peak[g] = max(self.gpu_peak[g], p)
 

@@ -11,7 +11,9 @@ space is enumerated (``enumerate_configs``), since each costs microseconds.
 - ``comm-bound``: data-parallel training across two nodes over TCP sockets: gradient all-reduce
   dominates, and NCCL's algorithm, protocol, socket threads, buffers and the bucket size decide.
 - ``flat-top``: a generation-heavy RL job whose optimum is a plateau (two or three values of each
-  parameter within a fraction of a percent, 6-12% lost per value off it), under 6-10% step noise.
+  parameter within a fraction of a percent, 6-12% lost per value off it), under 6-10% step noise;
+  its memory peaks in ``generate`` (the engines' pool) or in ``policy_train`` (the trainer), given
+  per phase.
 - ``narrow-wall``: a 26-38B model on one node: most configs run out of memory and the best sits
   just under the wall (ZeRO-3, offloads, packing length, micro-batch).
 - ``hang-region``: NVSwitch node where some NCCL combinations hang (NVLS without cuMem, P2P off
@@ -308,8 +310,9 @@ def _flat(rng: random.Random) -> tuple[Landscape, AnalyticNode]:
         train *= 1.4 if v["train.offload"] else 1.0
         step = (gen + train) / (nccl[v["NCCL_ALGO"]] * nccl[v["NCCL_PROTO"]])
         residual = (1.0 + 0.5 * util) * (4 / tp) ** 0.5
-        peak = max(util * 79.15 + 1.0, (6 if v["train.offload"] else static) + OVERHEAD_GIB + m * act + residual + 8 * util)
-        return Truth(step, peak)
+        pool = util * 79.15 + 1.0  # the engines' pool while they generate
+        trainer = (6 if v["train.offload"] else static) + OVERHEAD_GIB + m * act + residual + 8 * util
+        return Truth(step, max(pool, trainer), phase_peak_gib={"generate": pool, "policy_train": trainer})
 
     node = AnalyticNode(startup_s=rng.uniform(150, 300), step_noise=rng.uniform(0.06, 0.10), run_noise=rng.uniform(0.02, 0.04))
     return landscape, node

@@ -38,7 +38,7 @@ from nccl_tune.sim.evaluate import Outcome, PhaseSpan, SimFailure, evaluate
 from nccl_tune.sim.refusal import HYDRA_FULL_ERROR_HINT, SimConfigError
 from nccl_tune.sim.script import skyrl_sql_overrides
 from nccl_tune.sim.shapes import GPUS_PER_NODE
-from nccl_tune.trial import GpuMemory, MemoryReport, StopReason, TrialResult, TrialSpec
+from nccl_tune.trial import OUTSIDE_PHASES, GpuMemory, MemoryReport, StopReason, TrialResult, TrialSpec
 
 CONFIG_ERROR_WALL_S = 8.0
 """Modelled seconds a refused configuration costs (Python start-up, Hydra's parse)."""
@@ -255,8 +255,10 @@ class _Supervision:
         return 0, None
 
     # -- the result --------------------------------------------------------------------------
-    def _memory(self, until_s: float) -> MemoryReport | None:
-        """Per-GPU peaks of the steps that started before ``until_s`` (None when none did)."""
+    def _memory(self, until_s: float, open_phases: Sequence[str]) -> MemoryReport | None:
+        """Per-GPU and per-phase peaks of the steps that started before ``until_s`` (None when none
+        did); ``open_phases``: the ledger's open-phase stack at ``until_s`` (a failed run's ends in
+        the phase it failed in)."""
         peaks = [0.0] * len(self.out.gpu_peak_gib)
         started = {s.step for s in self.out.phases if s.name == "step" and s.start_s <= until_s}
         if not started & set(self.out.step_memory_gib):
@@ -264,9 +266,16 @@ class _Supervision:
         for step, mem in self.out.step_memory_gib.items():
             if step in started:
                 peaks = [max(a, b) for a, b in zip(peaks, mem)]
+        phase_gib: dict[str, float] = {}
+        for step, by_phase in self.out.step_phase_memory_gib.items():
+            if step in started:
+                for name, gib in by_phase.items():
+                    phase_gib[name] = max(phase_gib.get(name, 0.0), gib)
         return MemoryReport(
             source="model",
             gpus=tuple(GpuMemory(index=g, total_gib=H100_CAPACITY_GIB, peak_gib=round(p, 3)) for g, p in enumerate(peaks)),
+            phase_peak_frac={name: round(gib, 3) / H100_CAPACITY_GIB for name, gib in phase_gib.items()},
+            phases_open_at_end=tuple(open_phases) or (OUTSIDE_PHASES,),
         )
 
     # -- classification: the shared verdict function, fed with the modelled facts ---------------
@@ -362,7 +371,7 @@ class _Supervision:
             warmup_steps=min(spec.stop.warmup_steps, steps),
             phase_max_s=state.phase_max_s,
             samples_per_step=spec.samples_per_step,
-            memory=self._memory(at),
+            memory=self._memory(at, state.open_phases),
             wall_s=wall,
             trial_dir=spec.trial_dir,
             modelled_gpu_s=wall * GPUS_PER_NODE,

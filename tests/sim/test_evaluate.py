@@ -89,3 +89,33 @@ def test_env_argument_replaces_the_parsed_environment():
     cfg = parse_overrides([*skyrl_sql_overrides("/h"), *TRIAL], {"HOME": "/h"})
     assert evaluate(cfg, env={"NCCL_PROTO": "bogus"}).failure.kind == "nccl_error"
     assert evaluate(cfg).ok
+
+
+FWD, TRAIN = "fwd_logprobs_values_reward", "policy_train"
+
+
+def test_each_step_records_the_peak_of_each_phase_it_ran():
+    # the script's micro-batches (forward 8, training 1): the forward pass is the step's peak
+    o = outcome(steps=3)
+    assert sorted(o.step_phase_memory_gib) == sorted(o.step_memory_gib) == [1, 2, 3]
+    for step, by_phase in o.step_phase_memory_gib.items():
+        assert set(by_phase) == {FWD, TRAIN} and by_phase[FWD] > by_phase[TRAIN] + 5
+        assert max(by_phase.values()) == max(o.step_memory_gib[step])
+    assert max(max(p.values()) for p in o.step_phase_memory_gib.values()) == o.peak_mem_gib
+    # each phase moves with its own micro-batch only
+    small_fwd = outcome("trainer.micro_forward_batch_size_per_gpu=4", steps=1).step_phase_memory_gib[1]
+    big_train = outcome("trainer.micro_train_batch_size_per_gpu=2", steps=1).step_phase_memory_gib[1]
+    base = o.step_phase_memory_gib[1]
+    assert small_fwd[FWD] < base[FWD] - 5 and small_fwd[TRAIN] == base[TRAIN] and small_fwd[TRAIN] > small_fwd[FWD]
+    assert big_train[TRAIN] > base[TRAIN] + 5 and big_train[FWD] == base[FWD]
+
+
+def test_a_failing_step_records_the_phases_it_reached():
+    fwd = outcome("trainer.micro_forward_batch_size_per_gpu=32")
+    assert fwd.failure.phase == FWD and fwd.step_phase_memory_gib == {1: {FWD: pytest.approx(79.15)}}
+    train = outcome("trainer.micro_train_batch_size_per_gpu=8")
+    (step,) = train.step_phase_memory_gib
+    assert train.failure.phase == TRAIN and step == train.failure.step
+    by_phase = train.step_phase_memory_gib[step]
+    assert by_phase[TRAIN] == pytest.approx(79.15) and by_phase[FWD] < 79.15 - 5
+    assert max(train.step_memory_gib[step]) == max(by_phase.values())

@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import pytest
 
+from nccl_tune.failure import FailureClass
+from nccl_tune.sim.analytic import analytic_cost
 from nccl_tune.sim.families import FAMILIES, MAX_TARGET_SHARE, enumerate_configs, exact, instance, throughput
+from nccl_tune.sim.launcher import ModelLauncher
+from nccl_tune.trial import TrialSpec
 
 
 @pytest.mark.parametrize("name", sorted(FAMILIES))
@@ -40,3 +44,36 @@ def test_the_enabler_trap_needs_checkpointing_and_the_hang_region_hangs_next_to_
     inst, ex = instance("hang-region", 0)
     assert ex.best_values["NCCL_ALGO"] == "NVLS"
     assert inst.landscape({**ex.best_values, "NCCL_CUMEM_ENABLE": 0}).failure == "hang"
+
+
+def test_flat_top_reports_the_engines_pool_and_the_trainer_apart_the_others_one_phase():
+    inst, _ = instance("flat-top", 0)
+    base = inst.landscape(inst.baseline)
+    util = inst.landscape({**inst.baseline, "rollout.gpu_memory_utilization": 0.9})
+    micro = inst.landscape({**inst.baseline, "train.micro_batch_size": 8})
+    assert set(base.phase_peak_gib) == {"generate", "policy_train"} and max(base.phase_peak_gib.values()) == base.peak_gib
+    # the pool grows with the engines' share of the GPU, the trainer with its micro-batch
+    assert util.phase_peak_gib["generate"] - base.phase_peak_gib["generate"] == pytest.approx(0.3 * 79.15)
+    assert util.phase_peak_gib["policy_train"] - base.phase_peak_gib["policy_train"] < 0.2 * 0.3 * 79.15
+    assert micro.phase_peak_gib["generate"] == base.phase_peak_gib["generate"]
+    assert micro.phase_peak_gib["policy_train"] > base.phase_peak_gib["policy_train"] + 5
+    for name in set(FAMILIES) - {"flat-top"}:
+        other, _ = instance(name, 0)
+        assert not other.landscape(other.baseline).phase_peak_gib
+
+
+def test_a_flat_top_run_out_of_memory_ends_in_the_phase_over_the_capacity(tmp_path):
+    for seed in range(4):
+        inst, _ = instance("flat-top", seed)
+        cap = inst.node.capacity_gib
+        over = next((v for v in enumerate_configs(inst.space) if inst.landscape(v).peak_gib > cap), None)
+        if over is not None:
+            break
+    assert over is not None, "no flat-top instance of seeds 0-3 has a config over the capacity"
+    truth = inst.landscape(over)
+    failing = max(truth.phase_peak_gib, key=truth.phase_peak_gib.get)
+    launcher = ModelLauncher(env={}, cost=analytic_cost(inst.landscape, inst.node))
+    r = launcher.run(TrialSpec(study="flat", number=0, params=over, argv=("true",), env={}, trial_dir=tmp_path,
+                               clocks=inst.space.clocks, stop=inst.space.stop, samples_per_step=1024.0))
+    assert r.status is FailureClass.OOM and r.memory.phases_open_at_end == ("step", failing)
+    assert r.memory.phase_peak_frac[failing] == 1.0 == r.memory.max_peak_frac

@@ -12,9 +12,9 @@ import pytest
 from nccl_tune.failure import FailureClass
 from nccl_tune.launchers.base import TrialObserver, TrialProgress
 from nccl_tune.sim.launcher import ModelLauncher, override_tokens
-from nccl_tune.trial import Clocks, StopReason, StopRule, TrialResult, TrialSpec
+from nccl_tune.trial import OUTSIDE_PHASES, Clocks, StopReason, StopRule, TrialResult, TrialSpec
 
-from .test_cost_model import TRIAL
+from .test_cost_model import TRIAL, outcome
 
 SCRIPT_ARGV = ("bash", "examples/run_skyrl_sql_sim.sh", *TRIAL)
 CLOCKS = Clocks(startup_timeout_s=1500, stall_timeout_s=900, stall_floor_s=60, trial_timeout_s=5400, grace_s=20)
@@ -108,6 +108,44 @@ def test_oom_names_rank_phase_and_exits_after_the_cascade(launcher):
     assert "micro_train_batch_size_per_gpu" in r.verdict.advice
 
 
+FWD, TRAIN = "fwd_logprobs_values_reward", "policy_train"
+
+
+def test_memory_is_reported_per_phase_with_the_phases_open_at_the_end(launcher):
+    fwd_heavy = launcher.run(spec()).memory  # the script's micro-batches: forward 8, training 1
+    micro = ("trainer.micro_forward_batch_size_per_gpu=4", "trainer.micro_train_batch_size_per_gpu=2")
+    train_heavy = launcher.run(spec(*micro)).memory
+    for m in (fwd_heavy, train_heavy):
+        assert set(m.phase_peak_frac) == {FWD, TRAIN} and m.phases_open_at_end == (OUTSIDE_PHASES,)
+        assert max(m.phase_peak_frac.values()) == pytest.approx(m.max_peak_frac, abs=1e-9)
+    assert fwd_heavy.phase_peak_frac[FWD] > fwd_heavy.phase_peak_frac[TRAIN] + 0.05
+    assert train_heavy.phase_peak_frac[TRAIN] > train_heavy.phase_peak_frac[FWD] + 0.05
+    assert train_heavy.phase_peak_frac[TRAIN] > fwd_heavy.phase_peak_frac[TRAIN] + 0.05
+    # the largest over the steps: with this data order the first step peaks above the last
+    per_step = outcome("trainer.seed=3", steps=3).step_phase_memory_gib
+    assert per_step[1][TRAIN] > per_step[3][TRAIN] + 1
+    reported = launcher.run(spec("trainer.seed=3")).memory.phase_peak_frac
+    assert dict(reported) == {p: round(max(m[p] for m in per_step.values()), 3) / 79.15 for p in (FWD, TRAIN)}
+
+
+def test_a_failed_or_stopped_run_ends_in_the_phase_it_was_in(launcher):
+    train = launcher.run(spec("trainer.micro_train_batch_size_per_gpu=8"))
+    assert train.status is FailureClass.OOM and train.verdict.phase == TRAIN
+    assert train.memory.phases_open_at_end == ("step", "train_critic_and_policy", TRAIN)
+    assert train.memory.phase_peak_frac[TRAIN] == 1.0 > train.memory.phase_peak_frac[FWD]
+    fwd = launcher.run(spec("trainer.micro_forward_batch_size_per_gpu=32"))
+    assert fwd.status is FailureClass.OOM and fwd.memory.phases_open_at_end == ("step", FWD)
+    assert dict(fwd.memory.phase_peak_frac) == {FWD: 1.0}  # the training pass never ran
+    # stopped by the trial budget in the second step's generation, or in its training pass
+    for budget, innermost in ((400.0, "generate"), (700.0, TRAIN)):
+        r = launcher.run(spec(clocks=Clocks(startup_timeout_s=1500, stall_timeout_s=900, trial_timeout_s=budget, grace_s=20)))
+        assert r.stop_reason is StopReason.BUDGET and r.memory.phases_open_at_end[0] == "step"
+        assert r.memory.phases_open_at_end[-1] == innermost == r.verdict.phase
+    json_round = TrialResult.from_json(json.loads(json.dumps(train.to_json()))).memory
+    assert json_round.phases_open_at_end == train.memory.phases_open_at_end
+    assert json_round.phase_peak_frac == train.memory.phase_peak_frac
+
+
 def test_a_hang_is_called_after_the_stall_deadline(launcher):
     clocks = Clocks(startup_timeout_s=1500, stall_timeout_s=900, stall_floor_s=60, stall_multiplier=3,
                     trial_timeout_s=50000, grace_s=20, phase_max_s={"policy_train": 250.0})
@@ -115,6 +153,7 @@ def test_a_hang_is_called_after_the_stall_deadline(launcher):
     r = launcher.run(spec(env=hang, clocks=clocks))
     assert r.status is FailureClass.HANG and r.stop_reason is StopReason.STALL and r.verdict.rank == 1
     assert r.verdict.phase == "policy_train" and len(r.step_times_s) == 1
+    assert r.memory.phases_open_at_end == ("step", "train_critic_and_policy", "policy_train")
     # The verdict comes from diagnose.verdict.decide, fed with the modelled facts: the supervisor's
     # line, the stacks py-spy would show (rank 1 asleep in its injected hang), the last log lines.
     assert any("Started: 'policy_train'" in e.text for e in r.verdict.evidence)
