@@ -81,6 +81,15 @@ class RemoteSampler:
         return dict(self.reading.gpu_total_gib)
 
     @property
+    def phase_peak_frac(self) -> dict[str, float]:
+        """Empty: the node samples without the driver's phases (``ray_node.TrialHost.start``)."""
+        return {}
+
+    @property
+    def phases_at_last_sample(self) -> tuple[str, ...]:
+        return ()
+
+    @property
     def peak_rss_gib(self) -> float:
         return self.reading.peak_rss_gib
 
