@@ -11,7 +11,9 @@ a GPU also takes the highest used/total share over the GPUs read and keeps, per 
 share seen while that phase was the innermost one open (``OUTSIDE_PHASES`` when none was), and the
 stack of the last such sample; the report's ``phase_peak_frac`` and ``phases_open_at_end`` come
 from them. The stack is read just after the GPUs, from the log as parsed so far: a sample taken
-before a phase's line has been read counts under the phase before it.
+before a phase's line has been read counts under the phase before it. For ``log`` they come from
+the memory lines of the live output that give a total, each under the phase open when it was read
+(``ProgressState.memory_phase_peak_frac``); lines of the other files, read after the trial, have none.
 """
 
 from __future__ import annotations
@@ -193,16 +195,7 @@ def build_report(
     if sampler is not None and sampler.gpu_peak_gib:
         return _nvml_report(sampler, baseline_gib, peak_rss)
     if progress.memory_peak_gib:
-        nvml_totals = sampler.gpu_total_gib if sampler is not None else {}
-        gpus = []
-        by_rank = dict(progress.memory_peak_gib)
-        if len(by_rank) > 1:  # lines with a rank say more than lines without one
-            by_rank.pop(None, None)
-        for rank, peak in sorted(by_rank.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
-            index = rank if rank is not None else 0
-            total = progress.memory_total_gib.get(rank) or nvml_totals.get(index) or math.nan
-            gpus.append(GpuMemory(index=index, total_gib=round(total, 3), peak_gib=peak, baseline_gib=baseline_gib.get(index, 0.0)))
-        return MemoryReport("log", tuple(gpus), peak_rss)
+        return _log_report(sampler, progress, baseline_gib, peak_rss)
     return MemoryReport("rss", (), peak_rss)
 
 
@@ -214,3 +207,25 @@ def _nvml_report(sampler: MemorySampler, baseline_gib: Mapping[int, float], peak
         for i, peak in sorted(sampler.gpu_peak_gib.items())
     )
     return MemoryReport("nvml", gpus, peak_rss, sampler.phase_peak_frac, sampler.phases_at_last_sample)
+
+
+def _log_report(
+    sampler: MemorySampler | None, progress: ProgressState, baseline_gib: Mapping[int, float], peak_rss: float | None
+) -> MemoryReport:
+    """The report from the trainer's memory lines, with their peaks per phase (ranks as the GPUs)."""
+    nvml_totals = sampler.gpu_total_gib if sampler is not None else {}
+    gpus = []
+    by_rank = dict(progress.memory_peak_gib)
+    if len(by_rank) > 1:  # lines with a rank say more than lines without one
+        by_rank.pop(None, None)
+    for rank, peak in sorted(by_rank.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
+        index = rank if rank is not None else 0
+        total = progress.memory_total_gib.get(rank) or nvml_totals.get(index) or math.nan
+        gpus.append(GpuMemory(index=index, total_gib=round(total, 3), peak_gib=peak, baseline_gib=baseline_gib.get(index, 0.0)))
+    phase_peak: dict[str, float] = {}
+    for rank, peaks in progress.memory_phase_peak_frac.items():
+        if rank in by_rank:
+            for phase, frac in peaks.items():
+                phase_peak[phase] = max(phase_peak.get(phase, -1.0), frac)
+    last = [phases for rank, phases in progress.memory_phases_last.items() if rank in by_rank]
+    return MemoryReport("log", tuple(gpus), peak_rss, phase_peak, last[-1] if last else ())

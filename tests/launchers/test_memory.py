@@ -68,6 +68,18 @@ def test_memory_lines_without_a_total_say_so() -> None:
     assert report.gpus[0].index == 0 and math.isnan(report.gpus[0].total_gib)
 
 
+def test_memory_lines_without_a_rank_give_the_phases_when_no_line_has_one() -> None:
+    progress = ProgressState(
+        memory_peak_gib={None: 12.0},
+        memory_total_gib={None: 80.0},
+        memory_phase_peak_frac={None: {"generate": 0.15, OUTSIDE_PHASES: 0.05}},
+        memory_phases_last={None: ("step", "generate")},
+    )
+    report = build_report(None, progress, {})
+    assert dict(report.phase_peak_frac) == {"generate": 0.15, OUTSIDE_PHASES: 0.05}
+    assert report.phases_open_at_end == ("step", "generate")
+
+
 H100_GIB = 79.65
 
 
