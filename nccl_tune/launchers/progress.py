@@ -451,6 +451,11 @@ class ProgressTracker:
         self._mem_phases_last.pop(rank, None)  # re-inserted: the most recent rank is last
         self._mem_phases_last[rank] = phases or (OUTSIDE_PHASES,)
 
+    def open_phases(self) -> tuple[str, ...]:
+        """The open-phase stack now, outermost first (a copy: safe to call from any thread)."""
+        with self._lock:
+            return tuple(self.ledger.open_phases)
+
     def drain_events(self) -> list[ProgressEvent]:
         """Events since the last call, in the order the lines arrived."""
         with self._lock:
