@@ -22,7 +22,7 @@ import time
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
 from nccl_tune.diagnose.logfiles import source_name, trial_log_files
 from nccl_tune.errors import NcclTuneError
@@ -196,7 +196,7 @@ class LocalLauncher(Launcher):
         scanner = LineScanner(tracker.feed, tracker.current_literals, source=LOG_FILE, tail_lines=self.tail_lines)
         assert proc.stdout is not None
         pump = LogPump(proc.stdout.fileno(), log_path, scanner)
-        sampler = self._sampler(spec, proc)
+        sampler = self._sampler(spec, proc, tracker.open_phases)
         pump.start()
         sampler.start()
         raised: BaseException | None = None
@@ -246,9 +246,12 @@ class LocalLauncher(Launcher):
         self._started_at[proc.pid] = started
         return proc
 
-    def _sampler(self, spec: TrialSpec, proc: subprocess.Popen) -> MemorySampler:
-        """The memory sampler of the trial (started by ``run``)."""
-        return MemorySampler(self.probe, proc.pid, spec.marker, interval_s=self.memory_interval_s)
+    def _sampler(
+        self, spec: TrialSpec, proc: subprocess.Popen, phase_of: Callable[[], tuple[str, ...]]
+    ) -> MemorySampler:
+        """The memory sampler of the trial (started by ``run``); ``phase_of``: the phases open, from
+        the trial's progress tracker, under which each GPU sample counts."""
+        return MemorySampler(self.probe, proc.pid, spec.marker, interval_s=self.memory_interval_s, phase_of=phase_of)
 
     def _stop(self, spec: TrialSpec, proc: subprocess.Popen) -> TeardownReport:
         """Tear the trial down: its process group, every process carrying its marker, and every one

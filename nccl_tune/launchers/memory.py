@@ -5,6 +5,15 @@ the fake NVML in tests), the resident memory of the trial's process tree (its to
 children, and marked processes that left the tree), and the host's used-memory fraction.
 ``build_report`` then picks the source: ``nvml`` when a GPU was read, else the memory lines the
 trainer printed (``log``), else the process tree (``rss``).
+
+Per phase: given ``phase_of`` (the trial's open-phase stack, outermost first), each sample that read
+a GPU also takes the highest used/total share over the GPUs read and keeps, per phase, the highest
+share seen while that phase was the innermost one open (``OUTSIDE_PHASES`` when none was), and the
+stack of the last such sample; the report's ``phase_peak_frac`` and ``phases_open_at_end`` come
+from them. The stack is read just after the GPUs, from the log as parsed so far: a sample taken
+before a phase's line has been read counts under the phase before it. For ``log`` they come from
+the memory lines of the live output that give a total, each under the phase open when it was read
+(``ProgressState.memory_phase_peak_frac``); lines of the other files, read after the trial, have none.
 """
 
 from __future__ import annotations
@@ -12,14 +21,14 @@ from __future__ import annotations
 import math
 import threading
 import time
-from typing import Mapping
+from typing import Callable, Mapping
 
 import psutil
 
 from nccl_tune.gpu import GpuProbe, GpuUsage
 from nccl_tune.launchers.progress import ProgressState
 from nccl_tune.launchers.teardown import scan
-from nccl_tune.trial import GpuMemory, MemoryReport
+from nccl_tune.trial import OUTSIDE_PHASES, GpuMemory, MemoryReport
 
 GIB = float(1 << 30)
 MARKER_SCAN_S = 2.0
@@ -32,7 +41,9 @@ def baseline_of(usage: tuple[GpuUsage, ...]) -> dict[int, float]:
 
 
 class MemorySampler(threading.Thread):
-    """Samples GPU, process-tree and host memory of one trial until stopped."""
+    """Samples GPU, process-tree and host memory of one trial until stopped; with ``phase_of`` (the
+    open phases, outermost first, as a tuple the caller no longer changes) also the GPU peak per
+    phase (see the module docstring)."""
 
     def __init__(
         self,
@@ -41,6 +52,7 @@ class MemorySampler(threading.Thread):
         marker: str,
         *,
         interval_s: float = 0.5,
+        phase_of: Callable[[], tuple[str, ...]] | None = None,
     ) -> None:
         super().__init__(name=f"memory:{marker}", daemon=True)
         self._probe = probe
@@ -53,6 +65,9 @@ class MemorySampler(threading.Thread):
         self._gpu_total: dict[int, float] = {}
         self._rss_peak_bytes = 0
         self._host_peak_frac = 0.0
+        self._phase_of = phase_of
+        self._phase_peak: dict[str, float] = {}
+        self._phases_last: tuple[str, ...] = ()
         self._outside: dict[int, psutil.Process] = {}
         self._last_marker_scan = -math.inf
         self.samples = 0
@@ -100,6 +115,7 @@ class MemorySampler(threading.Thread):
                 usage = self._probe.usage()
             except Exception as exc:  # a flaky driver read must not end the trial's supervision
                 self.gpu_error = str(exc)
+        phases = self._phases() if usage else None
         rss = self._tree_rss_bytes()
         vm = psutil.virtual_memory()
         host_frac = (vm.total - vm.available) / vm.total if vm.total else 0.0
@@ -108,9 +124,29 @@ class MemorySampler(threading.Thread):
                 if u.used_gib > self._gpu_peak.get(u.index, -1.0):
                     self._gpu_peak[u.index] = u.used_gib
                 self._gpu_total[u.index] = u.total_gib
+            if phases is not None:
+                self._take_phase(phases, usage)
             self._rss_peak_bytes = max(self._rss_peak_bytes, rss)
             self._host_peak_frac = max(self._host_peak_frac, host_frac)
             self.samples += 1
+
+    def _phases(self) -> tuple[str, ...] | None:
+        """The open-phase stack now (None without ``phase_of``, or when it failed)."""
+        if self._phase_of is None:
+            return None
+        try:
+            return tuple(self._phase_of())
+        except Exception:  # the progress reader's failure must not end the sampling
+            return None
+
+    def _take_phase(self, phases: tuple[str, ...], usage: tuple[GpuUsage, ...]) -> None:
+        """Count one sample's highest GPU share under its innermost phase (lock held)."""
+        fracs = [u.used_gib / u.total_gib for u in usage if u.total_gib > 0]
+        if not fracs:
+            return
+        phase = phases[-1] if phases else OUTSIDE_PHASES
+        self._phase_peak[phase] = max(self._phase_peak.get(phase, -1.0), max(fracs))
+        self._phases_last = phases or (OUTSIDE_PHASES,)
 
     @property
     def gpu_peak_gib(self) -> dict[int, float]:
@@ -121,6 +157,19 @@ class MemorySampler(threading.Thread):
     def gpu_total_gib(self) -> dict[int, float]:
         with self._lock:
             return dict(self._gpu_total)
+
+    @property
+    def phase_peak_frac(self) -> dict[str, float]:
+        """Highest GPU share per innermost open phase (empty without ``phase_of``)."""
+        with self._lock:
+            return dict(self._phase_peak)
+
+    @property
+    def phases_at_last_sample(self) -> tuple[str, ...]:
+        """The phases open at the last sample counted per phase, outermost first
+        (``(OUTSIDE_PHASES,)`` when none was; empty when no sample was)."""
+        with self._lock:
+            return self._phases_last
 
     @property
     def peak_rss_gib(self) -> float:
@@ -144,21 +193,39 @@ def build_report(
     else the process tree's RSS alone."""
     peak_rss = sampler.peak_rss_gib if sampler is not None else None
     if sampler is not None and sampler.gpu_peak_gib:
-        totals = sampler.gpu_total_gib
-        gpus = tuple(
-            GpuMemory(index=i, total_gib=totals[i], peak_gib=peak, baseline_gib=baseline_gib.get(i, 0.0))
-            for i, peak in sorted(sampler.gpu_peak_gib.items())
-        )
-        return MemoryReport("nvml", gpus, peak_rss)
+        return _nvml_report(sampler, baseline_gib, peak_rss)
     if progress.memory_peak_gib:
-        nvml_totals = sampler.gpu_total_gib if sampler is not None else {}
-        gpus = []
-        by_rank = dict(progress.memory_peak_gib)
-        if len(by_rank) > 1:  # lines with a rank say more than lines without one
-            by_rank.pop(None, None)
-        for rank, peak in sorted(by_rank.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
-            index = rank if rank is not None else 0
-            total = progress.memory_total_gib.get(rank) or nvml_totals.get(index) or math.nan
-            gpus.append(GpuMemory(index=index, total_gib=round(total, 3), peak_gib=peak, baseline_gib=baseline_gib.get(index, 0.0)))
-        return MemoryReport("log", tuple(gpus), peak_rss)
+        return _log_report(sampler, progress, baseline_gib, peak_rss)
     return MemoryReport("rss", (), peak_rss)
+
+
+def _nvml_report(sampler: MemorySampler, baseline_gib: Mapping[int, float], peak_rss: float) -> MemoryReport:
+    """The report from the sampler's GPU readings, with its peaks per phase."""
+    totals = sampler.gpu_total_gib
+    gpus = tuple(
+        GpuMemory(index=i, total_gib=totals[i], peak_gib=peak, baseline_gib=baseline_gib.get(i, 0.0))
+        for i, peak in sorted(sampler.gpu_peak_gib.items())
+    )
+    return MemoryReport("nvml", gpus, peak_rss, sampler.phase_peak_frac, sampler.phases_at_last_sample)
+
+
+def _log_report(
+    sampler: MemorySampler | None, progress: ProgressState, baseline_gib: Mapping[int, float], peak_rss: float | None
+) -> MemoryReport:
+    """The report from the trainer's memory lines, with their peaks per phase (ranks as the GPUs)."""
+    nvml_totals = sampler.gpu_total_gib if sampler is not None else {}
+    gpus = []
+    by_rank = dict(progress.memory_peak_gib)
+    if len(by_rank) > 1:  # lines with a rank say more than lines without one
+        by_rank.pop(None, None)
+    for rank, peak in sorted(by_rank.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
+        index = rank if rank is not None else 0
+        total = progress.memory_total_gib.get(rank) or nvml_totals.get(index) or math.nan
+        gpus.append(GpuMemory(index=index, total_gib=round(total, 3), peak_gib=peak, baseline_gib=baseline_gib.get(index, 0.0)))
+    phase_peak: dict[str, float] = {}
+    for rank, peaks in progress.memory_phase_peak_frac.items():
+        if rank in by_rank:
+            for phase, frac in peaks.items():
+                phase_peak[phase] = max(phase_peak.get(phase, -1.0), frac)
+    last = [phases for rank, phases in progress.memory_phases_last.items() if rank in by_rank]
+    return MemoryReport("log", tuple(gpus), peak_rss, phase_peak, last[-1] if last else ())

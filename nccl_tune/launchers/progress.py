@@ -4,8 +4,9 @@
 match a line is used for the rest of the trial), then keeps the open-phase stack (``Started:
 'generate'`` pushes, ``Finished: 'generate', ...`` pops), every finished step's duration (from the
 log, or the wall clock between step lines) and the rate it printed, the longest duration per phase,
-the trainer's memory lines per rank, and when the last progress line arrived. It is fed from the
-log reader thread and read from the supervising thread.
+the trainer's memory lines per rank (with, for lines of the live output that give a total, the
+highest share of the GPU per phase open when they were read), and when the last progress line
+arrived. It is fed from the log reader thread and read from the supervising thread.
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ from typing import Mapping
 
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.presets import DETECT_ORDER, candidates
-from nccl_tune.trial import DURATION_GROUPS, MEMORY_GROUPS, PHASE_GROUPS, RATE_GROUPS, STEP_GROUPS, ProgressRules
+from nccl_tune.trial import (
+    DURATION_GROUPS, MEMORY_GROUPS, OUTSIDE_PHASES, PHASE_GROUPS, RATE_GROUPS, STEP_GROUPS, ProgressRules,
+)
 
 from nccl_tune.patterns import MIN_LITERAL_CHARS, pattern_literals, required_literal  # noqa: F401 - re-exported
 from nccl_tune.patterns import _sre_const, _sre_parse  # the regular-expression parser
@@ -203,6 +206,13 @@ class ProgressState:
     """Largest memory figure printed per rank (None: lines without a rank)."""
     memory_total_gib: Mapping[int | None, float] = field(default_factory=dict)
     """Total memory per rank, when lines gave a percentage or a total."""
+    memory_phase_peak_frac: Mapping[int | None, Mapping[str, float]] = field(default_factory=dict)
+    """Per rank: the highest share of its GPU a memory line gave while each phase was the innermost
+    one open (``OUTSIDE_PHASES`` when none was). Only lines of the live output that give a
+    percentage or a total: the other files are read after the trial, when the phase is unknown."""
+    memory_phases_last: Mapping[int | None, tuple[str, ...]] = field(default_factory=dict)
+    """Per rank: the phases open (outermost first; ``(OUTSIDE_PHASES,)`` for none) when its last
+    line counted in ``memory_phase_peak_frac`` was read; the rank whose line came last is last."""
 
     @property
     def open_phase(self) -> str | None:
@@ -314,6 +324,8 @@ class ProgressTracker:
         self._done = False
         self._mem_peak: dict[int | None, float] = {}
         self._mem_total: dict[int | None, float] = {}
+        self._mem_phase: dict[int | None, dict[str, float]] = {}
+        self._mem_phases_last: dict[int | None, tuple[str, ...]] = {}
         self._events: list[ProgressEvent] = []
 
     def _recognise(self, text: str) -> _Compiled | None:
@@ -367,7 +379,7 @@ class ProgressTracker:
                 self.ledger.phase_started(phase, t)
                 events.append(ProgressEvent("phase_start", line_no, t, phase))
             if mem:
-                self._take_memory(mem, line_no, t, events)
+                self._take_memory(mem, line_no, t, events, tuple(self.ledger.open_phases))
             if done:
                 self._done = True
                 events.append(ProgressEvent("done", line_no, t))
@@ -405,7 +417,15 @@ class ProgressTracker:
         events.append(ProgressEvent("step", line_no, t, "step", seconds, index))
         return True
 
-    def _take_memory(self, mem: re.Match[str], line_no: int, t: float, events: list[ProgressEvent]) -> None:
+    def _take_memory(
+        self,
+        mem: re.Match[str],
+        line_no: int,
+        t: float,
+        events: list[ProgressEvent],
+        phases: tuple[str, ...] | None = None,
+    ) -> None:
+        """A memory line's figures; ``phases``: the phases open when it was read (None: unknown)."""
         gib = _float(mem, "gib")
         if gib is None:
             mib = _float(mem, "mib")
@@ -420,7 +440,21 @@ class ProgressTracker:
             self._mem_peak[rank] = gib
         if total is not None:
             self._mem_total[rank] = total
+        if phases is not None and total:
+            self._take_phase_share(rank, phases, gib / total)
         events.append(ProgressEvent("memory", line_no, t, gib=gib, total_gib=total, rank=rank))
+
+    def _take_phase_share(self, rank: int | None, phases: tuple[str, ...], frac: float) -> None:
+        phase = phases[-1] if phases else OUTSIDE_PHASES
+        peaks = self._mem_phase.setdefault(rank, {})
+        peaks[phase] = max(peaks.get(phase, -1.0), frac)
+        self._mem_phases_last.pop(rank, None)  # re-inserted: the most recent rank is last
+        self._mem_phases_last[rank] = phases or (OUTSIDE_PHASES,)
+
+    def open_phases(self) -> tuple[str, ...]:
+        """The open-phase stack now, outermost first (a copy: safe to call from any thread)."""
+        with self._lock:
+            return tuple(self.ledger.open_phases)
 
     def drain_events(self) -> list[ProgressEvent]:
         """Events since the last call, in the order the lines arrived."""
@@ -439,4 +473,8 @@ class ProgressTracker:
                 training_done=self._done,
                 memory_peak_gib=MappingProxyType(dict(self._mem_peak)),
                 memory_total_gib=MappingProxyType(dict(self._mem_total)),
+                memory_phase_peak_frac=MappingProxyType(
+                    {rank: MappingProxyType(dict(peaks)) for rank, peaks in self._mem_phase.items()}
+                ),
+                memory_phases_last=MappingProxyType(dict(self._mem_phases_last)),
             )

@@ -81,6 +81,15 @@ class RemoteSampler:
         return dict(self.reading.gpu_total_gib)
 
     @property
+    def phase_peak_frac(self) -> dict[str, float]:
+        """Empty: the node samples without the driver's phases (``ray_node.TrialHost.start``)."""
+        return {}
+
+    @property
+    def phases_at_last_sample(self) -> tuple[str, ...]:
+        return ()
+
+    @property
     def peak_rss_gib(self) -> float:
         return self.reading.peak_rss_gib
 
@@ -370,7 +379,9 @@ class RayLauncher(LocalLauncher):
         host.proc = RemoteProcess(host.actor, pid, host.node)
         return host.proc
 
-    def _sampler(self, spec: TrialSpec, proc: Any) -> Any:
+    def _sampler(self, spec: TrialSpec, proc: Any, phase_of: Any) -> Any:
+        """The stand-in for the node's sampler; ``phase_of`` is unused: the node samples without
+        the phases, which only the driver parses (no peaks per phase for Ray trials)."""
         return proc.sampler
 
     def _collect_stacks(self, spec: TrialSpec, proc: Any) -> Any:

@@ -122,6 +122,8 @@ class TrialHost:
         become_subreaper()  # the trial's orphans come back to this actor: its teardown finds them
         self._started = time.time()
         self._proc = spawn(argv, env, where)
+        # no phase_of: the phase lines are parsed on the driver, not here, so this node's samples
+        # carry no phase (the report's phase_peak_frac stays empty for Ray trials)
         self._sampler = MemorySampler(self._probe, self._proc.pid, marker, interval_s=memory_interval_s)
         self._sampler.start()
         threading.Thread(target=self._pump, name=f"pump:{marker}", daemon=True).start()

@@ -16,7 +16,7 @@ from nccl_tune.errors import GpuGateError, NcclTuneError
 from nccl_tune.failure import FailureClass
 from nccl_tune.launchers.local import LocalLauncher
 from nccl_tune.launchers.process import build_env
-from nccl_tune.trial import Clocks, StopReason, TrialResult
+from nccl_tune.trial import OUTSIDE_PHASES, Clocks, StopReason, TrialResult
 
 from .helpers import RecordingObserver, wait_for_json, wait_until_marked
 
@@ -53,6 +53,9 @@ def test_a_good_trial_is_measured_stopped_and_recorded(make_spec) -> None:
     assert [g.index for g in result.memory.gpus] == [0, 1]
     assert result.memory.gpus[0].total_gib == pytest.approx(79.65, abs=0.2)
     assert result.memory.peak_rss_gib > 0
+    # the memory lines come after the step's inner phases finished, before the step's own line
+    assert dict(result.memory.phase_peak_frac) == {"step": pytest.approx(0.781)}  # rank 1: 62.20GiB(78.1%)
+    assert result.memory.phases_open_at_end == ("step",)
 
     # the trial folder: spec before launch, the raw log, the result
     folder = spec.trial_dir
@@ -240,7 +243,7 @@ def test_a_keyboard_interrupt_inside_run_tears_down_records_and_is_re_raised(mak
 def test_gpu_memory_is_sampled_and_the_gate_opens_once_the_holders_are_dead(make_spec, fake_gpus) -> None:
     """The trainer and a detached worker that ignores SIGTERM hold 40 GiB each (fake NVML)."""
     state_path, probe = fake_gpus
-    launcher = LocalLauncher(probe=probe, gate_timeout_s=10)
+    launcher = LocalLauncher(probe=probe, gate_timeout_s=10, memory_interval_s=0.1)
     launcher.before_study()
     spec = make_spec("--steps", "100", "--step-s", "0.3", "--detach", "1", "--gpu-state", str(state_path), "--gpu-gib", "40")
     result = launcher.run(spec)
@@ -248,6 +251,11 @@ def test_gpu_memory_is_sampled_and_the_gate_opens_once_the_holders_are_dead(make
     assert result.memory.source == "nvml"
     assert [g.peak_gib for g in result.memory.gpus] == [pytest.approx(40.5, abs=0.01)] * 2
     assert all(g.baseline_gib == pytest.approx(0.5) for g in result.memory.gpus)
+    # the memory is held before the first phase line: every phase sampled saw all of it
+    phases = dict(result.memory.phase_peak_frac)
+    assert set(phases) - {OUTSIDE_PHASES} and set(phases) <= {OUTSIDE_PHASES, "step", "generate", "policy_train"}
+    assert all(frac == pytest.approx(40.5 / 79.65, abs=1e-3) for phase, frac in phases.items() if phase != OUTSIDE_PHASES)
+    assert result.memory.phases_open_at_end in {(OUTSIDE_PHASES,), ("step",), ("step", "generate"), ("step", "policy_train")}
     assert result.escaped_processes == 1
     t0 = time.monotonic()
     launcher.gate()

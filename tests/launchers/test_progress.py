@@ -6,8 +6,9 @@ import pytest
 
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.launchers.logstream import LineScanner
+from nccl_tune.launchers.memory import build_report
 from nccl_tune.launchers.progress import ProgressLedger, ProgressTracker, required_literal, required_literals
-from nccl_tune.trial import ProgressRules
+from nccl_tune.trial import OUTSIDE_PHASES, ProgressRules
 
 
 @pytest.mark.parametrize(
@@ -61,6 +62,48 @@ def test_phases_steps_and_memory() -> None:
     kinds = [e.kind for e in t.drain_events()]
     assert kinds.count("step") == 1 and kinds.count("memory") == 3 and kinds.count("phase_start") == 5
     assert t.drain_events() == []
+
+
+def test_memory_lines_count_under_the_phase_open_when_they_were_read() -> None:
+    t = ProgressTracker(ProgressRules())
+    feed(
+        t,
+        [
+            "Started: 'step'",
+            "Started: 'generate'",
+            "rank 0 step 0 memory: 64.00GiB(80.0%)",
+            "rank 1 step 0 memory: 40.00GiB(50.0%)",
+            "Finished: 'generate', time cost: 1.20s",
+            "rank 1 step 0 memory: 76.00GiB",  # no total on the line: not counted per phase
+            "Started: 'policy_train'",
+            "rank 1 step 0 memory: 56.00GiB(70.0%)",
+            "Finished: 'policy_train', time cost: 0.80s",
+            "rank 0 step 0 memory: 16.00GiB(20.0%)",  # the step is the innermost phase open
+            "Finished: 'step', time cost: 2.00s",
+            "rank 1 step 1 memory: 8.00GiB(10.0%)",  # between steps
+            "Started: 'step'",
+            "Started: 'generate'",
+            "rank 0 step 1 memory: 48.00GiB(60.0%)",  # the last line with a rank
+            "Started: 'evaluate'",
+            "memory: 79.00GiB(98.8%)",  # no rank: the report drops it, as lines with a rank say more
+        ],
+    )
+    t.feed_memory(1, "rank 0 step 1 memory: 78.00GiB(97.5%)", 0.0)  # a worker's file, read after the trial
+    s = t.snapshot()
+    assert dict(s.memory_phase_peak_frac[0]) == pytest.approx({"generate": 0.8, "step": 0.2})
+    assert dict(s.memory_phase_peak_frac[1]) == pytest.approx({"generate": 0.5, "policy_train": 0.7, OUTSIDE_PHASES: 0.1})
+    assert dict(s.memory_phase_peak_frac[None]) == pytest.approx({"evaluate": 0.988})
+    assert list(s.memory_phases_last.items()) == [
+        (1, (OUTSIDE_PHASES,)), (0, ("step", "generate")), (None, ("step", "generate", "evaluate"))
+    ]
+
+    report = build_report(None, s, {})
+    assert report.source == "log" and [g.peak_gib for g in report.gpus] == [78.0, 76.0]
+    assert dict(report.phase_peak_frac) == pytest.approx(
+        {"generate": 0.8, "policy_train": 0.7, "step": 0.2, OUTSIDE_PHASES: 0.1}
+    )
+    assert report.phases_open_at_end == ("step", "generate")
+    assert report.max_peak_frac == pytest.approx(0.975, abs=1e-3)  # the worker's line counts for its GPU only
 
 
 def test_memory_lines_are_not_progress() -> None:
