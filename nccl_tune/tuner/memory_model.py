@@ -86,6 +86,9 @@ FIT_SIGMA = 0.05
 ANCHOR_WEIGHT_FLOOR = 0.05
 """Least weight of an axis in the distance to a prediction's anchor (a fitted effect per unit of
 coordinate; the prior's is 0.2-0.3): an axis fitted flat still separates otherwise equal anchors."""
+PHASE_UNACCOUNTED_FRAC = 0.02
+"""A run whose phases' highest peak is further than this (share of the GPU) below its highest peak
+measured is left out of the phases' fits: its peak came where no phase was sampled."""
 PHASE_SHARE = 0.5
 """A phase enters the model when, in some run, its peak came within this share of the run's
 highest (or it ran out of memory): the other phases never set the peak near what was measured."""
@@ -213,9 +216,9 @@ def observations(records: Iterable[TrialRecord]) -> list[_Point]:
 
 def phase_observations(records: Iterable[TrialRecord]) -> dict[str, list[_Point]]:
     """Per phase, the data points of the trials that measured memory per phase
-    (``MemoryReport.phase_peak_frac``). A failed run measured the phases it left whole; those open
-    when it stopped give lower bounds, and the innermost of them, when it ran out of memory, the OOM's
-    bound. Phases that never came within ``PHASE_SHARE`` of their run's peak are left out (phases of
+    (``MemoryReport.phase_peak_frac``) and whose phases account for its peak. A failed run measured
+    the phases it left whole; those open when it stopped give lower bounds, and the innermost of
+    them, when it ran out of memory, the OOM's bound. Phases that never came within ``PHASE_SHARE`` of their run's peak are left out (phases of
     the driver's bookkeeping: they never set a peak)."""
     out: dict[str, list[_Point]] = {}
     leading: set[str] = set()
@@ -223,6 +226,8 @@ def phase_observations(records: Iterable[TrialRecord]) -> dict[str, list[_Point]
         if mem is None or not mem.phase_peak_frac:
             continue
         top = max(mem.phase_peak_frac.values())
+        if mem.max_peak_frac is not None and top < mem.max_peak_frac - PHASE_UNACCOUNTED_FRAC:
+            continue  # the peak came where no phase was sampled (memory lines read after the run)
         open_at_end = mem.phases_open_at_end
         for name, frac in mem.phase_peak_frac.items():
             if not frac > 0:

@@ -295,3 +295,17 @@ def test_phases_far_below_the_runs_peak_stay_out_of_the_model():
                                    TrialResult(**{**r.result.__dict__, "memory": quiet})))
     model = MemoryModel(PHASED_SPACE, records)
     assert "postprocess" not in model.phases and "policy_train" in model.phases
+
+
+def test_a_run_whose_phases_miss_its_peak_stays_out_of_the_phase_fits():
+    # memory lines read after the run (worker files) have no phase: the phases sampled saw 50%, the
+    # run peaked at 70%; its phases would teach the fits a peak that never happened there
+    r = phased_run(3, {"micro": 4})
+    mem = r.result.memory
+    short = MemoryReport(mem.source, (GpuMemory(0, GPU_GIB, 0.70 * GPU_GIB),),
+                         phase_peak_frac={"generate": 0.5, "policy_train": 0.45}, phases_open_at_end=mem.phases_open_at_end)
+    partial = TrialRecord(3, r.state, r.values, r.kind, r.outcome, r.status, TrialResult(**{**r.result.__dict__, "memory": short}))
+    records = [phased_run(0, {}), phased_run(1, {"micro": 8}), phased_run(2, {"fwd_micro": 4}), partial]
+    model = MemoryModel(PHASED_SPACE, records)
+    assert all(3 not in {pt.number for pt in fit.points} for fit in model.phases.values())
+    assert 3 in {pt.number for pt in model.whole.points}
