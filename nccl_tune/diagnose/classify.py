@@ -110,6 +110,13 @@ _CARETS = re.compile(r"^\s*[\^~]+\s*$")
 _VALIDATION_FRAME = re.compile(rb'File "[^"\n]+", line \d+, in (?:validate|_?check|verify)\w*')
 CONFIG_ASSERTION = Rule("config_assertion_frame", FailureClass.CONFIG_ERROR, Kind.ROOT, (), None, "validation")
 """A bare ``AssertionError`` raised inside a config validation function."""
+_RENDEZVOUS_FRAME = re.compile(
+    rb'File "[^"\n]+", line \d+, in (?:init_process_group|_store_based_barrier|_create_c10d_store|next_rendezvous'
+    rb'|_rendezvous_helper|rendezvous)\b'
+)
+_PEER_RESET_RAISED = re.compile(r"\b\w*(?:Error|Exception): Connection (?:reset|closed) by peer\s*$")
+RENDEZVOUS_RESET = Rule("rendezvous_reset_frame", FailureClass.INIT_FAILURE, Kind.INIT, (), None, "rendezvous")
+"""A peer's reset raised inside ``init_process_group`` (gloo's, or the store's): the rendezvous failed."""
 _P2P_OPS = {"SEND", "RECV", "send", "recv"}
 """Point-to-point operations: their sequence numbers legitimately differ between ranks."""
 _FRAME_LINE = re.compile(r"^\s*File \"[^\"]+\", line \d+")
@@ -570,6 +577,17 @@ class LogClassifier:
         window = buf[max(0, start - CONTEXT_BYTES) : start]
         return CONFIG_ASSERTION if _VALIDATION_FRAME.search(window) else rule
 
+    def _reset_rule(self, rule: Rule, msg: str) -> Rule:
+        """``Connection reset by peer`` raised from a frame of the rendezvous (``init_process_group``,
+        the store's barrier) in the same traceback is a rendezvous that failed (a peer or the master
+        went away while the group formed), not a peer's teardown: the same line mid-training is."""
+        if not _PEER_RESET_RAISED.search(msg):
+            return rule
+        buf, start, _ = self._context
+        window = buf[max(0, start - CONTEXT_BYTES) : start]
+        head = window.rfind(b"Traceback (most recent call last)")
+        return RENDEZVOUS_RESET if head >= 0 and _RENDEZVOUS_FRAME.search(window, head) else rule
+
     def _stamp_before(self) -> tuple[int, ...] | None:
         """The last time stamp printed shortly before the current line (its own has none)."""
         buf, start, _ = self._context
@@ -638,6 +656,8 @@ class LogClassifier:
             return None
         if rule.name == "exception" and m is not None and m.group("exception") == "AssertionError":
             rule = self._assertion_rule(rule)
+        elif rule.name == "nccl_abort_teardown":
+            rule = self._reset_rule(rule, msg)
         ignored = self._line_no in self._ignored
         counter = f"ignored {rule.name}" if ignored else rule.name  # ignored lines cannot use up a rule's events
         count = self._per_rule.get(counter, 0)

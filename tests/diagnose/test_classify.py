@@ -128,6 +128,30 @@ def test_store_timeout_after_training_started_is_not_an_init_failure() -> None:
     assert v.failure_class is F.COLLECTIVE_TIMEOUT
 
 
+def _raised(frames: list[str], exception: str) -> list[str]:
+    out = ["Traceback (most recent call last):\n"]
+    for path, line, fn, src in frames:
+        out += [f'  File "{path}", line {line}, in {fn}\n', f"    {src}\n"]
+    return out + [exception + "\n"]
+
+
+def test_a_peer_reset_raised_while_the_process_group_forms_is_an_init_failure() -> None:
+    frames = [("/srv/job/train.py", 40, "<module>", "main()"),
+              ("/srv/job/train.py", 22, "main", "dist.init_process_group('gloo')"),
+              ("/usr/lib/python3/site-packages/torch/distributed/distributed_c10d.py", 1203, "init_process_group",
+               "default_pg = _new_process_group_helper(")]
+    v = classify_log(["Starting worker 3 of 4\n"] + _raised(frames, "RuntimeError: Connection reset by peer"), exit_code=1)
+    assert v.failure_class is F.INIT_FAILURE and v.cause.subtype == "rendezvous"
+    # the same line raised from a training step is a peer that went away: a crash, not the rendezvous
+    step = [("/srv/job/train.py", 40, "<module>", "main()"), ("/srv/job/train.py", 31, "main", "loss.backward()")]
+    v = classify_log(["Starting worker 3 of 4\n"] + _raised(step, "RuntimeError: Connection reset by peer"), exit_code=1)
+    assert v.failure_class is F.CRASH
+    # and an earlier traceback's rendezvous frame does not count for a later one
+    earlier = _raised(frames[:2], "RuntimeError: Address family not supported, retrying")
+    v = classify_log(earlier + _raised(step, "RuntimeError: Connection reset by peer"), exit_code=1)
+    assert v.cause.rule != "rendezvous_reset_frame"
+
+
 def test_gloo_peer_reset_after_an_oom_is_the_oom() -> None:
     lines = step_prefix() + cuda_oom(1, gpu=1) + [
         "[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
