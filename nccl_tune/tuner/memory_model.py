@@ -35,8 +35,8 @@ that belong to different phases. When trials measured memory per phase
 (``MemoryReport.phase_peak_frac``), each phase that set or came near a run's peak gets its own fit
 (``PeakFit``; a failed run gives lower bounds for the phases open when it stopped, an OOM's bound
 for the innermost), and a config's peak is the highest of its phases', within the certain bounds of
-the runs' highest peaks. An anchor is the measured config nearest by the fitted effects, so a phase
-fit travels freely along the axes that do not move it.
+the runs' highest peaks. A phase fit's anchor is the measured config nearest by the fitted effects,
+so it travels freely along the axes that do not move that phase.
 
 ``MemoryModel.verdict`` is the admission rule: a config that dominates a known OOM, or one that
 dominates a config measured within the headroom (by more than a ``small`` parameter can move, when
@@ -255,8 +255,10 @@ class PeakFit:
     """One series of peaks (the run's highest, or one phase's) fitted once per study state (cheap: a
     few dozen points); see the module docstring."""
 
-    def __init__(self, space: SearchSpace, points: Sequence[_Point]) -> None:
+    def __init__(self, space: SearchSpace, points: Sequence[_Point], *, by_effect: bool = False) -> None:
         self.space = space
+        self.by_effect = by_effect
+        """Anchors by the fitted effects (a phase's fit: some declared parameters do not move it)."""
         self.wall_frac = 1.0 - space.min_headroom_frac
         self.signed = [p for p in space.parameters if p.memory.signed]
         self.unknown = [p for p in space.parameters if p.memory is MemoryEffect.UNKNOWN]
@@ -407,9 +409,10 @@ class PeakFit:
         return lower, lower_from, upper
 
     def _anchor(self, values: Mapping[str, Any], z: np.ndarray) -> tuple[_Point, np.ndarray] | None:
-        """The measured config nearest to ``z``, each axis weighed by its fitted effect (at least
-        ``ANCHOR_WEIGHT_FLOOR``): travelling along an axis that barely moves this peak costs little."""
-        weight = np.maximum(np.abs(self.beta), ANCHOR_WEIGHT_FLOOR)
+        """The measured config nearest to ``z``; with ``by_effect``, each axis weighed by its fitted
+        effect (at least ``ANCHOR_WEIGHT_FLOOR``): travelling along an axis that barely moves this
+        phase's peak costs little."""
+        weight = np.maximum(np.abs(self.beta), ANCHOR_WEIGHT_FLOOR) if self.by_effect else np.ones_like(self.beta)
         best, best_d = None, math.inf
         for pt, pz in self.anchors:
             if any(pt.values.get(p.name) != values.get(p.name) for p in self.unknown):
@@ -543,7 +546,7 @@ class MemoryModel:
         self.wall_frac = 1.0 - space.min_headroom_frac
         self.whole = PeakFit(space, observations(records))
         by_phase = phase_observations(records)
-        self.phases = {name: PeakFit(space, pts) for name, pts in sorted(by_phase.items())} if len(by_phase) > 1 else {}
+        self.phases = {name: PeakFit(space, pts, by_effect=True) for name, pts in sorted(by_phase.items())} if len(by_phase) > 1 else {}
 
     def varies(self, name: str) -> bool:
         """True when the study has measured ``name``'s effect (``PeakFit.varies``)."""
