@@ -73,6 +73,13 @@ config holding it flaky, once it has taken at least one failure: a setting that 
 in ten hangs a day of training many times over. The estimate is low where a failed run held many
 values (its blame is shared among them and their pairs): a value that hung half the runs holding it
 on the hang-region landscape was estimated at 11%."""
+FLAKY_TOGETHER = 2.0
+"""Failures (averaged over the sweeps) that the values and pairs a config holds must have taken
+between them to make it flaky when none took a whole one alone: failed runs that held the same
+few values (cuMem with the NVLS algorithm it was tried with) split their blame among those values
+and their pairs, so no one of them reaches a failure while together they hold several."""
+TOGETHER_SHARE = 0.1
+"""Share of that blame a value or pair must hold to be named among them."""
 _FINE = (FailureClass.OK, FailureClass.BUDGET)
 
 
@@ -253,19 +260,34 @@ class FailureModel:
         config whose own runs finished, it names causes that fail now and then (those runs held it
         too): the config is not stable however its own runs went, since a hang now and then spares a
         few short runs, not a day of training. A cause counts only where ``values`` also hold what
-        every failed run holding it held (``_in_context``): the runs cannot tell it from that pair."""
+        every failed run holding it held (``_in_context``): the runs cannot tell it from that pair.
+        When no one cause took a whole failure but those ``values`` hold took ``FLAKY_TOGETHER``
+        between them, they are named as one (``_flaky_together``)."""
         phases: dict[Cause, list[tuple[float, float]]] = {}
         for k in self.keys(values):
             rate = self._rate(k)
             if k[1] and rate is not None and self._in_context(k[1], values):
                 phases.setdefault(k[1], []).append((self.fired[k], rate))
-        out = []
-        for cause, rows in phases.items():
-            taken = sum(f for f, _ in rows)
-            rate = 1.0 - math.prod(1.0 - r for _, r in rows)
-            if rate >= FLAKY_RATE and taken >= 1.0:
-                out.append((cause, taken, rate))
-        return out
+        rows = [(cause, sum(f for f, _ in fr), 1.0 - math.prod(1.0 - r for _, r in fr)) for cause, fr in phases.items()]
+        out = [row for row in rows if row[2] >= FLAKY_RATE and row[1] >= 1.0]
+        if out:
+            return out
+        return self._flaky_together(rows)
+
+    @staticmethod
+    def _flaky_together(rows: list[tuple[Cause, float, float]]) -> list[tuple[Cause, float, float]]:
+        """The values a config holds that share the blame of ``FLAKY_TOGETHER`` failures or more
+        between them (each failed run held them all, and the runs cannot tell which one hangs), as
+        one cause with their joint rate: a config holding them fails as often as they do together."""
+        total = sum(taken for _, taken, _ in rows)
+        if total < FLAKY_TOGETHER:
+            return []
+        shared = [row for row in rows if row[1] >= TOGETHER_SHARE * total]
+        rate = 1.0 - math.prod(1.0 - r for _, _, r in shared)
+        if rate < FLAKY_RATE:
+            return []
+        values = tuple(sorted({v for cause, _, _ in shared for v in cause}, key=lambda v: v[0]))
+        return [(values, sum(taken for _, taken, _ in shared), rate)]
 
     def _in_context(self, cause: Cause, values: Mapping[str, Any]) -> bool:
         """True when ``values`` hold every value that each failed run holding ``cause`` held too: a

@@ -236,3 +236,23 @@ def test_a_value_whose_every_failure_held_a_partner_is_flaky_with_the_partner_on
     m = model(records)
     assert (("prompt", 2048),) in [cause for cause, _, _ in m.flaky({**BASE, **short})]
     assert m.flaky({**BASE, "prompt": 2048}) == [] and m.p_ok({**BASE, "prompt": 2048}) < 0.9
+
+
+def test_values_whose_failures_cannot_be_told_apart_make_a_config_flaky_together():
+    """A lucky run with NVLS and cuMem finished; three moves from it, each adding a value of its own,
+    hung after measuring steps. Every failed run held NVLS, cuMem and their pair, so the blame
+    splits among them and no one takes a whole failure; together they took the three hangs: the
+    lucky config is flaky, naming both. Without cuMem, NVLS is not what those runs failed with."""
+    lucky = {"NCCL_ALGO": "NVLS", "NCCL_CUMEM_ENABLE": 1}
+    records = [run(0, {}), run(1, {"batch": 512}), run(2, {"prompt": 2048}), run(3, lucky),
+               hung_after(4, {**lucky, "NCCL_PROTO": "LL128"}, 2), hung_after(5, {**lucky, "batch": 512}, 1),
+               hung_after(6, {**lucky, "NCCL_PROTO": "Simple"}, 3)]
+    m = model(records)
+    assert all(taken < 1.0 for cause, taken, _ in m.blamed() if len(cause) == 1)  # split: no single value reaches one
+    (cause, taken, rate), = m.flaky({**BASE, **lucky})
+    assert {("NCCL_ALGO", "NVLS"), ("NCCL_CUMEM_ENABLE", 1)} <= set(cause) and taken >= 1.5 and rate >= 0.10
+    assert ("batch", 512) not in cause  # cleared by its own finished run, and held by one failure only
+    assert flaky_rule(SPACE, records)({**BASE, **lucky})
+    assert m.flaky({**BASE, "NCCL_ALGO": "NVLS"}) == [] and m.flaky({**BASE, "batch": 512}) == []
+    # two of the three hangs: not enough between them
+    assert model(records[:-1]).flaky({**BASE, **lucky}) == []
