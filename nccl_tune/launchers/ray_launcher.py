@@ -82,12 +82,12 @@ class RemoteSampler:
 
     @property
     def phase_peak_frac(self) -> dict[str, float]:
-        """Empty: the node samples without the driver's phases (``ray_node.TrialHost.start``)."""
-        return {}
+        """Per phase, as the node read the phases from the output (``ray_node.TrialHost.start``)."""
+        return dict(self.reading.phase_peak_frac)
 
     @property
     def phases_at_last_sample(self) -> tuple[str, ...]:
-        return ()
+        return tuple(self.reading.phases_at_last_sample)
 
     @property
     def peak_rss_gib(self) -> float:
@@ -367,8 +367,8 @@ class RayLauncher(LocalLauncher):
 
         host: _Host = self._local.host
         try:
-            pid = ray.get(host.actor.start.remote(spec.argv, overlay, spec.marker, _cwd(spec), self.memory_interval_s),
-                          timeout=CALL_TIMEOUT_S)
+            pid = ray.get(host.actor.start.remote(spec.argv, overlay, spec.marker, _cwd(spec), self.memory_interval_s,
+                                                  spec.progress), timeout=CALL_TIMEOUT_S)
         except RayTaskError as exc:
             cause = exc.cause
             if isinstance(cause, (NcclTuneError, OSError, ValueError)):
@@ -380,8 +380,8 @@ class RayLauncher(LocalLauncher):
         return host.proc
 
     def _sampler(self, spec: TrialSpec, proc: Any, phase_of: Any) -> Any:
-        """The stand-in for the node's sampler; ``phase_of`` is unused: the node samples without
-        the phases, which only the driver parses (no peaks per phase for Ray trials)."""
+        """The stand-in for the node's sampler; ``phase_of`` is unused: the node reads the phases
+        from the output itself (``start``), where its samples are taken."""
         return proc.sampler
 
     def _collect_stacks(self, spec: TrialSpec, proc: Any) -> Any:

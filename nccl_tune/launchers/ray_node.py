@@ -3,9 +3,12 @@ pinned to that node, and ``reap_node``, the body of a task sweeping a study's le
 
 The host starts the command exactly as the local launcher does (``process.spawn``: a new
 session, the trial's marker), runs the GPU gate and the memory sampler of this node, buffers the
-command's output for the driver to fetch (``read``), and tears the trial down with the local
-launcher's ``teardown.terminate`` (SIGTERM to the group and the marked processes, grace, SIGKILL,
-marker sweep) before the driver kills the actor: ``ray.kill`` alone would leave the command alive.
+command's output for the driver to fetch (``read``), reads the phase lines of that output with the
+trial's progress rules (so each GPU sample counts under the phase open on this node when it was
+taken, as the local launcher's do; the driver reads the output a fetch later), and tears the trial
+down with the local launcher's ``teardown.terminate`` (SIGTERM to the group and the marked
+processes, grace, SIGKILL, marker sweep) before the driver kills the actor: ``ray.kill`` alone
+would leave the command alive.
 This module does not import Ray; the launcher wraps the class with ``ray.remote``.
 """
 
@@ -23,11 +26,14 @@ from typing import Mapping, Sequence
 from nccl_tune.diagnose.stacks import StackReport
 from nccl_tune.gpu import open_probe
 from nccl_tune.launchers.gate import GpuGate
+from nccl_tune.launchers.logstream import LineScanner
 from nccl_tune.launchers.memory import MemorySampler
 from nccl_tune.launchers.private_ray import make_private_temp, private_ray_env, remove_private_temp
 from nccl_tune.launchers.process import build_env, resolve_command, spawn
+from nccl_tune.launchers.progress import ProgressTracker
 from nccl_tune.launchers.stacks import collect_stacks
 from nccl_tune.launchers.teardown import TeardownReport, become_subreaper, kill_marked, study_match, terminate
+from nccl_tune.trial import ProgressRules
 
 BUFFER_LIMIT_BYTES = 64 << 20
 """Output held for the driver at most; beyond it the reader waits (the command's pipe fills)."""
@@ -42,6 +48,9 @@ class MemoryReading:
     gpu_total_gib: dict[int, float] = field(default_factory=dict)
     peak_rss_gib: float = 0.0
     host_peak_frac: float = 0.0
+    phase_peak_frac: dict[str, float] = field(default_factory=dict)
+    """Highest GPU share per innermost open phase (``MemorySampler.phase_peak_frac``)."""
+    phases_at_last_sample: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -94,6 +103,8 @@ class TrialHost:
         self._proc: subprocess.Popen | None = None
         self._started: float | None = None
         self._sampler: MemorySampler | None = None
+        self._scanner: LineScanner | None = None
+        """Reads the phase lines of the output on this node (fed by the pump alone)."""
         self._buffer = bytearray()
         self._eof = False
         self._cond = threading.Condition()
@@ -112,9 +123,11 @@ class TrialHost:
 
     def start(
         self, argv: Sequence[str], overlay: Mapping[str, str | None], marker: str, cwd: str | None,
-        memory_interval_s: float,
+        memory_interval_s: float, progress: ProgressRules | None = None,
     ) -> int:
-        """Start the command; its pid. Raises ``NcclTuneError``/``OSError``/``ValueError`` when it cannot."""
+        """Start the command; its pid. With ``progress`` (the trial's rules), each GPU sample counts
+        under the phase its output had open then. Raises ``NcclTuneError``/``OSError``/``ValueError``
+        when it cannot."""
         self._temp_dir = make_private_temp()
         env = trial_env(overlay, marker, self._temp_dir)
         where = Path(cwd) if cwd is not None else None
@@ -122,9 +135,10 @@ class TrialHost:
         become_subreaper()  # the trial's orphans come back to this actor: its teardown finds them
         self._started = time.time()
         self._proc = spawn(argv, env, where)
-        # no phase_of: the phase lines are parsed on the driver, not here, so this node's samples
-        # carry no phase (the report's phase_peak_frac stays empty for Ray trials)
-        self._sampler = MemorySampler(self._probe, self._proc.pid, marker, interval_s=memory_interval_s)
+        tracker = ProgressTracker(progress) if progress is not None else None
+        self._scanner = LineScanner(tracker.feed, tracker.current_literals) if tracker is not None else None
+        self._sampler = MemorySampler(self._probe, self._proc.pid, marker, interval_s=memory_interval_s,
+                                      phase_of=tracker.open_phases if tracker is not None else None)
         self._sampler.start()
         threading.Thread(target=self._pump, name=f"pump:{marker}", daemon=True).start()
         return self._proc.pid
@@ -137,6 +151,8 @@ class TrialHost:
                 data = os.read(fd, READ_CHUNK_BYTES)
             except OSError:
                 data = b""
+            if data and self._scanner is not None:
+                self._read_phases(data)
             with self._cond:
                 if not data:
                     self._eof = True
@@ -146,6 +162,15 @@ class TrialHost:
                     self._cond.wait(0.5)
                 self._buffer += data
                 self._cond.notify_all()
+
+    def _read_phases(self, data: bytes) -> None:
+        """Feed the phase reader; its failure must not stop the output reaching the driver."""
+        scanner = self._scanner
+        try:
+            if scanner is not None:
+                scanner.feed(data)
+        except Exception:  # the samples then count as outside any phase from here on
+            self._scanner = None
 
     def read(self, wait_s: float) -> Chunk:
         """The output since the last call (waiting up to ``wait_s`` for some), the exit status.
@@ -171,7 +196,8 @@ class TrialHost:
         s = self._sampler
         if s is None:
             return MemoryReading()
-        return MemoryReading(s.gpu_peak_gib, s.gpu_total_gib, s.peak_rss_gib, s.host_peak_frac)
+        return MemoryReading(s.gpu_peak_gib, s.gpu_total_gib, s.peak_rss_gib, s.host_peak_frac,
+                             s.phase_peak_frac, s.phases_at_last_sample)
 
     def stacks(self, marker: str, timeout_s: float) -> StackReport:
         """Every Python process of the trial on this node, with py-spy (see ``launchers.stacks``)."""
