@@ -315,6 +315,17 @@ class MemoryReport:
     def max_peak_frac(self) -> float | None:
         return max(g.peak_frac for g in self.gpus) if self.gpus else None
 
+    @property
+    def peak_phase(self) -> str | None:
+        """The phase whose figure is the highest, when the report has two phases or more (which one
+        holds the peak says which knobs move it); None otherwise, or when the peak came outside
+        every phase."""
+        named = {k: v for k, v in self.phase_peak_frac.items() if k != OUTSIDE_PHASES}
+        if len(named) < 2:
+            return None
+        top = max(self.phase_peak_frac, key=lambda k: self.phase_peak_frac[k])
+        return top if top != OUTSIDE_PHASES else None
+
     def to_json(self) -> dict[str, Any]:
         return {
             "source": self.source,

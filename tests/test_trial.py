@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from nccl_tune.failure import OK_VERDICT, FailureClass
-from nccl_tune.trial import Clocks, StopReason, TrialResult, fold_phase_max
+from nccl_tune.trial import OUTSIDE_PHASES, Clocks, GpuMemory, MemoryReport, StopReason, TrialResult, fold_phase_max
 
 
 def result(**kw) -> TrialResult:
@@ -70,3 +70,18 @@ def test_the_stall_deadline_follows_the_longest_known_duration() -> None:
     assert clocks.stall_deadline_s("policy_train") == clocks.stall_deadline_s(None) == 900
     assert clocks.learned({"x": 1.0}).phase_estimates_s == clocks.phase_estimates_s  # estimates are kept
     assert clocks.learned({"generate": 300.0}).stall_deadline_s("generate", {"generate": 400.0}) == 2000  # and the trial's own
+
+
+@pytest.mark.parametrize(
+    "phases, expected",
+    [
+        ({"generate": 0.61, "policy_train": 0.79, OUTSIDE_PHASES: 0.05}, "policy_train"),
+        ({"generate": 0.91, "policy_train": 0.79}, "generate"),
+        ({"generate": 0.61, "policy_train": 0.79, OUTSIDE_PHASES: 0.95}, None),  # the peak came outside every phase
+        ({"step": 0.78, OUTSIDE_PHASES: 0.05}, None),  # one phase: nothing to tell apart
+        ({}, None),
+    ],
+)
+def test_the_phase_holding_the_peak_is_named_when_phases_differ(phases, expected) -> None:
+    report = MemoryReport("nvml", gpus=(GpuMemory(0, 80.0, 80.0 * max(phases.values(), default=0.5)),), phase_peak_frac=phases)
+    assert report.peak_phase == expected

@@ -64,7 +64,8 @@ def fmt_mem(result: TrialResult | None) -> str:
         return "-"
     m = result.memory
     frac = m.max_peak_frac
-    tail = f" ({frac:.0%})" if frac is not None else f" {m.source}"
+    where = f" in {m.peak_phase}" if m.peak_phase else ""
+    tail = f" ({frac:.0%}{where})" if frac is not None else f" {m.source}"
     return f"{m.peak_gib:.1f} GiB{tail}"
 
 

@@ -4,10 +4,10 @@ import io
 
 from rich.console import Console
 
-from nccl_tune.failure import Evidence, FailureClass, Verdict
+from nccl_tune.failure import OK_VERDICT, Evidence, FailureClass, Verdict
 from nccl_tune.search_spaces.loader import load_space
-from nccl_tune.trial import StopReason, TrialResult
-from nccl_tune.tuner.display import Display, describe
+from nccl_tune.trial import OUTSIDE_PHASES, GpuMemory, MemoryReport, StopReason, TrialResult
+from nccl_tune.tuner.display import Display, describe, fmt_mem
 
 
 def test_evidence_with_brackets_is_printed_verbatim():
@@ -67,3 +67,14 @@ def test_long_evidence_is_shortened_between_words():
     short = shorten(text, 100)
     assert len(short) <= 104 and short.endswith(" ...")
     assert text.startswith(short[:-4]) and text[len(short) - 4] == " "  # cut at a space, not in a number
+
+
+def test_a_trial_line_names_the_phase_that_held_the_peak():
+    """Where a run reported memory per phase, its line says which phase peaked: its knobs move the peak."""
+    def shown(phases: dict[str, float]) -> str:
+        memory = MemoryReport("nvml", gpus=(GpuMemory(0, 80.0, 63.2),), phase_peak_frac=phases)
+        return fmt_mem(TrialResult(number=1, status=FailureClass.OK, verdict=OK_VERDICT, stop_reason=StopReason.MEASURED,
+                                   memory=memory))
+
+    assert shown({"generate": 0.61, "policy_train": 0.79, OUTSIDE_PHASES: 0.05}) == "63.2 GiB (79% in policy_train)"
+    assert shown({"step": 0.79}) == "63.2 GiB (79%)"
