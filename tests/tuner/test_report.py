@@ -9,9 +9,13 @@ import re
 import sys
 
 import pytest
+from optuna.trial import TrialState
 from rich.console import Console
 
-from nccl_tune.tuner.report import report_study
+from nccl_tune.failure import OK_VERDICT, FailureClass
+from nccl_tune.trial import OUTSIDE_PHASES, GpuMemory, MemoryReport, StopReason, TrialResult
+from nccl_tune.tuner.report import report_study, trial_row
+from nccl_tune.tuner.study_records import Outcome, TrialKind, TrialRecord
 from tests.tuner.conftest import TINY_SPACE, TINY_TRAINER, run_cli, study_trials
 
 pytestmark = pytest.mark.timeout(300)
@@ -62,3 +66,14 @@ def test_terminal_table_shows_why_under_the_values(proposed):
     for why in filter(None, stored.values()):
         assert f"why: {why}" in text
     assert text.count("why: ") == sum(1 for w in stored.values() if w) and "None" not in text
+
+
+def test_json_rows_carry_the_memory_per_phase_and_the_phase_that_peaked():
+    memory = MemoryReport("nvml", gpus=(GpuMemory(0, 80.0, 63.2),),
+                          phase_peak_frac={"generate": 0.61, "policy_train": 0.79, OUTSIDE_PHASES: 0.05})
+    result = TrialResult(number=2, status=FailureClass.OK, verdict=OK_VERDICT, stop_reason=StopReason.MEASURED, memory=memory)
+    record = TrialRecord(number=2, state=TrialState.COMPLETE, values={"micro": 4}, kind=TrialKind.SEARCH,
+                         outcome=Outcome.LAUNCHED, status=FailureClass.OK, result=result)
+    row = json.loads(json.dumps(trial_row(record)))
+    assert row["peak_phase"] == "policy_train"
+    assert row["phase_peak_frac"] == {"generate": 0.61, "policy_train": 0.79, OUTSIDE_PHASES: 0.05}
