@@ -103,8 +103,9 @@ class TrialHost:
         self._proc: subprocess.Popen | None = None
         self._started: float | None = None
         self._sampler: MemorySampler | None = None
+        self._tracker: ProgressTracker | None = None
         self._scanner: LineScanner | None = None
-        """Reads the phase lines of the output on this node (fed by the pump alone)."""
+        """Reads the phase lines of the output into ``_tracker`` on this node (fed by the pump alone)."""
         self._buffer = bytearray()
         self._eof = False
         self._cond = threading.Condition()
@@ -135,7 +136,7 @@ class TrialHost:
         become_subreaper()  # the trial's orphans come back to this actor: its teardown finds them
         self._started = time.time()
         self._proc = spawn(argv, env, where)
-        tracker = ProgressTracker(progress) if progress is not None else None
+        tracker = self._tracker = ProgressTracker(progress) if progress is not None else None
         self._scanner = LineScanner(tracker.feed, tracker.current_literals) if tracker is not None else None
         self._sampler = MemorySampler(self._probe, self._proc.pid, marker, interval_s=memory_interval_s,
                                       phase_of=tracker.open_phases if tracker is not None else None)
@@ -165,11 +166,12 @@ class TrialHost:
 
     def _read_phases(self, data: bytes) -> None:
         """Feed the phase reader; its failure must not stop the output reaching the driver."""
-        scanner = self._scanner
+        scanner, tracker = self._scanner, self._tracker
         try:
-            if scanner is not None:
+            if scanner is not None and tracker is not None:
                 scanner.feed(data)
-        except Exception:  # the samples then count as outside any phase from here on
+                tracker.drain_events()  # only the open phases matter here: the driver reports the events
+        except Exception:  # the samples then count under the phases open when it failed
             self._scanner = None
 
     def read(self, wait_s: float) -> Chunk:
