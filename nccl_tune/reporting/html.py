@@ -27,6 +27,7 @@ th{background:#f4f4f4}td.num{text-align:right;font-variant-numeric:tabular-nums}
 figure{margin:1em 0}figure svg{max-width:100%;height:auto}figcaption{font-weight:600;margin-bottom:.3em}
 pre{white-space:pre-wrap;font-size:.85em;background:#f8f8f8;padding:.4em}
 .why{display:block;color:#666;font-size:.9em;max-width:40em;margin-top:.15em}
+.phase{display:block;color:#666;font-size:.9em}
 """
 
 
@@ -120,6 +121,11 @@ def _why(r: TrialRecord) -> str:
     return f'<small class="why">why: {escape(r.why)}</small>' if r.why else ""
 
 
+def _phase(r: TrialRecord) -> str:
+    """The phase that held the trial's peak, as a muted line under it (nothing when unknown)."""
+    return f'<small class="phase">in {escape(r.peak_phase)}</small>' if r.peak_phase else ""
+
+
 def _trial_row(view: StudyView, r: TrialRecord) -> list[str]:
     res = r.result
     mem = res.memory if res else None
@@ -136,7 +142,8 @@ def _trial_row(view: StudyView, r: TrialRecord) -> list[str]:
     base = view.baseline.values if view.baseline else None
     return [str(r.number), escape(r.kind.value), escape(r.outcome.value),
             dot + escape(r.status.value if r.status else "") + (" (near wall)" if r.near_wall else ""),
-            escape(describe(view.space, r.values, base)) + _why(r), _num(r.throughput), _num(known_gib(r.peak_mem_gib), ".1f"),
+            escape(describe(view.space, r.values, base)) + _why(r), _num(r.throughput),
+            _num(known_gib(r.peak_mem_gib), ".1f") + _phase(r),
             _num(headroom, ".1f"), _num(timing.duration_s if timing and timing.duration_s else None, ".0f"), note]
 
 

@@ -46,7 +46,8 @@ def _trials(view: StudyView) -> list[str]:
         advice = res.verdict.advice if res is not None and not r.ok else ""
         t = view.timings.get(r.number)
         rows.append((r.number, r.kind.value, (r.status.value if r.status else "") + (" (near wall)" if r.near_wall else ""),
-                     f"`{describe(view.space, r.values, base)}`", _num(r.throughput), _num(known_gib(r.peak_mem_gib), ".1f"),
+                     f"`{describe(view.space, r.values, base)}`", _num(r.throughput),
+                     _num(known_gib(r.peak_mem_gib), ".1f") + (f" in {r.peak_phase}" if r.peak_phase else ""),
                      _num(res.memory.min_headroom_gib if res and res.memory else None, ".1f"),
                      _num(t.duration_s if t else None, ".0f"), advice, r.why or ""))
     out = ["### Trials", ""]

@@ -34,7 +34,7 @@ def trial_row(r: TrialRecord) -> dict[str, Any]:
         "throughput_per_s": r.throughput,
         "throughput_unit": r.throughput_unit,
         "peak_mem_gib": r.peak_mem_gib,
-        "peak_phase": res.memory.peak_phase if res and res.memory else None,
+        "peak_phase": r.peak_phase,
         "phase_peak_frac": dict(res.memory.phase_peak_frac) if res and res.memory else {},
         "near_wall": r.near_wall,
         "params": dict(r.values),

@@ -104,6 +104,11 @@ class TrialRecord:
         return self.result.peak_mem_gib if self.result else None
 
     @property
+    def peak_phase(self) -> str | None:
+        """The phase that held the run's peak (``MemoryReport.peak_phase``), when it says."""
+        return self.result.memory.peak_phase if self.result and self.result.memory else None
+
+    @property
     def failed(self) -> bool:
         """Launched and failed: stopped for being slow or for running out of time (``budget``), or
         interrupted, is not a failure."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import xml.etree.ElementTree as ET
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from nccl_tune.errors import NcclTuneError
+from nccl_tune.trial import OUTSIDE_PHASES, GpuMemory, MemoryReport
 from nccl_tune.reporting.render import pick_format, render_report
 from nccl_tune.reporting.junit import render_junit
 from nccl_tune.tuner.display import early_stop_sentence
@@ -198,3 +200,19 @@ def test_a_setting_within_the_noise_is_left_out_and_the_report_says_so(tmp_path)
     winner, lines = setting_study(tmp_path, gain=0.10)
     assert winner == {"NCCL_CUMEM_ENABLE": 1}
     assert not any("does not pay" in x for x in lines), lines
+
+
+def test_the_html_and_markdown_tables_name_the_phase_that_held_a_trials_peak(view):
+    """A run that reported memory per phase (GPU samples under SkyRL's phase lines) shows which phase
+    peaked under its peak; the others show the figure alone."""
+    first = view.launched[-1]
+    memory = MemoryReport("nvml", gpus=(GpuMemory(0, 80.0, 63.2),),
+                          phase_peak_frac={"generate": 0.61, "policy_train": 0.79, OUTSIDE_PHASES: 0.05})
+    phased = dataclasses.replace(first, result=dataclasses.replace(first.result, memory=memory))
+    records = tuple(phased if r.number == first.number else r for r in view.records)
+    html = render_report(dataclasses.replace(view, records=records), "html")
+    md = render_report(dataclasses.replace(view, records=records), "md")
+    assert html.count('<small class="phase">in policy_train</small>') == 1
+    assert re.search(rf"\| {first.number} \|[^\n]*\| 63\.2 in policy_train \|", md), md
+    assert "class=\"phase\"" not in render_report(view, "html")
+    assert not re.search(r"\| [\d.]+ in \w+ \|", render_report(view, "md"))
