@@ -320,10 +320,9 @@ class MemoryReport:
         """The phase whose figure is the highest, when the report has two phases or more (which one
         holds the peak says which knobs move it); None otherwise, or when the peak came outside
         every phase."""
-        named = {k: v for k, v in self.phase_peak_frac.items() if k != OUTSIDE_PHASES}
-        if len(named) < 2:
+        if sum(k != OUTSIDE_PHASES for k in self.phase_peak_frac) < 2:
             return None
-        top = max(self.phase_peak_frac, key=lambda k: self.phase_peak_frac[k])
+        top = max(self.phase_peak_frac, key=self.phase_peak_frac.__getitem__)
         return top if top != OUTSIDE_PHASES else None
 
     def to_json(self) -> dict[str, Any]:

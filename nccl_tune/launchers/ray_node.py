@@ -152,7 +152,7 @@ class TrialHost:
                 data = os.read(fd, READ_CHUNK_BYTES)
             except OSError:
                 data = b""
-            if data and self._scanner is not None:
+            if data:
                 self._read_phases(data)
             with self._cond:
                 if not data:
@@ -165,7 +165,8 @@ class TrialHost:
                 self._cond.notify_all()
 
     def _read_phases(self, data: bytes) -> None:
-        """Feed the phase reader; its failure must not stop the output reaching the driver."""
+        """Feed the phase reader, when the trial has one; its failure must not stop the output
+        reaching the driver."""
         scanner, tracker = self._scanner, self._tracker
         try:
             if scanner is not None and tracker is not None:
