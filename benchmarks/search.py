@@ -25,8 +25,11 @@ twin; full enumeration for the synthetic families):
 Targets, per family, in one run: the tuner's median trials to reach <= 12, random search's median
 at least 3x the tuner's, the tuner's median GPU time on failures <= 15%.
 
-    python benchmarks/search.py [--families twin,enabler-trap,...] [--seeds 10] [--trials 40]
+    python benchmarks/search.py [--families twin,enabler-trap,...] [--seeds 10] [--first-seed 0] [--trials 40]
                                 [--samplers tuner,tpe,random] [--json PATH] [--quick] [--set KEY=VALUE]
+
+``--first-seed`` studies instances no change was judged on: every change to the sampler so far was
+measured on seeds 0-23, so seeds from 24 on are held out, and what holds there generalises.
 """
 
 from __future__ import annotations
@@ -135,7 +138,7 @@ class Problem:
         return 1 + math.ceil(math.log(0.5) / math.log(1 - self.p))
 
 
-def twin_problems(seeds: int, trials: int, pins: tuple[tuple[str, str], ...], cache: Path | None,
+def twin_problems(seeds: range, trials: int, pins: tuple[tuple[str, str], ...], cache: Path | None,
                   root: Path, console: Console) -> tuple[list[Problem], twin.Landscape]:
     """The twin: one exact landscape (cached in the JSON), one problem per study seed."""
     space, pin_set = apply_pins(load_space(twin.SPACE), pins)
@@ -156,15 +159,15 @@ def twin_problems(seeds: int, trials: int, pins: tuple[tuple[str, str], ...], ca
         Problem("twin", seed, twin.SPACE, ("bash", str(twin.TWIN)), pins, judge,
                 lambda: ModelLauncher(env=twin.BASE_ENV), land.best_values, land.best.throughput_samples_per_s,
                 land.target_region.get("p"))
-        for seed in range(seeds)
+        for seed in seeds
     ]
     return problems, land
 
 
-def synthetic_problems(name: str, seeds: int, root: Path) -> list[Problem]:
-    """Instances 0..seeds-1 of a synthetic family, each with its space written as a YAML file."""
+def synthetic_problems(name: str, seeds: range, root: Path) -> list[Problem]:
+    """Instances ``seeds`` of a synthetic family, each with its space written as a YAML file."""
     out = []
-    for seed in range(seeds):
+    for seed in seeds:
         inst, ex = instance(name, seed)
         path = root / f"{name}-{seed}.yaml"
         path.write_text(FAMILIES[name].space_yaml)
@@ -406,6 +409,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--families", default=",".join(FAMILY_NAMES), help="comma-separated (default: all)")
     p.add_argument("--samplers", default=",".join(SAMPLERS), help="comma-separated (default: tuner,tpe,random)")
     p.add_argument("--seeds", type=int, default=None, help="instances per family, seeds 0..N-1 (default 10; --quick 2)")
+    p.add_argument("--first-seed", type=int, default=0,
+                   help="the first instance (and twin study seed): seeds FIRST..FIRST+N-1 (default 0; 24 and on are held out)")
     p.add_argument("--trials", type=int, default=None, help="launched search trials per study (default 40; --quick 12)")
     p.add_argument("--set", dest="pins", action="append", default=[], metavar="KEY=VALUE",
                    help="hold a parameter of the twin's space fixed in its studies and landscape (repeatable)")
@@ -418,6 +423,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     for name in ("seeds", "trials"):
         if getattr(args, name) < 1:
             raise NcclTuneError(f"--{name} {getattr(args, name)}: must be at least 1")
+    if args.first_seed < 0:
+        raise NcclTuneError(f"--first-seed {args.first_seed}: must be 0 or more")
+    args.seed_range = range(args.first_seed, args.first_seed + args.seeds)
     args.family_list = [f.strip() for f in args.families.split(",") if f.strip()]
     for f in args.family_list:
         if f not in FAMILY_NAMES:
@@ -448,9 +456,10 @@ def main(argv: list[str] | None = None) -> int:
             land = None
             for name in args.family_list:
                 if name == "twin":
-                    problems[name], land = twin_problems(args.seeds, args.trials, args.pin_pairs, args.json, root, console)
+                    problems[name], land = twin_problems(args.seed_range, args.trials, args.pin_pairs, args.json, root,
+                                                         console)
                 else:
-                    problems[name] = synthetic_problems(name, args.seeds, root)
+                    problems[name] = synthetic_problems(name, args.seed_range, root)
             stats = {(name, s): [run_one(p, s, args.trials, root) for p in problems[name]]
                      for name in args.family_list for s in args.sampler_list}
     except NcclTuneError as exc:
@@ -483,7 +492,8 @@ def write_json(args: argparse.Namespace, problems: Mapping[str, list[Problem]], 
             families[name]["landscape"] = land.to_json()
             families[name]["pins"] = dict(args.pin_pairs)
     payload = {
-        "benchmark": "search", "families": families, "seeds": args.seeds, "trials": args.trials, "quick": args.quick,
+        "benchmark": "search", "families": families, "seeds": args.seeds, "first_seed": args.first_seed,
+        "trials": args.trials, "quick": args.quick,
         "samplers": args.sampler_list, "shipped_sampler": SHIPPED, "within_frac": WITHIN_FRAC,
         "definitions": DEFINITIONS, "targets": tgt, "all_met": bool(tgt) and all(t["met"] for t in tgt),
         "cpu_count": os.cpu_count(), "python": sys.version.split()[0], "wall_s": round(wall_s, 1),

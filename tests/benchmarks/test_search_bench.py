@@ -90,10 +90,26 @@ def test_second_run_reuses_the_cached_twin_landscape(quick, tmp_path):
     assert list(again["families"]) == ["twin"] and list(again["families"]["twin"]["samplers"]) == ["tuner"]
 
 
+def test_first_seed_studies_held_out_instances(tmp_path):
+    """Instances from ``--first-seed`` on, judged like the others and named by their seed."""
+    out = tmp_path / "held-out.json"
+    proc = run_bench("--families", "narrow-wall", "--samplers", "random", "--first-seed", "24", "--seeds", "2",
+                     "--trials", "3", "--json", str(out))
+    assert proc.returncode in (0, 1), proc.stderr
+    data = json.loads(out.read_text())
+    assert data["first_seed"] == 24
+    fam = data["families"]["narrow-wall"]
+    assert [i["seed"] for i in fam["instances"]] == [24, 25]
+    assert [s["seed"] for s in fam["studies"]["random"]] == [24, 25]
+    assert fam["instances"][0]["best_values"] != fam["instances"][1]["best_values"] or \
+        fam["instances"][0]["best_throughput"] != fam["instances"][1]["best_throughput"]
+
+
 @pytest.mark.parametrize(
     "args, expected",
     [
         (["--seeds", "0"], "--seeds 0: must be at least 1"),
+        (["--first-seed", "-1"], "--first-seed -1: must be 0 or more"),
         (["--families", "twin,nope"], "unknown family 'nope'"),
         (["--samplers", "cma"], "unknown sampler 'cma'"),
         (["--quick", "--set", "trainer.nope=1"], "has no parameter or context value trainer.nope"),
