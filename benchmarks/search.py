@@ -408,7 +408,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--families", default=",".join(FAMILY_NAMES), help="comma-separated (default: all)")
     p.add_argument("--samplers", default=",".join(SAMPLERS), help="comma-separated (default: tuner,tpe,random)")
-    p.add_argument("--seeds", type=int, default=None, help="instances per family, seeds 0..N-1 (default 10; --quick 2)")
+    p.add_argument("--seeds", type=int, default=None, help="instances per family, from --first-seed on (default 10; --quick 2)")
     p.add_argument("--first-seed", type=int, default=0,
                    help="the first instance (and twin study seed): seeds FIRST..FIRST+N-1 (default 0; 24 and on are held out)")
     p.add_argument("--trials", type=int, default=None, help="launched search trials per study (default 40; --quick 12)")
