@@ -656,7 +656,7 @@ class LogClassifier:
             return None
         if rule.name == "exception" and m is not None and m.group("exception") == "AssertionError":
             rule = self._assertion_rule(rule)
-        elif rule.name == "nccl_abort_teardown":
+        elif rule.name == "peer_gone":
             rule = self._reset_rule(rule, msg)
         ignored = self._line_no in self._ignored
         counter = f"ignored {rule.name}" if ignored else rule.name  # ignored lines cannot use up a rule's events
@@ -1189,14 +1189,23 @@ class _Decision:
         return None
 
     def _silent_rank(self, reported: list[_Event]) -> int | None:
-        """The one rank that reported no timeout while at least two others did (the one behind);
-        a rank whose watchdog reported only that it caught an error or a timeout reported one."""
+        """The rank behind: one that reported no time-out, while every other rank (at least two)
+        reported it was waiting before it reported anything (it reached the collective once the
+        others had given up, or never did). A rank waiting may report a lost peer instead of its own
+        time-out (a rank that timed out first died under it), as long as one rank timed out; a rank
+        whose watchdog reported only that it caught an error or a timeout reported one."""
+        lost = [e for e in self._of(Kind.SYMPTOM) if e.rule.subtype == "peer_gone"]
+        first: dict[int, int] = {}
+        for e in sorted(reported + lost, key=lambda e: e.order):
+            if e.rank is not None:
+                first.setdefault(e.rank, e.order)
         timed_out = {e.rank for e in reported if e.rank is not None}
-        if len(timed_out) < 2:
-            return None
         world = set(range(self.clf._world_size)) if self.clf._world_size else set(self.clf._ranks_seen)
-        silent = world - timed_out
-        return silent.pop() if len(silent) == 1 else None
+        if len(world) < 3 or not timed_out or not set(first) <= world:
+            return None
+        last = max(world, key=lambda r: first.get(r, float("inf")))
+        others = world - {last}
+        return None if last in timed_out or not others <= set(first) else last
 
     def _mismatch(self, timeouts: list[_Event], pg: str, seq: int, sigs: dict[tuple[Any, Any, Any], set[int | None]]) -> Verdict:
         ordered = sorted(sigs.items(), key=lambda kv: (len(kv[1]), str(kv[0])))

@@ -317,10 +317,12 @@ RULES: tuple[Rule, ...] = (
     Rule("sglang_weight_update_failed", F.CRASH, Kind.CRASH, ("Failed to update parameter online",), None, "weight_sync"),
     Rule("sglang_scheduler_exception", F.CRASH, Kind.CRASH, ("Scheduler hit an exception",), None, "engine"),
     # --- what a failure drags along ---------------------------------------------------------
+    # a rank whose peer died or aborted under it (gloo's wording): it was waiting on that peer
+    Rule("peer_gone", F.CRASH, Kind.SYMPTOM, ("Connection reset by peer", "Connection closed by peer"), None, "peer_gone"),
     Rule("nccl_abort_teardown", F.CRASH, Kind.SYMPTOM,
          ("To avoid data inconsistency", "terminate called after throwing", "Fatal Python error: Aborted",
           "Aborted (core dumped)", "ncclCommAbort", "Process group watchdog thread terminated",
-          "Connection reset by peer", "Connection closed by peer", "closing signal SIGTERM",
+          "closing signal SIGTERM",
           "Exiting main process due to a failure", "ChildFailedError", "Broken pipe", "Killing subprocess"),
          None, "teardown"),
     # --- warnings that name a cause when a failure follows ----------------------------------

@@ -198,6 +198,31 @@ def test_the_one_silent_rank_of_a_known_world_is_named() -> None:
     assert "Rank 4" in v.advice
 
 
+def _gloo(rank: int, what: str) -> str:
+    errors = {"timeout": "[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 3600ms for "
+                         "recv operation to complete",
+              "lost": "[../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:56021"}
+    return f"[rank{rank}]: RuntimeError: {errors[what]}\n"
+
+
+def test_a_rank_whose_peer_died_first_was_waiting_and_the_last_one_in_is_behind() -> None:
+    """Rank 0 timed out and died; rank 2, waiting too, lost its peer before its own time-out; rank 1
+    (the one behind) lost its peers only when it reached the collective, after both."""
+    head = [nccl_init_complete(r, nranks=3) for r in range(3)] + step_prefix()
+    v = classify_log(head + [_gloo(0, "timeout"), _gloo(2, "lost"), _gloo(1, "lost")], exit_code=1)
+    assert (v.failure_class, v.rank) == (F.COLLECTIVE_TIMEOUT, 1)
+    # or never reached it
+    v = classify_log(head + [_gloo(0, "timeout"), _gloo(2, "lost")], exit_code=1)
+    assert (v.failure_class, v.rank) == (F.COLLECTIVE_TIMEOUT, 1)
+    # two ranks: the one that lost its peer may just have been a little later, nobody is named
+    two = [nccl_init_complete(r, nranks=2) for r in range(2)] + step_prefix()
+    v = classify_log(two + [_gloo(0, "timeout"), _gloo(1, "lost")], exit_code=1)
+    assert (v.failure_class, v.rank) == (F.COLLECTIVE_TIMEOUT, None)
+    # nobody timed out: peers lost all round is a crash, not a rank behind
+    v = classify_log(head + [_gloo(0, "lost"), _gloo(2, "lost"), _gloo(1, "lost")], exit_code=1)
+    assert v.failure_class is F.CRASH
+
+
 def test_nccl_warn_before_a_timeout_names_the_cause() -> None:
     lines = step_prefix() + [
         "gpu-node-01:4003:4190 [3] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer 10.1.1.7<53721> "

@@ -73,6 +73,7 @@ EXAMPLES = {
     "CUDA device 1d000",
     "ray_kill": "The actor is dead because it was killed by `ray.kill`.",
     "ray_actor_died": "ray.exceptions.ActorDiedError: The actor died unexpectedly before finishing this task.",
+    "peer_gone": "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:56021",
     "nccl_abort_teardown": "terminate called after throwing an instance of 'c10::DistBackendError'",
     "nccl_warn": "node:112:201 [0] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got async event : port error",
     "loguru_error": "2026-03-02 10:11:12.345 | ERROR    | skyrl_train.generators:generate:88 - request failed, retrying",
