@@ -81,11 +81,12 @@ def run_cli_peak_rss(args: list[str], cwd: Path, env: dict | None = None, timeou
     return done, peak / float(1 << 20)
 
 
-# The synthetic twin of SkyRL's run (examples/run_skyrl_sql_sim.sh), fast: two ranks, 1/500 of the
+# The synthetic twin of SkyRL's run (examples/run_skyrl_sql_sim.sh), fast: one rank process (what these tests
+# read is the tuner's, not a cascade across ranks: tests/launchers and tests/diagnose run those), 1/500 of the
 # modelled time. A trial takes a few seconds.
 REPO = HERE.parents[1]
 TWIN = REPO / "examples" / "run_skyrl_sql_sim.sh"
-TWIN_ENV = {"SIM_TIME_SCALE": "0.002", "SIM_RANKS": "2"}
+TWIN_ENV = {"SIM_TIME_SCALE": "0.002", "SIM_RANKS": "1"}
 TWIN_PINS_SPEED_ONLY = (
     "--set", "trainer.micro_train_batch_size_per_gpu=1", "--set", "trainer.micro_forward_batch_size_per_gpu=8",
     "--set", "trainer.policy.fsdp_config.cpu_offload=false", "--set", "trainer.ref.fsdp_config.cpu_offload=true",

@@ -78,8 +78,8 @@ def test_an_unfixable_baseline_stops_the_study_after_it(workdir, name):
 
 
 def test_a_baseline_out_of_memory_does_not_stop_the_study(workdir):
-    # every trial's rank 1 runs out of memory in its first step: smaller values might fit, so go on
-    proc = run_twin(["--trials", "2", "--confirm", "0", "--json"], cwd=workdir, env={"SIM_FAULT": "oom:1:1"})
+    # every trial's rank runs out of memory in its first step: smaller values might fit, so go on
+    proc = run_twin(["--trials", "2", "--confirm", "0", "--json"], cwd=workdir, env={"SIM_FAULT": "oom:0:1"})
     assert proc.returncode == 2, proc.stderr
     launched = [r for r in json.loads(proc.stdout)["trials"] if r["outcome"] == "launched"]
     assert launched[0]["kind"] == "baseline" and launched[0]["status"] == "oom"
