@@ -1145,7 +1145,7 @@ class _Decision:
             if len(set(explicit)) == 1:
                 rank = explicit[0]
             else:
-                rank = self._silent_rank(reported)
+                rank = self._rank_behind(reported)
         # the first NCCL watchdog line names op, seq and sizes best
         best = next((e for e in timeouts if "seq" in e.details), first)
         extra = [best] + [e for e in timeouts if e.rank != best.rank][:3]
@@ -1188,7 +1188,7 @@ class _Decision:
             )
         return None
 
-    def _silent_rank(self, reported: list[_Event]) -> int | None:
+    def _rank_behind(self, reported: list[_Event]) -> int | None:
         """The rank behind: one that reported no time-out, while every other rank (at least two)
         reported it was waiting before it reported anything (it reached the collective once the
         others had given up, or never did). A rank waiting may report a lost peer instead of its own
