@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from nccl_tune.node import env_catalog as E
+from nccl_tune.node.nccl_clamps import clamps
 from nccl_tune.gpu import GpuProbe, open_probe
 
 NOFILE_RECOMMENDED = 65536
@@ -213,6 +214,9 @@ def _env_consistency(env: Mapping[str, str]) -> Iterator[Check]:
         yield Check("env.flight_recorder_dir", "warn",
                     f"the Flight Recorder dump prefix {dump} points into a missing directory",
                     f"mkdir -p {Path(dump).parent}")
+    for clamp in clamps(env):
+        yield Check(f"env.{clamp.name}", "warn", f"{clamp.describe()}: NCCL warns and runs with {clamp.runs_as}",
+                    f"set {clamp.name}={clamp.runs_as}")
     ifname = env.get("NCCL_SOCKET_IFNAME")
     if ifname:
         names = sorted(psutil.net_if_addrs())

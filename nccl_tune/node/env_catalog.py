@@ -156,7 +156,8 @@ class ValueProblem:
     fix: str
 
 
-def _strtoll(value: str) -> int | None:
+def strtoll(value: str) -> int | None:
+    """The integer NCCL's ``strtoll(value, 0)`` reads from the start of ``value`` (decimal or 0x hex), or None."""
     m = _STRTOLL.match(value)
     return int(m.group(0), 0) if m else None
 
@@ -164,7 +165,7 @@ def _strtoll(value: str) -> int | None:
 def _check_int(name: str, value: str) -> ValueProblem | None:
     if value.strip() == "":
         return None
-    parsed = _strtoll(value)
+    parsed = strtoll(value)
     if parsed is None:
         return ValueProblem("fail", f"{name}={value!r} is not a number: NCCL reads it as 0", f"set {name} to an integer")
     if _STRTOLL.match(value).end() != len(value.rstrip()):

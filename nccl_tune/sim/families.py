@@ -10,6 +10,7 @@ space is enumerated (``enumerate_configs``), since each costs microseconds.
   micro-batch but frees room for a micro-batch several times larger, which wins.
 - ``comm-bound``: data-parallel training across two nodes over TCP sockets: gradient all-reduce
   dominates, and NCCL's algorithm, protocol, socket threads, buffers and the bucket size decide.
+  More than 64 sockets run as 64 (NCCL clamps them: ``node.nccl_clamps``).
 - ``flat-top``: a generation-heavy RL job whose optimum is a plateau (two or three values of each
   parameter within a fraction of a percent, 6-12% lost per value off it), under 6-10% step noise;
   its memory peaks in ``generate`` (the engines' pool) or in ``policy_train`` (the trainer), given
@@ -31,6 +32,7 @@ import random
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator, Mapping
 
+from nccl_tune.node.nccl_clamps import effective
 from nccl_tune.search_spaces.loader import parse_space
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.sim.analytic import AnalyticNode, Landscape, Truth
@@ -238,10 +240,9 @@ def _comm(rng: random.Random) -> tuple[Landscape, AnalyticNode]:
     mfu_max, half = rng.uniform(0.35, 0.5), rng.uniform(2000, 8000)
 
     def landscape(v: Mapping[str, Any]) -> Truth:
-        threads = 1 if v["NCCL_SOCKET_NTHREADS"] == "unset" else v["NCCL_SOCKET_NTHREADS"]
-        socks = 1 if v["NCCL_NSOCKS_PERTHREAD"] == "unset" else v["NCCL_NSOCKS_PERTHREAD"]
-        if threads * socks > 64:
-            return Truth(1.0, 30.0, "nccl_error", detail="NCCL_NSOCKS_PERTHREAD*NCCL_SOCKET_NTHREADS must be at most 64")
+        runs = effective(v)  # NCCL clamps the sockets to 64 per connection, and runs
+        threads = 1 if runs["NCCL_SOCKET_NTHREADS"] == "unset" else runs["NCCL_SOCKET_NTHREADS"]
+        socks = 1 if runs["NCCL_NSOCKS_PERTHREAD"] == "unset" else runs["NCCL_NSOCKS_PERTHREAD"]
         m, bucket = v["train.micro_batch_size"], v["train.bucket_mb"]
         bw = min(0.92 * link, per_socket * threads * socks)
         bw *= {"unset": max(1.0, tree) * algo_auto, "Ring": 1.0, "Tree": tree}[v["NCCL_ALGO"]]

@@ -3,7 +3,9 @@
 Values are not launched, and are told to the study at once, when they
 - break the space's rules, or an expression of the space fails on them (``rejected``:
   infeasible for the sampler, with the rule's message or the expression's error);
-- were already measured by a launched trial (``duplicate``: the sampler hears the same outcome);
+- were already measured by a launched trial, or NCCL runs them as it ran a launched trial's (a
+  setting past one of NCCL's limits, which it clamps: ``node.nccl_clamps``) (``duplicate``: the
+  sampler hears the same outcome);
 - are refused by the memory model (``memory_model.MemoryModel.verdict``: they need at least the
   memory of a known OOM or of a run within the headroom, or are predicted with confidence to run
   out or to come within the headroom of the wall; ``predicted``).
@@ -18,12 +20,13 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from nccl_tune.errors import NcclTuneError
+from nccl_tune.node.nccl_clamps import clamps
 from nccl_tune.search_spaces.expr import ExprError
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.tuner import study_records as R
 from nccl_tune.tuner.display import Display
 from nccl_tune.tuner.memory_model import memory_verdict
-from nccl_tune.tuner.stability import values_key
+from nccl_tune.tuner.stability import run_key
 from nccl_tune.tuner.study_records import TrialKind, TrialRecord
 from nccl_tune.tuner.telling import tell_duplicate, tell_predicted, tell_rejected
 
@@ -44,14 +47,15 @@ def rule_violations(space: SearchSpace, values: Mapping[str, Any]) -> list[str]:
 def measured_before(
     trials: Sequence[FrozenTrial], history: Sequence[TrialRecord], values: Mapping[str, Any]
 ) -> FrozenTrial | None:
-    """The first launched, finished trial with exactly these values (interrupted ones do not count);
-    ``history`` holds the records of ``trials``, in the same order."""
-    key = values_key(values)
+    """The first launched, finished trial that ran these values, or values NCCL runs alike
+    (``stability.run_key``; interrupted ones do not count); ``history`` holds the records of
+    ``trials``, in the same order."""
+    key = run_key(values)
     for t, rec in zip(trials, history):
         if (
             t.state in (TrialState.COMPLETE, TrialState.PRUNED)
             and rec.outcome is R.Outcome.LAUNCHED
-            and values_key(rec.values) == key
+            and run_key(rec.values) == key
         ):
             return t
     return None
@@ -89,6 +93,10 @@ class Admission:
             return True
         original = measured_before(trials, history, values)
         if original is not None:
+            clamped = clamps(values)
+            if clamped:
+                self.display.skipped(trial.number, f"{'; '.join(c.describe() for c in clamped)}: "
+                                                   f"the run of trial {original.number}")
             tell_duplicate(study, trial, original)
             self.duplicates_in_a_row += 1
             return False

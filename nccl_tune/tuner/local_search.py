@@ -65,7 +65,7 @@ from nccl_tune.tuner.failure_model import FailureModel
 from nccl_tune.tuner.memory_model import MemoryModel, failure_wall_frac
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.sampling import distributions, from_optuna, to_optuna
-from nccl_tune.tuner.stability import candidates, values_key
+from nccl_tune.tuner.stability import candidates, run_key
 from nccl_tune.tuner.throughput_model import ThroughputModel, axis
 
 TPE_DRAWS = 8
@@ -128,7 +128,7 @@ class Planner:
         """Why ``propose`` returned None."""
 
     def _key(self, values: Mapping[str, Any]) -> str:
-        return values_key({p.name: values.get(p.name) for p in self.free})
+        return run_key({p.name: values.get(p.name) for p in self.free})
 
     # -- moves -------------------------------------------------------------------------------------
     def full(self, values: Mapping[str, Any]) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
 from nccl_tune.failure import FailureClass
+from nccl_tune.node.nccl_clamps import effective
 from nccl_tune.tuner.study_records import Outcome, TrialKind, TrialRecord
 
 
@@ -43,6 +44,12 @@ MIN_NOISE_FRAC = 0.01
 
 def values_key(values: Mapping[str, Any]) -> str:
     return json.dumps(values, sort_keys=True, default=str)
+
+
+def run_key(values: Mapping[str, Any]) -> str:
+    """``values_key`` of the run ``values`` make: configs that NCCL runs alike (a setting past one of
+    its limits, which it clamps: ``node.nccl_clamps``) share it."""
+    return values_key(effective(values))
 
 
 @dataclass(frozen=True)

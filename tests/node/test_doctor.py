@@ -70,6 +70,9 @@ ENV_CASES = [
     ({"SKYRL_WORKER_NCCL_TIMEOUT_IN_S": "ten"}, "env.SKYRL_WORKER_NCCL_TIMEOUT_IN_S", "fail", ["positive integer"], []),
     ({"NCCL_SOCKET_IFNAME": "no_such_if0"}, "env.NCCL_SOCKET_IFNAME", "fail", ["matches no interface"], []),
     ({"NCCL_SOCKET_IFNAME": "lo"}, "env.nccl", "pass", [], []),
+    ({"NCCL_SOCKET_NTHREADS": "16", "NCCL_NSOCKS_PERTHREAD": "8"}, "env.NCCL_NSOCKS_PERTHREAD", "warn",
+     ["runs NCCL_NSOCKS_PERTHREAD=8 as 4", "more than 64"], ["NCCL_NSOCKS_PERTHREAD=4"]),
+    ({"NCCL_SOCKET_NTHREADS": "8", "NCCL_NSOCKS_PERTHREAD": "8"}, "env.nccl", "pass", [], []),
     ({"NCCL_SOCKET_IFNAME": "^docker,lo"}, "env.nccl", "pass", [], []),
     # our own variables, and NCCL_* names that images and build systems set, are not NCCL's business
     ({"NCCL_TUNE_TRIAL": "s/1", "NCCL_TUNE_FAKE_NVML": "/x", "NCCL_VERSION": "2.21.5"}, "env.nccl", "pass", [], []),

@@ -1,6 +1,6 @@
 """Values that break the space's rules are not launched; a space expression that fails on a
 sampled value (a division by zero) is a broken rule for those values, not a stuck study.
-Through the CLI, with the twin."""
+Through the CLI, with the twin; configs NCCL runs alike (a setting past its limit) are one run."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import json
 import pytest
 from optuna.trial import TrialState
 
-from tests.tuner.conftest import error_lines, run_twin, study_trials, twin_space_text
+from tests.tuner.conftest import error_lines, run_cli, run_twin, study_trials, twin_space_text
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -40,3 +40,37 @@ def test_an_expression_failing_on_a_sampled_value_rejects_it_and_the_study_goes_
     assert not [t for t in study_trials(workdir, "e2") if t.state is TrialState.RUNNING]
     again = run_twin(args[:-2] + ["--study", "e2", "--trials", "1"], cwd=workdir)
     assert again.returncode == 0 and "resuming study e2" in again.stderr
+
+
+SOCKETS_SPACE = """
+name: tiny-sockets
+description: The tiny trainer with NCCL's socket variables, one pair of them past NCCL's limit.
+parameters:
+  - {name: trainer.micro, kind: pow2, low: 1, high: 2, default: 1, memory: increasing}
+  - {name: NCCL_SOCKET_NTHREADS, kind: categorical, choices: [8, 16], default: 16, memory: none}
+  - {name: NCCL_NSOCKS_PERTHREAD, kind: categorical, choices: [4, 8], default: 4, memory: none}
+trial:
+  overrides:
+    trainer.ckpt_path: "{trial_dir}/ckpt"
+stop: {warmup_steps: 1, measured_steps: 2}
+clocks: {startup_timeout_s: 30, stall_timeout_s: 10, stall_floor_s: 3, trial_timeout_s: 60, grace_s: 2}
+throughput: {samples_per_step: 8 * trainer.micro}
+stability: {min_headroom_frac: 0.05}
+"""
+
+
+def test_a_config_nccl_clamps_to_a_measured_one_is_not_launched_again(workdir, tiny_command):
+    """16 threads x 8 sockets is past NCCL's 64 sockets: NCCL runs it as 16 x 4, the baseline's run."""
+    space = workdir / "sockets.yaml"
+    space.write_text(SOCKETS_SPACE)
+    proc = run_cli(["run", "--space", str(space), "--study", "s", "--trials", "3", "--sampler", "random", "--seed", "1",
+                    "--confirm", "0", "--set", "trainer.micro=1", "--json", "--", *tiny_command], cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)["trials"]
+    launched = [r["params"] for r in rows if r["outcome"] == "launched"]
+    clamped = [r for r in rows if r["params"]["NCCL_SOCKET_NTHREADS"] == 16 and r["params"]["NCCL_NSOCKS_PERTHREAD"] == 8]
+    assert len(launched) == 3 and {(p["NCCL_SOCKET_NTHREADS"], p["NCCL_NSOCKS_PERTHREAD"]) for p in launched} == {
+        (16, 4), (8, 4), (8, 8)}
+    assert clamped and all(r["outcome"] == "duplicate" for r in clamped)
+    assert ("NCCL runs NCCL_NSOCKS_PERTHREAD=8 as 4 (NCCL_SOCKET_NTHREADS=16 x 8 sockets is more than 64): "
+            "the run of trial 0") in proc.stderr

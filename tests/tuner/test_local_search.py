@@ -299,3 +299,29 @@ def test_where_no_move_is_worth_a_trial_tpe_proposes_configs_the_memory_model_ex
     monkeypatch.setattr(local_search, "TPE_DRAWS", 1)
     alone = [p for seed in (1, 2) for p in tpe_fallback_proposals(seed, 12)]
     assert sum(p < 0.5 for p in alone) >= 3, alone
+
+
+SOCKETS = parse_space(
+    """
+name: ddp
+parameters:
+  - {name: micro, kind: pow2, low: 1, high: 4, default: 2, memory: increasing}
+  - {name: NCCL_SOCKET_NTHREADS, kind: categorical, choices: [unset, 8, 16], default: unset, memory: none}
+  - {name: NCCL_NSOCKS_PERTHREAD, kind: categorical, choices: [unset, 4, 8], default: unset, memory: none}
+throughput: {samples_per_step: 64}
+""",
+    source="test",
+    label="ddp",
+)
+
+
+def test_no_move_goes_to_a_config_nccl_runs_as_one_already_measured():
+    """16 threads x 8 sockets is past NCCL's 64: it runs as 16 x 4, measured; 8 x 8 is a run of its own."""
+    base = SOCKETS.defaults()
+    runs = [({}, 2.0), ({"NCCL_SOCKET_NTHREADS": 16}, 1.5), ({"NCCL_SOCKET_NTHREADS": 16, "NCCL_NSOCKS_PERTHREAD": 4}, 1.2),
+            ({"NCCL_SOCKET_NTHREADS": 8, "NCCL_NSOCKS_PERTHREAD": 4}, 1.25)]
+    records = [record(i, {**base, **changes}, 40.0, step_s) for i, (changes, step_s) in enumerate(runs)]
+    planner = Planner(SOCKETS, {}, records)
+    moves = planner.moves([(2, records[2].values), (3, records[3].values)])
+    socket_pairs = {(m.values["NCCL_SOCKET_NTHREADS"], m.values["NCCL_NSOCKS_PERTHREAD"]) for m in moves}
+    assert (8, 8) in socket_pairs and (16, 8) not in socket_pairs
