@@ -39,7 +39,7 @@ def confirm(
             to_optuna(space, cand.values, pinned),
             user_attrs={R.A_KIND: TrialKind.RERUN.value, R.A_RERUN_OF: cand.first.number},
         )
-        trial = study.ask()
+        trial = runner.ask(study)
         with runner.told_on_failure(study, trial):
             values = suggest(trial, space, pinned)
             trial.set_user_attr(R.A_VALUES, values)

@@ -233,7 +233,7 @@ class StudyLoop:
 
     def ask(self, study: optuna.Study) -> tuple[optuna.Trial, dict[str, Any], str]:
         """Optuna's next trial, its values and its kind (baseline, search, retry), recorded in it."""
-        trial = study.ask()
+        trial = self.runner.ask(study)
         values = suggest(trial, self.space, self.pins.params)
         kind = trial.user_attrs.get(R.A_KIND, TrialKind.SEARCH.value)
         trial.set_user_attr(R.A_VALUES, values)

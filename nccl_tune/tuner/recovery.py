@@ -86,6 +86,8 @@ class Recovery:
         trial.set_user_attr(R.A_STATUS, FailureClass.INTERRUPTED.value)
         study.tell(trial, state=TrialState.FAIL)
         values = t.user_attrs.get(R.A_VALUES)
-        if values:
-            requeue(study, self.space, values, self.pinned, t.user_attrs.get(R.A_KIND, R.TrialKind.SEARCH.value))
+        if not values:  # killed while its values were being chosen
+            self.display.note(f"trial {t.number}: interrupted before its values were chosen")
+            return
+        requeue(study, self.space, values, self.pinned, t.user_attrs.get(R.A_KIND, R.TrialKind.SEARCH.value))
         self.display.note(f"trial {t.number}: interrupted before it finished; it will be run again")

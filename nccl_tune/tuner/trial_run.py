@@ -92,6 +92,15 @@ class TrialRunner:
                     requeue(study, self.space, values, self.pins.params, kind)
             raise
 
+    def ask(self, study: optuna.Study) -> optuna.Trial:
+        """A new trial of ``study``, recorded as this tuner's (host, pid) before anything else is
+        asked of it: a tuner killed while its sampler proposes (inside the first ``suggest``) leaves
+        a running trial that the next run on this host settles (``recovery``)."""
+        trial = study.ask()
+        trial.set_user_attr(R.A_HOST, self.host)
+        trial.set_user_attr(R.A_PID, os.getpid())
+        return trial
+
     def run(
         self,
         study: optuna.Study,
@@ -116,8 +125,6 @@ class TrialRunner:
         self.tell_measured_steps(spec, history)
         for key, value in (
             (R.A_TRIAL_DIR, str(spec.trial_dir)),
-            (R.A_HOST, self.host),
-            (R.A_PID, os.getpid()),
             (R.A_PLANNED_STEPS, spec.stop.total_steps),
             ("argv", list(spec.argv)),
             ("env", dict(spec.env)),

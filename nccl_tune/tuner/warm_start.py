@@ -39,7 +39,7 @@ def warm_start(
             return False
         if not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
             study.enqueue_trial(to_optuna(space, plan.baseline.values, pinned), user_attrs={R.A_KIND: TrialKind.WARM_START.value})
-        trial = study.ask()
+        trial = runner.ask(study)
         with runner.told_on_failure(study, trial):
             values = suggest(trial, space, pinned)
             trial.set_user_attr(R.A_VALUES, values)

@@ -75,3 +75,50 @@ def test_a_trial_asked_but_never_started_by_a_killed_tuner_resumes_without_a_fol
     assert f"trial {orphan}: interrupted before it finished; it will be run again" in second.stderr
     trials = {t.number: t for t in optuna.load_study(study_name="n", storage=storage).trials}
     assert trials[orphan].state is TrialState.FAIL and trials[orphan].user_attrs["status"] == "interrupted"
+
+
+class _PeekingSampler(optuna.samplers.RandomSampler):
+    """Random search that notes what the storage holds of the trial it proposes for."""
+
+    seen: dict | None = None
+
+    def sample_relative(self, study, trial, search_space):
+        (running,) = study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+        self.seen = dict(running.user_attrs)
+        return super().sample_relative(study, trial, search_space)
+
+
+def test_a_trial_is_the_tuners_before_its_sampler_proposes(tmp_path):
+    """A tuner killed while the sampler chooses values (the local planner's fits take seconds on a
+    long study) leaves a running trial that names its host and pid, so the next run settles it."""
+    from nccl_tune.search_spaces.loader import load_space
+    from nccl_tune.tuner.sampling import suggest
+    from nccl_tune.tuner.settings import RunSettings
+    from nccl_tune.tuner.trial_run import TrialRunner
+
+    space = load_space(str(TINY_SPACE))
+    sampler = _PeekingSampler(seed=1)
+    study = optuna.create_study(storage=f"sqlite:///{tmp_path}/s.db", study_name="p", sampler=sampler)
+    settings = RunSettings(command=("true",), space=str(TINY_SPACE))
+    runner = TrialRunner(space, None, settings, "p", None, None, None, host="node-7")  # ask needs the host alone
+    trial = runner.ask(study)
+    suggest(trial, space, {})
+    assert sampler.seen is not None and sampler.seen[R.A_HOST] == "node-7" and sampler.seen[R.A_PID] > 0
+
+
+def test_a_trial_killed_before_its_values_were_chosen_is_settled_on_resume(workdir, tiny_command):
+    args = ["run", "--space", str(TINY_SPACE), "--study", "v", "--trials", "1", "--confirm", "0", "--json",
+            "--", *tiny_command]
+    first = run_cli(args, cwd=workdir)
+    assert first.returncode == 0, first.stderr
+    storage = f"sqlite:///{workdir}/results/nccl-tune.db"
+    trial = optuna.load_study(study_name="v", storage=storage).ask()
+    trial.set_user_attr(R.A_HOST, socket.gethostname())
+    trial.set_user_attr(R.A_PID, 2**22 + 13)  # a tuner that is gone
+    second = run_cli(args, cwd=workdir)
+    assert second.returncode == 0, second.stderr
+    assert f"trial {trial.number}: interrupted before its values were chosen" in second.stderr
+    trials = {t.number: t for t in optuna.load_study(study_name="v", storage=storage).trials}
+    assert trials[trial.number].state is TrialState.FAIL and trials[trial.number].user_attrs["status"] == "interrupted"
+    assert not [t for t in trials.values() if t.state is TrialState.RUNNING]
+    assert sum(t.user_attrs.get("status") == "ok" for t in trials.values()) == 2
