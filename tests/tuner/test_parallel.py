@@ -50,10 +50,13 @@ def test_two_slots_run_trials_at_once(ray_cluster, tiny_command, workdir) -> Non
     assert all("a peer trial is running" in log for log in logs), logs
 
 
-ORPHAN_THEN_TRAIN = 'setsid sleep 300 & TINY_STEP_S=1 exec "$0" "$@"'
-"""Leaves a detached process of the trial (it carries the trial's marker), then trains with steps
-long enough (0.4-1 s; the node's environment, not the driver's, reaches the command) that the
-kill lands while trials run."""
+def orphan_then_train(step_file: Path) -> str:
+    """Leaves a detached process of the trial (it carries the trial's marker), then trains with steps
+    of the length ``step_file`` gives (the node's environment, not the driver's, reaches the
+    command): long in the run that is killed, so that the kill lands while the trial whose orphan
+    the test saw is still running (a trial that ends on its own sweeps its orphan), short in the
+    run that resumes."""
+    return f'setsid sleep 300 & TINY_STEP_S=$(cat {step_file}) exec "$0" "$@"'
 
 
 def _running_on_a_node(storage: str, study: str) -> list[int]:
@@ -71,9 +74,11 @@ def _running_on_a_node(storage: str, study: str) -> list[int]:
 
 def test_a_killed_ray_driver_resumes_and_sweeps_the_orphans_on_every_node(ray_cluster, tiny_command, workdir) -> None:
     study = f"kr-{uuid.uuid4().hex[:8]}"
+    step_file = workdir / "step_s"
+    step_file.write_text("5")  # steps of 2-5 s
     args = ["run", "--launcher", "ray", "--ray-address", ray_cluster.address, "--parallel", "2",
             "--space", str(TINY_SPACE), "--study", study, "--trials", "3", "--seed", "5", "--sampler", "random",
-            "--confirm", "0", "--", "bash", "-c", ORPHAN_THEN_TRAIN, *tiny_command]
+            "--confirm", "0", "--", "bash", "-c", orphan_then_train(step_file), *tiny_command]
     env = {**os.environ, "COLUMNS": "200"}
     storage = f"sqlite:///{workdir}/results/nccl-tune.db"
     try:
@@ -81,12 +86,13 @@ def test_a_killed_ray_driver_resumes_and_sweeps_the_orphans_on_every_node(ray_cl
             driver = subprocess.Popen([str(NCCL_TUNE), *args], cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=err)
             deadline = time.monotonic() + 120
             while driver.poll() is None and time.monotonic() < deadline:
-                if _running_on_a_node(storage, study):
+                if _running_on_a_node(storage, study) and find_marked(_of_study(study)):
                     break
                 time.sleep(0.1)
             assert driver.poll() is None, (workdir / "first.err").read_text()[-3000:]
             driver.send_signal(signal.SIGKILL)
             driver.wait(10)
+        step_file.write_text("1")
         kept = {t.number: (t.state, t.params, t.user_attrs.get(R.A_STATUS)) for t in _trials(storage, study)
                 if t.state is not TrialState.RUNNING}
         killed = [t.number for t in _trials(storage, study) if t.state is TrialState.RUNNING]
