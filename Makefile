@@ -26,8 +26,11 @@ demo: venv
 	$(BIN)/nccl-tune run --study demo --results $(RESULTS) --trials $(DEMO_TRIALS) \
 		--output $(RESULTS)/demo-tuned.yaml -- bash examples/run_skyrl_sql_sim.sh
 
+# One pytest worker per core and one more: many tests wait on trainer processes and their clocks.
+TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(len(os.sched_getaffinity(0)) + 1)")
+
 test: venv
-	$(BIN)/python -m pytest -q -n auto tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) tests
 
 # Each benchmark exits non-zero when it misses a target; all of them run anyway.
 bench: venv

@@ -45,7 +45,7 @@ def install_chromium() -> tuple[str | None, str]:
 
 def _headless(chrome: str, profile: Path) -> list[str]:
     return [chrome, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-            "--hide-scrollbars", f"--user-data-dir={profile}", "--virtual-time-budget=5000"]
+            "--hide-scrollbars", f"--user-data-dir={profile}", "--virtual-time-budget=15000"]
 
 
 def screenshot(chrome: str, html: Path, png: Path, width: int = 1280, height: int = 4000) -> subprocess.CompletedProcess:
