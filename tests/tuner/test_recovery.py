@@ -24,12 +24,17 @@ def _orphan_running_trial(storage: str, study_name: str, values: dict, trial_dir
     return trial.number
 
 
-def test_finished_results_survive_a_killed_tuner_and_unfinished_trials_run_again(workdir, tiny_command):
-    args = ["run", "--space", str(TINY_SPACE), "--study", "k", "--trials", "1", "--confirm", "0", "--json",
+def _first_run(workdir, tiny_command, study: str):
+    """One trial of the tiny trainer in ``study``: (the run's arguments, its output, the storage URL)."""
+    args = ["run", "--space", str(TINY_SPACE), "--study", study, "--trials", "1", "--confirm", "0", "--json",
             "--", *tiny_command]
     first = run_cli(args, cwd=workdir)
     assert first.returncode == 0, first.stderr
-    storage = f"sqlite:///{workdir}/results/nccl-tune.db"
+    return args, first, f"sqlite:///{workdir}/results/nccl-tune.db"
+
+
+def test_finished_results_survive_a_killed_tuner_and_unfinished_trials_run_again(workdir, tiny_command):
+    args, first, storage = _first_run(workdir, tiny_command, "k")
     done = workdir / "results" / "k" / "trial-0000"
     values = json.loads(first.stdout)["trials"][0]["params"]
 
@@ -107,11 +112,7 @@ def test_a_trial_is_the_tuners_before_its_sampler_proposes(tmp_path):
 
 
 def test_a_trial_killed_before_its_values_were_chosen_is_settled_on_resume(workdir, tiny_command):
-    args = ["run", "--space", str(TINY_SPACE), "--study", "v", "--trials", "1", "--confirm", "0", "--json",
-            "--", *tiny_command]
-    first = run_cli(args, cwd=workdir)
-    assert first.returncode == 0, first.stderr
-    storage = f"sqlite:///{workdir}/results/nccl-tune.db"
+    args, _, storage = _first_run(workdir, tiny_command, "v")
     trial = optuna.load_study(study_name="v", storage=storage).ask()
     trial.set_user_attr(R.A_HOST, socket.gethostname())
     trial.set_user_attr(R.A_PID, 2**22 + 13)  # a tuner that is gone
