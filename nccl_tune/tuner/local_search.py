@@ -128,7 +128,9 @@ class Planner:
         """Why ``propose`` returned None."""
 
     def _key(self, values: Mapping[str, Any]) -> str:
-        return run_key({p.name: values.get(p.name) for p in self.free})
+        """The run ``values`` make: their free parameters with the pinned ones (NCCL clamps one
+        variable by another's value, pinned or not)."""
+        return run_key({**{p.name: values.get(p.name) for p in self.free}, **self.pinned})
 
     # -- moves -------------------------------------------------------------------------------------
     def full(self, values: Mapping[str, Any]) -> dict[str, Any]:

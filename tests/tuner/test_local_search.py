@@ -325,3 +325,6 @@ def test_no_move_goes_to_a_config_nccl_runs_as_one_already_measured():
     moves = planner.moves([(2, records[2].values), (3, records[3].values)])
     socket_pairs = {(m.values["NCCL_SOCKET_NTHREADS"], m.values["NCCL_NSOCKS_PERTHREAD"]) for m in moves}
     assert (8, 8) in socket_pairs and (16, 8) not in socket_pairs
+    # the same with the threads pinned (--set NCCL_SOCKET_NTHREADS=16): the clamp reads the pinned value
+    pinned = Planner(SOCKETS, {"NCCL_SOCKET_NTHREADS": 16}, records[1:3])
+    assert not [m for m in pinned.moves([(2, records[2].values)]) if m.values["NCCL_NSOCKS_PERTHREAD"] == 8]
