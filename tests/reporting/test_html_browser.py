@@ -30,25 +30,25 @@ def report_html(tiny_study):
     return tiny_study / "report.html"
 
 
+def _colour_rows(img: np.ndarray, rgb: tuple[int, int, int], tol: int) -> tuple[np.ndarray, list[np.ndarray]]:
+    """(mask of the pixels of colour ``rgb`` in the H x W x 3 image ``img``, and for each row holding
+    any, the edges of its runs of them: starts at even positions, ends at odd ones)."""
+    hit = np.abs(img.astype(int) - np.array(rgb)).sum(axis=2) <= tol
+    edges = [np.flatnonzero(np.diff(np.concatenate(([0], row.astype(int), [0])))) for row in hit[hit.any(axis=1)]]
+    return hit, edges
+
+
 def _runs(img: np.ndarray, rgb: tuple[int, int, int], tol: int = 40) -> tuple[int, int]:
     """(pixels of colour ``rgb``, longest horizontal run of them) in the H x W x 3 image ``img``."""
-    hit = np.abs(img.astype(int) - np.array(rgb)).sum(axis=2) <= tol
-    longest = 0
-    for row in hit[hit.any(axis=1)]:
-        edges = np.flatnonzero(np.diff(np.concatenate(([0], row.astype(int), [0]))))
-        longest = max(longest, int((edges[1::2] - edges[::2]).max()))
-    return int(hit.sum()), longest
+    hit, rows = _colour_rows(img, rgb, tol)
+    return int(hit.sum()), max((int((e[1::2] - e[::2]).max()) for e in rows), default=0)
 
 
 def _dashed_line(img: np.ndarray, rgb: tuple[int, int, int], tol: int = 40) -> tuple[int, int]:
     """(dashes, pixels from the first to the last) of the row of ``img`` that holds the most separate
     runs of colour ``rgb``: a dashed line, however many other marks of that colour the page holds."""
-    hit = np.abs(img.astype(int) - np.array(rgb)).sum(axis=2) <= tol
-    best = (0, 0)
-    for row in hit[hit.any(axis=1)]:
-        edges = np.flatnonzero(np.diff(np.concatenate(([0], row.astype(int), [0]))))
-        best = max(best, (len(edges) // 2, int(edges[-1] - edges[0])))
-    return best
+    _, rows = _colour_rows(img, rgb, tol)
+    return max(((len(e) // 2, int(e[-1] - e[0])) for e in rows), default=(0, 0))
 
 
 def test_chromium_builds_every_plot_into_the_dom(chrome, report_html):
@@ -103,8 +103,9 @@ def test_the_screenshot_shows_the_plots(chrome, report_html, tmp_path):
     png = tmp_path / "report.png"
     proc = screenshot(chrome, report_html, png, height=4200)
     assert png.is_file(), proc.stderr[-2000:]
-    full = np.asarray(Image.open(png).convert("RGB"))
-    img = np.asarray(Image.open(png).convert("RGB").resize((640, 2100)))  # half size: same shapes, fewer pixels
+    shot = Image.open(png).convert("RGB")
+    full = np.asarray(shot)
+    img = np.asarray(shot.resize((640, 2100)))  # half size: same shapes, fewer pixels
     ink = float((img.astype(int).sum(axis=2) < 600).mean())
     assert ink > 0.03, f"the page looks blank ({ink:.1%} of it is not white)"
     # the GPU's limit: a dashed red line across the memory plot (full size, where each dash stands
