@@ -3,9 +3,9 @@
 Values are not launched, and are told to the study at once, when they
 - break the space's rules, or an expression of the space fails on them (``rejected``:
   infeasible for the sampler, with the rule's message or the expression's error);
-- were already measured by a launched trial, or NCCL runs them as it ran a launched trial's (a
-  setting past one of NCCL's limits, which it clamps: ``node.nccl_clamps``) (``duplicate``: the
-  sampler hears the same outcome);
+- were already measured by a launched trial, or are values NCCL runs as it ran a launched
+  trial's, a setting past one of its limits being clamped (``node.nccl_clamps``); ``duplicate``:
+  the sampler hears the same outcome;
 - are refused by the memory model (``memory_model.MemoryModel.verdict``: they need at least the
   memory of a known OOM or of a run within the headroom, or are predicted with confidence to run
   out or to come within the headroom of the wall; ``predicted``).
