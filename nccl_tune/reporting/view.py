@@ -14,7 +14,7 @@ from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.semantics import semantic_changes, user_env
-from nccl_tune.tuner.stability import Candidate, candidates, changes, does_not_pay, noise_frac, values_key
+from nccl_tune.tuner.stability import Candidate, candidates, changes, does_not_pay, noise_frac, run_key
 
 
 @dataclass(frozen=True)
@@ -130,14 +130,14 @@ def winner_reasons(view: StudyView) -> list[str]:
              f"step in each of its {len(w.runs)} runs ({runs}; spread {w.throughput_spread:.1%})"
              + (f" with at least {w.min_headroom_gib:.1f} GiB of GPU memory left" if w.min_headroom_gib is not None else "")]
     b = view.baseline
-    if b is not None and b.throughput and b is not w and values_key(b.values) != values_key(w.values):
+    if b is not None and b.throughput and b is not w and run_key(b.values) != run_key(w.values):
         lines.append(f"{w.throughput / b.throughput:.2f}x the space defaults' {b.throughput:.4g} {u} (trial {b.first.number})")
     margin = view.space.min_headroom_frac
-    flaky = {values_key(c.values): why for c, why in view.passed_over}
-    pool = [c for c in candidates(view.records) if values_key(c.values) != values_key(w.values)]
-    stable = [c for c in pool if c.stable and values_key(c.values) not in flaky]
+    flaky = {run_key(c.values): why for c, why in view.passed_over}
+    pool = [c for c in candidates(view.records) if run_key(c.values) != run_key(w.values)]
+    stable = [c for c in pool if c.stable and run_key(c.values) not in flaky]
     for c in sorted((c for c in pool if c.throughput > w.throughput and c not in stable), key=lambda c: -c.throughput)[:3]:
-        why = flaky.get(values_key(c.values))
+        why = flaky.get(run_key(c.values))
         why = f"is not stable though its runs finished: {why}" if why else _why_not(c, margin)
         lines.append(f"trial {c.first.number} was faster ({c.throughput:.4g} {u}) but {why}")
     lines += _settings_that_do_not_pay(view, w, stable)

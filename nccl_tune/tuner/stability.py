@@ -117,11 +117,12 @@ class Candidate:
 
 
 def candidates(records: Iterable[TrialRecord]) -> list[Candidate]:
-    """Launched runs grouped by their values, in order of first launch."""
+    """Launched runs grouped by the run their values make (``run_key``: a setting NCCL clamps runs
+    as the clamped one), in order of first launch; a group's values are its first run's."""
     groups: dict[str, list[TrialRecord]] = {}
     for r in records:
         if r.outcome is Outcome.LAUNCHED and r.status is not FailureClass.INTERRUPTED:
-            groups.setdefault(values_key(r.values), []).append(r)
+            groups.setdefault(run_key(r.values), []).append(r)
     return [Candidate(runs[0].values, tuple(runs)) for runs in groups.values()]
 
 
@@ -148,7 +149,7 @@ def to_confirm(
     order = sorted((c for c in pool if c.throughput > confirmed_best), key=lambda c: c.throughput, reverse=True)
     lead = select_winner(recs, require_confirmation=False, semantic_ref=semantic_ref, flaky=flaky, env_ref=env_ref)
     if lead is not None and not lead.confirmed:
-        order = [lead] + [c for c in order if values_key(c.values) != values_key(lead.values)]
+        order = [lead] + [c for c in order if run_key(c.values) != run_key(lead.values)]
     return order[:n]
 
 

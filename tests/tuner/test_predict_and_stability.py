@@ -134,3 +134,15 @@ def test_an_environment_variable_whose_gain_is_within_the_noise_is_left_as_the_u
     swapped = [rec(0, BASE, step_s=12.0, kind=TrialKind.BASELINE), rec(1, {**bigger, "NCCL_ALGO": "Ring"}, step_s=10.0),
                rec(2, extra, step_s=9.9)]
     assert select_winner(swapped, require_confirmation=False, env_ref=env).values == extra
+
+
+def test_a_config_nccl_clamps_and_the_one_it_runs_as_are_one_candidate():
+    """16 socket threads x 8 sockets each run as 16 x 4 (NCCL's limit of 64 sockets): a run of each is
+    one config run twice, confirmed, under the values it was first launched with."""
+    given = {**BASE, MICRO: 8, "NCCL_SOCKET_NTHREADS": 16, "NCCL_NSOCKS_PERTHREAD": 8}
+    runs_as = {**given, "NCCL_NSOCKS_PERTHREAD": 4}
+    records = [rec(0, BASE, kind=TrialKind.BASELINE, step_s=20.0), rec(1, given, step_s=5.0),
+               rec(2, runs_as, step_s=5.1, kind=TrialKind.RERUN)]
+    win = select_winner(records, require_confirmation=True)
+    assert win is not None and win.values == given and len(win.runs) == 2
+    assert to_confirm(records, 2) == []  # nothing faster than it is left to re-run
