@@ -18,8 +18,9 @@ Which cause fired in each failed run is inferred by collapsed Gibbs sampling (th
 out): a cause is picked in proportion to ``(a + failures given to it) / (b + finished runs holding
 it)``. So a value that many failures share (cuMem hanging at random, carried along by a lucky run)
 takes them, and the values one failure happened to hold are cleared; a value that failed in one
-context shares the blame with its pairs there, so that elsewhere it is suspect, not condemned; and
-finished runs of a value without a partner clear the value alone. The sampler's seed is fixed: a
+context shares the blame with its pairs there, so that elsewhere it is suspect, not condemned (not
+even suspect where its failures were cheap, crashes at start-up: one try settles it); and finished
+runs of a value without a partner clear the value alone. The sampler's seed is fixed: a
 resumed study infers what an uninterrupted one would.
 
 A proposal's worth (``worth``) is the chance its run and its confirmation re-run both finish (the
@@ -231,12 +232,25 @@ class FailureModel:
         return None if post is None else post[0] / (post[0] + post[1])
 
     def _held_posteriors(self, values: Mapping[str, Any]) -> list[tuple[float, float, float]]:
+        """(alpha, beta, mean failure cost) of each blamed cause ``values`` hold. A value whose
+        failures cost less than a finished run (crashes at start-up) counts only in its context
+        (``_in_context``): its runs cannot tell it from the partner they all held, and one more try
+        without that partner costs little and settles it; a value that hung counts everywhere."""
         out = []
         for k in self.keys(values):
             post = self._posterior(k)
-            if post is not None:
-                out.append((*post, self.cost_s[k]))
+            if post is None:
+                continue
+            if self._cheap(k) and not self._in_context(k[1], values):
+                continue
+            out.append((*post, self.cost_s[k]))
         return out
+
+    def _cheap(self, k: Key) -> bool:
+        """True when ``k`` is one value whose failures cost less than a finished run (the mean over
+        the sweeps, so a failure that cost as much is told by more than rounding)."""
+        cost = self.cost_s[k]
+        return len(k[1]) == 1 and cost < self.ok_cost_s and not math.isclose(cost, self.ok_cost_s)
 
     def p_ok(self, values: Mapping[str, Any]) -> float:
         """Probability that a run of ``values`` finishes without a failure the memory model does not explain."""

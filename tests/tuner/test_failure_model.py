@@ -88,7 +88,7 @@ def test_a_value_that_failed_with_a_partner_is_suspect_without_it_not_condemned(
 def test_a_failure_at_start_up_costs_less_than_a_hang_and_weighs_less_on_a_proposal():
     def worth(status: FailureClass, wall_s: float) -> float:
         records = [run(0, {}), run(1, {"batch": 512}), run(2, {"batch": 512, "NCCL_ALGO": "NVLS"}, status, wall_s)]
-        return model(records).worth({**BASE, "NCCL_ALGO": "NVLS"})
+        return model(records).worth({**BASE, "batch": 512, "NCCL_ALGO": "NVLS"})
 
     crash, hang = worth(FailureClass.CRASH, 70.0), worth(FailureClass.HANG, 1500.0)
     assert 0.0 < hang < crash < 1.0
@@ -129,10 +129,10 @@ def test_a_failure_at_the_memory_wall_is_left_to_the_memory_model_one_away_from_
 
 def test_a_run_that_failed_at_the_memory_wall_got_past_its_start_up():
     """A shorter prompt limit crashed a start-up at the larger batch (the data set could not fill
-    it); a run of the same limit at the smaller batch stalled at the memory wall, so it had loaded
+    it, found after a model load as long as a finished run: not a cheap failure); a run of the same limit at the smaller batch stalled at the memory wall, so it had loaded
     its model and started training: the limit alone does not break start-ups. An OOM proves nothing
     of the kind (a model too large for the GPU fails while loading)."""
-    crashed = [run(0, {}), run(1, {"batch": 512}), run(2, {"batch": 512, "prompt": 2048}, FailureClass.CRASH, 70.0)]
+    crashed = [run(0, {}), run(1, {"batch": 512}), run(2, {"batch": 512, "prompt": 2048}, FailureClass.CRASH, 1000.0)]
     alone = {**BASE, "prompt": 2048}
     before = model(crashed).p_ok(alone)
     at_wall = run(3, {"prompt": 2048, "NCCL_ALGO": "Ring"}, FailureClass.COLLECTIVE_TIMEOUT, peak_frac=0.97)
@@ -256,3 +256,21 @@ def test_values_whose_failures_cannot_be_told_apart_make_a_config_flaky_together
     assert m.flaky({**BASE, "NCCL_ALGO": "NVLS"}) == [] and m.flaky({**BASE, "batch": 512}) == []
     # two of the three hangs: not enough between them
     assert model(records[:-1]).flaky({**BASE, **lucky}) == []
+
+
+def test_a_value_that_crashed_start_ups_only_next_to_a_partner_is_worth_a_try_without_it_a_hang_is_not():
+    """A shorter prompt limit crashed at start-up at the larger batch (70 s against 1,000 s for a
+    finished run): at the smaller batch one more try costs little and settles it, so the proposal
+    weighs as much as one holding no failed value. Had those runs hung, the value stays suspect."""
+    def at_small_batch(status: FailureClass, wall_s: float) -> tuple[float, float]:
+        records = [run(0, {}), run(1, {"batch": 512}), run(2, {"NCCL_ALGO": "Ring"})] + [
+            run(3 + i, {"prompt": 2048, "batch": 512, "NCCL_PROTO": proto}, status, wall_s)
+            for i, proto in enumerate(["unset", "Simple"])]
+        m = model(records)
+        clean = m.worth({**BASE, "NCCL_ALGO": "Tree"})
+        return m.worth({**BASE, "prompt": 2048}) / clean, m.worth({**BASE, "prompt": 2048, "batch": 512}) / clean
+
+    alone, together = at_small_batch(FailureClass.CRASH, 70.0)
+    assert alone == pytest.approx(1.0) and together < 0.5
+    alone, together = at_small_batch(FailureClass.HANG, 1500.0)
+    assert alone < 0.9 and together < 0.5
