@@ -130,11 +130,12 @@ def winner_reasons(view: StudyView) -> list[str]:
              f"step in each of its {len(w.runs)} runs ({runs}; spread {w.throughput_spread:.1%})"
              + (f" with at least {w.min_headroom_gib:.1f} GiB of GPU memory left" if w.min_headroom_gib is not None else "")]
     b = view.baseline
-    if b is not None and b.throughput and b is not w and run_key(b.values) != run_key(w.values):
+    w_key = run_key(w.values)
+    if b is not None and b.throughput and b is not w and run_key(b.values) != w_key:
         lines.append(f"{w.throughput / b.throughput:.2f}x the space defaults' {b.throughput:.4g} {u} (trial {b.first.number})")
     margin = view.space.min_headroom_frac
     flaky = {run_key(c.values): why for c, why in view.passed_over}
-    pool = [c for c in candidates(view.records) if run_key(c.values) != run_key(w.values)]
+    pool = [c for c in candidates(view.records) if run_key(c.values) != w_key]
     stable = [c for c in pool if c.stable and run_key(c.values) not in flaky]
     for c in sorted((c for c in pool if c.throughput > w.throughput and c not in stable), key=lambda c: -c.throughput)[:3]:
         why = flaky.get(run_key(c.values))

@@ -129,9 +129,10 @@ def test_a_failure_at_the_memory_wall_is_left_to_the_memory_model_one_away_from_
 
 def test_a_run_that_failed_at_the_memory_wall_got_past_its_start_up():
     """A shorter prompt limit crashed a start-up at the larger batch (the data set could not fill
-    it, found after a model load as long as a finished run: not a cheap failure); a run of the same limit at the smaller batch stalled at the memory wall, so it had loaded
-    its model and started training: the limit alone does not break start-ups. An OOM proves nothing
-    of the kind (a model too large for the GPU fails while loading)."""
+    it, found after a model load as long as a finished run: not a cheap failure); a run of the same
+    limit at the smaller batch stalled at the memory wall, so it had loaded its model and started
+    training: the limit alone does not break start-ups. An OOM proves nothing of the kind (a model
+    too large for the GPU fails while loading)."""
     crashed = [run(0, {}), run(1, {"batch": 512}), run(2, {"batch": 512, "prompt": 2048}, FailureClass.CRASH, 1000.0)]
     alone = {**BASE, "prompt": 2048}
     before = model(crashed).p_ok(alone)
