@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from nccl_tune.reporting.view import StudyView
-from nccl_tune.tuner.stability import values_key
+from nccl_tune.tuner.nightly import baseline_runs
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 
@@ -50,8 +50,7 @@ def baseline_still_runs(view: StudyView) -> Check:
     night = view.night
     if night is None or night.baseline is None:
         return Check(name, SKIPPED, "no baseline config for this study")
-    key = values_key(night.baseline.values)
-    runs = [r for r in view.launched if values_key(r.values) == key]
+    runs = baseline_runs(night.baseline, view.records)
     if not runs:
         return Check(name, SKIPPED, "the baseline config was not run again tonight (use --warm-start)")
     bad = next((r for r in runs if not r.ok or r.near_wall), None)

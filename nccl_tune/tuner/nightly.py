@@ -26,7 +26,7 @@ from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.series import S_SERIES, S_STARTED_AT, plain_series_name, series_nights, write_night
-from nccl_tune.tuner.stability import Candidate, values_key
+from nccl_tune.tuner.stability import Candidate, run_key
 
 WARM_RUNS = 3
 """Runs of the baseline config with --warm-start: three a side is what the rank test needs."""
@@ -112,10 +112,11 @@ def _fact(r: TrialRecord) -> RunFact:
 
 
 def baseline_runs(baseline: Baseline, records: Sequence[TrialRecord]) -> list[TrialRecord]:
-    """Tonight's launched runs of the baseline config."""
-    key = values_key(baseline.values)
+    """Tonight's launched runs of the baseline config (runs NCCL makes alike count as one config:
+    ``run_key``), but for interrupted ones: a run stopped from outside says nothing of the config."""
+    key = run_key(baseline.values)
     return [r for r in records if r.outcome is Outcome.LAUNCHED and r.result is not None
-            and values_key(r.values) == key and r.status is not None and r.status.value != "interrupted"]
+            and run_key(r.values) == key and r.status is not None and r.status.value != "interrupted"]
 
 
 def verdict_of(plan: NightPlan, records: Sequence[TrialRecord], winner: Candidate | None) -> RegressionVerdict | None:
