@@ -36,7 +36,11 @@ that belong to different phases. When trials measured memory per phase
 (``PeakFit``; a failed run gives lower bounds for the phases open when it stopped, an OOM's bound
 for the innermost), and a config's peak is the highest of its phases', within the certain bounds of
 the runs' highest peaks. A phase fit's anchor is the measured config nearest by the fitted effects,
-so it travels freely along the axes that do not move that phase.
+so it travels freely along the axes that do not move that phase. A parameter no run has measured
+is taken to move all the phases or one of them, all as often as the measured parameters moved
+more than one (``MemoryModel.p_fits``, ``all_phases_share``): its prior slope in every phase at
+once made a config whose generation pool sits near the wall look unlikely to fit with any
+trainer-side change (offload moves the trainer's peak only).
 
 ``MemoryModel.verdict`` is the admission rule: a config that dominates a known OOM, or one that
 dominates a config measured within the headroom (by more than a ``small`` parameter can move, when
@@ -48,6 +52,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from statistics import NormalDist
 from typing import Any, Iterable, Mapping, Sequence
 
@@ -75,6 +80,8 @@ PRIOR_SLOPE = {True: (0.2, 0.2), False: (0.3, 0.4)}
 batch size or length, ln 2 = 0.69, usually well below as a static part dominates) and per choice
 position otherwise (checkpointing, offload, a ZeRO stage: anything from a few percent to half the
 GPU). It carries the odds that a move fits until the study measures the parameter."""
+MOVES_Z = 2.0
+"""Posterior deviations from zero at which a measured parameter counts as moving a phase's peak."""
 SMALL_EFFECT_FRAC = 0.01
 """How much a ``memory: small`` parameter may lower a peak, as a share of the GPU: NCCL's buffers
 are a few hundred MiB of an 80 GiB GPU."""
@@ -423,7 +430,9 @@ class PeakFit:
         return best
 
     # -- predictions -------------------------------------------------------------------------
-    def predict(self, values: Mapping[str, Any]) -> MemoryPrediction:
+    def predict(self, values: Mapping[str, Any], still: frozenset[str] = frozenset()) -> MemoryPrediction:
+        """The peak of ``values``; ``still``: parameters taken not to move this peak (their change
+        from the anchor is left out)."""
         lower, lower_from, upper = self.bounds(values)
         z = self._z(values)
         found = self._anchor(values, z) if z is not None and self.anchors else None
@@ -431,6 +440,9 @@ class PeakFit:
             return MemoryPrediction(None, math.inf, lower, upper, None, lower_from, measured=False)
         pt, pz = found
         dz = z - pz
+        for j, p in enumerate(self.signed):
+            if p.name in still:
+                dz[j] = 0.0
         change, grad, on_line = self._change(pt, pz, dz)
         spread = float(grad @ self.cov @ grad)
         prior_spread = float((self.prior_sd * grad) @ (self.prior_sd * grad))
@@ -495,6 +507,14 @@ class PeakFit:
             if p.name == name:
                 return bool(self.cov[j, j] <= MEASURED_SHARE * self.prior_sd[j] ** 2)
         return False
+
+    def moves(self, name: str) -> bool | None:
+        """Whether ``name`` measurably moves this peak (its fitted slope ``MOVES_Z`` posterior
+        deviations from zero); None while the study has not measured it (``varies``)."""
+        if not self.varies(name):
+            return None
+        j = next(j for j, p in enumerate(self.signed) if p.name == name)
+        return bool(abs(self.beta[j]) > MOVES_Z * math.sqrt(self.cov[j, j]))
 
     def verdict(self, values: Mapping[str, Any]) -> MemoryVerdict | None:
         """The admission rule (module docstring): None when the config may be launched."""
@@ -566,9 +586,37 @@ class MemoryModel:
         return replace(top, peak_frac=peak, lower_frac=lower.lower_frac, lower_from=lower.lower_from,
                        upper_frac=upper, measured=all(p.measured for p in parts.values()), phases=parts)
 
+    @cached_property
+    def all_phases_share(self) -> float:
+        """The chance that a parameter the study has not measured moves every phase's peak rather
+        than one, learnt from the parameters it has measured in every phase fit: of those that
+        moved a phase (``PeakFit.moves``), the share that moved more than one, under an even prior
+        (one of each)."""
+        moved = [sum(moves) for p in self.whole.signed
+                 if None not in (moves := [fit.moves(p.name) for fit in self.phases.values()])]
+        several = sum(1 for n in moved if n > 1)
+        return (1.0 + several) / (2.0 + sum(1 for n in moved if n > 0))
+
     def p_fits(self, values: Mapping[str, Any]) -> float:
-        """Probability that ``values`` run with at least the headroom free."""
-        return self.predict(values).p_below(self.wall_frac)
+        """Probability that ``values`` run with at least the headroom free. Per phase, a parameter
+        the study has not measured (``varies``) may move one phase's peak, not each by its prior
+        slope (offload moves the trainer's, not the generation engine's pool): the chance is a
+        mixture of "it moves them all" (``all_phases_share``) and, sharing the rest evenly, "it
+        moves only phase X", each phase's chance taken as independent of the others'."""
+        pred = self.predict(values)
+        wall = self.wall_frac
+        if not pred.phases or pred.lower_frac > wall or pred.upper_frac <= wall:
+            return pred.p_below(wall)
+        moved = {name: part.p_below(wall) for name, part in pred.phases.items()}
+        unmeasured = frozenset(p.name for p in self.whole.signed if not self.whole.varies(p.name))
+        if not unmeasured:
+            return math.prod(moved.values())
+        still = {name: self.phases[name].predict(values, unmeasured).p_below(wall) for name in moved}
+        if still == moved:
+            return math.prod(moved.values())
+        only = [moved[a] * math.prod(still[b] for b in moved if b != a) for a in moved]
+        share = self.all_phases_share
+        return share * math.prod(moved.values()) + (1.0 - share) * sum(only) / len(only)
 
     def verdict(self, values: Mapping[str, Any]) -> MemoryVerdict | None:
         """The admission rule (module docstring): None when the config may be launched."""

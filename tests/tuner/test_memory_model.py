@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from optuna.trial import TrialState
 
@@ -309,3 +311,35 @@ def test_a_run_whose_phases_miss_its_peak_stays_out_of_the_phase_fits():
     model = MemoryModel(PHASED_SPACE, records)
     assert all(3 not in {pt.number for pt in fit.points} for fit in model.phases.values())
     assert 3 in {pt.number for pt in model.whole.points}
+
+
+def test_a_parameter_never_measured_is_taken_to_move_one_phase_not_each_by_its_prior():
+    """At an engine share of 0.8 every run peaks in generation (81% of the GPU); the training
+    micro-batch was measured, the forward micro-batch never was. Doubling it moves only the
+    forward pass in truth (48 GiB, under the 65 GiB pool): the chance it fits is no longer the
+    product of every phase taking the prior slope, generation's included; a measured parameter's
+    move is the product as before."""
+    configs = [{"util": 0.8}, {"util": 0.8, "micro": 4}, {"util": 0.8, "micro": 1}, {"util": 0.6}]
+    model = MemoryModel(PHASED_SPACE, [phased_run(i, c) for i, c in enumerate(configs)])
+    target = {**PHASED_BASE, "util": 0.8, "fwd_micro": 4}
+    assert phased_truth(target) < 0.95 and not model.whole.varies("fwd_micro")
+    each = math.prod(p.p_below(model.wall_frac) for p in model.predict(target).phases.values())
+    assert each < 0.5 < model.p_fits(target)
+    measured = {**PHASED_BASE, "util": 0.8, "micro": 8}
+    assert model.whole.varies("micro") and model.whole.varies("util")
+    assert model.p_fits(measured) == pytest.approx(model.predict(measured).p_below(model.wall_frac))
+
+
+def test_how_often_a_parameter_moves_several_phases_is_learnt_from_the_measured_ones():
+    """Each micro-batch measured moves its own phase: an unmeasured parameter is taken to move one
+    phase three times in four (an even prior of one of each, then two that moved one). Once the
+    engines' share is measured, which moves the pool and, through the sleeping engines' share, a
+    trainer phase, the share of "several" rises."""
+    micro = [{}, {"micro": 4}, {"micro": 8}, {"fwd_micro": 4}, {"fwd_micro": 8}]
+    model = MemoryModel(PHASED_SPACE, [phased_run(i, c) for i, c in enumerate(micro)])
+    assert [model.phases["policy_train"].moves(n) for n in ("micro", "fwd_micro", "util")] == [True, False, None]
+    assert model.all_phases_share == pytest.approx(1 / 4)
+    util = micro + [{"util": 0.5}, {"util": 0.7}, {"util": 0.8}]
+    model = MemoryModel(PHASED_SPACE, [phased_run(i, c) for i, c in enumerate(util)])
+    assert sum(fit.moves("util") for fit in model.phases.values()) >= 2
+    assert model.all_phases_share == pytest.approx(2 / 5)
