@@ -81,6 +81,10 @@ few values (cuMem with the NVLS algorithm it was tried with) split their blame a
 and their pairs, so no one of them reaches a failure while together they hold several."""
 TOGETHER_SHARE = 0.1
 """Share of that blame a value or pair must hold to be named among them."""
+CHEAP_SHARE = 0.5
+"""Share of a finished run's cost below which a value's failures are cheap (``FailureModel._cheap``):
+a start-up crash costs a few percent of a run, while a hang in the first step, caught by the stall
+timeout, costs about as much as a run (its start-up dominates both)."""
 _FINE = (FailureClass.OK, FailureClass.BUDGET)
 
 
@@ -235,7 +239,8 @@ class FailureModel:
         """(alpha, beta, mean failure cost) of each blamed cause ``values`` hold. A value whose
         failures cost less than a finished run (crashes at start-up) counts only in its context
         (``_in_context``): its runs cannot tell it from the partner they all held, and one more try
-        without that partner costs little and settles it; a value that hung counts everywhere."""
+        without that partner costs little and settles it; a value whose failures cost about a
+        run (a hang) counts everywhere."""
         out = []
         for k in self.keys(values):
             post = self._posterior(k)
@@ -247,10 +252,9 @@ class FailureModel:
         return out
 
     def _cheap(self, k: Key) -> bool:
-        """True when ``k`` is one value whose failures cost less than a finished run (the mean over
-        the sweeps, so a failure that cost as much is told by more than rounding)."""
-        cost = self.cost_s[k]
-        return len(k[1]) == 1 and cost < self.ok_cost_s and not math.isclose(cost, self.ok_cost_s)
+        """True when ``k`` is one value whose failures cost less than ``CHEAP_SHARE`` of a finished
+        run (the mean over the sweeps)."""
+        return len(k[1]) == 1 and self.cost_s[k] < CHEAP_SHARE * self.ok_cost_s
 
     def p_ok(self, values: Mapping[str, Any]) -> float:
         """Probability that a run of ``values`` finishes without a failure the memory model does not explain."""

@@ -275,3 +275,6 @@ def test_a_value_that_crashed_start_ups_only_next_to_a_partner_is_worth_a_try_wi
     assert alone == pytest.approx(1.0) and together < 0.5
     alone, together = at_small_batch(FailureClass.HANG, 1500.0)
     assert alone < 0.9 and together < 0.5
+    # a hang in the first step, caught by the stall timeout, costs about a run (its start-up): not cheap
+    alone, together = at_small_batch(FailureClass.HANG, 900.0)
+    assert alone < 0.9 and together < 0.5
