@@ -307,6 +307,16 @@ class FailureModel:
         values = tuple(sorted({v for cause, _, _ in shared for v in cause}, key=lambda v: v[0]))
         return [(values, sum(taken for _, taken, _ in shared), rate)]
 
+    def partnered(self) -> list[tuple[Value, frozenset[Value]]]:
+        """(value, its partners) of each blamed value whose failures were cheap (``_cheap``) and all
+        came next to the same other values: the runs cannot tell it from them, and only a run that
+        holds it without one of them can (the planner's move without a partner)."""
+        out = {}
+        for k in self.fired:
+            if len(k[1]) == 1 and self._posterior(k) is not None and self._cheap(k) and self.partners.get(k[1]):
+                out[k[1][0]] = self.partners[k[1]]
+        return list(out.items())
+
     def _in_context(self, cause: Cause, values: Mapping[str, Any]) -> bool:
         """True when ``values`` hold every value that each failed run holding ``cause`` held too: a
         value whose failures all came with a partner (a shorter prompt limit, every run of it at a

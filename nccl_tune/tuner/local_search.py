@@ -23,9 +23,13 @@ proposes what an uninterrupted one would):
    on expected gain (untried enablers wait: each costs an OOM when it frees too little). An enabler is then not
    tried alone until a run holding it measured its throughput (slower at the same micro-batch, it
    would never pay off at once), unless the trend its parameter measured so far rates it faster
-   than the base (a shorter sequence, after the longer ones measured slower). And a jump: the
+   than the base (a shorter sequence, after the longer ones measured slower). A jump: the
    config the throughput model rates best near the base, over values already measured (gains
-   measured one at a time, combined in one trial).
+   measured one at a time, combined in one trial). And a move without a partner: a value whose
+   failures were cheap (start-up crashes) and all came next to the same other values, from a base
+   that holds those values, together with one of them set back to the baseline's (a shorter
+   prompt limit crashed at the incumbent's larger batch; from there no single change tries it at
+   the smaller one).
 4. Each move is scored ``expected improvement x P(fits in memory) x worth``: expected
    improvement over the incumbent under the throughput model (parameters whose measured effect is
    within noise promise little and wait; untried values of parameters with a large measured spread
@@ -92,8 +96,9 @@ class Move:
     base: int
     """Trial number of the config it moves from."""
     kind: str = "move"
-    """``move`` (one parameter), ``compound move`` (an enabler with a change that needs it) or ``jump``
-    (the model's best config, several parameters)."""
+    """``move`` (one parameter), ``compound move`` (an enabler with a change that needs it), ``jump``
+    (the model's best config, several parameters) or ``move without a partner`` (a value that failed
+    cheaply next to a partner, with the partner set back)."""
 
 
 @dataclass(frozen=True)
@@ -173,6 +178,22 @@ class Planner:
                 for v in needing if (e, w) in known else needing[:1]:
                     values = self.full({**base, q.name: v, e.name: w})
                     out.append(Move(values, (e.name, q.name), number, kind="compound move"))
+        return out
+
+    def without_partner(self, base: Mapping[str, Any], number: int) -> list[Move]:
+        """A value that failed cheaply, each time next to the same partners (a shorter prompt limit,
+        every start-up of it at a batch larger than the prompts it keeps), together with one of
+        those partners set back to the baseline's value, from a base that holds them all: from
+        there one change cannot tell the value from its partner, and both changes at once can."""
+        out = []
+        for (name, value), partners in self.failures.partnered():
+            if base.get(name) == value or not all(base.get(n) == v for n, v in partners):
+                continue
+            for other, _ in partners:
+                if other in self.pinned or other == name:
+                    continue
+                values = self.full({**base, name: value, other: self.baseline[other]})
+                out.append(Move(values, (name, other), number, kind="move without a partner"))
         return out
 
     def needs_enabler(self, values: Mapping[str, Any], name: str) -> bool:
@@ -269,7 +290,7 @@ class Planner:
             if compounds:
                 enablers = {(m.changed[0], m.values[m.changed[0]]) for m in compounds} - measured
                 singles = self.without_slower_enablers(values, singles, enablers)
-            for m in singles + compounds + self.jump(values, number):
+            for m in singles + compounds + self.jump(values, number) + self.without_partner(values, number):
                 moves.setdefault(self._key(m.values), m)
         return [m for m in moves.values() if self.admissible(m)]
 

@@ -163,6 +163,51 @@ def test_a_failure_is_blamed_on_the_values_its_move_changed():
     assert planner.propose(random.Random(0)).values["NCCL_ALGO"] != "Tree"
 
 
+PROMPTS = parse_space(
+    """
+name: rl-batch
+parameters:
+  - {name: batch, kind: categorical, choices: [256, 512], default: 256, memory: none}
+  - {name: prompt, kind: categorical, choices: [2048, 4096], default: 4096, memory: none, semantic: true}
+  - {name: NCCL_ALGO, kind: categorical, choices: [unset, Ring, Tree], default: unset, memory: none}
+throughput: {samples_per_step: batch}
+""",
+    source="test",
+    label="rl-batch",
+)
+
+
+def prompt_run(number: int, changes: dict, status: FailureClass = FailureClass.OK, wall_s: float = 1000.0) -> TrialRecord:
+    """A run of ``changes``: the larger batch 4% faster; a failure ends before the first step."""
+    v = {**PROMPTS.defaults(), **changes}
+    step_s = 10.0 * v["batch"] / 256 / (1.04 if v["batch"] == 512 else 1.0)
+    ok = status is FailureClass.OK
+    result = TrialResult(number=number, status=status, verdict=Verdict(status), stop_reason=StopReason.MEASURED,
+                         step_times_s=(step_s * 1.3, step_s, step_s) if ok else (), warmup_steps=1,
+                         samples_per_step=float(v["batch"]), wall_s=wall_s)
+    return TrialRecord(number, TrialState.COMPLETE, v, TrialKind.SEARCH, Outcome.LAUNCHED, status, result)
+
+
+@pytest.mark.parametrize("status, wall_s, tried", [(FailureClass.CRASH, 70.0, True), (FailureClass.HANG, 1500.0, False)])
+def test_a_value_that_crashed_start_ups_next_to_a_partner_is_tried_with_the_partner_set_back(status, wall_s, tried):
+    """The shorter prompt limit crashed at start-up twice, each time at the larger batch (the
+    prompts it keeps cannot fill it), which is the incumbent's: from there no one change tries the
+    limit without that batch, so the limit comes with the batch set back to the baseline's. Had
+    those runs hung, or cost as much as a finished run, the limit stays suspect everywhere and no
+    such move is made."""
+    records = [prompt_run(0, {}), prompt_run(1, {"batch": 512}), prompt_run(2, {"batch": 512, "NCCL_ALGO": "Ring"})]
+    records += [prompt_run(3 + i, {"batch": 512, "prompt": 2048, "NCCL_ALGO": algo}, status, wall_s)
+                for i, algo in enumerate(["unset", "Tree"])]
+    planner = Planner(PROMPTS, {}, records)
+    moves = planner.moves([(1, records[1].values)])
+    apart = [m for m in moves if m.kind == "move without a partner"]
+    assert [m.values for m in apart] == ([{**PROMPTS.defaults(), "prompt": 2048}] if tried else []), apart
+    assert not any(m.values == {**PROMPTS.defaults(), "batch": 512, "prompt": 2048} for m in moves)
+    if tried:
+        assert apart[0].changed == ("prompt", "batch")
+        assert planner.failures.worth(apart[0].values) == pytest.approx(planner.failures.worth({**PROMPTS.defaults(), "NCCL_ALGO": "Tree"}))
+
+
 def told(study: optuna.Study, r: TrialRecord) -> None:
     """``r`` added to a real Optuna study as the tuner stores it (values and result in user attributes)."""
     from nccl_tune.tuner.sampling import distributions, to_optuna
