@@ -83,14 +83,22 @@ RAY_FILES = frozenset({
 in one worker, so that no test sees another test's cluster."""
 
 
+SHARED_STUDY_DIRS = ("tests/reporting/",)
+"""Folders whose files share one session-scoped study (``tests/reporting/conftest.py``'s
+``tiny_study``): with ``pytest -n`` their files run in one worker, which builds it once."""
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """Under ``pytest -n N`` (``make test``): a file's tests run in one worker, in order (its module
-    fixtures are built once), and all the Ray files run one after another in one worker."""
+    fixtures are built once), all the Ray files run one after another in one worker, and so do the
+    files of a folder that shares a study."""
     from xdist.scheduler import LoadScopeScheduling
 
     class ByFileRayTogether(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             path = nodeid.split("::", 1)[0]
-            return "ray" if path in RAY_FILES else path
+            if path in RAY_FILES:
+                return "ray"
+            return next((d for d in SHARED_STUDY_DIRS if path.startswith(d)), path)
 
     return ByFileRayTogether(config, log)
