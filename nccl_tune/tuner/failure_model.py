@@ -237,7 +237,7 @@ class FailureModel:
 
     def _held_posteriors(self, values: Mapping[str, Any]) -> list[tuple[float, float, float]]:
         """(alpha, beta, mean failure cost) of each blamed cause ``values`` hold. A value whose
-        failures cost less than a finished run (crashes at start-up) counts only in its context
+        failures were cheap (``_cheap``: crashes at start-up) counts only in its context
         (``_in_context``): its runs cannot tell it from the partner they all held, and one more try
         without that partner costs little and settles it; a value whose failures cost about a
         run (a hang) counts everywhere."""
