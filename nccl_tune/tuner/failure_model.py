@@ -38,6 +38,7 @@ import math
 import random
 import statistics
 from collections import Counter
+from functools import cached_property
 from typing import Any, Iterable, Mapping, Sequence
 
 from nccl_tune.failure import FailureClass
@@ -307,15 +308,14 @@ class FailureModel:
         values = tuple(sorted({v for cause, _, _ in shared for v in cause}, key=lambda v: v[0]))
         return [(values, sum(taken for _, taken, _ in shared), rate)]
 
-    def partnered(self) -> list[tuple[Value, frozenset[Value]]]:
-        """(value, its partners) of each blamed value whose failures were cheap (``_cheap``) and all
-        came next to the same other values: the runs cannot tell it from them, and only a run that
-        holds it without one of them can (the planner's move without a partner)."""
-        out = {}
-        for k in self.fired:
-            if len(k[1]) == 1 and self._posterior(k) is not None and self._cheap(k) and self.partners.get(k[1]):
-                out[k[1][0]] = self.partners[k[1]]
-        return list(out.items())
+    @cached_property
+    def partnered(self) -> dict[Value, frozenset[Value]]:
+        """Value -> its partners, for each blamed value whose failures were cheap (``_cheap``) and
+        all came next to the same other values: the runs cannot tell it from them, and only a run
+        that holds it without one of them can (the planner's move without a partner). Read once per
+        base by the planner; the model does not change after its fit."""
+        return {k[1][0]: self.partners[k[1]] for k in self.fired
+                if self._cheap(k) and self._posterior(k) is not None and self.partners.get(k[1])}
 
     def _in_context(self, cause: Cause, values: Mapping[str, Any]) -> bool:
         """True when ``values`` hold every value that each failed run holding ``cause`` held too: a

@@ -186,11 +186,11 @@ class Planner:
         those partners set back to the baseline's value, from a base that holds them all: from
         there one change cannot tell the value from its partner, and both changes at once can."""
         out = []
-        for (name, value), partners in self.failures.partnered():
+        for (name, value), partners in self.failures.partnered.items():
             if base.get(name) == value or not all(base.get(n) == v for n, v in partners):
                 continue
             for other, _ in partners:
-                if other in self.pinned or other == name:
+                if other in self.pinned:
                     continue
                 values = self.full({**base, name: value, other: self.baseline[other]})
                 out.append(Move(values, (name, other), number, kind="move without a partner"))

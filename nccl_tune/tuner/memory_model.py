@@ -587,6 +587,12 @@ class MemoryModel:
                        upper_frac=upper, measured=all(p.measured for p in parts.values()), phases=parts)
 
     @cached_property
+    def unmeasured(self) -> frozenset[str]:
+        """The parameters of the fit whose effect the study has not measured (``PeakFit.varies``):
+        decided once per model, read by ``p_fits`` for every move of a proposal's pool."""
+        return frozenset(p.name for p in self.whole.signed if not self.whole.varies(p.name))
+
+    @cached_property
     def all_phases_share(self) -> float:
         """The chance that a parameter the study has not measured moves every phase's peak rather
         than one, learnt from the parameters it has measured in every phase fit: of those that
@@ -608,10 +614,9 @@ class MemoryModel:
         if not pred.phases or pred.lower_frac > wall or pred.upper_frac <= wall:
             return pred.p_below(wall)
         moved = {name: part.p_below(wall) for name, part in pred.phases.items()}
-        unmeasured = frozenset(p.name for p in self.whole.signed if not self.whole.varies(p.name))
-        if not unmeasured:
+        if not self.unmeasured:
             return math.prod(moved.values())
-        still = {name: self.phases[name].predict(values, unmeasured).p_below(wall) for name in moved}
+        still = {name: self.phases[name].predict(values, self.unmeasured).p_below(wall) for name in moved}
         if still == moved:
             return math.prod(moved.values())
         only = [moved[a] * math.prod(still[b] for b in moved if b != a) for a in moved]
