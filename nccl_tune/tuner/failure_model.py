@@ -44,7 +44,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from nccl_tune.failure import FailureClass
 from nccl_tune.search_spaces.space import Parameter, SearchSpace
 from nccl_tune.search_spaces.spelling import format_value
-from nccl_tune.tuner.memory_model import failure_wall_frac
+from nccl_tune.tuner.memory_model import failure_wall_frac, memory_explains
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
 
 Value = tuple[str, Any]
@@ -89,15 +89,6 @@ timeout, costs about as much as a run (its start-up dominates both)."""
 _FINE = (FailureClass.OK, FailureClass.BUDGET)
 
 
-def _memory_explains(r: TrialRecord, wall_frac: float) -> bool:
-    """True when ``r`` ran out of memory or failed after its peak came within the headroom."""
-    if r.status is FailureClass.OOM:
-        return True
-    mem = r.result.memory if r.result is not None else None
-    peak = mem.max_peak_frac if mem is not None else None
-    return r.status not in _FINE and peak is not None and peak > wall_frac
-
-
 def _prior(k: Key) -> tuple[float, float]:
     """``Beta(a, b)`` of a cause's rate in its phase (``PRIORS``)."""
     return PRIORS[k[0]][len(k[1])]
@@ -129,7 +120,7 @@ class FailureModel:
             if r.outcome is not Outcome.LAUNCHED or r.status in (None, FailureClass.INTERRUPTED):
                 continue
             start, run = self.keys(r.values, "start"), self.keys(r.values, "run")
-            if memory_wall_frac is not None and _memory_explains(r, memory_wall_frac):
+            if memory_wall_frac is not None and memory_explains(r, memory_wall_frac):
                 if r.status is not FailureClass.OOM:  # an OOM may come while the model loads
                     self.runs.append((start, (), 0.0))  # past its start-up; no cost: not a finished run's
                 continue

@@ -227,9 +227,10 @@ class Planner:
 
     @cached_property
     def measured(self) -> set[tuple[str, Any]]:
-        """(parameter, value) pairs held by a run that measured its throughput (finished, or stopped
-        early after measuring): their effect on throughput is measured. Read by every base's moves
-        and jump of one proposal; the records do not change within it."""
+        """(parameter, value) pairs held by a run that measured its throughput (finished, stopped
+        early, or failed after some steps: ``speed_measured``): their effect on throughput is
+        measured. Read by every base's moves and jump of one proposal; the records do not change
+        within it."""
         return {(p.name, o.values.get(p.name)) for o in self.tput.obs for p in self.free}
 
     def within_rules(self, values: Mapping[str, Any]) -> bool:

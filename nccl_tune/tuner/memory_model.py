@@ -251,6 +251,17 @@ def phase_observations(records: Iterable[TrialRecord]) -> dict[str, list[_Point]
     return {name: pts for name, pts in out.items() if name in leading}
 
 
+def memory_explains(r: TrialRecord, wall_frac: float) -> bool:
+    """True when ``r`` ran out of memory or failed after its peak came above ``wall_frac``
+    (``failure_wall_frac``): the failure is memory pressure, not its values' doing, and its last steps
+    may have slowed as the allocator thrashed."""
+    if r.status is FailureClass.OOM:
+        return True
+    mem = r.result.memory if r.result is not None else None
+    peak = mem.max_peak_frac if mem is not None else None
+    return r.status not in (FailureClass.OK, FailureClass.BUDGET) and peak is not None and peak > wall_frac
+
+
 def failure_wall_frac(space: SearchSpace) -> float | None:
     """The peak (share of the GPU) above which memory explains a failure (an OOM, or a hang, crash or
     timeout of a run that came that close: the headroom's edge); None when no parameter declares an

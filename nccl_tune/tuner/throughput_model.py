@@ -31,6 +31,7 @@ import numpy as np
 
 from nccl_tune.failure import FailureClass
 from nccl_tune.search_spaces.space import UNSET, ParamKind, Parameter, SearchSpace, Target
+from nccl_tune.tuner.memory_model import failure_wall_frac, memory_explains
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
 
 PRIOR_MEMORY_GAIN = 0.08
@@ -127,13 +128,30 @@ def warmup_ratio(records: Sequence[TrialRecord]) -> float:
     return sum(ratios) / len(ratios) if ratios else 0.0
 
 
-def observations(records: Sequence[TrialRecord], noise: float) -> list[Observation]:
-    """Every launched trial with a throughput: finished, or stopped after measured steps, or stopped
-    in its warm-up (then estimated from the warm-up steps, scaled by the study's warm-up ratio)."""
+def speed_measured(r: TrialRecord, wall_frac: float | None) -> bool:
+    """True when ``r`` ran steps that measure its config's speed: it finished or the tuner stopped
+    it, or it failed after some steps for a reason of its own (a hang at the fifth step measured the
+    four before it as any run would: a value that hangs now and then is then known to be slow or
+    fast before it is tried again). Not an OOM, nor a failure memory explains
+    (``memory_explains``: its steps may have slowed as the allocator thrashed), nor an interrupted run."""
+    if r.outcome is not Outcome.LAUNCHED or r.result is None or r.status is None:
+        return False
+    if r.status in (FailureClass.OK, FailureClass.BUDGET):
+        return True
+    if r.status in (FailureClass.INTERRUPTED, FailureClass.OOM, FailureClass.HOST_OOM):
+        return False
+    return wall_frac is None or not memory_explains(r, wall_frac)
+
+
+def observations(records: Sequence[TrialRecord], noise: float, wall_frac: float | None = None) -> list[Observation]:
+    """Every launched trial whose steps measured its speed (``speed_measured``): from its measured
+    steps, else (stopped or failed in its warm-up) estimated from the warm-up steps, scaled by the
+    study's warm-up ratio. ``wall_frac``: the peak above which memory explains a failure
+    (``failure_wall_frac``)."""
     out = []
     ratio = warmup_ratio(records)
     for r in records:
-        if r.outcome is not Outcome.LAUNCHED or r.result is None or r.status not in (FailureClass.OK, FailureClass.BUDGET):
+        if not speed_measured(r, wall_frac):
             continue
         res = r.result
         tput, n = res.throughput_per_s, len(res.measured_step_times_s)
@@ -208,7 +226,7 @@ class ThroughputModel:
         self.free = [p for p in free if len(p.choices) > 1]
         self.baseline = baseline
         self.noise = step_noise(records)
-        self.obs = observations(records, self.noise)
+        self.obs = observations(records, self.noise, failure_wall_frac(space))
         self.base_index = [self._index(p, baseline.get(p.name, p.choices[0])) for p in self.free]
         self.kernels = [_level_kernel(p, b) for p, b in zip(self.free, self.base_index)]
         self.levels_obs = np.array([self.levels(o.values) for o in self.obs], dtype=int).reshape(len(self.obs), len(self.free))

@@ -1,0 +1,77 @@
+"""The throughput model's data: which runs measured their config's speed."""
+
+from __future__ import annotations
+
+import math
+
+from optuna.trial import TrialState
+
+from nccl_tune.failure import FailureClass, Verdict
+from nccl_tune.search_spaces.loader import parse_space
+from nccl_tune.trial import GpuMemory, MemoryReport, StopReason, TrialResult
+from nccl_tune.tuner.study_records import Outcome, TrialKind, TrialRecord
+from nccl_tune.tuner.throughput_model import ThroughputModel
+
+SPACE = parse_space(
+    """
+name: nccl
+parameters:
+  - {name: micro, kind: pow2, low: 1, high: 8, default: 2, memory: increasing}
+  - {name: NCCL_ALGO, kind: categorical, choices: [unset, Ring, Tree, NVLS], default: unset, memory: none}
+stability: {min_headroom_frac: 0.05}
+throughput: {samples_per_step: 64}
+""",
+    source="test",
+    label="nccl",
+)
+BASE = SPACE.defaults()
+
+
+def run(number: int, algo: str, step_s: float, status: FailureClass = FailureClass.OK, *,
+        steps: int = 4, peak_gib: float = 40.0) -> TrialRecord:
+    """A run of ``NCCL_ALGO=algo`` that stepped every ``step_s`` (its first step the warm-up) for
+    ``steps`` steps, then ended with ``status``, having peaked at ``peak_gib`` of 80."""
+    result = TrialResult(
+        number=number, status=status, verdict=Verdict(status), stop_reason=StopReason.MEASURED,
+        step_times_s=tuple(step_s * (1.3 if i == 0 else 1.0 + 0.01 * (-1) ** i) for i in range(steps)),
+        warmup_steps=1, samples_per_step=64.0,
+        memory=MemoryReport("nvml", (GpuMemory(0, 80.0, peak_gib),)),
+    )
+    return TrialRecord(number, TrialState.COMPLETE, {**BASE, "NCCL_ALGO": algo}, TrialKind.SEARCH,
+                       Outcome.LAUNCHED, status, result)
+
+
+def model(records: list[TrialRecord]) -> ThroughputModel:
+    return ThroughputModel(SPACE, SPACE.parameters, records, BASE)
+
+
+def predicted(m: ThroughputModel, algo: str) -> tuple[float, float]:
+    mean, sd = m.predict([{**BASE, "NCCL_ALGO": algo}])
+    return float(mean[0]), float(sd[0])
+
+
+FINISHED = [run(0, "unset", 10.0), run(1, "Ring", 10.1), run(2, "unset", 9.95)]
+
+
+def test_a_run_that_hung_after_measuring_steps_measured_its_config_as_slow():
+    m = model([*FINISHED, run(3, "Tree", 13.0, FailureClass.HANG)])
+    tree, tree_sd = predicted(m, "Tree")
+    base, _ = predicted(m, "unset")
+    untried_sd = predicted(m, "NVLS")[1]
+    assert 3 in {o.number for o in m.obs}
+    assert tree - base < 0.6 * math.log(10.0 / 13.0), "its four steps ran 30% slower than the baseline's"
+    assert tree_sd < 0.5 * untried_sd
+
+
+def test_a_run_that_hung_in_its_warm_up_is_estimated_from_it():
+    m = model([*FINISHED, run(3, "Tree", 13.0, FailureClass.COLLECTIVE_TIMEOUT, steps=1)])
+    assert predicted(m, "Tree")[0] < predicted(m, "unset")[0] - 0.1
+
+
+def test_a_run_that_failed_before_a_step_or_as_memory_ran_out_measured_nothing():
+    hung_at_start = run(3, "Tree", 13.0, FailureClass.HANG, steps=0)
+    out_of_memory = run(4, "NVLS", 13.0, FailureClass.OOM)
+    thrashing = run(5, "Ring", 13.0, FailureClass.HANG, peak_gib=78.0)
+    interrupted = run(6, "Tree", 13.0, FailureClass.INTERRUPTED)
+    m = model([*FINISHED, hung_at_start, out_of_memory, thrashing, interrupted])
+    assert {o.number for o in m.obs} == {0, 1, 2}
