@@ -14,9 +14,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 BENCH = REPO / "benchmarks" / "search.py"
-SEEDS, TRIALS = 1, 6
+SEEDS, TRIALS = 1, 4
 PIN = ("--set", "trainer.micro_forward_batch_size_per_gpu=8")
-"""On top of ``--quick``'s own pins: the twin's landscape in a few seconds (the test stays near 20 s)."""
+"""On top of ``--quick``'s own pins: a smaller twin landscape (about 45 s of the fixture's CPU time, the studies the rest)."""
 FAMILIES = ("twin", "enabler-trap", "comm-bound", "flat-top", "narrow-wall", "hang-region")
 
 
