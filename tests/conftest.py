@@ -88,6 +88,36 @@ SHARED_STUDY_DIRS = ("tests/reporting/",)
 ``tiny_study``): with ``pytest -n`` their files run in one worker, which builds it once."""
 
 
+LONG_FIRST = (
+    "tests/tuner/test_loop.py",
+    "tests/sim/test_main_base.py",
+    "tests/test_readme.py",
+    "tests/benchmarks/test_search_bench.py",
+    "tests/examples/test_ddp_example.py",
+    "tests/tuner/test_nightly.py",
+    "tests/tuner/test_flaky.py",
+    "tests/tuner/test_admission.py",
+    "tests/tuner/test_budget.py",
+    "tests/tuner/test_storage.py",
+    "tests/tuner/test_semantics.py",
+    "tests/tuner/test_recovery.py",
+)
+"""Files that take a minute or more (``pytest --durations``), collected first after the Ray files:
+under ``pytest -n`` files go to workers in collection order, and a long file drawn last keeps one
+core busy after the others have finished (the tuner's folder, collected last, holds most of them)."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The Ray files, then ``LONG_FIRST``, then the rest in their own order."""
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid.split("::", 1)[0]
+        if path in RAY_FILES:
+            return 0
+        return 1 + LONG_FIRST.index(path) if path in LONG_FIRST else 1 + len(LONG_FIRST)
+
+    items.sort(key=rank)
+
+
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """Under ``pytest -n N`` (``make test``): a file's tests run in one worker, in order (its module
     fixtures are built once), all the Ray files run one after another in one worker, and so do the
