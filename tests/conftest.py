@@ -102,9 +102,11 @@ LONG_FIRST = (
     "tests/tuner/test_semantics.py",
     "tests/tuner/test_recovery.py",
 )
-"""Files that take a minute or more (``pytest --durations``), collected first after the Ray files:
-under ``pytest -n`` files go to workers in collection order, and a long file drawn last keeps one
-core busy after the others have finished (the tuner's folder, collected last, holds most of them)."""
+"""Files holding the longest tests of ``pytest --durations`` (20-105 s each), collected first after
+the Ray files: under ``pytest -n`` files go to workers in collection order, and a long file drawn
+last keeps one core busy after the others have finished (the tuner's folder, collected last, holds
+most of them). One fresh-clone run with this order took 879 s against 901 s without: within the
+machine's run-to-run spread."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

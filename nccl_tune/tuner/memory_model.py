@@ -259,7 +259,7 @@ def memory_explains(r: TrialRecord, wall_frac: float) -> bool:
         return True
     mem = r.result.memory if r.result is not None else None
     peak = mem.max_peak_frac if mem is not None else None
-    return r.status not in (FailureClass.OK, FailureClass.BUDGET) and peak is not None and peak > wall_frac
+    return r.failed and peak is not None and peak > wall_frac
 
 
 def failure_wall_frac(space: SearchSpace) -> float | None:

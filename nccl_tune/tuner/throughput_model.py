@@ -143,7 +143,7 @@ def speed_measured(r: TrialRecord, wall_frac: float | None) -> bool:
     return wall_frac is None or not memory_explains(r, wall_frac)
 
 
-def observations(records: Sequence[TrialRecord], noise: float, wall_frac: float | None = None) -> list[Observation]:
+def observations(records: Sequence[TrialRecord], noise: float, wall_frac: float | None) -> list[Observation]:
     """Every launched trial whose steps measured its speed (``speed_measured``): from its measured
     steps, else (stopped or failed in its warm-up) estimated from the warm-up steps, scaled by the
     study's warm-up ratio. ``wall_frac``: the peak above which memory explains a failure
