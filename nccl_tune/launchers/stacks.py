@@ -43,10 +43,15 @@ def py_spy_path() -> str | None:
 
 
 def _is_python(proc: psutil.Process) -> bool:
-    try:
-        names = [proc.name()] + proc.cmdline()[:1]
-    except psutil.Error:
-        return False
+    """True when ``proc`` runs a Python interpreter: by its name, its first argument or its
+    executable (a Ray worker retitles itself ``ray::Class.method``, name and command line both)."""
+    names = []
+    for read in (proc.name, lambda: proc.cmdline()[:1], proc.exe):
+        try:
+            got = read()
+        except (psutil.Error, OSError):
+            continue
+        names += got if isinstance(got, list) else [got]
     return any("python" in Path(n).name.lower() for n in names if n)
 
 

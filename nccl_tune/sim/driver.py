@@ -4,7 +4,7 @@
 (the legacy ``skyrl_train``); the module decides the layout, as in SkyRL.
 
 It parses the overrides as SkyRL does (refusals print SkyRL's error and exit 1), models the run
-(:func:`nccl_tune.sim.evaluate.evaluate`), starts ``SIM_RANKS`` trainer ranks (real processes in a
+(:func:`nccl_tune.sim.evaluate.evaluate`), forks ``SIM_RANKS`` trainer ranks (real processes in a
 real gloo group, :mod:`nccl_tune.sim.worker`) and then plays the run: every phase in SkyRL's order,
 SkyRL's log lines, each phase taking its modelled time scaled by ``SIM_TIME_SCALE``. Phases the
 trainer runs are dispatched to the ranks; generation and bookkeeping run here. The printed times
@@ -33,6 +33,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import setproctitle
 import yaml
 
 from nccl_tune.sim import logfmt
@@ -41,6 +42,7 @@ from nccl_tune.sim.cost_model import H100_CAPACITY_GIB
 from nccl_tune.sim.evaluate import Outcome, PhaseSpan, evaluate
 from nccl_tune.sim.layout import Layout, names
 from nccl_tune.sim.refusal import HYDRA_FULL_ERROR_HINT, SimConfigError
+from nccl_tune.sim import worker
 from nccl_tune.sim.worker import DUMP_FLAG
 
 READY_TIMEOUT_S = 120.0
@@ -56,12 +58,77 @@ def _write(line: str) -> None:
     os.write(2, (line + "\n").encode("utf-8", "replace"))
 
 
+class ForkedRank:
+    """A rank forked from the driver, with the part of ``subprocess.Popen``'s face the driver uses.
+    Forked rather than started afresh: torch is imported once per run, not once per rank (seconds of
+    CPU each), and the rank is still its own process in the driver's process group."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                done, status = os.waitpid(self.pid, os.WNOHANG)
+            except ChildProcessError:
+                done, status = self.pid, 0
+            if done:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise subprocess.TimeoutExpired(f"rank {self.pid}", timeout or 0.0)
+            time.sleep(0.02)
+        return self.returncode  # type: ignore[return-value]
+
+    def kill(self) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, signal.SIGKILL)
+
+
+def fork_rank(spec_path: Path, env: dict[str, str], close: list[socket.socket]) -> ForkedRank:
+    """Fork one rank running ``worker.main`` on ``spec_path`` with ``env`` as its environment. The
+    child keeps the socket the spec names, closes the driver's ends (``close``), takes the signal
+    dispositions a fresh interpreter has and the title Ray gives an actor's process (its command
+    line and name are ``ray::FSDPPolicyWorkerBase``; ``/proc/PID/environ`` still shows the driver's
+    environment, which names no rank), and never returns into the driver's code."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return ForkedRank(pid)
+    code = 1
+    try:
+        setproctitle.setproctitle(f"ray::{logfmt.POLICY_ACTOR}")
+        for s in close:
+            s.close()
+        os.environ.clear()
+        os.environ.update(env)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.close(null)
+        code = worker.main([str(spec_path)])
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # noqa: BLE001 - a bug in the rank: show it as a fresh process would
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
 @dataclass
 class WorkerHandle:
     """The driver's side of one rank."""
 
     rank: int
-    proc: subprocess.Popen
+    proc: ForkedRank
     sock: socket.socket
     buf: bytes = b""
     pid: int = 0
@@ -148,6 +215,8 @@ class Driver:
         ranks = env.ranks
         store = self.run_dir / "store"
         rng = random.Random(self.seed * 7919 + 17)
+        import torch  # noqa: F401 - once, before the ranks fork (as SkyRL's driver imports it too)
+
         for r in range(ranks):
             parent, child = socket.socketpair()
             spec = {
@@ -174,12 +243,7 @@ class Driver:
             worker_env = dict(os.environ)
             worker_env.update(env.forced)  # what SkyRL's runtime env sets for its workers
             worker_env["TORCH_FR_BUFFER_SIZE"] = str(max(env.fr_buffer_size, 0))
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "nccl_tune.sim.worker", str(spec_path)],
-                pass_fds=(child.fileno(),),
-                stdin=subprocess.DEVNULL,
-                env=worker_env,
-            )
+            proc = fork_rank(spec_path, worker_env, close=[parent] + [w.sock for w in self.workers])
             child.close()
             self.workers.append(WorkerHandle(r, proc, parent))
         replies = self.gather("start", READY_TIMEOUT_S + 30.0)
@@ -630,4 +694,5 @@ def main(argv: list[str] | None = None, layout: Layout = Layout.TODAY) -> int:
 def entry(layout: Layout) -> None:
     """What an entry module runs: the twin as ``layout``'s ``main_base``."""
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    setproctitle.getproctitle()  # finds argv through the environment: now, before anything changes it
     sys.exit(main(layout=layout))

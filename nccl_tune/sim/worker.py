@@ -1,7 +1,7 @@
 """One trainer rank of the twin: a process in a real gloo group training a small real model.
 
-Started by :mod:`nccl_tune.sim.main_base` as ``python -m nccl_tune.sim.worker SPEC.json``. It
-talks to the driver over an inherited socket (one JSON object per line), the way a Ray actor
+Forked by the twin's driver (:func:`nccl_tune.sim.driver.fork_rank`), which runs ``main(SPEC.json)``
+in the child (``python -m nccl_tune.sim.worker SPEC.json`` runs one on its own). It talks to the driver over an inherited socket (one JSON object per line), the way a Ray actor
 serves method calls: the driver asks for a phase, the rank runs it (real forward/backward, real
 all-gathers and all-reduces), sleeps the rest of the phase's scaled time, and answers. A phase
 that raises answers with the error and the rank stays alive, as an actor whose method raised does.
@@ -431,7 +431,7 @@ def _sleep_until(deadline: float) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point: ``python -m nccl_tune.sim.worker SPEC.json``."""
+    """One rank from its spec file (``fork_rank``, or ``python -m nccl_tune.sim.worker SPEC.json``)."""
     argv = sys.argv[1:] if argv is None else argv
     spec_path = Path(argv[0])
     spec = json.loads(spec_path.read_text())

@@ -66,3 +66,22 @@ def test_ptrace_refused_is_one_line_with_the_fix(tmp_path: Path) -> None:
     assert verdict.failure_class is FailureClass.HANG
     assert [e.text for e in verdict.evidence if "ptrace" in e.text] == [PTRACE_FIX]
     assert "kernel.yama.ptrace_scope=0" in PTRACE_FIX and "CAP_SYS_PTRACE" in PTRACE_FIX
+
+
+def test_a_worker_retitled_as_ray_titles_its_actors_is_still_read() -> None:
+    """Ray renames a worker's process (``ray::Class.method``: its name and command line both); its
+    stack is taken all the same, found by the interpreter it runs."""
+    marker = f"stacks-test-title/{os.getpid()}"
+    code = ("import setproctitle, time\nsetproctitle.setproctitle('ray::PolicyWorker.train')\n"
+            "print('up', flush=True)\ntime.sleep(60)")
+    worker = subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ, **{MARKER_ENV: marker}),
+                              stdout=subprocess.PIPE, start_new_session=True)
+    try:
+        worker.stdout.readline()
+        report = collect_stacks(marker, worker.pid)
+    finally:
+        worker.kill()
+        worker.wait()
+    [proc] = report.processes
+    assert proc.command == "ray::PolicyWorker.train" and not proc.error
+    assert any(f.function == "<module>" for f in proc.main_thread.frames)
