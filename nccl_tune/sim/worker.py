@@ -115,7 +115,7 @@ class Rank:
             self.log(f"cannot shorten the process-group timeout on torch {torch.__version__}", level="WARNING", line=90)
         torch.manual_seed(spec["seed"])
         self.model = _tiny_policy(torch)
-        self.opt = torch.optim.Adam(self.model.parameters(), lr=spec["lr"])
+        self.opt = _Adam(torch, list(self.model.parameters()), lr=spec["lr"])
         self.flat_numel = sum(p.numel() for p in self.model.parameters())
         self.shard = -(-self.flat_numel // self.world)
 
@@ -402,6 +402,33 @@ _METHOD = {
     "init_model": "init_model",
 }
 VOCAB = 256
+
+
+class _Adam:
+    """Adam's update, written out: ``torch.optim``'s optimizers import TorchDynamo when built (about
+    as much CPU as torch itself, in every rank of every run), and the twin's rank needs only the step."""
+
+    def __init__(self, torch, params: list, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+        self.torch, self.params, self.lr, self.betas, self.eps = torch, params, lr, betas, eps
+        self.m = [torch.zeros_like(p) for p in params]
+        self.v = [torch.zeros_like(p) for p in params]
+        self.t = 0
+
+    def step(self) -> None:
+        b1, b2 = self.betas
+        self.t += 1
+        with self.torch.no_grad():
+            for p, m, v in zip(self.params, self.m, self.v):
+                if p.grad is None:
+                    continue
+                m.mul_(b1).add_(p.grad, alpha=1 - b1)
+                v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
+                denom = (v / (1 - b2**self.t)).sqrt_().add_(self.eps)
+                p.addcdiv_(m, denom, value=-self.lr / (1 - b1**self.t))
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.params:
+            p.grad = None
 
 
 def _tiny_policy(torch):

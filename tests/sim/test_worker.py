@@ -1,4 +1,5 @@
-"""The twin's rank: a Flight Recorder dump in progress is never cut short by the rank's own failure."""
+"""The twin's rank: a Flight Recorder dump in progress is never cut short by the rank's own failure;
+its optimizer steps as torch's Adam does."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from nccl_tune.sim.worker import Rank
+import torch
+
+from nccl_tune.sim.worker import Rank, _Adam, _tiny_policy
 
 
 def test_a_failing_rank_waits_for_the_dump_its_watcher_started(tmp_path: Path) -> None:
@@ -33,3 +36,23 @@ def test_a_failing_rank_waits_for_the_dump_its_watcher_started(tmp_path: Path) -
     assert (tmp_path / "fr" / "nccl_trace_rank_1").read_bytes() == b"trace"
     watcher.join()
     theirs.close()
+
+
+def test_the_ranks_optimizer_steps_as_torchs_adam() -> None:
+    """The rank writes Adam out (torch.optim imports TorchDynamo, seconds of CPU per rank per run); its
+    steps must be Adam's, so the losses and gradient norms the twin prints stay those of real training."""
+    torch.manual_seed(0)
+    ours, theirs = _tiny_policy(torch), _tiny_policy(torch)
+    theirs.load_state_dict(ours.state_dict())
+    opt_ours = _Adam(torch, list(ours.parameters()), lr=1e-3)
+    opt_theirs = torch.optim.Adam(theirs.parameters(), lr=1e-3)
+    before = [p.detach().clone() for p in ours.parameters()]
+    for _ in range(4):
+        tokens = torch.randint(0, 256, (3, 9))
+        for model, opt in ((ours, opt_ours), (theirs, opt_theirs)):
+            model(tokens).logsumexp(-1).mean().backward()
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+    assert max(float((a.detach() - b).abs().max()) for a, b in zip(ours.parameters(), before)) > 1e-4
+    for a, b in zip(ours.parameters(), theirs.parameters()):
+        assert torch.allclose(a, b, atol=1e-6), float((a - b).abs().max())
