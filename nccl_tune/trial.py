@@ -20,6 +20,9 @@ MARKER_ENV = "NCCL_TUNE_TRIAL"
 """Environment variable naming the trial (``<study>/<number>``) in every process it starts."""
 
 ParamValue = Any  # int | float | str | bool
+STARTUP_PHASE = "(start-up)"
+"""The ``phase_max_s`` key of the time from launch to the first progress line (a name no log's
+phase can take): measured like a phase, it shortens the start-up deadline (``Clocks.startup_deadline_s``)."""
 
 
 def _frozen_map(m: Mapping | None) -> Mapping:
@@ -48,7 +51,9 @@ class Clocks:
     """The three clocks that supervise a trial, and teardown's grace period."""
 
     startup_timeout_s: float = 900.0
-    """From launch to the first progress line (model loading, engine start-up)."""
+    """From launch to the first progress line (model loading, engine start-up), at most: once the
+    study has measured a start-up, ``stall_multiplier`` times the longest measured (at least
+    ``stall_floor_s``) when that is shorter (``startup_deadline_s``)."""
     stall_timeout_s: float = 300.0
     """No progress line for this long while the current phase's duration is unknown: ``hang``."""
     stall_floor_s: float = 20.0
@@ -80,6 +85,16 @@ class Clocks:
             return None
         longest = longest_measured_s(phase, (self.phase_max_s, *measured))
         return longest if longest is not None else self.phase_estimates_s.get(phase)
+
+    def startup_deadline_s(self) -> float:
+        """Seconds from launch allowed before the first progress line: ``startup_timeout_s``, or
+        less once start-ups were measured (``STARTUP_PHASE``): a run that hangs while it starts
+        (NCCL's set-up, a rendezvous that never completes) is stopped after a few times the
+        longest start-up the study has seen, not after the whole start-up timeout."""
+        known = self.phase_max_s.get(STARTUP_PHASE)
+        if known is None:
+            return self.startup_timeout_s
+        return min(self.startup_timeout_s, max(self.stall_floor_s, self.stall_multiplier * known))
 
     def stall_deadline_s(self, open_phase: str | None, *measured: Mapping[str, float]) -> float:
         """Seconds of silence allowed while ``open_phase`` (innermost open phase) is running,

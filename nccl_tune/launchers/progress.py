@@ -20,7 +20,7 @@ from typing import Mapping
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.presets import DETECT_ORDER, candidates
 from nccl_tune.trial import (
-    DURATION_GROUPS, MEMORY_GROUPS, OUTSIDE_PHASES, PHASE_GROUPS, RATE_GROUPS, STEP_GROUPS, ProgressRules,
+    DURATION_GROUPS, MEMORY_GROUPS, OUTSIDE_PHASES, PHASE_GROUPS, RATE_GROUPS, STARTUP_PHASE, STEP_GROUPS, ProgressRules,
 )
 
 from nccl_tune.patterns import MIN_LITERAL_CHARS, pattern_literals, required_literal  # noqa: F401 - re-exported
@@ -253,7 +253,10 @@ class ProgressLedger:
     duration per phase, and when progress first and last came. ``ProgressTracker`` feeds it from
     log lines; an in-process launcher feeds it modelled events. Not locked: its owner locks."""
 
-    def __init__(self) -> None:
+    def __init__(self, launch_t: float | None = None) -> None:
+        self.launch_t = launch_t
+        """When the command was launched, on the clock of the progress times: the first progress
+        line then measures the start-up (``STARTUP_PHASE``). None when unknown."""
         self.step_times_s: list[float] = []
         self.phase_max_s: dict[str, float] = {}
         self.open_phases: list[str] = []
@@ -279,7 +282,10 @@ class ProgressLedger:
         return len(self.step_times_s) - 1
 
     def _progress_at(self, t: float) -> None:
-        self.first_progress_t = t if self.first_progress_t is None else self.first_progress_t
+        if self.first_progress_t is None:
+            self.first_progress_t = t
+            if self.launch_t is not None:
+                self.phase_max_s[STARTUP_PHASE] = max(0.0, t - self.launch_t)
         self.last_progress_t = t
 
     def _close(self, phase: str, seconds: float) -> None:
@@ -315,7 +321,7 @@ class ProgressTracker:
         self._lock = threading.Lock()
         self._start_t = start_t
         self._step_alt: int | None = None
-        self.ledger = ProgressLedger()
+        self.ledger = ProgressLedger(launch_t=start_t)
         self._rates: list[float | None] = []
         self._rate_unit: str | None = None
         self._samples: float | None = None

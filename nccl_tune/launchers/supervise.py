@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from nccl_tune.launchers.progress import ProgressState
-from nccl_tune.trial import Clocks, StopReason, StopRule
+from nccl_tune.trial import STARTUP_PHASE, Clocks, StopReason, StopRule
 
 _OBSERVER_REASONS = (StopReason.INTERRUPTED, StopReason.EARLY_STOP)
 
@@ -44,6 +44,15 @@ class Watch:
         what this trial has measured so far."""
         return self.clocks.stall_deadline_s(state.open_phase, state.phase_max_s)
 
+    def startup_deadline_text(self) -> str:
+        """The start-up deadline as the stop detail gives it, with where it comes from when the
+        study's measured start-ups shortened it."""
+        c = self.clocks
+        deadline, known = c.startup_deadline_s(), c.phase_max_s.get(STARTUP_PHASE)
+        if known is None or deadline >= c.startup_timeout_s:
+            return f"{deadline:g} s"
+        return f"{deadline:g} s ({c.stall_multiplier:g}x the longest start-up measured, {known:.0f} s)"
+
     def due(self, state: ProgressState) -> tuple[float, StopReason]:
         """When the first clock fires if no further progress comes, and which one (on a tie,
         the budget)."""
@@ -51,7 +60,7 @@ class Watch:
             return self._due[1]
         budget_t = self.started_t + self.clocks.trial_timeout_s
         if state.last_progress_t is None:
-            fire_t, reason = self.started_t + self.clocks.startup_timeout_s, StopReason.STARTUP
+            fire_t, reason = self.started_t + self.clocks.startup_deadline_s(), StopReason.STARTUP
         else:
             fire_t, reason = state.last_progress_t + self.stall_deadline_s(state), StopReason.STALL
         due = (budget_t, StopReason.BUDGET) if budget_t <= fire_t else (fire_t, reason)
@@ -71,7 +80,7 @@ class Watch:
             detail = f"trial budget of {self.clocks.trial_timeout_s:g} s used up after {of_steps}"
             return Decision(reason, detail, state.open_phase)
         if reason is StopReason.STARTUP:
-            detail = f"no progress line within the start-up deadline of {self.clocks.startup_timeout_s:g} s"
+            detail = f"no progress line within the start-up deadline of {self.startup_deadline_text()}"
             return Decision(reason, detail, None, now - self.started_t)
         silent = now - (state.last_progress_t or 0.0)
         where = f" in phase '{state.open_phase}'" if state.open_phase else ""

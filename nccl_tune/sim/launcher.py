@@ -168,7 +168,7 @@ class _Supervision:
         self.spec = spec
         self.observer = observer
         self.out = outcome
-        self.ledger = ProgressLedger()
+        self.ledger = ProgressLedger(launch_t=0.0)
         self.watch = Watch(spec.clocks, spec.stop, started_t=0.0)
         self.peak = 0.0
         self.last_line = ""

@@ -16,7 +16,7 @@ from nccl_tune.errors import GpuGateError, NcclTuneError
 from nccl_tune.failure import FailureClass
 from nccl_tune.launchers.local import LocalLauncher
 from nccl_tune.launchers.process import build_env
-from nccl_tune.trial import OUTSIDE_PHASES, Clocks, StopReason, TrialResult
+from nccl_tune.trial import OUTSIDE_PHASES, STARTUP_PHASE, Clocks, StopReason, TrialResult
 
 from .helpers import RecordingObserver, wait_for_json, wait_until_marked
 
@@ -46,7 +46,7 @@ def test_a_good_trial_is_measured_stopped_and_recorded(make_spec) -> None:
     assert len(result.step_times_s) >= 3 and len(result.measured_step_times_s) >= 2
     assert all(0.2 <= s < 5 for s in result.step_times_s)
     assert result.throughput_per_s == pytest.approx(1280.0 / result.mean_step_s)
-    assert set(result.phase_max_s) == {"generate", "policy_train", "step"}
+    assert set(result.phase_max_s) == {"generate", "policy_train", "step", STARTUP_PHASE}
     assert result.signal_name == "SIGTERM"  # we stopped it once it had measured enough
     assert result.escaped_processes == 0 and result.survivors == 0
     assert result.memory.source == "log"
@@ -140,6 +140,23 @@ def test_the_startup_deadline(make_spec) -> None:
     assert "start-up deadline of 1.5 s" in str(result.verdict.evidence[0])
     assert "start-up" in result.verdict.advice
     assert time.monotonic() - t0 < 1.5 + 1.0 + MARGIN_S
+
+
+def test_a_startup_hang_is_stopped_after_a_few_times_the_startups_the_study_measured(make_spec) -> None:
+    """The first trial starts in about 0.5 s and the launcher records it; a later trial that never
+    prints progress is stopped after 3 x that (at least the 1 s floor), not the 30 s timeout."""
+    clocks = Clocks(startup_timeout_s=30, stall_timeout_s=10, stall_floor_s=1.0, stall_multiplier=3, grace_s=1.0)
+    first = LocalLauncher().run(make_spec("--startup-s", "0.5", "--steps", "3", clocks=clocks))
+    assert first.status is FailureClass.OK
+    measured = first.phase_max_s[STARTUP_PHASE]
+    assert 0.5 <= measured < 0.5 + MARGIN_S
+    learned = clocks.learned(first.phase_max_s)
+    t0 = time.monotonic()
+    hung = LocalLauncher().run(make_spec("--startup-s", "60", number=1, clocks=learned))
+    assert hung.status is FailureClass.HANG and hung.stop_reason is StopReason.STARTUP
+    deadline = max(1.0, 3 * measured)
+    assert f"start-up deadline of {deadline:g} s (3x the longest start-up measured" in str(hung.verdict.evidence[0])
+    assert time.monotonic() - t0 < deadline + 1.0 + MARGIN_S
 
 
 def test_the_trial_budget(make_spec) -> None:

@@ -6,7 +6,8 @@ import pytest
 
 from nccl_tune.launchers.progress import ProgressState
 from nccl_tune.launchers.supervise import Watch, observer_decision
-from nccl_tune.trial import Clocks, StopReason, StopRule
+from nccl_tune.launchers.progress import ProgressLedger
+from nccl_tune.trial import STARTUP_PHASE, Clocks, StopReason, StopRule
 
 CLOCKS = Clocks(startup_timeout_s=100, stall_timeout_s=50, stall_floor_s=20, stall_multiplier=3, trial_timeout_s=1000)
 
@@ -80,3 +81,31 @@ def test_the_observer_answer_becomes_a_decision() -> None:
     assert observer_decision(StopReason.INTERRUPTED, snap).reason is StopReason.INTERRUPTED
     with pytest.raises(ValueError, match="may only ask for interrupted or early_stop"):
         observer_decision(StopReason.MEASURED, snap)
+
+
+@pytest.mark.parametrize(
+    "startup_s, deadline",
+    [
+        (None, 100),  # no start-up measured yet: the start-up timeout
+        (10, 30),  # three times the longest start-up measured
+        (2, 20),  # never below the floor
+        (60, 100),  # never above the start-up timeout
+    ],
+)
+def test_a_measured_startup_shortens_the_startup_deadline(startup_s, deadline) -> None:
+    known = {} if startup_s is None else {STARTUP_PHASE: startup_s}
+    watch = Watch(CLOCKS.learned(known), StopRule(1, 2), started_t=0)
+    assert watch.check(state(), deadline - 0.01) is None
+    decision = watch.check(state(), deadline)
+    assert decision.reason is StopReason.STARTUP and f"start-up deadline of {deadline:g} s" in decision.detail
+    assert ("longest start-up measured" in decision.detail) == (deadline < 100)
+
+
+def test_the_first_progress_line_measures_the_startup_when_the_launch_time_is_known() -> None:
+    ledger = ProgressLedger(launch_t=100.0)
+    ledger.phase_started("generate", 142.5)
+    ledger.step_finished(3.0, 150.0)
+    assert ledger.snapshot().phase_max_s[STARTUP_PHASE] == 42.5
+    unknown = ProgressLedger()
+    unknown.step_finished(3.0, 150.0)
+    assert STARTUP_PHASE not in unknown.snapshot().phase_max_s
