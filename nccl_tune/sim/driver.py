@@ -217,6 +217,10 @@ class Driver:
         rng = random.Random(self.seed * 7919 + 17)
         import torch  # noqa: F401 - once, before the ranks fork (as SkyRL's driver imports it too)
 
+        if env.fr_buffer_size > 0 and env.dump_on_timeout:
+            # A Flight Recorder dump imports torch._inductor (seconds of CPU): a real rank has most of
+            # it from torch.optim, so its dump is quick; the twin's ranks get it before they fork.
+            import torch._inductor  # noqa: F401
         for r in range(ranks):
             parent, child = socket.socketpair()
             spec = {
