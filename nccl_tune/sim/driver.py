@@ -217,9 +217,10 @@ class Driver:
         rng = random.Random(self.seed * 7919 + 17)
         import torch  # noqa: F401 - once, before the ranks fork (as SkyRL's driver imports it too)
 
-        if env.fr_buffer_size > 0 and env.dump_on_timeout:
+        if env.fr_buffer_size > 0 and env.dump_on_timeout and self.outcome.failure is not None:
             # A Flight Recorder dump imports torch._inductor (seconds of CPU): a real rank has most of
-            # it from torch.optim, so its dump is quick; the twin's ranks get it before they fork.
+            # it from torch.optim, so its dump is quick. The twin's ranks of a run that will fail get
+            # it before they fork; a healthy run, which dumps nothing, is spared it.
             import torch._inductor  # noqa: F401
         for r in range(ranks):
             parent, child = socket.socketpair()
