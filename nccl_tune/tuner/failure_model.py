@@ -45,7 +45,7 @@ from nccl_tune.failure import FailureClass
 from nccl_tune.search_spaces.space import Parameter, SearchSpace
 from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.tuner.memory_model import failure_wall_frac, memory_explains
-from nccl_tune.tuner.study_records import Outcome, TrialRecord
+from nccl_tune.tuner.study_records import FINISHED, Outcome, TrialRecord
 
 Value = tuple[str, Any]
 """(parameter, value)."""
@@ -86,7 +86,6 @@ CHEAP_SHARE = 0.5
 """Share of a finished run's cost below which a value's failures are cheap (``FailureModel._cheap``):
 a start-up crash costs a few percent of a run, while a hang in the first step, caught by the stall
 timeout, costs about as much as a run (its start-up dominates both)."""
-_FINE = (FailureClass.OK, FailureClass.BUDGET)
 
 
 def _prior(k: Key) -> tuple[float, float]:
@@ -125,7 +124,7 @@ class FailureModel:
                     self.runs.append((start, (), 0.0))  # past its start-up; no cost: not a finished run's
                 continue
             cost = r.result.wall_s if r.result is not None else 0.0
-            if r.status in _FINE:
+            if r.status in FINISHED:
                 self.runs.append((start + run, (), cost))
             elif r.result is not None and r.result.step_times_s:
                 self.runs.append((start + run, run, cost))

@@ -17,6 +17,9 @@ from optuna.trial import FrozenTrial, TrialState
 from nccl_tune.failure import FailureClass
 from nccl_tune.trial import StopReason, TrialResult
 
+FINISHED = frozenset({FailureClass.OK, FailureClass.BUDGET})
+"""Statuses of a launched run that did not fail: it ran its steps, or the tuner stopped it (slower
+than the incumbent, or out of trial time)."""
 A_VALUES = "values"
 A_KIND = "kind"
 A_WHY = "why"
@@ -113,7 +116,7 @@ class TrialRecord:
         """Launched and failed: stopped for being slow or for running out of time (``budget``), or
         interrupted, is not a failure."""
         return (self.outcome is Outcome.LAUNCHED and self.result is not None
-                and self.status not in (FailureClass.OK, FailureClass.BUDGET, FailureClass.INTERRUPTED))
+                and self.status not in FINISHED and self.status is not FailureClass.INTERRUPTED)
 
     @property
     def stopped_early(self) -> bool:

@@ -32,7 +32,7 @@ import numpy as np
 from nccl_tune.failure import FailureClass
 from nccl_tune.search_spaces.space import UNSET, ParamKind, Parameter, SearchSpace, Target
 from nccl_tune.tuner.memory_model import failure_wall_frac, memory_explains
-from nccl_tune.tuner.study_records import Outcome, TrialRecord
+from nccl_tune.tuner.study_records import FINISHED, Outcome, TrialRecord
 
 PRIOR_MEMORY_GAIN = 0.08
 """Prior log-throughput gain per step towards more memory (see the module docstring)."""
@@ -136,7 +136,7 @@ def speed_measured(r: TrialRecord, wall_frac: float | None) -> bool:
     (``memory_explains``: its steps may have slowed as the allocator thrashed), nor an interrupted run."""
     if r.outcome is not Outcome.LAUNCHED or r.result is None or r.status is None:
         return False
-    if r.status in (FailureClass.OK, FailureClass.BUDGET):
+    if r.status in FINISHED:
         return True
     if r.status in (FailureClass.INTERRUPTED, FailureClass.OOM, FailureClass.HOST_OOM):
         return False
