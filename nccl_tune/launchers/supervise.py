@@ -51,7 +51,7 @@ class Watch:
         deadline, known = c.startup_deadline_s(), c.phase_max_s.get(STARTUP_PHASE)
         if known is None or deadline >= c.startup_timeout_s:
             return f"{deadline:g} s"
-        return f"{deadline:g} s ({c.stall_multiplier:g}x the longest start-up measured, {known:.0f} s)"
+        return f"{deadline:.3g} s ({c.stall_multiplier:g}x the longest start-up measured, {known:.3g} s)"
 
     def due(self, state: ProgressState) -> tuple[float, StopReason]:
         """When the first clock fires if no further progress comes, and which one (on a tie,

@@ -155,7 +155,7 @@ def test_a_startup_hang_is_stopped_after_a_few_times_the_startups_the_study_meas
     hung = LocalLauncher().run(make_spec("--startup-s", "60", number=1, clocks=learned))
     assert hung.status is FailureClass.HANG and hung.stop_reason is StopReason.STARTUP
     deadline = max(1.0, 3 * measured)
-    assert f"start-up deadline of {deadline:g} s (3x the longest start-up measured" in str(hung.verdict.evidence[0])
+    assert f"start-up deadline of {deadline:.3g} s (3x the longest start-up measured" in str(hung.verdict.evidence[0])
     assert time.monotonic() - t0 < deadline + 1.0 + MARGIN_S
 
 
