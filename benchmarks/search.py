@@ -52,7 +52,6 @@ from rich.console import Console
 from rich.table import Table
 
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.failure import FailureClass
 from nccl_tune.launchers.base import Launcher
 from nccl_tune.search_spaces.loader import load_space
 from nccl_tune.sim.analytic import analytic_cost
@@ -61,7 +60,7 @@ from nccl_tune.sim.launcher import ModelLauncher
 from nccl_tune.tuner.loop import run_study
 from nccl_tune.tuner.pins import apply_pins, parse_pin
 from nccl_tune.tuner.storage import load_existing, open_storage
-from nccl_tune.tuner.study_records import Outcome, TrialRecord, records
+from nccl_tune.tuner.study_records import FINISHED, Outcome, TrialRecord, records
 from nccl_tune.tuner.settings import DEFAULT_SAMPLER, RunSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -252,7 +251,7 @@ def judge_study(problem: Problem, sampler: str, trials: int, records: Iterable[T
             after[i] = best_so_far
     spent = [(r.status, (r.result.modelled_gpu_s or 0.0) if r.result else 0.0) for r in launched]
     total = sum(s for _, s in spent)
-    failed = sum(s for st, s in spent if st not in (FailureClass.OK, FailureClass.BUDGET))
+    failed = sum(s for st, s in spent if st not in FINISHED)
     saved = sum(saved_gpu_s(r) for r in launched)
     judged = problem.judge(winner) if winner is not None else None
     return StudyStats(
