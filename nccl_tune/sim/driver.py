@@ -36,13 +36,12 @@ from typing import Any
 import setproctitle
 import yaml
 
-from nccl_tune.sim import logfmt
+from nccl_tune.sim import logfmt, worker
 from nccl_tune.sim.config import SimConfig, parse_overrides
 from nccl_tune.sim.cost_model import H100_CAPACITY_GIB
 from nccl_tune.sim.evaluate import Outcome, PhaseSpan, evaluate
 from nccl_tune.sim.layout import Layout, names
 from nccl_tune.sim.refusal import HYDRA_FULL_ERROR_HINT, SimConfigError
-from nccl_tune.sim import worker
 from nccl_tune.sim.worker import DUMP_FLAG
 
 READY_TIMEOUT_S = 120.0

@@ -1,10 +1,11 @@
 """One trainer rank of the twin: a process in a real gloo group training a small real model.
 
 Forked by the twin's driver (:func:`nccl_tune.sim.driver.fork_rank`), which runs ``main(SPEC.json)``
-in the child (``python -m nccl_tune.sim.worker SPEC.json`` runs one on its own). It talks to the driver over an inherited socket (one JSON object per line), the way a Ray actor
-serves method calls: the driver asks for a phase, the rank runs it (real forward/backward, real
-all-gathers and all-reduces), sleeps the rest of the phase's scaled time, and answers. A phase
-that raises answers with the error and the rank stays alive, as an actor whose method raised does.
+in the child (``python -m nccl_tune.sim.worker SPEC.json`` runs one on its own). It talks to the
+driver over an inherited socket (one JSON object per line), the way a Ray actor serves method
+calls: the driver asks for a phase, the rank runs it (real forward/backward, real all-gathers and
+all-reduces), sleeps the rest of the phase's scaled time, and answers. A phase that raises answers
+with the error and the rank stays alive, as an actor whose method raised does.
 
 A collective that fails (gloo's timeout, a peer gone) makes the rank dump its Flight Recorder
 trace to ``f"{TORCH_FR_DUMP_TEMP_FILE}{rank}"`` and tell every other rank to dump too (a flag file

@@ -69,7 +69,8 @@ class DryRun:
         out += [f"  unset {k}" if v is None else f"  {k}={v}" for k, v in spec.env.items()]
         out.append(
             f"stop after {spec.stop.warmup_steps} warm-up + {spec.stop.measured_steps} measured steps; start-up "
-            f"{c.startup_deadline_s():g}s ({c.stall_multiplier:g}x a measured start-up, at most {c.startup_timeout_s:g}s), stall {c.stall_timeout_s:g}s ({c.stall_multiplier:g}x a known phase, at least "
+            f"{c.startup_deadline_s():g}s ({c.stall_multiplier:g}x a measured start-up, at most "
+            f"{c.startup_timeout_s:g}s), stall {c.stall_timeout_s:g}s ({c.stall_multiplier:g}x a known phase, at least "
             f"{c.stall_floor_s:g}s), trial {c.trial_timeout_s:g}s, grace {c.grace_s:g}s"
         )
         if self.steps_follow_noise and spec.stop.measured_steps < MAX_MEASURED_STEPS:
