@@ -38,9 +38,10 @@ proposes what an uninterrupted one would):
    stall timeout, any failure at least the trial it uses). Configs the admission rule would refuse
    (predicted OOM or within the headroom), configs already tried and configs holding a flaky value
    or pair (``FailureModel.flaky``: the incumbent and the export pass such a config over, however
-   its run goes) are never proposed. Among configs whose modelled throughput is tied, moves start
-   from the one with fewest changes from the baseline: a change that did not measurably help is
-   not carried along (it may break in combination).
+   its run goes) are never proposed. Among configs tied with the best (its modelled lead over them
+   within the standard deviation of the modelled difference: what the study's runs can tell
+   apart), moves start from the one with fewest changes from the baseline: a change that did not
+   measurably help is not carried along (it may break in combination).
 5. Without a stable config yet, moves from the launched configs are ranked by
    ``P(fits) x worth x expected throughput``. When no move is worth
    ``MIN_EXPECTED_GAIN``, Optuna's TPE proposes (the first of its proposals the memory model
@@ -84,8 +85,8 @@ PARSIMONY = 0.01
 """Score discount per value changed from the baseline: between moves that promise the same, the one
 that keeps more of the user's config."""
 TIE = 0.01
-"""Modelled log-throughput difference within which configs count as tied: the one with fewer changes
-from the baseline leads (a change that did not measurably help is not carried into the next move)."""
+"""Modelled log-throughput difference within which configs count as tied at least, however well the
+study measured them (``Planner.ranked``: the one with fewer changes from the baseline leads)."""
 _NORMAL = NormalDist()
 
 
@@ -256,19 +257,21 @@ class Planner:
     def ranked(self) -> list[tuple[float, int, Mapping[str, Any], bool]]:
         """(modelled log throughput, first trial, values, stable) of every config whose runs all
         finished (stable, or too close to the memory wall to be) and that is not suspect (its values'
-        failure rates leave it less than even odds) nor flaky, best first."""
+        failure rates leave it less than even odds) nor flaky, best first; first of all those tied
+        with the best (within ``TIE``, or within one standard deviation of their modelled difference
+        from it: a lead one noisy run measured is not one), fewest changes from the baseline first."""
         finished = [c for c in candidates(self.records)
                     if c.all_ok and self.failures.p_ok(c.values) >= 0.5 and not self.failures.flaky(c.values)]
         if not finished:
             return []
         means, _ = self.tput.predict([c.values for c in finished])
+        leader = max(range(len(finished)), key=lambda i: (finished[i].stable, means[i]))
+        doubt = self.tput.difference_sd([c.values for c in finished], finished[leader].values)
         rows = [(float(m), c.first.number, c.values, c.stable) for m, c in zip(means, finished)]
-        top = max((m for m, _, _, st in rows if st), default=max(m for m, *_ in rows))
-        tie = max(TIE, self.tput.noise / 2)
+        tied = {c.first.number for c, m, d in zip(finished, means, doubt) if m >= means[leader] - max(TIE, d)}
 
         def order(row: tuple[float, int, Mapping[str, Any], bool]) -> tuple[int, int, float]:
-            tied = row[0] >= top - tie
-            return (0 if tied else 1, self.changes(row[2]) if tied else 0, -row[0])
+            return (0, self.changes(row[2]), -row[0]) if row[1] in tied else (1, 0, -row[0])
 
         return sorted(rows, key=order)
 

@@ -229,7 +229,7 @@ class ThroughputModel:
         self.obs = observations(records, self.noise, failure_wall_frac(space))
         self.base_index = [self._index(p, baseline.get(p.name, p.choices[0])) for p in self.free]
         self.kernels = [_level_kernel(p, b) for p, b in zip(self.free, self.base_index)]
-        self.levels_obs = np.array([self.levels(o.values) for o in self.obs], dtype=int).reshape(len(self.obs), len(self.free))
+        self.levels_obs = self.encode([o.values for o in self.obs])
         self.resid = np.array([o.log_tput - self.prior_mean(o.values) for o in self.obs])
         self.offset = float(self.resid.mean()) if len(self.resid) else 0.0
         self.tau = self._scales()
@@ -245,6 +245,10 @@ class ThroughputModel:
 
     def levels(self, values: Mapping[str, Any]) -> np.ndarray:
         return np.array([self._index(p, values.get(p.name, p.choices[0])) for p in self.free], dtype=int)
+
+    def encode(self, configs: Sequence[Mapping[str, Any]]) -> np.ndarray:
+        """Each config's choice index per free parameter, one row per config."""
+        return np.array([self.levels(c) for c in configs], dtype=int).reshape(len(configs), len(self.free))
 
     def prior_mean(self, values: Mapping[str, Any]) -> float:
         total = 0.0
@@ -323,7 +327,7 @@ class ThroughputModel:
         """Mean and standard deviation of log throughput (the latent value, without noise)."""
         if not configs:
             return np.zeros(0), np.zeros(0)
-        lv = np.array([self.levels(c) for c in configs], dtype=int).reshape(len(configs), len(self.free))
+        lv = self.encode(configs)
         prior = np.array([self.prior_mean(c) for c in configs]) + self.offset
         kss = np.diag(self._kernel(lv, lv))
         if self.chol is None:
@@ -333,6 +337,18 @@ class ThroughputModel:
         v = np.linalg.solve(self.chol, ks.T)
         var = np.maximum(kss - (v**2).sum(axis=0), 1e-12)
         return mean, np.sqrt(var)
+
+    def difference_sd(self, configs: Sequence[Mapping[str, Any]], other: Mapping[str, Any]) -> np.ndarray:
+        """Standard deviation of the modelled log-throughput difference between each of ``configs``
+        and ``other``: small where the two differ in values whose effects the study measured well,
+        large where a difference rests on one noisy run."""
+        lv = self.encode([*configs, other])
+        cov = self._kernel(lv, lv)
+        if self.chol is not None:
+            v = np.linalg.solve(self.chol, self._kernel(lv, self.levels_obs).T)
+            cov = cov - v.T @ v
+        var = np.diag(cov)[:-1] + cov[-1, -1] - 2.0 * cov[:-1, -1]
+        return np.sqrt(np.maximum(var, 0.0))
 
     def scale_of(self, name: str) -> float:
         for p, t in zip(self.free, self.tau):

@@ -75,3 +75,17 @@ def test_a_run_that_failed_before_a_step_or_as_memory_ran_out_measured_nothing()
     interrupted = run(6, "Tree", 13.0, FailureClass.INTERRUPTED)
     m = model([*FINISHED, hung_at_start, out_of_memory, thrashing, interrupted])
     assert {o.number for o in m.obs} == {0, 1, 2}
+
+
+def test_the_doubt_of_a_difference_is_one_runs_noise_on_each_side_and_more_for_an_untried_config():
+    """A config measured once differs from the baseline (measured twice) by what their runs
+    measured, with the noise of those runs (more than one run's, less than two runs'); a config
+    differs from itself by nothing; an untried value's difference rests on nothing measured and is
+    far less certain."""
+    m = model([*FINISHED])
+    ring, unset, nvls = ({**BASE, "NCCL_ALGO": a} for a in ("Ring", "unset", "NVLS"))
+    measured, same, untried = m.difference_sd([ring, unset, nvls], unset)
+    assert same == 0.0
+    one_run = math.sqrt(m.noise**2 / 3 + 0.015**2)
+    assert one_run < measured < 2.0 * one_run
+    assert untried > 1.5 * measured
