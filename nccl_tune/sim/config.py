@@ -64,6 +64,12 @@ class RunEnv:
     with NCCL weight sync); ``nccl`` is read with them applied."""
 
     @property
+    def fr_dumps(self) -> bool:
+        """True when a rank dumps its Flight Recorder trace on a failed collective: the recorder is
+        on (``TORCH_FR_BUFFER_SIZE`` > 0) and so is ``TORCH_NCCL_DUMP_ON_TIMEOUT``."""
+        return self.fr_buffer_size > 0 and self.dump_on_timeout
+
+    @property
     def gloo_timeout_s(self) -> float:
         """Wall seconds a rank waits in a collective before gloo gives up."""
         return max(TIMEOUT_FLOOR_S, self.nccl_timeout_s * self.time_scale)

@@ -216,7 +216,7 @@ class Driver:
         rng = random.Random(self.seed * 7919 + 17)
         import torch  # noqa: F401 - once, before the ranks fork (as SkyRL's driver imports it too)
 
-        if env.fr_buffer_size > 0 and env.dump_on_timeout and self.outcome.failure is not None:
+        if env.fr_dumps and self.outcome.failure is not None:
             # A Flight Recorder dump imports torch._inductor (seconds of CPU): a real rank has most of
             # it from torch.optim, so its dump is quick. The twin's ranks of a run that will fail get
             # it before they fork; a healthy run, which dumps nothing, is spared it.
@@ -231,7 +231,7 @@ class Driver:
                 "run_dir": str(self.run_dir),
                 "init_timeout_s": READY_TIMEOUT_S,
                 "timeout_s": env.gloo_timeout_s,
-                "fr_enabled": env.fr_buffer_size > 0 and env.dump_on_timeout,
+                "fr_enabled": env.fr_dumps,
                 "fr_prefix": env.fr_dump_prefix,
                 "abort": env.abort_on_error and rng.random() < ABORT_P,
                 "seed": cfg.seed,
@@ -365,7 +365,7 @@ class Driver:
 
     def wait_for_dumps(self) -> None:
         env = self.cfg.env
-        if not (self.run_dir / DUMP_FLAG).exists() or env.fr_buffer_size <= 0 or not env.dump_on_timeout:
+        if not (self.run_dir / DUMP_FLAG).exists() or not env.fr_dumps:
             return
         wanted = [Path(f"{env.fr_dump_prefix}{w.rank}") for w in self.workers if w.proc.poll() is None]
         deadline = time.monotonic() + DUMP_WAIT_S
