@@ -495,7 +495,7 @@ class LogClassifier:
 
     def _rank_hint(self, raw: str) -> None:
         """A candidate line that names a rank anywhere: remember it, and which Ray worker pid it is."""
-        text = T.strip_ansi(raw)
+        text = T.clean(raw)
         r = T.rank_of(text)
         if r is not None:
             self._ranks_seen.add(r)

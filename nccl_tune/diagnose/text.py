@@ -22,6 +22,10 @@ _RAY_PREFIX = re.compile(r"^\s*\((?P<name>[^()\s]+)(?: pid=(?P<pid>\d+))?(?:, ip
 
 _RAY_REPEAT = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 
+_GLUED_PREFIX = re.compile(r"\((?P<name>[^()\s]+) pid=(?P<pid>\d+)(?:, ip=[^)]*)?\)")
+"""A Ray worker prefix inside a line that does not start with one: another writer's unfinished
+output (``faulthandler`` writing a traceback straight to the file) glued in front of a worker's line."""
+
 _NCCL_PREFIX = re.compile(r"^\s*(?P<host>[\w.-]+):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:[\w./-]+:\d+ )?NCCL ")
 """NCCL's own line prefix ``host:pid:tid [cudaDev] NCCL INFO ...`` (WARN lines put ``file.cc:line`` before ``NCCL``)."""
 
@@ -40,16 +44,33 @@ def strip_ansi(text: str) -> str:
 
 
 def clean(line: str) -> str:
-    """The line as evidence: no trailing newline, no colours, no Ray repeat suffix; the last
-    carriage-return segment that has text (a tqdm bar rewrites itself with ``\\r``)."""
+    """The line as evidence: no trailing newline, no colours, no Ray repeat suffix, no other
+    writer's fragment glued in front of a worker's line (``unglued``); the last carriage-return
+    segment that has text (a tqdm bar rewrites itself with ``\\r``)."""
     text = line.rstrip("\r\n")
     if "\r" in text:
         parts = [p for p in text.split("\r") if p.strip()]
         text = parts[-1] if parts else ""
     text = strip_ansi(text)
+    if "pid=" in text:
+        text = unglued(text)
     if "repeated" in text:
         text = _RAY_REPEAT.sub("", text)
     return text
+
+
+def unglued(text: str) -> str:
+    """``text`` from its last Ray worker prefix on, when the line does not start with one: several
+    processes write to one file, and a writer that does not end its lines (a traceback written
+    straight to the file descriptor) leaves its fragment in front of the next worker's line, which
+    would otherwise be nobody's. A line that starts with a prefix is one whole worker line (a
+    prefix quoted inside it is its text)."""
+    if _RAY_PREFIX.match(text):
+        return text
+    glued = None
+    for glued in _GLUED_PREFIX.finditer(text):
+        pass
+    return text[glued.start() :] if glued else text
 
 
 def message(text: str) -> str:

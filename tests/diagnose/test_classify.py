@@ -436,6 +436,25 @@ def test_ansi_ray_prefixes_and_pid_to_rank_mapping() -> None:
     assert "\x1b" not in v.evidence[0].text and v.evidence[0].text.startswith("(FSDPPolicyWorkerBase pid=959049)")
 
 
+def test_a_worker_line_glued_behind_another_writers_fragment_keeps_its_pid() -> None:
+    """Three gloo ranks in Ray workers; rank 1 is behind. The driver's faulthandler writes a traceback
+    straight to the shared file without ending its lines, so rank 0's timeout line lands behind a
+    fragment of it: the line is still rank 0's, and rank 1 is the one that reported no timeout."""
+    pids = {0: 1011, 1: 1015, 2: 1019}
+    ray = "\x1b[36m(FSDPPolicyWorkerBase pid={})\x1b[0m "
+    gloo = "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:{}] Timed out waiting 3600ms for {} operation to complete\n"
+    lines = [ray.format(pids[r]) + f"[rank{r}]: init policy model done\n" for r in range(3)] + step_prefix() + [
+        ray.format(pids[2]) + gloo.format(129, "send"),
+        "Fatal Python error: Aborted\n",
+        "  File ",
+        '"/usr/lib/python3.11/threading.py' + ray.format(pids[0]) + gloo.format(78, "recv"),
+        '", line 982 in run\n',
+    ]
+    v = classify_log(lines, exit_code=134)
+    assert (v.failure_class, v.rank) == (F.COLLECTIVE_TIMEOUT, 1), v.advice
+    assert any(e.text.startswith("(FSDPPolicyWorkerBase pid=1011) RuntimeError") for e in v.evidence)
+
+
 def test_ray_task_error_in_the_driver_names_the_worker_by_pid() -> None:
     lines = step_prefix() + [
         "\x1b[36m(FSDPPolicyWorkerBase pid=959052)\x1b[0m [rank6]: entering policy_train\n",
