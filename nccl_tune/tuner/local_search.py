@@ -35,7 +35,11 @@ proposes what an uninterrupted one would):
    within noise promise little and wait; untried values of parameters with a large measured spread
    come first); ``P(fits)`` from the memory model; ``worth`` from the failure model: the chance the
    run and its confirmation re-run finish, per trial the failures it risks would cost (a hang its
-   stall timeout, any failure at least the trial it uses). Configs the admission rule would refuse
+   stall timeout, any failure at least the trial it uses). A move likelier to fail than to finish
+   (``FailureModel.p_ok`` below even) waits while a move likely to finish is worth a trial: its
+   promise is the prior spread of an effect its failures never measure, so NVLS without cuMem,
+   hung once, would otherwise be tried again from each new base once the other moves promise
+   little. Configs the admission rule would refuse
    (predicted OOM or within the headroom), configs already tried and configs holding a flaky value
    or pair (``FailureModel.flaky``: the incumbent and the export pass such a config over, however
    its run goes) are never proposed. Among configs tied with the best (its modelled lead over them
@@ -339,8 +343,11 @@ class Planner:
             gain = np.exp(mean - mean.max()) * MIN_EXPECTED_GAIN * 10
         plain = np.array([1.0 - PARSIMONY * self.changes(m.values) for m in pool])
         score = gain * fits * worth * plain * (1.0 + 1e-6 * np.array([rng.random() for _ in pool]))
-        i = int(np.argmax(score))
         floor = MIN_EXPECTED_GAIN * (0.1 if best is None else 1.0)
+        likely = np.array([self.failures.p_ok(m.values) >= 0.5 for m in pool])
+        if (likely & (score >= floor)).any():
+            score = np.where(likely, score, 0.0)
+        i = int(np.argmax(score))
         if score[i] < floor:
             self.declined = (f"no move is worth a trial (best expected gain {score[i]:.2%} after the odds it fits and "
                              f"finishes, needs {floor:.2%})")

@@ -182,6 +182,55 @@ def test_a_failure_is_blamed_on_the_values_its_move_changed():
     assert planner.propose(random.Random(0)).values["NCCL_ALGO"] != "Tree"
 
 
+NCCL_ONLY = parse_space(
+    """
+name: nccl-only
+parameters:
+  - {name: NCCL_ALGO, kind: categorical, choices: [unset, Ring, Tree, NVLS], default: unset, memory: none}
+  - {name: NCCL_PROTO, kind: categorical, choices: [unset, Simple, LL128, LL], default: unset, memory: none}
+  - {name: NCCL_CUMEM_ENABLE, kind: categorical, choices: [unset, 0, 1], default: unset, memory: small}
+throughput: {samples_per_step: 64}
+""",
+    source="test",
+    label="nccl-only",
+)
+
+
+def nccl_run(number: int, changes: dict, ll: float, status: FailureClass = FailureClass.OK) -> TrialRecord:
+    """A run of ``changes``: NVLS 25% faster, the other values a few percent slower, LL ``ll`` times
+    as fast; a failure hangs in the first step."""
+    v = {**NCCL_ONLY.defaults(), **changes}
+    speed = {"NVLS": 1.25, "Ring": 0.97, "Tree": 0.9}.get(v["NCCL_ALGO"], 1.0)
+    speed *= {"LL128": 0.99, "LL": ll}.get(v["NCCL_PROTO"], 1.0)
+    ok = status is FailureClass.OK
+    result = TrialResult(number=number, status=status, verdict=Verdict(status), stop_reason=StopReason.MEASURED,
+                         step_times_s=tuple(10.0 / speed * f for f in (1.3, 1.0, 1.01, 0.99)) if ok else (),
+                         warmup_steps=1, samples_per_step=64.0, wall_s=300.0 if ok else 330.0)
+    return TrialRecord(number, TrialState.COMPLETE, v, TrialKind.SEARCH, Outcome.LAUNCHED, status, result)
+
+
+@pytest.mark.parametrize("ll, waits", [(0.93, True), (0.85, False)])
+def test_a_move_likelier_to_fail_than_finish_waits_while_a_likely_one_is_worth_a_trial(ll, waits):
+    """cuMem off next to NVLS hung in the first step once; tried again from another base its run is
+    likelier to hang than to finish, though its throughput, never measured, promises the most. While
+    a move likely to finish is worth a trial (LL, measured 7% slower on its own), that one goes
+    first; once none is (LL 15% slower), the suspect move may still be tried."""
+    nv = {"NCCL_ALGO": "NVLS"}
+    runs = [{}, nv, {**nv, "NCCL_PROTO": "Simple"}, {"NCCL_ALGO": "Ring"}, {"NCCL_ALGO": "Tree"},
+            {**nv, "NCCL_PROTO": "LL128"}, {**nv, "NCCL_CUMEM_ENABLE": 1},
+            {**nv, "NCCL_PROTO": "Simple", "NCCL_CUMEM_ENABLE": 1}, {**nv, "NCCL_PROTO": "LL128", "NCCL_CUMEM_ENABLE": 1},
+            {"NCCL_PROTO": "LL"}]
+    records = [nccl_run(i, c, ll) for i, c in enumerate(runs)]
+    records.append(nccl_run(len(runs), {**nv, "NCCL_CUMEM_ENABLE": 0}, ll, FailureClass.HANG))
+    planner = Planner(NCCL_ONLY, {}, records)
+    p = planner.propose(random.Random(0))
+    assert (planner.failures.p_ok(p.values) >= 0.5) is waits, p.reason
+    if waits:
+        assert p.values["NCCL_PROTO"] == "LL" and p.values["NCCL_CUMEM_ENABLE"] != 0, p.reason
+    else:
+        assert p.values["NCCL_CUMEM_ENABLE"] == 0 and p.values["NCCL_ALGO"] == "NVLS", p.reason
+
+
 PROMPTS = parse_space(
     """
 name: rl-batch
