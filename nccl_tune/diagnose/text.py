@@ -17,12 +17,14 @@ _ANSI = re.compile(
 """Escape sequences (CSI, OSC ended by BEL or ST, a stray ESC), and bare colour remnants such as
 ``[36m``/``[0m`` left after the ESC byte was lost (digits required: ``[model]`` stays)."""
 
-_RAY_PREFIX = re.compile(r"^\s*\((?P<name>[^()\s]+)(?: pid=(?P<pid>\d+))?(?:, ip=[^)]*)?\)\s?")
+_WORKER = r"\((?P<name>[^()\s]+)(?: pid=(?P<pid>\d+)){}(?:, ip=[^)]*)?\)"
+"""The shape of Ray's worker prefix; ``{}`` makes the pid optional (``?``) or required (empty)."""
+_RAY_PREFIX = re.compile(r"^\s*" + _WORKER.format("?") + r"\s?")
 """Ray's worker prefix: ``(FSDPPolicyWorkerBase pid=959049)``, ``(raylet)``, ``(pid=12, ip=10.0.0.1)``."""
 
 _RAY_REPEAT = re.compile(r"\s*\[repeated \d+x across cluster\]\s*$")
 
-_GLUED_PREFIX = re.compile(r"\((?P<name>[^()\s]+) pid=(?P<pid>\d+)(?:, ip=[^)]*)?\)")
+_GLUED_PREFIX = re.compile(_WORKER.format(""))
 """A Ray worker prefix inside a line that does not start with one: another writer's unfinished
 output (``faulthandler`` writing a traceback straight to the file) glued in front of a worker's line."""
 
