@@ -253,6 +253,11 @@ class FailureModel:
 
     def worth(self, values: Mapping[str, Any]) -> float:
         """The factor on a proposal's expected improvement (module docstring)."""
+        return self.odds(values)[1]
+
+    def odds(self, values: Mapping[str, Any]) -> tuple[float, float]:
+        """(``p_ok``, ``worth``) of ``values`` from one pass over the causes they hold (a proposal
+        asks both of every move)."""
         held = self._held_posteriors(values)
         ok = math.prod(b / (a + b) for a, b, _ in held)
         both = math.prod(b * (b + 1.0) / ((a + b) * (a + b + 1.0)) for a, b, _ in held)
@@ -260,7 +265,7 @@ class FailureModel:
         ratio = 1.0
         if risk and self.ok_cost_s > 0:
             ratio = sum(p * c for p, c in risk) / sum(p for p, _ in risk) / self.ok_cost_s
-        return both / max(ok + (1.0 - ok) * max(ratio, 1.0), 1e-12)
+        return ok, both / max(ok + (1.0 - ok) * max(ratio, 1.0), 1e-12)
 
     def flaky(self, values: Mapping[str, Any]) -> list[tuple[Cause, float, float]]:
         """(cause, failures taken, mean rate) of each value or pair in ``values`` that made runs fail

@@ -88,6 +88,9 @@ modelled first, whose neighbourhoods are searched."""
 PARSIMONY = 0.01
 """Score discount per value changed from the baseline: between moves that promise the same, the one
 that keeps more of the user's config."""
+LIKELY = 0.5
+"""Odds to finish (``FailureModel.p_ok``) below which a config is suspect: not a move base, not a
+step of a jump, and as a move it waits while a likely one is worth a trial."""
 TIE = 0.01
 """Modelled log-throughput difference within which configs count as tied at least, however well the
 study measured them (``Planner.ranked``: the one with fewer changes from the baseline leads)."""
@@ -219,7 +222,7 @@ class Planner:
             options = [self.full({**current, p.name: v}) for p in self.free for v in p.choices
                        if v != current.get(p.name) and (p.name, v) in seen]
             options = [o for o in options if self.within_rules(o) and self.memory.p_fits(o) >= 0.5
-                       and self.failures.p_ok(o) >= 0.5 and self.memory.verdict(o) is None]
+                       and self.failures.p_ok(o) >= LIKELY and self.memory.verdict(o) is None]
             if not options:
                 break
             means, _ = self.tput.predict(options)
@@ -265,7 +268,7 @@ class Planner:
         with the best (within ``TIE``, or within one standard deviation of their modelled difference
         from it: a lead one noisy run measured is not one), fewest changes from the baseline first."""
         finished = [c for c in candidates(self.records)
-                    if c.all_ok and self.failures.p_ok(c.values) >= 0.5 and not self.failures.flaky(c.values)]
+                    if c.all_ok and self.failures.p_ok(c.values) >= LIKELY and not self.failures.flaky(c.values)]
         if not finished:
             return []
         means, _ = self.tput.predict([c.values for c in finished])
@@ -336,7 +339,7 @@ class Planner:
             return None
         mean, sd = self.tput.predict([m.values for m in pool])
         fits = np.array([self.memory.p_fits(m.values) for m in pool])
-        worth = np.array([self.failures.worth(m.values) for m in pool])
+        ok, worth = np.array([self.failures.odds(m.values) for m in pool]).reshape(len(pool), 2).T
         if best is not None:
             gain = expected_improvement(mean, sd, best)
         else:
@@ -344,7 +347,7 @@ class Planner:
         plain = np.array([1.0 - PARSIMONY * self.changes(m.values) for m in pool])
         score = gain * fits * worth * plain * (1.0 + 1e-6 * np.array([rng.random() for _ in pool]))
         floor = MIN_EXPECTED_GAIN * (0.1 if best is None else 1.0)
-        likely = np.array([self.failures.p_ok(m.values) >= 0.5 for m in pool])
+        likely = ok >= LIKELY
         if (likely & (score >= floor)).any():
             score = np.where(likely, score, 0.0)
         i = int(np.argmax(score))
