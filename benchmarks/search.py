@@ -55,7 +55,7 @@ from nccl_tune.errors import NcclTuneError
 from nccl_tune.launchers.base import Launcher
 from nccl_tune.search_spaces.loader import load_space
 from nccl_tune.sim.analytic import analytic_cost
-from nccl_tune.sim.families import FAMILIES, instance, throughput
+from nccl_tune.sim.families import FAMILIES, Instance, instance, throughput
 from nccl_tune.sim.launcher import ModelLauncher
 from nccl_tune.tuner.loop import run_study
 from nccl_tune.tuner.pins import apply_pins, parse_pin
@@ -94,6 +94,11 @@ DEFINITIONS = {
         "modelled GPU-seconds of launched trials whose status is a failure (not ok, not budget) / modelled "
         "GPU-seconds of all launched trials (re-runs included)"
     ),
+    "failed_gpu_by_cause": (
+        "failed_gpu_frac split by the landscape's reason the config fails (out of memory; a failure every run meets; "
+        "a chance per step of a hang), with its one line on the trigger; on the twin, by the class the tool gave the "
+        "trial"
+    ),
     "saved_gpu_frac": (
         "GPU-seconds not spent because trials were stopped early (screening, early stop): steps not run x the "
         "trial's mean step time x GPUs / (spent + saved)"
@@ -129,6 +134,9 @@ class Problem:
     best_values: Mapping[str, Any]
     best_throughput: float
     p: float | None
+    cause: Callable[[Mapping[str, Any]], str] | None = None
+    """Why the landscape makes a config fail (synthetic families); None for the twin, whose failed
+    trials are then told apart by the class the tool gave them."""
 
     @property
     def implied_random_median(self) -> int | None:
@@ -179,8 +187,25 @@ def synthetic_problems(name: str, seeds: range, root: Path) -> list[Problem]:
         cost = analytic_cost(inst.landscape, inst.node)
         out.append(Problem(name, seed, str(path), ("true",), (), judge,
                            lambda cost=cost: ModelLauncher(env=twin.BASE_ENV, cost=cost), ex.best_values,
-                           ex.best_throughput, ex.p))
+                           ex.best_throughput, ex.p, cause=failure_cause(inst)))
     return out
+
+
+def failure_cause(inst: Instance) -> Callable[[Mapping[str, Any]], str]:
+    """The landscape's reason a config's runs fail: out of memory, a failure every run meets, or a
+    chance per step of a hang, each with the landscape's one line on its trigger."""
+
+    def cause(values: Mapping[str, Any]) -> str:
+        t = inst.landscape(values)
+        if t.peak_gib > inst.node.capacity_gib:
+            return "out of memory"
+        if t.failure:
+            return f"{t.failure}: {t.detail}" if t.detail else t.failure
+        if t.hang_p > 0:
+            return f"hangs in {t.hang_p:.0%} of steps: {t.detail}"
+        return "nothing in the landscape"
+
+    return cause
 
 
 # ---------------------------------------------------------------------------------------------
@@ -203,6 +228,9 @@ class StudyStats:
     best_frac_after: Mapping[int, float]
     gpu_s: float
     failed_gpu_frac: float
+    failed_gpu_by_cause: Mapping[str, float]
+    """``failed_gpu_frac`` split by why the runs failed (``Problem.cause``, or the tool's class on the
+    twin): what a change to the sampler has to win back, and where."""
     saved_gpu_frac: float
     stopped_early: int
     statuses: Mapping[str, int]
@@ -252,12 +280,17 @@ def judge_study(problem: Problem, sampler: str, trials: int, records: Iterable[T
     spent = [(r.status, (r.result.modelled_gpu_s or 0.0) if r.result else 0.0) for r in launched]
     total = sum(s for _, s in spent)
     failed = sum(s for st, s in spent if st not in FINISHED)
+    by_cause: Counter[str] = Counter()
+    for r in launched:
+        if r.status not in FINISHED and r.result is not None and total:
+            label = problem.cause(r.values) if problem.cause else r.status.value
+            by_cause[label] += (r.result.modelled_gpu_s or 0.0) / total
     saved = sum(saved_gpu_s(r) for r in launched)
     judged = problem.judge(winner) if winner is not None else None
     return StudyStats(
         family=problem.family, sampler=sampler, seed=problem.seed, trials=trials, launched=len(launched),
         trials_to_reach=reach if reach is not None else trials + 1, censored=reach is None, best_frac_after=after,
-        gpu_s=total, failed_gpu_frac=failed / total if total else 0.0,
+        gpu_s=total, failed_gpu_frac=failed / total if total else 0.0, failed_gpu_by_cause=dict(by_cause),
         saved_gpu_frac=saved / (total + saved) if total + saved else 0.0,
         stopped_early=sum(1 for r in launched if r.stopped_early),
         statuses=dict(Counter(r.status.value for r in launched if r.status)),
@@ -300,6 +333,9 @@ class Summary:
     median_best_frac_after: Mapping[int, float]
     failed_gpu_frac_median: float
     failed_gpu_frac_max: float
+    failed_gpu_by_cause_mean: Mapping[str, float]
+    """Per cause of failure, its share of a study's GPU time, averaged over the studies (the shares
+    add up to the mean of ``failed_gpu_frac``), largest first."""
     saved_gpu_frac_median: float
     winner_frac_median: float | None
     winners_unstable: int
@@ -309,6 +345,14 @@ class Summary:
     def median_censored(self) -> bool:
         """True when half the studies or more never reached the target: the median is then a lower bound."""
         return 2 * self.censored >= self.seeds
+
+
+def mean_by_cause(stats: list[StudyStats]) -> dict[str, float]:
+    """Each cause's share of a study's GPU time, averaged over ``stats`` (a study without it counts 0), largest first."""
+    total: Counter[str] = Counter()
+    for s in stats:
+        total.update(s.failed_gpu_by_cause)
+    return {cause: share / len(stats) for cause, share in total.most_common()}
 
 
 def summarize(stats: list[StudyStats]) -> Summary:
@@ -322,6 +366,7 @@ def summarize(stats: list[StudyStats]) -> Summary:
         median_best_frac_after=after,
         failed_gpu_frac_median=statistics.median(s.failed_gpu_frac for s in stats),
         failed_gpu_frac_max=max(s.failed_gpu_frac for s in stats),
+        failed_gpu_by_cause_mean=mean_by_cause(stats),
         saved_gpu_frac_median=statistics.median(s.saved_gpu_frac for s in stats),
         winner_frac_median=statistics.median(winners) if winners else None,
         winners_unstable=sum(1 for s in stats if s.winner_stable is False),
@@ -388,6 +433,13 @@ def render(console: Console, sums: list[Summary], tgt: list[dict[str, Any]], pro
         shape = "the twin's cost model" if name == "twin" else FAMILIES[name].shape
         land.add_row(name, shape, " ".join(str(p.implied_random_median or "-") for p in probs))
     console.print(land)
+    causes = Table(title="GPU time on failed trials by cause (share of a study's GPU time, mean over its studies)")
+    for col in ("family", "sampler", "cause", "share"):
+        causes.add_column(col, justify="right" if col == "share" else "left")
+    for s in sums:
+        for cause, share in s.failed_gpu_by_cause_mean.items():
+            causes.add_row(s.family, s.sampler, cause, f"{share:.1%}")
+    console.print(causes)
     summary = Table(title="targets")
     for col in ("family", "what", "measured", "target", "met", "note"):
         summary.add_column(col)

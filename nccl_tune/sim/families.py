@@ -408,9 +408,11 @@ def _hang_rule(v: Mapping[str, Any]) -> tuple[str | None, float, str]:
         return "hang", 0.0, "NVLS without cuMem buffers waits forever for its multicast setup"
     if v["NCCL_P2P_LEVEL"] == "LOC" and v["NCCL_MIN_NCHANNELS"] in (16, 32):
         return "hang", 0.0, "SHM transport with many channels deadlocks in the first all-gather"
-    p = 0.5 if (v["NCCL_ALGO"] == "Tree" and v["NCCL_PROTO"] == "LL128") else 0.0
-    p = max(p, 0.15 if v["NCCL_CUMEM_ENABLE"] == 1 else 0.0)
-    return None, p, "LL128 on trees, or cuMem with colocated engines, hangs at random"
+    if v["NCCL_ALGO"] == "Tree" and v["NCCL_PROTO"] == "LL128":
+        return None, 0.5, "LL128 on trees hangs at random"
+    if v["NCCL_CUMEM_ENABLE"] == 1:
+        return None, 0.15, "cuMem buffers next to colocated engines hang at random"
+    return None, 0.0, ""
 
 
 def _hang(rng: random.Random) -> tuple[Landscape, AnalyticNode]:
@@ -434,6 +436,8 @@ def _hang(rng: random.Random) -> tuple[Landscape, AnalyticNode]:
         peak = zero_static_gib(params_b, 3, False) + OVERHEAD_GIB + m * act * (0.15 if ck else 1.0)
         peak += 2.0 if v["NCCL_ALGO"] == "NVLS" else 0.0
         if peak >= 0.92 * 79.15 and peak <= 79.15:
+            if failure is None and hang_p < 0.3:
+                why = "within 8% of the memory wall a rank stalls in the allocator's retries"
             hang_p = max(hang_p, 0.3)
         return Truth(step, peak, failure, hang_p, why)
 

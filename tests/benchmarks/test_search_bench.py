@@ -62,10 +62,13 @@ def test_three_samplers_side_by_side_with_the_defined_measures(quick):
             assert s["launched"] >= TRIALS and s["gpu_s"] > 0
             assert 0.0 <= s["failed_gpu_frac"] <= 1.0 and 0.0 <= s["saved_gpu_frac"] < 1.0
             assert sum(s["statuses"].values()) == s["launched"]
+            assert sum(s["failed_gpu_by_cause"].values()) == pytest.approx(s["failed_gpu_frac"])
+            if name != "twin":  # every failure on an analytic landscape has the landscape's reason
+                assert "nothing in the landscape" not in s["failed_gpu_by_cause"], s["failed_gpu_by_cause"]
         # random search: no re-runs, nothing predicted, nothing stopped early
         (r,) = fam["studies"]["random"]
         assert r["launched"] == TRIALS and "predicted" not in r["outcomes"] and r["saved_gpu_frac"] == 0.0
-    for word in ("enabler-trap", "hang-region", "tuner", "tpe", "random", "targets"):
+    for word in ("enabler-trap", "hang-region", "tuner", "tpe", "random", "targets", "by cause"):
         assert word in proc.stdout
 
 
@@ -121,3 +124,25 @@ def test_bad_options_get_one_line_errors(args, expected):
     assert proc.returncode == 2
     assert expected in proc.stderr
     assert "Traceback" not in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_a_failed_trial_is_told_by_the_landscapes_reason_it_fails():
+    """What the by-cause split of failed GPU time names: a failure every run meets, a chance per
+    step of a hang (cuMem 1, and any config within 8% of the wall), running out of memory."""
+    sys.path.insert(0, str(BENCH.parent))
+    import search
+    from nccl_tune.sim.families import enumerate_configs, instance
+
+    inst, ex = instance("hang-region", 0)
+    cause = search.failure_cause(inst)
+    best = dict(ex.best_values)
+    assert cause(best) == "nothing in the landscape"
+    assert cause({**best, "NCCL_ALGO": "NVLS", "NCCL_CUMEM_ENABLE": 0}).startswith("hang: NVLS without cuMem")
+    assert cause({**best, "NCCL_CUMEM_ENABLE": 1}).startswith("hangs in 15% of steps: cuMem")
+    largest = {**best, "train.micro_batch_size": 16, "train.gradient_checkpointing": False}
+    assert inst.landscape(largest).peak_gib > inst.node.capacity_gib and cause(largest) == "out of memory"
+    near_wall = [v for v in enumerate_configs(inst.space)
+                 if 0.92 <= inst.landscape(v).peak_gib / inst.node.capacity_gib <= 1.0 and cause(v).startswith("hangs")]
+    assert near_wall, "instance 0 has configs within 8% of the wall"
+    for v in near_wall:
+        assert "memory wall" in cause(v) or (v["NCCL_ALGO"], v["NCCL_PROTO"]) == ("Tree", "LL128"), v
