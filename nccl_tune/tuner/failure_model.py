@@ -7,7 +7,11 @@ so it counts as a start-up that none of its values broke.
 The causes a run holds are its values away from the baseline, each alone and each pair of them
 (NCCL's NVLS algorithm hangs only without cuMem buffers; a batch larger than what a shorter prompt
 limit leaves of the data set crashes only at that batch), and a leak held by every run (a failure
-no value explains). A failed run had one cause fire; a finished run had none. A cause fires in one
+no value explains); in a space with a memory model, also its place next to the memory wall
+(``MEMORY``: its peak came within twice the headroom of the wall, and for a config not yet run,
+its predicted peak likely does), a cause like a value: on a node pressed for memory a rank
+stalls in the allocator now and then, and those hangs, each next to other values, are told from
+the values as one cause. A failed run had one cause fire; a finished run had none. A cause fires in one
 of two phases: before the run's first step (a bad setting, a batch the data cannot fill: these
 break most runs or none) or after it (a race, a hang now and then: a value that let the run start
 and measure steps does not break every run). In each phase each cause fires at a rate of its own,
@@ -39,16 +43,21 @@ import random
 import statistics
 from collections import Counter
 from functools import cached_property
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from nccl_tune.failure import FailureClass
 from nccl_tune.search_spaces.space import Parameter, SearchSpace
 from nccl_tune.search_spaces.spelling import format_value
-from nccl_tune.tuner.memory_model import failure_wall_frac, memory_explains
+from nccl_tune.tuner.memory_model import MemoryModel, failure_wall_frac, memory_explains
 from nccl_tune.tuner.study_records import FINISHED, Outcome, TrialRecord
 
 Value = tuple[str, Any]
 """(parameter, value)."""
+MEMORY = "(memory)"
+"""The pseudo-parameter of a run's place next to the memory wall: ``NEAR_WALL`` when its peak came
+within twice the headroom of the wall (and not within the headroom: there memory explains a
+failure), unset otherwise."""
+NEAR_WALL = "within twice the headroom of the wall"
 Cause = tuple[Value, ...]
 """``()`` (the leak), one value, or a pair of values."""
 Key = tuple[str, Cause]
@@ -106,19 +115,35 @@ class FailureModel:
         baseline: Mapping[str, Any],
         records: Iterable[TrialRecord],
         memory_wall_frac: float | None,
+        p_below: Callable[[Mapping[str, Any], float], float] | None = None,
     ) -> None:
         """``memory_wall_frac``: the peak (share of the GPU) above which the memory model explains a
         failure: an OOM, or a hang, crash or timeout of a run that came that close to the wall (the
         allocator thrashing, a rank stalled in a retry while the others wait in a collective); None
-        when the space has no memory model (no parameter declares a memory effect)."""
+        when the space has no memory model (no parameter declares a memory effect).
+
+        ``p_below(values, frac)``: the chance an untried config's peak stays at or below ``frac`` of
+        the GPU (the memory model's); with a memory model, a run's place next to the wall is a cause
+        like a value (``MEMORY``): a run holds it when its measured peak came within twice the
+        headroom of the wall, a config when its predicted peak likely does. Hangs of runs that
+        came that close, each next to other values, are then told from those values as one cause.
+        Without ``p_below`` a config is taken to be clear of the wall."""
         self.names = [p.name for p in free]
         self.baseline = dict(baseline)
+        self.band_frac = None if memory_wall_frac is None else 2.0 * memory_wall_frac - 1.0
+        """Peak share from which a run is near the wall (the headroom's edge minus one more headroom)."""
+        self._p_below = p_below
+        self._placed_cache: dict[tuple, bool] = {}
+        if self.band_frac is not None:
+            self.names.append(MEMORY)
+            self.baseline[MEMORY] = None
         self.runs: list[tuple[tuple[Key, ...], tuple[Key, ...], float]] = []
         """(keys held, keys one of which fired (empty for a finished run), cost) per run."""
         for r in sorted(records, key=lambda r: r.number):
             if r.outcome is not Outcome.LAUNCHED or r.status in (None, FailureClass.INTERRUPTED):
                 continue
-            start, run = self.keys(r.values, "start"), self.keys(r.values, "run")
+            values = self._measured_place(r)
+            start, run = self.keys(values, "start"), self.keys(values, "run")
             if memory_wall_frac is not None and memory_explains(r, memory_wall_frac):
                 if r.status is not FailureClass.OOM:  # an OOM may come while the model loads
                     self.runs.append((start, (), 0.0))  # past its start-up; no cost: not a finished run's
@@ -141,13 +166,34 @@ class FailureModel:
         for keys, fired, _ in self.runs:
             if not fired:
                 continue
-            values = frozenset(c[0] for _, c in keys if len(c) == 1)
+            values = frozenset(c[0] for _, c in keys if len(c) == 1 and c[0][0] != MEMORY)
             for cause in {c for _, c in keys if c}:
                 others = values - set(cause)
                 out[cause] = out[cause] & others if cause in out else others
         return out
 
+    def _measured_place(self, r: TrialRecord) -> Mapping[str, Any]:
+        """``r``'s values with its place next to the wall, from its measured peak."""
+        if self.band_frac is None:
+            return r.values
+        mem = r.result.memory if r.result is not None else None
+        peak = mem.max_peak_frac if mem is not None else None
+        return {**r.values, MEMORY: NEAR_WALL if peak is not None and peak >= self.band_frac else None}
+
+    def placed(self, values: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``values`` with their place next to the wall: as given, or from the predicted peak."""
+        if self.band_frac is None or MEMORY in values:
+            return values
+        if self._p_below is None:
+            return {**values, MEMORY: None}
+        key = tuple(sorted((k, repr(v)) for k, v in values.items()))
+        near = self._placed_cache.get(key)
+        if near is None:
+            near = self._placed_cache[key] = self._p_below(values, self.band_frac) < 0.5
+        return {**values, MEMORY: NEAR_WALL if near else None}
+
     def causes(self, values: Mapping[str, Any]) -> tuple[Cause, ...]:
+        values = self.placed(values)
         off = [(n, values.get(n)) for n in self.names if values.get(n) != self.baseline.get(n)]
         return ((),) + tuple((v,) for v in off) + tuple(itertools.combinations(off, 2))
 
@@ -316,6 +362,7 @@ class FailureModel:
         """True when ``values`` hold every value that each failed run holding ``cause`` held too: a
         value whose failures all came with a partner (a shorter prompt limit, every run of it at a
         batch larger than the prompts it keeps) is not condemned without that partner."""
+        values = self.placed(values)
         return all(values.get(name) == value for name, value in self.partners.get(cause, ()))
 
     def blamed(self) -> list[tuple[Cause, float, float]]:
@@ -331,7 +378,9 @@ def study_failures(space: SearchSpace, records: Sequence[TrialRecord]) -> Failur
     defaults (the user's own values)."""
     launched = [r for r in records if r.outcome is Outcome.LAUNCHED and r.values]
     free = [p for p in space.parameters if len({repr(r.values.get(p.name)) for r in launched}) > 1]
-    return FailureModel(free, space.defaults(), records, memory_wall_frac=failure_wall_frac(space))
+    memory = MemoryModel(space, records)
+    return FailureModel(free, space.defaults(), records, memory_wall_frac=failure_wall_frac(space),
+                        p_below=lambda values, frac: memory.predict(values).p_below(frac))
 
 
 class FlakyRule:

@@ -135,8 +135,8 @@ class Planner:
         self.memory = MemoryModel(space, self.records)
         self.tput = ThroughputModel(space, self.free, self.records, self.baseline)
         self.tried = {self._key(r.values) for r in self.records if r.values}
-        self.failures = FailureModel(self.free, self.baseline, self.records,
-                                     memory_wall_frac=failure_wall_frac(space))
+        self.failures = FailureModel(self.free, self.baseline, self.records, memory_wall_frac=failure_wall_frac(space),
+                                     p_below=lambda values, frac: self.memory.predict(values).p_below(frac))
         self.declined = ""
         """Why ``propose`` returned None."""
 

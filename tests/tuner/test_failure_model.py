@@ -11,7 +11,7 @@ from optuna.trial import TrialState
 from nccl_tune.failure import FailureClass, Verdict
 from nccl_tune.search_spaces.loader import parse_space
 from nccl_tune.trial import GpuMemory, MemoryReport, StopReason, TrialResult
-from nccl_tune.tuner.failure_model import FailureModel, flaky_rule
+from nccl_tune.tuner.failure_model import MEMORY, NEAR_WALL, FailureModel, flaky_rule
 from nccl_tune.tuner.study_records import Outcome, TrialKind, TrialRecord
 
 SPACE = parse_space(
@@ -278,3 +278,27 @@ def test_a_value_that_crashed_start_ups_only_next_to_a_partner_is_worth_a_try_wi
     # a hang in the first step, caught by the stall timeout, costs about a run (its start-up): not cheap
     alone, together = at_small_batch(FailureClass.HANG, 900.0)
     assert alone < 0.9 and together < 0.5
+
+
+def test_hangs_next_to_the_memory_wall_are_blamed_on_the_wall_not_on_each_runs_new_value():
+    """Three runs within twice the headroom of the wall (peaks 93-94%, a 5% headroom) hung after
+    some steps, each next to another NCCL value and with another parameter taking it near the wall;
+    each of those values finished away from the wall. The place next to the wall takes the blame: a
+    config the memory model puts there is less likely to finish than the same values clear of it,
+    and the NCCL values stay worth trying."""
+    def near(number: int, changes: dict, status: FailureClass = FailureClass.OK) -> TrialRecord:
+        r = hung_after(number, changes, 2) if status is FailureClass.HANG else run(number, changes)
+        memory = MemoryReport("nvml", (GpuMemory(0, 80.0, 80.0 * (0.93 if number % 2 else 0.94)),))
+        return replace(r, result=replace(r.result, memory=memory))
+
+    records = [run(0, {}, peak_frac=0.6), near(1, {"batch": 512}), near(2, {"batch": 512, "NCCL_ALGO": "Ring"}, FailureClass.HANG),
+               near(3, {"prompt": 2048}), near(4, {"prompt": 2048, "NCCL_PROTO": "LL"}, FailureClass.HANG),
+               near(5, {"batch": 512, "NCCL_ALGO": "Tree"}, FailureClass.HANG),
+               run(6, {"NCCL_ALGO": "Ring"}, peak_frac=0.6), run(7, {"NCCL_PROTO": "LL"}, peak_frac=0.6),
+               run(8, {"NCCL_ALGO": "Tree"}, peak_frac=0.6)]
+    m = FailureModel(SPACE.parameters, BASE, records, memory_wall_frac=0.95,
+                     p_below=lambda values, frac: 0.0 if values["batch"] == 512 else 1.0)
+    assert m.blamed()[0][0] == ((MEMORY, NEAR_WALL),)
+    assert m.p_ok({**BASE, "batch": 512, "NCCL_PROTO": "Simple"}) < m.p_ok({**BASE, "NCCL_PROTO": "Simple"}) - 0.1
+    for value in ({"NCCL_ALGO": "Ring"}, {"NCCL_PROTO": "LL"}, {"NCCL_ALGO": "Tree"}):
+        assert m.p_ok({**BASE, **value}) > 0.8, value
