@@ -281,10 +281,9 @@ def judge_study(problem: Problem, sampler: str, trials: int, records: Iterable[T
     total = sum(s for _, s in spent)
     failed = sum(s for st, s in spent if st not in FINISHED)
     by_cause: Counter[str] = Counter()
-    for r in launched:
-        if r.status not in FINISHED and r.result is not None and total:
-            label = problem.cause(r.values) if problem.cause else r.status.value
-            by_cause[label] += (r.result.modelled_gpu_s or 0.0) / total
+    for r, (status, gpu_s) in zip(launched, spent):
+        if status not in FINISHED and gpu_s:
+            by_cause[problem.cause(r.values) if problem.cause else status.value] += gpu_s / total
     saved = sum(saved_gpu_s(r) for r in launched)
     judged = problem.judge(winner) if winner is not None else None
     return StudyStats(

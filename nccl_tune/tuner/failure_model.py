@@ -49,6 +49,7 @@ from nccl_tune.failure import FailureClass
 from nccl_tune.search_spaces.space import Parameter, SearchSpace
 from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.tuner.memory_model import MemoryModel, failure_wall_frac, memory_explains
+from nccl_tune.tuner.stability import values_key
 from nccl_tune.tuner.study_records import FINISHED, Outcome, TrialRecord
 
 Value = tuple[str, Any]
@@ -133,7 +134,7 @@ class FailureModel:
         self.band_frac = None if memory_wall_frac is None else 2.0 * memory_wall_frac - 1.0
         """Peak share from which a run is near the wall (the headroom's edge minus one more headroom)."""
         self._p_below = p_below
-        self._placed_cache: dict[tuple, bool] = {}
+        self._placed_cache: dict[str, bool] = {}
         if self.band_frac is not None:
             self.names.append(MEMORY)
             self.baseline[MEMORY] = None
@@ -186,7 +187,7 @@ class FailureModel:
             return values
         if self._p_below is None:
             return {**values, MEMORY: None}
-        key = tuple(sorted((k, repr(v)) for k, v in values.items()))
+        key = values_key(values)
         near = self._placed_cache.get(key)
         if near is None:
             near = self._placed_cache[key] = self._p_below(values, self.band_frac) < 0.5
@@ -295,7 +296,7 @@ class FailureModel:
 
     def p_ok(self, values: Mapping[str, Any]) -> float:
         """Probability that a run of ``values`` finishes without a failure the memory model does not explain."""
-        return math.prod(b / (a + b) for a, b, _ in self._held_posteriors(values))
+        return self.odds(values)[0]
 
     def worth(self, values: Mapping[str, Any]) -> float:
         """The factor on a proposal's expected improvement (module docstring)."""
@@ -361,8 +362,8 @@ class FailureModel:
     def _in_context(self, cause: Cause, values: Mapping[str, Any]) -> bool:
         """True when ``values`` hold every value that each failed run holding ``cause`` held too: a
         value whose failures all came with a partner (a shorter prompt limit, every run of it at a
-        batch larger than the prompts it keeps) is not condemned without that partner."""
-        values = self.placed(values)
+        batch larger than the prompts it keeps) is not condemned without that partner. A partner is
+        a value, never the place next to the wall (``_partners``)."""
         return all(values.get(name) == value for name, value in self.partners.get(cause, ()))
 
     def blamed(self) -> list[tuple[Cause, float, float]]:
@@ -378,9 +379,8 @@ def study_failures(space: SearchSpace, records: Sequence[TrialRecord]) -> Failur
     defaults (the user's own values)."""
     launched = [r for r in records if r.outcome is Outcome.LAUNCHED and r.values]
     free = [p for p in space.parameters if len({repr(r.values.get(p.name)) for r in launched}) > 1]
-    memory = MemoryModel(space, records)
     return FailureModel(free, space.defaults(), records, memory_wall_frac=failure_wall_frac(space),
-                        p_below=lambda values, frac: memory.predict(values).p_below(frac))
+                        p_below=MemoryModel(space, records).p_below)
 
 
 class FlakyRule:

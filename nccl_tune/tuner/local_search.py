@@ -136,7 +136,7 @@ class Planner:
         self.tput = ThroughputModel(space, self.free, self.records, self.baseline)
         self.tried = {self._key(r.values) for r in self.records if r.values}
         self.failures = FailureModel(self.free, self.baseline, self.records, memory_wall_frac=failure_wall_frac(space),
-                                     p_below=lambda values, frac: self.memory.predict(values).p_below(frac))
+                                     p_below=self.memory.p_below)
         self.declined = ""
         """Why ``propose`` returned None."""
 

@@ -614,6 +614,10 @@ class MemoryModel:
         several = sum(1 for n in moved if n > 1)
         return (1.0 + several) / (2.0 + sum(1 for n in moved if n > 0))
 
+    def p_below(self, values: Mapping[str, Any], frac: float) -> float:
+        """Probability that the predicted peak of ``values`` stays at or below ``frac`` of the GPU."""
+        return self.predict(values).p_below(frac)
+
     def p_fits(self, values: Mapping[str, Any]) -> float:
         """Probability that ``values`` run with at least the headroom free. Per phase, a parameter
         the study has not measured (``varies``) may move one phase's peak, not each by its prior
