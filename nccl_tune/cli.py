@@ -96,6 +96,7 @@ def run_cmd(
     parallel: int = typer.Option(1, "--parallel", help="Trials at once (several need --launcher ray: one trial per node)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the tuned YAML here at the end."),
     confirm: int = typer.Option(2, "--confirm", help="Re-run the best N candidates once to confirm them (0: none)."),
+    nccl_check: str = typer.Option("auto", "--nccl-check", help="Run each new set of NCCL values on the collectives alone before its trial, so a setting that fails does so in seconds: auto (when the space sets NCCL variables and GPUs are visible), on or off."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Validate the space and print the first trial's argv and env; run nothing."),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout (progress goes to stderr)."),
     series: Optional[str] = typer.Option(None, "--series", help="Keep this run as a night of the named series (a new study per night).", metavar="NAME"),
@@ -116,7 +117,7 @@ def run_cmd(
             command=tuple(command or ()), space=space, study=study, storage=storage, results=results,
             trials=trials, steps=steps, warmup_steps=warmup_steps, pins=tuple(parse_pin(p) for p in pin),
             seed=seed, sampler=sampler, launcher=launcher, parallel=parallel, ray_address=ray_address, output=output, dry_run=dry_run, confirm=confirm,
-            budget_s=secs["--budget"], stall_timeout_s=secs["--stall-timeout"], startup_timeout_s=secs["--startup-timeout"],
+            nccl_check=nccl_check, budget_s=secs["--budget"], stall_timeout_s=secs["--stall-timeout"], startup_timeout_s=secs["--startup-timeout"],
             trial_timeout_s=secs["--trial-timeout"], grace_s=secs["--grace"], gate_timeout_s=secs["--gate-timeout"], series=series, warm_start=warm_start,
             baseline_file=baseline, fail_on_regression_pct=fail_on_regression,
         )

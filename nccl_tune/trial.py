@@ -226,6 +226,9 @@ class TrialSpec:
     """What the markers of this study's processes start with: the study name and its storage (see
     ``tuner.storage.marker_scope``), so that a study of the same name in another storage is never
     swept or waited on; empty: the study name alone."""
+    nccl_check: bool = False
+    """True for the NCCL check of the trial (``launchers.nccl_check``: the collectives alone, with the
+    trial's NCCL variables), False for the trial's own command."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", _frozen_map(self.params))
@@ -401,6 +404,11 @@ class TrialResult:
     """Processes of the trial still alive after teardown (should always be 0)."""
     modelled_gpu_s: float | None = None
     """GPU-seconds the trial would cost on the real node (set by model-based launchers)."""
+    nccl_check_s: float = 0.0
+    """Wall seconds of the NCCL check that passed before the trial (``launchers.nccl_check``), not in
+    ``wall_s``; 0 when none ran. A trial whose check failed is the check's result (its ``wall_s``)."""
+    nccl_check_gpu_s: float | None = None
+    """GPU-seconds of that check on the real node (set by model-based launchers)."""
     nccl_env_seen: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     """Per rank (``host:pid [device]``), the NCCL variables NCCL reported reading and their values
     (``NCCL INFO NCCL_X set by environment to V``); empty when no rank reported."""
@@ -497,5 +505,7 @@ class TrialResult:
             escaped_processes=int(data.get("escaped_processes") or 0),
             survivors=int(data.get("survivors") or 0),
             modelled_gpu_s=data.get("modelled_gpu_s"),
+            nccl_check_s=float(data.get("nccl_check_s") or 0.0),
+            nccl_check_gpu_s=data.get("nccl_check_gpu_s"),
             nccl_env_seen=data.get("nccl_env_seen") or {},
         )

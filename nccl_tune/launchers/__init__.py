@@ -11,6 +11,9 @@
 - ``gate``: the next trial waits for GPU memory back at the baseline and no process left.
 - ``fr``: Flight Recorder dump paths and collection.
 - ``stacks``: every rank's Python stack (py-spy) when a trial stalls, before teardown.
+- ``nccl_check``: ``CheckingLauncher``, a trial's NCCL values tried on the collectives alone before its
+  command runs (``nccl_check_worker``: one rank's rounds of collectives); a setting that fails there
+  ends the trial in seconds.
 - ``trial_files``: a trial folder's ``spec.json``, ``result.json`` and ``facts.json`` (what its verdict,
   from ``diagnose.verdict.decide``, was decided from), written atomically and read back.
 """

@@ -31,6 +31,16 @@ class TrialProgress:
     peak_mem_gib: float | None = None
 
 
+@dataclass(frozen=True)
+class CheckSupport:
+    """Whether a launcher can run the NCCL check where its trials run, and on how many GPUs."""
+
+    gpus: int | None
+    """GPUs the check runs one rank each on; None: it cannot run."""
+    why_not: str = ""
+    """One line, when it cannot."""
+
+
 class TrialObserver:
     """Callbacks from a running trial. The base class does nothing; the tuner subclasses it
     for its live display, early stopping and interrupt handling."""
@@ -80,6 +90,10 @@ class Launcher(ABC):
     def gate(self) -> None:
         """Block until the node is clean for the next trial (GPU memory back to baseline, no
         process of an earlier trial alive); raise ``GpuGateError`` naming what still holds it."""
+
+    def nccl_check_support(self) -> "CheckSupport":
+        """Whether the NCCL check (``launchers.nccl_check``) can run where this launcher's trials run."""
+        return CheckSupport(None, f"the {self.name} launcher does not run it")
 
     def reap(self, study: str) -> list[str]:
         """Kill every process still carrying a marker of ``study`` (left by a tuner that was

@@ -29,13 +29,14 @@ from nccl_tune.errors import NcclTuneError
 from nccl_tune.diagnose.stacks import StackReport
 from nccl_tune.diagnose.verdict import LogFacts, TrialFacts, decide
 from nccl_tune.failure import Cause, Evidence, FailureClass, Verdict, split_returncode
-from nccl_tune.gpu import GpuProbe, open_probe
+from nccl_tune.gpu import FAKE_NVML_ENV, GpuProbe, open_probe
 from nccl_tune.launchers import private_ray
-from nccl_tune.launchers.base import Launcher, TrialObserver, TrialProgress
+from nccl_tune.launchers.base import CheckSupport, Launcher, TrialObserver, TrialProgress
 from nccl_tune.launchers.fr import clear_dumps, collect_dumps, fr_env, fr_prefix
 from nccl_tune.launchers.gate import GpuGate
 from nccl_tune.launchers.logstream import LineScanner, LogPump
 from nccl_tune.launchers.memory import MemorySampler, build_report
+from nccl_tune.launchers.nccl_check import nccl_unusable
 from nccl_tune.presets import apply_preset
 from nccl_tune.launchers.stacks import collect_stacks
 from nccl_tune.launchers.process import build_env, resolve_command, spawn, tuner_alive
@@ -127,6 +128,15 @@ class LocalLauncher(Launcher):
         if self._probe is None:
             self._probe = open_probe()
         return self._probe
+
+    def nccl_check_support(self) -> CheckSupport:
+        """The GPUs NVML sees on this machine, if this Python's torch can run NCCL on them (not under
+        the tests' fake NVML, which has no GPU behind it)."""
+        if os.environ.get(FAKE_NVML_ENV) or not self.probe.available:
+            return CheckSupport(None, "no GPU visible through NVML" + (f" ({self.probe.reason})" if self.probe.reason else ""))
+        gpus = len(self.probe.devices())
+        why = nccl_unusable() if gpus else "NVML lists no GPU"
+        return CheckSupport(None, why) if why else CheckSupport(gpus)
 
     @property
     def gpu_gate(self) -> GpuGate:

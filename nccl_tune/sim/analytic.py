@@ -12,7 +12,7 @@ deterministic in the run seed.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 from typing import Any, Callable, Mapping
 
@@ -50,6 +50,12 @@ class Truth:
     """Chance per step of a hang (near the memory wall, flaky settings)."""
     detail: str = ""
     """One line naming the cause (NCCL's refusal, the hang's trigger)."""
+    nccl_failure: str | None = None
+    """The part of ``failure`` that NCCL's settings cause without the trainer (``hang``, ``nccl_error``):
+    a run of the collectives alone with the same variables (the NCCL check) meets it too."""
+    nccl_hang_p: float = 0.0
+    """The part of ``hang_p`` that NCCL's settings cause without the trainer, per round of the NCCL
+    check (a round makes the collectives of a step)."""
     phase_peak_gib: Mapping[str, float] = field(default_factory=dict, hash=False)
     """Peak of the busiest GPU per phase of ``STEP_PHASES``, for jobs whose phases peak apart (the
     largest is ``peak_gib``); empty for a job with one phase (``policy_train``), reported as none."""
@@ -201,11 +207,26 @@ def _failure(truth: Truth, node: AnalyticNode, step: int, at: float, kind: str, 
 
 Landscape = Callable[[Mapping[str, Any]], Truth]
 
+CHECK_NODE = AnalyticNode(startup_s=25.0, step_noise=0.05, run_noise=0.02)
+"""The NCCL check on the modelled node: its ranks start and set up NCCL in about 25 s."""
+CHECK_ROUND_S = 0.5
+CHECK_PEAK_GIB = 2.0
+
+
+def check_truth(truth: Truth) -> Truth:
+    """What the NCCL check (``launchers.nccl_check``) of a config meets: the failures its NCCL
+    settings cause alone, on rounds of collectives that take ``CHECK_ROUND_S``."""
+    return Truth(CHECK_ROUND_S, CHECK_PEAK_GIB, truth.nccl_failure, truth.nccl_hang_p, truth.detail)
+
 
 def analytic_cost(landscape: Landscape, node: AnalyticNode) -> Callable[[TrialSpec, int, int], Outcome]:
     """The ``ModelLauncher`` cost function of a landscape: the trial's own parameter values in, a run out."""
 
+    check_node = replace(CHECK_NODE, gpus=node.gpus, capacity_gib=node.capacity_gib)
+
     def cost(spec: TrialSpec, seed: int, steps: int) -> Outcome:
+        if spec.nccl_check:  # its own draws: the check's rounds are not the trial's steps
+            return run_outcome(check_truth(landscape(spec.params)), check_node, seed ^ 0x9E3779B9, steps, 1.0)
         return run_outcome(landscape(spec.params), node, seed, steps, spec.samples_per_step or 1.0)
 
     return cost

@@ -18,7 +18,9 @@ space is enumerated (``enumerate_configs``), since each costs microseconds.
 - ``narrow-wall``: a 26-38B model on one node: most configs run out of memory and the best sits
   just under the wall (ZeRO-3, offloads, packing length, micro-batch).
 - ``hang-region``: NVSwitch node where some NCCL combinations hang (NVLS without cuMem, P2P off
-  with many channels, LL128 on trees) and the fastest settings sit next to them.
+  with many channels, LL128 on trees) and the fastest settings sit next to them. Those three hang
+  the collectives alone too (``Truth.nccl_failure``, ``nccl_hang_p``: the NCCL check meets them);
+  cuMem buffers next to the colocated engines, and a rank near the memory wall, hang only in the job.
 
 The constants are plausible, not measured: the families exist to vary the shape of the search
 problem, and the twin (``nccl_tune.sim``) is the one grounded in real numbers.
@@ -402,17 +404,18 @@ throughput: {samples_per_step: "train.batch_per_gpu * 8"}
 """ + _COMMON
 
 
-def _hang_rule(v: Mapping[str, Any]) -> tuple[str | None, float, str]:
-    """(deterministic failure, chance of a hang per step, why) of the NCCL settings."""
+def _hang_rule(v: Mapping[str, Any]) -> tuple[str | None, float, str, bool]:
+    """(deterministic failure, chance of a hang per step, why, whether NCCL's settings alone cause
+    it: the collectives without the trainer meet it too) of the NCCL settings."""
     if v["NCCL_ALGO"] == "NVLS" and v["NCCL_CUMEM_ENABLE"] == 0:
-        return "hang", 0.0, "NVLS without cuMem buffers waits forever for its multicast setup"
+        return "hang", 0.0, "NVLS without cuMem buffers waits forever for its multicast setup", True
     if v["NCCL_P2P_LEVEL"] == "LOC" and v["NCCL_MIN_NCHANNELS"] in (16, 32):
-        return "hang", 0.0, "SHM transport with many channels deadlocks in the first all-gather"
+        return "hang", 0.0, "SHM transport with many channels deadlocks in the first all-gather", True
     if v["NCCL_ALGO"] == "Tree" and v["NCCL_PROTO"] == "LL128":
-        return None, 0.5, "LL128 on trees hangs at random"
+        return None, 0.5, "LL128 on trees hangs at random", True
     if v["NCCL_CUMEM_ENABLE"] == 1:
-        return None, 0.15, "cuMem buffers next to colocated engines hang at random"
-    return None, 0.0, ""
+        return None, 0.15, "cuMem buffers next to colocated engines hang at random", False
+    return None, 0.0, "", False
 
 
 def _hang(rng: random.Random) -> tuple[Landscape, AnalyticNode]:
@@ -424,7 +427,8 @@ def _hang(rng: random.Random) -> tuple[Landscape, AnalyticNode]:
     """The all-to-all traffic takes about ``comm_ratio`` of a well-batched step's compute at NCCL's defaults."""
 
     def landscape(v: Mapping[str, Any]) -> Truth:
-        failure, hang_p, why = _hang_rule(v)
+        failure, hang_p, why, alone = _hang_rule(v)
+        nccl = (failure, hang_p) if alone else (None, 0.0)
         m, ck = v["train.micro_batch_size"], v["train.gradient_checkpointing"]
         busbw = NVLINK_BUSBW * {"unset": 1.0, "Ring": 0.97, "Tree": 0.9, "NVLS": nvls}[v["NCCL_ALGO"]]
         busbw *= {"unset": 1.0, "Simple": 1.0, "LL128": ll128, "LL": 0.45}[v["NCCL_PROTO"]]
@@ -439,7 +443,7 @@ def _hang(rng: random.Random) -> tuple[Landscape, AnalyticNode]:
             if failure is None and hang_p < 0.3:
                 why = "within 8% of the memory wall a rank stalls in the allocator's retries"
             hang_p = max(hang_p, 0.3)
-        return Truth(step, peak, failure, hang_p, why)
+        return Truth(step, peak, failure, hang_p, why, nccl_failure=nccl[0], nccl_hang_p=nccl[1])
 
     return landscape, AnalyticNode(startup_s=rng.uniform(90, 200), step_noise=rng.uniform(0.01, 0.03))
 

@@ -26,7 +26,7 @@ from typing import Callable, Mapping, Sequence
 from nccl_tune.diagnose.stacks import Frame, ProcessStack, StackReport, ThreadStack
 from nccl_tune.diagnose.verdict import LogFacts, TrialFacts, decide
 from nccl_tune.failure import Cause, Evidence, FailureClass, Verdict
-from nccl_tune.launchers.base import Launcher, TrialObserver, TrialProgress
+from nccl_tune.launchers.base import CheckSupport, Launcher, TrialObserver, TrialProgress
 from nccl_tune.launchers.process import build_env
 from nccl_tune.launchers.progress import ProgressLedger, ProgressState
 from nccl_tune.launchers.trial_files import LOG_FILE, write_result
@@ -75,18 +75,27 @@ class ModelLauncher(Launcher):
         env: Mapping[str, str] | None = None,
         write_result: bool = False,
         cost: Callable[[TrialSpec, int, int], Outcome] | None = None,
+        nccl_check_gpus: int | None = None,
     ) -> None:
         """``base_overrides``: the command's own overrides (default: the twin script's);
         ``env``: the environment trials start from (default: this process's);
         ``write_result``: also write ``result.json`` into each trial folder;
         ``cost``: another cost model, ``(spec, run seed, steps) -> Outcome`` (an analytic landscape,
-        ``nccl_tune.sim.analytic``), in place of the twin's; supervised the same way."""
+        ``nccl_tune.sim.analytic``), in place of the twin's; supervised the same way;
+        ``nccl_check_gpus``: the node's GPUs when ``cost`` models the NCCL check too
+        (``spec.nccl_check``: ``analytic.analytic_cost`` does), else None (the twin does not)."""
         self.base_env = dict(os.environ if env is None else env)
         self.base_overrides = (
             list(base_overrides) if base_overrides is not None else skyrl_sql_overrides(self.base_env.get("HOME"))
         )
         self.write_result = write_result
         self.cost = cost
+        self._check_gpus = nccl_check_gpus if cost is not None else None
+
+    def nccl_check_support(self) -> CheckSupport:
+        if self._check_gpus is None:
+            return CheckSupport(None, "the twin does not model it" if self.cost is None else "this cost model does not model it")
+        return CheckSupport(self._check_gpus)
 
     def trial_env(self, spec: TrialSpec) -> dict[str, str]:
         """The environment the trial's command would see (the local launcher's own rule)."""

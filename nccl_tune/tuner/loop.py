@@ -22,6 +22,7 @@ import optuna
 from rich.console import Console
 
 from nccl_tune.launchers.base import Launcher
+from nccl_tune.launchers.nccl_check import with_nccl_check
 from nccl_tune.launchers.private_ray import refuse_nccl_params
 from nccl_tune.launchers.registry import make_launcher
 from nccl_tune.tuner.parallel import search_parallel
@@ -126,11 +127,13 @@ class StudyLoop:
             tuned_nccl = [n for n in dropped.nccl_params(self.space) if n not in pins.params]
             refuse_nccl_params({**os.environ, **settings.extra_env}, tuned_nccl)
         self.study_name = settings.study_name(self.space.name)
-        self.launcher = launcher or make_launcher(settings.launcher, settings.ray_address, settings.gate_timeout_s)
+        launcher = launcher or make_launcher(settings.launcher, settings.ray_address, settings.gate_timeout_s)
+        self.launcher, checking = with_nccl_check(launcher, settings.nccl_check, bool(dropped.nccl_params(self.space)))
         self.display = Display(console, self.space)
         self.interrupt = InterruptFlag()
-        if picked is not None:
-            self.display.note(picked)
+        for line in (picked, checking):
+            if line is not None:
+                self.display.note(line)
         self.runner = TrialRunner(
             self.space, pins, settings, self.study_name, self.launcher, self.display, self.interrupt,
             socket.gethostname(),

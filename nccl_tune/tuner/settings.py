@@ -74,6 +74,12 @@ class RunSettings:
     screening: bool = True
     """Screen candidates when the space asks for it (``stop.screen_steps``): stop a trial after the
     warm-up and those steps when it is not within reach of the incumbent."""
+    nccl_check: str = "auto"
+    """``--nccl-check``: before a trial whose NCCL values were not checked yet, run its NCCL variables on
+    the collectives alone (``launchers/nccl_check.py``); a setting that fails there fails in seconds,
+    without the trainer's start-up and stall timeout. ``auto``: when the space sets NCCL variables and
+    the launcher can run the check (GPUs visible to NVML on this machine); ``on``: always, or an error
+    when it cannot; ``off``: never."""
     extra_env: dict[str, str] = field(default_factory=dict)
     sampler: str = DEFAULT_SAMPLER
     """``local`` (pattern search from the incumbent, TPE when its neighbourhood is exhausted), ``tpe``
@@ -111,6 +117,7 @@ class RunSettings:
         return default_study_name(space_name, self.command, self.results)
 
 
+NCCL_CHECK_MODES = ("auto", "on", "off")
 MAX_SEED = 2**32 - 1
 """Samplers seed numpy's generator, which takes 0 .. 2**32 - 1."""
 
@@ -139,6 +146,8 @@ def settings_problems(s: RunSettings) -> list[str]:
         need(secs is None or secs > 0, option, f"{secs:g}s" if secs is not None else secs,
              "must be more than 0 (e.g. 90s, 45m, 8h); leave it out for the default")
     need(s.grace_s is None or s.grace_s >= 0, "--grace", s.grace_s, "must be 0 or more seconds")
+    if s.nccl_check not in NCCL_CHECK_MODES:
+        problems.append(f"--nccl-check {s.nccl_check!r} is unknown; use auto, on or off")
     launcher = launcher_problem(s.launcher)
     if launcher is not None:
         problems.append(launcher)

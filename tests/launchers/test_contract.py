@@ -12,6 +12,7 @@ import pytest
 from nccl_tune.failure import FailureClass
 from nccl_tune.launchers.base import Launcher
 from nccl_tune.launchers.local import LocalLauncher
+from nccl_tune.launchers.nccl_check import CheckingLauncher
 from nccl_tune.launchers.ray_launcher import RayLauncher
 from nccl_tune.sim.launcher import ModelLauncher
 from nccl_tune.trial import Clocks, StopRule, TrialResult, TrialSpec
@@ -43,6 +44,13 @@ def local_case() -> Case:
     )
 
 
+def checked_local_case() -> Case:
+    """The local launcher behind the NCCL check (real ranks on gloo): the check passes, then the trial runs."""
+    local = local_case()
+    return Case(make=lambda: CheckingLauncher(LocalLauncher(), gpus=2, backend="gloo"), good=local.good,
+                failing=local.failing, config_error=local.config_error, clocks=local.clocks)
+
+
 def model_case() -> Case:
     twin = ("bash", str(TWIN))
     return Case(
@@ -60,7 +68,7 @@ def ray_case() -> Case:
                 clocks=Clocks(startup_timeout_s=60, stall_timeout_s=20, grace_s=1.0))
 
 
-@pytest.fixture(params=[local_case, model_case, ray_case], ids=["local", "model", "ray"])
+@pytest.fixture(params=[local_case, checked_local_case, model_case, ray_case], ids=["local", "checked-local", "model", "ray"])
 def case(request: pytest.FixtureRequest) -> Case:
     if request.param is ray_case:
         request.getfixturevalue("ray_cluster")

@@ -1,0 +1,223 @@
+"""The NCCL check: a trial's NCCL variables tried on the collectives alone before its command runs.
+
+A setting NCCL refuses, or one that deadlocks a collective, fails a trial only after the trainer
+has started: minutes of model loading and engine start-up, then a hang that costs the stall
+timeout as well. Those failures need no trainer to show. Before a trial whose NCCL values this
+run has not checked yet, ``CheckingLauncher`` runs ``nccl_check_worker`` (one rank per GPU of the
+node, under ``torch.distributed.run``, with the trial's environment) through the launcher it wraps,
+so under the same supervision: progress read from the check's round lines, its own start-up and
+stall deadlines, teardown, the same verdict route. Then:
+
+- the check passed: the trial runs as it would have, and its result carries the check's wall time
+  and GPU time apart from its own (``checked``: a check is paid once per set of NCCL values, not
+  by every trial, so it is no part of a trial's fixed cost);
+- the check failed (refused, hung, wrong sums): the trial ends there, recorded with the check's
+  class, evidence and cost; its command never starts. Its verdict says it was the check.
+
+Each distinct set of NCCL values is checked once per tuner run: a set that passed is not checked
+again. It runs only where this Python's torch can run NCCL on the node's GPUs (``nccl_unusable``
+asks once, in a child process; ``with_nccl_check`` says why it is off otherwise). A failed set is
+not remembered here: the failure model learns from the recorded trial, like
+from any other failure, and does not propose it again. The check exercises one node's GPUs:
+settings that only break across nodes (the network transport) still fail in the trial itself.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+from dataclasses import replace
+from typing import Mapping
+
+from nccl_tune.errors import NcclTuneError
+from nccl_tune.failure import Evidence, FailureClass
+from nccl_tune.launchers.base import Launcher, TrialObserver, TrialProgress
+from nccl_tune.launchers.nccl_check_worker import ROUND_PATTERN
+from nccl_tune.launchers.trial_files import write_result
+from nccl_tune.trial import Clocks, ProgressRules, StopReason, StopRule, TrialResult, TrialSpec
+
+CHECK_DIR = "nccl-check"
+"""The check's folder inside the trial's (its output, spec and result)."""
+CHECK_ROUNDS = 6
+"""Rounds of collectives: the first is the warm-up (communicator set-up), the rest are timed."""
+CHECK_STARTUP_S = 120.0
+"""Launch to the first finished round, at most, until a check has passed: the ranks start, NCCL sets
+up its communicators, the first round runs. Later checks allow ``stall_multiplier`` times the
+longest start-up a passed check took (at least ``CHECK_STALL_FLOOR_S``)."""
+CHECK_STALL_FLOOR_S = 20.0
+"""Silence allowed between two rounds at least (a round takes well under a second on one node)."""
+CHECK_TIMEOUT_S = 300.0
+
+
+def nccl_values(spec: TrialSpec) -> tuple[tuple[str, str | None], ...]:
+    """The trial's NCCL variables as set (``None``: removed), the key a check is remembered by (the
+    tool's own ``NCCL_TUNE_*`` variables are no NCCL setting)."""
+    return tuple(sorted((k, v) for k, v in spec.env.items() if k.startswith("NCCL_") and not k.startswith("NCCL_TUNE_")))
+
+
+def check_gpus(spec: TrialSpec, node_gpus: int, environ: Mapping[str, str]) -> int:
+    """Ranks of ``spec``'s check: the node's GPUs, or as many as ``CUDA_VISIBLE_DEVICES`` shows the
+    trial (its environment over the tuner's ``environ``) when it narrows them."""
+    visible = spec.env["CUDA_VISIBLE_DEVICES"] if "CUDA_VISIBLE_DEVICES" in spec.env else environ.get("CUDA_VISIBLE_DEVICES")
+    shown = [d for d in (visible or "").split(",") if d.strip()]
+    return min(node_gpus, len(shown)) if shown else node_gpus
+
+
+WORKER = ("-m", "nccl_tune.launchers.nccl_check_worker")
+"""What ``torch.distributed.run`` starts on each rank."""
+
+
+def check_spec(spec: TrialSpec, gpus: int, backend: str, learned: Mapping[str, float],
+               worker: tuple[str, ...] = WORKER, startup_timeout_s: float = CHECK_STARTUP_S) -> TrialSpec:
+    """The check of ``spec``: same study, number, values, environment and markers; its own command,
+    folder, clocks (``learned``: the longest phases of the checks that passed), stop rule and progress rule."""
+    argv = (
+        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}",
+        *worker, "--rounds", str(CHECK_ROUNDS), "--backend", backend,
+    )
+    clocks = Clocks(startup_timeout_s=startup_timeout_s, stall_timeout_s=startup_timeout_s, stall_floor_s=CHECK_STALL_FLOOR_S,
+                    stall_multiplier=spec.clocks.stall_multiplier, trial_timeout_s=CHECK_TIMEOUT_S,
+                    grace_s=spec.clocks.grace_s).learned(learned)
+    return TrialSpec(
+        study=spec.study, number=spec.number, params=spec.params, argv=argv, env=spec.env,
+        trial_dir=spec.trial_dir / CHECK_DIR, clocks=clocks, stop=StopRule(warmup_steps=1, measured_steps=CHECK_ROUNDS - 1),
+        progress=ProgressRules(step_end=(ROUND_PATTERN,)), cwd=spec.cwd, scope=spec.scope, nccl_check=True,
+    )
+
+
+def checked(result: TrialResult, check: TrialResult) -> TrialResult:
+    """``result`` of the trial, with the time and GPU time of the check that passed before it."""
+    return replace(result, nccl_check_s=check.wall_s, nccl_check_gpu_s=check.modelled_gpu_s)
+
+
+def failed_check(spec: TrialSpec, check: TrialResult) -> TrialResult:
+    """The trial's result when its check failed: the check's class, stop, cost and logs; the evidence
+    opens with a line saying the trial's command never started. Nothing of the trial's own is
+    measured: no steps, phases or memory (the check's rounds and its 2 GiB are not the config's)."""
+    head = Evidence(0, f"the NCCL check (the collectives alone with this trial's NCCL variables: "
+                       f"{', '.join(f'{k}={v}' for k, v in nccl_values(spec)) or 'none set'}) failed "
+                       f"as {check.status.value}; the trial's command was not started", "nccl-tune")
+    verdict = replace(check.verdict, evidence=(head, *check.verdict.evidence),
+                      advice=check.verdict.advice or "these NCCL values fail without the trainer: leave them out")
+    return replace(check, verdict=verdict, trial_dir=spec.trial_dir, samples_per_step=spec.samples_per_step,
+                   step_times_s=(), step_rates=(), warmup_steps=0, phase_max_s={}, progress_preset=None, memory=None)
+
+
+class _Interruptible(TrialObserver):
+    """What a check tells the trial's observer: nothing, except that the tuner is being interrupted
+    (the check is not the trial: it is neither shown nor stopped early)."""
+
+    def __init__(self, observer: TrialObserver | None) -> None:
+        self.observer = observer
+
+    def should_stop(self, spec: TrialSpec, progress: TrialProgress) -> StopReason | None:
+        if self.observer is None:
+            return None
+        reason = self.observer.should_stop(spec, progress)
+        return reason if reason is StopReason.INTERRUPTED else None
+
+
+class CheckingLauncher(Launcher):
+    """``inner`` with the NCCL check before each trial whose NCCL values were not checked yet."""
+
+    def __init__(self, inner: Launcher, gpus: int, backend: str = "nccl", worker: tuple[str, ...] = WORKER,
+                 startup_timeout_s: float = CHECK_STARTUP_S) -> None:
+        """``gpus``: ranks of the check (the node's GPUs); ``backend``: ``nccl``, or ``gloo`` where no
+        GPU is (the machinery without NCCL); ``worker``: what each rank runs (``WORKER``, or a program
+        of the same lines); ``startup_timeout_s``: launch to the first round, until a check has passed."""
+        self.inner = inner
+        self.name = inner.name
+        self.gpus = gpus
+        self.backend = backend
+        self.worker = worker
+        self.startup_timeout_s = startup_timeout_s
+        self.passed: set[tuple[tuple[str, str | None], ...]] = set()
+        self.learned: dict[str, float] = {}
+        """Longest phases (start-up, round) of the checks that passed: their clocks adapt to them."""
+        self._lock = threading.Lock()
+
+    def run(self, spec: TrialSpec, observer: TrialObserver | None = None) -> TrialResult:
+        key = nccl_values(spec)
+        with self._lock:
+            known = key in self.passed
+            learned = dict(self.learned)
+        if known:
+            return self.inner.run(spec, observer)
+        gpus = check_gpus(spec, self.gpus, os.environ)
+        check_of = check_spec(spec, gpus, self.backend, learned, self.worker, self.startup_timeout_s)
+        check = self.inner.run(check_of, _Interruptible(observer))
+        if check.status is not FailureClass.OK:
+            if check.status is FailureClass.INTERRUPTED:
+                return replace(check, trial_dir=spec.trial_dir)
+            result = failed_check(spec, check)
+            write_result(result, spec.trial_dir)
+            (observer or TrialObserver()).on_end(spec, result)
+            return result
+        with self._lock:
+            self.passed.add(key)
+            for phase, seconds in check.phase_max_s.items():
+                self.learned[phase] = max(seconds, self.learned.get(phase, 0.0))
+        self.inner.gate()
+        return checked(self.inner.run(spec, observer), check)
+
+    # -- everything else is the inner launcher's ---------------------------------------------------
+    def prepare(self, spec: TrialSpec) -> None:
+        self.inner.prepare(spec)
+
+    def before_study(self) -> None:
+        self.inner.before_study()
+
+    def gate(self) -> None:
+        self.inner.gate()
+
+    def reap(self, study: str) -> list[str]:
+        return self.inner.reap(study)
+
+    def tuner_alive(self, pid: int) -> bool:
+        return self.inner.tuner_alive(pid)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def with_nccl_check(launcher: Launcher, mode: str, sets_nccl: bool) -> tuple[Launcher, str | None]:
+    """``launcher`` with the NCCL check as ``--nccl-check`` ``mode`` asks (``sets_nccl``: the space
+    sets NCCL variables), and a line saying whether it runs (None when it was not asked for). ``on``
+    where it cannot run raises ``NcclTuneError`` naming why."""
+    if mode == "off" or (mode == "auto" and not sets_nccl):
+        return launcher, None
+    support = launcher.nccl_check_support()
+    if support.gpus is None:
+        if mode == "on":
+            raise NcclTuneError(f"--nccl-check on: the NCCL check cannot run here ({support.why_not}); "
+                                "use --nccl-check auto or off")
+        return launcher, f"NCCL check off: {support.why_not}"
+    return CheckingLauncher(launcher, support.gpus), (
+        f"NCCL check: each new set of NCCL values runs on the collectives alone ({support.gpus} GPUs, {CHECK_ROUNDS} rounds) "
+        "before its trial; --nccl-check off skips it")
+
+
+PROBE_TIMEOUT_S = 120.0
+_PROBE = (
+    "import torch, torch.distributed as d\n"
+    "print('cuda', torch.cuda.is_available() and torch.cuda.device_count() > 0, 'nccl', d.is_available() and d.is_nccl_available())"
+)
+
+
+def nccl_unusable(python: str = sys.executable, timeout_s: float = PROBE_TIMEOUT_S) -> str:
+    """Why ``python``'s torch cannot run the check's NCCL ranks (a CPU build, no NCCL, no torch), or
+    ``""`` when it can. Asked in a child process, once per run, so the tuner never initialises CUDA."""
+    try:
+        done = subprocess.run([python, "-c", _PROBE], capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"{python} could not be asked whether its torch runs NCCL ({type(exc).__name__})"
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        return f"{python} cannot import torch ({last})"
+    if "cuda True" not in done.stdout:
+        return f"the torch of {python} sees no CUDA device (a CPU build?)"
+    if "nccl True" not in done.stdout:
+        return f"the torch of {python} has no NCCL"
+    return ""

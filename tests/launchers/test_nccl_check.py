@@ -1,0 +1,145 @@
+"""The NCCL check before a trial: real ranks under torch.distributed.run on gloo, supervised by the
+local launcher. A check that hangs or is refused ends the trial in seconds without starting its
+command; a check that passes lets the trial run and adds its cost; each set of NCCL values is
+checked once."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from nccl_tune.errors import NcclTuneError
+from nccl_tune.failure import FailureClass
+from nccl_tune.launchers.base import CheckSupport
+from nccl_tune.launchers.local import LocalLauncher
+from nccl_tune.launchers.nccl_check import CHECK_DIR, CheckingLauncher, check_gpus, nccl_unusable, with_nccl_check
+from nccl_tune.launchers.nccl_check_worker import ROUND_LINE
+from nccl_tune.sim.analytic import AnalyticNode, Truth, analytic_cost
+from nccl_tune.sim.launcher import ModelLauncher
+from nccl_tune.trial import TrialSpec
+
+from .helpers import SCRIPTS, RecordingObserver
+
+FAULTS = (str(SCRIPTS / "nccl_check_faults.py"),)
+
+
+def checking(worker: tuple[str, ...] | None = None) -> CheckingLauncher:
+    extra = {"worker": worker} if worker else {}
+    return CheckingLauncher(LocalLauncher(), gpus=2, backend="gloo", startup_timeout_s=20, **extra)
+
+
+def started_marker(tmp_path: Path, number: int) -> Path:
+    return tmp_path / f"started-{number}"
+
+
+def trial(make_spec: Callable[..., TrialSpec], tmp_path: Path, number: int, env: dict[str, str | None]) -> TrialSpec:
+    """A fake trainer that leaves a file behind when it starts, with ``env``."""
+    return make_spec("--steps", "3", "--step-s", "0.1", "--pidfile", str(started_marker(tmp_path, number)),
+                     number=number, env=env)
+
+
+def test_a_passing_check_runs_the_trial_and_each_set_of_nccl_values_is_checked_once(
+    make_spec: Callable[..., TrialSpec], tmp_path: Path
+) -> None:
+    launcher = checking()
+    try:
+        first = launcher.run(trial(make_spec, tmp_path, 0, {"NCCL_ALGO": "Ring"}), RecordingObserver())
+        again = launcher.run(trial(make_spec, tmp_path, 1, {"NCCL_ALGO": "Ring"}), RecordingObserver())
+        other = launcher.run(trial(make_spec, tmp_path, 2, {"NCCL_ALGO": "Tree"}), RecordingObserver())
+    finally:
+        launcher.close()
+    assert [r.status for r in (first, again, other)] == [FailureClass.OK] * 3
+    check_dir = first.trial_dir / CHECK_DIR
+    rounds = [line for line in (check_dir / "output.log").read_text().splitlines() if line.startswith("nccl-tune check: round")]
+    assert len(rounds) >= 2, "the real worker's rounds ran on both ranks"
+    check = json.loads((check_dir / "result.json").read_text())
+    assert check["status"] == "ok"
+    assert first.nccl_check_s == check["wall_s"] > 0, "the trial carries its check's cost, apart from its own"
+    assert again.nccl_check_s == 0.0
+    assert not (again.trial_dir / CHECK_DIR).exists(), "the same NCCL values are not checked twice"
+    assert (other.trial_dir / CHECK_DIR / "result.json").exists(), "new NCCL values are checked"
+    assert all(started_marker(tmp_path, n).exists() for n in (0, 1, 2))
+
+
+def test_a_check_that_hangs_ends_the_trial_as_a_hang_without_starting_its_command(
+    make_spec: Callable[..., TrialSpec], tmp_path: Path
+) -> None:
+    launcher = checking(FAULTS)
+    observer = RecordingObserver()
+    try:
+        result = launcher.run(trial(make_spec, tmp_path, 0, {"NCCL_ALGO": "NVLS"}), observer)
+    finally:
+        launcher.close()
+    assert result.status is FailureClass.HANG
+    assert "NCCL check" in result.verdict.evidence[0].text and "NCCL_ALGO=NVLS" in result.verdict.evidence[0].text
+    assert not started_marker(tmp_path, 0).exists(), "the trainer never started"
+    assert result.wall_s < 60, "caught by the check's own stall clock, not the trial's"
+    assert observer.kinds("end") == [FailureClass.HANG]
+    assert json.loads((result.trial_dir / "result.json").read_text())["status"] == "hang"
+    assert result.step_times_s == ()
+
+
+def test_a_setting_nccl_refuses_fails_the_check_and_is_checked_again_next_time(
+    make_spec: Callable[..., TrialSpec], tmp_path: Path
+) -> None:
+    launcher = checking(FAULTS)
+    try:
+        first = launcher.run(trial(make_spec, tmp_path, 0, {"NCCL_ALGO": "bogus"}), RecordingObserver())
+        second = launcher.run(trial(make_spec, tmp_path, 1, {"NCCL_ALGO": "bogus"}), RecordingObserver())
+    finally:
+        launcher.close()
+    for r in (first, second):
+        assert r.status.is_failure and r.status is not FailureClass.OK
+        assert any("invalid usage" in e.text for e in r.verdict.evidence)
+        assert (r.trial_dir / CHECK_DIR / "output.log").exists()
+    assert not started_marker(tmp_path, 0).exists() and not started_marker(tmp_path, 1).exists()
+
+
+def test_the_worker_prints_the_line_its_progress_rule_reads() -> None:
+    import re
+
+    from nccl_tune.launchers.nccl_check_worker import ROUND_PATTERN
+
+    m = re.fullmatch(ROUND_PATTERN, ROUND_LINE.format(round=3, rounds=6, seconds=0.25))
+    assert m and m["step"] == "3" and float(m["seconds"]) == 0.25
+
+
+class _NoCheck(ModelLauncher):
+    def nccl_check_support(self) -> CheckSupport:
+        return CheckSupport(None, "no GPU here")
+
+
+def test_the_check_is_on_where_the_launcher_can_run_it_and_the_space_sets_nccl() -> None:
+    cost = analytic_cost(lambda v: Truth(1.0, 10.0), AnalyticNode())
+    model = ModelLauncher(env={}, cost=cost, nccl_check_gpus=8)
+    wrapped, line = with_nccl_check(model, "auto", sets_nccl=True)
+    assert isinstance(wrapped, CheckingLauncher) and wrapped.gpus == 8 and "8 GPUs" in (line or "")
+    assert with_nccl_check(model, "auto", sets_nccl=False) == (model, None)
+    assert with_nccl_check(model, "off", sets_nccl=True) == (model, None)
+    twin = ModelLauncher(env={})
+    assert with_nccl_check(twin, "auto", sets_nccl=True) == (twin, "NCCL check off: the twin does not model it")
+    with pytest.raises(NcclTuneError, match=r"--nccl-check on: the NCCL check cannot run here \(no GPU here\)"):
+        with_nccl_check(_NoCheck(env={}, cost=cost), "on", sets_nccl=True)
+
+
+def test_a_python_whose_torch_cannot_run_nccl_is_named(tmp_path: Path) -> None:
+    import sys
+
+    why = nccl_unusable(sys.executable)
+    import torch
+
+    if not torch.cuda.is_available():
+        assert "sees no CUDA device" in why
+    broken = tmp_path / "python"
+    broken.write_text("#!/bin/sh\necho 'ModuleNotFoundError: No module named torch' >&2\nexit 1\n")
+    broken.chmod(0o755)
+    assert nccl_unusable(str(broken)) == f"{broken} cannot import torch (ModuleNotFoundError: No module named torch)"
+
+
+def test_the_local_launcher_says_why_it_cannot_check_or_on_how_many_gpus_it_can() -> None:
+    support = LocalLauncher().nccl_check_support()
+    assert (support.gpus is None) == bool(support.why_not)
+    assert support.gpus is None or support.gpus >= 1
