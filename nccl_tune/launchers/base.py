@@ -95,6 +95,10 @@ class Launcher(ABC):
         """Whether the NCCL check (``launchers.nccl_check``) can run where this launcher's trials run."""
         return CheckSupport(None, f"the {self.name} launcher does not run it")
 
+    def notes(self) -> list[str]:
+        """Lines for the user that came up since the last call (the runner shows them after a trial)."""
+        return []
+
     def reap(self, study: str) -> list[str]:
         """Kill every process still carrying a marker of ``study`` (left by a tuner that was
         killed); return one description per process killed."""

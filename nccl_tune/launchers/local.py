@@ -133,7 +133,7 @@ class LocalLauncher(Launcher):
         """The GPUs NVML sees on this machine, if this Python's torch can run NCCL on them (not under
         the tests' fake NVML, which has no GPU behind it)."""
         if os.environ.get(FAKE_NVML_ENV) or not self.probe.available:
-            return CheckSupport(None, "no GPU visible through NVML" + (f" ({self.probe.reason})" if self.probe.reason else ""))
+            return CheckSupport(None, "no GPU visible through NVML" + (f": {self.probe.reason}" if self.probe.reason else ""))
         gpus = len(self.probe.devices())
         why = nccl_unusable() if gpus else "NVML lists no GPU"
         return CheckSupport(None, why) if why else CheckSupport(gpus)

@@ -12,7 +12,10 @@ stall deadlines, teardown, the same verdict route. Then:
   and GPU time apart from its own (``checked``: a check is paid once per set of NCCL values, not
   by every trial, so it is no part of a trial's fixed cost);
 - the check failed (refused, hung, wrong sums): the trial ends there, recorded with the check's
-  class, evidence and cost; its command never starts. Its verdict says it was the check.
+  class, evidence and cost; its command never starts. Its verdict says it was the check. Only once
+  a check has passed in this run, though: before that, the check itself may be what fails on this
+  node (a torch that cannot start the ranks, a port taken), so the trial runs anyway, and if it
+  finishes, no further check runs and the run says why (``Launcher.notes``).
 
 Each distinct set of NCCL values is checked once per tuner run: a set that passed is not checked
 again. It runs only where this Python's torch can run NCCL on the node's GPUs (``nccl_unusable``
@@ -97,7 +100,7 @@ def failed_check(spec: TrialSpec, check: TrialResult) -> TrialResult:
     opens with a line saying the trial's command never started. Nothing of the trial's own is
     measured: no steps, phases or memory (the check's rounds and its 2 GiB are not the config's)."""
     head = Evidence(0, f"the NCCL check (the collectives alone with this trial's NCCL variables: "
-                       f"{', '.join(f'{k}={v}' for k, v in nccl_values(spec)) or 'none set'}) failed "
+                       f"{', '.join(f'{k}={"unset" if v is None else v}' for k, v in nccl_values(spec)) or 'none set'}) failed "
                        f"as {check.status.value}; the trial's command was not started", "nccl-tune")
     verdict = replace(check.verdict, evidence=(head, *check.verdict.evidence),
                       advice=check.verdict.advice or "these NCCL values fail without the trainer: leave them out")
@@ -136,31 +139,58 @@ class CheckingLauncher(Launcher):
         self.passed: set[tuple[tuple[str, str | None], ...]] = set()
         self.learned: dict[str, float] = {}
         """Longest phases (start-up, round) of the checks that passed: their clocks adapt to them."""
+        self.trusted = False
+        """A check has passed in this run. Until one has, a failed check does not end its trial (the
+        check itself may be what fails here): the trial runs, and if it finishes, checks stop."""
+        self.off: str | None = None
+        """Why checks stopped, once they did."""
+        self._notes: list[str] = []
         self._lock = threading.Lock()
 
     def run(self, spec: TrialSpec, observer: TrialObserver | None = None) -> TrialResult:
         key = nccl_values(spec)
         with self._lock:
-            known = key in self.passed
+            skip = self.off is not None or key in self.passed
             learned = dict(self.learned)
-        if known:
+        if skip:
             return self.inner.run(spec, observer)
         gpus = check_gpus(spec, self.gpus, os.environ)
-        check_of = check_spec(spec, gpus, self.backend, learned, self.worker, self.startup_timeout_s)
-        check = self.inner.run(check_of, _Interruptible(observer))
-        if check.status is not FailureClass.OK:
-            if check.status is FailureClass.INTERRUPTED:
-                return replace(check, trial_dir=spec.trial_dir)
+        check = self.inner.run(check_spec(spec, gpus, self.backend, learned, self.worker, self.startup_timeout_s),
+                               _Interruptible(observer))
+        if check.status is FailureClass.INTERRUPTED:
+            return replace(check, trial_dir=spec.trial_dir)
+        if check.status is FailureClass.OK:
+            self._passed(key, check)
+        elif self.trusted:  # a check passed in this run: the check works here, these values failed it
             result = failed_check(spec, check)
             write_result(result, spec.trial_dir)
             (observer or TrialObserver()).on_end(spec, result)
             return result
+        self.inner.gate()
+        result = checked(self.inner.run(spec, observer), check)
+        if check.status is not FailureClass.OK and result.status is FailureClass.OK:
+            self._distrust(spec, check)
+        return result
+
+    def _passed(self, key: tuple[tuple[str, str | None], ...], check: TrialResult) -> None:
         with self._lock:
+            self.trusted = True
             self.passed.add(key)
             for phase, seconds in check.phase_max_s.items():
                 self.learned[phase] = max(seconds, self.learned.get(phase, 0.0))
-        self.inner.gate()
-        return checked(self.inner.run(spec, observer), check)
+
+    def _distrust(self, spec: TrialSpec, check: TrialResult) -> None:
+        """The check failed where the trial then ran: it does not tell here (a broken install, a port
+        taken, GPUs the trial does not use); no further check runs."""
+        with self._lock:
+            self.off = (f"NCCL check off: trial {spec.number}'s check failed ({check.status.value}; "
+                        f"{spec.trial_dir / CHECK_DIR}) while the trial itself ran, so the check does not tell on this node")
+            self._notes.append(self.off)
+
+    def notes(self) -> list[str]:
+        with self._lock:
+            out, self._notes = self._notes, []
+        return out + self.inner.notes()
 
     # -- everything else is the inner launcher's ---------------------------------------------------
     def prepare(self, spec: TrialSpec) -> None:

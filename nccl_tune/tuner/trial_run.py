@@ -159,6 +159,8 @@ class TrialRunner:
     ) -> TrialResult:
         """Tell the study how ``trial`` ended (from the thread that owns the study)."""
         tell_result(study, trial, result, self.space.min_headroom_frac)
+        for line in self.launcher.notes():
+            self.display.note(line)
         for name, reason in dropped.check(study, self.space, spec, result):
             self.display.note(f"{reason}: dropped from the search")
             self.pins = dropped.hold(self.pins, self.space, [name])

@@ -70,16 +70,19 @@ def test_a_check_that_hangs_ends_the_trial_as_a_hang_without_starting_its_comman
     launcher = checking(FAULTS)
     observer = RecordingObserver()
     try:
-        result = launcher.run(trial(make_spec, tmp_path, 0, {"NCCL_ALGO": "NVLS"}), observer)
+        first = launcher.run(trial(make_spec, tmp_path, 0, {"NCCL_ALGO": "Ring"}), RecordingObserver())
+        result = launcher.run(trial(make_spec, tmp_path, 1, {"NCCL_ALGO": "NVLS"}), observer)
     finally:
         launcher.close()
+    assert first.status is FailureClass.OK and first.nccl_check_s > 0
     assert result.status is FailureClass.HANG
     assert "NCCL check" in result.verdict.evidence[0].text and "NCCL_ALGO=NVLS" in result.verdict.evidence[0].text
-    assert not started_marker(tmp_path, 0).exists(), "the trainer never started"
+    assert not started_marker(tmp_path, 1).exists(), "the trainer never started"
     assert result.wall_s < 60, "caught by the check's own stall clock, not the trial's"
     assert observer.kinds("end") == [FailureClass.HANG]
     assert json.loads((result.trial_dir / "result.json").read_text())["status"] == "hang"
-    assert result.step_times_s == ()
+    assert result.step_times_s == () and result.memory is None
+    assert launcher.notes() == []
 
 
 def test_a_setting_nccl_refuses_fails_the_check_and_is_checked_again_next_time(
@@ -87,15 +90,33 @@ def test_a_setting_nccl_refuses_fails_the_check_and_is_checked_again_next_time(
 ) -> None:
     launcher = checking(FAULTS)
     try:
-        first = launcher.run(trial(make_spec, tmp_path, 0, {"NCCL_ALGO": "bogus"}), RecordingObserver())
-        second = launcher.run(trial(make_spec, tmp_path, 1, {"NCCL_ALGO": "bogus"}), RecordingObserver())
+        launcher.run(trial(make_spec, tmp_path, 0, {}), RecordingObserver())
+        first = launcher.run(trial(make_spec, tmp_path, 1, {"NCCL_ALGO": "bogus"}), RecordingObserver())
+        second = launcher.run(trial(make_spec, tmp_path, 2, {"NCCL_ALGO": "bogus"}), RecordingObserver())
     finally:
         launcher.close()
     for r in (first, second):
         assert r.status.is_failure and r.status is not FailureClass.OK
         assert any("invalid usage" in e.text for e in r.verdict.evidence)
         assert (r.trial_dir / CHECK_DIR / "output.log").exists()
-    assert not started_marker(tmp_path, 0).exists() and not started_marker(tmp_path, 1).exists()
+    assert not started_marker(tmp_path, 1).exists() and not started_marker(tmp_path, 2).exists()
+
+
+def test_a_check_that_fails_before_any_passed_does_not_end_its_trial_and_one_that_fails_a_running_trial_stops(
+    make_spec: Callable[..., TrialSpec], tmp_path: Path
+) -> None:
+    launcher = checking(FAULTS)
+    try:
+        first = launcher.run(trial(make_spec, tmp_path, 0, {"NCCL_ALGO": "NVLS"}), RecordingObserver())
+        notes = launcher.notes()
+        second = launcher.run(trial(make_spec, tmp_path, 1, {"NCCL_ALGO": "bogus"}), RecordingObserver())
+    finally:
+        launcher.close()
+    assert first.status is FailureClass.OK and started_marker(tmp_path, 0).exists(), "the trial ran although its check hung"
+    assert first.nccl_check_s > 0
+    assert json.loads((first.trial_dir / CHECK_DIR / "result.json").read_text())["status"] == "hang"
+    assert len(notes) == 1 and notes[0].startswith("NCCL check off: trial 0's check failed (hang")
+    assert second.status is FailureClass.OK and not (second.trial_dir / CHECK_DIR).exists(), "no check after that"
 
 
 def test_the_worker_prints_the_line_its_progress_rule_reads() -> None:
