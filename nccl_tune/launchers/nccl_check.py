@@ -99,8 +99,8 @@ def failed_check(spec: TrialSpec, check: TrialResult) -> TrialResult:
     """The trial's result when its check failed: the check's class, stop, cost and logs; the evidence
     opens with a line saying the trial's command never started. Nothing of the trial's own is
     measured: no steps, phases or memory (the check's rounds and its 2 GiB are not the config's)."""
-    head = Evidence(0, f"the NCCL check (the collectives alone with this trial's NCCL variables: "
-                       f"{', '.join(f'{k}={"unset" if v is None else v}' for k, v in nccl_values(spec)) or 'none set'}) failed "
+    values = ", ".join(f"{k}={'unset' if v is None else v}" for k, v in nccl_values(spec)) or "none set"
+    head = Evidence(0, f"the NCCL check (the collectives alone with this trial's NCCL variables: {values}) failed "
                        f"as {check.status.value}; the trial's command was not started", "nccl-tune")
     verdict = replace(check.verdict, evidence=(head, *check.verdict.evidence),
                       advice=check.verdict.advice or "these NCCL values fail without the trainer: leave them out")
