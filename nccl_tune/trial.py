@@ -409,6 +409,9 @@ class TrialResult:
     ``wall_s``; 0 when none ran. A trial whose check failed is the check's result (its ``wall_s``)."""
     nccl_check_gpu_s: float | None = None
     """GPU-seconds of that check on the real node (set by model-based launchers)."""
+    nccl_check_failed: bool = False
+    """True when the trial ended in its NCCL check: its values failed on the collectives alone and its
+    command never started (this result is the check's)."""
     nccl_env_seen: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
     """Per rank (``host:pid [device]``), the NCCL variables NCCL reported reading and their values
     (``NCCL INFO NCCL_X set by environment to V``); empty when no rank reported."""
@@ -507,5 +510,6 @@ class TrialResult:
             modelled_gpu_s=data.get("modelled_gpu_s"),
             nccl_check_s=float(data.get("nccl_check_s") or 0.0),
             nccl_check_gpu_s=data.get("nccl_check_gpu_s"),
+            nccl_check_failed=bool(data.get("nccl_check_failed")),
             nccl_env_seen=data.get("nccl_env_seen") or {},
         )

@@ -105,7 +105,8 @@ def failed_check(spec: TrialSpec, check: TrialResult) -> TrialResult:
     verdict = replace(check.verdict, evidence=(head, *check.verdict.evidence),
                       advice=check.verdict.advice or "these NCCL values fail without the trainer: leave them out")
     return replace(check, verdict=verdict, trial_dir=spec.trial_dir, samples_per_step=spec.samples_per_step,
-                   step_times_s=(), step_rates=(), warmup_steps=0, phase_max_s={}, progress_preset=None, memory=None)
+                   step_times_s=(), step_rates=(), warmup_steps=0, phase_max_s={}, progress_preset=None, memory=None,
+                   nccl_check_failed=True)
 
 
 class _Interruptible(TrialObserver):

@@ -12,12 +12,14 @@ import optuna
 
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.launchers.base import Launcher
+from nccl_tune.launchers.nccl_check import with_nccl_check
 from nccl_tune.launchers.registry import make_launcher
 from nccl_tune.search_spaces.loader import load_space
 from nccl_tune.search_spaces.skyrl_layout import check_log_paths, chosen_space
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.trial import TrialSpec
 from nccl_tune.tuner.admission import MAX_REJECTED_IN_A_ROW
+from nccl_tune.tuner.dropped import nccl_params
 from nccl_tune.tuner.pins import Pins, apply_pins, baseline_values
 from nccl_tune.tuner.sampling import suggest
 from nccl_tune.tuner.settings import RunSettings
@@ -35,6 +37,8 @@ class DryRun:
     spec: TrialSpec
     steps_follow_noise: bool = True
     """False when ``--steps`` fixes the measured steps of every trial."""
+    nccl_check: str | None = None
+    """Whether the NCCL check would run before trials, and why (None: the space sets no NCCL variable)."""
 
     def to_json(self) -> dict[str, Any]:
         spec, c = self.spec, self.spec.clocks
@@ -43,6 +47,7 @@ class DryRun:
             "argv": list(spec.argv),
             "env": dict(spec.env),
             "trial_dir": str(spec.trial_dir),
+            "nccl_check": self.nccl_check,
             "stop": {
                 "warmup_steps": spec.stop.warmup_steps,
                 "measured_steps": spec.stop.measured_steps,
@@ -73,6 +78,8 @@ class DryRun:
             f"{c.startup_timeout_s:g}s), stall {c.stall_timeout_s:g}s ({c.stall_multiplier:g}x a known phase, at least "
             f"{c.stall_floor_s:g}s), trial {c.trial_timeout_s:g}s, grace {c.grace_s:g}s"
         )
+        if self.nccl_check:
+            out.append(self.nccl_check)
         if self.steps_follow_noise and spec.stop.measured_steps < MAX_MEASURED_STEPS:
             out.append(
                 f"later trials measure more steps (at most {MAX_MEASURED_STEPS}) when the study's finished trials "
@@ -105,6 +112,8 @@ def plan_dry_run(settings: RunSettings, launcher: Launcher | None = None) -> Dry
     spec = build_trial_spec(
         space, settings, study=study, number=0, values=values, context_pins=pins.context
     )
-    (launcher or make_launcher(settings.launcher, settings.ray_address, settings.gate_timeout_s)).prepare(spec)
+    launcher = launcher or make_launcher(settings.launcher, settings.ray_address, settings.gate_timeout_s)
+    launcher.prepare(spec)
     check_log_paths(spec.argv)
-    return DryRun(study=study, space=space.name, spec=spec, steps_follow_noise=settings.steps is None)
+    checking = with_nccl_check(launcher, settings.nccl_check, bool(nccl_params(space)))[1]
+    return DryRun(study=study, space=space.name, spec=spec, steps_follow_noise=settings.steps is None, nccl_check=checking)

@@ -136,6 +136,8 @@ class StopRules:
         return {(k, repr(v)) for k, v in values.items() if k not in self.pinned and k in defaults and v != defaults[k]}
 
     def _in_a_row(self, result: TrialResult, values: Mapping[str, Any], never_ok: bool) -> None:
+        if result.nccl_check_failed:  # its values failed the NCCL check, which passed others in this run:
+            return  # the values, not the command or the node; the run of failures neither grows nor ends
         way = (result.status, result.stop_reason) if early_failure(result) else None
         last, count = self.same_early
         self.same_early = (way, count + 1 if way is not None and way == last else 1)

@@ -53,7 +53,7 @@ def test_every_family_has_an_exact_best_and_a_small_target_region(quick):
 
 def test_three_samplers_side_by_side_with_the_defined_measures(quick):
     data, _, proc = quick
-    assert set(data["definitions"]) >= {"stable", "best", "trials_to_reach", "failed_gpu_frac", "saved_gpu_frac"}
+    assert set(data["definitions"]) >= {"stable", "best", "trials_to_reach", "failed_gpu_frac", "saved_gpu_frac", "check_gpu_frac"}
     for name, fam in data["families"].items():
         assert set(fam["samplers"]) == {"tuner", "tpe", "random"}
         for sampler, studies in fam["studies"].items():
@@ -65,9 +65,12 @@ def test_three_samplers_side_by_side_with_the_defined_measures(quick):
             assert sum(s["failed_gpu_by_cause"].values()) == pytest.approx(s["failed_gpu_frac"])
             if name != "twin":  # every failure on an analytic landscape has the landscape's reason
                 assert "nothing in the landscape" not in s["failed_gpu_by_cause"], s["failed_gpu_by_cause"]
-        # random search: no re-runs, nothing predicted, nothing stopped early
+        # random search: no re-runs, nothing predicted, nothing stopped early, no NCCL check
         (r,) = fam["studies"]["random"]
         assert r["launched"] == TRIALS and "predicted" not in r["outcomes"] and r["saved_gpu_frac"] == 0.0
+        assert r["check_gpu_frac"] == 0.0
+        (t,) = fam["studies"]["tuner"]  # the tuner checks NCCL values where the model runs the check
+        assert (t["check_gpu_frac"] > 0.0) == (name != "twin"), (name, t["check_gpu_frac"])
     for word in ("enabler-trap", "hang-region", "tuner", "tpe", "random", "targets", "by cause"):
         assert word in proc.stdout
 

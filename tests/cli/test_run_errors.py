@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 
 import pytest
@@ -52,6 +53,7 @@ SPACES = {
         (["run", "--space", str(TINY_SPACE), "--seed", "-1", "--", *GOOD], "--seed -1: must be between 0 and 4294967295"),
         (["run", "--space", str(TINY_SPACE), "--seed", str(2**32), "--", *GOOD], "--seed 4294967296: must be between"),
         (["run", "--space", str(TINY_SPACE), "--trials", "0", "--", *GOOD], "--trials 0: must be at least 1"),
+        (["run", "--space", str(TINY_SPACE), "--nccl-check", "maybe", "--", *GOOD], "--nccl-check 'maybe' is unknown; use auto, on or off"),
         # usage errors of the parser: one line, exit 1 (2 means "no stable config")
         (["run", "--steps", "x", "--", *GOOD], "nccl-tune run: Invalid value for '--steps'"),
         (["run", "--no-such-option", "--", *GOOD], "No such option: --no-such-option"),
@@ -92,6 +94,7 @@ def test_dry_run_prints_argv_and_env_and_runs_nothing(tmp_path):
     assert "stall 120s" in proc.stdout and "1 warm-up + 4 measured steps" in proc.stdout
     assert "trainer.micro_train_batch_size_per_gpu=1" in proc.stdout
     assert "NCCL_ALGO=Ring" in proc.stdout and "SKYRL_WORKER_NCCL_TIMEOUT_IN_S=180" in proc.stdout
+    assert re.search(r"^NCCL check( off: .+|: each new set of NCCL values .+)$", proc.stdout, re.M), proc.stdout
     assert not (tmp_path / "results").exists()
 
 

@@ -81,7 +81,7 @@ def test_a_check_that_hangs_ends_the_trial_as_a_hang_without_starting_its_comman
     assert result.wall_s < 60, "caught by the check's own stall clock, not the trial's"
     assert observer.kinds("end") == [FailureClass.HANG]
     assert json.loads((result.trial_dir / "result.json").read_text())["status"] == "hang"
-    assert result.step_times_s == () and result.memory is None
+    assert result.step_times_s == () and result.memory is None and result.nccl_check_failed
     assert launcher.notes() == []
 
 

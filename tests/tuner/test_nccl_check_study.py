@@ -51,7 +51,7 @@ def test_a_setting_that_hangs_the_collectives_costs_its_check_and_one_that_break
     by = {(r.values["NCCL_ALGO"], r.values["NCCL_PROTO"]): r for r in records if r.result}
     assert set(by) == {("unset", "unset"), ("NVLS", "unset"), ("unset", "LL")}
     alone = by["NVLS", "unset"]
-    assert alone.status is FailureClass.HANG and alone.result.wall_s < STARTUP_S / 2
+    assert alone.status is FailureClass.HANG and alone.result.wall_s < STARTUP_S / 2 and alone.result.nccl_check_failed
     assert "the trial's command was not started" in alone.result.verdict.evidence[0].text
     job = by["unset", "LL"]
     assert job.status is FailureClass.CRASH and job.result.wall_s > 0.8 * STARTUP_S, "its check passed: the job broke"

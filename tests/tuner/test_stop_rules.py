@@ -122,3 +122,32 @@ def test_failures_that_share_a_forced_value_after_an_ok_trial_blame_the_value_no
     varied = [{**base, "NCCL_ALGO": nvls}, {**base, "NCCL_PROTO": "LL"}, {**base, "NCCL_BUFFSIZE": 4194304}]
     with pytest.raises(NcclTuneError, match="3 trials in a row failed the same way"):
         three(varied, never_ok=False)  # nothing in common: the node broke
+
+
+def test_trials_that_ended_in_their_nccl_check_blame_their_values_however_many_in_a_row():
+    from dataclasses import replace
+
+    from nccl_tune.errors import NcclTuneError
+    from nccl_tune.failure import FailureClass, Verdict
+    from nccl_tune.search_spaces.loader import load_space
+    from nccl_tune.trial import StopReason, TrialResult
+    from nccl_tune.tuner.stop_rules import StopRules
+
+    space = load_space("skyrl-text2sql")
+    base = space.defaults()
+    varied = [{**base, "NCCL_ALGO": "allreduce:NVLS"}, {**base, "NCCL_PROTO": "LL"}, {**base, "NCCL_BUFFSIZE": 4194304},
+              {**base, "NCCL_PROTO": "LL128"}]
+
+    def hung(number: int, in_check: bool) -> TrialResult:
+        return TrialResult(number, FailureClass.HANG, Verdict(FailureClass.HANG), StopReason.STALL,
+                           nccl_check_failed=in_check)
+
+    rules = StopRules(space)
+    for n, values in enumerate(varied, start=1):  # each failed its check, which others passed: the values
+        rules.check(hung(n, True), kind="search", never_ok=False, values=values)
+    rules = StopRules(space)
+    with pytest.raises(NcclTuneError, match="3 trials in a row failed the same way"):
+        for n, values in enumerate(varied, start=1):  # the same hangs in the trials themselves: the node
+            rules.check(hung(n, False), kind="search", never_ok=False, values=values)
+    assert replace(hung(1, True), number=2).nccl_check_failed
+    assert TrialResult.from_json(hung(1, True).to_json()).nccl_check_failed
