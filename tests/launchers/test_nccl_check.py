@@ -41,16 +41,21 @@ def trial(make_spec: Callable[..., TrialSpec], tmp_path: Path, number: int, env:
                      number=number, env=env)
 
 
+def run_all(launcher: CheckingLauncher, make_spec: Callable[..., TrialSpec], tmp_path: Path,
+            *envs: dict[str, str | None]) -> tuple[list, list[RecordingObserver]]:
+    """Trials 0, 1, ... with ``envs`` through ``launcher`` (closed after): their results and observers."""
+    observers = [RecordingObserver() for _ in envs]
+    try:
+        return [launcher.run(trial(make_spec, tmp_path, n, env), o) for n, (env, o) in enumerate(zip(envs, observers))], observers
+    finally:
+        launcher.close()
+
+
 def test_a_passing_check_runs_the_trial_and_each_set_of_nccl_values_is_checked_once(
     make_spec: Callable[..., TrialSpec], tmp_path: Path
 ) -> None:
-    launcher = checking()
-    try:
-        first = launcher.run(trial(make_spec, tmp_path, 0, {"NCCL_ALGO": "Ring"}), RecordingObserver())
-        again = launcher.run(trial(make_spec, tmp_path, 1, {"NCCL_ALGO": "Ring"}), RecordingObserver())
-        other = launcher.run(trial(make_spec, tmp_path, 2, {"NCCL_ALGO": "Tree"}), RecordingObserver())
-    finally:
-        launcher.close()
+    (first, again, other), _ = run_all(checking(), make_spec, tmp_path, {"NCCL_ALGO": "Ring"}, {"NCCL_ALGO": "Ring"},
+                                       {"NCCL_ALGO": "Tree"})
     assert [r.status for r in (first, again, other)] == [FailureClass.OK] * 3
     check_dir = first.trial_dir / CHECK_DIR
     rounds = [line for line in (check_dir / "output.log").read_text().splitlines() if line.startswith("nccl-tune check: round")]
@@ -68,12 +73,7 @@ def test_a_check_that_hangs_ends_the_trial_as_a_hang_without_starting_its_comman
     make_spec: Callable[..., TrialSpec], tmp_path: Path
 ) -> None:
     launcher = checking(FAULTS)
-    observer = RecordingObserver()
-    try:
-        first = launcher.run(trial(make_spec, tmp_path, 0, {"NCCL_ALGO": "Ring"}), RecordingObserver())
-        result = launcher.run(trial(make_spec, tmp_path, 1, {"NCCL_ALGO": "NVLS"}), observer)
-    finally:
-        launcher.close()
+    (first, result), (_, observer) = run_all(launcher, make_spec, tmp_path, {"NCCL_ALGO": "Ring"}, {"NCCL_ALGO": "NVLS"})
     assert first.status is FailureClass.OK and first.nccl_check_s > 0
     assert result.status is FailureClass.HANG
     assert "NCCL check" in result.verdict.evidence[0].text and "NCCL_ALGO=NVLS" in result.verdict.evidence[0].text
@@ -88,13 +88,7 @@ def test_a_check_that_hangs_ends_the_trial_as_a_hang_without_starting_its_comman
 def test_a_setting_nccl_refuses_fails_the_check_and_is_checked_again_next_time(
     make_spec: Callable[..., TrialSpec], tmp_path: Path
 ) -> None:
-    launcher = checking(FAULTS)
-    try:
-        launcher.run(trial(make_spec, tmp_path, 0, {}), RecordingObserver())
-        first = launcher.run(trial(make_spec, tmp_path, 1, {"NCCL_ALGO": "bogus"}), RecordingObserver())
-        second = launcher.run(trial(make_spec, tmp_path, 2, {"NCCL_ALGO": "bogus"}), RecordingObserver())
-    finally:
-        launcher.close()
+    (_, first, second), _ = run_all(checking(FAULTS), make_spec, tmp_path, {}, {"NCCL_ALGO": "bogus"}, {"NCCL_ALGO": "bogus"})
     for r in (first, second):
         assert r.status.is_failure and r.status is not FailureClass.OK
         assert any("invalid usage" in e.text for e in r.verdict.evidence)
@@ -106,12 +100,8 @@ def test_a_check_that_fails_before_any_passed_does_not_end_its_trial_and_one_tha
     make_spec: Callable[..., TrialSpec], tmp_path: Path
 ) -> None:
     launcher = checking(FAULTS)
-    try:
-        first = launcher.run(trial(make_spec, tmp_path, 0, {"NCCL_ALGO": "NVLS"}), RecordingObserver())
-        notes = launcher.notes()
-        second = launcher.run(trial(make_spec, tmp_path, 1, {"NCCL_ALGO": "bogus"}), RecordingObserver())
-    finally:
-        launcher.close()
+    (first, second), _ = run_all(launcher, make_spec, tmp_path, {"NCCL_ALGO": "NVLS"}, {"NCCL_ALGO": "bogus"})
+    notes = launcher.notes()
     assert first.status is FailureClass.OK and started_marker(tmp_path, 0).exists(), "the trial ran although its check hung"
     assert first.nccl_check_s > 0
     assert json.loads((first.trial_dir / CHECK_DIR / "result.json").read_text())["status"] == "hang"
