@@ -4,7 +4,9 @@ A path is a log file (plain or ``.gz``), a Flight Recorder dump, a trial folder,
 dumps. A trial folder is decided from the facts its launcher saved (``facts.json``: stop reason,
 exit status, steps, the logs it read; ``stacks.json``; the dumps in it or in ``fr/``) by the same
 ``verdict.decide`` the launcher used, so the answer is the one in its ``result.json``; a folder
-without them is decided from its ``*.log`` files and ``result.json``'s exit status.
+without them is decided from its ``*.log`` files and ``result.json``'s exit status. A trial that
+ended in its NCCL check has no log of its own: its ``result.json`` names the check's, and the
+check's folder is diagnosed.
 """
 
 from __future__ import annotations
@@ -62,6 +64,22 @@ def _status_from_result(folder: Path) -> tuple[int | None, str | None]:
     code = data.get("exit_code")
     sig = data.get("signal_name")
     return (int(code) if isinstance(code, int) else None), (str(sig) if sig else None)
+
+
+def _where_it_ran(folder: Path) -> Path:
+    """``folder``, or, for a trial folder with no facts and no log of its own whose ``result.json``
+    names its logs in one folder under it (a trial that ended in its NCCL check: the check's folder
+    holds what ran), that folder."""
+    if (folder / FACTS_FILE).is_file() or _logs_in(folder):
+        return folder
+    data = _read_json(folder / "result.json")
+    named = [Path(p) for p in (data or {}).get("log_paths") or ()]
+    parents = {p.parent for p in named if p.is_file()}
+    if len(parents) == 1:
+        (inner,) = parents
+        if inner != folder and folder in inner.parents:
+            return inner
+    return folder
 
 
 def _dumps_in(folder: Path) -> list[Path]:
@@ -128,6 +146,7 @@ def diagnose_path(path: Path) -> Diagnosis:
         raise NcclTuneError(f"diagnose: {path} does not exist; pass a log file, a trial folder or a folder of dumps")
     try:
         if path.is_dir():
+            path = _where_it_ran(path)
             dumps = _dumps_in(path)
             return _diagnose(path, _facts_for_folder(path, dumps), dumps)
         if looks_like_dump(path):

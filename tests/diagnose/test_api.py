@@ -47,6 +47,21 @@ def test_trial_folder_reads_output_log_and_exit_status(tmp_path: Path) -> None:
     assert [p.name for p in d.inputs] == ["output.log"]
 
 
+def test_a_trial_that_ended_in_its_nccl_check_is_diagnosed_from_the_check(tmp_path: Path) -> None:
+    trial = tmp_path / "0003"
+    check = trial / "nccl-check"
+    check.mkdir(parents=True)
+    log = _write_log(check / "output.log", "07_cuda_error.log")
+    (trial / "result.json").write_text(json.dumps({"number": 3, "status": "crash", "log_paths": [str(log)],
+                                                   "nccl_check_failed": True}))
+    (d,) = diagnose_paths([trial])
+    assert d.path == check and d.inputs == (log,)
+    assert d.verdict.failure_class is F.CUDA_ERROR
+    (trial / "output.log").write_text(started("step"))  # a trial folder with a log of its own is read itself
+    (d,) = diagnose_paths([trial])
+    assert d.path == trial
+
+
 def test_trial_folder_with_several_logs(tmp_path: Path) -> None:
     (tmp_path / "output.log").write_text(started("step") + started("policy_train"))
     (tmp_path / "rank3.log").write_text("".join(cuda_oom(3)))
