@@ -37,14 +37,12 @@ from typing import Mapping
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import Evidence, FailureClass
 from nccl_tune.launchers.base import Launcher, TrialObserver, TrialProgress
-from nccl_tune.launchers.nccl_check_worker import ROUND_PATTERN
+from nccl_tune.launchers.nccl_check_worker import ROUND_PATTERN, ROUNDS as CHECK_ROUNDS
 from nccl_tune.launchers.trial_files import write_result
 from nccl_tune.trial import Clocks, ProgressRules, StopReason, StopRule, TrialResult, TrialSpec
 
 CHECK_DIR = "nccl-check"
 """The check's folder inside the trial's (its output, spec and result)."""
-CHECK_ROUNDS = 6
-"""Rounds of collectives: the first is the warm-up (communicator set-up), the rest are timed."""
 CHECK_STARTUP_S = 120.0
 """Launch to the first finished round, at most, until a check has passed: the ranks start, NCCL sets
 up its communicators, the first round runs. Later checks allow ``stall_multiplier`` times the

@@ -6,7 +6,7 @@ all-to-all at a small size (NCCL picks its low-latency protocols there) and a la
 bandwidth algorithms: rings, trees, NVLS), checks the all-reduce's sum, synchronises the device
 and prints one line on rank 0::
 
-    nccl-tune check: round 3/8 in 0.412 s
+    nccl-tune check: round 3/6 in 0.412 s
 
 A setting NCCL refuses raises in the first collective (the command exits non-zero with NCCL's
 message); a setting that deadlocks leaves the round unfinished, and the supervising launcher's
@@ -24,6 +24,8 @@ ROUND_LINE = "nccl-tune check: round {round}/{rounds} in {seconds:.3f} s"
 ROUND_PATTERN = r"nccl-tune check: round (?P<step>\d+)/\d+ in (?P<seconds>\d+(?:\.\d+)?) s"
 """The line each round prints, and the progress rule that reads it."""
 SIZES_BYTES = (64 << 10, 64 << 20)
+ROUNDS = 6
+"""Rounds of collectives a check runs: the first is the warm-up (communicator set-up), the rest are timed."""
 
 
 def _collectives(dist, torch, device, world: int, rank: int, numel: int, all_to_all: bool) -> bool:  # noqa: ANN001
@@ -44,7 +46,7 @@ def _collectives(dist, torch, device, world: int, rank: int, numel: int, all_to_
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=ROUNDS)
     ap.add_argument("--backend", default="nccl", choices=("nccl", "gloo"))
     args = ap.parse_args(argv)
     import torch
