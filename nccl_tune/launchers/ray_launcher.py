@@ -25,6 +25,7 @@ from typing import Any, Mapping
 from nccl_tune.diagnose.stacks import StackReport
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.gpu import NoGpuProbe
+from nccl_tune.launchers.base import CheckSupport
 from nccl_tune.launchers.local import LocalLauncher
 from nccl_tune.launchers.progress import compile_rules
 from nccl_tune.launchers.ray_node import Chunk, MemoryReading, TrialHost, node_baseline_gib, reap_node, trial_env
@@ -221,6 +222,12 @@ class RayLauncher(LocalLauncher):
         self._baselines: dict[str, dict[int, float]] = {}
         self._started_ray = False
         self._local = threading.local()
+
+    def nccl_check_support(self) -> CheckSupport:
+        """Never here: a trial's node is chosen when the trial starts, and the check would have to run
+        on that node before the trainer, inside the trial's actor."""
+        return CheckSupport(None, "the check runs with --launcher local only (with --launcher ray a trial's node "
+                                  "is chosen when it starts)")
 
     # -- the cluster ------------------------------------------------------------------------------
 

@@ -154,3 +154,14 @@ def test_the_local_launcher_says_why_it_cannot_check_or_on_how_many_gpus_it_can(
     support = LocalLauncher().nccl_check_support()
     assert (support.gpus is None) == bool(support.why_not)
     assert support.gpus is None or support.gpus >= 1
+
+
+def test_the_ray_launcher_names_the_local_launcher_as_where_the_check_runs() -> None:
+    """Its trials' nodes are chosen as they start, so it never checks; ``on`` is one line naming why."""
+    from nccl_tune.launchers.ray_launcher import RayLauncher
+
+    launcher, line = with_nccl_check(RayLauncher(), "auto", True)
+    assert isinstance(launcher, RayLauncher) and line is not None
+    assert line.startswith("NCCL check off: ") and "--launcher local only" in line
+    with pytest.raises(NcclTuneError, match=r"--nccl-check on: .*--launcher local only"):
+        with_nccl_check(RayLauncher(), "on", True)
