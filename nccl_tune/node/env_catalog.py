@@ -140,7 +140,7 @@ TORCH_DEPRECATED_NOOP = {
 }
 
 _BOOL_WORDS = {"0", "1", "true", "false", "yes", "no", "on", "off", "y", "n"}
-_STRTOLL = re.compile(r"^\s*[+-]?(?:0[xX][0-9a-fA-F]+|\d+)")
+_STRTOLL = re.compile(r"^\s*([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)")
 
 
 # --- value checks -------------------------------------------------------------------------------
@@ -157,9 +157,14 @@ class ValueProblem:
 
 
 def strtoll(value: str) -> int | None:
-    """The integer NCCL's ``strtoll(value, 0)`` reads from the start of ``value`` (decimal or 0x hex), or None."""
+    """The integer NCCL's ``strtoll(value, 0)`` reads from the start of ``value`` (decimal, 0x hex, or
+    octal after a leading 0: ``010`` is 8, and ``08`` reads as 0), or None."""
     m = _STRTOLL.match(value)
-    return int(m.group(0), 0) if m else None
+    if not m:
+        return None
+    sign, digits = m.groups()
+    number = int(digits, 16) if digits[:2].lower() == "0x" else int(digits, 8) if digits.startswith("0") else int(digits)
+    return -number if sign == "-" else number
 
 
 def _check_int(name: str, value: str) -> ValueProblem | None:
@@ -170,6 +175,10 @@ def _check_int(name: str, value: str) -> ValueProblem | None:
         return ValueProblem("fail", f"{name}={value!r} is not a number: NCCL reads it as 0", f"set {name} to an integer")
     if _STRTOLL.match(value).end() != len(value.rstrip()):
         return ValueProblem("warn", f"{name}={value!r}: NCCL reads only the leading {parsed}", f"set {name}={parsed}")
+    digits = _STRTOLL.match(value).group(2)
+    if len(digits) > 1 and digits.startswith("0") and digits[1] not in "xX":
+        return ValueProblem("warn", f"{name}={value!r}: NCCL reads a leading 0 as octal, so this is {parsed}",
+                            f"set {name}={parsed} or write the number without the leading 0")
     return None
 
 

@@ -54,6 +54,8 @@ ENV_CASES = [
     ({"NCCL_P2P_DISABLE": "yes"}, "env.NCCL_P2P_DISABLE", "fail", ["reads it as 0"], []),
     ({"NCCL_BUFFSIZE": "0x400000", "NCCL_MIN_NCHANNELS": "4"}, "env.nccl", "pass", [], []),
     ({"NCCL_MAX_NCHANNELS": "16ch"}, "env.NCCL_MAX_NCHANNELS", "warn", ["leading 16"], ["NCCL_MAX_NCHANNELS=16"]),
+    ({"NCCL_BUFFSIZE": "010"}, "env.NCCL_BUFFSIZE", "warn", ["octal", "this is 8"], ["NCCL_BUFFSIZE=8"]),
+    ({"NCCL_MIN_NCHANNELS": "08"}, "env.NCCL_MIN_NCHANNELS", "warn", ["leading 0"], ["NCCL_MIN_NCHANNELS=0"]),
     ({"NCCL_P2P_LEVEL": "NVL"}, "env.nccl", "pass", [], []),
     ({"NCCL_P2P_LEVEL": "NVLINK"}, "env.NCCL_P2P_LEVEL", "fail", ["not a path level"], ["LOC, NVL"]),
     ({"NCCL_PROTOCOL": "LL"}, "env.NCCL_PROTOCOL", "warn", ["did you mean NCCL_PROTO?"], ["rename it to NCCL_PROTO"]),
