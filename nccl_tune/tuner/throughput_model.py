@@ -6,7 +6,10 @@ The model is ``log(throughput) = m(x) + sum_p g_p(x_p) + h(x)``:
 - ``m`` is the prior: a change that uses more memory (a larger micro-batch, no checkpointing, no
   offload, a lower ZeRO stage; any non-semantic parameter declared ``memory: increasing`` or
   ``decreasing``) is expected to be slightly faster, by ``PRIOR_MEMORY_GAIN`` per step, since that is
-  what memory-saving features trade away. It only orders the first moves; data overrides it.
+  what memory-saving features trade away; and an NCCL value that by NCCL's design takes the fast
+  path away from a bandwidth-bound collective (``node.nccl_narrowing``: the LL protocol alone,
+  peer-to-peer off, small buffers) is expected slower by ``PRIOR_NARROWING``. It only orders the
+  first moves; data overrides it.
 - ``g_p`` is the effect of parameter ``p``: independent per value for unordered choices, smooth
   in the choice order (with a linear trend, so that a run of gains extrapolates) for ordered ones.
   Its scale ``tau_p`` is fitted to the study's data by type-II maximum likelihood, shrunk towards
@@ -30,12 +33,17 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 from nccl_tune.failure import FailureClass
+from nccl_tune.node.nccl_narrowing import narrowing
 from nccl_tune.search_spaces.space import UNSET, ParamKind, Parameter, SearchSpace, Target
 from nccl_tune.tuner.memory_model import failure_wall_frac, memory_explains
 from nccl_tune.tuner.study_records import FINISHED, Outcome, TrialRecord
 
 PRIOR_MEMORY_GAIN = 0.08
 """Prior log-throughput gain per step towards more memory (see the module docstring)."""
+PRIOR_NARROWING = 0.05
+"""Prior log-throughput loss of an NCCL value that takes the fast path away from a bandwidth-bound
+collective (``node.nccl_narrowing``): half an environment variable's prior scale, so such values are
+tried after the ones that may be faster, and a run that measures one faster overrides it."""
 PRIOR_TAU = {"memory": 0.30, Target.OVERRIDE: 0.15, Target.ENV: 0.10}
 """Prior effect scale (log throughput) of a parameter's untried values: a parameter that trades
 memory for speed (declared ``memory: increasing/decreasing``: micro-batches, checkpointing,
@@ -253,6 +261,8 @@ class ThroughputModel:
     def prior_mean(self, values: Mapping[str, Any]) -> float:
         total = 0.0
         for p in self.free:
+            if p.target is Target.ENV and p.name in values and p.name in self.baseline:
+                total += PRIOR_NARROWING * (bool(narrowing(p.name, self.baseline[p.name])) - bool(narrowing(p.name, values[p.name])))
             if p.semantic or not p.memory.signed:
                 continue
             if p.name in values and p.name in self.baseline:

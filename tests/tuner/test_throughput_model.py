@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import pytest
+
 from optuna.trial import TrialState
 
 from nccl_tune.failure import FailureClass, Verdict
@@ -89,3 +91,33 @@ def test_the_doubt_of_a_difference_is_one_runs_noise_on_each_side_and_more_for_a
     one_run = math.sqrt(m.noise**2 / 3 + 0.015**2)
     assert one_run < measured < 2.0 * one_run
     assert untried > 1.5 * measured
+
+
+def test_an_nccl_value_that_removes_the_fast_path_is_expected_slower_until_a_run_says_otherwise():
+    """Untried, the LL protocol alone ranks below the other protocols (the search tries it last);
+    a run that measured it faster than the baseline carries the model past that prior."""
+    space = parse_space(SPACE_TEXT_PROTO, source="test", label="proto")
+    base = space.defaults()
+    fresh = ThroughputModel(space, space.parameters, [], base)
+    means, sds = fresh.predict([{**base, "NCCL_PROTO": p} for p in ("LL128", "LL")])
+    assert means[1] < means[0] and sds[1] == pytest.approx(sds[0])
+
+    def proto_run(number: int, proto: str, step_s: float) -> TrialRecord:
+        record = run(number, "unset", step_s)
+        return TrialRecord(number, record.state, {**base, "NCCL_PROTO": proto}, record.kind, record.outcome,
+                           record.status, record.result)
+
+    measured = ThroughputModel(space, space.parameters, [proto_run(0, "unset", 10.0), proto_run(1, "LL", 8.0),
+                                                         proto_run(2, "unset", 10.1)], base)
+    means, _ = measured.predict([{**base, "NCCL_PROTO": p} for p in ("unset", "LL")])
+    assert means[1] > means[0] + 0.1
+
+
+SPACE_TEXT_PROTO = """
+name: proto
+parameters:
+  - {name: micro, kind: pow2, low: 1, high: 8, default: 2, memory: increasing}
+  - {name: NCCL_PROTO, kind: categorical, choices: [unset, Simple, LL128, LL], default: unset, memory: none}
+stability: {min_headroom_frac: 0.05}
+throughput: {samples_per_step: 64}
+"""
