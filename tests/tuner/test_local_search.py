@@ -209,12 +209,13 @@ def nccl_run(number: int, changes: dict, ll: float, status: FailureClass = Failu
     return TrialRecord(number, TrialState.COMPLETE, v, TrialKind.SEARCH, Outcome.LAUNCHED, status, result)
 
 
-@pytest.mark.parametrize("ll, waits", [(0.93, True), (0.85, False)])
+@pytest.mark.parametrize("ll, waits", [(0.99, True), (0.85, False)])
 def test_a_move_likelier_to_fail_than_finish_waits_while_a_likely_one_is_worth_a_trial(ll, waits):
     """cuMem off next to NVLS hung in the first step once; tried again from another base its run is
     likelier to hang than to finish, though its throughput, never measured, promises the most. While
-    a move likely to finish is worth a trial (LL, measured 7% slower on its own), that one goes
-    first; once none is (LL 15% slower), the suspect move may still be tried."""
+    a move likely to finish is worth a trial (LL next to NVLS, LL measured 1% slower on its own,
+    where the prior expected it slower by design), that one goes first; once none is (LL 15%
+    slower), the suspect move may still be tried."""
     nv = {"NCCL_ALGO": "NVLS"}
     runs = [{}, nv, {**nv, "NCCL_PROTO": "Simple"}, {"NCCL_ALGO": "Ring"}, {"NCCL_ALGO": "Tree"},
             {**nv, "NCCL_PROTO": "LL128"}, {**nv, "NCCL_CUMEM_ENABLE": 1},
