@@ -10,22 +10,25 @@ from optuna.trial import TrialState
 
 from nccl_tune.failure import FailureClass, Verdict
 from nccl_tune.search_spaces.loader import parse_space
+from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.trial import GpuMemory, MemoryReport, StopReason, TrialResult
 from nccl_tune.tuner.study_records import Outcome, TrialKind, TrialRecord
 from nccl_tune.tuner.throughput_model import ThroughputModel
 
-SPACE = parse_space(
-    """
-name: nccl
+def space_with(variable: str, label: str) -> SearchSpace:
+    """A micro-batch and one NCCL variable (``variable``: its parameter entry)."""
+    text = f"""
+name: {label}
 parameters:
-  - {name: micro, kind: pow2, low: 1, high: 8, default: 2, memory: increasing}
-  - {name: NCCL_ALGO, kind: categorical, choices: [unset, Ring, Tree, NVLS], default: unset, memory: none}
-stability: {min_headroom_frac: 0.05}
-throughput: {samples_per_step: 64}
-""",
-    source="test",
-    label="nccl",
-)
+  - {{name: micro, kind: pow2, low: 1, high: 8, default: 2, memory: increasing}}
+  - {variable}
+stability: {{min_headroom_frac: 0.05}}
+throughput: {{samples_per_step: 64}}
+"""
+    return parse_space(text, source="test", label=label)
+
+
+SPACE = space_with("{name: NCCL_ALGO, kind: categorical, choices: [unset, Ring, Tree, NVLS], default: unset, memory: none}", "nccl")
 BASE = SPACE.defaults()
 
 
@@ -96,7 +99,8 @@ def test_the_doubt_of_a_difference_is_one_runs_noise_on_each_side_and_more_for_a
 def test_an_nccl_value_that_removes_the_fast_path_is_expected_slower_until_a_run_says_otherwise():
     """Untried, the LL protocol alone ranks below the other protocols (the search tries it last);
     a run that measured it faster than the baseline carries the model past that prior."""
-    space = parse_space(SPACE_TEXT_PROTO, source="test", label="proto")
+    space = space_with("{name: NCCL_PROTO, kind: categorical, choices: [unset, Simple, LL128, LL], default: unset, memory: none}",
+                       "proto")
     base = space.defaults()
     fresh = ThroughputModel(space, space.parameters, [], base)
     means, sds = fresh.predict([{**base, "NCCL_PROTO": p} for p in ("LL128", "LL")])
@@ -112,12 +116,3 @@ def test_an_nccl_value_that_removes_the_fast_path_is_expected_slower_until_a_run
     means, _ = measured.predict([{**base, "NCCL_PROTO": p} for p in ("unset", "LL")])
     assert means[1] > means[0] + 0.1
 
-
-SPACE_TEXT_PROTO = """
-name: proto
-parameters:
-  - {name: micro, kind: pow2, low: 1, high: 8, default: 2, memory: increasing}
-  - {name: NCCL_PROTO, kind: categorical, choices: [unset, Simple, LL128, LL], default: unset, memory: none}
-stability: {min_headroom_frac: 0.05}
-throughput: {samples_per_step: 64}
-"""
