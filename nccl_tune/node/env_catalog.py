@@ -170,12 +170,12 @@ def strtoll(value: str) -> int | None:
 def _check_int(name: str, value: str) -> ValueProblem | None:
     if value.strip() == "":
         return None
-    parsed = strtoll(value)
-    if parsed is None:
+    m, parsed = _STRTOLL.match(value), strtoll(value)
+    if m is None or parsed is None:
         return ValueProblem("fail", f"{name}={value!r} is not a number: NCCL reads it as 0", f"set {name} to an integer")
-    if _STRTOLL.match(value).end() != len(value.rstrip()):
+    if m.end() != len(value.rstrip()):
         return ValueProblem("warn", f"{name}={value!r}: NCCL reads only the leading {parsed}", f"set {name}={parsed}")
-    digits = _STRTOLL.match(value).group(2)
+    digits = m.group(2)
     if len(digits) > 1 and digits.startswith("0") and digits[1] not in "xX":
         return ValueProblem("warn", f"{name}={value!r}: NCCL reads a leading 0 as octal, so this is {parsed}",
                             f"set {name}={parsed} or write the number without the leading 0")

@@ -15,9 +15,10 @@ Which algorithms exist for which collective, and on this node, is decided in ``c
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 from typing import Mapping
+
+from nccl_tune.node.env_catalog import strtoll as catalog_strtoll
 
 FUNCTIONS = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")
 ALGORITHMS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT")
@@ -103,17 +104,10 @@ def _parse_list(variable: str, text: str, names: tuple[str, ...]) -> tuple[dict[
     return {f: frozenset(v) for f, v in enabled.items()}, None
 
 
-_STRTOLL = re.compile(r"^\s*([+-]?)(0[xX][0-9a-fA-F]+|0[0-7]*|[1-9][0-9]*)")
-
-
 def strtoll(text: str) -> int:
-    """C's ``strtoll(text, NULL, 0)``: the leading number (hex ``0x``, octal ``0``), 0 when none."""
-    m = _STRTOLL.match(text)
-    if not m:
-        return 0
-    sign, digits = m.groups()
-    value = int(digits, 16) if digits[:2].lower() == "0x" else int(digits, 8) if digits.startswith("0") else int(digits)
-    return -value if sign == "-" else value
+    """C's ``strtoll(text, NULL, 0)``: the leading number (hex ``0x``, octal ``0``), 0 when none
+    (``node.env_catalog.strtoll``, which says None there)."""
+    return catalog_strtoll(text) or 0
 
 
 def _int_var(env: Mapping[str, str | None], name: str) -> int | None:
