@@ -235,6 +235,9 @@ class ThroughputModel:
         self.baseline = baseline
         self.noise = step_noise(records)
         self.obs = observations(records, self.noise, failure_wall_frac(space))
+        self.base_narrowed = {p.name: bool(narrowing(p.name, baseline[p.name]))
+                              for p in self.free if p.target is Target.ENV and p.name in baseline}
+        """Per environment variable the baseline sets, whether its value removes NCCL's fast path."""
         self.base_index = [self._index(p, baseline.get(p.name, p.choices[0])) for p in self.free]
         self.kernels = [_level_kernel(p, b) for p, b in zip(self.free, self.base_index)]
         self.levels_obs = self.encode([o.values for o in self.obs])
@@ -261,8 +264,8 @@ class ThroughputModel:
     def prior_mean(self, values: Mapping[str, Any]) -> float:
         total = 0.0
         for p in self.free:
-            if p.target is Target.ENV and p.name in values and p.name in self.baseline:
-                total += PRIOR_NARROWING * (bool(narrowing(p.name, self.baseline[p.name])) - bool(narrowing(p.name, values[p.name])))
+            if p.name in self.base_narrowed and p.name in values:
+                total += PRIOR_NARROWING * (self.base_narrowed[p.name] - bool(narrowing(p.name, values[p.name])))
             if p.semantic or not p.memory.signed:
                 continue
             if p.name in values and p.name in self.baseline:
