@@ -56,6 +56,11 @@ class Truth:
     nccl_hang_p: float = 0.0
     """The part of ``hang_p`` that NCCL's settings cause without the trainer, per round of the NCCL
     check (a round makes the collectives of a step)."""
+    check_time_factor: float = 1.0
+    """Time of the NCCL check's collectives (one node, no trainer) relative to NCCL's defaults: what
+    a check measures of the NCCL settings, not what they do to the job's step (a job that hides its
+    collectives behind compute gains little from faster ones; settings that act only between nodes
+    leave a one-node check unchanged)."""
     phase_peak_gib: Mapping[str, float] = field(default_factory=dict, hash=False)
     """Peak of the busiest GPU per phase of ``STEP_PHASES``, for jobs whose phases peak apart (the
     largest is ``peak_gib``); empty for a job with one phase (``policy_train``), reported as none."""
@@ -215,8 +220,9 @@ CHECK_PEAK_GIB = 2.0
 
 def check_truth(truth: Truth) -> Truth:
     """What the NCCL check (``launchers.nccl_check``) of a config meets: the failures its NCCL
-    settings cause alone, on rounds of collectives that take ``CHECK_ROUND_S``."""
-    return Truth(CHECK_ROUND_S, CHECK_PEAK_GIB, truth.nccl_failure, truth.nccl_hang_p, truth.detail)
+    settings cause alone, on rounds of collectives that take ``CHECK_ROUND_S`` at NCCL's defaults
+    (``Truth.check_time_factor`` times that with the config's NCCL settings)."""
+    return Truth(CHECK_ROUND_S * truth.check_time_factor, CHECK_PEAK_GIB, truth.nccl_failure, truth.nccl_hang_p, truth.detail)
 
 
 def analytic_cost(landscape: Landscape, node: AnalyticNode) -> Callable[[TrialSpec, int, int], Outcome]:

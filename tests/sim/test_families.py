@@ -77,3 +77,21 @@ def test_a_flat_top_run_out_of_memory_ends_in_the_phase_over_the_capacity(tmp_pa
                                clocks=inst.space.clocks, stop=inst.space.stop, samples_per_step=1024.0))
     assert r.status is FailureClass.OOM and r.memory.phases_open_at_end == ("step", failing)
     assert r.memory.phase_peak_frac[failing] == 1.0 == r.memory.max_peak_frac
+
+
+def test_the_nccl_check_times_one_node_s_collectives_not_the_job_s_step():
+    """What the NCCL sweep can and cannot see: NVLS speeds a one-node job's collectives and its step;
+    the socket variables act only between nodes (the check times as the defaults); a generation-heavy
+    job's collectives change with the protocol while its step barely moves."""
+    inst, _ = instance("hang-region", 0)
+    base = inst.baseline
+    assert inst.landscape({**base, "NCCL_ALGO": "NVLS"}).check_time_factor < 0.9 < inst.landscape(base).check_time_factor
+    inst, _ = instance("comm-bound", 0)
+    base = inst.baseline
+    assert inst.landscape({**base, "NCCL_SOCKET_NTHREADS": 8}).check_time_factor == 1.0
+    assert inst.landscape({**base, "NCCL_SOCKET_NTHREADS": 8}).step_s < 0.9 * inst.landscape(base).step_s
+    assert inst.landscape({**base, "NCCL_PROTO": "LL"}).check_time_factor > 2.0
+    inst, _ = instance("flat-top", 0)
+    base = inst.baseline
+    tree = inst.landscape({**base, "NCCL_ALGO": "Tree"})
+    assert tree.check_time_factor > 1.05 and abs(tree.step_s / inst.landscape(base).step_s - 1) < 0.01
