@@ -171,6 +171,19 @@ class CheckingLauncher(Launcher):
             self._distrust(spec, check)
         return result
 
+    def measure(self, spec: TrialSpec, observer: TrialObserver | None = None) -> TrialResult:
+        """The check of ``spec`` alone, its command never started: the NCCL sweep's timing of a set of
+        NCCL values (``tuner.nccl_sweep``; ``spec`` names the sweep's own folder and number). A set
+        that passes is not checked again before its trial."""
+        with self._lock:
+            learned = dict(self.learned)
+        gpus = check_gpus(spec, self.gpus, os.environ)
+        check = self.inner.run(check_spec(spec, gpus, self.backend, learned, self.worker, self.startup_timeout_s),
+                               _Interruptible(observer))
+        if check.status is FailureClass.OK:
+            self._passed(nccl_values(spec), check)
+        return check
+
     def _passed(self, key: tuple[tuple[str, str | None], ...], check: TrialResult) -> None:
         with self._lock:
             self.trusted = True

@@ -69,6 +69,25 @@ def test_a_passing_check_runs_the_trial_and_each_set_of_nccl_values_is_checked_o
     assert all(started_marker(tmp_path, n).exists() for n in (0, 1, 2))
 
 
+def test_a_set_measured_alone_times_its_rounds_without_starting_the_command_and_is_not_checked_again(
+    make_spec: Callable[..., TrialSpec], tmp_path: Path
+) -> None:
+    launcher = checking()
+    try:
+        sweep = trial(make_spec, tmp_path, 1_000_001, {"NCCL_ALGO": "Ring"})
+        measured = launcher.measure(sweep)
+        assert measured.status is FailureClass.OK and measured.nccl_check_failed is False
+        assert len(measured.measured_step_times_s) == 5 and all(s > 0 for s in measured.measured_step_times_s), (
+            "the real worker's timed rounds, the first (communicator set-up) left out")
+        assert not started_marker(tmp_path, 1_000_001).exists(), "measuring a check never starts the trial's command"
+        assert (sweep.trial_dir / CHECK_DIR / "output.log").exists()
+        later = launcher.run(trial(make_spec, tmp_path, 0, {"NCCL_ALGO": "Ring"}))
+    finally:
+        launcher.close()
+    assert later.status is FailureClass.OK and later.nccl_check_s == 0.0, "the set passed when it was measured"
+    assert started_marker(tmp_path, 0).exists()
+
+
 def test_a_check_that_hangs_ends_the_trial_as_a_hang_without_starting_its_command(
     make_spec: Callable[..., TrialSpec], tmp_path: Path
 ) -> None:
