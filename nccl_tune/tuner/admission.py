@@ -6,6 +6,8 @@ Values are not launched, and are told to the study at once, when they
 - were already measured by a launched trial, or are values NCCL runs as it ran a launched
   trial's, a setting past one of its limits being clamped (``node.nccl_clamps``); ``duplicate``:
   the sampler hears the same outcome;
+- are the baseline's NCCL values with one change whose check failed in the NCCL sweep
+  (``nccl_sweep.Sweep.refused``: rejected, with that reason; the trial would fail at its own check);
 - are refused by the memory model (``memory_model.MemoryModel.verdict``: they need at least the
   memory of a known OOM or of a run within the headroom, or are predicted with confidence to run
   out or to come within the headroom of the wall; ``predicted``).
@@ -26,6 +28,7 @@ from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.tuner import study_records as R
 from nccl_tune.tuner.display import Display
 from nccl_tune.tuner.memory_model import memory_verdict
+from nccl_tune.tuner.nccl_sweep import load as load_sweep
 from nccl_tune.tuner.stability import run_key
 from nccl_tune.tuner.study_records import TrialKind, TrialRecord
 from nccl_tune.tuner.telling import tell_duplicate, tell_predicted, tell_rejected
@@ -101,6 +104,11 @@ class Admission:
             self.duplicates_in_a_row += 1
             return False
         self.duplicates_in_a_row = 0
+        swept = load_sweep(study, self.space).refused(values)
+        if swept is not None:
+            tell_rejected(study, trial, [swept])
+            self.display.skipped(trial.number, swept)
+            return False
         verdict = memory_verdict(self.space, values, history) if self.predict_oom else None
         if verdict is not None:
             tell_predicted(study, trial, verdict.from_trial, verdict.status)

@@ -16,6 +16,7 @@ from nccl_tune.search_spaces.space import UNSET, SearchSpace
 from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.trial import TrialResult
 from nccl_tune.tuner.early_stops import EarlyStops, early_stops
+from nccl_tune.tuner.nccl_sweep import REFUSED
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.semantics import semantic_changes
 from nccl_tune.tuner.stability import Candidate, faster_passed_over
@@ -250,13 +251,14 @@ class Display:
         stops = early_stops(records)
         if stops is not None:
             self.console.print(escape(early_stop_sentence(stops)), highlight=False, soft_wrap=True)
-        rej = sum(r.outcome is Outcome.REJECTED for r in records)
+        swept = sum(r.outcome is Outcome.REJECTED and any(REFUSED in v for v in r.violations) for r in records)
+        rej = sum(r.outcome is Outcome.REJECTED for r in records) - swept
         pred = sum(r.outcome is Outcome.PREDICTED for r in records)
         dup = sum(r.outcome is Outcome.DUPLICATE for r in records)
-        if rej or pred or dup:
+        if rej or pred or dup or swept:
             self.console.print(
                 f"not launched: {rej} broke the space's rules, {pred} predicted to run out of memory, "
-                f"{dup} already measured",
+                f"{dup} already measured" + (f", {swept} with NCCL values that failed the NCCL sweep" if swept else ""),
                 highlight=False,
                 soft_wrap=True,
             )

@@ -20,6 +20,7 @@ from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.trial import TrialSpec
 from nccl_tune.tuner.admission import MAX_REJECTED_IN_A_ROW
 from nccl_tune.tuner.dropped import nccl_params
+from nccl_tune.tuner.nccl_sweep_run import plan_line, sweeper
 from nccl_tune.tuner.pins import Pins, apply_pins, baseline_values
 from nccl_tune.tuner.sampling import suggest
 from nccl_tune.tuner.settings import RunSettings
@@ -39,6 +40,8 @@ class DryRun:
     """False when ``--steps`` fixes the measured steps of every trial."""
     nccl_check: str | None = None
     """Whether the NCCL check would run before trials, and why (None: the space sets no NCCL variable)."""
+    nccl_sweep: str | None = None
+    """What the NCCL sweep would time (None: it would not run)."""
 
     def to_json(self) -> dict[str, Any]:
         spec, c = self.spec, self.spec.clocks
@@ -48,6 +51,7 @@ class DryRun:
             "env": dict(spec.env),
             "trial_dir": str(spec.trial_dir),
             "nccl_check": self.nccl_check,
+            "nccl_sweep": self.nccl_sweep,
             "stop": {
                 "warmup_steps": spec.stop.warmup_steps,
                 "measured_steps": spec.stop.measured_steps,
@@ -78,8 +82,7 @@ class DryRun:
             f"{c.startup_timeout_s:g}s), stall {c.stall_timeout_s:g}s ({c.stall_multiplier:g}x a known phase, at least "
             f"{c.stall_floor_s:g}s), trial {c.trial_timeout_s:g}s, grace {c.grace_s:g}s"
         )
-        if self.nccl_check:
-            out.append(self.nccl_check)
+        out += [line for line in (self.nccl_check, self.nccl_sweep) if line]
         if self.steps_follow_noise and spec.stop.measured_steps < MAX_MEASURED_STEPS:
             out.append(
                 f"later trials measure more steps (at most {MAX_MEASURED_STEPS}) when the study's finished trials "
@@ -115,5 +118,7 @@ def plan_dry_run(settings: RunSettings, launcher: Launcher | None = None) -> Dry
     launcher = launcher or make_launcher(settings.launcher, settings.ray_address, settings.gate_timeout_s)
     launcher.prepare(spec)
     check_log_paths(spec.argv)
-    checking = with_nccl_check(launcher, settings.nccl_check, bool(nccl_params(space)))[1]
-    return DryRun(study=study, space=space.name, spec=spec, steps_follow_noise=settings.steps is None, nccl_check=checking)
+    checker, checking = with_nccl_check(launcher, settings.nccl_check, bool(nccl_params(space)))
+    sweep = plan_line(space, dict(pins.params)) if sweeper(checker, settings) else None
+    return DryRun(study=study, space=space.name, spec=spec, steps_follow_noise=settings.steps is None, nccl_check=checking,
+                  nccl_sweep=sweep)

@@ -72,6 +72,7 @@ from nccl_tune.search_spaces.space import Parameter, SearchSpace
 from nccl_tune.tuner import study_records as R
 from nccl_tune.tuner.failure_model import FailureModel
 from nccl_tune.tuner.memory_model import MemoryModel, failure_wall_frac
+from nccl_tune.tuner.nccl_sweep import Sweep, load as load_sweep
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.sampling import distributions, from_optuna, to_optuna
 from nccl_tune.tuner.stability import candidates, run_key
@@ -126,14 +127,17 @@ def expected_improvement(mean: np.ndarray, sd: np.ndarray, best: float) -> np.nd
 class Planner:
     """One proposal from the study's records (the module docstring, steps 1-5)."""
 
-    def __init__(self, space: SearchSpace, pinned: Mapping[str, Any], records: Sequence[TrialRecord]) -> None:
+    def __init__(self, space: SearchSpace, pinned: Mapping[str, Any], records: Sequence[TrialRecord],
+                 sweep: Sweep | None = None) -> None:
+        """``sweep``: what the NCCL sweep timed (``nccl_sweep.load``), if it ran."""
         self.space = space
+        self.sweep = sweep or Sweep()
         self.pinned = dict(pinned)
         self.records = list(records)
         self.free = [p for p in space.parameters if p.name not in self.pinned and len(p.choices) > 1]
         self.baseline = {**space.defaults(), **self.pinned}
         self.memory = MemoryModel(space, self.records)
-        self.tput = ThroughputModel(space, self.free, self.records, self.baseline)
+        self.tput = ThroughputModel(space, self.free, self.records, self.baseline, self.sweep.speeds)
         self.tried = {self._key(r.values) for r in self.records if r.values}
         self.failures = FailureModel(self.free, self.baseline, self.records, memory_wall_frac=failure_wall_frac(space),
                                      p_below=self.memory.p_below)
@@ -250,15 +254,18 @@ class Planner:
             return True
 
     def admissible(self, move: Move) -> bool:
-        """Untried, within the space's rules, not refused by the memory model, and holding no flaky
+        """Untried, within the space's rules, not refused by the memory model, holding no flaky
         value or pair (the incumbent and the export pass such a config over; a value is flaky only
-        once it has taken a whole failure's blame, so one hang by chance does not close it)."""
+        once it has taken a whole failure's blame, so one hang by chance does not close it), and not
+        the NCCL values of a check that failed in the NCCL sweep."""
         return (
             self._key(move.values) not in self.tried
             and self.within_rules(move.values)
             and self.memory.verdict(move.values) is None
             and not self.failures.flaky(move.values)
+            and self.sweep.refused(move.values) is None
         )
+
 
     # -- choosing ------------------------------------------------------------------------------------
     def ranked(self) -> list[tuple[float, int, Mapping[str, Any], bool]]:
@@ -392,7 +399,7 @@ class LocalSearchSampler(BaseSampler):
             return {}
         trials = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number]
         records = [R.record_of(t) for t in trials if t.state is not TrialState.RUNNING]
-        planner = Planner(self.space, self.pinned, records)
+        planner = Planner(self.space, self.pinned, records, load_sweep(study, self.space))
         self.last = planner.propose(self._rng)
         self._last_number = trial.number
         self._fallback = None

@@ -4,7 +4,9 @@
 the trials of a tuner that was killed (``recovery``), then loops: **ask** Optuna for values,
 **admit** them or tell why not (``admission``: rules, duplicates, predicted OOM), **run** the
 trial once the node is clean (``trial_run``), which **tells** Optuna the result, and stop when a
-failure says the command or the node is broken (``stop_rules``). After the search the best
+failure says the command or the node is broken (``stop_rules``). Once a trial has finished, the
+NCCL sweep times each single NCCL change on the collectives alone (``nccl_sweep_run``), for the
+default sampler to order them by. After the search the best
 candidates are re-run to confirm they are stable (``confirmation``); the winner is the fastest
 config whose every run was ``ok`` away from the memory wall.
 """
@@ -43,6 +45,7 @@ from nccl_tune.nightly.night import Night
 from nccl_tune.tuner.hardware_record import hardware_facts, store_hardware
 from nccl_tune.tuner.nightly import check_runnable, finish_night, plan_night, start_night
 from nccl_tune.tuner.observer import InterruptFlag
+from nccl_tune.tuner.nccl_sweep_run import run_sweep, sweeper
 from nccl_tune.tuner.pins import Pins, apply_pins, baseline_values
 from nccl_tune.tuner.recovery import Recovery
 from nccl_tune.tuner.samplers import make_sampler
@@ -140,6 +143,8 @@ class StudyLoop:
         )
         self.admission = Admission(self.space, self.display, settings.predict_oom)
         self.stops = StopRules(self.space, pins.params)
+        self.sweeper = sweeper(self.launcher, settings)
+        """The launcher the NCCL sweep runs its checks with, until the sweep is done."""
 
     @property
     def pins(self) -> Pins:
@@ -247,6 +252,16 @@ class StudyLoop:
             trial.set_user_attr(R.A_WHY, reason)
         return trial, values, kind
 
+    def sweep_nccl(self, study: optuna.Study) -> bool:
+        """The NCCL sweep, once a trial has finished (the check is then known to work with the
+        command's NCCL values), until every change is timed; True when interrupted."""
+        checker = self.sweeper
+        if checker is None or checker.off is not None or not any(r.ok for r in R.records(study)):
+            return False
+        interrupted = run_sweep(study, self.runner, checker, self.display)
+        self.sweeper = checker if interrupted else None
+        return interrupted
+
     def search(self, study: optuna.Study, budget: Budget) -> bool:
         """Ask, admit, run and tell until ``--trials`` trials ran; True when interrupted."""
         start = self.runner.launched  # warm-start runs come on top of --trials, as re-runs do
@@ -258,6 +273,8 @@ class StudyLoop:
             if budget.search_over():
                 self.display.note(self.budget_note(budget))
                 return False
+            if self.sweep_nccl(study):
+                return True
             trial, values, kind = self.ask(study)
             with self.runner.told_on_failure(study, trial):
                 trials = study.get_trials(deepcopy=False)

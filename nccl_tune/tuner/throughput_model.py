@@ -8,8 +8,16 @@ The model is ``log(throughput) = m(x) + sum_p g_p(x_p) + h(x)``:
   ``decreasing``) is expected to be slightly faster, by ``PRIOR_MEMORY_GAIN`` per step, since that is
   what memory-saving features trade away; and an NCCL value that by NCCL's design takes the fast
   path away from a bandwidth-bound collective (``node.nccl_narrowing``: the LL protocol alone,
-  peer-to-peer off, small buffers) is expected slower by ``PRIOR_NARROWING``. It only orders the
-  first moves; data overrides it.
+  peer-to-peer off, small buffers) is expected slower by ``PRIOR_NARROWING``, unless the NCCL
+  sweep timed it. It only orders the first moves; data overrides it.
+- ``s * c(x)`` is what the NCCL sweep (``tuner.nccl_sweep``) measured: ``c(x)``, the log speed-up of
+  the collectives with the config's NCCL values over the baseline's (summed over its variables),
+  and ``s``, the share of a step that follows the collectives: fitted to the study's trials by
+  type-II maximum likelihood on a grid (``SHARE_GRID``), jointly with the environment variables'
+  common scale, under a Gaussian hyperprior (``COLLECTIVE_SHARE``, ``COLLECTIVE_SHARE_SD``). Untried,
+  values whose collectives ran faster are expected faster; a job whose step did not follow the
+  collectives of the values it tried (compute hides them) learns ``s`` near 0, and the rest of
+  the sweep then promises little.
 - ``g_p`` is the effect of parameter ``p``: independent per value for unordered choices, smooth
   in the choice order (with a linear trend, so that a run of gains extrapolates) for ordered ones.
   Its scale ``tau_p`` is fitted to the study's data by type-II maximum likelihood, shrunk towards
@@ -44,6 +52,14 @@ PRIOR_NARROWING = 0.05
 """Prior log-throughput loss of an NCCL value that takes the fast path away from a bandwidth-bound
 collective (``node.nccl_narrowing``): half an environment variable's prior scale, so such values are
 tried after the ones that may be faster, and a run that measures one faster overrides it."""
+COLLECTIVE_SHARE = 0.25
+COLLECTIVE_SHARE_SD = 0.5
+"""Hyperprior mean and spread of the share of a step's log time that follows the log time of its
+collectives (as the NCCL sweep times them). Jobs range from none (compute hides the collectives) to
+most of a step (a job that waits on its all-reduce), so the hyperprior is weak: it holds the share
+at a quarter while no trial has changed the collectives, and a few trials that did decide it."""
+SHARE_GRID = (0.0, 0.125, 0.25, 0.5, 0.75)
+"""Shares tried by type-II ML."""
 PRIOR_TAU = {"memory": 0.30, Target.OVERRIDE: 0.15, Target.ENV: 0.10}
 """Prior effect scale (log throughput) of a parameter's untried values: a parameter that trades
 memory for speed (declared ``memory: increasing/decreasing``: micro-batches, checkpointing,
@@ -229,7 +245,10 @@ class ThroughputModel:
         free: Sequence[Parameter],
         records: Sequence[TrialRecord],
         baseline: Mapping[str, Any],
+        collective: Mapping[str, Mapping[Any, float]] | None = None,
     ) -> None:
+        """``collective``: the NCCL sweep's log speed-ups of the collectives per variable and value
+        (``nccl_sweep.Sweep.speeds``; none: no term ``s * c(x)``)."""
         self.space = space
         self.free = [p for p in free if len(p.choices) > 1]
         self.baseline = baseline
@@ -238,12 +257,19 @@ class ThroughputModel:
         self.base_narrowed = {p.name: bool(narrowing(p.name, baseline[p.name]))
                               for p in self.free if p.target is Target.ENV and p.name in baseline}
         """Per environment variable the baseline sets, whether its value removes NCCL's fast path."""
+        self.collective = {name: dict(levels) for name, levels in (collective or {}).items()}
+        self.speedup = [np.array([self.collective.get(p.name, {}).get(c, 0.0) for c in p.choices]) for p in self.free]
+        """Per free parameter, the sweep's log speed-up of each choice (0: not timed, or as fast)."""
         self.base_index = [self._index(p, baseline.get(p.name, p.choices[0])) for p in self.free]
         self.kernels = [_level_kernel(p, b) for p, b in zip(self.free, self.base_index)]
         self.levels_obs = self.encode([o.values for o in self.obs])
-        self.resid = np.array([o.log_tput - self.prior_mean(o.values) for o in self.obs])
-        self.offset = float(self.resid.mean()) if len(self.resid) else 0.0
+        self.share = COLLECTIVE_SHARE if self.collective else 0.0
+        """``s``: the share of a step's log time that follows its collectives' (fitted in ``_scales``)."""
+        self.c_obs = self.collective_speedup(self.levels_obs)
+        self.design_resid = np.array([o.log_tput - self.design_prior(o.values) for o in self.obs])
+        self.resid, self.offset = self._residuals(self.share)
         self.tau = self._scales()
+        self.resid, self.offset = self._residuals(self.share)
         self._fit()
 
     # -- encoding ------------------------------------------------------------------------------
@@ -261,10 +287,30 @@ class ThroughputModel:
         """Each config's choice index per free parameter, one row per config."""
         return np.array([self.levels(c) for c in configs], dtype=int).reshape(len(configs), len(self.free))
 
+    def collective_speedup(self, levels: np.ndarray) -> np.ndarray:
+        """``c(x)`` of each row of encoded configs."""
+        out = np.zeros(len(levels))
+        for k, table in enumerate(self.speedup):
+            out += table[levels[:, k]]
+        return out
+
+    def _residuals(self, share: float) -> tuple[np.ndarray, float]:
+        """The observations less the prior with collective share ``share``, and their mean (the offset)."""
+        resid = self.design_resid - share * self.c_obs
+        return resid, float(resid.mean()) if len(resid) else 0.0
+
     def prior_mean(self, values: Mapping[str, Any]) -> float:
+        """``m(x) + s c(x)`` (the module docstring)."""
+        if not self.collective:
+            return self.design_prior(values)
+        return self.design_prior(values) + self.share * float(self.collective_speedup(self.levels(values)[None, :])[0])
+
+    def design_prior(self, values: Mapping[str, Any]) -> float:
+        """``m(x)``: what the values are expected to do by design, before any measurement."""
         total = 0.0
         for p in self.free:
-            if p.name in self.base_narrowed and p.name in values:
+            timed = p.name in values and values[p.name] in self.collective.get(p.name, {})
+            if p.name in self.base_narrowed and p.name in values and not timed:
                 total += PRIOR_NARROWING * (self.base_narrowed[p.name] - bool(narrowing(p.name, values[p.name])))
             if p.semantic or not p.memory.signed:
                 continue
@@ -290,7 +336,8 @@ class ThroughputModel:
         blocks = [kern[np.ix_(self.levels_obs[:, k], self.levels_obs[:, k])] for k, kern in enumerate(self.kernels)]
         fixed = INTERACTION_SD**2 * self._interaction(self.levels_obs, self.levels_obs) + np.diag([o.var for o in self.obs])
         eye = np.eye(len(self.obs))
-        y = self.resid - self.offset
+        resid, offset = self._residuals(self.share)
+        y = resid - offset
 
         def score(t: np.ndarray, log_factor: float, hyper_sd: float, extra: float | None = None) -> float:
             k = fixed + (self.extra_var if extra is None else extra) * eye + sum(t[j] ** 2 * blocks[j] for j in range(len(t)))
@@ -304,7 +351,18 @@ class ThroughputModel:
         self.extra_var = max((sd**2 for sd in EXTRA_RUN_SD), key=lambda v: score(tau, 0.0, 1.0, v))
         mask = np.array([g == Target.ENV for g in groups])
         if mask.any():
-            best = max(SCALE_FACTORS, key=lambda f: score(np.where(mask, tau * f, tau), math.log(f), GROUP_HYPER_SD))
+            shares = SHARE_GRID if self.collective else (0.0,)
+
+            def joint(share: float, f: float) -> float:
+                nonlocal y
+                resid, offset = self._residuals(share)
+                y = resid - offset
+                return (score(np.where(mask, tau * f, tau), math.log(f), GROUP_HYPER_SD)
+                        - 0.5 * ((share - COLLECTIVE_SHARE) / COLLECTIVE_SHARE_SD) ** 2 * bool(self.collective))
+
+            self.share, best = max(((sh, f) for sh in shares for f in SCALE_FACTORS), key=lambda sf: joint(*sf))
+            resid, offset = self._residuals(self.share)
+            y = resid - offset
             tau[mask] *= best
         group_scale = tau.copy()
         for _ in range(2):

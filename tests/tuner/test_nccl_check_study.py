@@ -48,15 +48,21 @@ def study(tmp_path: Path, check: str) -> tuple[list, str]:
 def test_a_setting_that_hangs_the_collectives_costs_its_check_and_one_that_breaks_the_job_costs_its_trial(tmp_path):
     records, shown = study(tmp_path, "auto")
     assert "NCCL check: each new set of NCCL values" in shown
-    by = {(r.values["NCCL_ALGO"], r.values["NCCL_PROTO"]): r for r in records if r.result}
-    assert set(by) == {("unset", "unset"), ("NVLS", "unset"), ("unset", "LL")}
-    alone = by["NVLS", "unset"]
-    assert alone.status is FailureClass.HANG and alone.result.wall_s < STARTUP_S / 2 and alone.result.nccl_check_failed
-    assert "the trial's command was not started" in alone.result.verdict.evidence[0].text
-    job = by["unset", "LL"]
+    assert "NCCL sweep: NCCL_ALGO=NVLS: the check failed (hang)" in shown, "the sweep met the hang on the collectives"
+    launched = {(r.values["NCCL_ALGO"], r.values["NCCL_PROTO"]): r for r in records if r.result}
+    assert ("NVLS", "unset") not in launched, "the set whose check hung in the sweep is not launched"
+    refused = [r for r in records if r.values == {"NCCL_ALGO": "NVLS", "NCCL_PROTO": "unset"}]
+    assert refused and all("failed its check in the NCCL sweep (hang)" in r.violations[0] for r in refused)
+    alone = [r for (algo, _), r in launched.items() if algo == "NVLS"]
+    assert alone, "another set holding NVLS was tried"
+    for r in alone:
+        assert r.status is FailureClass.HANG and r.result.wall_s < STARTUP_S / 2 and r.result.nccl_check_failed
+        assert "the trial's command was not started" in r.result.verdict.evidence[0].text
+    job = launched["unset", "LL"]
     assert job.status is FailureClass.CRASH and job.result.wall_s > 0.8 * STARTUP_S, "its check passed: the job broke"
-    assert job.result.nccl_check_s > 0 and by["unset", "unset"].result.nccl_check_s > 0
-    assert by["unset", "unset"].status is FailureClass.OK
+    assert job.result.nccl_check_s == 0, "its set passed in the sweep: not checked again"
+    assert launched["unset", "unset"].result.nccl_check_s > 0
+    assert launched["unset", "unset"].status is FailureClass.OK
 
 
 def test_off_runs_every_trial_s_command(tmp_path):

@@ -116,3 +116,36 @@ def test_an_nccl_value_that_removes_the_fast_path_is_expected_slower_until_a_run
     means, _ = measured.predict([{**base, "NCCL_PROTO": p} for p in ("unset", "LL")])
     assert means[1] > means[0] + 0.1
 
+
+
+def test_values_the_sweep_timed_faster_lead_until_the_job_shows_its_step_does_not_follow_its_collectives():
+    """The NCCL sweep timed NVLS's collectives 1.3x as fast, Ring's 1.1x and Tree's 0.8x: untried,
+    NVLS ranks first and Tree last. Once runs measured Ring and Tree no faster nor slower than the
+    baseline, the share of the step that follows the collectives is learnt to be small, and NVLS's
+    promise shrinks with it."""
+    speeds = {"NCCL_ALGO": {"Ring": math.log(1.1), "Tree": math.log(0.8), "NVLS": math.log(1.3)}}
+    fresh = ThroughputModel(SPACE, SPACE.parameters, [], BASE, speeds)
+    means = {algo: predicted(fresh, algo)[0] for algo in ("unset", "Ring", "Tree", "NVLS")}
+    assert means["NVLS"] > means["Ring"] > means["unset"] > means["Tree"]
+    gain_before = means["NVLS"] - means["unset"]
+    assert gain_before == pytest.approx(0.25 * math.log(1.3))
+    flat = [run(0, "unset", 10.0), run(1, "Tree", 10.02), run(2, "unset", 9.98), run(3, "Ring", 10.0)]
+    learnt = ThroughputModel(SPACE, SPACE.parameters, flat, BASE, speeds)
+    assert learnt.share <= 0.125
+    gain_after = predicted(learnt, "NVLS")[0] - predicted(learnt, "unset")[0]
+    assert gain_after < 0.6 * gain_before, "a step that followed neither Ring's nor Tree's collectives will not follow NVLS's"
+    follows = [run(0, "unset", 10.0), run(1, "Tree", 10.6), run(2, "unset", 9.98), run(3, "Ring", 9.7)]
+    learnt = ThroughputModel(SPACE, SPACE.parameters, follows, BASE, speeds)
+    assert predicted(learnt, "NVLS")[0] - predicted(learnt, "unset")[0] > gain_before, (
+        "a step that followed them (a quarter of the step or more) is expected to follow NVLS's")
+
+
+def test_a_value_the_sweep_timed_keeps_no_prior_of_its_own_design():
+    """LL alone removes NCCL's fast path (expected slower untimed); timed by the sweep as fast as the
+    baseline's, that measurement stands in for the prior."""
+    space = space_with("{name: NCCL_PROTO, kind: categorical, choices: [unset, Simple, LL], default: unset, memory: none}",
+                       "proto-timed")
+    base = space.defaults()
+    timed = ThroughputModel(space, space.parameters, [], base, {"NCCL_PROTO": {"Simple": 0.0, "LL": 0.0}})
+    means, _ = timed.predict([{**base, "NCCL_PROTO": p} for p in ("Simple", "LL")])
+    assert means[1] == pytest.approx(means[0])

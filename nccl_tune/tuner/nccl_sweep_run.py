@@ -1,0 +1,84 @@
+"""Running the NCCL sweep (``nccl_sweep``): its checks, one at a time, each stored as it ends."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import replace
+from typing import Any, Mapping
+
+import optuna
+
+from nccl_tune.failure import FailureClass
+from nccl_tune.launchers.nccl_check import CheckingLauncher
+from nccl_tune.launchers.base import Launcher
+from nccl_tune.search_spaces.space import SearchSpace
+from nccl_tune.tuner.display import Display
+from nccl_tune.tuner.nccl_sweep import A_SWEEP, BASELINE_KEY, NUMBER_BASE, SweepEntry, entries, key_of, log_speedup, planned
+from nccl_tune.tuner.observer import TunerObserver
+from nccl_tune.tuner.settings import RunSettings
+from nccl_tune.tuner.trial_run import TrialRunner
+
+
+def sweeper(launcher: Launcher, settings: RunSettings) -> CheckingLauncher | None:
+    """The launcher the sweep runs its checks with, or None when the sweep does not run: it runs
+    where the NCCL check does (one node, trials one at a time), for the default sampler (the one
+    that reads it)."""
+    if isinstance(launcher, CheckingLauncher) and settings.sampler == "local":
+        return launcher
+    return None
+
+
+def what_it_times(changes: int) -> str:
+    return (f"{changes} single NCCL changes from the baseline, each timed on the collectives alone (one check) "
+            "before any trial tries it; --nccl-check off skips it")
+
+
+def plan_line(space: SearchSpace, held: Mapping[str, Any]) -> str | None:
+    """What the sweep will do, for a run's plan (None when there is nothing to sweep)."""
+    changes = len(planned(space, held))
+    return f"NCCL sweep, once a trial has finished: {what_it_times(changes)}" if changes else None
+
+
+def describe(key: str, entry: SweepEntry, base: SweepEntry | None) -> str:
+    """The line the run prints for one check of the sweep (``key``: ``BASELINE_KEY`` or ``NAME=VALUE``)."""
+    what = "the baseline's NCCL values" if key == BASELINE_KEY else key
+    if not entry.ok:
+        return f"NCCL sweep: {what}: the check failed ({entry.status}); no trial will run it next to the baseline's values"
+    median_ms = statistics.median(entry.round_s) * 1e3
+    if base is None or not base.ok or key == BASELINE_KEY:
+        return f"NCCL sweep: {what}: a round of the collectives in {median_ms:.1f} ms"
+    gain = log_speedup(base.round_s, entry.round_s)
+    verdict = "within noise of the baseline's" if gain == 0.0 else f"{math.exp(gain):.2f}x the baseline's speed"
+    return f"NCCL sweep: {what}: a round in {median_ms:.1f} ms, {verdict}"
+
+
+def run_sweep(study: optuna.Study, runner: TrialRunner, launcher: CheckingLauncher, display: Display) -> bool:
+    """Check the baseline's NCCL values, then each single change (``planned``) not yet in the study;
+    True when the tuner was interrupted (the checks done so far are kept). Stops when the baseline's
+    own check failed: nothing can be compared with it."""
+    held = runner.pins.params
+    base_values = {**runner.space.defaults(), **held}
+    changes = planned(runner.space, held)
+    tuned = sorted({n for n, _ in changes})
+    todo = [(BASELINE_KEY, base_values), *((key_of(n, v), {**base_values, n: v}) for n, v in changes)]
+    done = entries(study)
+    if all(key in done for key, _ in todo) or (BASELINE_KEY in done and not done[BASELINE_KEY].ok):
+        return False
+    display.note(f"NCCL sweep: {what_it_times(len(changes))}")
+    for i, (key, values) in enumerate(todo):
+        if key in done:
+            continue
+        spec = runner.spec_for(NUMBER_BASE + i, values, [])
+        launcher.gate()
+        check = launcher.measure(replace(spec, trial_dir=spec.trial_dir.parent / "nccl-sweep" / f"{i:03d}-{key}"),
+                                 TunerObserver(display, runner.interrupt, None, 0.0))
+        if check.status is FailureClass.INTERRUPTED:
+            return True
+        done[key] = SweepEntry(check.status.value, check.measured_step_times_s, check.wall_s, check.modelled_gpu_s,
+                               {n: values[n] for n in tuned})
+        study.set_user_attr(A_SWEEP, {k: e.to_json() for k, e in done.items()})
+        display.note(describe(key, done[key], done.get(BASELINE_KEY)))
+        if key == BASELINE_KEY and not done[key].ok:
+            return False
+    return False

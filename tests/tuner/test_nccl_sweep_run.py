@@ -1,0 +1,109 @@
+"""The NCCL sweep in a study: once the baseline has finished, each single NCCL change is timed on
+the collectives alone, the search tries the faster ones first, and a tuner stopped mid-sweep
+resumes it where it stopped."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from io import StringIO
+from pathlib import Path
+
+from rich.console import Console
+
+from nccl_tune.sim.analytic import AnalyticNode, Truth, analytic_cost
+from nccl_tune.sim.launcher import ModelLauncher
+from nccl_tune.trial import TrialSpec
+from nccl_tune.tuner.dry_run import plan_dry_run
+from nccl_tune.tuner.loop import run_study
+from nccl_tune.tuner.nccl_sweep import NUMBER_BASE
+from nccl_tune.tuner.settings import RunSettings
+
+SPACE = """
+name: sweep
+parameters:
+  - {name: NCCL_ALGO, kind: categorical, choices: [unset, Ring, Tree, NVLS], default: unset, memory: none}
+  - {name: NCCL_PROTO, kind: categorical, choices: [unset, Simple, LL128], default: unset, memory: none}
+  - {name: NCCL_MIN_NCHANNELS, kind: categorical, choices: [unset, 16, 32], default: unset, memory: none}
+stop: {warmup_steps: 1, measured_steps: 3}
+throughput: {samples_per_step: 100}
+"""
+SWEPT = 3 + 2 + 2
+"""Single changes from the baseline."""
+
+
+def truth(v) -> Truth:
+    """NVLS makes the collectives 1.4x as fast, and the step, which waits on them for a third of its
+    time, 10% faster; nothing else changes either."""
+    nvls = v["NCCL_ALGO"] == "NVLS"
+    return Truth(9.0 if nvls else 10.0, 40.0, check_time_factor=1 / 1.4 if nvls else 1.0)
+
+
+class Launcher(ModelLauncher):
+    """The modelled node; sends the tuner SIGINT as the sweep's check number ``interrupt_at`` starts."""
+
+    def __init__(self, interrupt_at: int | None = None) -> None:
+        cost = analytic_cost(truth, AnalyticNode(startup_s=300.0, step_noise=0.005, run_noise=0.005))
+        super().__init__(env={}, cost=cost, nccl_check_gpus=8)
+        self.interrupt_at = interrupt_at
+        self.sweep_checks: list[int] = []
+
+    def run(self, spec: TrialSpec, observer=None):
+        if spec.nccl_check and spec.number >= NUMBER_BASE:
+            self.sweep_checks.append(spec.number - NUMBER_BASE)
+            if spec.number - NUMBER_BASE == self.interrupt_at:
+                os.kill(os.getpid(), signal.SIGINT)
+        return super().run(spec, observer)
+
+
+def study(tmp_path: Path, trials: int, launcher: Launcher):
+    (tmp_path / "sweep.yaml").write_text(SPACE)
+    out = StringIO()
+    settings = RunSettings(command=("true",), space=str(tmp_path / "sweep.yaml"), results=tmp_path / "results",
+                           storage=f"sqlite:///{tmp_path}/sweep.db", study="sweep", trials=trials, seed=0, confirm=0)
+    result = run_study(settings, console=Console(file=out, width=200), launcher=launcher)
+    return result, out.getvalue()
+
+
+def test_the_sweep_times_each_change_once_and_the_search_tries_the_faster_collectives_first(tmp_path):
+    launcher = Launcher()
+    result, shown = study(tmp_path, 2, launcher)
+    assert launcher.sweep_checks == list(range(SWEPT + 1)), "the baseline's values, then each change once"
+    speed = re.search(r"NCCL sweep: NCCL_ALGO=NVLS: a round in [\d.]+ ms, ([\d.]+)x the baseline's speed", shown)
+    assert speed and 1.3 <= float(speed.group(1)) <= 1.5, shown
+    assert "NCCL sweep: NCCL_PROTO=Simple: a round in" in shown and "within noise of the baseline's" in shown
+    first_move = sorted(result.records, key=lambda r: r.number)[1]
+    assert first_move.values["NCCL_ALGO"] == "NVLS", f"the first search trial: {first_move.values}, {first_move.why}"
+    assert result.records[0].result.nccl_check_s > 0 and first_move.result.nccl_check_s == 0, (
+        "the baseline's values were checked before its trial; NVLS's passed in the sweep")
+    again = Launcher()
+    _, shown = study(tmp_path, 1, again)
+    assert again.sweep_checks == [] and "NCCL sweep" not in shown, "a resumed study does not sweep again"
+
+
+def test_a_tuner_interrupted_in_the_sweep_resumes_it_where_it_stopped(tmp_path):
+    launcher = Launcher(interrupt_at=3)
+    result, _ = study(tmp_path, 3, launcher)
+    assert result.interrupted and launcher.sweep_checks == [0, 1, 2, 3]
+    assert [r.number for r in result.records if r.result] == [0], "no search trial started"
+    again = Launcher()
+    result, shown = study(tmp_path, 1, again)
+    assert again.sweep_checks == list(range(3, SWEPT + 1)), "the checks stored before the interrupt are not run again"
+    assert not result.interrupted and len([r for r in result.records if r.result]) == 2
+
+
+def test_a_dry_run_says_what_the_sweep_will_time_and_only_where_it_will_run(tmp_path):
+    (tmp_path / "sweep.yaml").write_text(SPACE)
+
+    def plan(**extra):
+        settings = RunSettings(command=("true",), space=str(tmp_path / "sweep.yaml"), results=tmp_path / "results",
+                               storage=f"sqlite:///{tmp_path}/sweep.db", study="sweep", **extra)
+        return plan_dry_run(settings, Launcher())
+
+    line = plan().nccl_sweep
+    assert line is not None and f"{SWEPT} single NCCL changes from the baseline" in line and line in plan().lines()
+    assert plan(sampler="tpe").nccl_sweep is None, "TPE does not read it"
+    assert plan(nccl_check="off").nccl_sweep is None
+    assert plan(pins=(("NCCL_ALGO", "Ring"),)).nccl_sweep.startswith("NCCL sweep, once a trial has finished: 4 single")
+    assert not (tmp_path / "results").exists()
