@@ -48,6 +48,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
 
+import optuna
 from rich.console import Console
 from rich.table import Table
 
@@ -58,6 +59,7 @@ from nccl_tune.sim.analytic import analytic_cost
 from nccl_tune.sim.families import FAMILIES, Instance, instance, throughput
 from nccl_tune.sim.launcher import ModelLauncher
 from nccl_tune.tuner.loop import run_study
+from nccl_tune.tuner.nccl_sweep import load as load_sweep
 from nccl_tune.tuner.pins import apply_pins, parse_pin
 from nccl_tune.tuner.storage import load_existing, open_storage
 from nccl_tune.tuner.study_records import FINISHED, Outcome, TrialRecord, records
@@ -249,6 +251,9 @@ class StudyStats:
     wall_s: float
     stopped_by: str = ""
     """The stop rule's line when one ended the study (``tuner.stop_rules``), as it would a user's."""
+    sweep_trials: float = 0.0
+    """GPU time of the NCCL sweep's checks (``tuner.nccl_sweep``: run before the trials they time,
+    not in ``gpu_s`` nor in the failed share), in units of the study's median launched trial."""
 
 
 def settings_for(problem: Problem, sampler: str, trials: int, results: Path) -> RunSettings:
@@ -280,7 +285,7 @@ def saved_gpu_s(record: TrialRecord) -> float:
 
 
 def judge_study(problem: Problem, sampler: str, trials: int, records: Iterable[TrialRecord],
-                winner: Mapping[str, Any] | None, wall_s: float, stopped_by: str = "") -> StudyStats:
+                winner: Mapping[str, Any] | None, wall_s: float, stopped_by: str = "", sweep_gpu_s: float = 0.0) -> StudyStats:
     recs = sorted(records, key=lambda r: r.number)
     launched = [r for r in recs if r.outcome is Outcome.LAUNCHED]
     reach, best_so_far, after = None, 0.0, {}
@@ -313,7 +318,14 @@ def judge_study(problem: Problem, sampler: str, trials: int, records: Iterable[T
         outcomes=dict(Counter(r.outcome.value for r in recs)),
         winner_frac=judged[1] if judged else None, winner_stable=judged[0] if judged else None, wall_s=wall_s,
         stopped_by=stopped_by,
+        sweep_trials=sweep_gpu_s / statistics.median(s for _, s in spent) if sweep_gpu_s and spent else 0.0,
     )
+
+
+def sweep_gpu_s(settings: RunSettings, space: str) -> float:
+    """GPU-seconds of the NCCL sweep's checks in the study of ``settings`` (0 when none ran)."""
+    study = optuna.load_study(study_name=settings.study, storage=settings.storage_url)
+    return load_sweep(study, load_space(space)).gpu_s
 
 
 def run_one(problem: Problem, sampler: str, trials: int, root: Path) -> StudyStats:
@@ -325,9 +337,11 @@ def run_one(problem: Problem, sampler: str, trials: int, root: Path) -> StudySta
     except NcclTuneError as exc:  # a stop rule ended it: judged on what it launched, without a winner
         url = settings.storage_url
         recs = records(load_existing(open_storage(url, create=False), url, settings.study))
-        return judge_study(problem, sampler, trials, recs, None, time.monotonic() - t0, str(exc))
+        return judge_study(problem, sampler, trials, recs, None, time.monotonic() - t0, str(exc),
+                           sweep_gpu_s(settings, problem.space))
     winner = dict(study.winner.values) if study.winner is not None else None
-    return judge_study(problem, sampler, trials, study.records, winner, time.monotonic() - t0)
+    return judge_study(problem, sampler, trials, study.records, winner, time.monotonic() - t0,
+                       sweep_gpu_s=sweep_gpu_s(settings, problem.space))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -354,6 +368,8 @@ class Summary:
     add up to the mean of ``failed_gpu_frac``), largest first."""
     saved_gpu_frac_median: float
     check_gpu_frac_mean: float
+    sweep_trials_median: float
+    """The NCCL sweep's GPU time in trials (``StudyStats.sweep_trials``), median over the studies."""
     winner_frac_median: float | None
     winners_unstable: int
     study_wall_s_median: float
@@ -386,6 +402,7 @@ def summarize(stats: list[StudyStats]) -> Summary:
         failed_gpu_by_cause_mean=mean_by_cause(stats),
         saved_gpu_frac_median=statistics.median(s.saved_gpu_frac for s in stats),
         check_gpu_frac_mean=statistics.mean(s.check_gpu_frac for s in stats),
+        sweep_trials_median=statistics.median(s.sweep_trials for s in stats),
         winner_frac_median=statistics.median(winners) if winners else None,
         winners_unstable=sum(1 for s in stats if s.winner_stable is False),
         study_wall_s_median=statistics.median(s.wall_s for s in stats),
@@ -419,7 +436,9 @@ def targets(family: str, sums: Mapping[str, Summary], implied: int | None) -> li
                 "measured": round(tuner.failed_gpu_frac_median, 4), "target": f"<= {TARGET_FAILED_GPU_FRAC:.0%}",
                 "met": tuner.failed_gpu_frac_median <= TARGET_FAILED_GPU_FRAC,
                 "note": f"max {tuner.failed_gpu_frac_max:.1%}; saved by stopping early {tuner.saved_gpu_frac_median:.1%}"
-                        + (f"; NCCL checks that passed {tuner.check_gpu_frac_mean:.1%} (mean)" if tuner.check_gpu_frac_mean else "")})
+                        + (f"; NCCL checks that passed {tuner.check_gpu_frac_mean:.1%} (mean)" if tuner.check_gpu_frac_mean else "")
+                        + (f"; NCCL sweep {tuner.sweep_trials_median:.1f} trials' GPU time (median), not counted"
+                           if tuner.sweep_trials_median else "")})
     return out
 
 
@@ -430,10 +449,11 @@ def render(console: Console, sums: list[Summary], tgt: list[dict[str, Any]], pro
         f"search on {len(problems)} landscape families ({sums[0].seeds} seeds x {trials} trials per sampler)\n"
         f"reach: launched trials up to the first stable config within {WITHIN_FRAC:.0%} of the best (budget+1 if "
         "never); best@N: best stable launched in N trials / the best; failed: GPU-s of failed trials / all; "
-        "saved: GPU-s not spent by stopping early; winner / best: median, and the studies whose winner is not stable"
+        "saved: GPU-s not spent by stopping early; sweep: the NCCL sweep's GPU-s, in trials (median); winner / best: median, "
+        "and the studies whose winner is not stable"
     ))
     for col in ("family", "sampler", "reach (median)", "censored", "per seed", *(f"best@{n}" for n in shown),
-                "failed med / max", "saved", "winner / best", "s/study"):
+                "failed med / max", "saved", "sweep", "winner / best", "s/study"):
         table.add_column(col, justify="left" if col in ("family", "sampler", "per seed") else "right")
     for s in sums:
         table.add_row(
@@ -441,6 +461,7 @@ def render(console: Console, sums: list[Summary], tgt: list[dict[str, Any]], pro
             " ".join(str(x) for x in s.trials_to_reach),
             *(f"{s.median_best_frac_after[n]:.1%}" if n in s.median_best_frac_after else "-" for n in shown),
             f"{s.failed_gpu_frac_median:.1%} / {s.failed_gpu_frac_max:.1%}", f"{s.saved_gpu_frac_median:.1%}",
+            f"{s.sweep_trials_median:.1f}" if s.sweep_trials_median else "-",
             ("-" if s.winner_frac_median is None else f"{s.winner_frac_median:.1%}")
             + (f" ({s.winners_unstable} not stable)" if s.winners_unstable else ""), f"{s.study_wall_s_median:.1f}",
         )
