@@ -150,17 +150,12 @@ class CheckingLauncher(Launcher):
         key = nccl_values(spec)
         with self._lock:
             skip = self.off is not None or key in self.passed
-            learned = dict(self.learned)
         if skip:
             return self.inner.run(spec, observer)
-        gpus = check_gpus(spec, self.gpus, os.environ)
-        check = self.inner.run(check_spec(spec, gpus, self.backend, learned, self.worker, self.startup_timeout_s),
-                               _Interruptible(observer))
+        check = self.measure(spec, observer)
         if check.status is FailureClass.INTERRUPTED:
             return replace(check, trial_dir=spec.trial_dir)
-        if check.status is FailureClass.OK:
-            self._passed(key, check)
-        elif self.trusted:  # a check passed in this run: the check works here, these values failed it
+        if check.status is not FailureClass.OK and self.trusted:  # a check passed in this run: the check works here, these values failed it
             result = failed_check(spec, check)
             write_result(result, spec.trial_dir)
             (observer or TrialObserver()).on_end(spec, result)
@@ -172,9 +167,9 @@ class CheckingLauncher(Launcher):
         return result
 
     def measure(self, spec: TrialSpec, observer: TrialObserver | None = None) -> TrialResult:
-        """The check of ``spec`` alone, its command never started: the NCCL sweep's timing of a set of
-        NCCL values (``tuner.nccl_sweep``; ``spec`` names the sweep's own folder and number). A set
-        that passes is not checked again before its trial."""
+        """The check of ``spec`` alone, its command never started (before its trial, or the NCCL
+        sweep's timing of a set of NCCL values: ``tuner.nccl_sweep``). A set that passes is not
+        checked again before its trial."""
         with self._lock:
             learned = dict(self.learned)
         gpus = check_gpus(spec, self.gpus, os.environ)
