@@ -37,7 +37,7 @@ from typing import Mapping
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import Evidence, FailureClass
 from nccl_tune.launchers.base import Launcher, TrialObserver, TrialProgress
-from nccl_tune.launchers.nccl_check_worker import ROUND_PATTERN, ROUNDS as CHECK_ROUNDS
+from nccl_tune.launchers.nccl_check_worker import REPEATS as CHECK_REPEATS, ROUND_PATTERN, ROUNDS as CHECK_ROUNDS
 from nccl_tune.launchers.trial_files import write_result
 from nccl_tune.trial import Clocks, ProgressRules, StopReason, StopRule, TrialResult, TrialSpec
 
@@ -77,6 +77,7 @@ def check_spec(spec: TrialSpec, gpus: int, backend: str, learned: Mapping[str, f
     argv = (
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}",
         *worker, "--rounds", str(CHECK_ROUNDS), "--backend", backend,
+        "--repeats", str(CHECK_REPEATS if backend == "nccl" else 1),  # gloo, on CPUs, only exercises the machinery
     )
     clocks = Clocks(startup_timeout_s=startup_timeout_s, stall_timeout_s=startup_timeout_s, stall_floor_s=CHECK_STALL_FLOOR_S,
                     stall_multiplier=spec.clocks.stall_multiplier, trial_timeout_s=CHECK_TIMEOUT_S,

@@ -3,8 +3,8 @@ variables and no trainer (run under ``torch.distributed.run``; ``nccl_check`` st
 
 Each round runs an all-reduce, an all-gather, a reduce-scatter, a broadcast and (on NCCL) an
 all-to-all at a small size (NCCL picks its low-latency protocols there) and a large one (its
-bandwidth algorithms: rings, trees, NVLS), checks the all-reduce's sum, synchronises the device
-and prints one line on rank 0::
+bandwidth algorithms: rings, trees, NVLS), ``REPEATS`` times each, checks the all-reduce's sums,
+synchronises the device and prints one line on rank 0 (the NCCL sweep compares these times)::
 
     nccl-tune check: round 3/6 in 0.412 s
 
@@ -26,6 +26,9 @@ ROUND_PATTERN = r"nccl-tune check: round (?P<step>\d+)/\d+ in (?P<seconds>\d+(?:
 SIZES_BYTES = (64 << 10, 64 << 20)
 ROUNDS = 6
 """Rounds of collectives a check runs: the first is the warm-up (communicator set-up), the rest are timed."""
+REPEATS = 8
+"""Times a round runs each size's collectives: on a GPU node one pass takes a millisecond or two, and
+a round of several is timed well above the launch and barrier jitter."""
 
 
 def _collectives(dist, torch, device, world: int, rank: int, numel: int, all_to_all: bool) -> bool:  # noqa: ANN001
@@ -47,6 +50,7 @@ def _collectives(dist, torch, device, world: int, rank: int, numel: int, all_to_
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=ROUNDS)
+    ap.add_argument("--repeats", type=int, default=REPEATS)
     ap.add_argument("--backend", default="nccl", choices=("nccl", "gloo"))
     args = ap.parse_args(argv)
     import torch
@@ -64,9 +68,10 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         for size in SIZES_BYTES:
             numel = max(world, size // 4 // world * world)
-            if not _collectives(dist, torch, device, world, rank, numel, args.backend == "nccl"):
-                print(f"nccl-tune check: rank {rank}: the all-reduce's sum is wrong at {size} bytes", flush=True)
-                return 3
+            for _ in range(args.repeats):
+                if not _collectives(dist, torch, device, world, rank, numel, args.backend == "nccl"):
+                    print(f"nccl-tune check: rank {rank}: the all-reduce's sum is wrong at {size} bytes", flush=True)
+                    return 3
         if args.backend == "nccl":
             torch.cuda.synchronize(device)
         dist.barrier()

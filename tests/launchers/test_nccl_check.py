@@ -137,6 +137,18 @@ def test_the_worker_prints_the_line_its_progress_rule_reads() -> None:
     assert m and m["step"] == "3" and float(m["seconds"]) == 0.25
 
 
+def test_on_nccl_a_round_repeats_its_collectives_so_the_sweep_times_more_than_launch_jitter(
+    make_spec: Callable[..., TrialSpec], tmp_path: Path
+) -> None:
+    from nccl_tune.launchers.nccl_check import check_spec
+    from nccl_tune.launchers.nccl_check_worker import REPEATS
+
+    spec = trial(make_spec, tmp_path, 0, {"NCCL_ALGO": "Ring"})
+    on_gpus, on_cpus = (check_spec(spec, 8, backend, {}).argv for backend in ("nccl", "gloo"))
+    assert REPEATS > 1 and on_gpus[on_gpus.index("--repeats") + 1] == str(REPEATS)
+    assert on_cpus[on_cpus.index("--repeats") + 1] == "1", "gloo only exercises the machinery"
+
+
 class _NoCheck(ModelLauncher):
     def nccl_check_support(self) -> CheckSupport:
         return CheckSupport(None, "no GPU here")
