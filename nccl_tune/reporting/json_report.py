@@ -25,6 +25,7 @@ def report_json(view: StudyView) -> dict[str, Any]:
     data["checks"] = [asdict(c) for c in night_checks(view)]
     data["night"] = view.night.to_json() if view.night else None
     data["history"] = history_json(view.history) if view.history else None
+    data["nccl_sweep"] = [asdict(line) for line in view.nccl_sweep]
     timings = {n: asdict(t) for n, t in view.timings.items()}
     for row in data["trials"]:
         row["timing"] = timings.get(row["number"])

@@ -71,6 +71,16 @@ def _history(view: StudyView) -> list[str]:
         ("night", "study", f"best {h.unit}", "change", "fingerprint changes", "verdict", "step"), rows)
 
 
+def _sweep(view: StudyView) -> list[str]:
+    if not view.nccl_sweep:
+        return []
+    rows = ((line.change, line.status, _num(line.round_ms, ".1f"),
+             "" if line.speed is None else ("within noise" if line.speed == 1.0 else f"{line.speed:.2f}x"))
+            for line in view.nccl_sweep)
+    return ["### NCCL sweep: each change timed on the collectives alone", ""] + _table(
+        ("change", "check", "round ms", "speed vs the baseline's"), rows)
+
+
 def render_markdown(view: StudyView) -> str:
     icon = {PASSED: ":white_check_mark:", FAILED: ":x:"}
     out = [f"## nccl-tune: `{view.study}`", ""] + _verdict(view)
@@ -87,4 +97,4 @@ def render_markdown(view: StudyView) -> str:
     stops = early_stops(view.records)
     if stops is not None:
         out += [_cell(early_stop_sentence(stops)), ""]
-    return "\n".join(out + _trials(view) + _history(view)) + "\n"
+    return "\n".join(out + _trials(view) + _sweep(view) + _history(view)) + "\n"

@@ -12,6 +12,7 @@ from nccl_tune.nightly.history import History
 from nccl_tune.nightly.night import Night
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.search_spaces.spelling import format_value
+from nccl_tune.tuner.nccl_sweep import SweepLine
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.semantics import semantic_changes, user_env
 from nccl_tune.tuner.stability import Candidate, candidates, changes, does_not_pay, noise_frac, run_key
@@ -43,6 +44,8 @@ class StudyView:
     passed_over: tuple[tuple[Candidate, str], ...] = ()
     """Configs whose own runs all finished but that hold a value the study has seen fail now and then,
     with why (``study_view.passed_over``)."""
+    nccl_sweep: tuple[SweepLine, ...] = ()
+    """The NCCL sweep's checks (``tuner.nccl_sweep``), the baseline's first; empty when none ran."""
 
     @property
     def launched(self) -> tuple[TrialRecord, ...]:

@@ -148,3 +148,43 @@ def load(study: optuna.Study, space: SearchSpace) -> Sweep:
             elif entry.status != FailureClass.INTERRUPTED.value:
                 failed[(p.name, c)] = entry.status
     return Sweep(speeds, failed, gpu, dict(base.values))
+
+
+@dataclass(frozen=True)
+class SweepLine:
+    """One check of the sweep, as the run prints it and the report shows it."""
+
+    change: str
+    """``NAME=VALUE``, or ``BASELINE_KEY`` for the baseline's NCCL values."""
+    status: str
+    round_ms: float | None
+    """Median timed round, None when the check failed."""
+    speed: float | None
+    """Speed of the collectives relative to the baseline's (1.0: within noise); None for the
+    baseline's own check, a failed one, or when the baseline's failed."""
+
+    def text(self) -> str:
+        what = "the baseline's NCCL values" if self.change == BASELINE_KEY else self.change
+        if self.round_ms is None:
+            return f"NCCL sweep: {what}: the check failed ({self.status}); no trial will run it next to the baseline's values"
+        if self.speed is None:
+            return f"NCCL sweep: {what}: a round of the collectives in {self.round_ms:.1f} ms"
+        verdict = "within noise of the baseline's" if self.speed == 1.0 else f"{self.speed:.2f}x the baseline's speed"
+        return f"NCCL sweep: {what}: a round in {self.round_ms:.1f} ms, {verdict}"
+
+
+def line_of(key: str, entry: SweepEntry, base: SweepEntry | None) -> SweepLine:
+    if not entry.ok:
+        return SweepLine(key, entry.status, None, None)
+    round_ms = statistics.median(entry.round_s) * 1e3
+    if base is None or not base.ok or key == BASELINE_KEY:
+        return SweepLine(key, entry.status, round_ms, None)
+    return SweepLine(key, entry.status, round_ms, math.exp(log_speedup(base.round_s, entry.round_s)))
+
+
+def report(study: optuna.Study) -> tuple[SweepLine, ...]:
+    """Every check of the study's sweep, the baseline's first."""
+    done = entries(study)
+    base = done.get(BASELINE_KEY)
+    order = sorted(done, key=lambda k: k != BASELINE_KEY)
+    return tuple(line_of(k, done[k], base) for k in order)

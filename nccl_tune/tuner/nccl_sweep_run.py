@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-import statistics
 from dataclasses import replace
 from typing import Any, Mapping
 
@@ -14,7 +12,7 @@ from nccl_tune.launchers.nccl_check import CheckingLauncher
 from nccl_tune.launchers.base import Launcher
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.tuner.display import Display
-from nccl_tune.tuner.nccl_sweep import A_SWEEP, BASELINE_KEY, NUMBER_BASE, SweepEntry, entries, key_of, log_speedup, planned
+from nccl_tune.tuner.nccl_sweep import A_SWEEP, BASELINE_KEY, NUMBER_BASE, SweepEntry, entries, key_of, line_of, planned
 from nccl_tune.tuner.observer import TunerObserver
 from nccl_tune.tuner.settings import RunSettings
 from nccl_tune.tuner.trial_run import TrialRunner
@@ -38,19 +36,6 @@ def plan_line(space: SearchSpace, held: Mapping[str, Any]) -> str | None:
     """What the sweep will do, for a run's plan (None when there is nothing to sweep)."""
     changes = len(planned(space, held))
     return f"NCCL sweep, once a trial has finished: {what_it_times(changes)}" if changes else None
-
-
-def describe(key: str, entry: SweepEntry, base: SweepEntry | None) -> str:
-    """The line the run prints for one check of the sweep (``key``: ``BASELINE_KEY`` or ``NAME=VALUE``)."""
-    what = "the baseline's NCCL values" if key == BASELINE_KEY else key
-    if not entry.ok:
-        return f"NCCL sweep: {what}: the check failed ({entry.status}); no trial will run it next to the baseline's values"
-    median_ms = statistics.median(entry.round_s) * 1e3
-    if base is None or not base.ok or key == BASELINE_KEY:
-        return f"NCCL sweep: {what}: a round of the collectives in {median_ms:.1f} ms"
-    gain = log_speedup(base.round_s, entry.round_s)
-    verdict = "within noise of the baseline's" if gain == 0.0 else f"{math.exp(gain):.2f}x the baseline's speed"
-    return f"NCCL sweep: {what}: a round in {median_ms:.1f} ms, {verdict}"
 
 
 def run_sweep(study: optuna.Study, runner: TrialRunner, launcher: CheckingLauncher, display: Display) -> bool:
@@ -78,7 +63,7 @@ def run_sweep(study: optuna.Study, runner: TrialRunner, launcher: CheckingLaunch
         done[key] = SweepEntry(check.status.value, check.measured_step_times_s, check.wall_s, check.modelled_gpu_s,
                                {n: values[n] for n in tuned})
         study.set_user_attr(A_SWEEP, {k: e.to_json() for k, e in done.items()})
-        display.note(describe(key, done[key], done.get(BASELINE_KEY)))
+        display.note(line_of(key, done[key], done.get(BASELINE_KEY)).text())
         if key == BASELINE_KEY and not done[key].ok:
             return False
     return False

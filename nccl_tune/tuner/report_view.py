@@ -12,6 +12,7 @@ from nccl_tune.nightly.history import build_history
 from nccl_tune.reporting.view import StudyView, TrialTiming
 from nccl_tune.tuner import study_records as R
 from nccl_tune.tuner.hardware_record import recorded_fingerprint
+from nccl_tune.tuner.nccl_sweep import report as sweep_report
 from nccl_tune.tuner.series import check_series_name, series_nights
 from nccl_tune.tuner.storage import load_existing, open_storage
 from nccl_tune.tuner.study_view import stored_of
@@ -66,4 +67,5 @@ def load_view(storage_url: str, study_name: str | None, series: str | None = Non
         history=history,
         generated_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         passed_over=stored.passed_over,
+        nccl_sweep=sweep_report(study),
     )

@@ -17,6 +17,9 @@ from nccl_tune.sim.launcher import ModelLauncher
 from nccl_tune.trial import TrialSpec
 from nccl_tune.tuner.dry_run import plan_dry_run
 from nccl_tune.tuner.loop import run_study
+from nccl_tune.tuner.report_view import load_view
+from nccl_tune.reporting.json_report import report_json
+from nccl_tune.reporting.markdown import render_markdown
 from nccl_tune.tuner.nccl_sweep import NUMBER_BASE
 from nccl_tune.tuner.settings import RunSettings
 
@@ -107,3 +110,16 @@ def test_a_dry_run_says_what_the_sweep_will_time_and_only_where_it_will_run(tmp_
     assert plan(nccl_check="off").nccl_sweep is None
     assert plan(pins=(("NCCL_ALGO", "Ring"),)).nccl_sweep.startswith("NCCL sweep, once a trial has finished: 4 single")
     assert not (tmp_path / "results").exists()
+
+
+def test_the_report_shows_what_each_check_of_the_sweep_timed(tmp_path):
+    study(tmp_path, 2, Launcher())
+    view = load_view(f"sqlite:///{tmp_path}/sweep.db", "sweep")
+    data = report_json(view)
+    changes = [line["change"] for line in data["nccl_sweep"]]
+    assert changes[0] == "baseline" and len(changes) == SWEPT + 1 and "NCCL_ALGO=NVLS" in changes
+    nvls = next(line for line in data["nccl_sweep"] if line["change"] == "NCCL_ALGO=NVLS")
+    assert nvls["status"] == "ok" and 1.3 <= nvls["speed"] <= 1.5
+    md = render_markdown(view)
+    assert "### NCCL sweep" in md and re.search(r"\| NCCL_ALGO=NVLS \| ok \| [\d.]+ \| 1\.[345]\dx \|", md), md
+    assert re.search(r"\| NCCL_PROTO=Simple \| ok \| [\d.]+ \| within noise \|", md), md
