@@ -18,8 +18,9 @@ stopped; ``nccl_sweep_run`` runs it). The search reads it back (``load``):
 - ``Sweep.failed``: values whose check failed (NCCL refused them, or the collectives hung) next to
   the baseline's: no trial runs that set of NCCL values.
 
-A one-node check cannot time what acts only between nodes (the network transport, sockets): those
-values time as the baseline does, and the search learns their effect from trials as before. The
+A one-node check cannot time what acts only between nodes (the network transport, sockets:
+``node.nccl_scope``): those variables are not swept, and the search learns their effect from
+trials as before. The
 sweep runs only with the NCCL check (``--nccl-check``, ``--launcher local``), for the default sampler.
 """
 
@@ -33,6 +34,7 @@ from typing import Any, Mapping, Sequence
 import optuna
 
 from nccl_tune.failure import FailureClass
+from nccl_tune.node.nccl_scope import between_nodes_only
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.tuner import dropped
 
@@ -107,9 +109,11 @@ def key_of(name: str, value: Any) -> str:
 
 
 def planned(space: SearchSpace, held: Mapping[str, Any]) -> list[tuple[str, Any]]:
-    """The sweep's single changes: each value of each NCCL variable not held, other than the baseline's."""
+    """The sweep's single changes: each value of each NCCL variable not held, other than the
+    baseline's, except variables that act only between nodes (``node.nccl_scope``: a one-node
+    check cannot time them)."""
     base = {**space.defaults(), **held}
-    tuned = set(dropped.nccl_params(space)) - set(held)
+    tuned = {n for n in dropped.nccl_params(space) if not between_nodes_only(n)} - set(held)
     return [(p.name, c) for p in space.parameters if p.name in tuned for c in p.choices if c != base[p.name]]
 
 

@@ -39,6 +39,17 @@ def test_the_sweep_changes_one_nccl_variable_at_a_time_and_leaves_held_ones_alon
     assert planned(SPACE, {"NCCL_ALGO": "Ring"}) == [("NCCL_PROTO", "LL"), ("NCCL_CUMEM_ENABLE", 0)]
 
 
+def test_variables_of_the_network_transport_are_not_swept():
+    space = parse_space("""
+name: net
+parameters:
+  - {name: NCCL_PROTO, kind: categorical, choices: [unset, LL128], default: unset, memory: none}
+  - {name: NCCL_SOCKET_NTHREADS, kind: categorical, choices: [unset, 4, 8], default: unset, memory: none}
+throughput: {samples_per_step: 8}
+""", source="test", label="net")
+    assert planned(space, {}) == [("NCCL_PROTO", "LL128")]
+
+
 def test_two_checks_within_their_noise_time_alike_and_a_clear_difference_is_its_log_ratio():
     assert log_speedup(rounds(500), rounds(510)) == 0.0, "2% apart, within the checks' run-to-run noise"
     assert log_speedup(rounds(500), rounds(400)) == pytest.approx(math.log(500 / 400))
