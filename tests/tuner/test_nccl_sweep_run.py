@@ -12,6 +12,8 @@ from pathlib import Path
 
 from rich.console import Console
 
+from nccl_tune.launchers.local import LocalLauncher
+from nccl_tune.launchers.nccl_check import CheckingLauncher
 from nccl_tune.sim.analytic import AnalyticNode, Truth, analytic_cost
 from nccl_tune.sim.launcher import ModelLauncher
 from nccl_tune.trial import TrialSpec
@@ -22,6 +24,8 @@ from nccl_tune.reporting.json_report import report_json
 from nccl_tune.reporting.markdown import render_markdown
 from nccl_tune.tuner.nccl_sweep import NUMBER_BASE
 from nccl_tune.tuner.settings import RunSettings
+
+from .conftest import TINY_SPACE
 
 SPACE = """
 name: sweep
@@ -123,3 +127,25 @@ def test_the_report_shows_what_each_check_of_the_sweep_timed(tmp_path):
     md = render_markdown(view)
     assert "### NCCL sweep" in md and re.search(r"\| NCCL_ALGO=NVLS \| ok \| [\d.]+ \| 1\.[345]\dx \|", md), md
     assert re.search(r"\| NCCL_PROTO=Simple \| ok \| [\d.]+ \| within noise \|", md), md
+
+
+def test_on_real_processes_the_sweep_runs_the_check_s_ranks_for_each_change_and_its_trials_skip_their_checks(
+        tmp_path, tiny_command):
+    """The tiny trainer's study with the real check (two ranks on gloo under ``torch.distributed.run``):
+    the sweep's checks run and time their rounds, and a trial whose NCCL values passed in the sweep
+    starts without checking them again."""
+    settings = RunSettings(command=tuple(tiny_command), space=str(TINY_SPACE), results=tmp_path / "results",
+                           storage=f"sqlite:///{tmp_path}/real.db", study="real", trials=3, seed=3, confirm=0,
+                           nccl_check="off")
+    checker = CheckingLauncher(LocalLauncher(), gpus=2, backend="gloo", startup_timeout_s=60)
+    out = StringIO()
+    result = run_study(settings, console=Console(file=out, width=200), launcher=checker)
+    shown = out.getvalue()
+    lines = [line for line in report_json(load_view(settings.storage_url, "real"))["nccl_sweep"]]
+    assert [line["change"] for line in lines] == ["baseline", "NCCL_ALGO=Ring", "NCCL_ALGO=Tree"], shown
+    assert all(line["status"] == "ok" and line["round_ms"] > 0 for line in lines), lines
+    logs = sorted((tmp_path / "results" / "real" / "nccl-sweep").glob("*/nccl-check/output.log"))
+    assert len(logs) == 3 and all("nccl-tune check: round 6/6" in log.read_text() for log in logs)
+    launched = sorted((r for r in result.records if r.result), key=lambda r: r.number)
+    assert launched[0].result.nccl_check_s > 0, "the baseline's trial checked its values before the sweep"
+    assert all(r.result.nccl_check_s == 0 for r in launched[1:]), "every later set passed in the sweep"
