@@ -252,13 +252,14 @@ class StudyLoop:
             trial.set_user_attr(R.A_WHY, reason)
         return trial, values, kind
 
-    def sweep_nccl(self, study: optuna.Study) -> bool:
+    def sweep_nccl(self, study: optuna.Study, budget: Budget) -> bool:
         """The NCCL sweep, once a trial has finished (the check is then known to work with the
-        command's NCCL values), until every change is timed; True when interrupted."""
+        command's NCCL values), until every change is timed or the budget leaves no search trial;
+        True when interrupted."""
         checker = self.sweeper
         if checker is None or checker.off is not None or not any(r.ok for r in R.records(study)):
             return False
-        interrupted = run_sweep(study, self.runner, checker, self.display)
+        interrupted = run_sweep(study, self.runner, checker, self.display, budget.search_over)
         self.sweeper = checker if interrupted else None
         return interrupted
 
@@ -270,11 +271,11 @@ class StudyLoop:
         while self.runner.launched - start < self.settings.trials:
             if self.interrupt.is_set:
                 return True
+            if self.sweep_nccl(study, budget):
+                return True
             if budget.search_over():
                 self.display.note(self.budget_note(budget))
                 return False
-            if self.sweep_nccl(study):
-                return True
             trial, values, kind = self.ask(study)
             with self.runner.told_on_failure(study, trial):
                 trials = study.get_trials(deepcopy=False)

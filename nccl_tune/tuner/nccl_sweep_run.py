@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import optuna
 
@@ -38,10 +38,12 @@ def plan_line(space: SearchSpace, held: Mapping[str, Any]) -> str | None:
     return f"NCCL sweep, once a trial has finished: {what_it_times(changes)}" if changes else None
 
 
-def run_sweep(study: optuna.Study, runner: TrialRunner, launcher: CheckingLauncher, display: Display) -> bool:
+def run_sweep(study: optuna.Study, runner: TrialRunner, launcher: CheckingLauncher, display: Display,
+              time_is_up: Callable[[], bool] = lambda: False) -> bool:
     """Check the baseline's NCCL values, then each single change (``planned``) not yet in the study;
     True when the tuner was interrupted (the checks done so far are kept). Stops when the baseline's
-    own check failed: nothing can be compared with it."""
+    own check failed (nothing can be compared with it), and before a check once ``time_is_up`` (the
+    run's ``--budget``: the next run resumes the sweep)."""
     held = runner.pins.params
     base_values = {**runner.space.defaults(), **held}
     changes = planned(runner.space, held)
@@ -54,6 +56,8 @@ def run_sweep(study: optuna.Study, runner: TrialRunner, launcher: CheckingLaunch
     for i, (key, values) in enumerate(todo):
         if key in done:
             continue
+        if time_is_up():
+            return False
         spec = runner.spec_for(NUMBER_BASE + i, values, [])
         launcher.gate()
         check = launcher.measure(replace(spec, trial_dir=spec.trial_dir.parent / "nccl-sweep" / f"{i:03d}-{key}"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import time
 from io import StringIO
 from pathlib import Path
 
@@ -50,8 +51,12 @@ def truth(v) -> Truth:
 class Launcher(ModelLauncher):
     """The modelled node; sends the tuner SIGINT as the sweep's check number ``interrupt_at`` starts."""
 
-    def __init__(self, interrupt_at: int | None = None) -> None:
-        cost = analytic_cost(truth, AnalyticNode(startup_s=300.0, step_noise=0.005, run_noise=0.005))
+    def __init__(self, interrupt_at: int | None = None, startup_s: float = 300.0, step_scale: float = 1.0) -> None:
+        def scaled(v) -> Truth:
+            t = truth(v)
+            return Truth(t.step_s * step_scale, t.peak_gib, check_time_factor=t.check_time_factor)
+
+        cost = analytic_cost(scaled, AnalyticNode(startup_s=startup_s, step_noise=0.005, run_noise=0.005))
         super().__init__(env={}, cost=cost, nccl_check_gpus=8)
         self.interrupt_at = interrupt_at
         self.sweep_checks: list[int] = []
@@ -149,3 +154,29 @@ def test_on_real_processes_the_sweep_runs_the_check_s_ranks_for_each_change_and_
     launched = sorted((r for r in result.records if r.result), key=lambda r: r.number)
     assert launched[0].result.nccl_check_s > 0, "the baseline's trial checked its values before the sweep"
     assert all(r.result.nccl_check_s == 0 for r in launched[1:]), "every later set passed in the sweep"
+
+
+def test_the_sweep_stops_where_the_budget_leaves_no_search_trial_and_the_next_run_resumes_it(tmp_path):
+    """The budget runs out by the wall clock while the launcher sleeps through the sweep's third
+    check (trials of about a modelled second: the reserve for one is small); the run stops before
+    the fourth check, and the next run sweeps the rest."""
+
+    class Slow(Launcher):
+        def run(self, spec, observer=None):
+            if spec.nccl_check and spec.number == NUMBER_BASE + 2:
+                time.sleep(5.0)
+            return super().run(spec, observer)
+
+    (tmp_path / "sweep.yaml").write_text(SPACE)
+    settings = RunSettings(command=("true",), space=str(tmp_path / "sweep.yaml"), results=tmp_path / "results",
+                           storage=f"sqlite:///{tmp_path}/sweep.db", study="sweep", trials=3, seed=0, confirm=0,
+                           budget_s=10.0)
+    first = Slow(startup_s=0.5, step_scale=0.01)
+    out = StringIO()
+    run_study(settings, console=Console(file=out, width=200), launcher=first)
+    done = len(first.sweep_checks)
+    assert 1 <= done <= 3 and first.sweep_checks == list(range(done)), out.getvalue()  # 3 unless the machine crawls
+    assert "--budget" in out.getvalue()
+    again = Launcher()
+    study(tmp_path, 2, again)
+    assert again.sweep_checks == list(range(done, SWEPT + 1))
