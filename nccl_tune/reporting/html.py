@@ -170,13 +170,23 @@ def _history(view: StudyView) -> str:
                      rows, num_cols=(2, 3)))
 
 
+def _sweep(view: StudyView) -> str:
+    if not view.nccl_sweep:
+        return ""
+    rows = ([escape(line.change), escape(line.status), _num(line.round_ms, ".1f"),
+             "" if line.speed is None else ("within noise" if line.speed == 1.0 else f"{line.speed:.2f}x")]
+            for line in view.nccl_sweep)
+    return ('<h2 id="nccl-sweep">NCCL sweep: each change timed on the collectives alone</h2>'
+            + _table(("change", "check", "round ms", "speed vs the baseline's"), rows, num_cols=(2, 3)))
+
+
 def render_html(view: StudyView) -> str:
     plots = "".join(f'<figure class="plot"><figcaption>{escape(title)}</figcaption>{svg}</figure>'
                     for title, svg in all_plots(view))
     names = short_names(view.space)
     legend = ", ".join(f"{escape(v)} = {escape(k)}" for k, v in names.items() if k != v)
     body = [_head(view), _night(view), _checks(night_checks(view)), _winner(view), _costs(view),
-            "<h2>Plots</h2>" + (plots or "<p>no launched trial to plot</p>"), _trials(view),
+            "<h2>Plots</h2>" + (plots or "<p>no launched trial to plot</p>"), _trials(view), _sweep(view),
             f'<p class="meta">short names: {legend}</p>' if legend else "", _history(view)]
     return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
             f"<title>nccl-tune report: {escape(view.study)}</title><style>{CSS}</style></head><body>"

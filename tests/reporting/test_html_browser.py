@@ -11,6 +11,7 @@ from PIL import Image
 
 from tests.reporting.browser import dump_dom, install_chromium, screenshot
 from tests.tuner.conftest import run_cli
+from tests.tuner.test_nccl_sweep_run import SWEPT, Launcher, study
 
 pytestmark = pytest.mark.timeout(1500)
 
@@ -118,3 +119,17 @@ def test_the_screenshot_shows_the_plots(chrome, report_html, tmp_path):
     # the series' history: its blue line runs across the plot
     blue, blue_run = _runs(img, (31, 119, 180), tol=90)
     assert blue > 100 and blue_run >= 20, (blue, blue_run)
+
+
+def test_the_nccl_sweep_s_table_shows_each_change_and_its_speed(chrome, tmp_path):
+    study(tmp_path, 2, Launcher())
+    proc = run_cli(["report", "--storage", f"sqlite:///{tmp_path}/sweep.db", "--study", "sweep", "-o", "sweep.html"],
+                   cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    dom = dump_dom(chrome, tmp_path / "sweep.html")
+    section = dom.split('id="nccl-sweep"', 1)[1].split("</table>", 1)[0]
+    rows = re.findall(r"<tr>(.*?)</tr>", section, re.S)
+    cells = [re.findall(r"<td[^>]*>(.*?)</td>", row) for row in rows if "<td" in row]
+    assert [c[0] for c in cells][:2] == ["baseline", "NCCL_ALGO=Ring"] and len(cells) == SWEPT + 1
+    nvls = next(c for c in cells if c[0] == "NCCL_ALGO=NVLS")
+    assert nvls[1] == "ok" and re.fullmatch(r"1\.[345]\dx", nvls[3]), nvls
