@@ -50,7 +50,7 @@ def run_sweep(study: optuna.Study, runner: TrialRunner, launcher: CheckingLaunch
     tuned = sorted({n for n, _ in changes})
     todo = [(BASELINE_KEY, base_values), *((key_of(n, v), {**base_values, n: v}) for n, v in changes)]
     done = entries(study)
-    if all(key in done for key, _ in todo) or (BASELINE_KEY in done and not done[BASELINE_KEY].ok):
+    if not changes or all(key in done for key, _ in todo) or (BASELINE_KEY in done and not done[BASELINE_KEY].ok):
         return False
     display.note(f"NCCL sweep: {what_it_times(len(changes))}")
     for i, (key, values) in enumerate(todo):

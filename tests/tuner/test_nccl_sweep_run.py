@@ -180,3 +180,14 @@ def test_the_sweep_stops_where_the_budget_leaves_no_search_trial_and_the_next_ru
     again = Launcher()
     study(tmp_path, 2, again)
     assert again.sweep_checks == list(range(done, SWEPT + 1))
+
+
+def test_with_every_nccl_variable_held_there_is_nothing_to_sweep(tmp_path):
+    (tmp_path / "sweep.yaml").write_text(SPACE)
+    settings = RunSettings(command=("true",), space=str(tmp_path / "sweep.yaml"), results=tmp_path / "results",
+                           storage=f"sqlite:///{tmp_path}/sweep.db", study="sweep", trials=2, seed=0, confirm=0,
+                           pins=(("NCCL_ALGO", "Ring"), ("NCCL_PROTO", "unset"), ("NCCL_MIN_NCHANNELS", "16")))
+    launcher = Launcher()
+    out = StringIO()
+    run_study(settings, console=Console(file=out, width=200), launcher=launcher)
+    assert launcher.sweep_checks == [] and "NCCL sweep" not in out.getvalue()
