@@ -267,7 +267,6 @@ class ThroughputModel:
         """``s``: the share of a step's log time that follows its collectives' (fitted in ``_scales``)."""
         self.c_obs = self.collective_speedup(self.levels_obs)
         self.design_resid = np.array([o.log_tput - self.design_prior(o.values) for o in self.obs])
-        self.resid, self.offset = self._residuals(self.share)
         self.tau = self._scales()
         self.resid, self.offset = self._residuals(self.share)
         self._fit()
@@ -336,16 +335,20 @@ class ThroughputModel:
         blocks = [kern[np.ix_(self.levels_obs[:, k], self.levels_obs[:, k])] for k, kern in enumerate(self.kernels)]
         fixed = INTERACTION_SD**2 * self._interaction(self.levels_obs, self.levels_obs) + np.diag([o.var for o in self.obs])
         eye = np.eye(len(self.obs))
-        resid, offset = self._residuals(self.share)
-        y = resid - offset
+        def centred(share: float) -> np.ndarray:
+            resid, offset = self._residuals(share)
+            return resid - offset
 
-        def score(t: np.ndarray, log_factor: float, hyper_sd: float, extra: float | None = None) -> float:
+        y = centred(self.share)
+
+        def score(t: np.ndarray, log_factor: float, hyper_sd: float, extra: float | None = None,
+                  target: np.ndarray | None = None) -> float:
             k = fixed + (self.extra_var if extra is None else extra) * eye + sum(t[j] ** 2 * blocks[j] for j in range(len(t)))
             try:
                 chol = np.linalg.cholesky(k + 1e-9 * np.eye(len(k)))
             except np.linalg.LinAlgError:
                 return -math.inf
-            alpha = np.linalg.solve(chol, y)
+            alpha = np.linalg.solve(chol, y if target is None else target)
             return float(-0.5 * alpha @ alpha - np.log(np.diag(chol)).sum() - 0.5 * (log_factor / hyper_sd) ** 2)
 
         self.extra_var = max((sd**2 for sd in EXTRA_RUN_SD), key=lambda v: score(tau, 0.0, 1.0, v))
@@ -354,15 +357,11 @@ class ThroughputModel:
             shares = SHARE_GRID if self.collective else (0.0,)
 
             def joint(share: float, f: float) -> float:
-                nonlocal y
-                resid, offset = self._residuals(share)
-                y = resid - offset
-                return (score(np.where(mask, tau * f, tau), math.log(f), GROUP_HYPER_SD)
-                        - 0.5 * ((share - COLLECTIVE_SHARE) / COLLECTIVE_SHARE_SD) ** 2 * bool(self.collective))
+                penalty = 0.5 * ((share - COLLECTIVE_SHARE) / COLLECTIVE_SHARE_SD) ** 2 if self.collective else 0.0
+                return score(np.where(mask, tau * f, tau), math.log(f), GROUP_HYPER_SD, target=centred(share)) - penalty
 
             self.share, best = max(((sh, f) for sh in shares for f in SCALE_FACTORS), key=lambda sf: joint(*sf))
-            resid, offset = self._residuals(self.share)
-            y = resid - offset
+            y = centred(self.share)
             tau[mask] *= best
         group_scale = tau.copy()
         for _ in range(2):
