@@ -173,8 +173,7 @@ def _history(view: StudyView) -> str:
 def _sweep(view: StudyView) -> str:
     if not view.nccl_sweep:
         return ""
-    rows = ([escape(line.change), escape(line.status), _num(line.round_ms, ".1f"),
-             "" if line.speed is None else ("within noise" if line.speed == 1.0 else f"{line.speed:.2f}x")]
+    rows = ([escape(line.change), escape(line.status), _num(line.round_ms, ".1f"), line.speed_text]
             for line in view.nccl_sweep)
     return ('<h2 id="nccl-sweep">NCCL sweep: each change timed on the collectives alone</h2>'
             + _table(("change", "check", "round ms", "speed vs the baseline's"), rows, num_cols=(2, 3)))

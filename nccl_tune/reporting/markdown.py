@@ -74,9 +74,7 @@ def _history(view: StudyView) -> list[str]:
 def _sweep(view: StudyView) -> list[str]:
     if not view.nccl_sweep:
         return []
-    rows = ((line.change, line.status, _num(line.round_ms, ".1f"),
-             "" if line.speed is None else ("within noise" if line.speed == 1.0 else f"{line.speed:.2f}x"))
-            for line in view.nccl_sweep)
+    rows = ((line.change, line.status, _num(line.round_ms, ".1f"), line.speed_text) for line in view.nccl_sweep)
     return ["### NCCL sweep: each change timed on the collectives alone", ""] + _table(
         ("change", "check", "round ms", "speed vs the baseline's"), rows)
 

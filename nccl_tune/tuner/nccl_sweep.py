@@ -167,6 +167,13 @@ class SweepLine:
     """Speed of the collectives relative to the baseline's (1.0: within noise); None for the
     baseline's own check, a failed one, or when the baseline's failed."""
 
+    @property
+    def speed_text(self) -> str:
+        """The speed as the reports' tables give it (empty where there is none)."""
+        if self.speed is None:
+            return ""
+        return "within noise" if self.speed == 1.0 else f"{self.speed:.2f}x"
+
     def text(self) -> str:
         what = "the baseline's NCCL values" if self.change == BASELINE_KEY else self.change
         if self.round_ms is None:
