@@ -266,7 +266,6 @@ class Planner:
             and self.sweep.refused(move.values) is None
         )
 
-
     # -- choosing ------------------------------------------------------------------------------------
     def ranked(self) -> list[tuple[float, int, Mapping[str, Any], bool]]:
         """(modelled log throughput, first trial, values, stable) of every config whose runs all
