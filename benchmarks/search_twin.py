@@ -317,7 +317,7 @@ def compute_landscape(model: ConfigModel, console: Console) -> Landscape:
     t0 = time.monotonic()
     space, pins = model.space, model.pins
     ops = params_of(space, env=False)
-    baseline_values = {**space.defaults(), **pins.params}
+    baseline_values = space.baseline(pins.params)
     base, refused = model.parse(baseline_values)
     if base is None:
         raise NcclTuneError(f"space {space.name}: the twin refuses the baseline config: {refused}")

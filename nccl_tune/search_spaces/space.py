@@ -201,6 +201,10 @@ class SearchSpace:
     def defaults(self) -> dict[str, Any]:
         return {p.name: p.default for p in self.parameters if p.default is not None}
 
+    def baseline(self, held: Mapping[str, Any]) -> dict[str, Any]:
+        """The user's own config: the defaults, with the values ``held`` (``--set``) over them."""
+        return {**self.defaults(), **held}
+
     # -- evaluation ----------------------------------------------------------------------
     def scope(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """Context, parameter values and defines: everything an expression may read."""

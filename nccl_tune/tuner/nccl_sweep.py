@@ -112,7 +112,7 @@ def planned(space: SearchSpace, held: Mapping[str, Any]) -> list[tuple[str, Any]
     """The sweep's single changes: each value of each NCCL variable not held, other than the
     baseline's, except variables that act only between nodes (``node.nccl_scope``: a one-node
     check cannot time them)."""
-    base = {**space.defaults(), **held}
+    base = space.baseline(held)
     tuned = {n for n in dropped.nccl_params(space) if not between_nodes_only(n)} - set(held)
     return [(p.name, c) for p in space.parameters if p.name in tuned for c in p.choices if c != base[p.name]]
 

@@ -45,7 +45,7 @@ def run_sweep(study: optuna.Study, runner: TrialRunner, launcher: CheckingLaunch
     own check failed (nothing can be compared with it), and before a check once ``time_is_up`` (the
     run's ``--budget``: the next run resumes the sweep)."""
     held = runner.pins.params
-    base_values = {**runner.space.defaults(), **held}
+    base_values = runner.space.baseline(held)
     changes = planned(runner.space, held)
     tuned = sorted({n for n, _ in changes})
     todo = [(BASELINE_KEY, base_values), *((key_of(n, v), {**base_values, n: v}) for n, v in changes)]

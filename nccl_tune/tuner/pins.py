@@ -67,7 +67,7 @@ def apply_pins(space: SearchSpace, pairs: tuple[tuple[str, str], ...]) -> tuple[
 def baseline_values(space: SearchSpace, pins: Pins) -> dict[str, Any] | None:
     """The user's own config: the space's defaults with the pins; None when the defaults do not
     name every parameter or break the space's rules."""
-    values = {**space.defaults(), **pins.params}
+    values = space.baseline(pins.params)
     if set(values) != set(space.names):
         return None
     return values if not space.violations(values) else None
