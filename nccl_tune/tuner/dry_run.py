@@ -12,15 +12,13 @@ import optuna
 
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.launchers.base import Launcher
-from nccl_tune.launchers.nccl_check import with_nccl_check
 from nccl_tune.launchers.registry import make_launcher
 from nccl_tune.search_spaces.loader import load_space
 from nccl_tune.search_spaces.skyrl_layout import check_log_paths, chosen_space
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.trial import TrialSpec
 from nccl_tune.tuner.admission import MAX_REJECTED_IN_A_ROW
-from nccl_tune.tuner.dropped import nccl_params
-from nccl_tune.tuner.nccl_sweep_run import plan_line, sweeper
+from nccl_tune.tuner.nccl_sweep_run import checking as nccl_checking, plan_line, sweeper
 from nccl_tune.tuner.pins import Pins, apply_pins, baseline_values
 from nccl_tune.tuner.sampling import suggest
 from nccl_tune.tuner.settings import RunSettings
@@ -118,7 +116,7 @@ def plan_dry_run(settings: RunSettings, launcher: Launcher | None = None) -> Dry
     launcher = launcher or make_launcher(settings.launcher, settings.ray_address, settings.gate_timeout_s)
     launcher.prepare(spec)
     check_log_paths(spec.argv)
-    checker, checking = with_nccl_check(launcher, settings.nccl_check, bool(nccl_params(space)))
+    checker, checking = nccl_checking(launcher, settings, space)
     sweep = plan_line(space, dict(pins.params)) if sweeper(checker, settings) else None
     return DryRun(study=study, space=space.name, spec=spec, steps_follow_noise=settings.steps is None, nccl_check=checking,
                   nccl_sweep=sweep)

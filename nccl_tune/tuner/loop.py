@@ -24,7 +24,6 @@ import optuna
 from rich.console import Console
 
 from nccl_tune.launchers.base import Launcher
-from nccl_tune.launchers.nccl_check import with_nccl_check
 from nccl_tune.launchers.private_ray import refuse_nccl_params
 from nccl_tune.launchers.registry import make_launcher
 from nccl_tune.tuner.parallel import search_parallel
@@ -45,7 +44,7 @@ from nccl_tune.nightly.night import Night
 from nccl_tune.tuner.hardware_record import hardware_facts, store_hardware
 from nccl_tune.tuner.nightly import check_runnable, finish_night, plan_night, start_night
 from nccl_tune.tuner.observer import InterruptFlag
-from nccl_tune.tuner.nccl_sweep_run import run_sweep, sweeper
+from nccl_tune.tuner.nccl_sweep_run import checking as nccl_checking, run_sweep, sweeper
 from nccl_tune.tuner.pins import Pins, apply_pins, baseline_values
 from nccl_tune.tuner.recovery import Recovery
 from nccl_tune.tuner.samplers import make_sampler
@@ -131,7 +130,7 @@ class StudyLoop:
             refuse_nccl_params({**os.environ, **settings.extra_env}, tuned_nccl)
         self.study_name = settings.study_name(self.space.name)
         launcher = launcher or make_launcher(settings.launcher, settings.ray_address, settings.gate_timeout_s)
-        self.launcher, checking = with_nccl_check(launcher, settings.nccl_check, bool(dropped.nccl_params(self.space)))
+        self.launcher, checking = nccl_checking(launcher, settings, self.space)
         self.display = Display(console, self.space)
         self.interrupt = InterruptFlag()
         for line in (picked, checking):

@@ -8,14 +8,21 @@ from typing import Any, Callable, Mapping
 import optuna
 
 from nccl_tune.failure import FailureClass
-from nccl_tune.launchers.nccl_check import CheckingLauncher
+from nccl_tune.launchers.nccl_check import CheckingLauncher, with_nccl_check
 from nccl_tune.launchers.base import Launcher
 from nccl_tune.search_spaces.space import SearchSpace
+from nccl_tune.tuner import dropped
 from nccl_tune.tuner.display import Display
 from nccl_tune.tuner.nccl_sweep import A_SWEEP, BASELINE_KEY, NUMBER_BASE, SweepEntry, entries, key_of, line_of, planned
 from nccl_tune.tuner.observer import TunerObserver
 from nccl_tune.tuner.settings import RunSettings
 from nccl_tune.tuner.trial_run import TrialRunner
+
+
+def checking(launcher: Launcher, settings: RunSettings, space: SearchSpace) -> tuple[Launcher, str | None]:
+    """``launcher`` with the NCCL check as ``--nccl-check`` asks (``auto``: when the space tunes NCCL
+    variables), and the line saying whether it runs: for the run and for its dry-run alike."""
+    return with_nccl_check(launcher, settings.nccl_check, bool(dropped.nccl_params(space)))
 
 
 def sweeper(launcher: Launcher, settings: RunSettings) -> CheckingLauncher | None:
