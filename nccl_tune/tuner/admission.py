@@ -106,7 +106,7 @@ class Admission:
         self.duplicates_in_a_row = 0
         swept = load_sweep(study, self.space).refused(values)
         if swept is not None:
-            tell_rejected(study, trial, [swept])
+            tell_rejected(study, trial, [swept], sweep_refused=True)
             self.display.skipped(trial.number, swept)
             return False
         verdict = memory_verdict(self.space, values, history) if self.predict_oom else None

@@ -16,7 +16,6 @@ from nccl_tune.search_spaces.space import UNSET, SearchSpace
 from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.trial import TrialResult
 from nccl_tune.tuner.early_stops import EarlyStops, early_stops
-from nccl_tune.tuner.nccl_sweep import REFUSED
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.semantics import semantic_changes
 from nccl_tune.tuner.stability import Candidate, faster_passed_over
@@ -251,7 +250,7 @@ class Display:
         stops = early_stops(records)
         if stops is not None:
             self.console.print(escape(early_stop_sentence(stops)), highlight=False, soft_wrap=True)
-        swept = sum(r.outcome is Outcome.REJECTED and any(REFUSED in v for v in r.violations) for r in records)
+        swept = sum(r.outcome is Outcome.REJECTED and r.sweep_refused for r in records)
         rej = sum(r.outcome is Outcome.REJECTED for r in records) - swept
         pred = sum(r.outcome is Outcome.PREDICTED for r in records)
         dup = sum(r.outcome is Outcome.DUPLICATE for r in records)

@@ -41,8 +41,6 @@ from nccl_tune.tuner import dropped
 A_SWEEP = "nccl_sweep"
 """Study user attribute: the sweep's checks, ``{key: entry}`` (``BASELINE_KEY`` or ``NAME=VALUE``)."""
 BASELINE_KEY = "baseline"
-REFUSED = "failed its check in the NCCL sweep"
-"""What the reason of values ``Sweep.refused`` turns away says (the closing summary counts them apart)."""
 NUMBER_BASE = 1_000_000
 """Numbers of the sweep's checks (their process markers and folders): apart from any trial's."""
 CHECK_RUN_NOISE = 0.02
@@ -100,7 +98,7 @@ class Sweep:
         if len(diffs) != 1 or diffs[0] not in self.failed:
             return None
         name, value = diffs[0]
-        return (f"{name}={value} {REFUSED} ({self.failed[diffs[0]]}) with the rest of the "
+        return (f"{name}={value} failed its check in the NCCL sweep ({self.failed[diffs[0]]}) with the rest of the "
                 "NCCL values at the baseline's")
 
 

@@ -31,6 +31,8 @@ A_TRIAL_DIR = "trial_dir"
 A_HOST = "host"
 A_PID = "tuner_pid"
 A_VIOLATIONS = "violations"
+A_SWEEP_REFUSED = "nccl_sweep_refused"
+"""A rejected trial's NCCL values failed their check in the NCCL sweep (``nccl_sweep.Sweep.refused``)."""
 A_PREDICTED_FROM = "predicted_from"
 A_NEAR_WALL = "near_wall"
 A_DUPLICATE_OF = "duplicate_of"
@@ -80,6 +82,8 @@ class TrialRecord:
     rerun_of: int | None = None
     near_wall: bool = False
     violations: tuple[str, ...] = ()
+    sweep_refused: bool = False
+    """Rejected because its NCCL values failed their check in the NCCL sweep (``violations`` says which)."""
     predicted_from: int | None = None
     trial_dir: str | None = None
     why: str | None = None
@@ -163,6 +167,7 @@ def record_of(t: FrozenTrial) -> TrialRecord:
         rerun_of=a.get(A_RERUN_OF),
         near_wall=bool(a.get(A_NEAR_WALL)),
         violations=tuple(a.get(A_VIOLATIONS) or ()),
+        sweep_refused=bool(a.get(A_SWEEP_REFUSED)),
         predicted_from=a.get(A_PREDICTED_FROM),
         trial_dir=a.get(A_TRIAL_DIR),
         why=a.get(A_WHY) or None,

@@ -27,6 +27,7 @@ from nccl_tune.tuner.study_records import (
     A_PREDICTED_FROM,
     A_RESULT,
     A_STATUS,
+    A_SWEEP_REFUSED,
     A_VIOLATIONS,
     TrialKind,
 )
@@ -74,9 +75,12 @@ def tell_result(study: optuna.Study, trial: optuna.Trial, result: TrialResult, m
     study.tell(trial, 0.0)
 
 
-def tell_rejected(study: optuna.Study, trial: optuna.Trial, violations: list[str]) -> None:
-    """Values that break the space's rules: never launched, infeasible for the sampler."""
+def tell_rejected(study: optuna.Study, trial: optuna.Trial, violations: list[str], sweep_refused: bool = False) -> None:
+    """Values that break the space's rules, or (``sweep_refused``) whose NCCL values failed their check
+    in the NCCL sweep: never launched, infeasible for the sampler."""
     trial.set_user_attr(A_VIOLATIONS, violations)
+    if sweep_refused:
+        trial.set_user_attr(A_SWEEP_REFUSED, True)
     _constrain(trial, rules=float(len(violations)))
     study.tell(trial, 0.0)
 

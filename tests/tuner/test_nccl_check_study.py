@@ -52,7 +52,10 @@ def test_a_setting_that_hangs_the_collectives_costs_its_check_and_one_that_break
     launched = {(r.values["NCCL_ALGO"], r.values["NCCL_PROTO"]): r for r in records if r.result}
     assert ("NVLS", "unset") not in launched, "the set whose check hung in the sweep is not launched"
     refused = [r for r in records if r.values == {"NCCL_ALGO": "NVLS", "NCCL_PROTO": "unset"}]
-    assert refused and all("failed its check in the NCCL sweep (hang)" in r.violations[0] for r in refused)
+    assert refused and all("failed its check in the NCCL sweep (hang)" in r.violations[0] and r.sweep_refused
+                           for r in refused)
+    assert f"{len(refused)} with NCCL values that failed the NCCL sweep" in shown, "the summary counts them apart"
+    assert "not launched: 0 broke the space's rules" in shown
     alone = [r for (algo, _), r in launched.items() if algo == "NVLS"]
     assert alone, "another set holding NVLS was tried"
     for r in alone:
