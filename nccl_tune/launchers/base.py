@@ -12,6 +12,7 @@ Every implementation passes ``tests/launchers/test_contract.py``.
 
 from __future__ import annotations
 
+import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
@@ -39,6 +40,8 @@ class CheckSupport:
     """GPUs the check runs one rank each on; None: it cannot run."""
     why_not: str = ""
     """One line, when it cannot."""
+    python: str = sys.executable
+    """The Python the check's ranks run under where the trials run (its torch runs NCCL there)."""
 
 
 class TrialObserver:

@@ -18,8 +18,10 @@ stall deadlines, teardown, the same verdict route. Then:
   finishes, no further check runs and the run says why (``Launcher.notes``).
 
 Each distinct set of NCCL values is checked once per tuner run: a set that passed is not checked
-again. It runs only where this Python's torch can run NCCL on the node's GPUs (``nccl_unusable``
-asks once, in a child process; ``with_nccl_check`` says why it is off otherwise). A failed set is
+again. It runs only where the trials' Python's torch can run NCCL on their node's GPUs
+(``Launcher.nccl_check_support``: the local launcher asks ``nccl_unusable`` once, in a child
+process; the Ray launcher has each trial node ask it of itself, and the check then runs on a free
+node, under that node's Python, like a trial; ``with_nccl_check`` says why it is off otherwise). A failed set is
 not remembered here: the failure model learns from the recorded trial, like
 from any other failure, and does not propose it again. The check exercises one node's GPUs:
 settings that only break across nodes (the network transport) still fail in the trial itself.
@@ -71,11 +73,13 @@ WORKER = ("-m", "nccl_tune.launchers.nccl_check_worker")
 
 
 def check_spec(spec: TrialSpec, gpus: int, backend: str, learned: Mapping[str, float],
-               worker: tuple[str, ...] = WORKER, startup_timeout_s: float = CHECK_STARTUP_S) -> TrialSpec:
-    """The check of ``spec``: same study, number, values, environment and markers; its own command,
-    folder, clocks (``learned``: the longest phases of the checks that passed), stop rule and progress rule."""
+               worker: tuple[str, ...] = WORKER, startup_timeout_s: float = CHECK_STARTUP_S,
+               python: str = sys.executable) -> TrialSpec:
+    """The check of ``spec``: same study, number, values, environment and markers; its own command
+    (``python`` running ``torch.distributed.run``), folder, clocks (``learned``: the longest phases of
+    the checks that passed), stop rule and progress rule."""
     argv = (
-        sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}",
+        python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}",
         *worker, "--rounds", str(CHECK_ROUNDS), "--backend", backend,
         "--repeats", str(CHECK_REPEATS if backend == "nccl" else 1),  # gloo, on CPUs, only exercises the machinery
     )
@@ -126,11 +130,13 @@ class CheckingLauncher(Launcher):
     """``inner`` with the NCCL check before each trial whose NCCL values were not checked yet."""
 
     def __init__(self, inner: Launcher, gpus: int, backend: str = "nccl", worker: tuple[str, ...] = WORKER,
-                 startup_timeout_s: float = CHECK_STARTUP_S) -> None:
+                 startup_timeout_s: float = CHECK_STARTUP_S, python: str = sys.executable) -> None:
         """``gpus``: ranks of the check (the node's GPUs); ``backend``: ``nccl``, or ``gloo`` where no
         GPU is (the machinery without NCCL); ``worker``: what each rank runs (``WORKER``, or a program
-        of the same lines); ``startup_timeout_s``: launch to the first round, until a check has passed."""
+        of the same lines); ``startup_timeout_s``: launch to the first round, until a check has passed;
+        ``python``: the interpreter the ranks run under where ``inner`` runs its trials."""
         self.inner = inner
+        self.python = python
         self.name = inner.name
         self.gpus = gpus
         self.backend = backend
@@ -174,7 +180,7 @@ class CheckingLauncher(Launcher):
         with self._lock:
             learned = dict(self.learned)
         gpus = check_gpus(spec, self.gpus, os.environ)
-        check = self.inner.run(check_spec(spec, gpus, self.backend, learned, self.worker, self.startup_timeout_s),
+        check = self.inner.run(check_spec(spec, gpus, self.backend, learned, self.worker, self.startup_timeout_s, self.python),
                                _Interruptible(observer))
         if check.status is FailureClass.OK:
             self._passed(nccl_values(spec), check)
@@ -232,7 +238,7 @@ def with_nccl_check(launcher: Launcher, mode: str, sets_nccl: bool) -> tuple[Lau
             raise NcclTuneError(f"--nccl-check on: the NCCL check cannot run here ({support.why_not}); "
                                 "use --nccl-check auto or off")
         return launcher, f"NCCL check off: {support.why_not}"
-    return CheckingLauncher(launcher, support.gpus), (
+    return CheckingLauncher(launcher, support.gpus, python=support.python), (
         f"NCCL check: each new set of NCCL values runs on the collectives alone ({support.gpus} GPUs, {CHECK_ROUNDS} rounds) "
         "before its trial; --nccl-check off skips it")
 

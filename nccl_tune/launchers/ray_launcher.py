@@ -7,7 +7,8 @@ local launcher's supervision unchanged: the command's output is fetched from the
 comes and fed through a local pipe to the same log pump and progress parser, so ``output.log``
 grows in the trial folder and the stall, start-up and budget clocks run here. Teardown runs on the
 node (``teardown.terminate``), then the actor is killed. A node lost mid-trial ends the trial with
-a line naming the node in its log, and the node leaves the pool.
+a line naming the node in its log, and the node leaves the pool. The NCCL check
+(``nccl_check``) runs the same way, on a free node, as a run of its own before its trial.
 
 Nodes: those offering the custom resource ``nccl_tune_node`` (``ray start --resources
 '{"nccl_tune_node": 1}'``); without any, every node with GPUs, each trial holding all of them.
@@ -206,6 +207,20 @@ def cluster_nodes(resource: str = NODE_RESOURCE) -> list[Node]:
     ]
 
 
+def cluster_check_support(found: list[tuple[Node, CheckSupport]]) -> CheckSupport:
+    """The NCCL check's support on a cluster, from what each node said of itself: off when a node
+    cannot run it or the nodes run different Pythons (its command names one), else one rank per
+    GPU of the node with fewest."""
+    for node, support in found:
+        if support.gpus is None:
+            return CheckSupport(None, f"on Ray {node.describe()}: {support.why_not}")
+    pythons = sorted({s.python for _, s in found})
+    if len(pythons) != 1:
+        return CheckSupport(None, f"the Ray nodes run different Pythons ({', '.join(pythons)}); the check names one"
+                            if pythons else "no Ray node answered")
+    return CheckSupport(min(s.gpus or 0 for _, s in found), python=pythons[0])
+
+
 class RayLauncher(LocalLauncher):
     """Runs each trial on a whole node of a Ray cluster; several trials at once on several nodes.
     One instance serves a whole study and may be called from several threads."""
@@ -224,10 +239,12 @@ class RayLauncher(LocalLauncher):
         self._local = threading.local()
 
     def nccl_check_support(self) -> CheckSupport:
-        """Never here: a trial's node is chosen when the trial starts, and the check would have to run
-        on that node before the trainer, inside the trial's actor."""
-        return CheckSupport(None, "the check runs with --launcher local only (with --launcher ray a trial's node "
-                                  "is chosen when it starts)")
+        """What every trial node says of itself (``LocalLauncher.nccl_check_support``, run there): a
+        check then runs on a free node like a trial, under that node's Python, with one rank per GPU
+        of the node with fewest; it is off when any node cannot run it. A check's node need not be
+        the one its trial takes next: on nodes alike, the same NCCL values behave alike."""
+        self._connect()
+        return cluster_check_support(self._each_node(_check_support_here))
 
     # -- the cluster ------------------------------------------------------------------------------
 
@@ -435,6 +452,15 @@ def _host_class() -> Any:
 
 def _cwd(spec: TrialSpec) -> str | None:
     return str(spec.cwd) if spec.cwd is not None else None
+
+
+def _check_support_here() -> CheckSupport:
+    """On a node: whether the NCCL check can run there, as the local launcher sees it."""
+    launcher = LocalLauncher()
+    try:
+        return launcher.nccl_check_support()
+    finally:
+        launcher.close()
 
 
 def _command_problem(argv: tuple[str, ...], overlay: dict[str, str], marker: str, cwd: str | None) -> str | None:

@@ -27,9 +27,9 @@ def checking(launcher: Launcher, settings: RunSettings, space: SearchSpace) -> t
 
 def sweeper(launcher: Launcher, settings: RunSettings) -> CheckingLauncher | None:
     """The launcher the sweep runs its checks with, or None when the sweep does not run: it runs
-    where the NCCL check does (one node, trials one at a time), for the default sampler (the one
-    that reads it)."""
-    if isinstance(launcher, CheckingLauncher) and settings.sampler == "local":
+    where the NCCL check does, with trials one at a time (not with ``--parallel``), for the default
+    sampler (the one that reads it)."""
+    if isinstance(launcher, CheckingLauncher) and settings.sampler == "local" and settings.parallel == 1:
         return launcher
     return None
 

@@ -187,12 +187,31 @@ def test_the_local_launcher_says_why_it_cannot_check_or_on_how_many_gpus_it_can(
     assert support.gpus is None or support.gpus >= 1
 
 
-def test_the_ray_launcher_names_the_local_launcher_as_where_the_check_runs() -> None:
-    """Its trials' nodes are chosen as they start, so it never checks; ``on`` is one line naming why."""
-    from nccl_tune.launchers.ray_launcher import RayLauncher
+def test_a_cluster_checks_on_the_fewest_gpus_any_node_has_and_not_at_all_when_one_node_cannot() -> None:
+    from nccl_tune.launchers.ray_launcher import Node, cluster_check_support
 
-    launcher, line = with_nccl_check(RayLauncher(), "auto", True)
-    assert isinstance(launcher, RayLauncher) and line is not None
-    assert line.startswith("NCCL check off: ") and "--launcher local only" in line
-    with pytest.raises(NcclTuneError, match=r"--nccl-check on: .*--launcher local only"):
-        with_nccl_check(RayLauncher(), "on", True)
+    a, b = Node("a" * 16, "10.0.0.1", 0.0), Node("b" * 16, "10.0.0.2", 0.0)
+    py = "/opt/venv/bin/python"
+    both = cluster_check_support([(a, CheckSupport(8, python=py)), (b, CheckSupport(4, python=py))])
+    assert both == CheckSupport(4, python=py)
+    one_off = cluster_check_support([(a, CheckSupport(8, python=py)), (b, CheckSupport(None, "NVML lists no GPU"))])
+    assert one_off.gpus is None and one_off.why_not == "on Ray node 10.0.0.2 (id bbbbbbbbbbbb): NVML lists no GPU"
+    mixed = cluster_check_support([(a, CheckSupport(8, python=py)), (b, CheckSupport(8, python="/usr/bin/python3"))])
+    assert mixed.gpus is None and "different Pythons (/opt/venv/bin/python, /usr/bin/python3)" in mixed.why_not
+    assert cluster_check_support([]).gpus is None
+
+
+class _RemotePython(ModelLauncher):
+    def nccl_check_support(self) -> CheckSupport:
+        return CheckSupport(4, python="/opt/node/bin/python")
+
+
+def test_the_check_runs_under_the_python_of_where_the_trials_run(make_spec: Callable[..., TrialSpec], tmp_path: Path) -> None:
+    from nccl_tune.launchers.nccl_check import check_spec
+
+    cost = analytic_cost(lambda v: Truth(1.0, 10.0), AnalyticNode())
+    wrapped, _ = with_nccl_check(_RemotePython(env={}, cost=cost), "auto", sets_nccl=True)
+    assert isinstance(wrapped, CheckingLauncher) and wrapped.python == "/opt/node/bin/python" and wrapped.gpus == 4
+    spec = trial(make_spec, tmp_path, 0, {"NCCL_ALGO": "Ring"})
+    argv = check_spec(spec, 4, "nccl", {}, python=wrapped.python).argv
+    assert argv[:3] == ("/opt/node/bin/python", "-m", "torch.distributed.run") and "--nproc-per-node=4" in argv

@@ -1,6 +1,6 @@
 """RayLauncher on a loopback cluster (the session's ``ray_cluster``): one trial per node, teardown
-of a detached child on the node, a nested ``ray.init()`` kept private, a node lost mid-trial, and
-the orphan sweep on every node."""
+of a detached child on the node, a nested ``ray.init()`` kept private, a node lost mid-trial, the
+orphan sweep on every node, and the NCCL check run on a node before its trial."""
 
 from __future__ import annotations
 
@@ -15,13 +15,15 @@ from pathlib import Path
 
 import pytest
 
+from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import FailureClass
+from nccl_tune.launchers.nccl_check import CHECK_DIR, CheckingLauncher, with_nccl_check
 from nccl_tune.launchers.ray_launcher import RayLauncher
 from nccl_tune.launchers.teardown import find_marked, study_match
 from nccl_tune.trial import MARKER_ENV, Clocks, StopReason, StopRule
 
 from tests.conftest import RAY_NODES
-from .helpers import FAKE_TRAINER, RecordingObserver
+from .helpers import FAKE_TRAINER, SCRIPTS, RecordingObserver
 
 pytest.importorskip("ray")
 
@@ -179,3 +181,42 @@ def test_a_command_that_ends_its_output_before_it_exits_ends_the_trial_with_its_
         launcher.close()
     assert result.stop_reason is StopReason.EXITED and result.exit_code == 3, (result.stop_reason, result.verdict)
     assert result.wall_s < 20, result.wall_s
+
+
+def test_each_node_says_whether_it_can_run_the_nccl_check(ray_cluster) -> None:
+    """The test nodes have no GPU behind them: every node is asked, and the line names one."""
+    launcher = RayLauncher()
+    try:
+        support = launcher.nccl_check_support()
+        wrapped, line = with_nccl_check(launcher, "auto", True)
+        with pytest.raises(NcclTuneError, match=r"^--nccl-check on: the NCCL check cannot run here \(on Ray node "):
+            with_nccl_check(launcher, "on", True)
+    finally:
+        launcher.close()
+    assert support.gpus is None and support.why_not.startswith("on Ray node ") and "GPU" in support.why_not
+    assert wrapped is launcher and line == f"NCCL check off: {support.why_not}"
+
+
+def test_the_nccl_check_runs_on_a_node_before_its_trial_and_a_hang_there_spares_the_trainer(
+    ray_cluster, make_spec, tmp_path: Path
+) -> None:
+    """Two gloo ranks of the check under ``torch.distributed.run`` on a Ray node, as a run of their own:
+    a passing check lets its trial run; one that hangs ends the next trial before its command starts."""
+    launcher = CheckingLauncher(RayLauncher(), gpus=2, backend="gloo", worker=(str(SCRIPTS / "nccl_check_faults.py"),),
+                                startup_timeout_s=20)
+    specs = [make_spec("--steps", "3", "--step-s", "0.1", "--pidfile", str(tmp_path / f"started-{n}"), number=n,
+                       env=env, clocks=CLOCKS) for n, env in enumerate(({"NCCL_ALGO": "Ring"}, {"NCCL_ALGO": "NVLS"}))]
+    try:
+        launcher.prepare(specs[0])
+        launcher.before_study()
+        first, hung = [launcher.run(s) for s in specs]
+    finally:
+        launcher.close()
+    check_log = (first.trial_dir / CHECK_DIR / "output.log").read_text()
+    assert NODE_LINE.search(check_log), "the check ran on a node of the cluster"
+    assert sum(line.startswith("nccl-tune check: round") for line in check_log.splitlines()) >= 2
+    assert first.status is FailureClass.OK and first.nccl_check_s > 0 and (tmp_path / "started-0").exists()
+    assert hung.status is FailureClass.HANG and hung.nccl_check_failed, hung.verdict
+    assert "NCCL check" in hung.verdict.evidence[0].text and not (tmp_path / "started-1").exists()
+    assert NODE_LINE.search((hung.trial_dir / CHECK_DIR / "output.log").read_text())
+    assert hung.wall_s < 60, "caught by the check's clocks, not the trial's"
