@@ -21,6 +21,7 @@ import signal
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping
 
 from nccl_tune.diagnose.stacks import StackReport
@@ -207,6 +208,23 @@ def cluster_nodes(resource: str = NODE_RESOURCE) -> list[Node]:
     ]
 
 
+def connect_problem(address: str, error: str, environ: Mapping[str, str], home: Path) -> str:
+    """The one line for a cluster ``ray.init`` could not reach. A cluster started by ``ray start``
+    where a Ray token exists (``RAY_AUTH_TOKEN``, ``RAY_AUTH_TOKEN_PATH``, ``~/.ray/auth_token``)
+    requires it, and a driver given the cluster's address sends it only under ``RAY_AUTH_MODE=token``
+    (Ray 2.5x: the refusal is only in Ray's own log lines, ``Unauthenticated ... InvalidAuthToken``)."""
+    first = (error.strip().splitlines() or ["no reason given"])[0]
+    line = (f"cannot connect to the Ray cluster at {address} ({first}): start it (`ray start --head`) "
+            "or give --ray-address HOST:PORT")
+    token = (environ.get("RAY_AUTH_TOKEN") or environ.get("RAY_AUTH_TOKEN_PATH")
+             or (home / ".ray" / "auth_token").is_file())
+    if token and "RAY_AUTH_MODE" not in environ:
+        where = ("RAY_AUTH_TOKEN" if environ.get("RAY_AUTH_TOKEN") else "RAY_AUTH_TOKEN_PATH"
+                 if environ.get("RAY_AUTH_TOKEN_PATH") else str(home / ".ray" / "auth_token"))
+        line += f"; a Ray token is set here ({where}): if the cluster uses token authentication, set RAY_AUTH_MODE=token"
+    return line
+
+
 def cluster_check_support(found: list[tuple[Node, CheckSupport]]) -> CheckSupport:
     """The NCCL check's support on a cluster, from what each node said of itself: off when a node
     cannot run it or the nodes run different Pythons (its command names one), else one rank per
@@ -257,10 +275,7 @@ class RayLauncher(LocalLauncher):
             try:
                 ray.init(address=address, log_to_driver=False, namespace="nccl-tune", configure_logging=False)
             except (ConnectionError, ValueError, RuntimeError) as exc:
-                raise NcclTuneError(
-                    f"cannot connect to the Ray cluster at {address} ({str(exc).splitlines()[0]}): "
-                    "start it (`ray start --head`) or give --ray-address HOST:PORT"
-                ) from None
+                raise NcclTuneError(connect_problem(address, str(exc), os.environ, Path.home())) from None
             self._started_ray = True
         nodes = cluster_nodes(self.resource)
         if not nodes:
@@ -465,8 +480,6 @@ def _check_support_here() -> CheckSupport:
 
 def _command_problem(argv: tuple[str, ...], overlay: dict[str, str], marker: str, cwd: str | None) -> str | None:
     """On a node: why the command cannot start there (None when it can)."""
-    from pathlib import Path
-
     try:
         resolve_command(argv, trial_env(overlay, marker, "/tmp"), Path(cwd) if cwd else None)
     except NcclTuneError as exc:
