@@ -446,6 +446,12 @@ def _crash(ctx: AdviceContext) -> str:
             )
     if ctx.subtype == "scheduler":
         return _scheduler(ctx)
+    if ctx.subtype == "outside_signal":
+        return (
+            f"torchrun was sent {sig or 'a signal'} from outside and stopped its workers, with no error of the run's "
+            "before it: a scheduler's time limit or preemption, `scancel`, `kill`, or a container or node shutting down; "
+            "the scheduler's own record says which (`sacct -j <job>`, `kubectl describe pod`)"
+        )
     if ctx.subtype in _CRASH_FIXED:
         return _CRASH_FIXED[ctx.subtype]
     if ctx.subtype == "no_cause":

@@ -49,6 +49,7 @@ EXAMPLES = {
     "watchdog_exception": "[rank5]:[E1021 10:11:12.345678 ProcessGroupNCCL.cpp:1664] [PG 1 Rank 5] Exception (either an error or timeout) detected by watchdog at work: 912, last enqueued NCCL work: 914, last completed NCCL work: 911.",
     "some_nccl_ops_failed": "[Rank 0] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data.",
     "gloo_pair_closed": "RuntimeError: Application timeout caused pair closure",
+    "torchrun_signalled": "W1102 10:23:01.000000 140 torch/distributed/elastic/agent/server/api.py:719] Received Signals.SIGTERM death signal, shutting down workers",
     "torchrun_child_failed": "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 1 (pid: 40118) of binary: /usr/bin/python",
     "signal_received": "  traceback : Signal 9 (SIGKILL) received by PID 40118",
     "segfault": "Fatal Python error: Segmentation fault",
@@ -422,6 +423,19 @@ def test_nccl_s_specific_failures_and_other_wordings(lines: list[str], cls: F, s
           "srun: error: gpu-node-17: task 0: Exited with exit code 1", "srun: error: gpu-node-17: task 1: Terminated"],
          F.CRASH, "exception", "stack expects"),
         (["srun: error: gpu-node-17: task 3: Out Of Memory"], F.HOST_OOM, "slurm_task_oom", ""),
+        # torchrun's agent sent a signal from outside, and nothing of the run's own before it
+        (["Epoch 1:  12%|#1        | 30/250 [03:10<23:14,  6.34s/it]",
+          "W1102 10:23:01.000000 140 torch/distributed/elastic/agent/server/api.py:719] Received Signals.SIGTERM death "
+          "signal, shutting down workers",
+          "torch.distributed.elastic.multiprocessing.api.SignalException: Process 140 got signal: 15"],
+         F.CRASH, "torchrun_signalled", "torchrun was sent SIGTERM from outside"),
+        (["torch.distributed.elastic.multiprocessing.api.SignalException: Process 140 got signal: 1"],
+         F.CRASH, "torchrun_signalled", "torchrun was sent SIGHUP from outside"),
+        # the run's own error first: the signal after it is its consequence
+        (["[rank0]: ValueError: labels must be shorter than the prompt",
+          "W1102 10:23:01.000000 140 torch/distributed/elastic/agent/server/api.py:719] Received Signals.SIGTERM death "
+          "signal, shutting down workers"],
+         F.CRASH, "exception", "labels must be shorter"),
         # Python's bare Exception
         (["Exception: Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.",
           "  3%|3         | 31/1000 [01:02<32:10,  1.99s/it]"], F.CRASH, "exception", "Exception"),
