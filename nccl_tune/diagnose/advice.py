@@ -334,6 +334,18 @@ def _init(ctx: AdviceContext) -> str:
             f"Port{p} is already in use (another job or a leftover process): pick a free MASTER_PORT (torchrun "
             f"--master_port / --rdzv-endpoint) or stop the holder (`ss -ltnp | grep :{port or '<port>'}`)"
         )
+    if ctx.subtype == "nccl_id_store":
+        peer = d.get("peer_rank", "0")
+        error = (d.get("error") or "").strip()
+        late = "timeout" in error.lower()
+        return (
+            f"Setting up an NCCL communicator, this rank waited for rank {peer} to publish NCCL's id in the c10d store, and "
+            f"the store failed ({error or 'an error'}): "
+            + (f"rank {peer} is alive but late (a slow start-up): raise the process group's timeout, or find what holds it"
+               if late else
+               f"rank {peer} (or the store's host) went away first: its own log has the first error (often an OOM or an "
+               "exception at start-up)")
+        )
     if ctx.subtype == "ray":
         return "Could not reach the Ray cluster: start it (`ray start --head`) or point RAY_ADDRESS at it; check `ray status`"
     if ctx.subtype == "placement_group":

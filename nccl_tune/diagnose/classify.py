@@ -883,7 +883,7 @@ def _details_for(rule: Rule, msg: str, det: dict[str, Any]) -> None:
         det["signal"] = det.pop("signal2", None) or det.get("signal")
     elif rule.name == "torchrun_signalled" and det.get("signum"):
         det["signal"] = signal_from_exit(-int(det.pop("signum")))
-    elif rule.name == "killed":
+    elif rule.name in ("killed", "dataloader_killed"):
         det["signal"] = "SIGKILL"
 
 

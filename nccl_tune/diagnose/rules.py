@@ -219,6 +219,11 @@ RULES: tuple[Rule, ...] = (
              r"|NET/Socket : socket progress error|Net : Call to \w+ (?:from|to) \S+ failed|Connection closed by remote peer"
              r"|Call to (?:recv|send) failed\b"),
          "transport"),
+    # a rank setting up an NCCL communicator, whose peer (the rank that publishes NCCL's id in the c10d
+    # store) went away or stayed late: "... retrieving ncclUniqueId from [0] via c10d key-value store by
+    # key '0', but store->get('0') got error: Connection reset by peer"
+    Rule("nccl_id_store", F.INIT_FAILURE, Kind.INIT, ("retrieving ncclUniqueId from",),
+         _rx(r"retrieving ncclUniqueId from \[(?P<peer_rank>\d+)\].*got error: (?P<error>[^.]+)"), "nccl_id_store"),
     Rule("port_in_use", F.INIT_FAILURE, Kind.ROOT,
          ("Address already in use", "EADDRINUSE", "failed to listen on any local network address"),
          None, "port_in_use", exclude=("NCCL WARN", "NCCL INFO")),
@@ -298,6 +303,8 @@ RULES: tuple[Rule, ...] = (
          _rx(r"(?:^|\s)\.\. \S+ pid \d+: Test failure \S+:\d+\s*$"), "nccl_tests"),
     Rule("signal_received", F.CRASH, Kind.CRASH, ("received by PID", "Received SIG"),
          _rx(r"Signal (?P<signum>\d+) \((?P<signal>SIG\w+)\) received by PID|Received (?P<signal2>SIG\w+)"), "signal"),
+    # a DataLoader worker the kernel killed ("is killed by signal: Killed.": SIGKILL, host memory as a rule)
+    Rule("dataloader_killed", F.CRASH, Kind.CRASH, ("is killed by signal: Killed",), None, "killed"),
     # a DataLoader worker's SIGBUS writing to a too small /dev/shm (before segfault: its "Bus error")
     Rule("dataloader_bus_error", F.CRASH, Kind.CRASH,
          ("Unexpected bus error encountered in worker", "is killed by signal: Bus error"), None, "dataloader_shm"),

@@ -59,6 +59,8 @@ EXAMPLES = {
     "thc_cuda_oom": "THCudaCheck FAIL file=/pytorch/aten/src/THC/THCCachingAllocator.cpp line=510 error=2 : out of memory",
     "thc_cuda_error": "RuntimeError: cuda runtime error (48) : no kernel image is available for execution on the device "
     "at /pytorch/aten/src/THC/generic/THCTensorMath.cu:35",
+    "dataloader_killed": "RuntimeError: DataLoader worker (pid 1234) is killed by signal: Killed. ",
+    "nccl_id_store": "[rank2]: torch.distributed.DistBackendError: [2] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d key-value store by key '0', but store->get('0') got error: Connection reset by peer",
     "dataloader_bus_error": "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient "
     "shared memory (shm).",
     "disk_full": "OSError: [Errno 28] No space left on device: '/ckpt/global_step_400/model.safetensors'",
@@ -522,6 +524,13 @@ def test_inference_engine_failures_inside_an_rl_loop(line: str, subtype: str) ->
          "for execution on the device", F.CUDA_ERROR, "cuda", ""),
         ("RuntimeError: cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/THCCachingAllocator.cpp:510",
          F.OOM, "cuda_oom", ""),
+        ("RuntimeError: DataLoader worker (pid 4410) is killed by signal: Killed. ", F.CRASH, "killed", "OOM killer"),
+        ("[rank2]: torch.distributed.DistBackendError: [2] is setting up NCCL communicator and retrieving ncclUniqueId "
+         "from [0] via c10d key-value store by key '0', but store->get('0') got error: Connection reset by peer",
+         F.INIT_FAILURE, "nccl_id_store", "rank 0 (or the store's host) went away first"),
+        ("[rank3]: torch.distributed.DistBackendError: [3] is setting up NCCL communicator and retrieving ncclUniqueId "
+         "from [0] via c10d key-value store by key '0:1', but store->get('0:1') got error: Socket Timeout",
+         F.INIT_FAILURE, "nccl_id_store", "rank 0 is alive but late"),
         ("RuntimeError: DataLoader worker (pid 4410) is killed by signal: Bus error. It is possible that dataloader's "
          "workers are out of shared memory.", F.CRASH, "dataloader_shm", "--shm-size"),
         ("OSError: [Errno 28] No space left on device: '/ckpt/global_step_400/optim.pt'", F.CRASH, "disk_full",
