@@ -317,6 +317,12 @@ def _cuda(ctx: AdviceContext) -> str:
             "Illegal memory access in a kernel: rerun with CUDA_LAUNCH_BLOCKING=1 to find it; if it is in NCCL, try "
             "NCCL_CUMEM_ENABLE=0 or another NCCL_PROTO; check `dmesg | grep Xid` for a hardware fault"
         )
+    if ctx.subtype == "nccl_cuda" and "nvls" in (d.get("where") or "").lower():
+        return (
+            f"NCCL's NVLS transport (NVLink SHARP multicast) failed a CUDA call ('{d.get('detail', '')}' in {d['where']}): "
+            "multicast does not work on this node (its fabric manager, a VM or container, the driver): set "
+            "NCCL_NVLS_ENABLE=0 and leave NCCL_ALGO=NVLS out of the search; `nvidia-smi -q` shows the fabric's state"
+        )
     if ctx.subtype == "nccl_cuda":
         return (
             "NCCL hit a CUDA error (unhandled cuda error): rerun with NCCL_DEBUG=INFO to see the CUDA call; frequent "

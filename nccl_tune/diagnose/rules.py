@@ -155,7 +155,7 @@ RULES: tuple[Rule, ...] = (
          None, "nccl_cuda"),
     # NCCL's CUDACHECK warns "Cuda failure 'message'" and fails the call (its 'out of memory' is read above)
     Rule("nccl_warn_cuda_failure", F.CUDA_ERROR, Kind.ROOT, ("Cuda failure",),
-         _rx(r"NCCL WARN .*Cuda failure (?:\d+ )?'(?P<detail>[^']*)'"), "nccl_cuda"),
+         _rx(r"(?:(?P<where>[\w./-]+\.(?:cc|cu|h)):\d+ )?NCCL WARN .*Cuda failure (?:\d+ )?'(?P<detail>[^']*)'"), "nccl_cuda"),
     # nccl-tests' CUDACHECK prints "host: Test CUDA failure file.cu:N '<cudaGetErrorString>'": its
     # 'out of memory', illegal accesses and busy devices are read by the rules above, the rest here
     Rule("cuda_error", F.CUDA_ERROR, Kind.ROOT,

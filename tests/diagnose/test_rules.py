@@ -525,6 +525,10 @@ def test_inference_engine_failures_inside_an_rl_loop(line: str, subtype: str) ->
         ("RuntimeError: cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/THCCachingAllocator.cpp:510",
          F.OOM, "cuda_oom", ""),
         ("RuntimeError: DataLoader worker (pid 4410) is killed by signal: Killed. ", F.CRASH, "killed", "OOM killer"),
+        ("node-1:2918:4483 [4] transport/nvls.cc:245 NCCL WARN Cuda failure 'initialization error'", F.CUDA_ERROR,
+         "nccl_cuda", "NCCL_NVLS_ENABLE=0"),
+        ("node-1:95209:95228 [0] init.cc:416 NCCL WARN Cuda failure 'operation not supported'", F.CUDA_ERROR,
+         "nccl_cuda", "NCCL hit a CUDA error"),
         ("[rank2]: torch.distributed.DistBackendError: [2] is setting up NCCL communicator and retrieving ncclUniqueId "
          "from [0] via c10d key-value store by key '0', but store->get('0') got error: Connection reset by peer",
          F.INIT_FAILURE, "nccl_id_store", "rank 0 (or the store's host) went away first"),
