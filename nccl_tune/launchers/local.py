@@ -36,7 +36,7 @@ from nccl_tune.launchers.fr import clear_dumps, collect_dumps, fr_env, fr_prefix
 from nccl_tune.launchers.gate import GpuGate
 from nccl_tune.launchers.logstream import LineScanner, LogPump
 from nccl_tune.launchers.memory import MemorySampler, build_report
-from nccl_tune.launchers.nccl_check import nccl_unusable
+from nccl_tune.launchers.nccl_check import nccl_unusable, visible_gpus
 from nccl_tune.presets import apply_preset
 from nccl_tune.launchers.stacks import collect_stacks
 from nccl_tune.launchers.process import build_env, resolve_command, spawn, tuner_alive
@@ -130,11 +130,12 @@ class LocalLauncher(Launcher):
         return self._probe
 
     def nccl_check_support(self) -> CheckSupport:
-        """The GPUs NVML sees on this machine, if this Python's torch can run NCCL on them (not under
-        the tests' fake NVML, which has no GPU behind it)."""
+        """The GPUs NVML sees on this machine, as many as this environment's ``CUDA_VISIBLE_DEVICES``
+        shows (the trials inherit it), if this Python's torch can run NCCL on them (not under the
+        tests' fake NVML, which has no GPU behind it)."""
         if os.environ.get(FAKE_NVML_ENV) or not self.probe.available:
             return CheckSupport(None, "no GPU visible through NVML" + (f": {self.probe.reason}" if self.probe.reason else ""))
-        gpus = len(self.probe.devices())
+        gpus = visible_gpus(len(self.probe.devices()), os.environ.get("CUDA_VISIBLE_DEVICES"))
         why = nccl_unusable() if gpus else "NVML lists no GPU"
         return CheckSupport(None, why) if why else CheckSupport(gpus)
 

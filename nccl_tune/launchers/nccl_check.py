@@ -29,7 +29,6 @@ settings that only break across nodes (the network transport) still fail in the 
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
@@ -60,12 +59,17 @@ def nccl_values(spec: TrialSpec) -> tuple[tuple[str, str | None], ...]:
     return tuple(sorted((k, v) for k, v in spec.env.items() if k.startswith("NCCL_") and not k.startswith("NCCL_TUNE_")))
 
 
-def check_gpus(spec: TrialSpec, node_gpus: int, environ: Mapping[str, str]) -> int:
-    """Ranks of ``spec``'s check: the node's GPUs, or as many as ``CUDA_VISIBLE_DEVICES`` shows the
-    trial (its environment over the tuner's ``environ``) when it narrows them."""
-    visible = spec.env["CUDA_VISIBLE_DEVICES"] if "CUDA_VISIBLE_DEVICES" in spec.env else environ.get("CUDA_VISIBLE_DEVICES")
+def visible_gpus(gpus: int, visible: str | None) -> int:
+    """Of ``gpus``, as many as a ``CUDA_VISIBLE_DEVICES`` value shows (unset or empty: all of them;
+    an empty value is Ray's for a task that holds no GPU, dropped before a trial starts)."""
     shown = [d for d in (visible or "").split(",") if d.strip()]
-    return min(node_gpus, len(shown)) if shown else node_gpus
+    return min(gpus, len(shown)) if shown else gpus
+
+
+def check_gpus(spec: TrialSpec, gpus: int) -> int:
+    """Ranks of ``spec``'s check: the GPUs its launcher's trials see (``CheckSupport.gpus``), fewer
+    when the trial's own environment narrows them."""
+    return visible_gpus(gpus, spec.env.get("CUDA_VISIBLE_DEVICES"))
 
 
 WORKER = ("-m", "nccl_tune.launchers.nccl_check_worker")
@@ -179,7 +183,7 @@ class CheckingLauncher(Launcher):
         checked again before its trial."""
         with self._lock:
             learned = dict(self.learned)
-        gpus = check_gpus(spec, self.gpus, os.environ)
+        gpus = check_gpus(spec, self.gpus)
         check = self.inner.run(check_spec(spec, gpus, self.backend, learned, self.worker, self.startup_timeout_s, self.python),
                                _Interruptible(observer))
         if check.status is FailureClass.OK:

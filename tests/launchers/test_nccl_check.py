@@ -15,7 +15,9 @@ from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import FailureClass
 from nccl_tune.launchers.base import CheckSupport
 from nccl_tune.launchers.local import LocalLauncher
-from nccl_tune.launchers.nccl_check import CHECK_DIR, CheckingLauncher, check_gpus, nccl_unusable, with_nccl_check
+from nccl_tune.launchers.nccl_check import (
+    CHECK_DIR, CheckingLauncher, check_gpus, nccl_unusable, visible_gpus, with_nccl_check,
+)
 from nccl_tune.launchers.nccl_check_worker import ROUND_LINE
 from nccl_tune.sim.analytic import AnalyticNode, Truth, analytic_cost
 from nccl_tune.sim.launcher import ModelLauncher
@@ -165,6 +167,14 @@ def test_the_check_is_on_where_the_launcher_can_run_it_and_the_space_sets_nccl()
     assert with_nccl_check(twin, "auto", sets_nccl=True) == (twin, "NCCL check off: the twin does not model it")
     with pytest.raises(NcclTuneError, match=r"--nccl-check on: the NCCL check cannot run here \(no GPU here\)"):
         with_nccl_check(_NoCheck(env={}, cost=cost), "on", sets_nccl=True)
+
+
+def test_the_check_has_a_rank_per_gpu_its_trial_sees(make_spec: Callable[..., TrialSpec], tmp_path: Path) -> None:
+    assert visible_gpus(8, None) == 8 and visible_gpus(8, "") == 8, "unset, or Ray's empty value for a GPU-less task"
+    assert visible_gpus(8, "0,1, 3") == 3 and visible_gpus(2, "0,1,2,3") == 2
+    assert check_gpus(trial(make_spec, tmp_path, 0, {"NCCL_ALGO": "Ring"}), 8) == 8
+    assert check_gpus(trial(make_spec, tmp_path, 1, {"CUDA_VISIBLE_DEVICES": "4,5,6,7"}), 8) == 4, "the trial narrows them"
+    assert check_gpus(trial(make_spec, tmp_path, 2, {"CUDA_VISIBLE_DEVICES": None}), 8) == 8
 
 
 def test_a_python_whose_torch_cannot_run_nccl_is_named(tmp_path: Path) -> None:
