@@ -302,6 +302,18 @@ def _cuda(ctx: AdviceContext) -> str:
             "Uncorrectable ECC error: this GPU's memory is faulty; not a config problem: drain the node and have the GPU "
             "reset or replaced (`nvidia-smi -q -d ECC`)"
         )
+    if ctx.subtype == "gpu_busy":
+        return (
+            "The GPU is busy or unavailable to this process (cudaErrorDevicesUnavailable): another process holds it in "
+            "exclusive compute mode, or the device cannot be used; `nvidia-smi` shows its compute mode and processes "
+            "(`nccl-tune doctor` too): free it, or set the compute mode back to Default (`nvidia-smi -c 0`)"
+        )
+    if ctx.subtype == "no_kernel_image":
+        return (
+            "This build has no GPU code for the device's architecture (no kernel image): install torch, or the "
+            "extension in the traceback (flash-attn, vLLM's kernels), built for this GPU (H100: sm_90); "
+            "`python -c 'import torch; print(torch.cuda.get_arch_list())'` lists what torch carries"
+        )
     if ctx.subtype == "gpu_lost":
         return "The GPU was lost (Xid / fell off the bus): a hardware or driver fault; drain the node (`dmesg | grep Xid`)"
     if ctx.subtype == "device_assert":
@@ -445,6 +457,11 @@ _CRASH_FIXED = {
     "segfault": (
         "A segmentation fault in native code: note the library in the stack (NCCL, CUDA, a kernel) and rerun with "
         "CUDA_LAUNCH_BLOCKING=1"
+    ),
+    "node_died": (
+        "A node of the Ray cluster died under the run (its raylet stopped answering: crashed, host memory, the machine "
+        "or its network gone): the node's raylet log (/tmp/ray/session_latest/logs/raylet.out) and `dmesg` there say "
+        "why; not a config problem unless host memory ran out"
     ),
     "actor_died": (
         "A Ray actor died without a recorded cause: read the worker's own log (`ray logs`, /tmp/ray/session_latest/"

@@ -881,6 +881,8 @@ def _details_for(rule: Rule, msg: str, det: dict[str, Any]) -> None:
         det["signal"] = signal_from_exit(det["exit_code"])
     elif rule.name == "signal_received":
         det["signal"] = det.pop("signal2", None) or det.get("signal")
+    elif rule.name == "nccl_work_timeout":
+        det["seq"] = int(det["seq"])
     elif rule.name == "torchrun_signalled" and det.get("signum"):
         det["signal"] = signal_from_exit(-int(det.pop("signum")))
     elif rule.name in ("killed", "dataloader_killed"):

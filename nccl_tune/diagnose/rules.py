@@ -132,6 +132,7 @@ RULES: tuple[Rule, ...] = (
     Rule("cuda_oom", F.OOM, Kind.ROOT,
          ("CUDA out of memory", "OutOfMemoryError", "CUDA error: out of memory", "CUDA Error: out of memory",
           "HIP out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "'out of memory'", "cudaErrorMemoryAllocation",
+          "CUDA driver error: out of memory",
           "Failed to CUDA calloc", "Failed to CUDA malloc"),
          None, "cuda_oom"),
     # PyTorch before 1.5: "THCudaCheck FAIL file=... line=N error=2 : out of memory", "cuda runtime error (2) : ..."
@@ -146,11 +147,13 @@ RULES: tuple[Rule, ...] = (
          ("illegal memory access", "illegal address", "misaligned address", "unspecified launch failure",
           "illegal instruction", "ILLEGAL_ADDRESS", "MISALIGNED_ADDRESS", "ILLEGAL_INSTRUCTION"),
          None, "illegal_access"),
-    Rule("gpu_lost", F.CUDA_ERROR, Kind.ROOT,
-         ("fallen off the bus", "GPU is lost", "NVRM: Xid", "cudaErrorDevicesUnavailable", "CUDA-capable device(s) is/are busy"),
-         _rx(r"fallen off the bus|GPU is lost|NVRM: Xid \([^)]*\): (?P<xid>\d+)|cudaErrorDevicesUnavailable"
-             r"|busy or unavailable"),
-         "gpu_lost"),
+    Rule("gpu_lost", F.CUDA_ERROR, Kind.ROOT, ("fallen off the bus", "GPU is lost", "NVRM: Xid"),
+         _rx(r"fallen off the bus|GPU is lost|NVRM: Xid \([^)]*\): (?P<xid>\d+)"), "gpu_lost"),
+    # cudaErrorDevicesUnavailable: another process holds the GPU in exclusive compute mode, or it cannot be used
+    Rule("gpu_busy", F.CUDA_ERROR, Kind.ROOT, ("cudaErrorDevicesUnavailable", "CUDA-capable device(s) is/are busy"),
+         None, "gpu_busy"),
+    # a build with no code for this GPU's architecture (torch, or an extension: flash-attn, vLLM's kernels)
+    Rule("cuda_no_kernel_image", F.CUDA_ERROR, Kind.ROOT, ("error: no kernel image",), None, "no_kernel_image"),
     Rule("nccl_unhandled_cuda", F.CUDA_ERROR, Kind.ROOT, ("unhandled cuda error", "ncclUnhandledCudaError"),
          None, "nccl_cuda"),
     # NCCL's CUDACHECK warns "Cuda failure 'message'" and fails the call (its 'out of memory' is read above)
@@ -222,7 +225,7 @@ RULES: tuple[Rule, ...] = (
     # a rank setting up an NCCL communicator, whose peer (the rank that publishes NCCL's id in the c10d
     # store) went away or stayed late: "... retrieving ncclUniqueId from [0] via c10d key-value store by
     # key '0', but store->get('0') got error: Connection reset by peer"
-    Rule("nccl_id_store", F.INIT_FAILURE, Kind.INIT, ("retrieving ncclUniqueId from",),
+    Rule("nccl_id_store", F.INIT_FAILURE, Kind.INIT, ("got error:",),
          _rx(r"retrieving ncclUniqueId from \[(?P<peer_rank>\d+)\].*got error: (?P<error>[^.]+)"), "nccl_id_store"),
     Rule("port_in_use", F.INIT_FAILURE, Kind.ROOT,
          ("Address already in use", "EADDRINUSE", "failed to listen on any local network address"),
@@ -271,6 +274,11 @@ RULES: tuple[Rule, ...] = (
          None, "heartbeat"),
     Rule("nccl_tests_timeout", F.COLLECTIVE_TIMEOUT, Kind.TIMEOUT, ("Test timeout (",),
          _rx(r"Test timeout \((?P<timeout_s>\d+)s\)"), "nccl_tests"),
+    # PyTorch 2.4+'s watchdog: "[PG ID 0 PG GUID 0(default_pg) Rank 0] Timeout at NCCL work: 25, last enqueued
+    # NCCL work: 25, last completed NCCL work: 24."
+    Rule("nccl_work_timeout", F.COLLECTIVE_TIMEOUT, Kind.TIMEOUT, ("Timeout at NCCL work",),
+         _rx(r"Timeout at NCCL work: (?P<seq>\d+), last enqueued NCCL work: (?P<enqueued>-?\d+), last completed NCCL "
+             r"work: (?P<completed>-?\d+)"), "nccl_watchdog"),
     Rule("some_nccl_ops_failed", F.COLLECTIVE_TIMEOUT, Kind.TIMEOUT,
          ("Some NCCL operations have failed or timed out",), None, "nccl_generic"),
     Rule("watchdog_exception", F.COLLECTIVE_TIMEOUT, Kind.TIMEOUT,
@@ -287,7 +295,7 @@ RULES: tuple[Rule, ...] = (
     # torchrun's agent itself sent a signal from outside ("Received Signals.SIGTERM death signal,
     # shutting down workers", then "SignalException: Process N got signal: 15"): a scheduler, a
     # container stop, a user; after the run's own error, if any (its consequence)
-    Rule("torchrun_signalled", F.CRASH, Kind.SYMPTOM, ("death signal, shutting down workers", "SignalException: Process"),
+    Rule("torchrun_signalled", F.CRASH, Kind.SYMPTOM, ("Signals.SIG", "SignalException: Process"),
          _rx(r"Received (?:Signals\.)?(?P<signal>SIG[A-Z0-9]+) death signal|SignalException: Process \d+ got signal: "
              r"(?P<signum>\d+)"),
          "outside_signal"),
@@ -319,6 +327,9 @@ RULES: tuple[Rule, ...] = (
     Rule("killed", F.CRASH, Kind.CRASH, ("Killed",), _rx(r"^\s*Killed\s*$|line \d+:\s+\d+ Killed(?::\s*\d+)?\s"),
          "killed"),
     Rule("ray_kill", F.CRASH, Kind.SYMPTOM, ("killed by `ray.kill`", "ray.kill"), _rx(r"killed by `?ray\.kill"), "ray_kill"),
+    # a node of the Ray cluster died under the run (its raylet missed its heartbeats: crashed, host OOM, the
+    # machine or its network gone)
+    Rule("ray_node_died", F.CRASH, Kind.CRASH, ("NodeDiedError",), None, "node_died"),
     Rule("ray_actor_died", F.CRASH, Kind.CRASH,
          ("ActorDiedError", "The actor died unexpectedly", "The actor is dead because", "RayActorError",
           "WorkerCrashedError", "Worker exit type: SYSTEM_ERROR", "died because of an error raised in its creation task",

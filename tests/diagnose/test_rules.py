@@ -49,6 +49,10 @@ EXAMPLES = {
     "watchdog_exception": "[rank5]:[E1021 10:11:12.345678 ProcessGroupNCCL.cpp:1664] [PG 1 Rank 5] Exception (either an error or timeout) detected by watchdog at work: 912, last enqueued NCCL work: 914, last completed NCCL work: 911.",
     "some_nccl_ops_failed": "[Rank 0] Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels, subsequent GPU operations might run on corrupted/incomplete data.",
     "gloo_pair_closed": "RuntimeError: Application timeout caused pair closure",
+    "gpu_busy": "RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable",
+    "cuda_no_kernel_image": "RuntimeError: CUDA error: no kernel image is available for execution on the device",
+    "nccl_work_timeout": "[rank0]:[E1102 10:22:31.000000 ProcessGroupNCCL.cpp:1194] [PG ID 0 PG GUID 0(default_pg) Rank 0] Timeout at NCCL work: 25, last enqueued NCCL work: 25, last completed NCCL work: 24.",
+    "ray_node_died": "ray.exceptions.NodeDiedError: Task failed due to the node (where this task was running) dying.",
     "torchrun_signalled": "W1102 10:23:01.000000 140 torch/distributed/elastic/agent/server/api.py:719] Received Signals.SIGTERM death signal, shutting down workers",
     "torchrun_child_failed": "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 1 (pid: 40118) of binary: /usr/bin/python",
     "signal_received": "  traceback : Signal 9 (SIGKILL) received by PID 40118",
@@ -57,8 +61,7 @@ EXAMPLES = {
     "vllm_engine_iteration_timeout": "ERROR 11-20 04:11:52 async_llm_engine.py:531] Engine iteration timed out. This "
     "should never happen!",
     "thc_cuda_oom": "THCudaCheck FAIL file=/pytorch/aten/src/THC/THCCachingAllocator.cpp line=510 error=2 : out of memory",
-    "thc_cuda_error": "RuntimeError: cuda runtime error (48) : no kernel image is available for execution on the device "
-    "at /pytorch/aten/src/THC/generic/THCTensorMath.cu:35",
+    "thc_cuda_error": "RuntimeError: cuda runtime error (3) : initialization error at /pytorch/aten/src/THC/THCGeneral.cpp:50",
     "dataloader_killed": "RuntimeError: DataLoader worker (pid 1234) is killed by signal: Killed. ",
     "nccl_id_store": "[rank2]: torch.distributed.DistBackendError: [2] is setting up NCCL communicator and retrieving ncclUniqueId from [0] via c10d key-value store by key '0', but store->get('0') got error: Connection reset by peer",
     "dataloader_bus_error": "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient "
@@ -525,6 +528,16 @@ def test_inference_engine_failures_inside_an_rl_loop(line: str, subtype: str) ->
         ("RuntimeError: cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/THCCachingAllocator.cpp:510",
          F.OOM, "cuda_oom", ""),
         ("RuntimeError: DataLoader worker (pid 4410) is killed by signal: Killed. ", F.CRASH, "killed", "OOM killer"),
+        ("[rank0]: RuntimeError: CUDA driver error: out of memory", F.OOM, "cuda_oom", "Out of GPU memory"),
+        ("RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable", F.CUDA_ERROR, "gpu_busy",
+         "exclusive compute mode"),
+        ("RuntimeError: CUDA error: no kernel image is available for execution on the device", F.CUDA_ERROR,
+         "no_kernel_image", "get_arch_list"),
+        ("ray.exceptions.NodeDiedError: Task failed due to the node (where this task was running) dying.", F.CRASH,
+         "node_died", "raylet"),
+        ("[rank0]:[E1102 10:22:31.000000 ProcessGroupNCCL.cpp:1194] [PG ID 0 PG GUID 0(default_pg) Rank 0] Timeout at NCCL "
+         "work: 25, last enqueued NCCL work: 25, last completed NCCL work: 24.", F.COLLECTIVE_TIMEOUT, "nccl_watchdog",
+         "until the timeout"),
         ("node-1:2918:4483 [4] transport/nvls.cc:245 NCCL WARN Cuda failure 'initialization error'", F.CUDA_ERROR,
          "nccl_cuda", "NCCL_NVLS_ENABLE=0"),
         ("node-1:95209:95228 [0] init.cc:416 NCCL WARN Cuda failure 'operation not supported'", F.CUDA_ERROR,
