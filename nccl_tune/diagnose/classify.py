@@ -1123,10 +1123,11 @@ class _Decision:
         if warn is not None:
             sub = warn.details.get("subtype") or "nccl"
             return self._make(FailureClass.NCCL_ERROR, warn, self._evidence(warn, timeouts[:2]), subtype=sub)
-        # group NCCL watchdog timeouts by (pg, seq): different ops or sizes at one seq = mismatch
+        # group NCCL watchdog timeouts by (pg, seq): different ops or sizes at one seq = mismatch (a line
+        # that names the seq without its collective, "Timeout at NCCL work: N", tells no op apart)
         groups: dict[tuple[str, int], dict[tuple[Any, Any, Any], set[int | None]]] = {}
         for e in timeouts:
-            if "seq" in e.details:
+            if "seq" in e.details and e.details.get("op") is not None:
                 sig = (e.details.get("op"), e.details.get("numel_in"), e.details.get("numel_out"))
                 groups.setdefault((e.details.get("pg", "0"), e.details["seq"]), {}).setdefault(sig, set()).add(e.rank)
         for (pg, seq), sigs in groups.items():
@@ -1181,8 +1182,9 @@ class _Decision:
             parts = []
             for seq in seqs:
                 at = sorted(r for r, e in ranks.items() if e.details["seq"] == seq)
-                op = "/".join(sorted({str(ranks[r].details.get("op")) for r in at}))
-                parts.append(f"rank{'s' if len(at) > 1 else ''} {','.join(map(str, at))} at SeqNum {seq} ({op})")
+                op = "/".join(sorted({str(ranks[r].details["op"]) for r in at if ranks[r].details.get("op")}))
+                parts.append(f"rank{'s' if len(at) > 1 else ''} {','.join(map(str, at))} at SeqNum {seq}"
+                             + (f" ({op})" if op else ""))
             reps = sorted(ranks.values(), key=lambda e: (e.details["seq"] != seqs[0], e.order))
             root = ranks[culprit] if culprit in ranks else reps[0]
             others = [e for e in reps if e is not root][:3]

@@ -303,6 +303,24 @@ def test_a_wrapped_watchdog_line_is_joined_only_with_its_own_rest(after: str) ->
     assert "BROADCAST (SeqNum 4)" in v.advice
 
 
+def test_pytorch_2_4_s_timeout_line_beside_the_watchdog_s_is_no_mismatch() -> None:
+    """"Timeout at NCCL work: N" names the work the watchdog line names, without its collective: not a
+    second collective at that sequence number; a rank that names an earlier work is the one behind."""
+    from nccl_tune.diagnose.verdict import classify_log
+
+    both = [
+        f"[rank{r}]:[E ProcessGroupNCCL.cpp:563] [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, "
+        "OpType=_ALLGATHER_BASE, NumelIn=1024, NumelOut=16384, Timeout(ms)=600000) ran for 600029 milliseconds before "
+        f"timing out.\n[rank{r}]:[E ProcessGroupNCCL.cpp:1540] [PG 0 Rank {r}] Timeout at NCCL work: 7, last enqueued NCCL "
+        "work: 8, last completed NCCL work: 6.\n" for r in (0, 1)]
+    v = classify_log(both)
+    assert v.failure_class is F.COLLECTIVE_TIMEOUT and "_ALLGATHER_BASE (SeqNum 7)" in v.advice, v
+    behind = classify_log(both + ["[rank2]:[E ProcessGroupNCCL.cpp:1540] [PG 0 Rank 2] Timeout at NCCL work: 5, last "
+                                  "enqueued NCCL work: 5, last completed NCCL work: 4.\n"])
+    assert behind.failure_class is F.COLLECTIVE_MISMATCH and behind.rank == 2, behind
+    assert "rank 2 at SeqNum 5;" in behind.advice or "rank 2 at SeqNum 5)" in behind.advice, behind.advice
+
+
 def test_a_rank_whose_watchdog_reported_the_exception_only_is_not_the_one_behind() -> None:
     """Ranks 0 and 4 print the watchdog's time-out line, rank 3 only the line saying its watchdog
     caught an error or a time-out: rank 3 reported one too, so no rank is named as behind."""
