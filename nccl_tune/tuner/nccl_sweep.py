@@ -21,7 +21,7 @@ stopped; ``nccl_sweep_run`` runs it). The search reads it back (``load``):
 A one-node check cannot time what acts only between nodes (the network transport, sockets:
 ``node.nccl_scope``): those variables are not swept, and the search learns their effect from
 trials as before. The
-sweep runs only with the NCCL check (``--nccl-check``), trials one at a time, for the default sampler.
+sweep runs only with the NCCL check (``--nccl-check``), for the default sampler.
 """
 
 from __future__ import annotations

@@ -7,10 +7,12 @@ from __future__ import annotations
 import os
 import re
 import signal
+import threading
 import time
 from io import StringIO
 from pathlib import Path
 
+import optuna
 from rich.console import Console
 
 from nccl_tune.launchers.local import LocalLauncher
@@ -23,7 +25,7 @@ from nccl_tune.tuner.loop import run_study
 from nccl_tune.tuner.report_view import load_view
 from nccl_tune.reporting.json_report import report_json
 from nccl_tune.reporting.markdown import render_markdown
-from nccl_tune.tuner.nccl_sweep import NUMBER_BASE
+from nccl_tune.tuner.nccl_sweep import NUMBER_BASE, entries
 from nccl_tune.tuner.settings import RunSettings
 
 from .conftest import TINY_SPACE
@@ -92,6 +94,67 @@ def test_the_sweep_times_each_change_once_and_the_search_tries_the_faster_collec
     again = Launcher()
     _, shown = study(tmp_path, 1, again)
     assert again.sweep_checks == [] and "NCCL sweep" not in shown, "a resumed study does not sweep again"
+
+
+class Timed(Launcher):
+    """Each run takes ``hold_s`` of real time; when each ran, and whether it was a check of the sweep."""
+
+    def __init__(self, hold_s: float, interrupt_at: int | None = None) -> None:
+        super().__init__(interrupt_at=interrupt_at)
+        self.hold_s = hold_s
+        self.spans: list[tuple[int | None, float, float]] = []
+        """(sweep check's index or None for a trial's run, start, end)."""
+        self._lock = threading.Lock()
+
+    def run(self, spec: TrialSpec, observer=None):
+        start = time.monotonic()
+        time.sleep(self.hold_s)
+        result = super().run(spec, observer)
+        index = spec.number - NUMBER_BASE if spec.nccl_check and spec.number >= NUMBER_BASE else None
+        with self._lock:
+            self.spans.append((index, start, time.monotonic()))
+        return result
+
+
+def parallel_study(tmp_path: Path, launcher: Launcher, trials: int = 3):
+    (tmp_path / "sweep.yaml").write_text(SPACE)
+    settings = RunSettings(command=("true",), space=str(tmp_path / "sweep.yaml"), results=tmp_path / "results",
+                           storage=f"sqlite:///{tmp_path}/sweep.db", study="sweep", trials=trials, seed=0, confirm=0,
+                           launcher="ray", parallel=2)  # the modelled node stands in for the cluster
+    out = StringIO()
+    return run_study(settings, console=Console(file=out, width=200), launcher=launcher), out
+
+
+def test_with_parallel_slots_the_baseline_s_check_runs_alone_then_the_changes_side_by_side_before_new_trials(tmp_path):
+    launcher = Timed(hold_s=0.3)
+    result, out = parallel_study(tmp_path, launcher)
+    checks = sorted((i, a, b) for i, a, b in launcher.spans if i is not None)
+    assert [i for i, _, _ in checks] == list(range(SWEPT + 1)), "every check of the sweep, once"
+    base = checks[0]
+    assert all(a >= base[2] for _, a, _ in checks[1:]), "the baseline's check alone, first"
+    changes = checks[1:]
+    assert any(a2 < b1 for (_, a1, b1), (_, a2, _) in zip(changes, changes[1:])), "two changes timed side by side"
+    runs = [a for i, a, _ in launcher.spans if i is None]  # trials, and their own checks
+    assert not [a for a in runs if base[1] <= a <= checks[-1][2]], "no trial starts while the sweep runs"
+    assert [a for a in runs if a > checks[-1][2]], "the search goes on after it"
+    assert out.getvalue().count("NCCL sweep: NCCL_") == SWEPT
+    launched = sorted((r for r in result.records if r.result), key=lambda r: r.number)
+    assert len(launched) == 3 and launched[2].values["NCCL_ALGO"] == "NVLS", (
+        "trials 0 and 1 filled the two slots at the start; the first asked after the sweep read it")
+
+
+def test_with_parallel_slots_a_tuner_interrupted_in_the_sweep_resumes_it_where_it_stopped(tmp_path):
+    first = Timed(hold_s=0.2, interrupt_at=3)
+    result, _ = parallel_study(tmp_path, first)
+    assert result.interrupted and 3 in first.sweep_checks
+    storage = f"sqlite:///{tmp_path}/sweep.db"
+    stored = entries(optuna.load_study(study_name="sweep", storage=storage))
+    assert "baseline" in stored and len(stored) < SWEPT + 1, "the sweep stopped part-way, its checks so far stored"
+    again = Timed(hold_s=0.2)
+    result, _ = parallel_study(tmp_path, again)
+    assert not result.interrupted and 0 not in again.sweep_checks
+    assert len(again.sweep_checks) == SWEPT + 1 - len(stored), "only the checks the interrupted run did not store"
+    assert len(entries(optuna.load_study(study_name="sweep", storage=storage))) == SWEPT + 1
 
 
 def test_a_tuner_interrupted_in_the_sweep_resumes_it_where_it_stopped(tmp_path):
