@@ -33,12 +33,16 @@ def wait_for_json(path: Path, timeout_s: float = 30.0) -> dict:
 class RecordingObserver(TrialObserver):
     """A TrialObserver that records every callback with its time, and can ask to stop."""
 
-    def __init__(self, stop_after_steps: int | None = None, answer: StopReason = StopReason.EARLY_STOP, raise_on_poll: int | None = None):
+    def __init__(self, stop_after_steps: int | None = None, answer: StopReason = StopReason.EARLY_STOP,
+                 raise_on_poll: int | None = None, raise_after_steps: int = 0):
+        """``raise_on_poll``: raise ``KeyboardInterrupt`` from that poll on, once ``raise_after_steps``
+        steps are done."""
         self.calls: list[tuple[float, str, object]] = []
         self.polls = 0
         self.stop_after_steps = stop_after_steps
         self.answer = answer
         self.raise_on_poll = raise_on_poll
+        self.raise_after_steps = raise_after_steps
         self.last_progress: object = None
 
     def _rec(self, kind: str, value: object) -> None:
@@ -59,7 +63,8 @@ class RecordingObserver(TrialObserver):
     def should_stop(self, spec, progress):
         self.polls += 1
         self.last_progress = progress
-        if self.raise_on_poll is not None and self.polls >= self.raise_on_poll:
+        if (self.raise_on_poll is not None and self.polls >= self.raise_on_poll
+                and len(progress.step_times_s) >= self.raise_after_steps):
             raise KeyboardInterrupt
         if self.stop_after_steps is not None and len(progress.step_times_s) >= self.stop_after_steps:
             return self.answer
