@@ -436,6 +436,11 @@ _CRASH_FIXED = {
         "A DataLoader worker died of SIGBUS writing to shared memory: /dev/shm is too small (Docker's default is 64 MB): "
         "run the container with --shm-size=16g or --ipc=host, or lower num_workers"
     ),
+    "model_fetch": (
+        "The model or tokenizer could not be fetched from the Hugging Face Hub (no network from the node, a misspelled "
+        "or gated repository): check the model path in the command, HF_TOKEN for a gated model, or download it once "
+        "and run with HF_HUB_OFFLINE=1 so that every trial reads the local copy"
+    ),
     "disk_full": (
         "The disk is full: a checkpoint or log write failed; free space or point the checkpoint and output directories "
         "at a larger volume, and keep fewer checkpoints"
@@ -481,6 +486,12 @@ def _crash(ctx: AdviceContext) -> str:
             )
     if ctx.subtype == "scheduler":
         return _scheduler(ctx)
+    if ctx.subtype == "build_mismatch":
+        lib = ctx.details.get("library") or "a compiled extension"
+        return (
+            f"{lib} was built against another torch or CUDA (undefined symbol): reinstall it against the installed torch "
+            "(`pip install --no-build-isolation --force-reinstall <package>`), or pin torch to the version it was built for"
+        )
     if ctx.subtype == "outside_signal":
         return (
             f"torchrun was sent {sig or 'a signal'} from outside and stopped its workers, with no error of the run's "

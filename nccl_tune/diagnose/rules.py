@@ -316,6 +316,15 @@ RULES: tuple[Rule, ...] = (
     # a DataLoader worker's SIGBUS writing to a too small /dev/shm (before segfault: its "Bus error")
     Rule("dataloader_bus_error", F.CRASH, Kind.CRASH,
          ("Unexpected bus error encountered in worker", "is killed by signal: Bus error"), None, "dataloader_shm"),
+    # a compiled extension built against another torch ("ImportError: .../flash_attn_2_cuda...so: undefined
+    # symbol: _ZN3c10...")
+    Rule("build_mismatch", F.CRASH, Kind.CRASH, ("ImportError", "OSError"),
+         _rx(r"(?:ImportError|OSError): (?P<library>\S+?\.so[.\d]*): undefined symbol"), "build_mismatch"),
+    # the model or tokenizer the command names could not be fetched from the Hugging Face Hub
+    Rule("hf_hub_unreachable", F.CRASH, Kind.CRASH,
+         ("Error: We couldn't connect to 'https://huggingface.co'", "LocalEntryNotFoundError", "RepositoryNotFoundError",
+          "GatedRepoError"),
+         None, "model_fetch"),
     Rule("disk_full", F.CRASH, Kind.CRASH, ("No space left on device",), None, "disk_full",
          exclude=("NCCL WARN", "posix_fallocate", "/dev/shm")),
     Rule("segfault", F.CRASH, Kind.CRASH,

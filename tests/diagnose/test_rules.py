@@ -53,6 +53,8 @@ EXAMPLES = {
     "cuda_no_kernel_image": "RuntimeError: CUDA error: no kernel image is available for execution on the device",
     "nccl_work_timeout": "[rank0]:[E1102 10:22:31.000000 ProcessGroupNCCL.cpp:1194] [PG ID 0 PG GUID 0(default_pg) Rank 0] Timeout at NCCL work: 25, last enqueued NCCL work: 25, last completed NCCL work: 24.",
     "ray_node_died": "ray.exceptions.NodeDiedError: Task failed due to the node (where this task was running) dying.",
+    "build_mismatch": "ImportError: /usr/local/lib/python3.12/site-packages/flash_attn_2_cuda.cpython-312-x86_64-linux-gnu.so: undefined symbol: _ZN3c104cuda9SetDeviceEi",
+    "hf_hub_unreachable": "OSError: We couldn't connect to 'https://huggingface.co' to load this file, couldn't find it in the cached files and it looks like Qwen/Qwen2.5-7B is not the path to a directory containing a file named config.json.",
     "torchrun_signalled": "W1102 10:23:01.000000 140 torch/distributed/elastic/agent/server/api.py:719] Received Signals.SIGTERM death signal, shutting down workers",
     "torchrun_child_failed": "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 1 (pid: 40118) of binary: /usr/bin/python",
     "signal_received": "  traceback : Signal 9 (SIGKILL) received by PID 40118",
@@ -547,6 +549,11 @@ def test_inference_engine_failures_inside_an_rl_loop(line: str, subtype: str) ->
          F.OOM, "cuda_oom", ""),
         ("RuntimeError: DataLoader worker (pid 4410) is killed by signal: Killed. ", F.CRASH, "killed", "OOM killer"),
         ("[rank0]: RuntimeError: CUDA driver error: out of memory", F.OOM, "cuda_oom", "Out of GPU memory"),
+        ("ImportError: /usr/local/lib/python3.12/site-packages/flash_attn_2_cuda.cpython-312-x86_64-linux-gnu.so: "
+         "undefined symbol: _ZN3c104cuda9SetDeviceEi", F.CRASH, "build_mismatch",
+         "flash_attn_2_cuda.cpython-312-x86_64-linux-gnu.so was built against another torch"),
+        ("huggingface_hub.errors.LocalEntryNotFoundError: An error happened while trying to locate the file on the Hub "
+         "and we cannot find the requested files in the local cache.", F.CRASH, "model_fetch", "HF_HUB_OFFLINE=1"),
         ("RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable", F.CUDA_ERROR, "gpu_busy",
          "exclusive compute mode"),
         ("RuntimeError: CUDA error: no kernel image is available for execution on the device", F.CUDA_ERROR,
