@@ -133,6 +133,16 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
+OUTSIDE_CAUSES = frozenset({"outside_signal", "ecc", "gpu_lost", "gpu_busy"})
+"""Cause subtypes no value of a run can bring about: a signal from outside (a scheduler, ``kill``, a
+shutdown), faulty GPU memory, a GPU lost from the bus (``HARDWARE_XIDS`` when an Xid names it), a
+GPU another process holds. (A node that died, or a task Slurm killed, may have run out of host
+memory: those stay the run's.)"""
+HARDWARE_XIDS = frozenset({"48", "63", "64", "74", "79", "92", "94", "95"})
+"""Xids of a GPU's hardware: double-bit and uncontained ECC errors, row remapping, NVLink, fallen off
+the bus. Others (13, 31, 43: a kernel's fault, an illegal address) a run's values can cause."""
+
+
 @dataclass(frozen=True)
 class Verdict:
     """The classification of one run: class, root-cause rank, cause, evidence and advice."""
@@ -155,6 +165,14 @@ class Verdict:
     @property
     def ok(self) -> bool:
         return self.failure_class is FailureClass.OK
+
+    @property
+    def from_outside(self) -> bool:
+        """The run failed for a cause no value of it can bring about (``OUTSIDE_CAUSES``)."""
+        if self.cause is None or self.cause.subtype not in OUTSIDE_CAUSES:
+            return False
+        xid = self.cause.details.get("xid")
+        return self.cause.subtype != "gpu_lost" or xid is None or str(xid) in HARDWARE_XIDS
 
     @property
     def refused_key(self) -> bool:

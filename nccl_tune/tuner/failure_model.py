@@ -1,5 +1,6 @@
 """What the study has learnt about failures the memory model does not explain (hangs, crashes,
-refusals; not OOMs, nor failures of runs whose peak came within the headroom): which values make a
+refusals; not OOMs, nor failures of runs whose peak came within the headroom, nor failures no value
+can bring about: ``Verdict.from_outside``, a signal from a scheduler, a faulty GPU): which values make a
 run fail, alone or with a partner, and what a failure costs. A run that failed within the headroom
 still says one thing: it got past its start-up (it loaded its model and trained to come that close),
 so it counts as a start-up that none of its values broke.
@@ -143,6 +144,8 @@ class FailureModel:
         for r in sorted(records, key=lambda r: r.number):
             if r.outcome is not Outcome.LAUNCHED or r.status in (None, FailureClass.INTERRUPTED):
                 continue
+            if r.result is not None and r.result.verdict.from_outside:
+                continue  # a signal from outside, a faulty or busy GPU: no value of the run is to blame
             values = self._measured_place(r)
             start, run = self.keys(values, "start"), self.keys(values, "run")
             if memory_wall_frac is not None and memory_explains(r, memory_wall_frac):

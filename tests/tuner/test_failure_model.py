@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 from optuna.trial import TrialState
 
-from nccl_tune.failure import FailureClass, Verdict
+from nccl_tune.failure import Cause, FailureClass, Verdict
 from nccl_tune.search_spaces.loader import parse_space
 from nccl_tune.trial import GpuMemory, MemoryReport, StopReason, TrialResult
 from nccl_tune.tuner.failure_model import MEMORY, NEAR_WALL, FailureModel, flaky_rule
@@ -112,6 +112,28 @@ def test_a_run_out_of_memory_is_left_to_the_memory_model_and_a_run_stopped_by_th
     # without a memory model (no parameter declares a memory effect) an OOM is a failure like another
     m = FailureModel(SPACE.parameters, BASE, records, memory_wall_frac=None)
     assert m.p_ok({**BASE, "batch": 512}) < 0.5
+
+
+def outside(number: int, changes: dict, cls: FailureClass, subtype: str, **details) -> TrialRecord:
+    """A run that failed after its first steps for ``subtype`` (a cause of ``cls``)."""
+    r = run(number, changes, cls)
+    verdict = Verdict(cls, cause=Cause("rule", subtype, details))
+    return replace(r, result=replace(r.result, verdict=verdict, step_times_s=(2.0, 1.0)))
+
+
+def test_a_run_killed_from_outside_or_by_its_gpu_blames_no_value_it_held():
+    """A scheduler's SIGTERM, an ECC error or a GPU fallen off the bus says nothing of the run's values;
+    an Xid a kernel's fault raises (31: an illegal address) may, as a node that died may (host memory)."""
+    tree = {"NCCL_ALGO": "Tree"}
+    ok = [run(0, {}), run(1, {"batch": 512})]
+    for cls, subtype, details in [(FailureClass.CRASH, "outside_signal", {}), (FailureClass.CUDA_ERROR, "ecc", {}),
+                                  (FailureClass.CUDA_ERROR, "gpu_lost", {"xid": "79"}),
+                                  (FailureClass.CUDA_ERROR, "gpu_busy", {})]:
+        m = model(ok + [outside(2 + i, tree, cls, subtype, **details) for i in range(2)])
+        assert m.p_ok({**BASE, **tree}) == 1.0 and m.flaky({**BASE, **tree}) == [], subtype
+    for cls, subtype, details in [(FailureClass.CUDA_ERROR, "gpu_lost", {"xid": "31"}), (FailureClass.CRASH, "node_died", {})]:
+        m = model(ok + [outside(2 + i, tree, cls, subtype, **details) for i in range(2)])
+        assert m.p_ok({**BASE, **tree}) < 1.0, subtype
 
 
 def test_a_failure_at_the_memory_wall_is_left_to_the_memory_model_one_away_from_it_is_not():
