@@ -118,10 +118,13 @@ class Candidate:
 
 def candidates(records: Iterable[TrialRecord]) -> list[Candidate]:
     """Launched runs grouped by the run their values make (``run_key``: a setting NCCL clamps runs
-    as the clamped one), in order of first launch; a group's values are its first run's."""
+    as the clamped one), in order of first launch; a group's values are its first run's. Neither an
+    interrupted run nor one that failed for a cause none of its values can bring about
+    (``Verdict.from_outside``) says anything of its values."""
     groups: dict[str, list[TrialRecord]] = {}
     for r in records:
-        if r.outcome is Outcome.LAUNCHED and r.status is not FailureClass.INTERRUPTED:
+        if (r.outcome is Outcome.LAUNCHED and r.status is not FailureClass.INTERRUPTED
+                and not (r.result is not None and r.result.verdict.from_outside)):
             groups.setdefault(run_key(r.values), []).append(r)
     return [Candidate(runs[0].values, tuple(runs)) for runs in groups.values()]
 

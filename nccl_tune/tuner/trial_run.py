@@ -167,6 +167,12 @@ class TrialRunner:
         self.launched += 1
         if result.status is FailureClass.INTERRUPTED:
             requeue(study, self.space, values, self.pins.params, kind)
+        elif result.verdict.from_outside and not any(
+            r.values == values and r.result is not None and r.result.verdict.from_outside for r in history
+        ):
+            self.display.note(f"trial {trial.number} failed for a cause none of its values can bring about "
+                              f"({result.status.value}: {result.verdict.cause.subtype}): its values run once more")
+            requeue(study, self.space, values, self.pins.params, kind)
         if self.space.progress.detect and result.progress_preset and detected_preset(history) is None:
             self.display.note(f"progress: the output reads as preset {result.progress_preset} (trial {result.number})")
         deficit = near_wall(result, self.space.min_headroom_frac)
