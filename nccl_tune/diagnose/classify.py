@@ -883,8 +883,10 @@ def _details_for(rule: Rule, msg: str, det: dict[str, Any]) -> None:
         det["signal"] = det.pop("signal2", None) or det.get("signal")
     elif rule.name == "nccl_work_timeout":
         det["seq"] = int(det["seq"])
-    elif rule.name == "torchrun_signalled" and det.get("signum"):
-        det["signal"] = signal_from_exit(-int(det.pop("signum")))
+    elif rule.name == "torchrun_signalled":
+        num = det.pop("signum", None) or det.pop("signum2", None)
+        if num:
+            det["signal"] = signal_from_exit(-int(num))
     elif rule.name in ("killed", "dataloader_killed"):
         det["signal"] = "SIGKILL"
 

@@ -292,12 +292,13 @@ RULES: tuple[Rule, ...] = (
          _rx(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+(?: DUE TO (?P<reason>[A-Z][A-Z ]*?))? \*\*\*"
              r"|srun: error: \S+: tasks? [\d,-]+: (?P<how>Terminated|Killed)\b"),
          "scheduler"),
-    # torchrun's agent itself sent a signal from outside ("Received Signals.SIGTERM death signal,
-    # shutting down workers", then "SignalException: Process N got signal: 15"): a scheduler, a
-    # container stop, a user; after the run's own error, if any (its consequence)
-    Rule("torchrun_signalled", F.CRASH, Kind.SYMPTOM, ("Signals.SIG", "SignalException: Process"),
-         _rx(r"Received (?:Signals\.)?(?P<signal>SIG[A-Z0-9]+) death signal|SignalException: Process \d+ got signal: "
-             r"(?P<signum>\d+)"),
+    # torchrun's agent itself sent a signal from outside ("Received 15 death signal, shutting down
+    # workers" in torch 2.13, "Received Signals.SIGTERM death signal" in others, then "SignalException:
+    # Process N got signal: 15"): a scheduler, a container stop, a user; after the run's own error, if
+    # any (its consequence)
+    Rule("torchrun_signalled", F.CRASH, Kind.SYMPTOM, ("death signal", "SignalException: Process"),
+         _rx(r"Received (?:Signals\.)?(?:(?P<signal>SIG[A-Z0-9]+)|(?P<signum2>\d+)) death signal"
+             r"|SignalException: Process \d+ got signal: (?P<signum>\d+)"),
          "outside_signal"),
     Rule("torchrun_child_failed", F.CRASH, Kind.CRASH, ("exitcode",),
          _rx(r"failed \(exitcode: (?P<exit_code>-?\d+)\) local_rank: (?P<rank>\d+)"), "child_exit"),

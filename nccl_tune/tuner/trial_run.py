@@ -165,13 +165,10 @@ class TrialRunner:
             self.display.note(f"{reason}: dropped from the search")
             self.pins = dropped.hold(self.pins, self.space, [name])
         self.launched += 1
-        if result.status is FailureClass.INTERRUPTED:
-            requeue(study, self.space, values, self.pins.params, kind)
-        elif result.verdict.from_outside and not any(
+        again = result.verdict.from_outside and not any(
             r.values == values and r.result is not None and r.result.verdict.from_outside for r in history
-        ):
-            self.display.note(f"trial {trial.number} failed for a cause none of its values can bring about "
-                              f"({result.status.value}: {result.verdict.cause.subtype}): its values run once more")
+        )
+        if result.status is FailureClass.INTERRUPTED or again:
             requeue(study, self.space, values, self.pins.params, kind)
         if self.space.progress.detect and result.progress_preset and detected_preset(history) is None:
             self.display.note(f"progress: the output reads as preset {result.progress_preset} (trial {result.number})")
@@ -182,6 +179,9 @@ class TrialRunner:
             bool(deficit is not None and deficit > 0 and result.status is FailureClass.OK),
             self.leader(R.records(study)),
         )
+        if again:
+            self.display.note(f"trial {trial.number} failed for a cause none of its values can bring about "
+                              f"({result.status.value}: {result.verdict.cause.subtype}): its values run once more")
         return result
 
     def leader(self, records: Sequence[TrialRecord]) -> Candidate | None:

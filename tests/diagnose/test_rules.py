@@ -454,6 +454,13 @@ def test_nccl_s_specific_failures_and_other_wordings(lines: list[str], cls: F, s
           "signal, shutting down workers",
           "torch.distributed.elastic.multiprocessing.api.SignalException: Process 140 got signal: 15"],
          F.CRASH, "torchrun_signalled", "torchrun was sent SIGTERM from outside"),
+        # torch 2.13's wording (measured: a SIGTERM sent to torchrun from outside), the workers' teardown after it
+        (["W1128 17:20:15.764000 3466 torch/distributed/elastic/agent/server/api.py:753] Received 15 death signal, "
+          "shutting down workers",
+          "W1128 17:20:15.765000 3466 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process 3478 closing "
+          "signal SIGTERM",
+          "torch.distributed.elastic.multiprocessing.api.SignalException: Process 3466 got signal: 15"],
+         F.CRASH, "torchrun_signalled", "torchrun was sent SIGTERM from outside"),
         (["torch.distributed.elastic.multiprocessing.api.SignalException: Process 140 got signal: 1"],
          F.CRASH, "torchrun_signalled", "torchrun was sent SIGHUP from outside"),
         # the run's own error first: the signal after it is its consequence
