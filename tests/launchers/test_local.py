@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -18,7 +20,7 @@ from nccl_tune.launchers.local import LocalLauncher
 from nccl_tune.launchers.process import build_env
 from nccl_tune.trial import OUTSIDE_PHASES, STARTUP_PHASE, Clocks, StopReason, TrialResult
 
-from .helpers import RecordingObserver, wait_for_json, wait_until_marked
+from .helpers import FAKE_TRAINER, RecordingObserver, wait_for_json, wait_until_marked
 
 MARGIN_S = 4.0  # the suite shares two cores with other suites: generous, and only on upper bounds
 
@@ -306,3 +308,26 @@ def test_an_unwritable_trial_folder_is_one_clear_error(make_spec, tmp_path: Path
     spec = replace(make_spec("--steps", "3"), trial_dir=blocker / "trial-0")
     with pytest.raises(NcclTuneError, match=r"cannot write the trial folder .*not-a-dir/trial-0 .*choose another --results"):
         LocalLauncher().run(spec)
+
+
+class _SigtermTorchrunAtFirstStep(RecordingObserver):
+    """Sends SIGTERM to the trial's top process (torchrun's agent) once a step is done, as a scheduler would."""
+
+    def on_start(self, spec, pid):
+        super().on_start(spec, pid)
+        self.pid = pid
+
+    def on_step(self, spec, step_index, seconds):
+        super().on_step(spec, step_index, seconds)
+        if step_index == 0:
+            os.kill(self.pid, signal.SIGTERM)
+
+
+def test_a_sigterm_sent_to_a_real_torchrun_from_outside_is_a_failure_no_value_brought_about(make_spec) -> None:
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1", str(FAKE_TRAINER),
+            "--steps", "100", "--step-s", "0.2"]
+    spec = make_spec(argv=argv, clocks=Clocks(startup_timeout_s=90, stall_timeout_s=30, grace_s=2.0))
+    result = LocalLauncher().run(spec, _SigtermTorchrunAtFirstStep())
+    assert result.status is FailureClass.CRASH and result.verdict.cause.subtype == "outside_signal", result.verdict
+    assert result.verdict.from_outside and "SIGTERM from outside" in result.verdict.advice
+    assert result.survivors == 0
