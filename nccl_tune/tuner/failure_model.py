@@ -142,10 +142,8 @@ class FailureModel:
         self.runs: list[tuple[tuple[Key, ...], tuple[Key, ...], float]] = []
         """(keys held, keys one of which fired (empty for a finished run), cost) per run."""
         for r in sorted(records, key=lambda r: r.number):
-            if r.outcome is not Outcome.LAUNCHED or r.status in (None, FailureClass.INTERRUPTED):
+            if r.status is None or not r.tells_of_values:
                 continue
-            if r.result is not None and r.result.verdict.from_outside:
-                continue  # a signal from outside, a faulty or busy GPU: no value of the run is to blame
             values = self._measured_place(r)
             start, run = self.keys(values, "start"), self.keys(values, "run")
             if memory_wall_frac is not None and memory_explains(r, memory_wall_frac):

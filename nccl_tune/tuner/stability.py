@@ -31,9 +31,8 @@ import statistics
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping
 
-from nccl_tune.failure import FailureClass
 from nccl_tune.node.nccl_clamps import effective
-from nccl_tune.tuner.study_records import Outcome, TrialKind, TrialRecord
+from nccl_tune.tuner.study_records import TrialKind, TrialRecord
 
 
 DEFAULT_NOISE_FRAC = 0.03
@@ -118,13 +117,11 @@ class Candidate:
 
 def candidates(records: Iterable[TrialRecord]) -> list[Candidate]:
     """Launched runs grouped by the run their values make (``run_key``: a setting NCCL clamps runs
-    as the clamped one), in order of first launch; a group's values are its first run's. Neither an
-    interrupted run nor one that failed for a cause none of its values can bring about
-    (``Verdict.from_outside``) says anything of its values."""
+    as the clamped one), in order of first launch; a group's values are its first run's. Only runs
+    whose end says something of their values (``TrialRecord.tells_of_values``) count."""
     groups: dict[str, list[TrialRecord]] = {}
     for r in records:
-        if (r.outcome is Outcome.LAUNCHED and r.status is not FailureClass.INTERRUPTED
-                and not (r.result is not None and r.result.verdict.from_outside)):
+        if r.tells_of_values:
             groups.setdefault(run_key(r.values), []).append(r)
     return [Candidate(runs[0].values, tuple(runs)) for runs in groups.values()]
 

@@ -116,6 +116,14 @@ class TrialRecord:
         return self.result.memory.peak_phase if self.result and self.result.memory else None
 
     @property
+    def tells_of_values(self) -> bool:
+        """Launched, and its end says something of its values: not interrupted, and not failed for a
+        cause none of them can bring about (``Verdict.from_outside``: a signal from outside, a faulty
+        or busy GPU)."""
+        return (self.outcome is Outcome.LAUNCHED and self.status is not FailureClass.INTERRUPTED
+                and not (self.result is not None and self.result.verdict.from_outside))
+
+    @property
     def failed(self) -> bool:
         """Launched and failed: stopped for being slow or for running out of time (``budget``), or
         interrupted, is not a failure."""
