@@ -216,12 +216,11 @@ def connect_problem(address: str, error: str, environ: Mapping[str, str], home: 
     first = (error.strip().splitlines() or ["no reason given"])[0]
     line = (f"cannot connect to the Ray cluster at {address} ({first}): start it (`ray start --head`) "
             "or give --ray-address HOST:PORT")
-    token = (environ.get("RAY_AUTH_TOKEN") or environ.get("RAY_AUTH_TOKEN_PATH")
-             or (home / ".ray" / "auth_token").is_file())
+    token_file = home / ".ray" / "auth_token"
+    token = next((name for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH") if environ.get(name)),
+                 str(token_file) if token_file.is_file() else None)
     if token and "RAY_AUTH_MODE" not in environ:
-        where = ("RAY_AUTH_TOKEN" if environ.get("RAY_AUTH_TOKEN") else "RAY_AUTH_TOKEN_PATH"
-                 if environ.get("RAY_AUTH_TOKEN_PATH") else str(home / ".ray" / "auth_token"))
-        line += f"; a Ray token is set here ({where}): if the cluster uses token authentication, set RAY_AUTH_MODE=token"
+        line += f"; a Ray token is set here ({token}): if the cluster uses token authentication, set RAY_AUTH_MODE=token"
     return line
 
 
