@@ -110,8 +110,6 @@ class _Sweep:
         checks = [j[0] for j in running.values() if _is_check(j)]
         if not self.plan.todo or any(c.key == BASELINE_KEY for c in checks):
             return False
-        if self.plan.todo[0].key != BASELINE_KEY and BASELINE_KEY not in self.plan.done:
-            return False
         if self.plan.todo[0].key == BASELINE_KEY and checks:
             return False
         check = self.plan.todo.pop(0)
