@@ -205,6 +205,10 @@ class SearchSpace:
         """The user's own config: the defaults, with the values ``held`` (``--set``) over them."""
         return {**self.defaults(), **held}
 
+    def free(self, pinned: Collection[str]) -> list[Parameter]:
+        """The parameters a search varies: not ``pinned`` (``--set``), with more than one choice."""
+        return [p for p in self.parameters if p.name not in pinned and len(p.choices) > 1]
+
     # -- evaluation ----------------------------------------------------------------------
     def scope(self, values: Mapping[str, Any]) -> dict[str, Any]:
         """Context, parameter values and defines: everything an expression may read."""
@@ -242,7 +246,7 @@ class SearchSpace:
         and the space does not say how many samples a step processes."""
         if set(units) != {"steps"} or self.samples_per_step is not None:
             return None
-        varying = [p.name for p in self.parameters if p.semantic and p.name not in pinned and len(p.choices) > 1]
+        varying = [p.name for p in self.free(pinned) if p.semantic]
         if not varying:
             return None
         example = " * ".join(varying[:3])

@@ -134,7 +134,7 @@ class Planner:
         self.sweep = sweep or Sweep()
         self.pinned = dict(pinned)
         self.records = list(records)
-        self.free = [p for p in space.parameters if p.name not in self.pinned and len(p.choices) > 1]
+        self.free = space.free(self.pinned)
         self.baseline = space.baseline(self.pinned)
         self.memory = MemoryModel(space, self.records)
         self.tput = ThroughputModel(space, self.free, self.records, self.baseline, self.sweep.speeds)

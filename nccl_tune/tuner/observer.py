@@ -2,9 +2,9 @@
 incumbent, and turning SIGINT/SIGTERM into a clean teardown of the running trial.
 
 Screening (``stop.screen_steps`` > 0) is a two-rung successive-halving rule decided inside the
-running trial: after the warm-up and ``screen_steps`` measured steps, a trial whose throughput is
-not within ``screen_reach`` of the incumbent's is stopped; one within reach runs every measured
-step. The trial is not restarted, so screening costs no second start-up."""
+running trial: after the warm-up and ``screen_steps`` measured steps, a trial whose throughput does
+not clear the bar (``screening.ScreenBar``: the incumbent's throughput as the study's model estimates
+it, less a reach that follows the noise) is stopped; one within reach runs every measured step. The trial is not restarted, so screening costs no second start-up."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from typing import Any
 from nccl_tune.launchers.base import TrialObserver, TrialProgress
 from nccl_tune.trial import StopReason, TrialSpec
 from nccl_tune.tuner.display import Display
+from nccl_tune.tuner.screening import ScreenBar
 from nccl_tune.tuner.stability import Candidate
 
 
@@ -56,23 +57,19 @@ class TunerObserver(TrialObserver):
         interrupt: InterruptFlag,
         incumbent: Candidate | None,
         early_stop_ratio: float,
-        screen_reach: float | None = None,
+        screen: ScreenBar | None = None,
     ) -> None:
-        """``screen_reach``: how far (a fraction) below the incumbent's throughput a screened trial
-        may measure and still run on (None: no screening)."""
+        """``screen``: the bar a screened trial must clear (None: no screening)."""
         self.display = display
         self.interrupt = interrupt
         self.early_stop_ratio = early_stop_ratio
         self.reference: tuple[float, tuple[float, ...]] | None = None
-        self.incumbent_throughput = 0.0
-        """Samples per second over the incumbent's measured steps, as screening measures a trial."""
+        """The incumbent's best run (samples per step, step times): what the early stop compares each step with."""
         if incumbent is not None and incumbent.ok_runs:
             best = max(incumbent.ok_runs, key=lambda r: r.throughput or 0.0)
             if best.result and best.result.samples_per_step:
                 self.reference = (best.result.samples_per_step, best.result.step_times_s)
-                if best.result.mean_step_s:
-                    self.incumbent_throughput = best.result.samples_per_step / best.result.mean_step_s
-        self.screen_reach = screen_reach
+        self.screen = screen
 
     def on_phase(self, spec: TrialSpec, phase: str, seconds: float) -> None:
         self.display.progress(f"{phase} done in {seconds:.1f}s")
@@ -97,15 +94,14 @@ class TunerObserver(TrialObserver):
     def screened_out(self, spec: TrialSpec, step_times_s: tuple[float, ...]) -> bool:
         """True at the screening point when the screened steps are not within reach of the incumbent."""
         screen, warm = spec.stop.screen_steps, spec.stop.warmup_steps
-        if not screen or self.screen_reach is None or not self.incumbent_throughput or not spec.samples_per_step:
+        if not screen or self.screen is None or not spec.samples_per_step:
             return False
         if len(step_times_s) != warm + screen:
             return False
         measured = [t for t in step_times_s[warm:] if t > 0]
         if len(measured) < screen:
             return False
-        throughput = spec.samples_per_step / (sum(measured) / len(measured))
-        return throughput < self.incumbent_throughput * (1.0 - self.screen_reach)
+        return self.screen.stops(spec.samples_per_step / (sum(measured) / len(measured)))
 
     def should_stop(self, spec: TrialSpec, progress: TrialProgress) -> StopReason | None:
         if self.interrupt.is_set:

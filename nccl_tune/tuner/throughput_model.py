@@ -125,21 +125,6 @@ def pooled_step_spread(records: Iterable[TrialRecord]) -> tuple[float, int] | No
     return max(math.sqrt(ss / dof), 0.002), dof
 
 
-SCREEN_Z = 2.0
-"""Standard deviations of the difference between a screened estimate and the incumbent's that
-screening allows before it stops a trial."""
-SCREEN_MIN_REACH = 0.03
-
-
-def screen_reach(records: Sequence[TrialRecord], screen_steps: int, incumbent_steps: int) -> float:
-    """How far below the incumbent a trial may measure over ``screen_steps`` steps and still be
-    within reach: ``SCREEN_Z`` standard deviations of the difference of the two estimates (step
-    noise measured in the study, run-to-run noise), at least ``SCREEN_MIN_REACH``."""
-    noise = step_noise(records)
-    var = noise**2 / max(screen_steps, 1) + noise**2 / max(incumbent_steps, 1) + 2 * RUN_NOISE**2
-    return max(SCREEN_MIN_REACH, SCREEN_Z * math.sqrt(var))
-
-
 def warmup_ratio(records: Sequence[TrialRecord]) -> float:
     """Mean log ratio of a measured step to the warm-up steps, over the study's finished trials."""
     ratios = []

@@ -31,7 +31,9 @@ from nccl_tune.tuner.stability import Candidate, select_winner
 from nccl_tune.tuner.study_records import TrialRecord
 from nccl_tune.tuner.telling import near_wall, requeue, tell_abandoned, tell_result
 from nccl_tune.tuner.steps import MAX_MEASURED_STEPS, next_measured_steps
-from nccl_tune.tuner.throughput_model import screen_reach
+from nccl_tune.tuner.nccl_sweep import load as load_sweep
+from nccl_tune.tuner.screening import ScreenBar, screen_bar
+from nccl_tune.tuner.throughput_model import ThroughputModel
 from nccl_tune.tuner.trial_builder import build_trial_spec
 
 
@@ -132,13 +134,21 @@ class TrialRunner:
             trial.set_user_attr(key, value)
         incumbent = self.leader(history)
         ratio = self.settings.early_stop_ratio if early_stop else 0.0
-        reach = None
+        screen = None
         if early_stop and self.settings.screening and incumbent is not None and spec.stop.screen_steps:
-            measured = min((len(r.result.measured_step_times_s) for r in incumbent.ok_runs if r.result), default=1)
-            reach = screen_reach(history, spec.stop.screen_steps, measured)
-        observer = TunerObserver(self.display, self.interrupt, incumbent, ratio, reach)
+            screen = self.screen_bar(trial.study, history, incumbent, spec.stop.screen_steps)
+        observer = TunerObserver(self.display, self.interrupt, incumbent, ratio, screen)
         self.display.trial_started(trial.number, kind, values, trial.user_attrs.get(R.A_WHY))
         return spec, observer
+
+    def screen_bar(self, study: optuna.Study, history: Sequence[TrialRecord], incumbent: Candidate,
+                   screen_steps: int) -> ScreenBar | None:
+        """What a trial screened over ``screen_steps`` steps must clear (``screening``), from the study's
+        throughput model (fitted as the planner fits it, the NCCL sweep's timings included)."""
+        pinned = self.pins.params
+        model = ThroughputModel(self.space, self.space.free(pinned), history, self.space.baseline(pinned),
+                                load_sweep(study, self.space).speeds)
+        return screen_bar(model, incumbent, screen_steps)
 
     def tell_measured_steps(self, spec: TrialSpec, history: Sequence[TrialRecord]) -> None:
         """Tell the user, once, when the measured steps per trial first differ from the space's, and

@@ -5,6 +5,7 @@ Whole studies through the model launcher with an analytic cost, the loop's own o
 from __future__ import annotations
 
 import io
+import math
 from pathlib import Path
 
 import pytest
@@ -21,8 +22,11 @@ from nccl_tune.trial import StopReason, TrialResult
 from nccl_tune.tuner.display import early_stop_sentence
 from nccl_tune.tuner.early_stops import early_stops
 from nccl_tune.tuner.loop import run_study
+from nccl_tune.tuner.screening import ScreenBar, screen_bar
 from nccl_tune.tuner.settings import RunSettings
+from nccl_tune.tuner.stability import candidates
 from nccl_tune.tuner.study_records import Outcome, TrialKind, TrialRecord
+from nccl_tune.tuner.throughput_model import ThroughputModel
 
 SPACE = """
 name: screening
@@ -107,3 +111,67 @@ def test_without_screening_the_slow_candidate_runs_every_step(tmp_path):
 def test_screen_steps_must_leave_measured_steps_to_screen_for(tmp_path):
     with pytest.raises(NcclTuneError, match="screen_steps 3 must be below stop.measured_steps"):
         parse_space(SPACE % 3, source="test", label="screening.yaml")
+
+
+# -- the bar: the incumbent as the study's model estimates it -------------------------------------
+
+BAR_SPACE = parse_space("""
+name: bar
+parameters:
+  - {name: micro, kind: pow2, low: 1, high: 8, default: 2, memory: increasing}
+  - {name: NCCL_ALGO, kind: categorical, choices: [unset, Ring, Tree, NVLS], default: unset, memory: none}
+throughput: {samples_per_step: 64}
+""", source="test", label="bar")
+
+
+def noisy_run(number: int, algo: str, step_s: float, noise: float, tokens_per_sample: float | None = None) -> TrialRecord:
+    """A finished run of ``NCCL_ALGO=algo`` (micro 2) whose measured steps scatter by ``noise``
+    around ``step_s`` (mean ``step_s``); with ``tokens_per_sample``, each step line printed a token rate."""
+    times = (step_s * 1.3, step_s * (1 + noise), step_s * (1 - noise), step_s * (1 + noise), step_s * (1 - noise))
+    rates = tuple(64 * tokens_per_sample / t for t in times) if tokens_per_sample else ()
+    result = TrialResult(number=number, status=FailureClass.OK, verdict=Verdict(FailureClass.OK),
+                         stop_reason=StopReason.MEASURED, step_times_s=times, warmup_steps=1, samples_per_step=64.0,
+                         step_rates=rates, rate_unit="tokens" if rates else None)
+    return TrialRecord(number, TrialState.COMPLETE, {"micro": 2, "NCCL_ALGO": algo}, TrialKind.SEARCH,
+                       Outcome.LAUNCHED, FailureClass.OK, result)
+
+
+def bar_of(records: list[TrialRecord], leader: str) -> tuple[ScreenBar, ThroughputModel]:
+    model = ThroughputModel(BAR_SPACE, BAR_SPACE.free({}), records, BAR_SPACE.baseline({}))
+    incumbent = next(c for c in candidates(records) if c.values["NCCL_ALGO"] == leader)
+    return screen_bar(model, incumbent, screen_steps=1), model
+
+
+def test_the_bar_is_the_incumbents_modelled_throughput_not_its_lucky_run():
+    """Four NCCL values measured alike, one of them 8% faster once under 8% step noise: the
+    fastest by its run, and the incumbent. Its run flatters it; the model pooled with the three
+    others sets the bar lower, so a candidate as fast as the rest, measured slow over one noisy
+    step, runs on instead of being stopped against the lucky figure."""
+    records = [noisy_run(0, "unset", 10.0, 0.08), noisy_run(1, "Ring", 10.05, 0.08),
+               noisy_run(2, "Tree", 9.95, 0.08), noisy_run(3, "NVLS", 9.2, 0.08)]
+    bar, model = bar_of(records, "NVLS")
+    lucky = 64 / 9.2
+    mean, _ = model.predict([{"micro": 2, "NCCL_ALGO": "NVLS"}])
+    assert bar.incumbent_per_s == pytest.approx(math.exp(float(mean[0])))
+    assert 64 / 10.0 < bar.incumbent_per_s < 0.99 * lucky
+    # a candidate as fast as the others (10 s a step) whose one screened step took 11.8 s runs on;
+    # against the lucky figure, with the same reach, it would have been stopped
+    assert not bar.stops(64 / 11.8) and 64 / 11.8 < lucky * (1 - bar.reach_frac)
+    assert bar.stops(64 / 10.0 * 0.7)
+
+
+def test_the_reach_follows_the_steps_noise():
+    quiet = [noisy_run(n, algo, 10.0, 0.005) for n, algo in enumerate(("unset", "Ring", "Tree", "NVLS"))]
+    noisy = [noisy_run(n, algo, 10.0, 0.08) for n, algo in enumerate(("unset", "Ring", "Tree", "NVLS"))]
+    quiet_bar, noisy_bar = bar_of(quiet, "unset")[0], bar_of(noisy, "unset")[0]
+    assert quiet_bar.reach_frac < 0.06 < 0.15 < noisy_bar.reach_frac
+    assert quiet_bar.stops(64 / 10.0 * 0.9) and not noisy_bar.stops(64 / 10.0 * 0.9)
+
+
+def test_the_bar_is_in_step_timed_samples_whatever_unit_the_trainer_printed():
+    """The trainer printed tokens per second (what the model fits); screening times a trial's steps
+    in samples per second, so the bar is in those."""
+    records = [noisy_run(n, algo, 10.0, 0.01, tokens_per_sample=512.0) for n, algo in enumerate(("unset", "Ring"))]
+    assert records[0].throughput_unit == "tokens/s" and records[0].throughput > 3000
+    bar = bar_of(records, "unset")[0]
+    assert bar.incumbent_per_s == pytest.approx(6.4, rel=0.03)
