@@ -38,6 +38,8 @@ class AdviceContext:
     before_first_step: bool = False
     vllm_context: bool = False
     """The failing lines or the traceback right before them come from vLLM."""
+    vllm_stepping: bool = False
+    """The traceback before the failure shows a vLLM engine running a model step (generating), not starting."""
     weight_sync_context: bool = False
     after_training: bool = False
     rank: int | None = None
@@ -88,7 +90,7 @@ def _oom(ctx: AdviceContext) -> str:
         )
     phase = ctx.phase or ""
     if ctx.vllm_context and (ctx.before_first_step or phase in _GENERATE_PHASES or not phase):
-        if ctx.before_first_step or not phase:
+        if (ctx.before_first_step or not phase) and not ctx.vllm_stepping:
             return (
                 "CUDA ran out while the vLLM engines started: lower generator.gpu_memory_utilization (each colocated "
                 "engine claims that fraction of the GPU), or generator.max_num_seqs" + frag

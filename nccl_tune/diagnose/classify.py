@@ -145,6 +145,12 @@ _OOM_RESERVED = re.compile(r"(?P<v>[\d.]+) (?P<u>[KMG])i?B is reserved by PyTorc
 _UTIL = re.compile(r"gpu_memory_utilization=(?P<util>[\d.]+)")
 _SAVE_PHASES = {"save_checkpoints", "save_hf_model"}
 _WEIGHT_SYNC_HINTS = ("sync_weights", "sync_model", "broadcast_to_inference_engines", "update_weights", "weight_sync")
+_VLLM_STEP_HINTS = ("execute_model", "EngineCore encountered a fatal error", "step_with_batch_queue")
+"""A vLLM engine running a model step (generating), in the lines before an OOM."""
+_VLLM_START_HINTS = ("profile_run", "determine_available_memory", "initialize_kv_cache", "EngineCore failed to start",
+                     "capture_model", "load_model")
+"""A vLLM engine starting (loading weights, profiling memory, sizing its KV cache, capturing CUDA graphs): its
+profiling also runs ``execute_model``, so these win."""
 _TORCHRUN_SUMMARY = Rule("torchrun_root_cause", FailureClass.CRASH, Kind.CRASH, (), None, "child_exit")
 _NCCL_WARN_CAUSES = ("failure", "Failure", "failed", "Failed", "rror", "imeout", "timed out", "No space", "reset", "closed")
 _NCCL_WARN_BENIGN = ("No device found", "Could not find", "Unable to open", "Failed to open lib", "not supported",
@@ -165,6 +171,7 @@ class _Event:
     before_first_step: bool
     after_training: bool
     vllm_context: bool = False
+    vllm_stepping: bool = False
     weight_sync_context: bool = False
     pid: int | None = None
     """The Ray worker or NCCL process that printed the line (its rank may be learnt later in the log)."""
@@ -694,6 +701,8 @@ class LogClassifier:
             buf, start, end = self._context
             recent = buf[max(0, start - CONTEXT_BYTES) : end].decode("utf-8", "replace")
             ev.vllm_context = "vllm" in recent.lower() or "vllm" in msg.lower()
+            ev.vllm_stepping = (ev.vllm_context and any(h in recent for h in _VLLM_STEP_HINTS)
+                                and not any(h in recent for h in _VLLM_START_HINTS))
             ev.weight_sync_context = any(h in recent for h in _WEIGHT_SYNC_HINTS)
         self._events.append(ev)
         return ev
@@ -1041,6 +1050,7 @@ class _Decision:
             phase=ev.phase if ev else None,
             before_first_step=ev.before_first_step if ev else False,
             vllm_context=ev.vllm_context if ev else False,
+            vllm_stepping=ev.vllm_stepping if ev else False,
             weight_sync_context=ev.weight_sync_context if ev else False,
             after_training=ev.after_training if ev else self.clf._phases.after_training,
             rank=ev.rank if ev else None,

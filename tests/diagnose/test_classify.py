@@ -378,6 +378,24 @@ def test_vllm_oom_at_engine_start_up_advises_gpu_memory_utilization() -> None:
     assert "vLLM engines started" in v.advice and "lower generator.gpu_memory_utilization" in v.advice
 
 
+def test_vllm_oom_while_its_engine_runs_a_model_step_advises_fewer_sequences() -> None:
+    """The same OOM raised from ``execute_model`` after the engine reported a fatal error while running: it was
+    generating, so fewer sequences at once is the fix, not a smaller share at start-up (no phase line to say so)."""
+    lines = [
+        "(EngineCore_0 pid=5512) ERROR 09-02 03:11:09 [core.py:634] EngineCore encountered a fatal error.\n",
+        '(EngineCore_0 pid=5512) ERROR 09-02 03:11:09 [core.py:634]   File "/opt/vllm/vllm/v1/worker/gpu_model_runner.py", '
+        'line 1620, in execute_model\n',
+        "(EngineCore_0 pid=5512) ERROR 09-02 03:11:09 [core.py:634] torch.OutOfMemoryError: CUDA out of memory. Tried to "
+        "allocate 1.96 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.02 GiB is free.\n",
+        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root "
+        "cause.\n",
+    ]
+    v = classify_log(lines, exit_code=1)
+    assert v.failure_class is F.OOM
+    assert "during generation" in v.advice and "generator.max_num_seqs" in v.advice
+    assert "engines started" not in v.advice
+
+
 def test_vllm_free_memory_at_start_up() -> None:
     lines = [
         "(EngineCore_DP0 pid=16388) ERROR 03-01 21:32:52 [core.py:708] ValueError: Free memory on device (13.91/79.33 GiB) "
