@@ -443,6 +443,12 @@ _CRASH_FIXED = {
         "or gated repository): check the model path in the command, HF_TOKEN for a gated model, or download it once "
         "and run with HF_HUB_OFFLINE=1 so that every trial reads the local copy"
     ),
+    "corrupt_checkpoint": (
+        "A weights or checkpoint file could not be read: it is cut short or is not the file it claims to be (an "
+        "interrupted download or copy, a save that ran out of disk, a Git LFS pointer checked out in its place); delete "
+        "it and fetch it again (`huggingface-cli download <repo>`, or `git lfs pull`), or resume from an earlier "
+        "checkpoint; every trial reading it fails the same way"
+    ),
     "disk_full": (
         "The disk is full: a checkpoint or log write failed; free space or point the checkpoint and output directories "
         "at a larger volume, and keep fewer checkpoints"

@@ -326,6 +326,11 @@ RULES: tuple[Rule, ...] = (
          ("Error: We couldn't connect to 'https://huggingface.co'", "LocalEntryNotFoundError", "RepositoryNotFoundError",
           "GatedRepoError"),
          None, "model_fetch"),
+    # a weights or checkpoint file cut short or not what it claims (an interrupted download or copy, a write
+    # that ran out of disk, a Git LFS pointer in place of the file): safetensors, torch.load, pickle
+    Rule("corrupt_checkpoint", F.CRASH, Kind.CRASH,
+         ("SafetensorError", "PytorchStreamReader failed reading", "UnpicklingError: invalid load key"),
+         None, "corrupt_checkpoint"),
     Rule("disk_full", F.CRASH, Kind.CRASH, ("No space left on device",), None, "disk_full",
          exclude=("NCCL WARN", "posix_fallocate", "/dev/shm")),
     Rule("segfault", F.CRASH, Kind.CRASH,

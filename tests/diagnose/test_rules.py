@@ -54,6 +54,7 @@ EXAMPLES = {
     "nccl_work_timeout": "[rank0]:[E1102 10:22:31.000000 ProcessGroupNCCL.cpp:1194] [PG ID 0 PG GUID 0(default_pg) Rank 0] Timeout at NCCL work: 25, last enqueued NCCL work: 25, last completed NCCL work: 24.",
     "ray_node_died": "ray.exceptions.NodeDiedError: Task failed due to the node (where this task was running) dying.",
     "build_mismatch": "ImportError: /usr/local/lib/python3.12/site-packages/flash_attn_2_cuda.cpython-312-x86_64-linux-gnu.so: undefined symbol: _ZN3c104cuda9SetDeviceEi",
+    "corrupt_checkpoint": "safetensors_rust.SafetensorError: Error while deserializing header: MetadataIncompleteBuffer",
     "hf_hub_unreachable": "OSError: We couldn't connect to 'https://huggingface.co' to load this file, couldn't find it in the cached files and it looks like Qwen/Qwen2.5-7B is not the path to a directory containing a file named config.json.",
     "torchrun_signalled": "W1102 10:23:01.000000 140 torch/distributed/elastic/agent/server/api.py:719] Received Signals.SIGTERM death signal, shutting down workers",
     "torchrun_child_failed": "ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -9) local_rank: 1 (pid: 40118) of binary: /usr/bin/python",
@@ -582,6 +583,9 @@ def test_inference_engine_failures_inside_an_rl_loop(line: str, subtype: str) ->
          F.INIT_FAILURE, "nccl_id_store", "rank 0 is alive but late"),
         ("RuntimeError: DataLoader worker (pid 4410) is killed by signal: Bus error. It is possible that dataloader's "
          "workers are out of shared memory.", F.CRASH, "dataloader_shm", "--shm-size"),
+        ("RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory", F.CRASH,
+         "corrupt_checkpoint", "fetch it again"),
+        ("_pickle.UnpicklingError: invalid load key, 'v'.", F.CRASH, "corrupt_checkpoint", "Git LFS pointer"),
         ("OSError: [Errno 28] No space left on device: '/ckpt/global_step_400/optim.pt'", F.CRASH, "disk_full",
          "larger volume"),
         # NCCL's shared-memory segment on a full /dev/shm stays NCCL's
