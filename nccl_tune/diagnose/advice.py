@@ -366,6 +366,18 @@ def _init(ctx: AdviceContext) -> str:
                f"rank {peer} (or the store's host) went away first: its own log has the first error (often an OOM or an "
                "exception at start-up)")
         )
+    if ctx.subtype == "gloo_connect":
+        iface = d.get("iface")
+        if iface:
+            return (
+                f"gloo found no network interface named {iface} on this node (GLOO_SOCKET_IFNAME, or gloo's default): "
+                "set GLOO_SOCKET_IFNAME to an interface every node has and reaches the others on (`ip -br addr`)"
+            )
+        return (
+            "gloo could not connect every pair of ranks while setting up a process group: a firewall between the nodes, "
+            "an interface the others cannot reach (set GLOO_SOCKET_IFNAME to the one they share: `ip -br addr`), or a "
+            "rank that died during the set-up (its own log has the first error)"
+        )
     if ctx.subtype == "ray":
         return "Could not reach the Ray cluster: start it (`ray start --head`) or point RAY_ADDRESS at it; check `ray status`"
     if ctx.subtype == "placement_group":

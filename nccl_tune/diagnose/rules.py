@@ -227,6 +227,11 @@ RULES: tuple[Rule, ...] = (
     # key '0', but store->get('0') got error: Connection reset by peer"
     Rule("nccl_id_store", F.INIT_FAILURE, Kind.INIT, ("got error:",),
          _rx(r"retrieving ncclUniqueId from \[(?P<peer_rank>\d+)\].*got error: (?P<error>[^.]+)"), "nccl_id_store"),
+    # gloo (CPU process groups, also next to NCCL ones) setting up its pairs of ranks: "Gloo connectFullMesh
+    # failed with [.../pair.cc:144] no error", or no interface of the name GLOO_SOCKET_IFNAME gives
+    # ("[enforce fail at .../device.cc:83] ifa != nullptr. Unable to find address for: eth0")
+    Rule("gloo_connect", F.INIT_FAILURE, Kind.INIT, ("connectFullMesh failed", "Unable to find address for"),
+         _rx(r"connectFullMesh failed|Unable to find address for:? (?P<iface>\S+)"), "gloo_connect"),
     Rule("port_in_use", F.INIT_FAILURE, Kind.ROOT,
          ("Address already in use", "EADDRINUSE", "failed to listen on any local network address"),
          None, "port_in_use", exclude=("NCCL WARN", "NCCL INFO")),

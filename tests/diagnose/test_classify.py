@@ -3,7 +3,10 @@ of events, failures after training, healthy slow runs, truncation, prefixes and 
 
 from __future__ import annotations
 
+import os
 import random
+import subprocess
+import sys
 import tracemalloc
 from pathlib import Path
 from typing import Iterator
@@ -678,3 +681,18 @@ def test_an_exception_the_run_trained_two_steps_past_did_not_end_it() -> None:
     # one step after it may be other ranks closing the step the exception broke: still the crash
     one_later = step_prefix(1)[:-7] + handled + step_prefix(1)[3:]
     assert classify_log(one_later).failure_class is F.CRASH
+
+
+def test_a_real_gloo_group_on_an_interface_the_node_lacks_names_the_interface(tmp_path: Path) -> None:
+    """torch's own gloo, told by GLOO_SOCKET_IFNAME to use an interface this machine does not have:
+    a set-up failure (no step can fix it), and the advice names the interface."""
+    from .conftest import free_port
+
+    code = ("import torch.distributed as dist; "
+            f"dist.init_process_group('gloo', init_method='tcp://127.0.0.1:{free_port()}', rank=0, world_size=1)")
+    env = dict(os.environ, GLOO_SOCKET_IFNAME="nosuch0", OMP_NUM_THREADS="1")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode != 0
+    v = classify_log((out.stdout + out.stderr).splitlines(keepends=True), exit_code=out.returncode)
+    assert v.failure_class is F.INIT_FAILURE and v.cause.subtype == "gloo_connect", v
+    assert "no network interface named nosuch0" in v.advice and "GLOO_SOCKET_IFNAME" in v.advice

@@ -54,6 +54,7 @@ EXAMPLES = {
     "nccl_work_timeout": "[rank0]:[E1102 10:22:31.000000 ProcessGroupNCCL.cpp:1194] [PG ID 0 PG GUID 0(default_pg) Rank 0] Timeout at NCCL work: 25, last enqueued NCCL work: 25, last completed NCCL work: 24.",
     "ray_node_died": "ray.exceptions.NodeDiedError: Task failed due to the node (where this task was running) dying.",
     "build_mismatch": "ImportError: /usr/local/lib/python3.12/site-packages/flash_attn_2_cuda.cpython-312-x86_64-linux-gnu.so: undefined symbol: _ZN3c104cuda9SetDeviceEi",
+    "gloo_connect": "RuntimeError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error",
     "corrupt_checkpoint": "safetensors_rust.SafetensorError: Error while deserializing header: MetadataIncompleteBuffer",
     "hf_hub_unreachable": "OSError: We couldn't connect to 'https://huggingface.co' to load this file, couldn't find it in the cached files and it looks like Qwen/Qwen2.5-7B is not the path to a directory containing a file named config.json.",
     "torchrun_signalled": "W1102 10:23:01.000000 140 torch/distributed/elastic/agent/server/api.py:719] Received Signals.SIGTERM death signal, shutting down workers",
