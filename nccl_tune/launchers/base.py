@@ -66,6 +66,11 @@ class TrialObserver:
         ``StopReason.EARLY_STOP`` to stop a trial already worse than the incumbent; None to let it run."""
         return None
 
+    def stop_detail(self) -> str | None:
+        """Why the last ``EARLY_STOP`` was asked for, in a few words the trial's line shows (None: the
+        launcher says "slower than the best trial so far")."""
+        return None
+
     def on_stopping(self, spec: TrialSpec, reason: StopReason, detail: str) -> None:
         """The launcher stops watching the trial (``reason``: measured, stall, exited, ...) and
         starts tearing it down; ``detail`` is one line."""

@@ -306,7 +306,7 @@ class LocalLauncher(Launcher):
                 last_progress_s=now - (last if last is not None else t0),
                 peak_mem_gib=peak,
             )
-            decision = observer_decision(observer.should_stop(spec, progress), state)
+            decision = observer_decision(observer, spec, progress, state)
             if decision is not None:
                 return decision
             time.sleep(self.poll_s)

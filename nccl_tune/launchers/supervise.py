@@ -10,8 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from nccl_tune.launchers.base import TrialObserver, TrialProgress
 from nccl_tune.launchers.progress import ProgressState
-from nccl_tune.trial import STARTUP_PHASE, Clocks, StopReason, StopRule
+from nccl_tune.trial import STARTUP_PHASE, Clocks, StopReason, StopRule, TrialSpec
 
 _OBSERVER_REASONS = (StopReason.INTERRUPTED, StopReason.EARLY_STOP)
 
@@ -88,8 +89,10 @@ class Watch:
         return Decision(reason, detail, state.open_phase, silent)
 
 
-def observer_decision(asked: StopReason | None, state: ProgressState) -> Decision | None:
+def observer_decision(observer: TrialObserver, spec: TrialSpec, progress: TrialProgress,
+                      state: ProgressState) -> Decision | None:
     """The observer's answer to ``should_stop`` as a decision (None: keep watching)."""
+    asked = observer.should_stop(spec, progress)
     if asked is None:
         return None
     reason = StopReason(asked)
@@ -98,4 +101,5 @@ def observer_decision(asked: StopReason | None, state: ProgressState) -> Decisio
     if reason is StopReason.INTERRUPTED:
         return Decision(reason, "the tuner was interrupted", state.open_phase)
     steps = len(state.step_times_s)
-    return Decision(reason, f"stopped early after {steps} steps: slower than the best trial so far", state.open_phase)
+    why = observer.stop_detail() or "slower than the best trial so far"
+    return Decision(reason, f"stopped early after {steps} steps: {why}", state.open_phase)

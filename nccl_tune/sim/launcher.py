@@ -197,7 +197,7 @@ class _Supervision:
             self._apply(t, is_start, span)
             state = self.ledger.snapshot()
             decision = self.watch.check(state, t) or observer_decision(
-                self.observer.should_stop(self.spec, self._progress(state, t)), state
+                self.observer, self.spec, self._progress(state, t), state
             )
             if decision is not None:
                 return t, decision

@@ -70,6 +70,8 @@ class TunerObserver(TrialObserver):
             if best.result and best.result.samples_per_step:
                 self.reference = (best.result.samples_per_step, best.result.step_times_s)
         self.screen = screen
+        self.why: str | None = None
+        """Why the last early stop was asked for (``stop_detail``)."""
 
     def on_phase(self, spec: TrialSpec, phase: str, seconds: float) -> None:
         self.display.progress(f"{phase} done in {seconds:.1f}s")
@@ -78,36 +80,46 @@ class TunerObserver(TrialObserver):
         total = spec.stop.total_steps
         self.display.progress(f"step {step_index + 1}/{total} in {seconds:.1f}s")
 
-    def slower_than_incumbent(self, spec: TrialSpec, step_times_s: tuple[float, ...]) -> bool:
-        """True when some finished step ran below ``early_stop_ratio`` of the incumbent's same step."""
+    def slower_than_incumbent(self, spec: TrialSpec, step_times_s: tuple[float, ...]) -> str | None:
+        """Why the trial is slower than the incumbent, when some finished step ran below
+        ``early_stop_ratio`` of the incumbent's same step; else None."""
         if self.reference is None or not self.early_stop_ratio or not spec.samples_per_step:
-            return False
+            return None
         ref_samples, ref_times = self.reference
         for i, t in enumerate(step_times_s):
             if i >= len(ref_times) or t <= 0 or ref_times[i] <= 0:
                 continue
             ratio = (spec.samples_per_step / t) / (ref_samples / ref_times[i])
             if ratio < self.early_stop_ratio:
-                return True
-        return False
+                return (f"step {i + 1} ran at {ratio:.0%} of the incumbent's step {i + 1} (the early stop is below "
+                        f"{self.early_stop_ratio:.0%})")
+        return None
 
-    def screened_out(self, spec: TrialSpec, step_times_s: tuple[float, ...]) -> bool:
-        """True at the screening point when the screened steps are not within reach of the incumbent."""
+    def screened_out(self, spec: TrialSpec, step_times_s: tuple[float, ...]) -> str | None:
+        """Why the trial is stopped at the screening point, when its screened steps do not clear the
+        bar; else None."""
         screen, warm = spec.stop.screen_steps, spec.stop.warmup_steps
         if not screen or self.screen is None or not spec.samples_per_step:
-            return False
+            return None
         if len(step_times_s) != warm + screen:
-            return False
+            return None
         measured = [t for t in step_times_s[warm:] if t > 0]
         if len(measured) < screen:
-            return False
-        return self.screen.stops(spec.samples_per_step / (sum(measured) / len(measured)))
+            return None
+        per_s = spec.samples_per_step / (sum(measured) / len(measured))
+        bar = self.screen
+        if not bar.stops(per_s):
+            return None
+        return (f"{per_s:,.1f} samples/s over {screen} screened step{'s' if screen > 1 else ''}, under the bar of "
+                f"{bar.floor_per_s:,.1f} (the incumbent's {bar.incumbent_per_s:,.1f} as modelled, less "
+                f"{bar.reach_frac:.0%})")
 
     def should_stop(self, spec: TrialSpec, progress: TrialProgress) -> StopReason | None:
         if self.interrupt.is_set:
             return StopReason.INTERRUPTED
-        if self.slower_than_incumbent(spec, progress.step_times_s):
-            return StopReason.EARLY_STOP
-        if self.screened_out(spec, progress.step_times_s):
-            return StopReason.EARLY_STOP
-        return None
+        self.why = self.slower_than_incumbent(spec, progress.step_times_s) or self.screened_out(
+            spec, progress.step_times_s)
+        return StopReason.EARLY_STOP if self.why else None
+
+    def stop_detail(self) -> str | None:
+        return self.why

@@ -35,9 +35,14 @@ class ScreenBar:
     and still run on: ``SCREEN_Z`` standard deviations of the difference (the screened steps' noise,
     the run-to-run spread, the model's uncertainty about the incumbent), at least ``SCREEN_MIN_REACH``."""
 
+    @property
+    def floor_per_s(self) -> float:
+        """The least a screened trial may measure and run on."""
+        return self.incumbent_per_s * (1.0 - self.reach_frac)
+
     def stops(self, measured_per_s: float) -> bool:
         """True when a trial that measured ``measured_per_s`` over its screened steps is out of reach."""
-        return measured_per_s < self.incumbent_per_s * (1.0 - self.reach_frac)
+        return measured_per_s < self.floor_per_s
 
 
 def screen_bar(model: ThroughputModel, incumbent: Candidate, screen_steps: int) -> ScreenBar | None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from nccl_tune.launchers.base import TrialObserver, TrialProgress
 from nccl_tune.launchers.progress import ProgressState
 from nccl_tune.launchers.supervise import Watch, observer_decision
 from nccl_tune.launchers.progress import ProgressLedger
@@ -73,14 +74,36 @@ def test_due_says_when_the_first_clock_fires_and_check_agrees(snapshot: Progress
     assert watch.check(snapshot, due[0]).reason is due[1]
 
 
-def test_the_observer_answer_becomes_a_decision() -> None:
+class Asks(TrialObserver):
+    """An observer that asks for ``reason``, saying ``why``."""
+
+    def __init__(self, reason: StopReason | None, why: str | None = None) -> None:
+        self.reason, self.why = reason, why
+
+    def should_stop(self, spec, progress):
+        return self.reason
+
+    def stop_detail(self):
+        return self.why
+
+
+def test_the_observer_answer_becomes_a_decision(make_spec) -> None:
+    spec = make_spec()
     snap = state(step_times_s=(1.0,), open_phases=("step",))
-    assert observer_decision(None, snap) is None
-    early = observer_decision(StopReason.EARLY_STOP, snap)
-    assert early.reason is StopReason.EARLY_STOP and "after 1 steps" in early.detail and early.open_phase == "step"
-    assert observer_decision(StopReason.INTERRUPTED, snap).reason is StopReason.INTERRUPTED
+    progress = TrialProgress(elapsed_s=5.0, step_times_s=(1.0,), open_phase="step", last_progress_s=0.1)
+
+    def decide(observer: TrialObserver):
+        return observer_decision(observer, spec, progress, snap)
+
+    assert decide(Asks(None)) is None
+    early = decide(Asks(StopReason.EARLY_STOP))
+    assert early.reason is StopReason.EARLY_STOP and early.open_phase == "step"
+    assert early.detail == "stopped early after 1 steps: slower than the best trial so far"
+    why = decide(Asks(StopReason.EARLY_STOP, "7.0 samples/s over 1 screened step, under the bar of 7.5"))
+    assert why.detail == "stopped early after 1 steps: 7.0 samples/s over 1 screened step, under the bar of 7.5"
+    assert decide(Asks(StopReason.INTERRUPTED)).reason is StopReason.INTERRUPTED
     with pytest.raises(ValueError, match="may only ask for interrupted or early_stop"):
-        observer_decision(StopReason.MEASURED, snap)
+        decide(Asks(StopReason.MEASURED))
 
 
 @pytest.mark.parametrize(

@@ -70,8 +70,8 @@ def test_a_slow_candidate_is_stopped_after_one_measured_step_and_a_close_one_run
     assert slow.wall_s < fast.wall_s - 1.5 * STEP_S["slow"]
 
 
-def test_the_run_says_how_much_time_screening_saved(tmp_path):
-    """The slow trial was to run four steps and ran two: the two it did not run, at its own mean
+def test_the_run_says_why_a_trial_was_screened_out_and_how_much_time_screening_saved(tmp_path):
+    """The slow trial's line says what it measured against what bar. It was to run four steps and ran two: the two it did not run, at its own mean
     step time, are what screening saved, against what the three trials would have taken."""
     runs, printed, _ = screened_study(tmp_path, screen_steps=1)
     slow = runs["slow"]
@@ -83,6 +83,9 @@ def test_the_run_says_how_much_time_screening_saved(tmp_path):
     assert stops.trials == (slow.number,) and stops.spent_s == slow.result.wall_s and stops.unknown == 0
     assert stops.saved_s == pytest.approx(slow.unspent_s)
     assert stops.saved_share == pytest.approx(slow.unspent_s / (launched_s + slow.unspent_s))
+    stopped = next(x for x in printed.splitlines() if x.startswith(f"trial {slow.number} budget"))
+    assert "stopped early after 2 steps: " in stopped and "samples/s over 1 screened step, under the bar of" in stopped
+    assert "as modelled, less" in stopped
     line = next(x for x in printed.splitlines() if x.startswith("stopping early:"))
     assert "1 trial stopped as slower than the incumbent" in line
     assert f"saved about {stops.saved_s:.0f} s, {stops.saved_share:.0%} of what the launched trials" in line
