@@ -455,6 +455,11 @@ _CRASH_FIXED = {
         "or gated repository): check the model path in the command, HF_TOKEN for a gated model, or download it once "
         "and run with HF_HUB_OFFLINE=1 so that every trial reads the local copy"
     ),
+    "peer_gone": (
+        "This process's peer went away under it (connection closed or reset by peer), with no error of its own before: "
+        "another rank, node or server died or aborted first, and its own log has the first error; read that rank's or "
+        "node's output (`nccl-tune diagnose` on the trial folder reads every rank's log together)"
+    ),
     "corrupt_checkpoint": (
         "A weights or checkpoint file could not be read: it is cut short or is not the file it claims to be (an "
         "interrupted download or copy, a save that ran out of disk, a Git LFS pointer checked out in its place); delete "

@@ -584,6 +584,8 @@ def test_inference_engine_failures_inside_an_rl_loop(line: str, subtype: str) ->
          F.INIT_FAILURE, "nccl_id_store", "rank 0 is alive but late"),
         ("RuntimeError: DataLoader worker (pid 4410) is killed by signal: Bus error. It is possible that dataloader's "
          "workers are out of shared memory.", F.CRASH, "dataloader_shm", "--shm-size"),
+        ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer "
+         "[10.0.0.5]:23456", F.CRASH, "peer_gone", "its own log has the first error"),
         ("RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory", F.CRASH,
          "corrupt_checkpoint", "fetch it again"),
         ("_pickle.UnpicklingError: invalid load key, 'v'.", F.CRASH, "corrupt_checkpoint", "Git LFS pointer"),
