@@ -417,6 +417,13 @@ def _config(ctx: AdviceContext) -> str:
         return f"The command refuses the '+' prefix ({d.get('key', '')}): give the key without '+', it must already exist"
     if ctx.subtype == "validation":
         return f"The command refused the config ({d.get('detail', 'a validation assertion')}): fix the values or pin them with --set"
+    if ctx.subtype == "no_bf16":
+        return (
+            "This GPU has no bfloat16 (compute capability below 8.0: V100, T4) and the run asks for it: run the model in "
+            "float16 (SkyRL: generator.inference_engine.model_dtype=float16, generator.model_dtype in the legacy "
+            "skyrl_train layout, and the trainer's mixed precision to fp16; vLLM alone: --dtype=half), or move to a "
+            "GPU that has it (A100, H100)"
+        )
     if ctx.subtype == "engine_args":
         arg = d.get("arg")
         what = f" ({arg})" if arg else ""

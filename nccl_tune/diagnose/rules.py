@@ -123,6 +123,11 @@ RULES: tuple[Rule, ...] = (
          _rx(r"\((?P<free_gib>[\d.]+)/(?P<total_gib>[\d.]+) GiB\) on startup is less than desired GPU memory "
              r"utilization \((?P<util>[\d.]+), (?P<want_gib>[\d.]+) GiB\)"),
          "vllm_free_memory"),
+    # a GPU without bfloat16 (compute capability below 8.0: V100, T4), told to run in it (vLLM's "Bfloat16 is
+    # only supported on GPUs with compute capability of at least 8.0", torch's "Current CUDA Device does not
+    # support bfloat16")
+    Rule("no_bf16", F.CONFIG_ERROR, Kind.ROOT, ("Error: Bfloat", "Error: Current CUDA Device does not support bfloat"),
+         _rx(r"Bfloat16 is only supported on GPUs|does not support bfloat16"), "no_bf16"),
     Rule("vllm_engine_args", F.CONFIG_ERROR, Kind.ROOT, ("ValueError", "TypeError", "Value error,"),
          _rx(r"(?:ValueError|TypeError|Value error,)[: ].*?\b(?P<arg>max_model_len|max_num_batched_tokens|max_num_seqs"
              r"|tensor parallel size|tensor_parallel_size|pipeline parallel size|pipeline_parallel_size|attention heads"

@@ -54,6 +54,7 @@ EXAMPLES = {
     "nccl_work_timeout": "[rank0]:[E1102 10:22:31.000000 ProcessGroupNCCL.cpp:1194] [PG ID 0 PG GUID 0(default_pg) Rank 0] Timeout at NCCL work: 25, last enqueued NCCL work: 25, last completed NCCL work: 24.",
     "ray_node_died": "ray.exceptions.NodeDiedError: Task failed due to the node (where this task was running) dying.",
     "build_mismatch": "ImportError: /usr/local/lib/python3.12/site-packages/flash_attn_2_cuda.cpython-312-x86_64-linux-gnu.so: undefined symbol: _ZN3c104cuda9SetDeviceEi",
+    "no_bf16": "ValueError: Bfloat16 is only supported on GPUs with compute capability of at least 8.0. Your Tesla V100-SXM2-32GB GPU has compute capability 7.0. You can use float16 instead by explicitly setting the `dtype` flag in CLI, for example: --dtype=half.",
     "gloo_connect": "RuntimeError: Gloo connectFullMesh failed with [../third_party/gloo/gloo/transport/tcp/pair.cc:144] no error",
     "corrupt_checkpoint": "safetensors_rust.SafetensorError: Error while deserializing header: MetadataIncompleteBuffer",
     "hf_hub_unreachable": "OSError: We couldn't connect to 'https://huggingface.co' to load this file, couldn't find it in the cached files and it looks like Qwen/Qwen2.5-7B is not the path to a directory containing a file named config.json.",
@@ -586,6 +587,8 @@ def test_inference_engine_failures_inside_an_rl_loop(line: str, subtype: str) ->
          "workers are out of shared memory.", F.CRASH, "dataloader_shm", "--shm-size"),
         ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer "
          "[10.0.0.5]:23456", F.CRASH, "peer_gone", "its own log has the first error"),
+        ("RuntimeError: Current CUDA Device does not support bfloat16. Please switch dtype to float16.",
+         F.CONFIG_ERROR, "no_bf16", "generator.inference_engine.model_dtype=float16"),
         ("RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory", F.CRASH,
          "corrupt_checkpoint", "fetch it again"),
         ("_pickle.UnpicklingError: invalid load key, 'v'.", F.CRASH, "corrupt_checkpoint", "Git LFS pointer"),
