@@ -3,8 +3,9 @@ incumbent, and turning SIGINT/SIGTERM into a clean teardown of the running trial
 
 Screening (``stop.screen_steps`` > 0) is a two-rung successive-halving rule decided inside the
 running trial: after the warm-up and ``screen_steps`` measured steps, a trial whose throughput does
-not clear the bar (``screening.ScreenBar``: the incumbent's throughput as the study's model estimates
-it, less a reach that follows the noise) is stopped; one within reach runs every measured step. The trial is not restarted, so screening costs no second start-up."""
+not clear the bar (``screening.ScreenBar``: the incumbent's throughput as the study's model
+estimates it, less a reach that follows the noise) is stopped; one within reach runs every measured
+step. The trial is not restarted, so screening costs no second start-up."""
 
 from __future__ import annotations
 
