@@ -137,7 +137,7 @@ class Planner:
         self.free = space.free(self.pinned)
         self.baseline = space.baseline(self.pinned)
         self.memory = MemoryModel(space, self.records)
-        self.tput = ThroughputModel(space, self.free, self.records, self.baseline, self.sweep.speeds)
+        self.tput = ThroughputModel.of_study(space, self.pinned, self.records, self.sweep.speeds)
         self.tried = {self._key(r.values) for r in self.records if r.values}
         self.failures = FailureModel(self.free, self.baseline, self.records, memory_wall_frac=failure_wall_frac(space),
                                      p_below=self.memory.p_below)

@@ -256,6 +256,14 @@ class ThroughputModel:
         self.resid, self.offset = self._residuals(self.share)
         self._fit()
 
+    @classmethod
+    def of_study(cls, space: SearchSpace, pinned: Mapping[str, Any], records: Sequence[TrialRecord],
+                 collective: Mapping[str, Mapping[Any, float]] | None = None) -> "ThroughputModel":
+        """The study's model: over the parameters the search varies (``SearchSpace.free``), from the
+        user's own config with the pins (``SearchSpace.baseline``). The planner and screening both
+        read this one, so a trial is screened by the model that proposed it."""
+        return cls(space, space.free(pinned), records, space.baseline(pinned), collective)
+
     # -- encoding ------------------------------------------------------------------------------
     @staticmethod
     def _index(p: Parameter, value: Any) -> int:

@@ -145,9 +145,7 @@ class TrialRunner:
                    screen_steps: int) -> ScreenBar | None:
         """What a trial screened over ``screen_steps`` steps must clear (``screening``), from the study's
         throughput model (fitted as the planner fits it, the NCCL sweep's timings included)."""
-        pinned = self.pins.params
-        model = ThroughputModel(self.space, self.space.free(pinned), history, self.space.baseline(pinned),
-                                load_sweep(study, self.space).speeds)
+        model = ThroughputModel.of_study(self.space, self.pins.params, history, load_sweep(study, self.space).speeds)
         return screen_bar(model, incumbent, screen_steps)
 
     def tell_measured_steps(self, spec: TrialSpec, history: Sequence[TrialRecord]) -> None:

@@ -140,7 +140,7 @@ def noisy_run(number: int, algo: str, step_s: float, noise: float, tokens_per_sa
 
 
 def bar_of(records: list[TrialRecord], leader: str) -> tuple[ScreenBar, ThroughputModel]:
-    model = ThroughputModel(BAR_SPACE, BAR_SPACE.free({}), records, BAR_SPACE.baseline({}))
+    model = ThroughputModel.of_study(BAR_SPACE, {}, records)
     incumbent = next(c for c in candidates(records) if c.values["NCCL_ALGO"] == leader)
     return screen_bar(model, incumbent, screen_steps=1), model
 
