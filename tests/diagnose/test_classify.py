@@ -368,35 +368,39 @@ def test_phase_survives_the_timers_logging_finished_while_the_exception_unwinds(
     assert "trainer.micro_forward_batch_size_per_gpu" in v.advice
 
 
-def test_vllm_oom_at_engine_start_up_advises_gpu_memory_utilization() -> None:
-    lines = [
-        "(EngineCore_DP0 pid=167) ERROR 02-28 16:12:13 [core.py:866] Traceback (most recent call last):\n",
-        '(EngineCore_DP0 pid=167) ERROR 02-28 16:12:13 [core.py:866]   File "/usr/local/lib/python3.12/dist-packages/vllm/'
-        'v1/worker/gpu_model_runner.py", line 2281, in profile_run\n',
-        "(EngineCore_DP0 pid=167) ERROR 02-28 16:12:13 [core.py:866] torch.OutOfMemoryError: CUDA out of memory. Tried to "
-        "allocate 2.32 GiB. GPU 0 has a total capacity of 79.19 GiB of which 1.10 GiB is free.\n",
+def vllm_engine_oom(first: str, frame: str, tail: tuple[str, ...] = ()) -> list[str]:
+    """A vLLM V1 engine core's error block: ``first`` line, the frame the OOM came from, CUDA's OOM, then ``tail``."""
+    core = "(EngineCore_0 pid=5512) ERROR 09-02 03:11:09 [core.py:634] "
+    return [
+        f"{core}{first}\n",
+        f'{core}  File "/opt/vllm/vllm/v1/worker/gpu_model_runner.py", line 1620, in {frame}\n',
+        f"{core}torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB. GPU 0 has a total capacity of "
+        "79.10 GiB of which 1.02 GiB is free.\n",
+        *tail,
     ]
-    v = classify_log(lines, exit_code=1)
-    assert v.failure_class is F.OOM
-    assert "vLLM engines started" in v.advice and "lower generator.gpu_memory_utilization" in v.advice
 
 
-def test_vllm_oom_while_its_engine_runs_a_model_step_advises_fewer_sequences() -> None:
-    """The same OOM raised from ``execute_model`` after the engine reported a fatal error while running: it was
-    generating, so fewer sequences at once is the fix, not a smaller share at start-up (no phase line to say so)."""
-    lines = [
-        "(EngineCore_0 pid=5512) ERROR 09-02 03:11:09 [core.py:634] EngineCore encountered a fatal error.\n",
-        '(EngineCore_0 pid=5512) ERROR 09-02 03:11:09 [core.py:634]   File "/opt/vllm/vllm/v1/worker/gpu_model_runner.py", '
-        'line 1620, in execute_model\n',
-        "(EngineCore_0 pid=5512) ERROR 09-02 03:11:09 [core.py:634] torch.OutOfMemoryError: CUDA out of memory. Tried to "
-        "allocate 1.96 GiB. GPU 0 has a total capacity of 79.10 GiB of which 1.02 GiB is free.\n",
-        "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root "
-        "cause.\n",
-    ]
+@pytest.mark.parametrize(
+    ("lines", "wanted", "unwanted"),
+    [
+        # raised while the engine profiles its memory at start-up: its share of the GPU is the fix
+        (vllm_engine_oom("Traceback (most recent call last):", "profile_run"),
+         ("vLLM engines started", "lower generator.gpu_memory_utilization"), ()),
+        # raised from execute_model after the engine reported a fatal error while running: it was generating,
+        # so fewer sequences at once is the fix, not a smaller share at start-up (no phase line to say so)
+        (vllm_engine_oom("EngineCore encountered a fatal error.", "execute_model",
+                         ("vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace "
+                          "(above) for the root cause.\n",)),
+         ("during generation", "generator.max_num_seqs"), ("engines started",)),
+    ],
+    ids=["start-up", "model-step"],
+)
+def test_a_vllm_oom_is_advised_by_what_its_engine_was_doing(lines: list[str], wanted: tuple[str, ...],
+                                                            unwanted: tuple[str, ...]) -> None:
     v = classify_log(lines, exit_code=1)
     assert v.failure_class is F.OOM
-    assert "during generation" in v.advice and "generator.max_num_seqs" in v.advice
-    assert "engines started" not in v.advice
+    assert all(w in v.advice for w in wanted), v.advice
+    assert not any(u in v.advice for u in unwanted), v.advice
 
 
 def test_vllm_free_memory_at_start_up() -> None:
