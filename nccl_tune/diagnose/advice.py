@@ -171,6 +171,23 @@ def _fr_clause(fr: Mapping[str, Any] | None) -> str:
     return ""
 
 
+def _dump_signal_head(d: Mapping[str, Any]) -> str:
+    """A rank's watchdog timed out and signalled every rank to dump its Flight Recorder (``dump_signal``)."""
+    who = d.get("from_rank")
+    if who is not None:
+        first = (f"Rank {who}'s watchdog timed out on a collective first and signalled this rank to dump its Flight "
+                 f"Recorder (this rank did not time out itself): rank {who}'s log names the collective")
+    elif d.get("other"):
+        first = ("Another rank's watchdog timed out on a collective and signalled this rank to dump its Flight "
+                 "Recorder (this rank did not time out itself): the rank whose log has `Watchdog caught collective "
+                 "operation timeout` names the collective")
+    else:
+        first = ("A collective timed out and the watchdog dumped its debug info and ended the process (a collective "
+                 "timeout, not a hung watchdog)")
+    return (f"{first}; the rank behind is the one that never entered it: the dumps say which (`nccl-tune diagnose` "
+            f"on the folder of dumps; {FR_ENV_HINT} makes them)")
+
+
 def _timeout(ctx: AdviceContext) -> str:
     d = ctx.details
     fr = _fr_clause(ctx.fr)
@@ -185,6 +202,8 @@ def _timeout(ctx: AdviceContext) -> str:
     elif ctx.subtype == "nccl_tests":
         return ("nccl-tests gave up on a collective after its -T timeout: a rank, GPU or link is stuck (not slow); rerun "
                 "with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET and compare the ranks' last lines")
+    elif ctx.subtype == "dump_signal":
+        head = _dump_signal_head(d)
     elif ctx.subtype == "heartbeat":
         head = ("The watchdog itself hung (heartbeat monitor): a CUDA/NCCL call never returned, usually a rank stuck "
                 "in a collective")
@@ -198,8 +217,27 @@ def _timeout(ctx: AdviceContext) -> str:
     return head + SKYRL_TIMEOUT_CLAUSE
 
 
+def _size_on_wire(d: Mapping[str, Any]) -> str:
+    """A transport got more bytes than the collective posted (``transport_size_mismatch``)."""
+    sizes = ""
+    if d.get("local_size") and d.get("remote_size"):  # NCCL's IB: what this rank sends, what its peer posted
+        sizes = f" (this rank sends {d['local_size']} bytes where its peer posted {d['remote_size']})"
+    elif d.get("received") and d.get("expected"):
+        sizes = f" ({d['received']} bytes arrived where {d['expected']} were posted)"
+    return (
+        f"The ranks disagree on a collective's size{sizes}: the transport received a message of another size than "
+        "this rank posted. Either the ranks call the collective with different tensor shapes or in a different "
+        "order (uneven last batches, a rank-only branch; TORCH_DISTRIBUTED_DEBUG=DETAIL checks shapes at the call), "
+        "or NCCL settings differ between nodes (NCCL_PROTO, NCCL_ALGO, NCCL_BUFFSIZE or the NCCL version: compare "
+        "each node's environment); if neither, on InfiniBand check the NICs' PCI write ordering (NCCL_IB_DISABLE=1 "
+        "tells the fabric apart)"
+    )
+
+
 def _mismatch(ctx: AdviceContext) -> str:
     d = ctx.details
+    if ctx.subtype == "size_on_wire":
+        return _size_on_wire(d)
     groups = d.get("groups")
     shown = f" ({groups})" if groups else ""
     fr = _fr_clause(ctx.fr)
@@ -244,6 +282,13 @@ _NCCL_FIXED = {
     "network": (
         "NCCL's network transport failed: check the interface (NCCL_SOCKET_IFNAME, NCCL_IB_HCA) and the fabric; "
         "NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET shows which device it used"
+    ),
+    "bootstrap_mismatch": (
+        "NCCL's bootstrap got a message of another size than it expects from a peer (Message truncated): the ranks "
+        "disagree on how the communicator is set up: NCCL or torch builds that differ between nodes or containers "
+        "(`python -c 'import torch; print(torch.cuda.nccl.version())'` on each), NCCL variables set on some nodes "
+        "only, or a group created with different rank lists on different ranks (new_group must get the same ranks, "
+        "in the same order, on every rank)"
     ),
     "system": (
         "NCCL hit a system error: rerun with NCCL_DEBUG=INFO to see the failing call; the usual causes are /dev/shm "
@@ -380,6 +425,22 @@ def _init(ctx: AdviceContext) -> str:
         )
     if ctx.subtype == "ray":
         return "Could not reach the Ray cluster: start it (`ray start --head`) or point RAY_ADDRESS at it; check `ray status`"
+    if ctx.subtype == "unresolved_host":
+        host, reason = d.get("host", "the store's host"), (d.get("reason") or "").strip()
+        why = f" ({reason})" if reason else ""
+        return (
+            f"The rendezvous host name {host} does not resolve on this node{why}: MASTER_ADDR (or --rdzv-endpoint) "
+            "names a host this node's DNS or /etc/hosts does not know; give an IP address or a name every node "
+            "resolves (`getent hosts <name>` on each; on Kubernetes the headless service must exist before the pods "
+            "dial it)"
+        )
+    if ctx.subtype == "ray_no_gpu":
+        return (
+            "vLLM's Ray executor found no GPU where it runs: the process that builds the engine (the inference actor "
+            "or driver) sits on a node, or in a placement-group bundle, without a GPU; give it a GPU bundle on a GPU "
+            "node (the trainer's placement/colocation settings for its inference engines; run a server's driver on a "
+            "GPU node) and check `ray status` lists the GPUs on every node"
+        )
     if ctx.subtype == "placement_group":
         return (
             "Ray could not create the placement group in time: the cluster has fewer free GPUs/CPUs than the job asks "
@@ -500,12 +561,52 @@ _CRASH_FIXED = {
         "or its network gone): the node's raylet log (/tmp/ray/session_latest/logs/raylet.out) and `dmesg` there say "
         "why; not a config problem unless host memory ran out"
     ),
+    "engine_died": (
+        "A vLLM engine-core or worker process died with no Python error of its own (killed or crashed in native "
+        "code), and the engine died with it: read that process's last lines (its `(EngineCore_DP0 pid=N)` or "
+        "`(VllmWorker ...)` prefix); SIGKILL is usually host memory (`dmesg | grep -i -E 'oom|killed process'`), a "
+        "segfault or abort points at a kernel, CUDA graph or NCCL (rerun with NCCL_DEBUG=WARN)"
+    ),
+    "engine_dead": (
+        "The vLLM engine died earlier (EngineDeadError is every later request failing): the cause is the engine "
+        "core's or its workers' first error above this line (lines prefixed `(EngineCore_DP0 pid=N)` or "
+        "`(VllmWorker ...)`, or the inference actor's log); with none, the process was killed (host memory: `dmesg`)"
+    ),
     "actor_died": (
         "A Ray actor died without a recorded cause: read the worker's own log (`ray logs`, /tmp/ray/session_latest/"
         "logs) for its first error; SIGKILL there usually means host memory"
     ),
 }
 """The crash subtypes whose advice names no value read from the log (as ``_NCCL_FIXED``)."""
+
+
+_SIGNAL_ADVICE = {
+    "SIGBUS": (
+        "Ended by SIGBUS with no error of its own: a write to shared memory or a memory-mapped file past its end, "
+        "almost always /dev/shm full (Docker's default is 64 MB; NCCL's buffers and DataLoader workers live there): "
+        "run the container with --shm-size=16g or --ipc=host (`df -h /dev/shm`), or a checkpoint file cut short while "
+        "it was mapped"
+    ),
+    "SIGABRT": (
+        "Ended by SIGABRT with no error of its own in this log: the process aborted itself, usually a C++ exception "
+        "nothing caught (`terminate called after throwing ...`: the NCCL watchdog taking the process down after a "
+        "collective error or timeout, a gloo enforce) or a failed assert in native code; that rank's own stderr "
+        "before the abort has the reason (torchrun --tee 3, or its log file), and the other ranks' logs the first error"
+    ),
+}
+"""Advice for a process a signal ended that says more than the signal's name (kills have their own)."""
+
+
+def _child_exit(ctx: AdviceContext) -> str:
+    """A launched process exited with a code of its own and no error the log shows."""
+    who = f"Rank {ctx.rank}" if ctx.rank is not None else "A worker process"
+    code = ctx.details.get("exit_code")
+    return (
+        f"{who} exited first with code {code} (its own exit, not a signal) and no error this log shows: its own "
+        "output has the reason (torchrun --tee 3 or --log-dir keeps each rank's; an `error_file` in the failure "
+        "summary holds its traceback when the script uses @record); the other ranks' lost connections or timeouts "
+        "followed from it"
+    )
 
 
 def _crash(ctx: AdviceContext) -> str:
@@ -516,6 +617,10 @@ def _crash(ctx: AdviceContext) -> str:
                 "Killed by SIGKILL with no error of its own: usually the kernel's OOM killer on host RAM (`dmesg | grep -i "
                 "oom`) or an external kill (scheduler, `ray stop`)"
             )
+    if sig in _SIGNAL_ADVICE and ctx.subtype in ("signal", "child_exit"):
+        return _SIGNAL_ADVICE[sig]
+    if ctx.subtype == "child_exit" and (ctx.details.get("exit_code") or 0) > 0:
+        return _child_exit(ctx)
     if ctx.subtype == "scheduler":
         return _scheduler(ctx)
     if ctx.subtype == "build_mismatch":

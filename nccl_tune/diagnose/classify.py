@@ -890,6 +890,12 @@ def _details_for(rule: Rule, msg: str, det: dict[str, Any]) -> None:
         det["signal"] = signal_from_exit(det["exit_code"])
     elif rule.name == "signal_received":
         det["signal"] = det.pop("signal2", None) or det.get("signal")
+    elif rule.name == "dump_signal" and det.get("from_rank") is not None:
+        det["from_rank"] = int(det["from_rank"])
+    elif rule.name == "transport_size_mismatch":
+        got, want = det.pop("received_gloo", None), det.pop("expected_gloo", None)
+        if got is not None:
+            det["received"], det["expected"] = got, want
     elif rule.name == "nccl_work_timeout":
         det["seq"] = int(det["seq"])
     elif rule.name == "torchrun_signalled":
@@ -899,6 +905,10 @@ def _details_for(rule: Rule, msg: str, det: dict[str, Any]) -> None:
     elif rule.name in ("killed", "dataloader_killed"):
         det["signal"] = "SIGKILL"
 
+
+_NO_MORE_THAN_AN_EXCEPTION = frozenset({"exception", "engine_dead", "engine_died"})
+"""Crash subtypes that tell no more than an exception before them: vLLM's engine death (its engine's own
+error, printed first, is the cause)."""
 
 _MEMORY = (FailureClass.OOM, FailureClass.HOST_OOM)
 _COUNT_WHEN_IGNORED = frozenset({
@@ -1096,6 +1106,14 @@ class _Decision:
                 return e
         return None
 
+    def _unresolved_host_before(self, failure: _Event) -> _Event | None:
+        """c10d's warning that the store's host name did not resolve, before a rendezvous or connect
+        failure that names the same host: the name is the cause."""
+        if failure.failure_class is not FailureClass.INIT_FAILURE or failure.rule.subtype not in ("rendezvous", "connect"):
+            return None
+        return next((e for e in self.events if e.order < failure.order and e.rule.name == "c10d_unresolved_host"
+                     and f"{e.details.get('host')}, {e.details.get('port')}" in failure.text), None)
+
     def _nccl_detail_after(self, error: _Event) -> _Event | None:
         """The specific NCCL error printed within ``NCCL_DETAIL_LINES`` lines after a generic one of
         the same log (PyTorch's ``NCCL error ... Last error:`` then the line NCCL warned): one
@@ -1122,6 +1140,10 @@ class _Decision:
                 sub = warn.details.get("subtype") or root.details.get("subtype") or root.rule.subtype
                 ev = self._evidence(warn, [root])
                 return self._make(cls, root, ev, subtype=sub, rank=root.rank if root.rank is not None else warn.rank)
+        unresolved = self._unresolved_host_before(root)
+        if unresolved is not None:
+            return self._make(cls, root, self._evidence(unresolved, [root]), subtype="unresolved_host",
+                              details={**root.details, **unresolved.details})
         if cls is FailureClass.OOM and not root.weight_sync_context:
             after = [e for e in self.events if root.order < e.order <= root.order + 5]
             if any(h in e.text for e in after for h in _WEIGHT_SYNC_HINTS):
@@ -1255,7 +1277,7 @@ class _Decision:
         root = crashes[0]
         # a more telling crash line than a generic exception: a signal, a child dead of one, an actor
         # (a child that exited with a code of its own, after the exception, tells less than the exception)
-        specific = [e for e in crashes if e.rule.subtype != "exception"
+        specific = [e for e in crashes if e.rule.subtype not in _NO_MORE_THAN_AN_EXCEPTION
                     and not (e.rule.subtype == "child_exit" and (e.details.get("exit_code") or 0) > 0)]
         if root.rule.subtype == "exception" and specific:
             root = specific[0]

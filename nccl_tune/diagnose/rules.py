@@ -128,6 +128,13 @@ RULES: tuple[Rule, ...] = (
     # support bfloat16")
     Rule("no_bf16", F.CONFIG_ERROR, Kind.ROOT, ("Error: Bfloat", "Error: Current CUDA Device does not support bfloat"),
          _rx(r"Bfloat16 is only supported on GPUs|does not support bfloat16"), "no_bf16"),
+    # vLLM's Ray executor placed where Ray gives it no GPU: the process that builds the engine (an RL trainer's
+    # inference actor, a server on a CPU head node) holds no GPU bundle ("ValueError: Current node has no GPU
+    # available. current_node_resource={...}. vLLM engine cannot start without GPU.", before 0.7 "Ray does not
+    # allocate any GPUs on the driver node. Consider adjusting the Ray placement group ...")
+    Rule("vllm_ray_no_gpu", F.INIT_FAILURE, Kind.ROOT, ("ValueError",),
+         _rx(r"ValueError: (?:Current node has no GPU available|Ray does not allocate any GPUs on the driver node)"),
+         "ray_no_gpu"),
     Rule("vllm_engine_args", F.CONFIG_ERROR, Kind.ROOT, ("ValueError", "TypeError", "Value error,"),
          _rx(r"(?:ValueError|TypeError|Value error,)[: ].*?\b(?P<arg>max_model_len|max_num_batched_tokens|max_num_seqs"
              r"|tensor parallel size|tensor_parallel_size|pipeline parallel size|pipeline_parallel_size|attention heads"
@@ -175,6 +182,12 @@ RULES: tuple[Rule, ...] = (
     Rule("thc_cuda_error", F.CUDA_ERROR, Kind.ROOT, ("error=", "cuda runtime error ("),
          _rx(_THC + r"(?P<detail>.+?)(?: at \S+:\d+)?\s*$"), "cuda"),
     # --- NCCL's own errors ------------------------------------------------------------------
+    # NCCL's bootstrap receiving a message of another size than it expects from a peer ("bootstrap.cc:77 NCCL
+    # WARN Message truncated : received 1024 bytes instead of 256", then ncclInternalError): ranks that disagree
+    # on how the communicator is set up (NCCL builds or settings that differ between nodes, a group created
+    # with different rank lists)
+    Rule("nccl_bootstrap_truncated", F.NCCL_ERROR, Kind.ROOT, ("NCCL WARN Message truncated",),
+         _rx(r"Message truncated : received (?P<got>\d+) bytes instead of (?P<want>\d+)"), "bootstrap_mismatch"),
     Rule("nccl_bad_env_value", F.NCCL_ERROR, Kind.ROOT,
          ("Unrecognized element token", "Unrecognized prefix token", "All entries except the first must have a prefix"),
          _rx(r"Unrecognized (?:element|prefix) token \"(?P<token>[^\"]*)\" when parsing \"(?P<value>[^\"]*)\"|must have a prefix"),
@@ -216,6 +229,14 @@ RULES: tuple[Rule, ...] = (
     Rule("c10d_connect_retry", F.INIT_FAILURE, Kind.SUPPORT, ("failed to connect to",),
          _rx(r"socket has failed to connect to .*(?:Connection refused|errno: 11[01]|No route to host|Connection timed out)"),
          "rendezvous"),
+    # c10d could not resolve the store's host name ("[c10d] The IPv6 network addresses of (trainer-master-0,
+    # 29500) cannot be retrieved (gai error: -2 - Name or service not known)"; torch 2.13 prints it only when
+    # no address of either family resolves): names the cause of a rendezvous that then times out dialling
+    # that host (``classify`` checks the host)
+    Rule("c10d_unresolved_host", F.INIT_FAILURE, Kind.SUPPORT, ("gai error",),
+         _rx(r"IPv[46] network addresses of \((?P<host>[^,]+), (?P<port>\d+)\) cannot be retrieved \(gai error: -?\d+ - "
+             r"(?P<reason>[^)]+)\)"),
+         "unresolved_host"),
     Rule("nccl_connect", F.INIT_FAILURE, Kind.INIT, ("Connect to",),
          _rx(r"(?:socketStartConnect|socketPollConnect|Net|NET/Socket|NET/IB)\w*\s*: Connect to (?P<peer>\S+) failed"),
          "nccl_connect"),
@@ -264,6 +285,20 @@ RULES: tuple[Rule, ...] = (
     # --- collectives that did not complete --------------------------------------------------
     Rule("collective_fingerprint_mismatch", F.COLLECTIVE_MISMATCH, Kind.ROOT,
          ("Detected mismatch between collectives",), None, "fingerprint"),
+    # a transport receiving more bytes than the collective posted: the ranks disagree on the size (or on the
+    # NCCL settings that shape the messages): NCCL's IB ("NET/IB : req 0/1 tag 3 peer ... collective mismatch
+    # error, local size 786432 remote size 262144"; before 2.12 "... mismatch error local size N remote N"),
+    # its sockets ("NET/Socket : peer ... message truncated : receiving N bytes instead of M. If you believe
+    # ... a mismatch in collective sizes or environment settings ... between ranks"), gloo ("[enforce fail
+    # at .../pair.cc:456] op.preamble.length <= op.nbytes. 8 vs 4. Received data size doesn't match expected
+    # size. Is there a distributed collective mismatch in your code?")
+    Rule("transport_size_mismatch", F.COLLECTIVE_MISMATCH, Kind.ROOT,
+         ("collective mismatch error", "mismatch in collective sizes", "collective mismatch in your code"),
+         _rx(r"collective mismatch error,? local size (?P<local_size>\d+) remote (?:size )?(?P<remote_size>\d+)"
+             r"|message truncated : receiving (?P<received>\d+) bytes instead of (?P<expected>\d+)"
+             r"|(?:op\.preamble\.length <= op\.nbytes\. (?P<received_gloo>\d+) vs (?P<expected_gloo>\d+)\. )?"
+             r"Received data size doesn't match expected size"),
+         "size_on_wire"),
     Rule("nccl_watchdog_timeout", F.COLLECTIVE_TIMEOUT, Kind.TIMEOUT,
          ("Watchdog caught collective operation timeout", "Caught collective operation timeout",
           "timed out in blocking wait"),
@@ -278,10 +313,19 @@ RULES: tuple[Rule, ...] = (
     Rule("watchdog_check_timeout_frame", F.COLLECTIVE_TIMEOUT, Kind.TIMEOUT, ("checkTimeout",),
          _rx(r"WorkNCCL::checkTimeout"), "watchdog_frames"),
     Rule("heartbeat_monitor", F.COLLECTIVE_TIMEOUT, Kind.TIMEOUT,
-         ("Heartbeat monitor timed out", "watchdog got stuck", "Watchdog thread got stuck", "heartbeat monitor timed out",
-          "Received a dump signal due to a collective timeout",
-          "Terminating the process after attempting to dump debug info"),
+         ("Heartbeat monitor timed out", "watchdog got stuck", "Watchdog thread got stuck", "heartbeat monitor timed out"),
          None, "heartbeat"),
+    # the Flight Recorder's dump signal, not a hung watchdog: a rank's watchdog timed out on a collective and
+    # told every rank through the store to dump ("Received a dump signal due to a collective timeout from rank
+    # 0 and we will try our best to dump the debug info", "... from this local rank ...", torch 2.6+'s
+    # "Observed flight recorder dump signal from another rank via TCPStore"), then each rank ends itself
+    # ("Terminating the process after attempting to dump debug info, due to collective timeout or exception")
+    Rule("dump_signal", F.COLLECTIVE_TIMEOUT, Kind.TIMEOUT,
+         ("Received a dump signal due to a collective timeout", "Received a global dump signal",
+          "Observed flight recorder dump signal", "Terminating the process after attempting to dump debug info"),
+         _rx(r"dump signal due to a collective timeout from\s+(?:rank (?P<from_rank>\d+)|(?P<local>this local rank))"
+             r"|(?P<other>dump signal from another rank)|dump signal|Terminating the process after attempting to dump"),
+         "dump_signal"),
     Rule("nccl_tests_timeout", F.COLLECTIVE_TIMEOUT, Kind.TIMEOUT, ("Test timeout (",),
          _rx(r"Test timeout \((?P<timeout_s>\d+)s\)"), "nccl_tests"),
     # PyTorch 2.4+'s watchdog: "[PG ID 0 PG GUID 0(default_pg) Rank 0] Timeout at NCCL work: 25, last enqueued
@@ -357,9 +401,17 @@ RULES: tuple[Rule, ...] = (
     Rule("ray_node_died", F.CRASH, Kind.CRASH, ("NodeDiedError",), None, "node_died"),
     Rule("ray_actor_died", F.CRASH, Kind.CRASH,
          ("ActorDiedError", "The actor died unexpectedly", "The actor is dead because", "RayActorError",
-          "WorkerCrashedError", "Worker exit type: SYSTEM_ERROR", "died because of an error raised in its creation task",
+          "WorkerCrashedError", "ActorUnavailableError", "Worker exit type: SYSTEM_ERROR", "died because of an error raised in its creation task",
           "Exception raised in creation task"),
          None, "actor_died"),
+    # a vLLM engine-core or worker process that died with no Python error of its own (killed, a segfault or an
+    # abort in native code): "Engine core proc EngineCore_DP0 died unexpectedly, shutting down client.",
+    # "Worker proc VllmWorker-2 died unexpectedly, shutting down executor."; then every request fails with
+    # "EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause." (an
+    # error before either one names the crash: ``classify`` keeps it)
+    Rule("vllm_proc_died", F.CRASH, Kind.CRASH, ("died unexpectedly, shutting down",),
+         _rx(r"(?P<proc>(?:Engine core|Worker) proc \S+) died unexpectedly"), "engine_died"),
+    Rule("vllm_engine_dead", F.CRASH, Kind.CRASH, ("EngineDeadError", "AsyncEngineDeadError"), None, "engine_dead"),
     # vLLM's own stall watchdog: one engine step ran past its time limit (a tensor-parallel worker stuck,
     # often in a collective); the engine dies after it
     Rule("vllm_engine_iteration_timeout", F.CRASH, Kind.CRASH, ("Engine iteration timed out",), None, "engine_stall"),

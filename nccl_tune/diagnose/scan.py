@@ -33,11 +33,11 @@ COVER_LITERALS: tuple[str, ...] = (
     # memory
     "emory", "EMORY", "bad_alloc", "KV cache", "kv_cache", "oom_reaper", "oom_kill", "OOMKilled", "ost RAM", "RAM u",
     # time-outs and hangs
-    "imeout", "imed out", "atchdog", "Heartbeat", "dump signal", "dump debug info", "waitForInput", "for clients",
+    "imeout", "imed out", "atchdog", "Heartbeat", "signal", "dump debug info", "waitForInput", "for clients",
     "arrier",
     # failures, kills, signals
     "ailed", "ailure", "illed", "kill", "bort", "SIG", "by PID", "egmentation", "llegal", "isaligned", "_ADDRESS",
-    "The actor", "are busy", "is lost", "off the bus", "Xid", "ECC", "_STATUS_",
+    "The actor", "died unexpectedly", "are busy", "is lost", "off the bus", "Xid", "ECC", "_STATUS_",
     # NCCL, network, rendezvous
     "NCCL WARN", "ncclInvalid", "nrecognized", "must have a prefix", "algorithm/protocol", "IBV_", "ibv_",
     "mlx5", "Got completion", "by peer", "by remote peer", "Broken pipe", "remote process", "to connect",

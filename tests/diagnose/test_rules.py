@@ -101,6 +101,18 @@ EXAMPLES = {
     "nccl_no_interface": "gpu-7:51234:51290 [3] misc/socket.cc:411 NCCL WARN Net : connecting to address  with family 21845 is neither AF_INET(2) nor AF_INET6(10)",
     "nccl_tests_timeout": "gpu-7: Test timeout (30s) common.cu:441",
     "nccl_tests_failed": " .. gpu-7 pid 51234: Test failure common.cu:1002",
+    "nccl_bootstrap_truncated": "node-4:41102:43011 [5] bootstrap.cc:77 NCCL WARN Message truncated : received 1024 bytes instead of 256",
+    "transport_size_mismatch": "gpu-a07:2211904:2212188 [0] transport/net_ib.cc:1461 NCCL WARN NET/IB : req 0/1 tag 3 peer "
+    "10.20.4.11<41877> collective mismatch error, local size 786432 remote size 262144",
+    "dump_signal": "[rank6]:[E1203 10:30:00.000 ProcessGroupNCCL.cpp:1746] [PG ID 0 PG GUID 0(default_pg) Rank 6] Observed "
+    "flight recorder dump signal from another rank via TCPStore.",
+    "vllm_proc_died": "ERROR 11-04 10:19:51 [core_client.py:564] Engine core proc EngineCore_DP0 died unexpectedly, shutting down client.",
+    "vllm_engine_dead": "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) "
+    "for the root cause.",
+    "vllm_ray_no_gpu": "ValueError: Current node has no GPU available. current_node_resource={'CPU': 32.0}. vLLM engine "
+    "cannot start without GPU. Make sure you have at least 1 GPU available in a node current_node_id='a7c1' current_ip='10.0.0.7'.",
+    "c10d_unresolved_host": "[W1203 10:00:02.412000 socket.cpp:464] [c10d] The IPv4 network addresses of (trainer-master-0, "
+    "29500) cannot be retrieved (gai error: -2 - Name or service not known).",
     "launcher_exit": "[2026-03-02 09:44:33,020] [ERROR] [launch.py:321:sigkill_handler] ['/usr/bin/python', '-u', 'train.py', '--local_rank=3'] exits with return code = -9",
 }
 
