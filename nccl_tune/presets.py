@@ -8,21 +8,41 @@ first). The formats are those of each project's own logging code:
   ``skyrl_train``): ``Started: 'step'`` / ``Finished: 'step', time cost: 12.34s``, behind loguru's
   ``YYYY-MM-DD HH:mm:ss.SSS | INFO | module:function:line -`` and Ray's ``(pid=N)`` prefix;
   ``print_mem`` (``Allocated: X GiB, Reserved: Y GiB, Free: .. GiB, Total: Z GiB``); ``Training done!``.
-- ``hf-trainer``: Hugging Face Trainer/TRL. ``ProgressCallback`` draws a tqdm bar over optimizer
-  steps (``  5%|▌    | 10/200 [00:05<01:30,  2.10it/s]``, ``5.20s/it`` when slower than one step per
-  second) and writes ``str(logs)`` (``{'loss': 2.31, 'grad_norm': 1.06, 'learning_rate': 4.5e-05,
-  'epoch': 0.1}``; ``PrinterCallback`` prints the same without a bar); the last dict holds
-  ``'train_runtime'``, ``'train_samples_per_second'``, ``'train_steps_per_second'``.
-- ``torchtitan``: ``components/metrics.py``: ``step: 10  loss:  7.1234  grad_norm: 1.23  memory:
-  33.86GiB(35.65%)  tps: 1,234  tflops: 12.34  mfu: 5.67%`` in colours, tokens per second per GPU.
+- ``hf-trainer``: Hugging Face Trainer/TRL (``trainer_callback.py``). ``ProgressCallback`` draws a
+  tqdm bar over optimizer steps (``  5%|▌    | 10/200 [00:05<01:30,  2.10it/s]``, ``5.20s/it`` when
+  slower than one step per second) and writes the log dict; ``PrinterCallback`` prints it without a
+  bar. Since transformers 5 both print floats as strings formatted ``.4g`` (``{'loss': '2.312',
+  'grad_norm': '1.062', 'learning_rate': '4.5e-05', 'epoch': '0.1'}``); 4.x prints bare floats
+  (``{'loss': 2.3125, ..., 'epoch': 0.1}``). The last dict holds ``'train_runtime'``,
+  ``'train_samples_per_second'``, ``'train_steps_per_second'``; only ``'train_steps_per_second'``
+  marks the end, as ``include_num_input_tokens_seen`` adds ``'train_runtime'`` to every step's dict.
+- ``torchtitan``: ``components/metrics.py``: ``step: 10  loss:  7.12345  grad_norm:  1.2345  memory:
+  33.86GiB(35.65%)  tps: 1,234  tflops: 12.34  mfu: 5.67%`` in colours, tokens per second per GPU
+  (``wps:`` before November 2024; ``mfu: N/A`` under quantisation); ``Training completed``.
 - ``megatron``: ``training.py`` ``training_log``: `` [date] iteration       10/     100 | consumed
   samples: 640 | elapsed time per iteration (ms): 1234.5 | ... | global batch size:    64 | ...``;
   ``report_memory``: ``[Rank 0] (after 10 iterations) memory (MB) | allocated: ... | max reserved: ...``.
 - ``lightning``: ``TQDMProgressBar``: ``Epoch 1:   4%|▎   | 40/1095 [00:03<01:37, 10.84it/s, v_num=10]``
   (the rate is always ``it/s``); ``Trainer.fit`` stopped: ``max_steps=N`` reached.
-- ``deepspeed``: the engine's ``ThroughputTimer`` every ``steps_per_print`` steps: ``epoch=0/micro_step=10/
-  global_step=10, RunningAvgSamplesPerSec=.., CurrSamplesPerSec=.., MemAllocated=1.2GB,
-  MaxMemAllocated=2.3GB`` (older releases: ``0/50, SamplesPerSec=1292.6``).
+- ``deepspeed``: the engine's ``ThroughputTimer`` (``utils/timer.py``) every ``steps_per_print``
+  steps: ``epoch=0/micro_step=10/global_step=10, RunningAvgSamplesPerSec=.., CurrSamplesPerSec=..,
+  MemAllocated=1.2GB, MaxMemAllocated=2.3GB`` (GiB; older releases: ``0/50, SamplesPerSec=1292.6``).
+  Since 0.15.3 ``steps_per_print`` has no default and since 0.17.6 DeepSpeed logs at WARNING: the
+  line needs ``"steps_per_print": N`` and ``"log_level": "info"`` in the DeepSpeed config.
+- ``verl``: the ``console`` logger (``verl/utils/logger/aggregate_logger.py``), one line per step:
+  ``step:3 - training/global_step:3 - ... - perf/max_memory_allocated_gb:35.2 -
+  perf/max_memory_reserved_gb:40.1 - ... - timing_s/step:95.3 - ... - perf/throughput:1234.5``,
+  values as ``pprint.pformat`` gives them (``np.float64(40.1)`` under numpy 2; ``:.3f`` before
+  July 2025), behind Ray's ``(TaskRunner pid=N)``; ``perf/throughput`` is tokens per second per
+  GPU, memory in GiB (from the FSDP and Megatron workers; the new engine workers print none);
+  ``Final validation metrics:`` at the end.
+- ``openrlhf``: the PPO trainer (``openrlhf/trainer/ppo_trainer.py``): ``✨ Global step 3: {'policy_loss':
+  0.01, ..., 'timing/step_total': 83.6}`` (``Global step 3: {...}`` in the async trainer), behind
+  ``INFO MM-DD HH:MM:SS ppo_trainer.py:N]``; ``'timing/step_total'`` (seconds) since March 2026,
+  earlier releases (from May 2025) print the dict without it, timed by the wall clock.
+- ``nemo-rl``: NeMo RL's algorithms (``nemo_rl/algorithms/grpo.py``, ``dpo.py``, ``ppo.py``,
+  ``distillation.py``) print a block per step; its ``  • Total step time: 95.30s`` line ends the
+  step (the throughputs follow on lines of their own); ``Max number of steps has been reached``.
 """
 
 from __future__ import annotations
@@ -34,6 +54,12 @@ from typing import Mapping
 from nccl_tune.trial import ProgressRules
 
 _NUM = r"\d+(?:\.\d+)?"
+_FLOAT = rf"{_NUM}(?:[eE][-+]?\d+)?"
+"""A float as Python prints it (``repr``, ``:.4g``): ``95.3``, ``1.235e+04``."""
+_PY_SCALAR = r"(?:np\.float\d+\()?"
+"""What ``repr`` of a numpy scalar puts before the number under numpy 2 (``np.float64(40.1)``)."""
+_TORCHRUN = r"(?:^|\[[a-z]*\d+\]:)"
+"""A line's start, or torchrun's prefix in front of a rank's line (``[rank0]:``, ``[default0]:``)."""
 _TQDM_RATE = rf"(?:(?P<it_per_s>{_NUM})it/s|(?P<seconds>{_NUM})s/it)"
 """tqdm's rate: ``2.10it/s``, or ``5.20s/it`` below one step per second (never both)."""
 
@@ -52,18 +78,19 @@ SKYRL = ProgressRules(
 HF_TRAINER = ProgressRules(
     step_end=(
         # the Trainer's bar has no description: the line starts with the percentage
-        rf"(?:^|\]:)\s*\d{{1,3}}%\|[^|]*\|\s*(?P<step>\d+)/\d+ \[[^\]]*?,\s*{_TQDM_RATE}",
-        # a log dict with a 'loss' key (not the last one's 'train_loss'); 'step' and a samples rate if printed
-        r"^\{(?=(?:[^{}]*?, )?'loss': )"
+        rf"{_TORCHRUN}\s*\d{{1,3}}%\|[^|]*\|\s*(?P<step>\d+)/\d+ \[[^\]]*?,\s*{_TQDM_RATE}",
+        # a log dict with a 'loss' key (not the last one's 'train_loss'); 'step' and a samples rate if
+        # printed, bare (4.x), as a string (5.x) or as a numpy scalar
+        rf"{_TORCHRUN}\{{(?=(?:[^{{}}]*?, )?'loss': )"
         r"(?=(?:[^{}]*?'step': (?P<step>\d+))?)"
-        rf"(?=(?:[^{{}}]*?'(?:train_)?samples_per_second': (?:np\.float\d+\()?(?P<samples_per_s>{_NUM}))?)",
+        rf"(?=(?:[^{{}}]*?'(?:train_)?samples_per_second': '?{_PY_SCALAR}(?P<samples_per_s>{_FLOAT}))?)",
     ),
-    training_done=r"'train_runtime': ",
+    training_done=r"'train_steps_per_second': ",
     preset="hf-trainer",
 )
 
 TORCHTITAN = ProgressRules(
-    step_end=(rf"(?<!validate )step:\s*(?P<step>\d+)\s+loss:.*?tps:\s*(?P<tokens_per_s>\d[\d,]*)",),
+    step_end=(rf"(?<!validate )step:\s*(?P<step>\d+)\s+loss:.*?[tw]ps:\s*(?P<tokens_per_s>\d[\d,]*)",),
     memory=(rf"(?<!validate )step:.*?memory:\s*(?P<gib>{_NUM})GiB\((?P<pct>{_NUM})%\)",),
     training_done=r"Training completed",
     preset="torchtitan",
@@ -91,12 +118,44 @@ DEEPSPEED = ProgressRules(
     preset="deepspeed",
 )
 
-PRESETS: Mapping[str, ProgressRules] = MappingProxyType(
-    {r.preset: r for r in (SKYRL, HF_TRAINER, TORCHTITAN, MEGATRON, LIGHTNING, DEEPSPEED)}  # type: ignore[misc]
+_VERL_LINE = r"(?:^|\s)step:{step}(?= - ).*? - {key}:" + _PY_SCALAR
+"""verl's console line up to the value of ``key`` (the validation line before training has no
+``perf/`` keys); ``step`` is the step number's pattern."""
+
+VERL = ProgressRules(
+    step_end=(_VERL_LINE.format(step=r"(?P<step>\d+)", key="perf/throughput") + rf"(?P<tokens_per_s>{_FLOAT})",),
+    memory=tuple(
+        _VERL_LINE.format(step=r"\d+", key=f"perf/max_memory_{kind}_gb") + rf"(?P<gib>{_FLOAT})"
+        for kind in ("reserved", "allocated")
+    ),
+    training_done=r"Final validation metrics: ",
+    preset="verl",
 )
 
-DETECT_ORDER: tuple[str, ...] = ("skyrl", "megatron", "torchtitan", "deepspeed", "lightning", "hf-trainer")
-"""Order in which a trial's output is tried against the presets (the generic tqdm bar last)."""
+OPENRLHF = ProgressRules(
+    step_end=(rf"Global step (?P<step>\d+): \{{(?:.*?'timing/step_total': {_PY_SCALAR}(?P<seconds>{_FLOAT}))?",),
+    preset="openrlhf",
+)
+
+NEMO_RL = ProgressRules(
+    step_end=(rf"• Total step time: (?P<seconds>{_NUM})s",),
+    training_done=r"Max number of steps has been reached",
+    preset="nemo-rl",
+)
+
+PRESETS: Mapping[str, ProgressRules] = MappingProxyType(
+    {
+        r.preset: r  # type: ignore[misc]
+        for r in (SKYRL, HF_TRAINER, TORCHTITAN, MEGATRON, LIGHTNING, DEEPSPEED, VERL, OPENRLHF, NEMO_RL)
+    }
+)
+
+DETECT_ORDER: tuple[str, ...] = (
+    "skyrl", "megatron", "torchtitan", "deepspeed", "verl", "openrlhf", "nemo-rl", "lightning", "hf-trainer",
+)
+"""Order in which a trial's output is tried against the presets (the generic tqdm bar last). No
+preset's step, phase or end rule matches another preset's lines (``tests/test_presets.py``), so the
+order decides only for output that mixes two trainers' lines."""
 
 _RULE_FIELDS = ("step_end", "phase_start", "phase_end", "memory", "training_done")
 

@@ -5,11 +5,12 @@ recognising the preset when the space names none."""
 from __future__ import annotations
 
 import io
+import re
 import time
 
 import pytest
 
-from nccl_tune.launchers.logstream import LineScanner
+from nccl_tune.launchers.logstream import LineScanner, clean_line
 from nccl_tune.presets import PRESETS
 from nccl_tune.launchers.progress import ProgressState, ProgressTracker
 from nccl_tune.trial import ProgressRules, TrialResult
@@ -122,6 +123,39 @@ def test_hf_trainer_with_a_real_tqdm_bar():
     assert len(s.step_times_s) == 6 and s.rate_unit == "steps" and all(r > 0 for r in s.step_rates)
 
 
+
+def hf5(logs: dict) -> str:
+    """A log dict as transformers 5 writes it: floats formatted ``.4g`` (strings), the rest as they are."""
+    return str({k: f"{v:.4g}" if isinstance(v, float) else v for k, v in logs.items()}) + "\n"
+
+
+def test_hf_trainer_5_prints_floats_as_strings_and_only_the_summary_ends_training():
+    step_logs = [{"loss": 2.3125, "grad_norm": 1.0625, "learning_rate": 4.5e-05, "epoch": 0.1 * i,
+                  "num_input_tokens_seen": 4096 * i, "train_runtime": 3.0 * i, "train_tokens_per_second": 1365.3}
+                 for i in (1, 2, 3)]  # include_num_input_tokens_seen: speed metrics in every step's dict
+    assert hf5(step_logs[0]).startswith("{'loss': '2.312', 'grad_norm': '1.062', 'learning_rate': '4.5e-05'")
+    s = read(PRESETS["hf-trainer"], [hf5(logs) for logs in step_logs], dt=3.0)
+    assert s.step_times_s == (3.0, 3.0, 3.0) and not s.training_done
+    summary = {"train_runtime": 31.2, "train_samples_per_second": 20512.7, "train_steps_per_second": 0.641,
+               "train_loss": 2.2, "epoch": 1.0}
+    assert "'train_samples_per_second': '2.051e+04'" in hf5(summary)
+    assert read(PRESETS["hf-trainer"], [hf5(step_logs[0]), hf5(summary)]).training_done
+    assert read(PRESETS["hf-trainer"], [HF_LOG, HF_END]).training_done  # 4.x
+    rates = read(PRESETS["hf-trainer"], [hf5({"loss": 2.31, "step": i, "train_samples_per_second": 12345.6})
+                                         for i in (1, 2)])
+    assert rates.step_rates == (12350.0, 12350.0) and rates.rate_unit == "samples"
+
+
+def test_hf_trainer_lines_behind_torchrun_prefixes_but_not_a_described_bar():
+    s = read(ProgressRules(), ["[rank0]:" + hf5({"loss": 2.3125, "epoch": 0.1}),
+                               "[default0]:" + hf5({"loss": 2.25, "epoch": 0.2})])
+    assert s.preset == "hf-trainer" and len(s.step_times_s) == 2
+    bar = read(PRESETS["hf-trainer"], ["\r[rank0]: 10%|█         | 2/20 [00:03<00:30,  1.65s/it]"])
+    assert bar.step_times_s == (1.65,)
+    # another program's bar whose description ends in "]:" (OpenRLHF's "Episode [1/1]:") is no Trainer step
+    assert read(PRESETS["hf-trainer"], ["\rEpisode [1/1]:  10%|█         | 2/20 [00:03<00:30,  1.65s/it]"]).step_times_s == ()
+
+
 TITAN = (
     "[rank0]:[titan] 2026-08-01 12:00:{sec:02d},234 - root - INFO - {e}[31mstep: {step:2}  {e}[32mloss: 12.25000  "
     "{e}[38;2;180;60;0mgrad_norm:  3.9215  {e}[38;2;54;234;195mmemory: {gib:5.2f}GiB(22.16%)  "
@@ -140,6 +174,14 @@ def test_torchtitan_metrics_lines_in_colour():
     assert s.step_times_s[1:] == (pytest.approx(2.0 / 9), pytest.approx(4.0 / 10))  # log_freq steps apart
     assert s.memory_peak_gib[None] == 21.10 and s.memory_total_gib[None] == pytest.approx(21.08 / 0.2216, rel=1e-3)
     assert result_of(s).throughput == (pytest.approx(5000.0), "tokens/s")
+
+
+
+def test_torchtitan_before_november_2024_printed_wps():
+    line = ("[rank0]:[titan] 2024-10-01 12:00:01,234 - root - INFO - step: {step:2}  loss:  7.1234  memory: 21.05GiB(22.16%)"
+            "  wps: {wps}  mfu: 7.22%\n")
+    s = read(PRESETS["torchtitan"], [line.format(step=10, wps="5,010"), line.format(step=20, wps="4,990")])
+    assert s.step_rates == (5010.0, 4990.0) and s.rate_unit == "tokens" and s.memory_peak_gib[None] == 21.05
 
 
 MEGATRON = (
@@ -196,6 +238,119 @@ def test_deepspeed_throughput_timer_today_and_in_older_releases():
     assert old.step_rates == (1292.6411179579866, 1303.6726433398537)
 
 
+
+def verl_line(step: int, metrics: dict[str, str]) -> str:
+    """verl's console logger: ``step:N`` then ``key:value`` joined by `` - `` (values as pprint gives
+    them), behind Ray's prefix of the driver's TaskRunner."""
+    return "(TaskRunner pid=2345) " + " - ".join([f"step:{step}", *(f"{k}:{v}" for k, v in metrics.items())]) + "\n"
+
+
+def verl_metrics(step: int, throughput: str, reserved: str, allocated: str = "np.float64(35.2134)") -> dict[str, str]:
+    return {"training/global_step": str(step), "training/epoch": "0", "actor/pg_loss": "np.float64(-0.0123)",
+            "perf/mfu/actor": "np.float64(0.41)", "perf/max_memory_allocated_gb": allocated,
+            "perf/max_memory_reserved_gb": reserved, "perf/cpu_memory_used_gb": "np.float64(210.5)",
+            "timing_s/gen": "61.2345", "timing_s/step": "95.31234", "timing_per_token_ms/gen": "0.0123",
+            "perf/total_num_tokens": "1234567", "perf/time_per_step": "95.31234", "perf/throughput": throughput}
+
+
+def test_verl_console_lines_today_and_before_july_2025():
+    lines = [
+        "(TaskRunner pid=2345) step:0 - val-core/openai/gsm8k/reward/mean@1:np.float64(0.42)\n",  # val_before_train
+        "(TaskRunner pid=2345) Training Progress:   0%|          | 0/3 [00:00<?, ?it/s]\n",
+        verl_line(1, verl_metrics(1, "1618.9012345678", "np.float64(40.125)")),
+        verl_line(2, verl_metrics(2, "1620.5", "np.float64(41.5)")),
+        verl_line(3, verl_metrics(3, "1619.25", "np.float64(40.875)")),
+        "(TaskRunner pid=2345) 'Final validation metrics: {\\'val-core/openai/gsm8k/reward/mean@1\\': 0.61}'\n",
+    ]
+    s = read(PRESETS["verl"], lines)
+    assert s.step_rates == (1618.9012345678, 1620.5, 1619.25) and s.rate_unit == "tokens" and s.training_done
+    assert s.memory_peak_gib[None] == 41.5  # the reserved peak, not the allocated one
+    assert result_of(s).throughput == (pytest.approx(1619.875), "tokens/s")
+    old = [verl_line(i, {"training/global_step": str(i), "perf/max_memory_allocated_gb": "35.213",
+                         "timing_s/step": "95.312", "perf/throughput": f"{1600 + i:.3f}"}) for i in (1, 2)]
+    s = read(PRESETS["verl"], old)
+    assert s.step_rates == (1601.0, 1602.0) and s.memory_peak_gib[None] == 35.213
+
+
+def openrlhf_line(step: int, status: dict, mark: str = "✨ ") -> str:
+    """OpenRLHF's PPO trainer: ``Global step N: {status}`` through its logger, behind the Ray actor's prefix."""
+    return f"(PPOTrainer pid=3456) INFO 08-13 10:15:0{step} ppo_trainer.py:547] {mark}Global step {step}: {status}\n"
+
+
+def test_openrlhf_global_step_lines_with_and_without_the_step_total():
+    status = {"policy_loss": 0.0123, "kl": 0.0004, "grad_norm": 0.87, "timing/make_experience": 40.25,
+              "timing/ppo_train": 30.5, "timing/broadcast": 2.25, "rollout/reward_mean": 0.61}
+    lines = [openrlhf_line(i, {**status, "timing/generation": 10.0 * i, "timing/step_total": 73.0 + 10.0 * i})
+             for i in (1, 2, 3)]
+    s = read(PRESETS["openrlhf"], lines)
+    assert s.step_times_s == (83.0, 93.0, 103.0) and s.step_rates == ()
+    assert result_of(s, samples_per_step=1024).throughput == (pytest.approx(1024 / 98.0), "samples/s")
+    asynchronous = read(PRESETS["openrlhf"], [openrlhf_line(i, {**status, "timing/step_total": 50.5}, mark="")
+                                              for i in (1, 2)])
+    assert asynchronous.step_times_s == (50.5, 50.5)
+    before_march_2026 = read(PRESETS["openrlhf"], [openrlhf_line(i, status) for i in (1, 2, 3)], dt=5.0)
+    assert before_march_2026.step_times_s == (5.0, 5.0, 5.0)  # wall clock
+
+
+NEMO_RL_STEP = [
+    "\n", "========================= Step {n}/100 =========================\n",
+    "▶ Preparing batch...\n", "▶ Generating responses for batch of size 512...\n",
+    "\n", "📊 Training Results:\n", "  • Loss: 0.0123\n", "  • Avg Reward: 0.6100\n",
+    "\n", "⏱️  Timing:\n", "  • Total step time: {t:.2f}s\n", "  • generation: 60.12s (63.1%)\n",
+    "  • policy_training: 25.00s (26.2%)\n",
+    "\n", "🔍 Performance Metrics:\n", "  • Throughputs (per GPU):\n", "    - E2E (Samples/sec/gpu): 0.67\n",
+    "    - E2E (Tokens/sec/gpu): 1234.56\n",
+]
+
+
+def test_nemo_rl_step_blocks():
+    lines = [line.format(n=n, t=t) for n, t in ((1, 95.3), (2, 90.0), (3, 91.0)) for line in NEMO_RL_STEP]
+    s = read(PRESETS["nemo-rl"], [*lines, "    • Total validation time: 20.00s\n",
+                                  "Max number of steps has been reached, stopping training early\n"])
+    assert s.step_times_s == (95.3, 90.0, 91.0) and s.training_done
+    assert result_of(s, samples_per_step=512).throughput == (pytest.approx(512 / 90.5), "samples/s")
+
+
+SAMPLES: dict[str, list[str]] = {
+    "skyrl": SKYRL_TODAY,
+    "hf-trainer": [HF_BAR, HF_LOG, hf5({"loss": 2.3125, "epoch": 0.1}), HF_END],
+    "torchtitan": [TITAN.format(e=ESC, sec=1, step=1, gib=1.0, tps="1,000"),
+                   "[rank0]:[titan] 2026-08-01 12:00:06,000 - root - INFO - Training completed\n"],
+    "megatron": [MEGATRON.format(it=10, cs=640, ms=1.0), " [after training is done] datetime: 2026-08-01 12:10:00 \n"],
+    "lightning": ["\rEpoch 1:   4%|▎         | 40/1095 [00:03<01:37, 10.84it/s, v_num=10]",
+                  "\n`Trainer.fit` stopped: `max_steps=41` reached.\n"],
+    "deepspeed": ["worker-0: [INFO 2020-02-06 19:53:56] 0/50, SamplesPerSec=1292.6\n",
+                  "[2026-08-01 12:00:01,123] [INFO] [timer.py:264:stop] epoch=0/micro_step=20/global_step=10, "
+                  "RunningAvgSamplesPerSec=45.12, CurrSamplesPerSec=46.5, MemAllocated=3.21GB, MaxMemAllocated=7.8GB\n"],
+    "verl": [verl_line(1, verl_metrics(1, "1618.9", "np.float64(40.125)")),
+             "(TaskRunner pid=2345) 'Final validation metrics: {}'\n"],
+    "openrlhf": [openrlhf_line(1, {"policy_loss": 0.0123, "timing/step_total": 83.0})],
+    "nemo-rl": [line.format(n=1, t=95.3) for line in NEMO_RL_STEP]
+               + ["Max number of steps has been reached, stopping training early\n"],
+}
+"""Each preset's lines (steps and end) in its trainer's current format."""
+
+
+def test_every_preset_has_sample_lines():
+    assert set(SAMPLES) == set(PRESETS)
+
+
+@pytest.mark.parametrize("other", list(PRESETS))
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_no_preset_recognises_another_presets_lines(preset, other):
+    """Recognition uses the step, phase and end rules: none of another preset's may match, so the
+    preset is the same whatever the order in which they are tried."""
+    if preset == other:
+        return
+    rules = PRESETS[other]
+    patterns = [re.compile(p) for p in (*rules.step_end, rules.phase_start, rules.phase_end, rules.training_done) if p]
+    for chunk in SAMPLES[preset]:
+        for raw in chunk.replace("\r", "\n").split("\n"):
+            line = clean_line(raw)
+            hits = [p.pattern for p in patterns if p.search(line)]
+            assert not hits, f"{other} recognises a {preset} line: {line!r} ({hits})"
+
+
 @pytest.mark.parametrize(
     "preset, lines",
     [
@@ -206,6 +361,7 @@ def test_deepspeed_throughput_timer_today_and_in_older_releases():
         ("megatron", [MEGATRON.format(it=10, cs=640, ms=1.0)]),
         ("lightning", ["\rEpoch 1:   4%|▎         | 40/1095 [00:03<01:37, 10.84it/s, v_num=10]"]),
         ("deepspeed", ["worker-0: [INFO 2020-02-06 19:53:56] 0/50, SamplesPerSec=1292.6\n"]),
+        *((preset, lines) for preset, lines in SAMPLES.items()),
     ],
 )
 def test_the_preset_is_recognised_from_the_output(preset, lines):
