@@ -48,7 +48,7 @@ def _deliver(text: str, output: Optional[Path]) -> None:
         sys.stdout.write(text)
     else:
         write_output(output, text)
-        err.print(escape(f"wrote {output}"), highlight=False)
+        err.print(escape(f"wrote {output}"), highlight=False, soft_wrap=True)
 
 
 class _RunCommand(typer.core.TyperCommand):
@@ -155,7 +155,8 @@ def _run(settings, as_json: bool) -> None:
         (err if outcome.exit_code == 3 else (err if as_json else out)).print(escape(verdict.summary), highlight=False,
                                                                             soft_wrap=True)
     if outcome.interrupted:
-        err.print(escape(f"interrupted: study {outcome.study} is saved; run the same command again to resume"), highlight=False)
+        err.print(escape(f"interrupted: study {outcome.study} is saved; run the same command again to resume"), highlight=False,
+                  soft_wrap=True)
     raise typer.Exit(outcome.exit_code)
 
 
@@ -194,7 +195,8 @@ def apply_cmd(
     except NcclTuneError as exc:
         _fail(exc)
     if applied.env_lines:  # the config cannot carry them: say what to run before the training command
-        err.print(escape(f"# {tuned} also sets the environment; run before the training command:"), highlight=False)
+        err.print(escape(f"# {tuned} also sets the environment; run before the training command:"), highlight=False,
+                  soft_wrap=True)
         for line in applied.env_lines:
             err.print(escape(line), highlight=False, soft_wrap=True)
 
@@ -229,7 +231,7 @@ def report_cmd(
             view = load_view(url, study, series)
             if junit is not None:
                 write_output(junit, render_junit(view))
-                err.print(escape(f"wrote {junit}"), highlight=False)
+                err.print(escape(f"wrote {junit}"), highlight=False, soft_wrap=True)
             if chosen is not None:
                 _deliver(render_report(view, chosen), output)
                 return

@@ -3,6 +3,7 @@ or a tuned YAML written by ``nccl-tune export`` (``--baseline FILE``)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -11,6 +12,7 @@ import yaml
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.nightly.night import Baseline, Night
 from nccl_tune.search_spaces.space import UNSET, SearchSpace, Target
+from nccl_tune.userfile import read_text, yaml_problem
 
 
 def previous_good_night(nights: Sequence[Night], hardware: str | None) -> Night | None:
@@ -42,19 +44,20 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
 
 
 def _read(path: Path) -> dict[str, Any]:
+    """The tuned YAML at ``path``; one line for a file that cannot be read or is not one."""
+    fix = "give a tuned YAML written by `nccl-tune export`"
+    text = read_text(path, "--baseline", fix)
     try:
-        doc = yaml.safe_load(path.read_text())
-    except FileNotFoundError:
-        raise NcclTuneError(f"--baseline {path}: no such file; give a tuned YAML written by `nccl-tune export`") from None
-    except OSError as exc:
-        raise NcclTuneError(f"--baseline {path}: cannot read it ({exc.strerror})") from None
+        doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}:" if mark is not None else ""
-        raise NcclTuneError(f"--baseline {path}:{where} YAML syntax error: {getattr(exc, 'problem', exc)}") from None
+        raise NcclTuneError(f"--baseline {path}: {yaml_problem(exc)}") from None
     if not isinstance(doc, dict) or not isinstance(doc.get("overrides"), dict) or not isinstance(doc.get("study"), dict):
         raise NcclTuneError(f"--baseline {path}: not a tuned YAML (no 'overrides' and 'study' mappings); "
                             "write one with `nccl-tune export -o FILE`")
+    for key, kind in (("env", dict), ("unset_env", list), ("metrics", dict)):
+        if doc.get(key) is not None and not isinstance(doc[key], kind):
+            raise NcclTuneError(f"--baseline {path}: '{key}' must be a {'mapping' if kind is dict else 'list'}, "
+                                f"got {type(doc[key]).__name__}; {fix}")
     return doc
 
 
@@ -93,6 +96,8 @@ def baseline_from_file(path: Path, space: SearchSpace) -> Baseline:
         runs = tuple(float(x) for x in runs)
     except (TypeError, ValueError):
         raise NcclTuneError(f"--baseline {path}: metrics.runs_per_s must be numbers, got {runs!r}") from None
+    if not all(math.isfinite(x) and x > 0 for x in runs):
+        raise NcclTuneError(f"--baseline {path}: metrics.runs_per_s must be throughputs above 0, got {list(runs)!r}")
     if not runs:
         raise NcclTuneError(f"--baseline {path}: no measured throughput (metrics.throughput_per_s) to compare with")
     return Baseline("file", str(path), _values(doc, space, path), runs, space.name,

@@ -14,11 +14,12 @@ timeout=...)``, which SkyRL sets from ``SKYRL_WORKER_NCCL_TIMEOUT_IN_S``.
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 from dataclasses import dataclass
 from typing import Callable, Mapping
+
+from nccl_tune.search_spaces.spelling import nearest
 
 # --- NCCL ---------------------------------------------------------------------------------------
 
@@ -344,8 +345,7 @@ def relevant(name: str) -> bool:
 
 def close_match(name: str) -> str | None:
     """The known name nearest to a misspelt one (``NCCL_PROTOCOL`` -> ``NCCL_PROTO``)."""
-    got = difflib.get_close_matches(name, sorted(known_names()), n=1, cutoff=0.8)
-    return got[0] if got else None
+    return nearest(name, known_names(), cutoff=0.8)
 
 
 def default_env() -> Mapping[str, str]:

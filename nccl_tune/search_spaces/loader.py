@@ -8,7 +8,9 @@ messages say what a user should change.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
+import reprlib
 from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
@@ -21,7 +23,7 @@ from nccl_tune.errors import NcclTuneError
 from nccl_tune.search_spaces.expr import ExprError, parse_expr
 from nccl_tune.presets import PRESETS, apply_preset
 from nccl_tune.launchers.progress import check_rules
-from nccl_tune.search_spaces.render import is_flag
+from nccl_tune.search_spaces.render import is_env_name, is_flag
 from nccl_tune.search_spaces.space import (
     UNSET,
     ArgStyle,
@@ -33,8 +35,9 @@ from nccl_tune.search_spaces.space import (
     SearchSpace,
     Target,
 )
-from nccl_tune.search_spaces.spelling import format_value
+from nccl_tune.search_spaces.spelling import did_you_mean, format_value
 from nccl_tune.trial import MARKER_ENV, Clocks, ProgressRules, StopRule
+from nccl_tune.userfile import read_text, yaml_problem
 
 _TOP_KEYS = {
     "name", "description", "command", "parameters", "context", "define", "derived", "constraints",
@@ -51,7 +54,6 @@ _PROGRESS_KEYS = {f.name for f in dataclasses.fields(ProgressRules)}
 _THROUGHPUT_KEYS = {"samples_per_step"}
 _STABILITY_KEYS = {"min_headroom_frac"}
 _MAX_CHOICES = 4096
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PROTECTED_ENV = {
     "PATH": "it decides which programs run",
     "LD_PRELOAD": "it injects libraries into every process",
@@ -78,9 +80,11 @@ def builtin_names() -> list[str]:
 
 def resolve(space: str) -> tuple[Path, str]:
     """Path and source label of ``space``: a built-in name or a YAML file."""
+    if not space.strip():
+        raise NcclTuneError(f"the space name is empty; give one of: {', '.join(builtin_names())}, or a YAML file path")
     candidate = Path(space).expanduser()
     if candidate.suffix in (".yaml", ".yml") or candidate.exists() or "/" in space:
-        if not candidate.is_file():
+        if not candidate.exists():
             raise NcclTuneError(f"space file {space} does not exist; give a YAML file or one of: {', '.join(builtin_names())}")
         return candidate, str(candidate)
     path = builtin_dir() / f"{space}.yaml"
@@ -94,35 +98,47 @@ def resolve(space: str) -> tuple[Path, str]:
 def load_space(space: str) -> SearchSpace:
     """Load and validate a space by built-in name or file path."""
     path, source = resolve(space)
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise NcclTuneError(f"space file {path}: cannot read it: {exc.strerror}") from None
+    text = read_text(path, "space file", "give a space YAML file (`nccl-tune spaces init -- COMMAND` writes one)")
     return parse_space(text, source=source, label=str(path))
 
 
 def parse_space(text: str, source: str, label: str) -> SearchSpace:
     """Validate YAML ``text`` (``label`` names it in errors) into a ``SearchSpace``."""
+    _check_top_level(text, label)
     try:
         cfg = OmegaConf.create(text)
         data = OmegaConf.to_container(cfg, resolve=True)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-        raise NcclTuneError(f"space file {label}:{where} YAML syntax error: {problem}") from None
+        raise NcclTuneError(f"space file {label}: {yaml_problem(exc)}") from None
     except OmegaConfBaseException as exc:
         raise NcclTuneError(f"space file {label}: {str(exc).splitlines()[0]}") from None
-    if not isinstance(data, dict):
-        raise NcclTuneError(f"space file {label}: expected a mapping at the top level (name:, parameters:, ...)")
     return _build(data, source, label, text)
 
 
+def _check_top_level(text: str, label: str) -> None:
+    """One line for a file that is not a mapping of keys (empty, a scalar, a list), which OmegaConf
+    would refuse with an assertion rather than a message."""
+    try:
+        top = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise NcclTuneError(f"space file {label}: {yaml_problem(exc)}") from None
+    if top is None:
+        raise NcclTuneError(
+            f"space file {label} is empty; write name: and parameters: (see `nccl-tune spaces show skyrl-text2sql --yaml`)"
+        )
+    if not isinstance(top, dict):
+        raise NcclTuneError(
+            f"space file {label}: expected a mapping at the top level (name:, parameters:, ...), got {reprlib.repr(top)}"
+        )
+
+
 def _check_keys(section: Mapping[str, Any], allowed: set[str], where: str, label: str) -> None:
+    """One line for a key ``section`` may not hold, with the key meant when it is a misspelling."""
     for key in section:
         if key not in allowed:
             raise NcclTuneError(
-                f"space file {label}: unknown key {where}{key!r}; allowed here: {', '.join(sorted(allowed))}"
+                f"space file {label}: unknown key {where}{key!r}{did_you_mean(key, allowed)}; "
+                f"allowed here: {', '.join(sorted(allowed))}"
             )
 
 
@@ -187,13 +203,16 @@ def _parameter(p: Any, i: int, label: str) -> Parameter:
     where = f"parameters[{i}]" + (f" ({name})" if name else "")
     _check_keys(p, _PARAM_KEYS, f"in {where}: ", label)
     if not isinstance(name, str) or not name:
-        raise NcclTuneError(f"space file {label}: {where}: 'name' is required")
+        got = "" if name is None else f", got {name!r}"
+        raise NcclTuneError(f"space file {label}: {where}: 'name' is required (a non-empty string{got})")
+    kinds = ", ".join(k.value for k in ParamKind)
+    if p.get("kind") is None:
+        raise NcclTuneError(f"space file {label}: {where}: 'kind' is required; use one of: {kinds}")
     try:
         kind = ParamKind(p.get("kind"))
     except ValueError:
-        raise NcclTuneError(
-            f"space file {label}: {where}: unknown kind {p.get('kind')!r}; use one of: {', '.join(k.value for k in ParamKind)}"
-        ) from None
+        guess = did_you_mean(str(p.get("kind")), [k.value for k in ParamKind])
+        raise NcclTuneError(f"space file {label}: {where}: unknown kind {p.get('kind')!r}{guess}; use one of: {kinds}") from None
     default_target = "env" if name.isupper() and "." not in name else "override"
     try:
         target = Target(p.get("target", default_target))
@@ -217,7 +236,7 @@ def _parameter(p: Any, i: int, label: str) -> Parameter:
         target=target,
         choices=choices,
         memory=memory,
-        semantic=bool(p.get("semantic", False)),
+        semantic=_bool(p.get("semantic", False), f"{where}: semantic", label),
         help=str(p.get("help", "")),
         arg=arg,
         arg_style=arg_style,
@@ -280,7 +299,8 @@ def _build(data: dict[str, Any], source: str, label: str, text: str) -> SearchSp
     _check_keys(data, _TOP_KEYS, "", label)
     name = data.get("name")
     if not isinstance(name, str) or not name:
-        raise NcclTuneError(f"space file {label}: 'name' is required (a short identifier such as my-space)")
+        got = "" if name is None else f", got {name!r}"
+        raise NcclTuneError(f"space file {label}: 'name' is required (a short identifier such as my-space{got})")
     raw_params = data.get("parameters")
     if not isinstance(raw_params, list) or not raw_params:
         raise NcclTuneError(f"space file {label}: 'parameters' must be a non-empty list")
@@ -366,8 +386,8 @@ def _build(data: dict[str, Any], source: str, label: str, text: str) -> SearchSp
     if not isinstance(estimates, dict):
         raise NcclTuneError(f"space file {label}: clocks.phase_estimates_s must map phase names to seconds")
     clocks = Clocks(
-        **{k: _float(v, f"clocks.{k}", label) for k, v in clocks_raw.items()},
-        phase_estimates_s={str(k): _float(v, f"clocks.phase_estimates_s.{k}", label) for k, v in estimates.items()},
+        **{k: _clock(k, v, label) for k, v in clocks_raw.items()},
+        phase_estimates_s={str(k): _float(v, f"clocks.phase_estimates_s.{k}", label, above_zero=True) for k, v in estimates.items()},
     )
 
     progress = _progress(_mapping(data, "progress", label), label)
@@ -381,7 +401,7 @@ def _build(data: dict[str, Any], source: str, label: str, text: str) -> SearchSp
 
     stability = _mapping(data, "stability", label)
     _check_keys(stability, _STABILITY_KEYS, "in stability: ", label)
-    min_headroom = _float(stability.get("min_headroom_frac", 0.05), "stability.min_headroom_frac", label)
+    min_headroom = _fraction(stability.get("min_headroom_frac", 0.05), "stability.min_headroom_frac", label)
 
     space = SearchSpace(
         name=name,
@@ -408,7 +428,7 @@ def _build(data: dict[str, Any], source: str, label: str, text: str) -> SearchSp
 
 def _check_env_name(name: str, where: str, label: str) -> None:
     """One-line error for an environment variable a space may not set."""
-    if not _ENV_NAME.fullmatch(name):
+    if not is_env_name(name):
         raise NcclTuneError(
             f"space file {label}: {where}: {name!r} is not a valid environment variable name "
             "(letters, digits and _, not starting with a digit)"
@@ -515,7 +535,34 @@ def _int(v: Any, where: str, label: str, minimum: int = 0) -> int:
     return v
 
 
-def _float(v: Any, where: str, label: str) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-        raise NcclTuneError(f"space file {label}: {where} must be a non-negative number, got {v!r}")
+def _float(v: Any, where: str, label: str, above_zero: bool = False) -> float:
+    """A finite number, at least 0 (above 0 when ``above_zero``)."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (above_zero and v == 0):
+        rule = "a finite number above 0" if above_zero else "a finite number, 0 or more"
+        raise NcclTuneError(f"space file {label}: {where} must be {rule}, got {v!r}")
     return float(v)
+
+
+_CLOCKS_THAT_MAY_BE_ZERO = frozenset({"stall_floor_s", "grace_s"})
+"""A zero floor is no floor and a zero grace is SIGKILL at once; a zero timeout or multiplier
+would call every trial hung."""
+
+
+def _clock(key: str, v: Any, label: str) -> float:
+    """A clock of the space's ``clocks:``: finite, and above 0 unless zero means something."""
+    return _float(v, f"clocks.{key}", label, above_zero=key not in _CLOCKS_THAT_MAY_BE_ZERO)
+
+
+def _fraction(v: Any, where: str, label: str) -> float:
+    """A number from 0 up to (not including) 1."""
+    value = _float(v, where, label)
+    if value >= 1:
+        raise NcclTuneError(f"space file {label}: {where} must be a fraction below 1 (0.05 keeps 5% free), got {v!r}")
+    return value
+
+
+def _bool(v: Any, where: str, label: str) -> bool:
+    """``true`` or ``false``: a string such as ``"no"`` would otherwise count as true."""
+    if not isinstance(v, bool):
+        raise NcclTuneError(f"space file {label}: {where} must be true or false, got {v!r}")
+    return v

@@ -11,10 +11,19 @@ a shell string.
 
 from __future__ import annotations
 
+import re
 from typing import Any, Mapping
 
 from nccl_tune.search_spaces.space import UNSET, ArgStyle, Parameter, SearchSpace, Target
 from nccl_tune.search_spaces.spelling import format_value
+
+
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def is_env_name(name: str) -> bool:
+    """True for a name a shell can ``export`` (letters, digits and _, not starting with a digit)."""
+    return isinstance(name, str) and _ENV_NAME.fullmatch(name) is not None
 
 
 def is_flag(key: str) -> bool:

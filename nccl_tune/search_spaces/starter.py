@@ -11,6 +11,7 @@ the command; ``# check:`` comments mark what only the user can know. Nothing her
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ from typing import Any, Sequence
 
 import yaml
 
+from nccl_tune.errors import NcclTuneError
 from nccl_tune.presets import PRESETS
 from nccl_tune.search_spaces.spelling import format_value
 
@@ -236,8 +238,6 @@ def _param_block(opt: HelpOption, role: Role, name: str) -> list[str] | None:
 
 def starter_yaml(command: Sequence[str], help_text: str) -> str:
     """A starter space (YAML with ``# check:`` comments) for ``command`` from its ``--help`` output."""
-    from nccl_tune.errors import NcclTuneError
-
     hydra = parse_hydra(help_text)
     options = hydra or parse_argparse(help_text)
     if not options:
@@ -330,4 +330,6 @@ def init_space(command: Sequence[str], timeout_s: float = 30.0) -> str:
     """The starter space for ``command``: its ``--help`` (run with a timeout, never its training) read."""
     from nccl_tune.launchers.help import help_text
 
+    if not math.isfinite(timeout_s) or timeout_s <= 0:
+        raise NcclTuneError(f"--timeout {timeout_s:g}: must be a number of seconds above 0 (default 30)")
     return starter_yaml(command, help_text(command, timeout_s))

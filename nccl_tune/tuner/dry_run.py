@@ -4,6 +4,7 @@ argv, env, stop rule and clocks; run nothing, open no storage."""
 from __future__ import annotations
 
 import shlex
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -95,13 +96,27 @@ def first_values(space: SearchSpace, pins: Pins, seed: int | None) -> dict[str, 
     if values is not None:
         return values
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed))
+    broken: Counter[str] = Counter()
     for _ in range(MAX_REJECTED_IN_A_ROW):
         trial = study.ask()
         candidate = suggest(trial, space, pins.params)
-        if not space.violations(candidate):
+        violated = space.violations(candidate)
+        if not violated:
             return candidate
+        broken.update(violated)
         study.tell(trial, 0.0)
-    raise NcclTuneError(f"space {space.name}: no values satisfy its constraints")
+    raise NcclTuneError(_nothing_admissible(space, pins, broken))
+
+
+def _nothing_admissible(space: SearchSpace, pins: Pins, broken: Counter[str]) -> str:
+    """The line for a space whose constraints no sampled values met: which rule broke most, and the fix."""
+    rule, times = broken.most_common(1)[0]
+    held = f" with --set {', '.join(f'{k}={v}' for k, v in pins.params.items())}" if pins.params else ""
+    fix = "loosen that constraint, widen the parameters' ranges" + (" or change the --set values" if held else "")
+    return (
+        f"space {space.name} ({space.source}): no values satisfy its constraints{held} in {MAX_REJECTED_IN_A_ROW} "
+        f"draws; most often broken ({times}x): {rule!r}; {fix}"
+    )
 
 
 def plan_dry_run(settings: RunSettings, launcher: Launcher | None = None) -> DryRun:

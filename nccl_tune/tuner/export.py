@@ -17,10 +17,12 @@ from omegaconf.errors import OmegaConfBaseException
 
 from nccl_tune.atomic import write_text_atomic
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.search_spaces.render import config_overrides, render_values
+from nccl_tune.search_spaces.render import config_overrides, is_env_name, render_values
+from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.tuner.semantics import semantic_changes
 from nccl_tune.tuner.stability import Candidate
 from nccl_tune.tuner.study_view import StoredStudy, open_study
+from nccl_tune.userfile import read_text, yaml_problem
 
 FORMATS = ("yaml", "args", "env")
 
@@ -139,6 +141,7 @@ def write_tuned(path: Path, stored: StoredStudy, winner: Candidate) -> Path | No
     (returned), never replaced silently."""
     text = format_tuned(tuned_document(stored, winner), "yaml")
     previous = None
+    _refuse_non_file(path)
     if path.exists():
         previous = kept_name(path)
         try:
@@ -149,8 +152,21 @@ def write_tuned(path: Path, stored: StoredStudy, winner: Candidate) -> Path | No
     return previous
 
 
+def _refuse_non_file(path: Path) -> None:
+    """One line when ``path`` names a folder, or lies under a file: writing there would fail, or (for
+    the tuned file, whose predecessor is kept) move a whole folder aside."""
+    if path.is_dir():
+        raise NcclTuneError(f"cannot write {path}: it is a folder; give a file name, such as {path / 'tuned.yaml'}")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise NcclTuneError(f"cannot write {path}: {parent} is a file, not a folder; choose a file in a folder")
+            return
+
+
 def check_writable(path: Path) -> None:
     """One-line error now when ``path`` could not be written later (its folder is made if needed)."""
+    _refuse_non_file(path)
     probe = path.with_name(f".{path.name}.probe{os.getpid()}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -164,6 +180,7 @@ def check_writable(path: Path) -> None:
 
 def write_output(path: Path, text: str) -> None:
     """Write a file the user named (``-o``) atomically; one-line error when it cannot be written."""
+    _refuse_non_file(path)
     try:
         write_text_atomic(path, text)
     except OSError as exc:
@@ -174,22 +191,11 @@ def write_output(path: Path, text: str) -> None:
 
 def _load_yaml(path: Path, what: str) -> DictConfig:
     """A YAML mapping from ``path``; one-line errors for a missing, binary, empty or non-mapping file."""
+    text = read_text(path, what, "give a YAML file")
     try:
-        raw = path.read_bytes()
-    except FileNotFoundError:
-        raise NcclTuneError(f"{what} {path} does not exist") from None
-    except OSError as exc:
-        raise NcclTuneError(f"{what} {path}: cannot read it: {exc.strerror or exc}") from None
-    try:
-        if b"\0" in raw[:8192]:
-            raise UnicodeDecodeError("utf-8", raw[:1], 0, 1, "NUL byte")
-        data = yaml.safe_load(raw.decode("utf-8"))
-    except UnicodeDecodeError:
-        raise NcclTuneError(f"{what} {path} is not a text file (binary content); give a YAML file") from None
+        data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise NcclTuneError(f"{what} {path}:{where} YAML syntax error: {getattr(exc, 'problem', exc)}") from None
+        raise NcclTuneError(f"{what} {path}: {yaml_problem(exc)}") from None
     if data is None:
         raise NcclTuneError(f"{what} {path} is empty; expected a YAML mapping of keys")
     if not isinstance(data, dict):
@@ -227,10 +233,27 @@ def apply_tuned(tuned: Path, into: Path, allow_new_keys: bool = False) -> Applie
                     "(use --allow-new-keys to add it anyway)"
                 )
     merged = OmegaConf.merge(base, overrides)
-    env = OmegaConf.to_container(doc.get("env") or OmegaConf.create({}))
-    unset = list(doc.get("unset_env") or [])
-    lines = [f"export {k}={shlex.quote(str(v))}" for k, v in dict(env).items()] + [f"unset {k}" for k in unset]
-    return Applied(OmegaConf.to_yaml(merged), tuple(lines))
+    return Applied(OmegaConf.to_yaml(merged), _env_lines(OmegaConf.to_container(doc, resolve=False), tuned))
+
+
+def _env_lines(doc: dict[str, Any], tuned: Path) -> tuple[str, ...]:
+    """The tuned file's ``env`` and ``unset_env`` as ``export``/``unset`` lines; one line naming the
+    key for a value a shell could not take (a list for ``env``, a name that is no variable)."""
+    env, unset = doc.get("env") or {}, doc.get("unset_env") or []
+    if not isinstance(env, dict):
+        raise NcclTuneError(f"tuned file {tuned}: 'env' must map variable names to values, got {type(env).__name__}")
+    if not isinstance(unset, list):
+        raise NcclTuneError(f"tuned file {tuned}: 'unset_env' must be a list of variable names, got {type(unset).__name__}")
+    for name in [*env, *unset]:
+        if not is_env_name(name):
+            raise NcclTuneError(
+                f"tuned file {tuned}: {name!r} is not an environment variable name (letters, digits and _); "
+                "fix it or export the file again with `nccl-tune export`"
+            )
+    for name, value in env.items():
+        if isinstance(value, (dict, list)) or value is None:
+            raise NcclTuneError(f"tuned file {tuned}: env.{name} must be a single value, got {value!r}")
+    return tuple([f"export {k}={shlex.quote(format_value(v))}" for k, v in env.items()] + [f"unset {k}" for k in unset])
 
 
 def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:

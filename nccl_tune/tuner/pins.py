@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, Mapping
 
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.search_spaces.space import SearchSpace
+from nccl_tune.search_spaces.spelling import did_you_mean
 
 
 @dataclass(frozen=True)
@@ -39,14 +41,28 @@ def _coerce_context(old: Any, raw: str, key: str) -> Any:
             raise NcclTuneError(f"--set {key}={raw}: {key} is an integer") from None
     if isinstance(old, float):
         try:
-            return float(raw)
+            value = float(raw)
         except ValueError:
-            raise NcclTuneError(f"--set {key}={raw}: {key} is a number") from None
+            value = math.nan
+        if not math.isfinite(value):
+            raise NcclTuneError(f"--set {key}={raw}: {key} is a finite number, such as {old!r}") from None
+        return value
     return raw
+
+
+def _refuse_conflicts(pairs: tuple[tuple[str, str], ...]) -> None:
+    """One line for a key given twice with different values: the run cannot hold both, and taking the
+    last one silently would tune something other than what the user meant."""
+    first: dict[str, str] = {}
+    for key, raw in pairs:
+        if key in first and first[key] != raw:
+            raise NcclTuneError(f"--set {key} is given twice ({key}={first[key]} and {key}={raw}); keep one of them")
+        first.setdefault(key, raw)
 
 
 def apply_pins(space: SearchSpace, pairs: tuple[tuple[str, str], ...]) -> tuple[SearchSpace, Pins]:
     """Validate ``pairs`` against ``space``; return the space with its context updated, and the pins."""
+    _refuse_conflicts(pairs)
     params: dict[str, Any] = {}
     context: dict[str, Any] = {}
     for key, raw in pairs:
@@ -55,8 +71,9 @@ def apply_pins(space: SearchSpace, pairs: tuple[tuple[str, str], ...]) -> tuple[
         elif key in space.context:
             context[key] = _coerce_context(space.context[key], raw, key)
         else:
+            guess = did_you_mean(key, [*space.names, *space.context])
             raise NcclTuneError(
-                f"--set {key}={raw}: space {space.name} has no parameter or context value {key}; "
+                f"--set {key}={raw}: space {space.name} has no parameter or context value {key}{guess}; "
                 f"parameters: {', '.join(space.names)}"
             )
     if context:

@@ -192,6 +192,8 @@ def report_study(storage_url: str, study_name: str | None, console: Console, *, 
     data["night"] = stored.night.to_json() if stored.night else None
     data["dropped"] = dict(stored.dropped)
     if plots_dir is not None:
+        if plots_dir.exists() and not plots_dir.is_dir():
+            raise NcclTuneError(f"--plots {plots_dir}: it is a file, not a folder; give a folder for the PNG plots")
         try:
             data["plots"] = [str(p) for p in plot(space, recs, plots_dir)]
         except OSError as exc:

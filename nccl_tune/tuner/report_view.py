@@ -46,12 +46,17 @@ def load_view(storage_url: str, study_name: str | None, series: str | None = Non
     """The report's view of ``study_name`` (the only study when None; the latest night of
     ``series`` when a series is given instead)."""
     storage = open_storage(storage_url, create=False)
+    named = study_name
     if study_name is None and series is not None:
         study_name = _latest_night_study(storage, storage_url, series)
     study = load_existing(storage, storage_url, study_name)
     stored = stored_of(study, storage_url)
     trials = study.get_trials(deepcopy=False)
     night = stored.night
+    if named is not None and series is not None and (night is None or night.series != series):
+        raise NcclTuneError(
+            f"--study {named} is not a night of series {series!r}; give --study or --series, not both"
+        )
     history = build_history(night.series, series_nights(storage, night.series)) if night and night.series else None
     return StudyView(
         study=stored.name,

@@ -256,7 +256,10 @@ def _read_claim(folder: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         data = None
     if not isinstance(data, dict) or not data.get(S_STUDY_UID):
-        raise NcclTuneError(f"{path} cannot be read; it says which study the trial folders next to it belong to")
+        raise NcclTuneError(
+            f"{path} cannot be read (it names the study its trial folders belong to); restore it from a copy, "
+            "or run into another --results folder"
+        )
     return data
 
 

@@ -1,0 +1,51 @@
+"""Reading a file the user named (a space, a tuned YAML, a training config): one ``NcclTuneError``
+line naming the file and the fix for a missing file, a folder, an unreadable file or one that is
+not UTF-8 text, and for a YAML syntax error; never a traceback.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+from nccl_tune.errors import NcclTuneError
+
+_SNIFF_BYTES = 8192
+"""A NUL byte this early means a binary file (an executable, an archive, a database)."""
+
+
+def read_text(path: Path, what: str, fix: str) -> str:
+    """The UTF-8 text of ``path``; ``what`` names the file in errors (``space file``, ``--baseline``)
+    and ``fix`` says what to give instead."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise NcclTuneError(f"{what} {path} does not exist; {fix}") from None
+    except IsADirectoryError:
+        raise NcclTuneError(f"{what} {path} is a folder, not a file; {fix}") from None
+    except OSError as exc:
+        raise NcclTuneError(f"{what} {path}: cannot read it: {exc.strerror or exc}; {fix}") from None
+    return decode_text(raw, path, what, fix)
+
+
+def decode_text(raw: bytes, path: Path, what: str, fix: str) -> str:
+    """``raw`` as UTF-8 text; one line naming ``path`` for binary content or other encodings."""
+    if b"\0" in raw[:_SNIFF_BYTES]:
+        raise NcclTuneError(f"{what} {path} is not a text file (binary content); {fix}")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise NcclTuneError(
+            f"{what} {path}: line {line} is not UTF-8 text (byte 0x{raw[exc.start]:02x}); save the file as UTF-8"
+        ) from None
+
+
+def yaml_problem(exc: yaml.YAMLError) -> str:
+    """A YAML syntax error in a few words, with its line when the parser knows it:
+    ``line 3 YAML syntax error: did not find expected node content``."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f"line {mark.line + 1} " if mark is not None else ""
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return f"{where}YAML syntax error: {problem}"
