@@ -64,6 +64,11 @@ _SKIP = re.compile(r"dir|path|file|url|seed|interval|every|save|eval|valid|test|
 _LOGGING = re.compile(r"^(logging_steps|log_interval|log_freq|log_every(_n_steps)?|steps_per_print)$")
 _GUESSES = (
     ("skyrl", r"skyrl"),
+    # the RL trainers before the engines they drive (a verl command names its megatron strategy, an
+    # OpenRLHF one its DeepSpeed ZeRO settings)
+    ("verl", r"\bverl\b"),
+    ("openrlhf", r"openrlhf"),
+    ("nemo-rl", r"nemo[_-]?rl|\brun_(?:grpo|dpo|distillation)\w*\.py"),
     ("torchtitan", r"torchtitan"),
     ("megatron", r"megatron|pretrain_(gpt|bert|t5|llama|mamba)"),
     ("deepspeed", r"deepspeed"),

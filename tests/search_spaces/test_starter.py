@@ -55,6 +55,9 @@ def test_a_hydra_program_gives_its_config_keys():
     [
         (["uv", "run", "-m", "skyrl.train.entrypoints.main_base"], "skyrl"),
         (["torchrun", "-m", "torchtitan.train"], "torchtitan"),
+        (["python3", "-m", "verl.trainer.main_ppo", "actor_rollout_ref.actor.strategy=megatron"], "verl"),
+        (["python3", "-m", "openrlhf.cli.train_ppo_ray", "--zero_stage", "3", "--deepspeed_enable_sleep"], "openrlhf"),
+        (["uv", "run", "python", "examples/run_grpo_math.py"], "nemo-rl"),
         (["torchrun", "pretrain_gpt.py"], "megatron"),
         (["deepspeed", "train.py"], "deepspeed"),
         (["python", "train_lightning.py"], "lightning"),
