@@ -1,12 +1,14 @@
 """``diagnose_paths``: what ``nccl-tune diagnose`` runs on each path it is given.
 
 A path is a log file (plain or ``.gz``), a Flight Recorder dump, a trial folder, or a folder of
-dumps. A trial folder is decided from the facts its launcher saved (``facts.json``: stop reason,
-exit status, steps, the logs it read; ``stacks.json``; the dumps in it or in ``fr/``) by the same
-``verdict.decide`` the launcher used, so the answer is the one in its ``result.json``; a folder
-without them is decided from its ``*.log`` files and ``result.json``'s exit status. A trial that
-ended in its NCCL check has no log of its own: its ``result.json`` names the check's, and the
-check's folder is diagnosed.
+dumps. A path that is no regular file (a named pipe, a device) is refused before anything opens
+it, and so is a file given as a log that holds no text (empty, binary, an archive; a gzip'd log
+is read through). A trial folder is decided from the facts its launcher saved (``facts.json``:
+stop reason, exit status, steps, the logs it read; ``stacks.json``; the dumps in it or in
+``fr/``) by the same ``verdict.decide`` the launcher used, so the answer is the one in its
+``result.json``; a folder without them is decided from its ``*.log`` files and ``result.json``'s
+exit status. A trial that ended in its NCCL check has no log of its own: its ``result.json``
+names the check's, and the check's folder is diagnosed.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from nccl_tune.diagnose.flight_recorder import FlightRecorderSummary, analyse_dumps, looks_like_dump
-from nccl_tune.diagnose.logfiles import OUTPUT_LOG, source_name, trial_log_files
+from nccl_tune.diagnose.logfiles import OUTPUT_LOG, not_a_text_log, source_name, special_file, trial_log_files
 from nccl_tune.diagnose.stacks import STACKS_FILE, StackReport
 from nccl_tune.diagnose.verdict import FACTS_FILE, LogFacts, TrialFacts, decide
 from nccl_tune.errors import NcclTuneError
@@ -121,6 +123,39 @@ def _read_json(path: Path) -> Any:
         raise NcclTuneError(f"diagnose: {path} is not valid JSON ({exc}); delete it or fix it") from exc
 
 
+def _refuse_special(path: Path) -> None:
+    what = special_file(path)
+    if what is not None:
+        raise NcclTuneError(
+            f"diagnose: {path} is {what}, not a log file; diagnose reads regular files only: save the output to a "
+            "file first (`... > run.log 2>&1`) and pass that"
+        )
+
+
+def _check_folder_logs(folder: Path, facts: TrialFacts, dumps: Sequence[Path]) -> None:
+    """Refuse a folder whose logs would be misread: one that is no regular file (``facts.json`` may
+    name any path); in a folder read by its file names (no ``facts.json``, whose logs the launcher
+    itself wrote and read), a ``*.log`` that is binary, and logs with no line at all when nothing
+    else (an exit status, a dump) tells how the run ended. An empty log next to others (an empty
+    ``.err``) is normal."""
+    paths = [log.path for log in facts.logs if log.path is not None]
+    for p in paths:
+        _refuse_special(p)
+    if (folder / FACTS_FILE).is_file() or not paths:
+        return
+    for p in paths:
+        problem = not_a_text_log(p, empty_ok=True)
+        if problem is not None:
+            raise NcclTuneError(f"diagnose: {problem} (move it out of {folder}, or pass the log files one by one)")
+    if facts.exit_code is None and facts.signal_name is None and not dumps:
+        if all(not_a_text_log(p) is not None for p in paths):
+            names = ", ".join(source_name(p, folder) for p in paths)
+            raise NcclTuneError(
+                f"diagnose: the logs in {folder} ({names}) hold no lines and it has no result.json exit status: "
+                "nothing says how the run ended; pass the folder or log the run wrote its output to"
+            )
+
+
 def _diagnose(root: Path, facts: TrialFacts, dumps: Sequence[Path]) -> Diagnosis:
     summary = facts.fr_summary
     if not facts.logs:
@@ -144,15 +179,19 @@ def diagnose_path(path: Path) -> Diagnosis:
     path = Path(path)
     if not path.exists():
         raise NcclTuneError(f"diagnose: {path} does not exist; pass a log file, a trial folder or a folder of dumps")
+    _refuse_special(path)
     try:
         if path.is_dir():
             path = _where_it_ran(path)
             dumps = _dumps_in(path)
-            return _diagnose(path, _facts_for_folder(path, dumps), dumps)
+            facts = _facts_for_folder(path, dumps)
+            _check_folder_logs(path, facts, dumps)
+            return _diagnose(path, facts, dumps)
         if looks_like_dump(path):
             return _diagnose(path, TrialFacts(fr_summary=analyse_dumps([path])), [path])
-        with open(path, "rb"):
-            pass
+        problem = not_a_text_log(path)
+        if problem is not None:
+            raise NcclTuneError(f"diagnose: {problem}")
         return _diagnose(path, TrialFacts(logs=(LogFacts(path.name, path),)), [])
     except PermissionError as exc:
         raise NcclTuneError(f"diagnose: cannot read {exc.filename or path}: permission denied") from exc

@@ -20,6 +20,8 @@ import gzip
 import heapq
 import os
 import re
+import stat
+import zlib
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Iterator, Sequence
@@ -35,6 +37,27 @@ _STAMP_SPAN = 200
 _NEVER = (0,)
 _TAIL_BUFFER = 20000
 """Unstamped lines held back waiting for the next stamp; beyond this they keep the last stamp."""
+GZIP_MAGIC = b"\x1f\x8b"
+HEAD_BYTES = 8192
+"""Bytes at the start of a log (after gzip) looked at to tell a text log from other data."""
+_BINARY_SHARE = 0.10
+"""Share of a head's bytes that are NULs, other control bytes or invalid UTF-8 above which it is
+not text (a text log with a stray NUL or Latin-1 byte stays far below; executables, compressed
+data, core dumps and UTF-16 text are far above)."""
+_CONTROL = bytes(b for b in range(32) if b not in b"\t\n\v\f\r\b\x1b") + b"\x7f"
+_FORMATS: tuple[tuple[int, bytes, str, str], ...] = (
+    (257, b"ustar", "a tar archive", "extract it (`tar xf FILE`) and pass the logs or their folder"),
+    (0, b"PK\x03\x04", "a zip archive", "extract it (`unzip FILE`) and pass the logs or their folder"),
+    (0, b"\xfd7zXZ\x00", "xz-compressed data", "decompress it first (`xz -dk FILE`)"),
+    (0, b"\x28\xb5\x2f\xfd", "zstd-compressed data", "decompress it first (`zstd -d FILE`)"),
+    (0, b"BZh", "bzip2-compressed data", "decompress it first (`bunzip2 -k FILE`)"),
+    (0, b"\xff\xfe", "UTF-16 text", "convert it first (`iconv -f UTF-16 -t UTF-8 FILE > run.log`)"),
+    (0, b"\xfe\xff", "UTF-16 text", "convert it first (`iconv -f UTF-16 -t UTF-8 FILE > run.log`)"),
+    (0, b"\x7fELF", "an executable (ELF)", "pass the log the run wrote, not a program or core dump"),
+    (0, b"\x80", "a pickle", "a Flight Recorder dump is read as one when its name ends in its rank "
+     "(`nccl_trace_rank_0`); else pass the run's text log"),
+)
+"""Binary data worth naming: (offset, magic, what it is, how to get a text log from it)."""
 
 
 def trial_log_files(trial_dir: Path) -> tuple[Path, ...]:
@@ -126,11 +149,70 @@ def runs(handles: Sequence[IO[str]]) -> Iterator[tuple[int, int, list[str]]]:
         yield current[0], current[1], chunk
 
 
+def special_file(path: Path) -> str | None:
+    """What ``path`` is when it exists but is no regular file (a named pipe, a device, a socket:
+    reading one may block forever or never end), else None. Never opens it."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return None
+    if stat.S_ISREG(mode) or stat.S_ISDIR(mode):
+        return None
+    if stat.S_ISFIFO(mode):
+        return "a named pipe (FIFO)"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def not_a_text_log(path: Path, *, empty_ok: bool = False) -> str | None:
+    """Why the regular file ``path`` cannot be read as a log (one line: what it is and how to get
+    the log), or None when it can: binary data (an executable, a core dump, an archive, compressed
+    data other than gzip, UTF-16 text), a gzip file that does not decompress, and, unless
+    ``empty_ok``, a log with no text at all (empty, or blank lines only). A gzip-compressed log is
+    judged by what it holds. ``OSError`` when the file cannot be opened."""
+    with open(path, "rb") as fh:
+        raw = fh.read(HEAD_BYTES)
+    gz = raw[:2] == GZIP_MAGIC
+    head, whole = raw, len(raw) < HEAD_BYTES
+    if gz:
+        try:
+            with gzip.open(path, "rb") as fh:
+                head = fh.read(HEAD_BYTES)
+                whole = len(head) < HEAD_BYTES
+        except (OSError, EOFError, zlib.error) as exc:
+            return f"{path} is a damaged or truncated gzip file ({exc}); copy it again from where it was kept"
+    if not empty_ok and whole and not head.strip():
+        if gz:
+            what = "is an empty gzip file" if not head else "holds only blank lines (inside gzip)"
+        else:
+            what = "is empty" if not head else "holds only blank lines"
+        return (f"{path} {what}: a log with no lines says nothing about the run; pass the log the run "
+                "wrote (its stdout and stderr)")
+    if not head or not _binary(head):
+        return None
+    inside = " (inside gzip)" if gz else ""
+    for offset, magic, what, fix in _FORMATS:
+        if head[offset:offset + len(magic)] == magic:
+            return f"{path} is {what}{inside}, not a text log; {fix.replace('FILE', str(path))}"
+    return (f"{path} is binary data{inside} (NUL or control bytes in its first {HEAD_BYTES // 1024} KiB), not a "
+            "text log; pass the log the run wrote, not a program, core dump, checkpoint or archive")
+
+
+def _binary(head: bytes) -> bool:
+    odd = len(head) - len(head.translate(None, _CONTROL))
+    odd += head.decode("utf-8", "replace").count("\ufffd")
+    return odd > _BINARY_SHARE * len(head)
+
 
 def open_text(path: Path) -> IO[str]:
     """A log as text (gzip-compressed logs read through; undecodable bytes replaced)."""
     with open(path, "rb") as probe:
-        gz = probe.read(2) == b"\x1f\x8b"
+        gz = probe.read(2) == GZIP_MAGIC
     if gz:
         return gzip.open(path, "rt", encoding="utf-8", errors="replace")
     return open(path, encoding="utf-8", errors="replace", buffering=1 << 20)

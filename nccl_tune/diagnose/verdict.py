@@ -25,6 +25,7 @@ The rules, by stop reason:
 from __future__ import annotations
 
 import gzip
+import zlib
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping, Sequence
@@ -255,9 +256,9 @@ def read_logs(logs: Iterable[LogFacts], progress: ProgressRules | None = None) -
     if len(logs) > 1 and all(log.path is not None and log.lines is None for log in logs):
         try:
             feed_merged(clf, [log.path for log in logs], [log.name for log in logs])
-        except (OSError, EOFError) as exc:
+        except (OSError, EOFError, zlib.error) as exc:
             where = getattr(exc, "filename", None) or ", ".join(str(log.path) for log in logs)
-            raise NcclTuneError(f"cannot read the log {where}: {getattr(exc, 'strerror', None) or exc}") from exc
+            raise _unreadable(where, exc) from exc
         return clf
     for log in logs:
         clf.set_source(log.name)
@@ -276,8 +277,17 @@ def _chunks(path: Path) -> Iterator[bytes]:
         with (gzip.open(path, "rb") if gz else open(path, "rb", buffering=0)) as fh:
             while chunk := fh.read(READ_BYTES):
                 yield chunk
-    except (OSError, EOFError) as exc:
-        raise NcclTuneError(f"cannot read the log {path}: {getattr(exc, 'strerror', None) or exc}") from exc
+    except (OSError, EOFError, zlib.error) as exc:
+        raise _unreadable(path, exc) from exc
+
+
+def _unreadable(where: object, exc: BaseException) -> NcclTuneError:
+    """A log that cannot be read to its end: the reason, and for a gzip'd one that breaks off or
+    fails its check part way, what to do."""
+    text = f"cannot read the log {where}: {getattr(exc, 'strerror', None) or exc}"
+    if isinstance(exc, (EOFError, zlib.error, gzip.BadGzipFile)):
+        text += " (a truncated or damaged gzip file: copy it again from where it was kept)"
+    return NcclTuneError(text)
 
 
 def _dumps_only(summary: FlightRecorderSummary) -> Verdict:
