@@ -128,7 +128,6 @@ def run_cmd(
 
 def _run(settings, as_json: bool) -> None:
     from nccl_tune.tuner.dry_run import plan_dry_run
-    from nccl_tune.tuner.export import check_writable
     from nccl_tune.tuner.loop import run_study
     from nccl_tune.tuner.report import summary_json
 
@@ -140,8 +139,6 @@ def _run(settings, as_json: bool) -> None:
             for line in plan.lines():
                 out.print(escape(line), highlight=False, soft_wrap=True)
         raise typer.Exit(0)
-    if settings.output is not None:
-        check_writable(settings.output)  # before hours of trials, not after
     outcome = run_study(settings, console=err if as_json else out)
     for line in outcome.notes:
         (err if as_json else out).print(escape(line), highlight=False, soft_wrap=True)

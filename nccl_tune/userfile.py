@@ -1,10 +1,13 @@
 """Reading a file the user named (a space, a tuned YAML, a training config): one ``NcclTuneError``
 line naming the file and the fix for a missing file, a folder, an unreadable file or one that is
-not UTF-8 text, and for a YAML syntax error; never a traceback.
+not UTF-8 text, and for a YAML syntax error; never a traceback. And whether a folder the user
+named could be created and written, asked without creating anything (``folder_problem``).
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 
 import yaml
@@ -49,3 +52,24 @@ def yaml_problem(exc: yaml.YAMLError) -> str:
     where = f"line {mark.line + 1} " if mark is not None else ""
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
     return f"{where}YAML syntax error: {problem}"
+
+
+def folder_problem(path: Path) -> str | None:
+    """Why ``path`` cannot be created or written as a folder, or None; nothing is left behind (the
+    nearest existing folder is probed with a temporary folder, removed at once)."""
+    probe = path
+    while not os.path.exists(probe):
+        if probe.parent == probe:
+            break
+        probe = probe.parent
+    if probe != path and not probe.is_dir():
+        return f"{probe} is not a folder"
+    if probe == path and not path.is_dir():
+        return "it is not a folder"
+    if not os.access(probe, os.W_OK | os.X_OK):
+        return f"{probe} is not writable"
+    try:  # the permission bits do not tell everything (root, read-only and special file systems)
+        os.rmdir(tempfile.mkdtemp(prefix=".nccl-tune-check-", dir=probe))
+    except OSError as exc:
+        return f"{probe}: {exc.strerror or exc}"
+    return None

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Iterable, Sequence
 
 from nccl_tune.errors import NcclTuneError
+from nccl_tune.userfile import folder_problem
 
 TODAY_SPACE = "skyrl-text2sql"
 LEGACY_SPACE = "skyrl-text2sql-legacy"
@@ -118,26 +118,6 @@ LOG_PATH_KEYS = ("trainer.log_path",)
 """Keys naming a folder SkyRL creates and writes its infra logs to before anything else."""
 
 
-def _writable_folder(path: Path) -> str | None:
-    """Why ``path`` cannot be created or written as a folder, or None (nothing is left behind)."""
-    probe = path
-    while not probe.exists():
-        if probe.parent == probe:
-            break
-        probe = probe.parent
-    if probe != path and not probe.is_dir():
-        return f"{probe} is not a folder"
-    if probe == path and not path.is_dir():
-        return "it is not a folder"
-    if not os.access(probe, os.W_OK | os.X_OK):
-        return f"{probe} is not writable"
-    try:  # the permission bits do not tell everything (root, read-only and special file systems)
-        os.rmdir(tempfile.mkdtemp(prefix=".nccl-tune-check-", dir=probe))
-    except OSError as exc:
-        return f"{probe}: {exc.strerror or exc}"
-    return None
-
-
 def check_log_paths(argv: Sequence[str]) -> None:
     """One-line error, before any trial, when the command's ``trainer.log_path`` (its last value on
     the command line) cannot be created or written: SkyRL would fail at start-up every trial."""
@@ -146,7 +126,7 @@ def check_log_paths(argv: Sequence[str]) -> None:
         if not values:
             continue
         path = Path(os.path.expanduser(values[-1].strip("'\"")))
-        why = _writable_folder(path)
+        why = folder_problem(path)
         if why:
             raise NcclTuneError(
                 f"{key}={values[-1]}: SkyRL writes its infra logs there and cannot ({why}); "

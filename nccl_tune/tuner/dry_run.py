@@ -1,5 +1,7 @@
-"""``nccl-tune run --dry-run``: validate the space and the command, and show the first trial's
-argv, env, stop rule and clocks; run nothing, open no storage."""
+"""``nccl-tune run --dry-run``: validate the space and the command, check what the run checks before
+its first trial (``preflight``: where it writes, the study it would resume, the nightly plan), and
+show the first trial's argv, env, stop rule and clocks; run nothing, write nothing (an existing
+storage is only read)."""
 
 from __future__ import annotations
 
@@ -15,12 +17,13 @@ from nccl_tune.errors import NcclTuneError
 from nccl_tune.launchers.base import Launcher
 from nccl_tune.launchers.registry import make_launcher
 from nccl_tune.search_spaces.loader import load_space
-from nccl_tune.search_spaces.skyrl_layout import check_log_paths, chosen_space
+from nccl_tune.search_spaces.skyrl_layout import chosen_space
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.trial import TrialSpec
 from nccl_tune.tuner.admission import MAX_REJECTED_IN_A_ROW
 from nccl_tune.tuner.nccl_sweep_run import checking as nccl_checking, plan_line, sweeper
 from nccl_tune.tuner.pins import Pins, apply_pins, baseline_values
+from nccl_tune.tuner.preflight import check_before_trials, refuse_launcher_env
 from nccl_tune.tuner.sampling import suggest
 from nccl_tune.tuner.settings import RunSettings
 from nccl_tune.tuner.steps import MAX_MEASURED_STEPS
@@ -123,14 +126,14 @@ def plan_dry_run(settings: RunSettings, launcher: Launcher | None = None) -> Dry
     """Trial 0 of ``settings``' run, checked by the launcher as the run would check it."""
     space, pins = apply_pins(load_space(chosen_space(settings.space, settings.command, Path.cwd())[0]), settings.pins)
     refuse_unrankable(space, pins.params)
+    refuse_launcher_env(settings, space, pins)
     study = settings.study_name(space.name)
     values = first_values(space, pins, settings.seed)
     spec = build_trial_spec(
         space, settings, study=study, number=0, values=values, context_pins=pins.context
     )
     launcher = launcher or make_launcher(settings.launcher, settings.ray_address, settings.gate_timeout_s)
-    launcher.prepare(spec)
-    check_log_paths(spec.argv)
+    check_before_trials(settings, space, pins, study, launcher, spec)
     checker, checking = nccl_checking(launcher, settings, space)
     sweep = plan_line(space, dict(pins.params)) if sweeper(checker, settings) else None
     return DryRun(study=study, space=space.name, spec=spec, steps_follow_noise=settings.steps is None, nccl_check=checking,

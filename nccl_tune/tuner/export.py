@@ -22,7 +22,7 @@ from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.tuner.semantics import semantic_changes
 from nccl_tune.tuner.stability import Candidate
 from nccl_tune.tuner.study_view import StoredStudy, open_study
-from nccl_tune.userfile import read_text, yaml_problem
+from nccl_tune.userfile import folder_problem, read_text, yaml_problem
 
 FORMATS = ("yaml", "args", "env")
 
@@ -165,17 +165,12 @@ def _refuse_non_file(path: Path) -> None:
 
 
 def check_writable(path: Path) -> None:
-    """One-line error now when ``path`` could not be written later (its folder is made if needed)."""
+    """One-line error now when ``path`` could not be written later; nothing is created (its folder is
+    made when the file is written)."""
     _refuse_non_file(path)
-    probe = path.with_name(f".{path.name}.probe{os.getpid()}")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        raise NcclTuneError(
-            f"cannot write {path} ({exc.strerror or exc}); choose a file in a folder you can write"
-        ) from None
+    why = folder_problem(path.parent)
+    if why is not None:
+        raise NcclTuneError(f"cannot write {path} ({why}); choose a file in a folder you can write")
 
 
 def write_output(path: Path, text: str) -> None:

@@ -13,10 +13,10 @@ config whose every run was ``ok`` away from the memory wall.
 
 from __future__ import annotations
 
-import os
 import shlex
 import socket
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +24,10 @@ import optuna
 from rich.console import Console
 
 from nccl_tune.launchers.base import Launcher
-from nccl_tune.launchers.private_ray import refuse_nccl_params
 from nccl_tune.launchers.registry import make_launcher
 from nccl_tune.tuner.parallel import search_parallel
 from nccl_tune.search_spaces.loader import load_space
-from nccl_tune.search_spaces.skyrl_layout import check_log_paths, chosen_space
+from nccl_tune.search_spaces.skyrl_layout import chosen_space
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.failure import FailureClass
 from nccl_tune.tuner import dropped
@@ -46,6 +45,7 @@ from nccl_tune.tuner.nightly import check_runnable, finish_night, plan_night, st
 from nccl_tune.tuner.observer import InterruptFlag
 from nccl_tune.tuner.nccl_sweep_run import checking as nccl_checking, run_sweep, sweeper
 from nccl_tune.tuner.pins import Pins, apply_pins, baseline_values
+from nccl_tune.tuner.preflight import check_before_trials, refuse_launcher_env
 from nccl_tune.tuner.recovery import Recovery
 from nccl_tune.tuner.samplers import make_sampler
 from nccl_tune.tuner.sampling import suggest, to_optuna
@@ -125,9 +125,7 @@ class StudyLoop:
         name, picked = chosen_space(settings.space, settings.command, Path.cwd())
         self.space, pins = apply_pins(load_space(name), settings.pins)
         refuse_unrankable(self.space, pins.params)
-        if settings.launcher == "local":  # the Ray launcher gives every trial a private Ray on its node
-            tuned_nccl = [n for n in dropped.nccl_params(self.space) if n not in pins.params]
-            refuse_nccl_params({**os.environ, **settings.extra_env}, tuned_nccl)
+        refuse_launcher_env(settings, self.space, pins)
         self.study_name = settings.study_name(self.space.name)
         launcher = launcher or make_launcher(settings.launcher, settings.ray_address, settings.gate_timeout_s)
         self.launcher, checking = nccl_checking(launcher, settings, self.space)
@@ -150,14 +148,26 @@ class StudyLoop:
         """The held parameters: ``--set`` values, and parameters dropped during the study."""
         return self.runner.pins
 
-    def open(self) -> tuple[optuna.Study, bool]:
-        """Check the command with the launcher, then open (or create) the study and settle it."""
+    @cached_property
+    def facts(self) -> dict[str, Any]:
+        """This node and the command as trials see them (``hardware_facts``), probed once."""
+        return hardware_facts(self.settings.command)
+
+    @property
+    def fingerprint(self) -> Fingerprint:
+        return Fingerprint.from_json(self.facts["fingerprint"])
+
+    def check(self) -> None:
+        """Everything that refuses the run before its first trial, with nothing written yet (what
+        ``--dry-run`` checks): a refused run leaves no study, folder or database behind."""
         first = self.runner.spec_for(0, first_values(self.space, self.pins, self.settings.seed), [])
-        self.launcher.prepare(first)
-        check_log_paths(first.argv)
+        check_before_trials(self.settings, self.space, self.pins, self.study_name, self.launcher, first,
+                            lambda: self.fingerprint)
+
+    def open(self) -> tuple[optuna.Study, bool]:
+        """Open (or create) the study, once ``check`` passed, and settle it."""
         storage = open_storage(self.settings.storage_url)
-        facts = hardware_facts(self.settings.command)
-        self.fingerprint = Fingerprint.from_json(facts["fingerprint"])
+        facts = self.facts
         self.plan = plan_night(storage, self.space, self.fingerprint, series=self.settings.series,
                                baseline_file=self.settings.baseline_file, warm_start=self.settings.warm_start,
                                fail_on_regression_pct=self.settings.fail_on_regression_pct)
@@ -296,6 +306,7 @@ def run_study(settings: RunSettings, console: Console | None = None, launcher: L
     """Run (or resume) the study described by ``settings`` and write its winner to
     ``settings.output``; see ``StudyOutcome.exit_code`` and ``StudyOutcome.notes``."""
     loop = StudyLoop(settings, console or Console(stderr=True), launcher)
+    loop.check()
     with hold_study(study_folder(settings.results, loop.study_name), loop.study_name):
         outcome = loop.run()
     if settings.output is None or outcome.winner is None or outcome.interrupted:

@@ -23,6 +23,7 @@ import optuna
 from optuna.samplers import BaseSampler
 
 from nccl_tune.errors import NcclTuneError
+from nccl_tune.userfile import folder_problem
 
 S_SPACE_NAME = "space_name"
 S_SPACE_SOURCE = "space_source"
@@ -167,24 +168,44 @@ def _rdb(url: str, shown: str, **kwargs: Any) -> optuna.storages.RDBStorage:
         ) from None
 
 
+def _locked(lock_path: Path, what: str, *, wait: bool) -> int:
+    """An open descriptor of ``lock_path`` holding its ``flock``. A lock file removed by its last holder
+    while this process waited (``hold_study`` removes the lock of a refused run) is opened again."""
+    while True:
+        try:
+            fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise NcclTuneError(
+                f"{what}: cannot write {lock_path} ({exc.strerror}); choose a folder you can write with --results"
+            ) from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+        except BlockingIOError:
+            who = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "another nccl-tune"
+            os.close(fd)
+            raise NcclTuneError(f"{what} is being run by {who}; wait for it to finish or use another --study") from None
+        if _same_file(fd, lock_path):
+            return fd
+        os.close(fd)
+
+
+def _same_file(fd: int, path: Path) -> bool:
+    """True when ``path`` still names the file open as ``fd``."""
+    try:
+        here, there = os.fstat(fd), os.stat(path)
+    except OSError:
+        return False
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
+
+
 @contextmanager
 def exclusive(lock_path: Path, what: str, *, wait: bool, holder: str = "") -> Iterator[int]:
     """Hold an exclusive ``flock`` on ``lock_path`` (created if needed) for the body. The kernel releases
     it when the holder exits, however it exits, so a lock of a dead process is simply free. With
     ``wait=False`` a held lock is a one-line error naming its holder (what the holder wrote in the file);
     ``holder`` is written into the file while it is held."""
+    fd = _locked(lock_path, what, wait=wait)
     try:
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    except OSError as exc:
-        raise NcclTuneError(
-            f"{what}: cannot write {lock_path} ({exc.strerror}); choose a folder you can write with --results"
-        ) from None
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            who = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "another nccl-tune"
-            raise NcclTuneError(f"{what} is being run by {who}; wait for it to finish or use another --study") from None
         if holder:
             os.ftruncate(fd, 0)
             os.pwrite(fd, holder.encode(), 0)
@@ -235,7 +256,10 @@ def space_digest(text: str) -> str:
 @contextmanager
 def hold_study(folder: Path, name: str) -> Iterator[None]:
     """Run study ``name`` alone: an exclusive lock in its folder for the body, so that a second run of
-    the same study started at the same moment gets a one-line error naming the first."""
+    the same study started at the same moment gets a one-line error naming the first. Folders made
+    here (the study folder, a new ``--results``) are removed again when the run left nothing in them
+    (it was refused before the study was created); a folder that holds anything else is kept."""
+    made = missing_folders(folder)
     try:
         folder.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
@@ -243,8 +267,43 @@ def hold_study(folder: Path, name: str) -> Iterator[None]:
             f"cannot create the study folder {folder} ({exc.strerror}); choose a folder you can write with --results"
         ) from None
     holder = f"nccl-tune pid {os.getpid()} on {socket.gethostname()} since {time.strftime('%Y-%m-%d %H:%M:%S')}"
-    with exclusive(folder / LOCK_FILE, f"study {name!r}", wait=False, holder=holder):
-        yield
+    try:
+        with exclusive(folder / LOCK_FILE, f"study {name!r}", wait=False, holder=holder):
+            try:
+                yield
+            finally:
+                if made:
+                    _drop_lone_lock(folder)
+    finally:
+        remove_empty(made)
+
+
+def missing_folders(folder: Path) -> list[Path]:
+    """``folder`` and those of its parents that do not exist yet, deepest first."""
+    missing = []
+    for path in (folder, *folder.parents):
+        if os.path.lexists(path):
+            break
+        missing.append(path)
+    return missing
+
+
+def _drop_lone_lock(folder: Path) -> None:
+    """Remove the study lock (still held) when it is all ``folder`` holds."""
+    try:
+        if [p.name for p in folder.iterdir()] == [LOCK_FILE]:
+            (folder / LOCK_FILE).unlink()
+    except OSError:
+        pass
+
+
+def remove_empty(folders: list[Path]) -> None:
+    """Remove ``folders`` (deepest first) while they are empty; stop at the first that is not."""
+    for path in folders:
+        try:
+            path.rmdir()
+        except OSError:
+            return
 
 
 def _read_claim(folder: Path) -> dict[str, Any] | None:
@@ -314,6 +373,58 @@ def _check_resumable(attrs: dict[str, Any], name: str, space_name: str, space_te
         )
 
 
+def check_results(results: Path) -> None:
+    """One-line error when ``--results`` cannot be created or written; nothing is created."""
+    why = folder_problem(results)
+    if why is not None:
+        raise NcclTuneError(f"--results {results}: cannot create or write it ({why}); choose a folder you can write with --results")
+
+
+def check_storage_writable(url: str) -> None:
+    """One-line error when a SQLite storage could not be created, or is not a sound database; nothing
+    is created (other storages are servers: only opening them tells)."""
+    path = sqlite_path(url)
+    if path is None:
+        return
+    check_sqlite(path, url, must_exist=False)
+    why = None if path.exists() else folder_problem(path.parent)
+    if why is not None:
+        raise NcclTuneError(f"storage {url}: cannot create the database ({why}); choose a folder you can write with "
+                            "--results, or another --storage")
+
+
+def peek_storage(url: str) -> optuna.storages.BaseStorage | None:
+    """The storage as it is now, for checks, with nothing written: a SQLite database read-only, an empty
+    storage when its file does not exist yet or holds no study, None for other storages."""
+    path = sqlite_path(url)
+    if path is None:
+        return None
+    check_sqlite(path, url, must_exist=False)
+    if not path.exists() or path.stat().st_size == 0 or not {"studies", "trials"} <= _inspect_sqlite(path)[0]:
+        return optuna.storages.InMemoryStorage()
+    return open_storage(url, create=False)
+
+
+def check_study(
+    storage: optuna.storages.BaseStorage,
+    url: str,
+    name: str,
+    *,
+    space_name: str,
+    space_text: str,
+    command: tuple[str, ...],
+    folder: Path,
+) -> tuple[bool, dict[str, Any]]:
+    """Whether study ``name`` exists, and its attributes; refused when it was created for another command
+    or space content, or when ``folder`` holds another study's trials. Reads only."""
+    existed = name in study_names(storage)
+    attrs = optuna.load_study(study_name=name, storage=storage).user_attrs if existed else {}
+    if existed:
+        _check_resumable(attrs, name, space_name, space_text, command)
+    claim_folder(folder, url, name, attrs.get(S_STUDY_UID), existed)
+    return existed, attrs
+
+
 def create_or_resume(
     storage: optuna.storages.BaseStorage,
     url: str,
@@ -329,12 +440,9 @@ def create_or_resume(
     """Open study ``name`` (creating it if needed) whose trial folders go under ``folder``; True when it
     already existed. Refused, before anything is written, when the study was created for another
     command or space content, or when ``folder`` holds another study's trials."""
-    existed = name in study_names(storage)
-    attrs = optuna.load_study(study_name=name, storage=storage).user_attrs if existed else {}
-    if existed:
-        _check_resumable(attrs, name, space_name, space_text, command)
+    existed, attrs = check_study(storage, url, name, space_name=space_name, space_text=space_text, command=command,
+                                 folder=folder)
     uid = attrs.get(S_STUDY_UID)
-    claim_folder(folder, url, name, uid, existed)
     study = optuna.create_study(
         study_name=name, storage=storage, sampler=sampler, direction="maximize", load_if_exists=True
     )

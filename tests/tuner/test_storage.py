@@ -209,3 +209,27 @@ def test_a_study_of_the_same_name_in_another_storage_is_neither_swept_nor_waited
     finally:
         other.kill()
         other.wait()
+
+
+def test_a_run_refused_after_its_folder_was_made_removes_only_that_folder(tmp_path):
+    """The lock's folder is made just before the study is opened: when the run stops there, the folder
+    it made goes, and a folder that holds anything else stays."""
+    from nccl_tune.errors import NcclTuneError
+    from nccl_tune.tuner.storage import hold_study
+
+    fresh = tmp_path / "new-results" / "study"
+    with pytest.raises(NcclTuneError):
+        with hold_study(fresh, "study"):
+            raise NcclTuneError("refused")
+    assert not (tmp_path / "new-results").exists()
+    kept = tmp_path / "results" / "old"
+    kept.mkdir(parents=True)
+    (kept / "trial-0000").mkdir()
+    with pytest.raises(NcclTuneError):
+        with hold_study(kept, "old"):
+            raise NcclTuneError("refused")
+    assert (kept / "trial-0000").is_dir()
+    made = tmp_path / "made"
+    with hold_study(made / "s", "s"):
+        (made / "s" / "study.json").write_text("{}")
+    assert (made / "s" / "study.json").is_file()
