@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import os
 import tempfile
+import reprlib
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -73,3 +75,19 @@ def folder_problem(path: Path) -> str | None:
     except OSError as exc:
         return f"{probe}: {exc.strerror or exc}"
     return None
+
+
+def yaml_mapping(text: str, label: str, fix: str) -> dict[str, Any]:
+    """The mapping of keys YAML ``text`` holds; one line naming ``label`` (``space file X``,
+    ``--baseline X``) with ``fix`` for a syntax error, an empty document or one that holds anything
+    else (a number, a list)."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise NcclTuneError(f"{label}: {yaml_problem(exc)}") from None
+    if data is None:
+        raise NcclTuneError(f"{label} is empty; {fix}")
+    if not isinstance(data, dict):
+        raise NcclTuneError(f"{label} holds a single {type(data).__name__} ({reprlib.repr(data)}), not a YAML mapping "
+                            f"of keys; {fix}")
+    return data

@@ -7,12 +7,10 @@ import math
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import yaml
-
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.nightly.night import Baseline, Night
 from nccl_tune.search_spaces.space import UNSET, SearchSpace, Target
-from nccl_tune.userfile import read_text, yaml_problem
+from nccl_tune.userfile import read_text, yaml_mapping
 
 
 def previous_good_night(nights: Sequence[Night], hardware: str | None) -> Night | None:
@@ -47,11 +45,8 @@ def _read(path: Path) -> dict[str, Any]:
     """The tuned YAML at ``path``; one line for a file that cannot be read or is not one."""
     fix = "give a tuned YAML written by `nccl-tune export`"
     text = read_text(path, "--baseline", fix)
-    try:
-        doc = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise NcclTuneError(f"--baseline {path}: {yaml_problem(exc)}") from None
-    if not isinstance(doc, dict) or not isinstance(doc.get("overrides"), dict) or not isinstance(doc.get("study"), dict):
+    doc = yaml_mapping(text, f"--baseline {path}", fix)
+    if not isinstance(doc.get("overrides"), dict) or not isinstance(doc.get("study"), dict):
         raise NcclTuneError(f"--baseline {path}: not a tuned YAML (no 'overrides' and 'study' mappings); "
                             "write one with `nccl-tune export -o FILE`")
     for key, kind in (("env", dict), ("unset_env", list), ("metrics", dict)):

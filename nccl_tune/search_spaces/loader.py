@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-import reprlib
 from importlib import resources
 from pathlib import Path
 from typing import Any, Mapping
@@ -37,7 +36,7 @@ from nccl_tune.search_spaces.space import (
 )
 from nccl_tune.search_spaces.spelling import did_you_mean, format_value
 from nccl_tune.trial import MARKER_ENV, Clocks, ProgressRules, StopRule
-from nccl_tune.userfile import read_text, yaml_problem
+from nccl_tune.userfile import read_text, yaml_mapping, yaml_problem
 
 _TOP_KEYS = {
     "name", "description", "command", "parameters", "context", "define", "derived", "constraints",
@@ -118,18 +117,8 @@ def parse_space(text: str, source: str, label: str) -> SearchSpace:
 def _check_top_level(text: str, label: str) -> None:
     """One line for a file that is not a mapping of keys (empty, a scalar, a list), which OmegaConf
     would refuse with an assertion rather than a message."""
-    try:
-        top = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise NcclTuneError(f"space file {label}: {yaml_problem(exc)}") from None
-    if top is None:
-        raise NcclTuneError(
-            f"space file {label} is empty; write name: and parameters: (see `nccl-tune spaces show skyrl-text2sql --yaml`)"
-        )
-    if not isinstance(top, dict):
-        raise NcclTuneError(
-            f"space file {label}: expected a mapping at the top level (name:, parameters:, ...), got {reprlib.repr(top)}"
-        )
+    yaml_mapping(text, f"space file {label}",
+                 "write name: and parameters: (see `nccl-tune spaces show skyrl-text2sql --yaml`)")
 
 
 def _check_keys(section: Mapping[str, Any], allowed: set[str], where: str, label: str) -> None:

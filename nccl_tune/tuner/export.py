@@ -22,7 +22,7 @@ from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.tuner.semantics import semantic_changes
 from nccl_tune.tuner.stability import Candidate
 from nccl_tune.tuner.study_view import StoredStudy, open_study
-from nccl_tune.userfile import folder_problem, read_text, yaml_problem
+from nccl_tune.userfile import folder_problem, read_text, yaml_mapping
 
 FORMATS = ("yaml", "args", "env")
 
@@ -187,14 +187,7 @@ def write_output(path: Path, text: str) -> None:
 def _load_yaml(path: Path, what: str) -> DictConfig:
     """A YAML mapping from ``path``; one-line errors for a missing, binary, empty or non-mapping file."""
     text = read_text(path, what, "give a YAML file")
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        raise NcclTuneError(f"{what} {path}: {yaml_problem(exc)}") from None
-    if data is None:
-        raise NcclTuneError(f"{what} {path} is empty; expected a YAML mapping of keys")
-    if not isinstance(data, dict):
-        raise NcclTuneError(f"{what} {path} holds a single {type(data).__name__}, not a YAML mapping of keys")
+    data = yaml_mapping(text, f"{what} {path}", "expected a YAML mapping of keys")
     try:
         return OmegaConf.create(data)
     except OmegaConfBaseException as exc:

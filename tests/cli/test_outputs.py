@@ -49,8 +49,8 @@ def test_writing_into_a_read_only_folder_is_one_line(study):
     "content, fragment",
     [
         (b"\x7fELF\x02\x01\x01\x00\x00\x00\xf0\x9f", "is not a text file"),
-        (b"5\n", "holds a single int, not a YAML mapping"),
-        (b"- a\n- b\n", "holds a single list, not a YAML mapping"),
+        (b"5\n", "holds a single int (5), not a YAML mapping"),
+        (b"- a\n- b\n", "holds a single list (['a', 'b']), not a YAML mapping"),
         (b"", "is empty; expected a YAML mapping"),
         (b"# only a comment\n", "is empty; expected a YAML mapping"),
     ],

@@ -13,7 +13,7 @@ TINY = TINY_SPACE.read_text()
 
 BAD = {
     "not UTF-8": (TINY.replace("description:", "description: caf\xe9 ").encode("latin-1"), "line 2 is not UTF-8 text (byte 0xe9)"),
-    "a number at the top": (b"42\n", "expected a mapping at the top level (name:, parameters:, ...), got 42"),
+    "a number at the top": (b"42\n", "holds a single int (42), not a YAML mapping of keys; write name: and parameters:"),
     "empty": (b"", "is empty; write name: and parameters:"),
     "comments only": (b"# a space, some day\n", "is empty; write name: and parameters:"),
     "stall timeout nan": (TINY.replace("stall_timeout_s: 10", "stall_timeout_s: .nan").encode(),
