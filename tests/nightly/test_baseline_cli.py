@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.tuner.conftest import TINY_SPACE, TINY_TRAINER, run_cli
+from tests.tuner.conftest import TINY_SPACE, TINY_TRAINER, one_line_error, run_cli
 
 TUNED = "overrides:\n  trainer:\n    micro: 2\nstudy:\n  space: tiny\n"
 
@@ -26,22 +26,15 @@ TUNED = "overrides:\n  trainer:\n    micro: 2\nstudy:\n  space: tiny\n"
 def test_a_bad_baseline_file_is_one_line_naming_it(tmp_path, content, fragment):
     (tmp_path / "base.yaml").write_bytes(content)
     proc = _run_with_baseline(tmp_path, "base.yaml")
-    _one_line(proc, fragment)
+    one_line_error(proc, fragment)
+    assert "trial 0" not in proc.stdout
 
 
 def test_a_folder_as_the_baseline_is_called_a_folder(tmp_path):
     (tmp_path / "base.yaml").mkdir()
-    _one_line(_run_with_baseline(tmp_path, "base.yaml"), "--baseline base.yaml is a folder, not a file")
+    one_line_error(_run_with_baseline(tmp_path, "base.yaml"), "--baseline base.yaml is a folder, not a file")
 
 
 def _run_with_baseline(where, baseline: str):
     return run_cli(["run", "--space", str(TINY_SPACE), "--series", "nightly", "--warm-start", "--baseline", baseline,
                     "--trials", "1", "--", sys.executable, str(TINY_TRAINER)], cwd=where, timeout=120)
-
-
-def _one_line(proc, fragment: str) -> None:
-    assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert fragment in lines[0], lines[0]
-    assert "trial 0" not in proc.stdout

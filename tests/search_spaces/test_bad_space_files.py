@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.tuner.conftest import TINY_SPACE, TINY_TRAINER, run_cli
+from tests.tuner.conftest import TINY_SPACE, TINY_TRAINER, one_line_error, run_cli
 
 TINY = TINY_SPACE.read_text()
 
@@ -40,28 +40,21 @@ def test_a_bad_space_file_is_one_line_naming_it(tmp_path, content, fragment):
     path = tmp_path / "space.yaml"
     path.write_bytes(content)
     proc = run_cli(["spaces", "show", str(path)], cwd=tmp_path, timeout=60)
-    _one_line(proc, fragment, str(path))
+    one_line_error(proc, fragment, str(path))
 
 
 def test_a_folder_given_as_the_space_is_called_a_folder(tmp_path):
     (tmp_path / "space.yaml").mkdir()
     proc = run_cli(["run", "--dry-run", "--space", "space.yaml", "--", sys.executable, str(TINY_TRAINER)], cwd=tmp_path, timeout=60)
-    _one_line(proc, "space file space.yaml is a folder, not a file", "space.yaml")
+    one_line_error(proc, "space file space.yaml is a folder, not a file", "space.yaml")
 
 
 def test_an_empty_space_name_is_refused(tmp_path):
     proc = run_cli(["spaces", "show", ""], cwd=tmp_path, timeout=60)
-    _one_line(proc, "the space name is empty; give one of: skyrl-text2sql", "")
+    one_line_error(proc, "the space name is empty; give one of: skyrl-text2sql", "")
 
 
 @pytest.mark.parametrize("timeout", ["0", "-1", "nan", "inf"])
 def test_spaces_init_refuses_a_timeout_that_is_no_time(tmp_path, timeout):
     proc = run_cli(["spaces", "init", "--timeout", timeout, "--", sys.executable, str(TINY_TRAINER)], cwd=tmp_path, timeout=60)
-    _one_line(proc, f"--timeout {timeout}: must be a number of seconds above 0", "")
-
-
-def _one_line(proc, fragment: str, names: str) -> None:
-    assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert fragment in lines[0] and names in lines[0], lines[0]
+    one_line_error(proc, f"--timeout {timeout}: must be a number of seconds above 0", "")

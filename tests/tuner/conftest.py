@@ -39,6 +39,16 @@ def run_cli(args: list[str], cwd: Path, env: dict | None = None, timeout: float 
     )
 
 
+def one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> str:
+    """The one line a refused command wrote to stderr (exit 1, no traceback), holding every one of
+    ``fragments``: what the project promises for bad input."""
+    assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    assert all(f in lines[0] for f in fragments), lines[0]
+    return lines[0]
+
+
 @contextlib.contextmanager
 def read_only(path: Path):
     """``path`` (a folder or file) cannot be written for the body, even by root: ``chattr +i`` as root

@@ -8,19 +8,11 @@ import sys
 
 import pytest
 
-from tests.tuner.conftest import TINY_SPACE, TINY_TRAINER, run_cli
+from tests.tuner.conftest import TINY_SPACE, TINY_TRAINER, one_line_error, run_cli
 
 pytestmark = pytest.mark.timeout(300)
 TINY_CMD = [sys.executable, str(TINY_TRAINER)]
 RUN = ["run", "--space", str(TINY_SPACE), "--trials", "1", "--confirm", "0", "--seed", "1"]
-
-
-def _one_line(proc, *fragments: str) -> str:
-    assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    assert all(f in lines[0] for f in fragments), lines[0]
-    return lines[0]
 
 
 @pytest.fixture(scope="module")
@@ -35,20 +27,20 @@ def study(tmp_path_factory):
 def test_a_key_set_twice_with_two_values_is_refused(tmp_path):
     proc = run_cli(["run", "--dry-run", "--space", str(TINY_SPACE), "--set", "trainer.micro=2", "--set", "trainer.micro=4",
                     "--", *TINY_CMD], cwd=tmp_path, timeout=60)
-    _one_line(proc, "--set trainer.micro is given twice (trainer.micro=2 and trainer.micro=4); keep one of them")
+    one_line_error(proc, "--set trainer.micro is given twice (trainer.micro=2 and trainer.micro=4); keep one of them")
 
 
 def test_a_misspelt_set_key_names_the_key_meant(tmp_path):
     proc = run_cli(["run", "--dry-run", "--space", str(TINY_SPACE), "--set", "trainer.mikro=2", "--", *TINY_CMD],
                    cwd=tmp_path, timeout=60)
-    _one_line(proc, "--set trainer.mikro=2", "(did you mean 'trainer.micro'?)")
+    one_line_error(proc, "--set trainer.mikro=2", "(did you mean 'trainer.micro'?)")
 
 
 def test_constraints_nothing_satisfies_name_the_file_and_the_rule(tmp_path):
     space = tmp_path / "never.yaml"
     space.write_text(TINY_SPACE.read_text() + "\nconstraints:\n  - expr: trainer.micro > 100\n    message: micro above 100\n")
     proc = run_cli(["run", "--dry-run", "--space", str(space), "--", *TINY_CMD], cwd=tmp_path, timeout=120)
-    _one_line(proc, f"space tiny ({space}): no values satisfy its constraints", "'micro above 100'", "loosen that constraint")
+    one_line_error(proc, f"space tiny ({space}): no values satisfy its constraints", "'micro above 100'", "loosen that constraint")
 
 
 def test_output_naming_a_folder_is_refused_and_the_folder_left_alone(tmp_path):
@@ -56,7 +48,7 @@ def test_output_naming_a_folder_is_refused_and_the_folder_left_alone(tmp_path):
     keep.mkdir()
     (keep / "notes.txt").write_text("mine\n")
     proc = run_cli([*RUN, "-o", "keep", "--", *TINY_CMD], cwd=tmp_path, env={"TINY_STEP_S": "0.05"})
-    _one_line(proc, "cannot write keep: it is a folder; give a file name, such as keep/tuned.yaml")
+    one_line_error(proc, "cannot write keep: it is a folder; give a file name, such as keep/tuned.yaml")
     assert (keep / "notes.txt").read_text() == "mine\n" and not (tmp_path / "keep.prev.yaml").exists()
     assert not (tmp_path / "results").exists() or not any((tmp_path / "results").rglob("trial-*"))
 
@@ -64,18 +56,18 @@ def test_output_naming_a_folder_is_refused_and_the_folder_left_alone(tmp_path):
 def test_output_under_a_file_names_the_file(tmp_path):
     (tmp_path / "afile").write_text("x\n")
     proc = run_cli([*RUN, "-o", "afile/tuned.yaml", "--", *TINY_CMD], cwd=tmp_path)
-    _one_line(proc, "cannot write afile/tuned.yaml: afile is a file, not a folder")
+    one_line_error(proc, "cannot write afile/tuned.yaml: afile is a file, not a folder")
 
 
 def test_export_and_plots_into_the_wrong_kind_of_path(study):
     (study / "afile").write_text("x\n")
-    _one_line(run_cli(["export", "-o", "afile/t.yaml"], cwd=study), "cannot write afile/t.yaml: afile is a file, not a folder")
-    _one_line(run_cli(["report", "--plots", "afile"], cwd=study), "--plots afile: it is a file, not a folder")
+    one_line_error(run_cli(["export", "-o", "afile/t.yaml"], cwd=study), "cannot write afile/t.yaml: afile is a file, not a folder")
+    one_line_error(run_cli(["report", "--plots", "afile"], cwd=study), "--plots afile: it is a file, not a folder")
 
 
 def test_report_with_a_study_that_is_not_a_night_of_the_series(study):
     proc = run_cli(["report", "--study", "s", "--series", "nightly"], cwd=study)
-    _one_line(proc, "--study s is not a night of series 'nightly'; give --study or --series, not both")
+    one_line_error(proc, "--study s is not a night of series 'nightly'; give --study or --series, not both")
 
 
 @pytest.mark.parametrize(
@@ -92,7 +84,7 @@ def test_apply_refuses_an_environment_no_shell_could_take(tmp_path, tail, fragme
     (tmp_path / "tuned.yaml").write_text("overrides:\n  trainer:\n    micro: 2\n" + tail)
     (tmp_path / "cfg.yaml").write_text("trainer:\n  micro: 1\n")
     proc = run_cli(["apply", "tuned.yaml", "--into", "cfg.yaml"], cwd=tmp_path, timeout=60)
-    _one_line(proc, f"tuned file tuned.yaml: {fragment}")
+    one_line_error(proc, f"tuned file tuned.yaml: {fragment}")
     assert proc.stdout == ""
 
 
@@ -111,4 +103,4 @@ def test_an_unreadable_study_claim_says_how_to_go_on(tmp_path):
     claim = tmp_path / "results" / "c" / "study.json"
     claim.write_text("{not json")
     proc = run_cli([*RUN, "--study", "c", "--", *TINY_CMD], cwd=tmp_path, env={"TINY_STEP_S": "0.05"})
-    _one_line(proc, "results/c/study.json cannot be read", "restore it from a copy, or run into another --results folder")
+    one_line_error(proc, "results/c/study.json cannot be read", "restore it from a copy, or run into another --results folder")

@@ -10,19 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.tuner.conftest import TINY_SPACE, TINY_TRAINER, read_only, run_cli
+from tests.tuner.conftest import TINY_SPACE, TINY_TRAINER, read_only, one_line_error, run_cli
 
 pytestmark = pytest.mark.timeout(300)
 TINY_CMD = [sys.executable, str(TINY_TRAINER)]
 RUN = ["run", "--space", str(TINY_SPACE), "--trials", "1", "--confirm", "0", "--seed", "1"]
 FAST = {"TINY_STEP_S": "0.05"}
-
-
-def _one_line(proc) -> str:
-    assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
-    return lines[0]
 
 
 def _tree(folder: Path) -> dict[str, str]:
@@ -70,7 +63,7 @@ def _same_refusal(tmp_path: Path, extra: list[str], fragment: str, env: dict[str
         _prepare(where)
         before = _tree(where)
         flag = ["--dry-run"] if mode == "dry" else []
-        lines.append(_one_line(run_cli([*RUN, *flag, *extra, "--", *TINY_CMD], cwd=where, env=env, timeout=120)))
+        lines.append(one_line_error(run_cli([*RUN, *flag, *extra, "--", *TINY_CMD], cwd=where, env=env, timeout=120)))
         assert fragment in lines[-1], lines[-1]
         assert _tree(where) == before, f"{mode}: a refused run left {set(_tree(where)) - set(before)}"
     assert lines[0] == lines[1]
@@ -83,7 +76,7 @@ def _same_refusal(tmp_path: Path, extra: list[str], fragment: str, env: dict[str
 def test_a_command_that_cannot_run_leaves_no_study_folder(tmp_path, command, fragment):
     for flag in (["--dry-run"], []):
         _prepare(tmp_path)
-        line = _one_line(run_cli([*RUN, *flag, "--", *command], cwd=tmp_path, timeout=120))
+        line = one_line_error(run_cli([*RUN, *flag, "--", *command], cwd=tmp_path, timeout=120))
         assert fragment in line
         assert not (tmp_path / "results").exists(), _tree(tmp_path / "results")
 
@@ -92,8 +85,8 @@ def test_dry_run_refuses_a_results_folder_that_cannot_be_written(tmp_path):
     ro = tmp_path / "ro"
     ro.mkdir()
     with read_only(ro):
-        dry = _one_line(run_cli([*RUN, "--dry-run", "--results", "ro", "--", *TINY_CMD], cwd=tmp_path, timeout=120))
-        real = _one_line(run_cli([*RUN, "--results", "ro", "--", *TINY_CMD], cwd=tmp_path, env=FAST, timeout=120))
+        dry = one_line_error(run_cli([*RUN, "--dry-run", "--results", "ro", "--", *TINY_CMD], cwd=tmp_path, timeout=120))
+        real = one_line_error(run_cli([*RUN, "--results", "ro", "--", *TINY_CMD], cwd=tmp_path, env=FAST, timeout=120))
     assert dry == real and "--results ro: cannot create or write it" in dry and "choose a folder you can write" in dry
     assert list(ro.iterdir()) == []
 
@@ -107,8 +100,8 @@ def test_a_study_refused_on_resume_keeps_every_result(tmp_path):
     kept = _tree(tmp_path / "results")
     assert "s/trial-0000/result.json" in kept and "s/study.json" in kept
     space.write_text(TINY_SPACE.read_text().replace("high: 8", "high: 4"))
-    dry = _one_line(run_cli([*args, "--dry-run", "--", *TINY_CMD], cwd=tmp_path))
-    real = _one_line(run_cli([*args, "--", *TINY_CMD], cwd=tmp_path, env=FAST))
+    dry = one_line_error(run_cli([*args, "--dry-run", "--", *TINY_CMD], cwd=tmp_path))
+    real = one_line_error(run_cli([*args, "--", *TINY_CMD], cwd=tmp_path, env=FAST))
     assert dry == real and "created with other content" in real
     after = _tree(tmp_path / "results")
     assert {k: v for k, v in after.items() if not k.endswith(".lock")} == \

@@ -13,20 +13,13 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tests.tuner.conftest import NCCL_TUNE, TINY_SPACE, read_only, run_cli
+from tests.tuner.conftest import NCCL_TUNE, TINY_SPACE, read_only, one_line_error, run_cli
 
 pytestmark = pytest.mark.timeout(300)
 
 
 def _args(study: str, *extra: str, space: Path = TINY_SPACE) -> list[str]:
     return ["run", "--space", str(space), "--study", study, "--trials", "1", "--confirm", "0", *extra, "--"]
-
-
-def _one_line_error(proc: subprocess.CompletedProcess, fragment: str) -> str:
-    assert proc.returncode == 1, (proc.returncode, proc.stdout, proc.stderr)
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and fragment in lines[0], proc.stderr
-    return lines[0]
 
 
 def _digest(path: Path) -> str:
@@ -58,10 +51,10 @@ def test_report_and_export_never_write_to_the_storage(workdir, one_study):
     empty = workdir / "empty.db"
     empty.write_bytes(b"")
     for cmd in ("report", "export"):
-        _one_line_error(run_cli([cmd, "--storage", f"sqlite:///{empty}"], cwd=workdir), "the database is empty (0 bytes)")
+        one_line_error(run_cli([cmd, "--storage", f"sqlite:///{empty}"], cwd=workdir), "the database is empty (0 bytes)")
     assert empty.stat().st_size == 0  # no schema was written into it
     for cmd in ("report", "export"):
-        _one_line_error(run_cli([cmd, "--results", "elsewhere"], cwd=workdir), "no such database")
+        one_line_error(run_cli([cmd, "--results", "elsewhere"], cwd=workdir), "no such database")
     assert not (workdir / "elsewhere").exists()
 
 
@@ -71,10 +64,10 @@ def test_a_corrupt_database_is_called_corrupt_and_the_trial_folders_keep_every_r
     with open(db, "r+b") as fh:  # a torn write: the header survives, the pages after it do not
         fh.truncate(db.stat().st_size // 2)
     for args in (["report"], ["export"], [*_args("a"), "true"]):
-        line = _one_line_error(run_cli(args, cwd=workdir), "the database is corrupt")
+        line = one_line_error(run_cli(args, cwd=workdir), "the database is corrupt")
         assert "every trial's result is still in its trial folder" in line and "unreachable" not in line
     db.write_bytes(os.urandom(4096))  # not a database at all
-    _one_line_error(run_cli(["report"], cwd=workdir), "the database is corrupt (not a SQLite database)")
+    one_line_error(run_cli(["report"], cwd=workdir), "the database is corrupt (not a SQLite database)")
     assert _snapshot(one_study / "a") == folders
 
 
@@ -84,14 +77,14 @@ def test_trial_folders_are_never_taken_over_by_another_study(workdir, one_study,
     db.rename(saved)
     folders = _snapshot(one_study / "a")
     # missing database: a new study 'a' would start over trial-0000
-    line = _one_line_error(run_cli([*_args("a"), *tiny_command], cwd=workdir), "results/a holds the trials of")
+    line = one_line_error(run_cli([*_args("a"), *tiny_command], cwd=workdir), "results/a holds the trials of")
     assert "no longer holds" in line and "nothing was overwritten" in line
     # an emptied database (0 bytes)
     db.write_bytes(b"")
-    _one_line_error(run_cli([*_args("a"), *tiny_command], cwd=workdir), "results/a holds the trials of")
+    one_line_error(run_cli([*_args("a"), *tiny_command], cwd=workdir), "results/a holds the trials of")
     # --storage pointing elsewhere, with the same --results
     other = f"sqlite:///{workdir}/other.db"
-    line = _one_line_error(run_cli([*_args("a", "--storage", other), *tiny_command], cwd=workdir), "holds the trials of")
+    line = one_line_error(run_cli([*_args("a", "--storage", other), *tiny_command], cwd=workdir), "holds the trials of")
     assert f"not of {other}" in line
     assert _snapshot(one_study / "a") == folders
     # the database that holds the study resumes it, in the same folder
@@ -107,7 +100,7 @@ def test_trial_folders_are_never_taken_over_by_another_study(workdir, one_study,
 def test_trial_folders_from_before_study_ids_are_not_reused_by_a_new_study(workdir, one_study, tiny_command):
     (one_study / "a" / "study.json").unlink()  # as an older nccl-tune left it
     other = f"sqlite:///{workdir}/other.db"
-    _one_line_error(
+    one_line_error(
         run_cli([*_args("a", "--storage", other), *tiny_command], cwd=workdir), "results/a already holds trial folders"
     )
     # the study that has them resumes and adopts the folder
@@ -133,7 +126,7 @@ def test_two_runs_of_one_study_started_together_run_it_once(tmp_path, tiny_comma
     codes = sorted(r.returncode for r in runs)
     assert codes == [0, 1], [(r.returncode, r.stderr[-2000:]) for r in runs]
     loser = next(r for r in runs if r.returncode == 1)
-    line = _one_line_error(loser, "study 'same' is being run by nccl-tune pid")
+    line = one_line_error(loser, "study 'same' is being run by nccl-tune pid")
     assert "wait for it to finish or use another --study" in line and "alembic" not in loser.stderr
     study = optuna.load_study(study_name="same", storage=f"sqlite:///{tmp_path}/results/nccl-tune.db")
     assert [t.user_attrs["kind"] for t in study.trials] == ["baseline"]  # one baseline: one run ran it
@@ -159,7 +152,7 @@ def test_a_changed_space_file_does_not_resume_the_study_silently(workdir, tiny_c
     space.write_text("# a comment changes nothing\n" + TINY_SPACE.read_text())
     assert run_cli([*_args("sp", space=space), *tiny_command], cwd=workdir).returncode == 0
     space.write_text(TINY_SPACE.read_text().replace("high: 8", "high: 4"))
-    line = _one_line_error(run_cli([*_args("sp", space=space), *tiny_command], cwd=workdir), "created with other content")
+    line = one_line_error(run_cli([*_args("sp", space=space), *tiny_command], cwd=workdir), "created with other content")
     assert "--study NEW" in line and "restore the original file" in line
 
 
@@ -167,7 +160,7 @@ def test_run_into_a_read_only_results_folder_is_one_line(workdir, tiny_command):
     results = workdir / "ro"
     results.mkdir()
     with read_only(results):
-        line = _one_line_error(run_cli([*_args("x", "--results", str(results)), *tiny_command], cwd=workdir), str(results))
+        line = one_line_error(run_cli([*_args("x", "--results", str(results)), *tiny_command], cwd=workdir), str(results))
     assert "--results" in line
 
 
