@@ -331,7 +331,10 @@ class MemoryReport:
 
     @property
     def max_peak_frac(self) -> float | None:
-        return max(g.peak_frac for g in self.gpus) if self.gpus else None
+        """The highest per-GPU peak as a share of its GPU; None when no GPU's size is known (a
+        trainer's memory line in GiB alone, on a node NVML cannot read)."""
+        fracs = [g.peak_frac for g in self.gpus if math.isfinite(g.peak_frac)]
+        return max(fracs) if fracs else None
 
     @property
     def peak_phase(self) -> str | None:

@@ -85,3 +85,12 @@ def test_the_stall_deadline_follows_the_longest_known_duration() -> None:
 def test_the_phase_holding_the_peak_is_named_when_phases_differ(phases, expected) -> None:
     report = MemoryReport("nvml", gpus=(GpuMemory(0, 80.0, 80.0 * max(phases.values(), default=0.5)),), phase_peak_frac=phases)
     assert report.peak_phase == expected
+
+
+def test_a_gpu_of_unknown_size_gives_no_share_of_the_gpu():
+    """A trainer's memory line in GiB alone (verl's, DeepSpeed's) on a node NVML cannot read: the
+    peak is known, the share of the GPU is not, and nothing downstream may see NaN."""
+    report = MemoryReport("log", gpus=(GpuMemory(0, float("nan"), 38.0),))
+    assert report.peak_gib == 38.0 and report.max_peak_frac is None
+    mixed = MemoryReport("log", gpus=(GpuMemory(0, float("nan"), 38.0), GpuMemory(1, 80.0, 40.0)))
+    assert mixed.max_peak_frac == 0.5
