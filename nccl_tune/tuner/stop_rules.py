@@ -10,7 +10,8 @@ The rules, checked after every launched trial, in order:
   within the trial budget (a step rule that matches nothing). Memory failures (``oom``,
   ``host_oom``) are the exception: smaller values may fit;
 - the command refused its configuration (``config_error``) before any trial was ``ok``, or refused
-  a key it does not know (``Verdict.refused_key``);
+  a key it does not know (``Verdict.refused_key``); a training that finished by itself before the
+  trial's steps (``too_few_steps``) is said as such, with its advice (nothing was refused);
 - the command could not be executed at all (exit 126/127) before any trial was ``ok``;
 - ``MAX_SAME_EARLY_FAILURES`` trials in a row failed the same way (class and stop reason) before
   any step, memory failures excepted; once a trial has run ``ok``, not when they share a value away
@@ -120,6 +121,12 @@ class StopRules:
 
     def _refused(self, result: TrialResult, never_ok: bool) -> None:
         evidence = _evidence(result)
+        cause = result.verdict.cause
+        if result.status is FailureClass.CONFIG_ERROR and never_ok and cause is not None and cause.rule == "too_few_steps":
+            raise NcclTuneError(  # nothing was refused: the run ended, done, before the trial's steps
+                f"trial {result.number} ended early: {evidence}; {result.verdict.advice} "
+                f"{_log(result)}"
+            )
         if result.status is FailureClass.CONFIG_ERROR and (never_ok or result.verdict.refused_key):
             raise NcclTuneError(
                 f"the command refused its configuration in trial {result.number}: {evidence or result.verdict.advice} "
