@@ -13,7 +13,8 @@ first). The formats are those of each project's own logging code:
   slower than one step per second) and writes the log dict; ``PrinterCallback`` prints it without a
   bar. Since transformers 5 both print floats as strings formatted ``.4g`` (``{'loss': '2.312',
   'grad_norm': '1.062', 'learning_rate': '4.5e-05', 'epoch': '0.1'}``); 4.x prints bare floats
-  (``{'loss': 2.3125, ..., 'epoch': 0.1}``). The last dict holds ``'train_runtime'``,
+  (``{'loss': 2.3125, ..., 'epoch': 0.1}``). The bar's steps are timed by the wall clock, not by the
+  rate it prints (``_TQDM_RATE``). The last dict holds ``'train_runtime'``,
   ``'train_samples_per_second'``, ``'train_steps_per_second'``; only ``'train_steps_per_second'``
   marks the end, as ``include_num_input_tokens_seen`` adds ``'train_runtime'`` to every step's dict.
 - ``torchtitan``: ``components/metrics.py``: ``step: 10  loss:  7.12345  grad_norm:  1.2345  memory:
@@ -23,7 +24,8 @@ first). The formats are those of each project's own logging code:
   samples: 640 | elapsed time per iteration (ms): 1234.5 | ... | global batch size:    64 | ...``;
   ``report_memory``: ``[Rank 0] (after 10 iterations) memory (MB) | allocated: ... | max reserved: ...``.
 - ``lightning``: ``TQDMProgressBar``: ``Epoch 1:   4%|▎   | 40/1095 [00:03<01:37, 10.84it/s, v_num=10]``
-  (the rate is always ``it/s``); ``Trainer.fit`` stopped: ``max_steps=N`` reached.
+  (the rate, always ``it/s``, is the mean since the epoch started: its steps are timed by the wall
+  clock); ``Trainer.fit`` stopped: ``max_steps=N`` reached.
 - ``deepspeed``: the engine's ``ThroughputTimer`` (``utils/timer.py``) every ``steps_per_print``
   steps: ``epoch=0/micro_step=10/global_step=10, RunningAvgSamplesPerSec=.., CurrSamplesPerSec=..,
   MemAllocated=1.2GB, MaxMemAllocated=2.3GB`` (GiB; older releases: ``0/50, SamplesPerSec=1292.6``).
@@ -60,8 +62,12 @@ _PY_SCALAR = r"(?:np\.float\d+\()?"
 """What ``repr`` of a numpy scalar puts before the number under numpy 2 (``np.float64(40.1)``)."""
 _TORCHRUN = r"(?:^|\[[a-z]*\d+\]:)"
 """A line's start, or torchrun's prefix in front of a rank's line (``[rank0]:``, ``[default0]:``)."""
-_TQDM_RATE = rf"(?:(?P<it_per_s>{_NUM})it/s|(?P<seconds>{_NUM})s/it)"
-"""tqdm's rate: ``2.10it/s``, or ``5.20s/it`` below one step per second (never both)."""
+_TQDM_RATE = rf"{_NUM}(?:it/s|s/it)"
+"""tqdm's rate: ``2.10it/s``, or ``5.20s/it`` below one step per second; matched, never read. It is
+an average over the bar's life, warm-up included (tqdm's moving average in the Trainer's bar, the
+mean since the bar started in Lightning's, ``smoothing=0``): 20% below the real rate three steps
+after a warm-up step twice as long. A bar's steps are timed by the wall clock between redraws of
+new step numbers instead. Before its first step the bar prints ``?it/s`` (no step)."""
 
 SKYRL = ProgressRules(
     step_end=(rf"Finished: 'step', time cost: (?P<seconds>{_NUM})s",),
@@ -107,7 +113,7 @@ MEGATRON = ProgressRules(
 )
 
 LIGHTNING = ProgressRules(
-    step_end=(rf"Epoch \d+:.*?\|\s*(?P<step>\d+)/(?:\d+|\?) \[[^\]]*?,\s*(?P<it_per_s>{_NUM})it/s",),
+    step_end=(rf"Epoch \d+:.*?\|\s*(?P<step>\d+)/(?:\d+|\?) \[[^\]]*?,\s*{_TQDM_RATE}",),
     training_done=r"`Trainer\.fit` stopped: `max_",
     preset="lightning",
 )

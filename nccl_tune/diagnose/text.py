@@ -38,6 +38,16 @@ _RANK_STRICT = re.compile(
 )
 
 
+_TORCHRUN_PREFIX = re.compile(r"\[[a-z]*\d+\]:")
+"""torchrun's prefix in front of a rank's line under ``--tee`` (``[rank3]:``, ``[default3]:``)."""
+
+
+def torchrun_prefix(text: str) -> str | None:
+    """The torchrun prefix a line starts with (``[rank3]:``), or None: which rank's output it is."""
+    m = _TORCHRUN_PREFIX.match(text) if text[:1] == "[" else None
+    return m.group() if m else None
+
+
 def strip_ansi(text: str) -> str:
     """``text`` without ANSI escape sequences or their bare remnants (``[36m``)."""
     if "[" not in text and "\x1b" not in text:

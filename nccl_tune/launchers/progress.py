@@ -3,7 +3,8 @@
 ``ProgressTracker`` recognises the preset when the space names none (the first preset whose rules
 match a line is used for the rest of the trial), then keeps the open-phase stack (``Started:
 'generate'`` pushes, ``Finished: 'generate', ...`` pops), every finished step's duration (from the
-log, or the wall clock between step lines) and the rate it printed, the longest duration per phase,
+log, or the wall clock between step lines; a step number printed again, by another rank or a
+redrawn bar, is one step) and the rate it printed, the longest duration per phase,
 the trainer's memory lines per rank (with, for lines of the live output that give a total, the
 highest share of the GPU per phase open when they were read), and when the last progress line
 arrived. It is fed from the log reader thread and read from the supervising thread.
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
+from nccl_tune.diagnose.text import torchrun_prefix
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.presets import DETECT_ORDER, candidates
 from nccl_tune.trial import (
@@ -326,6 +328,8 @@ class ProgressTracker:
         self._rate_unit: str | None = None
         self._samples: float | None = None
         self._last_index: int | None = None
+        self._source_index: dict[str | None, int] = {}
+        """The last step number each source (torchrun's rank prefix, None without) printed."""
         self._last_step_t: float | None = None
         self._done = False
         self._mem_peak: dict[int | None, float] = {}
@@ -373,8 +377,8 @@ class ProgressTracker:
         done = rx.done.search(text) if rx.done else None
         events: list[ProgressEvent] = []
         with self._lock:
-            if step and not self._take_step(step, line_no, t, events):
-                step = None  # a progress bar redrawn on the same step
+            if step and not self._take_step(step, line_no, t, events, torchrun_prefix(text)):
+                step = None  # a step already counted (a redrawn bar, another rank's line)
             if not step and end:
                 phase = end.group("phase")
                 seconds = _duration(end) or 0.0
@@ -402,11 +406,27 @@ class ProgressTracker:
                     self._take_memory(mem, line_no, t, [])
                 return
 
-    def _take_step(self, m: re.Match[str], line_no: int, t: float, events: list[ProgressEvent]) -> bool:
+    def _repeats(self, index: int, source: str | None) -> bool:
+        """Step ``index`` (printed by ``source``) was counted already: another rank's line for the same
+        step (torchrun interleaves the ranks' lines, under ``--tee`` out of order by several steps) or
+        a progress bar redrawn. A number at or below the highest counted is new only when its own
+        source's numbers went back: that source started counting again (a new epoch's bar)."""
+        own = self._source_index.get(source)
+        self._source_index[source] = index
+        top = self._last_index
+        if top is None or index > top:
+            return False
+        return own is None or index >= own
+
+    def _take_step(
+        self, m: re.Match[str], line_no: int, t: float, events: list[ProgressEvent], source: str | None = None
+    ) -> bool:
+        """Count the step line ``m`` (``source``: the rank prefix it came with); False when it
+        repeats a step already counted."""
         index_text = _group(m, "step")
         index = int(index_text) if index_text is not None else None
         last = self._last_index
-        if index is not None and last is not None and index == last:
+        if index is not None and self._repeats(index, source):
             return False
         between = index - last if index is not None and last is not None and index > last else 1
         seconds = _duration(m)
