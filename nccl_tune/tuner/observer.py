@@ -3,9 +3,11 @@ incumbent, and turning SIGINT/SIGTERM into a clean teardown of the running trial
 
 Screening (``stop.screen_steps`` > 0) is a two-rung successive-halving rule decided inside the
 running trial: after the warm-up and ``screen_steps`` measured steps, a trial whose throughput does
-not clear the bar (``screening.ScreenBar``: the incumbent's throughput as the study's model
+not clear the bar (``screening.IncumbentBar``: the incumbent's throughput as the study's model
 estimates it, less a reach that follows the noise) is stopped; one within reach runs every measured
-step. The trial is not restarted, so screening costs no second start-up."""
+step. The trial is not restarted, so screening costs no second start-up. The early stop holds each
+measured step against the same estimate of the incumbent (each warm-up step against its warm-up)
+and stops a trial whose step ran below ``early_stop_ratio`` of it."""
 
 from __future__ import annotations
 
@@ -17,8 +19,7 @@ from typing import Any
 from nccl_tune.launchers.base import TrialObserver, TrialProgress
 from nccl_tune.trial import StopReason, TrialSpec
 from nccl_tune.tuner.display import Display
-from nccl_tune.tuner.screening import ScreenBar
-from nccl_tune.tuner.stability import Candidate
+from nccl_tune.tuner.screening import IncumbentBar
 
 
 class InterruptFlag:
@@ -56,21 +57,18 @@ class TunerObserver(TrialObserver):
         self,
         display: Display,
         interrupt: InterruptFlag,
-        incumbent: Candidate | None,
+        bar: IncumbentBar | None,
         early_stop_ratio: float,
-        screen: ScreenBar | None = None,
+        screening: bool = False,
     ) -> None:
-        """``screen``: the bar a screened trial must clear (None: no screening)."""
+        """``bar``: the incumbent as the study's model estimates it (None: no incumbent yet), what
+        the early stop holds each measured step against and, with ``screening``, the bar a screened
+        trial must clear."""
         self.display = display
         self.interrupt = interrupt
         self.early_stop_ratio = early_stop_ratio
-        self.reference: tuple[float, tuple[float, ...]] | None = None
-        """The incumbent's best run (samples per step, step times): what the early stop compares each step with."""
-        if incumbent is not None and incumbent.ok_runs:
-            best = max(incumbent.ok_runs, key=lambda r: r.throughput or 0.0)
-            if best.result and best.result.samples_per_step:
-                self.reference = (best.result.samples_per_step, best.result.step_times_s)
-        self.screen = screen
+        self.bar = bar
+        self.screening = screening
         self.why: str | None = None
         """Why the last early stop was asked for (``stop_detail``)."""
 
@@ -82,25 +80,31 @@ class TunerObserver(TrialObserver):
         self.display.progress(f"step {step_index + 1}/{total} in {seconds:.1f}s")
 
     def slower_than_incumbent(self, spec: TrialSpec, step_times_s: tuple[float, ...]) -> str | None:
-        """Why the trial is slower than the incumbent, when some finished step ran below
-        ``early_stop_ratio`` of the incumbent's same step; else None."""
-        if self.reference is None or not self.early_stop_ratio or not spec.samples_per_step:
+        """Why the trial is slower than the incumbent, when a finished step ran below
+        ``early_stop_ratio`` of the incumbent as modelled: a measured step of its throughput, a
+        warm-up step of its same warm-up step; else None."""
+        if self.bar is None or not self.early_stop_ratio or not spec.samples_per_step:
             return None
-        ref_samples, ref_times = self.reference
+        warm = spec.stop.warmup_steps
         for i, t in enumerate(step_times_s):
-            if i >= len(ref_times) or t <= 0 or ref_times[i] <= 0:
+            if t <= 0:
                 continue
-            ratio = (spec.samples_per_step / t) / (ref_samples / ref_times[i])
-            if ratio < self.early_stop_ratio:
-                return (f"step {i + 1} ran at {ratio:.0%} of the incumbent's step {i + 1} (the early stop is below "
-                        f"{self.early_stop_ratio:.0%})")
+            if i < warm:
+                if i >= len(self.bar.warmup_per_s):
+                    continue
+                ref, what = self.bar.warmup_per_s[i], f"warm-up step {i + 1}"
+            else:
+                ref, what = self.bar.incumbent_per_s, "throughput"
+            if spec.samples_per_step / t < self.early_stop_ratio * ref:
+                return (f"step {i + 1} ran at {spec.samples_per_step / t / ref:.0%} of the incumbent's {what} "
+                        f"({ref:,.1f} samples/s as modelled; the early stop is below {self.early_stop_ratio:.0%})")
         return None
 
     def screened_out(self, spec: TrialSpec, step_times_s: tuple[float, ...]) -> str | None:
         """Why the trial is stopped at the screening point, when its screened steps do not clear the
         bar; else None."""
         screen, warm = spec.stop.screen_steps, spec.stop.warmup_steps
-        if not screen or self.screen is None or not spec.samples_per_step:
+        if not screen or not self.screening or self.bar is None or not spec.samples_per_step:
             return None
         if len(step_times_s) != warm + screen:
             return None
@@ -108,7 +112,7 @@ class TunerObserver(TrialObserver):
         if len(measured) < screen:
             return None
         per_s = spec.samples_per_step / (sum(measured) / len(measured))
-        bar = self.screen
+        bar = self.bar
         if not bar.stops(per_s):
             return None
         return (f"{per_s:,.1f} samples/s over {screen} screened step{'s' if screen > 1 else ''}, under the bar of "

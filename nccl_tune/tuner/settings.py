@@ -67,7 +67,8 @@ class RunSettings:
     confirm: int = 2
     """Re-run the best N candidates once to confirm they are stable (0: no re-runs)."""
     early_stop_ratio: float = 0.7
-    """Stop a trial whose per-step throughput falls below this fraction of the incumbent's (0: never)."""
+    """Stop a trial a step of which ran below this fraction of the incumbent as the study's model
+    estimates it (a warm-up step: of its warm-up) (0: never)."""
     predict_oom: bool = True
     """Skip configs the memory model refuses (``memory_model.py``): those that dominate a known OOM, and
     those predicted with confidence to run out or to come within the headroom of the wall."""

@@ -32,7 +32,7 @@ from nccl_tune.tuner.study_records import TrialRecord
 from nccl_tune.tuner.telling import near_wall, requeue, tell_abandoned, tell_result
 from nccl_tune.tuner.steps import MAX_MEASURED_STEPS, next_measured_steps
 from nccl_tune.tuner.nccl_sweep import load as load_sweep
-from nccl_tune.tuner.screening import ScreenBar, screen_bar
+from nccl_tune.tuner.screening import incumbent_bar
 from nccl_tune.tuner.throughput_model import ThroughputModel
 from nccl_tune.tuner.trial_builder import build_trial_spec
 
@@ -132,21 +132,23 @@ class TrialRunner:
             ("env", dict(spec.env)),
         ):
             trial.set_user_attr(key, value)
-        incumbent = self.leader(history)
-        ratio = self.settings.early_stop_ratio if early_stop else 0.0
-        screen = None
-        if early_stop and self.settings.screening and incumbent is not None and spec.stop.screen_steps:
-            screen = self.screen_bar(trial.study, history, incumbent, spec.stop.screen_steps)
-        observer = TunerObserver(self.display, self.interrupt, incumbent, ratio, screen)
+        observer = self.observer(trial.study, history, spec, early_stop)
         self.display.trial_started(trial.number, kind, values, trial.user_attrs.get(R.A_WHY))
         return spec, observer
 
-    def screen_bar(self, study: optuna.Study, history: Sequence[TrialRecord], incumbent: Candidate,
-                   screen_steps: int) -> ScreenBar | None:
-        """What a trial screened over ``screen_steps`` steps must clear (``screening``), from the study's
-        throughput model (fitted as the planner fits it, the NCCL sweep's timings included)."""
+    def observer(self, study: optuna.Study, history: Sequence[TrialRecord], spec: TrialSpec,
+                 early_stop: bool) -> TunerObserver:
+        """The trial's observer: the early stop and screening against the incumbent as the study's
+        throughput model estimates it (fitted as the planner fits it, the NCCL sweep's timings
+        included); neither without an incumbent or with ``early_stop`` off (a re-run)."""
+        incumbent = self.leader(history) if early_stop else None
+        ratio = self.settings.early_stop_ratio if early_stop else 0.0
+        screens = self.settings.screening and spec.stop.screen_steps > 0
+        if incumbent is None or not (ratio or screens):
+            return TunerObserver(self.display, self.interrupt, None, 0.0)
         model = ThroughputModel.of_study(self.space, self.pins.params, history, load_sweep(study, self.space).speeds)
-        return screen_bar(model, incumbent, screen_steps)
+        bar = incumbent_bar(model, incumbent, max(spec.stop.screen_steps, 1))
+        return TunerObserver(self.display, self.interrupt, bar, ratio, screens)
 
     def tell_measured_steps(self, spec: TrialSpec, history: Sequence[TrialRecord]) -> None:
         """Tell the user, once, when the measured steps per trial first differ from the space's, and

@@ -4,6 +4,7 @@ Whole studies through the model launcher with an analytic cost, the loop's own o
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 from pathlib import Path
@@ -22,7 +23,7 @@ from nccl_tune.trial import StopReason, TrialResult
 from nccl_tune.tuner.display import early_stop_sentence
 from nccl_tune.tuner.early_stops import early_stops
 from nccl_tune.tuner.loop import run_study
-from nccl_tune.tuner.screening import ScreenBar, screen_bar
+from nccl_tune.tuner.screening import IncumbentBar, incumbent_bar
 from nccl_tune.tuner.settings import RunSettings
 from nccl_tune.tuner.stability import candidates
 from nccl_tune.tuner.study_records import Outcome, TrialKind, TrialRecord
@@ -139,10 +140,10 @@ def noisy_run(number: int, algo: str, step_s: float, noise: float, tokens_per_sa
                        Outcome.LAUNCHED, FailureClass.OK, result)
 
 
-def bar_of(records: list[TrialRecord], leader: str) -> tuple[ScreenBar, ThroughputModel]:
+def bar_of(records: list[TrialRecord], leader: str) -> tuple[IncumbentBar, ThroughputModel]:
     model = ThroughputModel.of_study(BAR_SPACE, {}, records)
     incumbent = next(c for c in candidates(records) if c.values["NCCL_ALGO"] == leader)
-    return screen_bar(model, incumbent, screen_steps=1), model
+    return incumbent_bar(model, incumbent, screen_steps=1), model
 
 
 def test_the_bar_is_the_incumbents_modelled_throughput_not_its_lucky_run():
@@ -178,3 +179,20 @@ def test_the_bar_is_in_step_timed_samples_whatever_unit_the_trainer_printed():
     assert records[0].throughput_unit == "tokens/s" and records[0].throughput > 3000
     bar = bar_of(records, "unset")[0]
     assert bar.incumbent_per_s == pytest.approx(6.4, rel=0.03)
+
+
+
+def test_no_bar_without_a_run_that_timed_its_steps():
+    run = noisy_run(0, "unset", 10.0, 0.01)
+    bare = dataclasses.replace(run, result=dataclasses.replace(run.result, samples_per_step=None))
+    model = ThroughputModel.of_study(BAR_SPACE, {}, [bare])
+    assert incumbent_bar(model, candidates([bare])[0], 1) is None
+
+
+def test_the_warm_up_is_the_incumbents_moved_by_the_models_correction():
+    """The incumbent's runs' warm-up (1.3x its mean step) at the same shrunk level as its throughput."""
+    records = [noisy_run(0, "unset", 10.0, 0.08), noisy_run(1, "Ring", 10.05, 0.08),
+               noisy_run(2, "Tree", 9.95, 0.08), noisy_run(3, "NVLS", 9.2, 0.08)]
+    bar, _ = bar_of(records, "NVLS")
+    (warm,) = bar.warmup_per_s
+    assert warm == pytest.approx(bar.incumbent_per_s / 1.3)
