@@ -27,12 +27,10 @@ demo: venv
 		--output $(RESULTS)/demo-tuned.yaml -- bash examples/run_skyrl_sql_sim.sh
 
 # One pytest worker per core and one more: many tests wait on trainer processes and their clocks.
-# Work stealing: a worker that runs out takes queued tests from a busy one, so the minute-long
-# tests at the end do not leave the others idle.
 TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(len(os.sched_getaffinity(0)) + 1)")
 
 test: venv
-	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) --dist worksteal tests
+	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) tests
 
 # Each benchmark exits non-zero when it misses a target; all of them run anyway.
 bench: venv
