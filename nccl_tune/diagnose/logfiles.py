@@ -209,11 +209,15 @@ def _binary(head: bytes) -> bool:
     return odd > _BINARY_SHARE * len(head)
 
 
+def is_gzip(path: Path) -> bool:
+    """True when ``path`` starts with gzip's magic bytes: a compressed log, read through."""
+    with open(path, "rb") as probe:
+        return probe.read(2) == GZIP_MAGIC
+
+
 def open_text(path: Path) -> IO[str]:
     """A log as text (gzip-compressed logs read through; undecodable bytes replaced)."""
-    with open(path, "rb") as probe:
-        gz = probe.read(2) == GZIP_MAGIC
-    if gz:
+    if is_gzip(path):
         return gzip.open(path, "rt", encoding="utf-8", errors="replace")
     return open(path, encoding="utf-8", errors="replace", buffering=1 << 20)
 

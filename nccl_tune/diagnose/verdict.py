@@ -33,7 +33,7 @@ from typing import Any, Iterable, Iterator, Mapping, Sequence
 from nccl_tune.diagnose.advice import advice_for_space
 from nccl_tune.diagnose.classify import READ_BYTES, LogClassifier
 from nccl_tune.diagnose.flight_recorder import FlightRecorderSummary, analyse_dumps
-from nccl_tune.diagnose.logfiles import feed_merged
+from nccl_tune.diagnose.logfiles import feed_merged, is_gzip
 from nccl_tune.diagnose.stacks import StackFinding, StackReport, odd_rank, with_ranks
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import Cause, Evidence, FailureClass, Verdict, norm_signal, signal_from_exit
@@ -272,9 +272,7 @@ def read_logs(logs: Iterable[LogFacts], progress: ProgressRules | None = None) -
 def _chunks(path: Path) -> Iterator[bytes]:
     """A log's bytes (gzip-compressed logs are read through)."""
     try:
-        with open(path, "rb") as probe:
-            gz = probe.read(2) == b"\x1f\x8b"
-        with (gzip.open(path, "rb") if gz else open(path, "rb", buffering=0)) as fh:
+        with (gzip.open(path, "rb") if is_gzip(path) else open(path, "rb", buffering=0)) as fh:
             while chunk := fh.read(READ_BYTES):
                 yield chunk
     except (OSError, EOFError, zlib.error) as exc:
