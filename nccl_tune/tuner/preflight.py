@@ -70,8 +70,6 @@ def check_night(storage: optuna.storages.BaseStorage | None, settings: RunSettin
     """The nightly plan's refusals (a baseline file of another space, no earlier night to start from,
     a baseline outside the run's pins or rules). A storage that cannot be read without writing to it
     (None: a server) holds unknown nights: only ``--baseline`` is checked then."""
-    if settings.series is None and settings.baseline_file is None:
-        return
     series = settings.series if storage is not None else None
     if series is None and settings.baseline_file is None:
         return
