@@ -112,6 +112,7 @@ class RemoteProcess:
         self.returncode: int | None = None
         self.lost: str | None = None
         self.sampler = RemoteSampler()
+        self._pipe_lock = threading.Lock()
         read_fd, self._write_fd = os.pipe()
         self.stdout = os.fdopen(read_fd, "rb", buffering=0)
         self._write(f"nccl-tune: trial running on Ray {node.describe()}, pid {pid}\n".encode())
@@ -122,9 +123,13 @@ class RemoteProcess:
         return self.returncode
 
     def _write(self, data: bytes) -> None:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(self._write_fd, view):]
+        """Feed the pipe; nothing once ``drain`` closed it (its descriptor may be reused by then)."""
+        with self._pipe_lock:
+            if self._write_fd < 0:
+                return
+            view = memoryview(data)
+            while view:
+                view = view[os.write(self._write_fd, view):]
 
     def _feed(self) -> None:
         ray = _ray()
@@ -139,8 +144,6 @@ class RemoteProcess:
                     break
         except Exception as exc:  # the actor, its worker or its node is gone
             self.lose(exc)
-        finally:
-            os.close(self._write_fd)
 
     def lose(self, exc: BaseException) -> None:
         """Record that the node (or its actor) went away, as a line of the trial's log."""
@@ -155,8 +158,14 @@ class RemoteProcess:
             self.returncode = -signal.SIGKILL
 
     def drain(self, timeout_s: float) -> None:
-        """Wait for the output still in flight (the node's pipe reaches its end after teardown)."""
+        """Wait for the output still in flight, then end the pipe. The pipe stays open until here, not
+        until the node's output ends: a node found lost at teardown, after its command's end was
+        already read, still gets its line into the trial's log."""
         self._thread.join(timeout_s)
+        with self._pipe_lock:
+            if self._write_fd >= 0:
+                os.close(self._write_fd)
+                self._write_fd = -1
 
 
 class NodePool:
