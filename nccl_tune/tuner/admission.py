@@ -12,11 +12,17 @@ Values are not launched, and are told to the study at once, when they
   memory of a known OOM or of a run within the headroom, or are predicted with confidence to run
   out or to come within the headroom of the wall; ``predicted``).
 Re-runs, retries and the baseline skip the last two checks: they are asked for on purpose.
+
+The search has converged when the sampler keeps proposing values that are not launched: 50 in a
+row, or, in a space small enough to list (``MAX_LISTED`` configs), as soon as every config that
+keeps its rules has been run or is refused now.
 """
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+import itertools
+import math
+from typing import Any, Callable, Mapping, Sequence
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -27,7 +33,7 @@ from nccl_tune.search_spaces.expr import ExprError
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.tuner import study_records as R
 from nccl_tune.tuner.display import Display
-from nccl_tune.tuner.memory_model import memory_verdict
+from nccl_tune.tuner.memory_model import MemoryModel, memory_verdict
 from nccl_tune.tuner.nccl_sweep import load as load_sweep
 from nccl_tune.tuner.stability import run_key
 from nccl_tune.tuner.study_records import TrialKind, TrialRecord
@@ -35,6 +41,8 @@ from nccl_tune.tuner.telling import tell_duplicate, tell_predicted, tell_rejecte
 
 MAX_REJECTED_IN_A_ROW = 2000
 MAX_DUPLICATES_IN_A_ROW = 50
+MAX_LISTED = 512
+"""A space with more free configs than this is not listed to see whether any is left to run."""
 
 
 def rule_violations(space: SearchSpace, values: Mapping[str, Any]) -> list[str]:
@@ -64,20 +72,73 @@ def measured_before(
     return None
 
 
-class Admission:
-    """Decides, trial by trial, whether asked values are launched; counts refusals in a row."""
+def within_rules(space: SearchSpace, values: Mapping[str, Any]) -> bool:
+    try:
+        return not rule_violations(space, values)
+    except ExprError:
+        return False
 
-    def __init__(self, space: SearchSpace, display: Display, predict_oom: bool) -> None:
+
+def launchable_configs(space: SearchSpace, pinned: Mapping[str, Any]) -> dict[str, dict[str, Any]] | None:
+    """Every config of the space that keeps its rules, by run key (``stability.run_key``), the
+    ``pinned`` values held; None when the free parameters make more than ``MAX_LISTED`` configs."""
+    free = space.free(pinned)
+    if math.prod(len(p.choices) for p in free) > MAX_LISTED:
+        return None
+    held = {p.name: pinned.get(p.name, p.choices[0]) for p in space.parameters if p not in free}
+    configs: dict[str, dict[str, Any]] = {}
+    for combo in itertools.product(*(p.choices for p in free)):
+        values = {**held, **{p.name: v for p, v in zip(free, combo)}}
+        if within_rules(space, values):
+            configs.setdefault(run_key(values), values)
+    return configs
+
+
+class Admission:
+    """Decides, trial by trial, whether asked values are launched; counts refusals in a row and
+    says when the search has converged (module docstring)."""
+
+    def __init__(self, space: SearchSpace, display: Display, predict_oom: bool,
+                 pinned: Callable[[], Mapping[str, Any]] = dict) -> None:
         self.space = space
         self.display = display
         self.predict_oom = predict_oom
+        self.pinned = pinned
+        """The values held now (``--set``, and parameters dropped during the study)."""
         self.rejected_in_a_row = 0
         self.duplicates_in_a_row = 0
+        self.converged = False
+        self._listed: tuple[tuple[tuple[str, Any], ...], dict[str, dict[str, Any]] | None] | None = None
 
-    @property
-    def converged(self) -> bool:
-        """The sampler keeps proposing configs already measured."""
-        return self.duplicates_in_a_row >= MAX_DUPLICATES_IN_A_ROW
+    def _launchable(self) -> dict[str, dict[str, Any]] | None:
+        pinned = self.pinned()
+        key = tuple(sorted((k, repr(v)) for k, v in pinned.items()))
+        if self._listed is None or self._listed[0] != key:
+            self._listed = (key, launchable_configs(self.space, pinned))
+        return self._listed[1]
+
+    def nothing_left(self, study: optuna.Study, trials: Sequence[FrozenTrial], history: Sequence[TrialRecord]) -> bool:
+        """True when every config of a listable space has been run (``measured_before``'s sense) or is
+        refused now: by the NCCL sweep, or by the memory model."""
+        configs = self._launchable()
+        if configs is None:
+            return False
+        ran = {run_key(rec.values) for t, rec in zip(trials, history)
+               if t.state in (TrialState.COMPLETE, TrialState.PRUNED) and rec.outcome is R.Outcome.LAUNCHED}
+        left = [values for key, values in configs.items() if key not in ran]
+        if not left:
+            return True
+        sweep = load_sweep(study, self.space)
+        model = MemoryModel(self.space, history) if self.predict_oom else None
+        return all(sweep.refused(v) is not None or (model is not None and model.verdict(v) is not None) for v in left)
+
+    def _check_converged(self, study: optuna.Study, trials: Sequence[FrozenTrial], history: Sequence[TrialRecord]) -> None:
+        if self.duplicates_in_a_row >= MAX_DUPLICATES_IN_A_ROW:
+            self.converged = True
+            self.display.note("the sampler keeps proposing configs already measured: the search has converged")
+        elif self.nothing_left(study, trials, history):
+            self.converged = True
+            self.display.note("every config of the space has been run or is ruled out: the search is complete")
 
     def admit(
         self,
@@ -91,6 +152,8 @@ class Admission:
         """True when ``values`` are to be launched; otherwise the trial has been told why not.
         ``trials`` are the study's trials and ``history`` their records, in the same order."""
         if not self._within_rules(study, trial, values):
+            if kind == TrialKind.SEARCH.value:
+                self._check_converged(study, trials, history)
             return False
         if kind != TrialKind.SEARCH.value:
             return True
@@ -102,17 +165,20 @@ class Admission:
                                                    f"the run of trial {original.number}")
             tell_duplicate(study, trial, original)
             self.duplicates_in_a_row += 1
+            self._check_converged(study, trials, history)
             return False
         self.duplicates_in_a_row = 0
         swept = load_sweep(study, self.space).refused(values)
         if swept is not None:
             tell_rejected(study, trial, [swept], sweep_refused=True)
             self.display.skipped(trial.number, swept)
+            self._check_converged(study, trials, history)
             return False
         verdict = memory_verdict(self.space, values, history) if self.predict_oom else None
         if verdict is not None:
             tell_predicted(study, trial, verdict.from_trial, verdict.status)
             self.display.skipped(trial.number, verdict.reason)
+            self._check_converged(study, trials, history)
             return False
         return True
 

@@ -138,7 +138,7 @@ class StudyLoop:
             self.space, pins, settings, self.study_name, self.launcher, self.display, self.interrupt,
             socket.gethostname(),
         )
-        self.admission = Admission(self.space, self.display, settings.predict_oom)
+        self.admission = Admission(self.space, self.display, settings.predict_oom, lambda: self.pins.params)
         self.stops = StopRules(self.space, pins.params)
         self.sweeper = sweeper(self.launcher, settings)
         """The launcher the NCCL sweep runs its checks with, until the sweep is done."""
@@ -291,7 +291,6 @@ class StudyLoop:
                 history = [R.record_of(t) for t in trials]
                 if not self.admission.admit(study, trial, values, kind, trials, history):
                     if self.admission.converged:
-                        self.display.note("the sampler keeps proposing configs already measured: the search has converged")
                         return False
                     continue
                 result = self.runner.run(study, trial, values, kind, history)

@@ -91,6 +91,8 @@ def test_failures_teach_the_sampler_and_known_ooms_are_not_relaunched(workdir, t
     assert len(ooms) <= 2, "a config dominating a known OOM must not be launched again"
     for r in predicted:
         assert r["params"]["trainer.micro"] == 8 and r["status"] == "oom"
+    # the twelve configs are run or ruled out before the twelve trials: the study ends there
+    assert "every config of the space has been run or is ruled out" in proc.stderr
     # the sampler saw each failure as an infeasible COMPLETE trial (TPE learns nothing from FAIL)
     study = optuna.load_study(study_name="t", storage=f"sqlite:///{workdir}/results/nccl-tune.db")
     for t in study.trials:
