@@ -38,18 +38,22 @@ from typing import Mapping
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import Evidence, FailureClass
 from nccl_tune.launchers.base import Launcher, TrialObserver, TrialProgress
-from nccl_tune.launchers.nccl_check_worker import REPEATS as CHECK_REPEATS, ROUND_PATTERN, ROUNDS as CHECK_ROUNDS
+from nccl_tune.launchers.nccl_check_worker import (
+    REPEATS as CHECK_REPEATS, ROUND_PATTERN, ROUND_START_PATTERN, ROUNDS as CHECK_ROUNDS,
+)
 from nccl_tune.launchers.trial_files import write_result
 from nccl_tune.trial import Clocks, ProgressRules, StopReason, StopRule, TrialResult, TrialSpec
 
 CHECK_DIR = "nccl-check"
 """The check's folder inside the trial's (its output, spec and result)."""
 CHECK_STARTUP_S = 120.0
-"""Launch to the first finished round, at most, until a check has passed: the ranks start, NCCL sets
-up its communicators, the first round runs. Later checks allow ``stall_multiplier`` times the
-longest start-up a passed check took (at least ``CHECK_STALL_FLOOR_S``)."""
+"""Launch to the first round's start, and the first round itself (NCCL sets up its communicators
+in it), at most, until a check has passed. Later checks allow ``stall_multiplier`` times the
+longest start-up and the longest round a passed check took (at least ``CHECK_STALL_FLOOR_S``)."""
 CHECK_STALL_FLOOR_S = 20.0
-"""Silence allowed between two rounds at least (a round takes well under a second on one node)."""
+"""Silence allowed in a round at least, once a round's length is known (a round takes well under a
+second on one node): a round that hangs ends the check after this long, not after the start-up
+timeout."""
 CHECK_TIMEOUT_S = 300.0
 
 
@@ -78,7 +82,7 @@ WORKER = ("-m", "nccl_tune.launchers.nccl_check_worker")
 
 def check_spec(spec: TrialSpec, gpus: int, backend: str, learned: Mapping[str, float],
                worker: tuple[str, ...] = WORKER, startup_timeout_s: float = CHECK_STARTUP_S,
-               python: str = sys.executable) -> TrialSpec:
+               python: str = sys.executable, stall_floor_s: float = CHECK_STALL_FLOOR_S) -> TrialSpec:
     """The check of ``spec``: same study, number, values, environment and markers; its own command
     (``python`` running ``torch.distributed.run``), folder, clocks (``learned``: the longest phases of
     the checks that passed), stop rule and progress rule."""
@@ -87,13 +91,13 @@ def check_spec(spec: TrialSpec, gpus: int, backend: str, learned: Mapping[str, f
         *worker, "--rounds", str(CHECK_ROUNDS), "--backend", backend,
         "--repeats", str(CHECK_REPEATS if backend == "nccl" else 1),  # gloo, on CPUs, only exercises the machinery
     )
-    clocks = Clocks(startup_timeout_s=startup_timeout_s, stall_timeout_s=startup_timeout_s, stall_floor_s=CHECK_STALL_FLOOR_S,
+    clocks = Clocks(startup_timeout_s=startup_timeout_s, stall_timeout_s=startup_timeout_s, stall_floor_s=stall_floor_s,
                     stall_multiplier=spec.clocks.stall_multiplier, trial_timeout_s=CHECK_TIMEOUT_S,
                     grace_s=spec.clocks.grace_s).learned(learned)
     return TrialSpec(
         study=spec.study, number=spec.number, params=spec.params, argv=argv, env=spec.env,
         trial_dir=spec.trial_dir / CHECK_DIR, clocks=clocks, stop=StopRule(warmup_steps=1, measured_steps=CHECK_ROUNDS - 1),
-        progress=ProgressRules(step_end=(ROUND_PATTERN,)), cwd=spec.cwd, scope=spec.scope, nccl_check=True,
+        progress=ProgressRules(step_end=(ROUND_PATTERN,), phase_start=ROUND_START_PATTERN), cwd=spec.cwd, scope=spec.scope, nccl_check=True,
     )
 
 
@@ -134,11 +138,13 @@ class CheckingLauncher(Launcher):
     """``inner`` with the NCCL check before each trial whose NCCL values were not checked yet."""
 
     def __init__(self, inner: Launcher, gpus: int, backend: str = "nccl", worker: tuple[str, ...] = WORKER,
-                 startup_timeout_s: float = CHECK_STARTUP_S, python: str = sys.executable) -> None:
+                 startup_timeout_s: float = CHECK_STARTUP_S, python: str = sys.executable,
+                 stall_floor_s: float = CHECK_STALL_FLOOR_S) -> None:
         """``gpus``: ranks of the check (the node's GPUs); ``backend``: ``nccl``, or ``gloo`` where no
         GPU is (the machinery without NCCL); ``worker``: what each rank runs (``WORKER``, or a program
         of the same lines); ``startup_timeout_s``: launch to the first round, until a check has passed;
-        ``python``: the interpreter the ranks run under where ``inner`` runs its trials."""
+        ``python``: the interpreter the ranks run under where ``inner`` runs its trials;
+        ``stall_floor_s``: the silence between two rounds that ends a check, at least."""
         self.inner = inner
         self.python = python
         self.name = inner.name
@@ -146,6 +152,7 @@ class CheckingLauncher(Launcher):
         self.backend = backend
         self.worker = worker
         self.startup_timeout_s = startup_timeout_s
+        self.stall_floor_s = stall_floor_s
         self.passed: set[tuple[tuple[str, str | None], ...]] = set()
         self.learned: dict[str, float] = {}
         """Longest phases (start-up, round) of the checks that passed: their clocks adapt to them."""
@@ -184,7 +191,8 @@ class CheckingLauncher(Launcher):
         with self._lock:
             learned = dict(self.learned)
         gpus = check_gpus(spec, self.gpus)
-        check = self.inner.run(check_spec(spec, gpus, self.backend, learned, self.worker, self.startup_timeout_s, self.python),
+        check = self.inner.run(check_spec(spec, gpus, self.backend, learned, self.worker, self.startup_timeout_s, self.python,
+                                      self.stall_floor_s),
                                _Interruptible(observer))
         if check.status is FailureClass.OK:
             self._passed(nccl_values(spec), check)

@@ -6,7 +6,11 @@ all-to-all at a small size (NCCL picks its low-latency protocols there) and a la
 bandwidth algorithms: rings, trees, NVLS), ``REPEATS`` times each, checks the all-reduce's sums,
 synchronises the device and prints one line on rank 0 (the NCCL sweep compares these times)::
 
+    nccl-tune check: round 3/6: step starts
     nccl-tune check: round 3/6 in 0.412 s
+
+The first line opens the round as the phase ``step``: the launcher's stall clock then allows a few
+times the longest round measured, not the whole start-up timeout, to the round's end.
 
 A setting NCCL refuses raises in the first collective (the command exits non-zero with NCCL's
 message); a setting that deadlocks leaves the round unfinished, and the supervising launcher's
@@ -23,6 +27,9 @@ import time
 ROUND_LINE = "nccl-tune check: round {round}/{rounds} in {seconds:.3f} s"
 ROUND_PATTERN = r"nccl-tune check: round (?P<step>\d+)/\d+ in (?P<seconds>\d+(?:\.\d+)?) s"
 """The line each round prints, and the progress rule that reads it."""
+ROUND_START_LINE = "nccl-tune check: round {round}/{rounds}: step starts"
+ROUND_START_PATTERN = r"nccl-tune check: round \d+/\d+: (?P<phase>step) starts"
+"""The line before each round, and the rule that opens the phase ``step`` with it."""
 SIZES_BYTES = (64 << 10, 64 << 20)
 ROUNDS = 6
 """Rounds of collectives a check runs: the first is the warm-up (communicator set-up), the rest are timed."""
@@ -65,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     dist.init_process_group(args.backend, device_id=device if args.backend == "nccl" else None)
     rank, world = dist.get_rank(), dist.get_world_size()
     for i in range(1, args.rounds + 1):
+        if rank == 0:
+            print(ROUND_START_LINE.format(round=i, rounds=args.rounds), flush=True)
         t0 = time.perf_counter()
         for size in SIZES_BYTES:
             numel = max(world, size // 4 // world * world)

@@ -30,7 +30,8 @@ FAULTS = (str(SCRIPTS / "nccl_check_faults.py"),)
 
 def checking(worker: tuple[str, ...] | None = None) -> CheckingLauncher:
     extra = {"worker": worker} if worker else {}
-    return CheckingLauncher(LocalLauncher(), gpus=2, backend="gloo", startup_timeout_s=20, **extra)
+    # a round takes well under a second here: a hang is caught after 6 s of silence, not the usual 20
+    return CheckingLauncher(LocalLauncher(), gpus=2, backend="gloo", startup_timeout_s=20, stall_floor_s=6, **extra)
 
 
 def started_marker(tmp_path: Path, number: int) -> Path:
@@ -99,7 +100,10 @@ def test_a_check_that_hangs_ends_the_trial_as_a_hang_without_starting_its_comman
     assert result.status is FailureClass.HANG
     assert "NCCL check" in result.verdict.evidence[0].text and "NCCL_ALGO=NVLS" in result.verdict.evidence[0].text
     assert not started_marker(tmp_path, 1).exists(), "the trainer never started"
-    assert result.wall_s < 60, "caught by the check's own stall clock, not the trial's"
+    # caught by the check's clock inside a round (the phase a round opens), not by the start-up timeout
+    assert any(e.text.startswith("no progress for ") and e.text.endswith(" s in phase 'step' after 1 of 6 steps (stall timeout 6 s)")
+               for e in result.verdict.evidence), result.verdict
+    assert result.wall_s < 30
     assert observer.kinds("end") == [FailureClass.HANG]
     assert json.loads((result.trial_dir / "result.json").read_text())["status"] == "hang"
     assert result.step_times_s == () and result.memory is None and result.nccl_check_failed
@@ -133,10 +137,12 @@ def test_a_check_that_fails_before_any_passed_does_not_end_its_trial_and_one_tha
 def test_the_worker_prints_the_line_its_progress_rule_reads() -> None:
     import re
 
-    from nccl_tune.launchers.nccl_check_worker import ROUND_PATTERN
+    from nccl_tune.launchers.nccl_check_worker import ROUND_PATTERN, ROUND_START_LINE, ROUND_START_PATTERN
 
     m = re.fullmatch(ROUND_PATTERN, ROUND_LINE.format(round=3, rounds=6, seconds=0.25))
     assert m and m["step"] == "3" and float(m["seconds"]) == 0.25
+    start = re.fullmatch(ROUND_START_PATTERN, ROUND_START_LINE.format(round=3, rounds=6))
+    assert start and start["phase"] == "step", "a round opens the phase a step line closes"
 
 
 def test_on_nccl_a_round_repeats_its_collectives_so_the_sweep_times_more_than_launch_jitter(

@@ -203,7 +203,7 @@ def test_the_nccl_check_runs_on_a_node_before_its_trial_and_a_hang_there_spares_
     """Two gloo ranks of the check under ``torch.distributed.run`` on a Ray node, as a run of their own:
     a passing check lets its trial run; one that hangs ends the next trial before its command starts."""
     launcher = CheckingLauncher(RayLauncher(), gpus=2, backend="gloo", worker=(str(SCRIPTS / "nccl_check_faults.py"),),
-                                startup_timeout_s=20)
+                                startup_timeout_s=20, stall_floor_s=6)
     specs = [make_spec("--steps", "3", "--step-s", "0.1", "--pidfile", str(tmp_path / f"started-{n}"), number=n,
                        env=env, clocks=CLOCKS) for n, env in enumerate(({"NCCL_ALGO": "Ring"}, {"NCCL_ALGO": "NVLS"}))]
     try:
@@ -219,4 +219,4 @@ def test_the_nccl_check_runs_on_a_node_before_its_trial_and_a_hang_there_spares_
     assert hung.status is FailureClass.HANG and hung.nccl_check_failed, hung.verdict
     assert "NCCL check" in hung.verdict.evidence[0].text and not (tmp_path / "started-1").exists()
     assert NODE_LINE.search((hung.trial_dir / CHECK_DIR / "output.log").read_text())
-    assert hung.wall_s < 60, "caught by the check's clocks, not the trial's"
+    assert hung.wall_s < 30, "caught by the check's clocks, not the trial's"

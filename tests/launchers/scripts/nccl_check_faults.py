@@ -34,7 +34,9 @@ def main() -> int:
     x = torch.ones(16)
     dist.all_reduce(x)
     if rank == 0:
+        print(nccl_check_worker.ROUND_START_LINE.format(round=1, rounds=6), flush=True)
         print(nccl_check_worker.ROUND_LINE.format(round=1, rounds=6, seconds=0.01), flush=True)
+        print(nccl_check_worker.ROUND_START_LINE.format(round=2, rounds=6), flush=True)
     if rank == 1:
         time.sleep(3600)
     dist.all_reduce(x)
