@@ -29,6 +29,7 @@ import math
 import random
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -201,9 +202,12 @@ class EnvClasses:
     def representative(self, cls: CommClass) -> Mapping[str, Any]:
         return self.members[cls][0]
 
+    @cached_property
+    def _by_key(self) -> dict[str, CommClass]:
+        return {values_key(v): c for c, group in self.members.items() for v in group}
+
     def class_of(self, env_values: Mapping[str, Any]) -> CommClass:
-        key = values_key(env_values)
-        return next(c for c, group in self.members.items() if any(values_key(v) == key for v in group))
+        return self._by_key[values_key(env_values)]
 
     def dominator(self, cls: CommClass) -> CommClass | None:
         """A Pareto class at least as good as ``cls`` (None for a refused class)."""
