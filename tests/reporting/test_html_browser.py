@@ -113,9 +113,10 @@ def test_the_screenshot_shows_the_plots(chrome, report_html, tmp_path):
     # apart; the legend's sample, the out-of-memory marks and the timeline's bar are one run a row)
     dashes, span = _dashed_line(full, (214, 39, 40))
     assert dashes >= 20 and span >= 300, (dashes, span)
-    # ok trials in green (scatter points and timeline bars), the history's blue line
+    # ok trials in green (scatter points and timeline bars), the history's blue line; how many trials
+    # end ok depends on the early stop, which a loaded machine's noise moves (about 100 pixels each)
     green, green_run = _runs(img, (42, 157, 58))
-    assert green > 150 and green_run >= 6
+    assert green > 60 and green_run >= 6, (green, green_run)
     # the series' history: its blue line runs across the plot
     blue, blue_run = _runs(img, (31, 119, 180), tol=90)
     assert blue > 100 and blue_run >= 20, (blue, blue_run)
