@@ -17,7 +17,7 @@ def test_the_search_stops_early_enough_for_the_confirmation_to_run(workdir):
     # offload and NCCL pinned: every trial takes about as long as the others, so the plan holds
     pins = TWIN_PINS_SPEED_ONLY[4:]
     assert not any("micro" in p for p in pins)
-    proc = run_twin(["--trials", "50", "--budget", "45s", "--confirm", "1", "--json", "-o", "tuned.yaml", *pins],
+    proc = run_twin(["--trials", "50", "--budget", "30s", "--confirm", "1", "--json", "-o", "tuned.yaml", *pins],
                     cwd=workdir)
     assert proc.returncode == 0, proc.stderr
     assert "too little for one more trial and 1 confirmation re-run(s)" in proc.stderr
