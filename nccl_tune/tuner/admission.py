@@ -43,6 +43,8 @@ MAX_REJECTED_IN_A_ROW = 2000
 MAX_DUPLICATES_IN_A_ROW = 50
 MAX_LISTED = 512
 """A space with more free configs than this is not listed to see whether any is left to run."""
+MAX_LEFT_JUDGED = 64
+"""More configs than this not yet run are not each put to the memory model: the search goes on."""
 
 
 def rule_violations(space: SearchSpace, values: Mapping[str, Any]) -> list[str]:
@@ -128,6 +130,8 @@ class Admission:
         left = [values for key, values in configs.items() if key not in ran]
         if not left:
             return True
+        if len(left) > MAX_LEFT_JUDGED:  # the memory model per config would cost more than it saves
+            return False
         sweep = load_sweep(study, self.space)
         model = MemoryModel(self.space, history) if self.predict_oom else None
         return all(sweep.refused(v) is not None or (model is not None and model.verdict(v) is not None) for v in left)
