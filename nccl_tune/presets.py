@@ -53,6 +53,7 @@ import dataclasses
 from types import MappingProxyType
 from typing import Mapping
 
+from nccl_tune.diagnose.text import TORCHRUN_PREFIX
 from nccl_tune.trial import ProgressRules
 
 _NUM = r"\d+(?:\.\d+)?"
@@ -60,7 +61,7 @@ _FLOAT = rf"{_NUM}(?:[eE][-+]?\d+)?"
 """A float as Python prints it (``repr``, ``:.4g``): ``95.3``, ``1.235e+04``."""
 _PY_SCALAR = r"(?:np\.float\d+\()?"
 """What ``repr`` of a numpy scalar puts before the number under numpy 2 (``np.float64(40.1)``)."""
-_TORCHRUN = r"(?:^|\[[a-z]*\d+\]:)"
+_TORCHRUN = rf"(?:^|{TORCHRUN_PREFIX})"
 """A line's start, or torchrun's prefix in front of a rank's line (``[rank0]:``, ``[default0]:``)."""
 _TQDM_RATE = rf"{_NUM}(?:it/s|s/it)"
 """tqdm's rate: ``2.10it/s``, or ``5.20s/it`` below one step per second; matched, never read. It is

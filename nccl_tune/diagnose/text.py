@@ -38,8 +38,10 @@ _RANK_STRICT = re.compile(
 )
 
 
-_TORCHRUN_PREFIX = re.compile(r"\[[a-z]*\d+\]:")
-"""torchrun's prefix in front of a rank's line under ``--tee`` (``[rank3]:``, ``[default3]:``)."""
+TORCHRUN_PREFIX = r"\[[a-z]*\d+\]:"
+"""torchrun's prefix in front of a rank's line under ``--tee`` (``[rank3]:``, ``[default3]:``); the
+presets' step rules allow it where a line starts."""
+_TORCHRUN_PREFIX = re.compile(TORCHRUN_PREFIX)
 
 
 def torchrun_prefix(text: str) -> str | None:

@@ -144,7 +144,7 @@ class CheckingLauncher(Launcher):
         GPU is (the machinery without NCCL); ``worker``: what each rank runs (``WORKER``, or a program
         of the same lines); ``startup_timeout_s``: launch to the first round, until a check has passed;
         ``python``: the interpreter the ranks run under where ``inner`` runs its trials;
-        ``stall_floor_s``: the silence between two rounds that ends a check, at least."""
+        ``stall_floor_s``: the silence inside a round that ends a check, at least."""
         self.inner = inner
         self.python = python
         self.name = inner.name
