@@ -41,6 +41,8 @@ READ_WAIT_S = 0.2
 """How long one fetch of output waits on the node for new bytes."""
 CALL_TIMEOUT_S = 60.0
 """A node that does not answer a call for this long is taken as lost."""
+PIPE_FULL_WAIT_S = 0.02
+"""How long the feed waits, outside the pipe's lock, before writing again to a full pipe."""
 DRAIN_S = 10.0
 """After teardown, how long the output still in flight may take to arrive."""
 
@@ -114,6 +116,7 @@ class RemoteProcess:
         self.sampler = RemoteSampler()
         self._pipe_lock = threading.Lock()
         read_fd, self._write_fd = os.pipe()
+        os.set_blocking(self._write_fd, False)
         self.stdout = os.fdopen(read_fd, "rb", buffering=0)
         self._write(f"nccl-tune: trial running on Ray {node.describe()}, pid {pid}\n".encode())
         self._thread = threading.Thread(target=self._feed, name=f"ray-feed:{pid}", daemon=True)
@@ -123,13 +126,21 @@ class RemoteProcess:
         return self.returncode
 
     def _write(self, data: bytes) -> None:
-        """Feed the pipe; nothing once ``drain`` closed it (its descriptor may be reused by then)."""
-        with self._pipe_lock:
-            if self._write_fd < 0:
-                return
-            view = memoryview(data)
-            while view:
-                view = view[os.write(self._write_fd, view):]
+        """Feed the pipe; nothing once ``drain`` closed it (its descriptor may be reused by then).
+        The descriptor does not block, and the lock is held for one write at a time: while the pipe
+        is full (nobody reads it yet), the feed waits outside the lock, so ``drain`` can still close
+        it after its timeout and the rest is dropped."""
+        view = memoryview(data)
+        while view:
+            with self._pipe_lock:
+                if self._write_fd < 0:
+                    return
+                try:
+                    view = view[os.write(self._write_fd, view):]
+                    continue
+                except BlockingIOError:
+                    pass
+            time.sleep(PIPE_FULL_WAIT_S)
 
     def _feed(self) -> None:
         ray = _ray()

@@ -220,3 +220,46 @@ def test_the_nccl_check_runs_on_a_node_before_its_trial_and_a_hang_there_spares_
     assert "NCCL check" in hung.verdict.evidence[0].text and not (tmp_path / "started-1").exists()
     assert NODE_LINE.search((hung.trial_dir / CHECK_DIR / "output.log").read_text())
     assert hung.wall_s < 30, "caught by the check's clocks, not the trial's"
+
+
+LOUD = "import sys; sys.stdout.write('x' * 4_000_000); sys.stdout.flush()"
+
+
+def test_teardown_ends_the_output_pipe_in_time_when_nobody_reads_it(ray_cluster, study) -> None:
+    """A trial whose output outruns its reader fills the driver's pipe; the feed then waits outside
+    the pipe's lock, so the teardown's drain still closes the pipe after its timeout instead of
+    waiting for a reader that may never come."""
+    import ray
+
+    from nccl_tune.launchers.ray_launcher import RemoteProcess, _host_class, cluster_nodes
+
+    node = cluster_nodes()[0]
+    actor = _host_class().options(resources={"nccl_tune_node": 1}, max_concurrency=4).remote()
+    try:
+        pid = ray.get(actor.start.remote([sys.executable, "-c", LOUD], {}, f"{study}/0", None, 0.5), timeout=60)
+        proc = RemoteProcess(actor, pid, node)
+        deadline = time.monotonic() + 30
+        while proc._thread.is_alive() and time.monotonic() < deadline and not _pipe_full(proc):
+            time.sleep(0.1)
+        assert _pipe_full(proc), "the command's output never filled the pipe"
+        drained = threading.Thread(target=proc.drain, args=(1.0,), daemon=True)
+        began = time.monotonic()
+        drained.start()
+        drained.join(15)
+        assert not drained.is_alive(), "drain waited on a full pipe nobody reads"
+        assert time.monotonic() - began < 10
+        assert proc.stdout.read(1 << 20).startswith(b"nccl-tune: trial running on Ray")
+        proc._thread.join(5)
+        assert not proc._thread.is_alive(), "the feed kept writing to a closed pipe"
+    finally:
+        ray.get(actor.stop.remote(f"{study}/0", 1.0), timeout=60)
+        ray.kill(actor, no_restart=True)
+
+
+def _pipe_full(proc) -> bool:
+    import fcntl
+    import termios
+
+    pending = bytearray(4)
+    fcntl.ioctl(proc.stdout.fileno(), termios.FIONREAD, pending)
+    return int.from_bytes(pending, sys.byteorder) >= 60_000
