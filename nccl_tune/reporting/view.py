@@ -16,6 +16,7 @@ from nccl_tune.tuner.nccl_sweep import SweepLine
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.semantics import semantic_changes, user_env
 from nccl_tune.tuner.stability import Candidate, candidates, changes, does_not_pay, noise_frac, run_key
+from nccl_tune.tuner.steps import coarse_reading_note
 
 
 @dataclass(frozen=True)
@@ -152,4 +153,5 @@ def winner_reasons(view: StudyView) -> list[str]:
     for c in semantic_changes(view.space, w.values, b.values if b else None):
         lines.append(f"changes the training itself: {c.name} {format_value(c.before)} -> {format_value(c.after)} "
                      "(pin it with --set to tune speed only)")
-    return lines
+    note = coarse_reading_note(view.records, view.space.stop.measured_steps)
+    return lines + ([note] if note else [])

@@ -16,6 +16,7 @@ from nccl_tune.search_spaces.space import UNSET, SearchSpace
 from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.trial import TrialResult
 from nccl_tune.tuner.early_stops import EarlyStops, early_stops
+from nccl_tune.tuner.steps import coarse_reading_note
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.semantics import semantic_changes
 from nccl_tune.tuner.stability import Candidate, faster_passed_over
@@ -205,6 +206,9 @@ class Display:
             self.console.print(
                 f"[yellow]not stable, though its runs finished:[/] trial {c.first.number} "
                 f"{fmt_tput(c.throughput, c.throughput_unit)}: {escape(why)}", highlight=False, soft_wrap=True)
+        note = coarse_reading_note(records, self.space.stop.measured_steps)
+        if note:
+            self.console.print(f"[yellow]coarse measurement:[/] {escape(note)}", highlight=False, soft_wrap=True)
 
     def _summary_lines(self, records: list[TrialRecord], winner: Candidate | None, base: Candidate | None,
                        show_why: bool) -> None:

@@ -33,6 +33,11 @@ An explicit ``--steps`` fixes the count (``trial_builder.stop_for``). Screening 
 rung comes after the same ``stop.screen_steps``, and only trials within reach run the rest. The
 rule reads nothing but the study's records, so a confirmation re-run and a resumed study get the
 count the same records give.
+
+When the caps (or ``--steps``) held the study's runs to half the steps their noise asks for or
+fewer, the end-of-run summary and the report say how finely one run read its config and what count
+would read it as the rule aims (``coarse_reading_note``): the ranking of configs closer than that
+rests partly on chance, and only the user can decide that longer runs are worth it.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ from typing import Sequence
 from nccl_tune.failure import FailureClass
 from nccl_tune.trial import TrialResult
 from nccl_tune.tuner.study_records import TrialRecord
-from nccl_tune.tuner.throughput_model import RUN_NOISE, pooled_step_spread
+from nccl_tune.tuner.throughput_model import RUN_NOISE, pooled_step_spread, run_variance
 
 MAX_MEASURED_STEPS = 16
 """Measured steps per trial at most, whatever the noise: at 10% step noise (the noisiest jobs met,
@@ -137,3 +142,22 @@ def next_measured_steps(space_steps: int, records: Sequence[TrialRecord], trial_
     caps = [wanted, cost_cap, MAX_MEASURED_STEPS] + ([timeout_cap] if timeout_cap is not None else [])
     steps = max(space_steps, min(caps))
     return MeasuredSteps(steps, space_steps, noise, measured, wanted, fixed, cost_cap, timeout_cap)
+
+
+def coarse_reading_note(records: Sequence[TrialRecord], space_steps: int) -> str | None:
+    """At a study's end, when its finished runs measured half the steps their noise asks for or
+    fewer (a cap held the count down, or ``--steps`` fixed it): how finely one run read its config,
+    and the count that would read it as the rule aims (both from the rule's estimate of the step
+    spread). None when the runs measured more: a count a step or two short, as the estimate of the
+    spread firms up during the study, reads nearly as well."""
+    rule = next_measured_steps(space_steps, records, None)
+    counts = [len(res.measured_step_times_s) for res in _measured(records)]
+    if rule.wanted_steps is None or rule.step_noise is None or not counts:
+        return None
+    steps = max(1, int(median(counts)))
+    if 2 * steps > rule.wanted_steps:
+        return None
+    error, better = (math.sqrt(run_variance(rule.step_noise, n)) for n in (steps, rule.wanted_steps))
+    return (f"one run read a config's throughput to about ±{error:.1%} (steps scatter about {rule.step_noise:.1%}, "
+            f"{steps} measured per run): configs closer than that may be ranked in the wrong order; {rule.wanted_steps} "
+            f"measured steps would read to about ±{better:.1%} (--steps {rule.wanted_steps}, each run then longer)")

@@ -152,6 +152,12 @@ def speed_measured(r: TrialRecord, wall_frac: float | None) -> bool:
     return wall_frac is None or not memory_explains(r, wall_frac)
 
 
+def run_variance(noise: float, steps: int) -> float:
+    """Variance of one run's log throughput from ``steps`` measured steps of per-step spread
+    ``noise``, with the run-to-run floor (``RUN_NOISE``)."""
+    return noise**2 / steps + RUN_NOISE**2
+
+
 def observations(records: Sequence[TrialRecord], noise: float, wall_frac: float | None) -> list[Observation]:
     """Every launched trial whose steps measured its speed (``speed_measured``): from its measured
     steps, else (stopped or failed in its warm-up) estimated from the warm-up steps, scaled by the
@@ -165,7 +171,7 @@ def observations(records: Sequence[TrialRecord], noise: float, wall_frac: float 
         res = r.result
         tput, n = res.throughput_per_s, len(res.measured_step_times_s)
         if tput and tput > 0 and n:
-            out.append(Observation(r.number, r.values, math.log(tput), noise**2 / n + RUN_NOISE**2))
+            out.append(Observation(r.number, r.values, math.log(tput), run_variance(noise, n)))
         elif res.step_times_s and res.samples_per_step:
             warm = sum(res.step_times_s) / len(res.step_times_s)
             log_tput = math.log(res.samples_per_step / warm) - ratio

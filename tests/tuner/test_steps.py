@@ -9,10 +9,12 @@ import math
 from pathlib import Path
 
 import optuna
+import pytest
 from optuna.trial import TrialState
 from rich.console import Console
 
 from nccl_tune.failure import FailureClass, Verdict
+from nccl_tune.reporting.view import winner_reasons
 from nccl_tune.search_spaces.loader import parse_space
 from nccl_tune.sim.analytic import AnalyticNode, Truth, analytic_cost
 from nccl_tune.sim.launcher import ModelLauncher
@@ -20,8 +22,9 @@ from nccl_tune.trial import StopReason, TrialResult
 from nccl_tune.tuner import study_records as R
 from nccl_tune.tuner.export import tuned_document
 from nccl_tune.tuner.loop import run_study
+from nccl_tune.tuner.report_view import load_view
 from nccl_tune.tuner.settings import RunSettings
-from nccl_tune.tuner.steps import MAX_MEASURED_STEPS, PRIOR_DOF, next_measured_steps
+from nccl_tune.tuner.steps import MAX_MEASURED_STEPS, PRIOR_DOF, coarse_reading_note, next_measured_steps
 from nccl_tune.tuner.study_records import Outcome, TrialKind, TrialRecord
 from nccl_tune.tuner.throughput_model import RUN_NOISE, pooled_step_spread
 from nccl_tune.tuner.trial_builder import build_trial_spec
@@ -98,6 +101,27 @@ def test_the_trial_timeout_and_the_hard_maximum_cap_what_the_cost_allows() -> No
     assert "trial timeout" in plan.why()
 
 
+def test_runs_held_below_the_steps_their_noise_asks_for_are_told_how_finely_they_read() -> None:
+    capped = [rec(0, 0.08, fixed_s=25.0), rec(1, 0.08, fixed_s=24.0), rec(2, 0.08, fixed_s=30.0)]
+    wanted = next_measured_steps(3, capped, 7200).wanted_steps
+    note = coarse_reading_note(capped, 3)
+    noise = next_measured_steps(3, capped, 7200).step_noise
+    error = math.sqrt(noise**2 / 3 + RUN_NOISE**2)
+    assert note is not None and note.startswith(f"one run read a config's throughput to about ±{error:.1%} "
+                                                f"(steps scatter about {noise:.1%}, 3 measured per run)"), note
+    assert f"{wanted} measured steps would read to about ±2.1% (--steps {wanted}, each run then longer)" in note
+    # runs that measured more steps than the (now better known) spread asks for read well enough
+    enough = [rec(n, 0.08, fixed_s=25.0, steps=40) for n in range(3)]
+    assert wanted < next_measured_steps(3, enough, 7200).wanted_steps <= 40
+    assert coarse_reading_note(enough, 3) is None
+    assert coarse_reading_note([rec(0, 0.005), rec(1, 0.005)], 3) is None
+    # a count short of what the spread asks for, but by less than half, is not worth a note; half is
+    short, half = [rec(n, 0.035, fixed_s=25.0) for n in range(3)], [rec(n, 0.04, fixed_s=25.0) for n in range(3)]
+    assert (next_measured_steps(3, short, 7200).wanted_steps, next_measured_steps(3, half, 7200).wanted_steps) == (5, 6)
+    assert coarse_reading_note(short, 3) is None and coarse_reading_note(half, 3) is not None
+    assert coarse_reading_note([], 3) is None
+
+
 def test_the_spec_measures_the_steps_the_history_calls_for_and_steps_on_the_command_line_win(tmp_path) -> None:
     noisy = [rec(0, 0.045), rec(1, 0.05)]
     settings = RunSettings(command=("train",), results=tmp_path)
@@ -143,3 +167,22 @@ def test_a_whole_study_measures_more_steps_once_its_trials_have_measured_the_noi
     # a resumed study reads the same records back from its storage, so its next trial gets the same count
     stored = R.records(optuna.load_study(study_name="rl", storage=storage))
     assert next_measured_steps(3, stored, 7200) == next_measured_steps(3, out.records, 7200)
+
+
+@pytest.mark.parametrize("step_noise, noted", [(0.08, True), (0.005, False)])
+def test_a_study_whose_steps_stay_too_few_for_their_noise_says_so_in_its_summary_and_report(tmp_path: Path, step_noise,
+                                                                                           noted) -> None:
+    """Steps a minute long after a 20 s start-up: the cost cap holds a trial to a few more steps
+    than the space's 3, far below what 8% step noise asks for."""
+    space_file = tmp_path / "rl.yaml"
+    space_file.write_text(SPACE_YAML)
+    storage = f"sqlite:///{tmp_path / 'study.db'}"
+    settings = RunSettings(command=("train",), space=str(space_file), results=tmp_path, storage=storage,
+                           study="rl", trials=4, seed=0, confirm=0)
+    node = AnalyticNode(startup_s=20.0, step_noise=step_noise, run_noise=0.001)
+    out_text = io.StringIO()
+    run_study(settings, console=Console(file=out_text, width=300),
+              launcher=ModelLauncher(env={"HOME": str(tmp_path)}, cost=analytic_cost(landscape, node)))
+    said = [line for line in winner_reasons(load_view(storage, "rl")) if line.startswith("one run read a config's")]
+    assert ("coarse measurement: one run read a config's throughput" in out_text.getvalue()) is noted, out_text.getvalue()
+    assert bool(said) is noted, said
