@@ -146,18 +146,19 @@ def next_measured_steps(space_steps: int, records: Sequence[TrialRecord], trial_
 
 def coarse_reading_note(records: Sequence[TrialRecord], space_steps: int) -> str | None:
     """At a study's end, when its finished runs measured half the steps their noise asks for or
-    fewer (a cap held the count down, or ``--steps`` fixed it): how finely one run read its config,
-    and the count that would read it as the rule aims (both from the rule's estimate of the step
-    spread). None when the runs measured more: a count a step or two short, as the estimate of the
-    spread firms up during the study, reads nearly as well."""
+    fewer (the cost or timeout cap held the count down, or ``--steps`` fixed it): how finely one
+    run read its config, and the count that would read it as the rule aims, at most
+    ``MAX_MEASURED_STEPS`` (both from the rule's estimate of the step spread). None when the runs
+    measured more: a count a step or two short, as the estimate of the spread firms up during the
+    study, reads nearly as well, and steps beyond the maximum average in drift."""
     rule = next_measured_steps(space_steps, records, None)
     counts = [len(res.measured_step_times_s) for res in _measured(records)]
     if rule.wanted_steps is None or rule.step_noise is None or not counts:
         return None
-    steps = max(1, int(median(counts)))
-    if 2 * steps > rule.wanted_steps:
+    steps, aim = max(1, int(median(counts))), min(rule.wanted_steps, MAX_MEASURED_STEPS)
+    if 2 * steps > aim:
         return None
-    error, better = (math.sqrt(run_variance(rule.step_noise, n)) for n in (steps, rule.wanted_steps))
+    error, better = (math.sqrt(run_variance(rule.step_noise, n)) for n in (steps, aim))
     return (f"one run read a config's throughput to about ±{error:.1%} (steps scatter about {rule.step_noise:.1%}, "
-            f"{steps} measured per run): configs closer than that may be ranked in the wrong order; {rule.wanted_steps} "
-            f"measured steps would read to about ±{better:.1%} (--steps {rule.wanted_steps}, each run then longer)")
+            f"{steps} measured per run): configs closer than that may be ranked in the wrong order; {aim} "
+            f"measured steps would read to about ±{better:.1%} (--steps {aim}, each run then longer)")

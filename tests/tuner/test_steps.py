@@ -120,6 +120,12 @@ def test_runs_held_below_the_steps_their_noise_asks_for_are_told_how_finely_they
     assert (next_measured_steps(3, short, 7200).wanted_steps, next_measured_steps(3, half, 7200).wanted_steps) == (5, 6)
     assert coarse_reading_note(short, 3) is None and coarse_reading_note(half, 3) is not None
     assert coarse_reading_note([], 3) is None
+    # runs at the hard maximum are not told to measure more, however their steps scatter
+    at_max = [rec(n, 0.15, fixed_s=25.0, steps=MAX_MEASURED_STEPS) for n in range(3)]
+    assert next_measured_steps(3, at_max, 7200).wanted_steps > 2 * MAX_MEASURED_STEPS
+    assert coarse_reading_note(at_max, 3) is None
+    far_under = [rec(n, 0.15, fixed_s=25.0) for n in range(3)]
+    assert f"--steps {MAX_MEASURED_STEPS}, each run then longer" in coarse_reading_note(far_under, 3)
 
 
 def test_the_spec_measures_the_steps_the_history_calls_for_and_steps_on_the_command_line_win(tmp_path) -> None:
