@@ -14,7 +14,8 @@ proposes what an uninterrupted one would):
    ``FailureModel.flaky``) of highest modelled throughput; noise within a run or between runs does
    not move it, since the model pools them.
 3. Moves from the best finished configs (stable ones, and ones too close to the memory wall to be
-   stable: a step back from the wall may be the best config): every one-parameter change, and
+   stable: a step back from the wall may be the best config): every one-parameter change (along an
+   ordered axis up to two values away: a gain often goes on), and
    compound moves where a memory-increasing change would not fit on its own: that change together
    with an enabler (a memory-decreasing change of another parameter: checkpointing on, a higher
    ZeRO stage, offload on, a shorter sequence). While no enabler's effect on memory is measured,
@@ -92,6 +93,12 @@ that keeps more of the user's config."""
 LIKELY = 0.5
 """Odds to finish (``FailureModel.p_ok``) below which a config is suspect: not a move base, not a
 step of a jump, and as a move it waits while a likely one is worth a trial."""
+AXIS_REACH = 2
+"""Positions along an ordered axis a one-parameter move may go: a gain often goes on past the next
+value (a memory utilization from 0.6 to 0.8, a micro-batch from 2 to 8), and one trial two values
+away does what two did one value at a time. Not further: the model's trend gives the far end of an
+axis the widest spread, and a study free to go anywhere tried the extremes of every numeric NCCL
+variable first (the search benchmark's comm-bound family took 18.5 trials to reach the best, not 11)."""
 TIE = 0.01
 """Modelled log-throughput difference within which configs count as tied at least, however well the
 study measured them (``Planner.ranked``: the one with fewer changes from the baseline leads)."""
@@ -154,9 +161,9 @@ class Planner:
         return {**values, **self.pinned}
 
     def singles(self, base: Mapping[str, Any], number: int) -> list[Move]:
-        """One parameter changed: to the next value up or down along its axis, or to any value off
-        the axis (``throughput_model.axis``); from a value off the axis, to any other (a jump along
-        an axis is a compound move's job)."""
+        """One parameter changed: along its axis (``throughput_model.axis``) to a value up to
+        ``AXIS_REACH`` positions away, or to any value off the axis; from a value off the axis, to
+        any other (a longer jump along an axis is a compound move's job)."""
         out = []
         for p in self.free:
             if base.get(p.name) not in p.choices:
@@ -166,7 +173,7 @@ class Planner:
             for j, c in enumerate(p.choices):
                 if c == base[p.name]:
                     continue
-                if here is None or pos[j] is None or abs(pos[j] - here) == 1:
+                if here is None or pos[j] is None or abs(pos[j] - here) <= AXIS_REACH:
                     out.append(Move(self.full({**base, p.name: c}), (p.name,), number))
         return out
 

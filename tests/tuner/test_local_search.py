@@ -5,6 +5,7 @@ Optuna study and a whole study on an analytic landscape."""
 from __future__ import annotations
 
 import io
+import math
 import random
 from dataclasses import replace
 
@@ -442,3 +443,30 @@ def test_no_move_goes_to_a_config_nccl_runs_as_one_already_measured():
     # the same with the threads pinned (--set NCCL_SOCKET_NTHREADS=16): the clamp reads the pinned value
     pinned = Planner(SOCKETS, {"NCCL_SOCKET_NTHREADS": 16}, records[1:3])
     assert not [m for m in pinned.moves([(2, records[2].values)]) if m.values["NCCL_NSOCKS_PERTHREAD"] == 8]
+
+
+RISING = """
+name: rising
+parameters:
+  - {name: rollout.max_num_seqs, kind: pow2, low: 16, high: 1024, default: 16, memory: none}
+  - {name: NCCL_ALGO, kind: categorical, choices: [unset, Ring, Tree], default: unset, memory: none}
+stop: {warmup_steps: 1, measured_steps: 3, screen_steps: 0}
+throughput: {samples_per_step: 1024}
+"""
+
+
+def test_a_gain_along_an_ordered_axis_is_followed_past_the_next_value(tmp_path):
+    """Throughput rises with every doubling of the engines' batch, 16 to 1024 (seven values), from a
+    baseline at the low end: a move goes two values at once, so the top is run by the fourth trial,
+    not after every value between (six moves one value at a time)."""
+    space_file = tmp_path / "rising.yaml"
+    space_file.write_text(RISING)
+    settings = RunSettings(command=("true",), space=str(space_file), results=tmp_path,
+                           storage=f"sqlite:///{tmp_path / 'rising.db'}", study="rising", trials=5, seed=0, confirm=0,
+                           early_stop_ratio=0.0, screening=False)
+    truth = lambda v: Truth(step_s=100.0 / (1.0 + 0.15 * math.log2(v["rollout.max_num_seqs"] / 16)), peak_gib=30.0)
+    launcher = ModelLauncher(env={"HOME": str(tmp_path)}, cost=analytic_cost(truth, AnalyticNode(step_noise=0.005)))
+    out = run_study(settings, console=Console(file=io.StringIO(), width=200), launcher=launcher)
+    seqs = [r.values["rollout.max_num_seqs"] for r in sorted(out.records, key=lambda r: r.number)
+            if r.outcome is Outcome.LAUNCHED]
+    assert 1024 in seqs[:4] and not {32, 128, 512} & set(seqs[:4]), seqs
