@@ -103,9 +103,9 @@ def test_the_trial_timeout_and_the_hard_maximum_cap_what_the_cost_allows() -> No
 
 def test_runs_held_below_the_steps_their_noise_asks_for_are_told_how_finely_they_read() -> None:
     capped = [rec(0, 0.08, fixed_s=25.0), rec(1, 0.08, fixed_s=24.0), rec(2, 0.08, fixed_s=30.0)]
-    wanted = next_measured_steps(3, capped, 7200).wanted_steps
+    plan = next_measured_steps(3, capped, 7200)
+    wanted, noise = plan.wanted_steps, plan.step_noise
     note = coarse_reading_note(capped, 3)
-    noise = next_measured_steps(3, capped, 7200).step_noise
     error = math.sqrt(noise**2 / 3 + RUN_NOISE**2)
     assert note is not None and note.startswith(f"one run read a config's throughput to about ±{error:.1%} "
                                                 f"(steps scatter about {noise:.1%}, 3 measured per run)"), note
