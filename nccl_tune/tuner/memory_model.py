@@ -293,6 +293,9 @@ class PeakFit:
         self.small_steps = self._measure_small_steps()
         """(parameter, from value, to value), values spelled by ``repr`` -> mean change of the peak
         (share of the GPU) between finished runs equal in every other parameter that enters the model."""
+        self._predicted: dict[tuple, MemoryPrediction] = {}
+        """``predict``'s answers: a proposal asks for each move's several times (its admission, its
+        odds to fit, its failure odds next to the wall), and the fit does not change."""
 
     # -- the fit -----------------------------------------------------------------------------
     def _z(self, values: Mapping[str, Any]) -> np.ndarray | None:
@@ -444,6 +447,12 @@ class PeakFit:
     def predict(self, values: Mapping[str, Any], still: frozenset[str] = frozenset()) -> MemoryPrediction:
         """The peak of ``values``; ``still``: parameters taken not to move this peak (their change
         from the anchor is left out)."""
+        key = (tuple(sorted(values.items(), key=lambda kv: kv[0])), still)
+        if key not in self._predicted:
+            self._predicted[key] = self._predict(values, still)
+        return self._predicted[key]
+
+    def _predict(self, values: Mapping[str, Any], still: frozenset[str]) -> MemoryPrediction:
         lower, lower_from, upper = self.bounds(values)
         z = self._z(values)
         found = self._anchor(values, z) if z is not None and self.anchors else None
