@@ -27,14 +27,14 @@ proposes what an uninterrupted one would):
    than the base (a shorter sequence, after the longer ones measured slower). A jump: the
    config the throughput model rates best near the base, over values already measured (gains
    measured one at a time, combined in one trial). A pair of moves, from the leading base: two
-   one-parameter moves of different parameters in one trial (not two environment variables:
-   NCCL's act on the same collectives and hang in combination). Its expected improvement adds two
-   gains and their doubts, so where single moves promise little apart (a noisy job, effects of a
-   few percent) a pair reads two at once, and the runs after it tell the two apart. And a move
-   without a partner: a value whose failures were cheap (start-up crashes) and all came next to
-   the same other values, from a base that holds those values, together with one of them set back
-   to the baseline's (a shorter prompt limit crashed at the incumbent's larger batch; from there
-   no single change tries it at the smaller one).
+   one-parameter moves of different parameters in one trial (not two environment variables: NCCL's
+   act on the same collectives and hang in combination). Its expected improvement adds two gains
+   and their doubts, so where single moves promise little apart (a noisy job, effects of a few
+   percent) a pair reads two at once, and the runs after it tell the two apart. And a move without a partner: a value whose
+   failures were cheap (start-up crashes) and all came next to the same other values, from a base
+   that holds those values, together with one of them set back to the baseline's (a shorter
+   prompt limit crashed at the incumbent's larger batch; from there no single change tries it at
+   the smaller one).
 4. Each move is scored ``expected improvement x P(fits in memory) x worth``: expected
    improvement over the incumbent under the throughput model (parameters whose measured effect is
    within noise promise little and wait; untried values of parameters with a large measured spread
@@ -326,12 +326,12 @@ class Planner:
 
     def pairs(self, singles: Sequence[Move]) -> list[Move]:
         """Two of ``singles`` (one-parameter moves from one base) that change different parameters,
-        not both environment variables, in one trial. Under the additive model a pair promises the
-        sum of two gains, and its run measures both changes: the model takes each effect from every
-        run that changed it, so a change that did not pay off in a pair is told from the one that
-        did by the runs after it. NCCL's variables act on the same collectives and fail in
-        combination (NVLS without cuMem hangs; one variable clamps another): two of them change one
-        at a time, so a failure is blamed on one."""
+        not both environment variables, in one trial. Under the additive model a pair promises the sum of
+        two gains, and its run measures both changes: the model takes each effect from every run
+        that changed it, so a change that did not pay off in a pair is told from the one that did by
+        the runs after it. NCCL's variables act on the same collectives and fail in combination (NVLS
+        without cuMem hangs; one variable clamps another): two of them change one at a time, so a
+        failure is blamed on one."""
         env = {p.name for p in self.free if p.target is Target.ENV}
         return [Move({**a.values, b.changed[0]: b.values[b.changed[0]]}, (a.changed[0], b.changed[0]), a.base,
                      kind="pair of moves")
