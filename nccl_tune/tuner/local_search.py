@@ -26,11 +26,7 @@ proposes what an uninterrupted one would):
    would never pay off at once), unless the trend its parameter measured so far rates it faster
    than the base (a shorter sequence, after the longer ones measured slower). A jump: the
    config the throughput model rates best near the base, over values already measured (gains
-   measured one at a time, combined in one trial). A pair of moves, from the leading base: two
-   one-parameter moves of different parameters in one trial (not two environment variables: NCCL's
-   act on the same collectives and hang in combination). Its expected improvement adds two gains
-   and their doubts, so where single moves promise little apart (a noisy job, effects of a few
-   percent) a pair reads two at once, and the runs after it tell the two apart. And a move without a partner: a value whose
+   measured one at a time, combined in one trial). And a move without a partner: a value whose
    failures were cheap (start-up crashes) and all came next to the same other values, from a base
    that holds those values, together with one of them set back to the baseline's (a shorter
    prompt limit crashed at the incumbent's larger batch; from there no single change tries it at
@@ -73,7 +69,7 @@ from optuna.samplers import BaseSampler, TPESampler
 from optuna.trial import FrozenTrial, TrialState
 
 from nccl_tune.search_spaces.expr import ExprError
-from nccl_tune.search_spaces.space import Parameter, SearchSpace, Target
+from nccl_tune.search_spaces.space import Parameter, SearchSpace
 from nccl_tune.tuner import study_records as R
 from nccl_tune.tuner.failure_model import FailureModel
 from nccl_tune.tuner.memory_model import MemoryModel, failure_wall_frac
@@ -117,9 +113,8 @@ class Move:
     """Trial number of the config it moves from."""
     kind: str = "move"
     """``move`` (one parameter), ``compound move`` (an enabler with a change that needs it), ``jump``
-    (the model's best config, several parameters), ``pair of moves`` (two one-parameter moves from
-    the leading base) or ``move without a partner`` (a value that failed cheaply next to a partner,
-    with the partner set back)."""
+    (the model's best config, several parameters) or ``move without a partner`` (a value that failed
+    cheaply next to a partner, with the partner set back)."""
 
 
 @dataclass(frozen=True)
@@ -319,24 +314,9 @@ class Planner:
             if compounds:
                 enablers = {(m.changed[0], m.values[m.changed[0]]) for m in compounds} - measured
                 singles = self.without_slower_enablers(values, singles, enablers)
-            pairs = self.pairs(singles) if number == bases[0][0] else []
-            for m in singles + compounds + self.jump(values, number) + self.without_partner(values, number) + pairs:
+            for m in singles + compounds + self.jump(values, number) + self.without_partner(values, number):
                 moves.setdefault(self._key(m.values), m)
         return [m for m in moves.values() if self.admissible(m)]
-
-    def pairs(self, singles: Sequence[Move]) -> list[Move]:
-        """Two of ``singles`` (one-parameter moves from one base) that change different parameters,
-        not both environment variables, in one trial. Under the additive model a pair promises the sum of
-        two gains, and its run measures both changes: the model takes each effect from every run
-        that changed it, so a change that did not pay off in a pair is told from the one that did by
-        the runs after it. NCCL's variables act on the same collectives and fail in combination (NVLS
-        without cuMem hangs; one variable clamps another): two of them change one at a time, so a
-        failure is blamed on one."""
-        env = {p.name for p in self.free if p.target is Target.ENV}
-        return [Move({**a.values, b.changed[0]: b.values[b.changed[0]]}, (a.changed[0], b.changed[0]), a.base,
-                     kind="pair of moves")
-                for i, a in enumerate(singles) for b in singles[i + 1:]
-                if a.changed != b.changed and not (a.changed[0] in env and b.changed[0] in env)]
 
     def without_slower_enablers(self, base: Mapping[str, Any], singles: list[Move],
                                 enablers: set[tuple[str, Any]]) -> list[Move]:
