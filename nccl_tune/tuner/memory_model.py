@@ -447,7 +447,7 @@ class PeakFit:
     def predict(self, values: Mapping[str, Any], still: frozenset[str] = frozenset()) -> MemoryPrediction:
         """The peak of ``values``; ``still``: parameters taken not to move this peak (their change
         from the anchor is left out)."""
-        key = (tuple(sorted(values.items(), key=lambda kv: kv[0])), still)
+        key = (values_key(values), still)
         if key not in self._predicted:
             self._predicted[key] = self._predict(values, still)
         return self._predicted[key]
