@@ -26,7 +26,9 @@ proposes what an uninterrupted one would):
    would never pay off at once), unless the trend its parameter measured so far rates it faster
    than the base (a shorter sequence, after the longer ones measured slower). A jump: the
    config the throughput model rates best near the base, over values already measured (gains
-   measured one at a time, combined in one trial). And a move without a partner: a value whose
+   measured one at a time, combined in one trial). A pair of moves, from the leading config: two
+   one-parameter moves of different parameters in one trial, where neither is rated slower than
+   that config (``Planner.pairs``). And a move without a partner: a value whose
    failures were cheap (start-up crashes) and all came next to the same other values, from a base
    that holds those values, together with one of them set back to the baseline's (a shorter
    prompt limit crashed at the incumbent's larger batch; from there no single change tries it at
@@ -69,7 +71,7 @@ from optuna.samplers import BaseSampler, TPESampler
 from optuna.trial import FrozenTrial, TrialState
 
 from nccl_tune.search_spaces.expr import ExprError
-from nccl_tune.search_spaces.space import Parameter, SearchSpace
+from nccl_tune.search_spaces.space import Parameter, SearchSpace, Target
 from nccl_tune.tuner import study_records as R
 from nccl_tune.tuner.failure_model import FailureModel
 from nccl_tune.tuner.memory_model import MemoryModel, failure_wall_frac
@@ -113,8 +115,9 @@ class Move:
     """Trial number of the config it moves from."""
     kind: str = "move"
     """``move`` (one parameter), ``compound move`` (an enabler with a change that needs it), ``jump``
-    (the model's best config, several parameters) or ``move without a partner`` (a value that failed
-    cheaply next to a partner, with the partner set back)."""
+    (the model's best config, several parameters), ``pair of moves`` (two one-parameter moves from
+    the leading config) or ``move without a partner`` (a value that failed cheaply next to a
+    partner, with the partner set back)."""
 
 
 @dataclass(frozen=True)
@@ -314,9 +317,35 @@ class Planner:
             if compounds:
                 enablers = {(m.changed[0], m.values[m.changed[0]]) for m in compounds} - measured
                 singles = self.without_slower_enablers(values, singles, enablers)
-            for m in singles + compounds + self.jump(values, number) + self.without_partner(values, number):
+            pairs = self.pairs(values, singles) if number == bases[0][0] else []
+            for m in singles + compounds + self.jump(values, number) + self.without_partner(values, number) + pairs:
                 moves.setdefault(self._key(m.values), m)
         return [m for m in moves.values() if self.admissible(m)]
+
+    def pairs(self, base: Mapping[str, Any], singles: Sequence[Move]) -> list[Move]:
+        """Two of ``singles`` (one-parameter moves from ``base``) in one trial: a pair of moves. Under
+        the additive model a pair promises the sum of two gains, with both their doubts, and its run
+        measures both changes; the model takes each effect from every run that changed it, so the
+        runs after it tell the two apart. On a noisy job whose changes gain a few percent each, one
+        run then reads two of them. A pair takes only changes the throughput model does not rate
+        slower than ``base`` by more than ``TIE`` (by the prior while unmeasured: a larger micro-batch
+        or engines' pool, an NCCL value; a smaller one, or an enabler, the prior rates slower): a
+        pair's spread made a gain carried with a loss look worth a trial. Never a semantic parameter
+        (a batch size or a prompt limit changes the work of a step, which the prior rates neither
+        faster nor slower: a pair of them bought doubt, not gain), and never two environment
+        variables (NCCL's act on the same collectives and hang in combination: one changes at a
+        time, so a hang is blamed on one)."""
+        semantic = {p.name for p in self.free if p.semantic}
+        held = [m for m in singles if m.changed[0] not in semantic]
+        if len(held) < 2:
+            return []
+        means, _ = self.tput.predict([base] + [m.values for m in held])
+        held = [m for m, mean in zip(held, means[1:]) if mean >= means[0] - TIE]
+        env = {p.name for p in self.free if p.target is Target.ENV}
+        return [Move({**a.values, b.changed[0]: b.values[b.changed[0]]}, (a.changed[0], b.changed[0]), a.base,
+                     kind="pair of moves")
+                for i, a in enumerate(held) for b in held[i + 1:]
+                if a.changed != b.changed and not (a.changed[0] in env and b.changed[0] in env)]
 
     def without_slower_enablers(self, base: Mapping[str, Any], singles: list[Move],
                                 enablers: set[tuple[str, Any]]) -> list[Move]:

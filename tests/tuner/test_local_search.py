@@ -89,8 +89,8 @@ def test_once_the_enabler_is_measured_the_largest_micro_batch_predicted_to_fit_c
     planner = Planner(SPACE, {}, records)
     p = planner.propose(random.Random(0))
     # micro 32 with checkpointing needs 68 GiB: it fits (measured along the checkpointing line) and is
-    # the fastest left
-    assert p is not None and p.values == {**BASE, "micro": 32, "ckpt": True}, p.reason
+    # the fastest left (an untried NCCL value may come with it: a pair of moves)
+    assert p is not None and (p.values["micro"], p.values["ckpt"]) == (32, True), p.reason
     pred = planner.memory.predict(p.values)
     assert pred.measured and planner.memory.p_fits(p.values) > 0.8
 
@@ -320,7 +320,7 @@ def test_a_trial_tpe_proposed_says_why_the_planner_declined_and_an_enqueued_one_
     told(study, rec(2, {}))
     trial = study.ask()
     values = suggest(trial, SPACE, {})
-    assert sampler.why(trial.number, values).startswith("move from trial 2: ")
+    assert sampler.why(trial.number, values).startswith(("move from trial 2: ", "pair of moves from trial 2: "))
     assert sampler.why(trial.number + 1, values) is None
 
 
@@ -336,7 +336,7 @@ def test_a_whole_study_on_the_enabler_trap_takes_the_slower_enabler_for_a_larger
     out = run_study(settings, console=Console(file=shown, width=200), launcher=launcher)
     # every move the planner proposed says why under its trial's line, and the study keeps it
     text = shown.getvalue()
-    assert "why: move from trial 0" in text and "why: compound move from trial" in text
+    assert "from trial 0: " in text and "why: compound move from trial" in text
     kept = [t.user_attrs.get("why") for t in optuna.load_study(study_name="trap", storage=storage).trials]
     assert kept[0] is None and sum(1 for w in kept if w) == text.count("why: ") >= 6
     ok = [r for r in out.records if r.ok and r.values["train.gradient_checkpointing"]]
@@ -470,3 +470,89 @@ def test_a_gain_along_an_ordered_axis_is_followed_past_the_next_value(tmp_path):
     seqs = [r.values["rollout.max_num_seqs"] for r in sorted(out.records, key=lambda r: r.number)
             if r.outcome is Outcome.LAUNCHED]
     assert 1024 in seqs[:4] and not {32, 128, 512} & set(seqs[:4]), seqs
+
+
+def pairs_from(planner: Planner, number: int, values: dict) -> set[tuple[tuple[str, object], ...]]:
+    """The pairs of moves among ``planner``'s moves from the one base ``(number, values)``: each as
+    its two changes, sorted."""
+    return {tuple(sorted((n, m.values[n]) for n in m.changed))
+            for m in planner.moves([(number, values)]) if m.kind == "pair of moves"}
+
+
+def test_a_pair_of_moves_takes_no_change_rated_slower_and_no_two_nccl_variables():
+    """From the baseline (micro 2, no checkpointing) a smaller micro-batch and checkpointing on are
+    rated slower by the prior: neither joins a pair. A larger micro-batch (expected faster) pairs
+    with an NCCL value (expected neither); two NCCL variables never pair."""
+    space = parse_space(SPACE_TEXT_TWO_NCCL, source="test", label="sft2")
+    base = space.defaults()
+    v = {**base}
+    records = [record(0, v, peak(v), 64.0 / speed(v))]
+    pairs = pairs_from(Planner(space, {}, records), 0, v)
+    micro = {(("NCCL_ALGO", a), ("micro", m)) for a in ("Ring", "Tree") for m in (4, 8)}
+    proto = {(("NCCL_PROTO", p), ("micro", m)) for p in ("Simple", "LL128") for m in (4, 8)}
+    assert pairs == micro | proto
+
+
+SPACE_TEXT_TWO_NCCL = """
+name: sft2
+parameters:
+  - {name: micro, kind: pow2, low: 1, high: 32, default: 2, memory: increasing}
+  - {name: ckpt, kind: bool, default: false, memory: decreasing}
+  - {name: NCCL_ALGO, kind: categorical, choices: [unset, Ring, Tree], default: unset, memory: none}
+  - {name: NCCL_PROTO, kind: categorical, choices: [unset, Simple, LL128], default: unset, memory: none}
+  - {name: train_batch_size, kind: pow2, low: 256, high: 1024, default: 512, memory: increasing, semantic: true}
+throughput: {samples_per_step: 64}
+"""
+
+
+def test_a_pair_of_moves_takes_a_measured_change_only_while_it_measured_no_slower():
+    """Once micro 4 measured 20% slower than the baseline (a landscape the prior got wrong), the
+    measured trend along the axis decides, not the prior: neither micro 4 nor micro 8 joins a pair,
+    and micro 1 does. A semantic parameter (the batch size) never joins one, and only the leading
+    base makes pairs."""
+    space = parse_space(SPACE_TEXT_TWO_NCCL, source="test", label="sft2")
+    v0, v4 = space.defaults(), {**space.defaults(), "micro": 4}
+    ring = {**v0, "NCCL_ALGO": "Ring"}
+    records = [record(0, v0, peak(v0), 1.0), record(1, v4, peak(v4), 1.2), record(2, ring, peak(ring), 1.0)]
+    planner = Planner(space, {}, records)
+    paired = {c for pair in pairs_from(planner, 0, v0) for c in pair}
+    assert ("micro", 1) in paired and not {("micro", 4), ("micro", 8)} & paired
+    assert not any(name == "train_batch_size" for name, _ in paired)
+    assert pairs_from(planner, 2, ring)
+    both = planner.moves([(0, v0), (2, ring)])
+    assert {m.base for m in both if m.kind == "pair of moves"} == {0}
+
+
+TWO_GAINS = """
+name: two-gains
+parameters:
+  - {name: train.micro_batch_size, kind: pow2, low: 1, high: 4, default: 1, memory: increasing}
+  - {name: rollout.gpu_memory_utilization, kind: categorical, choices: [0.5, 0.6, 0.7], default: 0.5, memory: increasing}
+  - {name: NCCL_ALGO, kind: categorical, choices: [unset, Ring, Tree], default: unset, memory: none}
+stop: {warmup_steps: 1, measured_steps: 3, screen_steps: 0}
+throughput: {samples_per_step: 1024}
+"""
+
+
+def test_two_changes_expected_to_gain_are_taken_in_one_trial(tmp_path):
+    """A larger micro-batch and a larger engines' pool are each expected faster (more memory), and
+    each gains about 14% at the top of its axis, whatever the other's value: a pair of moves takes
+    both in the first trial after the baseline, where one move at a time needs two trials to run
+    the best. An NCCL value, expected neither faster nor slower, promises less as the partner."""
+    space_file = tmp_path / "two-gains.yaml"
+    space_file.write_text(TWO_GAINS)
+    settings = RunSettings(command=("true",), space=str(space_file), results=tmp_path,
+                           storage=f"sqlite:///{tmp_path / 'two.db'}", study="two", trials=2, seed=0, confirm=0,
+                           early_stop_ratio=0.0, screening=False)
+
+    def truth(v):
+        micro, util = v["train.micro_batch_size"], v["rollout.gpu_memory_utilization"]
+        gain = (1.0 + 0.07 * math.log2(micro)) * (1.0 + 0.7 * (util - 0.5))
+        return Truth(step_s=100.0 / gain, peak_gib=8.0 + 0.5 * micro + 2.0 * util)
+
+    launcher = ModelLauncher(env={"HOME": str(tmp_path)}, cost=analytic_cost(truth, AnalyticNode(step_noise=0.005)))
+    out = run_study(settings, console=Console(file=io.StringIO(), width=200), launcher=launcher)
+    second = [r for r in sorted(out.records, key=lambda r: r.number) if r.outcome is Outcome.LAUNCHED][1]
+    assert second.why.startswith("pair of moves from trial 0: "), second.why
+    assert (second.values["train.micro_batch_size"], second.values["rollout.gpu_memory_utilization"]) == (4, 0.7)
+    assert second.values["NCCL_ALGO"] == "unset"

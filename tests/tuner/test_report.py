@@ -41,7 +41,8 @@ def test_json_rows_carry_why_for_proposed_trials_only(proposed):
     assert {n: r["why"] for n, r in rows.items()} == stored
     assert rows[0]["kind"] == "baseline" and rows[0]["why"] is None
     assert [r["why"] for r in rows.values() if r["kind"] == "rerun"] == [None]
-    assert all(re.match(r"((compound )?move from trial \d+: |TPE, since )", w) for w in stored.values() if w)
+    assert all(re.match(r"((compound move|move|pair of moves|jump|move without a partner) from trial \d+: |TPE, since )", w)
+               for w in stored.values() if w)
 
 
 def test_piped_report_prints_why_under_each_proposed_trial(proposed):
