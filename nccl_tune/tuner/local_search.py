@@ -101,6 +101,10 @@ value (a memory utilization from 0.6 to 0.8, a micro-batch from 2 to 8), and one
 away does what two did one value at a time. Not further: the model's trend gives the far end of an
 axis the widest spread, and a study free to go anywhere tried the extremes of every numeric NCCL
 variable first (the search benchmark's comm-bound family took 18.5 trials to reach the best, not 11)."""
+HOPEFUL_FIT = 0.1
+"""Odds to fit in memory at which a compound move holds its enabler back (``Planner.moves``): below
+them, for every compound holding it, the enabler moves alone (flash attention, whose compound with
+a micro-batch of 16 ran out of memory at ZeRO-2, is not held back for good; it may be faster)."""
 TIE = 0.01
 """Modelled log-throughput difference within which configs count as tied at least, however well the
 study measured them (``Planner.ranked``: the one with fewer changes from the baseline leads)."""
@@ -308,14 +312,17 @@ class Planner:
         throughput is unmeasured (slower at the same micro-batch, it would not pay off at once);
         once a run that held it measured its throughput, that effect ranks it like any other move (a
         smaller tensor-parallel size that is also faster). One the model already rates faster than
-        the base, from what its parameter measured elsewhere, moves alone too."""
+        the base, from what its parameter measured elsewhere, moves alone too; so does one whose
+        every compound move is refused or given under ``HOPEFUL_FIT`` odds to fit: none of them
+        will run, and only a run of it alone measures its speed."""
         moves: dict[str, Move] = {}
         measured = self.measured
         for number, values in bases:
             compounds = self.compounds(values, number)
             singles = self.singles(values, number)
             if compounds:
-                enablers = {(m.changed[0], m.values[m.changed[0]]) for m in compounds} - measured
+                live = [m for m in compounds if self.admissible(m) and self.memory.p_fits(m.values) >= HOPEFUL_FIT]
+                enablers = {(m.changed[0], m.values[m.changed[0]]) for m in live} - measured
                 singles = self.without_slower_enablers(values, singles, enablers)
             pairs = self.pairs(values, singles) if number == bases[0][0] else []
             for m in singles + compounds + self.jump(values, number) + self.without_partner(values, number) + pairs:

@@ -108,6 +108,22 @@ def test_an_enabler_is_tried_alone_only_once_a_finished_run_measured_its_through
         assert any(m.kind == "move" and m.values == alone for m in moves) is tried_alone
 
 
+
+def test_an_enabler_whose_every_compound_move_is_expected_not_to_fit_moves_alone():
+    """Checkpointing with micro 8 ran out of memory (it freed too little): micro 16 with it is then
+    refused or expected not to fit, and no compound move holding it is worth a trial. Its effect on
+    throughput is still unmeasured (the run ended before a step), and only a run of it alone can
+    measure it (flash attention frees memory and is faster too), so it moves alone."""
+    v1, v2, v3 = {**BASE, "micro": 4}, {**BASE, "micro": 8}, {**BASE, "micro": 8, "ckpt": True}
+    records = [rec(0, {}), record(1, v1, 70.0, 64.0 / speed(v1)), record(2, v2, 110.0, 1.0),
+               record(3, v3, 95.0, 1.0)]
+    assert records[3].status is FailureClass.OOM
+    planner = Planner(SPACE, {}, records)
+    moves = planner.moves([(1, v1)])
+    compounds = planner.compounds(v1, 1)
+    assert compounds and not [m for m in compounds if planner.admissible(m) and planner.memory.p_fits(m.values) >= 0.1]
+    assert any(m.kind == "move" and m.values == {**v1, "ckpt": True} for m in moves)
+
 SEQ_SPACE = parse_space(
     """
 name: rl
