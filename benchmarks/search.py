@@ -339,6 +339,8 @@ def run_one(problem: Problem, sampler: str, trials: int, root: Path) -> StudySta
         recs = records(load_existing(open_storage(url, create=False), url, settings.study))
         return judge_study(problem, sampler, trials, recs, None, time.monotonic() - t0, str(exc),
                            sweep_gpu_s(settings, problem.space))
+    if study.interrupted:  # Ctrl-C or a SIGTERM reached the study, which stopped: so does the benchmark
+        raise KeyboardInterrupt
     winner = dict(study.winner.values) if study.winner is not None else None
     return judge_study(problem, sampler, trials, study.records, winner, time.monotonic() - t0,
                        sweep_gpu_s=sweep_gpu_s(settings, problem.space))
@@ -534,7 +536,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark; 0 when every target is met, 1 when one is missed, 2 on a usage error."""
+    """Run the benchmark; 0 when every target is met, 1 when one is missed, 2 on a usage error, 130
+    when interrupted (Ctrl-C or SIGTERM)."""
     t0 = time.monotonic()
     console = Console(width=190)
     try:
@@ -556,6 +559,9 @@ def main(argv: list[str] | None = None) -> int:
     except NcclTuneError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"interrupted after {time.monotonic() - t0:.0f} s: no table and no JSON written", file=sys.stderr)
+        return 130
     sums = [summarize(v) for v in stats.values()]
     tgt = []
     for name in args.family_list:

@@ -6,8 +6,11 @@ one-line error."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -149,3 +152,20 @@ def test_a_failed_trial_is_told_by_the_landscapes_reason_it_fails():
     assert near_wall, "instance 0 has configs within 8% of the wall"
     for v in near_wall:
         assert "memory wall" in cause(v) or (v["NCCL_ALGO"], v["NCCL_PROTO"]) == ("Tree", "LL128"), v
+
+
+def test_ctrl_c_stops_the_benchmark_not_only_the_study_it_is_in(tmp_path):
+    """A study catches Ctrl-C and stops with its trials stored; the benchmark then stops too (exit
+    130, one line), instead of going on to the next of its studies."""
+    out = tmp_path / "never.json"
+    proc = subprocess.Popen([sys.executable, str(BENCH), "--families", "flat-top", "--samplers", "tuner", "--seeds", "50",
+                             "--trials", "30", "--json", str(out)], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "TMPDIR": str(tmp_path)})
+    deadline = time.monotonic() + 120
+    while not list(tmp_path.glob("nccl-tune-search-*/*/*.db")) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert err.strip().splitlines()[-1].startswith("interrupted after ") and not out.exists()
