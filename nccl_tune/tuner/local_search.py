@@ -28,7 +28,8 @@ proposes what an uninterrupted one would):
    config the throughput model rates best near the base, over values already measured (gains
    measured one at a time, combined in one trial). A pair of moves, from the leading config: two
    one-parameter moves of different parameters in one trial, where neither is rated slower than
-   that config (``Planner.pairs``). And a move without a partner: a value whose
+   that config or each is back to the baseline's value (``Planner.pairs``). And a move without a
+   partner: a value whose
    failures were cheap (start-up crashes) and all came next to the same other values, from a base
    that holds those values, together with one of them set back to the baseline's (a shorter
    prompt limit crashed at the incumbent's larger batch; from there no single change tries it at
@@ -337,7 +338,10 @@ class Planner:
         run then reads two of them. A pair takes only changes the throughput model does not rate
         slower than ``base`` by more than ``TIE`` (by the prior while unmeasured: a larger micro-batch
         or engines' pool, an NCCL value; a smaller one, or an enabler, the prior rates slower): a
-        pair's spread made a gain carried with a loss look worth a trial. Never a semantic parameter
+        pair's spread made a gain carried with a loss look worth a trial. A change back to the
+        baseline's value may join whatever the model says: it undoes a change an earlier run
+        carried into ``base`` on the word of one noisy run (a tensor-parallel size of 1, rated
+        faster by the prior, measured faster beside a real gain). Never a semantic parameter
         (a batch size or a prompt limit changes the work of a step, which the prior rates neither
         faster nor slower: a pair of them bought doubt, not gain), and never two environment
         variables (NCCL's act on the same collectives and hang in combination: one changes at a
@@ -347,7 +351,8 @@ class Planner:
         if len(held) < 2:
             return []
         means, _ = self.tput.predict([base] + [m.values for m in held])
-        held = [m for m, mean in zip(held, means[1:]) if mean >= means[0] - TIE]
+        held = [m for m, mean in zip(held, means[1:])
+                if mean >= means[0] - TIE or m.values[m.changed[0]] == self.baseline.get(m.changed[0])]
         env = {p.name for p in self.free if p.target is Target.ENV}
         return [Move({**a.values, b.changed[0]: b.values[b.changed[0]]}, (a.changed[0], b.changed[0]), a.base,
                      kind="pair of moves")

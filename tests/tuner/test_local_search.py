@@ -572,3 +572,17 @@ def test_two_changes_expected_to_gain_are_taken_in_one_trial(tmp_path):
     assert second.why.startswith("pair of moves from trial 0: "), second.why
     assert (second.values["train.micro_batch_size"], second.values["rollout.gpu_memory_utilization"]) == (4, 0.7)
     assert second.values["NCCL_ALGO"] == "unset"
+
+
+def test_a_pair_of_moves_may_undo_a_carried_change_however_the_model_rates_it():
+    """From a config that carried micro 4 in (measured 20% faster than the baseline's micro 2),
+    going back to micro 2 is rated slower, and it may still join a pair: one noisy run's word put it
+    there, and a pair that undoes it reads it again. Micro 1, also rated slower and not the
+    baseline's value, does not join one."""
+    space = parse_space(SPACE_TEXT_TWO_NCCL, source="test", label="sft2")
+    v0, v4 = space.defaults(), {**space.defaults(), "micro": 4}
+    planner = Planner(space, {}, [record(0, v0, peak(v0), 1.0), record(1, v4, peak(v4), 0.8)])
+    means, _ = planner.tput.predict([v4, {**v4, "micro": 2}])
+    assert means[1] < means[0] - 0.1
+    paired = {c for pair in pairs_from(planner, 1, v4) for c in pair}
+    assert ("micro", 2) in paired and ("micro", 1) not in paired
