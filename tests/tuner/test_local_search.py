@@ -461,6 +461,19 @@ def test_no_move_goes_to_a_config_nccl_runs_as_one_already_measured():
     assert not [m for m in pinned.moves([(2, records[2].values)]) if m.values["NCCL_NSOCKS_PERTHREAD"] == 8]
 
 
+def quiet_study(tmp_path, name: str, space_text: str, truth, trials: int) -> list[TrialRecord]:
+    """The launched trials, in order, of a whole study of ``space_text`` on the analytic landscape
+    ``truth`` under 0.5% step noise: no re-run, early stop or screening."""
+    space_file = tmp_path / f"{name}.yaml"
+    space_file.write_text(space_text)
+    settings = RunSettings(command=("true",), space=str(space_file), results=tmp_path,
+                           storage=f"sqlite:///{tmp_path / f'{name}.db'}", study=name, trials=trials, seed=0, confirm=0,
+                           early_stop_ratio=0.0, screening=False)
+    launcher = ModelLauncher(env={"HOME": str(tmp_path)}, cost=analytic_cost(truth, AnalyticNode(step_noise=0.005)))
+    out = run_study(settings, console=Console(file=io.StringIO(), width=200), launcher=launcher)
+    return [r for r in sorted(out.records, key=lambda r: r.number) if r.outcome is Outcome.LAUNCHED]
+
+
 RISING = """
 name: rising
 parameters:
@@ -475,16 +488,8 @@ def test_a_gain_along_an_ordered_axis_is_followed_past_the_next_value(tmp_path):
     """Throughput rises with every doubling of the engines' batch, 16 to 1024 (seven values), from a
     baseline at the low end: a move goes two values at once, so the top is run by the fourth trial,
     not after every value between (six moves one value at a time)."""
-    space_file = tmp_path / "rising.yaml"
-    space_file.write_text(RISING)
-    settings = RunSettings(command=("true",), space=str(space_file), results=tmp_path,
-                           storage=f"sqlite:///{tmp_path / 'rising.db'}", study="rising", trials=5, seed=0, confirm=0,
-                           early_stop_ratio=0.0, screening=False)
     truth = lambda v: Truth(step_s=100.0 / (1.0 + 0.15 * math.log2(v["rollout.max_num_seqs"] / 16)), peak_gib=30.0)
-    launcher = ModelLauncher(env={"HOME": str(tmp_path)}, cost=analytic_cost(truth, AnalyticNode(step_noise=0.005)))
-    out = run_study(settings, console=Console(file=io.StringIO(), width=200), launcher=launcher)
-    seqs = [r.values["rollout.max_num_seqs"] for r in sorted(out.records, key=lambda r: r.number)
-            if r.outcome is Outcome.LAUNCHED]
+    seqs = [r.values["rollout.max_num_seqs"] for r in quiet_study(tmp_path, "rising", RISING, truth, trials=5)]
     assert 1024 in seqs[:4] and not {32, 128, 512} & set(seqs[:4]), seqs
 
 
@@ -555,20 +560,12 @@ def test_two_changes_expected_to_gain_are_taken_in_one_trial(tmp_path):
     each gains about 14% at the top of its axis, whatever the other's value: a pair of moves takes
     both in the first trial after the baseline, where one move at a time needs two trials to run
     the best. An NCCL value, expected neither faster nor slower, promises less as the partner."""
-    space_file = tmp_path / "two-gains.yaml"
-    space_file.write_text(TWO_GAINS)
-    settings = RunSettings(command=("true",), space=str(space_file), results=tmp_path,
-                           storage=f"sqlite:///{tmp_path / 'two.db'}", study="two", trials=2, seed=0, confirm=0,
-                           early_stop_ratio=0.0, screening=False)
-
     def truth(v):
         micro, util = v["train.micro_batch_size"], v["rollout.gpu_memory_utilization"]
         gain = (1.0 + 0.07 * math.log2(micro)) * (1.0 + 0.7 * (util - 0.5))
         return Truth(step_s=100.0 / gain, peak_gib=8.0 + 0.5 * micro + 2.0 * util)
 
-    launcher = ModelLauncher(env={"HOME": str(tmp_path)}, cost=analytic_cost(truth, AnalyticNode(step_noise=0.005)))
-    out = run_study(settings, console=Console(file=io.StringIO(), width=200), launcher=launcher)
-    second = [r for r in sorted(out.records, key=lambda r: r.number) if r.outcome is Outcome.LAUNCHED][1]
+    second = quiet_study(tmp_path, "two-gains", TWO_GAINS, truth, trials=2)[1]
     assert second.why.startswith("pair of moves from trial 0: "), second.why
     assert (second.values["train.micro_batch_size"], second.values["rollout.gpu_memory_utilization"]) == (4, 0.7)
     assert second.values["NCCL_ALGO"] == "unset"
