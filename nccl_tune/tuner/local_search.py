@@ -27,8 +27,8 @@ proposes what an uninterrupted one would):
    than the base (a shorter sequence, after the longer ones measured slower). A jump: the
    config the throughput model rates best near the base, over values already measured (gains
    measured one at a time, combined in one trial). A pair of moves, from the leading config: two
-   one-parameter moves of different parameters in one trial, where neither is rated slower than
-   that config or each is back to the baseline's value (``Planner.pairs``). And a move without a
+   one-parameter moves of different parameters in one trial, each change either not rated slower
+   than that config or back to the baseline's value (``Planner.pairs``). And a move without a
    partner: a value whose
    failures were cheap (start-up crashes) and all came next to the same other values, from a base
    that holds those values, together with one of them set back to the baseline's (a shorter
