@@ -29,11 +29,10 @@ proposes what an uninterrupted one would):
    measured one at a time, combined in one trial). A pair of moves, from the leading config: two
    one-parameter moves of different parameters in one trial, each change either not rated slower
    than that config or back to the baseline's value (``Planner.pairs``). And a move without a
-   partner: a value whose
-   failures were cheap (start-up crashes) and all came next to the same other values, from a base
-   that holds those values, together with one of them set back to the baseline's (a shorter
-   prompt limit crashed at the incumbent's larger batch; from there no single change tries it at
-   the smaller one).
+   partner: a value whose failures were cheap (start-up crashes) and all came next to the same
+   other values, from a base that holds those values, together with one of them set back to the
+   baseline's (a shorter prompt limit crashed at the incumbent's larger batch; from there no
+   single change tries it at the smaller one).
 4. Each move is scored ``expected improvement x P(fits in memory) x worth``: expected
    improvement over the incumbent under the throughput model (parameters whose measured effect is
    within noise promise little and wait; untried values of parameters with a large measured spread

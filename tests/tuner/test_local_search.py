@@ -20,7 +20,7 @@ from nccl_tune.sim.analytic import AnalyticNode, Truth, analytic_cost
 from nccl_tune.sim.families import FAMILIES, instance
 from nccl_tune.sim.launcher import ModelLauncher
 from nccl_tune.trial import GpuMemory, MemoryReport, StopReason, TrialResult
-from nccl_tune.tuner.local_search import LocalSearchSampler, Planner
+from nccl_tune.tuner.local_search import HOPEFUL_FIT, LocalSearchSampler, Planner
 from nccl_tune.tuner.loop import run_study
 from nccl_tune.tuner.settings import RunSettings
 from nccl_tune.tuner.study_records import Outcome, TrialKind, TrialRecord
@@ -108,7 +108,6 @@ def test_an_enabler_is_tried_alone_only_once_a_finished_run_measured_its_through
         assert any(m.kind == "move" and m.values == alone for m in moves) is tried_alone
 
 
-
 def test_an_enabler_whose_every_compound_move_is_expected_not_to_fit_moves_alone():
     """Checkpointing with micro 8 ran out of memory (it freed too little): micro 16 with it is then
     refused or expected not to fit, and no compound move holding it is worth a trial. Its effect on
@@ -121,8 +120,9 @@ def test_an_enabler_whose_every_compound_move_is_expected_not_to_fit_moves_alone
     planner = Planner(SPACE, {}, records)
     moves = planner.moves([(1, v1)])
     compounds = planner.compounds(v1, 1)
-    assert compounds and not [m for m in compounds if planner.admissible(m) and planner.memory.p_fits(m.values) >= 0.1]
+    assert compounds and not [m for m in compounds if planner.admissible(m) and planner.memory.p_fits(m.values) >= HOPEFUL_FIT]
     assert any(m.kind == "move" and m.values == {**v1, "ckpt": True} for m in moves)
+
 
 SEQ_SPACE = parse_space(
     """
@@ -505,8 +505,7 @@ def test_a_pair_of_moves_takes_no_change_rated_slower_and_no_two_nccl_variables(
     rated slower by the prior: neither joins a pair. A larger micro-batch (expected faster) pairs
     with an NCCL value (expected neither); two NCCL variables never pair."""
     space = parse_space(SPACE_TEXT_TWO_NCCL, source="test", label="sft2")
-    base = space.defaults()
-    v = {**base}
+    v = space.defaults()
     records = [record(0, v, peak(v), 64.0 / speed(v))]
     pairs = pairs_from(Planner(space, {}, records), 0, v)
     micro = {(("NCCL_ALGO", a), ("micro", m)) for a in ("Ring", "Tree") for m in (4, 8)}
