@@ -336,6 +336,12 @@ class MemoryReport:
         fracs = [g.peak_frac for g in self.gpus if math.isfinite(g.peak_frac)]
         return max(fracs) if fracs else None
 
+    def headroom_deficit(self, min_headroom_frac: float) -> float | None:
+        """How far the highest peak came inside ``min_headroom_frac`` of its GPU (> 0: too close to
+        the wall to call the config stable); None when no GPU's size is known."""
+        frac = self.max_peak_frac
+        return None if frac is None else min_headroom_frac - (1.0 - frac)
+
     @property
     def peak_phase(self) -> str | None:
         """The phase whose figure is the highest, when the report has two phases or more (which one

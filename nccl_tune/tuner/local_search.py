@@ -444,7 +444,7 @@ class LocalSearchSampler(BaseSampler):
         if not search_space:
             return {}
         trials = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number]
-        records = [R.record_of(t) for t in trials if t.state is not TrialState.RUNNING]
+        records = R.records_of(t for t in trials if t.state is not TrialState.RUNNING)
         planner = Planner(self.space, self.pinned, records, load_sweep(study, self.space))
         self.last = planner.propose(self._rng)
         self._last_number = trial.number

@@ -288,7 +288,7 @@ class StudyLoop:
             trial, values, kind = self.ask(study)
             with self.runner.told_on_failure(study, trial):
                 trials = study.get_trials(deepcopy=False)
-                history = [R.record_of(t) for t in trials]
+                history = R.records_of(trials)
                 if not self.admission.admit(study, trial, values, kind, trials, history):
                     if self.admission.converged:
                         return False

@@ -132,7 +132,7 @@ def _start_one(loop: Any, study: optuna.Study, running: dict, submit: Callable) 
     trial, values, kind = loop.ask(study)
     with loop.runner.told_on_failure(study, trial):
         trials = study.get_trials(deepcopy=False)
-        history = [R.record_of(t) for t in trials]
+        history = R.records_of(trials)
         if not loop.admission.admit(study, trial, values, kind, trials, history):
             return None if loop.admission.converged else False
         twin = next((t for t, v, *_ in running.values() if v == values), None)

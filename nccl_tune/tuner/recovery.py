@@ -25,6 +25,7 @@ from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.trial import TrialResult
 from nccl_tune.tuner import study_records as R
 from nccl_tune.tuner.display import Display
+from nccl_tune.tuner.gpu_size import sized_among
 from nccl_tune.tuner.storage import marker_scope
 from nccl_tune.tuner.telling import requeue, tell_result
 
@@ -78,6 +79,7 @@ class Recovery:
         """Keep ``t``'s finished result, or record it interrupted and ask for its values again."""
         result = _finished_result(t)
         if result is not None and result.status is not FailureClass.INTERRUPTED:
+            result = sized_among(result, (r.result for r in R.records(study) if r.result))
             tell_result(study, trial, result, self.space.min_headroom_frac)
             self.display.note(f"trial {t.number}: recovered its finished result ({result.status.value})")
             return

@@ -7,15 +7,16 @@ its storage alone, after a crash or on another machine.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from nccl_tune.failure import FailureClass
 from nccl_tune.trial import StopReason, TrialResult
+from nccl_tune.tuner.gpu_size import sized
 
 FINISHED = frozenset({FailureClass.OK, FailureClass.BUDGET})
 """Statuses of a launched run that did not fail: it ran its steps, or the tuner stopped it (slower
@@ -35,6 +36,9 @@ A_SWEEP_REFUSED = "nccl_sweep_refused"
 """A rejected trial's NCCL values failed their check in the NCCL sweep (``nccl_sweep.Sweep.refused``)."""
 A_PREDICTED_FROM = "predicted_from"
 A_NEAR_WALL = "near_wall"
+A_HEADROOM = "min_headroom_frac"
+"""The headroom a finished run was judged against (``near_wall``), to judge it again once the study
+learns its GPU size (``gpu_size``)."""
 A_DUPLICATE_OF = "duplicate_of"
 A_ABANDONED = "abandoned"
 """Why a trial was asked but never launched (the node gate gave up, the tuner failed before the start)."""
@@ -81,6 +85,8 @@ class TrialRecord:
     result: TrialResult | None
     rerun_of: int | None = None
     near_wall: bool = False
+    min_headroom_frac: float | None = None
+    """The headroom ``near_wall`` was judged against (None before nccl-tune stored it)."""
     violations: tuple[str, ...] = ()
     sweep_refused: bool = False
     """Rejected because its NCCL values failed their check in the NCCL sweep (``violations`` says which)."""
@@ -174,6 +180,7 @@ def record_of(t: FrozenTrial) -> TrialRecord:
         result=result,
         rerun_of=a.get(A_RERUN_OF),
         near_wall=bool(a.get(A_NEAR_WALL)),
+        min_headroom_frac=a.get(A_HEADROOM),
         violations=tuple(a.get(A_VIOLATIONS) or ()),
         sweep_refused=bool(a.get(A_SWEEP_REFUSED)),
         predicted_from=a.get(A_PREDICTED_FROM),
@@ -183,5 +190,23 @@ def record_of(t: FrozenTrial) -> TrialRecord:
     )
 
 
+def records_of(trials: Iterable[FrozenTrial]) -> list[TrialRecord]:
+    """The records of ``trials``, their memory reports sized by what the study learned of its GPUs
+    (``gpu_size``): a run that gave its peak in GiB alone reads as a share once any run gave the size,
+    and is judged against the headroom again."""
+    out = [record_of(t) for t in trials]
+    ran = [i for i, r in enumerate(out) if r.result is not None]
+    for i, result in zip(ran, sized([out[i].result for i in ran])):
+        if result is not out[i].result:
+            out[i] = _resized(out[i], result)
+    return out
+
+
+def _resized(record: TrialRecord, result: TrialResult) -> TrialRecord:
+    h = record.min_headroom_frac
+    deficit = result.memory.headroom_deficit(h) if h is not None and result.memory is not None else None
+    return replace(record, result=result, near_wall=record.near_wall or (deficit is not None and deficit > 0))
+
+
 def records(study: optuna.Study) -> list[TrialRecord]:
-    return [record_of(t) for t in study.get_trials(deepcopy=False)]
+    return records_of(study.get_trials(deepcopy=False))

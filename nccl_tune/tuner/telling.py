@@ -22,6 +22,7 @@ from nccl_tune.tuner.sampling import to_optuna
 from nccl_tune.tuner.study_records import (
     A_ABANDONED,
     A_DUPLICATE_OF,
+    A_HEADROOM,
     A_KIND,
     A_NEAR_WALL,
     A_PREDICTED_FROM,
@@ -46,9 +47,7 @@ def _constrain(trial: optuna.Trial, *, failed: float = -1.0, memory_wall: float 
 
 def near_wall(result: TrialResult, min_headroom_frac: float) -> float | None:
     """Headroom deficit (> 0 when within ``min_headroom_frac`` of the wall), None when unknown."""
-    if result.memory is None or result.memory.max_peak_frac is None:
-        return None
-    return min_headroom_frac - (1.0 - result.memory.max_peak_frac)
+    return result.memory.headroom_deficit(min_headroom_frac) if result.memory is not None else None
 
 
 def tell_result(study: optuna.Study, trial: optuna.Trial, result: TrialResult, min_headroom_frac: float) -> None:
@@ -68,6 +67,7 @@ def tell_result(study: optuna.Study, trial: optuna.Trial, result: TrialResult, m
     if result.status is FailureClass.OK:
         deficit = near_wall(result, min_headroom_frac)
         trial.set_user_attr(A_NEAR_WALL, bool(deficit is not None and deficit > 0))
+        trial.set_user_attr(A_HEADROOM, min_headroom_frac)
         _constrain(trial, memory_wall=deficit if deficit is not None else -1.0)
         study.tell(trial, result.throughput_per_s or 0.0)
         return

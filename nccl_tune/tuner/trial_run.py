@@ -24,6 +24,7 @@ from nccl_tune.tuner import dropped
 from nccl_tune.tuner import study_records as R
 from nccl_tune.tuner.display import Display
 from nccl_tune.tuner.failure_model import flaky_rule
+from nccl_tune.tuner.gpu_size import sized_among
 from nccl_tune.tuner.observer import InterruptFlag, TunerObserver
 from nccl_tune.tuner.pins import Pins
 from nccl_tune.tuner.settings import RunSettings
@@ -167,7 +168,9 @@ class TrialRunner:
         self, study: optuna.Study, trial: optuna.Trial, values: Mapping[str, Any], kind: str,
         history: Sequence[TrialRecord], spec: TrialSpec, result: TrialResult,
     ) -> TrialResult:
-        """Tell the study how ``trial`` ended (from the thread that owns the study)."""
+        """Tell the study how ``trial`` ended (from the thread that owns the study); a memory report
+        that gave no GPU size gets the one the study learned (``gpu_size``)."""
+        result = sized_among(result, (r.result for r in history if r.result))
         tell_result(study, trial, result, self.space.min_headroom_frac)
         for line in self.launcher.notes():
             self.display.note(line)
