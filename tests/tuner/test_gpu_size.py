@@ -40,6 +40,8 @@ def test_the_size_comes_from_a_report_that_gave_it_else_from_an_oom_message():
     assert learned_gpu_gib([ran(0, 24.0), oom(1)]) == 79.15
     assert learned_gpu_gib([ran(0, 24.0, total_gib=79.6), oom(1)]) == 79.6
     assert learned_gpu_gib([ran(0, 24.0), oom(1, "CUDA error: an illegal memory access was encountered")]) is None
+    hip = OOM_LINE.replace("CUDA", "HIP").replace("79.15 GiB", "191.98 GiB")  # ROCm: no NVML at all
+    assert learned_gpu_gib([ran(0, 24.0), oom(1, hip)]) == 191.98
 
 
 def test_a_report_in_gib_alone_reads_as_a_share_of_the_learned_size_and_a_sized_one_keeps_its_own():
