@@ -5,6 +5,7 @@ share of an unknown GPU size being NaN)."""
 
 from __future__ import annotations
 
+import subprocess
 import sys
 
 import pytest
@@ -41,11 +42,17 @@ clocks: {startup_timeout_s: 60, stall_timeout_s: 30, stall_floor_s: 10, trial_ti
 """
 
 
+def tune(tmp_path, peak_gib: str, high: int, *args: str) -> subprocess.CompletedProcess:
+    """``nccl-tune run ARGS`` on the trainer whose peak is ``peak_gib`` (of ``micro``), MICRO up to
+    ``high``, on a node NVML cannot read."""
+    (tmp_path / "train.py").write_text(TRAINER.replace("PEAK_GIB", peak_gib))
+    (tmp_path / "space.yaml").write_text(SPACE.replace("HIGH", str(high)))
+    return run_cli(["run", "--space", "space.yaml", "--confirm", "0", *args, "--", sys.executable, "train.py"],
+                   cwd=tmp_path, env={"NCCL_TUNE_FAKE_NVML": ""})
+
+
 def test_memory_lines_without_the_gpus_size_end_in_a_tuned_file(tmp_path):
-    (tmp_path / "train.py").write_text(TRAINER.replace("PEAK_GIB", "30 + 2.0 * micro"))
-    (tmp_path / "space.yaml").write_text(SPACE.replace("HIGH", "8"))
-    proc = run_cli(["run", "--space", "space.yaml", "--trials", "2", "--confirm", "0", "-o", "tuned.yaml",
-                    "--", sys.executable, "train.py"], cwd=tmp_path, env={"NCCL_TUNE_FAKE_NVML": ""})
+    proc = tune(tmp_path, "30 + 2.0 * micro", 8, "--trials", "2", "-o", "tuned.yaml")
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
     assert "progress: the output reads as preset verl" in proc.stdout
     assert "trial 0 ok" in proc.stdout and " GiB" in proc.stdout and (tmp_path / "tuned.yaml").is_file()
@@ -55,10 +62,7 @@ def test_once_an_oom_names_the_gpus_size_every_run_in_gib_alone_reads_as_a_share
     """The memory model works in shares of the GPU: until a run names the size, every move has even
     odds to fit. PyTorch's out-of-memory message names it; from then on the study reads every run's
     peak against it, those before the OOM included."""
-    (tmp_path / "train.py").write_text(TRAINER.replace("PEAK_GIB", "12.0 * micro"))
-    (tmp_path / "space.yaml").write_text(SPACE.replace("HIGH", "16"))
-    proc = run_cli(["run", "--space", "space.yaml", "--trials", "4", "--confirm", "0", "--seed", "0",
-                    "--", sys.executable, "train.py"], cwd=tmp_path, env={"NCCL_TUNE_FAKE_NVML": ""})
+    proc = tune(tmp_path, "12.0 * micro", 16, "--trials", "4", "--seed", "0")
     out = proc.stdout
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, out + proc.stderr
     assert "trial 0 ok" in out and "mem 28.0 GiB log" in out, out  # reserved; no size known yet
