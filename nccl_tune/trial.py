@@ -342,6 +342,12 @@ class MemoryReport:
         frac = self.max_peak_frac
         return None if frac is None else min_headroom_frac - (1.0 - frac)
 
+    def near_wall(self, min_headroom_frac: float) -> bool:
+        """The highest peak came within ``min_headroom_frac`` of its GPU (False while no GPU's size
+        is known): the rule every reader of a run's headroom applies."""
+        deficit = self.headroom_deficit(min_headroom_frac)
+        return deficit is not None and deficit > 0
+
     @property
     def peak_phase(self) -> str | None:
         """The phase whose figure is the highest, when the report has two phases or more (which one

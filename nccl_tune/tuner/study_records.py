@@ -204,8 +204,8 @@ def records_of(trials: Iterable[FrozenTrial]) -> list[TrialRecord]:
 
 def _resized(record: TrialRecord, result: TrialResult) -> TrialRecord:
     h = record.min_headroom_frac
-    deficit = result.memory.headroom_deficit(h) if h is not None and result.memory is not None else None
-    return replace(record, result=result, near_wall=record.near_wall or (deficit is not None and deficit > 0))
+    near = h is not None and result.memory is not None and result.memory.near_wall(h)
+    return replace(record, result=result, near_wall=record.near_wall or near)
 
 
 def records(study: optuna.Study) -> list[TrialRecord]:

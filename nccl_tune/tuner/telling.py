@@ -45,9 +45,9 @@ def _constrain(trial: optuna.Trial, *, failed: float = -1.0, memory_wall: float 
     trial.set_constraint(C_RULES, rules)
 
 
-def near_wall(result: TrialResult, min_headroom_frac: float) -> float | None:
-    """Headroom deficit (> 0 when within ``min_headroom_frac`` of the wall), None when unknown."""
-    return result.memory.headroom_deficit(min_headroom_frac) if result.memory is not None else None
+def near_wall(result: TrialResult, min_headroom_frac: float) -> bool:
+    """``result``'s peak came within ``min_headroom_frac`` of the wall (``MemoryReport.near_wall``)."""
+    return result.memory is not None and result.memory.near_wall(min_headroom_frac)
 
 
 def tell_result(study: optuna.Study, trial: optuna.Trial, result: TrialResult, min_headroom_frac: float) -> None:
@@ -65,8 +65,8 @@ def tell_result(study: optuna.Study, trial: optuna.Trial, result: TrialResult, m
         study.tell(trial, state=TrialState.PRUNED)
         return
     if result.status is FailureClass.OK:
-        deficit = near_wall(result, min_headroom_frac)
-        trial.set_user_attr(A_NEAR_WALL, bool(deficit is not None and deficit > 0))
+        deficit = result.memory.headroom_deficit(min_headroom_frac) if result.memory is not None else None
+        trial.set_user_attr(A_NEAR_WALL, near_wall(result, min_headroom_frac))
         trial.set_user_attr(A_HEADROOM, min_headroom_frac)
         _constrain(trial, memory_wall=deficit if deficit is not None else -1.0)
         study.tell(trial, result.throughput_per_s or 0.0)

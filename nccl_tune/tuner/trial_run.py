@@ -185,11 +185,10 @@ class TrialRunner:
             requeue(study, self.space, values, self.pins.params, kind)
         if self.space.progress.detect and result.progress_preset and detected_preset(history) is None:
             self.display.note(f"progress: the output reads as preset {result.progress_preset} (trial {result.number})")
-        deficit = near_wall(result, self.space.min_headroom_frac)
         self.display.trial_finished(
             trial.number,
             result,
-            bool(deficit is not None and deficit > 0 and result.status is FailureClass.OK),
+            result.status is FailureClass.OK and near_wall(result, self.space.min_headroom_frac),
             self.leader(R.records(study)),
         )
         if again:
