@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # torch 2.13.0 is pinned first: a bare range would make pip pick a multi-GB CUDA build.
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo test venv bench clean
+.PHONY: demo test lint venv bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,7 +30,12 @@ demo: venv
 # On 2 cores the suite took 716-755 s with 3 workers and 609-621 s with 4, all passing.
 TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(16, 2 * len(os.sched_getaffinity(0))))")
 
-test: venv
+# Style is checked, not discussed: ruff's lint and format (settings in pyproject.toml) before the tests.
+lint: venv
+	$(BIN)/ruff check --quiet .
+	$(BIN)/ruff format --check --quiet .
+
+test: lint
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) tests
 
 # Each benchmark exits non-zero when it misses a target; all of them run anyway.

@@ -128,21 +128,33 @@ class Report:
 
 def _spec(study: str, number: int, root: Path, env: dict[str, str], clocks: Clocks) -> TrialSpec:
     return TrialSpec(
-        study=study, number=number, params={}, argv=("bash", str(TWIN)), env=env,
-        trial_dir=root / f"trial-{number:04d}", clocks=clocks, stop=StopRule(1, 2),
+        study=study,
+        number=number,
+        params={},
+        argv=("bash", str(TWIN)),
+        env=env,
+        trial_dir=root / f"trial-{number:04d}",
+        clocks=clocks,
+        stop=StopRule(1, 2),
     )
 
 
 def _deadline(clocks: Clocks, result: TrialResult) -> float:
     """The stall deadline that was in force when the trial went silent."""
-    state = ProgressState(phase_max_s=result.phase_max_s, open_phases=(result.verdict.phase,) if result.verdict.phase else ())
+    state = ProgressState(
+        phase_max_s=result.phase_max_s, open_phases=(result.verdict.phase,) if result.verdict.phase else ()
+    )
     return Watch(clocks, StopRule(), 0.0).stall_deadline_s(state)
 
 
 def hang_runs(args: argparse.Namespace, root: Path, study: str, console: Console) -> list[HangRun]:
     clocks = Clocks(
-        startup_timeout_s=180, stall_timeout_s=args.stall_timeout, stall_floor_s=args.stall_timeout,
-        stall_multiplier=3.0, trial_timeout_s=600, grace_s=args.grace,
+        startup_timeout_s=180,
+        stall_timeout_s=args.stall_timeout,
+        stall_floor_s=args.stall_timeout,
+        stall_multiplier=3.0,
+        trial_timeout_s=600,
+        grace_s=args.grace,
     )
     launcher = LocalLauncher()
     launcher.before_study()
@@ -160,18 +172,31 @@ def hang_runs(args: argparse.Namespace, root: Path, study: str, console: Console
         left = len(find_marked(study_match(study)))
         ok = (
             result.status is FailureClass.HANG
-            and detect is not None and detect <= deadline + DETECT_MARGIN_S
-            and teardown is not None and teardown <= args.grace + TEARDOWN_MARGIN_S
-            and result.survivors == 0 and left == 0
+            and detect is not None
+            and detect <= deadline + DETECT_MARGIN_S
+            and teardown is not None
+            and teardown <= args.grace + TEARDOWN_MARGIN_S
+            and result.survivors == 0
+            and left == 0
         )
         run = HangRun(
-            fault, result.status.value, result.stop_reason.value, result.verdict.phase, round(deadline, 2),
+            fault,
+            result.status.value,
+            result.stop_reason.value,
+            result.verdict.phase,
+            round(deadline, 2),
             None if detect is None else round(detect, 3),
             None if detect is None else round(detect - deadline, 3),
-            None if teardown is None else round(teardown, 3), args.grace, result.escaped_processes,
-            result.survivors, left, ok,
+            None if teardown is None else round(teardown, 3),
+            args.grace,
+            result.escaped_processes,
+            result.survivors,
+            left,
+            ok,
         )
-        console.print(f"hang run {i + 1}/{args.runs}: {fault} -> {run.status}, detect {run.detect_s} s, teardown {run.teardown_s} s")
+        console.print(
+            f"hang run {i + 1}/{args.runs}: {fault} -> {run.status}, detect {run.detect_s} s, teardown {run.teardown_s} s"
+        )
         out.append(run)
     launcher.close()
     return out
@@ -194,7 +219,9 @@ def overhead_pairs(args: argparse.Namespace, root: Path, study: str, console: Co
         post = returned - first.stopping
         between = second.started - returned
         ok = r1.status is FailureClass.OK and r2.status is FailureClass.OK and post + between <= OVERHEAD_TARGET_S
-        pair = OverheadPair(round(post, 3), round(between, 3), round(post + between, 3), (r1.status.value, r2.status.value), ok)
+        pair = OverheadPair(
+            round(post, 3), round(between, 3), round(post + between, 3), (r1.status.value, r2.status.value), ok
+        )
         console.print(f"overhead pair {i + 1}/{args.pairs}: {pair.total_s} s ({r1.status.value}, {r2.status.value})")
         out.append(pair)
     launcher.close()
@@ -229,12 +256,31 @@ def main(argv: list[str] | None = None) -> int:
             kill_marked(study_match(study), 1.0)
 
     table = Table(title="hang detection and teardown (LocalLauncher on the synthetic twin)")
-    for col in ("fault", "status", "phase", "deadline s", "detect s", "over deadline s", "teardown s", "escaped", "survivors", "ok"):
+    for col in (
+        "fault",
+        "status",
+        "phase",
+        "deadline s",
+        "detect s",
+        "over deadline s",
+        "teardown s",
+        "escaped",
+        "survivors",
+        "ok",
+    ):
         table.add_column(col, justify="left" if col in ("fault", "status", "phase") else "right")
     for r in report.runs:
         table.add_row(
-            r.fault, r.status, r.phase or "-", f"{r.deadline_s:g}", str(r.detect_s), str(r.detect_over_deadline_s),
-            str(r.teardown_s), str(r.escaped), str(r.survivors + r.left_after), "yes" if r.ok else "NO",
+            r.fault,
+            r.status,
+            r.phase or "-",
+            f"{r.deadline_s:g}",
+            str(r.detect_s),
+            str(r.detect_over_deadline_s),
+            str(r.teardown_s),
+            str(r.escaped),
+            str(r.survivors + r.left_after),
+            "yes" if r.ok else "NO",
         )
     console.print(table)
     over = [r.detect_over_deadline_s for r in report.runs if r.detect_over_deadline_s is not None]
@@ -243,14 +289,30 @@ def main(argv: list[str] | None = None) -> int:
     summary = Table(title="targets (median / max)")
     for col in ("what", "measured", "target", "met"):
         summary.add_column(col)
-    summary.add_row("last progress line -> hang verdict, beyond the deadline", _stat(over), f"<= {DETECT_MARGIN_S:g} s",
-                    "yes" if over and max(over) <= DETECT_MARGIN_S else "NO")
-    summary.add_row("verdict -> no process left", _stat(tear), f"<= grace {args.grace:g} + {TEARDOWN_MARGIN_S:g} s",
-                    "yes" if tear and max(tear) <= args.grace + TEARDOWN_MARGIN_S else "NO")
-    summary.add_row("survivors", str(sum(r.survivors + r.left_after for r in report.runs)), "0",
-                    "yes" if all(r.survivors + r.left_after == 0 for r in report.runs) else "NO")
-    summary.add_row("tuner overhead between two trials", _stat(totals), f"<= {OVERHEAD_TARGET_S:g} s",
-                    "yes" if totals and max(totals) <= OVERHEAD_TARGET_S else "NO")
+    summary.add_row(
+        "last progress line -> hang verdict, beyond the deadline",
+        _stat(over),
+        f"<= {DETECT_MARGIN_S:g} s",
+        "yes" if over and max(over) <= DETECT_MARGIN_S else "NO",
+    )
+    summary.add_row(
+        "verdict -> no process left",
+        _stat(tear),
+        f"<= grace {args.grace:g} + {TEARDOWN_MARGIN_S:g} s",
+        "yes" if tear and max(tear) <= args.grace + TEARDOWN_MARGIN_S else "NO",
+    )
+    summary.add_row(
+        "survivors",
+        str(sum(r.survivors + r.left_after for r in report.runs)),
+        "0",
+        "yes" if all(r.survivors + r.left_after == 0 for r in report.runs) else "NO",
+    )
+    summary.add_row(
+        "tuner overhead between two trials",
+        _stat(totals),
+        f"<= {OVERHEAD_TARGET_S:g} s",
+        "yes" if totals and max(totals) <= OVERHEAD_TARGET_S else "NO",
+    )
     console.print(summary)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

@@ -92,7 +92,17 @@ def generate(path: Path, size_mb: float, seed: int = 0) -> int:
         r = rnd.randrange(8)
         tmpl = NCCL_LINES[rnd.randrange(len(NCCL_LINES))]
         lines.append(
-            tmpl.format(host="gpu-node-3", pid=4000 + r, tid=4100 + r, r=r, n=(r + 1) % 8, p=(r - 1) % 8, c=i % 32, comm=0x55D2C1A0 + r, op=i)
+            tmpl.format(
+                host="gpu-node-3",
+                pid=4000 + r,
+                tid=4100 + r,
+                r=r,
+                n=(r + 1) % 8,
+                p=(r - 1) % 8,
+                c=i % 32,
+                comm=0x55D2C1A0 + r,
+                op=i,
+            )
         )
         if i % 10_000 == 5_000:
             lines.append(ERROR.format(pid=959049, r=r, op=i))
@@ -102,9 +112,15 @@ def generate(path: Path, size_mb: float, seed: int = 0) -> int:
     with open(path, "wb", buffering=CHUNK) as fh:
         while written < size_mb * MB:
             fh.write(block)
-            progress = [PROGRESS.format(pid=645566, msg="Started: 'step'"), PROGRESS.format(pid=645566, msg="Started: 'generate'")]
+            progress = [
+                PROGRESS.format(pid=645566, msg="Started: 'step'"),
+                PROGRESS.format(pid=645566, msg="Started: 'generate'"),
+            ]
             progress.append(PROGRESS.format(pid=645566, msg=f"Finished: 'generate', time cost: {1200 + steps % 7}.12s"))
-            progress += [f"(FSDPPolicyWorkerBase pid={959049 + g}) rank {g} step {steps} memory: 61.{g}0GiB(77.1%)" for g in range(8)]
+            progress += [
+                f"(FSDPPolicyWorkerBase pid={959049 + g}) rank {g} step {steps} memory: 61.{g}0GiB(77.1%)"
+                for g in range(8)
+            ]
             progress.append(PROGRESS.format(pid=645566, msg=f"Finished: 'step', time cost: {1300 + steps % 5}.50s"))
             data = ("\n".join(progress) + "\n").encode()
             fh.write(data)
@@ -121,15 +137,25 @@ def generate_unique(path: Path, size_mb: float, seed: int = 1) -> int:
     random lines is written again and again with its lower-case letters permuted differently each
     time (words, hex digits and ids change; no line comes back), with progress lines between."""
     rnd = random.Random(seed)
-    vocab = ["".join(rnd.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rnd.randint(2, 10))) for _ in range(20_000)]
+    vocab = [
+        "".join(rnd.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rnd.randint(2, 10))) for _ in range(20_000)
+    ]
     levels = ("INFO", "INFO", "INFO", "DEBUG", "WARNING")
     lines = []
     for i in range(60_000):
-        lines.append(UNIQUE_LINE.format(
-            ts=f"2026-03-02 10:{(i // 60) % 60:02d}:{i % 60:02d}.{rnd.randrange(10**6):06d}", level=rnd.choice(levels),
-            host=f"gpu-{rnd.choice(vocab)}", pid=rnd.randrange(1000, 99999), module=rnd.choice(vocab), line=rnd.randrange(9999),
-            words=" ".join(rnd.choice(vocab) for _ in range(rnd.randint(6, 14))), addr=rnd.getrandbits(48), req=rnd.getrandbits(32),
-        ))
+        lines.append(
+            UNIQUE_LINE.format(
+                ts=f"2026-03-02 10:{(i // 60) % 60:02d}:{i % 60:02d}.{rnd.randrange(10**6):06d}",
+                level=rnd.choice(levels),
+                host=f"gpu-{rnd.choice(vocab)}",
+                pid=rnd.randrange(1000, 99999),
+                module=rnd.choice(vocab),
+                line=rnd.randrange(9999),
+                words=" ".join(rnd.choice(vocab) for _ in range(rnd.randint(6, 14))),
+                addr=rnd.getrandbits(48),
+                req=rnd.getrandbits(32),
+            )
+        )
     block = "".join(lines).encode()
     letters = b"abcdefghijklmnopqrstuvwxyz"
     steps = written = 0
@@ -137,7 +163,9 @@ def generate_unique(path: Path, size_mb: float, seed: int = 1) -> int:
         while written < size_mb * MB:
             perm = bytes(rnd.sample(letters, len(letters)))
             data = block.translate(bytes.maketrans(letters, perm))
-            data += (PROGRESS.format(pid=645566, msg=f"Finished: 'step', time cost: {1300 + steps % 5}.50s") + "\n").encode()
+            data += (
+                PROGRESS.format(pid=645566, msg=f"Finished: 'step', time cost: {1300 + steps % 5}.50s") + "\n"
+            ).encode()
             fh.write(data)
             written += len(data)
             steps += 1
@@ -170,7 +198,7 @@ class RssWatch:
         while not self._stop.wait(0.02):
             self.peak_mib = max(self.peak_mib, self._proc.memory_info().rss / 2**20)
 
-    def __enter__(self) -> "RssWatch":
+    def __enter__(self) -> RssWatch:
         self._thread.start()
         return self
 
@@ -183,15 +211,25 @@ class RssWatch:
 def _row(path: str, size: int, seconds: float, rss: RssWatch, found: int | None, written: int) -> Row:
     mb_s = size / MB / seconds
     return Row(
-        path, round(size / MB, 1), round(seconds, 3), round(mb_s, 1), round(rss.start_mib, 1), round(rss.peak_mib, 1),
-        round(rss.peak_mib - rss.start_mib, 1), found, written, mb_s >= TARGET_MB_S and (found is None or found == written),
+        path,
+        round(size / MB, 1),
+        round(seconds, 3),
+        round(mb_s, 1),
+        round(rss.start_mib, 1),
+        round(rss.peak_mib, 1),
+        round(rss.peak_mib - rss.start_mib, 1),
+        found,
+        written,
+        mb_s >= TARGET_MB_S and (found is None or found == written),
     )
 
 
 def _long(row: Row) -> Row:
     from dataclasses import replace
 
-    return replace(row, path=f"{row.path}, long line", meets_target=row.meets_target and row.rss_growth_mib < LONG_LINE_GROWTH_MIB)
+    return replace(
+        row, path=f"{row.path}, long line", meets_target=row.meets_target and row.rss_growth_mib < LONG_LINE_GROWTH_MIB
+    )
 
 
 def bench_scanner(log: Path, steps: int) -> Row:
@@ -282,8 +320,15 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         found = "-" if r.steps_found is None else f"{r.steps_found}/{r.steps_written}"
         table.add_row(
-            r.path, f"{r.mb:.0f}", f"{r.seconds:.2f}", f"{r.mb_per_s:.0f}", f"{r.rss_start_mib:.0f}",
-            f"{r.rss_peak_mib:.0f}", f"{r.rss_growth_mib:.1f}", found, "yes" if r.meets_target else "NO",
+            r.path,
+            f"{r.mb:.0f}",
+            f"{r.seconds:.2f}",
+            f"{r.mb_per_s:.0f}",
+            f"{r.rss_start_mib:.0f}",
+            f"{r.rss_peak_mib:.0f}",
+            f"{r.rss_growth_mib:.1f}",
+            found,
+            "yes" if r.meets_target else "NO",
         )
     console.print(table)
     if args.json:

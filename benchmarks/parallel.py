@@ -71,9 +71,17 @@ def one_study(address: str, slots: int, trials: int, step_s: float, root: Path) 
 
     space = root / "space.yaml"
     settings = RunSettings(
-        command=(sys.executable, "-c", STEP_COMMAND, "3", str(step_s)), space=str(space), study=f"par-{slots}",
-        results=root / f"k{slots}", trials=trials, seed=1, sampler="random", launcher="ray", parallel=slots,
-        ray_address=address, confirm=0,
+        command=(sys.executable, "-c", STEP_COMMAND, "3", str(step_s)),
+        space=str(space),
+        study=f"par-{slots}",
+        results=root / f"k{slots}",
+        trials=trials,
+        seed=1,
+        sampler="random",
+        launcher="ray",
+        parallel=slots,
+        ray_address=address,
+        confirm=0,
     )
     t0 = time.monotonic()
     outcome = run_study(settings, _C(stderr=True, quiet=True))
@@ -111,15 +119,23 @@ def main(argv: list[str] | None = None) -> int:
         cluster.shutdown()
     speedup = {str(k): walls[SLOTS[0]] / walls[k] for k in SLOTS}
     fixed = walls[SLOTS[0]] / args.trials - STEPS_PER_TRIAL_S * args.step_s
-    table = Table(title=f"parallel trials on Ray ({args.trials} trials of {STEPS_PER_TRIAL_S * args.step_s:g} s, "
-                        f"{fixed:.1f} s fixed cost each)")
+    table = Table(
+        title=f"parallel trials on Ray ({args.trials} trials of {STEPS_PER_TRIAL_S * args.step_s:g} s, "
+        f"{fixed:.1f} s fixed cost each)"
+    )
     for col in ("K", "wall s", "speed-up", "target"):
         table.add_column(col, justify="right")
     for k in SLOTS:
         table.add_row(str(k), f"{walls[k]:.1f}", f"{speedup[str(k)]:.2f}", f">= {TARGET * k:.1f}")
     Console().print(table)
-    report = {"speedup": speedup, "wall_s": {str(k): walls[k] for k in SLOTS}, "trials": args.trials,
-              "step_s": args.step_s, "fixed_s_per_trial": fixed, "target_frac": TARGET}
+    report = {
+        "speedup": speedup,
+        "wall_s": {str(k): walls[k] for k in SLOTS},
+        "trials": args.trials,
+        "step_s": args.step_s,
+        "fixed_s_per_trial": fixed,
+        "target_frac": TARGET,
+    }
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(report, indent=2) + "\n")

@@ -44,9 +44,10 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 import optuna
 from rich.console import Console
@@ -61,9 +62,9 @@ from nccl_tune.sim.launcher import ModelLauncher
 from nccl_tune.tuner.loop import run_study
 from nccl_tune.tuner.nccl_sweep import load as load_sweep
 from nccl_tune.tuner.pins import apply_pins, parse_pin
+from nccl_tune.tuner.settings import DEFAULT_SAMPLER, RunSettings
 from nccl_tune.tuner.storage import load_existing, open_storage
 from nccl_tune.tuner.study_records import FINISHED, Outcome, TrialRecord, records
-from nccl_tune.tuner.settings import DEFAULT_SAMPLER, RunSettings
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import search_twin as twin  # noqa: E402
@@ -151,8 +152,9 @@ class Problem:
         return 1 + math.ceil(math.log(0.5) / math.log(1 - self.p))
 
 
-def twin_problems(seeds: range, trials: int, pins: tuple[tuple[str, str], ...], cache: Path | None,
-                  root: Path, console: Console) -> tuple[list[Problem], twin.Landscape]:
+def twin_problems(
+    seeds: range, trials: int, pins: tuple[tuple[str, str], ...], cache: Path | None, root: Path, console: Console
+) -> tuple[list[Problem], twin.Landscape]:
     """The twin: one exact landscape (cached in the JSON), one problem per study seed."""
     space, pin_set = apply_pins(load_space(twin.SPACE), pins)
     settings = RunSettings(command=("bash", str(twin.TWIN)), results=root, pins=pins, trials=trials)
@@ -169,9 +171,18 @@ def twin_problems(seeds: range, trials: int, pins: tuple[tuple[str, str], ...], 
         return m.stable, land.frac(m)
 
     problems = [
-        Problem("twin", seed, twin.SPACE, ("bash", str(twin.TWIN)), pins, judge,
-                lambda: ModelLauncher(env=twin.BASE_ENV), land.best_values, land.best.throughput_samples_per_s,
-                land.target_region.get("p"))
+        Problem(
+            "twin",
+            seed,
+            twin.SPACE,
+            ("bash", str(twin.TWIN)),
+            pins,
+            judge,
+            lambda: ModelLauncher(env=twin.BASE_ENV),
+            land.best_values,
+            land.best.throughput_samples_per_s,
+            land.target_region.get("p"),
+        )
         for seed in seeds
     ]
     return problems, land
@@ -191,10 +202,23 @@ def synthetic_problems(name: str, seeds: range, root: Path) -> list[Problem]:
             return stable, (throughput(inst.space, values, t) / ex.best_throughput if stable else 0.0)
 
         cost = analytic_cost(inst.landscape, inst.node)
-        out.append(Problem(name, seed, str(path), ("true",), (), judge,
-                           lambda cost=cost, gpus=inst.node.gpus: ModelLauncher(env=twin.BASE_ENV, cost=cost, nccl_check_gpus=gpus),
-                           ex.best_values,
-                           ex.best_throughput, ex.p, cause=failure_cause(inst)))
+        out.append(
+            Problem(
+                name,
+                seed,
+                str(path),
+                ("true",),
+                (),
+                judge,
+                lambda cost=cost, gpus=inst.node.gpus: ModelLauncher(
+                    env=twin.BASE_ENV, cost=cost, nccl_check_gpus=gpus
+                ),
+                ex.best_values,
+                ex.best_throughput,
+                ex.p,
+                cause=failure_cause(inst),
+            )
+        )
     return out
 
 
@@ -258,15 +282,28 @@ class StudyStats:
 
 def settings_for(problem: Problem, sampler: str, trials: int, results: Path) -> RunSettings:
     common: dict[str, Any] = dict(
-        command=problem.command, space=problem.space, results=results, storage=f"sqlite:///{results / 'bench.db'}",
-        study=f"bench-{problem.family}-{sampler}-{problem.seed}", trials=trials, seed=problem.seed, pins=problem.pins,
+        command=problem.command,
+        space=problem.space,
+        results=results,
+        storage=f"sqlite:///{results / 'bench.db'}",
+        study=f"bench-{problem.family}-{sampler}-{problem.seed}",
+        trials=trials,
+        seed=problem.seed,
+        pins=problem.pins,
     )
     if sampler == "tuner":
         return RunSettings(**common)
     if sampler == "tpe":
         return RunSettings(**common, sampler="tpe")
-    return RunSettings(**common, sampler="random", predict_oom=False, early_stop_ratio=0.0, screening=False, confirm=0,
-                       nccl_check="off")
+    return RunSettings(
+        **common,
+        sampler="random",
+        predict_oom=False,
+        early_stop_ratio=0.0,
+        screening=False,
+        confirm=0,
+        nccl_check="off",
+    )
 
 
 def trial_gpu_s(record: TrialRecord) -> float:
@@ -284,8 +321,16 @@ def saved_gpu_s(record: TrialRecord) -> float:
     return (record.unspent_s or 0.0) * (res.modelled_gpu_s or 0.0) / res.wall_s
 
 
-def judge_study(problem: Problem, sampler: str, trials: int, records: Iterable[TrialRecord],
-                winner: Mapping[str, Any] | None, wall_s: float, stopped_by: str = "", sweep_gpu_s: float = 0.0) -> StudyStats:
+def judge_study(
+    problem: Problem,
+    sampler: str,
+    trials: int,
+    records: Iterable[TrialRecord],
+    winner: Mapping[str, Any] | None,
+    wall_s: float,
+    stopped_by: str = "",
+    sweep_gpu_s: float = 0.0,
+) -> StudyStats:
     recs = sorted(records, key=lambda r: r.number)
     launched = [r for r in recs if r.outcome is Outcome.LAUNCHED]
     reach, best_so_far, after = None, 0.0, {}
@@ -308,15 +353,25 @@ def judge_study(problem: Problem, sampler: str, trials: int, records: Iterable[T
     saved = sum(saved_gpu_s(r) for r in launched)
     judged = problem.judge(winner) if winner is not None else None
     return StudyStats(
-        family=problem.family, sampler=sampler, seed=problem.seed, trials=trials, launched=len(launched),
-        trials_to_reach=reach if reach is not None else trials + 1, censored=reach is None, best_frac_after=after,
-        gpu_s=total, failed_gpu_frac=failed / total if total else 0.0, failed_gpu_by_cause=dict(by_cause),
+        family=problem.family,
+        sampler=sampler,
+        seed=problem.seed,
+        trials=trials,
+        launched=len(launched),
+        trials_to_reach=reach if reach is not None else trials + 1,
+        censored=reach is None,
+        best_frac_after=after,
+        gpu_s=total,
+        failed_gpu_frac=failed / total if total else 0.0,
+        failed_gpu_by_cause=dict(by_cause),
         saved_gpu_frac=saved / (total + saved) if total + saved else 0.0,
         check_gpu_frac=checks / total if total else 0.0,
         stopped_early=sum(1 for r in launched if r.stopped_early),
         statuses=dict(Counter(r.status.value for r in launched if r.status)),
         outcomes=dict(Counter(r.outcome.value for r in recs)),
-        winner_frac=judged[1] if judged else None, winner_stable=judged[0] if judged else None, wall_s=wall_s,
+        winner_frac=judged[1] if judged else None,
+        winner_stable=judged[0] if judged else None,
+        wall_s=wall_s,
         stopped_by=stopped_by,
         sweep_trials=sweep_gpu_s / statistics.median(s for _, s in spent) if sweep_gpu_s and spent else 0.0,
     )
@@ -337,13 +392,21 @@ def run_one(problem: Problem, sampler: str, trials: int, root: Path) -> StudySta
     except NcclTuneError as exc:  # a stop rule ended it: judged on what it launched, without a winner
         url = settings.storage_url
         recs = records(load_existing(open_storage(url, create=False), url, settings.study))
-        return judge_study(problem, sampler, trials, recs, None, time.monotonic() - t0, str(exc),
-                           sweep_gpu_s(settings, problem.space))
+        return judge_study(
+            problem, sampler, trials, recs, None, time.monotonic() - t0, str(exc), sweep_gpu_s(settings, problem.space)
+        )
     if study.interrupted:  # Ctrl-C or a SIGTERM reached the study, which stopped: so does the benchmark
         raise KeyboardInterrupt
     winner = dict(study.winner.values) if study.winner is not None else None
-    return judge_study(problem, sampler, trials, study.records, winner, time.monotonic() - t0,
-                       sweep_gpu_s=sweep_gpu_s(settings, problem.space))
+    return judge_study(
+        problem,
+        sampler,
+        trials,
+        study.records,
+        winner,
+        time.monotonic() - t0,
+        sweep_gpu_s=sweep_gpu_s(settings, problem.space),
+    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -391,13 +454,20 @@ def mean_by_cause(stats: list[StudyStats]) -> dict[str, float]:
 
 
 def summarize(stats: list[StudyStats]) -> Summary:
-    after = {n: statistics.median(s.best_frac_after[n] for s in stats)
-             for n in CHECKPOINTS if all(n in s.best_frac_after for s in stats)}
+    after = {
+        n: statistics.median(s.best_frac_after[n] for s in stats)
+        for n in CHECKPOINTS
+        if all(n in s.best_frac_after for s in stats)
+    }
     winners = [s.winner_frac for s in stats if s.winner_frac is not None]
     return Summary(
-        family=stats[0].family, sampler=stats[0].sampler, seeds=len(stats), trials=stats[0].trials,
+        family=stats[0].family,
+        sampler=stats[0].sampler,
+        seeds=len(stats),
+        trials=stats[0].trials,
         median_trials_to_reach=statistics.median(s.trials_to_reach for s in stats),
-        censored=sum(s.censored for s in stats), trials_to_reach=tuple(s.trials_to_reach for s in stats),
+        censored=sum(s.censored for s in stats),
+        trials_to_reach=tuple(s.trials_to_reach for s in stats),
         median_best_frac_after=after,
         failed_gpu_frac_median=statistics.median(s.failed_gpu_frac for s in stats),
         failed_gpu_frac_max=max(s.failed_gpu_frac for s in stats),
@@ -416,10 +486,16 @@ def targets(family: str, sums: Mapping[str, Summary], implied: int | None) -> li
     tuner = sums.get("tuner")
     if tuner is None:
         return []
-    out = [{"family": family, "what": "median trials to reach (tuner)", "measured": tuner.median_trials_to_reach,
+    out = [
+        {
+            "family": family,
+            "what": "median trials to reach (tuner)",
+            "measured": tuner.median_trials_to_reach,
             "target": f"<= {TARGET_MEDIAN_TRIALS}",
             "met": not tuner.median_censored and tuner.median_trials_to_reach <= TARGET_MEDIAN_TRIALS,
-            "note": "censored" if tuner.median_censored else ""}]
+            "note": "censored" if tuner.median_censored else "",
+        }
+    ]
     rnd = sums.get("random")
     if rnd is not None:
         ratio = rnd.median_trials_to_reach / tuner.median_trials_to_reach
@@ -428,44 +504,83 @@ def targets(family: str, sums: Mapping[str, Summary], implied: int | None) -> li
         if rnd.median_censored and exact is not None:
             # random search censored at the budget gives a lower bound only; its exact median (from the
             # target region's share: the median of a geometric law) is then the yardstick
-            judged, note = exact, f"random censored: its exact median {implied}; same-run ratio {ratio:.1f}x (a lower bound)"
+            judged, note = (
+                exact,
+                f"random censored: its exact median {implied}; same-run ratio {ratio:.1f}x (a lower bound)",
+            )
         elif rnd.median_censored:
             note = "a lower bound: random's median is censored"
         met = not tuner.median_censored and judged >= TARGET_RANDOM_RATIO
-        out.append({"family": family, "what": "random / tuner median trials to reach", "measured": round(judged, 2),
-                    "target": f">= {TARGET_RANDOM_RATIO:g}", "met": met, "note": note})
-    out.append({"family": family, "what": "GPU time on failed trials (tuner, median)",
-                "measured": round(tuner.failed_gpu_frac_median, 4), "target": f"<= {TARGET_FAILED_GPU_FRAC:.0%}",
-                "met": tuner.failed_gpu_frac_median <= TARGET_FAILED_GPU_FRAC,
-                "note": f"max {tuner.failed_gpu_frac_max:.1%}; saved by stopping early {tuner.saved_gpu_frac_median:.1%}"
-                        + (f"; NCCL checks that passed {tuner.check_gpu_frac_mean:.1%} (mean)" if tuner.check_gpu_frac_mean else "")
-                        + (f"; NCCL sweep {tuner.sweep_trials_median:.1f} trials' GPU time (median), not counted"
-                           if tuner.sweep_trials_median else "")})
+        out.append(
+            {
+                "family": family,
+                "what": "random / tuner median trials to reach",
+                "measured": round(judged, 2),
+                "target": f">= {TARGET_RANDOM_RATIO:g}",
+                "met": met,
+                "note": note,
+            }
+        )
+    out.append(
+        {
+            "family": family,
+            "what": "GPU time on failed trials (tuner, median)",
+            "measured": round(tuner.failed_gpu_frac_median, 4),
+            "target": f"<= {TARGET_FAILED_GPU_FRAC:.0%}",
+            "met": tuner.failed_gpu_frac_median <= TARGET_FAILED_GPU_FRAC,
+            "note": f"max {tuner.failed_gpu_frac_max:.1%}; saved by stopping early {tuner.saved_gpu_frac_median:.1%}"
+            + (f"; NCCL checks that passed {tuner.check_gpu_frac_mean:.1%} (mean)" if tuner.check_gpu_frac_mean else "")
+            + (
+                f"; NCCL sweep {tuner.sweep_trials_median:.1f} trials' GPU time (median), not counted"
+                if tuner.sweep_trials_median
+                else ""
+            ),
+        }
+    )
     return out
 
 
-def render(console: Console, sums: list[Summary], tgt: list[dict[str, Any]], problems: Mapping[str, list[Problem]],
-           trials: int) -> None:
+def render(
+    console: Console, sums: list[Summary], tgt: list[dict[str, Any]], problems: Mapping[str, list[Problem]], trials: int
+) -> None:
     shown = [n for n in CHECKPOINTS if n <= trials]
-    table = Table(title=(
-        f"search on {len(problems)} landscape families ({sums[0].seeds} seeds x {trials} trials per sampler)\n"
-        f"reach: launched trials up to the first stable config within {WITHIN_FRAC:.0%} of the best (budget+1 if "
-        "never); best@N: best stable launched in N trials / the best; failed: GPU-s of failed trials / all; "
-        "saved: GPU-s not spent by stopping early; sweep: the NCCL sweep's GPU-s, in trials (median); winner / best: median, "
-        "and the studies whose winner is not stable"
-    ))
-    for col in ("family", "sampler", "reach (median)", "censored", "per seed", *(f"best@{n}" for n in shown),
-                "failed med / max", "saved", "sweep", "winner / best", "s/study"):
+    table = Table(
+        title=(
+            f"search on {len(problems)} landscape families ({sums[0].seeds} seeds x {trials} trials per sampler)\n"
+            f"reach: launched trials up to the first stable config within {WITHIN_FRAC:.0%} of the best (budget+1 if "
+            "never); best@N: best stable launched in N trials / the best; failed: GPU-s of failed trials / all; "
+            "saved: GPU-s not spent by stopping early; sweep: the NCCL sweep's GPU-s, in trials (median); winner / best: median, "
+            "and the studies whose winner is not stable"
+        )
+    )
+    for col in (
+        "family",
+        "sampler",
+        "reach (median)",
+        "censored",
+        "per seed",
+        *(f"best@{n}" for n in shown),
+        "failed med / max",
+        "saved",
+        "sweep",
+        "winner / best",
+        "s/study",
+    ):
         table.add_column(col, justify="left" if col in ("family", "sampler", "per seed") else "right")
     for s in sums:
         table.add_row(
-            s.family, s.sampler, f"{s.median_trials_to_reach:g}", f"{s.censored}/{s.seeds}",
+            s.family,
+            s.sampler,
+            f"{s.median_trials_to_reach:g}",
+            f"{s.censored}/{s.seeds}",
             " ".join(str(x) for x in s.trials_to_reach),
             *(f"{s.median_best_frac_after[n]:.1%}" if n in s.median_best_frac_after else "-" for n in shown),
-            f"{s.failed_gpu_frac_median:.1%} / {s.failed_gpu_frac_max:.1%}", f"{s.saved_gpu_frac_median:.1%}",
+            f"{s.failed_gpu_frac_median:.1%} / {s.failed_gpu_frac_max:.1%}",
+            f"{s.saved_gpu_frac_median:.1%}",
             f"{s.sweep_trials_median:.1f}" if s.sweep_trials_median else "-",
             ("-" if s.winner_frac_median is None else f"{s.winner_frac_median:.1%}")
-            + (f" ({s.winners_unstable} not stable)" if s.winners_unstable else ""), f"{s.study_wall_s_median:.1f}",
+            + (f" ({s.winners_unstable} not stable)" if s.winners_unstable else ""),
+            f"{s.study_wall_s_median:.1f}",
         )
     console.print(table)
     land = Table(title="landscapes (per seed: exact random median from the target region's share p)")
@@ -486,8 +601,14 @@ def render(console: Console, sums: list[Summary], tgt: list[dict[str, Any]], pro
     for col in ("family", "what", "measured", "target", "met", "note"):
         summary.add_column(col)
     for t in tgt:
-        summary.add_row(t["family"], t["what"], "-" if t["measured"] is None else f"{t['measured']:g}", t["target"],
-                        "yes" if t["met"] else "NO", t["note"])
+        summary.add_row(
+            t["family"],
+            t["what"],
+            "-" if t["measured"] is None else f"{t['measured']:g}",
+            t["target"],
+            "yes" if t["met"] else "NO",
+            t["note"],
+        )
     console.print(summary)
 
 
@@ -501,15 +622,32 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--families", default=",".join(FAMILY_NAMES), help="comma-separated (default: all)")
     p.add_argument("--samplers", default=",".join(SAMPLERS), help="comma-separated (default: tuner,tpe,random)")
-    p.add_argument("--seeds", type=int, default=None, help="instances per family, from --first-seed on (default 10; --quick 2)")
-    p.add_argument("--first-seed", type=int, default=0,
-                   help="the first instance (and twin study seed): seeds FIRST..FIRST+N-1 (default 0; 24 and on are held out)")
+    p.add_argument(
+        "--seeds", type=int, default=None, help="instances per family, from --first-seed on (default 10; --quick 2)"
+    )
+    p.add_argument(
+        "--first-seed",
+        type=int,
+        default=0,
+        help="the first instance (and twin study seed): seeds FIRST..FIRST+N-1 (default 0; 24 and on are held out)",
+    )
     p.add_argument("--trials", type=int, default=None, help="launched search trials per study (default 40; --quick 12)")
-    p.add_argument("--set", dest="pins", action="append", default=[], metavar="KEY=VALUE",
-                   help="hold a parameter of the twin's space fixed in its studies and landscape (repeatable)")
-    p.add_argument("--quick", action="store_true",
-                   help="a smoke run: few seeds and trials; the twin on " + ", ".join("=".join(x) for x in QUICK_PINS))
-    p.add_argument("--json", type=Path, default=None, help="write the results here (and reuse the twin's landscape cached there)")
+    p.add_argument(
+        "--set",
+        dest="pins",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="hold a parameter of the twin's space fixed in its studies and landscape (repeatable)",
+    )
+    p.add_argument(
+        "--quick",
+        action="store_true",
+        help="a smoke run: few seeds and trials; the twin on " + ", ".join("=".join(x) for x in QUICK_PINS),
+    )
+    p.add_argument(
+        "--json", type=Path, default=None, help="write the results here (and reuse the twin's landscape cached there)"
+    )
     args = p.parse_args(argv)
     args.seeds = args.seeds if args.seeds is not None else (2 if args.quick else 10)
     args.trials = args.trials if args.trials is not None else (12 if args.quick else 40)
@@ -550,12 +688,16 @@ def main(argv: list[str] | None = None) -> int:
             land = None
             for name in args.family_list:
                 if name == "twin":
-                    problems[name], land = twin_problems(args.seed_range, args.trials, args.pin_pairs, args.json, root,
-                                                         console)
+                    problems[name], land = twin_problems(
+                        args.seed_range, args.trials, args.pin_pairs, args.json, root, console
+                    )
                 else:
                     problems[name] = synthetic_problems(name, args.seed_range, root)
-            stats = {(name, s): [run_one(p, s, args.trials, root) for p in problems[name]]
-                     for name in args.family_list for s in args.sampler_list}
+            stats = {
+                (name, s): [run_one(p, s, args.trials, root) for p in problems[name]]
+                for name in args.family_list
+                for s in args.sampler_list
+            }
     except NcclTuneError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -574,26 +716,53 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if tgt and all(t["met"] for t in tgt) else 1
 
 
-def write_json(args: argparse.Namespace, problems: Mapping[str, list[Problem]], land: Any, sums: list[Summary],
-               stats: Mapping[tuple[str, str], list[StudyStats]], tgt: list[dict[str, Any]], wall_s: float) -> None:
+def write_json(
+    args: argparse.Namespace,
+    problems: Mapping[str, list[Problem]],
+    land: Any,
+    sums: list[Summary],
+    stats: Mapping[tuple[str, str], list[StudyStats]],
+    tgt: list[dict[str, Any]],
+    wall_s: float,
+) -> None:
     families: dict[str, Any] = {}
     for name, probs in problems.items():
         families[name] = {
             "shape": "the twin's cost model" if name == "twin" else FAMILIES[name].shape,
-            "instances": [{"seed": p.seed, "best_values": dict(p.best_values), "best_throughput": p.best_throughput,
-                           "p": p.p, "implied_random_median": p.implied_random_median} for p in probs],
+            "instances": [
+                {
+                    "seed": p.seed,
+                    "best_values": dict(p.best_values),
+                    "best_throughput": p.best_throughput,
+                    "p": p.p,
+                    "implied_random_median": p.implied_random_median,
+                }
+                for p in probs
+            ],
             "samplers": {s.sampler: dataclasses.asdict(s) for s in sums if s.family == name},
-            "studies": {sampler: [dataclasses.asdict(x) for x in v] for (fam, sampler), v in stats.items() if fam == name},
+            "studies": {
+                sampler: [dataclasses.asdict(x) for x in v] for (fam, sampler), v in stats.items() if fam == name
+            },
         }
         if name == "twin" and land is not None:
             families[name]["landscape"] = land.to_json()
             families[name]["pins"] = dict(args.pin_pairs)
     payload = {
-        "benchmark": "search", "families": families, "seeds": args.seeds, "first_seed": args.first_seed,
-        "trials": args.trials, "quick": args.quick,
-        "samplers": args.sampler_list, "shipped_sampler": SHIPPED, "within_frac": WITHIN_FRAC,
-        "definitions": DEFINITIONS, "targets": tgt, "all_met": bool(tgt) and all(t["met"] for t in tgt),
-        "cpu_count": os.cpu_count(), "python": sys.version.split()[0], "wall_s": round(wall_s, 1),
+        "benchmark": "search",
+        "families": families,
+        "seeds": args.seeds,
+        "first_seed": args.first_seed,
+        "trials": args.trials,
+        "quick": args.quick,
+        "samplers": args.sampler_list,
+        "shipped_sampler": SHIPPED,
+        "within_frac": WITHIN_FRAC,
+        "definitions": DEFINITIONS,
+        "targets": tgt,
+        "all_met": bool(tgt) and all(t["met"] for t in tgt),
+        "cpu_count": os.cpu_count(),
+        "python": sys.version.split()[0],
+        "wall_s": round(wall_s, 1),
     }
     args.json.parent.mkdir(parents=True, exist_ok=True)
     import json

@@ -28,10 +28,11 @@ import json
 import math
 import random
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from rich.console import Console
 
@@ -100,7 +101,11 @@ class ConfigModel:
 
     def _spec(self, values: Mapping[str, Any]) -> TrialSpec:
         return build_trial_spec(
-            self.space, self.settings, study="landscape", number=0, values=values,
+            self.space,
+            self.settings,
+            study="landscape",
+            number=0,
+            values=values,
             context_pins=self.pins.context,
         )
 
@@ -143,7 +148,9 @@ class ConfigModel:
         for seed in range(1, CHANCE_SEEDS):
             other = self.run(cfg, seed)
             if not other.stable:
-                return dataclasses.replace(first, throughput_samples_per_s=0.0, failure=f"{other.failure} (run seed {seed})")
+                return dataclasses.replace(
+                    first, throughput_samples_per_s=0.0, failure=f"{other.failure} (run seed {seed})"
+                )
         return first
 
     def judge(self, values: Mapping[str, Any]) -> Modelled:
@@ -175,11 +182,17 @@ class CommClass:
     refused: bool
 
     @classmethod
-    def of(cls, comm: CommModel) -> "CommClass":
-        return cls(tuple(sorted(comm.busbw.items())), comm.transport, comm.sm_steal, round(comm.buffers_gib, 12),
-                   bool(comm.cumem), comm.failure is not None)
+    def of(cls, comm: CommModel) -> CommClass:
+        return cls(
+            tuple(sorted(comm.busbw.items())),
+            comm.transport,
+            comm.sm_steal,
+            round(comm.buffers_gib, 12),
+            bool(comm.cumem),
+            comm.failure is not None,
+        )
 
-    def dominates(self, other: "CommClass") -> bool:
+    def dominates(self, other: CommClass) -> bool:
         """At least as fast with no more memory and no more cuMem for every config."""
         if self.refused or other.refused:
             return not self.refused
@@ -288,7 +301,7 @@ class Landscape:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Landscape":
+    def from_json(cls, data: Mapping[str, Any]) -> Landscape:
         def modelled(d: Mapping[str, Any]) -> Modelled:
             return Modelled(d["throughput_samples_per_s"], d["step_s"], d["peak_mem_gib"], d["failure"])
 
@@ -309,8 +322,21 @@ class Landscape:
 def fingerprint(space: SearchSpace, pins: Pins, steps: int) -> str:
     """Changes when anything that shapes the landscape changes."""
     h = hashlib.sha256()
-    h.update(json.dumps([LANDSCAPE_VERSION, space.text, sorted(pins.params.items()), sorted(pins.context.items()),
-                         steps, CHANCE_SEEDS, WITHIN_FRAC, BASE_ENV], default=str).encode())
+    h.update(
+        json.dumps(
+            [
+                LANDSCAPE_VERSION,
+                space.text,
+                sorted(pins.params.items()),
+                sorted(pins.context.items()),
+                steps,
+                CHANCE_SEEDS,
+                WITHIN_FRAC,
+                BASE_ENV,
+            ],
+            default=str,
+        ).encode()
+    )
     for path in sorted((REPO / "nccl_tune" / "sim").glob("*.py")):
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
@@ -340,7 +366,9 @@ def compute_landscape(model: ConfigModel, console: Console) -> Landscape:
         if cfg is None:
             continue
         if cfg.n_gpus != base.n_gpus:
-            raise NcclTuneError(f"space {space.name}: the GPU count changes with {over}; the NCCL classes assume it does not")
+            raise NcclTuneError(
+                f"space {space.name}: the GPU count changes with {over}; the NCCL classes assume it does not"
+            )
         for cls in classes.pareto:
             run_cfg = model.with_env(cfg, classes.representative(cls))
             first = model.run(run_cfg, 0)
@@ -361,7 +389,9 @@ def compute_landscape(model: ConfigModel, console: Console) -> Landscape:
             if len(top) >= 5:
                 break
     if not top:
-        raise NcclTuneError(f"space {space.name}: no stable config in the landscape; check the space and the --set values")
+        raise NcclTuneError(
+            f"space {space.name}: no stable config in the landscape; check the space and the --set values"
+        )
     best = top[0][1]
     check = reduction_check(model, classes, grid, best)
     region = target_region(model, classes, grid, best, admissible)
@@ -454,7 +484,9 @@ def reduction_check(
     }
 
 
-def target_region(model: ConfigModel, classes: EnvClasses, grid: list, best: Modelled, admissible: int) -> dict[str, Any]:
+def target_region(
+    model: ConfigModel, classes: EnvClasses, grid: list, best: Modelled, admissible: int
+) -> dict[str, Any]:
     """How many configs of the space reach the target, exactly: only an assignment whose best
     Pareto class reaches it can (dominance), so every class is tried on those assignments only.
     Random search draws uniformly among the rule-satisfying configs, so ``p`` is its chance per
@@ -477,11 +509,15 @@ def target_region(model: ConfigModel, classes: EnvClasses, grid: list, best: Mod
                 hits += len(members)
     total = admissible * sum(len(v) for v in classes.members.values())
     p = hits / total if total else 0.0
-    out: dict[str, Any] = {"configs_within": hits, "assignments_within": len(assignments), "configs_admissible": total, "p": p}
+    out: dict[str, Any] = {
+        "configs_within": hits,
+        "assignments_within": len(assignments),
+        "configs_admissible": total,
+        "p": p,
+    }
     if 0 < p < 1:
         out["implied_random_median_trials"] = 1 + math.ceil(math.log(0.5) / math.log(1 - p))
     return out
-
 
 
 def load_cached(path: Path | None, fp: str) -> Landscape | None:
@@ -496,4 +532,3 @@ def load_cached(path: Path | None, fp: str) -> Landscape | None:
     except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
     return None
-

@@ -63,7 +63,9 @@ def main() -> int:
     for column in ("case", "runs", "seconds", "per second", "run ok", "target"):
         table.add_column(column)
     for r in rows:
-        table.add_row(r.case, str(r.runs), f"{r.seconds:.2f}", f"{r.per_s:.0f}", str(r.ok), "met" if r.meets_target else "MISSED")
+        table.add_row(
+            r.case, str(r.runs), f"{r.seconds:.2f}", f"{r.per_s:.0f}", str(r.ok), "met" if r.meets_target else "MISSED"
+        )
     Console().print(table)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)

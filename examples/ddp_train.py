@@ -31,17 +31,23 @@ from torch.utils.checkpoint import checkpoint
 
 
 def parse_args() -> argparse.Namespace:
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    p = argparse.ArgumentParser(
+        description=__doc__.splitlines()[0], formatter_class=argparse.ArgumentDefaultsHelpFormatter
+    )
     p.add_argument("--batch-size", type=int, default=2, help="sequences per rank per forward/backward (micro-batch)")
     p.add_argument("--grad-accum", type=int, default=8, help="micro-batches per optimizer step")
     p.add_argument("--seq-len", type=int, default=32, help="tokens per sequence")
     p.add_argument("--hidden", type=int, default=64, help="model width")
     p.add_argument("--layers", type=int, default=4, help="MLP blocks")
     p.add_argument("--vocab", type=int, default=512, help="vocabulary size")
-    p.add_argument("--gradient-checkpointing", action="store_true", help="recompute each block's activations in backward")
+    p.add_argument(
+        "--gradient-checkpointing", action="store_true", help="recompute each block's activations in backward"
+    )
     p.add_argument("--max-steps", type=int, default=200, help="optimizer steps before the job ends")
     p.add_argument("--lr", type=float, default=1e-3, help="learning rate")
-    p.add_argument("--memory-limit-mb", type=float, default=4.0, help="stand-in for device memory: saved activations allowed")
+    p.add_argument(
+        "--memory-limit-mb", type=float, default=4.0, help="stand-in for device memory: saved activations allowed"
+    )
     return p.parse_args()
 
 
@@ -121,14 +127,29 @@ def main() -> None:
         opt.zero_grad(set_to_none=True)
         rate = samples_per_step / (time.perf_counter() - t0)
         if rank == 0:
-            print({"loss": round(total, 4), "grad_norm": round(grad_norm, 4), "learning_rate": args.lr,
-                   "epoch": round(step / args.max_steps, 2), "step": step, "train_samples_per_second": round(rate, 3)},
-                  flush=True)
+            print(
+                {
+                    "loss": round(total, 4),
+                    "grad_norm": round(grad_norm, 4),
+                    "learning_rate": args.lr,
+                    "epoch": round(step / args.max_steps, 2),
+                    "step": step,
+                    "train_samples_per_second": round(rate, 3),
+                },
+                flush=True,
+            )
     runtime = time.perf_counter() - t_start
     if rank == 0:
-        print({"train_runtime": round(runtime, 4), "train_samples_per_second": round(samples_per_step * args.max_steps / runtime, 3),
-               "train_steps_per_second": round(args.max_steps / runtime, 3), "train_loss": round(total, 4), "epoch": 1.0},
-              flush=True)
+        print(
+            {
+                "train_runtime": round(runtime, 4),
+                "train_samples_per_second": round(samples_per_step * args.max_steps / runtime, 3),
+                "train_steps_per_second": round(args.max_steps / runtime, 3),
+                "train_loss": round(total, 4),
+                "epoch": 1.0,
+            },
+            flush=True,
+        )
     dist.destroy_process_group()
 
 

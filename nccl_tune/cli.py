@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import List, Optional
 
 import typer
 import typer.core
@@ -40,7 +39,7 @@ def _emit_json(obj: object) -> None:
     sys.stdout.write(json.dumps(obj, indent=2, default=str) + "\n")
 
 
-def _deliver(text: str, output: Optional[Path]) -> None:
+def _deliver(text: str, output: Path | None) -> None:
     """``text`` to stdout, or atomically to ``output`` (one-line error when it cannot be written)."""
     from nccl_tune.tuner.export import write_output
 
@@ -59,7 +58,7 @@ class _RunCommand(typer.core.TyperCommand):
         return super().parse_args(ctx, args)
 
 
-def _check_dashdash(ctx: typer.Context, command: List[str]) -> None:
+def _check_dashdash(ctx: typer.Context, command: list[str]) -> None:
     """The training command must be exactly what follows ``--``: a word before it (``--dry-run true``)
     would otherwise be run as the command."""
     raw = ctx.meta.get("raw_args", [])
@@ -74,35 +73,97 @@ def _check_dashdash(ctx: typer.Context, command: List[str]) -> None:
 @app.command("run", cls=_RunCommand, context_settings={"allow_interspersed_args": False})
 def run_cmd(
     ctx: typer.Context,
-    command: Optional[List[str]] = typer.Argument(None, help="The training command, after --.", show_default=False, metavar="-- COMMAND"),
-    space: Optional[str] = typer.Option(None, "--space", help="Built-in space name or a space YAML file (default: the SkyRL space of the layout the command runs)."),
-    study: Optional[str] = typer.Option(None, "--study", help="Study name (default: from the space and command; the same name resumes)."),
-    storage: Optional[str] = typer.Option(None, "--storage", help="Optuna storage URL (default: sqlite:///RESULTS/nccl-tune.db)."),
-    results: Path = typer.Option(Path("results"), "--results", help="Folder for trial folders and the default storage."),
-    trials: int = typer.Option(20, "--trials", help="Trials to launch in this run (re-runs for confirmation come on top)."),
-    budget: Optional[str] = typer.Option(None, "--budget", help="Wall-clock budget of the run: no new trial after it (e.g. 8h, 45m).", metavar="DURATION"),
-    steps: Optional[int] = typer.Option(None, "--steps", help="Measured steps per trial (after the warm-up step)."),
-    warmup_steps: Optional[int] = typer.Option(None, "--warmup-steps", help="Unmeasured steps at the start of each trial."),
-    stall_timeout: Optional[str] = typer.Option(None, "--stall-timeout", help="Silence in an unknown phase before a trial is called hung.", metavar="DURATION"),
-    startup_timeout: Optional[str] = typer.Option(None, "--startup-timeout", help="Time allowed before the first progress line.", metavar="DURATION"),
-    trial_timeout: Optional[str] = typer.Option(None, "--trial-timeout", help="Budget of one trial.", metavar="DURATION"),
-    grace: Optional[str] = typer.Option(None, "--grace", help="SIGTERM-to-SIGKILL grace period at teardown.", metavar="DURATION"),
-    gate_timeout: Optional[str] = typer.Option(None, "--gate-timeout", help="How long to wait for a clean node (GPU memory back, the study's processes gone) before a trial; default 60s.", metavar="DURATION"),
-    pin: List[str] = typer.Option([], "--set", help="Hold a parameter (or context value) fixed: KEY=VALUE; repeatable.", metavar="KEY=VALUE"),
-    seed: Optional[int] = typer.Option(None, "--seed", help="Sampler seed."),
+    command: list[str] | None = typer.Argument(
+        None, help="The training command, after --.", show_default=False, metavar="-- COMMAND"
+    ),
+    space: str | None = typer.Option(
+        None,
+        "--space",
+        help="Built-in space name or a space YAML file (default: the SkyRL space of the layout the command runs).",
+    ),
+    study: str | None = typer.Option(
+        None, "--study", help="Study name (default: from the space and command; the same name resumes)."
+    ),
+    storage: str | None = typer.Option(
+        None, "--storage", help="Optuna storage URL (default: sqlite:///RESULTS/nccl-tune.db)."
+    ),
+    results: Path = typer.Option(
+        Path("results"), "--results", help="Folder for trial folders and the default storage."
+    ),
+    trials: int = typer.Option(
+        20, "--trials", help="Trials to launch in this run (re-runs for confirmation come on top)."
+    ),
+    budget: str | None = typer.Option(
+        None, "--budget", help="Wall-clock budget of the run: no new trial after it (e.g. 8h, 45m).", metavar="DURATION"
+    ),
+    steps: int | None = typer.Option(None, "--steps", help="Measured steps per trial (after the warm-up step)."),
+    warmup_steps: int | None = typer.Option(
+        None, "--warmup-steps", help="Unmeasured steps at the start of each trial."
+    ),
+    stall_timeout: str | None = typer.Option(
+        None, "--stall-timeout", help="Silence in an unknown phase before a trial is called hung.", metavar="DURATION"
+    ),
+    startup_timeout: str | None = typer.Option(
+        None, "--startup-timeout", help="Time allowed before the first progress line.", metavar="DURATION"
+    ),
+    trial_timeout: str | None = typer.Option(None, "--trial-timeout", help="Budget of one trial.", metavar="DURATION"),
+    grace: str | None = typer.Option(
+        None, "--grace", help="SIGTERM-to-SIGKILL grace period at teardown.", metavar="DURATION"
+    ),
+    gate_timeout: str | None = typer.Option(
+        None,
+        "--gate-timeout",
+        help="How long to wait for a clean node (GPU memory back, the study's processes gone) before a trial; default 60s.",
+        metavar="DURATION",
+    ),
+    pin: list[str] = typer.Option(
+        [], "--set", help="Hold a parameter (or context value) fixed: KEY=VALUE; repeatable.", metavar="KEY=VALUE"
+    ),
+    seed: int | None = typer.Option(None, "--seed", help="Sampler seed."),
     sampler: str = typer.Option("local", "--sampler", help="local (walk from the incumbent), tpe or random."),
-    launcher: str = typer.Option("local", "--launcher", help="Where trials run: local (this node) or ray (one node of a Ray cluster per trial)."),
-    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster for --launcher ray (default: RAY_ADDRESS, then the running local one).", metavar="HOST:PORT"),
-    parallel: int = typer.Option(1, "--parallel", help="Trials at once (several need --launcher ray: one trial per node)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the tuned YAML here at the end."),
+    launcher: str = typer.Option(
+        "local", "--launcher", help="Where trials run: local (this node) or ray (one node of a Ray cluster per trial)."
+    ),
+    ray_address: str | None = typer.Option(
+        None,
+        "--ray-address",
+        help="Ray cluster for --launcher ray (default: RAY_ADDRESS, then the running local one).",
+        metavar="HOST:PORT",
+    ),
+    parallel: int = typer.Option(
+        1, "--parallel", help="Trials at once (several need --launcher ray: one trial per node)."
+    ),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write the tuned YAML here at the end."),
     confirm: int = typer.Option(2, "--confirm", help="Re-run the best N candidates once to confirm them (0: none)."),
-    nccl_check: str = typer.Option("auto", "--nccl-check", help="Run each new set of NCCL values on the collectives alone before its trial, so a setting that fails does so in seconds: auto (when the space sets NCCL variables and GPUs are visible), on or off."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Validate the space and print the first trial's argv and env; run nothing."),
+    nccl_check: str = typer.Option(
+        "auto",
+        "--nccl-check",
+        help="Run each new set of NCCL values on the collectives alone before its trial, so a setting that fails does so in seconds: auto (when the space sets NCCL variables and GPUs are visible), on or off.",
+    ),
+    dry_run: bool = typer.Option(
+        False, "--dry-run", help="Validate the space and print the first trial's argv and env; run nothing."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Print a JSON summary on stdout (progress goes to stderr)."),
-    series: Optional[str] = typer.Option(None, "--series", help="Keep this run as a night of the named series (a new study per night).", metavar="NAME"),
-    warm_start: bool = typer.Option(False, "--warm-start", help="Run the baseline config (the series' previous best, or --baseline) first, 3 times, then search."),
-    baseline: Optional[Path] = typer.Option(None, "--baseline", help="A tuned YAML to compare with (default: the series' previous good night).", metavar="FILE"),
-    fail_on_regression: Optional[float] = typer.Option(None, "--fail-on-regression", help="Exit 3 when the best is slower than the baseline's by more than PCT and the noise, or the baseline config now fails.", metavar="PCT"),
+    series: str | None = typer.Option(
+        None, "--series", help="Keep this run as a night of the named series (a new study per night).", metavar="NAME"
+    ),
+    warm_start: bool = typer.Option(
+        False,
+        "--warm-start",
+        help="Run the baseline config (the series' previous best, or --baseline) first, 3 times, then search.",
+    ),
+    baseline: Path | None = typer.Option(
+        None,
+        "--baseline",
+        help="A tuned YAML to compare with (default: the series' previous good night).",
+        metavar="FILE",
+    ),
+    fail_on_regression: float | None = typer.Option(
+        None,
+        "--fail-on-regression",
+        help="Exit 3 when the best is slower than the baseline's by more than PCT and the noise, or the baseline config now fails.",
+        metavar="PCT",
+    ),
 ) -> None:
     """Tune COMMAND: run short trials under an Optuna search and report the fastest stable config."""
     from nccl_tune.tuner.pins import parse_pin
@@ -110,16 +171,44 @@ def run_cmd(
 
     try:
         _check_dashdash(ctx, command or [])
-        given = {"--budget": budget, "--stall-timeout": stall_timeout, "--startup-timeout": startup_timeout,
-                 "--trial-timeout": trial_timeout, "--grace": grace, "--gate-timeout": gate_timeout}
+        given = {
+            "--budget": budget,
+            "--stall-timeout": stall_timeout,
+            "--startup-timeout": startup_timeout,
+            "--trial-timeout": trial_timeout,
+            "--grace": grace,
+            "--gate-timeout": gate_timeout,
+        }
         secs = {opt: None if text is None else parse_duration(text, opt) for opt, text in given.items()}
         settings = RunSettings(
-            command=tuple(command or ()), space=space, study=study, storage=storage, results=results,
-            trials=trials, steps=steps, warmup_steps=warmup_steps, pins=tuple(parse_pin(p) for p in pin),
-            seed=seed, sampler=sampler, launcher=launcher, parallel=parallel, ray_address=ray_address, output=output, dry_run=dry_run, confirm=confirm,
-            nccl_check=nccl_check, budget_s=secs["--budget"], stall_timeout_s=secs["--stall-timeout"], startup_timeout_s=secs["--startup-timeout"],
-            trial_timeout_s=secs["--trial-timeout"], grace_s=secs["--grace"], gate_timeout_s=secs["--gate-timeout"], series=series, warm_start=warm_start,
-            baseline_file=baseline, fail_on_regression_pct=fail_on_regression,
+            command=tuple(command or ()),
+            space=space,
+            study=study,
+            storage=storage,
+            results=results,
+            trials=trials,
+            steps=steps,
+            warmup_steps=warmup_steps,
+            pins=tuple(parse_pin(p) for p in pin),
+            seed=seed,
+            sampler=sampler,
+            launcher=launcher,
+            parallel=parallel,
+            ray_address=ray_address,
+            output=output,
+            dry_run=dry_run,
+            confirm=confirm,
+            nccl_check=nccl_check,
+            budget_s=secs["--budget"],
+            stall_timeout_s=secs["--stall-timeout"],
+            startup_timeout_s=secs["--startup-timeout"],
+            trial_timeout_s=secs["--trial-timeout"],
+            grace_s=secs["--grace"],
+            gate_timeout_s=secs["--gate-timeout"],
+            series=series,
+            warm_start=warm_start,
+            baseline_file=baseline,
+            fail_on_regression_pct=fail_on_regression,
         )
         _run(settings, as_json)
     except NcclTuneError as exc:
@@ -143,27 +232,41 @@ def _run(settings, as_json: bool) -> None:
     for line in outcome.notes:
         (err if as_json else out).print(escape(line), highlight=False, soft_wrap=True)
     if as_json:
-        data = summary_json(outcome.study, outcome.storage_url, list(outcome.records), outcome.winner,
-                            outcome.baseline, outcome.exit_code, outcome.space, outcome.stored.passed_over)
+        data = summary_json(
+            outcome.study,
+            outcome.storage_url,
+            list(outcome.records),
+            outcome.winner,
+            outcome.baseline,
+            outcome.exit_code,
+            outcome.space,
+            outcome.stored.passed_over,
+        )
         data["night"] = outcome.night.to_json() if outcome.night else None
         _emit_json(data)
     verdict = outcome.night.verdict if outcome.night else None
     if verdict is not None and not outcome.interrupted:
-        (err if outcome.exit_code == 3 else (err if as_json else out)).print(escape(verdict.summary), highlight=False,
-                                                                            soft_wrap=True)
+        (err if outcome.exit_code == 3 else (err if as_json else out)).print(
+            escape(verdict.summary), highlight=False, soft_wrap=True
+        )
     if outcome.interrupted:
-        err.print(escape(f"interrupted: study {outcome.study} is saved; run the same command again to resume"), highlight=False,
-                  soft_wrap=True)
+        err.print(
+            escape(f"interrupted: study {outcome.study} is saved; run the same command again to resume"),
+            highlight=False,
+            soft_wrap=True,
+        )
     raise typer.Exit(outcome.exit_code)
 
 
 @app.command("export")
 def export_cmd(
-    study: Optional[str] = typer.Option(None, "--study", help="Study name (default: the only study in the storage)."),
-    storage: Optional[str] = typer.Option(None, "--storage", help="Optuna storage URL."),
+    study: str | None = typer.Option(None, "--study", help="Study name (default: the only study in the storage)."),
+    storage: str | None = typer.Option(None, "--storage", help="Optuna storage URL."),
     results: Path = typer.Option(Path("results"), "--results", help="Folder of the default storage."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout."),
-    fmt: str = typer.Option("yaml", "--format", help="yaml (overrides + env + provenance), args (key=value) or env (export lines)."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write to this file instead of stdout."),
+    fmt: str = typer.Option(
+        "yaml", "--format", help="yaml (overrides + env + provenance), args (key=value) or env (export lines)."
+    ),
 ) -> None:
     """Write the best stable trial of a study as tuned YAML, key=value arguments or env lines."""
     from nccl_tune.tuner.export import export_study
@@ -180,8 +283,10 @@ def export_cmd(
 def apply_cmd(
     tuned: Path = typer.Argument(..., help="A tuned YAML written by `nccl-tune export`."),
     into: Path = typer.Option(..., "--into", help="The training config to merge the overrides into."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here instead of stdout."),
-    allow_new_keys: bool = typer.Option(False, "--allow-new-keys", help="Add keys the config lacks instead of refusing."),
+    output: Path | None = typer.Option(None, "--output", "-o", help="Write here instead of stdout."),
+    allow_new_keys: bool = typer.Option(
+        False, "--allow-new-keys", help="Add keys the config lacks instead of refusing."
+    ),
 ) -> None:
     """Merge a tuned YAML's overrides into a training config (OmegaConf.merge)."""
     from nccl_tune.tuner.export import apply_tuned
@@ -192,22 +297,31 @@ def apply_cmd(
     except NcclTuneError as exc:
         _fail(exc)
     if applied.env_lines:  # the config cannot carry them: say what to run before the training command
-        err.print(escape(f"# {tuned} also sets the environment; run before the training command:"), highlight=False,
-                  soft_wrap=True)
+        err.print(
+            escape(f"# {tuned} also sets the environment; run before the training command:"),
+            highlight=False,
+            soft_wrap=True,
+        )
         for line in applied.env_lines:
             err.print(escape(line), highlight=False, soft_wrap=True)
 
 
 @app.command("report")
 def report_cmd(
-    study: Optional[str] = typer.Option(None, "--study", help="Study name (default: the only study in the storage)."),
-    series: Optional[str] = typer.Option(None, "--series", help="Report the latest night of this series (instead of --study)."),
-    storage: Optional[str] = typer.Option(None, "--storage", help="Optuna storage URL."),
+    study: str | None = typer.Option(None, "--study", help="Study name (default: the only study in the storage)."),
+    series: str | None = typer.Option(
+        None, "--series", help="Report the latest night of this series (instead of --study)."
+    ),
+    storage: str | None = typer.Option(None, "--storage", help="Optuna storage URL."),
     results: Path = typer.Option(Path("results"), "--results", help="Folder of the default storage."),
-    fmt: Optional[str] = typer.Option(None, "--format", help="html (one self-contained file with plots), md (for $GITHUB_STEP_SUMMARY) or json."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the report here (format from --format or the suffix)."),
-    junit: Optional[Path] = typer.Option(None, "--junit", help="Also write the night's checks as JUnit XML here."),
-    plots: Optional[Path] = typer.Option(None, "--plots", help="Write PNG plots into this folder."),
+    fmt: str | None = typer.Option(
+        None, "--format", help="html (one self-contained file with plots), md (for $GITHUB_STEP_SUMMARY) or json."
+    ),
+    output: Path | None = typer.Option(
+        None, "--output", "-o", help="Write the report here (format from --format or the suffix)."
+    ),
+    junit: Path | None = typer.Option(None, "--junit", help="Also write the night's checks as JUnit XML here."),
+    plots: Path | None = typer.Option(None, "--plots", help="Write PNG plots into this folder."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable report (the trials and the winner)."),
 ) -> None:
     """What was tried, what failed and why, and the winner against the baseline; as HTML,
@@ -242,8 +356,8 @@ def report_cmd(
 
 @app.command("history")
 def history_cmd(
-    series: Optional[str] = typer.Option(None, "--series", help="Series name (default: the only series in the storage)."),
-    storage: Optional[str] = typer.Option(None, "--storage", help="Optuna storage URL."),
+    series: str | None = typer.Option(None, "--series", help="Series name (default: the only series in the storage)."),
+    storage: str | None = typer.Option(None, "--storage", help="Optuna storage URL."),
     results: Path = typer.Option(Path("results"), "--results", help="Folder of the default storage."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable history."),
 ) -> None:
@@ -275,8 +389,12 @@ def spaces_list_cmd() -> None:
 @spaces_app.command("init", cls=_RunCommand, context_settings={"allow_interspersed_args": False})
 def spaces_init_cmd(
     ctx: typer.Context,
-    command: Optional[List[str]] = typer.Argument(None, help="The training command, after --.", show_default=False, metavar="-- COMMAND"),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write the space here (a new file) instead of stdout."),
+    command: list[str] | None = typer.Argument(
+        None, help="The training command, after --.", show_default=False, metavar="-- COMMAND"
+    ),
+    output: Path | None = typer.Option(
+        None, "--output", "-o", help="Write the space here (a new file) instead of stdout."
+    ),
     timeout: float = typer.Option(30.0, "--timeout", help="Seconds COMMAND --help may take."),
 ) -> None:
     """A starter space for COMMAND from its --help (argparse or Hydra): tunable options, a progress preset, checks."""
@@ -314,7 +432,7 @@ def spaces_show_cmd(
 
 @app.command("diagnose")
 def diagnose_cmd(
-    paths: List[Path] = typer.Argument(..., help="Log files, trial folders or folders of Flight Recorder dumps."),
+    paths: list[Path] = typer.Argument(..., help="Log files, trial folders or folders of Flight Recorder dumps."),
     as_json: bool = typer.Option(False, "--json", help="One JSON object per input, one per line."),
 ) -> None:
     """Why a run died: root cause, rank, evidence lines and advice, from any log."""

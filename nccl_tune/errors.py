@@ -17,4 +17,3 @@ class NcclTuneError(Exception):
 
 class GpuGateError(NcclTuneError):
     """GPU memory or marked processes did not come back to the baseline between trials."""
-

@@ -7,9 +7,10 @@ Every module that reports an outcome speaks in these types. ``diagnose/`` produc
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Mapping
+from typing import Any
 
 
 class FailureClass(str, Enum):
@@ -51,8 +52,20 @@ class FailureClass(str, Enum):
         return self in (FailureClass.INIT_FAILURE, FailureClass.CONFIG_ERROR, FailureClass.CUDA_ERROR)
 
 
-SIGNAL_NAMES = {1: "SIGHUP", 2: "SIGINT", 3: "SIGQUIT", 4: "SIGILL", 6: "SIGABRT", 7: "SIGBUS", 8: "SIGFPE",
-                9: "SIGKILL", 11: "SIGSEGV", 13: "SIGPIPE", 14: "SIGALRM", 15: "SIGTERM"}
+SIGNAL_NAMES = {
+    1: "SIGHUP",
+    2: "SIGINT",
+    3: "SIGQUIT",
+    4: "SIGILL",
+    6: "SIGABRT",
+    7: "SIGBUS",
+    8: "SIGFPE",
+    9: "SIGKILL",
+    11: "SIGSEGV",
+    13: "SIGPIPE",
+    14: "SIGALRM",
+    15: "SIGTERM",
+}
 
 
 def signal_from_exit(exit_code: int | None) -> str | None:
@@ -114,10 +127,14 @@ class Cause:
     details: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return {"rule": self.rule, "subtype": self.subtype, "details": {k: _jsonable(v) for k, v in self.details.items()}}
+        return {
+            "rule": self.rule,
+            "subtype": self.subtype,
+            "details": {k: _jsonable(v) for k, v in self.details.items()},
+        }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any] | None) -> "Cause | None":
+    def from_json(cls, data: Mapping[str, Any] | None) -> Cause | None:
         if not data:
             return None
         return cls(str(data.get("rule") or ""), str(data.get("subtype") or ""), dict(data.get("details") or {}))
@@ -177,8 +194,10 @@ class Verdict:
     @property
     def refused_key(self) -> bool:
         """The command refused a configuration key it does not know."""
-        return self.failure_class is FailureClass.CONFIG_ERROR and self.cause is not None and (
-            self.cause.subtype == "unknown_key"
+        return (
+            self.failure_class is FailureClass.CONFIG_ERROR
+            and self.cause is not None
+            and (self.cause.subtype == "unknown_key")
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -195,7 +214,7 @@ class Verdict:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Verdict":
+    def from_json(cls, data: Mapping[str, Any]) -> Verdict:
         return cls(
             failure_class=FailureClass(data["class"]),
             rank=data.get("rank"),

@@ -157,9 +157,7 @@ class NvmlProbe(GpuProbe):
         out = []
         for i, h in enumerate(self._handles):
             mem = n.nvmlDeviceGetMemoryInfo(h)
-            out.append(
-                GpuInfo(i, _text(n.nvmlDeviceGetName(h)), _text(n.nvmlDeviceGetUUID(h)), mem.total / GIB)
-            )
+            out.append(GpuInfo(i, _text(n.nvmlDeviceGetName(h)), _text(n.nvmlDeviceGetUUID(h)), mem.total / GIB))
         return tuple(out)
 
     def usage(self) -> tuple[GpuUsage, ...]:

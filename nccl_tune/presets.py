@@ -50,8 +50,8 @@ first). The formats are those of each project's own logging code:
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Mapping
 
 from nccl_tune.diagnose.text import TORCHRUN_PREFIX
 from nccl_tune.trial import ProgressRules
@@ -97,7 +97,7 @@ HF_TRAINER = ProgressRules(
 )
 
 TORCHTITAN = ProgressRules(
-    step_end=(rf"(?<!validate )step:\s*(?P<step>\d+)\s+loss:.*?[tw]ps:\s*(?P<tokens_per_s>\d[\d,]*)",),
+    step_end=(r"(?<!validate )step:\s*(?P<step>\d+)\s+loss:.*?[tw]ps:\s*(?P<tokens_per_s>\d[\d,]*)",),
     memory=(rf"(?<!validate )step:.*?memory:\s*(?P<gib>{_NUM})GiB\((?P<pct>{_NUM})%\)",),
     training_done=r"Training completed",
     preset="torchtitan",
@@ -158,7 +158,15 @@ PRESETS: Mapping[str, ProgressRules] = MappingProxyType(
 )
 
 DETECT_ORDER: tuple[str, ...] = (
-    "skyrl", "megatron", "torchtitan", "deepspeed", "verl", "openrlhf", "nemo-rl", "lightning", "hf-trainer",
+    "skyrl",
+    "megatron",
+    "torchtitan",
+    "deepspeed",
+    "verl",
+    "openrlhf",
+    "nemo-rl",
+    "lightning",
+    "hf-trainer",
 )
 """Order in which a trial's output is tried against the presets (the generic tqdm bar last). No
 preset's step, phase or end rule matches another preset's lines (``tests/test_presets.py``), so the

@@ -8,11 +8,12 @@ folder and the study storage hold everything a report needs.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from enum import Enum
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from nccl_tune.failure import FailureClass, Verdict
 
@@ -74,7 +75,7 @@ class Clocks:
         object.__setattr__(self, "phase_estimates_s", _frozen_map(self.phase_estimates_s))
         object.__setattr__(self, "phase_max_s", _frozen_map(self.phase_max_s))
 
-    def learned(self, *measured: Mapping[str, float]) -> "Clocks":
+    def learned(self, *measured: Mapping[str, float]) -> Clocks:
         """These clocks, knowing also the phase maxima in ``measured`` (the study's earlier trials)."""
         return replace(self, phase_max_s=fold_phase_max(self.phase_max_s, *measured))
 
@@ -368,7 +369,7 @@ class MemoryReport:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any] | None) -> "MemoryReport | None":
+    def from_json(cls, data: Mapping[str, Any] | None) -> MemoryReport | None:
         if not data:
             return None
         return cls(
@@ -500,7 +501,7 @@ class TrialResult:
         return out
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "TrialResult":
+    def from_json(cls, data: Mapping[str, Any]) -> TrialResult:
         return cls(
             number=int(data["number"]),
             status=FailureClass(data["status"]),

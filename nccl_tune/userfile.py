@@ -7,8 +7,8 @@ named could be created and written, asked without creating anything (``folder_pr
 from __future__ import annotations
 
 import os
-import tempfile
 import reprlib
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +88,7 @@ def yaml_mapping(text: str, label: str, fix: str) -> dict[str, Any]:
     if data is None:
         raise NcclTuneError(f"{label} is empty; {fix}")
     if not isinstance(data, dict):
-        raise NcclTuneError(f"{label} holds a single {type(data).__name__} ({reprlib.repr(data)}), not a YAML mapping "
-                            f"of keys; {fix}")
+        raise NcclTuneError(
+            f"{label} holds a single {type(data).__name__} ({reprlib.repr(data)}), not a YAML mapping of keys; {fix}"
+        )
     return data

@@ -4,12 +4,10 @@ processes outlives it."""
 from __future__ import annotations
 
 import contextlib
-import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import psutil
 import pytest
-
 
 RAY_NODES = 2
 """Logical nodes of the test cluster that trials may use (the head is one of them)."""
@@ -71,14 +69,16 @@ def loopback_ray_cluster() -> Iterator[object]:
     assert not left, f"the test Ray cluster left processes behind: {[p.pid for p in left]}"
 
 
-RAY_FILES = frozenset({
-    "tests/launchers/test_contract.py",
-    "tests/launchers/test_private_ray.py",
-    "tests/launchers/test_ray.py",
-    "tests/launchers/test_ray_launcher.py",
-    "tests/tuner/test_parallel.py",
-    "tests/node/test_doctor.py",  # its Ray checks look for any Ray on the machine
-})
+RAY_FILES = frozenset(
+    {
+        "tests/launchers/test_contract.py",
+        "tests/launchers/test_private_ray.py",
+        "tests/launchers/test_ray.py",
+        "tests/launchers/test_ray_launcher.py",
+        "tests/tuner/test_parallel.py",
+        "tests/node/test_doctor.py",  # its Ray checks look for any Ray on the machine
+    }
+)
 """Files that start Ray (or look for a running one): with ``pytest -n`` they run one after another
 in one worker, so that no test sees another test's cluster."""
 
@@ -111,6 +111,7 @@ machine's run-to-run spread."""
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The Ray files, then ``LONG_FIRST``, then the rest in their own order."""
+
     def rank(item: pytest.Item) -> int:
         path = item.nodeid.split("::", 1)[0]
         if path in RAY_FILES:

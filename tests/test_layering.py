@@ -16,8 +16,8 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Iterator, Mapping
 
 PACKAGE = Path(__file__).resolve().parents[1] / "nccl_tune"
 
@@ -26,7 +26,14 @@ OS_PROCESS_CALLS = {"kill", "killpg", "fork", "forkpty", "system", "popen", "pos
 OS_PROCESS_PREFIXES = ("exec", "spawn")
 SIGNALLING_METHODS = {"kill", "terminate", "send_signal"}
 NODE_PROBES = ("pynvml", "psutil", "socket", "resource", *SPAWN_MODULES)
-NOT_FOR_DIAGNOSE = ("nccl_tune.gpu", "nccl_tune.gpu_fake", "nccl_tune.node", "nccl_tune.launchers", "nccl_tune.tuner", "nccl_tune.sim")
+NOT_FOR_DIAGNOSE = (
+    "nccl_tune.gpu",
+    "nccl_tune.gpu_fake",
+    "nccl_tune.node",
+    "nccl_tune.launchers",
+    "nccl_tune.tuner",
+    "nccl_tune.sim",
+)
 
 
 def _under(path: str, *folders: str) -> bool:

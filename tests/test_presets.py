@@ -10,12 +10,11 @@ import time
 
 import pytest
 
-from nccl_tune.launchers.logstream import LineScanner, clean_line
-from nccl_tune.presets import PRESETS
-from nccl_tune.launchers.progress import ProgressState, ProgressTracker
-from nccl_tune.trial import ProgressRules, TrialResult
 from nccl_tune.failure import OK_VERDICT, FailureClass
-from nccl_tune.trial import StopReason
+from nccl_tune.launchers.logstream import LineScanner, clean_line
+from nccl_tune.launchers.progress import ProgressState, ProgressTracker
+from nccl_tune.presets import PRESETS
+from nccl_tune.trial import ProgressRules, StopReason, TrialResult
 
 ESC = "\x1b"
 
@@ -32,9 +31,15 @@ def read(rules: ProgressRules, chunks: list[str], dt: float = 2.0) -> ProgressSt
 
 def result_of(state: ProgressState, warmup: int = 1, samples_per_step: float | None = None) -> TrialResult:
     return TrialResult(
-        number=0, status=FailureClass.OK, verdict=OK_VERDICT, stop_reason=StopReason.MEASURED,
-        step_times_s=state.step_times_s, step_rates=state.step_rates, rate_unit=state.rate_unit,
-        warmup_steps=warmup, samples_per_step=state.samples_per_step or samples_per_step,
+        number=0,
+        status=FailureClass.OK,
+        verdict=OK_VERDICT,
+        stop_reason=StopReason.MEASURED,
+        step_times_s=state.step_times_s,
+        step_rates=state.step_rates,
+        rate_unit=state.rate_unit,
+        warmup_steps=warmup,
+        samples_per_step=state.samples_per_step or samples_per_step,
     )
 
 
@@ -48,7 +53,11 @@ def loguru(module: str, line: int, message: str) -> str:
 
 
 SKYRL_TODAY = [
-    loguru("skyrl.train.utils.utils", 61, "after init - Allocated: 13.21 GiB, Reserved: 14.00 GiB, Free: 60.12 GiB, Total: 79.19 GiB"),
+    loguru(
+        "skyrl.train.utils.utils",
+        61,
+        "after init - Allocated: 13.21 GiB, Reserved: 14.00 GiB, Free: 60.12 GiB, Total: 79.19 GiB",
+    ),
     loguru("skyrl.train.trainer", 342, "Started: 'step'"),
     loguru("skyrl.train.trainer", 343, "Started: 'generate'"),
     loguru("skyrl.train.trainer", 343, "Finished: 'generate', time cost: 95.12s"),
@@ -79,8 +88,13 @@ HF_END = "{'train_runtime': 31.2, 'train_samples_per_second': 20.51, 'train_step
 
 
 def test_hf_trainer_bar_redraws_are_steps_as_they_arrive():
-    chunks = [HF_BAR, "\r 15%|█▌        | 3/20 [00:04<00:22,  1.31it/s]", "\r" + " " * 40 + "\r" + HF_LOG,
-              "\r 15%|█▌        | 3/20 [00:04<00:22,  1.31it/s]", "\r 20%|██        | 4/20 [00:05<00:19,  1.25it/s]"]
+    chunks = [
+        HF_BAR,
+        "\r 15%|█▌        | 3/20 [00:04<00:22,  1.31it/s]",
+        "\r" + " " * 40 + "\r" + HF_LOG,
+        "\r 15%|█▌        | 3/20 [00:04<00:22,  1.31it/s]",
+        "\r 20%|██        | 4/20 [00:05<00:19,  1.25it/s]",
+    ]
     s = read(PRESETS["hf-trainer"], chunks)
     # the bar is read before its line ends; a redraw of the same step (after the log dict) is no new step;
     # steps are timed by their arrival (2 s apart here), not by the rate the bar prints
@@ -123,37 +137,56 @@ def test_hf_trainer_with_a_real_tqdm_bar():
     assert len(s.step_times_s) == 6 and s.step_rates == ()
 
 
-
 def hf5(logs: dict) -> str:
     """A log dict as transformers 5 writes it: floats formatted ``.4g`` (strings), the rest as they are."""
     return str({k: f"{v:.4g}" if isinstance(v, float) else v for k, v in logs.items()}) + "\n"
 
 
 def test_hf_trainer_5_prints_floats_as_strings_and_only_the_summary_ends_training():
-    step_logs = [{"loss": 2.3125, "grad_norm": 1.0625, "learning_rate": 4.5e-05, "epoch": 0.1 * i,
-                  "num_input_tokens_seen": 4096 * i, "train_runtime": 3.0 * i, "train_tokens_per_second": 1365.3}
-                 for i in (1, 2, 3)]  # include_num_input_tokens_seen: speed metrics in every step's dict
+    step_logs = [
+        {
+            "loss": 2.3125,
+            "grad_norm": 1.0625,
+            "learning_rate": 4.5e-05,
+            "epoch": 0.1 * i,
+            "num_input_tokens_seen": 4096 * i,
+            "train_runtime": 3.0 * i,
+            "train_tokens_per_second": 1365.3,
+        }
+        for i in (1, 2, 3)
+    ]  # include_num_input_tokens_seen: speed metrics in every step's dict
     assert hf5(step_logs[0]).startswith("{'loss': '2.312', 'grad_norm': '1.062', 'learning_rate': '4.5e-05'")
     s = read(PRESETS["hf-trainer"], [hf5(logs) for logs in step_logs], dt=3.0)
     assert s.step_times_s == (3.0, 3.0, 3.0) and not s.training_done
-    summary = {"train_runtime": 31.2, "train_samples_per_second": 20512.7, "train_steps_per_second": 0.641,
-               "train_loss": 2.2, "epoch": 1.0}
+    summary = {
+        "train_runtime": 31.2,
+        "train_samples_per_second": 20512.7,
+        "train_steps_per_second": 0.641,
+        "train_loss": 2.2,
+        "epoch": 1.0,
+    }
     assert "'train_samples_per_second': '2.051e+04'" in hf5(summary)
     assert read(PRESETS["hf-trainer"], [hf5(step_logs[0]), hf5(summary)]).training_done
     assert read(PRESETS["hf-trainer"], [HF_LOG, HF_END]).training_done  # 4.x
-    rates = read(PRESETS["hf-trainer"], [hf5({"loss": 2.31, "step": i, "train_samples_per_second": 12345.6})
-                                         for i in (1, 2)])
+    rates = read(
+        PRESETS["hf-trainer"], [hf5({"loss": 2.31, "step": i, "train_samples_per_second": 12345.6}) for i in (1, 2)]
+    )
     assert rates.step_rates == (12350.0, 12350.0) and rates.rate_unit == "samples"
 
 
 def test_hf_trainer_lines_behind_torchrun_prefixes_but_not_a_described_bar():
-    s = read(ProgressRules(), ["[rank0]:" + hf5({"loss": 2.3125, "epoch": 0.1}),
-                               "[default0]:" + hf5({"loss": 2.25, "epoch": 0.2})])
+    s = read(
+        ProgressRules(),
+        ["[rank0]:" + hf5({"loss": 2.3125, "epoch": 0.1}), "[default0]:" + hf5({"loss": 2.25, "epoch": 0.2})],
+    )
     assert s.preset == "hf-trainer" and len(s.step_times_s) == 2
     bar = read(PRESETS["hf-trainer"], ["\r[rank0]: 10%|█         | 2/20 [00:03<00:30,  1.65s/it]"])
     assert bar.step_times_s == (2.0,)
     # another program's bar whose description ends in "]:" (OpenRLHF's "Episode [1/1]:") is no Trainer step
-    assert read(PRESETS["hf-trainer"], ["\rEpisode [1/1]:  10%|█         | 2/20 [00:03<00:30,  1.65s/it]"]).step_times_s == ()
+    assert (
+        read(PRESETS["hf-trainer"], ["\rEpisode [1/1]:  10%|█         | 2/20 [00:03<00:30,  1.65s/it]"]).step_times_s
+        == ()
+    )
 
 
 TITAN = (
@@ -164,11 +197,13 @@ TITAN = (
 
 
 def test_torchtitan_metrics_lines_in_colour():
-    lines = [TITAN.format(e=ESC, sec=1, step=1, gib=21.05, tps="1,234"),
-             TITAN.format(e=ESC, sec=3, step=10, gib=21.10, tps="5,010"),
-             "[rank0]:[titan] 2026-08-01 12:00:04,000 - root - INFO - validate step: 10  loss:  7.1000  memory: 30.00GiB(31.00%)  tps: 99\n",
-             TITAN.format(e=ESC, sec=5, step=20, gib=21.08, tps="4,990"),
-             "[rank0]:[titan] 2026-08-01 12:00:06,000 - root - INFO - Training completed\n"]
+    lines = [
+        TITAN.format(e=ESC, sec=1, step=1, gib=21.05, tps="1,234"),
+        TITAN.format(e=ESC, sec=3, step=10, gib=21.10, tps="5,010"),
+        "[rank0]:[titan] 2026-08-01 12:00:04,000 - root - INFO - validate step: 10  loss:  7.1000  memory: 30.00GiB(31.00%)  tps: 99\n",
+        TITAN.format(e=ESC, sec=5, step=20, gib=21.08, tps="4,990"),
+        "[rank0]:[titan] 2026-08-01 12:00:06,000 - root - INFO - Training completed\n",
+    ]
     s = read(PRESETS["torchtitan"], lines)
     assert s.step_rates == (1234.0, 5010.0, 4990.0) and s.rate_unit == "tokens" and s.training_done
     assert s.step_times_s[1:] == (pytest.approx(2.0 / 9), pytest.approx(4.0 / 10))  # log_freq steps apart
@@ -176,10 +211,11 @@ def test_torchtitan_metrics_lines_in_colour():
     assert result_of(s).throughput == (pytest.approx(5000.0), "tokens/s")
 
 
-
 def test_torchtitan_before_november_2024_printed_wps():
-    line = ("[rank0]:[titan] 2024-10-01 12:00:01,234 - root - INFO - step: {step:2}  loss:  7.1234  memory: 21.05GiB(22.16%)"
-            "  wps: {wps}  mfu: 7.22%\n")
+    line = (
+        "[rank0]:[titan] 2024-10-01 12:00:01,234 - root - INFO - step: {step:2}  loss:  7.1234  memory: 21.05GiB(22.16%)"
+        "  wps: {wps}  mfu: 7.22%\n"
+    )
     s = read(PRESETS["torchtitan"], [line.format(step=10, wps="5,010"), line.format(step=20, wps="4,990")])
     assert s.step_rates == (5010.0, 4990.0) and s.rate_unit == "tokens" and s.memory_peak_gib[None] == 21.05
 
@@ -193,11 +229,14 @@ MEGATRON = (
 
 
 def test_megatron_iteration_lines_and_memory_report():
-    lines = [MEGATRON.format(it=10, cs=640, ms=1500.0),
-             "[Rank 0] (after 10 iterations) memory (MB) | allocated: 12345.67 | max allocated: 23456.78 | reserved: "
-             "30000.00 | max reserved: 30720.00\n",
-             MEGATRON.format(it=20, cs=1280, ms=1000.0), MEGATRON.format(it=30, cs=1920, ms=1280.0),
-             " [after training is done] datetime: 2026-08-01 12:10:00 \n"]
+    lines = [
+        MEGATRON.format(it=10, cs=640, ms=1500.0),
+        "[Rank 0] (after 10 iterations) memory (MB) | allocated: 12345.67 | max allocated: 23456.78 | reserved: "
+        "30000.00 | max reserved: 30720.00\n",
+        MEGATRON.format(it=20, cs=1280, ms=1000.0),
+        MEGATRON.format(it=30, cs=1920, ms=1280.0),
+        " [after training is done] datetime: 2026-08-01 12:10:00 \n",
+    ]
     s = read(PRESETS["megatron"], lines)
     assert s.step_times_s == (1.5, 1.0, 1.28) and s.samples_per_step == 64 and s.training_done
     assert s.memory_peak_gib[0] == pytest.approx(30.0)
@@ -221,29 +260,42 @@ def test_lightning_progress_bar_from_real_tqdm_and_from_its_docs():
         out.truncate()
     s = read(PRESETS["lightning"], chunks)
     assert len(s.step_times_s) == 4 and s.step_rates == ()
-    docs = read(PRESETS["lightning"], ["\rEpoch 1:   4%|▎         | 40/1095 [00:03<01:37, 10.84it/s, v_num=10]",
-                                        "\rEpoch 1:   4%|▍         | 41/1095 [00:03<01:37, 10.90it/s, v_num=10]",
-                                        "\n`Trainer.fit` stopped: `max_steps=41` reached.\n"])
+    docs = read(
+        PRESETS["lightning"],
+        [
+            "\rEpoch 1:   4%|▎         | 40/1095 [00:03<01:37, 10.84it/s, v_num=10]",
+            "\rEpoch 1:   4%|▍         | 41/1095 [00:03<01:37, 10.90it/s, v_num=10]",
+            "\n`Trainer.fit` stopped: `max_steps=41` reached.\n",
+        ],
+    )
     assert docs.step_times_s == (2.0, 2.0) and docs.step_rates == () and docs.training_done
 
 
 def test_a_bar_that_starts_over_for_a_new_epoch_counts_on():
     bar = "\rEpoch {e}:  50%|█████     | {n}/2 [00:01<00:01,  1.00it/s, v_num=0]"
-    s = read(PRESETS["lightning"], [bar.format(e=0, n=1), bar.format(e=0, n=2), bar.format(e=0, n=2),
-                                    bar.format(e=1, n=1), bar.format(e=1, n=2)])
+    s = read(
+        PRESETS["lightning"],
+        [bar.format(e=0, n=1), bar.format(e=0, n=2), bar.format(e=0, n=2), bar.format(e=1, n=1), bar.format(e=1, n=2)],
+    )
     assert s.step_times_s == (2.0, 2.0, 4.0, 2.0)
 
 
 def test_deepspeed_throughput_timer_today_and_in_older_releases():
-    today = [f"[2026-08-01 12:00:0{i},123] [INFO] [timer.py:264:stop] epoch=0/micro_step={20 * i}/global_step={10 * i}, "
-             f"RunningAvgSamplesPerSec=45.12, CurrSamplesPerSec={46 + i}.5, MemAllocated=3.21GB, MaxMemAllocated=7.8{i}GB\n"
-             for i in (1, 2, 3)]
+    today = [
+        f"[2026-08-01 12:00:0{i},123] [INFO] [timer.py:264:stop] epoch=0/micro_step={20 * i}/global_step={10 * i}, "
+        f"RunningAvgSamplesPerSec=45.12, CurrSamplesPerSec={46 + i}.5, MemAllocated=3.21GB, MaxMemAllocated=7.8{i}GB\n"
+        for i in (1, 2, 3)
+    ]
     s = read(PRESETS["deepspeed"], today)
     assert s.step_rates == (47.5, 48.5, 49.5) and s.rate_unit == "samples" and s.memory_peak_gib[None] == 7.83
-    old = read(PRESETS["deepspeed"], ["worker-0: [INFO 2020-02-06 19:53:56] 0/50, SamplesPerSec=1292.6411179579866\n",
-                                      "worker-0: [INFO 2020-02-06 19:53:56] 0/100, SamplesPerSec=1303.6726433398537\n"])
+    old = read(
+        PRESETS["deepspeed"],
+        [
+            "worker-0: [INFO 2020-02-06 19:53:56] 0/50, SamplesPerSec=1292.6411179579866\n",
+            "worker-0: [INFO 2020-02-06 19:53:56] 0/100, SamplesPerSec=1303.6726433398537\n",
+        ],
+    )
     assert old.step_rates == (1292.6411179579866, 1303.6726433398537)
-
 
 
 def verl_line(step: int, metrics: dict[str, str]) -> str:
@@ -253,11 +305,21 @@ def verl_line(step: int, metrics: dict[str, str]) -> str:
 
 
 def verl_metrics(step: int, throughput: str, reserved: str, allocated: str = "np.float64(35.2134)") -> dict[str, str]:
-    return {"training/global_step": str(step), "training/epoch": "0", "actor/pg_loss": "np.float64(-0.0123)",
-            "perf/mfu/actor": "np.float64(0.41)", "perf/max_memory_allocated_gb": allocated,
-            "perf/max_memory_reserved_gb": reserved, "perf/cpu_memory_used_gb": "np.float64(210.5)",
-            "timing_s/gen": "61.2345", "timing_s/step": "95.31234", "timing_per_token_ms/gen": "0.0123",
-            "perf/total_num_tokens": "1234567", "perf/time_per_step": "95.31234", "perf/throughput": throughput}
+    return {
+        "training/global_step": str(step),
+        "training/epoch": "0",
+        "actor/pg_loss": "np.float64(-0.0123)",
+        "perf/mfu/actor": "np.float64(0.41)",
+        "perf/max_memory_allocated_gb": allocated,
+        "perf/max_memory_reserved_gb": reserved,
+        "perf/cpu_memory_used_gb": "np.float64(210.5)",
+        "timing_s/gen": "61.2345",
+        "timing_s/step": "95.31234",
+        "timing_per_token_ms/gen": "0.0123",
+        "perf/total_num_tokens": "1234567",
+        "perf/time_per_step": "95.31234",
+        "perf/throughput": throughput,
+    }
 
 
 def test_verl_console_lines_today_and_before_july_2025():
@@ -273,8 +335,18 @@ def test_verl_console_lines_today_and_before_july_2025():
     assert s.step_rates == (1618.9012345678, 1620.5, 1619.25) and s.rate_unit == "tokens" and s.training_done
     assert s.memory_peak_gib[None] == 41.5  # the reserved peak, not the allocated one
     assert result_of(s).throughput == (pytest.approx(1619.875), "tokens/s")
-    old = [verl_line(i, {"training/global_step": str(i), "perf/max_memory_allocated_gb": "35.213",
-                         "timing_s/step": "95.312", "perf/throughput": f"{1600 + i:.3f}"}) for i in (1, 2)]
+    old = [
+        verl_line(
+            i,
+            {
+                "training/global_step": str(i),
+                "perf/max_memory_allocated_gb": "35.213",
+                "timing_s/step": "95.312",
+                "perf/throughput": f"{1600 + i:.3f}",
+            },
+        )
+        for i in (1, 2)
+    ]
     s = read(PRESETS["verl"], old)
     assert s.step_rates == (1601.0, 1602.0) and s.memory_peak_gib[None] == 35.213
 
@@ -285,35 +357,62 @@ def openrlhf_line(step: int, status: dict, mark: str = "✨ ") -> str:
 
 
 def test_openrlhf_global_step_lines_with_and_without_the_step_total():
-    status = {"policy_loss": 0.0123, "kl": 0.0004, "grad_norm": 0.87, "timing/make_experience": 40.25,
-              "timing/ppo_train": 30.5, "timing/broadcast": 2.25, "rollout/reward_mean": 0.61}
-    lines = [openrlhf_line(i, {**status, "timing/generation": 10.0 * i, "timing/step_total": 73.0 + 10.0 * i})
-             for i in (1, 2, 3)]
+    status = {
+        "policy_loss": 0.0123,
+        "kl": 0.0004,
+        "grad_norm": 0.87,
+        "timing/make_experience": 40.25,
+        "timing/ppo_train": 30.5,
+        "timing/broadcast": 2.25,
+        "rollout/reward_mean": 0.61,
+    }
+    lines = [
+        openrlhf_line(i, {**status, "timing/generation": 10.0 * i, "timing/step_total": 73.0 + 10.0 * i})
+        for i in (1, 2, 3)
+    ]
     s = read(PRESETS["openrlhf"], lines)
     assert s.step_times_s == (83.0, 93.0, 103.0) and s.step_rates == ()
     assert result_of(s, samples_per_step=1024).throughput == (pytest.approx(1024 / 98.0), "samples/s")
-    asynchronous = read(PRESETS["openrlhf"], [openrlhf_line(i, {**status, "timing/step_total": 50.5}, mark="")
-                                              for i in (1, 2)])
+    asynchronous = read(
+        PRESETS["openrlhf"], [openrlhf_line(i, {**status, "timing/step_total": 50.5}, mark="") for i in (1, 2)]
+    )
     assert asynchronous.step_times_s == (50.5, 50.5)
     before_march_2026 = read(PRESETS["openrlhf"], [openrlhf_line(i, status) for i in (1, 2, 3)], dt=5.0)
     assert before_march_2026.step_times_s == (5.0, 5.0, 5.0)  # wall clock
 
 
 NEMO_RL_STEP = [
-    "\n", "========================= Step {n}/100 =========================\n",
-    "▶ Preparing batch...\n", "▶ Generating responses for batch of size 512...\n",
-    "\n", "📊 Training Results:\n", "  • Loss: 0.0123\n", "  • Avg Reward: 0.6100\n",
-    "\n", "⏱️  Timing:\n", "  • Total step time: {t:.2f}s\n", "  • generation: 60.12s (63.1%)\n",
+    "\n",
+    "========================= Step {n}/100 =========================\n",
+    "▶ Preparing batch...\n",
+    "▶ Generating responses for batch of size 512...\n",
+    "\n",
+    "📊 Training Results:\n",
+    "  • Loss: 0.0123\n",
+    "  • Avg Reward: 0.6100\n",
+    "\n",
+    "⏱️  Timing:\n",
+    "  • Total step time: {t:.2f}s\n",
+    "  • generation: 60.12s (63.1%)\n",
     "  • policy_training: 25.00s (26.2%)\n",
-    "\n", "🔍 Performance Metrics:\n", "  • Throughputs (per GPU):\n", "    - E2E (Samples/sec/gpu): 0.67\n",
+    "\n",
+    "🔍 Performance Metrics:\n",
+    "  • Throughputs (per GPU):\n",
+    "    - E2E (Samples/sec/gpu): 0.67\n",
     "    - E2E (Tokens/sec/gpu): 1234.56\n",
 ]
 
 
 def test_nemo_rl_step_blocks():
     lines = [line.format(n=n, t=t) for n, t in ((1, 95.3), (2, 90.0), (3, 91.0)) for line in NEMO_RL_STEP]
-    s = read(PRESETS["nemo-rl"], [*lines, "    • Total validation time: 20.00s\n",
-                                  "Max number of steps has been reached, stopping training early\n"])
+    s = read(
+        PRESETS["nemo-rl"],
+        [
+            *lines,
+            "    • Total validation time: 20.00s\n",
+            "Max number of steps has been reached, stopping training early\n",
+        ],
+    )
     assert s.step_times_s == (95.3, 90.0, 91.0) and s.training_done
     assert result_of(s, samples_per_step=512).throughput == (pytest.approx(512 / 90.5), "samples/s")
 
@@ -321,19 +420,27 @@ def test_nemo_rl_step_blocks():
 SAMPLES: dict[str, list[str]] = {
     "skyrl": SKYRL_TODAY,
     "hf-trainer": [HF_BAR, HF_LOG, hf5({"loss": 2.3125, "epoch": 0.1}), HF_END],
-    "torchtitan": [TITAN.format(e=ESC, sec=1, step=1, gib=1.0, tps="1,000"),
-                   "[rank0]:[titan] 2026-08-01 12:00:06,000 - root - INFO - Training completed\n"],
+    "torchtitan": [
+        TITAN.format(e=ESC, sec=1, step=1, gib=1.0, tps="1,000"),
+        "[rank0]:[titan] 2026-08-01 12:00:06,000 - root - INFO - Training completed\n",
+    ],
     "megatron": [MEGATRON.format(it=10, cs=640, ms=1.0), " [after training is done] datetime: 2026-08-01 12:10:00 \n"],
-    "lightning": ["\rEpoch 1:   4%|▎         | 40/1095 [00:03<01:37, 10.84it/s, v_num=10]",
-                  "\n`Trainer.fit` stopped: `max_steps=41` reached.\n"],
-    "deepspeed": ["worker-0: [INFO 2020-02-06 19:53:56] 0/50, SamplesPerSec=1292.6\n",
-                  "[2026-08-01 12:00:01,123] [INFO] [timer.py:264:stop] epoch=0/micro_step=20/global_step=10, "
-                  "RunningAvgSamplesPerSec=45.12, CurrSamplesPerSec=46.5, MemAllocated=3.21GB, MaxMemAllocated=7.8GB\n"],
-    "verl": [verl_line(1, verl_metrics(1, "1618.9", "np.float64(40.125)")),
-             "(TaskRunner pid=2345) 'Final validation metrics: {}'\n"],
+    "lightning": [
+        "\rEpoch 1:   4%|▎         | 40/1095 [00:03<01:37, 10.84it/s, v_num=10]",
+        "\n`Trainer.fit` stopped: `max_steps=41` reached.\n",
+    ],
+    "deepspeed": [
+        "worker-0: [INFO 2020-02-06 19:53:56] 0/50, SamplesPerSec=1292.6\n",
+        "[2026-08-01 12:00:01,123] [INFO] [timer.py:264:stop] epoch=0/micro_step=20/global_step=10, "
+        "RunningAvgSamplesPerSec=45.12, CurrSamplesPerSec=46.5, MemAllocated=3.21GB, MaxMemAllocated=7.8GB\n",
+    ],
+    "verl": [
+        verl_line(1, verl_metrics(1, "1618.9", "np.float64(40.125)")),
+        "(TaskRunner pid=2345) 'Final validation metrics: {}'\n",
+    ],
     "openrlhf": [openrlhf_line(1, {"policy_loss": 0.0123, "timing/step_total": 83.0})],
     "nemo-rl": [line.format(n=1, t=95.3) for line in NEMO_RL_STEP]
-               + ["Max number of steps has been reached, stopping training early\n"],
+    + ["Max number of steps has been reached, stopping training early\n"],
 }
 """Each preset's lines (steps and end) in its trainer's current format."""
 
@@ -372,7 +479,10 @@ def test_no_preset_recognises_another_presets_lines(preset, other):
     ],
 )
 def test_the_preset_is_recognised_from_the_output(preset, lines):
-    s = read(ProgressRules(), ["loading model...\n", "Loading checkpoint shards: 100%|██| 4/4 [00:05<00:00, 1.25s/it]\n", *lines])
+    s = read(
+        ProgressRules(),
+        ["loading model...\n", "Loading checkpoint shards: 100%|██| 4/4 [00:05<00:00, 1.25s/it]\n", *lines],
+    )
     assert s.preset == preset and len(s.step_times_s) >= 1
 
 

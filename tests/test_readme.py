@@ -35,7 +35,11 @@ def test_make_demo_as_written_tunes_the_twin_and_writes_the_tuned_yaml(tmp_path)
     env = {**os.environ, "COLUMNS": "160"}
     proc = subprocess.run(
         ["make", "-s", "demo", f"RESULTS={tmp_path}", "DEMO_TRIALS=2"],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=280,
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=280,
     )
     out = proc.stdout + proc.stderr
     assert proc.returncode in (0, 2), out  # 2: no stable config in two trials is an honest answer
@@ -46,7 +50,9 @@ def test_make_demo_as_written_tunes_the_twin_and_writes_the_tuned_yaml(tmp_path)
         assert f"tuned YAML: {tmp_path}/demo-tuned.yaml" in out.replace("\n", "")
     summary = subprocess.run(
         [str(ROOT / ".venv" / "bin" / "nccl-tune"), "report", "--results", str(tmp_path), "--json"],
-        capture_output=True, text=True, timeout=60,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     rows = json.loads(summary.stdout)["trials"]
     assert rows[0]["kind"] == "baseline" and rows[0]["status"] == "ok", rows[0]

@@ -10,8 +10,9 @@ from nccl_tune.trial import OUTSIDE_PHASES, Clocks, GpuMemory, MemoryReport, Sto
 
 
 def result(**kw) -> TrialResult:
-    return TrialResult(number=0, status=FailureClass.OK, verdict=OK_VERDICT, stop_reason=StopReason.MEASURED,
-                       warmup_steps=1, **kw)
+    return TrialResult(
+        number=0, status=FailureClass.OK, verdict=OK_VERDICT, stop_reason=StopReason.MEASURED, warmup_steps=1, **kw
+    )
 
 
 @pytest.mark.parametrize(
@@ -20,8 +21,10 @@ def result(**kw) -> TrialResult:
         (dict(step_times_s=(9.0, 2.0, 4.0), samples_per_step=30), (10.0, "samples/s")),
         (dict(step_times_s=(9.0, 2.0, 2.0)), (0.5, "steps/s")),
         (dict(step_times_s=(9.0, 2.0, 4.0), step_rates=(1.0, 100.0, 200.0), rate_unit="tokens"), (150.0, "tokens/s")),
-        (dict(step_times_s=(9.0, 2.0, 4.0), step_rates=(1.0, 0.5, 0.25), rate_unit="steps", samples_per_step=8),
-         (3.0, "samples/s")),
+        (
+            dict(step_times_s=(9.0, 2.0, 4.0), step_rates=(1.0, 0.5, 0.25), rate_unit="steps", samples_per_step=8),
+            (3.0, "samples/s"),
+        ),
         # a step whose line printed no rate (a progress bar showing s/it): the durations decide
         (dict(step_times_s=(9.0, 2.0, 4.0), step_rates=(1.0, None, 0.25), rate_unit="steps"), (1 / 3, "steps/s")),
         (dict(step_times_s=(9.0,)), (None, "steps/s")),
@@ -41,7 +44,9 @@ def test_result_json_keeps_rates_unit_and_preset():
 
 
 def test_measurements_fold_by_their_longest_duration_per_phase() -> None:
-    folded = fold_phase_max({"generate": 300.0, "step": 400.0}, {"generate": 500.0}, {}, {"policy_train": 60.0, "step": 350.0})
+    folded = fold_phase_max(
+        {"generate": 300.0, "step": 400.0}, {"generate": 500.0}, {}, {"policy_train": 60.0, "step": 350.0}
+    )
     assert folded == {"generate": 500.0, "step": 400.0, "policy_train": 60.0}
     assert fold_phase_max() == {}
 
@@ -69,7 +74,9 @@ def test_the_stall_deadline_follows_the_longest_known_duration() -> None:
     assert clocks.learned({"generate": 10.0}).stall_deadline_s("generate") == 120  # the floor
     assert clocks.stall_deadline_s("policy_train") == clocks.stall_deadline_s(None) == 900
     assert clocks.learned({"x": 1.0}).phase_estimates_s == clocks.phase_estimates_s  # estimates are kept
-    assert clocks.learned({"generate": 300.0}).stall_deadline_s("generate", {"generate": 400.0}) == 2000  # and the trial's own
+    assert (
+        clocks.learned({"generate": 300.0}).stall_deadline_s("generate", {"generate": 400.0}) == 2000
+    )  # and the trial's own
 
 
 @pytest.mark.parametrize(
@@ -83,7 +90,9 @@ def test_the_stall_deadline_follows_the_longest_known_duration() -> None:
     ],
 )
 def test_the_phase_holding_the_peak_is_named_when_phases_differ(phases, expected) -> None:
-    report = MemoryReport("nvml", gpus=(GpuMemory(0, 80.0, 80.0 * max(phases.values(), default=0.5)),), phase_peak_frac=phases)
+    report = MemoryReport(
+        "nvml", gpus=(GpuMemory(0, 80.0, 80.0 * max(phases.values(), default=0.5)),), phase_peak_frac=phases
+    )
     assert report.peak_phase == expected
 
 

@@ -14,7 +14,10 @@ TUNED = "overrides:\n  trainer:\n    micro: 2\n"
     "make, fragment",
     [
         (lambda p: p.mkdir(), "config file cfg.yaml is a folder, not a file; give a YAML file"),
-        (lambda p: p.write_bytes(b"trainer:\n  name: caf\xe9\n"), "config file cfg.yaml: line 2 is not UTF-8 text (byte 0xe9)"),
+        (
+            lambda p: p.write_bytes(b"trainer:\n  name: caf\xe9\n"),
+            "config file cfg.yaml: line 2 is not UTF-8 text (byte 0xe9)",
+        ),
         (lambda p: p.write_bytes(b"trainer: [\n"), "config file cfg.yaml: line 2 YAML syntax error"),
     ],
     ids=["folder", "latin-1", "syntax"],

@@ -8,8 +8,9 @@ timeout; PyTorch reads no ``NCCL_TIMEOUT``), and the command that shows more.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from nccl_tune.failure import FailureClass as F
 from nccl_tune.trial import MemoryKnob
@@ -22,7 +23,9 @@ _SAVE_PHASES = {"save_checkpoints", "save_hf_model"}
 
 SKYRL_TIMEOUT_CLAUSE = "; lower SKYRL_WORKER_NCCL_TIMEOUT_IN_S to fail faster instead of raising it"
 """How SkyRL sets its collective timeout (the clause ends the timeout advice)."""
-TIMEOUT_CLAUSE = "; a shorter process-group timeout (init_process_group(timeout=...)) fails faster than a longer one helps"
+TIMEOUT_CLAUSE = (
+    "; a shorter process-group timeout (init_process_group(timeout=...)) fails faster than a longer one helps"
+)
 """The same for any other trainer."""
 
 FR_ENV_HINT = "TORCH_FR_BUFFER_SIZE=2000 TORCH_NCCL_DUMP_ON_TIMEOUT=1 TORCH_FR_DUMP_TEMP_FILE=<dir>/nccl_trace_rank_"
@@ -100,8 +103,11 @@ def _oom(ctx: AdviceContext) -> str:
             "or generator.gpu_memory_utilization" + frag
         )
     if phase in _TRAIN_PHASES:
-        offload = "trainer.critic.fsdp_config.cpu_offload=true" if phase == "critic_train" else (
-            "trainer.policy.fsdp_config.cpu_offload=true")
+        offload = (
+            "trainer.critic.fsdp_config.cpu_offload=true"
+            if phase == "critic_train"
+            else ("trainer.policy.fsdp_config.cpu_offload=true")
+        )
         return (
             f"Out of GPU memory in {phase}: lower trainer.micro_train_batch_size_per_gpu or turn on {offload} "
             "(or shorten trainer.max_prompt_length / generator.sampling_params.max_generate_length)" + frag
@@ -175,17 +181,25 @@ def _dump_signal_head(d: Mapping[str, Any]) -> str:
     """A rank's watchdog timed out and signalled every rank to dump its Flight Recorder (``dump_signal``)."""
     who = d.get("from_rank")
     if who is not None:
-        first = (f"Rank {who}'s watchdog timed out on a collective first and signalled this rank to dump its Flight "
-                 f"Recorder (this rank did not time out itself): rank {who}'s log names the collective")
+        first = (
+            f"Rank {who}'s watchdog timed out on a collective first and signalled this rank to dump its Flight "
+            f"Recorder (this rank did not time out itself): rank {who}'s log names the collective"
+        )
     elif d.get("other"):
-        first = ("Another rank's watchdog timed out on a collective and signalled this rank to dump its Flight "
-                 "Recorder (this rank did not time out itself): the rank whose log has `Watchdog caught collective "
-                 "operation timeout` names the collective")
+        first = (
+            "Another rank's watchdog timed out on a collective and signalled this rank to dump its Flight "
+            "Recorder (this rank did not time out itself): the rank whose log has `Watchdog caught collective "
+            "operation timeout` names the collective"
+        )
     else:
-        first = ("A collective timed out and the watchdog dumped its debug info and ended the process (a collective "
-                 "timeout, not a hung watchdog)")
-    return (f"{first}; the rank behind is the one that never entered it: the dumps say which (`nccl-tune diagnose` "
-            f"on the folder of dumps; {FR_ENV_HINT} makes them)")
+        first = (
+            "A collective timed out and the watchdog dumped its debug info and ended the process (a collective "
+            "timeout, not a hung watchdog)"
+        )
+    return (
+        f"{first}; the rank behind is the one that never entered it: the dumps say which (`nccl-tune diagnose` "
+        f"on the folder of dumps; {FR_ENV_HINT} makes them)"
+    )
 
 
 def _timeout(ctx: AdviceContext) -> str:
@@ -200,16 +214,22 @@ def _timeout(ctx: AdviceContext) -> str:
     elif ctx.subtype == "gloo":
         head = "A gloo collective timed out waiting for a peer that never arrived (a rank is stuck or died silently)"
     elif ctx.subtype == "nccl_tests":
-        return ("nccl-tests gave up on a collective after its -T timeout: a rank, GPU or link is stuck (not slow); rerun "
-                "with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET and compare the ranks' last lines")
+        return (
+            "nccl-tests gave up on a collective after its -T timeout: a rank, GPU or link is stuck (not slow); rerun "
+            "with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET and compare the ranks' last lines"
+        )
     elif ctx.subtype == "dump_signal":
         head = _dump_signal_head(d)
     elif ctx.subtype == "heartbeat":
-        head = ("The watchdog itself hung (heartbeat monitor): a CUDA/NCCL call never returned, usually a rank stuck "
-                "in a collective")
+        head = (
+            "The watchdog itself hung (heartbeat monitor): a CUDA/NCCL call never returned, usually a rank stuck "
+            "in a collective"
+        )
     else:
-        head = (f"Ranks waited{where} until the timeout with no error before it: a hang (a rank behind or stuck, not a "
-                "slow network); the Flight Recorder says which rank (`nccl-tune diagnose <trial folder>`)")
+        head = (
+            f"Ranks waited{where} until the timeout with no error before it: a hang (a rank behind or stuck, not a "
+            "slow network); the Flight Recorder says which rank (`nccl-tune diagnose <trial folder>`)"
+        )
         if not ctx.fr:
             head += f", with {FR_ENV_HINT} set"
     if ctx.phase:
@@ -304,7 +324,7 @@ def _nccl(ctx: AdviceContext) -> str:
         return _NCCL_FIXED[ctx.subtype]
     if ctx.subtype == "invalid_env":
         value = d.get("value")
-        shown = f" (\"{value}\")" if value else ""
+        shown = f' ("{value}")' if value else ""
         return (
             f"An NCCL environment value is invalid{shown}: NCCL_ALGO takes Ring,Tree,CollnetDirect,CollnetChain,NVLS,"
             "NVLSTree,PAT and NCCL_PROTO takes LL,LL128,Simple; fix or unset it (`nccl-tune doctor` checks them)"
@@ -315,7 +335,7 @@ def _nccl(ctx: AdviceContext) -> str:
         shown = f" ({forced})" if forced else ""
         return (
             f"NCCL has no algorithm/protocol left for {fn} under the forced choice{shown}: force it only where it "
-            "applies with NCCL's per-collective syntax (e.g. NCCL_ALGO=\"allreduce:Tree\") or unset the variable"
+            'applies with NCCL\'s per-collective syntax (e.g. NCCL_ALGO="allreduce:Tree") or unset the variable'
         )
     if ctx.subtype == "ib_verbs" and d.get("call") == "ibv_modify_qp":
         error = f": {d['error'].strip()}" if d.get("error") else ""
@@ -362,7 +382,9 @@ def _cuda(ctx: AdviceContext) -> str:
             "`python -c 'import torch; print(torch.cuda.get_arch_list())'` lists what torch carries"
         )
     if ctx.subtype == "gpu_lost":
-        return "The GPU was lost (Xid / fell off the bus): a hardware or driver fault; drain the node (`dmesg | grep Xid`)"
+        return (
+            "The GPU was lost (Xid / fell off the bus): a hardware or driver fault; drain the node (`dmesg | grep Xid`)"
+        )
     if ctx.subtype == "device_assert":
         kernel = d.get("kernel")
         cond = d.get("cond")
@@ -406,10 +428,12 @@ def _init(ctx: AdviceContext) -> str:
         return (
             f"Setting up an NCCL communicator, this rank waited for rank {peer} to publish NCCL's id in the c10d store, and "
             f"the store failed ({error or 'an error'}): "
-            + (f"rank {peer} is alive but late (a slow start-up): raise the process group's timeout, or find what holds it"
-               if late else
-               f"rank {peer} (or the store's host) went away first: its own log has the first error (often an OOM or an "
-               "exception at start-up)")
+            + (
+                f"rank {peer} is alive but late (a slow start-up): raise the process group's timeout, or find what holds it"
+                if late
+                else f"rank {peer} (or the store's host) went away first: its own log has the first error (often an OOM or an "
+                "exception at start-up)"
+            )
         )
     if ctx.subtype == "gloo_connect":
         iface = d.get("iface")
@@ -475,7 +499,9 @@ def _config(ctx: AdviceContext) -> str:
             "or --set), or add a new key with +key=value"
         )
     if ctx.subtype == "plus_prefix":
-        return f"The command refuses the '+' prefix ({d.get('key', '')}): give the key without '+', it must already exist"
+        return (
+            f"The command refuses the '+' prefix ({d.get('key', '')}): give the key without '+', it must already exist"
+        )
     if ctx.subtype == "validation":
         return f"The command refused the config ({d.get('detail', 'a validation assertion')}): fix the values or pin them with --set"
     if ctx.subtype == "no_bf16":
@@ -502,15 +528,21 @@ def _scheduler(ctx: AdviceContext) -> str:
     """Slurm ended the step or one of its tasks (``slurm_task_end``)."""
     reason = (ctx.details.get("reason") or "").strip()
     if reason == "TIME LIMIT":
-        return ("Slurm ended the job at its time limit (CANCELLED ... DUE TO TIME LIMIT), not a failure of the run: "
-                "raise --time, or checkpoint before the limit (#SBATCH --signal) and requeue")
+        return (
+            "Slurm ended the job at its time limit (CANCELLED ... DUE TO TIME LIMIT), not a failure of the run: "
+            "raise --time, or checkpoint before the limit (#SBATCH --signal) and requeue"
+        )
     if reason:
         return f"Slurm cancelled the job ({reason.lower()}): `sacct -j <job>` says why; resubmit if it was the node"
     if ctx.details.get("how") == "Killed":
-        return ("Slurm reports a task Killed (SIGKILL) with no error of its own: usually the job's memory limit (--mem); "
-                "`sacct -j <job> -o State,MaxRSS,ReqMem` shows it")
-    return ("Slurm ended the step (scancel, a node failure, or another task's failure under --kill-on-bad-exit): the "
-            "first task that failed is above; `sacct -j <job>` says why")
+        return (
+            "Slurm reports a task Killed (SIGKILL) with no error of its own: usually the job's memory limit (--mem); "
+            "`sacct -j <job> -o State,MaxRSS,ReqMem` shows it"
+        )
+    return (
+        "Slurm ended the step (scancel, a node failure, or another task's failure under --kill-on-bad-exit): the "
+        "first task that failed is above; `sacct -j <job>` says why"
+    )
 
 
 _CRASH_FIXED = {
@@ -683,8 +715,9 @@ def advise(ctx: AdviceContext) -> str:
     text = _BY_CLASS[ctx.failure_class](ctx)
     if ctx.after_training:
         head = text[0].lower() if text[1:2].islower() else text[0]
-        text = "Training had finished; this failed afterwards (final checkpoint or teardown), the measured steps stand: " + (
-            head + text[1:]
+        text = (
+            "Training had finished; this failed afterwards (final checkpoint or teardown), the measured steps stand: "
+            + (head + text[1:])
         )
     return text
 
@@ -742,7 +775,8 @@ def space_memory_advice(failure: F, knobs: Sequence[MemoryKnob], trainer: str | 
     if grow:
         parts.append("lower " + " or ".join(_shown(k) for k in grow))
     if offload:
-        parts.append(f"{', '.join(_shown(k) for k in offload)} may keep state in host RAM: turn it off where GPU memory allows")
+        parts.append(
+            f"{', '.join(_shown(k) for k in offload)} may keep state in host RAM: turn it off where GPU memory allows"
+        )
     parts.append("check other tenants with `free -g` and `dmesg | grep -i oom`")
     return "; ".join(parts)
-

@@ -14,9 +14,10 @@ names the check's, and the check's folder is diagnosed.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from nccl_tune.diagnose.flight_recorder import FlightRecorderSummary, analyse_dumps, looks_like_dump
 from nccl_tune.diagnose.logfiles import OUTPUT_LOG, not_a_text_log, source_name, special_file, trial_log_files

@@ -27,21 +27,23 @@ from __future__ import annotations
 
 import re
 from collections import Counter, deque
-from functools import lru_cache
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from nccl_tune.diagnose import text as T
 from nccl_tune.diagnose.advice import AdviceContext, advise
 from nccl_tune.diagnose.flight_recorder import FlightRecorderSummary, analyse_dumps
-from nccl_tune.diagnose.ignored import ENDED, HEADS as IGNORED_HEADS, IN, IgnoredBlock, header_prefix
+from nccl_tune.diagnose.ignored import ENDED, IN, IgnoredBlock, header_prefix
+from nccl_tune.diagnose.ignored import HEADS as IGNORED_HEADS
 from nccl_tune.diagnose.rules import (
     HOST_MEMORY,
     HOST_MEMORY_KEYS,
     PREFILTER_KEYS,
-    RULES,
     PROGRAM_EXIT,
+    RULES,
     TRAINING_END,
     Kind,
     Rule,
@@ -49,10 +51,9 @@ from nccl_tune.diagnose.rules import (
     template,
 )
 from nccl_tune.diagnose.scan import BLOCK_BYTES, CoverFinder, block_ranks, covers_for, whole_lines
-from nccl_tune.errors import NcclTuneError
+from nccl_tune.failure import OK_VERDICT, Cause, Evidence, FailureClass, Verdict, norm_signal, signal_from_exit
 from nccl_tune.patterns import pattern_literals
 from nccl_tune.trial import ProgressRules
-from nccl_tune.failure import OK_VERDICT, Cause, Evidence, FailureClass, Verdict, norm_signal, signal_from_exit
 
 HOST_OOM_PEAK_FRAC = 0.90
 """Host RAM peak (fraction of total) above which a silent SIGKILL is called ``host_oom``."""
@@ -84,8 +85,10 @@ dropped beyond them."""
 TAIL_CHECK = 3
 """Non-blank last lines of each source that must not be errors for a run to be called ``ok``."""
 MAX_SOURCES = 64
-_DEATH = (r"Traceback \(most recent call last\)|\bKilled\b|\bAborted\b|core dumped|terminate called"
-          r"|\bSIG(?:KILL|ABRT|SEGV|BUS)\b")
+_DEATH = (
+    r"Traceback \(most recent call last\)|\bKilled\b|\bAborted\b|core dumped|terminate called"
+    r"|\bSIG(?:KILL|ABRT|SEGV|BUS)\b"
+)
 """Words that say a process died (a traceback, a kill, an abort): both an error line and, in a
 warning, a fatal end."""
 _ERROR_LINE = re.compile(
@@ -112,7 +115,7 @@ CONFIG_ASSERTION = Rule("config_assertion_frame", FailureClass.CONFIG_ERROR, Kin
 """A bare ``AssertionError`` raised inside a config validation function."""
 _RENDEZVOUS_FRAME = re.compile(
     rb'File "[^"\n]+", line \d+, in (?:init_process_group|_store_based_barrier|_create_c10d_store|next_rendezvous'
-    rb'|_rendezvous_helper|rendezvous)\b'
+    rb"|_rendezvous_helper|rendezvous)\b"
 )
 _PEER_RESET_RAISED = re.compile(r"\b\w*(?:Error|Exception): Connection (?:reset|closed) by peer\s*$")
 RENDEZVOUS_RESET = Rule("rendezvous_reset_frame", FailureClass.INIT_FAILURE, Kind.INIT, (), None, "rendezvous")
@@ -147,14 +150,37 @@ _SAVE_PHASES = {"save_checkpoints", "save_hf_model"}
 _WEIGHT_SYNC_HINTS = ("sync_weights", "sync_model", "broadcast_to_inference_engines", "update_weights", "weight_sync")
 _VLLM_STEP_HINTS = ("execute_model", "EngineCore encountered a fatal error", "step_with_batch_queue")
 """A vLLM engine running a model step (generating), in the lines before an OOM."""
-_VLLM_START_HINTS = ("profile_run", "determine_available_memory", "initialize_kv_cache", "EngineCore failed to start",
-                     "capture_model", "load_model")
+_VLLM_START_HINTS = (
+    "profile_run",
+    "determine_available_memory",
+    "initialize_kv_cache",
+    "EngineCore failed to start",
+    "capture_model",
+    "load_model",
+)
 """A vLLM engine starting (loading weights, profiling memory, sizing its KV cache, capturing CUDA graphs): its
 profiling also runs ``execute_model``, so these win."""
 _TORCHRUN_SUMMARY = Rule("torchrun_root_cause", FailureClass.CRASH, Kind.CRASH, (), None, "child_exit")
-_NCCL_WARN_CAUSES = ("failure", "Failure", "failed", "Failed", "rror", "imeout", "timed out", "No space", "reset", "closed")
-_NCCL_WARN_BENIGN = ("No device found", "Could not find", "Unable to open", "Failed to open lib", "not supported",
-                     "Not supported")
+_NCCL_WARN_CAUSES = (
+    "failure",
+    "Failure",
+    "failed",
+    "Failed",
+    "rror",
+    "imeout",
+    "timed out",
+    "No space",
+    "reset",
+    "closed",
+)
+_NCCL_WARN_BENIGN = (
+    "No device found",
+    "Could not find",
+    "Unable to open",
+    "Failed to open lib",
+    "not supported",
+    "Not supported",
+)
 """Warnings NCCL prints where it goes on without the thing (no InfiniBand library, no device)."""
 
 
@@ -255,7 +281,9 @@ class ProgressReader:
         self._one: dict[str, re.Pattern[str]] = {}
         literals: list[str] = []
         named = [("step_end", p) for p in rules.step_end] + [
-            (name, getattr(rules, name)) for name in ("phase_start", "phase_end", "training_done") if getattr(rules, name)
+            (name, getattr(rules, name))
+            for name in ("phase_start", "phase_end", "training_done")
+            if getattr(rules, name)
         ]
         for name, pattern in named:
             try:
@@ -626,7 +654,11 @@ class LogClassifier:
         if m:
             code = int(m.group("code"))
             self._summary_event = self._add(
-                _TORCHRUN_SUMMARY, text, msg, None, rank=self._summary_rank,
+                _TORCHRUN_SUMMARY,
+                text,
+                msg,
+                None,
+                rank=self._summary_rank,
                 details={"exit_code": code, "signal": signal_from_exit(code)},
             )
             return
@@ -701,8 +733,11 @@ class LogClassifier:
             buf, start, end = self._context
             recent = buf[max(0, start - CONTEXT_BYTES) : end].decode("utf-8", "replace")
             ev.vllm_context = "vllm" in recent.lower() or "vllm" in msg.lower()
-            ev.vllm_stepping = (ev.vllm_context and any(h in recent for h in _VLLM_STEP_HINTS)
-                                and not any(h in recent for h in _VLLM_START_HINTS))
+            ev.vllm_stepping = (
+                ev.vllm_context
+                and any(h in recent for h in _VLLM_STEP_HINTS)
+                and not any(h in recent for h in _VLLM_START_HINTS)
+            )
             ev.weight_sync_context = any(h in recent for h in _WEIGHT_SYNC_HINTS)
         self._events.append(ev)
         return ev
@@ -911,10 +946,16 @@ _NO_MORE_THAN_AN_EXCEPTION = frozenset({"exception", "engine_dead", "engine_died
 error, printed first, is the cause)."""
 
 _MEMORY = (FailureClass.OOM, FailureClass.HOST_OOM)
-_COUNT_WHEN_IGNORED = frozenset({
-    FailureClass.OOM, FailureClass.HOST_OOM, FailureClass.CUDA_ERROR, FailureClass.NCCL_ERROR,
-    FailureClass.COLLECTIVE_TIMEOUT, FailureClass.COLLECTIVE_MISMATCH,
-})
+_COUNT_WHEN_IGNORED = frozenset(
+    {
+        FailureClass.OOM,
+        FailureClass.HOST_OOM,
+        FailureClass.CUDA_ERROR,
+        FailureClass.NCCL_ERROR,
+        FailureClass.COLLECTIVE_TIMEOUT,
+        FailureClass.COLLECTIVE_MISMATCH,
+    }
+)
 
 
 def _trained_past(e: _Event, steps_finished: int, steps: int = 1) -> bool:
@@ -999,8 +1040,12 @@ class _Decision:
                 if _trained_past(e, self.steps_finished):
                     continue
                 if (transport_late or e.rule.subtype in ("remote", "transport")) and any(
-                    x.order < e.order and x.kind in (Kind.ROOT, Kind.CRASH) and x.failure_class is not FailureClass.NCCL_ERROR
-                    or x.kind is Kind.ROOT and x.failure_class in _MEMORY and x.steps_done == e.steps_done
+                    x.order < e.order
+                    and x.kind in (Kind.ROOT, Kind.CRASH)
+                    and x.failure_class is not FailureClass.NCCL_ERROR
+                    or x.kind is Kind.ROOT
+                    and x.failure_class in _MEMORY
+                    and x.steps_done == e.steps_done
                     for x in self.events
                 ):
                     continue
@@ -1012,8 +1057,11 @@ class _Decision:
         ``ok`` needs a clean (or unknown) exit status and a log that does not end in errors."""
         failed = self._failed_status()
         tail_errors = self.clf.tail_errors()
-        crashes = [e for e in self._of(Kind.CRASH)
-                   if e.rule.subtype != "exception" or not _trained_past(e, self.steps_finished, TRAINED_THROUGH_STEPS)]
+        crashes = [
+            e
+            for e in self._of(Kind.CRASH)
+            if e.rule.subtype != "exception" or not _trained_past(e, self.steps_finished, TRAINED_THROUGH_STEPS)
+        ]
         if crashes and (failed or self.exit_code is None or tail_errors):
             return self._crash(crashes)
         symptoms = self._of(Kind.SYMPTOM)
@@ -1027,7 +1075,9 @@ class _Decision:
 
     # --- building the verdict ---------------------------------------------------------------
 
-    def _evidence(self, root: _Event | None, extra: Sequence[_Event] = (), prefix: Sequence[Evidence] = ()) -> tuple[Evidence, ...]:
+    def _evidence(
+        self, root: _Event | None, extra: Sequence[_Event] = (), prefix: Sequence[Evidence] = ()
+    ) -> tuple[Evidence, ...]:
         out: list[Evidence] = list(prefix)
         seen = {(e.source, e.line_no) for e in out}
 
@@ -1109,19 +1159,35 @@ class _Decision:
     def _unresolved_host_before(self, failure: _Event) -> _Event | None:
         """c10d's warning that the store's host name did not resolve, before a rendezvous or connect
         failure that names the same host: the name is the cause."""
-        if failure.failure_class is not FailureClass.INIT_FAILURE or failure.rule.subtype not in ("rendezvous", "connect"):
+        if failure.failure_class is not FailureClass.INIT_FAILURE or failure.rule.subtype not in (
+            "rendezvous",
+            "connect",
+        ):
             return None
-        return next((e for e in self.events if e.order < failure.order and e.rule.name == "c10d_unresolved_host"
-                     and f"{e.details.get('host')}, {e.details.get('port')}" in failure.text), None)
+        return next(
+            (
+                e
+                for e in self.events
+                if e.order < failure.order
+                and e.rule.name == "c10d_unresolved_host"
+                and f"{e.details.get('host')}, {e.details.get('port')}" in failure.text
+            ),
+            None,
+        )
 
     def _nccl_detail_after(self, error: _Event) -> _Event | None:
         """The specific NCCL error printed within ``NCCL_DETAIL_LINES`` lines after a generic one of
         the same log (PyTorch's ``NCCL error ... Last error:`` then the line NCCL warned): one
         failure, told best by the specific line."""
         for e in self.events:
-            if (e.order > error.order and e.source == error.source and e.failure_class is FailureClass.NCCL_ERROR
-                    and e.kind is Kind.ROOT and e.rule.name != "nccl_error"
-                    and 0 < e.line_no - error.line_no <= NCCL_DETAIL_LINES):
+            if (
+                e.order > error.order
+                and e.source == error.source
+                and e.failure_class is FailureClass.NCCL_ERROR
+                and e.kind is Kind.ROOT
+                and e.rule.name != "nccl_error"
+                and 0 < e.line_no - error.line_no <= NCCL_DETAIL_LINES
+            ):
                 return e
         return None
 
@@ -1142,8 +1208,13 @@ class _Decision:
                 return self._make(cls, root, ev, subtype=sub, rank=root.rank if root.rank is not None else warn.rank)
         unresolved = self._unresolved_host_before(root)
         if unresolved is not None:
-            return self._make(cls, root, self._evidence(unresolved, [root]), subtype="unresolved_host",
-                              details={**root.details, **unresolved.details})
+            return self._make(
+                cls,
+                root,
+                self._evidence(unresolved, [root]),
+                subtype="unresolved_host",
+                details={**root.details, **unresolved.details},
+            )
         if cls is FailureClass.OOM and not root.weight_sync_context:
             after = [e for e in self.events if root.order < e.order <= root.order + 5]
             if any(h in e.text for e in after for h in _WEIGHT_SYNC_HINTS):
@@ -1173,8 +1244,12 @@ class _Decision:
         fr = self.fr_summary
         if fr is not None and fr.mismatch:
             return self._make(
-                FailureClass.COLLECTIVE_MISMATCH, first, self._evidence(first, timeouts[1:3]),
-                rank=fr.culprit_rank, details={**first.details, "groups": fr.note}, rule="flight_recorder_mismatch",
+                FailureClass.COLLECTIVE_MISMATCH,
+                first,
+                self._evidence(first, timeouts[1:3]),
+                rank=fr.culprit_rank,
+                details={**first.details, "groups": fr.note},
+                rule="flight_recorder_mismatch",
             )
         rank = None
         if fr is not None and fr.culprit_rank is not None:
@@ -1217,14 +1292,21 @@ class _Decision:
             for seq in seqs:
                 at = sorted(r for r, e in ranks.items() if e.details["seq"] == seq)
                 op = "/".join(sorted({str(ranks[r].details["op"]) for r in at if ranks[r].details.get("op")}))
-                parts.append(f"rank{'s' if len(at) > 1 else ''} {','.join(map(str, at))} at SeqNum {seq}"
-                             + (f" ({op})" if op else ""))
+                parts.append(
+                    f"rank{'s' if len(at) > 1 else ''} {','.join(map(str, at))} at SeqNum {seq}"
+                    + (f" ({op})" if op else "")
+                )
             reps = sorted(ranks.values(), key=lambda e: (e.details["seq"] != seqs[0], e.order))
             root = ranks[culprit] if culprit in ranks else reps[0]
             others = [e for e in reps if e is not root][:3]
             return self._make(
-                FailureClass.COLLECTIVE_MISMATCH, root, self._evidence(root, others), rank=culprit,
-                subtype="seq_desync", rule="seq_desync", details={**root.details, "groups": "; ".join(parts)},
+                FailureClass.COLLECTIVE_MISMATCH,
+                root,
+                self._evidence(root, others),
+                rank=culprit,
+                subtype="seq_desync",
+                rule="seq_desync",
+                details={**root.details, "groups": "; ".join(parts)},
             )
         return None
 
@@ -1247,7 +1329,9 @@ class _Decision:
         others = world - {last}
         return None if last in timed_out or not others <= set(first) else last
 
-    def _mismatch(self, timeouts: list[_Event], pg: str, seq: int, sigs: dict[tuple[Any, Any, Any], set[int | None]]) -> Verdict:
+    def _mismatch(
+        self, timeouts: list[_Event], pg: str, seq: int, sigs: dict[tuple[Any, Any, Any], set[int | None]]
+    ) -> Verdict:
         ordered = sorted(sigs.items(), key=lambda kv: (len(kv[1]), str(kv[0])))
         minority = ordered[0][1]
         rank = next(iter(minority)) if len(minority) == 1 and len(ordered[0][1]) < len(ordered[-1][1]) else None
@@ -1262,23 +1346,37 @@ class _Decision:
         at_seq = [e for e in timeouts if e.details.get("seq") == seq]
         reps: list[_Event] = []
         seen_sig: set[tuple[Any, Any, Any]] = set()
-        for e in sorted(at_seq, key=lambda e: (len(sigs[(e.details.get('op'), e.details.get('numel_in'), e.details.get('numel_out'))]), e.order)):
+        for e in sorted(
+            at_seq,
+            key=lambda e: (
+                len(sigs[(e.details.get("op"), e.details.get("numel_in"), e.details.get("numel_out"))]),
+                e.order,
+            ),
+        ):
             s = (e.details.get("op"), e.details.get("numel_in"), e.details.get("numel_out"))
             if s not in seen_sig:
                 seen_sig.add(s)
                 reps.append(e)
         root = reps[0]
         return self._make(
-            FailureClass.COLLECTIVE_MISMATCH, root, self._evidence(root, reps[1:]),
-            rank=rank, details={**root.details, "groups": detail}, rule="same_seq_mismatch",
+            FailureClass.COLLECTIVE_MISMATCH,
+            root,
+            self._evidence(root, reps[1:]),
+            rank=rank,
+            details={**root.details, "groups": detail},
+            rule="same_seq_mismatch",
         )
 
     def _crash(self, crashes: list[_Event]) -> Verdict:
         root = crashes[0]
         # a more telling crash line than a generic exception: a signal, a child dead of one, an actor
         # (a child that exited with a code of its own, after the exception, tells less than the exception)
-        specific = [e for e in crashes if e.rule.subtype not in _NO_MORE_THAN_AN_EXCEPTION
-                    and not (e.rule.subtype == "child_exit" and (e.details.get("exit_code") or 0) > 0)]
+        specific = [
+            e
+            for e in crashes
+            if e.rule.subtype not in _NO_MORE_THAN_AN_EXCEPTION
+            and not (e.rule.subtype == "child_exit" and (e.details.get("exit_code") or 0) > 0)
+        ]
         if root.rule.subtype == "exception" and specific:
             root = specific[0]
         if root.rank is None and self.fr_summary is not None and self.fr_summary.culprit_rank is not None:
@@ -1288,7 +1386,10 @@ class _Decision:
         peak, note = self._host_peak()
         if killed and peak is not None and peak >= HOST_OOM_PEAK_FRAC and note is not None:
             return self._make(
-                FailureClass.HOST_OOM, root, self._evidence(root, prefix=[note]), subtype="sigkill_after_climb",
+                FailureClass.HOST_OOM,
+                root,
+                self._evidence(root, prefix=[note]),
+                subtype="sigkill_after_climb",
                 rule="sigkill_after_climb",
                 host_mem_peak_frac=peak,
             )
@@ -1305,27 +1406,43 @@ class _Decision:
             return log[0], log[1]
         if self.host_peak is None:
             return None, None
-        return self.host_peak, Evidence(0, f"host memory peaked at {self.host_peak:.0%} of RAM before SIGKILL", OWN_SOURCE)
+        return self.host_peak, Evidence(
+            0, f"host memory peaked at {self.host_peak:.0%} of RAM before SIGKILL", OWN_SOURCE
+        )
 
     def _status_only(self) -> Verdict:
         tail = self.clf.tail_errors() or self.clf.tail_evidence(3)
         sig = self.sig
         peak, note = self._host_peak()
         if sig == "SIGKILL" and peak is not None and peak >= HOST_OOM_PEAK_FRAC and note is not None:
-            return self._make(FailureClass.HOST_OOM, None, (note, *tail), subtype="sigkill_after_climb",
-                              rule="sigkill_after_climb",
-                              phase=self.clf._phases.current, host_mem_peak_frac=peak)
+            return self._make(
+                FailureClass.HOST_OOM,
+                None,
+                (note, *tail),
+                subtype="sigkill_after_climb",
+                rule="sigkill_after_climb",
+                phase=self.clf._phases.current,
+                host_mem_peak_frac=peak,
+            )
         what = f"ended by {sig}" if sig else f"exited with code {self.exit_code}"
         note = Evidence(0, f"the command {what}; no cause found in the log", OWN_SOURCE)
         return self._make(
-            FailureClass.CRASH, None, (note, *tail), subtype="signal" if sig else "no_cause", rule="exit_status",
+            FailureClass.CRASH,
+            None,
+            (note, *tail),
+            subtype="signal" if sig else "no_cause",
+            rule="exit_status",
             phase=self.clf._phases.current,
         )
 
     def _no_cause(self, tail_errors: tuple[Evidence, ...]) -> Verdict:
         """The log ends in error lines no rule knows: never ``ok``."""
         note = Evidence(0, "the log ends in error lines; no cause found", OWN_SOURCE)
-        return self._make(FailureClass.CRASH, None, (note, *tail_errors[-MAX_EVIDENCE + 1 :]), subtype="no_cause",
-                          rule="no_cause",
-                          phase=self.clf._phases.current)
-
+        return self._make(
+            FailureClass.CRASH,
+            None,
+            (note, *tail_errors[-MAX_EVIDENCE + 1 :]),
+            subtype="no_cause",
+            rule="no_cause",
+            phase=self.clf._phases.current,
+        )

@@ -27,10 +27,11 @@ import pickle
 import re
 import threading
 from collections import Counter, defaultdict
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterator, Sequence
+from typing import Any
 
 _TRAILING_RANK = re.compile(r"(\d+)$")
 _LIB_LOCK = threading.Lock()
@@ -258,7 +259,7 @@ def _own_analysis(dumps: dict[int, dict[str, Any]], expected: set[int]) -> _Find
             if e.get("is_p2p"):
                 continue
             table[(str(e["process_group"][0]), int(e["collective_seq_id"]))][rank] = e
-    for (pg, seq) in sorted(table, key=lambda k: (k[1], k[0])):
+    for pg, seq in sorted(table, key=lambda k: (k[1], k[0])):
         at = table[(pg, seq)]
         if len(at) < 2:
             continue
@@ -280,17 +281,19 @@ def _own_analysis(dumps: dict[int, dict[str, Any]], expected: set[int]) -> _Find
                 output_sizes=ref.get("output_sizes"),
                 backend=_op(ref)[0],
                 mismatch=True,
-                mismatch_kind="COLLECTIVE_TYPE_MISMATCH" if kind == "different collective" else "SIZE_OR_SYNTAX_MISMATCH",
+                mismatch_kind="COLLECTIVE_TYPE_MISMATCH"
+                if kind == "different collective"
+                else "SIZE_OR_SYNTAX_MISMATCH",
             )
     # ranks behind: per group, the highest sequence number anyone entered
     members: dict[str, set[int]] = defaultdict(set)
-    for rank, dump in dumps.items():
+    for dump in dumps.values():
         for name, cfg in (dump.get("pg_config") or {}).items():
             members[str(name)].update(_ranks_of(cfg))
     best: _Finding | None = None
     for pg in sorted({k[0] for k in table}):
         seqs = {}
-        for rank, dump in dumps.items():
+        for rank in dumps:
             mine = [s for (p, s), at in table.items() if p == pg and rank in at]
             if mine:
                 seqs[rank] = max(mine)
@@ -420,9 +423,13 @@ def _verdict_line(lines: list[str]) -> str:
         and not ln.startswith(("tabulate", "internal record id", "collective stack trace"))
         and " at " not in ln
     ]
-    head = [ln for ln in keep if ln.startswith(("Not all ranks", "Collective sequence number", "We cannot decide", "No errors found"))]
+    head = [
+        ln
+        for ln in keep
+        if ln.startswith(("Not all ranks", "Collective sequence number", "We cannot decide", "No errors found"))
+    ]
     detail = [ln for ln in keep if ln.startswith(("error msg:", "missing ranks:", "collective:", "group info:"))]
-    return "; ".join((head[:1] + detail[:3])) if head else ""
+    return "; ".join(head[:1] + detail[:3]) if head else ""
 
 
 # --- entry point ------------------------------------------------------------------------------

@@ -22,9 +22,10 @@ import os
 import re
 import stat
 import zlib
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Iterator, Sequence
+from typing import IO
 
 OUTPUT_LOG = "output.log"
 INFRA_PATTERN = "infra-*.log"
@@ -54,8 +55,13 @@ _FORMATS: tuple[tuple[int, bytes, str, str], ...] = (
     (0, b"\xff\xfe", "UTF-16 text", "convert it first (`iconv -f UTF-16 -t UTF-8 FILE > run.log`)"),
     (0, b"\xfe\xff", "UTF-16 text", "convert it first (`iconv -f UTF-16 -t UTF-8 FILE > run.log`)"),
     (0, b"\x7fELF", "an executable (ELF)", "pass the log the run wrote, not a program or core dump"),
-    (0, b"\x80", "a pickle", "a Flight Recorder dump is read as one when its name ends in its rank "
-     "(`nccl_trace_rank_0`); else pass the run's text log"),
+    (
+        0,
+        b"\x80",
+        "a pickle",
+        "a Flight Recorder dump is read as one when its name ends in its rank "
+        "(`nccl_trace_rank_0`); else pass the run's text log",
+    ),
 )
 """Binary data worth naming: (offset, magic, what it is, how to get a text log from it)."""
 
@@ -191,16 +197,20 @@ def not_a_text_log(path: Path, *, empty_ok: bool = False) -> str | None:
             what = "is an empty gzip file" if not head else "holds only blank lines (inside gzip)"
         else:
             what = "is empty" if not head else "holds only blank lines"
-        return (f"{path} {what}: a log with no lines says nothing about the run; pass the log the run "
-                "wrote (its stdout and stderr)")
+        return (
+            f"{path} {what}: a log with no lines says nothing about the run; pass the log the run "
+            "wrote (its stdout and stderr)"
+        )
     if not head or not _binary(head):
         return None
     inside = " (inside gzip)" if gz else ""
     for offset, magic, what, fix in _FORMATS:
-        if head[offset:offset + len(magic)] == magic:
+        if head[offset : offset + len(magic)] == magic:
             return f"{path} is {what}{inside}, not a text log; {fix.replace('FILE', str(path))}"
-    return (f"{path} is binary data{inside} (NUL or control bytes in its first {HEAD_BYTES // 1024} KiB), not a "
-            "text log; pass the log the run wrote, not a program, core dump, checkpoint or archive")
+    return (
+        f"{path} is binary data{inside} (NUL or control bytes in its first {HEAD_BYTES // 1024} KiB), not a "
+        "text log; pass the log the run wrote, not a program, core dump, checkpoint or archive"
+    )
 
 
 def _binary(head: bytes) -> bool:

@@ -17,8 +17,8 @@ trial set. Pure: text in, facts out.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 from nccl_tune.diagnose.text import strip_ansi
 
@@ -104,8 +104,10 @@ def same_value(set_value: str | None, seen: str | None) -> bool:
 def _reason(name: str, set_value: str | None, seen: tuple[str | None, ...]) -> str:
     values = set(seen)
     if values == {None}:
-        return (f"{name}: NCCL reported no {name} on any rank (the trial set {set_value}): the processes running "
-                "NCCL did not get the trial's environment")
+        return (
+            f"{name}: NCCL reported no {name} on any rank (the trial set {set_value}): the processes running "
+            "NCCL did not get the trial's environment"
+        )
     if len(values) == 1:
         (value,) = values
         why = KNOWN_OVERRIDES.get((name, str(value)))

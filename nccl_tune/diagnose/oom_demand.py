@@ -7,17 +7,30 @@ Pure text in, figures out."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 _SIZE = r"(?P<{name}>\d+(?:\.\d+)?) ?(?P<{name}_unit>[KMGT]?i?B)"
 _MESSAGE = re.compile(
-    r"Tried to allocate " + _SIZE.format(name="tried")
-    + r"\. GPU \d+ has a total capacity of " + _SIZE.format(name="total")
-    + r" of which " + _SIZE.format(name="free") + r" is free"
+    r"Tried to allocate "
+    + _SIZE.format(name="tried")
+    + r"\. GPU \d+ has a total capacity of "
+    + _SIZE.format(name="total")
+    + r" of which "
+    + _SIZE.format(name="free")
+    + r" is free"
 )
-_SCALE = {"B": 1 / 2**30, "KiB": 1 / 2**20, "MiB": 1 / 2**10, "GiB": 1.0, "TiB": 2**10,
-          "KB": 1e3 / 2**30, "MB": 1e6 / 2**30, "GB": 1e9 / 2**30, "TB": 1e12 / 2**30}
+_SCALE = {
+    "B": 1 / 2**30,
+    "KiB": 1 / 2**20,
+    "MiB": 1 / 2**10,
+    "GiB": 1.0,
+    "TiB": 2**10,
+    "KB": 1e3 / 2**30,
+    "MB": 1e6 / 2**30,
+    "GB": 1e9 / 2**30,
+    "TB": 1e12 / 2**30,
+}
 
 
 @dataclass(frozen=True)

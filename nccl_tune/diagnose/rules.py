@@ -67,224 +67,586 @@ _THC = r"(?:THCudaCheck FAIL file=\S+ line=\d+ error=(?P<code>\d+)|cuda runtime 
 
 RULES: tuple[Rule, ...] = (
     # --- the command refused its configuration -------------------------------------------
-    Rule("hydra_unknown_key", F.CONFIG_ERROR, Kind.ROOT, ("Could not override",),
-         _rx(r"Could not override '(?P<key>[^']+)'"), "unknown_key"),
-    Rule("hydra_not_in_struct", F.CONFIG_ERROR, Kind.ROOT, ("is not in struct",),
-         _rx(r"Key '(?P<key>[^']+)' is not in struct"), "unknown_key"),
-    Rule("dataclass_unknown_key", F.CONFIG_ERROR, Kind.ROOT, ("Invalid fields",),
-         _rx(r"Invalid fields? \{(?P<key>[^}]*)\} for (?P<config>\w+)"), "unknown_key"),
-    Rule("dataclass_plus_prefix", F.CONFIG_ERROR, Kind.ROOT, ("prefix for adding new config fields is not supported",),
-         _rx(r"prefix for adding new config fields is not supported: '(?P<key>[^']*)'"), "plus_prefix"),
-    Rule("hydra_bad_override", F.CONFIG_ERROR, Kind.ROOT,
-         ("Error merging override", "Error parsing override", "mismatched input", "no viable alternative"),
-         None, "bad_value"),
-    Rule("config_validation", F.CONFIG_ERROR, Kind.ROOT, ("ValidationError", "ConfigKeyError", "ConfigAttributeError"),
-         _rx(r"(?:omegaconf\.errors\.|pydantic[\w.]*\.)?(?:ValidationError|ConfigKeyError|ConfigAttributeError)\b"),
-         "bad_value"),
-    Rule("config_assertion", F.CONFIG_ERROR, Kind.ROOT, ("AssertionError",),
-         _rx(r"AssertionError: (?P<detail>.*(?:should be|must be|divisible|batch_size|max_prompt_length"
-             r"|max_input_length|max_generate_length|num_gpus|placement).*)"),
-         "validation"),
-    Rule("argparse_error", F.CONFIG_ERROR, Kind.ROOT, (": error: ",),
-         _rx(r"^[\w./-]+: error: (?:unrecognized arguments|argument |the following arguments are required)"),
-         "bad_value"),
-    Rule("command_not_found", F.CONFIG_ERROR, Kind.ROOT, ("command not found",),
-         _rx(r"(?P<cmd>[\w./-]+): command not found"), "command"),
+    Rule(
+        "hydra_unknown_key",
+        F.CONFIG_ERROR,
+        Kind.ROOT,
+        ("Could not override",),
+        _rx(r"Could not override '(?P<key>[^']+)'"),
+        "unknown_key",
+    ),
+    Rule(
+        "hydra_not_in_struct",
+        F.CONFIG_ERROR,
+        Kind.ROOT,
+        ("is not in struct",),
+        _rx(r"Key '(?P<key>[^']+)' is not in struct"),
+        "unknown_key",
+    ),
+    Rule(
+        "dataclass_unknown_key",
+        F.CONFIG_ERROR,
+        Kind.ROOT,
+        ("Invalid fields",),
+        _rx(r"Invalid fields? \{(?P<key>[^}]*)\} for (?P<config>\w+)"),
+        "unknown_key",
+    ),
+    Rule(
+        "dataclass_plus_prefix",
+        F.CONFIG_ERROR,
+        Kind.ROOT,
+        ("prefix for adding new config fields is not supported",),
+        _rx(r"prefix for adding new config fields is not supported: '(?P<key>[^']*)'"),
+        "plus_prefix",
+    ),
+    Rule(
+        "hydra_bad_override",
+        F.CONFIG_ERROR,
+        Kind.ROOT,
+        ("Error merging override", "Error parsing override", "mismatched input", "no viable alternative"),
+        None,
+        "bad_value",
+    ),
+    Rule(
+        "config_validation",
+        F.CONFIG_ERROR,
+        Kind.ROOT,
+        ("ValidationError", "ConfigKeyError", "ConfigAttributeError"),
+        _rx(r"(?:omegaconf\.errors\.|pydantic[\w.]*\.)?(?:ValidationError|ConfigKeyError|ConfigAttributeError)\b"),
+        "bad_value",
+    ),
+    Rule(
+        "config_assertion",
+        F.CONFIG_ERROR,
+        Kind.ROOT,
+        ("AssertionError",),
+        _rx(
+            r"AssertionError: (?P<detail>.*(?:should be|must be|divisible|batch_size|max_prompt_length"
+            r"|max_input_length|max_generate_length|num_gpus|placement).*)"
+        ),
+        "validation",
+    ),
+    Rule(
+        "argparse_error",
+        F.CONFIG_ERROR,
+        Kind.ROOT,
+        (": error: ",),
+        _rx(r"^[\w./-]+: error: (?:unrecognized arguments|argument |the following arguments are required)"),
+        "bad_value",
+    ),
+    Rule(
+        "command_not_found",
+        F.CONFIG_ERROR,
+        Kind.ROOT,
+        ("command not found",),
+        _rx(r"(?P<cmd>[\w./-]+): command not found"),
+        "command",
+    ),
     # --- NCCL's InfiniBand verbs (first: their errno texts read like host memory) -------------
-    Rule("ib_verbs_call", F.NCCL_ERROR, Kind.ROOT, ("ibv_",),
-         _rx(r"Call to (?P<call>ibv_\w+) failed(?: with error (?P<error>[^,(]+))?"), "ib_verbs",
-         exclude=("retrying",)),
-    Rule("ib_completion_error", F.NCCL_ERROR, Kind.ROOT, ("Got completion", "got completion with error", "IBV_WC_"),
-         _rx(r"NET/IB\w*\s*:\s*Got completion from peer (?P<peer>\S+)|got completion with error|IBV_WC_\w+"),
-         "transport"),
+    Rule(
+        "ib_verbs_call",
+        F.NCCL_ERROR,
+        Kind.ROOT,
+        ("ibv_",),
+        _rx(r"Call to (?P<call>ibv_\w+) failed(?: with error (?P<error>[^,(]+))?"),
+        "ib_verbs",
+        exclude=("retrying",),
+    ),
+    Rule(
+        "ib_completion_error",
+        F.NCCL_ERROR,
+        Kind.ROOT,
+        ("Got completion", "got completion with error", "IBV_WC_"),
+        _rx(r"NET/IB\w*\s*:\s*Got completion from peer (?P<peer>\S+)|got completion with error|IBV_WC_\w+"),
+        "transport",
+    ),
     # --- host memory (before device OOM: Ray's OutOfMemoryError is host RAM) ----------------
-    Rule("ray_memory_monitor", F.HOST_OOM, Kind.ROOT,
-         ("killed due to memory pressure", "running low on memory", "NODE_OUT_OF_MEMORY",
-          "ray.exceptions.OutOfMemoryError", "exceeds the memory usage threshold", "ray-oom-prevention"),
-         None, "ray_memory_monitor"),
-    Rule("kernel_oom_killer", F.HOST_OOM, Kind.ROOT,
-         ("Out of memory: Killed process", "invoked oom-killer", "oom-kill:", "oom_reaper",
-          "Memory cgroup out of memory", "oom_kill event", "oom-kill event", "OOMKilled"),
-         None, "kernel_oom"),
-    Rule("slurm_task_oom", F.HOST_OOM, Kind.ROOT, (": Out Of Memory",),
-         _rx(r"srun: error: \S+: tasks? [\d,-]+: Out Of Memory"), "kernel_oom"),
-    Rule("host_alloc_failed", F.HOST_OOM, Kind.ROOT,
-         ("MemoryError", "std::bad_alloc", "Cannot allocate memory", "can't allocate memory"),
-         _rx(r"(?<![A-Za-z])MemoryError\b|std::bad_alloc|Cannot allocate memory|DefaultCPUAllocator: can't allocate"),
-         "host_alloc", exclude=("OutOfMemoryError",)),
+    Rule(
+        "ray_memory_monitor",
+        F.HOST_OOM,
+        Kind.ROOT,
+        (
+            "killed due to memory pressure",
+            "running low on memory",
+            "NODE_OUT_OF_MEMORY",
+            "ray.exceptions.OutOfMemoryError",
+            "exceeds the memory usage threshold",
+            "ray-oom-prevention",
+        ),
+        None,
+        "ray_memory_monitor",
+    ),
+    Rule(
+        "kernel_oom_killer",
+        F.HOST_OOM,
+        Kind.ROOT,
+        (
+            "Out of memory: Killed process",
+            "invoked oom-killer",
+            "oom-kill:",
+            "oom_reaper",
+            "Memory cgroup out of memory",
+            "oom_kill event",
+            "oom-kill event",
+            "OOMKilled",
+        ),
+        None,
+        "kernel_oom",
+    ),
+    Rule(
+        "slurm_task_oom",
+        F.HOST_OOM,
+        Kind.ROOT,
+        (": Out Of Memory",),
+        _rx(r"srun: error: \S+: tasks? [\d,-]+: Out Of Memory"),
+        "kernel_oom",
+    ),
+    Rule(
+        "host_alloc_failed",
+        F.HOST_OOM,
+        Kind.ROOT,
+        ("MemoryError", "std::bad_alloc", "Cannot allocate memory", "can't allocate memory"),
+        _rx(r"(?<![A-Za-z])MemoryError\b|std::bad_alloc|Cannot allocate memory|DefaultCPUAllocator: can't allocate"),
+        "host_alloc",
+        exclude=("OutOfMemoryError",),
+    ),
     # --- device memory ----------------------------------------------------------------------
-    Rule("vllm_kv_budget", F.OOM, Kind.ROOT,
-         ("No available memory for the cache blocks", "larger than the available KV cache memory",
-          "stored in KV cache", "kv_cache_size=-", "Insufficient memory for KV cache"),
-         _rx(r"No available memory for the cache blocks|larger than the available KV cache memory"
-             r"|stored in KV cache|kv_cache_size=-(?P<kv_gib>[\d.]+)GiB|Insufficient memory for KV cache"),
-         "vllm_kv_budget"),
-    Rule("vllm_free_memory", F.OOM, Kind.ROOT, ("on startup is less than desired GPU memory utilization",),
-         _rx(r"\((?P<free_gib>[\d.]+)/(?P<total_gib>[\d.]+) GiB\) on startup is less than desired GPU memory "
-             r"utilization \((?P<util>[\d.]+), (?P<want_gib>[\d.]+) GiB\)"),
-         "vllm_free_memory"),
+    Rule(
+        "vllm_kv_budget",
+        F.OOM,
+        Kind.ROOT,
+        (
+            "No available memory for the cache blocks",
+            "larger than the available KV cache memory",
+            "stored in KV cache",
+            "kv_cache_size=-",
+            "Insufficient memory for KV cache",
+        ),
+        _rx(
+            r"No available memory for the cache blocks|larger than the available KV cache memory"
+            r"|stored in KV cache|kv_cache_size=-(?P<kv_gib>[\d.]+)GiB|Insufficient memory for KV cache"
+        ),
+        "vllm_kv_budget",
+    ),
+    Rule(
+        "vllm_free_memory",
+        F.OOM,
+        Kind.ROOT,
+        ("on startup is less than desired GPU memory utilization",),
+        _rx(
+            r"\((?P<free_gib>[\d.]+)/(?P<total_gib>[\d.]+) GiB\) on startup is less than desired GPU memory "
+            r"utilization \((?P<util>[\d.]+), (?P<want_gib>[\d.]+) GiB\)"
+        ),
+        "vllm_free_memory",
+    ),
     # a GPU without bfloat16 (compute capability below 8.0: V100, T4), told to run in it (vLLM's "Bfloat16 is
     # only supported on GPUs with compute capability of at least 8.0", torch's "Current CUDA Device does not
     # support bfloat16")
-    Rule("no_bf16", F.CONFIG_ERROR, Kind.ROOT, ("Error: Bfloat", "Error: Current CUDA Device does not support bfloat"),
-         _rx(r"Bfloat16 is only supported on GPUs|does not support bfloat16"), "no_bf16"),
+    Rule(
+        "no_bf16",
+        F.CONFIG_ERROR,
+        Kind.ROOT,
+        ("Error: Bfloat", "Error: Current CUDA Device does not support bfloat"),
+        _rx(r"Bfloat16 is only supported on GPUs|does not support bfloat16"),
+        "no_bf16",
+    ),
     # vLLM's Ray executor placed where Ray gives it no GPU: the process that builds the engine (an RL trainer's
     # inference actor, a server on a CPU head node) holds no GPU bundle ("ValueError: Current node has no GPU
     # available. current_node_resource={...}. vLLM engine cannot start without GPU.", before 0.7 "Ray does not
     # allocate any GPUs on the driver node. Consider adjusting the Ray placement group ...")
-    Rule("vllm_ray_no_gpu", F.INIT_FAILURE, Kind.ROOT, ("ValueError",),
-         _rx(r"ValueError: (?:Current node has no GPU available|Ray does not allocate any GPUs on the driver node)"),
-         "ray_no_gpu"),
-    Rule("vllm_engine_args", F.CONFIG_ERROR, Kind.ROOT, ("ValueError", "TypeError", "Value error,"),
-         _rx(r"(?:ValueError|TypeError|Value error,)[: ].*?\b(?P<arg>max_model_len|max_num_batched_tokens|max_num_seqs"
-             r"|tensor parallel size|tensor_parallel_size|pipeline parallel size|pipeline_parallel_size|attention heads"
-             r"|gpu_memory_utilization|GPU memory utilization|kv_cache_dtype|block_size|swap_space|quantization"
-             r"|max_seq_len_to_capture|max_lora_rank|enforce_eager|data_parallel_size|EngineArgs|SamplingParams|dtype)\b"),
-         "engine_args"),
-    Rule("cuda_oom", F.OOM, Kind.ROOT,
-         ("CUDA out of memory", "OutOfMemoryError", "CUDA error: out of memory", "CUDA Error: out of memory",
-          "HIP out of memory", "CUBLAS_STATUS_ALLOC_FAILED", "'out of memory'", "cudaErrorMemoryAllocation",
-          "CUDA driver error: out of memory",
-          "Failed to CUDA calloc", "Failed to CUDA malloc"),
-         None, "cuda_oom"),
+    Rule(
+        "vllm_ray_no_gpu",
+        F.INIT_FAILURE,
+        Kind.ROOT,
+        ("ValueError",),
+        _rx(r"ValueError: (?:Current node has no GPU available|Ray does not allocate any GPUs on the driver node)"),
+        "ray_no_gpu",
+    ),
+    Rule(
+        "vllm_engine_args",
+        F.CONFIG_ERROR,
+        Kind.ROOT,
+        ("ValueError", "TypeError", "Value error,"),
+        _rx(
+            r"(?:ValueError|TypeError|Value error,)[: ].*?\b(?P<arg>max_model_len|max_num_batched_tokens|max_num_seqs"
+            r"|tensor parallel size|tensor_parallel_size|pipeline parallel size|pipeline_parallel_size|attention heads"
+            r"|gpu_memory_utilization|GPU memory utilization|kv_cache_dtype|block_size|swap_space|quantization"
+            r"|max_seq_len_to_capture|max_lora_rank|enforce_eager|data_parallel_size|EngineArgs|SamplingParams|dtype)\b"
+        ),
+        "engine_args",
+    ),
+    Rule(
+        "cuda_oom",
+        F.OOM,
+        Kind.ROOT,
+        (
+            "CUDA out of memory",
+            "OutOfMemoryError",
+            "CUDA error: out of memory",
+            "CUDA Error: out of memory",
+            "HIP out of memory",
+            "CUBLAS_STATUS_ALLOC_FAILED",
+            "'out of memory'",
+            "cudaErrorMemoryAllocation",
+            "CUDA driver error: out of memory",
+            "Failed to CUDA calloc",
+            "Failed to CUDA malloc",
+        ),
+        None,
+        "cuda_oom",
+    ),
     # PyTorch before 1.5: "THCudaCheck FAIL file=... line=N error=2 : out of memory", "cuda runtime error (2) : ..."
-    Rule("thc_cuda_oom", F.OOM, Kind.ROOT, ("error=", "cuda runtime error ("), _rx(_THC + r"out of memory"), "cuda_oom"),
+    Rule(
+        "thc_cuda_oom", F.OOM, Kind.ROOT, ("error=", "cuda runtime error ("), _rx(_THC + r"out of memory"), "cuda_oom"
+    ),
     # --- CUDA errors other than OOM ---------------------------------------------------------
     Rule("cuda_ecc", F.CUDA_ERROR, Kind.ROOT, ("ECC error", "uncorrectable ECC"), None, "ecc"),
-    Rule("cuda_device_assert", F.CUDA_ERROR, Kind.ROOT, ("device-side assert", "Assertion `"),
-         _rx(r"(?P<kernel>[\w:()<>]+): block: \[[^\]]*\], thread: \[[^\]]*\] Assertion `(?P<cond>[^`]+)` failed"
-             r"|device-side assert"),
-         "device_assert"),
-    Rule("cuda_illegal_access", F.CUDA_ERROR, Kind.ROOT,
-         ("illegal memory access", "illegal address", "misaligned address", "unspecified launch failure",
-          "illegal instruction", "ILLEGAL_ADDRESS", "MISALIGNED_ADDRESS", "ILLEGAL_INSTRUCTION"),
-         None, "illegal_access"),
-    Rule("gpu_lost", F.CUDA_ERROR, Kind.ROOT, ("fallen off the bus", "GPU is lost", "NVRM: Xid"),
-         _rx(r"fallen off the bus|GPU is lost|NVRM: Xid \([^)]*\): (?P<xid>\d+)"), "gpu_lost"),
+    Rule(
+        "cuda_device_assert",
+        F.CUDA_ERROR,
+        Kind.ROOT,
+        ("device-side assert", "Assertion `"),
+        _rx(
+            r"(?P<kernel>[\w:()<>]+): block: \[[^\]]*\], thread: \[[^\]]*\] Assertion `(?P<cond>[^`]+)` failed"
+            r"|device-side assert"
+        ),
+        "device_assert",
+    ),
+    Rule(
+        "cuda_illegal_access",
+        F.CUDA_ERROR,
+        Kind.ROOT,
+        (
+            "illegal memory access",
+            "illegal address",
+            "misaligned address",
+            "unspecified launch failure",
+            "illegal instruction",
+            "ILLEGAL_ADDRESS",
+            "MISALIGNED_ADDRESS",
+            "ILLEGAL_INSTRUCTION",
+        ),
+        None,
+        "illegal_access",
+    ),
+    Rule(
+        "gpu_lost",
+        F.CUDA_ERROR,
+        Kind.ROOT,
+        ("fallen off the bus", "GPU is lost", "NVRM: Xid"),
+        _rx(r"fallen off the bus|GPU is lost|NVRM: Xid \([^)]*\): (?P<xid>\d+)"),
+        "gpu_lost",
+    ),
     # cudaErrorDevicesUnavailable: another process holds the GPU in exclusive compute mode, or it cannot be used
-    Rule("gpu_busy", F.CUDA_ERROR, Kind.ROOT, ("cudaErrorDevicesUnavailable", "CUDA-capable device(s) is/are busy"),
-         None, "gpu_busy"),
+    Rule(
+        "gpu_busy",
+        F.CUDA_ERROR,
+        Kind.ROOT,
+        ("cudaErrorDevicesUnavailable", "CUDA-capable device(s) is/are busy"),
+        None,
+        "gpu_busy",
+    ),
     # a build with no code for this GPU's architecture (torch, or an extension: flash-attn, vLLM's kernels)
     Rule("cuda_no_kernel_image", F.CUDA_ERROR, Kind.ROOT, ("error: no kernel image",), None, "no_kernel_image"),
-    Rule("nccl_unhandled_cuda", F.CUDA_ERROR, Kind.ROOT, ("unhandled cuda error", "ncclUnhandledCudaError"),
-         None, "nccl_cuda"),
+    Rule(
+        "nccl_unhandled_cuda",
+        F.CUDA_ERROR,
+        Kind.ROOT,
+        ("unhandled cuda error", "ncclUnhandledCudaError"),
+        None,
+        "nccl_cuda",
+    ),
     # NCCL's CUDACHECK warns "Cuda failure 'message'" and fails the call (its 'out of memory' is read above)
-    Rule("nccl_warn_cuda_failure", F.CUDA_ERROR, Kind.ROOT, ("Cuda failure",),
-         _rx(r"(?:(?P<where>[\w./-]+\.(?:cc|cu|h)):\d+ )?NCCL WARN .*Cuda failure (?:\d+ )?'(?P<detail>[^']*)'"), "nccl_cuda"),
+    Rule(
+        "nccl_warn_cuda_failure",
+        F.CUDA_ERROR,
+        Kind.ROOT,
+        ("Cuda failure",),
+        _rx(r"(?:(?P<where>[\w./-]+\.(?:cc|cu|h)):\d+ )?NCCL WARN .*Cuda failure (?:\d+ )?'(?P<detail>[^']*)'"),
+        "nccl_cuda",
+    ),
     # nccl-tests' CUDACHECK prints "host: Test CUDA failure file.cu:N '<cudaGetErrorString>'": its
     # 'out of memory', illegal accesses and busy devices are read by the rules above, the rest here
-    Rule("cuda_error", F.CUDA_ERROR, Kind.ROOT,
-         ("CUDA error:", "CUDA driver error", "CUBLAS_STATUS_", "CUDNN_STATUS_", "cuDNN error", "CUDA_ERROR_",
-          "CUDBG_EXCEPTION_", "Test CUDA failure"),
-         _rx(r"(?:CUDA (?:driver )?error: |Test CUDA failure \S+:\d+ ')(?P<detail>[^.'\n]+)|CUBLAS_STATUS_\w+"
-             r"|CUDNN_STATUS_\w+|cuDNN error|CUDA_ERROR_\w+|CUDBG_EXCEPTION_\w+"),
-         "cuda"),
-    Rule("thc_cuda_error", F.CUDA_ERROR, Kind.ROOT, ("error=", "cuda runtime error ("),
-         _rx(_THC + r"(?P<detail>.+?)(?: at \S+:\d+)?\s*$"), "cuda"),
+    Rule(
+        "cuda_error",
+        F.CUDA_ERROR,
+        Kind.ROOT,
+        (
+            "CUDA error:",
+            "CUDA driver error",
+            "CUBLAS_STATUS_",
+            "CUDNN_STATUS_",
+            "cuDNN error",
+            "CUDA_ERROR_",
+            "CUDBG_EXCEPTION_",
+            "Test CUDA failure",
+        ),
+        _rx(
+            r"(?:CUDA (?:driver )?error: |Test CUDA failure \S+:\d+ ')(?P<detail>[^.'\n]+)|CUBLAS_STATUS_\w+"
+            r"|CUDNN_STATUS_\w+|cuDNN error|CUDA_ERROR_\w+|CUDBG_EXCEPTION_\w+"
+        ),
+        "cuda",
+    ),
+    Rule(
+        "thc_cuda_error",
+        F.CUDA_ERROR,
+        Kind.ROOT,
+        ("error=", "cuda runtime error ("),
+        _rx(_THC + r"(?P<detail>.+?)(?: at \S+:\d+)?\s*$"),
+        "cuda",
+    ),
     # --- NCCL's own errors ------------------------------------------------------------------
     # NCCL's bootstrap receiving a message of another size than it expects from a peer ("bootstrap.cc:77 NCCL
     # WARN Message truncated : received 1024 bytes instead of 256", then ncclInternalError): ranks that disagree
     # on how the communicator is set up (NCCL builds or settings that differ between nodes, a group created
     # with different rank lists)
-    Rule("nccl_bootstrap_truncated", F.NCCL_ERROR, Kind.ROOT, ("NCCL WARN Message truncated",),
-         _rx(r"Message truncated : received (?P<got>\d+) bytes instead of (?P<want>\d+)"), "bootstrap_mismatch"),
-    Rule("nccl_bad_env_value", F.NCCL_ERROR, Kind.ROOT,
-         ("Unrecognized element token", "Unrecognized prefix token", "All entries except the first must have a prefix"),
-         _rx(r"Unrecognized (?:element|prefix) token \"(?P<token>[^\"]*)\" when parsing \"(?P<value>[^\"]*)\"|must have a prefix"),
-         "invalid_env"),
-    Rule("nccl_no_algorithm", F.NCCL_ERROR, Kind.ROOT, ("No algorithm/protocol available",),
-         _rx(r"No algorithm/protocol available for function (?P<function>\w+)"
-             r"(?:.*?NCCL_ALGO was set to (?P<algo>[^.]*)\.)?(?:.*?NCCL_PROTO was set to (?P<proto>[^.]*)\.)?"),
-         "no_algorithm"),
-    Rule("nccl_remote", F.NCCL_ERROR, Kind.ROOT,
-         ("remote process exited", "ncclRemoteError"),
-         None, "remote"),
+    Rule(
+        "nccl_bootstrap_truncated",
+        F.NCCL_ERROR,
+        Kind.ROOT,
+        ("NCCL WARN Message truncated",),
+        _rx(r"Message truncated : received (?P<got>\d+) bytes instead of (?P<want>\d+)"),
+        "bootstrap_mismatch",
+    ),
+    Rule(
+        "nccl_bad_env_value",
+        F.NCCL_ERROR,
+        Kind.ROOT,
+        ("Unrecognized element token", "Unrecognized prefix token", "All entries except the first must have a prefix"),
+        _rx(
+            r"Unrecognized (?:element|prefix) token \"(?P<token>[^\"]*)\" when parsing \"(?P<value>[^\"]*)\"|must have a prefix"
+        ),
+        "invalid_env",
+    ),
+    Rule(
+        "nccl_no_algorithm",
+        F.NCCL_ERROR,
+        Kind.ROOT,
+        ("No algorithm/protocol available",),
+        _rx(
+            r"No algorithm/protocol available for function (?P<function>\w+)"
+            r"(?:.*?NCCL_ALGO was set to (?P<algo>[^.]*)\.)?(?:.*?NCCL_PROTO was set to (?P<proto>[^.]*)\.)?"
+        ),
+        "no_algorithm",
+    ),
+    Rule("nccl_remote", F.NCCL_ERROR, Kind.ROOT, ("remote process exited", "ncclRemoteError"), None, "remote"),
     # NCCL's sockets given no usable address (the interface NCCL_SOCKET_IFNAME names is missing or has
     # none): NCCL warns, then fails the call with ncclInternalError
-    Rule("nccl_no_interface", F.NCCL_ERROR, Kind.ROOT,
-         ("is neither AF_INET", "no socket interface found"),
-         _rx(r"connecting to address .*with family (?P<family>\d+) is neither AF_INET|no socket interface found"),
-         "socket_ifname"),
+    Rule(
+        "nccl_no_interface",
+        F.NCCL_ERROR,
+        Kind.ROOT,
+        ("is neither AF_INET", "no socket interface found"),
+        _rx(r"connecting to address .*with family (?P<family>\d+) is neither AF_INET|no socket interface found"),
+        "socket_ifname",
+    ),
     # NCCL could not create or grow its shared-memory segment (a small /dev/shm): the call fails with a system error
-    Rule("nccl_shm", F.NCCL_ERROR, Kind.ROOT,
-         ("Error while creating shared memory segment", "Error while attaching to shared memory segment",
-          "posix_fallocate failed", "failed to extend /dev/shm"),
-         None, "shm"),
+    Rule(
+        "nccl_shm",
+        F.NCCL_ERROR,
+        Kind.ROOT,
+        (
+            "Error while creating shared memory segment",
+            "Error while attaching to shared memory segment",
+            "posix_fallocate failed",
+            "failed to extend /dev/shm",
+        ),
+        None,
+        "shm",
+    ),
     # two ranks of one communicator on one GPU (ranks or colocated engines given the same device)
-    Rule("nccl_duplicate_gpu", F.NCCL_ERROR, Kind.ROOT, ("Duplicate GPU detected",),
-         _rx(r"Duplicate GPU detected : rank (?P<rank_a>\d+) and rank (?P<rank_b>\d+) both on CUDA device (?P<device>\w+)"),
-         "duplicate_gpu"),
+    Rule(
+        "nccl_duplicate_gpu",
+        F.NCCL_ERROR,
+        Kind.ROOT,
+        ("Duplicate GPU detected",),
+        _rx(
+            r"Duplicate GPU detected : rank (?P<rank_a>\d+) and rank (?P<rank_b>\d+) both on CUDA device (?P<device>\w+)"
+        ),
+        "duplicate_gpu",
+    ),
     # nccl-tests' NCCLCHECK prints "host: Test NCCL failure file.cu:N '<ncclGetErrorString> / <last error>'":
     # its 'unhandled cuda error' and 'remote process exited' are read by the rules above, as in PyTorch's wording
-    Rule("nccl_error", F.NCCL_ERROR, Kind.ROOT,
-         ("NCCL error", "NCCL Error", "ncclSystemError", "ncclInternalError", "ncclInvalidUsage", "ncclInvalidArgument",
-          "NCCL communicator was aborted", "ncclCommInitRank failed", "Test NCCL failure"),
-         _rx(r"NCCL [Ee]rror|nccl(?:System|Internal|InvalidUsage|InvalidArgument)\w*|communicator was aborted"
-             r"|ncclCommInitRank failed|Test NCCL failure"),
-         "nccl",
-         # torch 1.x's "communicator was aborted ... Original reason for failure was: [Rank 0] Watchdog caught
-         # collective operation timeout: ..." is the time-out, read by nccl_watchdog_timeout
-         exclude=("collective operation timeout",)),
+    Rule(
+        "nccl_error",
+        F.NCCL_ERROR,
+        Kind.ROOT,
+        (
+            "NCCL error",
+            "NCCL Error",
+            "ncclSystemError",
+            "ncclInternalError",
+            "ncclInvalidUsage",
+            "ncclInvalidArgument",
+            "NCCL communicator was aborted",
+            "ncclCommInitRank failed",
+            "Test NCCL failure",
+        ),
+        _rx(
+            r"NCCL [Ee]rror|nccl(?:System|Internal|InvalidUsage|InvalidArgument)\w*|communicator was aborted"
+            r"|ncclCommInitRank failed|Test NCCL failure"
+        ),
+        "nccl",
+        # torch 1.x's "communicator was aborted ... Original reason for failure was: [Rank 0] Watchdog caught
+        # collective operation timeout: ..." is the time-out, read by nccl_watchdog_timeout
+        exclude=("collective operation timeout",),
+    ),
     # --- rendezvous, store, ports, connect ---------------------------------------------------
-    Rule("c10d_connect_retry", F.INIT_FAILURE, Kind.SUPPORT, ("failed to connect to",),
-         _rx(r"socket has failed to connect to .*(?:Connection refused|errno: 11[01]|No route to host|Connection timed out)"),
-         "rendezvous"),
+    Rule(
+        "c10d_connect_retry",
+        F.INIT_FAILURE,
+        Kind.SUPPORT,
+        ("failed to connect to",),
+        _rx(
+            r"socket has failed to connect to .*(?:Connection refused|errno: 11[01]|No route to host|Connection timed out)"
+        ),
+        "rendezvous",
+    ),
     # c10d could not resolve the store's host name ("[c10d] The IPv6 network addresses of (trainer-master-0,
     # 29500) cannot be retrieved (gai error: -2 - Name or service not known)"; torch 2.13 prints it only when
     # no address of either family resolves): names the cause of a rendezvous that then times out dialling
     # that host (``classify`` checks the host)
-    Rule("c10d_unresolved_host", F.INIT_FAILURE, Kind.SUPPORT, ("gai error",),
-         _rx(r"IPv[46] network addresses of \((?P<host>[^,]+), (?P<port>\d+)\) cannot be retrieved \(gai error: -?\d+ - "
-             r"(?P<reason>[^)]+)\)"),
-         "unresolved_host"),
-    Rule("nccl_connect", F.INIT_FAILURE, Kind.INIT, ("Connect to",),
-         _rx(r"(?:socketStartConnect|socketPollConnect|Net|NET/Socket|NET/IB)\w*\s*: Connect to (?P<peer>\S+) failed"),
-         "nccl_connect"),
-    Rule("nccl_socket_transport", F.NCCL_ERROR, Kind.ROOT,
-         ("socketProgress", "NET/Socket : socket progress error", "Connection closed by remote peer", "Net : Call to",
-          "Call to recv failed", "Call to send failed"),
-         # older NCCL: "NCCL WARN Call to recv failed : Connection reset by peer"
-         _rx(r"socketProgress\w*: (?:Connection closed by remote peer|Call to (?:recv from|send to) (?P<peer>\S+) failed)"
-             r"|NET/Socket : socket progress error|Net : Call to \w+ (?:from|to) \S+ failed|Connection closed by remote peer"
-             r"|Call to (?:recv|send) failed\b"),
-         "transport"),
+    Rule(
+        "c10d_unresolved_host",
+        F.INIT_FAILURE,
+        Kind.SUPPORT,
+        ("gai error",),
+        _rx(
+            r"IPv[46] network addresses of \((?P<host>[^,]+), (?P<port>\d+)\) cannot be retrieved \(gai error: -?\d+ - "
+            r"(?P<reason>[^)]+)\)"
+        ),
+        "unresolved_host",
+    ),
+    Rule(
+        "nccl_connect",
+        F.INIT_FAILURE,
+        Kind.INIT,
+        ("Connect to",),
+        _rx(r"(?:socketStartConnect|socketPollConnect|Net|NET/Socket|NET/IB)\w*\s*: Connect to (?P<peer>\S+) failed"),
+        "nccl_connect",
+    ),
+    Rule(
+        "nccl_socket_transport",
+        F.NCCL_ERROR,
+        Kind.ROOT,
+        (
+            "socketProgress",
+            "NET/Socket : socket progress error",
+            "Connection closed by remote peer",
+            "Net : Call to",
+            "Call to recv failed",
+            "Call to send failed",
+        ),
+        # older NCCL: "NCCL WARN Call to recv failed : Connection reset by peer"
+        _rx(
+            r"socketProgress\w*: (?:Connection closed by remote peer|Call to (?:recv from|send to) (?P<peer>\S+) failed)"
+            r"|NET/Socket : socket progress error|Net : Call to \w+ (?:from|to) \S+ failed|Connection closed by remote peer"
+            r"|Call to (?:recv|send) failed\b"
+        ),
+        "transport",
+    ),
     # a rank setting up an NCCL communicator, whose peer (the rank that publishes NCCL's id in the c10d
     # store) went away or stayed late: "... retrieving ncclUniqueId from [0] via c10d key-value store by
     # key '0', but store->get('0') got error: Connection reset by peer"
-    Rule("nccl_id_store", F.INIT_FAILURE, Kind.INIT, ("got error:",),
-         _rx(r"retrieving ncclUniqueId from \[(?P<peer_rank>\d+)\].*got error: (?P<error>[^.]+)"), "nccl_id_store"),
+    Rule(
+        "nccl_id_store",
+        F.INIT_FAILURE,
+        Kind.INIT,
+        ("got error:",),
+        _rx(r"retrieving ncclUniqueId from \[(?P<peer_rank>\d+)\].*got error: (?P<error>[^.]+)"),
+        "nccl_id_store",
+    ),
     # gloo (CPU process groups, also next to NCCL ones) setting up its pairs of ranks: "Gloo connectFullMesh
     # failed with [.../pair.cc:144] no error", or no interface of the name GLOO_SOCKET_IFNAME gives
     # ("[enforce fail at .../device.cc:83] ifa != nullptr. Unable to find address for: eth0")
-    Rule("gloo_connect", F.INIT_FAILURE, Kind.INIT, ("connectFullMesh failed", "Unable to find address for"),
-         _rx(r"connectFullMesh failed|Unable to find address for:? (?P<iface>\S+)"), "gloo_connect"),
-    Rule("port_in_use", F.INIT_FAILURE, Kind.ROOT,
-         ("Address already in use", "EADDRINUSE", "failed to listen on any local network address"),
-         None, "port_in_use", exclude=("NCCL WARN", "NCCL INFO")),
-    Rule("rendezvous_timeout", F.INIT_FAILURE, Kind.INIT,
-         ("RendezvousTimeoutError", "RendezvousConnectionError", "RendezvousClosedError", "store based barrier",
-          "while trying to connect to", "waitForInput", "DistNetworkError", "DistStoreError", "Socket Timeout",
-          "waiting for clients"),
-         _rx(r"Rendezvous\w*Error|store based barrier|timed out after \d+ ?ms while trying to connect to"
-             r"|waitForInput: socket .* timed out|DistNetworkError|DistStoreError|Socket Timeout"
-             r"|Timed out after \d+ seconds waiting for clients"),
-         "rendezvous", exclude=("NCCL INFO",)),
-    Rule("ray_connect", F.INIT_FAILURE, Kind.INIT,
-         ("Failed to connect to GCS", "Could not find any running Ray instance", "Can't find a `node_ip_address.json`",
-          "Unable to connect to GCS"),
-         None, "ray"),
-    Rule("connect_timeout", F.INIT_FAILURE, Kind.INIT,
-         ("Connect timeout", "ConnectTimeout", "Connection timed out", "No route to host"),
-         _rx(r"Connect timeout \[|\[Errno 11[03]\]|ConnectTimeout(?:Error)?\b|Connection timed out|No route to host"),
-         "connect", exclude=("NCCL WARN", "NCCL INFO")),
-    Rule("ray_placement_group", F.INIT_FAILURE, Kind.ROOT, ("placement group", "Placement group"),
-         _rx(r"Failed to create placement group|[Pp]lacement group creation timed out|PlacementGroupSchedulingError"),
-         "placement_group"),
-    Rule("ray_unschedulable", F.INIT_FAILURE, Kind.SUPPORT,
-         ("cannot be scheduled right now", "No available node types can fulfill"), None, "placement_group"),
+    Rule(
+        "gloo_connect",
+        F.INIT_FAILURE,
+        Kind.INIT,
+        ("connectFullMesh failed", "Unable to find address for"),
+        _rx(r"connectFullMesh failed|Unable to find address for:? (?P<iface>\S+)"),
+        "gloo_connect",
+    ),
+    Rule(
+        "port_in_use",
+        F.INIT_FAILURE,
+        Kind.ROOT,
+        ("Address already in use", "EADDRINUSE", "failed to listen on any local network address"),
+        None,
+        "port_in_use",
+        exclude=("NCCL WARN", "NCCL INFO"),
+    ),
+    Rule(
+        "rendezvous_timeout",
+        F.INIT_FAILURE,
+        Kind.INIT,
+        (
+            "RendezvousTimeoutError",
+            "RendezvousConnectionError",
+            "RendezvousClosedError",
+            "store based barrier",
+            "while trying to connect to",
+            "waitForInput",
+            "DistNetworkError",
+            "DistStoreError",
+            "Socket Timeout",
+            "waiting for clients",
+        ),
+        _rx(
+            r"Rendezvous\w*Error|store based barrier|timed out after \d+ ?ms while trying to connect to"
+            r"|waitForInput: socket .* timed out|DistNetworkError|DistStoreError|Socket Timeout"
+            r"|Timed out after \d+ seconds waiting for clients"
+        ),
+        "rendezvous",
+        exclude=("NCCL INFO",),
+    ),
+    Rule(
+        "ray_connect",
+        F.INIT_FAILURE,
+        Kind.INIT,
+        (
+            "Failed to connect to GCS",
+            "Could not find any running Ray instance",
+            "Can't find a `node_ip_address.json`",
+            "Unable to connect to GCS",
+        ),
+        None,
+        "ray",
+    ),
+    Rule(
+        "connect_timeout",
+        F.INIT_FAILURE,
+        Kind.INIT,
+        ("Connect timeout", "ConnectTimeout", "Connection timed out", "No route to host"),
+        _rx(r"Connect timeout \[|\[Errno 11[03]\]|ConnectTimeout(?:Error)?\b|Connection timed out|No route to host"),
+        "connect",
+        exclude=("NCCL WARN", "NCCL INFO"),
+    ),
+    Rule(
+        "ray_placement_group",
+        F.INIT_FAILURE,
+        Kind.ROOT,
+        ("placement group", "Placement group"),
+        _rx(r"Failed to create placement group|[Pp]lacement group creation timed out|PlacementGroupSchedulingError"),
+        "placement_group",
+    ),
+    Rule(
+        "ray_unschedulable",
+        F.INIT_FAILURE,
+        Kind.SUPPORT,
+        ("cannot be scheduled right now", "No available node types can fulfill"),
+        None,
+        "placement_group",
+    ),
     # --- collectives that did not complete --------------------------------------------------
-    Rule("collective_fingerprint_mismatch", F.COLLECTIVE_MISMATCH, Kind.ROOT,
-         ("Detected mismatch between collectives",), None, "fingerprint"),
+    Rule(
+        "collective_fingerprint_mismatch",
+        F.COLLECTIVE_MISMATCH,
+        Kind.ROOT,
+        ("Detected mismatch between collectives",),
+        None,
+        "fingerprint",
+    ),
     # a transport receiving more bytes than the collective posted: the ranks disagree on the size (or on the
     # NCCL settings that shape the messages): NCCL's IB ("NET/IB : req 0/1 tag 3 peer ... collective mismatch
     # error, local size 786432 remote size 262144"; before 2.12 "... mismatch error local size N remote N"),
@@ -292,172 +654,420 @@ RULES: tuple[Rule, ...] = (
     # ... a mismatch in collective sizes or environment settings ... between ranks"), gloo ("[enforce fail
     # at .../pair.cc:456] op.preamble.length <= op.nbytes. 8 vs 4. Received data size doesn't match expected
     # size. Is there a distributed collective mismatch in your code?")
-    Rule("transport_size_mismatch", F.COLLECTIVE_MISMATCH, Kind.ROOT,
-         ("collective mismatch error", "mismatch in collective sizes", "collective mismatch in your code"),
-         _rx(r"collective mismatch error,? local size (?P<local_size>\d+) remote (?:size )?(?P<remote_size>\d+)"
-             r"|message truncated : receiving (?P<received>\d+) bytes instead of (?P<expected>\d+)"
-             r"|(?:op\.preamble\.length <= op\.nbytes\. (?P<received_gloo>\d+) vs (?P<expected_gloo>\d+)\. )?"
-             r"Received data size doesn't match expected size"),
-         "size_on_wire"),
-    Rule("nccl_watchdog_timeout", F.COLLECTIVE_TIMEOUT, Kind.TIMEOUT,
-         ("Watchdog caught collective operation timeout", "Caught collective operation timeout",
-          "timed out in blocking wait"),
-         # the work may be cut short where a terminal wrapped the line (classify joins the rows that complete it)
-         _rx(r"(?:[Cc]aught collective operation timeout|Work (?=WorkNCCL\())(?::\s*)?"
-             r"(?:WorkNCCL\((?P<work>(?:[^()]|\([^()]*\))*)(?P<closed>\))?)?"),
-         "nccl_watchdog"),
-    Rule("gloo_timeout", F.COLLECTIVE_TIMEOUT, Kind.TIMEOUT, ("Timed out waiting",),
-         _rx(r"Timed out waiting (?P<timeout_ms>\d+) ?ms for (?P<direction>recv|send) operation"), "gloo"),
-    Rule("monitored_barrier", F.COLLECTIVE_TIMEOUT, Kind.TIMEOUT, ("monitoredBarrier",),
-         _rx(r"[Rr]anks? (?P<ranks>\d+(?:, ?\d+)*) failed to pass monitoredBarrier"), "monitored_barrier"),
-    Rule("watchdog_check_timeout_frame", F.COLLECTIVE_TIMEOUT, Kind.TIMEOUT, ("checkTimeout",),
-         _rx(r"WorkNCCL::checkTimeout"), "watchdog_frames"),
-    Rule("heartbeat_monitor", F.COLLECTIVE_TIMEOUT, Kind.TIMEOUT,
-         ("Heartbeat monitor timed out", "watchdog got stuck", "Watchdog thread got stuck", "heartbeat monitor timed out"),
-         None, "heartbeat"),
+    Rule(
+        "transport_size_mismatch",
+        F.COLLECTIVE_MISMATCH,
+        Kind.ROOT,
+        ("collective mismatch error", "mismatch in collective sizes", "collective mismatch in your code"),
+        _rx(
+            r"collective mismatch error,? local size (?P<local_size>\d+) remote (?:size )?(?P<remote_size>\d+)"
+            r"|message truncated : receiving (?P<received>\d+) bytes instead of (?P<expected>\d+)"
+            r"|(?:op\.preamble\.length <= op\.nbytes\. (?P<received_gloo>\d+) vs (?P<expected_gloo>\d+)\. )?"
+            r"Received data size doesn't match expected size"
+        ),
+        "size_on_wire",
+    ),
+    Rule(
+        "nccl_watchdog_timeout",
+        F.COLLECTIVE_TIMEOUT,
+        Kind.TIMEOUT,
+        (
+            "Watchdog caught collective operation timeout",
+            "Caught collective operation timeout",
+            "timed out in blocking wait",
+        ),
+        # the work may be cut short where a terminal wrapped the line (classify joins the rows that complete it)
+        _rx(
+            r"(?:[Cc]aught collective operation timeout|Work (?=WorkNCCL\())(?::\s*)?"
+            r"(?:WorkNCCL\((?P<work>(?:[^()]|\([^()]*\))*)(?P<closed>\))?)?"
+        ),
+        "nccl_watchdog",
+    ),
+    Rule(
+        "gloo_timeout",
+        F.COLLECTIVE_TIMEOUT,
+        Kind.TIMEOUT,
+        ("Timed out waiting",),
+        _rx(r"Timed out waiting (?P<timeout_ms>\d+) ?ms for (?P<direction>recv|send) operation"),
+        "gloo",
+    ),
+    Rule(
+        "monitored_barrier",
+        F.COLLECTIVE_TIMEOUT,
+        Kind.TIMEOUT,
+        ("monitoredBarrier",),
+        _rx(r"[Rr]anks? (?P<ranks>\d+(?:, ?\d+)*) failed to pass monitoredBarrier"),
+        "monitored_barrier",
+    ),
+    Rule(
+        "watchdog_check_timeout_frame",
+        F.COLLECTIVE_TIMEOUT,
+        Kind.TIMEOUT,
+        ("checkTimeout",),
+        _rx(r"WorkNCCL::checkTimeout"),
+        "watchdog_frames",
+    ),
+    Rule(
+        "heartbeat_monitor",
+        F.COLLECTIVE_TIMEOUT,
+        Kind.TIMEOUT,
+        (
+            "Heartbeat monitor timed out",
+            "watchdog got stuck",
+            "Watchdog thread got stuck",
+            "heartbeat monitor timed out",
+        ),
+        None,
+        "heartbeat",
+    ),
     # the Flight Recorder's dump signal, not a hung watchdog: a rank's watchdog timed out on a collective and
     # told every rank through the store to dump ("Received a dump signal due to a collective timeout from rank
     # 0 and we will try our best to dump the debug info", "... from this local rank ...", torch 2.6+'s
     # "Observed flight recorder dump signal from another rank via TCPStore"), then each rank ends itself
     # ("Terminating the process after attempting to dump debug info, due to collective timeout or exception")
-    Rule("dump_signal", F.COLLECTIVE_TIMEOUT, Kind.TIMEOUT,
-         ("Received a dump signal due to a collective timeout", "Received a global dump signal",
-          "Observed flight recorder dump signal", "Terminating the process after attempting to dump debug info"),
-         _rx(r"dump signal due to a collective timeout from\s+(?:rank (?P<from_rank>\d+)|(?P<local>this local rank))"
-             r"|(?P<other>dump signal from another rank)|dump signal|Terminating the process after attempting to dump"),
-         "dump_signal"),
-    Rule("nccl_tests_timeout", F.COLLECTIVE_TIMEOUT, Kind.TIMEOUT, ("Test timeout (",),
-         _rx(r"Test timeout \((?P<timeout_s>\d+)s\)"), "nccl_tests"),
+    Rule(
+        "dump_signal",
+        F.COLLECTIVE_TIMEOUT,
+        Kind.TIMEOUT,
+        (
+            "Received a dump signal due to a collective timeout",
+            "Received a global dump signal",
+            "Observed flight recorder dump signal",
+            "Terminating the process after attempting to dump debug info",
+        ),
+        _rx(
+            r"dump signal due to a collective timeout from\s+(?:rank (?P<from_rank>\d+)|(?P<local>this local rank))"
+            r"|(?P<other>dump signal from another rank)|dump signal|Terminating the process after attempting to dump"
+        ),
+        "dump_signal",
+    ),
+    Rule(
+        "nccl_tests_timeout",
+        F.COLLECTIVE_TIMEOUT,
+        Kind.TIMEOUT,
+        ("Test timeout (",),
+        _rx(r"Test timeout \((?P<timeout_s>\d+)s\)"),
+        "nccl_tests",
+    ),
     # PyTorch 2.4+'s watchdog: "[PG ID 0 PG GUID 0(default_pg) Rank 0] Timeout at NCCL work: 25, last enqueued
     # NCCL work: 25, last completed NCCL work: 24."
-    Rule("nccl_work_timeout", F.COLLECTIVE_TIMEOUT, Kind.TIMEOUT, ("Timeout at NCCL work",),
-         _rx(r"Timeout at NCCL work: (?P<seq>\d+), last enqueued NCCL work: (?P<enqueued>-?\d+), last completed NCCL "
-             r"work: (?P<completed>-?\d+)"), "nccl_watchdog"),
-    Rule("some_nccl_ops_failed", F.COLLECTIVE_TIMEOUT, Kind.TIMEOUT,
-         ("Some NCCL operations have failed or timed out",), None, "nccl_generic"),
-    Rule("watchdog_exception", F.COLLECTIVE_TIMEOUT, Kind.TIMEOUT,
-         ("detected by watchdog at work",), None, "nccl_generic"),
-    Rule("gloo_pair_closed", F.COLLECTIVE_TIMEOUT, Kind.SYMPTOM, ("pair closure", "Application timeout caused"),
-         None, "gloo"),
+    Rule(
+        "nccl_work_timeout",
+        F.COLLECTIVE_TIMEOUT,
+        Kind.TIMEOUT,
+        ("Timeout at NCCL work",),
+        _rx(
+            r"Timeout at NCCL work: (?P<seq>\d+), last enqueued NCCL work: (?P<enqueued>-?\d+), last completed NCCL "
+            r"work: (?P<completed>-?\d+)"
+        ),
+        "nccl_watchdog",
+    ),
+    Rule(
+        "some_nccl_ops_failed",
+        F.COLLECTIVE_TIMEOUT,
+        Kind.TIMEOUT,
+        ("Some NCCL operations have failed or timed out",),
+        None,
+        "nccl_generic",
+    ),
+    Rule(
+        "watchdog_exception",
+        F.COLLECTIVE_TIMEOUT,
+        Kind.TIMEOUT,
+        ("detected by watchdog at work",),
+        None,
+        "nccl_generic",
+    ),
+    Rule(
+        "gloo_pair_closed",
+        F.COLLECTIVE_TIMEOUT,
+        Kind.SYMPTOM,
+        ("pair closure", "Application timeout caused"),
+        None,
+        "gloo",
+    ),
     # --- a process died ---------------------------------------------------------------------
     # Slurm ending a step or job ("slurmstepd: error: *** STEP 12.0 ON node3 CANCELLED AT ... DUE TO TIME LIMIT ***")
     # or reporting a task it ended ("srun: error: node3: task 0: Terminated"): after the run's own error, if any
-    Rule("slurm_task_end", F.CRASH, Kind.SYMPTOM, ("error: *** JOB", "error: *** STEP", "srun: error:"),
-         _rx(r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+(?: DUE TO (?P<reason>[A-Z][A-Z ]*?))? \*\*\*"
-             r"|srun: error: \S+: tasks? [\d,-]+: (?P<how>Terminated|Killed)\b"),
-         "scheduler"),
+    Rule(
+        "slurm_task_end",
+        F.CRASH,
+        Kind.SYMPTOM,
+        ("error: *** JOB", "error: *** STEP", "srun: error:"),
+        _rx(
+            r"\*\*\* (?:JOB|STEP) \S+ ON \S+ CANCELLED AT \S+(?: DUE TO (?P<reason>[A-Z][A-Z ]*?))? \*\*\*"
+            r"|srun: error: \S+: tasks? [\d,-]+: (?P<how>Terminated|Killed)\b"
+        ),
+        "scheduler",
+    ),
     # torchrun's agent itself sent a signal from outside ("Received 15 death signal, shutting down
     # workers" in torch 2.13, "Received Signals.SIGTERM death signal" in others, then "SignalException:
     # Process N got signal: 15"): a scheduler, a container stop, a user; after the run's own error, if
     # any (its consequence)
-    Rule("torchrun_signalled", F.CRASH, Kind.SYMPTOM, ("death signal", "SignalException: Process"),
-         _rx(r"Received (?:Signals\.)?(?:(?P<signal>SIG[A-Z0-9]+)|(?P<signum2>\d+)) death signal"
-             r"|SignalException: Process \d+ got signal: (?P<signum>\d+)"),
-         "outside_signal"),
-    Rule("torchrun_child_failed", F.CRASH, Kind.CRASH, ("exitcode",),
-         _rx(r"failed \(exitcode: (?P<exit_code>-?\d+)\) local_rank: (?P<rank>\d+)"), "child_exit"),
-    Rule("launcher_exit", F.CRASH, Kind.CRASH,
-         ("exits with return code", "exited with code", "Exited with exit code", "command failed with exit code"),
-         _rx(r"(?:--local_rank=(?P<rank>\d+)\S*.*)?(?:exits with return code = |exited with code |Exited with exit code "
-             r"|[Cc]ommand failed with exit code )(?P<exit_code>-?[1-9]\d*)"),
-         "child_exit"),
+    Rule(
+        "torchrun_signalled",
+        F.CRASH,
+        Kind.SYMPTOM,
+        ("death signal", "SignalException: Process"),
+        _rx(
+            r"Received (?:Signals\.)?(?:(?P<signal>SIG[A-Z0-9]+)|(?P<signum2>\d+)) death signal"
+            r"|SignalException: Process \d+ got signal: (?P<signum>\d+)"
+        ),
+        "outside_signal",
+    ),
+    Rule(
+        "torchrun_child_failed",
+        F.CRASH,
+        Kind.CRASH,
+        ("exitcode",),
+        _rx(r"failed \(exitcode: (?P<exit_code>-?\d+)\) local_rank: (?P<rank>\d+)"),
+        "child_exit",
+    ),
+    Rule(
+        "launcher_exit",
+        F.CRASH,
+        Kind.CRASH,
+        ("exits with return code", "exited with code", "Exited with exit code", "command failed with exit code"),
+        _rx(
+            r"(?:--local_rank=(?P<rank>\d+)\S*.*)?(?:exits with return code = |exited with code |Exited with exit code "
+            r"|[Cc]ommand failed with exit code )(?P<exit_code>-?[1-9]\d*)"
+        ),
+        "child_exit",
+    ),
     # nccl-tests relaying a failure up its calls (" .. host pid N: Test failure common.cu:N") before it exits
-    Rule("nccl_tests_failed", F.CRASH, Kind.CRASH, ("Test failure",),
-         _rx(r"(?:^|\s)\.\. \S+ pid \d+: Test failure \S+:\d+\s*$"), "nccl_tests"),
-    Rule("signal_received", F.CRASH, Kind.CRASH, ("received by PID", "Received SIG"),
-         _rx(r"Signal (?P<signum>\d+) \((?P<signal>SIG\w+)\) received by PID|Received (?P<signal2>SIG\w+)"), "signal"),
+    Rule(
+        "nccl_tests_failed",
+        F.CRASH,
+        Kind.CRASH,
+        ("Test failure",),
+        _rx(r"(?:^|\s)\.\. \S+ pid \d+: Test failure \S+:\d+\s*$"),
+        "nccl_tests",
+    ),
+    Rule(
+        "signal_received",
+        F.CRASH,
+        Kind.CRASH,
+        ("received by PID", "Received SIG"),
+        _rx(r"Signal (?P<signum>\d+) \((?P<signal>SIG\w+)\) received by PID|Received (?P<signal2>SIG\w+)"),
+        "signal",
+    ),
     # a DataLoader worker the kernel killed ("is killed by signal: Killed.": SIGKILL, host memory as a rule)
     Rule("dataloader_killed", F.CRASH, Kind.CRASH, ("is killed by signal: Killed",), None, "killed"),
     # a DataLoader worker's SIGBUS writing to a too small /dev/shm (before segfault: its "Bus error")
-    Rule("dataloader_bus_error", F.CRASH, Kind.CRASH,
-         ("Unexpected bus error encountered in worker", "is killed by signal: Bus error"), None, "dataloader_shm"),
+    Rule(
+        "dataloader_bus_error",
+        F.CRASH,
+        Kind.CRASH,
+        ("Unexpected bus error encountered in worker", "is killed by signal: Bus error"),
+        None,
+        "dataloader_shm",
+    ),
     # a compiled extension built against another torch ("ImportError: .../flash_attn_2_cuda...so: undefined
     # symbol: _ZN3c10...")
-    Rule("build_mismatch", F.CRASH, Kind.CRASH, ("ImportError", "OSError"),
-         _rx(r"(?:ImportError|OSError): (?P<library>\S+?\.so[.\d]*): undefined symbol"), "build_mismatch"),
+    Rule(
+        "build_mismatch",
+        F.CRASH,
+        Kind.CRASH,
+        ("ImportError", "OSError"),
+        _rx(r"(?:ImportError|OSError): (?P<library>\S+?\.so[.\d]*): undefined symbol"),
+        "build_mismatch",
+    ),
     # the model or tokenizer the command names could not be fetched from the Hugging Face Hub
-    Rule("hf_hub_unreachable", F.CRASH, Kind.CRASH,
-         ("Error: We couldn't connect to 'https://huggingface.co'", "LocalEntryNotFoundError", "RepositoryNotFoundError",
-          "GatedRepoError"),
-         None, "model_fetch"),
+    Rule(
+        "hf_hub_unreachable",
+        F.CRASH,
+        Kind.CRASH,
+        (
+            "Error: We couldn't connect to 'https://huggingface.co'",
+            "LocalEntryNotFoundError",
+            "RepositoryNotFoundError",
+            "GatedRepoError",
+        ),
+        None,
+        "model_fetch",
+    ),
     # a weights or checkpoint file cut short or not what it claims (an interrupted download or copy, a write
     # that ran out of disk, a Git LFS pointer in place of the file): safetensors, torch.load, pickle
-    Rule("corrupt_checkpoint", F.CRASH, Kind.CRASH,
-         ("SafetensorError", "PytorchStreamReader failed reading", "UnpicklingError: invalid load key"),
-         None, "corrupt_checkpoint"),
-    Rule("disk_full", F.CRASH, Kind.CRASH, ("No space left on device",), None, "disk_full",
-         exclude=("NCCL WARN", "posix_fallocate", "/dev/shm")),
-    Rule("segfault", F.CRASH, Kind.CRASH,
-         ("Segmentation fault", "SIGSEGV", "Bus error", "SIGBUS", "Illegal instruction (core dumped)"),
-         None, "segfault",
-         # Ray's worker-death message lists a segfault among the causes it might have had
-         exclude=("unexpectedly due to SIGSEGV",)),
+    Rule(
+        "corrupt_checkpoint",
+        F.CRASH,
+        Kind.CRASH,
+        ("SafetensorError", "PytorchStreamReader failed reading", "UnpicklingError: invalid load key"),
+        None,
+        "corrupt_checkpoint",
+    ),
+    Rule(
+        "disk_full",
+        F.CRASH,
+        Kind.CRASH,
+        ("No space left on device",),
+        None,
+        "disk_full",
+        exclude=("NCCL WARN", "posix_fallocate", "/dev/shm"),
+    ),
+    Rule(
+        "segfault",
+        F.CRASH,
+        Kind.CRASH,
+        ("Segmentation fault", "SIGSEGV", "Bus error", "SIGBUS", "Illegal instruction (core dumped)"),
+        None,
+        "segfault",
+        # Ray's worker-death message lists a segfault among the causes it might have had
+        exclude=("unexpectedly due to SIGSEGV",),
+    ),
     # bash's job report: "line 12:  4410 Killed   python ...", on macOS "Killed: 9"
-    Rule("killed", F.CRASH, Kind.CRASH, ("Killed",), _rx(r"^\s*Killed\s*$|line \d+:\s+\d+ Killed(?::\s*\d+)?\s"),
-         "killed"),
-    Rule("ray_kill", F.CRASH, Kind.SYMPTOM, ("killed by `ray.kill`", "ray.kill"), _rx(r"killed by `?ray\.kill"), "ray_kill"),
+    Rule(
+        "killed",
+        F.CRASH,
+        Kind.CRASH,
+        ("Killed",),
+        _rx(r"^\s*Killed\s*$|line \d+:\s+\d+ Killed(?::\s*\d+)?\s"),
+        "killed",
+    ),
+    Rule(
+        "ray_kill",
+        F.CRASH,
+        Kind.SYMPTOM,
+        ("killed by `ray.kill`", "ray.kill"),
+        _rx(r"killed by `?ray\.kill"),
+        "ray_kill",
+    ),
     # a node of the Ray cluster died under the run (its raylet missed its heartbeats: crashed, host OOM, the
     # machine or its network gone)
     Rule("ray_node_died", F.CRASH, Kind.CRASH, ("NodeDiedError",), None, "node_died"),
-    Rule("ray_actor_died", F.CRASH, Kind.CRASH,
-         ("ActorDiedError", "The actor died unexpectedly", "The actor is dead because", "RayActorError",
-          "WorkerCrashedError", "ActorUnavailableError", "Worker exit type: SYSTEM_ERROR", "died because of an error raised in its creation task",
-          "Exception raised in creation task"),
-         None, "actor_died"),
+    Rule(
+        "ray_actor_died",
+        F.CRASH,
+        Kind.CRASH,
+        (
+            "ActorDiedError",
+            "The actor died unexpectedly",
+            "The actor is dead because",
+            "RayActorError",
+            "WorkerCrashedError",
+            "ActorUnavailableError",
+            "Worker exit type: SYSTEM_ERROR",
+            "died because of an error raised in its creation task",
+            "Exception raised in creation task",
+        ),
+        None,
+        "actor_died",
+    ),
     # a vLLM engine-core or worker process that died with no Python error of its own (killed, a segfault or an
     # abort in native code): "Engine core proc EngineCore_DP0 died unexpectedly, shutting down client.",
     # "Worker proc VllmWorker-2 died unexpectedly, shutting down executor."; then every request fails with
     # "EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause." (an
     # error before either one names the crash: ``classify`` keeps it)
-    Rule("vllm_proc_died", F.CRASH, Kind.CRASH, ("died unexpectedly, shutting down",),
-         _rx(r"(?P<proc>(?:Engine core|Worker) proc \S+) died unexpectedly"), "engine_died"),
+    Rule(
+        "vllm_proc_died",
+        F.CRASH,
+        Kind.CRASH,
+        ("died unexpectedly, shutting down",),
+        _rx(r"(?P<proc>(?:Engine core|Worker) proc \S+) died unexpectedly"),
+        "engine_died",
+    ),
     Rule("vllm_engine_dead", F.CRASH, Kind.CRASH, ("EngineDeadError", "AsyncEngineDeadError"), None, "engine_dead"),
     # vLLM's own stall watchdog: one engine step ran past its time limit (a tensor-parallel worker stuck,
     # often in a collective); the engine dies after it
     Rule("vllm_engine_iteration_timeout", F.CRASH, Kind.CRASH, ("Engine iteration timed out",), None, "engine_stall"),
     # SGLang's engine refusing the trainer's weights (left partially updated), and its scheduler dying
-    Rule("sglang_weight_update_failed", F.CRASH, Kind.CRASH, ("Failed to update parameter online",), None, "weight_sync"),
+    Rule(
+        "sglang_weight_update_failed", F.CRASH, Kind.CRASH, ("Failed to update parameter online",), None, "weight_sync"
+    ),
     Rule("sglang_scheduler_exception", F.CRASH, Kind.CRASH, ("Scheduler hit an exception",), None, "engine"),
     # --- what a failure drags along ---------------------------------------------------------
     # a rank whose peer died or aborted under it (gloo's wording): it was waiting on that peer
-    Rule("peer_gone", F.CRASH, Kind.SYMPTOM, ("Connection reset by peer", "Connection closed by peer"), None, "peer_gone"),
-    Rule("nccl_abort_teardown", F.CRASH, Kind.SYMPTOM,
-         ("To avoid data inconsistency", "terminate called after throwing", "Fatal Python error: Aborted",
-          "Aborted (core dumped)", "ncclCommAbort", "Process group watchdog thread terminated",
-          "closing signal SIGTERM",
-          "Exiting main process due to a failure", "ChildFailedError", "Broken pipe", "Killing subprocess"),
-         None, "teardown"),
+    Rule(
+        "peer_gone", F.CRASH, Kind.SYMPTOM, ("Connection reset by peer", "Connection closed by peer"), None, "peer_gone"
+    ),
+    Rule(
+        "nccl_abort_teardown",
+        F.CRASH,
+        Kind.SYMPTOM,
+        (
+            "To avoid data inconsistency",
+            "terminate called after throwing",
+            "Fatal Python error: Aborted",
+            "Aborted (core dumped)",
+            "ncclCommAbort",
+            "Process group watchdog thread terminated",
+            "closing signal SIGTERM",
+            "Exiting main process due to a failure",
+            "ChildFailedError",
+            "Broken pipe",
+            "Killing subprocess",
+        ),
+        None,
+        "teardown",
+    ),
     # --- warnings that name a cause when a failure follows ----------------------------------
-    Rule("nccl_warn", F.NCCL_ERROR, Kind.SUPPORT, ("NCCL WARN",),
-         _rx(r"NCCL WARN .*(?:[Ff]ail|[Ee]rror|[Tt]imeout|[Uu]nable|No space|Cuda failure|[Ii]nvalid|[Aa]bort)"),
-         "nccl_warn"),
-    Rule("loguru_error", F.CRASH, Kind.SUPPORT, ("| ERROR", "| CRITICAL"),
-         _rx(r"\|\s*(?:ERROR|CRITICAL)\s*\|"), "logged_error"),
+    Rule(
+        "nccl_warn",
+        F.NCCL_ERROR,
+        Kind.SUPPORT,
+        ("NCCL WARN",),
+        _rx(r"NCCL WARN .*(?:[Ff]ail|[Ee]rror|[Tt]imeout|[Uu]nable|No space|Cuda failure|[Ii]nvalid|[Aa]bort)"),
+        "nccl_warn",
+    ),
+    Rule(
+        "loguru_error",
+        F.CRASH,
+        Kind.SUPPORT,
+        ("| ERROR", "| CRITICAL"),
+        _rx(r"\|\s*(?:ERROR|CRITICAL)\s*\|"),
+        "logged_error",
+    ),
     # --- any other exception ----------------------------------------------------------------
-    Rule("exception", F.CRASH, Kind.CRASH, ("Error", "Exception", "KeyboardInterrupt"),
-         _rx(r"(?:^|[\s\]>|(:])(?P<exception>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception)|Exception|KeyboardInterrupt))"
-             r"(?::\s|:?\s*$)"),
-         "exception", exclude=("Warning:",)),
+    Rule(
+        "exception",
+        F.CRASH,
+        Kind.CRASH,
+        ("Error", "Exception", "KeyboardInterrupt"),
+        _rx(
+            r"(?:^|[\s\]>|(:])(?P<exception>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception)|Exception|KeyboardInterrupt))"
+            r"(?::\s|:?\s*$)"
+        ),
+        "exception",
+        exclude=("Warning:",),
+    ),
 )
 
 TRAINING_END: tuple[str, ...] = (
-    "Training done", "Training completed", "Training finished", "training finished", "Training complete",
-    "'train_runtime'", "[after training is done]", "Finished training",
+    "Training done",
+    "Training completed",
+    "Training finished",
+    "training finished",
+    "Training complete",
+    "'train_runtime'",
+    "[after training is done]",
+    "Finished training",
 )
 """A trainer's own end-of-training line (SkyRL, OpenRLHF, Hugging Face Trainer, Megatron, ...): failures
 after it happened after training."""
 
-PROGRAM_EXIT: tuple[str, ...] = ("destroy_process_group() was not called before program exit",
-                                 "has NOT been destroyed before it is being destructed")
+PROGRAM_EXIT: tuple[str, ...] = (
+    "destroy_process_group() was not called before program exit",
+    "has NOT been destroyed before it is being destructed",
+)
 """Lines a program prints as it exits (PyTorch's warning from a process group's destructor,
 ``destroy_process_group() was not called before program exit``, before 2.4 ``process group has NOT
 been destroyed before it is being destructed``): the run did not hang there."""
 
-HOST_MEMORY_KEYS: tuple[str, ...] = ("CPU Virtual Memory", "host RAM", "Host RAM", "RAM usage", "RAM used",
-                                     "host memory", "Host memory", "System memory")
+HOST_MEMORY_KEYS: tuple[str, ...] = (
+    "CPU Virtual Memory",
+    "host RAM",
+    "Host RAM",
+    "RAM usage",
+    "RAM used",
+    "host memory",
+    "Host memory",
+    "System memory",
+)
 """Host-memory readouts a trainer prints (DeepSpeed's ``see_memory_usage``, per-step RAM lines)."""
-HOST_MEMORY = _rx(r"(?:CPU Virtual Memory|[Hh]ost (?:RAM|memory)|System memory|RAM usage|RAM used)\b[^%\n]*?"
-                  r"(?P<pct>\d{1,3}(?:\.\d+)?)\s*%")
+HOST_MEMORY = _rx(
+    r"(?:CPU Virtual Memory|[Hh]ost (?:RAM|memory)|System memory|RAM usage|RAM used)\b[^%\n]*?"
+    r"(?P<pct>\d{1,3}(?:\.\d+)?)\s*%"
+)
 
 PREFILTER: tuple[str, ...] = tuple(
     sorted(

@@ -10,8 +10,9 @@ any collective, in a different collective, or at another call of the same collec
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 STACKS_FILE = "stacks.json"
 SHOWN_FRAMES = 6
@@ -71,10 +72,17 @@ class StackReport:
             "note": self.note,
             "processes": [
                 {
-                    "pid": p.pid, "rank": p.rank, "command": p.command, "error": p.error,
+                    "pid": p.pid,
+                    "rank": p.rank,
+                    "command": p.command,
+                    "error": p.error,
                     "threads": [
-                        {"name": t.name, "active": t.active, "main": t.main,
-                         "frames": [[f.function, f.file, f.line, f.code] for f in t.frames]}
+                        {
+                            "name": t.name,
+                            "active": t.active,
+                            "main": t.main,
+                            "frames": [[f.function, f.file, f.line, f.code] for f in t.frames],
+                        }
                         for t in p.threads
                     ],
                 }
@@ -83,19 +91,28 @@ class StackReport:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any] | None) -> "StackReport | None":
+    def from_json(cls, data: Mapping[str, Any] | None) -> StackReport | None:
         if not data:
             return None
         procs = []
         for p in data.get("processes") or ():
             threads = tuple(
-                ThreadStack(str(t.get("name") or ""), bool(t.get("active")),
-                            tuple(Frame(str(f[0]), str(f[1]), int(f[2]), str(f[3]) if len(f) > 3 else "")
-                                  for f in t.get("frames") or ()), bool(t.get("main")))
+                ThreadStack(
+                    str(t.get("name") or ""),
+                    bool(t.get("active")),
+                    tuple(
+                        Frame(str(f[0]), str(f[1]), int(f[2]), str(f[3]) if len(f) > 3 else "")
+                        for f in t.get("frames") or ()
+                    ),
+                    bool(t.get("main")),
+                )
                 for t in p.get("threads") or ()
             )
-            procs.append(ProcessStack(int(p["pid"]), p.get("rank"), str(p.get("command") or ""), threads,
-                                      str(p.get("error") or "")))
+            procs.append(
+                ProcessStack(
+                    int(p["pid"]), p.get("rank"), str(p.get("command") or ""), threads, str(p.get("error") or "")
+                )
+            )
         return cls(tuple(procs), str(data.get("note") or ""))
 
 
@@ -192,7 +209,9 @@ def with_ranks(report: StackReport | None, rank_of_pid: Mapping[int, int]) -> St
     if report is None or not rank_of_pid:
         return report
     procs = tuple(
-        ProcessStack(p.pid, rank_of_pid[p.pid], p.command, p.threads, p.error) if p.rank is None and p.pid in rank_of_pid else p
+        ProcessStack(p.pid, rank_of_pid[p.pid], p.command, p.threads, p.error)
+        if p.rank is None and p.pid in rank_of_pid
+        else p
         for p in report.processes
     )
     return StackReport(procs, report.note)
@@ -227,10 +246,17 @@ def odd_rank(report: StackReport | None) -> StackFinding | None:
     st, maj = states[culprit.pid], majority
     where = st.describe
     if st.kind == maj.kind == "collective":
-        where = (f"in a different collective, {st.op} ({st.site})" if st.op != maj.op
-                 else f"at another {st.op} call ({st.site}), a collective behind or ahead")
+        where = (
+            f"in a different collective, {st.op} ({st.site})"
+            if st.op != maj.op
+            else f"at another {st.op} call ({st.site}), a collective behind or ahead"
+        )
     waiting = [p for p in procs if states[p.pid] == majority]
     verb = "wait" if len(waiting) > 1 else "waits"
-    others = f"{_ranks(waiting)} {verb} {maj.describe}" if maj.kind == "collective" else f"{_ranks(waiting)} are {maj.describe}"
+    others = (
+        f"{_ranks(waiting)} {verb} {maj.describe}"
+        if maj.kind == "collective"
+        else f"{_ranks(waiting)} are {maj.describe}"
+    )
     stack = tuple(str(f) for f in culprit.main_thread.frames[:SHOWN_FRAMES])
     return StackFinding(culprit.rank, culprit.pid, where, others, stack)

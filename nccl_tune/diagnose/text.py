@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import re
 
-_ANSI = re.compile(
-    r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b|\[(?:\d{1,3};)*\d{1,3}m"
-)
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b|\[(?:\d{1,3};)*\d{1,3}m")
 """Escape sequences (CSI, OSC ended by BEL or ST, a stray ESC), and bare colour remnants such as
 ``[36m``/``[0m`` left after the ESC byte was lost (digits required: ``[model]`` stays)."""
 
@@ -82,7 +80,7 @@ def unglued(text: str) -> str:
     if _RAY_PREFIX.match(text):
         return text
     glued = None
-    for glued in _GLUED_PREFIX.finditer(text):
+    for glued in _GLUED_PREFIX.finditer(text):  # noqa: B007 - the last match is wanted
         pass
     return text[glued.start() :] if glued else text
 

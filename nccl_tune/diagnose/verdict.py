@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import gzip
 import zlib
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any
 
 from nccl_tune.diagnose.advice import advice_for_space
 from nccl_tune.diagnose.classify import READ_BYTES, LogClassifier
@@ -123,10 +124,11 @@ class TrialFacts:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any], folder: Path, **extra: Any) -> "TrialFacts":
+    def from_json(cls, data: Mapping[str, Any], folder: Path, **extra: Any) -> TrialFacts:
         """Facts saved by a launcher, with the logs read from ``folder``."""
         logs = tuple(
-            LogFacts(item, Path(folder) / item) if isinstance(item, str)
+            LogFacts(item, Path(folder) / item)
+            if isinstance(item, str)
             else LogFacts(item["name"], Path(folder) / item["name"], upto=item.get("upto"))
             for item in data.get("logs") or ()
         )
@@ -203,13 +205,23 @@ def classify_file(
     return _decide_one(LogFacts(source or path.name, path), exit_code, signal_name, fr_dumps, host_mem_peak_frac)
 
 
-def _decide_one(log: LogFacts, exit_code: int | None, signal_name: str | None, fr_dumps: Sequence[Path],
-                host_mem_peak_frac: float | None) -> Verdict:
+def _decide_one(
+    log: LogFacts,
+    exit_code: int | None,
+    signal_name: str | None,
+    fr_dumps: Sequence[Path],
+    host_mem_peak_frac: float | None,
+) -> Verdict:
     """``decide`` on one log and its exit status: what ``classify_log`` and ``classify_file`` share."""
-    return decide(TrialFacts(
-        logs=(log,), exit_code=exit_code, signal_name=signal_name, host_mem_peak_frac=host_mem_peak_frac,
-        fr_summary=analyse_dumps(list(fr_dumps)) if fr_dumps else None,
-    ))
+    return decide(
+        TrialFacts(
+            logs=(log,),
+            exit_code=exit_code,
+            signal_name=signal_name,
+            host_mem_peak_frac=host_mem_peak_frac,
+            fr_summary=analyse_dumps(list(fr_dumps)) if fr_dumps else None,
+        )
+    )
 
 
 def _decide(facts: TrialFacts) -> Verdict:
@@ -222,16 +234,28 @@ def _decide(facts: TrialFacts) -> Verdict:
             if reason is StopReason.EARLY_STOP
             else "alive and progressing, but too slow for the trial budget (--trial-timeout)"
         )
-        return Verdict(FailureClass.BUDGET, evidence=(_own(facts.stop_detail),), advice=advice,
-                       phase=facts.open_phase, cause=Cause(reason.value))
+        return Verdict(
+            FailureClass.BUDGET,
+            evidence=(_own(facts.stop_detail),),
+            advice=advice,
+            phase=facts.open_phase,
+            cause=Cause(reason.value),
+        )
     if reason is StopReason.INTERRUPTED:
-        return Verdict(FailureClass.INTERRUPTED, evidence=(_own(facts.stop_detail),),
-                       advice="the tuner was interrupted; the trial runs again on resume",
-                       phase=facts.open_phase, cause=Cause("interrupted"))
+        return Verdict(
+            FailureClass.INTERRUPTED,
+            evidence=(_own(facts.stop_detail),),
+            advice="the tuner was interrupted; the trial runs again on resume",
+            phase=facts.open_phase,
+            cause=Cause("interrupted"),
+        )
     if reason is StopReason.LAUNCH_ERROR:
-        return Verdict(FailureClass.CONFIG_ERROR, evidence=(_own(facts.stop_detail),),
-                       advice="the command could not be started: fix the command line or its PATH",
-                       cause=Cause("launch_error", "command"))
+        return Verdict(
+            FailureClass.CONFIG_ERROR,
+            evidence=(_own(facts.stop_detail),),
+            advice="the command could not be started: fix the command line or its PATH",
+            cause=Cause("launch_error", "command"),
+        )
     if not facts.logs and facts.fr_summary is not None and facts.fr_summary.ranks_dumped:
         return _dumps_only(facts.fr_summary)
     clf = read_logs(facts.logs, facts.progress)
@@ -239,8 +263,12 @@ def _decide(facts: TrialFacts) -> Verdict:
         found = clf.verdict(fr_summary=facts.fr_summary, host_mem_peak_frac=facts.host_mem_peak_frac)
         return _stalled(facts, found, clf)
     sig = norm_signal(facts.signal_name) or signal_from_exit(facts.exit_code)
-    found = clf.verdict(exit_code=facts.exit_code, signal_name=sig, fr_summary=facts.fr_summary,
-                        host_mem_peak_frac=facts.host_mem_peak_frac)
+    found = clf.verdict(
+        exit_code=facts.exit_code,
+        signal_name=sig,
+        fr_summary=facts.fr_summary,
+        host_mem_peak_frac=facts.host_mem_peak_frac,
+    )
     return _exited(facts, found, clf)
 
 
@@ -272,7 +300,7 @@ def read_logs(logs: Iterable[LogFacts], progress: ProgressRules | None = None) -
 def _chunks(path: Path) -> Iterator[bytes]:
     """A log's bytes (gzip-compressed logs are read through)."""
     try:
-        with (gzip.open(path, "rb") if is_gzip(path) else open(path, "rb", buffering=0)) as fh:
+        with gzip.open(path, "rb") if is_gzip(path) else open(path, "rb", buffering=0) as fh:
             while chunk := fh.read(READ_BYTES):
                 yield chunk
     except (OSError, EOFError, zlib.error) as exc:
@@ -312,8 +340,14 @@ def _dumps_only(summary: FlightRecorderSummary) -> Verdict:
             "Every rank reached the same collective and none is behind in the dumps: the collective itself is stuck "
             "(NCCL transport or network); rerun with NCCL_DEBUG=INFO NCCL_DEBUG_SUBSYS=INIT,NET"
         )
-    return Verdict(cls, rank=summary.culprit_rank, evidence=tuple(evidence), advice=advice,
-                   flight_recorder=summary.to_json(), cause=Cause("flight_recorder", "mismatch" if summary.mismatch else ""))
+    return Verdict(
+        cls,
+        rank=summary.culprit_rank,
+        evidence=tuple(evidence),
+        advice=advice,
+        flight_recorder=summary.to_json(),
+        cause=Cause("flight_recorder", "mismatch" if summary.mismatch else ""),
+    )
 
 
 def _stalled(facts: TrialFacts, found: Verdict, clf: LogClassifier) -> Verdict:
@@ -330,10 +364,18 @@ def _stalled(facts: TrialFacts, found: Verdict, clf: LogClassifier) -> Verdict:
     if found.failure_class is FailureClass.CRASH:  # a process died and the rest waited for it
         evidence += found.evidence[:3]
     rank = finding.rank if finding is not None else found.rank
-    return Verdict(FailureClass.HANG, rank, evidence, _hang_advice(facts, finding), phase=facts.open_phase,
-                   cause=Cause(facts.stop_reason.value if facts.stop_reason else "stall",
-                               "stacks" if finding is not None else "",
-                               {"where": finding.where} if finding is not None else {}))
+    return Verdict(
+        FailureClass.HANG,
+        rank,
+        evidence,
+        _hang_advice(facts, finding),
+        phase=facts.open_phase,
+        cause=Cause(
+            facts.stop_reason.value if facts.stop_reason else "stall",
+            "stacks" if finding is not None else "",
+            {"where": finding.where} if finding is not None else {},
+        ),
+    )
 
 
 def _hang_advice(facts: TrialFacts, finding: StackFinding | None) -> str:
@@ -365,8 +407,13 @@ one still running or cut short (``show`` says so)."""
 
 def _exited(facts: TrialFacts, found: Verdict, clf: LogClassifier) -> Verdict:
     code, sig = facts.exit_code, norm_signal(facts.signal_name)
-    if (found.failure_class is FailureClass.OK and code is None and sig is None and facts.stop_reason is None
-            and not (facts.training_done or clf.end_seen)):
+    if (
+        found.failure_class is FailureClass.OK
+        and code is None
+        and sig is None
+        and facts.stop_reason is None
+        and not (facts.training_done or clf.end_seen)
+    ):
         return replace(found, cause=Cause(NO_END_SEEN))
     done, total = facts.steps_done, facts.total_steps
     if code == 0 and sig is None and done is not None and total is not None and done < total:
@@ -399,8 +446,10 @@ def _exited_early(facts: TrialFacts, clf: LogClassifier) -> Verdict:
     if not done and facts.rules_hint:
         advice = f"no step line was recognised: check the search space's progress rules ({facts.rules_hint})"
     else:
-        advice = (f"the command ended by itself after {done} of {total} steps, before the measured steps: let it "
-                  "run more steps (its own step cap, epochs, data) or lower --steps")
+        advice = (
+            f"the command ended by itself after {done} of {total} steps, before the measured steps: let it "
+            "run more steps (its own step cap, epochs, data) or lower --steps"
+        )
     return Verdict(
         FailureClass.CRASH,
         evidence=(_own(f"exited with code 0 after {done} of {total} steps"),) + clf.tail_evidence(5),

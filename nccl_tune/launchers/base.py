@@ -99,7 +99,7 @@ class Launcher(ABC):
         """Block until the node is clean for the next trial (GPU memory back to baseline, no
         process of an earlier trial alive); raise ``GpuGateError`` naming what still holds it."""
 
-    def nccl_check_support(self) -> "CheckSupport":
+    def nccl_check_support(self) -> CheckSupport:
         """Whether the NCCL check (``launchers.nccl_check``) can run where this launcher's trials run."""
         return CheckSupport(None, f"the {self.name} launcher does not run it")
 

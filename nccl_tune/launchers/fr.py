@@ -9,8 +9,8 @@ dumps, and lists the dumps a trial left for the diagnosis.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 FR_PATH_ENV = "TORCH_FR_DUMP_TEMP_FILE"
 FR_DIR = "fr"
@@ -60,9 +60,7 @@ def collect_dumps(prefix: Path | None) -> tuple[Path, ...]:
     if prefix is None or not prefix.parent.is_dir():
         return ()
     found = [
-        p
-        for p in prefix.parent.iterdir()
-        if p.name.startswith(prefix.name) and p.is_file() and p.stat().st_size > 0
+        p for p in prefix.parent.iterdir() if p.name.startswith(prefix.name) and p.is_file() and p.stat().st_size > 0
     ]
     return tuple(sorted(found, key=_rank_key))
 

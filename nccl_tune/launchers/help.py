@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.launchers.process import build_env, resolve_command, spawn

@@ -19,15 +19,15 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, Iterator, Mapping
 
 from nccl_tune.diagnose.logfiles import source_name, trial_log_files
-from nccl_tune.errors import NcclTuneError
 from nccl_tune.diagnose.stacks import StackReport
 from nccl_tune.diagnose.verdict import LogFacts, TrialFacts, decide
+from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import Cause, Evidence, FailureClass, Verdict, split_returncode
 from nccl_tune.gpu import FAKE_NVML_ENV, GpuProbe, open_probe
 from nccl_tune.launchers import private_ray
@@ -37,14 +37,14 @@ from nccl_tune.launchers.gate import GpuGate
 from nccl_tune.launchers.logstream import LineScanner, LogPump
 from nccl_tune.launchers.memory import MemorySampler, build_report
 from nccl_tune.launchers.nccl_check import nccl_unusable, visible_gpus
-from nccl_tune.presets import apply_preset
-from nccl_tune.launchers.stacks import collect_stacks
 from nccl_tune.launchers.process import build_env, resolve_command, spawn, tuner_alive
 from nccl_tune.launchers.progress import ProgressEvent, ProgressTracker, compile_rules, rules_hint
-from nccl_tune.launchers.trial_files import LOG_FILE, write_facts, write_result, write_spec
+from nccl_tune.launchers.stacks import collect_stacks
 from nccl_tune.launchers.supervise import Decision, Watch, observer_decision
 from nccl_tune.launchers.teardown import TeardownReport, become_subreaper, kill_marked, study_match, terminate
+from nccl_tune.launchers.trial_files import LOG_FILE, write_facts, write_result, write_spec
 from nccl_tune.launchers.trial_logs import count_lines, scan_trial_logs
+from nccl_tune.presets import apply_preset
 from nccl_tune.trial import StopReason, TrialResult, TrialSpec
 
 REAP_GRACE_S = 5.0
@@ -134,7 +134,9 @@ class LocalLauncher(Launcher):
         shows (the trials inherit it), if this Python's torch can run NCCL on them (not under the
         tests' fake NVML, which has no GPU behind it)."""
         if os.environ.get(FAKE_NVML_ENV) or not self.probe.available:
-            return CheckSupport(None, "no GPU visible through NVML" + (f": {self.probe.reason}" if self.probe.reason else ""))
+            return CheckSupport(
+                None, "no GPU visible through NVML" + (f": {self.probe.reason}" if self.probe.reason else "")
+            )
         gpus = visible_gpus(len(self.probe.devices()), os.environ.get("CUDA_VISIBLE_DEVICES"))
         why = nccl_unusable() if gpus else "NVML lists no GPU"
         return CheckSupport(None, why) if why else CheckSupport(gpus)
@@ -216,7 +218,10 @@ class LocalLauncher(Launcher):
         try:
             observer.on_start(spec, proc.pid)
             decision = self._supervise(spec, proc, tracker, sampler, observer, t0)
-            if decision.reason in (StopReason.STALL, StopReason.STARTUP):  # what teardown makes them print does not count
+            if decision.reason in (
+                StopReason.STALL,
+                StopReason.STARTUP,
+            ):  # what teardown makes them print does not count
                 decision = replace(decision, log_lines=scanner.lines)
                 upto = {p: count_lines(p) for p in trial_log_files(spec.trial_dir) if p != log_path}
         except BaseException as exc:  # KeyboardInterrupt, SystemExit, an observer's error: tear down first
@@ -233,7 +238,9 @@ class LocalLauncher(Launcher):
             pump.stop()
             proc.stdout.close()
             sampler.stop()
-            result = self._result(spec, proc, decision, tracker, sampler, report, log_path, t0, pump.error, stacks, upto)
+            result = self._result(
+                spec, proc, decision, tracker, sampler, report, log_path, t0, pump.error, stacks, upto
+            )
             write_result(result, trial_dir)
             private_ray.cleanup(overlay, trial_dir)
         if raised is not None:
@@ -353,13 +360,17 @@ class LocalLauncher(Launcher):
         dumps = collect_dumps(fr_prefix(spec.env, spec.trial_dir))
         notes = []
         if reader_error is not None:
-            notes.append(f"the log reader failed ({type(reader_error).__name__}: {reader_error}); output.log may be incomplete")
+            notes.append(
+                f"the log reader failed ({type(reader_error).__name__}: {reader_error}); output.log may be incomplete"
+            )
         if report.survivors:
             left = "; ".join(f"pid {p} ({c})" for p, c in zip(report.survivor_pids, report.survivor_commands))
             notes.append(f"{report.survivors} process(es) survived teardown and could not be killed: {left}")
         facts = TrialFacts(
             logs=tuple(
-                LogFacts(source_name(p, spec.trial_dir), p, upto=decision.log_lines if p == log_path else (upto or {}).get(p))
+                LogFacts(
+                    source_name(p, spec.trial_dir), p, upto=decision.log_lines if p == log_path else (upto or {}).get(p)
+                )
                 for p in logs
             ),
             stop_reason=decision.reason,

@@ -17,9 +17,9 @@ import select
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Sequence
 
 from nccl_tune.diagnose.lines import LineCutter
 from nccl_tune.diagnose.text import clean_message
@@ -247,7 +247,9 @@ class LineScanner:
             return LogSummary(
                 lines=self.lines,
                 bytes=self.bytes,
-                tail=tuple(Evidence(no, clean_line(raw.decode("utf-8", "replace")), self._source) for no, raw in self._tail),
+                tail=tuple(
+                    Evidence(no, clean_line(raw.decode("utf-8", "replace")), self._source) for no, raw in self._tail
+                ),
                 first_errors=tuple(self._first_errors),
                 parsed_lines=self.parsed_lines,
             )

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from typing import Callable, Mapping
+from collections.abc import Callable, Mapping
 
 import psutil
 
@@ -221,7 +221,9 @@ def _log_report(
     for rank, peak in sorted(by_rank.items(), key=lambda kv: -1 if kv[0] is None else kv[0]):
         index = rank if rank is not None else 0
         total = progress.memory_total_gib.get(rank) or nvml_totals.get(index) or math.nan
-        gpus.append(GpuMemory(index=index, total_gib=round(total, 3), peak_gib=peak, baseline_gib=baseline_gib.get(index, 0.0)))
+        gpus.append(
+            GpuMemory(index=index, total_gib=round(total, 3), peak_gib=peak, baseline_gib=baseline_gib.get(index, 0.0))
+        )
     phase_peak: dict[str, float] = {}
     for rank, peaks in progress.memory_phase_peak_frac.items():
         if rank in by_rank:

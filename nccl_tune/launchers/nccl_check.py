@@ -32,14 +32,21 @@ from __future__ import annotations
 import subprocess
 import sys
 import threading
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import Mapping
 
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import Evidence, FailureClass
 from nccl_tune.launchers.base import Launcher, TrialObserver, TrialProgress
 from nccl_tune.launchers.nccl_check_worker import (
-    REPEATS as CHECK_REPEATS, ROUND_PATTERN, ROUND_START_PATTERN, ROUNDS as CHECK_ROUNDS,
+    REPEATS as CHECK_REPEATS,
+)
+from nccl_tune.launchers.nccl_check_worker import (
+    ROUND_PATTERN,
+    ROUND_START_PATTERN,
+)
+from nccl_tune.launchers.nccl_check_worker import (
+    ROUNDS as CHECK_ROUNDS,
 )
 from nccl_tune.launchers.trial_files import write_result
 from nccl_tune.trial import Clocks, ProgressRules, StopReason, StopRule, TrialResult, TrialSpec
@@ -60,7 +67,9 @@ CHECK_TIMEOUT_S = 300.0
 def nccl_values(spec: TrialSpec) -> tuple[tuple[str, str | None], ...]:
     """The trial's NCCL variables as set (``None``: removed), the key a check is remembered by (the
     tool's own ``NCCL_TUNE_*`` variables are no NCCL setting)."""
-    return tuple(sorted((k, v) for k, v in spec.env.items() if k.startswith("NCCL_") and not k.startswith("NCCL_TUNE_")))
+    return tuple(
+        sorted((k, v) for k, v in spec.env.items() if k.startswith("NCCL_") and not k.startswith("NCCL_TUNE_"))
+    )
 
 
 def visible_gpus(gpus: int, visible: str | None) -> int:
@@ -80,24 +89,54 @@ WORKER = ("-m", "nccl_tune.launchers.nccl_check_worker")
 """What ``torch.distributed.run`` starts on each rank."""
 
 
-def check_spec(spec: TrialSpec, gpus: int, backend: str, learned: Mapping[str, float],
-               worker: tuple[str, ...] = WORKER, startup_timeout_s: float = CHECK_STARTUP_S,
-               python: str = sys.executable, stall_floor_s: float = CHECK_STALL_FLOOR_S) -> TrialSpec:
+def check_spec(
+    spec: TrialSpec,
+    gpus: int,
+    backend: str,
+    learned: Mapping[str, float],
+    worker: tuple[str, ...] = WORKER,
+    startup_timeout_s: float = CHECK_STARTUP_S,
+    python: str = sys.executable,
+    stall_floor_s: float = CHECK_STALL_FLOOR_S,
+) -> TrialSpec:
     """The check of ``spec``: same study, number, values, environment and markers; its own command
     (``python`` running ``torch.distributed.run``), folder, clocks (``learned``: the longest phases of
     the checks that passed), stop rule and progress rule."""
     argv = (
-        python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={gpus}",
-        *worker, "--rounds", str(CHECK_ROUNDS), "--backend", backend,
-        "--repeats", str(CHECK_REPEATS if backend == "nccl" else 1),  # gloo, on CPUs, only exercises the machinery
+        python,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={gpus}",
+        *worker,
+        "--rounds",
+        str(CHECK_ROUNDS),
+        "--backend",
+        backend,
+        "--repeats",
+        str(CHECK_REPEATS if backend == "nccl" else 1),  # gloo, on CPUs, only exercises the machinery
     )
-    clocks = Clocks(startup_timeout_s=startup_timeout_s, stall_timeout_s=startup_timeout_s, stall_floor_s=stall_floor_s,
-                    stall_multiplier=spec.clocks.stall_multiplier, trial_timeout_s=CHECK_TIMEOUT_S,
-                    grace_s=spec.clocks.grace_s).learned(learned)
+    clocks = Clocks(
+        startup_timeout_s=startup_timeout_s,
+        stall_timeout_s=startup_timeout_s,
+        stall_floor_s=stall_floor_s,
+        stall_multiplier=spec.clocks.stall_multiplier,
+        trial_timeout_s=CHECK_TIMEOUT_S,
+        grace_s=spec.clocks.grace_s,
+    ).learned(learned)
     return TrialSpec(
-        study=spec.study, number=spec.number, params=spec.params, argv=argv, env=spec.env,
-        trial_dir=spec.trial_dir / CHECK_DIR, clocks=clocks, stop=StopRule(warmup_steps=1, measured_steps=CHECK_ROUNDS - 1),
-        progress=ProgressRules(step_end=(ROUND_PATTERN,), phase_start=ROUND_START_PATTERN), cwd=spec.cwd, scope=spec.scope, nccl_check=True,
+        study=spec.study,
+        number=spec.number,
+        params=spec.params,
+        argv=argv,
+        env=spec.env,
+        trial_dir=spec.trial_dir / CHECK_DIR,
+        clocks=clocks,
+        stop=StopRule(warmup_steps=1, measured_steps=CHECK_ROUNDS - 1),
+        progress=ProgressRules(step_end=(ROUND_PATTERN,), phase_start=ROUND_START_PATTERN),
+        cwd=spec.cwd,
+        scope=spec.scope,
+        nccl_check=True,
     )
 
 
@@ -111,13 +150,30 @@ def failed_check(spec: TrialSpec, check: TrialResult) -> TrialResult:
     opens with a line saying the trial's command never started. Nothing of the trial's own is
     measured: no steps, phases or memory (the check's rounds and its 2 GiB are not the config's)."""
     values = ", ".join(f"{k}={'unset' if v is None else v}" for k, v in nccl_values(spec)) or "none set"
-    head = Evidence(0, f"the NCCL check (the collectives alone with this trial's NCCL variables: {values}) failed "
-                       f"as {check.status.value}; the trial's command was not started", "nccl-tune")
-    verdict = replace(check.verdict, evidence=(head, *check.verdict.evidence),
-                      advice=check.verdict.advice or "these NCCL values fail without the trainer: leave them out")
-    return replace(check, verdict=verdict, trial_dir=spec.trial_dir, samples_per_step=spec.samples_per_step,
-                   step_times_s=(), step_rates=(), warmup_steps=0, phase_max_s={}, progress_preset=None, memory=None,
-                   nccl_check_failed=True)
+    head = Evidence(
+        0,
+        f"the NCCL check (the collectives alone with this trial's NCCL variables: {values}) failed "
+        f"as {check.status.value}; the trial's command was not started",
+        "nccl-tune",
+    )
+    verdict = replace(
+        check.verdict,
+        evidence=(head, *check.verdict.evidence),
+        advice=check.verdict.advice or "these NCCL values fail without the trainer: leave them out",
+    )
+    return replace(
+        check,
+        verdict=verdict,
+        trial_dir=spec.trial_dir,
+        samples_per_step=spec.samples_per_step,
+        step_times_s=(),
+        step_rates=(),
+        warmup_steps=0,
+        phase_max_s={},
+        progress_preset=None,
+        memory=None,
+        nccl_check_failed=True,
+    )
 
 
 class _Interruptible(TrialObserver):
@@ -137,9 +193,16 @@ class _Interruptible(TrialObserver):
 class CheckingLauncher(Launcher):
     """``inner`` with the NCCL check before each trial whose NCCL values were not checked yet."""
 
-    def __init__(self, inner: Launcher, gpus: int, backend: str = "nccl", worker: tuple[str, ...] = WORKER,
-                 startup_timeout_s: float = CHECK_STARTUP_S, python: str = sys.executable,
-                 stall_floor_s: float = CHECK_STALL_FLOOR_S) -> None:
+    def __init__(
+        self,
+        inner: Launcher,
+        gpus: int,
+        backend: str = "nccl",
+        worker: tuple[str, ...] = WORKER,
+        startup_timeout_s: float = CHECK_STARTUP_S,
+        python: str = sys.executable,
+        stall_floor_s: float = CHECK_STALL_FLOOR_S,
+    ) -> None:
         """``gpus``: ranks of the check (the node's GPUs); ``backend``: ``nccl``, or ``gloo`` where no
         GPU is (the machinery without NCCL); ``worker``: what each rank runs (``WORKER``, or a program
         of the same lines); ``startup_timeout_s``: launch to the first round, until a check has passed;
@@ -173,7 +236,9 @@ class CheckingLauncher(Launcher):
         check = self.measure(spec, observer)
         if check.status is FailureClass.INTERRUPTED:
             return replace(check, trial_dir=spec.trial_dir)
-        if check.status is not FailureClass.OK and self.trusted:  # a check passed in this run: the check works here, these values failed it
+        if (
+            check.status is not FailureClass.OK and self.trusted
+        ):  # a check passed in this run: the check works here, these values failed it
             result = failed_check(spec, check)
             write_result(result, spec.trial_dir)
             (observer or TrialObserver()).on_end(spec, result)
@@ -191,9 +256,12 @@ class CheckingLauncher(Launcher):
         with self._lock:
             learned = dict(self.learned)
         gpus = check_gpus(spec, self.gpus)
-        check = self.inner.run(check_spec(spec, gpus, self.backend, learned, self.worker, self.startup_timeout_s, self.python,
-                                      self.stall_floor_s),
-                               _Interruptible(observer))
+        check = self.inner.run(
+            check_spec(
+                spec, gpus, self.backend, learned, self.worker, self.startup_timeout_s, self.python, self.stall_floor_s
+            ),
+            _Interruptible(observer),
+        )
         if check.status is FailureClass.OK:
             self._passed(nccl_values(spec), check)
         return check
@@ -209,8 +277,10 @@ class CheckingLauncher(Launcher):
         """The check failed where the trial then ran: it does not tell here (a broken install, a port
         taken, GPUs the trial does not use); no further check runs."""
         with self._lock:
-            self.off = (f"NCCL check off: trial {spec.number}'s check failed ({check.status.value}; "
-                        f"{spec.trial_dir / CHECK_DIR}) while the trial itself ran, so the check does not tell on this node")
+            self.off = (
+                f"NCCL check off: trial {spec.number}'s check failed ({check.status.value}; "
+                f"{spec.trial_dir / CHECK_DIR}) while the trial itself ran, so the check does not tell on this node"
+            )
             self._notes.append(self.off)
 
     def notes(self) -> list[str]:
@@ -247,12 +317,14 @@ def with_nccl_check(launcher: Launcher, mode: str, sets_nccl: bool) -> tuple[Lau
     support = launcher.nccl_check_support()
     if support.gpus is None:
         if mode == "on":
-            raise NcclTuneError(f"--nccl-check on: the NCCL check cannot run here ({support.why_not}); "
-                                "use --nccl-check auto or off")
+            raise NcclTuneError(
+                f"--nccl-check on: the NCCL check cannot run here ({support.why_not}); use --nccl-check auto or off"
+            )
         return launcher, f"NCCL check off: {support.why_not}"
     return CheckingLauncher(launcher, support.gpus, python=support.python), (
         f"NCCL check: each new set of NCCL values runs on the collectives alone ({support.gpus} GPUs, {CHECK_ROUNDS} rounds) "
-        "before its trial; --nccl-check off skips it")
+        "before its trial; --nccl-check off skips it"
+    )
 
 
 PROBE_TIMEOUT_S = 120.0

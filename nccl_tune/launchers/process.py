@@ -11,8 +11,8 @@ import fcntl
 import os
 import shutil
 import subprocess
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 import psutil
 
@@ -26,9 +26,7 @@ PIPE_SIZE_BYTES = 1 << 20
 _F_SETPIPE_SZ = getattr(fcntl, "F_SETPIPE_SZ", 1031)
 
 
-def build_env(
-    overlay: Mapping[str, str | None], marker: str, base: Mapping[str, str] | None = None
-) -> dict[str, str]:
+def build_env(overlay: Mapping[str, str | None], marker: str, base: Mapping[str, str] | None = None) -> dict[str, str]:
     """The trial's environment: ``base`` (the tuner's own by default), then ``overlay`` (a None
     value removes the variable), then the marker, which always wins."""
     env = dict(os.environ if base is None else base)

@@ -14,19 +14,30 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Mapping
 
 from nccl_tune.diagnose.text import torchrun_prefix
 from nccl_tune.errors import NcclTuneError
+from nccl_tune.patterns import (  # noqa: F401 - re-exported  # the regular-expression parser
+    MIN_LITERAL_CHARS,
+    _sre_const,
+    _sre_parse,
+    pattern_literals,
+    required_literal,
+)
 from nccl_tune.presets import DETECT_ORDER, candidates
 from nccl_tune.trial import (
-    DURATION_GROUPS, MEMORY_GROUPS, OUTSIDE_PHASES, PHASE_GROUPS, RATE_GROUPS, STARTUP_PHASE, STEP_GROUPS, ProgressRules,
+    DURATION_GROUPS,
+    MEMORY_GROUPS,
+    OUTSIDE_PHASES,
+    PHASE_GROUPS,
+    RATE_GROUPS,
+    STARTUP_PHASE,
+    STEP_GROUPS,
+    ProgressRules,
 )
-
-from nccl_tune.patterns import MIN_LITERAL_CHARS, pattern_literals, required_literal  # noqa: F401 - re-exported
-from nccl_tune.patterns import _sre_const, _sre_parse  # the regular-expression parser
 
 RULE_NAMES = ("step_end", "phase_start", "phase_end", "memory", "training_done")
 
@@ -128,9 +139,13 @@ def _check_groups(where: str, pattern: str, allowed: frozenset[str], needs: froz
     paths = _group_paths(pattern)
     unknown = sorted(set(paths) - allowed)
     if unknown:
-        raise NcclTuneError(f"{where}: unknown group {unknown[0]!r}; this rule reads the groups {', '.join(sorted(allowed))}")
+        raise NcclTuneError(
+            f"{where}: unknown group {unknown[0]!r}; this rule reads the groups {', '.join(sorted(allowed))}"
+        )
     if needs and not needs & set(paths):
-        raise NcclTuneError(f"{where}: the rule needs a group named {' or '.join(sorted(needs))}, e.g. (?P<{min(needs)}>...)")
+        raise NcclTuneError(
+            f"{where}: the rule needs a group named {' or '.join(sorted(needs))}, e.g. (?P<{min(needs)}>...)"
+        )
     measures = sorted(set(paths) & (set(RATE_GROUPS) | set(DURATION_GROUPS)))
     for i, a in enumerate(measures):
         for b in measures[i + 1 :]:

@@ -20,18 +20,19 @@ import os
 import signal
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from nccl_tune.diagnose.stacks import StackReport
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.gpu import NoGpuProbe
 from nccl_tune.launchers.base import CheckSupport
 from nccl_tune.launchers.local import LocalLauncher
+from nccl_tune.launchers.process import resolve_command
 from nccl_tune.launchers.progress import compile_rules
 from nccl_tune.launchers.ray_node import Chunk, MemoryReading, TrialHost, node_baseline_gib, reap_node, trial_env
-from nccl_tune.launchers.process import resolve_command
 from nccl_tune.launchers.teardown import TeardownReport
 from nccl_tune.trial import TrialSpec
 
@@ -136,7 +137,7 @@ class RemoteProcess:
                 if self._write_fd < 0:
                     return
                 try:
-                    view = view[os.write(self._write_fd, view):]
+                    view = view[os.write(self._write_fd, view) :]
                     continue
                 except BlockingIOError:
                     pass
@@ -223,8 +224,7 @@ def cluster_nodes(resource: str = NODE_RESOURCE) -> list[Node]:
     marked = [n for n in alive if n.get("Resources", {}).get(resource, 0) >= 1]
     chosen = marked or [n for n in alive if n.get("Resources", {}).get("GPU", 0) >= 1]
     return [
-        Node(n["NodeID"], n.get("NodeManagerAddress", "?"), 0.0 if marked else n["Resources"]["GPU"])
-        for n in chosen
+        Node(n["NodeID"], n.get("NodeManagerAddress", "?"), 0.0 if marked else n["Resources"]["GPU"]) for n in chosen
     ]
 
 
@@ -234,13 +234,19 @@ def connect_problem(address: str, error: str, environ: Mapping[str, str], home: 
     requires it, and a driver given the cluster's address sends it only under ``RAY_AUTH_MODE=token``
     (Ray 2.5x: the refusal is only in Ray's own log lines, ``Unauthenticated ... InvalidAuthToken``)."""
     first = (error.strip().splitlines() or ["no reason given"])[0]
-    line = (f"cannot connect to the Ray cluster at {address} ({first}): start it (`ray start --head`) "
-            "or give --ray-address HOST:PORT")
+    line = (
+        f"cannot connect to the Ray cluster at {address} ({first}): start it (`ray start --head`) "
+        "or give --ray-address HOST:PORT"
+    )
     token_file = home / ".ray" / "auth_token"
-    token = next((name for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH") if environ.get(name)),
-                 str(token_file) if token_file.is_file() else None)
+    token = next(
+        (name for name in ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH") if environ.get(name)),
+        str(token_file) if token_file.is_file() else None,
+    )
     if token and "RAY_AUTH_MODE" not in environ:
-        line += f"; a Ray token is set here ({token}): if the cluster uses token authentication, set RAY_AUTH_MODE=token"
+        line += (
+            f"; a Ray token is set here ({token}): if the cluster uses token authentication, set RAY_AUTH_MODE=token"
+        )
     return line
 
 
@@ -253,8 +259,12 @@ def cluster_check_support(found: list[tuple[Node, CheckSupport]]) -> CheckSuppor
             return CheckSupport(None, f"on Ray {node.describe()}: {support.why_not}")
     pythons = sorted({s.python for _, s in found})
     if len(pythons) != 1:
-        return CheckSupport(None, f"the Ray nodes run different Pythons ({', '.join(pythons)}); the check names one"
-                            if pythons else "no Ray node answered")
+        return CheckSupport(
+            None,
+            f"the Ray nodes run different Pythons ({', '.join(pythons)}); the check names one"
+            if pythons
+            else "no Ray node answered",
+        )
     return CheckSupport(min(s.gpus or 0 for _, s in found), python=pythons[0])
 
 
@@ -264,7 +274,9 @@ class RayLauncher(LocalLauncher):
 
     name = "ray"
 
-    def __init__(self, address: str | None = None, *, resource: str = NODE_RESOURCE, node_wait_s: float = 30.0, **kw: Any) -> None:
+    def __init__(
+        self, address: str | None = None, *, resource: str = NODE_RESOURCE, node_wait_s: float = 30.0, **kw: Any
+    ) -> None:
         kw.setdefault("probe", NoGpuProbe("trials run on the nodes of the Ray cluster"))
         super().__init__(**kw)
         self.address = address
@@ -389,8 +401,12 @@ class RayLauncher(LocalLauncher):
             need = {"resources": {self.resource: 1}} if node.gpus == 0 else {"num_gpus": node.gpus}
             actor = _host_class().options(**self._on_node(node, max_concurrency=4, max_restarts=0, **need)).remote()
             try:
-                ray.get(actor.gate.remote(self._baselines.get(node.node_id), self._gate_tolerance_gib,
-                                          self._gate_timeout_s), timeout=self._gate_timeout_s + CALL_TIMEOUT_S)
+                ray.get(
+                    actor.gate.remote(
+                        self._baselines.get(node.node_id), self._gate_tolerance_gib, self._gate_timeout_s
+                    ),
+                    timeout=self._gate_timeout_s + CALL_TIMEOUT_S,
+                )
             except RayTaskError as exc:
                 ray.kill(actor, no_restart=True)
                 pool.give(node, True)
@@ -425,8 +441,12 @@ class RayLauncher(LocalLauncher):
 
         host: _Host = self._local.host
         try:
-            pid = ray.get(host.actor.start.remote(spec.argv, overlay, spec.marker, _cwd(spec), self.memory_interval_s,
-                                                  spec.progress), timeout=CALL_TIMEOUT_S)
+            pid = ray.get(
+                host.actor.start.remote(
+                    spec.argv, overlay, spec.marker, _cwd(spec), self.memory_interval_s, spec.progress
+                ),
+                timeout=CALL_TIMEOUT_S,
+            )
         except RayTaskError as exc:
             cause = exc.cause
             if isinstance(cause, (NcclTuneError, OSError, ValueError)):
@@ -455,8 +475,10 @@ class RayLauncher(LocalLauncher):
         report = TeardownReport(in_group=0, escaped=0, killed=0, survivors=0, elapsed_s=0.0)
         if proc.lost is None:
             try:
-                report, returncode = ray.get(proc.actor.stop.remote(spec.marker, spec.clocks.grace_s),
-                                             timeout=spec.clocks.grace_s + CALL_TIMEOUT_S)
+                report, returncode = ray.get(
+                    proc.actor.stop.remote(spec.marker, spec.clocks.grace_s),
+                    timeout=spec.clocks.grace_s + CALL_TIMEOUT_S,
+                )
                 if returncode is not None:
                     proc.returncode = returncode
             except Exception as exc:  # the node went away meanwhile

@@ -19,9 +19,9 @@ import socket
 import subprocess
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from nccl_tune.diagnose.stacks import StackReport
 from nccl_tune.gpu import open_probe
@@ -123,8 +123,13 @@ class TrialHost:
         return gate.wait(None)
 
     def start(
-        self, argv: Sequence[str], overlay: Mapping[str, str | None], marker: str, cwd: str | None,
-        memory_interval_s: float, progress: ProgressRules | None = None,
+        self,
+        argv: Sequence[str],
+        overlay: Mapping[str, str | None],
+        marker: str,
+        cwd: str | None,
+        memory_interval_s: float,
+        progress: ProgressRules | None = None,
     ) -> int:
         """Start the command; its pid. With ``progress`` (the trial's rules), each GPU sample counts
         under the phase its output had open then. Raises ``NcclTuneError``/``OSError``/``ValueError``
@@ -138,8 +143,13 @@ class TrialHost:
         self._proc = spawn(argv, env, where)
         tracker = self._tracker = ProgressTracker(progress) if progress is not None else None
         self._scanner = LineScanner(tracker.feed, tracker.current_literals) if tracker is not None else None
-        self._sampler = MemorySampler(self._probe, self._proc.pid, marker, interval_s=memory_interval_s,
-                                      phase_of=tracker.open_phases if tracker is not None else None)
+        self._sampler = MemorySampler(
+            self._probe,
+            self._proc.pid,
+            marker,
+            interval_s=memory_interval_s,
+            phase_of=tracker.open_phases if tracker is not None else None,
+        )
         self._sampler.start()
         threading.Thread(target=self._pump, name=f"pump:{marker}", daemon=True).start()
         return self._proc.pid
@@ -183,7 +193,7 @@ class TrialHost:
         with self._cond:
             if not self._buffer and not self._eof:
                 self._cond.wait(wait_s)
-            data = bytes(self._buffer[:READ_CHUNK_BYTES * 4])
+            data = bytes(self._buffer[: READ_CHUNK_BYTES * 4])
             del self._buffer[: len(data)]
             eof = self._eof and not self._buffer
             self._cond.notify_all()
@@ -199,8 +209,14 @@ class TrialHost:
         s = self._sampler
         if s is None:
             return MemoryReading()
-        return MemoryReading(s.gpu_peak_gib, s.gpu_total_gib, s.peak_rss_gib, s.host_peak_frac,
-                             s.phase_peak_frac, s.phases_at_last_sample)
+        return MemoryReading(
+            s.gpu_peak_gib,
+            s.gpu_total_gib,
+            s.peak_rss_gib,
+            s.host_peak_frac,
+            s.phase_peak_frac,
+            s.phases_at_last_sample,
+        )
 
     def stacks(self, marker: str, timeout_s: float) -> StackReport:
         """Every Python process of the trial on this node, with py-spy (see ``launchers.stacks``)."""

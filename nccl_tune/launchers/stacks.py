@@ -16,9 +16,10 @@ import linecache
 import shutil
 import subprocess
 import sys
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import psutil
 
@@ -98,7 +99,9 @@ def dump_process(py_spy: Sequence[str], proc: psutil.Process, timeout_s: float) 
     try:
         done = subprocess.run(
             [*py_spy, "dump", "--json", "--full-filenames", "--pid", str(proc.pid)],
-            capture_output=True, text=True, timeout=timeout_s,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
         )
     except subprocess.TimeoutExpired:
         return ProcessStack(proc.pid, rank, command, error=f"py-spy took longer than {timeout_s:g} s")

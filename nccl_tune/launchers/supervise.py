@@ -85,19 +85,24 @@ class Watch:
             return Decision(reason, detail, None, now - self.started_t)
         silent = now - (state.last_progress_t or 0.0)
         where = f" in phase '{state.open_phase}'" if state.open_phase else ""
-        detail = f"no progress for {silent:.1f} s{where} after {of_steps} (stall timeout {self.stall_deadline_s(state):g} s)"
+        detail = (
+            f"no progress for {silent:.1f} s{where} after {of_steps} (stall timeout {self.stall_deadline_s(state):g} s)"
+        )
         return Decision(reason, detail, state.open_phase, silent)
 
 
-def observer_decision(observer: TrialObserver, spec: TrialSpec, progress: TrialProgress,
-                      state: ProgressState) -> Decision | None:
+def observer_decision(
+    observer: TrialObserver, spec: TrialSpec, progress: TrialProgress, state: ProgressState
+) -> Decision | None:
     """The observer's answer to ``should_stop`` as a decision (None: keep watching)."""
     asked = observer.should_stop(spec, progress)
     if asked is None:
         return None
     reason = StopReason(asked)
     if reason not in _OBSERVER_REASONS:
-        raise ValueError(f"should_stop returned {reason.value!r}; an observer may only ask for interrupted or early_stop")
+        raise ValueError(
+            f"should_stop returned {reason.value!r}; an observer may only ask for interrupted or early_stop"
+        )
     if reason is StopReason.INTERRUPTED:
         return Decision(reason, "the tuner was interrupted", state.open_phase)
     steps = len(state.step_times_s)

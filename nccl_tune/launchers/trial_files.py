@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, fields
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from nccl_tune.atomic import write_json_atomic
 from nccl_tune.diagnose.stacks import STACKS_FILE
@@ -92,8 +93,9 @@ def interrupted_result(trial_dir: Path, number: int, detail: str, *, escaped_pro
     if existing is not None:
         return existing
     log = trial_dir / LOG_FILE
-    facts = TrialFacts(logs=(LogFacts(LOG_FILE, log),) if log.exists() else (), stop_reason=StopReason.INTERRUPTED,
-                       stop_detail=detail)
+    facts = TrialFacts(
+        logs=(LogFacts(LOG_FILE, log),) if log.exists() else (), stop_reason=StopReason.INTERRUPTED, stop_detail=detail
+    )
     verdict = decide(facts)
     write_facts(facts, trial_dir)
     result = TrialResult(

@@ -8,13 +8,12 @@ other files are read once, after teardown, by :func:`scan_trial_logs`.
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Sequence
 
 from nccl_tune.diagnose.nccl_seen import parse_seen
 from nccl_tune.launchers.logstream import clean_line
 from nccl_tune.launchers.progress import ProgressTracker
-
 
 MAX_LINE_BYTES = 1 << 16
 """A longer line is read in pieces of this size (a 300 MB line costs no more than its pieces)."""

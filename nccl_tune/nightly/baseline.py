@@ -4,8 +4,9 @@ or a tuned YAML written by ``nccl-tune export`` (``--baseline FILE``)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.nightly.night import Baseline, Night
@@ -47,12 +48,16 @@ def _read(path: Path) -> dict[str, Any]:
     text = read_text(path, "--baseline", fix)
     doc = yaml_mapping(text, f"--baseline {path}", fix)
     if not isinstance(doc.get("overrides"), dict) or not isinstance(doc.get("study"), dict):
-        raise NcclTuneError(f"--baseline {path}: not a tuned YAML (no 'overrides' and 'study' mappings); "
-                            "write one with `nccl-tune export -o FILE`")
+        raise NcclTuneError(
+            f"--baseline {path}: not a tuned YAML (no 'overrides' and 'study' mappings); "
+            "write one with `nccl-tune export -o FILE`"
+        )
     for key, kind in (("env", dict), ("unset_env", list), ("metrics", dict)):
         if doc.get(key) is not None and not isinstance(doc[key], kind):
-            raise NcclTuneError(f"--baseline {path}: '{key}' must be a {'mapping' if kind is dict else 'list'}, "
-                                f"got {type(doc[key]).__name__}; {fix}")
+            raise NcclTuneError(
+                f"--baseline {path}: '{key}' must be a {'mapping' if kind is dict else 'list'}, "
+                f"got {type(doc[key]).__name__}; {fix}"
+            )
     return doc
 
 
@@ -71,8 +76,10 @@ def _values(doc: Mapping[str, Any], space: SearchSpace, path: Path) -> dict[str,
         elif p.name in flat or p.command_key in flat:
             raw = flat.get(p.name, flat.get(p.command_key))
         else:
-            raise NcclTuneError(f"--baseline {path}: has no value for parameter {p.name} of space {space.name}; "
-                                "was it tuned with another space?")
+            raise NcclTuneError(
+                f"--baseline {path}: has no value for parameter {p.name} of space {space.name}; "
+                "was it tuned with another space?"
+            )
         values[p.name] = p.coerce(raw, f"--baseline {path}")
     return values
 
@@ -82,11 +89,15 @@ def baseline_from_file(path: Path, space: SearchSpace) -> Baseline:
     doc = _read(path)
     tuned_for = doc["study"].get("space")
     if tuned_for and tuned_for != space.name:
-        raise NcclTuneError(f"--baseline {path}: tuned for space {tuned_for!r}, but this run uses space {space.name!r}; "
-                            "give a tuned YAML of the same space (or the matching --space)")
+        raise NcclTuneError(
+            f"--baseline {path}: tuned for space {tuned_for!r}, but this run uses space {space.name!r}; "
+            "give a tuned YAML of the same space (or the matching --space)"
+        )
     metrics = doc.get("metrics") or {}
-    runs = metrics.get("runs_per_s") or [x for x in (metrics.get("throughput_per_s"),
-                                                      metrics.get("throughput_samples_per_s")) if x][:1]
+    runs = (
+        metrics.get("runs_per_s")
+        or [x for x in (metrics.get("throughput_per_s"), metrics.get("throughput_samples_per_s")) if x][:1]
+    )
     try:
         runs = tuple(float(x) for x in runs)
     except (TypeError, ValueError):
@@ -95,5 +106,11 @@ def baseline_from_file(path: Path, space: SearchSpace) -> Baseline:
         raise NcclTuneError(f"--baseline {path}: metrics.runs_per_s must be throughputs above 0, got {list(runs)!r}")
     if not runs:
         raise NcclTuneError(f"--baseline {path}: no measured throughput (metrics.throughput_per_s) to compare with")
-    return Baseline("file", str(path), _values(doc, space, path), runs, space.name,
-                    str(metrics.get("throughput_unit") or "samples/s"))
+    return Baseline(
+        "file",
+        str(path),
+        _values(doc, space, path),
+        runs,
+        space.name,
+        str(metrics.get("throughput_unit") or "samples/s"),
+    )

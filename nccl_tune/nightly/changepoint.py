@@ -18,8 +18,8 @@ Nights without a value (no stable config) are left out; indices refer to the inp
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 MIN_STEP_FRAC = 0.05
 """Smallest relative change between two levels called a step (asv uses 5%)."""

@@ -14,10 +14,11 @@ from __future__ import annotations
 import datetime as dt
 import platform
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, fields
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from nccl_tune.gpu import GpuProbe, open_probe
 
@@ -65,7 +66,7 @@ class Fingerprint:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Fingerprint":
+    def from_json(cls, data: Mapping[str, Any]) -> Fingerprint:
         names = {f.name for f in fields(cls)}
         return cls(**{k: data.get(k) for k in names})
 
@@ -228,7 +229,9 @@ def probe_fingerprint(command: Sequence[str], cwd: Path | None = None, probe: Gp
         cuda_version=system.cuda_driver_version,
         torch_version=_version("torch", paths),
         nccl_version=next((v for v in (_version(w, paths) for w in NCCL_WHEELS) if v), None),
-        python_version=platform.python_version() if paths is None else Path(paths[0]).parent.name.removeprefix("python"),
+        python_version=platform.python_version()
+        if paths is None
+        else Path(paths[0]).parent.name.removeprefix("python"),
         trainer_package=package,
         trainer_version=package_version,
         trainer_commit=commit,
@@ -236,4 +239,3 @@ def probe_fingerprint(command: Sequence[str], cwd: Path | None = None, probe: Gp
         nccl_tune_version=__version__,
         recorded_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
     )
-

@@ -4,8 +4,9 @@ best stable config it found, the baseline it was compared with, and the verdict.
 from __future__ import annotations
 
 import statistics
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from nccl_tune.nightly.fingerprint import Fingerprint
 from nccl_tune.nightly.regression import RegressionVerdict
@@ -31,13 +32,25 @@ class Baseline:
         return statistics.median(self.runs_per_s) if self.runs_per_s else None
 
     def to_json(self) -> dict[str, Any]:
-        return {"source": self.source, "origin": self.origin, "values": dict(self.values),
-                "runs_per_s": list(self.runs_per_s), "space": self.space, "unit": self.unit}
+        return {
+            "source": self.source,
+            "origin": self.origin,
+            "values": dict(self.values),
+            "runs_per_s": list(self.runs_per_s),
+            "space": self.space,
+            "unit": self.unit,
+        }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Baseline":
-        return cls(data["source"], data["origin"], dict(data.get("values") or {}),
-                   tuple(data.get("runs_per_s") or ()), data.get("space", ""), data.get("unit") or "samples/s")
+    def from_json(cls, data: Mapping[str, Any]) -> Baseline:
+        return cls(
+            data["source"],
+            data["origin"],
+            dict(data.get("values") or {}),
+            tuple(data.get("runs_per_s") or ()),
+            data.get("space", ""),
+            data.get("unit") or "samples/s",
+        )
 
 
 @dataclass(frozen=True)
@@ -80,7 +93,7 @@ class Night:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "Night":
+    def from_json(cls, data: Mapping[str, Any]) -> Night:
         return cls(
             study=data["study"],
             series=data["series"],

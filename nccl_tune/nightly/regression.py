@@ -24,9 +24,10 @@ from __future__ import annotations
 import itertools
 import math
 import statistics
-from dataclasses import dataclass, asdict
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
 from enum import Enum
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 ALPHA = 0.05
 """Largest one-sided p-value of the rank test that calls a drop real (3 against 3 runs reach 0.05 at best)."""
@@ -93,7 +94,7 @@ class RegressionVerdict:
         return out
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "RegressionVerdict":
+    def from_json(cls, data: Mapping[str, Any]) -> RegressionVerdict:
         return cls(**{**data, "kind": VerdictKind(data["kind"])})
 
 
@@ -139,7 +140,10 @@ def _fmt(x: float) -> str:
 
 
 def compare_throughput(
-    base: Sequence[float], night: Sequence[float], threshold_pct: float, repeats: Sequence[float] = (),
+    base: Sequence[float],
+    night: Sequence[float],
+    threshold_pct: float,
+    repeats: Sequence[float] = (),
     unit: str = "samples/s",
 ) -> RegressionVerdict:
     """Tonight's best runs (``night``) against the baseline's runs (``base``); ``repeats`` are
@@ -150,12 +154,16 @@ def compare_throughput(
     b, t = statistics.median(base), statistics.median(night)
     change = (t - b) / b
     noise = relative_noise(base, repeats, night)
-    common = dict(threshold_frac=thr, baseline_per_s=b, night_per_s=t,
-                  change_frac=change, noise_frac=noise, unit=unit)
+    common = dict(threshold_frac=thr, baseline_per_s=b, night_per_s=t, change_frac=change, noise_frac=noise, unit=unit)
     head = f"best {_fmt(t)} {unit} against the baseline's {_fmt(b)} ({change:+.1%})"
     if -change <= thr:
-        return RegressionVerdict(False, VerdictKind.WITHIN_THRESHOLD, f"no regression: {head}, within {threshold_pct:g}%",
-                                 method="threshold", **common)
+        return RegressionVerdict(
+            False,
+            VerdictKind.WITHIN_THRESHOLD,
+            f"no regression: {head}, within {threshold_pct:g}%",
+            method="threshold",
+            **common,
+        )
     if len(base) >= MIN_RANK_TEST_RUNS and len(night) >= MIN_RANK_TEST_RUNS:
         p = mann_whitney_less(night, base)
         real, test = p <= ALPHA, f"Mann-Whitney p={p:.3g}"
@@ -168,14 +176,21 @@ def compare_throughput(
         real, test = True, "noise unknown: fewer than 2 runs on every side, the threshold alone decides"
         extra = dict(method="threshold only")
     if real:
-        return RegressionVerdict(True, VerdictKind.SLOWER, f"regression: {head}, beyond {threshold_pct:g}% and noise ({test})",
-                                 **common, **extra)
-    return RegressionVerdict(False, VerdictKind.WITHIN_NOISE, f"no regression: {head} is within noise ({test})",
-                             **common, **extra)
+        return RegressionVerdict(
+            True,
+            VerdictKind.SLOWER,
+            f"regression: {head}, beyond {threshold_pct:g}% and noise ({test})",
+            **common,
+            **extra,
+        )
+    return RegressionVerdict(
+        False, VerdictKind.WITHIN_NOISE, f"no regression: {head} is within noise ({test})", **common, **extra
+    )
 
 
-def baseline_failure(run: RunFact, threshold_pct: float, base_throughput: float | None,
-                     unit: str = "samples/s") -> RegressionVerdict:
+def baseline_failure(
+    run: RunFact, threshold_pct: float, base_throughput: float | None, unit: str = "samples/s"
+) -> RegressionVerdict:
     """The verdict when the baseline config failed tonight (or came too close to the memory wall)."""
     if run.status == "ok" and run.near_wall:
         what = "came within the memory margin (not stable any more)"
@@ -186,13 +201,24 @@ def baseline_failure(run: RunFact, threshold_pct: float, base_throughput: float 
         cls = run.status
     detail = run.evidence or run.advice
     summary = f"regression: the baseline config (trial {run.trial}) {what}" + (f": {detail}" if detail else "")
-    return RegressionVerdict(True, VerdictKind.BASELINE_FAILS, summary, threshold_frac=threshold_pct / 100.0,
-                             baseline_per_s=base_throughput, method="failure",
-                             failure_class=cls, failed_trial=run.trial, unit=unit)
+    return RegressionVerdict(
+        True,
+        VerdictKind.BASELINE_FAILS,
+        summary,
+        threshold_frac=threshold_pct / 100.0,
+        baseline_per_s=base_throughput,
+        method="failure",
+        failure_class=cls,
+        failed_trial=run.trial,
+        unit=unit,
+    )
 
 
 def judge_night(
-    base: Sequence[float], baseline_runs: Sequence[RunFact], night_best: Sequence[float], threshold_pct: float,
+    base: Sequence[float],
+    baseline_runs: Sequence[RunFact],
+    night_best: Sequence[float],
+    threshold_pct: float,
     unit: str = "samples/s",
 ) -> RegressionVerdict:
     """The night's verdict: the baseline config's runs tonight first (a failure is a regression
@@ -201,10 +227,14 @@ def judge_night(
         if run.status != "ok" or run.near_wall:
             return baseline_failure(run, threshold_pct, statistics.median(base) if base else None, unit)
     if not night_best:
-        return RegressionVerdict(True, VerdictKind.NO_STABLE_CONFIG,
-                                 "regression: no config was stable tonight, the baseline's included",
-                                 threshold_frac=threshold_pct / 100.0,
-                                 baseline_per_s=statistics.median(base) if base else None,
-                                 method="failure", unit=unit)
+        return RegressionVerdict(
+            True,
+            VerdictKind.NO_STABLE_CONFIG,
+            "regression: no config was stable tonight, the baseline's included",
+            threshold_frac=threshold_pct / 100.0,
+            baseline_per_s=statistics.median(base) if base else None,
+            method="failure",
+            unit=unit,
+        )
     repeats = [r.throughput_per_s for r in baseline_runs if r.throughput_per_s]
     return compare_throughput(base, night_best, threshold_pct, repeats, unit)

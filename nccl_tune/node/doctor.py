@@ -13,17 +13,18 @@ import os
 import resource
 import shutil
 import socket
+from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any
 
 import psutil
 from rich.console import Console
 from rich.markup import escape
 
+from nccl_tune.gpu import GpuProbe, open_probe
 from nccl_tune.node import env_catalog as E
 from nccl_tune.node.nccl_clamps import clamps
-from nccl_tune.gpu import GpuProbe, open_probe
 
 NOFILE_RECOMMENDED = 65536
 NOFILE_MINIMUM = 1024
@@ -80,7 +81,8 @@ def _proc_desc(pid: int) -> str:
 def _gpu_checks(probe: GpuProbe) -> Iterator[Check]:
     if not probe.available:
         yield Check(
-            "gpu.visible", "warn",
+            "gpu.visible",
+            "warn",
             f"no GPU visible through NVML ({probe.reason or 'unknown reason'}); the other checks still ran",
             "run on a GPU node with the NVIDIA driver loaded (`nvidia-smi`); the synthetic twin needs no GPU",
         )
@@ -91,8 +93,12 @@ def _gpu_checks(probe: GpuProbe) -> Iterator[Check]:
     desc = ", ".join(f"{sum(d.name == m for d in devices)} x {m}" for m in models)
     yield Check("gpu.visible", "pass", f"{len(devices)} GPU(s): {desc}; {'/'.join(f'{s:g}' for s in sizes)} GiB each")
     if len(models) > 1 or len(sizes) > 1:
-        yield Check("gpu.uniform", "warn", f"mixed GPUs ({desc}): the slowest or smallest sets the pace and the memory wall",
-                    "tune on a node with identical GPUs, or restrict CUDA_VISIBLE_DEVICES to one kind")
+        yield Check(
+            "gpu.uniform",
+            "warn",
+            f"mixed GPUs ({desc}): the slowest or smallest sets the pace and the memory wall",
+            "tune on a node with identical GPUs, or restrict CUDA_VISIBLE_DEVICES to one kind",
+        )
 
     holders: dict[int, list[str]] = {}
     for proc in probe.processes():
@@ -105,10 +111,17 @@ def _gpu_checks(probe: GpuProbe) -> Iterator[Check]:
     if holders or unlisted:
         parts = [f"GPU {i}: {'; '.join(h)}" for i, h in sorted(holders.items())] + unlisted
         pids = sorted({p.pid for p in probe.processes()})
-        fix = (f"stop them (`kill {' '.join(map(str, pids))}`) before a study" if pids else
-               "find the holder (`nvidia-smi`, another container) and stop it")
-        yield Check("gpu.memory", "warn", "GPU memory already held: " + " | ".join(parts),
-                    fix + "; otherwise trials hit an early OOM and the GPU gate waits on them")
+        fix = (
+            f"stop them (`kill {' '.join(map(str, pids))}`) before a study"
+            if pids
+            else "find the holder (`nvidia-smi`, another container) and stop it"
+        )
+        yield Check(
+            "gpu.memory",
+            "warn",
+            "GPU memory already held: " + " | ".join(parts),
+            fix + "; otherwise trials hit an early OOM and the GPU gate waits on them",
+        )
     else:
         peak = max((u.used_gib for u in probe.usage()), default=0.0)
         yield Check("gpu.memory", "pass", f"no process holds GPU memory (at most {peak:.1f} GiB in use)")
@@ -118,27 +131,40 @@ def _gpu_checks(probe: GpuProbe) -> Iterator[Check]:
     agg = [(h.index, h.ecc_uncorrected_aggregate) for h in health if h.ecc_uncorrected_aggregate]
     off = [h.index for h in health if h.ecc_enabled is False]
     if vol:
-        yield Check("gpu.ecc", "fail",
-                    "uncorrectable ECC errors since the driver loaded: " + ", ".join(f"GPU {i}: {n}" for i, n in vol),
-                    "drain the node and reset or replace those GPUs (`nvidia-smi -q -d ECC`); results there are not trustworthy")
+        yield Check(
+            "gpu.ecc",
+            "fail",
+            "uncorrectable ECC errors since the driver loaded: " + ", ".join(f"GPU {i}: {n}" for i, n in vol),
+            "drain the node and reset or replace those GPUs (`nvidia-smi -q -d ECC`); results there are not trustworthy",
+        )
     elif agg:
-        yield Check("gpu.ecc", "warn",
-                    "uncorrectable ECC errors in the GPUs' lifetime: " + ", ".join(f"GPU {i}: {n}" for i, n in agg),
-                    "check retired pages and row remapping (`nvidia-smi -q -d ROW_REMAPPER,PAGE_RETIREMENT`)")
+        yield Check(
+            "gpu.ecc",
+            "warn",
+            "uncorrectable ECC errors in the GPUs' lifetime: " + ", ".join(f"GPU {i}: {n}" for i, n in agg),
+            "check retired pages and row remapping (`nvidia-smi -q -d ROW_REMAPPER,PAGE_RETIREMENT`)",
+        )
     elif all(h.ecc_enabled is None for h in health):
         yield Check("gpu.ecc", "pass", "ECC not reported by NVML on these GPUs")
     else:
         extra = f"; ECC disabled on GPU {', '.join(map(str, off))}" if off else ""
-        yield Check("gpu.ecc", "warn" if off else "pass", f"no uncorrectable ECC errors{extra}",
-                    "enable ECC (`nvidia-smi -e 1`, then reboot)" if off else "")
+        yield Check(
+            "gpu.ecc",
+            "warn" if off else "pass",
+            f"no uncorrectable ECC errors{extra}",
+            "enable ECC (`nvidia-smi -e 1`, then reboot)" if off else "",
+        )
 
     links = [(h.index, h.nvlink_active, h.nvlink_total) for h in health if h.nvlink_total]
     down = [(i, a, t) for i, a, t in links if (a or 0) < t]
     if down:
-        yield Check("gpu.nvlink", "fail",
-                    "NVLink links down: " + ", ".join(f"GPU {i}: {a}/{t} up" for i, a, t in down),
-                    "reset the GPUs or drain the node (`nvidia-smi nvlink -s`); NCCL falls back to slower paths and "
-                    "tuning results would not carry over")
+        yield Check(
+            "gpu.nvlink",
+            "fail",
+            "NVLink links down: " + ", ".join(f"GPU {i}: {a}/{t} up" for i, a, t in down),
+            "reset the GPUs or drain the node (`nvidia-smi nvlink -s`); NCCL falls back to slower paths and "
+            "tuning results would not carry over",
+        )
     elif links:
         yield Check("gpu.nvlink", "pass", f"all NVLink links up ({links[0][2]} per GPU)")
     else:
@@ -184,8 +210,9 @@ def _env_checks(env: Mapping[str, str]) -> Iterator[Check]:
             reader = "NCCL" if name.startswith("NCCL_") else "PyTorch"
             flagged += 1
             yield Check(
-                f"env.{name}", "warn", f"{name} is not a variable {reader} reads"
-                + (f" (did you mean {guess}?)" if guess else ""),
+                f"env.{name}",
+                "warn",
+                f"{name} is not a variable {reader} reads" + (f" (did you mean {guess}?)" if guess else ""),
                 f"rename it to {guess}" if guess else f"unset {name}",
             )
             continue
@@ -206,25 +233,38 @@ def _truthy(value: str | None) -> bool:
 def _env_consistency(env: Mapping[str, str]) -> Iterator[Check]:
     size = env.get("TORCH_FR_BUFFER_SIZE", env.get("TORCH_NCCL_TRACE_BUFFER_SIZE", ""))
     if _truthy(env.get("TORCH_NCCL_DUMP_ON_TIMEOUT")) and not (size.strip().isdigit() and int(size) > 0):
-        yield Check("env.flight_recorder", "warn",
-                    "TORCH_NCCL_DUMP_ON_TIMEOUT=1 but TORCH_FR_BUFFER_SIZE is not set: nothing is recorded, no dump is written",
-                    "export TORCH_FR_BUFFER_SIZE=2000")
+        yield Check(
+            "env.flight_recorder",
+            "warn",
+            "TORCH_NCCL_DUMP_ON_TIMEOUT=1 but TORCH_FR_BUFFER_SIZE is not set: nothing is recorded, no dump is written",
+            "export TORCH_FR_BUFFER_SIZE=2000",
+        )
     dump = env.get("TORCH_FR_DUMP_TEMP_FILE") or env.get("TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
     if dump and not Path(dump).parent.is_dir():
-        yield Check("env.flight_recorder_dir", "warn",
-                    f"the Flight Recorder dump prefix {dump} points into a missing directory",
-                    f"mkdir -p {Path(dump).parent}")
+        yield Check(
+            "env.flight_recorder_dir",
+            "warn",
+            f"the Flight Recorder dump prefix {dump} points into a missing directory",
+            f"mkdir -p {Path(dump).parent}",
+        )
     for clamp in clamps(env):
-        yield Check(f"env.{clamp.name}", "warn", f"{clamp.describe()}: NCCL warns and runs with {clamp.runs_as}",
-                    f"set {clamp.name}={clamp.runs_as}")
+        yield Check(
+            f"env.{clamp.name}",
+            "warn",
+            f"{clamp.describe()}: NCCL warns and runs with {clamp.runs_as}",
+            f"set {clamp.name}={clamp.runs_as}",
+        )
     ifname = env.get("NCCL_SOCKET_IFNAME")
     if ifname:
         names = sorted(psutil.net_if_addrs())
         hits = E.interfaces_matching(ifname, names)
         if not hits:
-            yield Check("env.NCCL_SOCKET_IFNAME", "fail",
-                        f"NCCL_SOCKET_IFNAME={ifname} matches no interface here ({', '.join(names)}): NCCL cannot bootstrap",
-                        "set it to an existing interface prefix (`ip -br addr`) or unset it")
+            yield Check(
+                "env.NCCL_SOCKET_IFNAME",
+                "fail",
+                f"NCCL_SOCKET_IFNAME={ifname} matches no interface here ({', '.join(names)}): NCCL cannot bootstrap",
+                "set it to an existing interface prefix (`ip -br addr`) or unset it",
+            )
 
 
 # --- host -------------------------------------------------------------------------------------------
@@ -234,16 +274,26 @@ def _nofile_check() -> Check:
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     shown = "unlimited" if soft == resource.RLIM_INFINITY else str(soft)
     if soft != resource.RLIM_INFINITY and soft < NOFILE_MINIMUM:
-        return Check("limits.nofile", "fail", f"ulimit -n is {shown}: Ray and NCCL run out of file descriptors",
-                     f"ulimit -n {NOFILE_RECOMMENDED} (raise the hard limit in /etc/security/limits.conf if needed)")
+        return Check(
+            "limits.nofile",
+            "fail",
+            f"ulimit -n is {shown}: Ray and NCCL run out of file descriptors",
+            f"ulimit -n {NOFILE_RECOMMENDED} (raise the hard limit in /etc/security/limits.conf if needed)",
+        )
     if soft != resource.RLIM_INFINITY and soft < NOFILE_RECOMMENDED:
         if hard != resource.RLIM_INFINITY and hard < NOFILE_RECOMMENDED:
-            fix = (f"raise the hard limit to {NOFILE_RECOMMENDED} (/etc/security/limits.conf, or docker --ulimit "
-                   f"nofile={NOFILE_RECOMMENDED}:{NOFILE_RECOMMENDED}), then ulimit -n {NOFILE_RECOMMENDED}")
+            fix = (
+                f"raise the hard limit to {NOFILE_RECOMMENDED} (/etc/security/limits.conf, or docker --ulimit "
+                f"nofile={NOFILE_RECOMMENDED}:{NOFILE_RECOMMENDED}), then ulimit -n {NOFILE_RECOMMENDED}"
+            )
         else:
             fix = f"ulimit -n {NOFILE_RECOMMENDED}"
-        return Check("limits.nofile", "warn",
-                     f"ulimit -n is {shown} (hard {hard}); Ray recommends at least {NOFILE_RECOMMENDED}", fix)
+        return Check(
+            "limits.nofile",
+            "warn",
+            f"ulimit -n is {shown} (hard {hard}); Ray recommends at least {NOFILE_RECOMMENDED}",
+            fix,
+        )
     return Check("limits.nofile", "pass", f"ulimit -n is {shown}")
 
 
@@ -251,12 +301,19 @@ def _shm_check(path: str = "/dev/shm") -> Check:
     try:
         total = shutil.disk_usage(path).total / GIB
     except OSError:
-        return Check("host.shm", "warn", f"{path} is missing: NCCL's shared-memory transport cannot work",
-                     "mount a tmpfs on /dev/shm, or set NCCL_SHM_DISABLE=1")
+        return Check(
+            "host.shm",
+            "warn",
+            f"{path} is missing: NCCL's shared-memory transport cannot work",
+            "mount a tmpfs on /dev/shm, or set NCCL_SHM_DISABLE=1",
+        )
     if total < SHM_RECOMMENDED_GIB:
-        return Check("host.shm", "warn",
-                     f"{path} is {total * 1024:.0f} MiB: NCCL's shared-memory segments and Ray's object store need more",
-                     "run the container with --shm-size=16g or --ipc=host (or set NCCL_SHM_DISABLE=1, slower)")
+        return Check(
+            "host.shm",
+            "warn",
+            f"{path} is {total * 1024:.0f} MiB: NCCL's shared-memory segments and Ray's object store need more",
+            "run the container with --shm-size=16g or --ipc=host (or set NCCL_SHM_DISABLE=1, slower)",
+        )
     return Check("host.shm", "pass", f"{path} is {total:.1f} GiB")
 
 
@@ -295,23 +352,35 @@ def _ray_check(env: Mapping[str, str]) -> Check:
     if ray_address and ray_address != "local":
         answers = ray_address == "auto" or _reachable(ray_address.split("://")[-1])
         if not answers:
-            return Check("ray", "warn", f"RAY_ADDRESS={ray_address} does not answer", "start the cluster or unset RAY_ADDRESS")
-        return Check("ray", "warn",
-                     f"RAY_ADDRESS={ray_address}: trials run on that cluster, and {_SWALLOW}; nccl-tune refuses to "
-                     "tune NCCL variables there",
-                     "unset RAY_ADDRESS to give each trial a private Ray on this node (multi-node runs: hold the NCCL "
-                     "parameters with --set NAME=unset)")
+            return Check(
+                "ray", "warn", f"RAY_ADDRESS={ray_address} does not answer", "start the cluster or unset RAY_ADDRESS"
+            )
+        return Check(
+            "ray",
+            "warn",
+            f"RAY_ADDRESS={ray_address}: trials run on that cluster, and {_SWALLOW}; nccl-tune refuses to "
+            "tune NCCL variables there",
+            "unset RAY_ADDRESS to give each trial a private Ray on this node (multi-node runs: hold the NCCL "
+            "parameters with --set NAME=unset)",
+        )
     running = bool(gcs) or (address is not None and _reachable(address))
     if running:
         where = f" at {address}" if address else ""
         pids = f" (gcs_server pid {', '.join(map(str, gcs))})" if gcs else f" (from {address_file})"
-        return Check("ray", "warn",
-                     f"a Ray cluster is running{where}{pids}: {_SWALLOW}; nccl-tune's trials each start a private Ray "
-                     "(RAY_ADDRESS=local, their own RAY_TMPDIR) and do not join it, runs outside nccl-tune do",
-                     "`ray stop` if it is left over (its workers may also hold GPU memory)")
+        return Check(
+            "ray",
+            "warn",
+            f"a Ray cluster is running{where}{pids}: {_SWALLOW}; nccl-tune's trials each start a private Ray "
+            "(RAY_ADDRESS=local, their own RAY_TMPDIR) and do not join it, runs outside nccl-tune do",
+            "`ray stop` if it is left over (its workers may also hold GPU memory)",
+        )
     if address:
-        return Check("ray", "warn", f"{address_file} names {address} but no Ray is running there (a stale file)",
-                     f"`ray stop --force` or delete {address_file}")
+        return Check(
+            "ray",
+            "warn",
+            f"{address_file} names {address} but no Ray is running there (a stale file)",
+            f"`ray stop --force` or delete {address_file}",
+        )
     return Check("ray", "pass", "no local Ray cluster running (each trial starts a private one if it needs one)")
 
 
@@ -342,10 +411,18 @@ def print_doctor(report: DoctorReport, console: Console) -> None:
     """One line per check (status, name, what was found), its fix below it, then a summary line."""
     width = max((len(c.name) for c in report.checks), default=0)
     for c in report.checks:
-        console.print(f"{_MARK[c.status]}  {escape(c.name):<{width}}  {escape(c.detail)}", highlight=False, soft_wrap=True)
+        console.print(
+            f"{_MARK[c.status]}  {escape(c.name):<{width}}  {escape(c.detail)}", highlight=False, soft_wrap=True
+        )
         if c.fix and c.status != "pass":
             console.print(f"{'':6}{'':<{width}}  [cyan]fix:[/] {escape(c.fix)}", highlight=False, soft_wrap=True)
     fails = sum(c.status == "fail" for c in report.checks)
     warns = sum(c.status == "warn" for c in report.checks)
-    verdict = "[bold red]not fit to tune on[/]" if fails else ("[yellow]usable, with warnings[/]" if warns else "[green]ready[/]")
-    console.print(f"{verdict}: {fails} failed, {warns} warning(s), {len(report.checks) - fails - warns} passed", highlight=False)
+    verdict = (
+        "[bold red]not fit to tune on[/]"
+        if fails
+        else ("[yellow]usable, with warnings[/]" if warns else "[green]ready[/]")
+    )
+    console.print(
+        f"{verdict}: {fails} failed, {warns} warning(s), {len(report.checks) - fails - warns} passed", highlight=False
+    )

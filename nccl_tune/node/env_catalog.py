@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 from nccl_tune.search_spaces.spelling import nearest
 
@@ -86,7 +86,9 @@ NCCL_RETIRED = {
 }
 """Names older NCCL releases read and current ones do not: (what to use, how it went)."""
 
-NOT_NCCL_LIBRARY = frozenset({"NCCL_VERSION", "NCCL_ROOT", "NCCL_HOME", "NCCL_LIB_DIR", "NCCL_INCLUDE_DIR", "NCCL_LIBRARY"})
+NOT_NCCL_LIBRARY = frozenset(
+    {"NCCL_VERSION", "NCCL_ROOT", "NCCL_HOME", "NCCL_LIB_DIR", "NCCL_INCLUDE_DIR", "NCCL_LIBRARY"}
+)
 """``NCCL_*`` names that build systems and container images set; NCCL itself does not read them."""
 
 NCCL_FUNCS = ("Broadcast", "Reduce", "AllGather", "ReduceScatter", "AllReduce")
@@ -94,8 +96,25 @@ NCCL_PROTOS = ("LL", "LL128", "Simple")
 NCCL_ALGOS = ("Tree", "Ring", "CollNetDirect", "CollNetChain", "NVLS", "NVLSTree", "PAT", "CollNet")
 NCCL_DEBUG_LEVELS = ("VERSION", "WARN", "INFO", "ABORT", "TRACE")
 NCCL_DEBUG_SUBSYSTEMS = (
-    "INIT", "COLL", "P2P", "SHM", "NET", "GRAPH", "TUNING", "ENV", "ALLOC", "ALLOC_HOST", "CALL", "PROXY", "NVLS",
-    "BOOTSTRAP", "REG", "PROFILE", "RAS", "DESTROY", "ALL",
+    "INIT",
+    "COLL",
+    "P2P",
+    "SHM",
+    "NET",
+    "GRAPH",
+    "TUNING",
+    "ENV",
+    "ALLOC",
+    "ALLOC_HOST",
+    "CALL",
+    "PROXY",
+    "NVLS",
+    "BOOTSTRAP",
+    "REG",
+    "PROFILE",
+    "RAS",
+    "DESTROY",
+    "ALL",
 )
 NCCL_PATH_LEVELS = ("LOC", "NVL", "NVB", "C2C", "PIX", "PXB", "P2C", "PXN", "PHB", "SYS")
 
@@ -164,7 +183,9 @@ def strtoll(value: str) -> int | None:
     if not m:
         return None
     sign, digits = m.groups()
-    number = int(digits, 16) if digits[:2].lower() == "0x" else int(digits, 8) if digits.startswith("0") else int(digits)
+    number = (
+        int(digits, 16) if digits[:2].lower() == "0x" else int(digits, 8) if digits.startswith("0") else int(digits)
+    )
     return -number if sign == "-" else number
 
 
@@ -173,13 +194,18 @@ def _check_int(name: str, value: str) -> ValueProblem | None:
         return None
     m, parsed = _STRTOLL.match(value), strtoll(value)
     if m is None or parsed is None:
-        return ValueProblem("fail", f"{name}={value!r} is not a number: NCCL reads it as 0", f"set {name} to an integer")
+        return ValueProblem(
+            "fail", f"{name}={value!r} is not a number: NCCL reads it as 0", f"set {name} to an integer"
+        )
     if m.end() != len(value.rstrip()):
         return ValueProblem("warn", f"{name}={value!r}: NCCL reads only the leading {parsed}", f"set {name}={parsed}")
     digits = m.group(2)
     if len(digits) > 1 and digits.startswith("0") and digits[1] not in "xX":
-        return ValueProblem("warn", f"{name}={value!r}: NCCL reads a leading 0 as octal, so this is {parsed}",
-                            f"set {name}={parsed} or write the number without the leading 0")
+        return ValueProblem(
+            "warn",
+            f"{name}={value!r}: NCCL reads a leading 0 as octal, so this is {parsed}",
+            f"set {name}={parsed} or write the number without the leading 0",
+        )
     return None
 
 
@@ -192,19 +218,24 @@ def _check_list(name: str, value: str, elems: tuple[str, ...]) -> ValueProblem |
         if sep:
             if prefix.strip().lower() not in funcs:
                 return ValueProblem(
-                    "fail", f"{name}={value!r}: unknown collective {prefix!r}",
+                    "fail",
+                    f"{name}={value!r}: unknown collective {prefix!r}",
                     f"use one of {', '.join(NCCL_FUNCS)} before ':' or drop the prefix",
                 )
             elems_part = rest
         else:
             if i > 0:
-                return ValueProblem("fail", f"{name}={value!r}: every entry but the first needs a 'Func:' prefix",
-                                    f"write {name} as 'elem,elem' or 'Func:elem;Func:elem'")
+                return ValueProblem(
+                    "fail",
+                    f"{name}={value!r}: every entry but the first needs a 'Func:' prefix",
+                    f"write {name} as 'elem,elem' or 'Func:elem;Func:elem'",
+                )
             elems_part = token
         for elem in elems_part.lstrip("^").split(","):
             if elem.strip().lower() not in allowed:
                 return ValueProblem(
-                    "fail", f"{name}={value!r}: {elem!r} is not one of {', '.join(e for e in elems if e != 'CollNet')}; "
+                    "fail",
+                    f"{name}={value!r}: {elem!r} is not one of {', '.join(e for e in elems if e != 'CollNet')}; "
                     "NCCL fails at init (ncclInvalidUsage)",
                     f"set {name} to a comma list of {', '.join(e for e in elems if e != 'CollNet')} or unset it",
                 )
@@ -213,24 +244,33 @@ def _check_list(name: str, value: str, elems: tuple[str, ...]) -> ValueProblem |
 
 def _check_debug(name: str, value: str) -> ValueProblem | None:
     if value.strip().upper() not in NCCL_DEBUG_LEVELS:
-        return ValueProblem("warn", f"{name}={value!r} is not a level NCCL knows: it is ignored",
-                            f"set {name} to one of {', '.join(NCCL_DEBUG_LEVELS)}")
+        return ValueProblem(
+            "warn",
+            f"{name}={value!r} is not a level NCCL knows: it is ignored",
+            f"set {name} to one of {', '.join(NCCL_DEBUG_LEVELS)}",
+        )
     return None
 
 
 def _check_subsys(name: str, value: str) -> ValueProblem | None:
     bad = [s for s in value.lstrip("^").split(",") if s.strip() and s.strip().upper() not in NCCL_DEBUG_SUBSYSTEMS]
     if bad:
-        return ValueProblem("warn", f"{name}={value!r}: unknown subsystem(s) {', '.join(bad)}",
-                            f"use a comma list of {', '.join(NCCL_DEBUG_SUBSYSTEMS)} (a leading ^ inverts)")
+        return ValueProblem(
+            "warn",
+            f"{name}={value!r}: unknown subsystem(s) {', '.join(bad)}",
+            f"use a comma list of {', '.join(NCCL_DEBUG_SUBSYSTEMS)} (a leading ^ inverts)",
+        )
     return None
 
 
 def _check_level(name: str, value: str) -> ValueProblem | None:
     if value.strip().upper() in NCCL_PATH_LEVELS or value.strip().isdigit():
         return None
-    return ValueProblem("fail", f"{name}={value!r} is not a path level: NCCL ignores it and uses its default",
-                        f"set {name} to one of {', '.join(NCCL_PATH_LEVELS)}")
+    return ValueProblem(
+        "fail",
+        f"{name}={value!r} is not a path level: NCCL ignores it and uses its default",
+        f"set {name} to one of {', '.join(NCCL_PATH_LEVELS)}",
+    )
 
 
 def _check_bool(name: str, value: str) -> ValueProblem | None:
@@ -260,15 +300,21 @@ def _check_positive_int(name: str, value: str) -> ValueProblem | None:
 def _check_error_handling(name: str, value: str) -> ValueProblem | None:
     if value.strip() in {"0", "1", "2", "3"}:
         return None
-    return ValueProblem("fail", f"{name}={value!r}: PyTorch takes 0 (none), 1 (tear down), 2 (clean up only) or 3 "
-                        "(skip clean-up, the default)", f"set {name} to 0, 1, 2 or 3")
+    return ValueProblem(
+        "fail",
+        f"{name}={value!r}: PyTorch takes 0 (none), 1 (tear down), 2 (clean up only) or 3 (skip clean-up, the default)",
+        f"set {name} to 0, 1, 2 or 3",
+    )
 
 
 def _check_dist_debug(name: str, value: str) -> ValueProblem | None:
     if value.strip().upper() in {"OFF", "INFO", "DETAIL"}:
         return None
-    return ValueProblem("fail", f"{name}={value!r}: PyTorch accepts OFF, INFO or DETAIL and raises otherwise",
-                        f"set {name} to OFF, INFO or DETAIL")
+    return ValueProblem(
+        "fail",
+        f"{name}={value!r}: PyTorch accepts OFF, INFO or DETAIL and raises otherwise",
+        f"set {name} to OFF, INFO or DETAIL",
+    )
 
 
 VALUE_CHECKS: Mapping[str, Callable[[str, str], ValueProblem | None]] = {
@@ -316,8 +362,10 @@ def interfaces_matching(spec: str, names: list[str]) -> list[str]:
     if exact:
         body = body[1:]
     pats = [p for p in body.split(",") if p]
+
     def hit(n: str) -> bool:
         return any(n == p if exact else n.startswith(p) for p in pats)
+
     return [n for n in names if hit(n) != exclude]
 
 

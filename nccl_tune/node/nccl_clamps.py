@@ -12,8 +12,9 @@ Two configs that differ only past such a limit are the same run: the tuner launc
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from nccl_tune.node.env_catalog import strtoll
 
@@ -53,8 +54,14 @@ def clamps(env: Mapping[str, Any]) -> tuple[Clamp, ...]:
         out.append(Clamp(THREADS, threads, MAX_SOCKET_THREADS, f"at most {MAX_SOCKET_THREADS} threads"))
         threads = MAX_SOCKET_THREADS
     if threads is not None and socks is not None and threads > 0 and threads * socks > MAX_SOCKETS:
-        out.append(Clamp(SOCKS, socks, MAX_SOCKETS // threads,
-                         f"{THREADS}={threads} x {socks} sockets is more than {MAX_SOCKETS}"))
+        out.append(
+            Clamp(
+                SOCKS,
+                socks,
+                MAX_SOCKETS // threads,
+                f"{THREADS}={threads} x {socks} sockets is more than {MAX_SOCKETS}",
+            )
+        )
     return tuple(out)
 
 

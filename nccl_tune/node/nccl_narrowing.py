@@ -52,7 +52,9 @@ def narrowing(name: str, value: Any) -> str | None:
     if not text or text == "unset":
         return None
     if name == "NCCL_PROTO":
-        return "the LL protocol alone: half the link's bandwidth at best" if _allowed_protocols(text) == {"LL"} else None
+        return (
+            "the LL protocol alone: half the link's bandwidth at best" if _allowed_protocols(text) == {"LL"} else None
+        )
     if name in _OFF_WHEN_ONE:
         return _OFF_WHEN_ONE[name] if strtoll(text) == 1 else None
     if name in _LOCAL_ONLY:

@@ -27,7 +27,9 @@ def stable_config_found(view: StudyView) -> Check:
     w = view.winner
     if w is not None:
         confirmed = f"confirmed by {len(w.ok_runs)} runs" if w.confirmed else "not confirmed by a re-run"
-        return Check("stable config found", PASSED, f"trial {w.first.number}: {w.throughput:.4g} {view.unit}, {confirmed}")
+        return Check(
+            "stable config found", PASSED, f"trial {w.first.number}: {w.throughput:.4g} {view.unit}, {confirmed}"
+        )
     counts = Counter(r.status.value for r in view.launched if r.failed and r.status)
     what = ", ".join(f"{k} {n}" for k, n in counts.most_common()) or "none failed"
     return Check("stable config found", FAILED, f"no stable config in {len(view.launched)} launched trials ({what})")
@@ -37,8 +39,11 @@ def no_regression(view: StudyView) -> Check:
     name = "no regression against the baseline"
     night = view.night
     if night is None or night.verdict is None:
-        why = ("the study is not part of a series" if night is None else
-               "no baseline to compare with (first night of the series, or run without --warm-start/--fail-on-regression)")
+        why = (
+            "the study is not part of a series"
+            if night is None
+            else "no baseline to compare with (first night of the series, or run without --warm-start/--fail-on-regression)"
+        )
         return Check(name, SKIPPED, why)
     v = night.verdict
     detail = f"baseline: {night.baseline.source} {night.baseline.origin}" if night.baseline else ""
@@ -63,8 +68,12 @@ def baseline_still_runs(view: StudyView) -> Check:
     rank = f" on rank {v.rank}" if v and v.rank is not None else ""
     evidence = "\n".join(e.text for e in v.evidence[:5]) if v else ""
     advice = v.advice if v else ""
-    return Check(name, FAILED, f"trial {bad.number}: {bad.status.value if bad.status else '?'}{rank}",
-                 "\n".join(x for x in (evidence, advice and f"advice: {advice}") if x))
+    return Check(
+        name,
+        FAILED,
+        f"trial {bad.number}: {bad.status.value if bad.status else '?'}{rank}",
+        "\n".join(x for x in (evidence, advice and f"advice: {advice}") if x),
+    )
 
 
 def night_checks(view: StudyView) -> tuple[Check, ...]:

@@ -3,8 +3,8 @@ network; it opens offline from a CI artefact or an e-mail attachment."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from html import escape
-from typing import Iterable, Sequence
 
 from nccl_tune.reporting.checks import FAILED, PASSED, Check, night_checks
 from nccl_tune.reporting.plots import COLOURS, all_plots, outcome_label
@@ -49,8 +49,10 @@ def _head(view: StudyView) -> str:
     parts = [f"<h1>nccl-tune report: {escape(view.study)}</h1>", '<div class="meta">']
     if view.command:
         parts.append(f"command <code>{escape(' '.join(view.command))}</code><br>")
-    parts.append(f"space {escape(view.space.name)} &middot; storage <code>{escape(view.storage_url)}</code>"
-                 f" &middot; generated {escape(view.generated_at)}<br>")
+    parts.append(
+        f"space {escape(view.space.name)} &middot; storage <code>{escape(view.storage_url)}</code>"
+        f" &middot; generated {escape(view.generated_at)}<br>"
+    )
     if view.fingerprint:
         parts.append(f"ran on {escape(view.fingerprint.summary())}")
     parts.append("</div>")
@@ -63,13 +65,19 @@ def _night(view: StudyView) -> str:
         return ""
     v = night.verdict
     cls = "neutral" if v is None else ("bad" if v.regression else "good")
-    text = v.summary if v else "not compared with a baseline (first night of the series, or no --fail-on-regression/--warm-start)"
+    text = (
+        v.summary
+        if v
+        else "not compared with a baseline (first night of the series, or no --fail-on-regression/--warm-start)"
+    )
     title = f"Night of series {escape(night.series)}" if night.series else "Night"
     out = [f"<h2>{title}</h2>", f'<div class="banner {cls}">{escape(text)}</div>']
     if night.baseline:
         b = night.baseline
-        out.append(f"<p>baseline: {escape(b.source)} <code>{escape(b.origin)}</code>, "
-                   f"{_num(b.throughput_per_s)} {escape(b.unit)} over {len(b.runs_per_s)} runs</p>")
+        out.append(
+            f"<p>baseline: {escape(b.source)} <code>{escape(b.origin)}</code>, "
+            f"{_num(b.throughput_per_s)} {escape(b.unit)} over {len(b.runs_per_s)} runs</p>"
+        )
     row = next((r for r in view.history.rows if r.night.study == night.study), None) if view.history else None
     if row is not None and row.fingerprint_changes:
         out.append("<p>changed since the previous night: " + escape("; ".join(row.fingerprint_changes)) + "</p>")
@@ -81,8 +89,10 @@ def _checks(checks: Sequence[Check]) -> str:
     items = []
     for c in checks:
         detail = f"<pre>{escape(c.detail)}</pre>" if c.detail else ""
-        items.append(f'<li class="check-{c.outcome}">{mark.get(c.outcome, "&ndash;")} {escape(c.name)}: '
-                     f"{escape(c.message)}{detail}</li>")
+        items.append(
+            f'<li class="check-{c.outcome}">{mark.get(c.outcome, "&ndash;")} {escape(c.name)}: '
+            f"{escape(c.message)}{detail}</li>"
+        )
     return "<h2>Checks</h2><ul>" + "".join(items) + "</ul>"
 
 
@@ -91,8 +101,11 @@ def _winner(view: StudyView) -> str:
     w = view.winner
     if w is not None:
         base = view.baseline.values if view.baseline else {p.name: p.default for p in view.space.parameters}
-        rows = [(escape(p.name), escape(format_value(w.values.get(p.name))), escape(format_value(base.get(p.name))))
-                for p in view.space.parameters if p.name in w.values]
+        rows = [
+            (escape(p.name), escape(format_value(w.values.get(p.name))), escape(format_value(base.get(p.name))))
+            for p in view.space.parameters
+            if p.name in w.values
+        ]
         out.append(_table(("parameter", "winner", "defaults"), rows))
     return "".join(out)
 
@@ -108,12 +121,22 @@ def _failure_costs(view: StudyView) -> str:
     if not costs:
         return "<h2>What the failures cost</h2><p>no trial failed</p>"
     total = sum(c.wall_s for c in costs)
-    rows = [(escape(c.failure_class), str(len(c.trials)), escape(", ".join(map(str, c.trials))),
-             duration(c.wall_s), f"{c.share:.0%}") for c in costs]
+    rows = [
+        (
+            escape(c.failure_class),
+            str(len(c.trials)),
+            escape(", ".join(map(str, c.trials))),
+            duration(c.wall_s),
+            f"{c.share:.0%}",
+        )
+        for c in costs
+    ]
     share = sum(c.share for c in costs)
-    return (f"<h2>What the failures cost</h2><p>{duration(total)}, {share:.0%} of the launched trials' time "
-            "(a trial that ran out of time, as <code>budget</code>)</p>"
-            + _table(("class", "trials", "which", "time", "share"), rows, num_cols=(1, 3, 4)))
+    return (
+        f"<h2>What the failures cost</h2><p>{duration(total)}, {share:.0%} of the launched trials' time "
+        "(a trial that ran out of time, as <code>budget</code>)</p>"
+        + _table(("class", "trials", "which", "time", "share"), rows, num_cols=(1, 3, 4))
+    )
 
 
 def _why(r: TrialRecord) -> str:
@@ -138,18 +161,39 @@ def _trial_row(view: StudyView, r: TrialRecord) -> list[str]:
         evidence = res.verdict.evidence[0].text[:200] if res.verdict.evidence else ""
         note = escape(res.verdict.advice) + (f"<br><small>{escape(evidence)}</small>" if evidence else "")
     elif r.outcome is not Outcome.LAUNCHED:
-        note = escape(r.violations[0] if r.violations else (f"like trial {r.predicted_from}" if r.predicted_from is not None else ""))
+        note = escape(
+            r.violations[0]
+            if r.violations
+            else (f"like trial {r.predicted_from}" if r.predicted_from is not None else "")
+        )
     base = view.baseline.values if view.baseline else None
-    return [str(r.number), escape(r.kind.value), escape(r.outcome.value),
-            dot + escape(r.status.value if r.status else "") + (" (near wall)" if r.near_wall else ""),
-            escape(describe(view.space, r.values, base)) + _why(r), _num(r.throughput),
-            _num(known_gib(r.peak_mem_gib), ".1f") + _phase(r),
-            _num(headroom, ".1f"), _num(timing.duration_s if timing and timing.duration_s else None, ".0f"), note]
+    return [
+        str(r.number),
+        escape(r.kind.value),
+        escape(r.outcome.value),
+        dot + escape(r.status.value if r.status else "") + (" (near wall)" if r.near_wall else ""),
+        escape(describe(view.space, r.values, base)) + _why(r),
+        _num(r.throughput),
+        _num(known_gib(r.peak_mem_gib), ".1f") + _phase(r),
+        _num(headroom, ".1f"),
+        _num(timing.duration_s if timing and timing.duration_s else None, ".0f"),
+        note,
+    ]
 
 
 def _trials(view: StudyView) -> str:
-    head = ("#", "kind", "status", "failure class", "values (changes from the defaults)", view.unit, "peak GiB",
-            "headroom GiB", "seconds", "advice")
+    head = (
+        "#",
+        "kind",
+        "status",
+        "failure class",
+        "values (changes from the defaults)",
+        view.unit,
+        "peak GiB",
+        "headroom GiB",
+        "seconds",
+        "advice",
+    )
     return "<h2>Trials</h2>" + _table(head, (_trial_row(view, r) for r in view.records), num_cols=(0, 5, 6, 7, 8))
 
 
@@ -161,32 +205,57 @@ def _history(view: StudyView) -> str:
     for r in h.rows:
         n = r.night
         v = n.verdict
-        rows.append([escape(n.started_at[:16].replace("T", " ")), escape(n.study), _num(n.best_per_s),
-                     "" if r.change_frac is None else f"{r.change_frac:+.1%}", escape("; ".join(r.fingerprint_changes)),
-                     escape(v.kind.value.replace("_", " ") if v else "not compared"),
-                     f"step {r.step.change_frac:+.1%}" if r.step else ("shift?" if r.pending else "")])
-    return (f"<h2>Series {escape(h.series)}</h2>"
-            + _table(("night (UTC)", "study", f"best {h.unit}", "change", "fingerprint changes", "verdict", "step"),
-                     rows, num_cols=(2, 3)))
+        rows.append(
+            [
+                escape(n.started_at[:16].replace("T", " ")),
+                escape(n.study),
+                _num(n.best_per_s),
+                "" if r.change_frac is None else f"{r.change_frac:+.1%}",
+                escape("; ".join(r.fingerprint_changes)),
+                escape(v.kind.value.replace("_", " ") if v else "not compared"),
+                f"step {r.step.change_frac:+.1%}" if r.step else ("shift?" if r.pending else ""),
+            ]
+        )
+    return f"<h2>Series {escape(h.series)}</h2>" + _table(
+        ("night (UTC)", "study", f"best {h.unit}", "change", "fingerprint changes", "verdict", "step"),
+        rows,
+        num_cols=(2, 3),
+    )
 
 
 def _sweep(view: StudyView) -> str:
     if not view.nccl_sweep:
         return ""
-    rows = ([escape(line.change), escape(line.status), _num(line.round_ms, ".1f"), line.speed_text]
-            for line in view.nccl_sweep)
-    return ('<h2 id="nccl-sweep">NCCL sweep: each change timed on the collectives alone</h2>'
-            + _table(("change", "check", "round ms", "speed vs the baseline's"), rows, num_cols=(2, 3)))
+    rows = (
+        [escape(line.change), escape(line.status), _num(line.round_ms, ".1f"), line.speed_text]
+        for line in view.nccl_sweep
+    )
+    return '<h2 id="nccl-sweep">NCCL sweep: each change timed on the collectives alone</h2>' + _table(
+        ("change", "check", "round ms", "speed vs the baseline's"), rows, num_cols=(2, 3)
+    )
 
 
 def render_html(view: StudyView) -> str:
-    plots = "".join(f'<figure class="plot"><figcaption>{escape(title)}</figcaption>{svg}</figure>'
-                    for title, svg in all_plots(view))
+    plots = "".join(
+        f'<figure class="plot"><figcaption>{escape(title)}</figcaption>{svg}</figure>' for title, svg in all_plots(view)
+    )
     names = short_names(view.space)
     legend = ", ".join(f"{escape(v)} = {escape(k)}" for k, v in names.items() if k != v)
-    body = [_head(view), _night(view), _checks(night_checks(view)), _winner(view), _costs(view),
-            "<h2>Plots</h2>" + (plots or "<p>no launched trial to plot</p>"), _trials(view), _sweep(view),
-            f'<p class="meta">short names: {legend}</p>' if legend else "", _history(view)]
-    return ('<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
-            f"<title>nccl-tune report: {escape(view.study)}</title><style>{CSS}</style></head><body>"
-            + "".join(body) + "</body></html>\n")
+    body = [
+        _head(view),
+        _night(view),
+        _checks(night_checks(view)),
+        _winner(view),
+        _costs(view),
+        "<h2>Plots</h2>" + (plots or "<p>no launched trial to plot</p>"),
+        _trials(view),
+        _sweep(view),
+        f'<p class="meta">short names: {legend}</p>' if legend else "",
+        _history(view),
+    ]
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>nccl-tune report: {escape(view.study)}</title><style>{CSS}</style></head><body>"
+        + "".join(body)
+        + "</body></html>\n"
+    )

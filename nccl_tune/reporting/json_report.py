@@ -13,8 +13,16 @@ from nccl_tune.tuner.report import summary_json
 
 
 def report_json(view: StudyView) -> dict[str, Any]:
-    data = summary_json(view.study, view.storage_url, list(view.records), view.winner, view.baseline,
-                        0 if view.winner else 2, view.space, view.passed_over)
+    data = summary_json(
+        view.study,
+        view.storage_url,
+        list(view.records),
+        view.winner,
+        view.baseline,
+        0 if view.winner else 2,
+        view.space,
+        view.passed_over,
+    )
     data["command"] = list(view.command)
     data["space"] = view.space.name
     data["generated_at"] = view.generated_at

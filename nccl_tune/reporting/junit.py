@@ -18,15 +18,29 @@ def render_junit(view: StudyView) -> str:
     total_s = sum(t.duration_s for t in view.timings.values())
     counts = {"tests": str(len(checks)), "failures": str(failures), "errors": "0", "skipped": str(skipped)}
     root = ET.Element("testsuites", {"name": "nccl-tune", **counts, "time": f"{total_s:.3f}"})
-    suite = ET.SubElement(root, "testsuite", {
-        "name": suite_name, **counts, "time": f"{total_s:.3f}", "timestamp": view.generated_at[:19],
-        "hostname": view.fingerprint.host if view.fingerprint else socket.gethostname()})
+    suite = ET.SubElement(
+        root,
+        "testsuite",
+        {
+            "name": suite_name,
+            **counts,
+            "time": f"{total_s:.3f}",
+            "timestamp": view.generated_at[:19],
+            "hostname": view.fingerprint.host if view.fingerprint else socket.gethostname(),
+        },
+    )
     props = ET.SubElement(suite, "properties")
-    for name, value in (("study", view.study), ("storage", view.storage_url), ("space", view.space.name),
-                        ("fingerprint", view.fingerprint.summary() if view.fingerprint else "")):
+    for name, value in (
+        ("study", view.study),
+        ("storage", view.storage_url),
+        ("space", view.space.name),
+        ("fingerprint", view.fingerprint.summary() if view.fingerprint else ""),
+    ):
         ET.SubElement(props, "property", {"name": name, "value": value})
     for c in checks:
-        case = ET.SubElement(suite, "testcase", {"classname": f"{suite_name}.{view.study}", "name": c.name, "time": "0"})
+        case = ET.SubElement(
+            suite, "testcase", {"classname": f"{suite_name}.{view.study}", "name": c.name, "time": "0"}
+        )
         if c.outcome == FAILED:
             fail = ET.SubElement(case, "failure", {"message": c.message, "type": c.name.replace(" ", "_")})
             fail.text = "\n".join(x for x in (c.message, c.detail) if x)

@@ -4,7 +4,7 @@ and the series' latest nights. No images (a step summary cannot show local files
 
 from __future__ import annotations
 
-from typing import Iterable, Sequence
+from collections.abc import Iterable, Sequence
 
 from nccl_tune.reporting.checks import FAILED, PASSED, night_checks
 from nccl_tune.reporting.view import StudyView, failure_costs, known_gib, winner_reasons
@@ -45,14 +45,36 @@ def _trials(view: StudyView) -> list[str]:
         res = r.result
         advice = res.verdict.advice if res is not None and not r.ok else ""
         t = view.timings.get(r.number)
-        rows.append((r.number, r.kind.value, (r.status.value if r.status else "") + (" (near wall)" if r.near_wall else ""),
-                     f"`{describe(view.space, r.values, base)}`", _num(r.throughput),
-                     _num(known_gib(r.peak_mem_gib), ".1f") + (f" in {r.peak_phase}" if r.peak_phase else ""),
-                     _num(res.memory.min_headroom_gib if res and res.memory else None, ".1f"),
-                     _num(t.duration_s if t else None, ".0f"), advice, r.why or ""))
+        rows.append(
+            (
+                r.number,
+                r.kind.value,
+                (r.status.value if r.status else "") + (" (near wall)" if r.near_wall else ""),
+                f"`{describe(view.space, r.values, base)}`",
+                _num(r.throughput),
+                _num(known_gib(r.peak_mem_gib), ".1f") + (f" in {r.peak_phase}" if r.peak_phase else ""),
+                _num(res.memory.min_headroom_gib if res and res.memory else None, ".1f"),
+                _num(t.duration_s if t else None, ".0f"),
+                advice,
+                r.why or "",
+            )
+        )
     out = ["### Trials", ""]
-    out += _table(("#", "kind", "class", "values (changes from the defaults)", view.unit, "peak GiB", "headroom GiB",
-                   "s", "advice", "why proposed"), rows)
+    out += _table(
+        (
+            "#",
+            "kind",
+            "class",
+            "values (changes from the defaults)",
+            view.unit,
+            "peak GiB",
+            "headroom GiB",
+            "s",
+            "advice",
+            "why proposed",
+        ),
+        rows,
+    )
     if len(view.launched) > MAX_TRIAL_ROWS:
         out += [f"({len(view.launched) - MAX_TRIAL_ROWS} more launched trials in the HTML and JSON reports)", ""]
     return out
@@ -62,13 +84,21 @@ def _history(view: StudyView) -> list[str]:
     h = view.history
     if h is None:
         return []
-    rows = [(r.night.started_at[:10], r.night.study, _num(r.night.best_per_s),
-             "" if r.change_frac is None else f"{r.change_frac:+.1%}", "; ".join(r.fingerprint_changes),
-             (r.night.verdict.kind.value.replace("_", " ") if r.night.verdict else "not compared"),
-             f"step {r.step.change_frac:+.1%}" if r.step else ("shift?" if r.pending else ""))
-            for r in h.rows[-MAX_NIGHTS:]]
+    rows = [
+        (
+            r.night.started_at[:10],
+            r.night.study,
+            _num(r.night.best_per_s),
+            "" if r.change_frac is None else f"{r.change_frac:+.1%}",
+            "; ".join(r.fingerprint_changes),
+            (r.night.verdict.kind.value.replace("_", " ") if r.night.verdict else "not compared"),
+            f"step {r.step.change_frac:+.1%}" if r.step else ("shift?" if r.pending else ""),
+        )
+        for r in h.rows[-MAX_NIGHTS:]
+    ]
     return [f"### Series `{h.series}` (last {len(rows)} nights)", ""] + _table(
-        ("night", "study", f"best {h.unit}", "change", "fingerprint changes", "verdict", "step"), rows)
+        ("night", "study", f"best {h.unit}", "change", "fingerprint changes", "verdict", "step"), rows
+    )
 
 
 def _sweep(view: StudyView) -> list[str]:
@@ -76,7 +106,8 @@ def _sweep(view: StudyView) -> list[str]:
         return []
     rows = ((line.change, line.status, _num(line.round_ms, ".1f"), line.speed_text) for line in view.nccl_sweep)
     return ["### NCCL sweep: each change timed on the collectives alone", ""] + _table(
-        ("change", "check", "round ms", "speed vs the baseline's"), rows)
+        ("change", "check", "round ms", "speed vs the baseline's"), rows
+    )
 
 
 def render_markdown(view: StudyView) -> str:
@@ -84,14 +115,21 @@ def render_markdown(view: StudyView) -> str:
     out = [f"## nccl-tune: `{view.study}`", ""] + _verdict(view)
     if view.fingerprint:
         out += [f"Ran on {view.fingerprint.summary()}.", ""]
-    out += ["### Checks", ""] + [f"- {icon.get(c.outcome, ':heavy_minus_sign:')} **{c.name}**: {_cell(c.message)}"
-                                 for c in night_checks(view)] + [""]
+    out += (
+        ["### Checks", ""]
+        + [
+            f"- {icon.get(c.outcome, ':heavy_minus_sign:')} **{c.name}**: {_cell(c.message)}"
+            for c in night_checks(view)
+        ]
+        + [""]
+    )
     out += ["### The winner and why", ""] + [f"- {_cell(line)}" for line in winner_reasons(view)] + [""]
     costs = failure_costs(view)
     if costs:
         out += ["### What the failures cost", ""] + _table(
             ("class", "trials", "time", "share"),
-            ((c.failure_class, len(c.trials), duration(c.wall_s), f"{c.share:.0%}") for c in costs))
+            ((c.failure_class, len(c.trials), duration(c.wall_s), f"{c.share:.0%}") for c in costs),
+        )
     stops = early_stops(view.records)
     if stops is not None:
         out += [_cell(early_stop_sentence(stops)), ""]

@@ -7,7 +7,8 @@ from __future__ import annotations
 import io
 import math
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from nccl_tune.failure import FailureClass
 from nccl_tune.reporting.view import StudyView, known_gib
@@ -56,7 +57,7 @@ def to_svg(fig: Any) -> str:
     fig.savefig(buf, format="svg", bbox_inches="tight")
     _plt().close(fig)
     text = buf.getvalue()
-    return re.sub(r"<metadata>.*?</metadata>\s*", "", text[text.index("<svg"):], flags=re.S)
+    return re.sub(r"<metadata>.*?</metadata>\s*", "", text[text.index("<svg") :], flags=re.S)
 
 
 def main_parameters(view: StudyView, limit: int = 6) -> list[Parameter]:
@@ -80,8 +81,16 @@ def _scatter_by_outcome(ax: Any, recs: Sequence[TrialRecord], xs: Sequence[float
         idx = [i for i, r in enumerate(recs) if outcome_label(r) == label]
         if idx:
             ok = label in ("ok", "near wall")
-            ax.scatter([xs[i] for i in idx], [ys[i] for i in idx], c=COLOURS[label], label=label,
-                       marker="o" if ok else "x", s=28 if ok else 36, alpha=0.85, zorder=3)
+            ax.scatter(
+                [xs[i] for i in idx],
+                [ys[i] for i in idx],
+                c=COLOURS[label],
+                label=label,
+                marker="o" if ok else "x",
+                s=28 if ok else 36,
+                alpha=0.85,
+                zorder=3,
+            )
 
 
 def _jitter(i: int) -> float:
@@ -104,12 +113,20 @@ def throughput_by_parameter(view: StudyView) -> str | None:
         ys = [r.throughput if r.ok and r.throughput else 0.0 for r in recs]
         _scatter_by_outcome(ax, recs, xs, ys)
         if view.winner is not None:
-            ax.scatter([pos[format_value(view.winner.values.get(p.name))]], [view.winner.throughput], marker="*",
-                       s=180, facecolors="none", edgecolors="black", zorder=4, label="winner")
+            ax.scatter(
+                [pos[format_value(view.winner.values.get(p.name))]],
+                [view.winner.throughput],
+                marker="*",
+                s=180,
+                facecolors="none",
+                edgecolors="black",
+                zorder=4,
+                label="winner",
+            )
         ax.set_xticks(range(len(labels)), labels, rotation=30 if max(map(len, labels)) > 4 else 0)
         ax.set_title(names[p.name])
         ax.set_ylabel(view.unit)
-    for ax in list(axes.flat)[len(params):]:
+    for ax in list(axes.flat)[len(params) :]:
         ax.set_visible(False)
     handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 6), frameon=False, bbox_to_anchor=(0.5, 1.06))
@@ -152,8 +169,13 @@ def memory_by_size(view: StudyView) -> str | None:
         if limit:
             ax.axhline(limit, color="#d62728", linestyle="--", linewidth=1.2, label=f"GPU memory {limit:.1f} GiB")
             margin = limit * (1 - view.space.min_headroom_frac)
-            ax.axhline(margin, color="#f0a202", linestyle=":", linewidth=1.2,
-                       label=f"stability margin ({view.space.min_headroom_frac:.0%} free)")
+            ax.axhline(
+                margin,
+                color="#f0a202",
+                linestyle=":",
+                linewidth=1.2,
+                label=f"stability margin ({view.space.min_headroom_frac:.0%} free)",
+            )
         if labels is not None:
             ax.set_xticks(range(len(labels)), labels)
         ax.set_xlabel(names[p.name] if p is not None else "trial")
@@ -174,8 +196,14 @@ def timeline(view: StudyView) -> str | None:
     for r in recs:
         t = view.timings[r.number]
         label = outcome_label(r)
-        ax.barh(r.number, max(t.duration_s, 0.5) / 60.0, left=t.start_s / 60.0, color=COLOURS[label], height=0.7,
-                label=None if label in shown else label)
+        ax.barh(
+            r.number,
+            max(t.duration_s, 0.5) / 60.0,
+            left=t.start_s / 60.0,
+            color=COLOURS[label],
+            height=0.7,
+            label=None if label in shown else label,
+        )
         shown.add(label)
     ax.invert_yaxis()
     ax.set_xlabel("minutes since the first trial")
@@ -194,12 +222,22 @@ def series_history(view: StudyView) -> str | None:
     fig, ax = plt.subplots(figsize=(9, 3.2))
     xs = list(range(len(h.rows)))
     best = [r.night.best_per_s for r in h.rows]
-    ax.plot([x for x, b in zip(xs, best) if b is not None], [b for b in best if b is not None], "-o", color="#1f77b4",
-            label=f"best stable {h.unit}", zorder=3)
+    ax.plot(
+        [x for x, b in zip(xs, best) if b is not None],
+        [b for b in best if b is not None],
+        "-o",
+        color="#1f77b4",
+        label=f"best stable {h.unit}",
+        zorder=3,
+    )
     base = [(x, r.night.baseline.throughput_per_s) for x, r in zip(xs, h.rows) if r.night.baseline]
     if base:
         ax.scatter(*zip(*base), marker="_", s=220, color="#444444", label="baseline", zorder=2)
-    bad = [(x, b if b is not None else 0.0) for x, b, r in zip(xs, best, h.rows) if r.night.verdict and r.night.verdict.regression]
+    bad = [
+        (x, b if b is not None else 0.0)
+        for x, b, r in zip(xs, best, h.rows)
+        if r.night.verdict and r.night.verdict.regression
+    ]
     if bad:
         ax.scatter(*zip(*bad), marker="X", s=90, color="#d62728", label="regression", zorder=4)
     for s in h.steps:

@@ -3,8 +3,8 @@ shares (the winner and why, what the failures cost, the night's checks)."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 from nccl_tune.failure import FailureClass
 from nccl_tune.nightly.fingerprint import Fingerprint
@@ -13,10 +13,10 @@ from nccl_tune.nightly.night import Night
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.tuner.nccl_sweep import SweepLine
-from nccl_tune.tuner.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.semantics import semantic_changes, user_env
 from nccl_tune.tuner.stability import Candidate, candidates, changes, does_not_pay, noise_frac, run_key
 from nccl_tune.tuner.steps import coarse_reading_note
+from nccl_tune.tuner.study_records import Outcome, TrialRecord
 
 
 @dataclass(frozen=True)
@@ -115,10 +115,15 @@ def _settings_that_do_not_pay(view: StudyView, w: Candidate, stable: list[Candid
     within = [c for c in stable if c.throughput > w.throughput and does_not_pay(w, c, user, noise)]
     for c in sorted(within, key=lambda c: -c.throughput)[:3]:
         added = [f"{k}={format_value(v)}" for k, v in changes(c.values, user).items() if k not in mine]
-        left = ("settings that do not pay are left as your run has them" if len(added) > 1
-                else "a setting that does not pay is left as your run has it")
-        out.append(f"trial {c.first.number} was {c.throughput / w.throughput - 1:+.1%} faster with {', '.join(added)} "
-                   f"as well, within the measured noise ({noise:.1%}): {left}")
+        left = (
+            "settings that do not pay are left as your run has them"
+            if len(added) > 1
+            else "a setting that does not pay is left as your run has it"
+        )
+        out.append(
+            f"trial {c.first.number} was {c.throughput / w.throughput - 1:+.1%} faster with {', '.join(added)} "
+            f"as well, within the measured noise ({noise:.1%}): {left}"
+        )
     return out
 
 
@@ -130,28 +135,38 @@ def winner_reasons(view: StudyView) -> list[str]:
         return [f"no stable config among {len(view.launched)} launched trials"]
     runs = ", ".join(f"{r.throughput:.4g}" for r in w.ok_runs if r.throughput)
     u = view.unit
-    lines = [f"trial {w.first.number}: {w.throughput:.4g} {u}, the fastest config that finished every measured "
-             f"step in each of its {len(w.runs)} runs ({runs}; spread {w.throughput_spread:.1%})"
-             + (f" with at least {w.min_headroom_gib:.1f} GiB of GPU memory left" if w.min_headroom_gib is not None else "")]
+    lines = [
+        f"trial {w.first.number}: {w.throughput:.4g} {u}, the fastest config that finished every measured "
+        f"step in each of its {len(w.runs)} runs ({runs}; spread {w.throughput_spread:.1%})"
+        + (f" with at least {w.min_headroom_gib:.1f} GiB of GPU memory left" if w.min_headroom_gib is not None else "")
+    ]
     b = view.baseline
     w_key = run_key(w.values)
     if b is not None and b.throughput and b is not w and run_key(b.values) != w_key:
-        lines.append(f"{w.throughput / b.throughput:.2f}x the space defaults' {b.throughput:.4g} {u} (trial {b.first.number})")
+        lines.append(
+            f"{w.throughput / b.throughput:.2f}x the space defaults' {b.throughput:.4g} {u} (trial {b.first.number})"
+        )
     margin = view.space.min_headroom_frac
     flaky = {run_key(c.values): why for c, why in view.passed_over}
     pool = [c for c in candidates(view.records) if run_key(c.values) != w_key]
     stable = [c for c in pool if c.stable and run_key(c.values) not in flaky]
-    for c in sorted((c for c in pool if c.throughput > w.throughput and c not in stable), key=lambda c: -c.throughput)[:3]:
+    for c in sorted((c for c in pool if c.throughput > w.throughput and c not in stable), key=lambda c: -c.throughput)[
+        :3
+    ]:
         why = flaky.get(run_key(c.values))
         why = f"is not stable though its runs finished: {why}" if why else _why_not(c, margin)
         lines.append(f"trial {c.first.number} was faster ({c.throughput:.4g} {u}) but {why}")
     lines += _settings_that_do_not_pay(view, w, stable)
     runner = max(stable, key=lambda c: c.throughput, default=None)
     if runner is not None and w.throughput:
-        lines.append(f"runner-up: trial {runner.first.number}, {runner.throughput:.4g} {u} "
-                     f"({runner.throughput / w.throughput - 1:+.1%})")
+        lines.append(
+            f"runner-up: trial {runner.first.number}, {runner.throughput:.4g} {u} "
+            f"({runner.throughput / w.throughput - 1:+.1%})"
+        )
     for c in semantic_changes(view.space, w.values, b.values if b else None):
-        lines.append(f"changes the training itself: {c.name} {format_value(c.before)} -> {format_value(c.after)} "
-                     "(pin it with --set to tune speed only)")
+        lines.append(
+            f"changes the training itself: {c.name} {format_value(c.before)} -> {format_value(c.after)} "
+            "(pin it with --set to tune speed only)"
+        )
     note = coarse_reading_note(view.records, view.space.stop.measured_steps)
     return lines + ([note] if note else [])

@@ -11,8 +11,9 @@ from __future__ import annotations
 import ast
 import math
 import operator
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from nccl_tune.errors import NcclTuneError
 
@@ -98,9 +99,7 @@ def parse_expr(text: str, where: str) -> Expr:
             continue
         if isinstance(node, ast.Call):
             if not isinstance(node.func, ast.Name) or node.func.id not in _FUNCS or node.keywords:
-                raise ExprError(
-                    f"{where}: only the functions {', '.join(sorted(_FUNCS))} may be called in {text!r}"
-                )
+                raise ExprError(f"{where}: only the functions {', '.join(sorted(_FUNCS))} may be called in {text!r}")
             continue
         allowed = (
             ast.Expression, ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.UAdd,
@@ -187,7 +186,9 @@ class _Eval(ast.NodeVisitor):
         except (ZeroDivisionError, TypeError, OverflowError) as exc:
             raise ExprError(f"expression {self.text!r} failed: {exc} (with {a!r} and {b!r})") from None
         if isinstance(out, int) and out.bit_length() > MAX_INT_BITS:
-            raise ExprError(f"expression {self.text!r}: the result reaches 2**{MAX_INT_BITS} (with {_short(a)} and {_short(b)})")
+            raise ExprError(
+                f"expression {self.text!r}: the result reaches 2**{MAX_INT_BITS} (with {_short(a)} and {_short(b)})"
+            )
         return out
 
     def _check_size(self, op: ast.operator, a: Any, b: Any) -> None:

@@ -10,18 +10,19 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from collections.abc import Mapping
 from importlib import resources
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import yaml
 from omegaconf import OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.search_spaces.expr import ExprError, parse_expr
-from nccl_tune.presets import PRESETS, apply_preset
 from nccl_tune.launchers.progress import check_rules
+from nccl_tune.presets import PRESETS, apply_preset
+from nccl_tune.search_spaces.expr import ExprError, parse_expr
 from nccl_tune.search_spaces.render import is_env_name, is_flag
 from nccl_tune.search_spaces.space import (
     UNSET,
@@ -29,8 +30,8 @@ from nccl_tune.search_spaces.space import (
     Constraint,
     Derived,
     MemoryEffect,
-    ParamKind,
     Parameter,
+    ParamKind,
     SearchSpace,
     Target,
 )
@@ -84,7 +85,9 @@ def resolve(space: str) -> tuple[Path, str]:
     candidate = Path(space).expanduser()
     if candidate.suffix in (".yaml", ".yml") or candidate.exists() or "/" in space:
         if not candidate.exists():
-            raise NcclTuneError(f"space file {space} does not exist; give a YAML file or one of: {', '.join(builtin_names())}")
+            raise NcclTuneError(
+                f"space file {space} does not exist; give a YAML file or one of: {', '.join(builtin_names())}"
+            )
         return candidate, str(candidate)
     path = builtin_dir() / f"{space}.yaml"
     if not path.is_file():
@@ -117,8 +120,9 @@ def parse_space(text: str, source: str, label: str) -> SearchSpace:
 def _check_top_level(text: str, label: str) -> None:
     """One line for a file that is not a mapping of keys (empty, a scalar, a list), which OmegaConf
     would refuse with an assertion rather than a message."""
-    yaml_mapping(text, f"space file {label}",
-                 "write name: and parameters: (see `nccl-tune spaces show skyrl-text2sql --yaml`)")
+    yaml_mapping(
+        text, f"space file {label}", "write name: and parameters: (see `nccl-tune spaces show skyrl-text2sql --yaml`)"
+    )
 
 
 def _check_keys(section: Mapping[str, Any], allowed: set[str], where: str, label: str) -> None:
@@ -155,7 +159,9 @@ def _choices(p: Mapping[str, Any], kind: ParamKind, where: str, label: str) -> t
     if kind is ParamKind.CATEGORICAL:
         choices = p.get("choices")
         if not isinstance(choices, list) or not choices:
-            raise NcclTuneError(f"space file {label}: {where}: a categorical parameter needs a non-empty 'choices' list")
+            raise NcclTuneError(
+                f"space file {label}: {where}: a categorical parameter needs a non-empty 'choices' list"
+            )
         if len({repr(c) for c in choices}) != len(choices):
             raise NcclTuneError(f"space file {label}: {where}: 'choices' has duplicates")
         for c in choices:
@@ -201,12 +207,16 @@ def _parameter(p: Any, i: int, label: str) -> Parameter:
         kind = ParamKind(p.get("kind"))
     except ValueError:
         guess = did_you_mean(str(p.get("kind")), [k.value for k in ParamKind])
-        raise NcclTuneError(f"space file {label}: {where}: unknown kind {p.get('kind')!r}{guess}; use one of: {kinds}") from None
+        raise NcclTuneError(
+            f"space file {label}: {where}: unknown kind {p.get('kind')!r}{guess}; use one of: {kinds}"
+        ) from None
     default_target = "env" if name.isupper() and "." not in name else "override"
     try:
         target = Target(p.get("target", default_target))
     except ValueError:
-        raise NcclTuneError(f"space file {label}: {where}: target must be 'override' or 'env', got {p.get('target')!r}") from None
+        raise NcclTuneError(
+            f"space file {label}: {where}: target must be 'override' or 'env', got {p.get('target')!r}"
+        ) from None
     try:
         memory = MemoryEffect(p.get("memory", "unknown"))
     except ValueError:
@@ -245,7 +255,9 @@ def _arg(
             f"space file {label}: {where}: arg {arg!r} is neither a flag (--batch-size) nor a Hydra key (trainer.batch_size)"
         )
     if arg is not None and target is Target.ENV:
-        raise NcclTuneError(f"space file {label}: {where}: an env parameter takes no arg; remove arg or set target: override")
+        raise NcclTuneError(
+            f"space file {label}: {where}: an env parameter takes no arg; remove arg or set target: override"
+        )
     if arg is None and target is not Target.ENV and not _NAME_RX.fullmatch(name):
         hint = re.sub(r"[^A-Za-z0-9_.]+", "_", name.lstrip("-")).strip("_.") or "my_param"
         raise NcclTuneError(
@@ -261,11 +273,15 @@ def _arg(
     try:
         style = ArgStyle(p.get("arg_style", ArgStyle.SEPARATE.value))
     except ValueError:
-        raise NcclTuneError(f"space file {label}: {where}: arg_style must be one of {styles}, got {p.get('arg_style')!r}") from None
+        raise NcclTuneError(
+            f"space file {label}: {where}: arg_style must be one of {styles}, got {p.get('arg_style')!r}"
+        ) from None
     if "arg_style" in p and (arg is None or not is_flag(arg)):
         raise NcclTuneError(f"space file {label}: {where}: arg_style applies to a flag only (arg: --name)")
     if style is ArgStyle.SWITCH and kind is not ParamKind.BOOL:
-        raise NcclTuneError(f"space file {label}: {where}: arg_style switch needs kind: bool (the flag is present when true)")
+        raise NcclTuneError(
+            f"space file {label}: {where}: arg_style switch needs kind: bool (the flag is present when true)"
+        )
     return arg, style
 
 
@@ -376,7 +392,9 @@ def _build(data: dict[str, Any], source: str, label: str, text: str) -> SearchSp
         raise NcclTuneError(f"space file {label}: clocks.phase_estimates_s must map phase names to seconds")
     clocks = Clocks(
         **{k: _clock(k, v, label) for k, v in clocks_raw.items()},
-        phase_estimates_s={str(k): _float(v, f"clocks.phase_estimates_s.{k}", label, above_zero=True) for k, v in estimates.items()},
+        phase_estimates_s={
+            str(k): _float(v, f"clocks.phase_estimates_s.{k}", label, above_zero=True) for k, v in estimates.items()
+        },
     )
 
     progress = _progress(_mapping(data, "progress", label), label)
@@ -451,7 +469,9 @@ def _progress(raw: Mapping[str, Any], label: str) -> ProgressRules:
         if key in ("step_end", "memory"):
             value = [value] if isinstance(value, str) else value
             if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-                raise NcclTuneError(f"space file {label}: progress.{key} must be a regular expression or a list of them")
+                raise NcclTuneError(
+                    f"space file {label}: progress.{key} must be a regular expression or a list of them"
+                )
             value = tuple(value)
         elif not isinstance(value, str):
             raise NcclTuneError(f"space file {label}: progress.{key} must be a regular expression string")
@@ -476,7 +496,9 @@ def _context(raw: Mapping[str, Any], label: str) -> tuple[dict[str, Any], dict[s
         if isinstance(v, (dict, list)) or v is None:
             raise NcclTuneError(f"space file {label}: context.{key} must be a single value (or {{value:, arg:}})")
         if not _NAME_RX.fullmatch(key):
-            raise NcclTuneError(f"space file {label}: context key {key!r} is not an identifier; name it and give arg: {key}")
+            raise NcclTuneError(
+                f"space file {label}: context key {key!r} is not an identifier; name it and give arg: {key}"
+            )
         values[key] = v
     return values, args
 
@@ -526,7 +548,13 @@ def _int(v: Any, where: str, label: str, minimum: int = 0) -> int:
 
 def _float(v: Any, where: str, label: str, above_zero: bool = False) -> float:
     """A finite number, at least 0 (above 0 when ``above_zero``)."""
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 or (above_zero and v == 0):
+    if (
+        isinstance(v, bool)
+        or not isinstance(v, (int, float))
+        or not math.isfinite(v)
+        or v < 0
+        or (above_zero and v == 0)
+    ):
         rule = "a finite number above 0" if above_zero else "a finite number, 0 or more"
         raise NcclTuneError(f"space file {label}: {where} must be {rule}, got {v!r}")
     return float(v)

@@ -12,11 +12,11 @@ a shell string.
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from nccl_tune.search_spaces.space import UNSET, ArgStyle, Parameter, SearchSpace, Target
 from nccl_tune.search_spaces.spelling import format_value
-
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 

@@ -18,7 +18,11 @@ def print_space(space: SearchSpace, console: Console) -> None:
     for col in ("name", "values", "default", "notes"):
         table.add_column(col, overflow="fold")
     for p in space.parameters:
-        notes = [p.target.value if p.arg is None else f"arg {p.arg}" + ("" if p.arg_style.value == "separate" else f" ({p.arg_style.value})")]
+        notes = [
+            p.target.value
+            if p.arg is None
+            else f"arg {p.arg}" + ("" if p.arg_style.value == "separate" else f" ({p.arg_style.value})")
+        ]
         if p.memory.value != "unknown":
             notes.append(f"memory {p.memory.value}")
         if p.semantic:
@@ -57,7 +61,9 @@ def print_space(space: SearchSpace, console: Console) -> None:
         how = "the preset is recognised from the first trial's output"
     else:
         how = f"preset {progress.preset}" if progress.preset else f"its own step rule {progress.step_end[0]!r}"
-    units = {"samples" if u == "steps" and space.samples_per_step is not None else u for u in progress.throughput_units()}
+    units = {
+        "samples" if u == "steps" and space.samples_per_step is not None else u for u in progress.throughput_units()
+    }
     shown = " or ".join(f"{u}/s" for u in sorted(units)) or "a unit known after the first trial"
     console.print(escape(f"progress: {how}; throughput in {shown}"), highlight=False, soft_wrap=True)
     clocks = space.clocks

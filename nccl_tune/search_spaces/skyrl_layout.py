@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, Sequence
 
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.userfile import folder_problem
@@ -99,8 +99,10 @@ def refusal_line(space: str, texts: Iterable[str]) -> str | None:
         if m:
             keys = m.group("keys")
             if space == LEGACY_SPACE:
-                return (f"the command runs today's SkyRL (skyrl.train): its {m.group('cls')} has no field {keys}; "
-                        f"use --space {TODAY_SPACE}")
+                return (
+                    f"the command runs today's SkyRL (skyrl.train): its {m.group('cls')} has no field {keys}; "
+                    f"use --space {TODAY_SPACE}"
+                )
             return f"Invalid fields {{{keys}}} for {m.group('cls')}: the command has no such key; fix the space, the script or --set"
         m = _PLUS_REFUSAL.search(text)
         if m:
@@ -108,8 +110,10 @@ def refusal_line(space: str, texts: Iterable[str]) -> str | None:
         m = _HYDRA_REFUSAL.search(text)
         if m:
             if space == TODAY_SPACE:
-                return (f"the command runs the legacy SkyRL (skyrl_train): Hydra cannot override '{m.group('key')}'; "
-                        f"use --space {LEGACY_SPACE}")
+                return (
+                    f"the command runs the legacy SkyRL (skyrl_train): Hydra cannot override '{m.group('key')}'; "
+                    f"use --space {LEGACY_SPACE}"
+                )
             return f"Could not override '{m.group('key')}': the command has no such key; fix the space, the script or --set"
     return None
 

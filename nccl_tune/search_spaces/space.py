@@ -8,10 +8,11 @@ a trial runs with. Only safe expressions (``expr.py``) are evaluated.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from types import MappingProxyType
-from typing import Any, Collection, Mapping
+from typing import Any
 
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.search_spaces.expr import Expr

@@ -9,7 +9,8 @@ It sits below ``space.py`` (which matches a typed value to a choice by its spell
 from __future__ import annotations
 
 import difflib
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 
 def format_value(value: Any) -> str:

@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import yaml
 
@@ -50,14 +51,29 @@ class Role:
 
 ROLES = (
     Role("micro", r"micro.*batch|batch.*micro", "increasing", False, "micro-batch per forward/backward"),
-    Role("batch", r"(?<!eval_)(?<!val_)(?<!test_)batch_?size|batch$|per_device_train_batch", "increasing", True,
-         "samples per step per device"),
+    Role(
+        "batch",
+        r"(?<!eval_)(?<!val_)(?<!test_)batch_?size|batch$|per_device_train_batch",
+        "increasing",
+        True,
+        "samples per step per device",
+    ),
     Role("accum", r"accum", "none", True, "gradient accumulation steps"),
-    Role("seq", r"seq_?len|max_?(seq_?)?length|block_size|max_prompt_length|context_len", "increasing", True,
-         "tokens per sample"),
+    Role(
+        "seq",
+        r"seq_?len|max_?(seq_?)?length|block_size|max_prompt_length|context_len",
+        "increasing",
+        True,
+        "tokens per sample",
+    ),
     Role("offload", r"offload", "decreasing", False, "CPU offload (less GPU memory, slower steps)"),
-    Role("checkpointing", r"checkpointing|recompute|activation_ckpt|grad_ckpt", "decreasing", False,
-         "activation checkpointing (less GPU memory, slower steps)"),
+    Role(
+        "checkpointing",
+        r"checkpointing|recompute|activation_ckpt|grad_ckpt",
+        "decreasing",
+        False,
+        "activation checkpointing (less GPU memory, slower steps)",
+    ),
     Role("workers", r"num_workers|dataloader_workers|workers$", "none", False, "data-loader worker processes"),
 )
 _SKIP = re.compile(r"dir|path|file|url|seed|interval|every|save|eval|valid|test|log")
@@ -73,7 +89,10 @@ _GUESSES = (
     ("megatron", r"megatron|pretrain_(gpt|bert|t5|llama|mamba)"),
     ("deepspeed", r"deepspeed"),
     ("lightning", r"lightning|LightningCLI|--trainer\.max_steps"),
-    ("hf-trainer", r"transformers|\btrl\b|accelerate|run_clm|run_mlm|\bsft\b|per_device_train_batch_size|TrainingArguments"),
+    (
+        "hf-trainer",
+        r"transformers|\btrl\b|accelerate|run_clm|run_mlm|\bsft\b|per_device_train_batch_size|TrainingArguments",
+    ),
 )
 
 
@@ -180,7 +199,9 @@ def _pow2(n: int) -> bool:
 
 def _numeric_kind(role: Role, d: Any) -> tuple[dict[str, Any], list[str]]:
     """Kind and values for a numeric knob with default ``d`` (None: the help shows none)."""
-    check = [] if isinstance(d, int) else ["the help shows no default: set default: to what your command runs with today"]
+    check = (
+        [] if isinstance(d, int) else ["the help shows no default: set default: to what your command runs with today"]
+    )
     if role.name == "workers":
         d0 = d if isinstance(d, int) else 2
         return {"kind": "int", "low": 0, "high": max(4, 2 * d0)}, check
@@ -276,7 +297,9 @@ def _space_name(command: Sequence[str]) -> str:
     return stem or "job"
 
 
-def _document(command: Sequence[str], help_text: str, options: list[HelpOption], params: list[str], names: set[str]) -> str:
+def _document(
+    command: Sequence[str], help_text: str, options: list[HelpOption], params: list[str], names: set[str]
+) -> str:
     import shlex
 
     from nccl_tune.search_spaces.loader import parse_space
@@ -300,13 +323,21 @@ def _document(command: Sequence[str], help_text: str, options: list[HelpOption],
     if preset:
         lines.append(f"  preset: {preset}          # check: guessed from the command; presets: {', '.join(PRESETS)}")
     else:
-        lines.append("  {}                       # no preset guessed: the first trial's output decides (or name one: "
-                     + ", ".join(PRESETS) + ")")
+        lines.append(
+            "  {}                       # no preset guessed: the first trial's output decides (or name one: "
+            + ", ".join(PRESETS)
+            + ")"
+        )
         lines[-2] = "progress:"
     logging = [o for o in options if _LOGGING.match(_norm(o.key).split(".")[-1]) and o.takes_value]
     if logging:
         key = logging[0].key
-        lines += ["", "trial:", "  overrides:", f"    {json.dumps(key)}: 1      # print progress every step while tuning"]
+        lines += [
+            "",
+            "trial:",
+            "  overrides:",
+            f"    {json.dumps(key)}: 1      # print progress every step while tuning",
+        ]
     lines += [
         "",
         "stop:",

@@ -12,9 +12,10 @@ deterministic in the run seed.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from statistics import NormalDist
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from nccl_tune.failure import FailureClass
 from nccl_tune.sim import logfmt
@@ -69,15 +70,13 @@ class Truth:
         if self.phase_peak_gib:
             unknown = set(self.phase_peak_gib) - set(STEP_PHASES)
             if unknown or max(self.phase_peak_gib.values()) != self.peak_gib:
-                raise ValueError(f"phase peaks {dict(self.phase_peak_gib)}: phases of {STEP_PHASES}, the largest peak_gib")
+                raise ValueError(
+                    f"phase peaks {dict(self.phase_peak_gib)}: phases of {STEP_PHASES}, the largest peak_gib"
+                )
 
     def stable(self, capacity_gib: float, min_headroom_frac: float) -> bool:
         """Finishes every step of every run with the headroom free."""
-        return (
-            self.failure is None
-            and self.hang_p == 0.0
-            and self.peak_gib <= (1.0 - min_headroom_frac) * capacity_gib
-        )
+        return self.failure is None and self.hang_p == 0.0 and self.peak_gib <= (1.0 - min_headroom_frac) * capacity_gib
 
 
 @dataclass(frozen=True)
@@ -119,8 +118,11 @@ def run_outcome(truth: Truth, node: AnalyticNode, seed: int, steps: int, samples
         spans, fail_at = _step_spans(truth, step, t, planned, failing)
         phases += spans
         if truth.phase_peak_gib:  # each phase that ran, with the per-GPU peaks' spread
-            phase_memory[step] = {s.name: max(min(truth.phase_peak_gib[s.name] * f, node.capacity_gib) for f in factors)
-                                  for s in spans if s.name in truth.phase_peak_gib}
+            phase_memory[step] = {
+                s.name: max(min(truth.phase_peak_gib[s.name] * f, node.capacity_gib) for f in factors)
+                for s in spans
+                if s.name in truth.phase_peak_gib
+            }
         if failing is not None:
             failure = _failure(truth, node, step, fail_at, kind, failing)
             break
@@ -135,8 +137,11 @@ def run_outcome(truth: Truth, node: AnalyticNode, seed: int, steps: int, samples
         steps=tuple(records),
         step_s=truth.step_s,
         first_step_s=truth.step_s * FIRST_STEP_FACTOR,
-        phase_s={"step": truth.step_s, "policy_train": truth.step_s * TRAIN_SHARE,
-                 **({"generate": truth.step_s * (1 - TRAIN_SHARE)} if "generate" in truth.phase_peak_gib else {})},
+        phase_s={
+            "step": truth.step_s,
+            "policy_train": truth.step_s * TRAIN_SHARE,
+            **({"generate": truth.step_s * (1 - TRAIN_SHARE)} if "generate" in truth.phase_peak_gib else {}),
+        },
         gpu_capacity_gib=node.capacity_gib,
         gpu_peak_gib=tuple(max((m[g] for m in memory.values()), default=0.0) for g in range(node.gpus)),
         failure=failure,
@@ -160,7 +165,9 @@ def _failing_phase(truth: Truth, node: AnalyticNode, kind: str) -> str:
     return next(p for p in STEP_PHASES if truth.phase_peak_gib.get(p, 0.0) > node.capacity_gib)
 
 
-def _step_spans(truth: Truth, step: int, t: float, planned: float, failing: str | None) -> tuple[list[PhaseSpan], float]:
+def _step_spans(
+    truth: Truth, step: int, t: float, planned: float, failing: str | None
+) -> tuple[list[PhaseSpan], float]:
     """One step from ``t``: ``step`` around ``generate`` (when the truth gives its peak) and
     ``policy_train``, up to ``failing`` (left open, as the step); and when the step fails or ends."""
     train_start = t + (1 - TRAIN_SHARE) * planned
@@ -172,7 +179,11 @@ def _step_spans(truth: Truth, step: int, t: float, planned: float, failing: str 
     names = names[: names.index(failing) + 1]
     spans = [PhaseSpan(step, "step", t, None, 0)]
     spans += [PhaseSpan(step, p, bounds[p][0], None if p == failing else bounds[p][1], 1) for p in names]
-    at = train_start + 0.5 * TRAIN_SHARE * planned if failing == "policy_train" else t + 0.5 * (1 - TRAIN_SHARE) * planned
+    at = (
+        train_start + 0.5 * TRAIN_SHARE * planned
+        if failing == "policy_train"
+        else t + 0.5 * (1 - TRAIN_SHARE) * planned
+    )
     return spans, at
 
 
@@ -186,28 +197,71 @@ def _fails_in(truth: Truth, node: AnalyticNode, seed: int, step: int) -> str | N
     return None
 
 
-def _failure(truth: Truth, node: AnalyticNode, step: int, at: float, kind: str, phase: str = "policy_train") -> SimFailure:
+def _failure(
+    truth: Truth, node: AnalyticNode, step: int, at: float, kind: str, phase: str = "policy_train"
+) -> SimFailure:
     worker = f"({logfmt.POLICY_ACTOR} pid=400103) "
-    timeout = worker + logfmt.watchdog_timeout_line(4, 1200 + step, "_ALLGATHER_BASE", 1 << 20, 1 << 23, int(WATCHDOG_S * 1000))
+    timeout = worker + logfmt.watchdog_timeout_line(
+        4, 1200 + step, "_ALLGATHER_BASE", 1 << 20, 1 << 23, int(WATCHDOG_S * 1000)
+    )
     if kind == "oom":
         used = node.capacity_gib - 0.05
         msg = logfmt.cuda_oom_message(
-            gpu=3, tried_gib=max(truth.peak_gib - used, 0.1) * 0.6 + 0.02, capacity_gib=node.capacity_gib, free_gib=0.05,
-            process_gib=used - 0.6, allocated_gib=used * 0.9, reserved_unallocated_gib=used * 0.05,
+            gpu=3,
+            tried_gib=max(truth.peak_gib - used, 0.1) * 0.6 + 0.02,
+            capacity_gib=node.capacity_gib,
+            free_gib=0.05,
+            process_gib=used - 0.6,
+            allocated_gib=used * 0.9,
+            reserved_unallocated_gib=used * 0.05,
         )
-        return SimFailure(FailureClass.OOM, "oom", 3, step, phase, at, at + WATCHDOG_S + ABORT_S,
-                          evidence=(worker + "torch.OutOfMemoryError: " + msg, timeout),
-                          advice=f"GPU 3 needed {truth.peak_gib:.1f} of {node.capacity_gib:.2f} GiB: lower the batch or add an enabler")
+        return SimFailure(
+            FailureClass.OOM,
+            "oom",
+            3,
+            step,
+            phase,
+            at,
+            at + WATCHDOG_S + ABORT_S,
+            evidence=(worker + "torch.OutOfMemoryError: " + msg, timeout),
+            advice=f"GPU 3 needed {truth.peak_gib:.1f} of {node.capacity_gib:.2f} GiB: lower the batch or add an enabler",
+        )
     if kind == "nccl_error":
         warn = logfmt.nccl_warn_line(0, 400100, truth.detail or "Invalid NCCL setting", host="node-0")
-        return SimFailure(FailureClass.NCCL_ERROR, "nccl_error", 0, 0, None, at, at + ABORT_S,
-                          evidence=(worker + warn, worker + "torch.distributed.DistBackendError: NCCL error: invalid usage"),
-                          advice=f"NCCL refused the settings: {truth.detail}")
+        return SimFailure(
+            FailureClass.NCCL_ERROR,
+            "nccl_error",
+            0,
+            0,
+            None,
+            at,
+            at + ABORT_S,
+            evidence=(worker + warn, worker + "torch.distributed.DistBackendError: NCCL error: invalid usage"),
+            advice=f"NCCL refused the settings: {truth.detail}",
+        )
     if kind == "crash":
-        return SimFailure(FailureClass.CRASH, "crash", 3, step, "policy_train", at, at + ABORT_S,
-                          evidence=(worker + "Fatal Python error: Segmentation fault",), advice=truth.detail or "crashed")
-    return SimFailure(FailureClass.HANG, "hang", 3, step, "policy_train", at, at + WATCHDOG_S + ABORT_S,
-                      evidence=(timeout,), advice=truth.detail or "a collective never completed")
+        return SimFailure(
+            FailureClass.CRASH,
+            "crash",
+            3,
+            step,
+            "policy_train",
+            at,
+            at + ABORT_S,
+            evidence=(worker + "Fatal Python error: Segmentation fault",),
+            advice=truth.detail or "crashed",
+        )
+    return SimFailure(
+        FailureClass.HANG,
+        "hang",
+        3,
+        step,
+        "policy_train",
+        at,
+        at + WATCHDOG_S + ABORT_S,
+        evidence=(timeout,),
+        advice=truth.detail or "a collective never completed",
+    )
 
 
 Landscape = Callable[[Mapping[str, Any]], Truth]
@@ -222,7 +276,9 @@ def check_truth(truth: Truth) -> Truth:
     """What the NCCL check (``launchers.nccl_check``) of a config meets: the failures its NCCL
     settings cause alone, on rounds of collectives that take ``CHECK_ROUND_S`` at NCCL's defaults
     (``Truth.check_time_factor`` times that with the config's NCCL settings)."""
-    return Truth(CHECK_ROUND_S * truth.check_time_factor, CHECK_PEAK_GIB, truth.nccl_failure, truth.nccl_hang_p, truth.detail)
+    return Truth(
+        CHECK_ROUND_S * truth.check_time_factor, CHECK_PEAK_GIB, truth.nccl_failure, truth.nccl_hang_p, truth.detail
+    )
 
 
 def analytic_cost(landscape: Landscape, node: AnalyticNode) -> Callable[[TrialSpec, int, int], Outcome]:

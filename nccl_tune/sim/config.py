@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import os
 import traceback
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from nccl_tune.sim.faults import FAULT_ENV, Faults, parse_faults
 from nccl_tune.sim.layout import Layout, names
@@ -231,7 +232,9 @@ def read_run_env(env: Mapping[str, str | None], n_gpus: int, forced: Mapping[str
     )
 
 
-def _validation_refusal(cfg_tokens: Sequence[str], exc: BaseException, layout: Layout = Layout.LEGACY) -> SimConfigError:
+def _validation_refusal(
+    cfg_tokens: Sequence[str], exc: BaseException, layout: Layout = Layout.LEGACY
+) -> SimConfigError:
     """A ``validate_cfg`` refusal as the layout prints it: Hydra's job error around the traceback
     (skyrl_train), or a plain Python traceback (today's entry point is not a Hydra app)."""
     hydra = layout is Layout.LEGACY
@@ -275,7 +278,9 @@ def _today_type_refusal(exc: SimConfigError, path: str, value: Any) -> SimConfig
         ('  File "skyrl/train/utils/utils.py", line 73, in validate_batch_sizes',),
         f"TypeError: '>=' not supported between instances of '{type(value).__name__}' and 'int'",
     )
-    return SimConfigError("type", f"{path}={value!r}: not a number (today's SkyRL keeps it as text and its checks fail)", lines)
+    return SimConfigError(
+        "type", f"{path}={value!r}: not a number (today's SkyRL keeps it as text and its checks fail)", lines
+    )
 
 
 def _apply(argv: Sequence[str], env_map: Mapping[str, str | None], layout: Layout) -> tuple[AppliedConfig, list[str]]:

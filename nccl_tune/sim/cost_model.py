@@ -12,10 +12,11 @@ step, failures and their timing.
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 from statistics import NormalDist
-from typing import TYPE_CHECKING, Mapping
+from typing import TYPE_CHECKING
 
 from nccl_tune.sim.nccl_env import NcclSettings
 
@@ -232,7 +233,7 @@ def _prompt_stats(max_prompt: int, batch: int) -> tuple[int, float, float]:
     return kept, mean, min(peak, float(max_prompt))
 
 
-def token_profile(cfg: "SimConfig") -> TokenProfile:
+def token_profile(cfg: SimConfig) -> TokenProfile:
     """Sequence lengths implied by the prompt filter, turns and generation limits."""
     kept, p_mean, p_peak = _prompt_stats(cfg.max_prompt_length, max(cfg.train_batch_size, 1))
     turns_mean = min(float(cfg.max_turns), TURNS_MEAN)
@@ -291,8 +292,13 @@ class CommModel:
     cumem: bool = False
 
 
-_DTYPE = {"Broadcast": "ncclFloat32", "Reduce": "ncclFloat32", "AllGather": "ncclBfloat16",
-          "ReduceScatter": "ncclFloat32", "AllReduce": "ncclFloat32"}
+_DTYPE = {
+    "Broadcast": "ncclFloat32",
+    "Reduce": "ncclFloat32",
+    "AllGather": "ncclBfloat16",
+    "ReduceScatter": "ncclFloat32",
+    "AllReduce": "ncclFloat32",
+}
 _FIRST_USE = ("Broadcast", "AllGather", "ReduceScatter", "AllReduce")
 """Order in which the trainer first calls each collective (model init broadcasts, then FSDP)."""
 
@@ -414,8 +420,10 @@ class MemoryBreakdown:
 
     @property
     def total_gib(self) -> float:
-        return self.states_gib + self.fixed_gib + ALLOCATOR_OVERHEAD * (
-            self.working_params_gib + self.activations_gib + self.logits_gib
+        return (
+            self.states_gib
+            + self.fixed_gib
+            + ALLOCATOR_OVERHEAD * (self.working_params_gib + self.activations_gib + self.logits_gib)
         )
 
     @property
@@ -424,7 +432,7 @@ class MemoryBreakdown:
         return self.logits_gib / LOGITS_COPIES_TRAIN if self.logits_gib else self.activations_gib
 
 
-def micro_tokens(cfg: "SimConfig", tokens: TokenProfile, micro: int, longest: float) -> float:
+def micro_tokens(cfg: SimConfig, tokens: TokenProfile, micro: int, longest: float) -> float:
     """Tokens in the micro-batch that holds a sequence of ``longest`` tokens (per GPU, after
     sequence parallelism splits it)."""
     if cfg.use_sample_packing:
@@ -434,7 +442,7 @@ def micro_tokens(cfg: "SimConfig", tokens: TokenProfile, micro: int, longest: fl
     return t / cfg.sp
 
 
-def fixed_gib(cfg: "SimConfig", comm: CommModel) -> float:
+def fixed_gib(cfg: SimConfig, comm: CommModel) -> float:
     """Memory every trainer GPU holds throughout: CUDA contexts, the sleeping engine, NCCL buffers."""
     fixed = CUDA_CONTEXT_GIB + comm.buffers_gib
     if cfg.colocate_all:
@@ -444,7 +452,7 @@ def fixed_gib(cfg: "SimConfig", comm: CommModel) -> float:
     return fixed
 
 
-def _working_params_gib(cfg: "SimConfig", with_grads: bool) -> float:
+def _working_params_gib(cfg: SimConfig, with_grads: bool) -> float:
     a = cfg.arch
     if not cfg.reshard_after_forward:
         unsharded = a.params * 2
@@ -454,12 +462,12 @@ def _working_params_gib(cfg: "SimConfig", with_grads: bool) -> float:
     return (unsharded + grads) / GIB
 
 
-def _layer_activation_bytes_per_token(cfg: "SimConfig") -> float:
+def _layer_activation_bytes_per_token(cfg: SimConfig) -> float:
     a = cfg.arch
     return (10 * a.hidden + 3 * a.intermediate) * 2.0
 
 
-def train_memory(cfg: "SimConfig", comm: CommModel, tokens: float, longest: float) -> MemoryBreakdown:
+def train_memory(cfg: SimConfig, comm: CommModel, tokens: float, longest: float) -> MemoryBreakdown:
     """Peak of ``policy_train`` on one GPU whose largest micro-batch holds ``tokens`` tokens."""
     a = cfg.arch
     dp = cfg.dp
@@ -477,7 +485,7 @@ def train_memory(cfg: "SimConfig", comm: CommModel, tokens: float, longest: floa
     return MemoryBreakdown(states, _working_params_gib(cfg, True), act / GIB, logits / GIB, fixed_gib(cfg, comm))
 
 
-def fwd_memory(cfg: "SimConfig", comm: CommModel, tokens: float, longest: float) -> MemoryBreakdown:
+def fwd_memory(cfg: SimConfig, comm: CommModel, tokens: float, longest: float) -> MemoryBreakdown:
     """Peak of ``fwd_logprobs_values_reward`` on one GPU (forward only, optimizer state offloaded)."""
     a = cfg.arch
     if cfg.policy_offload:
@@ -493,7 +501,7 @@ def fwd_memory(cfg: "SimConfig", comm: CommModel, tokens: float, longest: float)
     return MemoryBreakdown(states, _working_params_gib(cfg, False), act / GIB, logits / GIB, fixed_gib(cfg, comm))
 
 
-def generate_memory_gib(cfg: "SimConfig", comm: CommModel) -> float:
+def generate_memory_gib(cfg: SimConfig, comm: CommModel) -> float:
     """Device memory on a GPU while the engines generate: their share plus the offloaded trainer's rest."""
     trainer = CUDA_CONTEXT_GIB + comm.buffers_gib
     if not cfg.colocate_all:
@@ -523,7 +531,7 @@ class EngineBudget:
         return max(0.0, self.kv_cache_gib) * GIB / self.kv_bytes_per_token
 
 
-def engine_budget(cfg: "SimConfig", comm: CommModel) -> EngineBudget:
+def engine_budget(cfg: SimConfig, comm: CommModel) -> EngineBudget:
     """vLLM's profile of one engine GPU: weights, activation peak and what is left for the KV cache."""
     a = cfg.arch
     tp = cfg.engine_tp * cfg.engine_pp
@@ -549,7 +557,9 @@ def _mfu(peak: float, tokens_per_micro: float) -> float:
     return peak * tokens_per_micro / (tokens_per_micro + MFU_HALF_TOKENS)
 
 
-def generate_s(cfg: "SimConfig", comm: CommModel, tokens: TokenProfile, samples: int, max_gen: float | None = None) -> float:
+def generate_s(
+    cfg: SimConfig, comm: CommModel, tokens: TokenProfile, samples: int, max_gen: float | None = None
+) -> float:
     """Rollout of ``samples`` trajectories by the engines (wake-up, prefill, decode of the longest
     trajectory at the batch's concurrency, environment steps)."""
     a = cfg.arch
@@ -575,7 +585,7 @@ def generate_s(cfg: "SimConfig", comm: CommModel, tokens: TokenProfile, samples:
     return wake + prefill + decode + env
 
 
-def _fsdp_micro_comm_s(cfg: "SimConfig", comm: CommModel, train: bool) -> float:
+def _fsdp_micro_comm_s(cfg: SimConfig, comm: CommModel, train: bool) -> float:
     a = cfg.arch
     share = (cfg.dp - 1) / cfg.dp if cfg.dp > 1 else 0.0
     ag = a.params * 2 * share / comm.busbw["AllGather"]
@@ -586,7 +596,7 @@ def _fsdp_micro_comm_s(cfg: "SimConfig", comm: CommModel, train: bool) -> float:
     return ag + bwd_ag + rs
 
 
-def _sp_comm_s(cfg: "SimConfig", comm: CommModel, tokens_per_gpu: float, passes: int) -> float:
+def _sp_comm_s(cfg: SimConfig, comm: CommModel, tokens_per_gpu: float, passes: int) -> float:
     """Ulysses all-to-alls: 4 per layer per pass over the activations of the local tokens."""
     if cfg.sp <= 1:
         return 0.0
@@ -595,7 +605,7 @@ def _sp_comm_s(cfg: "SimConfig", comm: CommModel, tokens_per_gpu: float, passes:
     return passes * vol / comm.busbw["AllGather"]
 
 
-def fwd_logprobs_s(cfg: "SimConfig", comm: CommModel, tokens: TokenProfile) -> float:
+def fwd_logprobs_s(cfg: SimConfig, comm: CommModel, tokens: TokenProfile) -> float:
     """``fwd_logprobs_values_reward``: policy (and reference) forward over the batch."""
     a = cfg.arch
     samples_per_gpu = cfg.samples_per_step / cfg.dp
@@ -620,7 +630,7 @@ def fwd_logprobs_s(cfg: "SimConfig", comm: CommModel, tokens: TokenProfile) -> f
     return total
 
 
-def policy_train_s(cfg: "SimConfig", comm: CommModel, tokens: TokenProfile) -> float:
+def policy_train_s(cfg: SimConfig, comm: CommModel, tokens: TokenProfile) -> float:
     """``policy_train``: forward + backward (+ recompute) per micro-batch, optimizer steps."""
     a = cfg.arch
     samples_per_gpu = cfg.samples_per_step / cfg.dp
@@ -649,7 +659,7 @@ def policy_train_s(cfg: "SimConfig", comm: CommModel, tokens: TokenProfile) -> f
     return total
 
 
-def sync_weights_s(cfg: "SimConfig", comm: CommModel) -> float:
+def sync_weights_s(cfg: SimConfig, comm: CommModel) -> float:
     """``sync_weights``: gather the policy's full weights and broadcast them to every engine."""
     a = cfg.arch
     full_bf16 = a.params * 2
@@ -662,7 +672,7 @@ def sync_weights_s(cfg: "SimConfig", comm: CommModel) -> float:
     return gather + send + offload
 
 
-def startup_s(cfg: "SimConfig", comm: CommModel) -> float:
+def startup_s(cfg: SimConfig, comm: CommModel) -> float:
     """From the command's start to the trainer's first timed phase."""
     a = cfg.arch
     tp = cfg.engine_tp * cfg.engine_pp
@@ -672,7 +682,7 @@ def startup_s(cfg: "SimConfig", comm: CommModel) -> float:
     return RAY_INIT_S + DATASET_LOAD_S + engines + policy + ref
 
 
-def small_phase_s(cfg: "SimConfig", tokens: TokenProfile, phase: str) -> float:
+def small_phase_s(cfg: SimConfig, tokens: TokenProfile, phase: str) -> float:
     """Driver-side phases: bookkeeping that scales with the batch."""
     s = cfg.samples_per_step
     if phase == "postprocess_generator_output":

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import copy
 import os
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
-from nccl_tune.sim.overrides import AppliedConfig, Override, parse_token, _resolve_tree
+from nccl_tune.sim.overrides import AppliedConfig, Override, _resolve_tree, parse_token
 from nccl_tune.sim.refusal import SimConfigError
 from nccl_tune.sim.schema_today import REQUIRED, ROOT, SCHEMA, Home, Sub
 
@@ -115,8 +116,14 @@ def _removed_keys(tree: dict[str, Any]) -> None:
         if value is True or str(value).lower() == "true":
             _pop(tree, path)
         else:
-            what = "`async_engine=False` is no longer supported" if str(value).lower() == "false" else "`async_engine` is no longer supported as a config field"
-            raise _refuse("removed_key", f"{path}={value}: {what}; remove it", f"ValueError: {what}. Remove the override.")
+            what = (
+                "`async_engine=False` is no longer supported"
+                if str(value).lower() == "false"
+                else "`async_engine` is no longer supported as a config field"
+            )
+            raise _refuse(
+                "removed_key", f"{path}={value}: {what}; remove it", f"ValueError: {what}. Remove the override."
+            )
     for path, message in _REMOVED.items():
         if _get(tree, path) is not _MISSING:
             raise _refuse("removed_key", f"{path}: {message}", f"ValueError: {message}")
@@ -159,7 +166,9 @@ def _default_value(value: Any, home: str) -> Any:
     return copy.deepcopy(value)
 
 
-def build_tree(cls: str, given: Mapping[str, Any] | None, home: str, defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def build_tree(
+    cls: str, given: Mapping[str, Any] | None, home: str, defaults: Mapping[str, Any] | None = None
+) -> dict[str, Any]:
     """The full configuration of ``cls``: its defaults with ``given`` on top."""
     given = given or {}
     out: dict[str, Any] = {}

@@ -437,7 +437,9 @@ class Driver:
             _write(HYDRA_FULL_ERROR_HINT)
             self.stop_workers(kill=True)
             return 1
-        fail = {"warn": f.detail["warn"], "error": f.detail["error"]} if f is not None and f.kind == "nccl_error" else None
+        fail = (
+            {"warn": f.detail["warn"], "error": f.detail["error"]} if f is not None and f.kind == "nccl_error" else None
+        )
         replies = self.dispatch([{"op": "init", "fail": fail} for _ in self.workers])
         if any(r is None or not r.get("ok") for r in replies):
             return self.raise_first(replies, "init_model")
@@ -446,7 +448,7 @@ class Driver:
         return self.play()
 
     def play(self) -> int:
-        cfg, out = self.cfg, self.outcome
+        out = self.outcome
         stack: list[tuple[PhaseSpan, float]] = []
         pending_console: int | None = None
         for span in out.phases:
@@ -582,7 +584,9 @@ class Driver:
         cfg = self.cfg
         for name in _FORWARDED:
             if os.environ.get(name):
-                self.driver_log(f"Exporting `{name}` to ray runtime env: {os.environ[name]}", "prepare_runtime_environment", 812)
+                self.driver_log(
+                    f"Exporting `{name}` to ray runtime env: {os.environ[name]}", "prepare_runtime_environment", 812
+                )
         _write(
             f"{datetime.now().strftime('%Y-%m-%d %H:%M:%S,%f')[:-3]}\tINFO worker.py:1917 -- Started a local Ray instance. View the dashboard at "
             "\x1b[1m\x1b[32m127.0.0.1:8265 \x1b[39m\x1b[22m"
@@ -590,13 +594,17 @@ class Driver:
         if self.infra_log is not None:
             self.driver_log(f"Infrastructure logs will be written to: {self.infra_log}", "initialize_ray", 924)
         dump = yaml.safe_dump(_plain(cfg.applied.tree), sort_keys=False, default_flow_style=False).rstrip("\n")
-        line = logfmt.loguru_line(dump, name=self.names.entrypoint_module, function="_setup_trainer", line=376, color=self.color)
+        line = logfmt.loguru_line(
+            dump, name=self.names.entrypoint_module, function="_setup_trainer", line=376, color=self.color
+        )
         for part in line.split("\n"):
             _write(self.prefix + part)
 
     def driver_log(self, message: str, function: str, line: int) -> None:
         """A loguru line of SkyRL's utilities, printed by the driver process itself (no Ray prefix)."""
-        _write(logfmt.loguru_line(message, name=self.names.utils_module, function=function, line=line, color=self.color))
+        _write(
+            logfmt.loguru_line(message, name=self.names.utils_module, function=function, line=line, color=self.color)
+        )
 
     def engine_startup(self) -> None:
         cfg = self.cfg
@@ -610,10 +618,7 @@ class Driver:
 
     def spawn_orphan(self) -> None:
         """A detached child in its own session that ignores SIGTERM, as a Ray worker does."""
-        code = (
-            "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
-            f"time.sleep({ORPHAN_LIFETIME_S})"
-        )
+        code = f"import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep({ORPHAN_LIFETIME_S})"
         child = subprocess.Popen(
             [sys.executable, "-c", code],
             start_new_session=True,

@@ -10,9 +10,10 @@ noise and the chance events (a stall near the memory wall, a hang in a weight sy
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from statistics import NormalDist
-from typing import Any, Mapping
+from typing import Any
 
 from nccl_tune.failure import FailureClass
 from nccl_tune.sim import cost_model as cm
@@ -61,7 +62,14 @@ PHASES = (
 )
 _PHASE_ID = {p: i for i, p in enumerate(PHASES)}
 WORKER_PHASES = frozenset(
-    {"init_weight_sync_state", "sync_weights", "fwd_logprobs_values_reward", "policy_train", "save_checkpoints", "save_hf_model"}
+    {
+        "init_weight_sync_state",
+        "sync_weights",
+        "fwd_logprobs_values_reward",
+        "policy_train",
+        "save_checkpoints",
+        "save_hf_model",
+    }
 )
 """Phases the trainer's ranks run (with collectives); the others run in the driver or the engines."""
 
@@ -237,7 +245,9 @@ class _Run:
         # Evaluation generates every validation prompt once per eval sample, eval_batch_size at a time.
         samples = cm.VALIDATION_PROMPTS * max(cfg.eval_n_samples, 1)
         batches = max(1, math.ceil(cm.VALIDATION_PROMPTS / max(cfg.eval_batch_size, 1)))
-        out["eval"] = batches * cm.generate_s(cfg, comm, tok, math.ceil(samples / batches), cfg.eval_max_generate_length)
+        out["eval"] = batches * cm.generate_s(
+            cfg, comm, tok, math.ceil(samples / batches), cfg.eval_max_generate_length
+        )
         return out
 
     def _noisy(self, phase: str, step: int, base: float) -> float:
@@ -303,10 +313,20 @@ class _Run:
         end = self.failure.exit_s if self.failure else self._epilogue()
         steady = {k: self.base[k] for k in self._step_phases()}
         step_s = sum(steady.values())
-        first = sum(
-            self.base[k] * (cm.FIRST_STEP_GENERATE_FACTOR if k == "generate" else cm.FIRST_STEP_TRAIN_FACTOR if k in ("fwd_logprobs_values_reward", "policy_train") else 1.0)
-            for k in steady
-        ) + cm.FIRST_STEP_EXTRA_S
+        first = (
+            sum(
+                self.base[k]
+                * (
+                    cm.FIRST_STEP_GENERATE_FACTOR
+                    if k == "generate"
+                    else cm.FIRST_STEP_TRAIN_FACTOR
+                    if k in ("fwd_logprobs_values_reward", "policy_train")
+                    else 1.0
+                )
+                for k in steady
+            )
+            + cm.FIRST_STEP_EXTRA_S
+        )
         steady["step"] = step_s
         f1, t1, gen = self.step_memory(1)
         return Outcome(
@@ -339,8 +359,13 @@ class _Run:
         return self.failure is None and cap is not None and self.steps_planned == self.total_steps == cap
 
     def _step_phases(self) -> list[str]:
-        out = ["generate", "postprocess_generator_output", "convert_to_training_input", "fwd_logprobs_values_reward",
-               "compute_advantages_and_returns"]
+        out = [
+            "generate",
+            "postprocess_generator_output",
+            "convert_to_training_input",
+            "fwd_logprobs_values_reward",
+            "compute_advantages_and_returns",
+        ]
         if self.cfg.dump_data_batch:
             out.append("dump_data_batch")
         out += ["policy_train", "sync_weights"]
@@ -406,7 +431,9 @@ class _Run:
         done("convert_to_training_input")
         check = self._memory_check(step, "fwd_logprobs_values_reward", fwd_mem)
         if check is not None:
-            self._fail_in(step, "fwd_logprobs_values_reward", 1, self._duration("fwd_logprobs_values_reward", step), check)
+            self._fail_in(
+                step, "fwd_logprobs_values_reward", 1, self._duration("fwd_logprobs_values_reward", step), check
+            )
             self._record_peaks(step, {"fwd_logprobs_values_reward": fwd_mem})
             return False
         done("fwd_logprobs_values_reward")
@@ -422,7 +449,9 @@ class _Run:
             self._record_peaks(step, both)
             return False
         done("policy_train", 2)
-        self.phases[tcp_index] = PhaseSpan(step, "train_critic_and_policy", tcp_start, self.clock.t, 1, self.clock.t - tcp_start)
+        self.phases[tcp_index] = PhaseSpan(
+            step, "train_critic_and_policy", tcp_start, self.clock.t, 1, self.clock.t - tcp_start
+        )
         epoch_end = self.per_epoch > 0 and step % self.per_epoch == 0
         for phase, interval in (("save_checkpoints", cfg.ckpt_interval), ("save_hf_model", cfg.hf_save_interval)):
             self.saved_at_last[phase] = interval > 0 and (epoch_end or step % interval == 0)
@@ -501,7 +530,12 @@ def _timeout_line(cfg: SimConfig, rank: int) -> str:
     a = cfg.arch
     numel_out = a.embedding_params
     return _worker(rank) + logfmt.watchdog_timeout_line(
-        rank, 19000 + 7 * rank, "_ALLGATHER_BASE", numel_out // cfg.n_gpus, numel_out, int(cfg.env.nccl_timeout_s * 1000)
+        rank,
+        19000 + 7 * rank,
+        "_ALLGATHER_BASE",
+        numel_out // cfg.n_gpus,
+        numel_out,
+        int(cfg.env.nccl_timeout_s * 1000),
     )
 
 
@@ -510,21 +544,33 @@ def _oom_failure(cfg: SimConfig, run: _Run, step: int, phase: str, gpu: int, tot
     detail = oom_detail(cfg, run.comm, run.tokens, phase, gpu, total_gib)
     msg = logfmt.cuda_oom_message(gpu=gpu, capacity_gib=cap, **detail)
     other = (gpu + 1) % cfg.n_gpus
-    micro_key = "trainer.micro_train_batch_size_per_gpu" if phase == "policy_train" else "trainer.micro_forward_batch_size_per_gpu"
+    micro_key = (
+        "trainer.micro_train_batch_size_per_gpu"
+        if phase == "policy_train"
+        else "trainer.micro_forward_batch_size_per_gpu"
+    )
     micro = cfg.micro_train if phase == "policy_train" else cfg.micro_fwd
     advice = f"GPU {gpu} needed {total_gib:.1f} of {cap:.2f} GiB in {phase}: lower {micro_key} (now {micro})"
     if phase == "policy_train" and not cfg.policy_offload:
         advice += " or set trainer.policy.fsdp_config.cpu_offload=true"
     advice += f", or trainer.max_prompt_length (now {cfg.max_prompt_length})"
     return SimFailure(
-        FailureClass.OOM, "oom", gpu, step, phase, at, _cascade_exit(cfg, at),
+        FailureClass.OOM,
+        "oom",
+        gpu,
+        step,
+        phase,
+        at,
+        _cascade_exit(cfg, at),
         evidence=(_worker(gpu) + "torch.OutOfMemoryError: " + msg, _timeout_line(cfg, other)),
         advice=advice,
         detail={"message": msg, "tried_gib": detail["tried_gib"], "total_gib": total_gib},
     )
 
 
-def oom_detail(cfg: SimConfig, comm: cm.CommModel, tokens: cm.TokenProfile, phase: str, gpu: int, total_gib: float) -> dict[str, Any]:
+def oom_detail(
+    cfg: SimConfig, comm: cm.CommModel, tokens: cm.TokenProfile, phase: str, gpu: int, total_gib: float
+) -> dict[str, Any]:
     """Figures of the CUDA OOM message for a GPU that needed ``total_gib`` in ``phase``."""
     cap = cm.H100_CAPACITY_GIB
     micro = cfg.micro_train if phase == "policy_train" else cfg.micro_fwd
@@ -549,11 +595,22 @@ def oom_detail(cfg: SimConfig, comm: cm.CommModel, tokens: cm.TokenProfile, phas
     }
 
 
-def _memory_hang(cfg: SimConfig, step: int, phase: str, gpu: int, total_gib: float, cap: float, at: float) -> SimFailure:
+def _memory_hang(
+    cfg: SimConfig, step: int, phase: str, gpu: int, total_gib: float, cap: float, at: float
+) -> SimFailure:
     pct = 100 * total_gib / cap
     return SimFailure(
-        FailureClass.HANG, "hang_memory", gpu, step, phase, at, _cascade_exit(cfg, at),
-        evidence=(_worker(gpu) + f"rank {gpu} step {step} peak memory: {total_gib:.2f}GiB({pct:.1f}%)", _timeout_line(cfg, (gpu + 1) % cfg.n_gpus)),
+        FailureClass.HANG,
+        "hang_memory",
+        gpu,
+        step,
+        phase,
+        at,
+        _cascade_exit(cfg, at),
+        evidence=(
+            _worker(gpu) + f"rank {gpu} step {step} peak memory: {total_gib:.2f}GiB({pct:.1f}%)",
+            _timeout_line(cfg, (gpu + 1) % cfg.n_gpus),
+        ),
         advice=f"GPU {gpu} ran at {pct:.1f}% of its memory in {phase} and stalled in a collective: leave more headroom "
         f"(lower trainer.micro_train_batch_size_per_gpu, now {cfg.micro_train})",
         detail={"total_gib": total_gib},
@@ -568,19 +625,37 @@ def _fault_failure(cfg: SimConfig, run: _Run, fault, phase: str, at: float) -> S
         detail = oom_detail(cfg, run.comm, run.tokens, phase, rank, total)
         msg = logfmt.cuda_oom_message(gpu=rank, capacity_gib=cm.H100_CAPACITY_GIB, **detail)
         return SimFailure(
-            FailureClass.OOM, "oom_fault", rank, fault.step, phase, at, _cascade_exit(cfg, at),
+            FailureClass.OOM,
+            "oom_fault",
+            rank,
+            fault.step,
+            phase,
+            at,
+            _cascade_exit(cfg, at),
             evidence=(_worker(rank) + "torch.OutOfMemoryError: " + msg,),
             advice=f"injected by {fault_text}",
             detail={"message": msg, "tried_gib": detail["tried_gib"], "total_gib": total},
         )
     if fault.kind == "crash":
         return SimFailure(
-            FailureClass.CRASH, "crash_fault", rank, fault.step, phase, at, at + ABORT_GRACE_S,
+            FailureClass.CRASH,
+            "crash_fault",
+            rank,
+            fault.step,
+            phase,
+            at,
+            at + ABORT_GRACE_S,
             evidence=(_worker(rank) + "Fatal Python error: Segmentation fault",),
             advice=f"injected by {fault_text}",
         )
     return SimFailure(
-        FailureClass.HANG, "hang_fault", rank, fault.step, phase, at, _cascade_exit(cfg, at),
+        FailureClass.HANG,
+        "hang_fault",
+        rank,
+        fault.step,
+        phase,
+        at,
+        _cascade_exit(cfg, at),
         evidence=(_timeout_line(cfg, (rank + 1) % max(cfg.n_gpus, 1)),),
         advice=f"injected by {fault_text}",
     )
@@ -598,7 +673,13 @@ def _nccl_failure(cfg: SimConfig, nf: cm.NcclFailure, at: float) -> SimFailure:
     else:
         advice = f"NCCL refused NCCL_SOCKET_IFNAME={env.socket_ifname!r} ({nf.warn}): name an interface the node has"
     return SimFailure(
-        FailureClass.NCCL_ERROR, "nccl_error", 0, 0, None, at, at + ABORT_GRACE_S,
+        FailureClass.NCCL_ERROR,
+        "nccl_error",
+        0,
+        0,
+        None,
+        at,
+        at + ABORT_GRACE_S,
         evidence=(_worker(0) + warn, _worker(0) + "torch.distributed.DistBackendError: " + err),
         advice=advice,
         detail={"warn": nf.warn, "error": nf.error},
@@ -628,7 +709,13 @@ def _vllm_failure(cfg: SimConfig, budget: cm.EngineBudget, why: str, at: float) 
         )
         advice = f"raise {key} (now {util}) or lower generator.max_input_length"
     return SimFailure(
-        FailureClass.OOM, "vllm_memory", 0, 0, None, at, at + ABORT_GRACE_S,
+        FailureClass.OOM,
+        "vllm_memory",
+        0,
+        0,
+        None,
+        at,
+        at + ABORT_GRACE_S,
         evidence=(f"({names(cfg.layout).engine_actor} pid=500200) " + text,),
         advice=advice,
         detail={"text": text},
@@ -641,7 +728,13 @@ def _placement_failure(cfg: SimConfig, at: float) -> SimFailure:
         f"{cfg.gpus_needed} CPUs total) in {int(cfg.env.pg_timeout_s)} seconds."
     )
     return SimFailure(
-        FailureClass.INIT_FAILURE, "placement", None, 0, None, at, at + ABORT_GRACE_S,
+        FailureClass.INIT_FAILURE,
+        "placement",
+        None,
+        0,
+        None,
+        at,
+        at + ABORT_GRACE_S,
         evidence=(text,),
         advice=f"the config asks for {cfg.gpus_needed} GPUs and the node has {GPUS_PER_NODE}: lower "
         "trainer.placement.policy_num_gpus_per_node or the engines' GPUs",
@@ -649,7 +742,9 @@ def _placement_failure(cfg: SimConfig, at: float) -> SimFailure:
     )
 
 
-def evaluate(config: SimConfig, env: Mapping[str, str | None] | None = None, seed: int = 0, steps: int | None = None) -> Outcome:
+def evaluate(
+    config: SimConfig, env: Mapping[str, str | None] | None = None, seed: int = 0, steps: int | None = None
+) -> Outcome:
     """Model one run of ``config``: ``steps`` training steps (default 3, at most what the command
     runs), deterministic for ``seed``. ``env``, when given, replaces the environment the config was
     parsed with (NCCL variables, ``SIM_FAULT``, timeouts)."""

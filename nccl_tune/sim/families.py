@@ -31,8 +31,9 @@ from __future__ import annotations
 import itertools
 import math
 import random
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 from nccl_tune.node.nccl_clamps import effective
 from nccl_tune.search_spaces.loader import parse_space
@@ -60,7 +61,7 @@ class Family:
     shape: str
     space_yaml: str
     build: Callable[[random.Random], tuple[Landscape, AnalyticNode]]
-    check: Callable[["Instance", "Exact"], bool]
+    check: Callable[[Instance, Exact], bool]
     """True when an instance has the family's defining shape."""
 
 
@@ -150,7 +151,8 @@ def zero_static_gib(params_b: float, stage: int, optimizer_offload: bool, param_
 # enabler-trap
 # ---------------------------------------------------------------------------------------------
 
-_TRAP = """
+_TRAP = (
+    """
 name: synthetic-enabler-trap
 description: ZeRO SFT of a dense model; activation checkpointing frees room for a larger micro-batch
 command: train
@@ -166,7 +168,9 @@ context: {train.batch_per_gpu: 32}
 constraints:
   - {expr: "train.batch_per_gpu % train.micro_batch_size == 0", message: "micro-batch must divide the batch per GPU"}
 throughput: {samples_per_step: "train.batch_per_gpu * 8"}
-""" + _COMMON
+"""
+    + _COMMON
+)
 
 _ATTENTION = {"eager": (1.45, 0.86), "sdpa": (1.0, 0.96), "flash": (0.9, 1.0)}
 """Activation memory factor and speed of each attention implementation."""
@@ -210,7 +214,8 @@ def _trap_check(inst: Instance, ex: Exact) -> bool:
 # comm-bound
 # ---------------------------------------------------------------------------------------------
 
-_COMM = """
+_COMM = (
+    """
 name: synthetic-comm-bound
 description: DDP across two 8-GPU nodes over TCP sockets; the gradient all-reduce dominates the step
 command: train
@@ -226,7 +231,9 @@ context: {train.batch_per_gpu: 16}
 constraints:
   - {expr: "train.batch_per_gpu % train.micro_batch_size == 0", message: "micro-batch must divide the batch per GPU"}
 throughput: {samples_per_step: "train.batch_per_gpu * 16"}
-""" + _COMMON
+"""
+    + _COMMON
+)
 
 
 def _comm(rng: random.Random) -> tuple[Landscape, AnalyticNode]:
@@ -269,7 +276,12 @@ def _one_node_comm(rng: random.Random, ll128: float, big_buffers: float) -> dict
     tree, ll128_node = rng.uniform(0.85, 1.0), ll128 * rng.uniform(0.95, 1.05)
     return {
         "NCCL_ALGO": {"unset": 1.0, "Ring": 1.0, "Tree": tree},
-        "NCCL_PROTO": {"unset": 1.0, "Simple": 1.0 / max(1.0, ll128_node), "LL128": ll128_node / max(1.0, ll128_node), "LL": 0.45},
+        "NCCL_PROTO": {
+            "unset": 1.0,
+            "Simple": 1.0 / max(1.0, ll128_node),
+            "LL128": ll128_node / max(1.0, ll128_node),
+            "LL": 0.45,
+        },
         "NCCL_BUFFSIZE": {"unset": 1.0, 1048576: 0.9, 4194304: 1.0, 16777216: math.sqrt(big_buffers)},
     }
 
@@ -289,7 +301,8 @@ def _comm_check(inst: Instance, ex: Exact) -> bool:
 # flat-top
 # ---------------------------------------------------------------------------------------------
 
-_FLAT = """
+_FLAT = (
+    """
 name: synthetic-flat-top
 description: generation-heavy RL with colocated engines; a broad optimum under 6-10% step noise
 command: train
@@ -302,7 +315,9 @@ parameters:
   - {name: NCCL_ALGO, kind: categorical, choices: [unset, Ring, Tree], default: unset, memory: none}
   - {name: NCCL_PROTO, kind: categorical, choices: [unset, Simple, LL128], default: unset, memory: none}
 throughput: {samples_per_step: 1024}
-""" + _COMMON
+"""
+    + _COMMON
+)
 
 
 def _plateau(index: int, top: tuple[int, int], slope: float) -> float:
@@ -322,26 +337,40 @@ def _flat(rng: random.Random) -> tuple[Landscape, AnalyticNode]:
     nccl = {k: rng.uniform(0.997, 1.003) for k in ("unset", "Ring", "Tree", "Simple", "LL128")}
     seq_levels, tps = (32, 64, 128, 256, 512, 1024), (1, 2, 4)
     one = random.Random(f"flat-one-node:{sorted(nccl.items())}")
-    one_node = {"NCCL_ALGO": {"unset": 1.0, "Ring": one.uniform(0.97, 1.0), "Tree": one.uniform(0.85, 0.95)},
-                "NCCL_PROTO": {"unset": 1.0, "Simple": one.uniform(0.95, 1.0), "LL128": one.uniform(0.98, 1.05)}}
+    one_node = {
+        "NCCL_ALGO": {"unset": 1.0, "Ring": one.uniform(0.97, 1.0), "Tree": one.uniform(0.85, 0.95)},
+        "NCCL_PROTO": {"unset": 1.0, "Simple": one.uniform(0.95, 1.0), "LL128": one.uniform(0.98, 1.05)},
+    }
     """What the NCCL check measures: one node's collectives do change with the settings, but the
     job's step spends well under 1% in them (``nccl``)."""
 
     def landscape(v: Mapping[str, Any]) -> Truth:
-        util, tp, m = v["rollout.gpu_memory_utilization"], v["rollout.tensor_parallel_size"], v["train.micro_batch_size"]
-        gen = gen_s / (_plateau(seq_levels.index(v["rollout.max_num_seqs"]), (seqs_top, seqs_top + 1), slopes[0])
-                       * _plateau(tps.index(tp), tp_top, slopes[1])
-                       * (1.0 - slopes[2] * max(0.0, kv_sat - util) / 0.1))
+        util, tp, m = (
+            v["rollout.gpu_memory_utilization"],
+            v["rollout.tensor_parallel_size"],
+            v["train.micro_batch_size"],
+        )
+        gen = gen_s / (
+            _plateau(seq_levels.index(v["rollout.max_num_seqs"]), (seqs_top, seqs_top + 1), slopes[0])
+            * _plateau(tps.index(tp), tp_top, slopes[1])
+            * (1.0 - slopes[2] * max(0.0, kv_sat - util) / 0.1)
+        )
         train = train_s / _plateau(int(math.log2(m)), (micro_top, micro_top + 1), slopes[3])
         train *= 1.4 if v["train.offload"] else 1.0
         step = (gen + train) / (nccl[v["NCCL_ALGO"]] * nccl[v["NCCL_PROTO"]])
         residual = (1.0 + 0.5 * util) * (4 / tp) ** 0.5
         pool = util * 79.15 + 1.0  # the engines' pool while they generate
         trainer = (6 if v["train.offload"] else static) + OVERHEAD_GIB + m * act + residual + 8 * util
-        return Truth(step, max(pool, trainer), phase_peak_gib={"generate": pool, "policy_train": trainer},
-                     check_time_factor=_check_factor(one_node, v))
+        return Truth(
+            step,
+            max(pool, trainer),
+            phase_peak_gib={"generate": pool, "policy_train": trainer},
+            check_time_factor=_check_factor(one_node, v),
+        )
 
-    node = AnalyticNode(startup_s=rng.uniform(150, 300), step_noise=rng.uniform(0.06, 0.10), run_noise=rng.uniform(0.02, 0.04))
+    node = AnalyticNode(
+        startup_s=rng.uniform(150, 300), step_noise=rng.uniform(0.06, 0.10), run_noise=rng.uniform(0.02, 0.04)
+    )
     return landscape, node
 
 
@@ -354,7 +383,8 @@ def _flat_check(inst: Instance, ex: Exact) -> bool:
 # narrow-wall
 # ---------------------------------------------------------------------------------------------
 
-_WALL = """
+_WALL = (
+    """
 name: synthetic-narrow-wall
 description: a 26-38B model on one 8-GPU node with ZeRO; most configs run out of memory
 command: train
@@ -370,7 +400,9 @@ context: {train.tokens_per_gpu: 65536}
 constraints:
   - {expr: "train.micro_batch_size * train.packing_length <= train.tokens_per_gpu", message: "a micro-batch holds at most the step's tokens"}
 throughput: {samples_per_step: "train.tokens_per_gpu * 8"}
-""" + _COMMON
+"""
+    + _COMMON
+)
 
 
 def _wall(rng: random.Random) -> tuple[Landscape, AnalyticNode]:
@@ -409,7 +441,8 @@ def _wall_check(inst: Instance, ex: Exact) -> bool:
 # hang-region
 # ---------------------------------------------------------------------------------------------
 
-_HANG = """
+_HANG = (
+    """
 name: synthetic-hang-region
 description: an all-to-all heavy job on an NVSwitch node; some NCCL combinations hang next to the fastest ones
 command: train
@@ -425,7 +458,9 @@ context: {train.batch_per_gpu: 16}
 constraints:
   - {expr: "train.batch_per_gpu % train.micro_batch_size == 0", message: "micro-batch must divide the batch per GPU"}
 throughput: {samples_per_step: "train.batch_per_gpu * 8"}
-""" + _COMMON
+"""
+    + _COMMON
+)
 
 
 def _hang_rule(v: Mapping[str, Any]) -> tuple[str | None, float, str, bool]:
@@ -467,8 +502,16 @@ def _hang(rng: random.Random) -> tuple[Landscape, AnalyticNode]:
             if failure is None and hang_p < 0.3:
                 why = "within 8% of the memory wall a rank stalls in the allocator's retries"
             hang_p = max(hang_p, 0.3)
-        return Truth(step, peak, failure, hang_p, why, nccl_failure=nccl[0], nccl_hang_p=nccl[1],
-                     check_time_factor=NVLINK_BUSBW / busbw)
+        return Truth(
+            step,
+            peak,
+            failure,
+            hang_p,
+            why,
+            nccl_failure=nccl[0],
+            nccl_hang_p=nccl[1],
+            check_time_factor=NVLINK_BUSBW / busbw,
+        )
 
     return landscape, AnalyticNode(startup_s=rng.uniform(90, 200), step_noise=rng.uniform(0.01, 0.03))
 
@@ -493,10 +536,28 @@ def _hang_check(inst: Instance, ex: Exact) -> bool:
 FAMILIES: dict[str, Family] = {
     f.name: f
     for f in (
-        Family("enabler-trap", "checkpointing is slower per step but frees room for a 4-8x micro-batch", _TRAP, _trap, _trap_check),
-        Family("comm-bound", "two nodes over TCP: NCCL algorithm, protocol, sockets and buffers decide", _COMM, _comm, _comm_check),
+        Family(
+            "enabler-trap",
+            "checkpointing is slower per step but frees room for a 4-8x micro-batch",
+            _TRAP,
+            _trap,
+            _trap_check,
+        ),
+        Family(
+            "comm-bound",
+            "two nodes over TCP: NCCL algorithm, protocol, sockets and buffers decide",
+            _COMM,
+            _comm,
+            _comm_check,
+        ),
         Family("flat-top", "a broad optimum under 6-10% step noise", _FLAT, _flat, _flat_check),
-        Family("narrow-wall", "most configs run out of memory; the best sits just under the wall", _WALL, _wall, _wall_check),
+        Family(
+            "narrow-wall",
+            "most configs run out of memory; the best sits just under the wall",
+            _WALL,
+            _wall,
+            _wall_check,
+        ),
         Family("hang-region", "hanging NCCL combinations next to the fastest settings", _HANG, _hang, _hang_check),
     )
 }

@@ -47,7 +47,11 @@ class Faults:
 
 
 def _refuse(text: str, why: str) -> SimConfigError:
-    return SimConfigError("sim_env", f"{FAULT_ENV}={text!r}: {why} (expected {_USAGE})", [f"error: {FAULT_ENV}={text!r}: {why}; expected {_USAGE}"])
+    return SimConfigError(
+        "sim_env",
+        f"{FAULT_ENV}={text!r}: {why} (expected {_USAGE})",
+        [f"error: {FAULT_ENV}={text!r}: {why}; expected {_USAGE}"],
+    )
 
 
 def parse_faults(text: str | None, ranks: int) -> Faults:

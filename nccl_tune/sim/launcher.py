@@ -20,8 +20,8 @@ from __future__ import annotations
 import os
 import re
 import zlib
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Callable, Mapping, Sequence
 
 from nccl_tune.diagnose.stacks import Frame, ProcessStack, StackReport, ThreadStack
 from nccl_tune.diagnose.verdict import LogFacts, TrialFacts, decide
@@ -29,13 +29,13 @@ from nccl_tune.failure import Cause, Evidence, FailureClass, Verdict
 from nccl_tune.launchers.base import CheckSupport, Launcher, TrialObserver, TrialProgress
 from nccl_tune.launchers.process import build_env
 from nccl_tune.launchers.progress import ProgressLedger, ProgressState
-from nccl_tune.launchers.trial_files import LOG_FILE, write_result
 from nccl_tune.launchers.supervise import Decision, Watch, observer_decision
+from nccl_tune.launchers.trial_files import LOG_FILE, write_result
 from nccl_tune.sim import logfmt
 from nccl_tune.sim.config import parse_overrides
 from nccl_tune.sim.cost_model import H100_CAPACITY_GIB
 from nccl_tune.sim.evaluate import Outcome, PhaseSpan, SimFailure, evaluate
-from nccl_tune.sim.refusal import HYDRA_FULL_ERROR_HINT, SimConfigError
+from nccl_tune.sim.refusal import SimConfigError
 from nccl_tune.sim.script import skyrl_sql_overrides
 from nccl_tune.sim.shapes import GPUS_PER_NODE
 from nccl_tune.trial import OUTSIDE_PHASES, GpuMemory, MemoryReport, StopReason, TrialResult, TrialSpec
@@ -94,7 +94,9 @@ class ModelLauncher(Launcher):
 
     def nccl_check_support(self) -> CheckSupport:
         if self._check_gpus is None:
-            return CheckSupport(None, "the twin does not model it" if self.cost is None else "this cost model does not model it")
+            return CheckSupport(
+                None, "the twin does not model it" if self.cost is None else "this cost model does not model it"
+            )
         return CheckSupport(self._check_gpus)
 
     def trial_env(self, spec: TrialSpec) -> dict[str, str]:
@@ -147,9 +149,16 @@ class ModelLauncher(Launcher):
 
     def _refused(self, spec: TrialSpec, exc: SimConfigError) -> TrialResult:
         """The twin refused the configuration: the lines it prints, exit 1, decided like any run."""
-        facts = TrialFacts(logs=(LogFacts(LOG_FILE, lines=tuple(exc.lines)),), stop_reason=StopReason.EXITED,
-                           stop_detail="the command ended (exit code 1)", exit_code=1, steps_done=0,
-                           total_steps=spec.stop.total_steps, progress=spec.progress, trainer="skyrl")
+        facts = TrialFacts(
+            logs=(LogFacts(LOG_FILE, lines=tuple(exc.lines)),),
+            stop_reason=StopReason.EXITED,
+            stop_detail="the command ended (exit code 1)",
+            exit_code=1,
+            steps_done=0,
+            total_steps=spec.stop.total_steps,
+            progress=spec.progress,
+            trainer="skyrl",
+        )
         verdict = decide(facts)
         wall = CONFIG_ERROR_WALL_S
         return TrialResult(
@@ -282,7 +291,9 @@ class _Supervision:
                     phase_gib[name] = max(phase_gib.get(name, 0.0), gib)
         return MemoryReport(
             source="model",
-            gpus=tuple(GpuMemory(index=g, total_gib=H100_CAPACITY_GIB, peak_gib=round(p, 3)) for g, p in enumerate(peaks)),
+            gpus=tuple(
+                GpuMemory(index=g, total_gib=H100_CAPACITY_GIB, peak_gib=round(p, 3)) for g, p in enumerate(peaks)
+            ),
             phase_peak_frac={name: round(gib, 3) / H100_CAPACITY_GIB for name, gib in phase_gib.items()},
             phases_open_at_end=tuple(open_phases) or (OUTSIDE_PHASES,),
         )
@@ -293,12 +304,22 @@ class _Supervision:
         loguru format, time stamps) and the cost model's own lines for the failure; the other
         ranks' watchdog lines only once the command has run its cascade to its end."""
         start = self.out.startup_s if self.out.phases else 0.0
-        lines = [  # the workers introduce themselves once their process group is up, as the twin's do
-            f"({logfmt.POLICY_ACTOR} pid={WORKER_PID + g}) "
-            + logfmt.loguru_line(f"Initialized process group rank {g}/{len(self.out.gpu_peak_gib)}", when=_when(start),
-                                 name="skyrl_train.workers.fsdp.fsdp_worker", function="init_model", line=88, color=False)
-            for g in range(len(self.out.gpu_peak_gib))
-        ] if start <= at else []
+        lines = (
+            [  # the workers introduce themselves once their process group is up, as the twin's do
+                f"({logfmt.POLICY_ACTOR} pid={WORKER_PID + g}) "
+                + logfmt.loguru_line(
+                    f"Initialized process group rank {g}/{len(self.out.gpu_peak_gib)}",
+                    when=_when(start),
+                    name="skyrl_train.workers.fsdp.fsdp_worker",
+                    function="init_model",
+                    line=88,
+                    color=False,
+                )
+                for g in range(len(self.out.gpu_peak_gib))
+            ]
+            if start <= at
+            else []
+        )
         fail_at = failure.at_s if failure is not None else None
         emitted = False
         for t, is_start, span in self._events():
@@ -336,14 +357,23 @@ class _Supervision:
             if g == failure.rank:
                 frames = (Frame("_event", "nccl_tune/sim/worker.py", 221, "time.sleep(self.spec['timeout_s'] + 0.5)"),)
             else:
-                frames = (Frame("all_gather_into_tensor", "torch/distributed/distributed_c10d.py", 3800, ""),
-                          Frame("_all_gather", "nccl_tune/sim/worker.py", 160, ""))
-            procs.append(ProcessStack(WORKER_PID + g, g, "python -m nccl_tune.sim.worker",
-                                      (ThreadStack("MainThread", False, frames, main=True),)))
+                frames = (
+                    Frame("all_gather_into_tensor", "torch/distributed/distributed_c10d.py", 3800, ""),
+                    Frame("_all_gather", "nccl_tune/sim/worker.py", 160, ""),
+                )
+            procs.append(
+                ProcessStack(
+                    WORKER_PID + g,
+                    g,
+                    "python -m nccl_tune.sim.worker",
+                    (ThreadStack("MainThread", False, frames, main=True),),
+                )
+            )
         return StackReport(tuple(procs))
 
-    def _facts(self, at: float, decision: Decision, state: ProgressState, exit_code: int | None,
-               signal_name: str | None) -> TrialFacts:
+    def _facts(
+        self, at: float, decision: Decision, state: ProgressState, exit_code: int | None, signal_name: str | None
+    ) -> TrialFacts:
         out = self.out
         failure = out.failure if out.failure is not None and out.failure.at_s <= at else None
         return TrialFacts(

@@ -10,10 +10,10 @@ and ``nccl_tune.sim.skyrl_train.entrypoints.main_base``), and each passes its la
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import Enum
 from types import MappingProxyType
-from typing import Mapping
 
 
 class Layout(str, Enum):
@@ -50,7 +50,10 @@ _MOVED_KEYS = {
     # logical name: (today, legacy)
     "num_engines": ("generator.inference_engine.num_engines", "generator.num_inference_engines"),
     "engine_tp": ("generator.inference_engine.tensor_parallel_size", "generator.inference_engine_tensor_parallel_size"),
-    "engine_pp": ("generator.inference_engine.pipeline_parallel_size", "generator.inference_engine_pipeline_parallel_size"),
+    "engine_pp": (
+        "generator.inference_engine.pipeline_parallel_size",
+        "generator.inference_engine_pipeline_parallel_size",
+    ),
     "engine_dp": ("generator.inference_engine.data_parallel_size", "generator.inference_engine_data_parallel_size"),
     "gpu_memory_utilization": ("generator.inference_engine.gpu_memory_utilization", "generator.gpu_memory_utilization"),
     "max_num_seqs": ("generator.inference_engine.max_num_seqs", "generator.max_num_seqs"),

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import pprint
 import socket
+from collections.abc import Iterable, Mapping
 from datetime import datetime
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 RESET = "\x1b[0m"
 GREEN = "\x1b[32m"
@@ -194,7 +195,9 @@ def nccl_error_text(error: str, warn: str) -> str:
     )
 
 
-def watchdog_timeout_line(rank: int, seq: int, op: str, numel_in: int, numel_out: int, timeout_ms: int, when: datetime | None = None) -> str:
+def watchdog_timeout_line(
+    rank: int, seq: int, op: str, numel_in: int, numel_out: int, timeout_ms: int, when: datetime | None = None
+) -> str:
     """The NCCL watchdog's line when a collective times out (PyTorch 2.x)."""
     w = when or datetime.now()
     ts = w.strftime("%m%d %H:%M:%S.") + f"{w.microsecond:06d}"

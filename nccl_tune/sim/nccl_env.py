@@ -15,8 +15,8 @@ Which algorithms exist for which collective, and on this node, is decided in ``c
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from nccl_tune.node.env_catalog import strtoll as catalog_strtoll
 
@@ -70,7 +70,9 @@ class NcclSettings:
         )
 
 
-def _parse_list(variable: str, text: str, names: tuple[str, ...]) -> tuple[dict[str, frozenset[str]], NcclEnvProblem | None]:
+def _parse_list(
+    variable: str, text: str, names: tuple[str, ...]
+) -> tuple[dict[str, frozenset[str]], NcclEnvProblem | None]:
     """NCCL's ``parseList``: per-function enabled sets, or the problem NCCL reports."""
     enabled = {f: set(names) for f in FUNCTIONS}
     lower = {n.lower(): n for n in names}
@@ -167,7 +169,22 @@ INT_VARS = (
     "NCCL_CROSS_NIC", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS", "NCCL_NSOCKS_PERTHREAD", "NCCL_SOCKET_NTHREADS",
 )  # fmt: skip
 """Integer parameters (``NCCL_PARAM``): read with ``strtoll`` and reported as the number read."""
-SUBSYSTEMS = ("INIT", "COLL", "P2P", "SHM", "NET", "GRAPH", "TUNING", "ENV", "ALLOC", "CALL", "PROXY", "NVLS", "BOOTSTRAP", "REG")
+SUBSYSTEMS = (
+    "INIT",
+    "COLL",
+    "P2P",
+    "SHM",
+    "NET",
+    "GRAPH",
+    "TUNING",
+    "ENV",
+    "ALLOC",
+    "CALL",
+    "PROXY",
+    "NVLS",
+    "BOOTSTRAP",
+    "REG",
+)
 DEFAULT_SUBSYSTEMS = frozenset({"INIT", "BOOTSTRAP", "ENV"})
 """NCCL's subsystems when ``NCCL_DEBUG_SUBSYS`` is unset (NCCL's environment documentation)."""
 

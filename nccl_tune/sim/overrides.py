@@ -14,15 +14,18 @@ from __future__ import annotations
 import math
 import os
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from nccl_tune.sim.defaults import default_tree
 from nccl_tune.sim.refusal import HYDRA_FULL_ERROR_HINT, SimConfigError
 
 _KEY = re.compile(r"^[A-Za-z_][\w\-]*(?:\.[\w\-]+)*$")
 _INT = re.compile(r"^[+-]?(?:0|[1-9][0-9_]*)$")
-_FLOAT = re.compile(r"^[+-]?(?:(?:\d[\d_]*)?\.\d[\d_]*(?:[eE][+-]?\d+)?|\d[\d_]*\.(?:[eE][+-]?\d+)?|\d[\d_]*[eE][+-]?\d+)$")
+_FLOAT = re.compile(
+    r"^[+-]?(?:(?:\d[\d_]*)?\.\d[\d_]*(?:[eE][+-]?\d+)?|\d[\d_]*\.(?:[eE][+-]?\d+)?|\d[\d_]*[eE][+-]?\d+)$"
+)
 _INTERP = re.compile(r"\$\{([^${}]+)\}")
 
 

@@ -7,8 +7,8 @@ memory. Shapes come from each model's Hugging Face ``config.json``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Mapping
 
 GPUS_PER_NODE = 8
 """An HGX H100 SXM5 board: 8 GPUs on NVSwitch (the rest of the node is in ``cost_model.py``)."""
@@ -58,7 +58,9 @@ class Architecture:
         return 12 * self.layers + (2 if self.tied_embeddings else 3)
 
 
-def _qwen(size: str, hidden: int, layers: int, inter: int, heads: int, kv: int, vocab: int, tied: bool) -> list[Architecture]:
+def _qwen(
+    size: str, hidden: int, layers: int, inter: int, heads: int, kv: int, vocab: int, tied: bool
+) -> list[Architecture]:
     return [
         Architecture(f"Qwen/Qwen2.5-{size}-Instruct", hidden, layers, inter, heads, kv, vocab, tied),
         Architecture(f"Qwen/Qwen2.5-Coder-{size}-Instruct", hidden, layers, inter, heads, kv, vocab, tied),

@@ -10,7 +10,8 @@ functions here raise the same (``raise AssertionError(...)``, which ``python -O`
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from nccl_tune.sim.overrides import AppliedConfig
 
@@ -59,7 +60,9 @@ def validate_generator_cfg(cfg: AppliedConfig, env: Mapping[str, str | None]) ->
     if logprobs is not None:
         _check(isinstance(logprobs, int) and not isinstance(logprobs, bool))
         if logprobs > 1:
-            raise ValueError(f"`logprobs` if set should be 0 or 1 (both return only the chosen token's logprob), got {logprobs}")
+            raise ValueError(
+                f"`logprobs` if set should be 0 or 1 (both return only the chosen token's logprob), got {logprobs}"
+            )
 
 
 def validate_batch_sizes(cfg: AppliedConfig) -> None:
@@ -129,7 +132,10 @@ def validate_cfg(cfg: AppliedConfig, env: Mapping[str, str | None]) -> None:
     backend = g("trainer.sequence_parallel_backend")
     _check(backend == "ulysses", f"only ulysses is supported as of now, got {backend}")
     if g("trainer.algorithm.advantage_estimator") == "gae":
-        _check(bool(g("trainer.critic.model.path")), "`trainer.critic.model.path` should be provided for PPO training, got `None`")
+        _check(
+            bool(g("trainer.critic.model.path")),
+            "`trainer.critic.model.path` should be provided for PPO training, got `None`",
+        )
     _check(
         not (g("trainer.algorithm.use_kl_in_reward") and g("trainer.algorithm.use_kl_loss")),
         "use_kl_in_reward and use_kl_loss should be mutually exclusive",

@@ -9,7 +9,7 @@ messages, for the keys the twin reads. The batch-size relations are the same as 
 
 from __future__ import annotations
 
-from typing import Mapping
+from collections.abc import Mapping
 
 from nccl_tune.sim.overrides import AppliedConfig
 from nccl_tune.sim.validate import _check, validate_batch_sizes
@@ -41,7 +41,9 @@ def _generator(cfg: AppliedConfig, env: Mapping[str, str | None]) -> None:
     if logprobs is not None:
         _check(isinstance(logprobs, int) and not isinstance(logprobs, bool))
         if logprobs > 1:
-            raise ValueError(f"`logprobs` if set should be 0 or 1 (both return only the chosen token's logprob), got {logprobs}")
+            raise ValueError(
+                f"`logprobs` if set should be 0 or 1 (both return only the chosen token's logprob), got {logprobs}"
+            )
     ie = "generator.inference_engine."
     ep, dp, tp = g(ie + "expert_parallel_size"), g(ie + "data_parallel_size"), g(ie + "tensor_parallel_size")
     if ep > 1:
@@ -67,7 +69,10 @@ def _placement(cfg: AppliedConfig) -> None:
     policy_gpus = g("trainer.placement.policy_num_gpus_per_node") * g("trainer.placement.policy_num_nodes")
     ie = "generator.inference_engine."
     rollout_gpus = (
-        g(ie + "num_engines") * g(ie + "tensor_parallel_size") * g(ie + "pipeline_parallel_size") * g(ie + "data_parallel_size")
+        g(ie + "num_engines")
+        * g(ie + "tensor_parallel_size")
+        * g(ie + "pipeline_parallel_size")
+        * g(ie + "data_parallel_size")
     )
     _check(
         policy_gpus == rollout_gpus,
@@ -89,7 +94,10 @@ def validate_cfg_today(cfg: AppliedConfig, env: Mapping[str, str | None]) -> lis
     backend = g("trainer.sequence_parallel_backend")
     _check(backend == "ulysses", f"only ulysses is supported as of now, got {backend}")
     if g("trainer.algorithm.advantage_estimator") == "gae":
-        _check(bool(g("trainer.critic.model.path")), "`trainer.critic.model.path` should be provided for PPO training, got `None`")
+        _check(
+            bool(g("trainer.critic.model.path")),
+            "`trainer.critic.model.path` should be provided for PPO training, got `None`",
+        )
     _check(
         not (g("trainer.algorithm.use_kl_in_reward") and g("trainer.algorithm.use_kl_loss")),
         "use_kl_in_reward and use_kl_loss should be mutually exclusive",
@@ -107,6 +115,8 @@ def validate_cfg_today(cfg: AppliedConfig, env: Mapping[str, str | None]) -> lis
         f"invalid advantage_estimator: {estimator}. Must be one of {list(ADVANTAGE_ESTIMATORS)}",
     )
     reduction = g("trainer.algorithm.loss_reduction")
-    _check(reduction in LOSS_REDUCTIONS, f"invalid loss_reduction: {reduction}. Must be one of `{list(LOSS_REDUCTIONS)}`")
+    _check(
+        reduction in LOSS_REDUCTIONS, f"invalid loss_reduction: {reduction}. Must be one of `{list(LOSS_REDUCTIONS)}`"
+    )
     _placement(cfg)
     return warnings

@@ -409,7 +409,9 @@ class _Adam:
     """Adam's update, written out: ``torch.optim``'s optimizers import TorchDynamo when built (about
     as much CPU as torch itself, in every rank of every run), and the twin's rank needs only the step."""
 
-    def __init__(self, torch, params: list, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8) -> None:
+    def __init__(
+        self, torch, params: list, lr: float, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8
+    ) -> None:
         self.torch, self.params, self.lr, self.betas, self.eps = torch, params, lr, betas, eps
         self.m = [torch.zeros_like(p) for p in params]
         self.v = [torch.zeros_like(p) for p in params]

@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -100,8 +101,9 @@ class Admission:
     """Decides, trial by trial, whether asked values are launched; counts refusals in a row and
     says when the search has converged (module docstring)."""
 
-    def __init__(self, space: SearchSpace, display: Display, predict_oom: bool,
-                 pinned: Callable[[], Mapping[str, Any]] = dict) -> None:
+    def __init__(
+        self, space: SearchSpace, display: Display, predict_oom: bool, pinned: Callable[[], Mapping[str, Any]] = dict
+    ) -> None:
         self.space = space
         self.display = display
         self.predict_oom = predict_oom
@@ -125,8 +127,11 @@ class Admission:
         configs = self._launchable()
         if configs is None:
             return False
-        ran = {run_key(rec.values) for t, rec in zip(trials, history)
-               if t.state in (TrialState.COMPLETE, TrialState.PRUNED) and rec.outcome is R.Outcome.LAUNCHED}
+        ran = {
+            run_key(rec.values)
+            for t, rec in zip(trials, history)
+            if t.state in (TrialState.COMPLETE, TrialState.PRUNED) and rec.outcome is R.Outcome.LAUNCHED
+        }
         left = [values for key, values in configs.items() if key not in ran]
         if not left:
             return True
@@ -136,7 +141,9 @@ class Admission:
         model = MemoryModel(self.space, history) if self.predict_oom else None
         return all(sweep.refused(v) is not None or (model is not None and model.verdict(v) is not None) for v in left)
 
-    def _check_converged(self, study: optuna.Study, trials: Sequence[FrozenTrial], history: Sequence[TrialRecord]) -> None:
+    def _check_converged(
+        self, study: optuna.Study, trials: Sequence[FrozenTrial], history: Sequence[TrialRecord]
+    ) -> None:
         if self.duplicates_in_a_row >= MAX_DUPLICATES_IN_A_ROW:
             self.converged = True
             self.display.note("the sampler keeps proposing configs already measured: the search has converged")
@@ -165,8 +172,9 @@ class Admission:
         if original is not None:
             clamped = clamps(values)
             if clamped:
-                self.display.skipped(trial.number, f"{'; '.join(c.describe() for c in clamped)}: "
-                                                   f"the run of trial {original.number}")
+                self.display.skipped(
+                    trial.number, f"{'; '.join(c.describe() for c in clamped)}: the run of trial {original.number}"
+                )
             tell_duplicate(study, trial, original)
             self.duplicates_in_a_row += 1
             self._check_converged(study, trials, history)

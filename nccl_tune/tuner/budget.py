@@ -9,7 +9,7 @@ With ``--confirm 0`` the reserve is one trial: no search trial starts that would
 from __future__ import annotations
 
 import time
-from typing import Iterable
+from collections.abc import Iterable
 
 from nccl_tune.failure import FailureClass
 from nccl_tune.trial import TrialResult

@@ -25,8 +25,9 @@ def confirm(
     space, pinned = runner.space, runner.pins.params
     for _ in range(reruns):
         history = R.records(study)
-        pending = to_confirm(history, 1, study_reference(space, history), flaky_rule(space, history),
-                             study_user_env(space, history))
+        pending = to_confirm(
+            history, 1, study_reference(space, history), flaky_rule(space, history), study_user_env(space, history)
+        )
         if not pending:
             return False
         cand = pending[0]

@@ -4,7 +4,8 @@ for the running trial on a terminal, the incumbent, and a summary table at the e
 from __future__ import annotations
 
 import time
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -16,10 +17,10 @@ from nccl_tune.search_spaces.space import UNSET, SearchSpace
 from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.trial import TrialResult
 from nccl_tune.tuner.early_stops import EarlyStops, early_stops
-from nccl_tune.tuner.steps import coarse_reading_note
-from nccl_tune.tuner.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.semantics import semantic_changes
 from nccl_tune.tuner.stability import Candidate, faster_passed_over
+from nccl_tune.tuner.steps import coarse_reading_note
+from nccl_tune.tuner.study_records import Outcome, TrialRecord
 
 _STYLE = {
     FailureClass.OK: "green",
@@ -87,9 +88,11 @@ def duration(seconds: float) -> str:
 def early_stop_sentence(stops: EarlyStops) -> str:
     """What stopping early saved, in one sentence."""
     n = len(stops.trials)
-    text = (f"stopping early: {n} trial{'s' if n != 1 else ''} stopped as slower than the incumbent "
-            f"(screening, the early stop) ran {duration(stops.spent_s)} and saved about {duration(stops.saved_s)}, "
-            f"{stops.saved_share:.0%} of what the launched trials would have taken")
+    text = (
+        f"stopping early: {n} trial{'s' if n != 1 else ''} stopped as slower than the incumbent "
+        f"(screening, the early stop) ran {duration(stops.spent_s)} and saved about {duration(stops.saved_s)}, "
+        f"{stops.saved_share:.0%} of what the launched trials would have taken"
+    )
     if stops.unknown:
         text += f" ({stops.unknown} recorded without their planned steps, not counted)"
     return text
@@ -138,11 +141,15 @@ class Display:
         else:
             self.console.print(
                 f"[bold]▶ trial {number}[/] [dim]{escape(kind)}[/] {escape(describe(self.space, values))}",
-                highlight=False, soft_wrap=True,
+                highlight=False,
+                soft_wrap=True,
             )
         if why:
-            self.console.print(f"  [dim]why: {escape(why)}[/]" if not self.plain else escape(f"  why: {why}"),
-                               highlight=False, soft_wrap=True)
+            self.console.print(
+                f"  [dim]why: {escape(why)}[/]" if not self.plain else escape(f"  why: {why}"),
+                highlight=False,
+                soft_wrap=True,
+            )
         if self.console.is_terminal:
             self._status = self.console.status(f"{self._label}: starting")
             self._status.start()
@@ -168,9 +175,15 @@ class Display:
         failed = result.status is not FailureClass.OK
         evidence = shorten(result.verdict.evidence[0].text) if failed and result.verdict.evidence else ""
         advice = result.verdict.advice if failed else ""
-        best = f"incumbent: trial {incumbent.first.number} {fmt_tput(incumbent.throughput, incumbent.throughput_unit)}" if incumbent else ""
+        best = (
+            f"incumbent: trial {incumbent.first.number} {fmt_tput(incumbent.throughput, incumbent.throughput_unit)}"
+            if incumbent
+            else ""
+        )
         if self.plain:
-            parts = [f"trial {number} {status}  {metrics}"] + [x for x in (evidence, advice and f"advice: {advice}", best) if x]
+            parts = [f"trial {number} {status}  {metrics}"] + [
+                x for x in (evidence, advice and f"advice: {advice}", best) if x
+            ]
             self.console.print(escape(" | ".join(parts)), highlight=False, soft_wrap=True)
             return
         self.console.print(f"  [{style}]{status}[/] {metrics}", highlight=False, soft_wrap=True)
@@ -188,8 +201,12 @@ class Display:
         self._stop_status()
 
     def summary(
-        self, records: list[TrialRecord], winner: Candidate | None, base: Candidate | None,
-        confirmation_required: bool = False, show_why: bool = False,
+        self,
+        records: list[TrialRecord],
+        winner: Candidate | None,
+        base: Candidate | None,
+        confirmation_required: bool = False,
+        show_why: bool = False,
         passed_over: Sequence[tuple[Candidate, str]] = (),
     ) -> None:
         """The trials, what was not launched, and the winner (``confirmation_required``: a winner not
@@ -205,13 +222,17 @@ class Display:
         for c, why in faster_passed_over(passed_over, winner):
             self.console.print(
                 f"[yellow]not stable, though its runs finished:[/] trial {c.first.number} "
-                f"{fmt_tput(c.throughput, c.throughput_unit)}: {escape(why)}", highlight=False, soft_wrap=True)
+                f"{fmt_tput(c.throughput, c.throughput_unit)}: {escape(why)}",
+                highlight=False,
+                soft_wrap=True,
+            )
         note = coarse_reading_note(records, self.space.stop.measured_steps)
         if note:
             self.console.print(f"[yellow]coarse measurement:[/] {escape(note)}", highlight=False, soft_wrap=True)
 
-    def _summary_lines(self, records: list[TrialRecord], winner: Candidate | None, base: Candidate | None,
-                       show_why: bool) -> None:
+    def _summary_lines(
+        self, records: list[TrialRecord], winner: Candidate | None, base: Candidate | None, show_why: bool
+    ) -> None:
         self.console.print("trials:", highlight=False)
         for r in records:
             if r.outcome is not Outcome.LAUNCHED:
@@ -227,8 +248,9 @@ class Display:
             if show_why and r.why:
                 self.console.print(escape(f"    why: {r.why}"), highlight=False, soft_wrap=True)
 
-    def _summary_table(self, records: list[TrialRecord], winner: Candidate | None, base: Candidate | None,
-                       show_why: bool) -> None:
+    def _summary_table(
+        self, records: list[TrialRecord], winner: Candidate | None, base: Candidate | None, show_why: bool
+    ) -> None:
         table = Table(title="trials", show_lines=False)
         units = {r.throughput_unit for r in records if r.ok and r.throughput}
         for col in ("#", "kind", "status", units.pop() if len(units) == 1 else "throughput", "peak mem"):
@@ -277,7 +299,10 @@ class Display:
         if winner.confirmed:
             head, tail = "[bold green]best stable:[/]", "confirmed by a re-run"
         elif confirmation_required:
-            head, tail = "[bold yellow]no confirmed config; best unconfirmed:[/]", "[yellow]not confirmed by a re-run[/]"
+            head, tail = (
+                "[bold yellow]no confirmed config; best unconfirmed:[/]",
+                "[yellow]not confirmed by a re-run[/]",
+            )
         else:
             head, tail = "[bold green]best stable:[/]", "[yellow]not confirmed by a re-run[/]"
         tput = fmt_tput(winner.throughput, winner.throughput_unit)

@@ -21,7 +21,8 @@ from nccl_tune.search_spaces.skyrl_layout import chosen_space
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.trial import TrialSpec
 from nccl_tune.tuner.admission import MAX_REJECTED_IN_A_ROW
-from nccl_tune.tuner.nccl_sweep_run import checking as nccl_checking, plan_line, sweeper
+from nccl_tune.tuner.nccl_sweep_run import checking as nccl_checking
+from nccl_tune.tuner.nccl_sweep_run import plan_line, sweeper
 from nccl_tune.tuner.pins import Pins, apply_pins, baseline_values
 from nccl_tune.tuner.preflight import check_before_trials, refuse_launcher_env
 from nccl_tune.tuner.sampling import suggest
@@ -58,7 +59,8 @@ class DryRun:
                 "warmup_steps": spec.stop.warmup_steps,
                 "measured_steps": spec.stop.measured_steps,
                 "later_measured_steps_max": max(spec.stop.measured_steps, MAX_MEASURED_STEPS)
-                if self.steps_follow_noise else spec.stop.measured_steps,
+                if self.steps_follow_noise
+                else spec.stop.measured_steps,
             },
             "clocks": {
                 "startup_timeout_s": c.startup_timeout_s,
@@ -129,12 +131,16 @@ def plan_dry_run(settings: RunSettings, launcher: Launcher | None = None) -> Dry
     refuse_launcher_env(settings, space, pins)
     study = settings.study_name(space.name)
     values = first_values(space, pins, settings.seed)
-    spec = build_trial_spec(
-        space, settings, study=study, number=0, values=values, context_pins=pins.context
-    )
+    spec = build_trial_spec(space, settings, study=study, number=0, values=values, context_pins=pins.context)
     launcher = launcher or make_launcher(settings.launcher, settings.ray_address, settings.gate_timeout_s)
     check_before_trials(settings, space, pins, study, launcher, spec)
     checker, checking = nccl_checking(launcher, settings, space)
     sweep = plan_line(space, dict(pins.params)) if sweeper(checker, settings) else None
-    return DryRun(study=study, space=space.name, spec=spec, steps_follow_noise=settings.steps is None, nccl_check=checking,
-                  nccl_sweep=sweep)
+    return DryRun(
+        study=study,
+        space=space.name,
+        spec=spec,
+        steps_follow_noise=settings.steps is None,
+        nccl_check=checking,
+        nccl_sweep=sweep,
+    )

@@ -4,8 +4,8 @@ they did not run (``TrialRecord.unspent_s``), against what the launched trials w
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Iterable
 
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
 

@@ -60,7 +60,9 @@ def tuned_document(stored: StoredStudy, winner: Candidate) -> dict[str, Any]:
         "mean_step_s": round(best.result.mean_step_s, 3) if best.result and best.result.mean_step_s else None,
         "runs": len(winner.runs),
         "runs_per_s": [round(r.throughput, 3) for r in winner.ok_runs if r.throughput],
-        "measured_steps_per_run": [len(r.result.measured_step_times_s) for r in winner.ok_runs if r.throughput and r.result],
+        "measured_steps_per_run": [
+            len(r.result.measured_step_times_s) for r in winner.ok_runs if r.throughput and r.result
+        ],
         "throughput_spread": round(winner.throughput_spread, 4),
         "peak_mem_gib": round(winner.peak_mem_gib, 2) if winner.peak_mem_gib is not None else None,
         "min_headroom_gib": round(winner.min_headroom_gib, 2) if winner.min_headroom_gib is not None else None,
@@ -147,7 +149,9 @@ def write_tuned(path: Path, stored: StoredStudy, winner: Candidate) -> Path | No
         try:
             os.replace(path, previous)
         except OSError as exc:
-            raise NcclTuneError(f"cannot keep the previous {path} as {previous} ({exc.strerror}): move it away") from None
+            raise NcclTuneError(
+                f"cannot keep the previous {path} as {previous} ({exc.strerror}): move it away"
+            ) from None
     write_output(path, text)
     return previous
 
@@ -231,7 +235,9 @@ def _env_lines(doc: dict[str, Any], tuned: Path) -> tuple[str, ...]:
     if not isinstance(env, dict):
         raise NcclTuneError(f"tuned file {tuned}: 'env' must map variable names to values, got {type(env).__name__}")
     if not isinstance(unset, list):
-        raise NcclTuneError(f"tuned file {tuned}: 'unset_env' must be a list of variable names, got {type(unset).__name__}")
+        raise NcclTuneError(
+            f"tuned file {tuned}: 'unset_env' must be a list of variable names, got {type(unset).__name__}"
+        )
     for name in [*env, *unset]:
         if not is_env_name(name):
             raise NcclTuneError(

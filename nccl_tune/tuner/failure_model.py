@@ -43,8 +43,9 @@ import math
 import random
 import statistics
 from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import cached_property
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from nccl_tune.failure import FailureClass
 from nccl_tune.search_spaces.space import Parameter, SearchSpace
@@ -214,8 +215,10 @@ class FailureModel:
         if not failed:
             return {}, {}
         in_failures = Counter(k for keys, _ in failed for k in keys)
-        shared = [max([k for k in keys if k[1]] or keys, key=lambda k: (in_failures[k], -len(k[1]), -self.held[k]))
-                  for keys, _ in failed]
+        shared = [
+            max([k for k in keys if k[1]] or keys, key=lambda k: (in_failures[k], -len(k[1]), -self.held[k]))
+            for keys, _ in failed
+        ]
         own = [min(keys, key=lambda k: (self.held[k], len(k[1]))) for keys, _ in failed]
         chains = [self._chain(failed, start, seed) for seed, start in enumerate((shared, own))]
         top = max(mass for _, _, mass in chains)
@@ -229,8 +232,9 @@ class FailureModel:
                 cost[k] = cost.get(k, 0.0) + w * c[k] / total
         return fired, {k: cost[k] / fired[k] for k in fired}
 
-    def _chain(self, failed: list[tuple[tuple[Key, ...], float]], start: list[Key],
-               seed: int) -> tuple[dict[Key, float], dict[Key, float], float]:
+    def _chain(
+        self, failed: list[tuple[tuple[Key, ...], float]], start: list[Key], seed: int
+    ) -> tuple[dict[Key, float], dict[Key, float], float]:
         """One Gibbs chain from ``start``: (failures taken, cost taken, log of the mean posterior
         probability of its states after burn-in)."""
         rng = random.Random(seed)
@@ -256,8 +260,9 @@ class FailureModel:
                     fired[c] = fired.get(c, 0.0) + 1.0 / kept
                     cost[c] = cost.get(c, 0.0) + run_cost / kept
             if sweep >= BURN_IN:
-                log_joints.append(sum(_log_beta(_prior(k)[0] + taken[k], _prior(k)[1] + self.held[k] - taken[k])
-                                      for k in suspects))
+                log_joints.append(
+                    sum(_log_beta(_prior(k)[0] + taken[k], _prior(k)[1] + self.held[k] - taken[k]) for k in suspects)
+                )
         top = max(log_joints)
         return fired, cost, top + math.log(sum(math.exp(x - top) for x in log_joints) / len(log_joints))
 
@@ -357,8 +362,11 @@ class FailureModel:
         all came next to the same other values: the runs cannot tell it from them, and only a run
         that holds it without one of them can (the planner's move without a partner). Read once per
         base by the planner; the model does not change after its fit."""
-        return {k[1][0]: self.partners[k[1]] for k in self.fired
-                if self._cheap(k) and self._posterior(k) is not None and self.partners.get(k[1])}
+        return {
+            k[1][0]: self.partners[k[1]]
+            for k in self.fired
+            if self._cheap(k) and self._posterior(k) is not None and self.partners.get(k[1])
+        }
 
     def _in_context(self, cause: Cause, values: Mapping[str, Any]) -> bool:
         """True when ``values`` hold every value that each failed run holding ``cause`` held too: a
@@ -380,8 +388,13 @@ def study_failures(space: SearchSpace, records: Sequence[TrialRecord]) -> Failur
     defaults (the user's own values)."""
     launched = [r for r in records if r.outcome is Outcome.LAUNCHED and r.values]
     free = [p for p in space.parameters if len({repr(r.values.get(p.name)) for r in launched}) > 1]
-    return FailureModel(free, space.defaults(), records, memory_wall_frac=failure_wall_frac(space),
-                        p_below=MemoryModel(space, records).p_below)
+    return FailureModel(
+        free,
+        space.defaults(),
+        records,
+        memory_wall_frac=failure_wall_frac(space),
+        p_below=MemoryModel(space, records).p_below,
+    )
 
 
 class FlakyRule:

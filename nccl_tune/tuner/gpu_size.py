@@ -11,8 +11,8 @@ run's GPUs is the size of every run's. Reports that gave their own size keep it.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import replace
-from typing import Iterable
 
 from nccl_tune.diagnose.oom_demand import oom_demand
 from nccl_tune.trial import MemoryReport, TrialResult

@@ -9,8 +9,9 @@ commit, the host) and a readable summary of it; every reader gets its fields fro
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import optuna
 
@@ -25,14 +26,21 @@ def hardware_facts(command: Sequence[str] = (), cwd: Path | None = None) -> dict
     CUDA, torch and NCCL versions, the trainer; ``fingerprint`` holds every field."""
     fp = probe_fingerprint(command, cwd)
     gpus = f"{fp.gpu_count}x {fp.gpu_model} ({fp.gpu_memory_gib:.0f} GiB)" if fp.gpu_count else "none"
-    return {"host": fp.host, "gpus": gpus, "driver": fp.driver_version, "cuda": fp.cuda_version,
-            "torch": fp.torch_version, "nccl": fp.nccl_version, "trainer": fp.trainer, "fingerprint": fp.to_json()}
+    return {
+        "host": fp.host,
+        "gpus": gpus,
+        "driver": fp.driver_version,
+        "cuda": fp.cuda_version,
+        "torch": fp.torch_version,
+        "nccl": fp.nccl_version,
+        "trainer": fp.trainer,
+        "fingerprint": fp.to_json(),
+    }
 
 
 def store_hardware(study: optuna.Study, facts: Mapping[str, Any]) -> None:
     """Keep ``hardware_facts``' record in ``study`` (the latest run's hardware wins)."""
     study.set_user_attr(S_HARDWARE, dict(facts))
-
 
 
 def recorded_hardware(study_attrs: Mapping[str, Any]) -> dict[str, Any] | None:

@@ -59,10 +59,11 @@ from __future__ import annotations
 
 import math
 import random
-from functools import cached_property
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from statistics import NormalDist
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import optuna
@@ -71,14 +72,15 @@ from optuna.samplers import BaseSampler, TPESampler
 from optuna.trial import FrozenTrial, TrialState
 
 from nccl_tune.search_spaces.expr import ExprError
-from nccl_tune.search_spaces.space import Parameter, SearchSpace, Target
+from nccl_tune.search_spaces.space import SearchSpace, Target
 from nccl_tune.tuner import study_records as R
 from nccl_tune.tuner.failure_model import FailureModel
 from nccl_tune.tuner.memory_model import MemoryModel, failure_wall_frac
-from nccl_tune.tuner.nccl_sweep import Sweep, load as load_sweep
-from nccl_tune.tuner.study_records import Outcome, TrialRecord
+from nccl_tune.tuner.nccl_sweep import Sweep
+from nccl_tune.tuner.nccl_sweep import load as load_sweep
 from nccl_tune.tuner.sampling import distributions, from_optuna, to_optuna
 from nccl_tune.tuner.stability import candidates, run_key
+from nccl_tune.tuner.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.throughput_model import ThroughputModel, axis
 
 TPE_DRAWS = 8
@@ -141,8 +143,9 @@ def expected_improvement(mean: np.ndarray, sd: np.ndarray, best: float) -> np.nd
 class Planner:
     """One proposal from the study's records (the module docstring, steps 1-5)."""
 
-    def __init__(self, space: SearchSpace, pinned: Mapping[str, Any], records: Sequence[TrialRecord],
-                 sweep: Sweep | None = None) -> None:
+    def __init__(
+        self, space: SearchSpace, pinned: Mapping[str, Any], records: Sequence[TrialRecord], sweep: Sweep | None = None
+    ) -> None:
         """``sweep``: what the NCCL sweep timed (``nccl_sweep.load``), if it ran."""
         self.space = space
         self.sweep = sweep or Sweep()
@@ -153,8 +156,13 @@ class Planner:
         self.memory = MemoryModel(space, self.records)
         self.tput = ThroughputModel.of_study(space, self.pinned, self.records, self.sweep.speeds)
         self.tried = {self._key(r.values) for r in self.records if r.values}
-        self.failures = FailureModel(self.free, self.baseline, self.records, memory_wall_frac=failure_wall_frac(space),
-                                     p_below=self.memory.p_below)
+        self.failures = FailureModel(
+            self.free,
+            self.baseline,
+            self.records,
+            memory_wall_frac=failure_wall_frac(space),
+            p_below=self.memory.p_below,
+        )
         self.declined = ""
         """Why ``propose`` returned None."""
 
@@ -197,8 +205,13 @@ class Planner:
             needing = [v for v in ups if self.needs_enabler(self.full({**base, q.name: v}), q.name)]
             if not needing:
                 continue
-            enablers = [(e, w) for e in signed if e is not q
-                        for w in e.choices if e.memory_rank(w) < e.memory_rank(base[e.name])]
+            enablers = [
+                (e, w)
+                for e in signed
+                if e is not q
+                for w in e.choices
+                if e.memory_rank(w) < e.memory_rank(base[e.name])
+            ]
             known = [(e, w) for e, w in enablers if self.memory.varies(e.name)]
             for e, w in known or enablers:
                 for v in needing if (e, w) in known else needing[:1]:
@@ -237,10 +250,20 @@ class Planner:
         current = dict(base)
         current_mean = float(self.tput.predict([current])[0][0])
         for _ in range(len(self.free)):
-            options = [self.full({**current, p.name: v}) for p in self.free for v in p.choices
-                       if v != current.get(p.name) and (p.name, v) in seen]
-            options = [o for o in options if self.within_rules(o) and self.memory.p_fits(o) >= 0.5
-                       and self.failures.p_ok(o) >= LIKELY and self.memory.verdict(o) is None]
+            options = [
+                self.full({**current, p.name: v})
+                for p in self.free
+                for v in p.choices
+                if v != current.get(p.name) and (p.name, v) in seen
+            ]
+            options = [
+                o
+                for o in options
+                if self.within_rules(o)
+                and self.memory.p_fits(o) >= 0.5
+                and self.failures.p_ok(o) >= LIKELY
+                and self.memory.verdict(o) is None
+            ]
             if not options:
                 break
             means, _ = self.tput.predict(options)
@@ -287,8 +310,11 @@ class Planner:
         failure rates leave it less than even odds) nor flaky, best first; first of all those tied
         with the best (within ``TIE``, or within one standard deviation of their modelled difference
         from it: a lead one noisy run measured is not one), fewest changes from the baseline first."""
-        finished = [c for c in candidates(self.records)
-                    if c.all_ok and self.failures.p_ok(c.values) >= LIKELY and not self.failures.flaky(c.values)]
+        finished = [
+            c
+            for c in candidates(self.records)
+            if c.all_ok and self.failures.p_ok(c.values) >= LIKELY and not self.failures.flaky(c.values)
+        ]
         if not finished:
             return []
         means, _ = self.tput.predict([c.values for c in finished])
@@ -350,16 +376,27 @@ class Planner:
         if len(held) < 2:
             return []
         means, _ = self.tput.predict([base] + [m.values for m in held])
-        held = [m for m, mean in zip(held, means[1:])
-                if mean >= means[0] - TIE or m.values[m.changed[0]] == self.baseline.get(m.changed[0])]
+        held = [
+            m
+            for m, mean in zip(held, means[1:])
+            if mean >= means[0] - TIE or m.values[m.changed[0]] == self.baseline.get(m.changed[0])
+        ]
         env = {p.name for p in self.free if p.target is Target.ENV}
-        return [Move({**a.values, b.changed[0]: b.values[b.changed[0]]}, (a.changed[0], b.changed[0]), a.base,
-                     kind="pair of moves")
-                for i, a in enumerate(held) for b in held[i + 1:]
-                if a.changed != b.changed and not (a.changed[0] in env and b.changed[0] in env)]
+        return [
+            Move(
+                {**a.values, b.changed[0]: b.values[b.changed[0]]},
+                (a.changed[0], b.changed[0]),
+                a.base,
+                kind="pair of moves",
+            )
+            for i, a in enumerate(held)
+            for b in held[i + 1 :]
+            if a.changed != b.changed and not (a.changed[0] in env and b.changed[0] in env)
+        ]
 
-    def without_slower_enablers(self, base: Mapping[str, Any], singles: list[Move],
-                                enablers: set[tuple[str, Any]]) -> list[Move]:
+    def without_slower_enablers(
+        self, base: Mapping[str, Any], singles: list[Move], enablers: set[tuple[str, Any]]
+    ) -> list[Move]:
         """``singles`` less the moves to an unmeasured enabler that the throughput model does not
         rate faster than ``base``. The model's prior holds a memory-saving change slower (no faster
         for a semantic parameter, such as a prompt limit); only the study's measured trend along the
@@ -405,10 +442,14 @@ class Planner:
             score = np.where(likely, score, 0.0)
         i = int(np.argmax(score))
         if score[i] < floor:
-            self.declined = (f"no move is worth a trial (best expected gain {score[i]:.2%} after the odds it fits and "
-                             f"finishes, needs {floor:.2%})")
+            self.declined = (
+                f"no move is worth a trial (best expected gain {score[i]:.2%} after the odds it fits and "
+                f"finishes, needs {floor:.2%})"
+            )
             return None
-        return Proposal(pool[i].values, self.describe(pool[i], float(mean[i] - (best or mean[i])), fits[i]), float(score[i]))
+        return Proposal(
+            pool[i].values, self.describe(pool[i], float(mean[i] - (best or mean[i])), fits[i]), float(score[i])
+        )
 
     def describe(self, move: Move, gain: float, fits: float) -> str:
         changes = ", ".join(f"{n}={move.values[n]}" for n in move.changed)

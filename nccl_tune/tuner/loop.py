@@ -23,27 +23,28 @@ from typing import Any
 import optuna
 from rich.console import Console
 
+from nccl_tune.failure import FailureClass
 from nccl_tune.launchers.base import Launcher
 from nccl_tune.launchers.registry import make_launcher
-from nccl_tune.tuner.parallel import search_parallel
+from nccl_tune.nightly.fingerprint import Fingerprint
+from nccl_tune.nightly.night import Night
 from nccl_tune.search_spaces.loader import load_space
 from nccl_tune.search_spaces.skyrl_layout import chosen_space
 from nccl_tune.search_spaces.space import SearchSpace
-from nccl_tune.failure import FailureClass
 from nccl_tune.tuner import dropped
 from nccl_tune.tuner import study_records as R
 from nccl_tune.tuner.admission import Admission
 from nccl_tune.tuner.budget import Budget
 from nccl_tune.tuner.confirmation import confirm
 from nccl_tune.tuner.display import Display
-from nccl_tune.tuner.export import write_tuned
 from nccl_tune.tuner.dry_run import first_values
-from nccl_tune.nightly.fingerprint import Fingerprint
-from nccl_tune.nightly.night import Night
+from nccl_tune.tuner.export import write_tuned
 from nccl_tune.tuner.hardware_record import hardware_facts, store_hardware
+from nccl_tune.tuner.nccl_sweep_run import checking as nccl_checking
+from nccl_tune.tuner.nccl_sweep_run import run_sweep, sweeper
 from nccl_tune.tuner.nightly import check_runnable, finish_night, plan_night, start_night
 from nccl_tune.tuner.observer import InterruptFlag
-from nccl_tune.tuner.nccl_sweep_run import checking as nccl_checking, run_sweep, sweeper
+from nccl_tune.tuner.parallel import search_parallel
 from nccl_tune.tuner.pins import Pins, apply_pins, baseline_values
 from nccl_tune.tuner.preflight import check_before_trials, refuse_launcher_env
 from nccl_tune.tuner.recovery import Recovery
@@ -135,7 +136,13 @@ class StudyLoop:
             if line is not None:
                 self.display.note(line)
         self.runner = TrialRunner(
-            self.space, pins, settings, self.study_name, self.launcher, self.display, self.interrupt,
+            self.space,
+            pins,
+            settings,
+            self.study_name,
+            self.launcher,
+            self.display,
+            self.interrupt,
             socket.gethostname(),
         )
         self.admission = Admission(self.space, self.display, settings.predict_oom, lambda: self.pins.params)
@@ -161,16 +168,23 @@ class StudyLoop:
         """Everything that refuses the run before its first trial, with nothing written yet (what
         ``--dry-run`` checks): a refused run leaves no study, folder or database behind."""
         first = self.runner.spec_for(0, first_values(self.space, self.pins, self.settings.seed), [])
-        check_before_trials(self.settings, self.space, self.pins, self.study_name, self.launcher, first,
-                            lambda: self.fingerprint)
+        check_before_trials(
+            self.settings, self.space, self.pins, self.study_name, self.launcher, first, lambda: self.fingerprint
+        )
 
     def open(self) -> tuple[optuna.Study, bool]:
         """Open (or create) the study, once ``check`` passed, and settle it."""
         storage = open_storage(self.settings.storage_url)
         facts = self.facts
-        self.plan = plan_night(storage, self.space, self.fingerprint, series=self.settings.series,
-                               baseline_file=self.settings.baseline_file, warm_start=self.settings.warm_start,
-                               fail_on_regression_pct=self.settings.fail_on_regression_pct)
+        self.plan = plan_night(
+            storage,
+            self.space,
+            self.fingerprint,
+            series=self.settings.series,
+            baseline_file=self.settings.baseline_file,
+            warm_start=self.settings.warm_start,
+            fail_on_regression_pct=self.settings.fail_on_regression_pct,
+        )
         check_runnable(self.plan, self.space, self.pins.params)
         study, existed = create_or_resume(
             storage,
@@ -185,7 +199,11 @@ class StudyLoop:
         )
         done = sum(r.outcome is R.Outcome.LAUNCHED for r in R.records(study)) if existed else 0
         self.display.header(
-            self.study_name, self.settings.storage_url, existed, done, self.settings.trials,
+            self.study_name,
+            self.settings.storage_url,
+            existed,
+            done,
+            self.settings.trials,
             shlex.join(self.settings.command),
         )
         self.runner.pins = dropped.hold(self.runner.pins, self.space, dropped.load(study))
@@ -232,11 +250,23 @@ class StudyLoop:
         proven = winner if winner is not None and (winner.confirmed or not required) else None
         night = finish_night(study, self.plan, self.fingerprint, stored.records, proven, interrupted)
         if not interrupted:
-            self.display.summary(list(stored.records), winner, stored.baseline, confirmation_required=required,
-                                 passed_over=stored.passed_over)
-        return StudyOutcome(stored, winner, self.runner.launched, confirmation_required=required,
-                            interrupted=interrupted, resumed=existed, night=night,
-                            fail_on_regression=self.settings.fail_on_regression_pct is not None)
+            self.display.summary(
+                list(stored.records),
+                winner,
+                stored.baseline,
+                confirmation_required=required,
+                passed_over=stored.passed_over,
+            )
+        return StudyOutcome(
+            stored,
+            winner,
+            self.runner.launched,
+            confirmation_required=required,
+            interrupted=interrupted,
+            resumed=existed,
+            night=night,
+            fail_on_regression=self.settings.fail_on_regression_pct is not None,
+        )
 
     def budget_note(self, budget: Budget) -> str:
         """Why the search starts no new trial."""

@@ -51,18 +51,19 @@ they differ in one), or one the fit (any phase's) predicts above ``1 - min_headr
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from statistics import NormalDist
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from nccl_tune.diagnose.oom_demand import oom_demand
 from nccl_tune.failure import FailureClass
-from nccl_tune.search_spaces.space import MemoryEffect, ParamKind, Parameter, SearchSpace
-from nccl_tune.tuner.stability import values_key
+from nccl_tune.search_spaces.space import MemoryEffect, Parameter, ParamKind, SearchSpace
 from nccl_tune.trial import MemoryReport
+from nccl_tune.tuner.stability import values_key
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
 
 CONFIDENCE_Z = 2.0
@@ -121,7 +122,7 @@ class MemoryPrediction:
     measured: bool = True
     """False when the move changes a parameter whose effect the study never measured (the
     prediction then leans on ``PRIOR_SLOPE``: good for odds, not for refusing a config)."""
-    phases: Mapping[str, "MemoryPrediction"] = field(default_factory=dict)
+    phases: Mapping[str, MemoryPrediction] = field(default_factory=dict)
     """Per phase, its own prediction, when the peak is predicted as the highest of the phases'
     (empty otherwise); the other fields then describe the phase predicted highest."""
 
@@ -286,8 +287,11 @@ class PeakFit:
         slopes = [PRIOR_SLOPE[_numeric_ascending(p) and p.kind is not ParamKind.BOOL] for p in self.signed]
         self.prior_beta = np.array([s * m for s, (m, _) in zip(sign, slopes)])
         self.prior_sd = np.array([sd for _, sd in slopes])
-        self.affine = [j for j, p in enumerate(self.signed)
-                       if p.memory is MemoryEffect.INCREASING and _numeric_ascending(p) and p.kind is not ParamKind.BOOL]
+        self.affine = [
+            j
+            for j, p in enumerate(self.signed)
+            if p.memory is MemoryEffect.INCREASING and _numeric_ascending(p) and p.kind is not ParamKind.BOOL
+        ]
         self._index_points()
         self._fit()
         self.small_steps = self._measure_small_steps()
@@ -378,8 +382,11 @@ class PeakFit:
     def small_step(self, anchor: Mapping[str, Any], values: Mapping[str, Any]) -> float:
         """The measured change of the peak (share of the GPU) from ``anchor``'s ``small`` values to
         ``values``'; 0.0 for the steps not measured."""
-        return sum(self.small_steps.get((p.name, repr(anchor.get(p.name)), repr(values.get(p.name))), 0.0)
-                   for p in self.small if anchor.get(p.name) != values.get(p.name))
+        return sum(
+            self.small_steps.get((p.name, repr(anchor.get(p.name)), repr(values.get(p.name))), 0.0)
+            for p in self.small
+            if anchor.get(p.name) != values.get(p.name)
+        )
 
     # -- bounds ------------------------------------------------------------------------------
     def _ranks(self, values: Mapping[str, Any]) -> np.ndarray | None:
@@ -509,9 +516,12 @@ class PeakFit:
         """(static, slope) of peak against the value of axis ``j`` through the anchor, from the
         measured configs equal to it elsewhere (None without such a config)."""
         others = [k for k in range(len(pz)) if k != j]
-        rows = [(2.0 ** qz[j], q.frac) for q, qz in self.anchors
-                if np.array_equal(qz[others], pz[others])
-                and all(q.values.get(p.name) == pt.values.get(p.name) for p in self.unknown)]
+        rows = [
+            (2.0 ** qz[j], q.frac)
+            for q, qz in self.anchors
+            if np.array_equal(qz[others], pz[others])
+            and all(q.values.get(p.name) == pt.values.get(p.name) for p in self.unknown)
+        ]
         values = {v for v, _ in rows}
         if len(values) < 2:
             return None
@@ -586,7 +596,11 @@ class MemoryModel:
         self.wall_frac = 1.0 - space.min_headroom_frac
         self.whole = PeakFit(space, observations(records))
         by_phase = phase_observations(records)
-        self.phases = {name: PeakFit(space, pts, by_effect=True) for name, pts in sorted(by_phase.items())} if len(by_phase) > 1 else {}
+        self.phases = (
+            {name: PeakFit(space, pts, by_effect=True) for name, pts in sorted(by_phase.items())}
+            if len(by_phase) > 1
+            else {}
+        )
 
     def varies(self, name: str) -> bool:
         """True when the study has measured ``name``'s effect (``PeakFit.varies``)."""
@@ -603,8 +617,15 @@ class MemoryModel:
         lower = max((whole, *parts.values()), key=lambda p: p.lower_frac)
         upper = min(whole.upper_frac, max(p.upper_frac for p in parts.values()))
         peak = min(max(top.peak_frac, lower.lower_frac), upper) if upper >= lower.lower_frac else lower.lower_frac
-        return replace(top, peak_frac=peak, lower_frac=lower.lower_frac, lower_from=lower.lower_from,
-                       upper_frac=upper, measured=all(p.measured for p in parts.values()), phases=parts)
+        return replace(
+            top,
+            peak_frac=peak,
+            lower_frac=lower.lower_frac,
+            lower_from=lower.lower_from,
+            upper_frac=upper,
+            measured=all(p.measured for p in parts.values()),
+            phases=parts,
+        )
 
     @cached_property
     def unmeasured(self) -> frozenset[str]:
@@ -618,8 +639,11 @@ class MemoryModel:
         than one, learnt from the parameters it has measured in every phase fit: of those that
         moved a phase (``PeakFit.moves``), the share that moved more than one, under an even prior
         (one of each)."""
-        moved = [sum(moves) for p in self.whole.signed
-                 if None not in (moves := [fit.moves(p.name) for fit in self.phases.values()])]
+        moved = [
+            sum(moves)
+            for p in self.whole.signed
+            if None not in (moves := [fit.moves(p.name) for fit in self.phases.values()])
+        ]
         several = sum(1 for n in moved if n > 1)
         return (1.0 + several) / (2.0 + sum(1 for n in moved if n > 0))
 
@@ -686,6 +710,8 @@ def _map_fit(z: np.ndarray, y: np.ndarray, prior: np.ndarray, prior_sd: np.ndarr
     return beta, float(y.mean() - z.mean(axis=0) @ beta)
 
 
-def memory_verdict(space: SearchSpace, values: Mapping[str, Any], history: Sequence[TrialRecord]) -> MemoryVerdict | None:
+def memory_verdict(
+    space: SearchSpace, values: Mapping[str, Any], history: Sequence[TrialRecord]
+) -> MemoryVerdict | None:
     """The admission gate's memory rule for one config, from the study's records."""
     return MemoryModel(space, history).verdict(values)

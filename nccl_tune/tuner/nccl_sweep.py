@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import optuna
 
@@ -65,13 +66,23 @@ class SweepEntry:
     """The tuned NCCL variables' values it ran with."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"status": self.status, "round_s": list(self.round_s), "wall_s": self.wall_s, "gpu_s": self.gpu_s,
-                "values": dict(self.values)}
+        return {
+            "status": self.status,
+            "round_s": list(self.round_s),
+            "wall_s": self.wall_s,
+            "gpu_s": self.gpu_s,
+            "values": dict(self.values),
+        }
 
     @staticmethod
-    def from_json(data: Mapping[str, Any]) -> "SweepEntry":
-        return SweepEntry(str(data.get("status", "")), tuple(float(x) for x in data.get("round_s") or ()),
-                          float(data.get("wall_s") or 0.0), data.get("gpu_s"), dict(data.get("values") or {}))
+    def from_json(data: Mapping[str, Any]) -> SweepEntry:
+        return SweepEntry(
+            str(data.get("status", "")),
+            tuple(float(x) for x in data.get("round_s") or ()),
+            float(data.get("wall_s") or 0.0),
+            data.get("gpu_s"),
+            dict(data.get("values") or {}),
+        )
 
     @property
     def ok(self) -> bool:
@@ -98,8 +109,10 @@ class Sweep:
         if len(diffs) != 1 or diffs[0] not in self.failed:
             return None
         name, value = diffs[0]
-        return (f"{name}={value} failed its check in the NCCL sweep ({self.failed[diffs[0]]}) with the rest of the "
-                "NCCL values at the baseline's")
+        return (
+            f"{name}={value} failed its check in the NCCL sweep ({self.failed[diffs[0]]}) with the rest of the "
+            "NCCL values at the baseline's"
+        )
 
 
 def key_of(name: str, value: Any) -> str:

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import optuna
 
 from nccl_tune.failure import FailureClass
-from nccl_tune.launchers.nccl_check import CheckingLauncher, with_nccl_check
 from nccl_tune.launchers.base import Launcher
+from nccl_tune.launchers.nccl_check import CheckingLauncher, with_nccl_check
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.trial import TrialResult
 from nccl_tune.tuner import dropped
@@ -36,8 +37,10 @@ def sweeper(launcher: Launcher, settings: RunSettings) -> CheckingLauncher | Non
 
 
 def what_it_times(changes: int) -> str:
-    return (f"{changes} single NCCL changes from the baseline, each timed on the collectives alone (one check) "
-            "before any trial tries it; --nccl-check off skips it")
+    return (
+        f"{changes} single NCCL changes from the baseline, each timed on the collectives alone (one check) "
+        "before any trial tries it; --nccl-check off skips it"
+    )
 
 
 def plan_line(space: SearchSpace, held: Mapping[str, Any]) -> str | None:
@@ -84,22 +87,33 @@ class SweepPlan:
         spec = self.runner.spec_for(NUMBER_BASE + check.index, check.values, [])
         self.launcher.gate()
         folder = spec.trial_dir.parent / "nccl-sweep" / f"{check.index:03d}-{check.key}"
-        return self.launcher.measure(replace(spec, trial_dir=folder),
-                                     TunerObserver(self.display, self.runner.interrupt, None, 0.0))
+        return self.launcher.measure(
+            replace(spec, trial_dir=folder), TunerObserver(self.display, self.runner.interrupt, None, 0.0)
+        )
 
     def record(self, check: SweepCheck, result: TrialResult) -> bool:
         """Store ``result`` in the study and print its line (from the thread that owns the study);
         False when the sweep cannot go on (the baseline's check failed)."""
-        entry = SweepEntry(result.status.value, result.measured_step_times_s, result.wall_s, result.modelled_gpu_s,
-                           {n: check.values[n] for n in self.tuned})
+        entry = SweepEntry(
+            result.status.value,
+            result.measured_step_times_s,
+            result.wall_s,
+            result.modelled_gpu_s,
+            {n: check.values[n] for n in self.tuned},
+        )
         self.done[check.key] = entry
         self.study.set_user_attr(A_SWEEP, {k: e.to_json() for k, e in self.done.items()})
         self.display.note(line_of(check.key, entry, self.done.get(BASELINE_KEY)).text())
         return check.key != BASELINE_KEY or entry.ok
 
 
-def run_sweep(study: optuna.Study, runner: TrialRunner, launcher: CheckingLauncher, display: Display,
-              time_is_up: Callable[[], bool] = lambda: False) -> bool:
+def run_sweep(
+    study: optuna.Study,
+    runner: TrialRunner,
+    launcher: CheckingLauncher,
+    display: Display,
+    time_is_up: Callable[[], bool] = lambda: False,
+) -> bool:
     """Check the baseline's NCCL values, then each single change (``planned``) not yet in the study,
     one at a time; True when the tuner was interrupted (the checks done so far are kept). Stops when
     the baseline's own check failed (nothing can be compared with it), and before a check once

@@ -11,9 +11,10 @@ night on the same hardware.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import optuna
 
@@ -24,9 +25,9 @@ from nccl_tune.nightly.night import Baseline, Night
 from nccl_tune.nightly.regression import RegressionVerdict, RunFact, judge_night
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.search_spaces.spelling import format_value
-from nccl_tune.tuner.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.series import S_SERIES, S_STARTED_AT, plain_series_name, series_nights, write_night
 from nccl_tune.tuner.stability import Candidate, run_key
+from nccl_tune.tuner.study_records import Outcome, TrialRecord
 
 WARM_RUNS = 3
 """Runs of the baseline config with --warm-start: three a side is what the rank test needs."""
@@ -51,21 +52,28 @@ def night_study_name(series: str, now: dt.datetime | None = None) -> str:
     return f"{series}.{(now or dt.datetime.now(dt.timezone.utc)).strftime('%Y%m%d-%H%M%S')}"
 
 
-def nightly_option_problems(series: str | None, baseline_file: Path | None, warm_start: bool,
-                            pct: float | None) -> list[str]:
+def nightly_option_problems(
+    series: str | None, baseline_file: Path | None, warm_start: bool, pct: float | None
+) -> list[str]:
     """One line per nightly option no storage could make right, with the fix."""
     problems = []
     if series is not None and not plain_series_name(series):
-        problems.append(f"--series {series!r}: not a plain name; use letters, digits, '_', '.' and '-' (at most 64, "
-                        "starting with a letter or digit), e.g. --series skyrl-nightly")
+        problems.append(
+            f"--series {series!r}: not a plain name; use letters, digits, '_', '.' and '-' (at most 64, "
+            "starting with a letter or digit), e.g. --series skyrl-nightly"
+        )
     if pct is not None and not 0 < pct < 100:
         problems.append(f"--fail-on-regression {pct:g}: give a percentage between 0 and 100, e.g. 5")
     if warm_start and series is None and baseline_file is None:
-        problems.append("--warm-start: nothing to start from; name the series with --series NAME "
-                        "or give a tuned YAML with --baseline FILE")
+        problems.append(
+            "--warm-start: nothing to start from; name the series with --series NAME "
+            "or give a tuned YAML with --baseline FILE"
+        )
     if pct is not None and series is None and baseline_file is None:
-        problems.append(f"--fail-on-regression {pct:g}: no baseline to compare with; name the series with "
-                        "--series NAME or give a tuned YAML with --baseline FILE")
+        problems.append(
+            f"--fail-on-regression {pct:g}: no baseline to compare with; name the series with "
+            "--series NAME or give a tuned YAML with --baseline FILE"
+        )
     return problems
 
 
@@ -95,28 +103,46 @@ def plan_night(
         night = previous_good_night(series_nights(storage, series), fingerprint.hardware)
         baseline = baseline_of_night(night, space.name) if night is not None else None
         if baseline is not None and set(baseline.values) != set(space.names):
-            raise NcclTuneError(f"--series {series}: its previous best (study {night.study}) was tuned over other "
-                                f"parameters than space {space.name}'s; use a new series for this space")
+            raise NcclTuneError(
+                f"--series {series}: its previous best (study {night.study}) was tuned over other "
+                f"parameters than space {space.name}'s; use a new series for this space"
+            )
     if baseline is None and (warm_start or fail_on_regression_pct is not None):
         what = "--fail-on-regression" if fail_on_regression_pct is not None else "--warm-start"
-        raise NcclTuneError(f"{what}: series {series!r} has no earlier night with a stable config on this hardware "
-                            f"({fingerprint.hardware}), and no --baseline FILE was given; run once without {what} "
-                            "to start the series, or give a tuned YAML with --baseline")
+        raise NcclTuneError(
+            f"{what}: series {series!r} has no earlier night with a stable config on this hardware "
+            f"({fingerprint.hardware}), and no --baseline FILE was given; run once without {what} "
+            "to start the series, or give a tuned YAML with --baseline"
+        )
     return NightPlan(series, baseline, warm_start, fail_on_regression_pct)
 
 
 def _fact(r: TrialRecord) -> RunFact:
     v = r.result.verdict if r.result else None
-    return RunFact(r.number, r.status.value if r.status else "crash", r.throughput, r.near_wall,
-                   v.rank if v else None, v.evidence[0].text if v and v.evidence else "", v.advice if v else "")
+    return RunFact(
+        r.number,
+        r.status.value if r.status else "crash",
+        r.throughput,
+        r.near_wall,
+        v.rank if v else None,
+        v.evidence[0].text if v and v.evidence else "",
+        v.advice if v else "",
+    )
 
 
 def baseline_runs(baseline: Baseline, records: Sequence[TrialRecord]) -> list[TrialRecord]:
     """Tonight's launched runs of the baseline config (runs NCCL makes alike count as one config:
     ``run_key``), but for interrupted ones: a run stopped from outside says nothing of the config."""
     key = run_key(baseline.values)
-    return [r for r in records if r.outcome is Outcome.LAUNCHED and r.result is not None
-            and run_key(r.values) == key and r.status is not None and r.status.value != "interrupted"]
+    return [
+        r
+        for r in records
+        if r.outcome is Outcome.LAUNCHED
+        and r.result is not None
+        and run_key(r.values) == key
+        and r.status is not None
+        and r.status.value != "interrupted"
+    ]
 
 
 def verdict_of(plan: NightPlan, records: Sequence[TrialRecord], winner: Candidate | None) -> RegressionVerdict | None:
@@ -129,8 +155,15 @@ def verdict_of(plan: NightPlan, records: Sequence[TrialRecord], winner: Candidat
     return judge_night(plan.baseline.runs_per_s, runs, best, plan.threshold_pct, unit)
 
 
-def night_record(plan: NightPlan, study: str, started_at: str, fingerprint: Fingerprint | None,
-                 records: Sequence[TrialRecord], winner: Candidate | None, finished: bool) -> Night:
+def night_record(
+    plan: NightPlan,
+    study: str,
+    started_at: str,
+    fingerprint: Fingerprint | None,
+    records: Sequence[TrialRecord],
+    winner: Candidate | None,
+    finished: bool,
+) -> Night:
     best = tuple(r.throughput for r in winner.ok_runs if r.throughput) if winner is not None else ()
     return Night(
         study=study,
@@ -143,7 +176,8 @@ def night_record(plan: NightPlan, study: str, started_at: str, fingerprint: Fing
         baseline=plan.baseline,
         verdict=verdict_of(plan, records, winner) if finished else None,
         finished=finished,
-        unit=(winner.throughput_unit if winner is not None else None) or (plan.baseline.unit if plan.baseline else "samples/s"),
+        unit=(winner.throughput_unit if winner is not None else None)
+        or (plan.baseline.unit if plan.baseline else "samples/s"),
     )
 
 
@@ -154,11 +188,15 @@ def check_runnable(plan: NightPlan, space: SearchSpace, pinned: Mapping[str, Any
     b = plan.baseline
     for name, value in pinned.items():
         if name in b.values and b.values[name] != value:
-            raise NcclTuneError(f"--set {name}={format_value(value)}: the baseline config ({b.source} {b.origin}) has "
-                                f"{name}={format_value(b.values[name])}; pin the same value or leave it free")
+            raise NcclTuneError(
+                f"--set {name}={format_value(value)}: the baseline config ({b.source} {b.origin}) has "
+                f"{name}={format_value(b.values[name])}; pin the same value or leave it free"
+            )
     broken = space.violations(b.values)
     if broken:
-        raise NcclTuneError(f"the baseline config ({b.source} {b.origin}) breaks space {space.name}'s rules: {broken[0]}")
+        raise NcclTuneError(
+            f"the baseline config ({b.source} {b.origin}) breaks space {space.name}'s rules: {broken[0]}"
+        )
 
 
 def start_night(study: optuna.Study, plan: NightPlan, existed: bool) -> None:
@@ -168,8 +206,14 @@ def start_night(study: optuna.Study, plan: NightPlan, existed: bool) -> None:
         study.set_user_attr(S_STARTED_AT, dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"))
 
 
-def finish_night(study: optuna.Study, plan: NightPlan, fingerprint: Fingerprint | None,
-                 records: Sequence[TrialRecord], winner: Candidate | None, interrupted: bool) -> Night | None:
+def finish_night(
+    study: optuna.Study,
+    plan: NightPlan,
+    fingerprint: Fingerprint | None,
+    records: Sequence[TrialRecord],
+    winner: Candidate | None,
+    interrupted: bool,
+) -> Night | None:
     """The night's record, kept with the study (None for a run outside any series and without a baseline)."""
     if not plan.series and plan.baseline is None:
         return None

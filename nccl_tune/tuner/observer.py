@@ -38,7 +38,7 @@ class InterruptFlag:
     def is_set(self) -> bool:
         return self._event.is_set()
 
-    def __enter__(self) -> "InterruptFlag":
+    def __enter__(self) -> InterruptFlag:
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self._previous[sig] = signal.signal(sig, self._handler)
@@ -96,8 +96,10 @@ class TunerObserver(TrialObserver):
             else:
                 ref, what = self.bar.incumbent_per_s, "throughput"
             if spec.samples_per_step / t < self.early_stop_ratio * ref:
-                return (f"step {i + 1} ran at {spec.samples_per_step / t / ref:.0%} of the incumbent's {what} "
-                        f"({ref:,.1f} samples/s as modelled; the early stop is below {self.early_stop_ratio:.0%})")
+                return (
+                    f"step {i + 1} ran at {spec.samples_per_step / t / ref:.0%} of the incumbent's {what} "
+                    f"({ref:,.1f} samples/s as modelled; the early stop is below {self.early_stop_ratio:.0%})"
+                )
         return None
 
     def screened_out(self, spec: TrialSpec, step_times_s: tuple[float, ...]) -> str | None:
@@ -115,15 +117,18 @@ class TunerObserver(TrialObserver):
         bar = self.bar
         if not bar.stops(per_s):
             return None
-        return (f"{per_s:,.1f} samples/s over {screen} screened step{'s' if screen > 1 else ''}, under the bar of "
-                f"{bar.floor_per_s:,.1f} (the incumbent's {bar.incumbent_per_s:,.1f} as modelled, less "
-                f"{bar.reach_frac:.0%})")
+        return (
+            f"{per_s:,.1f} samples/s over {screen} screened step{'s' if screen > 1 else ''}, under the bar of "
+            f"{bar.floor_per_s:,.1f} (the incumbent's {bar.incumbent_per_s:,.1f} as modelled, less "
+            f"{bar.reach_frac:.0%})"
+        )
 
     def should_stop(self, spec: TrialSpec, progress: TrialProgress) -> StopReason | None:
         if self.interrupt.is_set:
             return StopReason.INTERRUPTED
         self.why = self.slower_than_incumbent(spec, progress.step_times_s) or self.screened_out(
-            spec, progress.step_times_s)
+            spec, progress.step_times_s
+        )
         return StopReason.EARLY_STOP if self.why else None
 
     def stop_detail(self) -> str | None:

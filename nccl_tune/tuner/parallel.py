@@ -10,8 +10,9 @@ baseline's alone, then the single changes side by side; each is recorded as it e
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
-from typing import Any, Callable
+from typing import Any
 
 import optuna
 
@@ -39,7 +40,10 @@ def search_parallel(loop: Any, study: optuna.Study, budget: Budget, slots: int, 
                         loop.display.note(loop.budget_note(budget))
                     stop = True
                     break
-                if loop.runner.launched - start + sum(not _is_check(j) for j in running.values()) >= loop.settings.trials:
+                if (
+                    loop.runner.launched - start + sum(not _is_check(j) for j in running.values())
+                    >= loop.settings.trials
+                ):
                     break
                 if sweep.waiting(running):
                     if sweep.start_one(running, pool.submit):

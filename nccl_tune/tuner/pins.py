@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.search_spaces.space import SearchSpace

@@ -5,7 +5,8 @@ small effect (``memory: none`` / ``small``) are ignored."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from nccl_tune.failure import FailureClass
 from nccl_tune.search_spaces.space import MemoryEffect, SearchSpace

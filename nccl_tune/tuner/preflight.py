@@ -9,7 +9,7 @@ study it would resume, and the nightly plan (``--baseline``, ``--series``).
 from __future__ import annotations
 
 import os
-from typing import Callable
+from collections.abc import Callable
 
 import optuna
 
@@ -60,20 +60,38 @@ def check_before_trials(
         check_writable(settings.output)
     storage = peek_storage(settings.storage_url)
     if storage is not None:
-        check_study(storage, settings.storage_url, study, space_name=space.name, space_text=space.text,
-                    command=settings.command, folder=study_folder(settings.results, study))
+        check_study(
+            storage,
+            settings.storage_url,
+            study,
+            space_name=space.name,
+            space_text=space.text,
+            command=settings.command,
+            folder=study_folder(settings.results, study),
+        )
     check_night(storage, settings, space, pins, fingerprint or (lambda: probe_fingerprint_of(settings)))
 
 
-def check_night(storage: optuna.storages.BaseStorage | None, settings: RunSettings, space: SearchSpace, pins: Pins,
-                fingerprint: Callable[[], Fingerprint]) -> None:
+def check_night(
+    storage: optuna.storages.BaseStorage | None,
+    settings: RunSettings,
+    space: SearchSpace,
+    pins: Pins,
+    fingerprint: Callable[[], Fingerprint],
+) -> None:
     """The nightly plan's refusals (a baseline file of another space, no earlier night to start from,
     a baseline outside the run's pins or rules). A storage that cannot be read without writing to it
     (None: a server) holds unknown nights: only ``--baseline`` is checked then."""
     series = settings.series if storage is not None else None
     if series is None and settings.baseline_file is None:
         return
-    plan = plan_night(storage or optuna.storages.InMemoryStorage(), space, fingerprint(), series=series,
-                      baseline_file=settings.baseline_file, warm_start=settings.warm_start,
-                      fail_on_regression_pct=settings.fail_on_regression_pct)
+    plan = plan_night(
+        storage or optuna.storages.InMemoryStorage(),
+        space,
+        fingerprint(),
+        series=series,
+        baseline_file=settings.baseline_file,
+        warm_start=settings.warm_start,
+        fail_on_regression_pct=settings.fail_on_regression_pct,
+    )
     check_runnable(plan, space, pins.params)

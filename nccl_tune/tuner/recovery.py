@@ -11,8 +11,9 @@ Only Optuna's public API is used: the storage's trial ids and ``optuna.trial.Tri
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState

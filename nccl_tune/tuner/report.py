@@ -4,9 +4,10 @@ as a table, as JSON, and as plots."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -48,8 +49,9 @@ def trial_row(r: TrialRecord) -> dict[str, Any]:
     }
 
 
-def candidate_json(c: Candidate | None, space: SearchSpace | None = None,
-                   base: Candidate | None = None) -> dict[str, Any] | None:
+def candidate_json(
+    c: Candidate | None, space: SearchSpace | None = None, base: Candidate | None = None
+) -> dict[str, Any] | None:
     """A candidate as JSON; with ``space``, the semantic changes it makes from ``base``."""
     if c is None:
         return None
@@ -68,9 +70,16 @@ def candidate_json(c: Candidate | None, space: SearchSpace | None = None,
     }
 
 
-def summary_json(study: str, storage: str, recs: list[TrialRecord], winner: Candidate | None,
-                 base: Candidate | None, exit_code: int, space: SearchSpace | None = None,
-                 passed_over: Sequence[tuple[Candidate, str]] = ()) -> dict[str, Any]:
+def summary_json(
+    study: str,
+    storage: str,
+    recs: list[TrialRecord],
+    winner: Candidate | None,
+    base: Candidate | None,
+    exit_code: int,
+    space: SearchSpace | None = None,
+    passed_over: Sequence[tuple[Candidate, str]] = (),
+) -> dict[str, Any]:
     """The study as JSON; ``passed_over``: configs left out as flaky (``study_view.passed_over``),
     listed under ``not_stable`` when faster than the winner."""
     launched = [r for r in recs if r.outcome is Outcome.LAUNCHED]
@@ -90,8 +99,10 @@ def summary_json(study: str, storage: str, recs: list[TrialRecord], winner: Cand
         },
         "trials": [trial_row(r) for r in recs],
         "early_stops": _early_stops_json(recs),
-        "not_stable": [{"trial": c.first.number, "params": dict(c.values), "throughput_per_s": c.throughput, "why": why}
-                       for c, why in faster_passed_over(passed_over, winner)],
+        "not_stable": [
+            {"trial": c.first.number, "params": dict(c.values), "throughput_per_s": c.throughput, "why": why}
+            for c, why in faster_passed_over(passed_over, winner)
+        ],
     }
 
 
@@ -171,7 +182,9 @@ def plot(space: SearchSpace, recs: list[TrialRecord], out_dir: Path) -> list[Pat
     if with_mem:
         fig, ax = plt.subplots(figsize=(6, 4))
         for r in with_mem:
-            ax.scatter(r.peak_mem_gib, r.throughput or 0, c="tab:green" if r.ok else "tab:red", marker="o" if r.ok else "x")
+            ax.scatter(
+                r.peak_mem_gib, r.throughput or 0, c="tab:green" if r.ok else "tab:red", marker="o" if r.ok else "x"
+            )
         ax.set_xlabel("peak memory per GPU (GiB)")
         ax.set_ylabel(unit)
         fig.tight_layout()
@@ -181,8 +194,9 @@ def plot(space: SearchSpace, recs: list[TrialRecord], out_dir: Path) -> list[Pat
     return paths
 
 
-def report_study(storage_url: str, study_name: str | None, console: Console, *, as_json: bool,
-                 plots_dir: Path | None) -> dict[str, Any]:
+def report_study(
+    storage_url: str, study_name: str | None, console: Console, *, as_json: bool, plots_dir: Path | None
+) -> dict[str, Any]:
     """Print the report (or return its JSON) for a stored study."""
     stored = open_study(storage_url, study_name)
     space, recs, winner, base = stored.space, list(stored.records), stored.winner, stored.baseline
@@ -214,8 +228,11 @@ def report_study(storage_url: str, study_name: str | None, console: Console, *, 
         console.print(failures_table(space, recs, base))
     verdict = stored.night.verdict if stored.night else None
     if verdict is not None:
-        console.print(f"[{'bold red' if verdict.regression else 'green'}]{escape(verdict.summary)}[/]", highlight=False,
-                      soft_wrap=True)
+        console.print(
+            f"[{'bold red' if verdict.regression else 'green'}]{escape(verdict.summary)}[/]",
+            highlight=False,
+            soft_wrap=True,
+        )
     for p in data.get("plots", []):
         console.print(f"plot: {escape(p)}", highlight=False)
     return data

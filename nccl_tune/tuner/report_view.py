@@ -38,7 +38,9 @@ def _timings(trials: list[optuna.trial.FrozenTrial], recs: list[R.TrialRecord]) 
 def _latest_night_study(storage: optuna.storages.BaseStorage, url: str, series: str) -> str:
     nights = series_nights(storage, check_series_name(series))
     if not nights:
-        raise NcclTuneError(f"no series named {series!r} in {url}; run `nccl-tune run --series {series} -- COMMAND` first")
+        raise NcclTuneError(
+            f"no series named {series!r} in {url}; run `nccl-tune run --series {series} -- COMMAND` first"
+        )
     return nights[-1].study
 
 
@@ -54,9 +56,7 @@ def load_view(storage_url: str, study_name: str | None, series: str | None = Non
     trials = study.get_trials(deepcopy=False)
     night = stored.night
     if named is not None and series is not None and (night is None or night.series != series):
-        raise NcclTuneError(
-            f"--study {named} is not a night of series {series!r}; give --study or --series, not both"
-        )
+        raise NcclTuneError(f"--study {named} is not a night of series {series!r}; give --study or --series, not both")
     history = build_history(night.series, series_nights(storage, night.series)) if night and night.series else None
     return StudyView(
         study=stored.name,

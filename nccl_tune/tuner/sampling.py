@@ -8,12 +8,13 @@ integer range. ``to_optuna``/``from_optuna`` translate between the two spellings
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 
-from nccl_tune.search_spaces.space import ParamKind, Parameter, SearchSpace
+from nccl_tune.search_spaces.space import Parameter, ParamKind, SearchSpace
 
 LOG2 = ":log2"
 

@@ -64,8 +64,11 @@ def incumbent_bar(model: ThroughputModel, incumbent: Candidate, screen_steps: in
     the rules time steps. So the bar is the incumbent's own step-timed throughput, moved by the
     model's correction to its measured one."""
     measured = {o.number: o.log_tput for o in model.obs}
-    runs = [r for r in incumbent.ok_runs
-            if r.number in measured and r.result and r.result.samples_per_step and r.result.mean_step_s]
+    runs = [
+        r
+        for r in incumbent.ok_runs
+        if r.number in measured and r.result and r.result.samples_per_step and r.result.mean_step_s
+    ]
     if not runs:
         return None
     mean, sd = model.predict([incumbent.values])
@@ -80,8 +83,11 @@ def _warmup_per_s(runs: list[TrialRecord], shrink: float) -> tuple[float, ...]:
     ``exp(shrink)``."""
     out = []
     for i in range(max(r.result.warmup_steps for r in runs)):
-        logs = [math.log(r.result.samples_per_step / r.result.step_times_s[i]) for r in runs
-                if i < r.result.warmup_steps and i < len(r.result.step_times_s) and r.result.step_times_s[i] > 0]
+        logs = [
+            math.log(r.result.samples_per_step / r.result.step_times_s[i])
+            for r in runs
+            if i < r.result.warmup_steps and i < len(r.result.step_times_s) and r.result.step_times_s[i] > 0
+        ]
         if not logs:
             break
         out.append(math.exp(fmean(logs) + shrink))

@@ -4,8 +4,9 @@ the space sets, as the user's own run has them."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from nccl_tune.search_spaces.space import Parameter, SearchSpace, Target
 from nccl_tune.search_spaces.spelling import format_value
@@ -23,11 +24,16 @@ class SemanticChange:
         return f"{self.name}: {format_value(self.before)} -> {format_value(self.after)}"
 
 
-def _in_user_run(space: SearchSpace, base_values: Mapping[str, Any] | None, keep: Callable[[Parameter], bool]) -> dict[str, Any]:
+def _in_user_run(
+    space: SearchSpace, base_values: Mapping[str, Any] | None, keep: Callable[[Parameter], bool]
+) -> dict[str, Any]:
     """The ``keep`` parameters as the user's own run has them: the baseline trial's value, else the
     space's default."""
-    return {p.name: (base_values.get(p.name, p.default) if base_values is not None else p.default)
-            for p in space.parameters if keep(p)}
+    return {
+        p.name: (base_values.get(p.name, p.default) if base_values is not None else p.default)
+        for p in space.parameters
+        if keep(p)
+    }
 
 
 def _baseline_values(records: Iterable[TrialRecord]) -> Mapping[str, Any] | None:

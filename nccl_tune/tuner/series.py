@@ -8,7 +8,8 @@ study of the storage that names it, oldest first; nothing else is stored anywher
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import optuna
 
@@ -61,7 +62,9 @@ def series_nights(storage: optuna.storages.BaseStorage, series: str) -> list[Nig
 
 
 def series_names(storage: optuna.storages.BaseStorage) -> list[str]:
-    names = {s.user_attrs.get(S_SERIES) for s in optuna.study.get_all_study_summaries(storage, include_best_trial=False)}
+    names = {
+        s.user_attrs.get(S_SERIES) for s in optuna.study.get_all_study_summaries(storage, include_best_trial=False)
+    }
     return sorted(n for n in names if n)
 
 
@@ -83,7 +86,6 @@ def pick_series(storage: optuna.storages.BaseStorage, url: str, series: str | No
 
 def write_night(study: optuna.Study, night: Night) -> None:
     study.set_user_attr(S_NIGHT, night.to_json())
-
 
 
 def load_history(storage_url: str, series: str | None):

@@ -133,19 +133,31 @@ def settings_problems(s: RunSettings) -> list[str]:
 
     if not s.command:
         problems.append("no command after --; usage: nccl-tune run [OPTIONS] -- COMMAND [ARGS...]")
-    need(s.trials >= (0 if s.warm_start else 1), "--trials", s.trials,
-         "must be at least 1 (0 only with --warm-start: re-measure the baseline config, search nothing)")
+    need(
+        s.trials >= (0 if s.warm_start else 1),
+        "--trials",
+        s.trials,
+        "must be at least 1 (0 only with --warm-start: re-measure the baseline config, search nothing)",
+    )
     need(s.steps is None or s.steps >= 1, "--steps", s.steps, "must be at least 1 (measured steps per trial)")
     need(s.warmup_steps is None or s.warmup_steps >= 0, "--warmup-steps", s.warmup_steps, "must be 0 or more")
     need(s.seed is None or 0 <= s.seed <= MAX_SEED, "--seed", s.seed, f"must be between 0 and {MAX_SEED}")
     need(s.confirm >= 0, "--confirm", s.confirm, "must be 0 or more")
     if s.sampler not in SAMPLERS:
         problems.append(f"--sampler {s.sampler!r} is unknown; use {', '.join(SAMPLERS[:-1])} or {SAMPLERS[-1]}")
-    for option, secs in (("--budget", s.budget_s), ("--stall-timeout", s.stall_timeout_s),
-                         ("--startup-timeout", s.startup_timeout_s), ("--trial-timeout", s.trial_timeout_s),
-                         ("--gate-timeout", s.gate_timeout_s)):
-        need(secs is None or secs > 0, option, f"{secs:g}s" if secs is not None else secs,
-             "must be more than 0 (e.g. 90s, 45m, 8h); leave it out for the default")
+    for option, secs in (
+        ("--budget", s.budget_s),
+        ("--stall-timeout", s.stall_timeout_s),
+        ("--startup-timeout", s.startup_timeout_s),
+        ("--trial-timeout", s.trial_timeout_s),
+        ("--gate-timeout", s.gate_timeout_s),
+    ):
+        need(
+            secs is None or secs > 0,
+            option,
+            f"{secs:g}s" if secs is not None else secs,
+            "must be more than 0 (e.g. 90s, 45m, 8h); leave it out for the default",
+        )
     need(s.grace_s is None or s.grace_s >= 0, "--grace", s.grace_s, "must be 0 or more seconds")
     if s.nccl_check not in NCCL_CHECK_MODES:
         problems.append(f"--nccl-check {s.nccl_check!r} is unknown; use auto, on or off")

@@ -28,12 +28,12 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 from nccl_tune.node.nccl_clamps import effective
 from nccl_tune.tuner.study_records import TrialKind, TrialRecord
-
 
 DEFAULT_NOISE_FRAC = 0.03
 """Run-to-run noise assumed before any config has been run twice."""
@@ -136,7 +136,10 @@ def _stable(records: Iterable[TrialRecord], flaky: Flaky | None) -> list[Candida
 
 
 def to_confirm(
-    records: Iterable[TrialRecord], n: int, semantic_ref: Mapping[str, Any] | None = None, flaky: Flaky | None = None,
+    records: Iterable[TrialRecord],
+    n: int,
+    semantic_ref: Mapping[str, Any] | None = None,
+    flaky: Flaky | None = None,
     env_ref: Mapping[str, Any] | None = None,
 ) -> list[Candidate]:
     """The ``n`` stable candidates that have run only once to re-run first: the one
@@ -153,7 +156,9 @@ def to_confirm(
     return order[:n]
 
 
-def faster_passed_over(passed: Iterable[tuple[Candidate, str]], winner: Candidate | None) -> list[tuple[Candidate, str]]:
+def faster_passed_over(
+    passed: Iterable[tuple[Candidate, str]], winner: Candidate | None
+) -> list[tuple[Candidate, str]]:
     """Those of ``passed`` (configs left out as ``flaky``, with why) faster than ``winner``: the ones a
     reader asks about."""
     floor = winner.throughput if winner is not None else 0.0
@@ -194,8 +199,11 @@ def does_not_pay(simpler: Candidate, c: Candidate, env_ref: Mapping[str, Any], n
 
 
 def select_winner(
-    records: Iterable[TrialRecord], require_confirmation: bool, semantic_ref: Mapping[str, Any] | None = None,
-    flaky: Flaky | None = None, env_ref: Mapping[str, Any] | None = None,
+    records: Iterable[TrialRecord],
+    require_confirmation: bool,
+    semantic_ref: Mapping[str, Any] | None = None,
+    flaky: Flaky | None = None,
+    env_ref: Mapping[str, Any] | None = None,
 ) -> Candidate | None:
     """The fastest stable candidate (confirmed by a re-run when ``require_confirmation``; not
     ``flaky``); with ``semantic_ref`` (semantic parameter -> the user's value), one that changes the
@@ -208,7 +216,9 @@ def select_winner(
         return best  # the screening incumbent, asked at every trial: no rule, no noise to read
     noise = noise_frac(recs)
     if semantic_ref and changes_semantics(best, semantic_ref):
-        plain = max((c for c in pool if not changes_semantics(c, semantic_ref)), key=lambda c: c.throughput, default=None)
+        plain = max(
+            (c for c in pool if not changes_semantics(c, semantic_ref)), key=lambda c: c.throughput, default=None
+        )
         if plain is not None and best.throughput <= plain.throughput * (1.0 + noise):
             best = plain
     if not env_ref:

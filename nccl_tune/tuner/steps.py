@@ -43,9 +43,9 @@ rests partly on chance, and only the user can decide that longer runs are worth 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import median
-from typing import Sequence
 
 from nccl_tune.failure import FailureClass
 from nccl_tune.trial import TrialResult
@@ -86,15 +86,20 @@ class MeasuredSteps:
         """One sentence: the noise, what it asks for, and the cap that binds."""
         if self.step_noise is None or self.wanted_steps is None:
             return "no finished trial has measured two steps yet"
-        text = (f"the finished trials' steps scatter {self.measured_noise or 0.0:.1%} (log step time; "
-                f"{self.step_noise:.1%} weighed with the spread the space's {self.space_steps} steps allow); "
-                f"{self.wanted_steps} steps bring one trial's step noise to the {RUN_NOISE:.1%} run-to-run floor")
+        text = (
+            f"the finished trials' steps scatter {self.measured_noise or 0.0:.1%} (log step time; "
+            f"{self.step_noise:.1%} weighed with the spread the space's {self.space_steps} steps allow); "
+            f"{self.wanted_steps} steps bring one trial's step noise to the {RUN_NOISE:.1%} run-to-run floor"
+        )
         if self.steps >= self.wanted_steps:
             return text
         caps = []
         if self.cost_cap_steps is not None and self.cost_cap_steps <= self.steps:
-            caps.append("no trial's start-up measured yet" if self.fixed_steps is None else
-                        f"extra steps cost at most the start-up and warm-up ({self.fixed_steps:.1f} steps' worth)")
+            caps.append(
+                "no trial's start-up measured yet"
+                if self.fixed_steps is None
+                else f"extra steps cost at most the start-up and warm-up ({self.fixed_steps:.1f} steps' worth)"
+            )
         if self.timeout_cap_steps is not None and self.timeout_cap_steps <= self.steps:
             caps.append(f"the longest trial stays within {TIMEOUT_SHARE:.0%} of the trial timeout")
         if MAX_MEASURED_STEPS <= self.steps:
@@ -124,7 +129,9 @@ def _mean_step_s(res: TrialResult) -> float:
     return sum(res.measured_step_times_s) / len(res.measured_step_times_s)
 
 
-def next_measured_steps(space_steps: int, records: Sequence[TrialRecord], trial_timeout_s: float | None) -> MeasuredSteps:
+def next_measured_steps(
+    space_steps: int, records: Sequence[TrialRecord], trial_timeout_s: float | None
+) -> MeasuredSteps:
     """The measured steps of the study's next trial (the module docstring), from its ``records``;
     ``space_steps``: the space's ``stop.measured_steps``; ``trial_timeout_s``: the trial budget."""
     spread = pooled_step_spread(records)
@@ -138,7 +145,9 @@ def next_measured_steps(space_steps: int, records: Sequence[TrialRecord], trial_
     cost_cap = space_steps + math.floor(fixed) if fixed is not None else space_steps
     timeout_cap = None
     if trial_timeout_s and results:
-        timeout_cap = min(math.floor((TIMEOUT_SHARE * trial_timeout_s - _fixed_s(r)) / _mean_step_s(r)) for r in results)
+        timeout_cap = min(
+            math.floor((TIMEOUT_SHARE * trial_timeout_s - _fixed_s(r)) / _mean_step_s(r)) for r in results
+        )
     caps = [wanted, cost_cap, MAX_MEASURED_STEPS] + ([timeout_cap] if timeout_cap is not None else [])
     steps = max(space_steps, min(caps))
     return MeasuredSteps(steps, space_steps, noise, measured, wanted, fixed, cost_cap, timeout_cap)
@@ -159,6 +168,8 @@ def coarse_reading_note(records: Sequence[TrialRecord], space_steps: int) -> str
     if 2 * steps > aim:
         return None
     error, better = (math.sqrt(run_variance(rule.step_noise, n)) for n in (steps, aim))
-    return (f"one run read a config's throughput to about ±{error:.1%} (steps scatter about {rule.step_noise:.1%}, "
-            f"{steps} measured per run): configs closer than that may be ranked in the wrong order; {aim} "
-            f"measured steps would read to about ±{better:.1%} (--steps {aim}, each run then longer)")
+    return (
+        f"one run read a config's throughput to about ±{error:.1%} (steps scatter about {rule.step_noise:.1%}, "
+        f"{steps} measured per run): configs closer than that may be ranked in the wrong order; {aim} "
+        f"measured steps would read to about ±{better:.1%} (--steps {aim}, each run then longer)"
+    )

@@ -24,7 +24,8 @@ The rules, checked after every launched trial, in order:
 
 from __future__ import annotations
 
-from typing import Any, Collection, Mapping
+from collections.abc import Collection, Mapping
+from typing import Any
 
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import FailureClass
@@ -122,10 +123,14 @@ class StopRules:
     def _refused(self, result: TrialResult, never_ok: bool) -> None:
         evidence = _evidence(result)
         cause = result.verdict.cause
-        if result.status is FailureClass.CONFIG_ERROR and never_ok and cause is not None and cause.rule == "too_few_steps":
+        if (
+            result.status is FailureClass.CONFIG_ERROR
+            and never_ok
+            and cause is not None
+            and cause.rule == "too_few_steps"
+        ):
             raise NcclTuneError(  # nothing was refused: the run ended, done, before the trial's steps
-                f"trial {result.number} ended early: {evidence}; {result.verdict.advice} "
-                f"{_log(result)}"
+                f"trial {result.number} ended early: {evidence}; {result.verdict.advice} {_log(result)}"
             )
         if result.status is FailureClass.CONFIG_ERROR and (never_ok or result.verdict.refused_key):
             raise NcclTuneError(

@@ -12,14 +12,14 @@ import sqlite3
 import time
 import uuid
 import warnings
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 from urllib.parse import quote, unquote
 
-import yaml
-
 import optuna
+import yaml
 from optuna.samplers import BaseSampler
 
 from nccl_tune.errors import NcclTuneError
@@ -352,7 +352,9 @@ def _write_claim(folder: Path, url: str, name: str, uid: str) -> None:
     os.replace(tmp, path)
 
 
-def _check_resumable(attrs: dict[str, Any], name: str, space_name: str, space_text: str, command: tuple[str, ...]) -> None:
+def _check_resumable(
+    attrs: dict[str, Any], name: str, space_name: str, space_text: str, command: tuple[str, ...]
+) -> None:
     """One-line errors when an existing study was created for another command or space."""
     if attrs.get(S_COMMAND) not in (None, list(command)):
         raise NcclTuneError(
@@ -377,7 +379,9 @@ def check_results(results: Path) -> None:
     """One-line error when ``--results`` cannot be created or written; nothing is created."""
     why = folder_problem(results)
     if why is not None:
-        raise NcclTuneError(f"--results {results}: cannot create or write it ({why}); choose a folder you can write with --results")
+        raise NcclTuneError(
+            f"--results {results}: cannot create or write it ({why}); choose a folder you can write with --results"
+        )
 
 
 def check_storage_writable(url: str) -> None:
@@ -389,8 +393,10 @@ def check_storage_writable(url: str) -> None:
     check_sqlite(path, url, must_exist=False)
     why = None if path.exists() else folder_problem(path.parent)
     if why is not None:
-        raise NcclTuneError(f"storage {url}: cannot create the database ({why}); choose a folder you can write with "
-                            "--results, or another --storage")
+        raise NcclTuneError(
+            f"storage {url}: cannot create the database ({why}); choose a folder you can write with "
+            "--results, or another --storage"
+        )
 
 
 def peek_storage(url: str) -> optuna.storages.BaseStorage | None:
@@ -440,8 +446,9 @@ def create_or_resume(
     """Open study ``name`` (creating it if needed) whose trial folders go under ``folder``; True when it
     already existed. Refused, before anything is written, when the study was created for another
     command or space content, or when ``folder`` holds another study's trials."""
-    existed, attrs = check_study(storage, url, name, space_name=space_name, space_text=space_text, command=command,
-                                 folder=folder)
+    existed, attrs = check_study(
+        storage, url, name, space_name=space_name, space_text=space_text, command=command, folder=folder
+    )
     uid = attrs.get(S_STUDY_UID)
     study = optuna.create_study(
         study_name=name, storage=storage, sampler=sampler, direction="maximize", load_if_exists=True

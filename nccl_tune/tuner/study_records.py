@@ -7,9 +7,10 @@ its storage alone, after a crash or on another machine.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from enum import Enum
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -126,15 +127,22 @@ class TrialRecord:
         """Launched, and its end says something of its values: not interrupted, and not failed for a
         cause none of them can bring about (``Verdict.from_outside``: a signal from outside, a faulty
         or busy GPU)."""
-        return (self.outcome is Outcome.LAUNCHED and self.status is not FailureClass.INTERRUPTED
-                and not (self.result is not None and self.result.verdict.from_outside))
+        return (
+            self.outcome is Outcome.LAUNCHED
+            and self.status is not FailureClass.INTERRUPTED
+            and not (self.result is not None and self.result.verdict.from_outside)
+        )
 
     @property
     def failed(self) -> bool:
         """Launched and failed: stopped for being slow or for running out of time (``budget``), or
         interrupted, is not a failure."""
-        return (self.outcome is Outcome.LAUNCHED and self.result is not None
-                and self.status not in FINISHED and self.status is not FailureClass.INTERRUPTED)
+        return (
+            self.outcome is Outcome.LAUNCHED
+            and self.result is not None
+            and self.status not in FINISHED
+            and self.status is not FailureClass.INTERRUPTED
+        )
 
     @property
     def stopped_early(self) -> bool:

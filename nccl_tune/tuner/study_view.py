@@ -6,17 +6,18 @@ read the study through ``stored_of`` and pick the winner with ``pick_winner``.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 import optuna
 
 from nccl_tune.failure import FailureClass
+from nccl_tune.nightly.night import Night
 from nccl_tune.search_spaces.loader import parse_space
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.tuner import dropped
 from nccl_tune.tuner import study_records as R
-from nccl_tune.nightly.night import Night
 from nccl_tune.tuner.failure_model import FlakyRule, flaky_rule
 from nccl_tune.tuner.hardware_record import recorded_hardware
 from nccl_tune.tuner.semantics import study_reference, study_user_env
@@ -26,8 +27,9 @@ from nccl_tune.tuner.storage import S_COMMAND, S_SPACE_SOURCE, S_SPACE_TEXT, loa
 from nccl_tune.tuner.study_records import TrialRecord
 
 
-def pick_winner(records: Iterable[TrialRecord], space: SearchSpace, prefer_confirmed: bool = True,
-                flaky: FlakyRule | None = None) -> Candidate | None:
+def pick_winner(
+    records: Iterable[TrialRecord], space: SearchSpace, prefer_confirmed: bool = True, flaky: FlakyRule | None = None
+) -> Candidate | None:
     """The study's winner: the fastest stable candidate confirmed by a re-run, else (or, without
     ``prefer_confirmed``, in any case) the fastest stable one; its ``confirmed`` says which. A
     change to the training itself, or an environment variable set away from the user's own run,
@@ -85,7 +87,9 @@ def stored_of(study: optuna.Study, storage_url: str, space: SearchSpace | None =
     """An open ``study`` read once (``space``: the one a run uses, else the one the study stored)."""
     attrs = study.user_attrs
     if space is None:
-        space = parse_space(attrs[S_SPACE_TEXT], source=attrs.get(S_SPACE_SOURCE, ""), label=f"study {study.study_name}")
+        space = parse_space(
+            attrs[S_SPACE_TEXT], source=attrs.get(S_SPACE_SOURCE, ""), label=f"study {study.study_name}"
+        )
     recs = tuple(R.records(study))
     flaky = flaky_rule(space, recs)
     return StoredStudy(

@@ -10,10 +10,11 @@ one, and one abandoned before its command started.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 import optuna
 from optuna.trial import TrialState
-
-from typing import Any, Mapping
 
 from nccl_tune.failure import FailureClass
 from nccl_tune.search_spaces.space import SearchSpace
@@ -115,8 +116,9 @@ def tell_abandoned(study: optuna.Study, trial: optuna.Trial, why: str) -> None:
     study.tell(trial, state=TrialState.FAIL)
 
 
-def requeue(study: optuna.Study, space: SearchSpace, values: Mapping[str, Any], pinned: Mapping[str, Any],
-            kind: str) -> None:
+def requeue(
+    study: optuna.Study, space: SearchSpace, values: Mapping[str, Any], pinned: Mapping[str, Any], kind: str
+) -> None:
     """Ask for ``values`` again next (an interrupted or abandoned trial); the baseline (and the
     nightly warm start) keep their kind."""
     again = kind if kind in (TrialKind.BASELINE.value, TrialKind.WARM_START.value) else TrialKind.RETRY.value

@@ -35,14 +35,15 @@ maximum likelihood when the runs scatter more than their steps do).
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
 from nccl_tune.failure import FailureClass
 from nccl_tune.node.nccl_narrowing import narrowing
-from nccl_tune.search_spaces.space import UNSET, ParamKind, Parameter, SearchSpace, Target
+from nccl_tune.search_spaces.space import UNSET, Parameter, ParamKind, SearchSpace, Target
 from nccl_tune.tuner.memory_model import failure_wall_frac, memory_explains
 from nccl_tune.tuner.study_records import FINISHED, Outcome, TrialRecord
 
@@ -133,7 +134,9 @@ def warmup_ratio(records: Sequence[TrialRecord]) -> float:
         if res is None or r.status is not FailureClass.OK or not res.warmup_steps or not res.measured_step_times_s:
             continue
         warm = res.step_times_s[: res.warmup_steps]
-        ratios.append(math.log(sum(res.measured_step_times_s) / len(res.measured_step_times_s) / (sum(warm) / len(warm))))
+        ratios.append(
+            math.log(sum(res.measured_step_times_s) / len(res.measured_step_times_s) / (sum(warm) / len(warm)))
+        )
     return sum(ratios) / len(ratios) if ratios else 0.0
 
 
@@ -245,8 +248,11 @@ class ThroughputModel:
         self.baseline = baseline
         self.noise = step_noise(records)
         self.obs = observations(records, self.noise, failure_wall_frac(space))
-        self.base_narrowed = {p.name: bool(narrowing(p.name, baseline[p.name]))
-                              for p in self.free if p.target is Target.ENV and p.name in baseline}
+        self.base_narrowed = {
+            p.name: bool(narrowing(p.name, baseline[p.name]))
+            for p in self.free
+            if p.target is Target.ENV and p.name in baseline
+        }
         """Per environment variable the baseline sets, whether its value removes NCCL's fast path."""
         self.collective = {name: dict(levels) for name, levels in (collective or {}).items()}
         self.speedup = [np.array([self.collective.get(p.name, {}).get(c, 0.0) for c in p.choices]) for p in self.free]
@@ -263,8 +269,13 @@ class ThroughputModel:
         self._fit()
 
     @classmethod
-    def of_study(cls, space: SearchSpace, pinned: Mapping[str, Any], records: Sequence[TrialRecord],
-                 collective: Mapping[str, Mapping[Any, float]] | None = None) -> "ThroughputModel":
+    def of_study(
+        cls,
+        space: SearchSpace,
+        pinned: Mapping[str, Any],
+        records: Sequence[TrialRecord],
+        collective: Mapping[str, Mapping[Any, float]] | None = None,
+    ) -> ThroughputModel:
         """The study's model: over the parameters the search varies (``SearchSpace.free``), from the
         user's own config with the pins (``SearchSpace.baseline``). The planner and screening both
         read this one, so a trial is screened by the model that proposed it."""
@@ -332,17 +343,29 @@ class ThroughputModel:
         if len(self.obs) < 2:
             return tau
         blocks = [kern[np.ix_(self.levels_obs[:, k], self.levels_obs[:, k])] for k, kern in enumerate(self.kernels)]
-        fixed = INTERACTION_SD**2 * self._interaction(self.levels_obs, self.levels_obs) + np.diag([o.var for o in self.obs])
+        fixed = INTERACTION_SD**2 * self._interaction(self.levels_obs, self.levels_obs) + np.diag(
+            [o.var for o in self.obs]
+        )
         eye = np.eye(len(self.obs))
+
         def centred(share: float) -> np.ndarray:
             resid, offset = self._residuals(share)
             return resid - offset
 
         y = centred(self.share)
 
-        def score(t: np.ndarray, log_factor: float, hyper_sd: float, extra: float | None = None,
-                  target: np.ndarray | None = None) -> float:
-            k = fixed + (self.extra_var if extra is None else extra) * eye + sum(t[j] ** 2 * blocks[j] for j in range(len(t)))
+        def score(
+            t: np.ndarray,
+            log_factor: float,
+            hyper_sd: float,
+            extra: float | None = None,
+            target: np.ndarray | None = None,
+        ) -> float:
+            k = (
+                fixed
+                + (self.extra_var if extra is None else extra) * eye
+                + sum(t[j] ** 2 * blocks[j] for j in range(len(t)))
+            )
             try:
                 chol = np.linalg.cholesky(k + 1e-9 * np.eye(len(k)))
             except np.linalg.LinAlgError:
@@ -366,8 +389,12 @@ class ThroughputModel:
         for _ in range(2):
             for j in range(len(tau)):
                 options = [group_scale[j] * f for f in SCALE_FACTORS]
-                tau[j] = max(options, key=lambda v: score(np.where(np.arange(len(tau)) == j, v, tau),
-                                                           math.log(v / group_scale[j]), PARAM_HYPER_SD))
+                tau[j] = max(
+                    options,
+                    key=lambda v: score(
+                        np.where(np.arange(len(tau)) == j, v, tau), math.log(v / group_scale[j]), PARAM_HYPER_SD
+                    ),
+                )
         self.extra_var = max((sd**2 for sd in EXTRA_RUN_SD), key=lambda v: score(tau, 0.0, 1.0, v))
         return np.maximum(tau, TAU_FLOOR)
 

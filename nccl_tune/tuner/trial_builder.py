@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from nccl_tune.presets import apply_preset
 from nccl_tune.search_spaces.render import fixed_argv, render_values

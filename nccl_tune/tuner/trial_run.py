@@ -9,8 +9,9 @@ resumes cleanly; no trial stays RUNNING without a folder.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 import optuna
 from optuna.trial import TrialState
@@ -25,15 +26,15 @@ from nccl_tune.tuner import study_records as R
 from nccl_tune.tuner.display import Display
 from nccl_tune.tuner.failure_model import flaky_rule
 from nccl_tune.tuner.gpu_size import sized_among
+from nccl_tune.tuner.nccl_sweep import load as load_sweep
 from nccl_tune.tuner.observer import InterruptFlag, TunerObserver
 from nccl_tune.tuner.pins import Pins
+from nccl_tune.tuner.screening import incumbent_bar
 from nccl_tune.tuner.settings import RunSettings
 from nccl_tune.tuner.stability import Candidate, select_winner
+from nccl_tune.tuner.steps import MAX_MEASURED_STEPS, next_measured_steps
 from nccl_tune.tuner.study_records import TrialRecord
 from nccl_tune.tuner.telling import near_wall, requeue, tell_abandoned, tell_result
-from nccl_tune.tuner.steps import MAX_MEASURED_STEPS, next_measured_steps
-from nccl_tune.tuner.nccl_sweep import load as load_sweep
-from nccl_tune.tuner.screening import incumbent_bar
 from nccl_tune.tuner.throughput_model import ThroughputModel
 from nccl_tune.tuner.trial_builder import build_trial_spec
 
@@ -120,7 +121,11 @@ class TrialRunner:
         return self.finish(study, trial, values, kind, history, spec, self.launcher.run(spec, observer))
 
     def begin(
-        self, trial: optuna.Trial, values: Mapping[str, Any], kind: str, history: Sequence[TrialRecord],
+        self,
+        trial: optuna.Trial,
+        values: Mapping[str, Any],
+        kind: str,
+        history: Sequence[TrialRecord],
         early_stop: bool = True,
     ) -> tuple[TrialSpec, TunerObserver]:
         """The spec and observer of ``trial``, recorded in it (the launch itself is the caller's)."""
@@ -137,8 +142,9 @@ class TrialRunner:
         self.display.trial_started(trial.number, kind, values, trial.user_attrs.get(R.A_WHY))
         return spec, observer
 
-    def observer(self, study: optuna.Study, history: Sequence[TrialRecord], spec: TrialSpec,
-                 early_stop: bool) -> TunerObserver:
+    def observer(
+        self, study: optuna.Study, history: Sequence[TrialRecord], spec: TrialSpec, early_stop: bool
+    ) -> TunerObserver:
         """The trial's observer: the early stop and screening against the incumbent as the study's
         throughput model estimates it (fitted as the planner fits it, the NCCL sweep's timings
         included); neither without an incumbent or with ``early_stop`` off (a re-run)."""
@@ -165,8 +171,14 @@ class TrialRunner:
         self.told_measured_steps = True
 
     def finish(
-        self, study: optuna.Study, trial: optuna.Trial, values: Mapping[str, Any], kind: str,
-        history: Sequence[TrialRecord], spec: TrialSpec, result: TrialResult,
+        self,
+        study: optuna.Study,
+        trial: optuna.Trial,
+        values: Mapping[str, Any],
+        kind: str,
+        history: Sequence[TrialRecord],
+        spec: TrialSpec,
+        result: TrialResult,
     ) -> TrialResult:
         """Tell the study how ``trial`` ended (from the thread that owns the study); a memory report
         that gave no GPU size gets the one the study learned (``gpu_size``)."""
@@ -192,8 +204,10 @@ class TrialRunner:
             self.leader(R.records(study)),
         )
         if again:
-            self.display.note(f"trial {trial.number} failed for a cause none of its values can bring about "
-                              f"({result.status.value}: {result.verdict.cause.subtype}): its values run once more")
+            self.display.note(
+                f"trial {trial.number} failed for a cause none of its values can bring about "
+                f"({result.status.value}: {result.verdict.cause.subtype}): its values run once more"
+            )
         return result
 
     def leader(self, records: Sequence[TrialRecord]) -> Candidate | None:

@@ -20,7 +20,12 @@ from nccl_tune.tuner.trial_run import TrialRunner
 
 
 def warm_start(
-    study: optuna.Study, runner: TrialRunner, plan: NightPlan, budget: Budget, interrupt: InterruptFlag, display: Display
+    study: optuna.Study,
+    runner: TrialRunner,
+    plan: NightPlan,
+    budget: Budget,
+    interrupt: InterruptFlag,
+    display: Display,
 ) -> bool:
     """Runs of the baseline config until ``WARM_RUNS`` are in the study (a resumed night counts
     those it has) or one fails; True when interrupted."""
@@ -38,7 +43,9 @@ def warm_start(
             display.note("the run's --budget is spent: no more runs of the baseline config")
             return False
         if not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
-            study.enqueue_trial(to_optuna(space, plan.baseline.values, pinned), user_attrs={R.A_KIND: TrialKind.WARM_START.value})
+            study.enqueue_trial(
+                to_optuna(space, plan.baseline.values, pinned), user_attrs={R.A_KIND: TrialKind.WARM_START.value}
+            )
         trial = runner.ask(study)
         with runner.told_on_failure(study, trial):
             values = suggest(trial, space, pinned)

@@ -8,8 +8,8 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import sqlite3
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -52,16 +52,26 @@ def test_every_family_has_an_exact_best_and_a_small_target_region(quick):
         assert inst["implied_random_median"] >= median_min, name
     land = data["families"]["twin"]["landscape"]
     assert land["reduction_check"]["exact"] and land["best"]["failure"] is None
-    assert data["families"]["twin"]["pins"] == {"trainer.train_batch_size": "256", "trainer.max_prompt_length": "4096",
-                                                "trainer.micro_forward_batch_size_per_gpu": "8"}
+    assert data["families"]["twin"]["pins"] == {
+        "trainer.train_batch_size": "256",
+        "trainer.max_prompt_length": "4096",
+        "trainer.micro_forward_batch_size_per_gpu": "8",
+    }
 
 
 def test_three_samplers_side_by_side_with_the_defined_measures(quick):
     data, _, proc = quick
-    assert set(data["definitions"]) >= {"stable", "best", "trials_to_reach", "failed_gpu_frac", "saved_gpu_frac", "check_gpu_frac"}
+    assert set(data["definitions"]) >= {
+        "stable",
+        "best",
+        "trials_to_reach",
+        "failed_gpu_frac",
+        "saved_gpu_frac",
+        "check_gpu_frac",
+    }
     for name, fam in data["families"].items():
         assert set(fam["samplers"]) == {"tuner", "tpe", "random"}
-        for sampler, studies in fam["studies"].items():
+        for studies in fam["studies"].values():
             (s,) = studies
             assert 1 <= s["trials_to_reach"] <= TRIALS + 1 and s["censored"] == (s["trials_to_reach"] == TRIALS + 1)
             assert s["launched"] >= TRIALS and s["gpu_s"] > 0
@@ -92,8 +102,20 @@ def test_second_run_reuses_the_cached_twin_landscape(quick, tmp_path):
     data, out, _ = quick
     copy = tmp_path / "again.json"
     copy.write_text(out.read_text())
-    proc = run_bench("--quick", *PIN, "--families", "twin", "--samplers", "tuner", "--seeds", "1", "--trials", "3",
-                     "--json", str(copy))
+    proc = run_bench(
+        "--quick",
+        *PIN,
+        "--families",
+        "twin",
+        "--samplers",
+        "tuner",
+        "--seeds",
+        "1",
+        "--trials",
+        "3",
+        "--json",
+        str(copy),
+    )
     assert proc.returncode in (0, 1), proc.stderr
     assert "reused from" in proc.stdout
     again = json.loads(copy.read_text())
@@ -104,16 +126,30 @@ def test_second_run_reuses_the_cached_twin_landscape(quick, tmp_path):
 def test_first_seed_studies_held_out_instances(tmp_path):
     """Instances from ``--first-seed`` on, judged like the others and named by their seed."""
     out = tmp_path / "held-out.json"
-    proc = run_bench("--families", "narrow-wall", "--samplers", "random", "--first-seed", "24", "--seeds", "2",
-                     "--trials", "3", "--json", str(out))
+    proc = run_bench(
+        "--families",
+        "narrow-wall",
+        "--samplers",
+        "random",
+        "--first-seed",
+        "24",
+        "--seeds",
+        "2",
+        "--trials",
+        "3",
+        "--json",
+        str(out),
+    )
     assert proc.returncode in (0, 1), proc.stderr
     data = json.loads(out.read_text())
     assert data["first_seed"] == 24
     fam = data["families"]["narrow-wall"]
     assert [i["seed"] for i in fam["instances"]] == [24, 25]
     assert [s["seed"] for s in fam["studies"]["random"]] == [24, 25]
-    assert fam["instances"][0]["best_values"] != fam["instances"][1]["best_values"] or \
-        fam["instances"][0]["best_throughput"] != fam["instances"][1]["best_throughput"]
+    assert (
+        fam["instances"][0]["best_values"] != fam["instances"][1]["best_values"]
+        or fam["instances"][0]["best_throughput"] != fam["instances"][1]["best_throughput"]
+    )
 
 
 @pytest.mark.parametrize(
@@ -139,6 +175,7 @@ def test_a_failed_trial_is_told_by_the_landscapes_reason_it_fails():
     step of a hang (cuMem 1, and any config within 8% of the wall), running out of memory."""
     sys.path.insert(0, str(BENCH.parent))
     import search
+
     from nccl_tune.sim.families import enumerate_configs, instance
 
     inst, ex = instance("hang-region", 0)
@@ -149,8 +186,11 @@ def test_a_failed_trial_is_told_by_the_landscapes_reason_it_fails():
     assert cause({**best, "NCCL_CUMEM_ENABLE": 1}).startswith("hangs in 15% of steps: cuMem")
     largest = {**best, "train.micro_batch_size": 16, "train.gradient_checkpointing": False}
     assert inst.landscape(largest).peak_gib > inst.node.capacity_gib and cause(largest) == "out of memory"
-    near_wall = [v for v in enumerate_configs(inst.space)
-                 if 0.92 <= inst.landscape(v).peak_gib / inst.node.capacity_gib <= 1.0 and cause(v).startswith("hangs")]
+    near_wall = [
+        v
+        for v in enumerate_configs(inst.space)
+        if 0.92 <= inst.landscape(v).peak_gib / inst.node.capacity_gib <= 1.0 and cause(v).startswith("hangs")
+    ]
     assert near_wall, "instance 0 has configs within 8% of the wall"
     for v in near_wall:
         assert "memory wall" in cause(v) or (v["NCCL_ALGO"], v["NCCL_PROTO"]) == ("Tree", "LL128"), v
@@ -161,9 +201,27 @@ def test_ctrl_c_stops_the_benchmark_not_only_the_study_it_is_in(tmp_path):
     130, one line), instead of going on to the next of its studies."""
     out, err_file = tmp_path / "never.json", tmp_path / "stderr.txt"
     with err_file.open("w") as err_out:
-        proc = subprocess.Popen([sys.executable, str(BENCH), "--families", "flat-top", "--samplers", "tuner", "--seeds",
-                                 "50", "--trials", "30", "--json", str(out)], cwd=REPO, stdout=subprocess.DEVNULL,
-                                stderr=err_out, env={**os.environ, "TMPDIR": str(tmp_path)}, preexec_fn=ctrl_c_as_typed)
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                str(BENCH),
+                "--families",
+                "flat-top",
+                "--samplers",
+                "tuner",
+                "--seeds",
+                "50",
+                "--trials",
+                "30",
+                "--json",
+                str(out),
+            ],
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=err_out,
+            env={**os.environ, "TMPDIR": str(tmp_path)},
+            preexec_fn=ctrl_c_as_typed,
+        )
     deadline = time.monotonic() + 300
     while not told_trials(tmp_path) and proc.poll() is None and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -172,8 +230,11 @@ def test_ctrl_c_stops_the_benchmark_not_only_the_study_it_is_in(tmp_path):
     try:
         proc.wait(timeout=240)
     except subprocess.TimeoutExpired:
-        stacks = subprocess.run([str(Path(sys.executable).parent / "py-spy"), "dump", "--pid", str(proc.pid)],
-                                capture_output=True, text=True).stdout
+        stacks = subprocess.run(
+            [str(Path(sys.executable).parent / "py-spy"), "dump", "--pid", str(proc.pid)],
+            capture_output=True,
+            text=True,
+        ).stdout
         proc.kill()
         pytest.fail(f"still running 240 s after Ctrl-C:\n{stacks}")
     err = err_file.read_text()
@@ -195,7 +256,9 @@ def told_trials(root: Path) -> int:
     for db in root.glob("nccl-tune-search-*/*/*.db"):
         try:
             with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=1)) as con:
-                told += con.execute("select count(*) from trials where state in ('COMPLETE', 'FAIL', 'PRUNED')").fetchone()[0]
+                told += con.execute(
+                    "select count(*) from trials where state in ('COMPLETE', 'FAIL', 'PRUNED')"
+                ).fetchone()[0]
         except sqlite3.Error:  # created, not yet holding optuna's tables
             pass
     return told

@@ -17,7 +17,11 @@ NCCL_TUNE = Path(sys.executable).parent / "nccl-tune"
 
 def nccl_tune(*args: str, cwd: Path, env: dict | None = None) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [str(NCCL_TUNE), *args], cwd=cwd, capture_output=True, text=True, timeout=120,
+        [str(NCCL_TUNE), *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
         env={**os.environ, "COLUMNS": "200", **(env or {})},
     )
 
@@ -45,7 +49,7 @@ def test_json_one_object_per_input_line(tmp_path: Path, logs: dict[str, Path]) -
         assert obj["path"] == str(logs[key])
         assert obj["class"] == key.split(":")[0]
         assert {"rank", "evidence", "advice", "flight_recorder", "phase", "after_training"} <= set(obj)
-    by_name = {Path(json.loads(l)["path"]).name: json.loads(l) for l in lines}
+    by_name = {Path(json.loads(line)["path"]).name: json.loads(line) for line in lines}
     assert by_name["10_crash.log"]["rank"] == 1
     assert by_name["02_nccl_error.log"]["evidence"][0].startswith("02_nccl_error.log:1: ")
 
@@ -107,8 +111,10 @@ def test_a_bare_log_that_stops_without_an_end_reads_ok_with_a_note_that_it_may_h
     stopped = tmp_path / "stopped.log"
     stopped.write_text(steps)
     ended = tmp_path / "ended.log"
-    ended.write_text(steps + "[rank0]:[W1125 03:10:11.000000 ProcessGroupNCCL.cpp:1250] Warning: WARNING: "
-                     "destroy_process_group() was not called before program exit, which can leak resources.\n")
+    ended.write_text(
+        steps + "[rank0]:[W1125 03:10:11.000000 ProcessGroupNCCL.cpp:1250] Warning: WARNING: "
+        "destroy_process_group() was not called before program exit, which can leak resources.\n"
+    )
     finished = tmp_path / "finished.log"
     finished.write_text(steps + "(TaskRunner pid=812) Training done!\n")
     r = nccl_tune("diagnose", str(stopped), str(ended), str(finished), cwd=tmp_path)

@@ -18,15 +18,25 @@ TUNING_VARS = ("NCCL_", "TORCH_NCCL_", "TORCH_FR_", "TORCH_DISTRIBUTED_DEBUG", "
 def doctor(*args: str, env: dict, tmp_path: Path) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items() if not k.startswith(TUNING_VARS)}
     base.update(RAY_TMPDIR=str(tmp_path), COLUMNS="200")
-    return subprocess.run([str(NCCL_TUNE), "doctor", *args], env={**base, **env}, capture_output=True,
-                          text=True, timeout=120, cwd=tmp_path)
+    return subprocess.run(
+        [str(NCCL_TUNE), "doctor", *args],
+        env={**base, **env},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
 
 
 def test_json_flags_bad_variables_and_exits_1(tmp_path: Path) -> None:
     state = tmp_path / "nvml.json"
     write_state(state, h100_node(8))
-    env = {FAKE_NVML_ENV: str(state), "NCCL_TIMEOUT": "1800", "NCCL_PROTO": "LL,Simpel",
-           "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000"}
+    env = {
+        FAKE_NVML_ENV: str(state),
+        "NCCL_TIMEOUT": "1800",
+        "NCCL_PROTO": "LL,Simpel",
+        "TORCH_NCCL_TRACE_BUFFER_SIZE": "2000",
+    }
     r = doctor("--json", env=env, tmp_path=tmp_path)
     assert r.returncode == 1, r.stderr
     report = json.loads(r.stdout)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-
 import re
 
 import optuna
@@ -11,7 +10,6 @@ import pytest
 
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.tuner.series import load_history
-
 from tests.tuner.conftest import run_cli
 from tests.tuner.nights import fingerprint, store_nights
 

@@ -8,7 +8,7 @@ import sys
 import pytest
 import yaml
 
-from tests.tuner.conftest import TINY_SPACE, TINY_TRAINER, read_only, one_line_error, run_cli
+from tests.tuner.conftest import TINY_SPACE, TINY_TRAINER, one_line_error, read_only, run_cli
 
 pytestmark = pytest.mark.timeout(300)
 RUN = ["run", "--space", str(TINY_SPACE), "--trials", "2", "--confirm", "0", "--seed", "1"]
@@ -30,8 +30,10 @@ def test_writing_into_a_read_only_folder_is_one_line(study):
         one_line_error(run_cli(["export", "-o", "ro/t.yaml"], cwd=study), "cannot write ro/t.yaml")
         one_line_error(run_cli(["report", "--plots", "ro/plots"], cwd=study), "--plots ro/plots: cannot write")
         (study / "cfg.yaml").write_text("trainer:\n  micro: 1\n  offload: true\n")
-        one_line_error(run_cli(["apply", "tuned.yaml", "--into", "cfg.yaml", "-o", "ro/x.yaml"], cwd=study),
-                        "cannot write ro/x.yaml")
+        one_line_error(
+            run_cli(["apply", "tuned.yaml", "--into", "cfg.yaml", "-o", "ro/x.yaml"], cwd=study),
+            "cannot write ro/x.yaml",
+        )
         # run -o is checked before any trial, not after the study
         proc = run_cli([*RUN, "--study", "o2", "-o", "ro/t.yaml", "--", sys.executable, str(TINY_TRAINER)], cwd=study)
         one_line_error(proc, "cannot write ro/t.yaml")
@@ -51,7 +53,9 @@ def test_writing_into_a_read_only_folder_is_one_line(study):
 )
 def test_apply_into_a_config_that_is_not_a_mapping_is_one_line(study, content, fragment):
     (study / "bad.yaml").write_bytes(content)
-    one_line_error(run_cli(["apply", "tuned.yaml", "--into", "bad.yaml"], cwd=study), f"config file bad.yaml {fragment}")
+    one_line_error(
+        run_cli(["apply", "tuned.yaml", "--into", "bad.yaml"], cwd=study), f"config file bad.yaml {fragment}"
+    )
 
 
 def test_apply_prints_the_environment_to_set_on_stderr(study):

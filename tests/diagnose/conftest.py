@@ -40,7 +40,10 @@ def start_gloo_job(folder: Path, mode: str) -> list[subprocess.Popen]:
     return [
         subprocess.Popen(
             [sys.executable, str(SCRIPTS / "fr_job.py"), str(r), str(WORLD), port, mode, prefix],
-            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
         )
         for r in range(WORLD)
     ]

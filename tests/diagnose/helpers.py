@@ -37,12 +37,20 @@ def fixture_paths() -> list[Path]:
 ESC = "\x1b"
 
 
-def skyrl(message: str, *, level: str = "INFO", where: str = "skyrl_train.trainer:train:209",
-          prefix: str = "skyrl_entrypoint pid=645566", colour: bool = True) -> str:
+def skyrl(
+    message: str,
+    *,
+    level: str = "INFO",
+    where: str = "skyrl_train.trainer:train:209",
+    prefix: str = "skyrl_entrypoint pid=645566",
+    colour: bool = True,
+) -> str:
     """A SkyRL loguru line behind a Ray prefix, coloured the way loguru writes it into files."""
     if colour:
-        return (f"{ESC}[36m({prefix}){ESC}[0m {ESC}[32m2026-03-02 10:11:12.345{ESC}[0m | {ESC}[1m{level:<8}{ESC}[0m | "
-                f"{ESC}[36m{where}{ESC}[0m - {ESC}[1m{message}{ESC}[0m\n")
+        return (
+            f"{ESC}[36m({prefix}){ESC}[0m {ESC}[32m2026-03-02 10:11:12.345{ESC}[0m | {ESC}[1m{level:<8}{ESC}[0m | "
+            f"{ESC}[36m{where}{ESC}[0m - {ESC}[1m{message}{ESC}[0m\n"
+        )
     return f"({prefix}) 2026-03-02 10:11:12.345 | {level:<8} | {where} - {message}\n"
 
 
@@ -54,13 +62,22 @@ def finished(phase: str, seconds: float = 81.23) -> str:
     return skyrl(f"Finished: '{phase}', time cost: {seconds:.2f}s")
 
 
-def watchdog(rank: int, seq: int, op: str = "_ALLGATHER_BASE", numel_in: int = 68125120, numel_out: int = 545000960,
-             timeout_ms: int = 600000, pg: bool = True) -> str:
+def watchdog(
+    rank: int,
+    seq: int,
+    op: str = "_ALLGATHER_BASE",
+    numel_in: int = 68125120,
+    numel_out: int = 545000960,
+    timeout_ms: int = 600000,
+    pg: bool = True,
+) -> str:
     """The NCCL watchdog's timeout line as recent PyTorch prints it (with ``[rankN]:`` and PG prefix)."""
     where = f"[PG ID 0 PG GUID 0(default_pg) Rank {rank}]" if pg else f"[Rank {rank}]"
-    return (f"[rank{rank}]:[E1021 10:11:12.345678 ProcessGroupNCCL.cpp:632] {where} Watchdog caught collective "
-            f"operation timeout: WorkNCCL(SeqNum={seq}, OpType={op}, NumelIn={numel_in}, NumelOut={numel_out}, "
-            f"Timeout(ms)={timeout_ms}) ran for {timeout_ms + 12} milliseconds before timing out.\n")
+    return (
+        f"[rank{rank}]:[E1021 10:11:12.345678 ProcessGroupNCCL.cpp:632] {where} Watchdog caught collective "
+        f"operation timeout: WorkNCCL(SeqNum={seq}, OpType={op}, NumelIn={numel_in}, NumelOut={numel_out}, "
+        f"Timeout(ms)={timeout_ms}) ran for {timeout_ms + 12} milliseconds before timing out.\n"
+    )
 
 
 def watchdog_aftermath(rank: int) -> list[str]:
@@ -91,13 +108,17 @@ def cuda_oom(rank: int, gpu: int = 0, tried: str = "3.91 GiB", reserved: str = "
 
 
 def nccl_info(rank: int, i: int) -> str:
-    return (f"gpu-node-01:{4000 + rank}:{4100 + rank} [{rank}] NCCL INFO Channel {i % 32:02d}/0 : {rank}[{rank}] -> "
-            f"{(rank + 1) % 8}[{(rank + 1) % 8}] via P2P/CUMEM/read\n")
+    return (
+        f"gpu-node-01:{4000 + rank}:{4100 + rank} [{rank}] NCCL INFO Channel {i % 32:02d}/0 : {rank}[{rank}] -> "
+        f"{(rank + 1) % 8}[{(rank + 1) % 8}] via P2P/CUMEM/read\n"
+    )
 
 
 def nccl_init_complete(rank: int, nranks: int = 8) -> str:
-    return (f"gpu-node-01:{4000 + rank}:{4100 + rank} [{rank}] NCCL INFO comm 0x55d1c0{rank:02d} rank {rank} nranks "
-            f"{nranks} cudaDev {rank} nvmlDev {rank} busId {rank}b000 commId 0x7a1c2b3d4e5f6071 - Init COMPLETE\n")
+    return (
+        f"gpu-node-01:{4000 + rank}:{4100 + rank} [{rank}] NCCL INFO comm 0x55d1c0{rank:02d} rank {rank} nranks "
+        f"{nranks} cudaDev {rank} nvmlDev {rank} busId {rank}b000 commId 0x7a1c2b3d4e5f6071 - Init COMPLETE\n"
+    )
 
 
 def tqdm(label: str, done: int, total: int) -> str:

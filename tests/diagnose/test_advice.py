@@ -64,5 +64,9 @@ def test_a_timeout_outside_skyrl_does_not_name_skyrls_variable():
     assert advice_for_space(F.COLLECTIVE_TIMEOUT, text, knobs(), "skyrl") == text
     assert advice_for_space(F.COLLECTIVE_TIMEOUT, text, knobs(), None) == text  # unknown trainer: as the log says
     other = advice_for_space(F.COLLECTIVE_TIMEOUT, text, knobs(), "torchtitan")
-    assert "SKYRL" not in other and other.startswith("Rank 1 is the likely one behind") and "init_process_group" in other
-    assert advice_for_space(F.OOM, "log advice", knobs(), "hf-trainer").startswith("Out of GPU memory: lower batch_size")
+    assert (
+        "SKYRL" not in other and other.startswith("Rank 1 is the likely one behind") and "init_process_group" in other
+    )
+    assert advice_for_space(F.OOM, "log advice", knobs(), "hf-trainer").startswith(
+        "Out of GPU memory: lower batch_size"
+    )

@@ -52,8 +52,9 @@ def test_a_trial_that_ended_in_its_nccl_check_is_diagnosed_from_the_check(tmp_pa
     check = trial / "nccl-check"
     check.mkdir(parents=True)
     log = _write_log(check / "output.log", "07_cuda_error.log")
-    (trial / "result.json").write_text(json.dumps({"number": 3, "status": "crash", "log_paths": [str(log)],
-                                                   "nccl_check_failed": True}))
+    (trial / "result.json").write_text(
+        json.dumps({"number": 3, "status": "crash", "log_paths": [str(log)], "nccl_check_failed": True})
+    )
     (d,) = diagnose_paths([trial])
     assert d.path == check and d.inputs == (log,)
     assert d.verdict.failure_class is F.CUDA_ERROR

@@ -30,8 +30,13 @@ CUDA_LOG = "".join(read_fixture(FIXTURES / "07_cuda_error.log").lines)
 
 def diagnose(*args: str, cwd: Path, timeout: float = 60) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [str(NCCL_TUNE), "diagnose", *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-        stdin=subprocess.DEVNULL, env={**os.environ, "COLUMNS": "200"},
+        [str(NCCL_TUNE), "diagnose", *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+        env={**os.environ, "COLUMNS": "200"},
     )
 
 

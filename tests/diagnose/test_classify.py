@@ -8,8 +8,8 @@ import random
 import subprocess
 import sys
 import tracemalloc
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import pytest
 
@@ -35,14 +35,32 @@ def step_prefix(steps_done: int = 1) -> list[str]:
     lines = [skyrl("init policy/ref/critic models done"), started("sync_weights"), finished("sync_weights", 3.2)]
     for _ in range(steps_done):
         lines += [started("step")]
-        for ph, s in (("generate", 431.0), ("postprocess_generator_output", 0.4), ("convert_to_training_input", 1.1),
-                      ("fwd_logprobs_values_reward", 52.3), ("compute_advantages_and_returns", 0.2)):
+        for ph, s in (
+            ("generate", 431.0),
+            ("postprocess_generator_output", 0.4),
+            ("convert_to_training_input", 1.1),
+            ("fwd_logprobs_values_reward", 52.3),
+            ("compute_advantages_and_returns", 0.2),
+        ):
             lines += [started(ph), finished(ph, s)]
-        lines += [started("train_critic_and_policy"), started("policy_train"), finished("policy_train", 81.2),
-                  finished("train_critic_and_policy", 81.3), started("sync_weights"), finished("sync_weights", 3.0),
-                  finished("step", 570.0)]
-    lines += [started("step"), started("generate"), finished("generate", 402.0), started("fwd_logprobs_values_reward"),
-              finished("fwd_logprobs_values_reward", 50.0), started("train_critic_and_policy"), started("policy_train")]
+        lines += [
+            started("train_critic_and_policy"),
+            started("policy_train"),
+            finished("policy_train", 81.2),
+            finished("train_critic_and_policy", 81.3),
+            started("sync_weights"),
+            finished("sync_weights", 3.0),
+            finished("step", 570.0),
+        ]
+    lines += [
+        started("step"),
+        started("generate"),
+        finished("generate", 402.0),
+        started("fwd_logprobs_values_reward"),
+        finished("fwd_logprobs_values_reward", 50.0),
+        started("train_critic_and_policy"),
+        started("policy_train"),
+    ]
     return lines
 
 
@@ -93,16 +111,20 @@ def test_order_decides_between_two_root_causes(first: str) -> None:
 
 
 def test_cuda_error_reraised_by_the_nccl_watchdog_is_cuda_error() -> None:
-    lines = step_prefix() + [
-        "[rank0]:[E1021 10:11:12.345678 ProcessGroupNCCL.cpp:1595] [PG ID 0 PG GUID 0(default_pg) Rank 0] Process group "
-        "watchdog thread terminated with exception: CUDA error: an illegal memory access was encountered\n",
-        "Exception raised from c10_cuda_check_implementation at /pytorch/c10/cuda/CUDAException.cpp:43 (most recent call first):\n",
-        "frame #3: c10d::ProcessGroupNCCL::WorkNCCL::finishedGPUExecutionInternal() const + 0x52 (0x7f1 in libtorch_cuda.so)\n",
-        "frame #5: c10d::ProcessGroupNCCL::Watchdog::runLoop() + 0x1a4 (0x7f2 in libtorch_cuda.so)\n",
-        "terminate called after throwing an instance of 'c10::DistBackendError'\n",
-        "  what():  [PG ID 0 PG GUID 0(default_pg) Rank 0] Process group watchdog thread terminated with exception: CUDA "
-        "error: an illegal memory access was encountered\n",
-    ] + watchdog_aftermath(1)
+    lines = (
+        step_prefix()
+        + [
+            "[rank0]:[E1021 10:11:12.345678 ProcessGroupNCCL.cpp:1595] [PG ID 0 PG GUID 0(default_pg) Rank 0] Process group "
+            "watchdog thread terminated with exception: CUDA error: an illegal memory access was encountered\n",
+            "Exception raised from c10_cuda_check_implementation at /pytorch/c10/cuda/CUDAException.cpp:43 (most recent call first):\n",
+            "frame #3: c10d::ProcessGroupNCCL::WorkNCCL::finishedGPUExecutionInternal() const + 0x52 (0x7f1 in libtorch_cuda.so)\n",
+            "frame #5: c10d::ProcessGroupNCCL::Watchdog::runLoop() + 0x1a4 (0x7f2 in libtorch_cuda.so)\n",
+            "terminate called after throwing an instance of 'c10::DistBackendError'\n",
+            "  what():  [PG ID 0 PG GUID 0(default_pg) Rank 0] Process group watchdog thread terminated with exception: CUDA "
+            "error: an illegal memory access was encountered\n",
+        ]
+        + watchdog_aftermath(1)
+    )
     v = classify_log(lines, signal_name="SIGABRT")
     assert v.failure_class is F.CUDA_ERROR
     assert v.rank == 0
@@ -139,15 +161,25 @@ def _raised(frames: list[str], exception: str) -> list[str]:
 
 
 def test_a_peer_reset_raised_while_the_process_group_forms_is_an_init_failure() -> None:
-    frames = [("/srv/job/train.py", 40, "<module>", "main()"),
-              ("/srv/job/train.py", 22, "main", "dist.init_process_group('gloo')"),
-              ("/usr/lib/python3/site-packages/torch/distributed/distributed_c10d.py", 1203, "init_process_group",
-               "default_pg = _new_process_group_helper(")]
-    v = classify_log(["Starting worker 3 of 4\n"] + _raised(frames, "RuntimeError: Connection reset by peer"), exit_code=1)
+    frames = [
+        ("/srv/job/train.py", 40, "<module>", "main()"),
+        ("/srv/job/train.py", 22, "main", "dist.init_process_group('gloo')"),
+        (
+            "/usr/lib/python3/site-packages/torch/distributed/distributed_c10d.py",
+            1203,
+            "init_process_group",
+            "default_pg = _new_process_group_helper(",
+        ),
+    ]
+    v = classify_log(
+        ["Starting worker 3 of 4\n"] + _raised(frames, "RuntimeError: Connection reset by peer"), exit_code=1
+    )
     assert v.failure_class is F.INIT_FAILURE and v.cause.subtype == "rendezvous"
     # the same line raised from a training step is a peer that went away: a crash, not the rendezvous
     step = [("/srv/job/train.py", 40, "<module>", "main()"), ("/srv/job/train.py", 31, "main", "loss.backward()")]
-    v = classify_log(["Starting worker 3 of 4\n"] + _raised(step, "RuntimeError: Connection reset by peer"), exit_code=1)
+    v = classify_log(
+        ["Starting worker 3 of 4\n"] + _raised(step, "RuntimeError: Connection reset by peer"), exit_code=1
+    )
     assert v.failure_class is F.CRASH
     # and an earlier traceback's rendezvous frame does not count for a later one
     earlier = _raised(frames[:2], "RuntimeError: Address family not supported, retrying")
@@ -156,11 +188,15 @@ def test_a_peer_reset_raised_while_the_process_group_forms_is_an_init_failure() 
 
 
 def test_gloo_peer_reset_after_an_oom_is_the_oom() -> None:
-    lines = step_prefix() + cuda_oom(1, gpu=1) + [
-        "[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
-        "[127.0.0.1]:29561\n",
-        "[rank0]: RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection reset by peer\n",
-    ]
+    lines = (
+        step_prefix()
+        + cuda_oom(1, gpu=1)
+        + [
+            "[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+            "[127.0.0.1]:29561\n",
+            "[rank0]: RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection reset by peer\n",
+        ]
+    )
     v = classify_log(lines, exit_code=1)
     assert (v.failure_class, v.rank) == (F.OOM, 1)
 
@@ -202,9 +238,11 @@ def test_the_one_silent_rank_of_a_known_world_is_named() -> None:
 
 
 def _gloo(rank: int, what: str) -> str:
-    errors = {"timeout": "[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 3600ms for "
-                         "recv operation to complete",
-              "lost": "[../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:56021"}
+    errors = {
+        "timeout": "[../third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out waiting 3600ms for "
+        "recv operation to complete",
+        "lost": "[../third_party/gloo/gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:56021",
+    }
     return f"[rank{rank}]: RuntimeError: {errors[what]}\n"
 
 
@@ -230,7 +268,8 @@ def test_nccl_warn_before_a_timeout_names_the_cause() -> None:
     lines = step_prefix() + [
         "gpu-node-01:4003:4190 [3] transport/net_ib.cc:1696 NCCL WARN NET/IB : Got completion from peer 10.1.1.7<53721> "
         "with error 12, opcode 0, len 0, vendor err 129 (Recv)\n",
-        watchdog(3, 900), watchdog(5, 900),
+        watchdog(3, 900),
+        watchdog(5, 900),
     ]
     v = classify_log(lines)
     assert v.failure_class is F.NCCL_ERROR
@@ -238,8 +277,10 @@ def test_nccl_warn_before_a_timeout_names_the_cause() -> None:
 
 
 def test_an_nccl_warn_the_run_trained_through_does_not_explain_a_later_timeout() -> None:
-    warn = ("gpu-node-01:4003:4190 [3] transport/net_ib.cc:1696 NCCL WARN NET/IB : Call to ibv_modify_qp failed "
-            "with error Connection timed out, retrying\n")
+    warn = (
+        "gpu-node-01:4003:4190 [3] transport/net_ib.cc:1696 NCCL WARN NET/IB : Call to ibv_modify_qp failed "
+        "with error Connection timed out, retrying\n"
+    )
     lines = [warn] + step_prefix(2) + [watchdog(3, 900), watchdog(5, 900)]
     v = classify_log(lines)
     assert v.failure_class is F.COLLECTIVE_TIMEOUT
@@ -298,9 +339,7 @@ def test_torchrun_root_cause_summary_names_the_rank_and_signal() -> None:
 # --- memory climb, signals and exit codes --------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("peak", "expected"), [(0.97, F.HOST_OOM), (0.40, F.CRASH), (None, F.CRASH)]
-)
+@pytest.mark.parametrize(("peak", "expected"), [(0.97, F.HOST_OOM), (0.40, F.CRASH), (None, F.CRASH)])
 def test_sigkill_with_no_error_printed(peak: float | None, expected: F) -> None:
     lines = step_prefix() + [skyrl("Number of sequences: 1280")]
     v = classify_log(lines, signal_name="SIGKILL", host_mem_peak_frac=peak)
@@ -309,7 +348,9 @@ def test_sigkill_with_no_error_printed(peak: float | None, expected: F) -> None:
     assert v.evidence[0].source == "nccl-tune"
 
 
-@pytest.mark.parametrize(("code", "sig"), [(-9, "SIGKILL"), (137, "SIGKILL"), (134, "SIGABRT"), (-11, "SIGSEGV"), (1, None), (0, None)])
+@pytest.mark.parametrize(
+    ("code", "sig"), [(-9, "SIGKILL"), (137, "SIGKILL"), (134, "SIGABRT"), (-11, "SIGSEGV"), (1, None), (0, None)]
+)
 def test_signal_from_exit(code: int, sig: str | None) -> None:
     assert signal_from_exit(code) == sig
 
@@ -338,10 +379,14 @@ def test_a_handled_traceback_in_a_run_that_exited_zero_is_ok() -> None:
 
 
 def test_failure_after_training_done_is_reported_as_such() -> None:
-    lines = step_prefix(2)[:-2] + [skyrl("Training done!")] + [
-        "[rank0]:[W1021 10:11:12 ProcessGroupNCCL.cpp:1250] Warning: WARNING: process group has NOT been destroyed\n",
-        "[rank0]: RuntimeError: CUDA error: an illegal memory access was encountered\n",
-    ]
+    lines = (
+        step_prefix(2)[:-2]
+        + [skyrl("Training done!")]
+        + [
+            "[rank0]:[W1021 10:11:12 ProcessGroupNCCL.cpp:1250] Warning: WARNING: process group has NOT been destroyed\n",
+            "[rank0]: RuntimeError: CUDA error: an illegal memory access was encountered\n",
+        ]
+    )
     v = classify_log(lines, exit_code=1)
     assert v.failure_class is F.CUDA_ERROR
     assert v.after_training is True
@@ -361,8 +406,11 @@ def test_final_checkpoint_failure_is_after_training_but_periodic_one_is_not() ->
 
 
 def test_phase_survives_the_timers_logging_finished_while_the_exception_unwinds() -> None:
-    lines = step_prefix()[:-2] + [started("fwd_logprobs_values_reward"), finished("fwd_logprobs_values_reward", 12.0),
-                                  finished("step", 500.0)] + cuda_oom(2)
+    lines = (
+        step_prefix()[:-2]
+        + [started("fwd_logprobs_values_reward"), finished("fwd_logprobs_values_reward", 12.0), finished("step", 500.0)]
+        + cuda_oom(2)
+    )
     v = classify_log(lines, exit_code=1)
     assert v.phase == "fwd_logprobs_values_reward"
     assert "trainer.micro_forward_batch_size_per_gpu" in v.advice
@@ -384,19 +432,31 @@ def vllm_engine_oom(first: str, frame: str, tail: tuple[str, ...] = ()) -> list[
     ("lines", "wanted", "unwanted"),
     [
         # raised while the engine profiles its memory at start-up: its share of the GPU is the fix
-        (vllm_engine_oom("Traceback (most recent call last):", "profile_run"),
-         ("vLLM engines started", "lower generator.gpu_memory_utilization"), ()),
+        (
+            vllm_engine_oom("Traceback (most recent call last):", "profile_run"),
+            ("vLLM engines started", "lower generator.gpu_memory_utilization"),
+            (),
+        ),
         # raised from execute_model after the engine reported a fatal error while running: it was generating,
         # so fewer sequences at once is the fix, not a smaller share at start-up (no phase line to say so)
-        (vllm_engine_oom("EngineCore encountered a fatal error.", "execute_model",
-                         ("vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace "
-                          "(above) for the root cause.\n",)),
-         ("during generation", "generator.max_num_seqs"), ("engines started",)),
+        (
+            vllm_engine_oom(
+                "EngineCore encountered a fatal error.",
+                "execute_model",
+                (
+                    "vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace "
+                    "(above) for the root cause.\n",
+                ),
+            ),
+            ("during generation", "generator.max_num_seqs"),
+            ("engines started",),
+        ),
     ],
     ids=["start-up", "model-step"],
 )
-def test_a_vllm_oom_is_advised_by_what_its_engine_was_doing(lines: list[str], wanted: tuple[str, ...],
-                                                            unwanted: tuple[str, ...]) -> None:
+def test_a_vllm_oom_is_advised_by_what_its_engine_was_doing(
+    lines: list[str], wanted: tuple[str, ...], unwanted: tuple[str, ...]
+) -> None:
     v = classify_log(lines, exit_code=1)
     assert v.failure_class is F.OOM
     assert all(w in v.advice for w in wanted), v.advice
@@ -468,13 +528,17 @@ def test_a_worker_line_glued_behind_another_writers_fragment_keeps_its_pid() -> 
     pids = {0: 1011, 1: 1015, 2: 1019}
     ray = "\x1b[36m(FSDPPolicyWorkerBase pid={})\x1b[0m "
     gloo = "RuntimeError: [/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:{}] Timed out waiting 3600ms for {} operation to complete\n"
-    lines = [ray.format(pids[r]) + f"[rank{r}]: init policy model done\n" for r in range(3)] + step_prefix() + [
-        ray.format(pids[2]) + gloo.format(129, "send"),
-        "Fatal Python error: Aborted\n",
-        "  File ",
-        '"/usr/lib/python3.11/threading.py' + ray.format(pids[0]) + gloo.format(78, "recv"),
-        '", line 982 in run\n',
-    ]
+    lines = (
+        [ray.format(pids[r]) + f"[rank{r}]: init policy model done\n" for r in range(3)]
+        + step_prefix()
+        + [
+            ray.format(pids[2]) + gloo.format(129, "send"),
+            "Fatal Python error: Aborted\n",
+            "  File ",
+            '"/usr/lib/python3.11/threading.py' + ray.format(pids[0]) + gloo.format(78, "recv"),
+            '", line 982 in run\n',
+        ]
+    )
     v = classify_log(lines, exit_code=134)
     assert (v.failure_class, v.rank) == (F.COLLECTIVE_TIMEOUT, 1), v.advice
     assert any(e.text.startswith("(FSDPPolicyWorkerBase pid=1011) RuntimeError") for e in v.evidence)
@@ -664,8 +728,10 @@ def test_timeouts_in_several_unnamed_groups_are_not_ranks_out_of_step() -> None:
     number per group, so these are several groups, not rank 3 behind the others."""
 
     def old(rank: int, seq: int) -> str:
-        return (f"[E ProcessGroupNCCL.cpp:828] [Rank {rank}] Watchdog caught collective operation timeout: "
-                f"WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 607565 milliseconds before timing out.\n")
+        return (
+            f"[E ProcessGroupNCCL.cpp:828] [Rank {rank}] Watchdog caught collective operation timeout: "
+            f"WorkNCCL(SeqNum={seq}, OpType=ALLREDUCE, Timeout(ms)=600000) ran for 607565 milliseconds before timing out.\n"
+        )
 
     lines = [old(3, 33), old(0, 257), old(0, 1032), old(0, 1796)]
     v = classify_log(lines, signal_name="SIGABRT")
@@ -678,8 +744,10 @@ def test_timeouts_in_several_unnamed_groups_are_not_ranks_out_of_step() -> None:
 
 def test_an_exception_the_run_trained_two_steps_past_did_not_end_it() -> None:
     """A bare log (no exit status) where a traceback was logged and handled: the run went on."""
-    handled = ["Traceback (most recent call last):\n",
-               "requests.exceptions.ConnectionError: HTTPSConnectionPool(host='api.wandb.ai', port=443)\n"]
+    handled = [
+        "Traceback (most recent call last):\n",
+        "requests.exceptions.ConnectionError: HTTPSConnectionPool(host='api.wandb.ai', port=443)\n",
+    ]
     two_later = step_prefix(1)[:-7] + handled + step_prefix(2)[3:]
     assert classify_log(two_later).ok
     # one step after it may be other ranks closing the step the exception broke: still the crash
@@ -692,8 +760,10 @@ def test_a_real_gloo_group_on_an_interface_the_node_lacks_names_the_interface(tm
     a set-up failure (no step can fix it), and the advice names the interface."""
     from .conftest import free_port
 
-    code = ("import torch.distributed as dist; "
-            f"dist.init_process_group('gloo', init_method='tcp://127.0.0.1:{free_port()}', rank=0, world_size=1)")
+    code = (
+        "import torch.distributed as dist; "
+        f"dist.init_process_group('gloo', init_method='tcp://127.0.0.1:{free_port()}', rank=0, world_size=1)"
+    )
     env = dict(os.environ, GLOO_SOCKET_IFNAME="nosuch0", OMP_NUM_THREADS="1")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode != 0

@@ -59,7 +59,9 @@ def test_mismatch_full_set_gets_the_library_verdict(gloo_runs: dict[str, GlooRun
 
 
 @pytest.mark.parametrize("mode", ["stall", "mismatch"])
-def test_one_dump_missing_gives_our_partial_verdict_naming_the_missing_rank(gloo_runs: dict[str, GlooRun], mode: str) -> None:
+def test_one_dump_missing_gives_our_partial_verdict_naming_the_missing_rank(
+    gloo_runs: dict[str, GlooRun], mode: str
+) -> None:
     dumps = tuple(p for p in gloo_runs[mode].dumps if rank_from_name(p) != 1)
     s = analyse_dumps(dumps)
     assert s.analysis == "partial"
@@ -128,7 +130,12 @@ def test_diagnose_a_trial_folder_and_a_folder_of_dumps(gloo_runs: dict[str, Gloo
     d_trial, d_dumps = diagnose_paths([trial, only_dumps])
     assert (d_trial.verdict.failure_class, d_trial.verdict.rank) == (F.COLLECTIVE_TIMEOUT, 1)
     assert d_trial.signal_name == "SIGABRT"
-    assert [p.name for p in d_trial.inputs] == ["output.log", "nccl_trace_rank_0", "nccl_trace_rank_1", "nccl_trace_rank_2"]
+    assert [p.name for p in d_trial.inputs] == [
+        "output.log",
+        "nccl_trace_rank_0",
+        "nccl_trace_rank_1",
+        "nccl_trace_rank_2",
+    ]
     assert (d_dumps.verdict.failure_class, d_dumps.verdict.rank) == (F.COLLECTIVE_TIMEOUT, 1)
     assert d_dumps.verdict.evidence[0].source == "flight-recorder"
     j = d_dumps.to_json()
@@ -146,16 +153,31 @@ def _nccl_shaped_dumps(folder: Path, template: dict, world: int, behind: int, se
         entries = []
         for i, s in enumerate(range(seq - 5, last + 1)):
             e = dict(base)
-            e.update(record_id=i, collective_seq_id=s, op_id=s, profiling_name="nccl:_all_gather_base",
-                     process_group=("0", "default_pg"), input_sizes=[[1024]], output_sizes=[[1024 * world]],
-                     state="completed" if s < seq else "started", retired=s < seq, timeout_ms=600000,
-                     input_dtypes=["BFloat16"], output_dtypes=["BFloat16"])
+            e.update(
+                record_id=i,
+                collective_seq_id=s,
+                op_id=s,
+                profiling_name="nccl:_all_gather_base",
+                process_group=("0", "default_pg"),
+                input_sizes=[[1024]],
+                output_sizes=[[1024 * world]],
+                state="completed" if s < seq else "started",
+                retired=s < seq,
+                timeout_ms=600000,
+                input_dtypes=["BFloat16"],
+                output_dtypes=["BFloat16"],
+            )
             entries.append(e)
         dump = {
             "version": template["version"],
             "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": str(list(range(world)))}},
-            "pg_status": {"0": {"last_enqueued_collective": last, "last_started_collective": last,
-                                "last_completed_collective": seq - 1}},
+            "pg_status": {
+                "0": {
+                    "last_enqueued_collective": last,
+                    "last_started_collective": last,
+                    "last_completed_collective": seq - 1,
+                }
+            },
             "entries": entries,
         }
         path = folder / f"nccl_trace_rank_{rank}"

@@ -19,17 +19,26 @@ def epoch(n: int, prefix: str = "") -> str:
     return f"{prefix}Epoch {n}/40: loss=0.{n:04d} lr=2e-05 samples/s=311.4\n"
 
 
-def ignored_block(prefix: str = "", exception: str = "AssertionError: can only join a child process",
-                  frames: int = 3, bound: bool = False) -> list[str]:
+def ignored_block(
+    prefix: str = "",
+    exception: str = "AssertionError: can only join a child process",
+    frames: int = 3,
+    bound: bool = False,
+) -> list[str]:
     """The block the interpreter prints for an exception raised in a DataLoader iterator's ``__del__``."""
-    what = ("<bound method _MultiProcessingDataLoaderIter.__del__ of <torch.utils.data.dataloader."
-            "_MultiProcessingDataLoaderIter object at 0x7fa2c1d04e80>>" if bound
-            else "<function _MultiProcessingDataLoaderIter.__del__ at 0x7fa2c1d04e80>")
+    what = (
+        "<bound method _MultiProcessingDataLoaderIter.__del__ of <torch.utils.data.dataloader."
+        "_MultiProcessingDataLoaderIter object at 0x7fa2c1d04e80>>"
+        if bound
+        else "<function _MultiProcessingDataLoaderIter.__del__ at 0x7fa2c1d04e80>"
+    )
     lines = [f"{prefix}Exception ignored in: {what}\n", f"{prefix}Traceback (most recent call last):\n"]
     for i in range(frames):
-        lines += [f'{prefix}  File "/opt/venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py", '
-                  f"line {1500 + 17 * i}, in _shutdown_workers\n",
-                  f"{prefix}    w.join(timeout=_utils.MP_STATUS_CHECK_INTERVAL)\n"]
+        lines += [
+            f'{prefix}  File "/opt/venv/lib/python3.11/site-packages/torch/utils/data/dataloader.py", '
+            f"line {1500 + 17 * i}, in _shutdown_workers\n",
+            f"{prefix}    w.join(timeout=_utils.MP_STATUS_CHECK_INTERVAL)\n",
+        ]
     return lines + ([f"{prefix}{exception}\n"] if exception else [])
 
 
@@ -39,21 +48,25 @@ def training(n: int = 3, prefix: str = "") -> list[str]:
 
 # --- the block itself --------------------------------------------------------------------------------
 
+
 def test_the_block_follows_its_own_prefix_and_ends_after_its_exception_line() -> None:
     block = IgnoredBlock("[rank1]: ")
-    said = [block.feed(t) for t in (
-        "[rank1]: Traceback (most recent call last):",
-        '[rank1]:   File "/x/dataloader.py", line 12, in __del__',
-        "[rank0]: ValueError: a real failure on another rank",
-        "[rank1]:     self._shutdown_workers()",
-        "[rank1]: AssertionError: can only join a child process",
-        "[rank1]: ",
-        "[rank1]: During handling of the above exception, another exception occurred:",
-        "[rank1]: Traceback (most recent call last):",
-        "[rank1]:   File \"/x/process.py\", line 3, in join",
-        "[rank1]: RuntimeError: DataLoader worker (pid 4411) exited unexpectedly",
-        "[rank1]: Epoch 2/40: loss=0.1",
-    )]
+    said = [
+        block.feed(t)
+        for t in (
+            "[rank1]: Traceback (most recent call last):",
+            '[rank1]:   File "/x/dataloader.py", line 12, in __del__',
+            "[rank0]: ValueError: a real failure on another rank",
+            "[rank1]:     self._shutdown_workers()",
+            "[rank1]: AssertionError: can only join a child process",
+            "[rank1]: ",
+            "[rank1]: During handling of the above exception, another exception occurred:",
+            "[rank1]: Traceback (most recent call last):",
+            '[rank1]:   File "/x/process.py", line 3, in join',
+            "[rank1]: RuntimeError: DataLoader worker (pid 4411) exited unexpectedly",
+            "[rank1]: Epoch 2/40: loss=0.1",
+        )
+    ]
     assert said == [IN, IN, OTHER, IN, IN, IN, IN, IN, IN, IN, ENDED]
 
 
@@ -65,8 +78,9 @@ def test_a_header_right_after_a_header_ends_the_first_block() -> None:
 def test_a_block_cut_short_ends_at_a_line_no_traceback_holds() -> None:
     for line in ("ERROR launcher: job step aborted", "Traceback (most recent call last):"):
         block = IgnoredBlock("")
-        assert [block.feed(t) for t in ("Traceback (most recent call last):", '  File "/x/a.py", line 3, in f',
-                                        line)] == [IN, IN, ENDED]
+        assert [
+            block.feed(t) for t in ("Traceback (most recent call last):", '  File "/x/a.py", line 3, in f', line)
+        ] == [IN, IN, ENDED]
 
 
 def test_a_block_whose_process_prints_nothing_more_is_given_up() -> None:
@@ -82,31 +96,41 @@ def test_a_block_whose_process_prints_nothing_more_is_given_up() -> None:
 
 # --- the verdict -------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("bound", [False, True])
 def test_an_ignored_exception_the_training_went_on_after_is_ok(bound: bool) -> None:
     lines = training() + ignored_block(bound=bound) + training(2)
     assert classify_log(lines).failure_class is F.OK
 
 
-@pytest.mark.parametrize("exception", [
-    "AssertionError: can only join a child process",
-    "RuntimeError: DataLoader worker (pid 30117) is killed by signal: Killed. ",
-    "",  # the log stops inside the block
-])
+@pytest.mark.parametrize(
+    "exception",
+    [
+        "AssertionError: can only join a child process",
+        "RuntimeError: DataLoader worker (pid 30117) is killed by signal: Killed. ",
+        "",  # the log stops inside the block
+    ],
+)
 def test_a_log_that_ends_in_an_ignored_exception_is_ok(exception: str) -> None:
     assert classify_log(training() + ignored_block(exception=exception)).failure_class is F.OK
 
 
 def test_an_ignored_exception_without_a_traceback_is_ok() -> None:
-    lines = training() + ["Exception ignored in atexit callback: <function _exit_function at 0x7f3a>\n",
-                          "BrokenPipeError: [Errno 32] Broken pipe\n"]
+    lines = training() + [
+        "Exception ignored in atexit callback: <function _exit_function at 0x7f3a>\n",
+        "BrokenPipeError: [Errno 32] Broken pipe\n",
+    ]
     assert classify_log(lines).failure_class is F.OK
 
 
 def test_chained_ignored_exceptions_are_one_block() -> None:
     second = ignored_block(exception="RuntimeError: DataLoader worker (pid(s) 30117) exited unexpectedly")[1:]
-    lines = training() + ignored_block() + [
-        "\n", "During handling of the above exception, another exception occurred:\n", "\n"] + second
+    lines = (
+        training()
+        + ignored_block()
+        + ["\n", "During handling of the above exception, another exception occurred:\n", "\n"]
+        + second
+    )
     assert classify_log(lines).failure_class is F.OK
 
 
@@ -118,8 +142,12 @@ def test_ray_and_torchrun_prefixes_are_followed() -> None:
 
 
 def test_a_real_traceback_after_an_ignored_one_is_the_crash() -> None:
-    real = ["Traceback (most recent call last):\n", '  File "/work/train.py", line 88, in <module>\n',
-            "    main()\n", "KeyError: 'input_ids'\n"]
+    real = [
+        "Traceback (most recent call last):\n",
+        '  File "/work/train.py", line 88, in <module>\n',
+        "    main()\n",
+        "KeyError: 'input_ids'\n",
+    ]
     v = classify_log(training() + ignored_block() + training(1) + real)
     assert v.failure_class is F.CRASH
     assert "KeyError" in v.evidence[0].text
@@ -127,8 +155,11 @@ def test_a_real_traceback_after_an_ignored_one_is_the_crash() -> None:
 
 
 def test_a_real_failure_after_a_block_cut_short_is_found() -> None:
-    real = ["Traceback (most recent call last):\n", '  File "/work/train.py", line 88, in <module>\n',
-            "KeyError: 'input_ids'\n"]
+    real = [
+        "Traceback (most recent call last):\n",
+        '  File "/work/train.py", line 88, in <module>\n',
+        "KeyError: 'input_ids'\n",
+    ]
     for after in (real, ["ERROR launcher: job step aborted\n"]):
         v = classify_log(training() + ignored_block(exception="") + after)
         assert v.failure_class is F.CRASH and after[-1].strip() in [e.text for e in v.evidence]
@@ -144,7 +175,7 @@ def test_another_rank_failing_inside_the_block_is_the_crash() -> None:
 
 def test_many_ignored_blocks_leave_room_for_the_real_exception() -> None:
     lines = []
-    for n in range(30):
+    for _ in range(30):
         lines += training(1) + ignored_block()
     v = classify_log(lines + ["PermissionError: [Errno 13] Permission denied: '/ckpt/step_30'\n"])
     assert v.failure_class is F.CRASH and "PermissionError" in v.evidence[0].text

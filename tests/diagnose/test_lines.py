@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import random
 import re
-from pathlib import Path
 
 from nccl_tune.diagnose.lines import LineCutter
 
@@ -23,8 +22,10 @@ def test_any_chunking_cuts_exactly_the_over_long_lines() -> None:
     rnd = random.Random(7)
     for _ in range(3000):
         limit = rnd.choice([1, 2, 3, 5, 8, 16])
-        lengths = [rnd.choice([0, 1, limit - 1, limit, limit + 1, 2 * limit, 3 * limit + 2, rnd.randint(0, 40)])
-                   for _ in range(rnd.randint(0, 8))]
+        lengths = [
+            rnd.choice([0, 1, limit - 1, limit, limit + 1, 2 * limit, 3 * limit + 2, rnd.randint(0, 40)])
+            for _ in range(rnd.randint(0, 8))
+        ]
         data = b"".join(b"x" * n + rnd.choice([b"\n", b"\r"]) for n in lengths) + b"x" * rnd.choice([0, 2 * limit])
         cutter, out, i = LineCutter(limit), [], 0
         while i < len(data):

@@ -18,18 +18,20 @@ CASES = 150
 def _healthy(rnd: random.Random) -> str:
     r, pid, step = rnd.randrange(8), rnd.randrange(1000, 99999), rnd.randrange(10_000)
     word = "".join(rnd.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(rnd.randint(3, 9)))
-    return rnd.choice([
-        f"\x1b[36m(WorkerDict pid={pid})\x1b[0m step {step}: loss={rnd.random():.4f} {word}={rnd.random():.3f}",
-        f"[36m(FSDPPolicyWorkerBase pid={pid})[0m rank {r} step {step} memory: {rnd.uniform(10, 70):.2f}GiB",
-        f"node-{r}:{pid}:{pid + 7} [{r}] NCCL INFO Channel {step % 32:02d}/0 : {r}[{r}] -> {(r + 1) % 8}[{(r + 1) % 8}] via P2P/CUMEM/read",
-        f"[rank{r}]: {word}: {rnd.randrange(100)}%|{'█' * rnd.randrange(10):<10}| {step}/20000 [00:{step % 60:02d}<01:00, 2.1it/s]",
-        f"2026-03-02 10:{step % 60:02d}:11.{step % 1000:03d} | INFO     | trainer:fit:{step % 400} - {word} step={step}",
-        f" iteration {step:8d}/   50000 | consumed samples: {step * 512:12d} | lm loss: {rnd.uniform(1, 4):.6E} |",
-        f"{{'loss': {rnd.random():.4f}, 'grad_norm': {rnd.random():.4f}, 'learning_rate': 1e-05, 'epoch': {step / 1e4:.2f}}}",
-        f"[2026-03-02 10:00:00,{step % 1000:03d}] [INFO] [logging.py:128:log_dist] [Rank 0] step={step}, skipped=0",
-        f"(raylet) [{word}] {rnd.randrange(9)} workers idle",
-        "",
-    ])
+    return rnd.choice(
+        [
+            f"\x1b[36m(WorkerDict pid={pid})\x1b[0m step {step}: loss={rnd.random():.4f} {word}={rnd.random():.3f}",
+            f"[36m(FSDPPolicyWorkerBase pid={pid})[0m rank {r} step {step} memory: {rnd.uniform(10, 70):.2f}GiB",
+            f"node-{r}:{pid}:{pid + 7} [{r}] NCCL INFO Channel {step % 32:02d}/0 : {r}[{r}] -> {(r + 1) % 8}[{(r + 1) % 8}] via P2P/CUMEM/read",
+            f"[rank{r}]: {word}: {rnd.randrange(100)}%|{'█' * rnd.randrange(10):<10}| {step}/20000 [00:{step % 60:02d}<01:00, 2.1it/s]",
+            f"2026-03-02 10:{step % 60:02d}:11.{step % 1000:03d} | INFO     | trainer:fit:{step % 400} - {word} step={step}",
+            f" iteration {step:8d}/   50000 | consumed samples: {step * 512:12d} | lm loss: {rnd.uniform(1, 4):.6E} |",
+            f"{{'loss': {rnd.random():.4f}, 'grad_norm': {rnd.random():.4f}, 'learning_rate': 1e-05, 'epoch': {step / 1e4:.2f}}}",
+            f"[2026-03-02 10:00:00,{step % 1000:03d}] [INFO] [logging.py:128:log_dist] [Rank 0] step={step}, skipped=0",
+            f"(raylet) [{word}] {rnd.randrange(9)} workers idle",
+            "",
+        ]
+    )
 
 
 ERROR_ENDINGS = (
@@ -38,7 +40,7 @@ ERROR_ENDINGS = (
     "{prefix}ValueError: {word} must be positive",
     "{prefix}{Word}Error: unexpected value {n}",
     "{prefix}{Word}Exception: {word} went away",
-    "Traceback (most recent call last):\n  File \"/work/{word}.py\", line {n}, in <module>\n    main()",
+    'Traceback (most recent call last):\n  File "/work/{word}.py", line {n}, in <module>\n    main()',
     "ERROR {word}: job step aborted",
     "FATAL: {word} stopped after {n} records",
     "Segmentation fault (core dumped)",
@@ -97,11 +99,20 @@ def _ignored_exception(rnd: random.Random, cut: bool = False) -> list[str]:
     """What the interpreter prints for an exception in a finalizer (it goes on), in a random process's
     prefix; ``cut``: the log stops before its exception line."""
     prefix = rnd.choice(["", "[rank5]:", "(WorkerDict pid=4411) ", "[36m(Worker pid=12)[0m "])
-    exc = rnd.choice(["AssertionError: can only join a child process", "BrokenPipeError: [Errno 32] Broken pipe",
-                      f"RuntimeError: DataLoader worker (pid {rnd.randrange(100, 99999)}) is killed by signal: Killed."])
-    frames = [f'{prefix}  File "/usr/lib/python3.10/multiprocessing/process.py", line {rnd.randrange(1, 300)}, in join',
-              f"{prefix}    res = self._popen.wait(timeout)"] * rnd.randrange(0, 9)
-    lines = [f"{prefix}Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f{rnd.randrange(16**8):08x}>"]
+    exc = rnd.choice(
+        [
+            "AssertionError: can only join a child process",
+            "BrokenPipeError: [Errno 32] Broken pipe",
+            f"RuntimeError: DataLoader worker (pid {rnd.randrange(100, 99999)}) is killed by signal: Killed.",
+        ]
+    )
+    frames = [
+        f'{prefix}  File "/usr/lib/python3.10/multiprocessing/process.py", line {rnd.randrange(1, 300)}, in join',
+        f"{prefix}    res = self._popen.wait(timeout)",
+    ] * rnd.randrange(0, 9)
+    lines = [
+        f"{prefix}Exception ignored in: <function _MultiProcessingDataLoaderIter.__del__ at 0x7f{rnd.randrange(16**8):08x}>"
+    ]
     if frames:
         lines += [f"{prefix}Traceback (most recent call last):", *frames]
     return lines + ([] if cut else [prefix + exc])

@@ -27,7 +27,7 @@ EXAMPLES = {
     "vllm_free_memory": "ValueError: Free memory on device (13.91/79.33 GiB) on startup is less than desired GPU memory utilization (0.95, 75.36 GiB).",
     "cuda_oom": "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 3 has a total capacity of 79.19 GiB",
     "cuda_ecc": "RuntimeError: CUDA error: uncorrectable ECC error encountered",
-    "cuda_device_assert": "/pytorch/aten/src/ATen/native/cuda/IndexKernel.cu:93: operator(): block: [0,0,0], thread: [5,0,0] Assertion `-sizes[i] <= index && index < sizes[i] && \"index out of bounds\"` failed.",
+    "cuda_device_assert": '/pytorch/aten/src/ATen/native/cuda/IndexKernel.cu:93: operator(): block: [0,0,0], thread: [5,0,0] Assertion `-sizes[i] <= index && index < sizes[i] && "index out of bounds"` failed.',
     "cuda_illegal_access": "RuntimeError: CUDA error: an illegal memory access was encountered",
     "gpu_lost": "[123.4] NVRM: Xid (PCI:0000:1b:00): 79, pid=0, GPU has fallen off the bus.",
     "nccl_unhandled_cuda": "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:317, unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5",
@@ -160,12 +160,27 @@ def test_prefilter_keys_hold_no_digits_so_templates_can_be_cached() -> None:
 @pytest.mark.parametrize(
     ("raw", "clean", "rank", "pid"),
     [
-        ("\x1b[36m(FSDPPolicyWorkerBase pid=959049)\x1b[0m [rank3]: boom\n", "(FSDPPolicyWorkerBase pid=959049) [rank3]: boom", 3, 959049),
-        ("[36m(FSDPPolicyWorkerBase pid=1402277)[0m frame #1: x\n", "(FSDPPolicyWorkerBase pid=1402277) frame #1: x", None, 1402277),
+        (
+            "\x1b[36m(FSDPPolicyWorkerBase pid=959049)\x1b[0m [rank3]: boom\n",
+            "(FSDPPolicyWorkerBase pid=959049) [rank3]: boom",
+            3,
+            959049,
+        ),
+        (
+            "[36m(FSDPPolicyWorkerBase pid=1402277)[0m frame #1: x\n",
+            "(FSDPPolicyWorkerBase pid=1402277) frame #1: x",
+            None,
+            1402277,
+        ),
         ("[rank5]:[E1021 ProcessGroupNCCL.cpp:632] [PG ID 0 PG GUID 0(default_pg) Rank 5] Watchdog", None, 5, None),
         ("[E ProcessGroupNCCL.cpp:737] [Rank 2] Watchdog caught", None, 2, None),
         ("DTensorPolicyWorkerV2[rank=6]: offload done", None, 6, None),
-        ("(raylet) node_manager.cc:3069: killed [repeated 3x across cluster]\n", "(raylet) node_manager.cc:3069: killed", None, None),
+        (
+            "(raylet) node_manager.cc:3069: killed [repeated 3x across cluster]\n",
+            "(raylet) node_manager.cc:3069: killed",
+            None,
+            None,
+        ),
         ("bar 10%\rbar 20%\rRuntimeError: x\r\n", "RuntimeError: x", None, None),
     ],
 )
@@ -182,7 +197,10 @@ def test_line_cleaning_ranks_and_pids(raw: str, clean: str | None, rank: int | N
     [
         ("policy_train", ["trainer.micro_train_batch_size_per_gpu", "trainer.policy.fsdp_config.cpu_offload=true"]),
         ("critic_train", ["trainer.critic.fsdp_config.cpu_offload=true"]),
-        ("fwd_logprobs_values_reward", ["trainer.micro_forward_batch_size_per_gpu", "trainer.ref.fsdp_config.cpu_offload=true"]),
+        (
+            "fwd_logprobs_values_reward",
+            ["trainer.micro_forward_batch_size_per_gpu", "trainer.ref.fsdp_config.cpu_offload=true"],
+        ),
         ("generate", ["generator.max_num_seqs"]),
         ("sync_weights", ["generator.gpu_memory_utilization", "syncing weights"]),
         ("save_checkpoints", ["trainer.ckpt_interval"]),
@@ -206,22 +224,41 @@ def test_every_class_has_advice() -> None:
     ("line", "op", "seq"),
     [
         # torch 1.x, before sequence numbers were printed
-        ("[E ProcessGroupNCCL.cpp:566] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(OpType=ALLREDUCE, "
-         "Timeout(ms)=1800000) ran for 1806427 milliseconds before timing out.", "ALLREDUCE", None),
+        (
+            "[E ProcessGroupNCCL.cpp:566] [Rank 1] Watchdog caught collective operation timeout: WorkNCCL(OpType=ALLREDUCE, "
+            "Timeout(ms)=1800000) ran for 1806427 milliseconds before timing out.",
+            "ALLREDUCE",
+            None,
+        ),
         # torch 1.x blocking wait
-        ("[E ProcessGroupNCCL.cpp:587] [Rank 0] Caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, "
-         "Timeout(ms)=60000) ran for 60105 milliseconds before timing out.", "ALLREDUCE", 1),
+        (
+            "[E ProcessGroupNCCL.cpp:587] [Rank 0] Caught collective operation timeout: WorkNCCL(SeqNum=1, OpType=ALLREDUCE, "
+            "Timeout(ms)=60000) ran for 60105 milliseconds before timing out.",
+            "ALLREDUCE",
+            1,
+        ),
         # torch 2.2-2.3: [PG n Rank r]
-        ("[rank4]:[E ProcessGroupNCCL.cpp:523] [PG 0 Rank 4] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=88, "
-         "OpType=_ALLGATHER_BASE, NumelIn=1024, NumelOut=8192, Timeout(ms)=600000) ran for 600054 milliseconds before timing out.",
-         "_ALLGATHER_BASE", 88),
+        (
+            "[rank4]:[E ProcessGroupNCCL.cpp:523] [PG 0 Rank 4] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=88, "
+            "OpType=_ALLGATHER_BASE, NumelIn=1024, NumelOut=8192, Timeout(ms)=600000) ran for 600054 milliseconds before timing out.",
+            "_ALLGATHER_BASE",
+            88,
+        ),
         # torch 2.4+: [PG ID n PG GUID g(desc) Rank r]
-        ("[rank3]:[E1021 10:11:12.345678 ProcessGroupNCCL.cpp:632] [PG ID 0 PG GUID 0(default_pg) Rank 3] Watchdog caught "
-         "collective operation timeout: WorkNCCL(SeqNum=19962, OpType=_ALLGATHER_BASE, NumelIn=68125120, NumelOut=545000960, "
-         "Timeout(ms)=600000) ran for 600012 milliseconds before timing out.", "_ALLGATHER_BASE", 19962),
+        (
+            "[rank3]:[E1021 10:11:12.345678 ProcessGroupNCCL.cpp:632] [PG ID 0 PG GUID 0(default_pg) Rank 3] Watchdog caught "
+            "collective operation timeout: WorkNCCL(SeqNum=19962, OpType=_ALLGATHER_BASE, NumelIn=68125120, NumelOut=545000960, "
+            "Timeout(ms)=600000) ran for 600012 milliseconds before timing out.",
+            "_ALLGATHER_BASE",
+            19962,
+        ),
         # blocking wait in torch 2.x
-        ("[rank0]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 0] Work WorkNCCL(SeqNum=7, OpType=BROADCAST, NumelIn=12, "
-         "NumelOut=12, Timeout(ms)=60000) timed out in blocking wait (TORCH_NCCL_BLOCKING_WAIT=1).", "BROADCAST", 7),
+        (
+            "[rank0]:[E ProcessGroupNCCL.cpp:1316] [PG 0 Rank 0] Work WorkNCCL(SeqNum=7, OpType=BROADCAST, NumelIn=12, "
+            "NumelOut=12, Timeout(ms)=60000) timed out in blocking wait (TORCH_NCCL_BLOCKING_WAIT=1).",
+            "BROADCAST",
+            7,
+        ),
     ],
 )
 def test_watchdog_lines_across_pytorch_versions(line: str, op: str, seq: int | None) -> None:
@@ -252,17 +289,26 @@ def test_ray_memory_monitor_lines_without_its_first_sentence_are_host_oom(line: 
 def test_a_ray_job_that_failed_is_a_crash_even_when_its_log_ends_in_a_progress_bar() -> None:
     from nccl_tune.diagnose.verdict import classify_log
 
-    line = ("2026-03-02 10:11:12,345\tINFO cli.py:83 -- Status message: Job entrypoint command failed with exit code 1, "
-            "last available logs (truncated to 20,000 chars):")
+    line = (
+        "2026-03-02 10:11:12,345\tINFO cli.py:83 -- Status message: Job entrypoint command failed with exit code 1, "
+        "last available logs (truncated to 20,000 chars):"
+    )
     assert first_rule(line) == "launcher_exit"
-    lines = [line + "\n", "Episode [1/100]:   7%|▋         | 11/147 [3:34:08<44:07:37, 1168.07s/it, policy_loss=-0.1]\n"]
+    lines = [
+        line + "\n",
+        "Episode [1/100]:   7%|▋         | 11/147 [3:34:08<44:07:37, 1168.07s/it, policy_loss=-0.1]\n",
+    ]
     assert classify_log(lines).failure_class is F.CRASH
 
 
-WRAPPED_HEAD = ("[rank{r}]:[E424 01:11:21.160832730 ProcessGroupNCCL.cpp:629] [Rank {r}] Watchdog caught collective "
-                "operation timeout: ")
-WRAPPED_WORK = ("WorkNCCL(SeqNum={seq}, OpType={op}, NumelIn=112, NumelOut=112, Timeout(ms)=1800000) ran for 1800010 "
-                "milliseconds before timing out.")
+WRAPPED_HEAD = (
+    "[rank{r}]:[E424 01:11:21.160832730 ProcessGroupNCCL.cpp:629] [Rank {r}] Watchdog caught collective "
+    "operation timeout: "
+)
+WRAPPED_WORK = (
+    "WorkNCCL(SeqNum={seq}, OpType={op}, NumelIn=112, NumelOut=112, Timeout(ms)=1800000) ran for 1800010 "
+    "milliseconds before timing out."
+)
 
 
 def wrapped(r: int, cut: int, seq: int = 4, op: str = "BROADCAST", rows: int = 2) -> list[str]:
@@ -275,8 +321,10 @@ def wrapped(r: int, cut: int, seq: int = 4, op: str = "BROADCAST", rows: int = 2
     return [text[:at] + "\n"] + [text[i : i + step] + "\n" for i in range(at, len(text), step)]
 
 
-TORCHRUN_FAILED = ("E0424 01:17:26.952000 521279 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: -6) "
-                   "local_rank: 6 (pid: 541332) of binary: /usr/bin/python3\n")
+TORCHRUN_FAILED = (
+    "E0424 01:17:26.952000 521279 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: -6) "
+    "local_rank: 6 (pid: 541332) of binary: /usr/bin/python3\n"
+)
 
 
 def test_watchdog_lines_a_terminal_wrapped_are_read_whole() -> None:
@@ -300,14 +348,17 @@ def test_wrapped_watchdog_lines_that_name_different_collectives_are_a_mismatch()
     assert (v.failure_class, v.rank) == (F.COLLECTIVE_MISMATCH, 2), v
 
 
-@pytest.mark.parametrize("after", [
-    # another rank's whole line right after the cut one (ranks' output interleaved)
-    WRAPPED_HEAD.format(r=2) + WRAPPED_WORK.format(seq=4, op="BROADCAST"),
-    # the rest of a work, with more text after its end
-    "pe=BROADCAST, NumelIn=112, NumelOut=112, Timeout(ms)=1800000) ran for 1800010 milliseconds before timing out. [rank3]:",
-    # a line that is not the rest of a work
-    "[rank1]:[E424 01:11:21.200000000 ProcessGroupNCCL.cpp:1595] [PG 0 Rank 1] Timeout at NCCL work: 4, last enqueued NCCL work: 4",
-])
+@pytest.mark.parametrize(
+    "after",
+    [
+        # another rank's whole line right after the cut one (ranks' output interleaved)
+        WRAPPED_HEAD.format(r=2) + WRAPPED_WORK.format(seq=4, op="BROADCAST"),
+        # the rest of a work, with more text after its end
+        "pe=BROADCAST, NumelIn=112, NumelOut=112, Timeout(ms)=1800000) ran for 1800010 milliseconds before timing out. [rank3]:",
+        # a line that is not the rest of a work
+        "[rank1]:[E424 01:11:21.200000000 ProcessGroupNCCL.cpp:1595] [PG 0 Rank 1] Timeout at NCCL work: 4, last enqueued NCCL work: 4",
+    ],
+)
 def test_a_wrapped_watchdog_line_is_joined_only_with_its_own_rest(after: str) -> None:
     """Nothing but the rest of the work, up to the end of the message and of a line, is joined: a cut
     line followed by anything else keeps its fields unread (they would read as a different collective)."""
@@ -321,7 +372,7 @@ def test_a_wrapped_watchdog_line_is_joined_only_with_its_own_rest(after: str) ->
 
 
 def test_pytorch_2_4_s_timeout_line_beside_the_watchdog_s_is_no_mismatch() -> None:
-    """"Timeout at NCCL work: N" names the work the watchdog line names, without its collective: not a
+    """ "Timeout at NCCL work: N" names the work the watchdog line names, without its collective: not a
     second collective at that sequence number; a rank that names an earlier work is the one behind."""
     from nccl_tune.diagnose.verdict import classify_log
 
@@ -329,11 +380,18 @@ def test_pytorch_2_4_s_timeout_line_beside_the_watchdog_s_is_no_mismatch() -> No
         f"[rank{r}]:[E ProcessGroupNCCL.cpp:563] [Rank {r}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=7, "
         "OpType=_ALLGATHER_BASE, NumelIn=1024, NumelOut=16384, Timeout(ms)=600000) ran for 600029 milliseconds before "
         f"timing out.\n[rank{r}]:[E ProcessGroupNCCL.cpp:1540] [PG 0 Rank {r}] Timeout at NCCL work: 7, last enqueued NCCL "
-        "work: 8, last completed NCCL work: 6.\n" for r in (0, 1)]
+        "work: 8, last completed NCCL work: 6.\n"
+        for r in (0, 1)
+    ]
     v = classify_log(both)
     assert v.failure_class is F.COLLECTIVE_TIMEOUT and "_ALLGATHER_BASE (SeqNum 7)" in v.advice, v
-    behind = classify_log(both + ["[rank2]:[E ProcessGroupNCCL.cpp:1540] [PG 0 Rank 2] Timeout at NCCL work: 5, last "
-                                  "enqueued NCCL work: 5, last completed NCCL work: 4.\n"])
+    behind = classify_log(
+        both
+        + [
+            "[rank2]:[E ProcessGroupNCCL.cpp:1540] [PG 0 Rank 2] Timeout at NCCL work: 5, last "
+            "enqueued NCCL work: 5, last completed NCCL work: 4.\n"
+        ]
+    )
     assert behind.failure_class is F.COLLECTIVE_MISMATCH and behind.rank == 2, behind
     assert "rank 2 at SeqNum 5;" in behind.advice or "rank 2 at SeqNum 5)" in behind.advice, behind.advice
 
@@ -344,12 +402,16 @@ def test_a_rank_whose_watchdog_reported_the_exception_only_is_not_the_one_behind
     from nccl_tune.diagnose.verdict import classify_log
 
     def timeout(r: int) -> str:
-        return (f"[rank{r}]:[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607] [Rank {r}] Watchdog caught collective operation "
-                "timeout: WorkNCCL(SeqNum=1580, OpType=ALLREDUCE, NumelIn=4661, NumelOut=4661, Timeout(ms)=600000) ran for "
-                "600060 milliseconds before timing out.\n")
+        return (
+            f"[rank{r}]:[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607] [Rank {r}] Watchdog caught collective operation "
+            "timeout: WorkNCCL(SeqNum=1580, OpType=ALLREDUCE, NumelIn=4661, NumelOut=4661, Timeout(ms)=600000) ran for "
+            "600060 milliseconds before timing out.\n"
+        )
 
-    caught = ("[rank3]:[E321 02:07:08.465224069 ProcessGroupNCCL.cpp:1664] [PG 1 Rank 3] Exception (either an error or "
-              "timeout) detected by watchdog at work: 1580, last enqueued NCCL work: 1582, last completed NCCL work: 1579.\n")
+    caught = (
+        "[rank3]:[E321 02:07:08.465224069 ProcessGroupNCCL.cpp:1664] [PG 1 Rank 3] Exception (either an error or "
+        "timeout) detected by watchdog at work: 1580, last enqueued NCCL work: 1582, last completed NCCL work: 1579.\n"
+    )
     v = classify_log([timeout(0), timeout(4), caught], signal_name="SIGABRT")
     assert (v.failure_class, v.rank) == (F.COLLECTIVE_TIMEOUT, None), v
     assert "ALLREDUCE (SeqNum 1580)" in v.advice
@@ -362,13 +424,25 @@ def test_a_rank_whose_watchdog_reported_the_exception_only_is_not_the_one_behind
     ("line", "rule", "cls"),
     [
         # vLLM's sleep-mode allocator capitalises CUDA's error
-        ("(LLMRayActor pid=3478) CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62", "cuda_oom", F.OOM),
+        (
+            "(LLMRayActor pid=3478) CUDA Error: out of memory at /workspace/csrc/cumem_allocator.cpp:62",
+            "cuda_oom",
+            F.OOM,
+        ),
         # NCCL's own device allocation
         ("node-3:4410:4502 [2] include/alloc.h:125 NCCL WARN Failed to CUDA calloc 67108864 bytes", "cuda_oom", F.OOM),
         # a CUDA core dump (CUDA_ENABLE_COREDUMP_ON_EXCEPTION=1) names the exception, not CUDA's error text
-        ("(AsyncVLLMInferenceEngine pid=1277) [08:52:36.868726] coredump: Detected an exception of type "
-         "CUDBG_EXCEPTION_WARP_ILLEGAL_ADDRESS (14)", "cuda_illegal_access", F.CUDA_ERROR),
-        ("[08:52:36.868726] coredump: Detected an exception of type CUDBG_EXCEPTION_WARP_ASSERT (9)", "cuda_error", F.CUDA_ERROR),
+        (
+            "(AsyncVLLMInferenceEngine pid=1277) [08:52:36.868726] coredump: Detected an exception of type "
+            "CUDBG_EXCEPTION_WARP_ILLEGAL_ADDRESS (14)",
+            "cuda_illegal_access",
+            F.CUDA_ERROR,
+        ),
+        (
+            "[08:52:36.868726] coredump: Detected an exception of type CUDBG_EXCEPTION_WARP_ASSERT (9)",
+            "cuda_error",
+            F.CUDA_ERROR,
+        ),
     ],
 )
 def test_other_wordings_of_device_failures(line: str, rule: str, cls: F) -> None:
@@ -382,17 +456,23 @@ def test_torch_1_s_communicator_aborted_by_a_watchdog_time_out_is_the_time_out()
     """PyTorch 1.x's exception wraps the watchdog's line; it often comes before the other ranks' own."""
     from nccl_tune.diagnose.verdict import classify_log
 
-    aborted = ("RuntimeError: NCCL communicator was aborted on rank 2.  Original reason for failure was: [Rank 2] Watchdog "
-               "caught collective operation timeout: WorkNCCL(SeqNum=4410, OpType=ALLREDUCE, Timeout(ms)=900000) ran for "
-               "900212 milliseconds before timing out.")
-    other = ("[E ProcessGroupNCCL.cpp:737] [Rank 5] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=4410, "
-             "OpType=ALLREDUCE, Timeout(ms)=900000) ran for 900305 milliseconds before timing out.")
+    aborted = (
+        "RuntimeError: NCCL communicator was aborted on rank 2.  Original reason for failure was: [Rank 2] Watchdog "
+        "caught collective operation timeout: WorkNCCL(SeqNum=4410, OpType=ALLREDUCE, Timeout(ms)=900000) ran for "
+        "900212 milliseconds before timing out."
+    )
+    other = (
+        "[E ProcessGroupNCCL.cpp:737] [Rank 5] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=4410, "
+        "OpType=ALLREDUCE, Timeout(ms)=900000) ran for 900305 milliseconds before timing out."
+    )
     assert first_rule(aborted) == "nccl_watchdog_timeout"
     v = classify_log([aborted + "\n", other + "\n"], signal_name="SIGABRT")
     assert v.failure_class is F.COLLECTIVE_TIMEOUT and "ALLREDUCE (SeqNum 4410)" in v.advice
     # an abort for an NCCL error is still one
-    error = ("RuntimeError: NCCL communicator was aborted on rank 2.  Original reason for failure was: NCCL error: "
-             "unhandled system error, NCCL version 2.10.3")
+    error = (
+        "RuntimeError: NCCL communicator was aborted on rank 2.  Original reason for failure was: NCCL error: "
+        "unhandled system error, NCCL version 2.10.3"
+    )
     assert classify_log([error + "\n"]).failure_class is F.NCCL_ERROR
 
 
@@ -407,10 +487,12 @@ def test_nccl_s_capitalised_error_wording_is_an_nccl_error() -> None:
 def test_ray_s_worker_death_that_lists_sigsegv_among_its_possible_causes_is_no_segfault() -> None:
     from nccl_tune.diagnose.verdict import classify_log
 
-    line = ("(raylet) A worker died or was killed while executing a task by an unexpected system error. Worker PID: 70412 "
-            "Worker exit type: SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a connection error code 2. "
-            "Some common causes include: (1) the process was killed by the OOM killer due to high memory usage, (2) ray "
-            "stop --force was called, or (3) the worker crashed unexpectedly due to SIGSEGV or another unexpected error.")
+    line = (
+        "(raylet) A worker died or was killed while executing a task by an unexpected system error. Worker PID: 70412 "
+        "Worker exit type: SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a connection error code 2. "
+        "Some common causes include: (1) the process was killed by the OOM killer due to high memory usage, (2) ray "
+        "stop --force was called, or (3) the worker crashed unexpectedly due to SIGSEGV or another unexpected error."
+    )
     assert first_rule(line) == "ray_actor_died"
     v = classify_log([line + "\n"])
     assert v.failure_class is F.CRASH and v.cause != "segfault"
@@ -422,26 +504,58 @@ def test_ray_s_worker_death_that_lists_sigsegv_among_its_possible_causes_is_no_s
     ("lines", "cls", "subtype", "advice"),
     [
         # NCCL's shared-memory warning alone, and followed by NCCL's own trace line
-        (["h1:812:830 [0] include/shm.h:28 NCCL WARN Error while creating shared memory segment /dev/shm/nccl-aB12 "
-          "(size 5767488)", "h1:812:830 [0] NCCL INFO transport/shm.cc:552 -> 2"], F.NCCL_ERROR, "shm", "--shm-size"),
+        (
+            [
+                "h1:812:830 [0] include/shm.h:28 NCCL WARN Error while creating shared memory segment /dev/shm/nccl-aB12 "
+                "(size 5767488)",
+                "h1:812:830 [0] NCCL INFO transport/shm.cc:552 -> 2",
+            ],
+            F.NCCL_ERROR,
+            "shm",
+            "--shm-size",
+        ),
         # PyTorch's generic error, then the specific line its "Last error:" repeats
-        (["[rank1]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system "
-          "error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5",
-          "[rank1]: ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error. ",
-          "[rank1]: Last error:", "[rank1]: Error while creating shared memory segment /dev/shm/nccl-Zz81 (size 9637888)"],
-         F.NCCL_ERROR, "shm", "--shm-size"),
-        (["h1:812:830 [2] init.cc:720 NCCL WARN Duplicate GPU detected : rank 2 and rank 0 both on CUDA device 4b000",
-          "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1269, invalid usage, NCCL version 2.18.1"],
-         F.NCCL_ERROR, "duplicate_gpu", "CUDA_VISIBLE_DEVICES"),
-        (["h1:812:830 [3] transport/p2p.cc:275 NCCL WARN Cuda failure 'invalid argument'"], F.CUDA_ERROR, "nccl_cuda", ""),
+        (
+            [
+                "[rank1]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system "
+                "error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5",
+                "[rank1]: ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error. ",
+                "[rank1]: Last error:",
+                "[rank1]: Error while creating shared memory segment /dev/shm/nccl-Zz81 (size 9637888)",
+            ],
+            F.NCCL_ERROR,
+            "shm",
+            "--shm-size",
+        ),
+        (
+            [
+                "h1:812:830 [2] init.cc:720 NCCL WARN Duplicate GPU detected : rank 2 and rank 0 both on CUDA device 4b000",
+                "RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1269, invalid usage, NCCL version 2.18.1",
+            ],
+            F.NCCL_ERROR,
+            "duplicate_gpu",
+            "CUDA_VISIBLE_DEVICES",
+        ),
+        (
+            ["h1:812:830 [3] transport/p2p.cc:275 NCCL WARN Cuda failure 'invalid argument'"],
+            F.CUDA_ERROR,
+            "nccl_cuda",
+            "",
+        ),
         # NCCL's own allocation failing stays an OOM
         (["h1:812:830 [3] transport/p2p.cc:275 NCCL WARN Cuda failure 'out of memory'"], F.OOM, None, ""),
         # bash on macOS reports a SIGKILL as "Killed: 9"
-        (["./run.sh: line 323: 23001 Killed: 9                 python train.py", "zsh: terminated  ./run.sh"],
-         F.CRASH, None, ""),
+        (
+            ["./run.sh: line 323: 23001 Killed: 9                 python train.py", "zsh: terminated  ./run.sh"],
+            F.CRASH,
+            None,
+            "",
+        ),
     ],
 )
-def test_nccl_s_specific_failures_and_other_wordings(lines: list[str], cls: F, subtype: str | None, advice: str) -> None:
+def test_nccl_s_specific_failures_and_other_wordings(
+    lines: list[str], cls: F, subtype: str | None, advice: str
+) -> None:
     from nccl_tune.diagnose.verdict import classify_log
 
     v = classify_log([line + "\n" for line in lines])
@@ -454,48 +568,108 @@ def test_nccl_s_specific_failures_and_other_wordings(lines: list[str], cls: F, s
 @pytest.mark.parametrize(
     ("lines", "cls", "rule", "advice"),
     [
-        (["slurmstepd: error: *** JOB 88123 ON gpu-node-17 CANCELLED AT 2026-11-20T04:11:52 DUE TO TIME LIMIT ***"],
-         F.CRASH, "slurm_task_end", "time limit"),
-        (["Epoch 3: 41%|####      | 410/1000", "srun: error: gpu-node-17: task 0: Terminated"],
-         F.CRASH, "slurm_task_end", "sacct"),
+        (
+            ["slurmstepd: error: *** JOB 88123 ON gpu-node-17 CANCELLED AT 2026-11-20T04:11:52 DUE TO TIME LIMIT ***"],
+            F.CRASH,
+            "slurm_task_end",
+            "time limit",
+        ),
+        (
+            ["Epoch 3: 41%|####      | 410/1000", "srun: error: gpu-node-17: task 0: Terminated"],
+            F.CRASH,
+            "slurm_task_end",
+            "sacct",
+        ),
         # the run's own error first: Slurm's lines after it are its consequence
-        (["[rank0]: RuntimeError: stack expects each tensor to be equal size, but got [3, 224] at entry 0",
-          "srun: error: gpu-node-17: task 0: Exited with exit code 1", "srun: error: gpu-node-17: task 1: Terminated"],
-         F.CRASH, "exception", "stack expects"),
+        (
+            [
+                "[rank0]: RuntimeError: stack expects each tensor to be equal size, but got [3, 224] at entry 0",
+                "srun: error: gpu-node-17: task 0: Exited with exit code 1",
+                "srun: error: gpu-node-17: task 1: Terminated",
+            ],
+            F.CRASH,
+            "exception",
+            "stack expects",
+        ),
         (["srun: error: gpu-node-17: task 3: Out Of Memory"], F.HOST_OOM, "slurm_task_oom", ""),
         # torchrun's agent sent a signal from outside, and nothing of the run's own before it
-        (["Epoch 1:  12%|#1        | 30/250 [03:10<23:14,  6.34s/it]",
-          "W1102 10:23:01.000000 140 torch/distributed/elastic/agent/server/api.py:719] Received Signals.SIGTERM death "
-          "signal, shutting down workers",
-          "torch.distributed.elastic.multiprocessing.api.SignalException: Process 140 got signal: 15"],
-         F.CRASH, "torchrun_signalled", "torchrun was sent SIGTERM from outside"),
+        (
+            [
+                "Epoch 1:  12%|#1        | 30/250 [03:10<23:14,  6.34s/it]",
+                "W1102 10:23:01.000000 140 torch/distributed/elastic/agent/server/api.py:719] Received Signals.SIGTERM death "
+                "signal, shutting down workers",
+                "torch.distributed.elastic.multiprocessing.api.SignalException: Process 140 got signal: 15",
+            ],
+            F.CRASH,
+            "torchrun_signalled",
+            "torchrun was sent SIGTERM from outside",
+        ),
         # torch 2.13's wording (measured: a SIGTERM sent to torchrun from outside), the workers' teardown after it
-        (["W1128 17:20:15.764000 3466 torch/distributed/elastic/agent/server/api.py:753] Received 15 death signal, "
-          "shutting down workers",
-          "W1128 17:20:15.765000 3466 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process 3478 closing "
-          "signal SIGTERM",
-          "torch.distributed.elastic.multiprocessing.api.SignalException: Process 3466 got signal: 15"],
-         F.CRASH, "torchrun_signalled", "torchrun was sent SIGTERM from outside"),
-        (["torch.distributed.elastic.multiprocessing.api.SignalException: Process 140 got signal: 1"],
-         F.CRASH, "torchrun_signalled", "torchrun was sent SIGHUP from outside"),
+        (
+            [
+                "W1128 17:20:15.764000 3466 torch/distributed/elastic/agent/server/api.py:753] Received 15 death signal, "
+                "shutting down workers",
+                "W1128 17:20:15.765000 3466 torch/distributed/elastic/multiprocessing/api.py:1028] Sending process 3478 closing "
+                "signal SIGTERM",
+                "torch.distributed.elastic.multiprocessing.api.SignalException: Process 3466 got signal: 15",
+            ],
+            F.CRASH,
+            "torchrun_signalled",
+            "torchrun was sent SIGTERM from outside",
+        ),
+        (
+            ["torch.distributed.elastic.multiprocessing.api.SignalException: Process 140 got signal: 1"],
+            F.CRASH,
+            "torchrun_signalled",
+            "torchrun was sent SIGHUP from outside",
+        ),
         # the run's own error first: the signal after it is its consequence
-        (["[rank0]: ValueError: labels must be shorter than the prompt",
-          "W1102 10:23:01.000000 140 torch/distributed/elastic/agent/server/api.py:719] Received Signals.SIGTERM death "
-          "signal, shutting down workers"],
-         F.CRASH, "exception", "labels must be shorter"),
+        (
+            [
+                "[rank0]: ValueError: labels must be shorter than the prompt",
+                "W1102 10:23:01.000000 140 torch/distributed/elastic/agent/server/api.py:719] Received Signals.SIGTERM death "
+                "signal, shutting down workers",
+            ],
+            F.CRASH,
+            "exception",
+            "labels must be shorter",
+        ),
         # Python's bare Exception
-        (["Exception: Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.",
-          "  3%|3         | 31/1000 [01:02<32:10,  1.99s/it]"], F.CRASH, "exception", "Exception"),
+        (
+            [
+                "Exception: Current loss scale already at minimum - cannot decrease scale anymore. Exiting run.",
+                "  3%|3         | 31/1000 [01:02<32:10,  1.99s/it]",
+            ],
+            F.CRASH,
+            "exception",
+            "Exception",
+        ),
         # older NCCL's socket transport, before PyTorch's generic line
-        (["node-1:4410:4461 [0] include/socket.h:423 NCCL WARN Call to recv failed : Connection reset by peer",
-          "RuntimeError: Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels"],
-         F.NCCL_ERROR, "nccl_socket_transport", "transport"),
-        (["node-1:4410:4461 [0] NCCL WARN Call to ibv_modify_qp failed with error Network is unreachable"],
-         F.NCCL_ERROR, "ib_verbs_call", "NCCL_IB_GID_INDEX"),
+        (
+            [
+                "node-1:4410:4461 [0] include/socket.h:423 NCCL WARN Call to recv failed : Connection reset by peer",
+                "RuntimeError: Some NCCL operations have failed or timed out. Due to the asynchronous nature of CUDA kernels",
+            ],
+            F.NCCL_ERROR,
+            "nccl_socket_transport",
+            "transport",
+        ),
+        (
+            ["node-1:4410:4461 [0] NCCL WARN Call to ibv_modify_qp failed with error Network is unreachable"],
+            F.NCCL_ERROR,
+            "ib_verbs_call",
+            "NCCL_IB_GID_INDEX",
+        ),
         # a surviving rank's closed socket printed before the OOM that closed it
-        (["node-1:4410:4461 [0] misc/socket.cc:538 NCCL WARN socketProgress: Connection closed by remote peer node-1<4512>",
-          "node-1:4413:4470 [3] transport/p2p.cc:275 NCCL WARN Cuda failure 'out of memory'"],
-         F.OOM, "cuda_oom", ""),
+        (
+            [
+                "node-1:4410:4461 [0] misc/socket.cc:538 NCCL WARN socketProgress: Connection closed by remote peer node-1<4512>",
+                "node-1:4413:4470 [3] transport/p2p.cc:275 NCCL WARN Cuda failure 'out of memory'",
+            ],
+            F.OOM,
+            "cuda_oom",
+            "",
+        ),
     ],
 )
 def test_scheduler_lines_and_older_wordings(lines: list[str], cls: F, rule: str, advice: str) -> None:
@@ -510,15 +684,28 @@ def test_scheduler_lines_and_older_wordings(lines: list[str], cls: F, rule: str,
     ("lines", "cls"),
     [
         # a warning's "failed" at the end of a log says what it retries, not that the run died
-        (["Epoch 1: 12%|#2        | 120/1000", "[W1120 04:11:52.000000 socket.cpp:601] [c10d] The client socket has "
-          "failed to connect to [node-3]:29500 (errno: 22 - Invalid argument)."], F.OK),
+        (
+            [
+                "Epoch 1: 12%|#2        | 120/1000",
+                "[W1120 04:11:52.000000 socket.cpp:601] [c10d] The client socket has "
+                "failed to connect to [node-3]:29500 (errno: 22 - Invalid argument).",
+            ],
+            F.OK,
+        ),
         (["step 40: reward=0.31", "WARNING:agent.sandbox:tool call attempt 1/3 failed: HTTP 500"], F.OK),
         (["step 40: reward=0.31", "2026-11-20 04:11:52 | WARNING | rollout: request failed, retrying"], F.OK),
         # ... unless it names a fatal end
         (["step 40: reward=0.31", "WARNING: worker 3 exited with exit code 1"], F.CRASH),
         # a log that stops inside a traceback, at its position markers (Python 3.11+)
-        (["Traceback (most recent call last):", '  File "/app/train.py", line 41, in <module>', "    trainer.fit()",
-          "    ^^^^^^^^^^^^^"], F.CRASH),
+        (
+            [
+                "Traceback (most recent call last):",
+                '  File "/app/train.py", line 41, in <module>',
+                "    trainer.fit()",
+                "    ^^^^^^^^^^^^^",
+            ],
+            F.CRASH,
+        ),
     ],
 )
 def test_how_a_log_ends(lines: list[str], cls: F) -> None:
@@ -531,11 +718,13 @@ def test_a_graders_logged_exception_is_handled_not_a_crash() -> None:
     """math_verify catches a comparison's exception, logs it with its traceback and scores 0."""
     from nccl_tune.diagnose.verdict import classify_log
 
-    block = ["(RewardWorker pid=812) ERROR:math_verify.grader:Error during comparison",
-             "(RewardWorker pid=812) Traceback (most recent call last):",
-             '(RewardWorker pid=812)   File "/usr/lib/python3/site-packages/math_verify/grader.py", line 230, in verify',
-             "(RewardWorker pid=812)     return compare(gold, target)",
-             "(RewardWorker pid=812) NotImplementedError: multiple generators [x, sin(x)]"]
+    block = [
+        "(RewardWorker pid=812) ERROR:math_verify.grader:Error during comparison",
+        "(RewardWorker pid=812) Traceback (most recent call last):",
+        '(RewardWorker pid=812)   File "/usr/lib/python3/site-packages/math_verify/grader.py", line 230, in verify',
+        "(RewardWorker pid=812)     return compare(gold, target)",
+        "(RewardWorker pid=812) NotImplementedError: multiple generators [x, sin(x)]",
+    ]
     steps = ["(TaskRunner pid=700) step 12: reward_mean=0.41", "(TaskRunner pid=700) step 13: reward_mean=0.44"]
     assert classify_log([line + "\n" for line in steps[:1] + block + steps[1:]]).failure_class is F.OK
     # a real failure after it is still read
@@ -546,13 +735,21 @@ def test_a_graders_logged_exception_is_handled_not_a_crash() -> None:
 @pytest.mark.parametrize(
     ("line", "subtype"),
     [
-        ("(LLMRayActor pid=5121) Failed to update parameter online: shape mismatch. The full weights of the ModelRunner "
-         "are partially updated. Please discard the whole weights.", "weight_sync"),
+        (
+            "(LLMRayActor pid=5121) Failed to update parameter online: shape mismatch. The full weights of the ModelRunner "
+            "are partially updated. Please discard the whole weights.",
+            "weight_sync",
+        ),
         ("[2026-11-20 04:11:52 TP0] Scheduler hit an exception: Traceback (most recent call last):", "engine"),
-        ("ERROR 11-20 04:11:52 async_llm_engine.py:531] Engine iteration timed out. This should never happen!",
-         "engine_stall"),
-        ("ray.exceptions.ActorDiedError: The actor died because of an error raised in its creation task, "
-         "ray::LLMRayActor.__init__() (pid=5121, ip=10.0.0.7)", "actor_died"),
+        (
+            "ERROR 11-20 04:11:52 async_llm_engine.py:531] Engine iteration timed out. This should never happen!",
+            "engine_stall",
+        ),
+        (
+            "ray.exceptions.ActorDiedError: The actor died because of an error raised in its creation task, "
+            "ray::LLMRayActor.__init__() (pid=5121, ip=10.0.0.7)",
+            "actor_died",
+        ),
     ],
 )
 def test_inference_engine_failures_inside_an_rl_loop(line: str, subtype: str) -> None:
@@ -565,50 +762,127 @@ def test_inference_engine_failures_inside_an_rl_loop(line: str, subtype: str) ->
 @pytest.mark.parametrize(
     ("line", "cls", "subtype", "advice"),
     [
-        ("THCudaCheck FAIL file=/pytorch/aten/src/THC/THCGeneral.cpp line=383 error=48 : no kernel image is available "
-         "for execution on the device", F.CUDA_ERROR, "cuda", ""),
-        ("RuntimeError: cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/THCCachingAllocator.cpp:510",
-         F.OOM, "cuda_oom", ""),
+        (
+            "THCudaCheck FAIL file=/pytorch/aten/src/THC/THCGeneral.cpp line=383 error=48 : no kernel image is available "
+            "for execution on the device",
+            F.CUDA_ERROR,
+            "cuda",
+            "",
+        ),
+        (
+            "RuntimeError: cuda runtime error (2) : out of memory at /pytorch/aten/src/THC/THCCachingAllocator.cpp:510",
+            F.OOM,
+            "cuda_oom",
+            "",
+        ),
         ("RuntimeError: DataLoader worker (pid 4410) is killed by signal: Killed. ", F.CRASH, "killed", "OOM killer"),
         ("[rank0]: RuntimeError: CUDA driver error: out of memory", F.OOM, "cuda_oom", "Out of GPU memory"),
-        ("ImportError: /usr/local/lib/python3.12/site-packages/flash_attn_2_cuda.cpython-312-x86_64-linux-gnu.so: "
-         "undefined symbol: _ZN3c104cuda9SetDeviceEi", F.CRASH, "build_mismatch",
-         "flash_attn_2_cuda.cpython-312-x86_64-linux-gnu.so was built against another torch"),
-        ("huggingface_hub.errors.LocalEntryNotFoundError: An error happened while trying to locate the file on the Hub "
-         "and we cannot find the requested files in the local cache.", F.CRASH, "model_fetch", "HF_HUB_OFFLINE=1"),
-        ("RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable", F.CUDA_ERROR, "gpu_busy",
-         "exclusive compute mode"),
-        ("RuntimeError: CUDA error: no kernel image is available for execution on the device", F.CUDA_ERROR,
-         "no_kernel_image", "get_arch_list"),
-        ("ray.exceptions.NodeDiedError: Task failed due to the node (where this task was running) dying.", F.CRASH,
-         "node_died", "raylet"),
-        ("[rank0]:[E1102 10:22:31.000000 ProcessGroupNCCL.cpp:1194] [PG ID 0 PG GUID 0(default_pg) Rank 0] Timeout at NCCL "
-         "work: 25, last enqueued NCCL work: 25, last completed NCCL work: 24.", F.COLLECTIVE_TIMEOUT, "nccl_watchdog",
-         "until the timeout"),
-        ("node-1:2918:4483 [4] transport/nvls.cc:245 NCCL WARN Cuda failure 'initialization error'", F.CUDA_ERROR,
-         "nccl_cuda", "NCCL_NVLS_ENABLE=0"),
-        ("node-1:95209:95228 [0] init.cc:416 NCCL WARN Cuda failure 'operation not supported'", F.CUDA_ERROR,
-         "nccl_cuda", "NCCL hit a CUDA error"),
-        ("[rank2]: torch.distributed.DistBackendError: [2] is setting up NCCL communicator and retrieving ncclUniqueId "
-         "from [0] via c10d key-value store by key '0', but store->get('0') got error: Connection reset by peer",
-         F.INIT_FAILURE, "nccl_id_store", "rank 0 (or the store's host) went away first"),
-        ("[rank3]: torch.distributed.DistBackendError: [3] is setting up NCCL communicator and retrieving ncclUniqueId "
-         "from [0] via c10d key-value store by key '0:1', but store->get('0:1') got error: Socket Timeout",
-         F.INIT_FAILURE, "nccl_id_store", "rank 0 is alive but late"),
-        ("RuntimeError: DataLoader worker (pid 4410) is killed by signal: Bus error. It is possible that dataloader's "
-         "workers are out of shared memory.", F.CRASH, "dataloader_shm", "--shm-size"),
-        ("RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer "
-         "[10.0.0.5]:23456", F.CRASH, "peer_gone", "its own log has the first error"),
-        ("RuntimeError: Current CUDA Device does not support bfloat16. Please switch dtype to float16.",
-         F.CONFIG_ERROR, "no_bf16", "generator.inference_engine.model_dtype=float16"),
-        ("RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory", F.CRASH,
-         "corrupt_checkpoint", "fetch it again"),
+        (
+            "ImportError: /usr/local/lib/python3.12/site-packages/flash_attn_2_cuda.cpython-312-x86_64-linux-gnu.so: "
+            "undefined symbol: _ZN3c104cuda9SetDeviceEi",
+            F.CRASH,
+            "build_mismatch",
+            "flash_attn_2_cuda.cpython-312-x86_64-linux-gnu.so was built against another torch",
+        ),
+        (
+            "huggingface_hub.errors.LocalEntryNotFoundError: An error happened while trying to locate the file on the Hub "
+            "and we cannot find the requested files in the local cache.",
+            F.CRASH,
+            "model_fetch",
+            "HF_HUB_OFFLINE=1",
+        ),
+        (
+            "RuntimeError: CUDA error: CUDA-capable device(s) is/are busy or unavailable",
+            F.CUDA_ERROR,
+            "gpu_busy",
+            "exclusive compute mode",
+        ),
+        (
+            "RuntimeError: CUDA error: no kernel image is available for execution on the device",
+            F.CUDA_ERROR,
+            "no_kernel_image",
+            "get_arch_list",
+        ),
+        (
+            "ray.exceptions.NodeDiedError: Task failed due to the node (where this task was running) dying.",
+            F.CRASH,
+            "node_died",
+            "raylet",
+        ),
+        (
+            "[rank0]:[E1102 10:22:31.000000 ProcessGroupNCCL.cpp:1194] [PG ID 0 PG GUID 0(default_pg) Rank 0] Timeout at NCCL "
+            "work: 25, last enqueued NCCL work: 25, last completed NCCL work: 24.",
+            F.COLLECTIVE_TIMEOUT,
+            "nccl_watchdog",
+            "until the timeout",
+        ),
+        (
+            "node-1:2918:4483 [4] transport/nvls.cc:245 NCCL WARN Cuda failure 'initialization error'",
+            F.CUDA_ERROR,
+            "nccl_cuda",
+            "NCCL_NVLS_ENABLE=0",
+        ),
+        (
+            "node-1:95209:95228 [0] init.cc:416 NCCL WARN Cuda failure 'operation not supported'",
+            F.CUDA_ERROR,
+            "nccl_cuda",
+            "NCCL hit a CUDA error",
+        ),
+        (
+            "[rank2]: torch.distributed.DistBackendError: [2] is setting up NCCL communicator and retrieving ncclUniqueId "
+            "from [0] via c10d key-value store by key '0', but store->get('0') got error: Connection reset by peer",
+            F.INIT_FAILURE,
+            "nccl_id_store",
+            "rank 0 (or the store's host) went away first",
+        ),
+        (
+            "[rank3]: torch.distributed.DistBackendError: [3] is setting up NCCL communicator and retrieving ncclUniqueId "
+            "from [0] via c10d key-value store by key '0:1', but store->get('0:1') got error: Socket Timeout",
+            F.INIT_FAILURE,
+            "nccl_id_store",
+            "rank 0 is alive but late",
+        ),
+        (
+            "RuntimeError: DataLoader worker (pid 4410) is killed by signal: Bus error. It is possible that dataloader's "
+            "workers are out of shared memory.",
+            F.CRASH,
+            "dataloader_shm",
+            "--shm-size",
+        ),
+        (
+            "RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:598] Connection closed by peer "
+            "[10.0.0.5]:23456",
+            F.CRASH,
+            "peer_gone",
+            "its own log has the first error",
+        ),
+        (
+            "RuntimeError: Current CUDA Device does not support bfloat16. Please switch dtype to float16.",
+            F.CONFIG_ERROR,
+            "no_bf16",
+            "generator.inference_engine.model_dtype=float16",
+        ),
+        (
+            "RuntimeError: PytorchStreamReader failed reading zip archive: failed finding central directory",
+            F.CRASH,
+            "corrupt_checkpoint",
+            "fetch it again",
+        ),
         ("_pickle.UnpicklingError: invalid load key, 'v'.", F.CRASH, "corrupt_checkpoint", "Git LFS pointer"),
-        ("OSError: [Errno 28] No space left on device: '/ckpt/global_step_400/optim.pt'", F.CRASH, "disk_full",
-         "larger volume"),
+        (
+            "OSError: [Errno 28] No space left on device: '/ckpt/global_step_400/optim.pt'",
+            F.CRASH,
+            "disk_full",
+            "larger volume",
+        ),
         # NCCL's shared-memory segment on a full /dev/shm stays NCCL's
-        ("node-1:4410:4461 [0] include/shm.h:48 NCCL WARN Error while creating shared memory segment /dev/shm/nccl-x "
-         "(size 9637888): No space left on device", F.NCCL_ERROR, "shm", "--shm-size"),
+        (
+            "node-1:4410:4461 [0] include/shm.h:48 NCCL WARN Error while creating shared memory segment /dev/shm/nccl-x "
+            "(size 9637888): No space left on device",
+            F.NCCL_ERROR,
+            "shm",
+            "--shm-size",
+        ),
     ],
 )
 def test_older_cuda_wordings_shared_memory_and_full_disks(line: str, cls: F, subtype: str, advice: str) -> None:

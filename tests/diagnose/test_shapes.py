@@ -39,8 +39,13 @@ def read_shape(path: Path) -> ShapeLog:
     head = {k.strip(): v.strip() for k, v in head.items()}
     after = head.get("after-training")
     return ShapeLog(
-        path.name, head["shape"], head["label"], _opt_int(head["rank"]), _opt_int(head["exit"]),
-        None if after is None else after == "true", lines[cut + 1 :],
+        path.name,
+        head["shape"],
+        head["label"],
+        _opt_int(head["rank"]),
+        _opt_int(head["exit"]),
+        None if after is None else after == "true",
+        lines[cut + 1 :],
     )
 
 

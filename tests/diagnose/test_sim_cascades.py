@@ -32,12 +32,23 @@ def run_twin(folder: Path, *overrides: str, **env: str) -> SimRun:
     (folder / "fr").mkdir(parents=True)
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "SIM_", "TORCH_FR_"))}
     # Everything in one file: today's SkyRL would write the workers' output to an infra log.
-    full_env.update(TORCH_FR_BUFFER_SIZE="2000", TORCH_FR_DUMP_TEMP_FILE=str(folder / "fr" / "nccl_trace_rank_"),
-                    SIM_SEED="11", SKYRL_DUMP_INFRA_LOG_TO_STDOUT="1", **env)
+    full_env.update(
+        TORCH_FR_BUFFER_SIZE="2000",
+        TORCH_FR_DUMP_TEMP_FILE=str(folder / "fr" / "nccl_trace_rank_"),
+        SIM_SEED="11",
+        SKYRL_DUMP_INFRA_LOG_TO_STDOUT="1",
+        **env,
+    )
     log = folder / "output.log"
     with open(log, "w") as out:
-        proc = subprocess.run(["bash", str(SCRIPT), *overrides], stdout=out, stderr=subprocess.STDOUT,
-                              env=full_env, cwd=folder, timeout=240)
+        proc = subprocess.run(
+            ["bash", str(SCRIPT), *overrides],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=full_env,
+            cwd=folder,
+            timeout=240,
+        )
     return SimRun(folder, log, proc.returncode, tuple(sorted((folder / "fr").iterdir())))
 
 
@@ -94,8 +105,9 @@ def test_invalid_nccl_value_and_vllm_start_up(tmp_path: Path) -> None:
 
 
 def test_a_healthy_run_with_nccl_info_is_not_flagged(tmp_path: Path) -> None:
-    run = run_twin(tmp_path / "ok", "trainer.epochs=1", "trainer.eval_before_train=false", SIM_RANKS="2",
-                   NCCL_DEBUG="INFO")
+    run = run_twin(
+        tmp_path / "ok", "trainer.epochs=1", "trainer.eval_before_train=false", SIM_RANKS="2", NCCL_DEBUG="INFO"
+    )
     text = run.log.read_text()
     assert run.exit_code == 0 and "Training done!" in text and "NCCL INFO" in text
     assert classify_file(run.log, exit_code=0).ok

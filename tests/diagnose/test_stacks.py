@@ -13,23 +13,34 @@ AGENT = "/venv/lib/python3.11/site-packages/torch/distributed/elastic/agent/serv
 
 
 def _proc(rank: int | None, *frames: Frame, pid: int | None = None) -> ProcessStack:
-    return ProcessStack(pid or 1000 + (rank or 0), rank, "python train.py",
-                        (ThreadStack("MainThread", False, tuple(frames), main=True),))
+    return ProcessStack(
+        pid or 1000 + (rank or 0),
+        rank,
+        "python train.py",
+        (ThreadStack("MainThread", False, tuple(frames), main=True),),
+    )
 
 
 def in_collective(rank: int, op: str = "all_reduce", line: int = 40) -> ProcessStack:
-    return _proc(rank, Frame(op, C10D, 2801), Frame("wrapper", LOGGER, 83),
-                 Frame("train_step", "/work/train.py", line, f"dist.{op}(x)"), Frame("<module>", "/work/train.py", 90))
+    return _proc(
+        rank,
+        Frame(op, C10D, 2801),
+        Frame("wrapper", LOGGER, 83),
+        Frame("train_step", "/work/train.py", line, f"dist.{op}(x)"),
+        Frame("<module>", "/work/train.py", 90),
+    )
 
 
 def sleeping(rank: int) -> ProcessStack:
-    return _proc(rank, Frame("wait_for_peer", "/work/train.py", 22, "time.sleep(30)"),
-                 Frame("<module>", "/work/train.py", 90))
+    return _proc(
+        rank, Frame("wait_for_peer", "/work/train.py", 22, "time.sleep(30)"), Frame("<module>", "/work/train.py", 90)
+    )
 
 
 def loading(rank: int) -> ProcessStack:
-    return _proc(rank, Frame("_next_data", LOADER, 1327), Frame("__next__", LOADER, 631),
-                 Frame("<module>", "/work/train.py", 88))
+    return _proc(
+        rank, Frame("_next_data", LOADER, 1327), Frame("__next__", LOADER, 631), Frame("<module>", "/work/train.py", 88)
+    )
 
 
 @pytest.mark.parametrize(
@@ -61,8 +72,16 @@ def test_two_ranks_elsewhere_the_one_outside_any_collective_is_named() -> None:
 
 
 def test_the_launcher_agent_is_not_a_rank_when_ranks_are_unknown() -> None:
-    agent = ProcessStack(7, None, "torchrun", (ThreadStack("MainThread", False, (
-        Frame("_invoke_run", AGENT, 894, "time.sleep(monitor_interval)"),), main=True),))
+    agent = ProcessStack(
+        7,
+        None,
+        "torchrun",
+        (
+            ThreadStack(
+                "MainThread", False, (Frame("_invoke_run", AGENT, 894, "time.sleep(monitor_interval)"),), main=True
+            ),
+        ),
+    )
     ranks = [ProcessStack(p.pid, None, p.command, p.threads) for p in (in_collective(0), in_collective(1), sleeping(2))]
     finding = odd_rank(StackReport(tuple(ranks) + (agent,)))
     assert finding is not None and finding.pid == 1002 and finding.rank is None

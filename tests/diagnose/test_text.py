@@ -15,6 +15,8 @@ def test_a_worker_line_glued_behind_an_unfinished_fragment_is_the_workers() -> N
 def test_a_prefix_quoted_inside_a_whole_line_and_a_task_error_stay_whole() -> None:
     whole = "(raylet) worker died: (FSDPPolicyWorkerBase pid=1011) exited with code 1"
     assert T.clean(whole) == whole
-    task = ("ray.exceptions.RayTaskError(OutOfMemoryError): ray::FSDPPolicyWorkerBase.ppo_train() (pid=959052, "
-            "ip=10.0.0.5, actor_id=a9d9)")
+    task = (
+        "ray.exceptions.RayTaskError(OutOfMemoryError): ray::FSDPPolicyWorkerBase.ppo_train() (pid=959052, "
+        "ip=10.0.0.5, actor_id=a9d9)"
+    )
     assert T.clean(task) == task and T.task_pid(T.clean(task)) == 959052

@@ -42,8 +42,15 @@ def test_a_stall_with_a_root_cause_in_the_log_is_that_cause() -> None:
 
 
 def test_a_stall_without_one_is_a_hang_with_the_detail_and_last_lines() -> None:
-    v = decide(facts(*HEALTHY, started("step"), stop_reason=StopReason.STALL, stop_detail="no progress for 9 s",
-                     open_phase="step"))
+    v = decide(
+        facts(
+            *HEALTHY,
+            started("step"),
+            stop_reason=StopReason.STALL,
+            stop_detail="no progress for 9 s",
+            open_phase="step",
+        )
+    )
     assert v.failure_class is F.HANG and v.phase == "step"
     assert v.evidence[0].text == "no progress for 9 s" and v.evidence[-1].source == "output.log"
     assert "in 'step'" in v.advice
@@ -52,8 +59,17 @@ def test_a_stall_without_one_is_a_hang_with_the_detail_and_last_lines() -> None:
 def test_exit_zero_before_the_measured_steps() -> None:
     early = decide(facts(*HEALTHY, exit_code=0, steps_done=2, total_steps=3, stop_reason=StopReason.EXITED))
     assert (early.failure_class, early.cause.rule) == (F.CRASH, "exited_early")
-    done = decide(facts(*HEALTHY, skyrl("Training done!"), exit_code=0, steps_done=2, total_steps=3,
-                        training_done=True, stop_reason=StopReason.EXITED))
+    done = decide(
+        facts(
+            *HEALTHY,
+            skyrl("Training done!"),
+            exit_code=0,
+            steps_done=2,
+            total_steps=3,
+            training_done=True,
+            stop_reason=StopReason.EXITED,
+        )
+    )
     assert (done.failure_class, done.cause.rule) == (F.CONFIG_ERROR, "too_few_steps")
     assert decide(facts(*HEALTHY, exit_code=0, steps_done=3, total_steps=3, stop_reason=StopReason.EXITED)).ok
 
@@ -80,15 +96,22 @@ def test_the_earliest_cause_across_several_logs_by_their_time_stamps() -> None:
     logs = (LogFacts("output.log", lines=tuple(driver)), LogFacts("infra-260302_100000.log", lines=tuple(infra)))
     v = decide(TrialFacts(logs=logs))
     assert v.failure_class is F.NCCL_ERROR and v.evidence[0].source == "infra-260302_100000.log"
-    unstamped = (LogFacts("output.log", lines=("RuntimeError: CUDA error: an illegal memory access was encountered",)),
-                 LogFacts("infra.log", lines=(infra[1],)))
+    unstamped = (
+        LogFacts("output.log", lines=("RuntimeError: CUDA error: an illegal memory access was encountered",)),
+        LogFacts("infra.log", lines=(infra[1],)),
+    )
     assert decide(TrialFacts(logs=unstamped)).failure_class is F.CUDA_ERROR  # no stamps: the order of reading
 
 
 def test_phases_and_steps_come_from_the_spaces_progress_rules() -> None:
     """A Megatron-style log: a connect time-out after the first iteration is not an init failure."""
-    rules = ProgressRules(step_end=r"iteration\s+\d+/\s*\d+ \|.*elapsed time per iteration \(ms\): (?P<seconds>[\d.]+)",
-                          phase_start=None, phase_end=None, memory=None, training_done=None)
+    rules = ProgressRules(
+        step_end=r"iteration\s+\d+/\s*\d+ \|.*elapsed time per iteration \(ms\): (?P<seconds>[\d.]+)",
+        phase_start=None,
+        phase_end=None,
+        memory=None,
+        training_done=None,
+    )
     lines = (
         " iteration        1/     100 | elapsed time per iteration (ms): 1200.0 |",
         "torch.distributed.DistNetworkError: The client socket has timed out after 600000ms while trying to connect to (10.0.0.2, 29500).",
@@ -102,9 +125,19 @@ def test_phases_and_steps_come_from_the_spaces_progress_rules() -> None:
 def test_facts_round_trip_through_json(tmp_path: Path) -> None:
     log = tmp_path / "output.log"
     log.write_text("".join(HEALTHY) + "".join(cuda_oom(2)))
-    f = TrialFacts(logs=(LogFacts("output.log", log),), stop_reason=StopReason.EXITED, stop_detail="ended",
-                   exit_code=1, steps_done=2, total_steps=3, host_mem_peak_frac=0.5,
-                   progress=ProgressRules(), rules_hint="step_end=...", notes=("n",), stacks=StackReport(note="x"))
+    f = TrialFacts(
+        logs=(LogFacts("output.log", log),),
+        stop_reason=StopReason.EXITED,
+        stop_detail="ended",
+        exit_code=1,
+        steps_done=2,
+        total_steps=3,
+        host_mem_peak_frac=0.5,
+        progress=ProgressRules(),
+        rules_hint="step_end=...",
+        notes=("n",),
+        stacks=StackReport(note="x"),
+    )
     back = TrialFacts.from_json(f.to_json(), tmp_path, stacks=f.stacks)
     assert back == f and decide(back) == decide(f)
     assert decide(back).failure_class is F.OOM
@@ -124,11 +157,16 @@ def test_what_teardown_makes_a_stalled_run_print_does_not_decide() -> None:
     """Killing a stalled job makes its peers print transport errors; the stall is judged on what
     came before the launcher stopped it."""
     before = (*HEALTHY, started("step"))
-    after = ("node-1:7001:7090 [3] misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by remote peer node-2<4187>",
-             "Traceback (most recent call last):", "KeyboardInterrupt")
+    after = (
+        "node-1:7001:7090 [3] misc/socket.cc:50 NCCL WARN socketProgress: Connection closed by remote peer node-2<4187>",
+        "Traceback (most recent call last):",
+        "KeyboardInterrupt",
+    )
     stall = dict(stop_reason=StopReason.STALL, stop_detail="no progress for 9 s", open_phase="step")
     cut = decide(TrialFacts(logs=(LogFacts("output.log", lines=before + after, upto=len(before)),), **stall))
-    assert cut.failure_class is F.HANG and all(e.line_no <= len(before) for e in cut.evidence if e.source == "output.log")
+    assert cut.failure_class is F.HANG and all(
+        e.line_no <= len(before) for e in cut.evidence if e.source == "output.log"
+    )
     whole = decide(TrialFacts(logs=(LogFacts("output.log", lines=before + after),), **stall))
     assert whole.failure_class is F.NCCL_ERROR
     saved = TrialFacts(logs=(LogFacts("output.log", Path("/x/output.log"), upto=7),)).to_json()

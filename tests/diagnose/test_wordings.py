@@ -82,7 +82,9 @@ DUMP_FROM_ANOTHER = lines("""
 """)
 
 
-@pytest.mark.parametrize(("log", "named"), [(DUMP_FROM_RANK_0, "Rank 0's watchdog"), (DUMP_FROM_ANOTHER, "Another rank's")])
+@pytest.mark.parametrize(
+    ("log", "named"), [(DUMP_FROM_RANK_0, "Rank 0's watchdog"), (DUMP_FROM_ANOTHER, "Another rank's")]
+)
 def test_dump_signal_is_another_ranks_timeout_not_a_hung_watchdog(log: list[str], named: str) -> None:
     v = classify_log(log)
     assert v.failure_class is F.COLLECTIVE_TIMEOUT
@@ -92,9 +94,11 @@ def test_dump_signal_is_another_ranks_timeout_not_a_hung_watchdog(log: list[str]
 
 
 def test_heartbeat_monitor_still_reads_as_a_hung_watchdog() -> None:
-    v = classify_log(lines("""
+    v = classify_log(
+        lines("""
 [rank2]:[E1021 10:11:12.000 ProcessGroupNCCL.cpp:1423] [PG ID 0 PG GUID 0(default_pg) Rank 2] Heartbeat monitor timed out! Process will be terminated after dumping debug info. workMetaList_.size()=1
-"""))
+""")
+    )
     assert v.failure_class is F.COLLECTIVE_TIMEOUT and "watchdog itself hung" in v.advice
 
 
@@ -118,21 +122,27 @@ def test_vllm_engine_core_died_without_an_error_of_its_own() -> None:
 
 
 def test_vllm_worker_proc_died_names_the_worker() -> None:
-    v = classify_log(lines("""
+    v = classify_log(
+        lines("""
 (EngineCore_DP0 pid=7711) ERROR 10-02 08:40:11 [multiproc_executor.py:154] Worker proc VllmWorker-2 died unexpectedly, shutting down executor.
 (EngineCore_DP0 pid=7711) ERROR 10-02 08:40:12 [core.py:710] EngineCore encountered a fatal error.
 (EngineCore_DP0 pid=7711) ERROR 10-02 08:40:12 [core.py:710] RuntimeError: Worker failed with error 'Executor failed.', please check the stack trace above for the root cause
-"""), exit_code=1)
+"""),
+        exit_code=1,
+    )
     assert v.cause.rule == "vllm_proc_died" and v.cause.details["proc"] == "Worker proc VllmWorker-2"
 
 
 def test_engine_dead_error_leaves_the_engines_own_error_as_the_crash() -> None:
-    v = classify_log(lines("""
+    v = classify_log(
+        lines("""
 (EngineCore_DP0 pid=3301) ERROR 08-11 14:02:18 [core.py:710] EngineCore encountered a fatal error.
 (EngineCore_DP0 pid=3301) ERROR 08-11 14:02:18 [core.py:710] KeyError: 'model.layers.0.mlp.gate_up_proj.weight'
 ERROR 08-11 14:02:19 [async_llm.py:420] AsyncLLM output_handler failed.
 vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue. See stack trace (above) for the root cause.
-"""), exit_code=1)
+"""),
+        exit_code=1,
+    )
     assert v.failure_class is F.CRASH
     assert "KeyError" in v.evidence[0].text
 
@@ -143,19 +153,23 @@ def test_engine_dead_error_alone_sends_the_reader_to_the_engine() -> None:
 
 
 def test_deepspeed_sigbus_points_at_shared_memory() -> None:
-    v = classify_log(lines("""
+    v = classify_log(
+        lines("""
 [2025-09-02 11:52:40,112] [INFO] [launch.py:319:sigkill_handler] Killing subprocess 88123
 [2025-09-02 11:52:40,401] [ERROR] [launch.py:325:sigkill_handler] ['/usr/bin/python', '-u', 'train.py', '--local_rank=1'] exits with return code = -7
-"""))
+""")
+    )
     assert v.failure_class is F.CRASH and v.rank == 1
     assert "/dev/shm" in v.advice and "--shm-size" in v.advice
 
 
 def test_torchrun_sigabrt_says_the_process_aborted_itself() -> None:
-    v = classify_log(lines("""
+    v = classify_log(
+        lines("""
 E1203 10:22:51.000000 1120 torch/distributed/elastic/multiprocessing/api.py:874] failed (exitcode: -6) local_rank: 3 (pid: 1191) of binary: /usr/bin/python
   traceback : Signal 6 (SIGABRT) received by PID 1191
-"""))
+""")
+    )
     assert v.failure_class is F.CRASH and v.rank == 3
     assert "aborted itself" in v.advice and "terminate called" in v.advice
 
@@ -165,8 +179,17 @@ E1203 10:22:51.000000 1120 torch/distributed/elastic/multiprocessing/api.py:874]
 
 def run_torchrun(mode: str, log: Path) -> int:
     env = dict(os.environ, OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
-           str(SCRIPTS / "gloo_torchrun_job.py"), mode]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        str(free_port()),
+        str(SCRIPTS / "gloo_torchrun_job.py"),
+        mode,
+    ]
     with log.open("w") as out:
         return subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, env=env, timeout=120).returncode
 
@@ -217,29 +240,37 @@ def test_real_unresolvable_store_host_is_named(tmp_path: Path) -> None:
 
 
 def test_unresolved_other_host_does_not_explain_a_timeout_to_this_one() -> None:
-    v = classify_log(lines("""
+    v = classify_log(
+        lines("""
 [W1203 10:00:01.412000 socket.cpp:764] [c10d] The IPv6 network addresses of (old-master, 29500) cannot be retrieved (gai error: -2 - Name or service not known).
 [E1203 10:15:01.000000 socket.cpp:1028] [c10d] The client socket has timed out after 900000ms while trying to connect to (10.0.0.4, 29500).
 torch.distributed.DistNetworkError: The client socket has timed out after 900000ms while trying to connect to (10.0.0.4, 29500).
-"""))
+""")
+    )
     assert v.failure_class is F.INIT_FAILURE
     assert v.cause.subtype != "unresolved_host" and "does not resolve" not in v.advice
 
 
 def test_vllm_ray_executor_without_a_gpu_is_a_placement_failure() -> None:
-    v = classify_log(lines("""
+    v = classify_log(
+        lines("""
 (EngineCore_DP0 pid=504) INFO 11-23 11:58:35 [ray_utils.py:396] No current placement group found. Creating a new placement group.
 (EngineCore_DP0 pid=504) ERROR 11-23 11:58:35 [core.py:842] EngineCore failed to start.
 (EngineCore_DP0 pid=504) ERROR 11-23 11:58:35 [core.py:842] ValueError: Current node has no GPU available. current_node_resource={'CPU': 32.0, 'node:10.0.0.7': 1.0}. vLLM engine cannot start without GPU. Make sure you have at least 1 GPU available in a node current_node_id='a7c1' current_ip='10.0.0.7'.
 RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}
-"""), exit_code=1)
+"""),
+        exit_code=1,
+    )
     assert v.failure_class is F.INIT_FAILURE and v.cause.subtype == "ray_no_gpu"
     assert "GPU bundle" in v.advice
 
 
 def test_ray_actor_unavailable_is_an_actor_death() -> None:
-    v = classify_log(lines("""
+    v = classify_log(
+        lines("""
 Traceback (most recent call last):
 ray.exceptions.ActorUnavailableError: The actor c5d6 is unavailable: The actor is temporarily unavailable: RpcError: RPC Error message: Cancelling all calls; RPC Error details:  rpc_code: 14. The task may or may not have been executed on the actor.
-"""), exit_code=1)
+"""),
+        exit_code=1,
+    )
     assert v.failure_class is F.CRASH and v.cause.rule == "ray_actor_died"

@@ -16,7 +16,13 @@ from tests.tuner.conftest import run_cli
 pytestmark = pytest.mark.timeout(600)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
-JOB = [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc-per-node", "2", str(EXAMPLES / "ddp_train.py")]
+JOB = [
+    str(Path(sys.executable).parent / "torchrun"),
+    "--standalone",
+    "--nproc-per-node",
+    "2",
+    str(EXAMPLES / "ddp_train.py"),
+]
 SPACE = str(EXAMPLES / "ddp_train.yaml")
 # A narrower, shallower model than the example's default: each micro-batch costs mostly its fixed
 # overhead, so fewer, larger micro-batches are 1.7x (4) and 2.4x (8) faster than the baseline's 2
@@ -36,9 +42,29 @@ def test_dry_run_shows_the_flags_as_separate_argv_elements(tmp_path):
 def test_the_example_is_tuned_to_a_faster_config_than_its_baseline(tmp_path):
     # 20 measured steps (about 0.4 s at the baseline) average over the other workers' bursts
     proc = run_cli(
-        ["run", "--space", SPACE, "--trials", "3", "--confirm", "1", "--seed", "1", "--steps", "20", "--warmup-steps", "2",
-         "--json", "-o", "tuned.yaml", "--", *JOB, *SMALL_MODEL],
-        cwd=tmp_path, timeout=540,
+        [
+            "run",
+            "--space",
+            SPACE,
+            "--trials",
+            "3",
+            "--confirm",
+            "1",
+            "--seed",
+            "1",
+            "--steps",
+            "20",
+            "--warmup-steps",
+            "2",
+            "--json",
+            "-o",
+            "tuned.yaml",
+            "--",
+            *JOB,
+            *SMALL_MODEL,
+        ],
+        cwd=tmp_path,
+        timeout=540,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     summary = json.loads(proc.stdout)
@@ -51,7 +77,11 @@ def test_the_example_is_tuned_to_a_faster_config_than_its_baseline(tmp_path):
     doc = yaml.safe_load((tmp_path / "tuned.yaml").read_text())
     b = best["params"]["batch_size"]
     assert doc["args"] == ["--batch-size", str(b), "--grad-accum", str(16 // b)]
-    assert doc["overrides"] == {"batch_size": b, "checkpointing": best["params"]["checkpointing"], "grad_accum": 16 // b}
+    assert doc["overrides"] == {
+        "batch_size": b,
+        "checkpointing": best["params"]["checkpointing"],
+        "grad_accum": 16 // b,
+    }
     assert doc["metrics"]["throughput_unit"] == "samples/s"
     spec = json.loads(next(tmp_path.glob("results/*/trial-0000/spec.json")).read_text())
     assert spec["argv"][len(JOB) :] == [*SMALL_MODEL, "--batch-size", "2", "--grad-accum", "8"]
@@ -59,9 +89,24 @@ def test_the_example_is_tuned_to_a_faster_config_than_its_baseline(tmp_path):
 
 def test_a_memory_failure_is_advised_in_the_spaces_own_flags(tmp_path):
     proc = run_cli(
-        ["run", "--space", SPACE, "--set", "batch_size=16", "--set", "checkpointing=false", "--trials", "1",
-         "--confirm", "0", "--json", "--", *JOB],
-        cwd=tmp_path, timeout=300,
+        [
+            "run",
+            "--space",
+            SPACE,
+            "--set",
+            "batch_size=16",
+            "--set",
+            "checkpointing=false",
+            "--trials",
+            "1",
+            "--confirm",
+            "0",
+            "--json",
+            "--",
+            *JOB,
+        ],
+        cwd=tmp_path,
+        timeout=300,
     )
     assert proc.returncode == 2, proc.stderr[-3000:]  # no stable config: the only trial ran out of memory
     (row,) = json.loads(proc.stdout)["trials"]

@@ -4,8 +4,8 @@ trainer script, a fake NVML state file, and a guard that no marked process outli
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -13,7 +13,6 @@ from nccl_tune.gpu import NvmlProbe
 from nccl_tune.gpu_fake import FakeNvml, h100_node, write_state
 from nccl_tune.launchers.teardown import find_marked, kill_marked, study_match
 from nccl_tune.trial import Clocks, StopRule, TrialSpec
-
 from tests.conftest import loopback_ray_cluster
 
 from .helpers import trainer_argv
@@ -57,7 +56,6 @@ def fake_gpus(tmp_path: Path) -> tuple[Path, NvmlProbe]:
     path = tmp_path / "fake_nvml.json"
     write_state(path, h100_node(2, used_gib=0.5))
     return path, NvmlProbe(FakeNvml(path))
-
 
 
 @pytest.fixture(scope="package")

@@ -33,8 +33,13 @@ def wait_for_json(path: Path, timeout_s: float = 30.0) -> dict:
 class RecordingObserver(TrialObserver):
     """A TrialObserver that records every callback with its time, and can ask to stop."""
 
-    def __init__(self, stop_after_steps: int | None = None, answer: StopReason = StopReason.EARLY_STOP,
-                 raise_on_poll: int | None = None, raise_after_steps: int = 0):
+    def __init__(
+        self,
+        stop_after_steps: int | None = None,
+        answer: StopReason = StopReason.EARLY_STOP,
+        raise_on_poll: int | None = None,
+        raise_after_steps: int = 0,
+    ):
         """``raise_on_poll``: raise ``KeyboardInterrupt`` from that poll on, once ``raise_after_steps``
         steps are done."""
         self.calls: list[tuple[float, str, object]] = []
@@ -63,8 +68,11 @@ class RecordingObserver(TrialObserver):
     def should_stop(self, spec, progress):
         self.polls += 1
         self.last_progress = progress
-        if (self.raise_on_poll is not None and self.polls >= self.raise_on_poll
-                and len(progress.step_times_s) >= self.raise_after_steps):
+        if (
+            self.raise_on_poll is not None
+            and self.polls >= self.raise_on_poll
+            and len(progress.step_times_s) >= self.raise_after_steps
+        ):
             raise KeyboardInterrupt
         if self.stop_after_steps is not None and len(progress.step_times_s) >= self.stop_after_steps:
             return self.answer

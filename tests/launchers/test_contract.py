@@ -3,9 +3,9 @@ config error, never an exception once started, and results that survive JSON."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -47,8 +47,13 @@ def local_case() -> Case:
 def checked_local_case() -> Case:
     """The local launcher behind the NCCL check (real ranks on gloo): the check passes, then the trial runs."""
     local = local_case()
-    return Case(make=lambda: CheckingLauncher(LocalLauncher(), gpus=2, backend="gloo"), good=local.good,
-                failing=local.failing, config_error=local.config_error, clocks=local.clocks)
+    return Case(
+        make=lambda: CheckingLauncher(LocalLauncher(), gpus=2, backend="gloo"),
+        good=local.good,
+        failing=local.failing,
+        config_error=local.config_error,
+        clocks=local.clocks,
+    )
 
 
 def model_case() -> Case:
@@ -64,22 +69,38 @@ def model_case() -> Case:
 
 def ray_case() -> Case:
     local = local_case()
-    return Case(make=RayLauncher, good=local.good, failing=local.failing, config_error=local.config_error,
-                clocks=Clocks(startup_timeout_s=60, stall_timeout_s=20, grace_s=1.0))
+    return Case(
+        make=RayLauncher,
+        good=local.good,
+        failing=local.failing,
+        config_error=local.config_error,
+        clocks=Clocks(startup_timeout_s=60, stall_timeout_s=20, grace_s=1.0),
+    )
 
 
-@pytest.fixture(params=[local_case, checked_local_case, model_case, ray_case], ids=["local", "checked-local", "model", "ray"])
+@pytest.fixture(
+    params=[local_case, checked_local_case, model_case, ray_case], ids=["local", "checked-local", "model", "ray"]
+)
 def case(request: pytest.FixtureRequest) -> Case:
     if request.param is ray_case:
         request.getfixturevalue("ray_cluster")
     return request.param()
 
 
-def _spec(study: str, tmp_path: Path, number: int, argv_env: tuple[tuple[str, ...], dict[str, str]], clocks: Clocks) -> TrialSpec:
+def _spec(
+    study: str, tmp_path: Path, number: int, argv_env: tuple[tuple[str, ...], dict[str, str]], clocks: Clocks
+) -> TrialSpec:
     argv, env = argv_env
     return TrialSpec(
-        study=study, number=number, params={}, argv=argv, env=env,
-        trial_dir=tmp_path / f"trial-{number}", clocks=clocks, stop=StopRule(1, 2), samples_per_step=8.0,
+        study=study,
+        number=number,
+        params={},
+        argv=argv,
+        env=env,
+        trial_dir=tmp_path / f"trial-{number}",
+        clocks=clocks,
+        stop=StopRule(1, 2),
+        samples_per_step=8.0,
     )
 
 
@@ -115,4 +136,6 @@ def test_a_failing_trial(case: Case, study: str, tmp_path: Path) -> None:
 def test_a_config_error(case: Case, study: str, tmp_path: Path) -> None:
     result, _ = _run(case, _spec(study, tmp_path, 2, case.config_error, case.clocks))
     assert result.status is FailureClass.CONFIG_ERROR
-    assert any("no_such_key" in e.text or "typo" in e.text or "Could not override" in e.text for e in result.verdict.evidence)
+    assert any(
+        "no_such_key" in e.text or "typo" in e.text or "Could not override" in e.text for e in result.verdict.evidence
+    )

@@ -14,8 +14,8 @@ import psutil
 import pytest
 
 from nccl_tune.failure import FailureClass
-from nccl_tune.launchers.trial_files import read_result
 from nccl_tune.launchers.teardown import find_marked, study_match
+from nccl_tune.launchers.trial_files import read_result
 
 from .helpers import DRIVER, wait_for_json
 
@@ -24,7 +24,19 @@ LONG_TRIAL = ["--steps", "1000", "--step-s", "0.3", "--detach", "1", "--ignore-t
 
 def _start_driver(study: str, results: Path, pidfile: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
-        [sys.executable, str(DRIVER), "--study", study, "--results", str(results), *extra, "--", *LONG_TRIAL, "--pidfile", str(pidfile)],
+        [
+            sys.executable,
+            str(DRIVER),
+            "--study",
+            study,
+            "--results",
+            str(results),
+            *extra,
+            "--",
+            *LONG_TRIAL,
+            "--pidfile",
+            str(pidfile),
+        ],
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
@@ -77,7 +89,9 @@ def test_a_killed_driver_leaves_orphans_that_the_next_run_reaps_and_records(stud
 
     resumed = subprocess.run(
         [sys.executable, str(DRIVER), "--study", study, "--results", str(results), "--trials", "1"],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     out = resumed.stdout + resumed.stderr
     assert resumed.returncode == 0, out

@@ -34,8 +34,16 @@ def _gone(pid: int) -> bool:
 
 def test_a_good_trial_is_measured_stopped_and_recorded(make_spec) -> None:
     spec = make_spec(
-        "--steps", "100", "--step-s", "0.3", "--ansi", "--ray-prefix", "--memory", "2",
-        "--print-env", "NCCL_ALGO,NCCL_P2P_DISABLE,TORCH_FR_DUMP_TEMP_FILE",
+        "--steps",
+        "100",
+        "--step-s",
+        "0.3",
+        "--ansi",
+        "--ray-prefix",
+        "--memory",
+        "2",
+        "--print-env",
+        "NCCL_ALGO,NCCL_P2P_DISABLE,TORCH_FR_DUMP_TEMP_FILE",
         params={"micro": 2},
         env={"NCCL_ALGO": "Ring", "NCCL_P2P_DISABLE": None},
         samples_per_step=1280.0,
@@ -75,7 +83,7 @@ def test_a_good_trial_is_measured_stopped_and_recorded(make_spec) -> None:
     # the observer saw it all, in order
     assert observer.kinds("start")[0] > 0
     assert [i for i, _ in observer.kinds("step")][:3] == [0, 1, 2]
-    assert ("generate" in {p for p, _ in observer.kinds("phase")})
+    assert "generate" in {p for p, _ in observer.kinds("phase")}
     assert observer.kinds("memory") and max(observer.kinds("memory")) == pytest.approx(62.2)
     assert observer.kinds("stopping") == [StopReason.MEASURED]
     assert observer.kinds("end") == [FailureClass.OK]
@@ -95,8 +103,17 @@ def test_a_hang_is_found_by_the_stall_clock_and_nothing_survives(make_spec, tmp_
     pidfile = tmp_path / "pids.json"
     stall_s, grace_s = 2.0, 1.0
     spec = make_spec(
-        "--steps", "10", "--step-s", "0.2", "--hang-at-step", "1", "--detach", "2", "--ignore-term",
-        "--pidfile", str(pidfile),
+        "--steps",
+        "10",
+        "--step-s",
+        "0.2",
+        "--hang-at-step",
+        "1",
+        "--detach",
+        "2",
+        "--ignore-term",
+        "--pidfile",
+        str(pidfile),
         clocks=Clocks(startup_timeout_s=30, stall_timeout_s=stall_s, stall_floor_s=stall_s, grace_s=grace_s),
     )
     observer = RecordingObserver()
@@ -127,7 +144,9 @@ def test_a_hang_is_found_by_the_stall_clock_and_nothing_survives(make_spec, tmp_
 def test_a_slow_but_steady_phase_is_not_a_hang_once_its_duration_is_known(make_spec, known, expected) -> None:
     """generate prints nothing for 2 s, twice the plain stall timeout; a study that has seen it
     take 1.5 s allows 3 x 1.5 s of silence."""
-    clocks = Clocks(startup_timeout_s=30, stall_timeout_s=1.0, stall_floor_s=1.0, stall_multiplier=3, phase_max_s=known, grace_s=1.0)
+    clocks = Clocks(
+        startup_timeout_s=30, stall_timeout_s=1.0, stall_floor_s=1.0, stall_multiplier=3, phase_max_s=known, grace_s=1.0
+    )
     result = LocalLauncher().run(make_spec("--steps", "3", "--phases", "generate", "--step-s", "2.0", clocks=clocks))
     assert result.status is expected
     if expected is FailureClass.HANG:
@@ -200,7 +219,9 @@ def test_an_oom_is_classified_and_flight_recorder_dumps_are_referenced(make_spec
 def test_a_root_cause_in_the_log_wins_over_a_stall(make_spec) -> None:
     """One rank hit an OOM and the others wait in a collective: the stall clock fires, the log says why."""
     clocks = Clocks(startup_timeout_s=30, stall_timeout_s=1.5, stall_floor_s=1.5, grace_s=1.0)
-    result = LocalLauncher().run(make_spec("--steps", "5", "--step-s", "0.1", "--oom-at-step", "1", "--oom-then-hang", clocks=clocks))
+    result = LocalLauncher().run(
+        make_spec("--steps", "5", "--step-s", "0.1", "--oom-at-step", "1", "--oom-then-hang", clocks=clocks)
+    )
     assert result.stop_reason is StopReason.STALL
     assert result.status is FailureClass.OOM
     assert any("CUDA out of memory" in e.text for e in result.verdict.evidence)
@@ -266,7 +287,9 @@ def test_gpu_memory_is_sampled_and_the_gate_opens_once_the_holders_are_dead(make
     state_path, probe = fake_gpus
     launcher = LocalLauncher(probe=probe, gate_timeout_s=10, memory_interval_s=0.1)
     launcher.before_study()
-    spec = make_spec("--steps", "100", "--step-s", "0.3", "--detach", "1", "--gpu-state", str(state_path), "--gpu-gib", "40")
+    spec = make_spec(
+        "--steps", "100", "--step-s", "0.3", "--detach", "1", "--gpu-state", str(state_path), "--gpu-gib", "40"
+    )
     result = launcher.run(spec)
     assert result.status is FailureClass.OK
     assert result.memory.source == "nvml"
@@ -275,8 +298,15 @@ def test_gpu_memory_is_sampled_and_the_gate_opens_once_the_holders_are_dead(make
     # the memory is held before the first phase line: every phase sampled saw all of it
     phases = dict(result.memory.phase_peak_frac)
     assert set(phases) - {OUTSIDE_PHASES} and set(phases) <= {OUTSIDE_PHASES, "step", "generate", "policy_train"}
-    assert all(frac == pytest.approx(40.5 / 79.65, abs=1e-3) for phase, frac in phases.items() if phase != OUTSIDE_PHASES)
-    assert result.memory.phases_open_at_end in {(OUTSIDE_PHASES,), ("step",), ("step", "generate"), ("step", "policy_train")}
+    assert all(
+        frac == pytest.approx(40.5 / 79.65, abs=1e-3) for phase, frac in phases.items() if phase != OUTSIDE_PHASES
+    )
+    assert result.memory.phases_open_at_end in {
+        (OUTSIDE_PHASES,),
+        ("step",),
+        ("step", "generate"),
+        ("step", "policy_train"),
+    }
     assert result.escaped_processes == 1
     t0 = time.monotonic()
     launcher.gate()
@@ -306,7 +336,9 @@ def test_an_unwritable_trial_folder_is_one_clear_error(make_spec, tmp_path: Path
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the results folder should be")
     spec = replace(make_spec("--steps", "3"), trial_dir=blocker / "trial-0")
-    with pytest.raises(NcclTuneError, match=r"cannot write the trial folder .*not-a-dir/trial-0 .*choose another --results"):
+    with pytest.raises(
+        NcclTuneError, match=r"cannot write the trial folder .*not-a-dir/trial-0 .*choose another --results"
+    ):
         LocalLauncher().run(spec)
 
 
@@ -324,8 +356,18 @@ class _SigtermTorchrunAtFirstStep(RecordingObserver):
 
 
 def test_a_sigterm_sent_to_a_real_torchrun_from_outside_is_a_failure_no_value_brought_about(make_spec) -> None:
-    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=1", str(FAKE_TRAINER),
-            "--steps", "100", "--step-s", "0.2"]
+    argv = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node=1",
+        str(FAKE_TRAINER),
+        "--steps",
+        "100",
+        "--step-s",
+        "0.2",
+    ]
     spec = make_spec(argv=argv, clocks=Clocks(startup_timeout_s=90, stall_timeout_s=30, grace_s=2.0))
     result = LocalLauncher().run(spec, _SigtermTorchrunAtFirstStep())
     assert result.status is FailureClass.CRASH and result.verdict.cause.subtype == "outside_signal", result.verdict

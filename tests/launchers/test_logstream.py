@@ -26,7 +26,10 @@ NCCL_INFO = "gpu-node-3:4021:4188 [3] NCCL INFO Channel 03/0 : 3[3] -> 4[4] via 
 @pytest.mark.parametrize(
     "raw, clean",
     [
-        (SKYRL, "2026-03-02 10:11:12.345 | INFO     | skyrl_train.trainer:train:209 - Finished: 'step', time cost: 81.23s"),
+        (
+            SKYRL,
+            "2026-03-02 10:11:12.345 | INFO     | skyrl_train.trainer:train:209 - Finished: 'step', time cost: 81.23s",
+        ),
         ("(FSDPPolicyWorkerBase pid=959049) [rank3]: boom\n", "[rank3]: boom"),
         ("(WorkerDict pid=12, ip=10.0.0.7) memory: 3.00GiB\r\n", "memory: 3.00GiB"),
         ("(raylet) [2026-03-02] worker died", "[2026-03-02] worker died"),
@@ -78,9 +81,7 @@ def test_chunking_never_changes_lines_or_numbers(chunks: list[int] | None) -> No
     data = ("\n".join(lines) + "\n").encode()
     seen, scanner = _scan(data, chunks)
     expected = [
-        (i + 1, clean_line(text))
-        for i, text in enumerate(lines)
-        if "Finished: '" in text or "memory: " in text
+        (i + 1, clean_line(text)) for i, text in enumerate(lines) if "Finished: '" in text or "memory: " in text
     ]
     assert seen == expected
     assert scanner.lines == len(lines)
@@ -98,7 +99,9 @@ def test_last_line_without_newline_is_a_line() -> None:
 
 def test_memory_stays_bounded_on_a_long_log() -> None:
     tail_n, errors_n = 20, 5
-    seen, scanner = _scan(("\n".join(_log_lines(60_000, seed=1)) + "\n").encode(), [65536], tail_lines=tail_n, first_error_lines=errors_n)
+    seen, scanner = _scan(
+        ("\n".join(_log_lines(60_000, seed=1)) + "\n").encode(), [65536], tail_lines=tail_n, first_error_lines=errors_n
+    )
     summary = scanner.summary()
     assert summary.lines == 60_000
     assert len(summary.tail) == tail_n and summary.tail[-1].line_no == 60_000

@@ -33,7 +33,18 @@ def test_nvml_peak_baseline_and_headroom_per_gpu(study: str, tmp_path: Path, fak
     baseline = baseline_of(probe.usage())
     pidfile = tmp_path / "pids.json"
     proc = spawn(
-        trainer_argv("--steps", "1000", "--step-s", "1", "--pidfile", str(pidfile), "--gpu-state", str(state_path), "--gpu-gib", "40"),
+        trainer_argv(
+            "--steps",
+            "1000",
+            "--step-s",
+            "1",
+            "--pidfile",
+            str(pidfile),
+            "--gpu-state",
+            str(state_path),
+            "--gpu-gib",
+            "40",
+        ),
         build_env({}, f"{study}/0"),
     )
     try:
@@ -110,7 +121,12 @@ def test_gpu_peaks_count_under_the_innermost_phase_open_at_each_sample(study: st
     report = build_report(sampler, ProgressState(), {})
     assert report.source == "nvml"
     assert dict(report.phase_peak_frac) == pytest.approx(
-        {OUTSIDE_PHASES: 40.0 / H100_GIB, "generate": 60.0 / H100_GIB, "step": 50.0 / H100_GIB, "policy_train": 70.0 / H100_GIB}
+        {
+            OUTSIDE_PHASES: 40.0 / H100_GIB,
+            "generate": 60.0 / H100_GIB,
+            "step": 50.0 / H100_GIB,
+            "policy_train": 70.0 / H100_GIB,
+        }
     )
     assert report.phases_open_at_end == ("step", "generate")
     assert max(report.phase_peak_frac.values()) == pytest.approx(report.max_peak_frac)

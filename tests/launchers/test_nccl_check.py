@@ -6,8 +6,8 @@ checked once."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import pytest
 
@@ -16,7 +16,12 @@ from nccl_tune.failure import FailureClass
 from nccl_tune.launchers.base import CheckSupport
 from nccl_tune.launchers.local import LocalLauncher
 from nccl_tune.launchers.nccl_check import (
-    CHECK_DIR, CheckingLauncher, check_gpus, nccl_unusable, visible_gpus, with_nccl_check,
+    CHECK_DIR,
+    CheckingLauncher,
+    check_gpus,
+    nccl_unusable,
+    visible_gpus,
+    with_nccl_check,
 )
 from nccl_tune.launchers.nccl_check_worker import ROUND_LINE
 from nccl_tune.sim.analytic import AnalyticNode, Truth, analytic_cost
@@ -40,16 +45,20 @@ def started_marker(tmp_path: Path, number: int) -> Path:
 
 def trial(make_spec: Callable[..., TrialSpec], tmp_path: Path, number: int, env: dict[str, str | None]) -> TrialSpec:
     """A fake trainer that leaves a file behind when it starts, with ``env``."""
-    return make_spec("--steps", "3", "--step-s", "0.1", "--pidfile", str(started_marker(tmp_path, number)),
-                     number=number, env=env)
+    return make_spec(
+        "--steps", "3", "--step-s", "0.1", "--pidfile", str(started_marker(tmp_path, number)), number=number, env=env
+    )
 
 
-def run_all(launcher: CheckingLauncher, make_spec: Callable[..., TrialSpec], tmp_path: Path,
-            *envs: dict[str, str | None]) -> tuple[list, list[RecordingObserver]]:
+def run_all(
+    launcher: CheckingLauncher, make_spec: Callable[..., TrialSpec], tmp_path: Path, *envs: dict[str, str | None]
+) -> tuple[list, list[RecordingObserver]]:
     """Trials 0, 1, ... with ``envs`` through ``launcher`` (closed after): their results and observers."""
     observers = [RecordingObserver() for _ in envs]
     try:
-        return [launcher.run(trial(make_spec, tmp_path, n, env), o) for n, (env, o) in enumerate(zip(envs, observers))], observers
+        return [
+            launcher.run(trial(make_spec, tmp_path, n, env), o) for n, (env, o) in enumerate(zip(envs, observers))
+        ], observers
     finally:
         launcher.close()
 
@@ -57,11 +66,16 @@ def run_all(launcher: CheckingLauncher, make_spec: Callable[..., TrialSpec], tmp
 def test_a_passing_check_runs_the_trial_and_each_set_of_nccl_values_is_checked_once(
     make_spec: Callable[..., TrialSpec], tmp_path: Path
 ) -> None:
-    (first, again, other), _ = run_all(checking(), make_spec, tmp_path, {"NCCL_ALGO": "Ring"}, {"NCCL_ALGO": "Ring"},
-                                       {"NCCL_ALGO": "Tree"})
+    (first, again, other), _ = run_all(
+        checking(), make_spec, tmp_path, {"NCCL_ALGO": "Ring"}, {"NCCL_ALGO": "Ring"}, {"NCCL_ALGO": "Tree"}
+    )
     assert [r.status for r in (first, again, other)] == [FailureClass.OK] * 3
     check_dir = first.trial_dir / CHECK_DIR
-    rounds = [line for line in (check_dir / "output.log").read_text().splitlines() if line.startswith("nccl-tune check: round")]
+    rounds = [
+        line
+        for line in (check_dir / "output.log").read_text().splitlines()
+        if line.startswith("nccl-tune check: round")
+    ]
     assert len(rounds) >= 2, "the real worker's rounds ran on both ranks"
     check = json.loads((check_dir / "result.json").read_text())
     assert check["status"] == "ok"
@@ -81,7 +95,8 @@ def test_a_set_measured_alone_times_its_rounds_without_starting_the_command_and_
         measured = launcher.measure(sweep)
         assert measured.status is FailureClass.OK and measured.nccl_check_failed is False
         assert len(measured.measured_step_times_s) == 5 and all(s > 0 for s in measured.measured_step_times_s), (
-            "the real worker's timed rounds, the first (communicator set-up) left out")
+            "the real worker's timed rounds, the first (communicator set-up) left out"
+        )
         assert not started_marker(tmp_path, 1_000_001).exists(), "measuring a check never starts the trial's command"
         assert (sweep.trial_dir / CHECK_DIR / "output.log").exists()
         later = launcher.run(trial(make_spec, tmp_path, 0, {"NCCL_ALGO": "Ring"}))
@@ -95,14 +110,19 @@ def test_a_check_that_hangs_ends_the_trial_as_a_hang_without_starting_its_comman
     make_spec: Callable[..., TrialSpec], tmp_path: Path
 ) -> None:
     launcher = checking(FAULTS)
-    (first, result), (_, observer) = run_all(launcher, make_spec, tmp_path, {"NCCL_ALGO": "Ring"}, {"NCCL_ALGO": "NVLS"})
+    (first, result), (_, observer) = run_all(
+        launcher, make_spec, tmp_path, {"NCCL_ALGO": "Ring"}, {"NCCL_ALGO": "NVLS"}
+    )
     assert first.status is FailureClass.OK and first.nccl_check_s > 0
     assert result.status is FailureClass.HANG
     assert "NCCL check" in result.verdict.evidence[0].text and "NCCL_ALGO=NVLS" in result.verdict.evidence[0].text
     assert not started_marker(tmp_path, 1).exists(), "the trainer never started"
     # caught by the check's clock inside a round (the phase a round opens), not by the start-up timeout
-    assert any(e.text.startswith("no progress for ") and e.text.endswith(" s in phase 'step' after 1 of 6 steps (stall timeout 6 s)")
-               for e in result.verdict.evidence), result.verdict
+    assert any(
+        e.text.startswith("no progress for ")
+        and e.text.endswith(" s in phase 'step' after 1 of 6 steps (stall timeout 6 s)")
+        for e in result.verdict.evidence
+    ), result.verdict
     assert result.wall_s < 30
     assert observer.kinds("end") == [FailureClass.HANG]
     assert json.loads((result.trial_dir / "result.json").read_text())["status"] == "hang"
@@ -113,7 +133,9 @@ def test_a_check_that_hangs_ends_the_trial_as_a_hang_without_starting_its_comman
 def test_a_setting_nccl_refuses_fails_the_check_and_is_checked_again_next_time(
     make_spec: Callable[..., TrialSpec], tmp_path: Path
 ) -> None:
-    (_, first, second), _ = run_all(checking(FAULTS), make_spec, tmp_path, {}, {"NCCL_ALGO": "bogus"}, {"NCCL_ALGO": "bogus"})
+    (_, first, second), _ = run_all(
+        checking(FAULTS), make_spec, tmp_path, {}, {"NCCL_ALGO": "bogus"}, {"NCCL_ALGO": "bogus"}
+    )
     for r in (first, second):
         assert r.status.is_failure and r.status is not FailureClass.OK
         assert any("invalid usage" in e.text for e in r.verdict.evidence)
@@ -127,7 +149,9 @@ def test_a_check_that_fails_before_any_passed_does_not_end_its_trial_and_one_tha
     launcher = checking(FAULTS)
     (first, second), _ = run_all(launcher, make_spec, tmp_path, {"NCCL_ALGO": "NVLS"}, {"NCCL_ALGO": "bogus"})
     notes = launcher.notes()
-    assert first.status is FailureClass.OK and started_marker(tmp_path, 0).exists(), "the trial ran although its check hung"
+    assert first.status is FailureClass.OK and started_marker(tmp_path, 0).exists(), (
+        "the trial ran although its check hung"
+    )
     assert first.nccl_check_s > 0
     assert json.loads((first.trial_dir / CHECK_DIR / "result.json").read_text())["status"] == "hang"
     assert len(notes) == 1 and notes[0].startswith("NCCL check off: trial 0's check failed (hang")
@@ -179,7 +203,9 @@ def test_the_check_has_a_rank_per_gpu_its_trial_sees(make_spec: Callable[..., Tr
     assert visible_gpus(8, None) == 8 and visible_gpus(8, "") == 8, "unset, or Ray's empty value for a GPU-less task"
     assert visible_gpus(8, "0,1, 3") == 3 and visible_gpus(2, "0,1,2,3") == 2
     assert check_gpus(trial(make_spec, tmp_path, 0, {"NCCL_ALGO": "Ring"}), 8) == 8
-    assert check_gpus(trial(make_spec, tmp_path, 1, {"CUDA_VISIBLE_DEVICES": "4,5,6,7"}), 8) == 4, "the trial narrows them"
+    assert check_gpus(trial(make_spec, tmp_path, 1, {"CUDA_VISIBLE_DEVICES": "4,5,6,7"}), 8) == 4, (
+        "the trial narrows them"
+    )
     assert check_gpus(trial(make_spec, tmp_path, 2, {"CUDA_VISIBLE_DEVICES": None}), 8) == 8
 
 
@@ -222,7 +248,9 @@ class _RemotePython(ModelLauncher):
         return CheckSupport(4, python="/opt/node/bin/python")
 
 
-def test_the_check_runs_under_the_python_of_where_the_trials_run(make_spec: Callable[..., TrialSpec], tmp_path: Path) -> None:
+def test_the_check_runs_under_the_python_of_where_the_trials_run(
+    make_spec: Callable[..., TrialSpec], tmp_path: Path
+) -> None:
     from nccl_tune.launchers.nccl_check import check_spec
 
     cost = analytic_cost(lambda v: Truth(1.0, 10.0), AnalyticNode())

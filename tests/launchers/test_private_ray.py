@@ -51,8 +51,19 @@ def ray_head():
     marker_study = f"rayhead-{uuid.uuid4().hex[:8]}"
     port = _free_port()
     env = {**_clean_env(), "RAY_TMPDIR": str(tmp), MARKER_ENV: f"{marker_study}/0"}
-    cmd = [str(RAY), "start", "--head", "--port", str(port), "--node-ip-address", "127.0.0.1", "--num-cpus", "1",
-           "--include-dashboard=false", "--disable-usage-stats"]
+    cmd = [
+        str(RAY),
+        "start",
+        "--head",
+        "--port",
+        str(port),
+        "--node-ip-address",
+        "127.0.0.1",
+        "--num-cpus",
+        "1",
+        "--include-dashboard=false",
+        "--disable-usage-stats",
+    ]
     try:
         subprocess.run(cmd, env=env, check=True, capture_output=True, timeout=120)
         address_file = tmp / "ray" / "ray_current_cluster"
@@ -81,8 +92,13 @@ def test_a_trial_gets_a_private_ray_whose_workers_see_its_nccl_variable(ray_head
         monkeypatch.delenv(k)
     study = f"rayt-{uuid.uuid4().hex[:8]}"
     spec = TrialSpec(
-        study=study, number=0, params={}, argv=(sys.executable, str(JOB), "--steps"), env={"NCCL_PROTO": "LL128"},
-        trial_dir=tmp_path / "t", clocks=Clocks(startup_timeout_s=180, stall_timeout_s=60, grace_s=5),
+        study=study,
+        number=0,
+        params={},
+        argv=(sys.executable, str(JOB), "--steps"),
+        env={"NCCL_PROTO": "LL128"},
+        trial_dir=tmp_path / "t",
+        clocks=Clocks(startup_timeout_s=180, stall_timeout_s=60, grace_s=5),
         stop=StopRule(1, 2),
     )
     result = LocalLauncher().run(spec)

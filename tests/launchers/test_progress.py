@@ -91,10 +91,14 @@ def test_memory_lines_count_under_the_phase_open_when_they_were_read() -> None:
     t.feed_memory(1, "rank 0 step 1 memory: 78.00GiB(97.5%)", 0.0)  # a worker's file, read after the trial
     s = t.snapshot()
     assert dict(s.memory_phase_peak_frac[0]) == pytest.approx({"generate": 0.8, "step": 0.2})
-    assert dict(s.memory_phase_peak_frac[1]) == pytest.approx({"generate": 0.5, "policy_train": 0.7, OUTSIDE_PHASES: 0.1})
+    assert dict(s.memory_phase_peak_frac[1]) == pytest.approx(
+        {"generate": 0.5, "policy_train": 0.7, OUTSIDE_PHASES: 0.1}
+    )
     assert dict(s.memory_phase_peak_frac[None]) == pytest.approx({"evaluate": 0.988})
     assert list(s.memory_phases_last.items()) == [
-        (1, (OUTSIDE_PHASES,)), (0, ("step", "generate")), (None, ("step", "generate", "evaluate"))
+        (1, (OUTSIDE_PHASES,)),
+        (0, ("step", "generate")),
+        (None, ("step", "generate", "evaluate")),
     ]
 
     report = build_report(None, s, {})
@@ -144,14 +148,25 @@ def test_default_rules_have_literals() -> None:
 
 
 def test_a_broken_rule_names_itself() -> None:
-    with pytest.raises(NcclTuneError, match=r"progress rule phase_start='Started: \(' is not a valid regular expression"):
+    with pytest.raises(
+        NcclTuneError, match=r"progress rule phase_start='Started: \(' is not a valid regular expression"
+    ):
         ProgressTracker(ProgressRules(phase_start="Started: ("))
 
 
 def test_events_fed_to_the_ledger_mean_what_their_lines_mean() -> None:
     by_lines = ProgressTracker(ProgressRules())
-    feed(by_lines, ["Started: 'step'", "Started: 'generate'", "Started: 'inner'",
-                    "Finished: 'generate', time cost: 2.50s", "Finished: 'step', time cost: 4.00s", "Started: 'step'"])
+    feed(
+        by_lines,
+        [
+            "Started: 'step'",
+            "Started: 'generate'",
+            "Started: 'inner'",
+            "Finished: 'generate', time cost: 2.50s",
+            "Finished: 'step', time cost: 4.00s",
+            "Started: 'step'",
+        ],
+    )
     direct = ProgressLedger()
     direct.phase_started("step", 1.0)
     direct.phase_started("generate", 2.0)
@@ -162,4 +177,8 @@ def test_events_fed_to_the_ledger_mean_what_their_lines_mean() -> None:
     lines, events = by_lines.snapshot(), direct.snapshot()
     assert events.step_times_s == lines.step_times_s == (4.0,) and events.open_phases == lines.open_phases == ("step",)
     assert events.phase_max_s == lines.phase_max_s == {"generate": 2.5, "step": 4.0}
-    assert (events.first_progress_t, events.last_progress_t) == (lines.first_progress_t, lines.last_progress_t) == (1.0, 6.0)
+    assert (
+        (events.first_progress_t, events.last_progress_t)
+        == (lines.first_progress_t, lines.last_progress_t)
+        == (1.0, 6.0)
+    )

@@ -23,7 +23,9 @@ RAY = Path(sys.executable).parent / "ray"
 
 pytestmark = [
     pytest.mark.slow,
-    pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed (pip install 'ray[default]')"),
+    pytest.mark.skipif(
+        importlib.util.find_spec("ray") is None, reason="ray is not installed (pip install 'ray[default]')"
+    ),
 ]
 
 
@@ -57,8 +59,13 @@ def test_ray_daemons_of_a_trial_are_torn_down(study: str) -> None:
         f"exec {sys.executable} {FAKE_TRAINER} --steps 100 --step-s 0.3"
     )
     spec = TrialSpec(
-        study=study, number=0, params={}, argv=("bash", "-c", script), env={"RAY_USAGE_STATS_ENABLED": "0"},
-        trial_dir=Path(temp) / "trial", clocks=Clocks(startup_timeout_s=180, stall_timeout_s=60, grace_s=3.0),
+        study=study,
+        number=0,
+        params={},
+        argv=("bash", "-c", script),
+        env={"RAY_USAGE_STATS_ENABLED": "0"},
+        trial_dir=Path(temp) / "trial",
+        clocks=Clocks(startup_timeout_s=180, stall_timeout_s=60, grace_s=3.0),
         stop=StopRule(1, 2),
     )
     try:

@@ -21,8 +21,8 @@ from nccl_tune.launchers.nccl_check import CHECK_DIR, CheckingLauncher, with_ncc
 from nccl_tune.launchers.ray_launcher import RayLauncher
 from nccl_tune.launchers.teardown import find_marked, study_match
 from nccl_tune.trial import MARKER_ENV, Clocks, StopReason, StopRule
-
 from tests.conftest import RAY_NODES
+
 from .helpers import FAKE_TRAINER, SCRIPTS, RecordingObserver
 
 pytest.importorskip("ray")
@@ -58,7 +58,9 @@ def test_parallel_trials_take_one_node_each(ray_cluster, make_spec) -> None:
 
 def test_a_detached_child_on_the_node_is_torn_down(ray_cluster, make_spec) -> None:
     launcher = RayLauncher()
-    spec = make_spec("--steps", "3", "--step-s", "0.2", "--detach", "1", "--ignore-term", "--linger-s", "60", clocks=CLOCKS)
+    spec = make_spec(
+        "--steps", "3", "--step-s", "0.2", "--detach", "1", "--ignore-term", "--linger-s", "60", clocks=CLOCKS
+    )
     try:
         launcher.prepare(spec)
         result = launcher.run(spec, RecordingObserver())
@@ -139,7 +141,9 @@ def test_a_node_lost_mid_trial_is_a_crash_naming_it(ray_cluster, make_spec, stud
     launcher = RayLauncher(resource="doomed_node")
     # measured steps the trial cannot finish before the node is gone, however long its removal takes
     # on a loaded machine (with the usual 2 it sometimes ended ok first)
-    spec = make_spec("--steps", "200", "--step-s", "0.5", clocks=CLOCKS, stop=StopRule(warmup_steps=1, measured_steps=150))
+    spec = make_spec(
+        "--steps", "200", "--step-s", "0.5", clocks=CLOCKS, stop=StopRule(warmup_steps=1, measured_steps=150)
+    )
     try:
         launcher.prepare(spec)
         result = launcher.run(spec, NodeKiller(ray_cluster, doomed))
@@ -166,14 +170,21 @@ def test_reap_sweeps_a_study_on_every_node(ray_cluster, study) -> None:
         orphan.kill()
 
 
-CLOSES_OUTPUT_THEN_EXITS = "import os, sys, time; print('bye', flush=True); os.close(1); os.close(2); time.sleep(1); sys.exit(3)"
+CLOSES_OUTPUT_THEN_EXITS = (
+    "import os, sys, time; print('bye', flush=True); os.close(1); os.close(2); time.sleep(1); sys.exit(3)"
+)
 
 
-def test_a_command_that_ends_its_output_before_it_exits_ends_the_trial_with_its_exit_status(ray_cluster, make_spec) -> None:
+def test_a_command_that_ends_its_output_before_it_exits_ends_the_trial_with_its_exit_status(
+    ray_cluster, make_spec
+) -> None:
     """The output's end reaches the driver before the exit status; the trial still ends as soon as
     the command does (not at its start-up clock, 30 s here), with the command's exit code."""
     launcher = RayLauncher()
-    spec = make_spec(argv=[sys.executable, "-c", CLOSES_OUTPUT_THEN_EXITS], clocks=Clocks(startup_timeout_s=30, stall_timeout_s=30, grace_s=1.0))
+    spec = make_spec(
+        argv=[sys.executable, "-c", CLOSES_OUTPUT_THEN_EXITS],
+        clocks=Clocks(startup_timeout_s=30, stall_timeout_s=30, grace_s=1.0),
+    )
     try:
         launcher.prepare(spec)
         result = launcher.run(spec)
@@ -202,10 +213,28 @@ def test_the_nccl_check_runs_on_a_node_before_its_trial_and_a_hang_there_spares_
 ) -> None:
     """Two gloo ranks of the check under ``torch.distributed.run`` on a Ray node, as a run of their own:
     a passing check lets its trial run; one that hangs ends the next trial before its command starts."""
-    launcher = CheckingLauncher(RayLauncher(), gpus=2, backend="gloo", worker=(str(SCRIPTS / "nccl_check_faults.py"),),
-                                startup_timeout_s=20, stall_floor_s=6)
-    specs = [make_spec("--steps", "3", "--step-s", "0.1", "--pidfile", str(tmp_path / f"started-{n}"), number=n,
-                       env=env, clocks=CLOCKS) for n, env in enumerate(({"NCCL_ALGO": "Ring"}, {"NCCL_ALGO": "NVLS"}))]
+    launcher = CheckingLauncher(
+        RayLauncher(),
+        gpus=2,
+        backend="gloo",
+        worker=(str(SCRIPTS / "nccl_check_faults.py"),),
+        startup_timeout_s=20,
+        stall_floor_s=6,
+    )
+    specs = [
+        make_spec(
+            "--steps",
+            "3",
+            "--step-s",
+            "0.1",
+            "--pidfile",
+            str(tmp_path / f"started-{n}"),
+            number=n,
+            env=env,
+            clocks=CLOCKS,
+        )
+        for n, env in enumerate(({"NCCL_ALGO": "Ring"}, {"NCCL_ALGO": "NVLS"}))
+    ]
     try:
         launcher.prepare(specs[0])
         launcher.before_study()

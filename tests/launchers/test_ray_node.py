@@ -25,7 +25,9 @@ def _run(host: TrialHost, spec, with_rules: bool) -> MemoryReading:
 
 
 @pytest.mark.parametrize("with_rules", [True, False])
-def test_the_node_counts_gpu_samples_under_the_phases_of_the_output(make_spec, fake_gpus, monkeypatch, with_rules) -> None:
+def test_the_node_counts_gpu_samples_under_the_phases_of_the_output(
+    make_spec, fake_gpus, monkeypatch, with_rules
+) -> None:
     state_path, _ = fake_gpus
     monkeypatch.setenv(FAKE_NVML_ENV, str(state_path))  # the node's own probe reads the fake GPUs
     spec = make_spec("--steps", "6", "--step-s", "0.3", "--gpu-state", str(state_path), "--gpu-gib", "40")

@@ -7,7 +7,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -27,7 +26,10 @@ pytestmark = pytest.mark.skipif(py_spy_path() is None, reason="py-spy is not ins
 
 def test_a_stall_names_the_rank_that_sleeps_and_shows_its_stack(study: str, tmp_path: Path) -> None:
     spec = TrialSpec(
-        study=study, number=0, params={}, env={},
+        study=study,
+        number=0,
+        params={},
+        env={},
         argv=(sys.executable, str(SCRIPTS / "gloo_stall.py"), "4", "2", "2"),
         trial_dir=tmp_path / "trial",
         clocks=Clocks(startup_timeout_s=180, stall_timeout_s=5, stall_floor_s=5, grace_s=2),
@@ -52,7 +54,9 @@ def test_ptrace_refused_is_one_line_with_the_fix(tmp_path: Path) -> None:
     marker = f"stacks-test/{os.getpid()}"
     sleeper = subprocess.Popen(
         [sys.executable, "-c", "import time\nprint('up', flush=True)\ntime.sleep(60)"],
-        env=dict(os.environ, **{MARKER_ENV: marker}), stdout=subprocess.PIPE, start_new_session=True,
+        env=dict(os.environ, **{MARKER_ENV: marker}),
+        stdout=subprocess.PIPE,
+        start_new_session=True,
     )
     try:
         sleeper.stdout.readline()
@@ -72,10 +76,16 @@ def test_a_worker_retitled_as_ray_titles_its_actors_is_still_read() -> None:
     """Ray renames a worker's process (``ray::Class.method``: its name and command line both); its
     stack is taken all the same, found by the interpreter it runs."""
     marker = f"stacks-test-title/{os.getpid()}"
-    code = ("import setproctitle, time\nsetproctitle.setproctitle('ray::PolicyWorker.train')\n"
-            "print('up', flush=True)\ntime.sleep(60)")
-    worker = subprocess.Popen([sys.executable, "-c", code], env=dict(os.environ, **{MARKER_ENV: marker}),
-                              stdout=subprocess.PIPE, start_new_session=True)
+    code = (
+        "import setproctitle, time\nsetproctitle.setproctitle('ray::PolicyWorker.train')\n"
+        "print('up', flush=True)\ntime.sleep(60)"
+    )
+    worker = subprocess.Popen(
+        [sys.executable, "-c", code],
+        env=dict(os.environ, **{MARKER_ENV: marker}),
+        stdout=subprocess.PIPE,
+        start_new_session=True,
+    )
     try:
         worker.stdout.readline()
         report = collect_stacks(marker, worker.pid)

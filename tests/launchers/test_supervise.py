@@ -5,9 +5,8 @@ from __future__ import annotations
 import pytest
 
 from nccl_tune.launchers.base import TrialObserver, TrialProgress
-from nccl_tune.launchers.progress import ProgressState
+from nccl_tune.launchers.progress import ProgressLedger, ProgressState
 from nccl_tune.launchers.supervise import Watch, observer_decision
-from nccl_tune.launchers.progress import ProgressLedger
 from nccl_tune.trial import STARTUP_PHASE, Clocks, StopReason, StopRule
 
 CLOCKS = Clocks(startup_timeout_s=100, stall_timeout_s=50, stall_floor_s=20, stall_multiplier=3, trial_timeout_s=1000)

@@ -16,6 +16,7 @@ import pytest
 
 from nccl_tune.launchers.process import build_env, spawn
 from nccl_tune.launchers.teardown import find_marked, is_gone, kill_marked, study_match, terminate
+
 from .helpers import trainer_argv, wait_for_json
 
 GRACE_S = 1.0
@@ -130,8 +131,10 @@ def test_a_daemon_that_drops_group_and_marker_is_found_and_killed(tmp_path: Path
         return [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] == ["sleep", token]]
 
     try:
-        proc = run_cli(["run", "--space", str(TINY_SPACE), "--study", "d", "--trials", "1", "--confirm", "0",
-                        "--", *command], cwd=tmp_path)
+        proc = run_cli(
+            ["run", "--space", str(TINY_SPACE), "--study", "d", "--trials", "1", "--confirm", "0", "--", *command],
+            cwd=tmp_path,
+        )
         assert proc.returncode == 0, proc.stderr
         assert left() == []
         result = json.loads((tmp_path / "results/d/trial-0000/result.json").read_text())

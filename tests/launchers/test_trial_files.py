@@ -15,8 +15,13 @@ from nccl_tune.trial import Clocks, StopReason, TrialResult, TrialSpec
 
 def spec(tmp_path: Path) -> TrialSpec:
     return TrialSpec(
-        "s", 4, {"micro": 2}, ("bash", "run.sh", "a=1"), {"NCCL_ALGO": "Ring", "NCCL_P2P_DISABLE": None},
-        tmp_path / "t4", clocks=Clocks(phase_max_s={"generate": 12.0}),
+        "s",
+        4,
+        {"micro": 2},
+        ("bash", "run.sh", "a=1"),
+        {"NCCL_ALGO": "Ring", "NCCL_P2P_DISABLE": None},
+        tmp_path / "t4",
+        clocks=Clocks(phase_max_s={"generate": 12.0}),
     )
 
 
@@ -33,7 +38,9 @@ def test_spec_file_and_stale_result(tmp_path: Path) -> None:
 
 
 def test_result_round_trip_and_interrupted_records(tmp_path: Path) -> None:
-    result = TrialResult(4, FailureClass.OK, OK_VERDICT, StopReason.MEASURED, step_times_s=(1.0, 2.0), trial_dir=tmp_path)
+    result = TrialResult(
+        4, FailureClass.OK, OK_VERDICT, StopReason.MEASURED, step_times_s=(1.0, 2.0), trial_dir=tmp_path
+    )
     write_result(result, tmp_path)
     assert read_result(tmp_path) == result
     assert interrupted_result(tmp_path, 4, "tuner killed") == result  # a finished trial is never overwritten

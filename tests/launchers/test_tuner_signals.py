@@ -26,10 +26,32 @@ pytestmark = pytest.mark.skipif(not NCCL_TUNE.exists(), reason=f"{NCCL_TUNE} is 
 
 
 def _tuner(study: str, results: Path, env: dict[str, str], trials: int) -> subprocess.Popen:
-    argv = [str(NCCL_TUNE), "run", "--space", str(SPACE), "--study", study, "--results", str(results),
-            "--trials", str(trials), "--confirm", "0", "--seed", "1", "--", *TRAINER]
-    return subprocess.Popen(argv, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    argv = [
+        str(NCCL_TUNE),
+        "run",
+        "--space",
+        str(SPACE),
+        "--study",
+        study,
+        "--results",
+        str(results),
+        "--trials",
+        str(trials),
+        "--confirm",
+        "0",
+        "--seed",
+        "1",
+        "--",
+        *TRAINER,
+    ]
+    return subprocess.Popen(
+        argv,
+        env={**os.environ, **env},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
 
 
 def _of_study(study: str):
@@ -63,8 +85,16 @@ def _trials(study: str, results: Path) -> list[optuna.trial.FrozenTrial]:
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
 def test_a_signal_to_the_tuner_tears_the_trial_down_and_exits_130(study: str, tmp_path: Path, sig) -> None:
     results = tmp_path / "results"
-    tuner = _tuner(study, results, {"FAKE_TRAINER_SLOW_S": "120", "FAKE_TRAINER_SLOW_LAUNCH": "1",
-                                    "FAKE_TRAINER_COUNTER": str(tmp_path / "launches")}, trials=3)
+    tuner = _tuner(
+        study,
+        results,
+        {
+            "FAKE_TRAINER_SLOW_S": "120",
+            "FAKE_TRAINER_SLOW_LAUNCH": "1",
+            "FAKE_TRAINER_COUNTER": str(tmp_path / "launches"),
+        },
+        trials=3,
+    )
     try:
         pids = _wait_for_trial(study, 0)
         os.kill(tuner.pid, sig)
@@ -84,7 +114,11 @@ def test_a_signal_to_the_tuner_tears_the_trial_down_and_exits_130(study: str, tm
 
 def test_a_killed_tuner_is_resumed_with_its_orphans_killed_and_nothing_lost(study: str, tmp_path: Path) -> None:
     results = tmp_path / "results"
-    env = {"FAKE_TRAINER_SLOW_S": "120", "FAKE_TRAINER_SLOW_LAUNCH": "2", "FAKE_TRAINER_COUNTER": str(tmp_path / "launches")}
+    env = {
+        "FAKE_TRAINER_SLOW_S": "120",
+        "FAKE_TRAINER_SLOW_LAUNCH": "2",
+        "FAKE_TRAINER_COUNTER": str(tmp_path / "launches"),
+    }
     tuner = _tuner(study, results, env, trials=3)
     try:
         orphans = _wait_for_trial(study, 1)  # trial 0 finished; trial 1 is slow to start
@@ -94,9 +128,28 @@ def test_a_killed_tuner_is_resumed_with_its_orphans_killed_and_nothing_lost(stud
     assert all(_alive(p) for p in orphans)  # nothing tore them down
 
     resumed = subprocess.run(
-        [str(NCCL_TUNE), "run", "--space", str(SPACE), "--study", study, "--results", str(results),
-         "--trials", "1", "--confirm", "0", "--seed", "1", "--", *TRAINER],
-        env={**os.environ, **env}, capture_output=True, text=True, timeout=180,
+        [
+            str(NCCL_TUNE),
+            "run",
+            "--space",
+            str(SPACE),
+            "--study",
+            study,
+            "--results",
+            str(results),
+            "--trials",
+            "1",
+            "--confirm",
+            "0",
+            "--seed",
+            "1",
+            "--",
+            *TRAINER,
+        ],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=180,
     )
     out = resumed.stdout + resumed.stderr
     assert resumed.returncode in (0, 2), out  # a config was found or not: not a usage error, not interrupted

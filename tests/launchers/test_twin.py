@@ -23,8 +23,14 @@ def _run(study: str, tmp_path: Path, env: dict[str, str]):
     # today's SkyRL writes its workers' output to {trainer.log_path}/infra-*.log: inside the trial folder
     argv = ("bash", str(TWIN), f"trainer.log_path={tmp_path / 'trial' / 'logs'}")
     spec = TrialSpec(
-        study=study, number=0, params={}, argv=argv, env=env, trial_dir=tmp_path / "trial",
-        clocks=Clocks(startup_timeout_s=120, stall_timeout_s=4, stall_floor_s=4, grace_s=2), stop=StopRule(1, 3),
+        study=study,
+        number=0,
+        params={},
+        argv=argv,
+        env=env,
+        trial_dir=tmp_path / "trial",
+        clocks=Clocks(startup_timeout_s=120, stall_timeout_s=4, stall_floor_s=4, grace_s=2),
+        stop=StopRule(1, 3),
     )
     return LocalLauncher().run(spec)
 
@@ -41,15 +47,24 @@ def test_a_stalled_rank_is_a_hang_and_its_detached_worker_is_killed(study: str, 
 
 def test_an_oom_cascade_is_classified_by_its_root_cause_with_every_rank_dump(study: str, tmp_path: Path) -> None:
     # SIM_SEED=1: rank 0 aborts in its collective, so Ray reports that actor's death on stdout
-    env = {"SIM_FAULT": "oom:1:2", "TORCH_FR_BUFFER_SIZE": "2000", "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
-           "SKYRL_WORKER_NCCL_TIMEOUT_IN_S": "180", "SIM_SEED": "1", "SIM_RANKS": "2"}
+    env = {
+        "SIM_FAULT": "oom:1:2",
+        "TORCH_FR_BUFFER_SIZE": "2000",
+        "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
+        "SKYRL_WORKER_NCCL_TIMEOUT_IN_S": "180",
+        "SIM_SEED": "1",
+        "SIM_RANKS": "2",
+    }
     result = _run(study, tmp_path, env)
     assert result.status is FailureClass.OOM and result.verdict.rank == 1
     assert result.verdict.phase == "policy_train"
     # The CUDA error is in the infra log only (stdout shows Ray's error): the evidence names that file.
     (infra,) = (tmp_path / "trial" / "logs").glob("infra-*.log")
     assert "CUDA out of memory" not in (tmp_path / "trial" / "output.log").read_text()
-    assert result.verdict.evidence[0].source == f"logs/{infra.name}" and "CUDA out of memory" in result.verdict.evidence[0].text
+    assert (
+        result.verdict.evidence[0].source == f"logs/{infra.name}"
+        and "CUDA out of memory" in result.verdict.evidence[0].text
+    )
     assert infra in result.log_paths
     assert [p.name for p in result.fr_dumps] == ["nccl_trace_rank_0", "nccl_trace_rank_1"]
     assert all(p.parent == tmp_path / "trial" / "fr" for p in result.fr_dumps)
@@ -63,7 +78,12 @@ def test_an_oom_cascade_is_classified_by_its_root_cause_with_every_rank_dump(stu
 def test_diagnose_on_the_trial_folder_agrees_with_its_result(study: str, tmp_path: Path, fault: str, status) -> None:
     """The twin fails for real; ``nccl-tune diagnose TRIAL_DIR`` replays the launcher's decision."""
     timeout = "7200" if fault.startswith("hang") else "60"  # a hang must outlast the stall clock
-    env = {"SIM_FAULT": fault, "SIM_RANKS": "2", "TORCH_FR_BUFFER_SIZE": "2000", "SKYRL_WORKER_NCCL_TIMEOUT_IN_S": timeout}
+    env = {
+        "SIM_FAULT": fault,
+        "SIM_RANKS": "2",
+        "TORCH_FR_BUFFER_SIZE": "2000",
+        "SKYRL_WORKER_NCCL_TIMEOUT_IN_S": timeout,
+    }
     result = _run(study, tmp_path, env)
     assert result.status is status, [str(e) for e in result.verdict.evidence]
     recorded = read_result(tmp_path / "trial")

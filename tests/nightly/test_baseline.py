@@ -20,8 +20,13 @@ def space():
 
 
 def tuned(tmp_path, **changes):
-    doc = {"overrides": {"trainer": {"micro": 4, "offload": False}}, "env": {"NCCL_ALGO": "Ring"}, "unset_env": [],
-           "metrics": {"throughput_per_s": 400.0, "throughput_unit": "samples/s"}, "study": {"name": "t", "space": "tiny"}}
+    doc = {
+        "overrides": {"trainer": {"micro": 4, "offload": False}},
+        "env": {"NCCL_ALGO": "Ring"},
+        "unset_env": [],
+        "metrics": {"throughput_per_s": 400.0, "throughput_unit": "samples/s"},
+        "study": {"name": "t", "space": "tiny"},
+    }
     for key, value in changes.items():
         section, _, field = key.partition("__")
         if field:
@@ -39,9 +44,14 @@ def test_a_tuned_yaml_gives_the_values_and_runs(tmp_path, space):
     assert b.runs_per_s == (400.0,) and b.source == "file" and b.space == "tiny"
     unset = baseline_from_file(tuned(tmp_path, env={}, unset_env=["NCCL_ALGO"]), space)
     assert unset.values["NCCL_ALGO"] == "unset"
-    exact = baseline_from_file(tuned(tmp_path, study__params={"trainer.micro": 2, "trainer.offload": True,
-                                                              "NCCL_ALGO": "Tree"},
-                                     metrics__runs_per_s=[390, 400, 410]), space)
+    exact = baseline_from_file(
+        tuned(
+            tmp_path,
+            study__params={"trainer.micro": 2, "trainer.offload": True, "NCCL_ALGO": "Tree"},
+            metrics__runs_per_s=[390, 400, 410],
+        ),
+        space,
+    )
     assert exact.values["trainer.micro"] == 2 and exact.throughput_per_s == 400
 
 
@@ -79,8 +89,14 @@ def _night(i, best, fp=None, verdict=None, finished=True):
 def test_the_previous_good_night_skips_regressions_other_hardware_and_unfinished_nights():
     slow = compare_throughput([100.0, 100.0, 100.0], [80.0, 80.0, 80.0], 5)
     fails = judge_night([100.0], [RunFact(0, "oom")], [], 5)
-    nights = [_night(1, 100.0), _night(2, 100.0, fp=fingerprint(gpu_count=4)), _night(3, 80.0, verdict=slow),
-              _night(4, None), _night(5, 90.0, verdict=fails), _night(6, 100.0, finished=False)]
+    nights = [
+        _night(1, 100.0),
+        _night(2, 100.0, fp=fingerprint(gpu_count=4)),
+        _night(3, 80.0, verdict=slow),
+        _night(4, None),
+        _night(5, 90.0, verdict=fails),
+        _night(6, 100.0, finished=False),
+    ]
     assert previous_good_night(nights, "8x NVIDIA H100 80GB HBM3").study == "n1"
     assert previous_good_night(nights, "4x NVIDIA H100 80GB HBM3").study == "n2"
     assert previous_good_night(nights, None).study == "n2"

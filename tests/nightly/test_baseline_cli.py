@@ -19,7 +19,10 @@ TUNED = "overrides:\n  trainer:\n    micro: 2\nstudy:\n  space: tiny\n"
         (TUNED.encode() + b"# caf\xe9\n", "--baseline base.yaml: line 6 is not UTF-8 text (byte 0xe9)"),
         (TUNED.encode() + b"env: [1]\n", "--baseline base.yaml: 'env' must be a mapping, got list"),
         (TUNED.encode() + b"unset_env: NCCL_ALGO\n", "--baseline base.yaml: 'unset_env' must be a list, got str"),
-        (TUNED.encode() + b"metrics: {runs_per_s: [.nan, 5]}\n", "metrics.runs_per_s must be throughputs above 0, got [nan, 5.0]"),
+        (
+            TUNED.encode() + b"metrics: {runs_per_s: [.nan, 5]}\n",
+            "metrics.runs_per_s must be throughputs above 0, got [nan, 5.0]",
+        ),
     ],
     ids=["binary", "not-utf8", "env-list", "unset-str", "nan-throughput"],
 )
@@ -36,5 +39,22 @@ def test_a_folder_as_the_baseline_is_called_a_folder(tmp_path):
 
 
 def _run_with_baseline(where, baseline: str):
-    return run_cli(["run", "--space", str(TINY_SPACE), "--series", "nightly", "--warm-start", "--baseline", baseline,
-                    "--trials", "1", "--", sys.executable, str(TINY_TRAINER)], cwd=where, timeout=120)
+    return run_cli(
+        [
+            "run",
+            "--space",
+            str(TINY_SPACE),
+            "--series",
+            "nightly",
+            "--warm-start",
+            "--baseline",
+            baseline,
+            "--trials",
+            "1",
+            "--",
+            sys.executable,
+            str(TINY_TRAINER),
+        ],
+        cwd=where,
+        timeout=120,
+    )

@@ -74,10 +74,23 @@ def test_git_head_in_a_worktree_with_packed_refs_and_detached(repo, tmp_path):
 
 
 def test_changes_name_what_moved():
-    base = dict(host="node-1", gpu_model="NVIDIA H100 80GB HBM3", gpu_count=8, gpu_memory_gib=79.65,
-                driver_version="550.54.15", cuda_version="12.4", torch_version="2.12.0", nccl_version="2.21.5",
-                python_version="3.11.7", trainer_package=None, trainer_version=None,
-                trainer_commit="a" * 40, trainer_branch="main", nccl_tune_version="0.1.0", recorded_at="2026-08-01T02:00:00+00:00")
+    base = dict(
+        host="node-1",
+        gpu_model="NVIDIA H100 80GB HBM3",
+        gpu_count=8,
+        gpu_memory_gib=79.65,
+        driver_version="550.54.15",
+        cuda_version="12.4",
+        torch_version="2.12.0",
+        nccl_version="2.21.5",
+        python_version="3.11.7",
+        trainer_package=None,
+        trainer_version=None,
+        trainer_commit="a" * 40,
+        trainer_branch="main",
+        nccl_tune_version="0.1.0",
+        recorded_at="2026-08-01T02:00:00+00:00",
+    )
     a = Fingerprint(**base)
     b = Fingerprint(**{**base, "torch_version": "2.13.0", "driver_version": "555.42.02", "recorded_at": "later"})
     assert changes(a, b) == ("driver 550.54.15 -> 555.42.02", "torch 2.12.0 -> 2.13.0")

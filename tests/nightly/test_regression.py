@@ -112,8 +112,7 @@ def test_noise_only_nights_with_the_z_score_stay_quiet():
 def test_twenty_percent_slower_nights_are_caught():
     rng = random.Random(19)
     caught = sum(
-        compare_throughput(noisy(rng, 100, 0.03, 3), noisy(rng, 100 / 1.2, 0.03, 3), 5.0).regression
-        for _ in range(500)
+        compare_throughput(noisy(rng, 100, 0.03, 3), noisy(rng, 100 / 1.2, 0.03, 3), 5.0).regression for _ in range(500)
     )
     assert caught / 500 >= 0.99
 

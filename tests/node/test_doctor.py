@@ -7,16 +7,16 @@ import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import psutil
 import pytest
 
-from nccl_tune.node import env_catalog as E
-from nccl_tune.node.doctor import Check, DoctorReport, run_doctor
 from nccl_tune.gpu import NoGpuProbe, NvmlProbe
 from nccl_tune.gpu_fake import FakeNvml, h100_node, write_state
+from nccl_tune.node import env_catalog as E
+from nccl_tune.node.doctor import Check, DoctorReport, run_doctor
 
 
 def _by_name(report: DoctorReport) -> dict[str, Check]:
@@ -32,13 +32,34 @@ def no_gpu() -> NoGpuProbe:
 
 ENV_CASES = [
     # (env, check name, status, words in detail, words in fix)
-    ({"NCCL_TIMEOUT": "1800"}, "env.NCCL_TIMEOUT", "warn", ["neither NCCL nor PyTorch reads"], ["SKYRL_WORKER_NCCL_TIMEOUT_IN_S"]),
-    ({"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000"}, "env.TORCH_NCCL_TRACE_BUFFER_SIZE", "warn",
-     ["deprecated spelling of TORCH_FR_BUFFER_SIZE"], ["export TORCH_FR_BUFFER_SIZE=2000"]),
-    ({"TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "/tmp/x_"}, "env.TORCH_NCCL_DEBUG_INFO_TEMP_FILE", "warn",
-     ["TORCH_FR_DUMP_TEMP_FILE"], ["TORCH_FR_DUMP_TEMP_FILE"]),
-    ({"NCCL_ASYNC_ERROR_HANDLING": "1"}, "env.NCCL_ASYNC_ERROR_HANDLING", "warn",
-     ["deprecated spelling of TORCH_NCCL_ASYNC_ERROR_HANDLING"], ["TORCH_NCCL_ASYNC_ERROR_HANDLING=1"]),
+    (
+        {"NCCL_TIMEOUT": "1800"},
+        "env.NCCL_TIMEOUT",
+        "warn",
+        ["neither NCCL nor PyTorch reads"],
+        ["SKYRL_WORKER_NCCL_TIMEOUT_IN_S"],
+    ),
+    (
+        {"TORCH_NCCL_TRACE_BUFFER_SIZE": "2000"},
+        "env.TORCH_NCCL_TRACE_BUFFER_SIZE",
+        "warn",
+        ["deprecated spelling of TORCH_FR_BUFFER_SIZE"],
+        ["export TORCH_FR_BUFFER_SIZE=2000"],
+    ),
+    (
+        {"TORCH_NCCL_DEBUG_INFO_TEMP_FILE": "/tmp/x_"},
+        "env.TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+        "warn",
+        ["TORCH_FR_DUMP_TEMP_FILE"],
+        ["TORCH_FR_DUMP_TEMP_FILE"],
+    ),
+    (
+        {"NCCL_ASYNC_ERROR_HANDLING": "1"},
+        "env.NCCL_ASYNC_ERROR_HANDLING",
+        "warn",
+        ["deprecated spelling of TORCH_NCCL_ASYNC_ERROR_HANDLING"],
+        ["TORCH_NCCL_ASYNC_ERROR_HANDLING=1"],
+    ),
     ({"NCCL_BLOCKING_WAIT": "1"}, "env.NCCL_BLOCKING_WAIT", "warn", ["TORCH_NCCL_BLOCKING_WAIT"], []),
     ({"NCCL_DESYNC_DEBUG": "1"}, "env.NCCL_DESYNC_DEBUG", "warn", ["TORCH_NCCL_DESYNC_DEBUG"], []),
     ({"NCCL_PROTO": "LL,Simpel"}, "env.NCCL_PROTO", "fail", ["'Simpel'", "ncclInvalidUsage"], ["LL, LL128, Simple"]),
@@ -59,21 +80,42 @@ ENV_CASES = [
     ({"NCCL_P2P_LEVEL": "NVL"}, "env.nccl", "pass", [], []),
     ({"NCCL_P2P_LEVEL": "NVLINK"}, "env.NCCL_P2P_LEVEL", "fail", ["not a path level"], ["LOC, NVL"]),
     ({"NCCL_PROTOCOL": "LL"}, "env.NCCL_PROTOCOL", "warn", ["did you mean NCCL_PROTO?"], ["rename it to NCCL_PROTO"]),
-    ({"TORCH_NCCL_HEARTBEAT_TIMEOUT_SECS": "600"}, "env.TORCH_NCCL_HEARTBEAT_TIMEOUT_SECS", "warn",
-     ["did you mean TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC?"], []),
+    (
+        {"TORCH_NCCL_HEARTBEAT_TIMEOUT_SECS": "600"},
+        "env.TORCH_NCCL_HEARTBEAT_TIMEOUT_SECS",
+        "warn",
+        ["did you mean TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC?"],
+        [],
+    ),
     ({"NCCL_LL_THRESHOLD": "0"}, "env.NCCL_LL_THRESHOLD", "warn", ["removed"], ["NCCL_PROTO"]),
     ({"NCCL_IB_GDR_LEVEL": "2"}, "env.NCCL_IB_GDR_LEVEL", "warn", ["renamed"], ["NCCL_NET_GDR_LEVEL"]),
     ({"TORCH_NCCL_ASYNC_ERROR_HANDLING": "5"}, "env.TORCH_NCCL_ASYNC_ERROR_HANDLING", "fail", ["0 (none)"], []),
     ({"TORCH_DISTRIBUTED_DEBUG": "VERBOSE"}, "env.TORCH_DISTRIBUTED_DEBUG", "fail", ["OFF, INFO or DETAIL"], []),
-    ({"TORCH_NCCL_DUMP_ON_TIMEOUT": "1"}, "env.flight_recorder", "warn", ["TORCH_FR_BUFFER_SIZE is not set"],
-     ["TORCH_FR_BUFFER_SIZE=2000"]),
+    (
+        {"TORCH_NCCL_DUMP_ON_TIMEOUT": "1"},
+        "env.flight_recorder",
+        "warn",
+        ["TORCH_FR_BUFFER_SIZE is not set"],
+        ["TORCH_FR_BUFFER_SIZE=2000"],
+    ),
     ({"TORCH_NCCL_DUMP_ON_TIMEOUT": "1", "TORCH_FR_BUFFER_SIZE": "2000"}, "env.nccl", "pass", [], []),
-    ({"TORCH_FR_DUMP_TEMP_FILE": "/nonexistent-dir-xyz/trace_"}, "env.flight_recorder_dir", "warn", ["missing directory"], []),
+    (
+        {"TORCH_FR_DUMP_TEMP_FILE": "/nonexistent-dir-xyz/trace_"},
+        "env.flight_recorder_dir",
+        "warn",
+        ["missing directory"],
+        [],
+    ),
     ({"SKYRL_WORKER_NCCL_TIMEOUT_IN_S": "ten"}, "env.SKYRL_WORKER_NCCL_TIMEOUT_IN_S", "fail", ["positive integer"], []),
     ({"NCCL_SOCKET_IFNAME": "no_such_if0"}, "env.NCCL_SOCKET_IFNAME", "fail", ["matches no interface"], []),
     ({"NCCL_SOCKET_IFNAME": "lo"}, "env.nccl", "pass", [], []),
-    ({"NCCL_SOCKET_NTHREADS": "16", "NCCL_NSOCKS_PERTHREAD": "8"}, "env.NCCL_NSOCKS_PERTHREAD", "warn",
-     ["runs NCCL_NSOCKS_PERTHREAD=8 as 4", "more than 64"], ["NCCL_NSOCKS_PERTHREAD=4"]),
+    (
+        {"NCCL_SOCKET_NTHREADS": "16", "NCCL_NSOCKS_PERTHREAD": "8"},
+        "env.NCCL_NSOCKS_PERTHREAD",
+        "warn",
+        ["runs NCCL_NSOCKS_PERTHREAD=8 as 4", "more than 64"],
+        ["NCCL_NSOCKS_PERTHREAD=4"],
+    ),
     ({"NCCL_SOCKET_NTHREADS": "8", "NCCL_NSOCKS_PERTHREAD": "8"}, "env.nccl", "pass", [], []),
     ({"NCCL_SOCKET_IFNAME": "^docker,lo"}, "env.nccl", "pass", [], []),
     # our own variables, and NCCL_* names that images and build systems set, are not NCCL's business
@@ -81,8 +123,11 @@ ENV_CASES = [
 ]
 
 
-@pytest.mark.parametrize(("env", "name", "status", "detail_words", "fix_words"), ENV_CASES,
-                         ids=[f"{c[1]}-{c[2]}-{i}" for i, c in enumerate(ENV_CASES)])
+@pytest.mark.parametrize(
+    ("env", "name", "status", "detail_words", "fix_words"),
+    ENV_CASES,
+    ids=[f"{c[1]}-{c[2]}-{i}" for i, c in enumerate(ENV_CASES)],
+)
 def test_env_checks(no_gpu: NoGpuProbe, env: dict, name: str, status: str, detail_words: list, fix_words: list) -> None:
     checks = _by_name(run_doctor(env=env, probe=no_gpu))
     assert name in checks, sorted(checks)
@@ -108,7 +153,14 @@ def test_report_exit_code_and_json(no_gpu: NoGpuProbe) -> None:
     assert bad.exit_code == 1
     j = bad.to_json()
     assert j["ok"] is False and j["exit_code"] == 1
-    assert {c["name"] for c in j["checks"]} >= {"gpu.visible", "env.NCCL_PROTO", "env.NCCL_TIMEOUT", "limits.nofile", "host.shm", "ray"}
+    assert {c["name"] for c in j["checks"]} >= {
+        "gpu.visible",
+        "env.NCCL_PROTO",
+        "env.NCCL_TIMEOUT",
+        "limits.nofile",
+        "host.shm",
+        "ray",
+    }
     assert all(set(c) == {"name", "status", "detail", "fix"} for c in j["checks"])
     warn_only = run_doctor(env={"NCCL_TIMEOUT": "5"}, probe=no_gpu)
     assert warn_only.exit_code == 0
@@ -259,8 +311,9 @@ def _ray_check_without_ray(ray_tmpdir: Path) -> dict:
     doctor = [sys.executable, "-m", "nccl_tune.cli", "doctor", "--json"]
     unshare = shutil.which("unshare")
     if unshare:
-        done = subprocess.run([unshare, "--pid", "--fork", "--mount-proc", *doctor], env=env,
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [unshare, "--pid", "--fork", "--mount-proc", *doctor], env=env, capture_output=True, text=True, timeout=120
+        )
         if done.returncode in (0, 1) and done.stdout.startswith("{"):
             return next(c for c in json.loads(done.stdout)["checks"] if c["name"] == "ray")
     if _real_gcs_running():

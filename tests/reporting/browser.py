@@ -44,14 +44,28 @@ def install_chromium() -> tuple[str | None, str]:
 
 
 def _headless(chrome: str, profile: Path) -> list[str]:
-    return [chrome, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
-            "--hide-scrollbars", f"--user-data-dir={profile}", "--virtual-time-budget=15000"]
+    return [
+        chrome,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--no-first-run",
+        "--hide-scrollbars",
+        f"--user-data-dir={profile}",
+        "--virtual-time-budget=15000",
+    ]
 
 
-def screenshot(chrome: str, html: Path, png: Path, width: int = 1280, height: int = 4000) -> subprocess.CompletedProcess:
+def screenshot(
+    chrome: str, html: Path, png: Path, width: int = 1280, height: int = 4000
+) -> subprocess.CompletedProcess:
     """Render ``html`` to ``png`` (the page's first ``height`` pixels) in a headless Chromium."""
-    argv = _headless(chrome, png.parent / "profile-shot") + [f"--window-size={width},{height}", f"--screenshot={png}",
-                                                             html.resolve().as_uri()]
+    argv = _headless(chrome, png.parent / "profile-shot") + [
+        f"--window-size={width},{height}",
+        f"--screenshot={png}",
+        html.resolve().as_uri(),
+    ]
     return subprocess.run(argv, capture_output=True, text=True, timeout=180)
 
 

@@ -33,8 +33,18 @@ def _make_night(url: str) -> None:
     v = oom.result.verdict
     run = RunFact(oom.number, "oom", rank=v.rank, evidence=v.evidence[0].text if v.evidence else "", advice=v.advice)
     verdict = judge_night(base.runs_per_s, [run], [r.throughput for r in winner.ok_runs], 5.0)
-    night = Night("t", SERIES, "2026-08-06T02:00:00+00:00", fp, tuple(r.throughput for r in winner.ok_runs),
-                  dict(winner.values), winner.first.number, base, verdict, True)
+    night = Night(
+        "t",
+        SERIES,
+        "2026-08-06T02:00:00+00:00",
+        fp,
+        tuple(r.throughput for r in winner.ok_runs),
+        dict(winner.values),
+        winner.first.number,
+        base,
+        verdict,
+        True,
+    )
     study.set_user_attr(S_SERIES, SERIES)
     study.set_user_attr(S_STARTED_AT, night.started_at)
     study.set_user_attr(S_HARDWARE, {"host": fp.host, "fingerprint": fp.to_json()})
@@ -50,7 +60,21 @@ def tiny_study(tmp_path_factory) -> Path:
     common = ["run", "--space", str(TINY_SPACE), "--study", "t", "--seed", "3"]
     # first a config that runs out of memory (the default sampler's memory model would never launch
     # one once it has seen the trend), then the search resumes the same study
-    proc = run_cli([*common, "--trials", "1", "--confirm", "0", "--set", "trainer.micro=8", "--set", "trainer.offload=false", *trainer], cwd=root)
+    proc = run_cli(
+        [
+            *common,
+            "--trials",
+            "1",
+            "--confirm",
+            "0",
+            "--set",
+            "trainer.micro=8",
+            "--set",
+            "trainer.offload=false",
+            *trainer,
+        ],
+        cwd=root,
+    )
     assert proc.returncode == 2 and "trial 0 oom" in proc.stdout, proc.stdout + proc.stderr
     proc = run_cli([*common, "--trials", "7", "--set", "trainer.offload=false", *trainer], cwd=root)
     assert proc.returncode == 0, proc.stderr

@@ -8,7 +8,7 @@ import pytest
 
 from nccl_tune.failure import FailureClass
 from nccl_tune.nightly.night import Baseline
-from nccl_tune.reporting.checks import PASSED, FAILED, baseline_still_runs
+from nccl_tune.reporting.checks import FAILED, PASSED, baseline_still_runs
 from nccl_tune.tuner.nightly import baseline_runs
 from nccl_tune.tuner.report_view import load_view
 from nccl_tune.tuner.study_records import TrialKind
@@ -21,7 +21,9 @@ def view(tiny_study):
 
 
 def _night_of(view, baseline_values, records):
-    night = dataclasses.replace(view.night, baseline=Baseline("series", "s.4", dict(baseline_values), (400.0,), "skyrl-text2sql"))
+    night = dataclasses.replace(
+        view.night, baseline=Baseline("series", "s.4", dict(baseline_values), (400.0,), "skyrl-text2sql")
+    )
     return dataclasses.replace(view, night=night, records=tuple(records))
 
 
@@ -41,6 +43,10 @@ def test_the_baseline_run_as_nccl_clamps_it_is_the_baseline():
     """A baseline of 16 socket threads x 8 sockets runs as 16 x 4 (NCCL's limit of 64 sockets): a
     night that ran the clamped spelling ran the baseline."""
     given = {**BASE, MICRO: 8, "NCCL_SOCKET_NTHREADS": 16, "NCCL_NSOCKS_PERTHREAD": 8}
-    records = [rec(0, BASE), rec(1, {**given, "NCCL_NSOCKS_PERTHREAD": 4}), rec(2, {**given, "NCCL_NSOCKS_PERTHREAD": 2})]
+    records = [
+        rec(0, BASE),
+        rec(1, {**given, "NCCL_NSOCKS_PERTHREAD": 4}),
+        rec(2, {**given, "NCCL_NSOCKS_PERTHREAD": 2}),
+    ]
     found = baseline_runs(Baseline("file", "tuned.yaml", given, (400.0,), "skyrl-text2sql"), records)
     assert [r.number for r in found] == [1]

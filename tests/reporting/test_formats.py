@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.trial import OUTSIDE_PHASES, GpuMemory, MemoryReport
-from nccl_tune.reporting.render import pick_format, render_report
 from nccl_tune.reporting.junit import render_junit
+from nccl_tune.reporting.render import pick_format, render_report
+from nccl_tune.trial import OUTSIDE_PHASES, GpuMemory, MemoryReport
 from nccl_tune.tuner.display import early_stop_sentence
 from nccl_tune.tuner.early_stops import early_stops
 from nccl_tune.tuner.report_view import load_view
@@ -46,10 +46,17 @@ def test_html_is_one_self_contained_file_with_every_section(view):
     assert not re.search(r"<(script|link|iframe|img|object|embed)\b", html, re.I)
     assert not re.search(r"\bsrc\s*=", html, re.I)
     assert set(re.findall(r"href=\"(.)", html)) == {"#"}  # SVG's references to its own markers
-    assert set(re.findall(r"https?://[^\s\"'<>)]+", html)) == {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}
+    assert set(re.findall(r"https?://[^\s\"'<>)]+", html)) == {
+        "http://www.w3.org/2000/svg",
+        "http://www.w3.org/1999/xlink",
+    }
     assert html.count("<svg") == 4
-    for caption in ("Throughput against the main parameters", "Peak memory against micro-batch size and sequence length",
-                    "Timeline of trials", "The series&#x27; history"):
+    for caption in (
+        "Throughput against the main parameters",
+        "Peak memory against micro-batch size and sequence length",
+        "Timeline of trials",
+        "The series&#x27; history",
+    ):
         assert caption in html
     assert "GPU memory 80.0 GiB" in html and "stability margin (5% free)" in html
     for section in ("The winner and why", "What the failures cost", "Trials", f"Series {SERIES}", "Checks"):
@@ -103,8 +110,11 @@ def test_junit_xml_is_valid_and_has_one_case_per_check(view):
     assert root.tag == "testsuites"
     (suite,) = root.findall("testsuite")
     cases = suite.findall("testcase")
-    assert [c.get("name") for c in cases] == ["stable config found", "no regression against the baseline",
-                                              "baseline config still runs"]
+    assert [c.get("name") for c in cases] == [
+        "stable config found",
+        "no regression against the baseline",
+        "baseline config still runs",
+    ]
     # the JUnit schema: counts match the cases, every case has a name and class name and at most one outcome
     for node in (root, suite):
         assert int(node.get("tests")) == len(cases) and int(node.get("errors")) == 0
@@ -183,10 +193,20 @@ def setting_study(tmp_path: Path, gain: float) -> tuple[dict, str]:
     folder.mkdir()
     (folder / "setting.yaml").write_text(SETTING_SPACE)
     url = f"sqlite:///{folder}/nccl-tune.db"
-    settings = RunSettings(command=("true",), space=str(folder / "setting.yaml"), results=folder, storage=url,
-                           study="setting", trials=3, seed=0, confirm=1)
-    cost = analytic_cost(lambda v: Truth(10.0 / (1.0 + (gain if v["NCCL_CUMEM_ENABLE"] == 1 else 0.0)), 40.0),
-                         AnalyticNode(startup_s=60.0, step_noise=0.001, run_noise=0.001))
+    settings = RunSettings(
+        command=("true",),
+        space=str(folder / "setting.yaml"),
+        results=folder,
+        storage=url,
+        study="setting",
+        trials=3,
+        seed=0,
+        confirm=1,
+    )
+    cost = analytic_cost(
+        lambda v: Truth(10.0 / (1.0 + (gain if v["NCCL_CUMEM_ENABLE"] == 1 else 0.0)), 40.0),
+        AnalyticNode(startup_s=60.0, step_noise=0.001, run_noise=0.001),
+    )
     out = run_study(settings, console=Console(file=StringIO()), launcher=ModelLauncher(env={}, cost=cost))
     assert {r.values["NCCL_CUMEM_ENABLE"] for r in out.records} == {"unset", 0, 1}
     return dict(out.winner.values), winner_reasons(load_view(url, "setting"))
@@ -195,8 +215,14 @@ def setting_study(tmp_path: Path, gain: float) -> tuple[dict, str]:
 def test_a_setting_within_the_noise_is_left_out_and_the_report_says_so(tmp_path):
     winner, lines = setting_study(tmp_path, gain=0.005)
     assert winner == {"NCCL_CUMEM_ENABLE": "unset"}
-    assert any(re.search(r"trial \d+ was \+0\.\d% faster with NCCL_CUMEM_ENABLE=1 as well, within the measured "
-                         r"noise \(\d\.\d%\): a setting that does not pay is left as your run has it", x) for x in lines), lines
+    assert any(
+        re.search(
+            r"trial \d+ was \+0\.\d% faster with NCCL_CUMEM_ENABLE=1 as well, within the measured "
+            r"noise \(\d\.\d%\): a setting that does not pay is left as your run has it",
+            x,
+        )
+        for x in lines
+    ), lines
     winner, lines = setting_study(tmp_path, gain=0.10)
     assert winner == {"NCCL_CUMEM_ENABLE": 1}
     assert not any("does not pay" in x for x in lines), lines
@@ -206,13 +232,16 @@ def test_the_html_and_markdown_tables_name_the_phase_that_held_a_trials_peak(vie
     """A run that reported memory per phase (GPU samples under SkyRL's phase lines) shows which phase
     peaked under its peak; the others show the figure alone."""
     first = view.launched[-1]
-    memory = MemoryReport("nvml", gpus=(GpuMemory(0, 80.0, 63.2),),
-                          phase_peak_frac={"generate": 0.61, "policy_train": 0.79, OUTSIDE_PHASES: 0.05})
+    memory = MemoryReport(
+        "nvml",
+        gpus=(GpuMemory(0, 80.0, 63.2),),
+        phase_peak_frac={"generate": 0.61, "policy_train": 0.79, OUTSIDE_PHASES: 0.05},
+    )
     phased = dataclasses.replace(first, result=dataclasses.replace(first.result, memory=memory))
     records = tuple(phased if r.number == first.number else r for r in view.records)
     html = render_report(dataclasses.replace(view, records=records), "html")
     md = render_report(dataclasses.replace(view, records=records), "md")
     assert html.count('<small class="phase">in policy_train</small>') == 1
     assert re.search(rf"\| {first.number} \|[^\n]*\| 63\.2 in policy_train \|", md), md
-    assert "class=\"phase\"" not in render_report(view, "html")
+    assert 'class="phase"' not in render_report(view, "html")
     assert not re.search(r"\| [\d.]+ in \w+ \|", render_report(view, "md"))

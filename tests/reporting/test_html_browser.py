@@ -124,8 +124,9 @@ def test_the_screenshot_shows_the_plots(chrome, report_html, tmp_path):
 
 def test_the_nccl_sweep_s_table_shows_each_change_and_its_speed(chrome, tmp_path):
     study(tmp_path, 2, Launcher())
-    proc = run_cli(["report", "--storage", f"sqlite:///{tmp_path}/sweep.db", "--study", "sweep", "-o", "sweep.html"],
-                   cwd=tmp_path)
+    proc = run_cli(
+        ["report", "--storage", f"sqlite:///{tmp_path}/sweep.db", "--study", "sweep", "-o", "sweep.html"], cwd=tmp_path
+    )
     assert proc.returncode == 0, proc.stderr
     dom = dump_dom(chrome, tmp_path / "sweep.html")
     section = dom.split('id="nccl-sweep"', 1)[1].split("</table>", 1)[0]

@@ -12,26 +12,50 @@ from tests.tuner.conftest import TINY_SPACE, TINY_TRAINER, one_line_error, run_c
 TINY = TINY_SPACE.read_text()
 
 BAD = {
-    "not UTF-8": (TINY.replace("description:", "description: caf\xe9 ").encode("latin-1"), "line 2 is not UTF-8 text (byte 0xe9)"),
-    "a number at the top": (b"42\n", "holds a single int (42), not a YAML mapping of keys; write name: and parameters:"),
+    "not UTF-8": (
+        TINY.replace("description:", "description: caf\xe9 ").encode("latin-1"),
+        "line 2 is not UTF-8 text (byte 0xe9)",
+    ),
+    "a number at the top": (
+        b"42\n",
+        "holds a single int (42), not a YAML mapping of keys; write name: and parameters:",
+    ),
     "empty": (b"", "is empty; write name: and parameters:"),
     "comments only": (b"# a space, some day\n", "is empty; write name: and parameters:"),
-    "stall timeout nan": (TINY.replace("stall_timeout_s: 10", "stall_timeout_s: .nan").encode(),
-                          "clocks.stall_timeout_s must be a finite number above 0, got nan"),
-    "trial timeout inf": (TINY.replace("trial_timeout_s: 60", "trial_timeout_s: .inf").encode(),
-                          "clocks.trial_timeout_s must be a finite number above 0, got inf"),
-    "stall timeout 0": (TINY.replace("stall_timeout_s: 10", "stall_timeout_s: 0").encode(),
-                        "clocks.stall_timeout_s must be a finite number above 0, got 0"),
-    "headroom above 1": (TINY.replace("min_headroom_frac: 0.05", "min_headroom_frac: 5").encode(),
-                         "stability.min_headroom_frac must be a fraction below 1"),
-    "semantic as a string": (TINY.replace("memory: increasing", "memory: increasing\n    semantic: 'no'").encode(),
-                             "parameters[0] (trainer.micro): semantic must be true or false, got 'no'"),
-    "misspelt parameter key": (TINY.replace("memory: increasing", "memroy: increasing").encode(),
-                               "unknown key in parameters[0] (trainer.micro): 'memroy' (did you mean 'memory'?)"),
-    "misspelt top key": (TINY.replace("stability:", "stabilty:").encode(), "unknown key 'stabilty' (did you mean 'stability'?)"),
+    "stall timeout nan": (
+        TINY.replace("stall_timeout_s: 10", "stall_timeout_s: .nan").encode(),
+        "clocks.stall_timeout_s must be a finite number above 0, got nan",
+    ),
+    "trial timeout inf": (
+        TINY.replace("trial_timeout_s: 60", "trial_timeout_s: .inf").encode(),
+        "clocks.trial_timeout_s must be a finite number above 0, got inf",
+    ),
+    "stall timeout 0": (
+        TINY.replace("stall_timeout_s: 10", "stall_timeout_s: 0").encode(),
+        "clocks.stall_timeout_s must be a finite number above 0, got 0",
+    ),
+    "headroom above 1": (
+        TINY.replace("min_headroom_frac: 0.05", "min_headroom_frac: 5").encode(),
+        "stability.min_headroom_frac must be a fraction below 1",
+    ),
+    "semantic as a string": (
+        TINY.replace("memory: increasing", "memory: increasing\n    semantic: 'no'").encode(),
+        "parameters[0] (trainer.micro): semantic must be true or false, got 'no'",
+    ),
+    "misspelt parameter key": (
+        TINY.replace("memory: increasing", "memroy: increasing").encode(),
+        "unknown key in parameters[0] (trainer.micro): 'memroy' (did you mean 'memory'?)",
+    ),
+    "misspelt top key": (
+        TINY.replace("stability:", "stabilty:").encode(),
+        "unknown key 'stabilty' (did you mean 'stability'?)",
+    ),
     "misspelt kind": (TINY.replace("kind: pow2", "kind: pow").encode(), "unknown kind 'pow' (did you mean 'pow2'?)"),
     "no kind": (TINY.replace("    kind: pow2\n", "").encode(), "parameters[0] (trainer.micro): 'kind' is required"),
-    "a number as the name": (TINY.replace("name: tiny", "name: 5").encode(), "'name' is required (a short identifier such as my-space, got 5)"),
+    "a number as the name": (
+        TINY.replace("name: tiny", "name: 5").encode(),
+        "'name' is required (a short identifier such as my-space, got 5)",
+    ),
 }
 
 
@@ -45,7 +69,9 @@ def test_a_bad_space_file_is_one_line_naming_it(tmp_path, content, fragment):
 
 def test_a_folder_given_as_the_space_is_called_a_folder(tmp_path):
     (tmp_path / "space.yaml").mkdir()
-    proc = run_cli(["run", "--dry-run", "--space", "space.yaml", "--", sys.executable, str(TINY_TRAINER)], cwd=tmp_path, timeout=60)
+    proc = run_cli(
+        ["run", "--dry-run", "--space", "space.yaml", "--", sys.executable, str(TINY_TRAINER)], cwd=tmp_path, timeout=60
+    )
     one_line_error(proc, "space file space.yaml is a folder, not a file", "space.yaml")
 
 
@@ -56,5 +82,7 @@ def test_an_empty_space_name_is_refused(tmp_path):
 
 @pytest.mark.parametrize("timeout", ["0", "-1", "nan", "inf"])
 def test_spaces_init_refuses_a_timeout_that_is_no_time(tmp_path, timeout):
-    proc = run_cli(["spaces", "init", "--timeout", timeout, "--", sys.executable, str(TINY_TRAINER)], cwd=tmp_path, timeout=60)
+    proc = run_cli(
+        ["spaces", "init", "--timeout", timeout, "--", sys.executable, str(TINY_TRAINER)], cwd=tmp_path, timeout=60
+    )
     one_line_error(proc, f"--timeout {timeout}: must be a number of seconds above 0", "")

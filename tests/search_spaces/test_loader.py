@@ -46,7 +46,14 @@ def test_builtin_space_loads_with_the_scripts_values_as_baseline():
     assert d["trainer.micro_train_batch_size_per_gpu"] == 1
     assert d["trainer.ref.fsdp_config.cpu_offload"] is True
     assert space.violations(d) == []
-    for name in ("NCCL_ALGO", "NCCL_PROTO", "NCCL_MIN_NCHANNELS", "NCCL_NVLS_ENABLE", "NCCL_CUMEM_ENABLE", "NCCL_BUFFSIZE"):
+    for name in (
+        "NCCL_ALGO",
+        "NCCL_PROTO",
+        "NCCL_MIN_NCHANNELS",
+        "NCCL_NVLS_ENABLE",
+        "NCCL_CUMEM_ENABLE",
+        "NCCL_BUFFSIZE",
+    ):
         p = space.param(name)
         assert p.target is Target.ENV and UNSET in p.choices
     assert space.param("trainer.micro_train_batch_size_per_gpu").kind is ParamKind.POW2
@@ -57,8 +64,14 @@ def test_builtin_space_loads_with_the_scripts_values_as_baseline():
     [
         ({"trainer.train_batch_size": 128, "trainer.policy_mini_batch_size": 256}, ">= policy_mini_batch_size"),
         # 256 * 5 // 8 = 160 per GPU; 160 % 64 != 0 is impossible here, use micro 16 with mini 32: 32*5//8=20, 20 % 16 != 0
-        ({"trainer.policy_mini_batch_size": 32, "trainer.train_batch_size": 64, "trainer.micro_train_batch_size_per_gpu": 16},
-         "divisible by micro_train_batch_size_per_gpu"),
+        (
+            {
+                "trainer.policy_mini_batch_size": 32,
+                "trainer.train_batch_size": 64,
+                "trainer.micro_train_batch_size_per_gpu": 16,
+            },
+            "divisible by micro_train_batch_size_per_gpu",
+        ),
     ],
 )
 def test_builtin_space_enforces_skyrl_batch_rules(changes, fragment):
@@ -79,11 +92,22 @@ def test_every_admissible_builtin_config_passes_validate_batch_sizes_arithmetic(
         space.param("trainer.policy_mini_batch_size").choices,
         space.param("trainer.micro_train_batch_size_per_gpu").choices,
     ):
-        values = {**space.defaults(), "trainer.train_batch_size": tbs, "trainer.policy_mini_batch_size": mini,
-                  "trainer.micro_train_batch_size_per_gpu": micro}
+        values = {
+            **space.defaults(),
+            "trainer.train_batch_size": tbs,
+            "trainer.policy_mini_batch_size": mini,
+            "trainer.micro_train_batch_size_per_gpu": micro,
+        }
         mini_gpu = mini * n // dp
-        ok = (tbs >= mini and tbs % mini == 0 and mini_gpu > 0 and mini_gpu % micro == 0
-              and mini_gpu // micro > 0 and (tbs * n // dp) % mini_gpu == 0 and tbs * n >= math.lcm(dp))
+        ok = (
+            tbs >= mini
+            and tbs % mini == 0
+            and mini_gpu > 0
+            and mini_gpu % micro == 0
+            and mini_gpu // micro > 0
+            and (tbs * n // dp) % mini_gpu == 0
+            and tbs * n >= math.lcm(dp)
+        )
         assert (space.violations(values) == []) == ok, (tbs, mini, micro, space.violations(values))
 
 
@@ -112,10 +136,16 @@ def test_user_file_works_like_a_builtin(tmp_path):
 BAD = {
     "syntax": ("name: x\nparameters: [\n  - {name: a\n", r"line \d+ YAML syntax error"),
     "unknown top key": (MINIMAL + "\nstrategy: fast\n", "unknown key 'strategy'"),
-    "unknown param key": (MINIMAL.replace("default: 2", "default: 2\n    step_size: 2"), "unknown key in parameters\\[0\\].*'step_size'"),
+    "unknown param key": (
+        MINIMAL.replace("default: 2", "default: 2\n    step_size: 2"),
+        "unknown key in parameters\\[0\\].*'step_size'",
+    ),
     "unknown kind": (MINIMAL.replace("kind: pow2", "kind: float64"), "unknown kind 'float64'"),
     "constraint names unknown param": (MINIMAL.replace("n * 8 %", "m * 8 %"), "names 'm', which is not a parameter"),
-    "unsafe expression": (MINIMAL.replace("n * 8 % trainer", "__import__('os').getpid() % trainer"), "only the functions"),
+    "unsafe expression": (
+        MINIMAL.replace("n * 8 % trainer", "__import__('os').getpid() % trainer"),
+        "only the functions",
+    ),
     "pow2 bounds": (MINIMAL.replace("high: 8", "high: 12"), "powers of two"),
     "no choices": (MINIMAL.replace("choices: [unset, Simple, LL128]", "choices: []"), "non-empty 'choices'"),
     "default outside choices": (MINIMAL.replace("default: 2", "default: 3"), "'3' is not a value of trainer.micro"),
@@ -143,7 +173,10 @@ def test_unknown_space_name_lists_the_builtins():
 
 
 PROGRESS_BAD = {
-    "unknown preset": ("progress:\n  preset: fairseq\n", r"progress.preset 'fairseq' is unknown; presets: skyrl, hf-trainer"),
+    "unknown preset": (
+        "progress:\n  preset: fairseq\n",
+        r"progress.preset 'fairseq' is unknown; presets: skyrl, hf-trainer",
+    ),
     "rate and seconds together": (
         "progress:\n  step_end: 'step (?P<seconds>[0-9.]+)s (?P<samples_per_s>[0-9.]+) samples/s'\n",
         r"progress.step_end: groups 'samples_per_s' and 'seconds' can match the same line",
@@ -172,7 +205,10 @@ def test_a_preset_with_one_rule_replaced_and_alternatives_that_exclude_each_othe
     rules = load_space(str(write(tmp_path, text))).progress
     assert rules.preset == "megatron" and rules.training_done == "all done" and len(rules.memory) == 2
     assert "elapsed time per iteration" in rules.step_end[0]
-    bar = MINIMAL + "progress:\n  step_end: '(?P<step>[0-9]+)/[0-9]+ .*?(?:(?P<it_per_s>[0-9.]+)it/s|(?P<seconds>[0-9.]+)s/it)'\n"
+    bar = (
+        MINIMAL
+        + "progress:\n  step_end: '(?P<step>[0-9]+)/[0-9]+ .*?(?:(?P<it_per_s>[0-9.]+)it/s|(?P<seconds>[0-9.]+)s/it)'\n"
+    )
     custom = load_space(str(write(tmp_path, bar, "bar.yaml"))).progress
     assert custom.preset is None and custom.throughput_units() == {"steps"}
     assert load_space(str(write(tmp_path, MINIMAL, "none.yaml"))).progress.detect

@@ -43,11 +43,25 @@ def write(tmp_path: Path, text: str) -> str:
 
 def test_flags_render_as_separate_or_joined_argv_elements(tmp_path):
     space = load_space(write(tmp_path, FLAGS))
-    values = {"batch_size": 16, "seq_len": 256, "checkpointing": True, "model.dropout": 0.0, "seed": 2,
-              "GLOO_SOCKET_IFNAME": "unset"}
+    values = {
+        "batch_size": 16,
+        "seq_len": 256,
+        "checkpointing": True,
+        "model.dropout": 0.0,
+        "seed": 2,
+        "GLOO_SOCKET_IFNAME": "unset",
+    }
     args, env = render_values(space, values)
-    assert args == ["--batch-size", "16", "--seq-len=256", "--gradient-checkpointing", "model.dropout=0.0",
-                    "+trainer.seed=2", "--eval-batch-size", "32"]
+    assert args == [
+        "--batch-size",
+        "16",
+        "--seq-len=256",
+        "--gradient-checkpointing",
+        "model.dropout=0.0",
+        "+trainer.seed=2",
+        "--eval-batch-size",
+        "32",
+    ]
     assert env == {"GLOO_SOCKET_IFNAME": None}
     off, _ = render_values(space, {**values, "checkpointing": False})
     assert "--gradient-checkpointing" not in off and "false" not in off
@@ -67,18 +81,44 @@ def test_expressions_read_names_not_flags(tmp_path):
 def test_fixed_arguments_flags_bare_flags_and_pinned_context(tmp_path):
     space = load_space(write(tmp_path, FLAGS))
     assert fixed_argv(space, space.trial_overrides, {"world": 4, "accum": 8}) == [
-        "--max-steps", "100", "--no-eval", "--nproc", "4", "accum=8",
+        "--max-steps",
+        "100",
+        "--no-eval",
+        "--nproc",
+        "4",
+        "accum=8",
     ]
 
 
 BAD = {
-    "flag as a name": ("  - {name: --lr, kind: categorical, choices: [0.1, 0.2]}", "name '--lr' is not an identifier.*name: lr and arg: --lr"),
-    "colliding arg": ("  - {name: bs, arg: --batch-size, kind: int, low: 1, high: 2}", "parameter bs sets --batch-size, which parameter batch_size already sets"),
-    "arg equal to another name": ("  - {name: other, arg: model.dropout, kind: int, low: 1, high: 2}", "sets model.dropout, which parameter model.dropout"),
-    "switch on an int": ("  - {name: flag, arg: --flag, arg_style: switch, kind: int, low: 1, high: 2}", "switch needs kind: bool"),
-    "unknown style": ("  - {name: flag, arg: --flag, arg_style: glued, kind: int, low: 1, high: 2}", "arg_style must be one of separate, equals, switch"),
-    "style on a Hydra key": ("  - {name: flag, arg: a.b, arg_style: equals, kind: int, low: 1, high: 2}", "arg_style applies to a flag only"),
-    "arg on env": ("  - {name: NCCL_ALGO, arg: --algo, kind: categorical, choices: [Ring]}", "env parameter takes no arg"),
+    "flag as a name": (
+        "  - {name: --lr, kind: categorical, choices: [0.1, 0.2]}",
+        "name '--lr' is not an identifier.*name: lr and arg: --lr",
+    ),
+    "colliding arg": (
+        "  - {name: bs, arg: --batch-size, kind: int, low: 1, high: 2}",
+        "parameter bs sets --batch-size, which parameter batch_size already sets",
+    ),
+    "arg equal to another name": (
+        "  - {name: other, arg: model.dropout, kind: int, low: 1, high: 2}",
+        "sets model.dropout, which parameter model.dropout",
+    ),
+    "switch on an int": (
+        "  - {name: flag, arg: --flag, arg_style: switch, kind: int, low: 1, high: 2}",
+        "switch needs kind: bool",
+    ),
+    "unknown style": (
+        "  - {name: flag, arg: --flag, arg_style: glued, kind: int, low: 1, high: 2}",
+        "arg_style must be one of separate, equals, switch",
+    ),
+    "style on a Hydra key": (
+        "  - {name: flag, arg: a.b, arg_style: equals, kind: int, low: 1, high: 2}",
+        "arg_style applies to a flag only",
+    ),
+    "arg on env": (
+        "  - {name: NCCL_ALGO, arg: --algo, kind: categorical, choices: [Ring]}",
+        "env parameter takes no arg",
+    ),
     "arg with a space": ("  - {name: x, arg: '--a b', kind: int, low: 1, high: 2}", "neither a flag"),
 }
 

@@ -61,7 +61,9 @@ def test_todays_space_stops_the_trainer_and_keeps_the_trial_s_files_in_its_folde
     assert o["trainer.max_training_steps"] == "{total_steps}"
     assert (o["trainer.eval_interval"], o["trainer.ckpt_interval"], o["trainer.hf_save_interval"]) == ("-1", "-1", "-1")
     assert o["trainer.resume_mode"] == "none" and o["trainer.dump_data_batch"] == "false"
-    assert all(o[k].startswith("{trial_dir}/") for k in ("trainer.ckpt_path", "trainer.export_path", "trainer.log_path"))
+    assert all(
+        o[k].startswith("{trial_dir}/") for k in ("trainer.ckpt_path", "trainer.export_path", "trainer.log_path")
+    )
     # the optional parameter is validated but not searched
     assert "generator.inference_engine.gpu_memory_utilization" not in space.names
 
@@ -72,20 +74,25 @@ def test_a_disabled_parameter_is_still_validated(tmp_path):
         parse_space(text, source="x", label="x.yaml")
 
 
-@pytest.mark.parametrize("command, layout", [
-    (["bash", str(REPO / "examples" / "run_skyrl_sql_sim.sh")], "today"),
-    (["bash", str(REPO / "examples" / "run_skyrl_sql_sim_legacy.sh")], "legacy"),
-    (["uv", "run", "--isolated", "-m", "skyrl.train.entrypoints.main_base", "trainer.epochs=1"], "today"),
-    (["python", "-m", "skyrl_train.entrypoints.main_base"], "legacy"),
-    (["python", "train.py"], None),
-])
+@pytest.mark.parametrize(
+    "command, layout",
+    [
+        (["bash", str(REPO / "examples" / "run_skyrl_sql_sim.sh")], "today"),
+        (["bash", str(REPO / "examples" / "run_skyrl_sql_sim_legacy.sh")], "legacy"),
+        (["uv", "run", "--isolated", "-m", "skyrl.train.entrypoints.main_base", "trainer.epochs=1"], "today"),
+        (["python", "-m", "skyrl_train.entrypoints.main_base"], "legacy"),
+        (["python", "train.py"], None),
+    ],
+)
 def test_the_layout_is_read_from_the_command_or_its_script(command, layout, tmp_path):
     assert command_layout(command, tmp_path) == layout
 
 
 def test_a_script_mentioning_the_other_layout_only_in_comments(tmp_path):
     script = tmp_path / "run.sh"
-    script.write_text("# ported from skyrl_train.entrypoints.main_base\nuv run -m skyrl.train.entrypoints.main_base $@\n")
+    script.write_text(
+        "# ported from skyrl_train.entrypoints.main_base\nuv run -m skyrl.train.entrypoints.main_base $@\n"
+    )
     assert space_for_command(["bash", "run.sh"], tmp_path)[0] == "skyrl-text2sql"
 
 
@@ -94,7 +101,9 @@ def test_refusals_become_one_line_naming_the_key_or_the_other_space():
     dataclass = "ValueError: Invalid fields {'num_inference_engines'} for GeneratorConfig. Valid fields are {'a'}."
     assert "use --space skyrl-text2sql-legacy" in refusal_line("skyrl-text2sql", [hydra])
     assert "use --space skyrl-text2sql" in refusal_line("skyrl-text2sql-legacy", [dataclass])
-    assert refusal_line("skyrl-text2sql", [dataclass]).startswith("Invalid fields {'num_inference_engines'} for GeneratorConfig")
+    assert refusal_line("skyrl-text2sql", [dataclass]).startswith(
+        "Invalid fields {'num_inference_engines'} for GeneratorConfig"
+    )
     assert refusal_line("skyrl-text2sql", ["CUDA out of memory"]) is None
     assert Layout.TODAY.value == "skyrl.train"
 

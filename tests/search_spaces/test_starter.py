@@ -25,9 +25,14 @@ def test_an_argparse_job_gives_flags_with_kinds_defaults_and_checks():
     space = parse_space(text, source="t", label="t")
     p = {q.name: q for q in space.parameters}
     assert set(p) == {"batch_size", "grad_accum", "seq_len", "gradient_checkpointing"}
-    assert p["batch_size"].arg == "--batch-size" and p["batch_size"].default == 2 and p["batch_size"].kind.value == "pow2"
+    assert (
+        p["batch_size"].arg == "--batch-size" and p["batch_size"].default == 2 and p["batch_size"].kind.value == "pow2"
+    )
     assert p["grad_accum"].default == 8 and p["seq_len"].choices == (16, 32, 64) and p["seq_len"].semantic
-    assert p["gradient_checkpointing"].arg_style.value == "switch" and p["gradient_checkpointing"].memory.value == "decreasing"
+    assert (
+        p["gradient_checkpointing"].arg_style.value == "switch"
+        and p["gradient_checkpointing"].memory.value == "decreasing"
+    )
     args, _ = render_values(space, space.defaults())
     assert args[:2] == ["--batch-size", "2"] and "--gradient-checkpointing" not in args
     assert "# check:" in text and "# throughput:" in text
@@ -39,12 +44,19 @@ def test_a_hydra_program_gives_its_config_keys():
     space = parse_space(text, source="t", label="t")
     names = [q.name for q in space.parameters]
     assert names == [
-        "trainer.train_batch_size", "trainer.micro_train_batch_size_per_gpu", "trainer.max_prompt_length",
-        "trainer.policy.fsdp_config.cpu_offload", "trainer.gradient_checkpointing", "data.num_workers",
+        "trainer.train_batch_size",
+        "trainer.micro_train_batch_size_per_gpu",
+        "trainer.max_prompt_length",
+        "trainer.policy.fsdp_config.cpu_offload",
+        "trainer.gradient_checkpointing",
+        "data.num_workers",
     ]
     micro = space.param("trainer.micro_train_batch_size_per_gpu")
     assert micro.arg is None and micro.default == 1 and not micro.semantic
-    assert space.param("trainer.train_batch_size").semantic and space.param("trainer.gradient_checkpointing").default is True
+    assert (
+        space.param("trainer.train_batch_size").semantic
+        and space.param("trainer.gradient_checkpointing").default is True
+    )
     args, _ = render_values(space, space.defaults())
     assert "trainer.train_batch_size=256" in args
     assert space.trial_overrides == {"trainer.log_every_n_steps": "1"}

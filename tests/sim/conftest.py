@@ -10,9 +10,9 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
 
 import psutil
 import pytest
@@ -95,7 +95,9 @@ def marker() -> str:
 @pytest.fixture
 def twin_env(marker: str, tmp_path: Path) -> dict[str, str]:
     """The environment of a twin run: this interpreter, a marker, Flight Recorder dumps in tmp_path."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SIM_", "NCCL_", "TORCH_NCCL", "TORCH_FR", "SKYRL_"))}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("SIM_", "NCCL_", "TORCH_NCCL", "TORCH_FR", "SKYRL_"))
+    }
     env.update(
         {
             "PYTHON": sys.executable,
@@ -114,7 +116,9 @@ def run_twin(twin_env: dict[str, str], tmp_path: Path) -> Callable[..., TwinRun]
     layout, or the legacy one) to its end from a folder that is not the repository (the script must
     work from any cwd). Today's layout writes its infra logs under ``tmp_path/logs``."""
 
-    def run(*overrides: str, env: dict[str, str] | None = None, timeout_s: float = 90.0, legacy: bool = False) -> TwinRun:
+    def run(
+        *overrides: str, env: dict[str, str] | None = None, timeout_s: float = 90.0, legacy: bool = False
+    ) -> TwinRun:
         cwd = tmp_path / "cwd"
         cwd.mkdir(exist_ok=True)
         full_env = {**twin_env, **(env or {})}

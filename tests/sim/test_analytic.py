@@ -17,9 +17,15 @@ NODE = AnalyticNode(startup_s=100.0, step_noise=0.02, run_noise=0.01)
 
 def spec(tmp_path: Path, mode: str, number: int = 0) -> TrialSpec:
     return TrialSpec(
-        study="analytic", number=number, params={"mode": mode}, argv=("true",), env={}, trial_dir=tmp_path / str(number),
+        study="analytic",
+        number=number,
+        params={"mode": mode},
+        argv=("true",),
+        env={},
+        trial_dir=tmp_path / str(number),
         clocks=Clocks(startup_timeout_s=900, stall_timeout_s=600, stall_floor_s=60, stall_multiplier=3),
-        stop=StopRule(warmup_steps=1, measured_steps=3), samples_per_step=64.0,
+        stop=StopRule(warmup_steps=1, measured_steps=3),
+        samples_per_step=64.0,
     )
 
 

@@ -42,13 +42,27 @@ def test_the_scripts_config_is_typed():
             "Invalid policy_mini_batch_size_per_gpu: 0",
         ),
         (
-            ["trainer.policy_mini_batch_size=96", "trainer.train_batch_size=384", "generator.n_samples_per_prompt=4",
-             "trainer.micro_train_batch_size_per_gpu=1", "trainer.placement.policy_num_gpus_per_node=5",
-             "generator.inference_engine.num_engines=5", "generator.inference_engine.tensor_parallel_size=1"],
+            [
+                "trainer.policy_mini_batch_size=96",
+                "trainer.train_batch_size=384",
+                "generator.n_samples_per_prompt=4",
+                "trainer.micro_train_batch_size_per_gpu=1",
+                "trainer.placement.policy_num_gpus_per_node=5",
+                "generator.inference_engine.num_engines=5",
+                "generator.inference_engine.tensor_parallel_size=1",
+            ],
             "normalized policy_train_batch_size_per_gpu",
         ),
     ],
-    ids=["train<mini", "train%mini", "micro-train-0", "micro-fwd-0", "mini%micro", "mini-per-gpu-0", "train%mini-per-gpu"],
+    ids=[
+        "train<mini",
+        "train%mini",
+        "micro-train-0",
+        "micro-fwd-0",
+        "mini%micro",
+        "mini-per-gpu-0",
+        "train%mini-per-gpu",
+    ],
 )
 def test_batch_size_relations_are_refused_like_validate_batch_sizes(extra, message):
     with pytest.raises(SimConfigError) as err:
@@ -74,7 +88,9 @@ def test_a_legacy_refusal_is_wrapped_in_hydras_job_error():
 def test_prompt_length_coupling_single_and_multi_turn():
     with pytest.raises(SimConfigError) as err:
         parse("generator.max_turns=1")
-    assert "max_input_length should be set equal to trainer.max_prompt_length for single-turn generation" in str(err.value)
+    assert "max_input_length should be set equal to trainer.max_prompt_length for single-turn generation" in str(
+        err.value
+    )
     assert parse("generator.max_turns=1", "generator.max_input_length=6000").max_input_length == 6000
     with pytest.raises(SimConfigError) as err:
         parse("trainer.max_prompt_length=8192", "generator.max_input_length=4096")
@@ -84,9 +100,17 @@ def test_prompt_length_coupling_single_and_multi_turn():
 @pytest.mark.parametrize(
     "extra, env, message",
     [
-        (["generator.inference_engine.num_engines=1"], {}, "num_policy_gpus (8) and num_rollout_gpus (4) must be the same when colocating all models"),
+        (
+            ["generator.inference_engine.num_engines=1"],
+            {},
+            "num_policy_gpus (8) and num_rollout_gpus (4) must be the same when colocating all models",
+        ),
         (["trainer.logger=wandb"], {}, "`WANDB_API_KEY` is required for `wandb` logger"),
-        (["trainer.algorithm.use_kl_loss=true", "trainer.algorithm.use_kl_in_reward=true"], {}, "use_kl_in_reward and use_kl_loss should be mutually exclusive"),
+        (
+            ["trainer.algorithm.use_kl_loss=true", "trainer.algorithm.use_kl_in_reward=true"],
+            {},
+            "use_kl_in_reward and use_kl_loss should be mutually exclusive",
+        ),
         (["trainer.algorithm.advantage_estimator=ppo"], {}, "invalid advantage_estimator: ppo"),
         (["trainer.max_training_steps=0"], {}, "max_training_steps must be > 0, got 0"),
     ],
@@ -117,10 +141,25 @@ def test_unknown_model_fails_as_huggingface_does():
 
 
 def test_environment_knobs():
-    cfg = parse(env={"SIM_RANKS": "4", "SIM_TIME_SCALE": "0.01", "SIM_SEED": "9", "SKYRL_WORKER_NCCL_TIMEOUT_IN_S": "180",
-                     "TORCH_FR_DUMP_TEMP_FILE": "/x/fr_", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "0"})
+    cfg = parse(
+        env={
+            "SIM_RANKS": "4",
+            "SIM_TIME_SCALE": "0.01",
+            "SIM_SEED": "9",
+            "SKYRL_WORKER_NCCL_TIMEOUT_IN_S": "180",
+            "TORCH_FR_DUMP_TEMP_FILE": "/x/fr_",
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING": "0",
+        }
+    )
     e = cfg.env
-    assert (e.ranks, e.time_scale, e.sim_seed, e.nccl_timeout_s, e.fr_dump_prefix, e.abort_on_error) == (4, 0.01, 9, 180.0, "/x/fr_", False)
+    assert (e.ranks, e.time_scale, e.sim_seed, e.nccl_timeout_s, e.fr_dump_prefix, e.abort_on_error) == (
+        4,
+        0.01,
+        9,
+        180.0,
+        "/x/fr_",
+        False,
+    )
     assert e.gloo_timeout_s == pytest.approx(1.8 if 1.8 > TIMEOUT_FLOOR_S else TIMEOUT_FLOOR_S)
     assert parse(env={"SKYRL_WORKER_NCCL_TIMEOUT_IN_S": "100000"}).env.gloo_timeout_s == pytest.approx(600.0)
 

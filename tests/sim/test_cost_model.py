@@ -6,8 +6,8 @@ import itertools
 
 import pytest
 
-from nccl_tune.sim import evaluate, parse_overrides, skyrl_sql_overrides
 from nccl_tune.sim import cost_model as cm
+from nccl_tune.sim import evaluate, parse_overrides, skyrl_sql_overrides
 
 TRIAL = (
     "trainer.eval_before_train=false",
@@ -30,12 +30,15 @@ def memory(*extra: str, env: dict | None = None) -> tuple[float, float]:
     return max(o.memory_phase_gib["fwd_logprobs_values_reward"]), max(o.memory_phase_gib["policy_train"])
 
 
-@pytest.mark.parametrize("key, values, phase", [
-    ("trainer.micro_train_batch_size_per_gpu", (1, 2, 4, 8, 16), 1),
-    ("trainer.micro_forward_batch_size_per_gpu", (1, 2, 4, 8, 16, 32), 0),
-    ("trainer.max_prompt_length", (2048, 4096, 6000, 8192), 1),
-    ("generator.sampling_params.max_generate_length", (512, 1024, 3000), 1),
-])
+@pytest.mark.parametrize(
+    "key, values, phase",
+    [
+        ("trainer.micro_train_batch_size_per_gpu", (1, 2, 4, 8, 16), 1),
+        ("trainer.micro_forward_batch_size_per_gpu", (1, 2, 4, 8, 16, 32), 0),
+        ("trainer.max_prompt_length", (2048, 4096, 6000, 8192), 1),
+        ("generator.sampling_params.max_generate_length", (512, 1024, 3000), 1),
+    ],
+)
 def test_memory_grows_with_micro_batch_and_sequence_length(key, values, phase):
     peaks = [memory(f"{key}={v}")[phase] for v in values]
     assert all(a < b for a, b in zip(peaks, peaks[1:])), peaks
@@ -63,8 +66,12 @@ def test_the_best_stable_config_sits_near_the_wall_and_not_in_a_corner():
     micro_train, micro_fwd, offload = (1, 2, 4, 8, 16), (1, 2, 4, 8, 16, 32), (False, True)
     stable = []
     for mt, mf, off in itertools.product(micro_train, micro_fwd, offload):
-        o = outcome(f"trainer.micro_train_batch_size_per_gpu={mt}", f"trainer.micro_forward_batch_size_per_gpu={mf}",
-                    f"trainer.policy.fsdp_config.cpu_offload={str(off).lower()}", steps=1)
+        o = outcome(
+            f"trainer.micro_train_batch_size_per_gpu={mt}",
+            f"trainer.micro_forward_batch_size_per_gpu={mf}",
+            f"trainer.policy.fsdp_config.cpu_offload={str(off).lower()}",
+            steps=1,
+        )
         if o.ok and o.peak_mem_gib < 0.95 * o.gpu_capacity_gib:
             stable.append((o.step_s, mt, mf, off, o.peak_mem_gib / o.gpu_capacity_gib))
     best = min(stable)
@@ -73,11 +80,14 @@ def test_the_best_stable_config_sits_near_the_wall_and_not_in_a_corner():
     assert not off and frac > 0.75, best
 
 
-@pytest.mark.parametrize("env, slower_than", [
-    ({"NCCL_P2P_DISABLE": "1"}, 1.5),
-    ({"NCCL_PROTO": "LL"}, 1.02),
-    ({"NCCL_MAX_NCHANNELS": "2"}, 1.05),
-])
+@pytest.mark.parametrize(
+    "env, slower_than",
+    [
+        ({"NCCL_P2P_DISABLE": "1"}, 1.5),
+        ({"NCCL_PROTO": "LL"}, 1.02),
+        ({"NCCL_MAX_NCHANNELS": "2"}, 1.05),
+    ],
+)
 def test_bad_nccl_settings_slow_the_step(env, slower_than):
     base = outcome("trainer.micro_train_batch_size_per_gpu=2")
     slow = outcome("trainer.micro_train_batch_size_per_gpu=2", env=env)
@@ -106,16 +116,27 @@ def test_nvls_needs_cumem_and_is_faster_but_costs_memory():
     fwd1, train1 = memory("trainer.micro_train_batch_size_per_gpu=4", NOT_NCCL_SYNC, env={"NCCL_CUMEM_ENABLE": "1"})
     assert train1 > train0 + 5
     # Forcing NVLS for every collective leaves Broadcast (ring only) without an algorithm.
-    assert "function Broadcast" in outcome(NOT_NCCL_SYNC, env={"NCCL_ALGO": "NVLS", "NCCL_CUMEM_ENABLE": "1"}).failure.detail["warn"]
-    scoped = outcome(NOT_NCCL_SYNC, env={"NCCL_ALGO": "allgather:NVLS;reducescatter:NVLS", "NCCL_CUMEM_ENABLE": "1"}).failure
+    assert (
+        "function Broadcast"
+        in outcome(NOT_NCCL_SYNC, env={"NCCL_ALGO": "NVLS", "NCCL_CUMEM_ENABLE": "1"}).failure.detail["warn"]
+    )
+    scoped = outcome(
+        NOT_NCCL_SYNC, env={"NCCL_ALGO": "allgather:NVLS;reducescatter:NVLS", "NCCL_CUMEM_ENABLE": "1"}
+    ).failure
     assert scoped is None or scoped.kind != "nccl_error"
 
 
-@pytest.mark.parametrize("env, warn", [
-    ({"NCCL_ALGO": "Tree"}, "No algorithm/protocol available for function Broadcast with datatype ncclFloat32. NCCL_ALGO was set to Tree."),
-    ({"NCCL_PROTO": "LL129"}, 'Unrecognized element token "LL129" when parsing "LL129"'),
-    ({"NCCL_SOCKET_IFNAME": "enp1s0"}, "Bootstrap : no socket interface found"),
-])
+@pytest.mark.parametrize(
+    "env, warn",
+    [
+        (
+            {"NCCL_ALGO": "Tree"},
+            "No algorithm/protocol available for function Broadcast with datatype ncclFloat32. NCCL_ALGO was set to Tree.",
+        ),
+        ({"NCCL_PROTO": "LL129"}, 'Unrecognized element token "LL129" when parsing "LL129"'),
+        ({"NCCL_SOCKET_IFNAME": "enp1s0"}, "Bootstrap : no socket interface found"),
+    ],
+)
 def test_nccl_refusals_fail_at_start(env, warn):
     o = outcome(env=env)
     f = o.failure
@@ -128,18 +149,23 @@ def test_socket_ifname_that_matches_is_fine():
     assert outcome(env={"NCCL_SOCKET_IFNAME": "^docker,lo"}).ok
 
 
-@pytest.mark.parametrize("util, text", [
-    (0.99, "Free memory on device"),
-    (0.05, "No available memory for the cache blocks"),
-    (0.075, "max seq len (32000) is larger than the maximum number of tokens"),
-])
+@pytest.mark.parametrize(
+    "util, text",
+    [
+        (0.99, "Free memory on device"),
+        (0.05, "No available memory for the cache blocks"),
+        (0.075, "max seq len (32000) is larger than the maximum number of tokens"),
+    ],
+)
 def test_vllm_budget_checks_at_start(util, text):
     f = outcome(f"generator.inference_engine.gpu_memory_utilization={util}").failure
     assert f is not None and f.kind == "vllm_memory" and text in f.evidence[0]
 
 
 def test_more_kv_cache_makes_generation_faster_down_to_a_point():
-    gen = [outcome(f"generator.inference_engine.gpu_memory_utilization={u}").phase_s["generate"] for u in (0.15, 0.3, 0.7)]
+    gen = [
+        outcome(f"generator.inference_engine.gpu_memory_utilization={u}").phase_s["generate"] for u in (0.15, 0.3, 0.7)
+    ]
     assert gen[0] > gen[1] >= gen[2]
 
 

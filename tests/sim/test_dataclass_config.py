@@ -31,13 +31,19 @@ def test_an_unknown_key_is_reported_against_its_class_with_every_valid_field():
 
 def test_the_first_class_in_field_order_is_the_one_reported():
     # A class checks its own keys before its fields' classes, and generator comes after trainer.
-    assert "for TrainerConfig." in refusal("generator.num_inference_engines=2", "trainer.placement.nodes=2", "trainer.oops=1").lines[-1]
+    assert (
+        "for TrainerConfig."
+        in refusal("generator.num_inference_engines=2", "trainer.placement.nodes=2", "trainer.oops=1").lines[-1]
+    )
     assert "for PlacementConfig." in refusal("generator.num_inference_engines=2", "trainer.placement.nodes=2").lines[-1]
     assert "for GeneratorConfig." in refusal("generator.num_inference_engines=2").lines[-1]
 
 
 def test_the_plus_prefix_and_removed_keys_are_refused():
-    assert "The '+' prefix for adding new config fields is not supported: '+trainer.x=1'" in refusal("+trainer.x=1").lines[-1]
+    assert (
+        "The '+' prefix for adding new config fields is not supported: '+trainer.x=1'"
+        in refusal("+trainer.x=1").lines[-1]
+    )
     assert "async_engine=False" in refusal("generator.inference_engine.async_engine=false").lines[-1]
     assert "remote_urls" in refusal("generator.inference_engine.remote_urls=[a]").lines[-1]
     assert "rope" in refusal("trainer.rope_theta=1000").lines[-1]
@@ -46,10 +52,20 @@ def test_the_plus_prefix_and_removed_keys_are_refused():
 
 
 def test_defaults_and_post_init():
-    tree = apply_dataclass_overrides(["trainer.max_prompt_length=300", "generator.sampling_params.max_generate_length=77",
-                                      "trainer.use_sample_packing=false"], ENV).tree
+    tree = apply_dataclass_overrides(
+        [
+            "trainer.max_prompt_length=300",
+            "generator.sampling_params.max_generate_length=77",
+            "trainer.use_sample_packing=false",
+        ],
+        ENV,
+    ).tree
     assert tree["generator"]["max_input_length"] == 300
-    assert tree["trainer"]["ref"]["model"]["path"] == tree["trainer"]["policy"]["model"]["path"] == "Qwen/Qwen2.5-1.5B-Instruct"
+    assert (
+        tree["trainer"]["ref"]["model"]["path"]
+        == tree["trainer"]["policy"]["model"]["path"]
+        == "Qwen/Qwen2.5-1.5B-Instruct"
+    )
     assert tree["generator"]["eval_sampling_params"]["max_generate_length"] == 77
     assert tree["generator"]["eval_sampling_params"]["temperature"] == 0.0
     assert tree["trainer"]["remove_microbatch_padding"] is False and "use_sample_packing" not in tree["trainer"]

@@ -14,9 +14,17 @@ def test_a_healthy_run_has_skyrls_phases_in_order():
     o = outcome(steps=2)
     assert o.ok and len(o.steps) == 2 and o.samples_per_step == 1280
     names = [p.name for p in o.phases if p.step == 1]
-    assert names == ["step", "generate", "postprocess_generator_output", "convert_to_training_input",
-                     "fwd_logprobs_values_reward", "compute_advantages_and_returns", "train_critic_and_policy",
-                     "policy_train", "sync_weights"]
+    assert names == [
+        "step",
+        "generate",
+        "postprocess_generator_output",
+        "convert_to_training_input",
+        "fwd_logprobs_values_reward",
+        "compute_advantages_and_returns",
+        "train_critic_and_policy",
+        "policy_train",
+        "sync_weights",
+    ]
     step = next(p for p in o.phases if p.name == "step" and p.step == 2)
     inner = [p for p in o.phases if p.step == 2 and p.depth == 1]
     assert step.duration_s == pytest.approx(sum(p.duration_s for p in inner))

@@ -51,7 +51,9 @@ def test_flat_top_reports_the_engines_pool_and_the_trainer_apart_the_others_one_
     base = inst.landscape(inst.baseline)
     util = inst.landscape({**inst.baseline, "rollout.gpu_memory_utilization": 0.9})
     micro = inst.landscape({**inst.baseline, "train.micro_batch_size": 8})
-    assert set(base.phase_peak_gib) == {"generate", "policy_train"} and max(base.phase_peak_gib.values()) == base.peak_gib
+    assert (
+        set(base.phase_peak_gib) == {"generate", "policy_train"} and max(base.phase_peak_gib.values()) == base.peak_gib
+    )
     # the pool grows with the engines' share of the GPU, the trainer with its micro-batch
     assert util.phase_peak_gib["generate"] - base.phase_peak_gib["generate"] == pytest.approx(0.3 * 79.15)
     assert util.phase_peak_gib["policy_train"] - base.phase_peak_gib["policy_train"] < 0.2 * 0.3 * 79.15
@@ -73,8 +75,19 @@ def test_a_flat_top_run_out_of_memory_ends_in_the_phase_over_the_capacity(tmp_pa
     truth = inst.landscape(over)
     failing = max(truth.phase_peak_gib, key=truth.phase_peak_gib.get)
     launcher = ModelLauncher(env={}, cost=analytic_cost(inst.landscape, inst.node))
-    r = launcher.run(TrialSpec(study="flat", number=0, params=over, argv=("true",), env={}, trial_dir=tmp_path,
-                               clocks=inst.space.clocks, stop=inst.space.stop, samples_per_step=1024.0))
+    r = launcher.run(
+        TrialSpec(
+            study="flat",
+            number=0,
+            params=over,
+            argv=("true",),
+            env={},
+            trial_dir=tmp_path,
+            clocks=inst.space.clocks,
+            stop=inst.space.stop,
+            samples_per_step=1024.0,
+        )
+    )
     assert r.status is FailureClass.OOM and r.memory.phases_open_at_end == ("step", failing)
     assert r.memory.phase_peak_frac[failing] == 1.0 == r.memory.max_peak_frac
 
@@ -85,7 +98,9 @@ def test_the_nccl_check_times_one_node_s_collectives_not_the_job_s_step():
     job's collectives change with the protocol while its step barely moves."""
     inst, _ = instance("hang-region", 0)
     base = inst.baseline
-    assert inst.landscape({**base, "NCCL_ALGO": "NVLS"}).check_time_factor < 0.9 < inst.landscape(base).check_time_factor
+    assert (
+        inst.landscape({**base, "NCCL_ALGO": "NVLS"}).check_time_factor < 0.9 < inst.landscape(base).check_time_factor
+    )
     inst, _ = instance("comm-bound", 0)
     base = inst.baseline
     assert inst.landscape({**base, "NCCL_SOCKET_NTHREADS": 8}).check_time_factor == 1.0

@@ -20,12 +20,24 @@ SCRIPT_ARGV = ("bash", "examples/run_skyrl_sql_sim.sh", *TRIAL)
 CLOCKS = Clocks(startup_timeout_s=1500, stall_timeout_s=900, stall_floor_s=60, trial_timeout_s=5400, grace_s=20)
 
 
-def spec(*extra: str, env: dict | None = None, number: int = 0, clocks: Clocks = CLOCKS, stop: StopRule = StopRule(1, 2),
-         tmp: Path = Path("/tmp/nccl-tune-sim-test")) -> TrialSpec:
+def spec(
+    *extra: str,
+    env: dict | None = None,
+    number: int = 0,
+    clocks: Clocks = CLOCKS,
+    stop: StopRule = StopRule(1, 2),
+    tmp: Path = Path("/tmp/nccl-tune-sim-test"),
+) -> TrialSpec:
     return TrialSpec(
-        study="simtest", number=number, params={}, argv=(*SCRIPT_ARGV, *extra),
+        study="simtest",
+        number=number,
+        params={},
+        argv=(*SCRIPT_ARGV, *extra),
         env={"SKYRL_WORKER_NCCL_TIMEOUT_IN_S": "180", **(env or {})},
-        trial_dir=tmp / f"trial-{number}", clocks=clocks, stop=stop, samples_per_step=1280.0,
+        trial_dir=tmp / f"trial-{number}",
+        clocks=clocks,
+        stop=stop,
+        samples_per_step=1280.0,
     )
 
 
@@ -138,7 +150,9 @@ def test_a_failed_or_stopped_run_ends_in_the_phase_it_was_in(launcher):
     assert dict(fwd.memory.phase_peak_frac) == {FWD: 1.0}  # the training pass never ran
     # stopped by the trial budget in the second step's generation, or in its training pass
     for budget, innermost in ((400.0, "generate"), (700.0, TRAIN)):
-        r = launcher.run(spec(clocks=Clocks(startup_timeout_s=1500, stall_timeout_s=900, trial_timeout_s=budget, grace_s=20)))
+        r = launcher.run(
+            spec(clocks=Clocks(startup_timeout_s=1500, stall_timeout_s=900, trial_timeout_s=budget, grace_s=20))
+        )
         assert r.stop_reason is StopReason.BUDGET and r.memory.phases_open_at_end[0] == "step"
         assert r.memory.phases_open_at_end[-1] == innermost == r.verdict.phase
     json_round = TrialResult.from_json(json.loads(json.dumps(train.to_json()))).memory
@@ -147,8 +161,15 @@ def test_a_failed_or_stopped_run_ends_in_the_phase_it_was_in(launcher):
 
 
 def test_a_hang_is_called_after_the_stall_deadline(launcher):
-    clocks = Clocks(startup_timeout_s=1500, stall_timeout_s=900, stall_floor_s=60, stall_multiplier=3,
-                    trial_timeout_s=50000, grace_s=20, phase_max_s={"policy_train": 250.0})
+    clocks = Clocks(
+        startup_timeout_s=1500,
+        stall_timeout_s=900,
+        stall_floor_s=60,
+        stall_multiplier=3,
+        trial_timeout_s=50000,
+        grace_s=20,
+        phase_max_s={"policy_train": 250.0},
+    )
     hang = {"SIM_FAULT": "hang:1:2", "SKYRL_WORKER_NCCL_TIMEOUT_IN_S": "100000"}
     r = launcher.run(spec(env=hang, clocks=clocks))
     assert r.status is FailureClass.HANG and r.stop_reason is StopReason.STALL and r.verdict.rank == 1
@@ -189,7 +210,12 @@ def test_unknown_slow_phase_is_a_hang_until_the_study_knows_it(launcher):
     slow = {"NCCL_P2P_DISABLE": "1", "NCCL_SHM_DISABLE": "1"}
     r = launcher.run(spec(env=slow))
     assert r.status is FailureClass.HANG
-    knows = Clocks(startup_timeout_s=1500, stall_timeout_s=900, trial_timeout_s=50000, phase_max_s={"policy_train": 2000.0, "step": 3000.0})
+    knows = Clocks(
+        startup_timeout_s=1500,
+        stall_timeout_s=900,
+        trial_timeout_s=50000,
+        phase_max_s={"policy_train": 2000.0, "step": 3000.0},
+    )
     r = launcher.run(spec(env=slow, clocks=knows))
     assert r.status is FailureClass.OK
 
@@ -230,7 +256,11 @@ def _meant(out, decision_reason: StopReason, steps: int, total: int, at_failure)
         return FailureClass.OK
     if decision_reason is StopReason.EXITED:
         if at_failure is not None:
-            return FailureClass.COLLECTIVE_TIMEOUT if at_failure.failure_class is FailureClass.HANG else at_failure.failure_class
+            return (
+                FailureClass.COLLECTIVE_TIMEOUT
+                if at_failure.failure_class is FailureClass.HANG
+                else at_failure.failure_class
+            )
         return FailureClass.OK if steps >= total else FailureClass.CRASH
     if decision_reason in (StopReason.STALL, StopReason.STARTUP):
         return at_failure.failure_class if at_failure is not None else FailureClass.HANG
@@ -253,8 +283,11 @@ def test_the_shared_verdict_function_reads_modelled_runs_as_the_cost_model_meant
     checked = 0
     for i in range(120):
         values = {p.name: rnd.choice(list(p.choices)) for p in space.parameters}
-        overrides = [f"{p.command_key}={str(values[p.name]).lower() if isinstance(values[p.name], bool) else values[p.name]}"
-                     for p in space.parameters if not p.name.startswith("NCCL")]
+        overrides = [
+            f"{p.command_key}={str(values[p.name]).lower() if isinstance(values[p.name], bool) else values[p.name]}"
+            for p in space.parameters
+            if not p.name.startswith("NCCL")
+        ]
         env = {p.name: str(values[p.name]) for p in space.parameters if p.name.startswith("NCCL")}
         if (fault := faults[i % len(faults)]) is not None:
             env.update(SIM_FAULT=fault, SIM_RANKS="8")
@@ -265,8 +298,11 @@ def test_the_shared_verdict_function_reads_modelled_runs_as_the_cost_model_meant
         except Exception:  # refused by the twin: decide must call it a config error
             assert r.status is FailureClass.CONFIG_ERROR, [str(e) for e in r.verdict.evidence]
             continue
-        out = evaluate(cfg, seed=cfg.env.sim_seed if cfg.env.sim_seed is not None else model.zlib.crc32(s.marker.encode()),
-                       steps=s.stop.total_steps)
+        out = evaluate(
+            cfg,
+            seed=cfg.env.sim_seed if cfg.env.sim_seed is not None else model.zlib.crc32(s.marker.encode()),
+            steps=s.stop.total_steps,
+        )
         at = r.wall_s - (min(model.TEARDOWN_S, s.clocks.grace_s) if r.stop_reason is not StopReason.EXITED else 0.0)
         failure = out.failure if out.failure is not None and out.failure.at_s <= at + 1e-6 else None
         meant = _meant(out, r.stop_reason, len(r.step_times_s), s.stop.total_steps, failure)

@@ -13,8 +13,8 @@ import time
 import psutil
 import pytest
 
-from nccl_tune.sim import evaluate, parse_overrides, skyrl_sql_overrides
 from nccl_tune.presets import SKYRL
+from nccl_tune.sim import evaluate, parse_overrides, skyrl_sql_overrides
 
 from .conftest import SCRIPT, SHORT, clean
 
@@ -62,7 +62,10 @@ def test_healthy_run_prints_what_the_tuner_parses(run_twin, tmp_path):
     # The console logger prints the metrics dict per step, with measured timings.
     assert len(run.grep("Step 1: ")) == 1 and any("'timing/step'" in ln for ln in run.lines)
     # The printed step time is measured and tracks the model's scaled step time.
-    cfg = parse_overrides([*skyrl_sql_overrides(str(tmp_path / "home")), *SHORT, "trainer.micro_train_batch_size_per_gpu=2"], {"HOME": "/h"})
+    cfg = parse_overrides(
+        [*skyrl_sql_overrides(str(tmp_path / "home")), *SHORT, "trainer.micro_train_batch_size_per_gpu=2"],
+        {"HOME": "/h"},
+    )
     out = evaluate(cfg, seed=3, steps=2)
     for printed, modelled in zip((float(m.group("seconds")) for m in steps), out.step_times_s):
         assert 0.8 * modelled * cfg.env.time_scale <= printed <= modelled * cfg.env.time_scale + 1.5
@@ -83,8 +86,13 @@ def test_the_legacy_layout_prints_worker_lines_behind_ray_prefixes(run_twin):
 
 
 def test_max_training_steps_ends_the_loop_and_the_safety_net_saves(run_twin, tmp_path):
-    run = run_twin("trainer.max_training_steps=1", "trainer.eval_before_train=false", "trainer.eval_interval=5",
-                   "trainer.hf_save_interval=-1", env={"SIM_SEED": "3"})
+    run = run_twin(
+        "trainer.max_training_steps=1",
+        "trainer.eval_before_train=false",
+        "trainer.eval_interval=5",
+        "trainer.hf_save_interval=-1",
+        env={"SIM_SEED": "3"},
+    )
     assert run.returncode == 0, "\n".join(run.lines[-30:])
     assert len(run.grep("Finished: 'step'")) == 1
     reached = run.index("Reached max_training_steps=1, stopping early.")
@@ -99,12 +107,21 @@ def test_oom_in_the_infra_log_leaves_stdout_with_rays_error(run_twin, tmp_path):
     assert run.grep("ray.exceptions.ActorDiedError") and not run.grep("CUDA out of memory")
     assert [ln for ln in run.infra_lines if "torch.OutOfMemoryError: CUDA out of memory" in ln]
     # the fault handler's two writes ("Fatal Python error: ", "Aborted"), another rank's line may fall between
-    assert any("Fatal Python error: " in ln for ln in run.infra_lines) and any("Aborted" in ln for ln in run.infra_lines)
+    assert any("Fatal Python error: " in ln for ln in run.infra_lines) and any(
+        "Aborted" in ln for ln in run.infra_lines
+    )
 
 
 def test_oom_on_one_rank_cascades_into_timeouts_and_dumps_from_every_rank(run_twin, tmp_path):
-    run = run_twin(*SHORT, env={"SIM_SEED": "1", "SIM_FAULT": "oom:1:2", "SKYRL_WORKER_NCCL_TIMEOUT_IN_S": "600",
-                                "SKYRL_DUMP_INFRA_LOG_TO_STDOUT": "1"})
+    run = run_twin(
+        *SHORT,
+        env={
+            "SIM_SEED": "1",
+            "SIM_FAULT": "oom:1:2",
+            "SKYRL_WORKER_NCCL_TIMEOUT_IN_S": "600",
+            "SKYRL_DUMP_INFRA_LOG_TO_STDOUT": "1",
+        },
+    )
     assert run.returncode == 1
     oom = run.actor_lines("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate")
     assert len(oom) == 1 and "GPU 1 has a total capacity of 79.15 GiB" in oom[0][2]
@@ -137,8 +154,16 @@ def test_model_oom_names_the_gpu_the_model_predicts(run_twin, tmp_path):
 
 
 def test_crash_makes_the_peer_fail_at_once(run_twin):
-    run = run_twin(*SHORT, env={"SIM_SEED": "4", "SIM_FAULT": "crash:1:1", "TORCH_NCCL_ASYNC_ERROR_HANDLING": "0",
-                                "SKYRL_WORKER_NCCL_TIMEOUT_IN_S": "100000", "SKYRL_DUMP_INFRA_LOG_TO_STDOUT": "1"})
+    run = run_twin(
+        *SHORT,
+        env={
+            "SIM_SEED": "4",
+            "SIM_FAULT": "crash:1:1",
+            "TORCH_NCCL_ASYNC_ERROR_HANDLING": "0",
+            "SKYRL_WORKER_NCCL_TIMEOUT_IN_S": "100000",
+            "SKYRL_DUMP_INFRA_LOG_TO_STDOUT": "1",
+        },
+    )
     assert run.returncode == 1
     assert run.grep("Fatal Python error: Segmentation fault")
     assert any("killed by signal 11" in ln for ln in run.grep("A worker died or was killed"))  # SIGSEGV
@@ -150,8 +175,13 @@ def test_crash_makes_the_peer_fail_at_once(run_twin):
 
 def test_hang_stalls_without_output_until_the_group_is_killed(twin_env, marker, tmp_path):
     env = {**twin_env, "SIM_SEED": "2", "SIM_FAULT": "hang:0:1", "SKYRL_WORKER_NCCL_TIMEOUT_IN_S": "100000"}
-    proc = subprocess.Popen(["bash", str(SCRIPT), f"trainer.log_path={tmp_path}", *SHORT], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        ["bash", str(SCRIPT), f"trainer.log_path={tmp_path}", *SHORT],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     lines: list[str] = []
     try:
         deadline = time.monotonic() + 60
@@ -202,16 +232,53 @@ def test_orphan_escapes_the_group_and_ignores_sigterm(run_twin, marker):
     [
         (("trainer.foo=1",), {}, True, ["Could not override 'trainer.foo'.", "Key 'foo' is not in struct"]),
         (("trainer.foo=1",), {}, False, ["ValueError: Invalid fields {'foo'} for TrainerConfig. Valid fields are {"]),
-        (("generator.num_inference_engines=2",), {}, False, ["ValueError: Invalid fields {'num_inference_engines'} for GeneratorConfig."]),
-        (("+trainer.foo=1",), {}, False, ["ValueError: The '+' prefix for adding new config fields is not supported: '+trainer.foo=1'."]),
-        (("generator.inference_engine.num_engines=2",), {}, True, ["Could not override 'generator.inference_engine.num_engines'."]),
-        (("trainer.train_batch_size=384",), {}, False, ["AssertionError: train_batch_size 384 should be divisible by policy_mini_batch_size 256"]),
-        (("trainer.max_prompt_length=30000",), {}, True, ["AssertionError: generator.max_input_length should be set greater than or equal"]),
-        ((), {"NCCL_PROTO": "LL129", "SKYRL_DUMP_INFRA_LOG_TO_STDOUT": "1"}, False,
-         ['NCCL WARN Unrecognized element token "LL129" when parsing "LL129"', "invalid usage"]),
+        (
+            ("generator.num_inference_engines=2",),
+            {},
+            False,
+            ["ValueError: Invalid fields {'num_inference_engines'} for GeneratorConfig."],
+        ),
+        (
+            ("+trainer.foo=1",),
+            {},
+            False,
+            ["ValueError: The '+' prefix for adding new config fields is not supported: '+trainer.foo=1'."],
+        ),
+        (
+            ("generator.inference_engine.num_engines=2",),
+            {},
+            True,
+            ["Could not override 'generator.inference_engine.num_engines'."],
+        ),
+        (
+            ("trainer.train_batch_size=384",),
+            {},
+            False,
+            ["AssertionError: train_batch_size 384 should be divisible by policy_mini_batch_size 256"],
+        ),
+        (
+            ("trainer.max_prompt_length=30000",),
+            {},
+            True,
+            ["AssertionError: generator.max_input_length should be set greater than or equal"],
+        ),
+        (
+            (),
+            {"NCCL_PROTO": "LL129", "SKYRL_DUMP_INFRA_LOG_TO_STDOUT": "1"},
+            False,
+            ['NCCL WARN Unrecognized element token "LL129" when parsing "LL129"', "invalid usage"],
+        ),
     ],
-    ids=["unknown-key-legacy", "unknown-key", "legacy-key-today", "plus-today", "today-key-legacy", "batch-relation",
-         "prompt-length", "nccl-value"],
+    ids=[
+        "unknown-key-legacy",
+        "unknown-key",
+        "legacy-key-today",
+        "plus-today",
+        "today-key-legacy",
+        "batch-relation",
+        "prompt-length",
+        "nccl-value",
+    ],
 )
 def test_refusals_exit_1_with_the_stack_s_message(run_twin, args, env, legacy, expected):
     run = run_twin(*SHORT, *args, env=env, legacy=legacy)

@@ -44,7 +44,16 @@ def test_bad_lists_are_what_nccl_refuses(var, value, warn):
 
 
 def test_integers_are_read_with_strtoll():
-    assert (strtoll("8"), strtoll("0x10"), strtoll("010"), strtoll("12abc"), strtoll("abc"), strtoll("-3")) == (8, 16, 8, 12, 0, -3)
-    s = read_nccl_env({"NCCL_P2P_DISABLE": "1", "NCCL_MIN_NCHANNELS": "32", "NCCL_BUFFSIZE": "8388608", "NCCL_CUMEM_ENABLE": "0"})
+    assert (strtoll("8"), strtoll("0x10"), strtoll("010"), strtoll("12abc"), strtoll("abc"), strtoll("-3")) == (
+        8,
+        16,
+        8,
+        12,
+        0,
+        -3,
+    )
+    s = read_nccl_env(
+        {"NCCL_P2P_DISABLE": "1", "NCCL_MIN_NCHANNELS": "32", "NCCL_BUFFSIZE": "8388608", "NCCL_CUMEM_ENABLE": "0"}
+    )
     assert s.p2p_disable and s.min_nchannels == 32 and s.buffsize_bytes == 8 << 20 and s.cumem_enable is False
     assert not read_nccl_env({"NCCL_P2P_DISABLE": "yes"}).p2p_disable  # strtoll("yes") is 0, as in NCCL

@@ -20,7 +20,9 @@ def _argv_of_script(tmp_path: Path, *extra: str, script: Path = SCRIPT) -> list[
     """Run the script with $PYTHON standing in for the interpreter; return the arguments it got."""
     record = tmp_path / "argv.json"
     fake = tmp_path / "fakepython"
-    fake.write_text(f"#!{sys.executable}\nimport json, sys\nopen({str(record)!r}, 'w').write(json.dumps(sys.argv[1:]))\n")
+    fake.write_text(
+        f"#!{sys.executable}\nimport json, sys\nopen({str(record)!r}, 'w').write(json.dumps(sys.argv[1:]))\n"
+    )
     fake.chmod(0o755)
     cwd = tmp_path / "elsewhere"
     cwd.mkdir()
@@ -29,13 +31,18 @@ def _argv_of_script(tmp_path: Path, *extra: str, script: Path = SCRIPT) -> list[
     return json.loads(record.read_text())
 
 
-@pytest.mark.parametrize("script, layout, module", [
-    (SCRIPT, Layout.TODAY, "nccl_tune.sim.skyrl.train.entrypoints.main_base"),
-    (LEGACY_SCRIPT, Layout.LEGACY, "nccl_tune.sim.skyrl_train.entrypoints.main_base"),
-], ids=["today", "legacy"])
+@pytest.mark.parametrize(
+    "script, layout, module",
+    [
+        (SCRIPT, Layout.TODAY, "nccl_tune.sim.skyrl.train.entrypoints.main_base"),
+        (LEGACY_SCRIPT, Layout.LEGACY, "nccl_tune.sim.skyrl_train.entrypoints.main_base"),
+    ],
+    ids=["today", "legacy"],
+)
 def test_the_script_passes_skyrls_overrides_then_its_arguments(tmp_path, script, layout, module):
-    argv = _argv_of_script(tmp_path, "trainer.micro_train_batch_size_per_gpu=4", "generator.sampling_params.stop=['x y']",
-                           script=script)
+    argv = _argv_of_script(
+        tmp_path, "trainer.micro_train_batch_size_per_gpu=4", "generator.sampling_params.stop=['x y']", script=script
+    )
     assert argv[:2] == ["-m", module]
     assert argv[2:-2] == skyrl_sql_overrides("/home/someone", layout)
     assert argv[-2:] == ["trainer.micro_train_batch_size_per_gpu=4", "generator.sampling_params.stop=['x y']"]
@@ -43,7 +50,11 @@ def test_the_script_passes_skyrls_overrides_then_its_arguments(tmp_path, script,
 
 def _override_lines(text: str) -> list[str]:
     """The ``key=value`` lines of a script's command (continuation lines), without their values."""
-    return [ln.strip().split("=", 1)[0] for ln in text.splitlines() if ln.startswith("  ") and "=" in ln and ln.rstrip().endswith("\\")]
+    return [
+        ln.strip().split("=", 1)[0]
+        for ln in text.splitlines()
+        if ln.startswith("  ") and "=" in ln and ln.rstrip().endswith("\\")
+    ]
 
 
 def test_the_script_mirrors_skyrls_current_script_line_for_line():
@@ -51,7 +62,10 @@ def test_the_script_mirrors_skyrls_current_script_line_for_line():
     keys = _override_lines(SCRIPT.read_text())
     assert keys == [t.split("=", 1)[0] for t in skyrl_sql_overrides("/h")]
     assert "-m nccl_tune.sim.skyrl.train.entrypoints.main_base" in SCRIPT.read_text()
-    assert keys[keys.index("generator.eval_sampling_params.stop") + 1] == "generator.eval_sampling_params.max_generate_length"
+    assert (
+        keys[keys.index("generator.eval_sampling_params.stop") + 1]
+        == "generator.eval_sampling_params.max_generate_length"
+    )
     assert "generator.async_engine" not in keys and "trainer.strategy" in keys
     legacy = _override_lines(LEGACY_SCRIPT.read_text())
     assert legacy == [t.split("=", 1)[0] for t in skyrl_sql_overrides("/h", Layout.LEGACY)]

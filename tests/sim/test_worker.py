@@ -20,8 +20,16 @@ def test_a_failing_rank_waits_for_the_dump_its_watcher_started(tmp_path: Path) -
     the rank aborts mid-dump, its trace and the line naming its rank are lost, and the stall cannot be
     pinned on it (the flaky test_stalled_rank_is_a_collective_timeout_naming_it under load)."""
     ours, theirs = socket.socketpair()
-    spec = {"rank": 1, "world": 3, "gpus": [1], "run_dir": str(tmp_path), "sock_fd": ours.fileno(),
-            "color": False, "fr_enabled": True, "fr_prefix": str(tmp_path / "fr" / "nccl_trace_rank_")}
+    spec = {
+        "rank": 1,
+        "world": 3,
+        "gpus": [1],
+        "run_dir": str(tmp_path),
+        "sock_fd": ours.fileno(),
+        "color": False,
+        "fr_enabled": True,
+        "fr_prefix": str(tmp_path / "fr" / "nccl_trace_rank_"),
+    }
     rank = Rank(spec)
 
     def slow_dump() -> bytes:  # a dump on a loaded machine

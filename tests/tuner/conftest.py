@@ -68,7 +68,9 @@ def read_only(path: Path):
             path.chmod(mode)
 
 
-def run_cli_peak_rss(args: list[str], cwd: Path, env: dict | None = None, timeout: float = 240) -> tuple[subprocess.CompletedProcess, float]:
+def run_cli_peak_rss(
+    args: list[str], cwd: Path, env: dict | None = None, timeout: float = 240
+) -> tuple[subprocess.CompletedProcess, float]:
     """``run_cli``, and the peak resident memory (MiB) of the ``nccl-tune`` process itself (its
     children not counted), sampled every 20 ms."""
     import psutil
@@ -98,10 +100,26 @@ REPO = HERE.parents[1]
 TWIN = REPO / "examples" / "run_skyrl_sql_sim.sh"
 TWIN_ENV = {"SIM_TIME_SCALE": "0.002", "SIM_RANKS": "1"}
 TWIN_PINS_SPEED_ONLY = (
-    "--set", "trainer.micro_train_batch_size_per_gpu=1", "--set", "trainer.micro_forward_batch_size_per_gpu=8",
-    "--set", "trainer.policy.fsdp_config.cpu_offload=false", "--set", "trainer.ref.fsdp_config.cpu_offload=true",
-    "--set", "NCCL_ALGO=unset", "--set", "NCCL_PROTO=unset", "--set", "NCCL_MIN_NCHANNELS=unset",
-    "--set", "NCCL_NVLS_ENABLE=unset", "--set", "NCCL_CUMEM_ENABLE=unset", "--set", "NCCL_BUFFSIZE=unset",
+    "--set",
+    "trainer.micro_train_batch_size_per_gpu=1",
+    "--set",
+    "trainer.micro_forward_batch_size_per_gpu=8",
+    "--set",
+    "trainer.policy.fsdp_config.cpu_offload=false",
+    "--set",
+    "trainer.ref.fsdp_config.cpu_offload=true",
+    "--set",
+    "NCCL_ALGO=unset",
+    "--set",
+    "NCCL_PROTO=unset",
+    "--set",
+    "NCCL_MIN_NCHANNELS=unset",
+    "--set",
+    "NCCL_NVLS_ENABLE=unset",
+    "--set",
+    "NCCL_CUMEM_ENABLE=unset",
+    "--set",
+    "NCCL_BUFFSIZE=unset",
 )
 """Pins that leave only the semantic parameters (batch sizes, prompt length) to the search."""
 
@@ -113,11 +131,13 @@ def twin_space_text() -> str:
     return load_space("skyrl-text2sql").text
 
 
-def run_twin(args: list[str], cwd: Path, env: dict | None = None, extra: tuple[str, ...] = (),
-             timeout: float = 400) -> subprocess.CompletedProcess:
+def run_twin(
+    args: list[str], cwd: Path, env: dict | None = None, extra: tuple[str, ...] = (), timeout: float = 400
+) -> subprocess.CompletedProcess:
     """``nccl-tune run ARGS -- bash examples/run_skyrl_sql_sim.sh EXTRA`` with the fast twin."""
-    return run_cli(["run", *args, "--", "bash", str(TWIN), *extra], cwd=cwd, env={**TWIN_ENV, **(env or {})},
-                   timeout=timeout)
+    return run_cli(
+        ["run", *args, "--", "bash", str(TWIN), *extra], cwd=cwd, env={**TWIN_ENV, **(env or {})}, timeout=timeout
+    )
 
 
 def error_lines(proc: subprocess.CompletedProcess) -> list[str]:

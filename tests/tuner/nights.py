@@ -10,18 +10,36 @@ from nccl_tune.nightly.regression import compare_throughput
 from nccl_tune.tuner.hardware_record import S_HARDWARE
 from nccl_tune.tuner.series import S_SERIES, S_STARTED_AT, write_night
 
-FP = dict(host="node-1", gpu_model="NVIDIA H100 80GB HBM3", gpu_count=8, gpu_memory_gib=79.65,
-          driver_version="550.54.15", cuda_version="12.4", torch_version="2.12.0", nccl_version="2.21.5",
-          python_version="3.11.7", trainer_package=None, trainer_version=None, trainer_commit="a" * 40,
-          trainer_branch="main", nccl_tune_version="0.1.0", recorded_at="")
+FP = dict(
+    host="node-1",
+    gpu_model="NVIDIA H100 80GB HBM3",
+    gpu_count=8,
+    gpu_memory_gib=79.65,
+    driver_version="550.54.15",
+    cuda_version="12.4",
+    torch_version="2.12.0",
+    nccl_version="2.21.5",
+    python_version="3.11.7",
+    trainer_package=None,
+    trainer_version=None,
+    trainer_commit="a" * 40,
+    trainer_branch="main",
+    nccl_tune_version="0.1.0",
+    recorded_at="",
+)
 
 
 def fingerprint(**changes) -> Fingerprint:
     return Fingerprint(**{**FP, **changes})
 
 
-def store_nights(url: str, series: str, bests: list[float | None], fingerprints: list[Fingerprint] | None = None,
-                 threshold_pct: float = 5.0) -> list[Night]:
+def store_nights(
+    url: str,
+    series: str,
+    bests: list[float | None],
+    fingerprints: list[Fingerprint] | None = None,
+    threshold_pct: float = 5.0,
+) -> list[Night]:
     """One study per night, each compared with the previous night's runs."""
     storage = optuna.storages.RDBStorage(url)
     nights: list[Night] = []

@@ -13,17 +13,35 @@ from tests.tuner.conftest import error_lines, run_cli, run_twin, study_trials, t
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
-RULE = ("constraints:\n  - expr: 100 // (1 if trainer.micro_train_batch_size_per_gpu == 1 else 0) != 12345\n"
-        "    message: a rule that divides by zero when micro_train_batch_size_per_gpu is above 1\n")
+RULE = (
+    "constraints:\n  - expr: 100 // (1 if trainer.micro_train_batch_size_per_gpu == 1 else 0) != 12345\n"
+    "    message: a rule that divides by zero when micro_train_batch_size_per_gpu is above 1\n"
+)
 
 
 def test_an_expression_failing_on_a_sampled_value_rejects_it_and_the_study_goes_on(workdir):
     space = workdir / "space.yaml"
     space.write_text(twin_space_text().replace("constraints:\n", RULE, 1))
     # the local sampler's first moves raise the one free micro-batch size above 1
-    args = ["--space", str(space), "--trials", "2", "--confirm", "0", "--study", "e", "--json", "--seed", "1",
-            "--set", "trainer.micro_forward_batch_size_per_gpu=8", "--set", "trainer.max_prompt_length=6000",
-            "--set", "trainer.micro_train_batch_size_per_gpu=2"]
+    args = [
+        "--space",
+        str(space),
+        "--trials",
+        "2",
+        "--confirm",
+        "0",
+        "--study",
+        "e",
+        "--json",
+        "--seed",
+        "1",
+        "--set",
+        "trainer.micro_forward_batch_size_per_gpu=8",
+        "--set",
+        "trainer.max_prompt_length=6000",
+        "--set",
+        "trainer.micro_train_batch_size_per_gpu=2",
+    ]
     # pinned to the value the expression fails on: refused before anything starts, in one line
     pinned = run_twin(args, cwd=workdir)
     assert pinned.returncode == 1 and "integer division or modulo by zero" in error_lines(pinned)[0]
@@ -60,22 +78,51 @@ stability: {min_headroom_frac: 0.05}
 
 
 def test_a_config_nccl_clamps_to_a_measured_one_is_not_launched_again_and_the_study_ends_when_none_is_left(
-        workdir, tiny_command):
+    workdir, tiny_command
+):
     """16 threads x 8 sockets is past NCCL's 64 sockets: NCCL runs it as 16 x 4, the baseline's run. Of
     the four configs three are runs of their own: after them the study ends at once, not after the
     sampler has proposed measured configs fifty times in a row."""
     space = workdir / "sockets.yaml"
     space.write_text(SOCKETS_SPACE)
-    proc = run_cli(["run", "--space", str(space), "--study", "s", "--trials", "10", "--sampler", "random", "--seed", "1",
-                    "--confirm", "0", "--set", "trainer.micro=1", "--json", "--", *tiny_command], cwd=workdir)
+    proc = run_cli(
+        [
+            "run",
+            "--space",
+            str(space),
+            "--study",
+            "s",
+            "--trials",
+            "10",
+            "--sampler",
+            "random",
+            "--seed",
+            "1",
+            "--confirm",
+            "0",
+            "--set",
+            "trainer.micro=1",
+            "--json",
+            "--",
+            *tiny_command,
+        ],
+        cwd=workdir,
+    )
     assert proc.returncode == 0, proc.stderr
     rows = json.loads(proc.stdout)["trials"]
     launched = [r["params"] for r in rows if r["outcome"] == "launched"]
-    clamped = [r for r in rows if r["params"]["NCCL_SOCKET_NTHREADS"] == 16 and r["params"]["NCCL_NSOCKS_PERTHREAD"] == 8]
+    clamped = [
+        r for r in rows if r["params"]["NCCL_SOCKET_NTHREADS"] == 16 and r["params"]["NCCL_NSOCKS_PERTHREAD"] == 8
+    ]
     assert len(launched) == 3 and {(p["NCCL_SOCKET_NTHREADS"], p["NCCL_NSOCKS_PERTHREAD"]) for p in launched} == {
-        (16, 4), (8, 4), (8, 8)}
+        (16, 4),
+        (8, 4),
+        (8, 8),
+    }
     assert clamped and all(r["outcome"] == "duplicate" for r in clamped)
-    assert ("NCCL runs NCCL_NSOCKS_PERTHREAD=8 as 4 (NCCL_SOCKET_NTHREADS=16 x 8 sockets is more than 64): "
-            "the run of trial 0") in proc.stderr
+    assert (
+        "NCCL runs NCCL_NSOCKS_PERTHREAD=8 as 4 (NCCL_SOCKET_NTHREADS=16 x 8 sockets is more than 64): "
+        "the run of trial 0"
+    ) in proc.stderr
     assert "every config of the space has been run or is ruled out: the search is complete" in proc.stderr
     assert len(study_trials(workdir, "s")) < 20, "the study asked on long after its last config ran"

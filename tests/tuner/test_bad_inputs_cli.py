@@ -25,22 +25,43 @@ def study(tmp_path_factory):
 
 
 def test_a_key_set_twice_with_two_values_is_refused(tmp_path):
-    proc = run_cli(["run", "--dry-run", "--space", str(TINY_SPACE), "--set", "trainer.micro=2", "--set", "trainer.micro=4",
-                    "--", *TINY_CMD], cwd=tmp_path, timeout=60)
+    proc = run_cli(
+        [
+            "run",
+            "--dry-run",
+            "--space",
+            str(TINY_SPACE),
+            "--set",
+            "trainer.micro=2",
+            "--set",
+            "trainer.micro=4",
+            "--",
+            *TINY_CMD,
+        ],
+        cwd=tmp_path,
+        timeout=60,
+    )
     one_line_error(proc, "--set trainer.micro is given twice (trainer.micro=2 and trainer.micro=4); keep one of them")
 
 
 def test_a_misspelt_set_key_names_the_key_meant(tmp_path):
-    proc = run_cli(["run", "--dry-run", "--space", str(TINY_SPACE), "--set", "trainer.mikro=2", "--", *TINY_CMD],
-                   cwd=tmp_path, timeout=60)
+    proc = run_cli(
+        ["run", "--dry-run", "--space", str(TINY_SPACE), "--set", "trainer.mikro=2", "--", *TINY_CMD],
+        cwd=tmp_path,
+        timeout=60,
+    )
     one_line_error(proc, "--set trainer.mikro=2", "(did you mean 'trainer.micro'?)")
 
 
 def test_constraints_nothing_satisfies_name_the_file_and_the_rule(tmp_path):
     space = tmp_path / "never.yaml"
-    space.write_text(TINY_SPACE.read_text() + "\nconstraints:\n  - expr: trainer.micro > 100\n    message: micro above 100\n")
+    space.write_text(
+        TINY_SPACE.read_text() + "\nconstraints:\n  - expr: trainer.micro > 100\n    message: micro above 100\n"
+    )
     proc = run_cli(["run", "--dry-run", "--space", str(space), "--", *TINY_CMD], cwd=tmp_path, timeout=120)
-    one_line_error(proc, f"space tiny ({space}): no values satisfy its constraints", "'micro above 100'", "loosen that constraint")
+    one_line_error(
+        proc, f"space tiny ({space}): no values satisfy its constraints", "'micro above 100'", "loosen that constraint"
+    )
 
 
 def test_output_naming_a_folder_is_refused_and_the_folder_left_alone(tmp_path):
@@ -61,7 +82,9 @@ def test_output_under_a_file_names_the_file(tmp_path):
 
 def test_export_and_plots_into_the_wrong_kind_of_path(study):
     (study / "afile").write_text("x\n")
-    one_line_error(run_cli(["export", "-o", "afile/t.yaml"], cwd=study), "cannot write afile/t.yaml: afile is a file, not a folder")
+    one_line_error(
+        run_cli(["export", "-o", "afile/t.yaml"], cwd=study), "cannot write afile/t.yaml: afile is a file, not a folder"
+    )
     one_line_error(run_cli(["report", "--plots", "afile"], cwd=study), "--plots afile: it is a file, not a folder")
 
 
@@ -93,8 +116,10 @@ def test_apply_environment_comment_stays_one_line_on_a_narrow_terminal(tmp_path)
     (tmp_path / "cfg.yaml").write_text("trainer:\n  micro: 1\n")
     proc = run_cli(["apply", "tuned.yaml", "--into", "cfg.yaml"], cwd=tmp_path, env={"COLUMNS": "40"}, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stderr.splitlines() == ["# tuned.yaml also sets the environment; run before the training command:",
-                                        "unset NCCL_ALGO"], proc.stderr
+    assert proc.stderr.splitlines() == [
+        "# tuned.yaml also sets the environment; run before the training command:",
+        "unset NCCL_ALGO",
+    ], proc.stderr
 
 
 def test_an_unreadable_study_claim_says_how_to_go_on(tmp_path):
@@ -103,4 +128,6 @@ def test_an_unreadable_study_claim_says_how_to_go_on(tmp_path):
     claim = tmp_path / "results" / "c" / "study.json"
     claim.write_text("{not json")
     proc = run_cli([*RUN, "--study", "c", "--", *TINY_CMD], cwd=tmp_path, env={"TINY_STEP_S": "0.05"})
-    one_line_error(proc, "results/c/study.json cannot be read", "restore it from a copy, or run into another --results folder")
+    one_line_error(
+        proc, "results/c/study.json cannot be read", "restore it from a copy, or run into another --results folder"
+    )

@@ -17,8 +17,9 @@ def test_the_search_stops_early_enough_for_the_confirmation_to_run(workdir):
     # offload and NCCL pinned: every trial takes about as long as the others, so the plan holds
     pins = TWIN_PINS_SPEED_ONLY[4:]
     assert not any("micro" in p for p in pins)
-    proc = run_twin(["--trials", "50", "--budget", "30s", "--confirm", "1", "--json", "-o", "tuned.yaml", *pins],
-                    cwd=workdir)
+    proc = run_twin(
+        ["--trials", "50", "--budget", "30s", "--confirm", "1", "--json", "-o", "tuned.yaml", *pins], cwd=workdir
+    )
     assert proc.returncode == 0, proc.stderr
     assert "too little for one more trial and 1 confirmation re-run(s)" in proc.stderr
     assert "no new search trial" in proc.stderr
@@ -36,4 +37,7 @@ def test_a_budget_too_short_for_any_rerun_still_writes_the_best_config_marked_un
     assert doc["metrics"]["confirmed"] is False and doc["study"]["trial"] == 0
     assert "NOT confirmed by a re-run" in (workdir / "tuned.yaml").read_text().splitlines()[0]
     assert "the run's --budget is spent: no confirmation re-run" in proc.stderr
-    assert "tuned.yaml holds the fastest stable one (trial 0), marked unconfirmed (metrics.confirmed: false)" in proc.stderr
+    assert (
+        "tuned.yaml holds the fastest stable one (trial 0), marked unconfirmed (metrics.confirmed: false)"
+        in proc.stderr
+    )

@@ -30,8 +30,25 @@ def run_fake(tmp_path, preset: str, env: dict[str, str]):
     """One trial of the fake ``preset`` trainer through the CLI: its result line's throughput and unit,
     and its ``result.json``."""
     (tmp_path / "space.yaml").write_text(SPACE)
-    proc = run_cli(["run", "--space", "space.yaml", "--trials", "1", "--confirm", "0", "-o", "tuned.yaml",
-                    "--", sys.executable, str(FAKE), preset], cwd=tmp_path, env=env)
+    proc = run_cli(
+        [
+            "run",
+            "--space",
+            "space.yaml",
+            "--trials",
+            "1",
+            "--confirm",
+            "0",
+            "-o",
+            "tuned.yaml",
+            "--",
+            sys.executable,
+            str(FAKE),
+            preset,
+        ],
+        cwd=tmp_path,
+        env=env,
+    )
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stdout + proc.stderr
     assert f"progress: the output reads as preset {preset}" in proc.stdout and (tmp_path / "tuned.yaml").is_file()
     m = re.search(r"trial 0 ok  ([\d,.]+) (\S+/s) ", proc.stdout)
@@ -62,8 +79,12 @@ def test_ranks_interleaved_by_torchrun_tee_count_each_step_once(tmp_path):
 
 def test_a_training_that_finishes_before_the_trials_steps_is_not_called_a_refusal(tmp_path):
     (tmp_path / "space.yaml").write_text(SPACE)
-    proc = run_cli(["run", "--space", "space.yaml", "--trials", "2", "--", sys.executable, str(FAKE), "verl"],
-                   cwd=tmp_path, env={"FT_STEP_S": "0.2", "FT_STEPS": "2"})
-    line = one_line_error(proc, "trial 0 ended early: training finished by itself after 2 of 4 steps",
-                          "lower the batch size or --steps")
+    proc = run_cli(
+        ["run", "--space", "space.yaml", "--trials", "2", "--", sys.executable, str(FAKE), "verl"],
+        cwd=tmp_path,
+        env={"FT_STEP_S": "0.2", "FT_STEPS": "2"},
+    )
+    line = one_line_error(
+        proc, "trial 0 ended early: training finished by itself after 2 of 4 steps", "lower the batch size or --steps"
+    )
     assert "refused" not in line

@@ -22,9 +22,30 @@ def study(tmp_path_factory):
     re-run), micro=2, then Tree at micro 1, 2 and 4 (its re-run asked for)."""
     root = tmp_path_factory.mktemp("flaky")
     for micro, algo, confirm in ((4, "unset", 1), (2, "unset", 0), (1, "Tree", 0), (2, "Tree", 0), (4, "Tree", 1)):
-        proc = run_cli(["run", "--space", str(TINY_SPACE), "--study", "f", "--trials", "1", "--confirm", str(confirm),
-                        "--set", f"trainer.micro={micro}", "--set", "trainer.offload=false", "--set", f"NCCL_ALGO={algo}",
-                        "--", sys.executable, str(TINY_TRAINER)], cwd=root, env=ENV)
+        proc = run_cli(
+            [
+                "run",
+                "--space",
+                str(TINY_SPACE),
+                "--study",
+                "f",
+                "--trials",
+                "1",
+                "--confirm",
+                str(confirm),
+                "--set",
+                f"trainer.micro={micro}",
+                "--set",
+                "trainer.offload=false",
+                "--set",
+                f"NCCL_ALGO={algo}",
+                "--",
+                sys.executable,
+                str(TINY_TRAINER),
+            ],
+            cwd=root,
+            env=ENV,
+        )
         assert proc.returncode == 0, proc.stdout + proc.stderr
     return root, proc.stdout
 
@@ -43,7 +64,7 @@ def test_the_lucky_config_is_passed_over_and_not_re_run(study):
     assert passed["throughput_per_s"] > 1.2 * data["best"]["throughput_per_s"]
     assert passed["why"].startswith("NCCL_ALGO=Tree fails about ")
     # the run that launched it said so at its end, below the winner
-    tail = last_run[last_run.index("best stable: trial 0"):]
+    tail = last_run[last_run.index("best stable: trial 0") :]
     assert "not stable, though its runs finished: trial 5 " in tail and "NCCL_ALGO=Tree fails about" in tail
 
 
@@ -62,7 +83,9 @@ def test_the_report_s_reasons_name_the_flaky_value_and_no_runner_up_holds_it(stu
     root, _ = study
     view = load_view(f"sqlite:///{root}/results/nccl-tune.db", "f")
     reasons = winner_reasons(view)
-    assert any(re.match(r"trial 5 was faster \(.+\) but is not stable though its runs finished: NCCL_ALGO=Tree fails", line)
-               for line in reasons), reasons
+    assert any(
+        re.match(r"trial 5 was faster \(.+\) but is not stable though its runs finished: NCCL_ALGO=Tree fails", line)
+        for line in reasons
+    ), reasons
     assert not any(line.startswith("runner-up: trial 5") for line in reasons), reasons
     assert "NCCL_ALGO=Tree fails about" in render_report(view, "md")

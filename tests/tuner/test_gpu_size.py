@@ -4,7 +4,6 @@ PyTorch's out-of-memory message; and what the memory model can then refuse."""
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import optuna
 from optuna.trial import TrialState
@@ -12,27 +11,41 @@ from optuna.trial import TrialState
 from nccl_tune.failure import Evidence, FailureClass, Verdict
 from nccl_tune.search_spaces.loader import parse_space
 from nccl_tune.trial import GpuMemory, MemoryReport, StopReason, TrialResult
+from nccl_tune.tuner import study_records as R
 from nccl_tune.tuner.gpu_size import learned_gpu_gib, sized, sized_among, with_gpu_gib
 from nccl_tune.tuner.memory_model import MemoryModel
-from nccl_tune.tuner import study_records as R
 from nccl_tune.tuner.study_records import Outcome, TrialKind, TrialRecord
 from nccl_tune.tuner.telling import tell_result
 
-OOM_LINE = ("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of "
-            "79.15 GiB of which 1.15 GiB is free. Including non-PyTorch memory, this process has 78.00 GiB in use.")
+OOM_LINE = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB. GPU 0 has a total capacity of "
+    "79.15 GiB of which 1.15 GiB is free. Including non-PyTorch memory, this process has 78.00 GiB in use."
+)
 
 
 def ran(number: int, peak_gib: float, total_gib: float = math.nan) -> TrialResult:
     """A finished run whose memory line gave ``peak_gib`` (and the GPU's size only when ``total_gib`` is)."""
-    return TrialResult(number=number, status=FailureClass.OK, verdict=Verdict(FailureClass.OK),
-                       stop_reason=StopReason.MEASURED, step_times_s=(2.0, 1.0, 1.0), warmup_steps=1,
-                       memory=MemoryReport("log", (GpuMemory(0, total_gib, peak_gib), GpuMemory(1, total_gib, peak_gib - 1))))
+    return TrialResult(
+        number=number,
+        status=FailureClass.OK,
+        verdict=Verdict(FailureClass.OK),
+        stop_reason=StopReason.MEASURED,
+        step_times_s=(2.0, 1.0, 1.0),
+        warmup_steps=1,
+        memory=MemoryReport("log", (GpuMemory(0, total_gib, peak_gib), GpuMemory(1, total_gib, peak_gib - 1))),
+    )
 
 
 def oom(number: int, line: str = OOM_LINE) -> TrialResult:
     verdict = Verdict(FailureClass.OOM, evidence=(Evidence(3, line, "stderr.log"),))
-    return TrialResult(number=number, status=FailureClass.OOM, verdict=verdict, stop_reason=StopReason.EXITED,
-                       exit_code=1, memory=MemoryReport("rss", (), 0.2))
+    return TrialResult(
+        number=number,
+        status=FailureClass.OOM,
+        verdict=verdict,
+        stop_reason=StopReason.EXITED,
+        exit_code=1,
+        memory=MemoryReport("rss", (), 0.2),
+    )
 
 
 def test_the_size_comes_from_a_report_that_gave_it_else_from_an_oom_message():
@@ -71,8 +84,15 @@ stability: {min_headroom_frac: 0.05}
 
 
 def record(result: TrialResult, values: dict) -> TrialRecord:
-    return TrialRecord(result.number, TrialState.COMPLETE, {**SPACE.defaults(), **values}, TrialKind.SEARCH,
-                       Outcome.LAUNCHED, result.status, result)
+    return TrialRecord(
+        result.number,
+        TrialState.COMPLETE,
+        {**SPACE.defaults(), **values},
+        TrialKind.SEARCH,
+        Outcome.LAUNCHED,
+        result.status,
+        result,
+    )
 
 
 def test_once_an_oom_names_the_size_the_memory_model_gives_a_move_past_the_wall_low_odds():
@@ -91,8 +111,9 @@ def test_once_an_oom_names_the_size_the_memory_model_gives_a_move_past_the_wall_
 def test_a_run_told_before_the_size_was_known_is_judged_against_the_headroom_once_it_is(tmp_path):
     """Told at 76 GiB of an unknown GPU, trial 0 looked stable; an OOM then names 79.15 GiB, and read
     back it sits within the 5% headroom: near the wall, not a config to export."""
-    study = optuna.create_study(storage=f"sqlite:///{tmp_path / 'study.db'}", study_name="gib-only",
-                                directions=["maximize"])
+    study = optuna.create_study(
+        storage=f"sqlite:///{tmp_path / 'study.db'}", study_name="gib-only", directions=["maximize"]
+    )
     for result in (ran(0, 76.0), ran(1, 40.0), oom(2)):
         tell_result(study, study.ask(), result, min_headroom_frac=0.05)
     before = R.records_of(study.get_trials()[:2])

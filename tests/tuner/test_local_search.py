@@ -55,9 +55,13 @@ def record(number: int, v: dict, used_gib: float, step_s: float, status: Failure
     stepped every ``step_s`` after a slower warm-up step."""
     status = status or (FailureClass.OK if used_gib <= GPU else FailureClass.OOM)
     result = TrialResult(
-        number=number, status=status, verdict=Verdict(status), stop_reason=StopReason.MEASURED,
+        number=number,
+        status=status,
+        verdict=Verdict(status),
+        stop_reason=StopReason.MEASURED,
         step_times_s=(step_s * 1.3, step_s, step_s * 1.01, step_s * 0.99) if status is FailureClass.OK else (),
-        warmup_steps=1, samples_per_step=64.0,
+        warmup_steps=1,
+        samples_per_step=64.0,
         memory=MemoryReport("nvml", (GpuMemory(0, GPU, min(used_gib, GPU)),)),
     )
     return TrialRecord(number, TrialState.COMPLETE, v, TrialKind.SEARCH, Outcome.LAUNCHED, status, result)
@@ -84,8 +88,13 @@ def test_a_micro_batch_that_does_not_fit_is_tried_with_the_enabler_that_frees_ro
 
 
 def test_once_the_enabler_is_measured_the_largest_micro_batch_predicted_to_fit_comes_with_it():
-    records = [rec(0, {}), rec(1, {"micro": 4}), rec(2, {"micro": 8}), rec(3, {"micro": 8, "ckpt": True}),
-               rec(4, {"micro": 16, "ckpt": True})]
+    records = [
+        rec(0, {}),
+        rec(1, {"micro": 4}),
+        rec(2, {"micro": 8}),
+        rec(3, {"micro": 8, "ckpt": True}),
+        rec(4, {"micro": 16, "ckpt": True}),
+    ]
     planner = Planner(SPACE, {}, records)
     p = planner.propose(random.Random(0))
     # micro 32 with checkpointing needs 68 GiB: it fits (measured along the checkpointing line) and is
@@ -114,13 +123,14 @@ def test_an_enabler_whose_every_compound_move_is_expected_not_to_fit_moves_alone
     throughput is still unmeasured (the run ended before a step), and only a run of it alone can
     measure it (flash attention frees memory and is faster too), so it moves alone."""
     v1, v2, v3 = {**BASE, "micro": 4}, {**BASE, "micro": 8}, {**BASE, "micro": 8, "ckpt": True}
-    records = [rec(0, {}), record(1, v1, 70.0, 64.0 / speed(v1)), record(2, v2, 110.0, 1.0),
-               record(3, v3, 95.0, 1.0)]
+    records = [rec(0, {}), record(1, v1, 70.0, 64.0 / speed(v1)), record(2, v2, 110.0, 1.0), record(3, v3, 95.0, 1.0)]
     assert records[3].status is FailureClass.OOM
     planner = Planner(SPACE, {}, records)
     moves = planner.moves([(1, v1)])
     compounds = planner.compounds(v1, 1)
-    assert compounds and not [m for m in compounds if planner.admissible(m) and planner.memory.p_fits(m.values) >= HOPEFUL_FIT]
+    assert compounds and not [
+        m for m in compounds if planner.admissible(m) and planner.memory.p_fits(m.values) >= HOPEFUL_FIT
+    ]
     assert any(m.kind == "move" and m.values == {**v1, "ckpt": True} for m in moves)
 
 
@@ -176,6 +186,7 @@ def test_a_change_whose_gain_is_within_the_models_doubt_is_not_carried_along():
     """An NCCL value measured 3.5% faster by one run, on a job whose steps scatter 1%: the config
     holding it leads the moves. Steps that scatter 4% put 3.5% within what one run can tell: the
     config without it leads (a change that did not measurably help may break in combination)."""
+
     def measured(number: int, changes: dict, scatter: float) -> TrialRecord:
         v = {**BASE, **changes}
         step_s = 64.0 / speed(v) / (1.035 if v["NCCL_ALGO"] == "Ring" else 1.0)
@@ -184,8 +195,11 @@ def test_a_change_whose_gain_is_within_the_models_doubt_is_not_carried_along():
         return replace(r, result=replace(r.result, step_times_s=steps))
 
     for scatter, leader in ((0.01, "Ring"), (0.04, "unset")):
-        records = [measured(0, {}, scatter), measured(1, {"micro": 4}, scatter),
-                   measured(2, {"micro": 4, "NCCL_ALGO": "Ring"}, scatter)]
+        records = [
+            measured(0, {}, scatter),
+            measured(1, {"micro": 4}, scatter),
+            measured(2, {"micro": 4, "NCCL_ALGO": "Ring"}, scatter),
+        ]
         first = Planner(SPACE, {}, records).ranked()[0]
         assert first[2]["NCCL_ALGO"] == leader and first[2]["micro"] == 4, scatter
 
@@ -220,9 +234,16 @@ def nccl_run(number: int, changes: dict, ll: float, status: FailureClass = Failu
     speed = {"NVLS": 1.25, "Ring": 0.97, "Tree": 0.9}.get(v["NCCL_ALGO"], 1.0)
     speed *= {"LL128": 0.99, "LL": ll}.get(v["NCCL_PROTO"], 1.0)
     ok = status is FailureClass.OK
-    result = TrialResult(number=number, status=status, verdict=Verdict(status), stop_reason=StopReason.MEASURED,
-                         step_times_s=tuple(10.0 / speed * f for f in (1.3, 1.0, 1.01, 0.99)) if ok else (),
-                         warmup_steps=1, samples_per_step=64.0, wall_s=300.0 if ok else 330.0)
+    result = TrialResult(
+        number=number,
+        status=status,
+        verdict=Verdict(status),
+        stop_reason=StopReason.MEASURED,
+        step_times_s=tuple(10.0 / speed * f for f in (1.3, 1.0, 1.01, 0.99)) if ok else (),
+        warmup_steps=1,
+        samples_per_step=64.0,
+        wall_s=300.0 if ok else 330.0,
+    )
     return TrialRecord(number, TrialState.COMPLETE, v, TrialKind.SEARCH, Outcome.LAUNCHED, status, result)
 
 
@@ -234,10 +255,18 @@ def test_a_move_likelier_to_fail_than_finish_waits_while_a_likely_one_is_worth_a
     where the prior expected it slower by design), that one goes first; once none is (LL 15%
     slower), the suspect move may still be tried."""
     nv = {"NCCL_ALGO": "NVLS"}
-    runs = [{}, nv, {**nv, "NCCL_PROTO": "Simple"}, {"NCCL_ALGO": "Ring"}, {"NCCL_ALGO": "Tree"},
-            {**nv, "NCCL_PROTO": "LL128"}, {**nv, "NCCL_CUMEM_ENABLE": 1},
-            {**nv, "NCCL_PROTO": "Simple", "NCCL_CUMEM_ENABLE": 1}, {**nv, "NCCL_PROTO": "LL128", "NCCL_CUMEM_ENABLE": 1},
-            {"NCCL_PROTO": "LL"}]
+    runs = [
+        {},
+        nv,
+        {**nv, "NCCL_PROTO": "Simple"},
+        {"NCCL_ALGO": "Ring"},
+        {"NCCL_ALGO": "Tree"},
+        {**nv, "NCCL_PROTO": "LL128"},
+        {**nv, "NCCL_CUMEM_ENABLE": 1},
+        {**nv, "NCCL_PROTO": "Simple", "NCCL_CUMEM_ENABLE": 1},
+        {**nv, "NCCL_PROTO": "LL128", "NCCL_CUMEM_ENABLE": 1},
+        {"NCCL_PROTO": "LL"},
+    ]
     records = [nccl_run(i, c, ll) for i, c in enumerate(runs)]
     records.append(nccl_run(len(runs), {**nv, "NCCL_CUMEM_ENABLE": 0}, ll, FailureClass.HANG))
     planner = Planner(NCCL_ONLY, {}, records)
@@ -263,18 +292,29 @@ throughput: {samples_per_step: batch}
 )
 
 
-def prompt_run(number: int, changes: dict, status: FailureClass = FailureClass.OK, wall_s: float = 1000.0) -> TrialRecord:
+def prompt_run(
+    number: int, changes: dict, status: FailureClass = FailureClass.OK, wall_s: float = 1000.0
+) -> TrialRecord:
     """A run of ``changes``: the larger batch 4% faster; a failure ends before the first step."""
     v = {**PROMPTS.defaults(), **changes}
     step_s = 10.0 * v["batch"] / 256 / (1.04 if v["batch"] == 512 else 1.0)
     ok = status is FailureClass.OK
-    result = TrialResult(number=number, status=status, verdict=Verdict(status), stop_reason=StopReason.MEASURED,
-                         step_times_s=(step_s * 1.3, step_s, step_s) if ok else (), warmup_steps=1,
-                         samples_per_step=float(v["batch"]), wall_s=wall_s)
+    result = TrialResult(
+        number=number,
+        status=status,
+        verdict=Verdict(status),
+        stop_reason=StopReason.MEASURED,
+        step_times_s=(step_s * 1.3, step_s, step_s) if ok else (),
+        warmup_steps=1,
+        samples_per_step=float(v["batch"]),
+        wall_s=wall_s,
+    )
     return TrialRecord(number, TrialState.COMPLETE, v, TrialKind.SEARCH, Outcome.LAUNCHED, status, result)
 
 
-@pytest.mark.parametrize("status, wall_s, tried", [(FailureClass.CRASH, 70.0, True), (FailureClass.HANG, 1500.0, False)])
+@pytest.mark.parametrize(
+    "status, wall_s, tried", [(FailureClass.CRASH, 70.0, True), (FailureClass.HANG, 1500.0, False)]
+)
 def test_a_value_that_crashed_start_ups_next_to_a_partner_is_tried_with_the_partner_set_back(status, wall_s, tried):
     """The shorter prompt limit crashed at start-up twice, each time at the larger batch (the
     prompts it keeps cannot fill it), which is the incumbent's: from there no one change tries the
@@ -282,8 +322,10 @@ def test_a_value_that_crashed_start_ups_next_to_a_partner_is_tried_with_the_part
     those runs hung, or cost as much as a finished run, the limit stays suspect everywhere and no
     such move is made."""
     records = [prompt_run(0, {}), prompt_run(1, {"batch": 512}), prompt_run(2, {"batch": 512, "NCCL_ALGO": "Ring"})]
-    records += [prompt_run(3 + i, {"batch": 512, "prompt": 2048, "NCCL_ALGO": algo}, status, wall_s)
-                for i, algo in enumerate(["unset", "Tree"])]
+    records += [
+        prompt_run(3 + i, {"batch": 512, "prompt": 2048, "NCCL_ALGO": algo}, status, wall_s)
+        for i, algo in enumerate(["unset", "Tree"])
+    ]
     planner = Planner(PROMPTS, {}, records)
     moves = planner.moves([(1, records[1].values)])
     apart = [m for m in moves if m.kind == "move without a partner"]
@@ -291,7 +333,9 @@ def test_a_value_that_crashed_start_ups_next_to_a_partner_is_tried_with_the_part
     assert not any(m.values == {**PROMPTS.defaults(), "batch": 512, "prompt": 2048} for m in moves)
     if tried:
         assert apart[0].changed == ("prompt", "batch")
-        assert planner.failures.worth(apart[0].values) == pytest.approx(planner.failures.worth({**PROMPTS.defaults(), "NCCL_ALGO": "Tree"}))
+        assert planner.failures.worth(apart[0].values) == pytest.approx(
+            planner.failures.worth({**PROMPTS.defaults(), "NCCL_ALGO": "Tree"})
+        )
 
 
 def told(study: optuna.Study, r: TrialRecord) -> None:
@@ -299,9 +343,10 @@ def told(study: optuna.Study, r: TrialRecord) -> None:
     from nccl_tune.tuner.sampling import distributions, to_optuna
 
     trial = optuna.trial.create_trial(
-        params=to_optuna(SPACE, r.values, {}), distributions=distributions(SPACE, {}),
-        value=r.throughput or 0.0, user_attrs={"values": dict(r.values), "result": r.result.to_json(),
-                                                "status": r.status.value, "kind": "search"},
+        params=to_optuna(SPACE, r.values, {}),
+        distributions=distributions(SPACE, {}),
+        value=r.throughput or 0.0,
+        user_attrs={"values": dict(r.values), "result": r.result.to_json(), "status": r.status.value, "kind": "search"},
         system_attrs={"constraints:failed": -1.0 if r.ok else 1.0},
     )
     study.add_trial(trial)
@@ -345,8 +390,16 @@ def test_a_whole_study_on_the_enabler_trap_takes_the_slower_enabler_for_a_larger
     space_file = tmp_path / "trap.yaml"
     space_file.write_text(FAMILIES["enabler-trap"].space_yaml)
     storage = f"sqlite:///{tmp_path / 'trap.db'}"
-    settings = RunSettings(command=("true",), space=str(space_file), results=tmp_path, storage=storage,
-                           study="trap", trials=12, seed=0, confirm=0)
+    settings = RunSettings(
+        command=("true",),
+        space=str(space_file),
+        results=tmp_path,
+        storage=storage,
+        study="trap",
+        trials=12,
+        seed=0,
+        confirm=0,
+    )
     launcher = ModelLauncher(env={"HOME": str(tmp_path)}, cost=analytic_cost(inst.landscape, inst.node))
     shown = io.StringIO()
     out = run_study(settings, console=Console(file=shown, width=200), launcher=launcher)
@@ -367,9 +420,16 @@ def test_a_config_holding_a_flaky_value_is_neither_the_incumbent_nor_a_base():
     often is no stable setting. The config that finished with it is the fastest; the incumbent and
     the moves come from the others."""
     lucky = {"micro": 4, "NCCL_ALGO": "Tree"}
-    records = [rec(0, {}), rec(1, {"micro": 4}), rec(2, lucky), rec(3, {"NCCL_ALGO": "Tree"}, FailureClass.HANG),
-               rec(4, {"micro": 1, "NCCL_ALGO": "Tree"}), rec(5, {"ckpt": True, "NCCL_ALGO": "Tree"}, FailureClass.HANG),
-               rec(6, {"ckpt": True, "micro": 4, "NCCL_ALGO": "Tree"}), rec(7, {"NCCL_ALGO": "Ring"})]
+    records = [
+        rec(0, {}),
+        rec(1, {"micro": 4}),
+        rec(2, lucky),
+        rec(3, {"NCCL_ALGO": "Tree"}, FailureClass.HANG),
+        rec(4, {"micro": 1, "NCCL_ALGO": "Tree"}),
+        rec(5, {"ckpt": True, "NCCL_ALGO": "Tree"}, FailureClass.HANG),
+        rec(6, {"ckpt": True, "micro": 4, "NCCL_ALGO": "Tree"}),
+        rec(7, {"NCCL_ALGO": "Ring"}),
+    ]
     planner = Planner(SPACE, {}, records)
     assert planner.failures.p_ok({**BASE, **lucky}) > 0.5 and planner.failures.flaky({**BASE, **lucky})
     ranked = [number for _, number, _, _ in planner.ranked()]
@@ -449,8 +509,12 @@ throughput: {samples_per_step: 64}
 def test_no_move_goes_to_a_config_nccl_runs_as_one_already_measured():
     """16 threads x 8 sockets is past NCCL's 64: it runs as 16 x 4, measured; 8 x 8 is a run of its own."""
     base = SOCKETS.defaults()
-    runs = [({}, 2.0), ({"NCCL_SOCKET_NTHREADS": 16}, 1.5), ({"NCCL_SOCKET_NTHREADS": 16, "NCCL_NSOCKS_PERTHREAD": 4}, 1.2),
-            ({"NCCL_SOCKET_NTHREADS": 8, "NCCL_NSOCKS_PERTHREAD": 4}, 1.25)]
+    runs = [
+        ({}, 2.0),
+        ({"NCCL_SOCKET_NTHREADS": 16}, 1.5),
+        ({"NCCL_SOCKET_NTHREADS": 16, "NCCL_NSOCKS_PERTHREAD": 4}, 1.2),
+        ({"NCCL_SOCKET_NTHREADS": 8, "NCCL_NSOCKS_PERTHREAD": 4}, 1.25),
+    ]
     records = [record(i, {**base, **changes}, 40.0, step_s) for i, (changes, step_s) in enumerate(runs)]
     planner = Planner(SOCKETS, {}, records)
     moves = planner.moves([(2, records[2].values), (3, records[3].values)])
@@ -466,9 +530,18 @@ def quiet_study(tmp_path, name: str, space_text: str, truth, trials: int) -> lis
     ``truth`` under 0.5% step noise: no re-run, early stop or screening."""
     space_file = tmp_path / f"{name}.yaml"
     space_file.write_text(space_text)
-    settings = RunSettings(command=("true",), space=str(space_file), results=tmp_path,
-                           storage=f"sqlite:///{tmp_path / f'{name}.db'}", study=name, trials=trials, seed=0, confirm=0,
-                           early_stop_ratio=0.0, screening=False)
+    settings = RunSettings(
+        command=("true",),
+        space=str(space_file),
+        results=tmp_path,
+        storage=f"sqlite:///{tmp_path / f'{name}.db'}",
+        study=name,
+        trials=trials,
+        seed=0,
+        confirm=0,
+        early_stop_ratio=0.0,
+        screening=False,
+    )
     launcher = ModelLauncher(env={"HOME": str(tmp_path)}, cost=analytic_cost(truth, AnalyticNode(step_noise=0.005)))
     out = run_study(settings, console=Console(file=io.StringIO(), width=200), launcher=launcher)
     return [r for r in sorted(out.records, key=lambda r: r.number) if r.outcome is Outcome.LAUNCHED]
@@ -488,7 +561,10 @@ def test_a_gain_along_an_ordered_axis_is_followed_past_the_next_value(tmp_path):
     """Throughput rises with every doubling of the engines' batch, 16 to 1024 (seven values), from a
     baseline at the low end: a move goes two values at once, so the top is run by the fourth trial,
     not after every value between (six moves one value at a time)."""
-    truth = lambda v: Truth(step_s=100.0 / (1.0 + 0.15 * math.log2(v["rollout.max_num_seqs"] / 16)), peak_gib=30.0)
+
+    def truth(v):
+        return Truth(step_s=100.0 / (1.0 + 0.15 * math.log2(v["rollout.max_num_seqs"] / 16)), peak_gib=30.0)
+
     seqs = [r.values["rollout.max_num_seqs"] for r in quiet_study(tmp_path, "rising", RISING, truth, trials=5)]
     assert 1024 in seqs[:4] and not {32, 128, 512} & set(seqs[:4]), seqs
 
@@ -496,8 +572,11 @@ def test_a_gain_along_an_ordered_axis_is_followed_past_the_next_value(tmp_path):
 def pairs_from(planner: Planner, number: int, values: dict) -> set[tuple[tuple[str, object], ...]]:
     """The pairs of moves among ``planner``'s moves from the one base ``(number, values)``: each as
     its two changes, sorted."""
-    return {tuple(sorted((n, m.values[n]) for n in m.changed))
-            for m in planner.moves([(number, values)]) if m.kind == "pair of moves"}
+    return {
+        tuple(sorted((n, m.values[n]) for n in m.changed))
+        for m in planner.moves([(number, values)])
+        if m.kind == "pair of moves"
+    }
 
 
 def test_a_pair_of_moves_takes_no_change_rated_slower_and_no_two_nccl_variables():
@@ -559,6 +638,7 @@ def test_two_changes_expected_to_gain_are_taken_in_one_trial(tmp_path):
     each gains about 14% at the top of its axis, whatever the other's value: a pair of moves takes
     both in the first trial after the baseline, where one move at a time needs two trials to run
     the best. An NCCL value, expected neither faster nor slower, promises less as the partner."""
+
     def truth(v):
         micro, util = v["train.micro_batch_size"], v["rollout.gpu_memory_utilization"]
         gain = (1.0 + 0.07 * math.log2(micro)) * (1.0 + 0.7 * (util - 0.5))

@@ -16,8 +16,23 @@ pytestmark = pytest.mark.timeout(400)
 def test_a_300_mb_line_costs_the_tuner_little_memory(workdir, tiny_command):
     def run(study: str, *mode: str):  # micro 8 runs out of memory: the log is classified
         return run_cli_peak_rss(
-            ["run", "--space", str(TINY_SPACE), "--study", study, "--trials", "1", "--confirm", "0", "--json",
-             "--set", "trainer.micro=8", "--", *tiny_command, *mode],
+            [
+                "run",
+                "--space",
+                str(TINY_SPACE),
+                "--study",
+                study,
+                "--trials",
+                "1",
+                "--confirm",
+                "0",
+                "--json",
+                "--set",
+                "trainer.micro=8",
+                "--",
+                *tiny_command,
+                *mode,
+            ],
             cwd=workdir,
         )
 

@@ -17,8 +17,21 @@ pytestmark = pytest.mark.timeout(300)
 
 def tiny_run(workdir, tiny_command, *extra, trials=8, study="t"):
     return run_cli(
-        ["run", "--space", str(TINY_SPACE), "--study", study, "--trials", str(trials), "--seed", "3", "--json", *extra,
-         "--", *tiny_command],
+        [
+            "run",
+            "--space",
+            str(TINY_SPACE),
+            "--study",
+            study,
+            "--trials",
+            str(trials),
+            "--seed",
+            "3",
+            "--json",
+            *extra,
+            "--",
+            *tiny_command,
+        ],
         cwd=workdir,
     )
 
@@ -115,8 +128,22 @@ def test_a_crash_is_recorded_with_its_evidence_and_the_study_goes_on(workdir, ti
     space = workdir / "crashy.yaml"
     space.write_text(TINY_SPACE.read_text() + "\ncontext:\n  trainer.mode: ok\n")
     proc = run_cli(
-        ["run", "--space", str(space), "--study", "c", "--trials", "2", "--confirm", "0", "--json",
-         "--set", "trainer.mode=crash", "--", *tiny_command],
+        [
+            "run",
+            "--space",
+            str(space),
+            "--study",
+            "c",
+            "--trials",
+            "2",
+            "--confirm",
+            "0",
+            "--json",
+            "--set",
+            "trainer.mode=crash",
+            "--",
+            *tiny_command,
+        ],
         cwd=workdir,
     )
     summary = json.loads(proc.stdout)
@@ -127,8 +154,18 @@ def test_a_crash_is_recorded_with_its_evidence_and_the_study_goes_on(workdir, ti
 
 
 def test_report_lists_failures_with_evidence_and_writes_plots(workdir, tiny_command):
-    tiny_run(workdir, tiny_command, "--confirm", "0", "--set", "trainer.micro=8", "--set", "trainer.offload=false",
-             trials=1, study="r")
+    tiny_run(
+        workdir,
+        tiny_command,
+        "--confirm",
+        "0",
+        "--set",
+        "trainer.micro=8",
+        "--set",
+        "trainer.offload=false",
+        trials=1,
+        study="r",
+    )
     tiny_run(workdir, tiny_command, "--confirm", "0", "--set", "trainer.micro=2", trials=1, study="r2")
     proc = run_cli(["report", "--study", "r", "--json", "--plots", "plots"], cwd=workdir)
     assert proc.returncode == 0, proc.stderr
@@ -165,8 +202,10 @@ def test_the_default_study_name_includes_the_results_folder(workdir):
     from tests.tuner.conftest import run_twin
 
     shared = f"sqlite:///{workdir}/shared.db"
-    runs = [run_twin(["--storage", shared, "--results", folder, "--trials", "1", "--confirm", "0"], cwd=workdir)
-            for folder in ("a", "b")]
+    runs = [
+        run_twin(["--storage", shared, "--results", folder, "--trials", "1", "--confirm", "0"], cwd=workdir)
+        for folder in ("a", "b")
+    ]
     assert all(p.returncode == 0 for p in runs), [p.stderr for p in runs]
     names = [p.stdout.split("new study ")[1].split(":")[0] for p in runs]  # the second is a new study too
     assert names[0] != names[1]

@@ -14,7 +14,7 @@ from tests.tuner.conftest import run_cli
 
 pytestmark = pytest.mark.timeout(240)
 
-TRAINER = '''
+TRAINER = """
 import os, sys, time
 micro = int(os.environ.get("MICRO", "2"))
 step_s = 0.15 * (2 / micro) ** 0.5
@@ -30,7 +30,7 @@ for step in range(1, 100):
           f"perf/max_memory_allocated_gb:np.float64({peak_gib}) - "
           f"perf/max_memory_reserved_gb:np.float64({peak_gib + 4}) - "
           f"timing_s/step:np.float64({step_s:.3f}) - perf/throughput:np.float64({2048 / step_s:.1f})", flush=True)
-'''
+"""
 
 SPACE = """
 name: gib-only
@@ -47,8 +47,11 @@ def tune(tmp_path, peak_gib: str, high: int, *args: str) -> subprocess.Completed
     ``high``, on a node NVML cannot read."""
     (tmp_path / "train.py").write_text(TRAINER.replace("PEAK_GIB", peak_gib))
     (tmp_path / "space.yaml").write_text(SPACE.replace("HIGH", str(high)))
-    return run_cli(["run", "--space", "space.yaml", "--confirm", "0", *args, "--", sys.executable, "train.py"],
-                   cwd=tmp_path, env={"NCCL_TUNE_FAKE_NVML": ""})
+    return run_cli(
+        ["run", "--space", "space.yaml", "--confirm", "0", *args, "--", sys.executable, "train.py"],
+        cwd=tmp_path,
+        env={"NCCL_TUNE_FAKE_NVML": ""},
+    )
 
 
 def test_memory_lines_without_the_gpus_size_end_in_a_tuned_file(tmp_path):
@@ -67,6 +70,6 @@ def test_once_an_oom_names_the_gpus_size_every_run_in_gib_alone_reads_as_a_share
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, out + proc.stderr
     assert "trial 0 ok" in out and "mem 28.0 GiB log" in out, out  # reserved; no size known yet
     assert " oom " in out and "total capacity of 79.15 GiB" in out, out
-    summary = out[out.index("\ntrials:"):]
+    summary = out[out.index("\ntrials:") :]
     assert "trial 0 baseline ok" in summary and "mem 28.0 GiB (35%)" in summary, summary
     assert "MICRO=16" not in out, out  # dominates the OOM: never launched

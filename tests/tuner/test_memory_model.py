@@ -41,8 +41,13 @@ def launched(number: int, values: dict) -> TrialRecord:
     need = peak_gib(values)
     status = FailureClass.OK if need <= GPU_GIB else FailureClass.OOM
     result = TrialResult(
-        number=number, status=status, verdict=Verdict(status), stop_reason=StopReason.MEASURED,
-        step_times_s=(2.0, 1.0, 1.0) if status is FailureClass.OK else (), warmup_steps=1, samples_per_step=8.0,
+        number=number,
+        status=status,
+        verdict=Verdict(status),
+        stop_reason=StopReason.MEASURED,
+        step_times_s=(2.0, 1.0, 1.0) if status is FailureClass.OK else (),
+        warmup_steps=1,
+        samples_per_step=8.0,
         memory=MemoryReport("nvml", (GpuMemory(0, GPU_GIB, min(need, GPU_GIB)),)),
     )
     return TrialRecord(number, TrialState.COMPLETE, values, TrialKind.SEARCH, Outcome.LAUNCHED, status, result)
@@ -96,10 +101,22 @@ def test_dominating_an_oom_or_a_run_within_the_headroom_is_refused_for_certain()
     assert v is not None and v.oom and v.from_trial == 2 and "ran out" in v.reason
     # a run that finished at 96% of the GPU is not stable; a config needing at least its memory is not launched
     hot = TrialRecord(
-        3, TrialState.COMPLETE, {**BASE, "micro": 8}, TrialKind.SEARCH, Outcome.LAUNCHED, FailureClass.OK,
-        TrialResult(number=3, status=FailureClass.OK, verdict=Verdict(FailureClass.OK), stop_reason=StopReason.MEASURED,
-                    step_times_s=(2.0, 1.0), warmup_steps=1, samples_per_step=8.0,
-                    memory=MemoryReport("nvml", (GpuMemory(0, GPU_GIB, 0.96 * GPU_GIB),))),
+        3,
+        TrialState.COMPLETE,
+        {**BASE, "micro": 8},
+        TrialKind.SEARCH,
+        Outcome.LAUNCHED,
+        FailureClass.OK,
+        TrialResult(
+            number=3,
+            status=FailureClass.OK,
+            verdict=Verdict(FailureClass.OK),
+            stop_reason=StopReason.MEASURED,
+            step_times_s=(2.0, 1.0),
+            warmup_steps=1,
+            samples_per_step=8.0,
+            memory=MemoryReport("nvml", (GpuMemory(0, GPU_GIB, 0.96 * GPU_GIB),)),
+        ),
     )
     v = memory_verdict(SPACE, {**BASE, "micro": 8, "NCCL_ALGO": "Ring"}, [records[0], hot])
     assert v is not None and not v.oom and v.status is None and v.from_trial == 3 and "headroom" in v.reason
@@ -117,7 +134,9 @@ def test_an_oom_raises_the_effect_of_what_grew_not_of_what_shrank():
 
 
 def test_checkpointing_measured_once_then_the_line_through_it_predicts_the_largest_fit():
-    records = study({}, {"micro": 2}, {"micro": 4}, {"micro": 16}, {"micro": 16, "ckpt": True}, {"micro": 32, "ckpt": True})
+    records = study(
+        {}, {"micro": 2}, {"micro": 4}, {"micro": 16}, {"micro": 16, "ckpt": True}, {"micro": 32, "ckpt": True}
+    )
     model = MemoryModel(SPACE, records)
     assert model.varies("ckpt")
     # with checkpointing on, micro 64 is measured along its own line: 36 + 0.6 * 64 = 74.4 GiB (93%)
@@ -143,10 +162,22 @@ def run(number: int, values: dict, gib: float) -> TrialRecord:
     """A trial of ``values`` that peaked at ``gib`` (ran out above the GPU)."""
     status = FailureClass.OK if gib <= GPU_GIB else FailureClass.OOM
     return TrialRecord(
-        number, TrialState.COMPLETE, values, TrialKind.SEARCH, Outcome.LAUNCHED, status,
-        TrialResult(number=number, status=status, verdict=Verdict(status), stop_reason=StopReason.MEASURED,
-                    step_times_s=(2.0, 1.0) if status is FailureClass.OK else (), warmup_steps=1,
-                    samples_per_step=8.0, memory=MemoryReport("nvml", (GpuMemory(0, GPU_GIB, min(gib, GPU_GIB)),))),
+        number,
+        TrialState.COMPLETE,
+        values,
+        TrialKind.SEARCH,
+        Outcome.LAUNCHED,
+        status,
+        TrialResult(
+            number=number,
+            status=status,
+            verdict=Verdict(status),
+            stop_reason=StopReason.MEASURED,
+            step_times_s=(2.0, 1.0) if status is FailureClass.OK else (),
+            warmup_steps=1,
+            samples_per_step=8.0,
+            memory=MemoryReport("nvml", (GpuMemory(0, GPU_GIB, min(gib, GPU_GIB)),)),
+        ),
     )
 
 
@@ -222,15 +253,25 @@ def phased_run(number: int, values: dict, *, per_phase: bool = True) -> TrialRec
     phases = phase_gib(values)
     over = [name for name, gib in phases.items() if gib > GPU_GIB]
     status = FailureClass.OOM if over else FailureClass.OK
-    ran = dict(phases) if not over else {n: min(g, GPU_GIB) for n, g in list(phases.items())[: list(phases).index(over[0]) + 1]}
+    ran = (
+        dict(phases)
+        if not over
+        else {n: min(g, GPU_GIB) for n, g in list(phases.items())[: list(phases).index(over[0]) + 1]}
+    )
     memory = MemoryReport(
-        "nvml", (GpuMemory(0, GPU_GIB, max(ran.values())),),
+        "nvml",
+        (GpuMemory(0, GPU_GIB, max(ran.values())),),
         phase_peak_frac={n: g / GPU_GIB for n, g in ran.items()} if per_phase else {},
         phases_open_at_end=("step", over[0]) if over else ("step", "policy_train"),
     )
     result = TrialResult(
-        number=number, status=status, verdict=Verdict(status), stop_reason=StopReason.MEASURED,
-        step_times_s=(2.0, 1.0, 1.0) if status is FailureClass.OK else (), warmup_steps=1, samples_per_step=8.0,
+        number=number,
+        status=status,
+        verdict=Verdict(status),
+        stop_reason=StopReason.MEASURED,
+        step_times_s=(2.0, 1.0, 1.0) if status is FailureClass.OK else (),
+        warmup_steps=1,
+        samples_per_step=8.0,
         memory=memory,
     )
     return TrialRecord(number, TrialState.COMPLETE, values, TrialKind.SEARCH, Outcome.LAUNCHED, status, result)
@@ -249,7 +290,9 @@ def test_per_phase_peaks_predict_a_combined_move_as_the_highest_phase_not_the_su
     phased = MemoryModel(PHASED_SPACE, records)
     assert set(phased.phases) == {"generate", "fwd_logprobs_values_reward", "policy_train"}
     pred = phased.predict(both)
-    assert pred.peak_frac == pytest.approx(phased_truth(both), rel=0.07)  # the prior keeps a little of the other micro-batch
+    assert pred.peak_frac == pytest.approx(
+        phased_truth(both), rel=0.07
+    )  # the prior keeps a little of the other micro-batch
     assert set(pred.phases) == set(phased.phases)
     assert phased.p_fits(both) > 0.25 and phased.verdict(both) is None  # 93.5% of the GPU: near the wall, worth a run
     # the same runs with only their highest peaks: the fit adds both effects and puts it past the wall
@@ -280,7 +323,12 @@ def test_an_oom_bounds_the_phase_it_ran_out_in_and_the_phases_before_it_count_as
     train = [pt for pt in model.phases["policy_train"].points if pt.number == 2]
     fwd = [pt for pt in model.phases["fwd_logprobs_values_reward"].points if pt.number == 2]
     assert len(train) == 1 and not train[0].exact and train[0].frac >= 1.0
-    assert len(fwd) == 1 and fwd[0].exact and fwd[0].frac == pytest.approx(phase_gib({**PHASED_BASE, "micro": 16})["fwd_logprobs_values_reward"] / GPU_GIB)
+    assert (
+        len(fwd) == 1
+        and fwd[0].exact
+        and fwd[0].frac
+        == pytest.approx(phase_gib({**PHASED_BASE, "micro": 16})["fwd_logprobs_values_reward"] / GPU_GIB)
+    )
     # dominating the OOM is refused by the certain bound; micro 8 is predicted on training's own line
     assert model.verdict({**PHASED_BASE, "micro": 32}).oom
     assert model.predict({**PHASED_BASE, "micro": 8}).peak_frac == pytest.approx(phased_truth({"micro": 8}), rel=0.02)
@@ -291,10 +339,17 @@ def test_phases_far_below_the_runs_peak_stay_out_of_the_model():
     for i, c in enumerate([{}, {"micro": 4}]):
         r = phased_run(i, c)
         mem = r.result.memory
-        quiet = MemoryReport(mem.source, mem.gpus, phase_peak_frac={**mem.phase_peak_frac, "postprocess": 0.1},
-                             phases_open_at_end=mem.phases_open_at_end)
-        records.append(TrialRecord(i, r.state, r.values, r.kind, r.outcome, r.status,
-                                   TrialResult(**{**r.result.__dict__, "memory": quiet})))
+        quiet = MemoryReport(
+            mem.source,
+            mem.gpus,
+            phase_peak_frac={**mem.phase_peak_frac, "postprocess": 0.1},
+            phases_open_at_end=mem.phases_open_at_end,
+        )
+        records.append(
+            TrialRecord(
+                i, r.state, r.values, r.kind, r.outcome, r.status, TrialResult(**{**r.result.__dict__, "memory": quiet})
+            )
+        )
     model = MemoryModel(PHASED_SPACE, records)
     assert "postprocess" not in model.phases and "policy_train" in model.phases
 
@@ -304,9 +359,15 @@ def test_a_run_whose_phases_miss_its_peak_stays_out_of_the_phase_fits():
     # run peaked at 70%; its phases would teach the fits a peak that never happened there
     r = phased_run(3, {"micro": 4})
     mem = r.result.memory
-    short = MemoryReport(mem.source, (GpuMemory(0, GPU_GIB, 0.70 * GPU_GIB),),
-                         phase_peak_frac={"generate": 0.5, "policy_train": 0.45}, phases_open_at_end=mem.phases_open_at_end)
-    partial = TrialRecord(3, r.state, r.values, r.kind, r.outcome, r.status, TrialResult(**{**r.result.__dict__, "memory": short}))
+    short = MemoryReport(
+        mem.source,
+        (GpuMemory(0, GPU_GIB, 0.70 * GPU_GIB),),
+        phase_peak_frac={"generate": 0.5, "policy_train": 0.45},
+        phases_open_at_end=mem.phases_open_at_end,
+    )
+    partial = TrialRecord(
+        3, r.state, r.values, r.kind, r.outcome, r.status, TrialResult(**{**r.result.__dict__, "memory": short})
+    )
     records = [phased_run(0, {}), phased_run(1, {"micro": 8}), phased_run(2, {"fwd_micro": 4}), partial]
     model = MemoryModel(PHASED_SPACE, records)
     assert all(3 not in {pt.number for pt in fit.points} for fit in model.phases.values())

@@ -36,12 +36,21 @@ def truth(v) -> Truth:
 def study(tmp_path: Path, check: str) -> tuple[list, str]:
     (tmp_path / "check.yaml").write_text(SPACE)
     out = StringIO()
-    settings = RunSettings(command=("true",), space=str(tmp_path / "check.yaml"), results=tmp_path / check,
-                           storage=f"sqlite:///{tmp_path}/{check}.db", study="check", trials=3, seed=0, confirm=0,
-                           nccl_check=check)
+    settings = RunSettings(
+        command=("true",),
+        space=str(tmp_path / "check.yaml"),
+        results=tmp_path / check,
+        storage=f"sqlite:///{tmp_path}/{check}.db",
+        study="check",
+        trials=3,
+        seed=0,
+        confirm=0,
+        nccl_check=check,
+    )
     cost = analytic_cost(truth, AnalyticNode(startup_s=STARTUP_S, step_noise=0.001, run_noise=0.001))
-    result = run_study(settings, console=Console(file=out, width=200),
-                       launcher=ModelLauncher(env={}, cost=cost, nccl_check_gpus=8))
+    result = run_study(
+        settings, console=Console(file=out, width=200), launcher=ModelLauncher(env={}, cost=cost, nccl_check_gpus=8)
+    )
     return sorted(result.records, key=lambda r: r.number), out.getvalue()
 
 
@@ -52,8 +61,9 @@ def test_a_setting_that_hangs_the_collectives_costs_its_check_and_one_that_break
     launched = {(r.values["NCCL_ALGO"], r.values["NCCL_PROTO"]): r for r in records if r.result}
     assert ("NVLS", "unset") not in launched, "the set whose check hung in the sweep is not launched"
     refused = [r for r in records if r.values == {"NCCL_ALGO": "NVLS", "NCCL_PROTO": "unset"}]
-    assert refused and all("failed its check in the NCCL sweep (hang)" in r.violations[0] and r.sweep_refused
-                           for r in refused)
+    assert refused and all(
+        "failed its check in the NCCL sweep (hang)" in r.violations[0] and r.sweep_refused for r in refused
+    )
     assert f"{len(refused)} with NCCL values that failed the NCCL sweep" in shown, "the summary counts them apart"
     assert "not launched: 0 broke the space's rules" in shown
     alone = [r for (algo, _), r in launched.items() if algo == "NVLS"]

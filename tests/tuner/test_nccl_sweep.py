@@ -11,7 +11,8 @@ import pytest
 from nccl_tune.search_spaces.loader import parse_space
 from nccl_tune.tuner.nccl_sweep import A_SWEEP, BASELINE_KEY, SweepEntry, key_of, load, log_speedup, planned
 
-SPACE = parse_space("""
+SPACE = parse_space(
+    """
 name: sweep
 parameters:
   - {name: train.micro_batch_size, kind: pow2, low: 1, high: 8, default: 2, memory: increasing}
@@ -19,7 +20,10 @@ parameters:
   - {name: NCCL_PROTO, kind: categorical, choices: [unset, LL], default: unset, memory: none}
   - {name: NCCL_CUMEM_ENABLE, kind: categorical, choices: [unset, 0], default: unset, memory: small}
 throughput: {samples_per_step: 8}
-""", source="test", label="test")
+""",
+    source="test",
+    label="test",
+)
 BASE = {"NCCL_ALGO": "unset", "NCCL_PROTO": "unset", "NCCL_CUMEM_ENABLE": "unset"}
 
 
@@ -34,19 +38,27 @@ def stored(tmp_path: Path, entries: dict[str, SweepEntry]) -> optuna.Study:
 
 
 def test_the_sweep_changes_one_nccl_variable_at_a_time_and_leaves_held_ones_alone():
-    assert planned(SPACE, {}) == [("NCCL_ALGO", "Ring"), ("NCCL_ALGO", "NVLS"), ("NCCL_PROTO", "LL"),
-                                  ("NCCL_CUMEM_ENABLE", 0)]
+    assert planned(SPACE, {}) == [
+        ("NCCL_ALGO", "Ring"),
+        ("NCCL_ALGO", "NVLS"),
+        ("NCCL_PROTO", "LL"),
+        ("NCCL_CUMEM_ENABLE", 0),
+    ]
     assert planned(SPACE, {"NCCL_ALGO": "Ring"}) == [("NCCL_PROTO", "LL"), ("NCCL_CUMEM_ENABLE", 0)]
 
 
 def test_variables_of_the_network_transport_are_not_swept():
-    space = parse_space("""
+    space = parse_space(
+        """
 name: net
 parameters:
   - {name: NCCL_PROTO, kind: categorical, choices: [unset, LL128], default: unset, memory: none}
   - {name: NCCL_SOCKET_NTHREADS, kind: categorical, choices: [unset, 4, 8], default: unset, memory: none}
 throughput: {samples_per_step: 8}
-""", source="test", label="net")
+""",
+        source="test",
+        label="net",
+    )
     assert planned(space, {}) == [("NCCL_PROTO", "LL128")]
 
 
@@ -60,12 +72,15 @@ def test_two_checks_within_their_noise_time_alike_and_a_clear_difference_is_its_
 
 def test_what_the_checks_measured_reads_back_as_speeds_failures_and_the_gpu_time_they_took(tmp_path):
     ok = "ok"
-    study = stored(tmp_path, {
-        BASELINE_KEY: SweepEntry(ok, rounds(500), 30.0, 240.0, BASE),
-        key_of("NCCL_ALGO", "NVLS"): SweepEntry(ok, rounds(380), 30.0, 240.0, {**BASE, "NCCL_ALGO": "NVLS"}),
-        key_of("NCCL_ALGO", "Ring"): SweepEntry(ok, rounds(505), 30.0, 240.0, {**BASE, "NCCL_ALGO": "Ring"}),
-        key_of("NCCL_CUMEM_ENABLE", 0): SweepEntry("hang", (), 60.0, 480.0, {**BASE, "NCCL_CUMEM_ENABLE": 0}),
-    })
+    study = stored(
+        tmp_path,
+        {
+            BASELINE_KEY: SweepEntry(ok, rounds(500), 30.0, 240.0, BASE),
+            key_of("NCCL_ALGO", "NVLS"): SweepEntry(ok, rounds(380), 30.0, 240.0, {**BASE, "NCCL_ALGO": "NVLS"}),
+            key_of("NCCL_ALGO", "Ring"): SweepEntry(ok, rounds(505), 30.0, 240.0, {**BASE, "NCCL_ALGO": "Ring"}),
+            key_of("NCCL_CUMEM_ENABLE", 0): SweepEntry("hang", (), 60.0, 480.0, {**BASE, "NCCL_CUMEM_ENABLE": 0}),
+        },
+    )
     sweep = load(study, SPACE)
     assert sweep.speeds["NCCL_ALGO"] == {"NVLS": pytest.approx(math.log(500 / 380)), "Ring": 0.0}
     assert "NCCL_PROTO" not in sweep.speeds, "not checked yet: no speed"
@@ -78,9 +93,12 @@ def test_what_the_checks_measured_reads_back_as_speeds_failures_and_the_gpu_time
 
 
 def test_without_the_baseline_s_check_nothing_is_compared(tmp_path):
-    study = stored(tmp_path, {
-        BASELINE_KEY: SweepEntry("hang", (), 60.0, None, BASE),
-        key_of("NCCL_ALGO", "NVLS"): SweepEntry("ok", rounds(380), 30.0, None, {**BASE, "NCCL_ALGO": "NVLS"}),
-    })
+    study = stored(
+        tmp_path,
+        {
+            BASELINE_KEY: SweepEntry("hang", (), 60.0, None, BASE),
+            key_of("NCCL_ALGO", "NVLS"): SweepEntry("ok", rounds(380), 30.0, None, {**BASE, "NCCL_ALGO": "NVLS"}),
+        },
+    )
     sweep = load(study, SPACE)
     assert not sweep.speeds and not sweep.failed and sweep.refused({**BASE, "NCCL_ALGO": "NVLS"}) is None

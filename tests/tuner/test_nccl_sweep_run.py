@@ -17,15 +17,15 @@ from rich.console import Console
 
 from nccl_tune.launchers.local import LocalLauncher
 from nccl_tune.launchers.nccl_check import CheckingLauncher
+from nccl_tune.reporting.json_report import report_json
+from nccl_tune.reporting.markdown import render_markdown
 from nccl_tune.sim.analytic import AnalyticNode, Truth, analytic_cost
 from nccl_tune.sim.launcher import ModelLauncher
 from nccl_tune.trial import TrialSpec
 from nccl_tune.tuner.dry_run import plan_dry_run
 from nccl_tune.tuner.loop import run_study
-from nccl_tune.tuner.report_view import load_view
-from nccl_tune.reporting.json_report import report_json
-from nccl_tune.reporting.markdown import render_markdown
 from nccl_tune.tuner.nccl_sweep import NUMBER_BASE, entries
+from nccl_tune.tuner.report_view import load_view
 from nccl_tune.tuner.settings import RunSettings
 
 from .conftest import TINY_SPACE
@@ -74,8 +74,16 @@ class Launcher(ModelLauncher):
 def study(tmp_path: Path, trials: int, launcher: Launcher):
     (tmp_path / "sweep.yaml").write_text(SPACE)
     out = StringIO()
-    settings = RunSettings(command=("true",), space=str(tmp_path / "sweep.yaml"), results=tmp_path / "results",
-                           storage=f"sqlite:///{tmp_path}/sweep.db", study="sweep", trials=trials, seed=0, confirm=0)
+    settings = RunSettings(
+        command=("true",),
+        space=str(tmp_path / "sweep.yaml"),
+        results=tmp_path / "results",
+        storage=f"sqlite:///{tmp_path}/sweep.db",
+        study="sweep",
+        trials=trials,
+        seed=0,
+        confirm=0,
+    )
     result = run_study(settings, console=Console(file=out, width=200), launcher=launcher)
     return result, out.getvalue()
 
@@ -90,7 +98,8 @@ def test_the_sweep_times_each_change_once_and_the_search_tries_the_faster_collec
     first_move = sorted(result.records, key=lambda r: r.number)[1]
     assert first_move.values["NCCL_ALGO"] == "NVLS", f"the first search trial: {first_move.values}, {first_move.why}"
     assert result.records[0].result.nccl_check_s > 0 and first_move.result.nccl_check_s == 0, (
-        "the baseline's values were checked before its trial; NVLS's passed in the sweep")
+        "the baseline's values were checked before its trial; NVLS's passed in the sweep"
+    )
     again = Launcher()
     _, shown = study(tmp_path, 1, again)
     assert again.sweep_checks == [] and "NCCL sweep" not in shown, "a resumed study does not sweep again"
@@ -118,9 +127,18 @@ class Timed(Launcher):
 
 def parallel_study(tmp_path: Path, launcher: Launcher, trials: int = 3):
     (tmp_path / "sweep.yaml").write_text(SPACE)
-    settings = RunSettings(command=("true",), space=str(tmp_path / "sweep.yaml"), results=tmp_path / "results",
-                           storage=f"sqlite:///{tmp_path}/sweep.db", study="sweep", trials=trials, seed=0, confirm=0,
-                           launcher="ray", parallel=2)  # the modelled node stands in for the cluster
+    settings = RunSettings(
+        command=("true",),
+        space=str(tmp_path / "sweep.yaml"),
+        results=tmp_path / "results",
+        storage=f"sqlite:///{tmp_path}/sweep.db",
+        study="sweep",
+        trials=trials,
+        seed=0,
+        confirm=0,
+        launcher="ray",
+        parallel=2,
+    )  # the modelled node stands in for the cluster
     out = StringIO()
     return run_study(settings, console=Console(file=out, width=200), launcher=launcher), out
 
@@ -140,7 +158,8 @@ def test_with_parallel_slots_the_baseline_s_check_runs_alone_then_the_changes_si
     assert out.getvalue().count("NCCL sweep: NCCL_") == SWEPT
     launched = sorted((r for r in result.records if r.result), key=lambda r: r.number)
     assert len(launched) == 3 and launched[2].values["NCCL_ALGO"] == "NVLS", (
-        "trials 0 and 1 filled the two slots at the start; the first asked after the sweep read it")
+        "trials 0 and 1 filled the two slots at the start; the first asked after the sweep read it"
+    )
 
 
 def test_with_parallel_slots_a_tuner_interrupted_in_the_sweep_resumes_it_where_it_stopped(tmp_path):
@@ -172,8 +191,14 @@ def test_a_dry_run_says_what_the_sweep_will_time_and_only_where_it_will_run(tmp_
     (tmp_path / "sweep.yaml").write_text(SPACE)
 
     def plan(**extra):
-        settings = RunSettings(command=("true",), space=str(tmp_path / "sweep.yaml"), results=tmp_path / "results",
-                               storage=f"sqlite:///{tmp_path}/sweep.db", study="sweep", **extra)
+        settings = RunSettings(
+            command=("true",),
+            space=str(tmp_path / "sweep.yaml"),
+            results=tmp_path / "results",
+            storage=f"sqlite:///{tmp_path}/sweep.db",
+            study="sweep",
+            **extra,
+        )
         return plan_dry_run(settings, Launcher())
 
     line = plan().nccl_sweep
@@ -198,13 +223,22 @@ def test_the_report_shows_what_each_check_of_the_sweep_timed(tmp_path):
 
 
 def test_on_real_processes_the_sweep_runs_the_check_s_ranks_for_each_change_and_its_trials_skip_their_checks(
-        tmp_path, tiny_command):
+    tmp_path, tiny_command
+):
     """The tiny trainer's study with the real check (two ranks on gloo under ``torch.distributed.run``):
     the sweep's checks run and time their rounds, and a trial whose NCCL values passed in the sweep
     starts without checking them again."""
-    settings = RunSettings(command=tuple(tiny_command), space=str(TINY_SPACE), results=tmp_path / "results",
-                           storage=f"sqlite:///{tmp_path}/real.db", study="real", trials=3, seed=3, confirm=0,
-                           nccl_check="off")
+    settings = RunSettings(
+        command=tuple(tiny_command),
+        space=str(TINY_SPACE),
+        results=tmp_path / "results",
+        storage=f"sqlite:///{tmp_path}/real.db",
+        study="real",
+        trials=3,
+        seed=3,
+        confirm=0,
+        nccl_check="off",
+    )
     checker = CheckingLauncher(LocalLauncher(), gpus=2, backend="gloo", startup_timeout_s=60)
     out = StringIO()
     result = run_study(settings, console=Console(file=out, width=200), launcher=checker)
@@ -231,9 +265,17 @@ def test_the_sweep_stops_where_the_budget_leaves_no_search_trial_and_the_next_ru
             return super().run(spec, observer)
 
     (tmp_path / "sweep.yaml").write_text(SPACE)
-    settings = RunSettings(command=("true",), space=str(tmp_path / "sweep.yaml"), results=tmp_path / "results",
-                           storage=f"sqlite:///{tmp_path}/sweep.db", study="sweep", trials=3, seed=0, confirm=0,
-                           budget_s=10.0)
+    settings = RunSettings(
+        command=("true",),
+        space=str(tmp_path / "sweep.yaml"),
+        results=tmp_path / "results",
+        storage=f"sqlite:///{tmp_path}/sweep.db",
+        study="sweep",
+        trials=3,
+        seed=0,
+        confirm=0,
+        budget_s=10.0,
+    )
     first = Slow(startup_s=0.5, step_scale=0.01)
     out = StringIO()
     run_study(settings, console=Console(file=out, width=200), launcher=first)
@@ -247,9 +289,17 @@ def test_the_sweep_stops_where_the_budget_leaves_no_search_trial_and_the_next_ru
 
 def test_with_every_nccl_variable_held_there_is_nothing_to_sweep(tmp_path):
     (tmp_path / "sweep.yaml").write_text(SPACE)
-    settings = RunSettings(command=("true",), space=str(tmp_path / "sweep.yaml"), results=tmp_path / "results",
-                           storage=f"sqlite:///{tmp_path}/sweep.db", study="sweep", trials=2, seed=0, confirm=0,
-                           pins=(("NCCL_ALGO", "Ring"), ("NCCL_PROTO", "unset"), ("NCCL_MIN_NCHANNELS", "16")))
+    settings = RunSettings(
+        command=("true",),
+        space=str(tmp_path / "sweep.yaml"),
+        results=tmp_path / "results",
+        storage=f"sqlite:///{tmp_path}/sweep.db",
+        study="sweep",
+        trials=2,
+        seed=0,
+        confirm=0,
+        pins=(("NCCL_ALGO", "Ring"), ("NCCL_PROTO", "unset"), ("NCCL_MIN_NCHANNELS", "16")),
+    )
     launcher = Launcher()
     out = StringIO()
     run_study(settings, console=Console(file=out, width=200), launcher=launcher)

@@ -43,8 +43,9 @@ def _last_line(proc) -> str:
 
 
 def test_a_night_slowed_by_a_fifth_is_a_regression(series):
-    proc, data = night(series, "--warm-start", "--fail-on-regression", "10", "--trials", "0",
-                       env={"SIM_FAULT": "slow:1.2"})
+    proc, data = night(
+        series, "--warm-start", "--fail-on-regression", "10", "--trials", "0", env={"SIM_FAULT": "slow:1.2"}
+    )
     assert proc.returncode == 3, proc.stderr[-3000:]
     v = data["night"]["verdict"]
     assert v["regression"] and v["kind"] == "slower" and -0.25 < v["change_frac"] < -0.10
@@ -82,11 +83,32 @@ def test_the_fingerprint_is_recorded_when_the_night_runs_and_history_shows_the_s
 
 def test_a_baseline_config_that_now_runs_out_of_memory_is_a_regression(workdir, tiny_command):
     tuned = workdir / "tuned.yaml"
-    tuned.write_text("overrides: {trainer: {micro: 8, offload: false}}\nenv: {}\nunset_env: [NCCL_ALGO]\n"
-                     "metrics: {throughput_per_s: 800.0}\nstudy: {name: old, space: tiny}\n")
-    proc = run_cli(["run", "--space", str(TINY_SPACE), "--study", "n", "--baseline", str(tuned), "--warm-start",
-                    "--fail-on-regression", "5", "--trials", "1", "--confirm", "0", "--json", "--", *tiny_command],
-                   cwd=workdir)
+    tuned.write_text(
+        "overrides: {trainer: {micro: 8, offload: false}}\nenv: {}\nunset_env: [NCCL_ALGO]\n"
+        "metrics: {throughput_per_s: 800.0}\nstudy: {name: old, space: tiny}\n"
+    )
+    proc = run_cli(
+        [
+            "run",
+            "--space",
+            str(TINY_SPACE),
+            "--study",
+            "n",
+            "--baseline",
+            str(tuned),
+            "--warm-start",
+            "--fail-on-regression",
+            "5",
+            "--trials",
+            "1",
+            "--confirm",
+            "0",
+            "--json",
+            "--",
+            *tiny_command,
+        ],
+        cwd=workdir,
+    )
     assert proc.returncode == 3, proc.stderr
     v = json.loads(proc.stdout)["night"]["verdict"]
     assert v["kind"] == "baseline_fails" and v["failure_class"] == "oom" and v["failed_trial"] == 0
@@ -104,12 +126,17 @@ def test_a_baseline_config_that_now_runs_out_of_memory_is_a_regression(workdir, 
         (["--series", "new", "--fail-on-regression", "5"], "--fail-on-regression: series 'new' has no earlier night"),
         (["--fail-on-regression", "5"], "--fail-on-regression 5: no baseline to compare with"),
         (["--series", "a/b"], "--series 'a/b': not a plain name"),
-        (["--baseline", "other.yaml", "--warm-start"], "tuned for space 'skyrl-text2sql', but this run uses space 'tiny'"),
+        (
+            ["--baseline", "other.yaml", "--warm-start"],
+            "tuned for space 'skyrl-text2sql', but this run uses space 'tiny'",
+        ),
     ],
 )
 def test_bad_nightly_input_is_one_line_before_any_trial(workdir, tiny_command, args, fragment):
-    (workdir / "other.yaml").write_text("overrides: {trainer: {micro_train_batch_size_per_gpu: 2}}\n"
-                                        "metrics: {throughput_per_s: 1.0}\nstudy: {space: skyrl-text2sql}\n")
+    (workdir / "other.yaml").write_text(
+        "overrides: {trainer: {micro_train_batch_size_per_gpu: 2}}\n"
+        "metrics: {throughput_per_s: 1.0}\nstudy: {space: skyrl-text2sql}\n"
+    )
     proc = run_cli(["run", "--space", str(TINY_SPACE), *args, "--", *tiny_command], cwd=workdir, timeout=60)
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 1 and len(lines) == 1 and fragment in lines[0], proc.stderr
@@ -119,11 +146,45 @@ def test_bad_nightly_input_is_one_line_before_any_trial(workdir, tiny_command, a
 
 
 def test_an_exported_tuned_yaml_is_a_baseline_for_a_later_night(workdir, tiny_command):
-    first = run_cli(["run", "--space", str(TINY_SPACE), "--study", "day", "--trials", "3", "--seed", "1",
-                     "-o", "tuned.yaml", "--", *tiny_command], cwd=workdir)
+    first = run_cli(
+        [
+            "run",
+            "--space",
+            str(TINY_SPACE),
+            "--study",
+            "day",
+            "--trials",
+            "3",
+            "--seed",
+            "1",
+            "-o",
+            "tuned.yaml",
+            "--",
+            *tiny_command,
+        ],
+        cwd=workdir,
+    )
     assert first.returncode == 0, first.stderr
-    proc = run_cli(["run", "--space", str(TINY_SPACE), "--study", "night", "--baseline", "tuned.yaml", "--warm-start",
-                    "--fail-on-regression", "30", "--trials", "0", "--json", "--", *tiny_command], cwd=workdir)
+    proc = run_cli(
+        [
+            "run",
+            "--space",
+            str(TINY_SPACE),
+            "--study",
+            "night",
+            "--baseline",
+            "tuned.yaml",
+            "--warm-start",
+            "--fail-on-regression",
+            "30",
+            "--trials",
+            "0",
+            "--json",
+            "--",
+            *tiny_command,
+        ],
+        cwd=workdir,
+    )
     assert proc.returncode == 0, proc.stderr
     night = json.loads(proc.stdout)["night"]
     tuned = __import__("yaml").safe_load((workdir / "tuned.yaml").read_text())

@@ -55,8 +55,15 @@ def test_bad_nightly_options_are_one_line(storage, kw, fragment):
 
 def test_a_baseline_file_of_another_space_is_refused(storage, tmp_path):
     f = tmp_path / "tuned.yaml"
-    f.write_text(yaml.safe_dump({"overrides": {"trainer": {"micro": 4}}, "study": {"space": "skyrl-text2sql"},
-                                 "metrics": {"throughput_per_s": 1.0}}))
+    f.write_text(
+        yaml.safe_dump(
+            {
+                "overrides": {"trainer": {"micro": 4}},
+                "study": {"space": "skyrl-text2sql"},
+                "metrics": {"throughput_per_s": 1.0},
+            }
+        )
+    )
     with pytest.raises(NcclTuneError, match="tuned for space 'skyrl-text2sql', but this run uses space 'tiny'"):
         plan(storage, baseline_file=f, fail_on_regression_pct=5)
 

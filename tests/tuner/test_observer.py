@@ -14,17 +14,29 @@ from nccl_tune.tuner.display import Display
 from nccl_tune.tuner.observer import InterruptFlag, TunerObserver
 from nccl_tune.tuner.screening import IncumbentBar
 
-SPACE = parse_space("""
+SPACE = parse_space(
+    """
 name: observed
 parameters:
   - {name: micro, kind: pow2, low: 1, high: 8, default: 2, memory: increasing}
 throughput: {samples_per_step: 64}
-""", source="test", label="observed")
+""",
+    source="test",
+    label="observed",
+)
 
 
 def spec(tmp_path: Path, screen_steps: int = 0) -> TrialSpec:
-    return TrialSpec(study="observed", number=1, params={"micro": 4}, argv=("true",), env={}, trial_dir=tmp_path,
-                     stop=StopRule(warmup_steps=1, measured_steps=4, screen_steps=screen_steps), samples_per_step=64.0)
+    return TrialSpec(
+        study="observed",
+        number=1,
+        params={"micro": 4},
+        argv=("true",),
+        env={},
+        trial_dir=tmp_path,
+        stop=StopRule(warmup_steps=1, measured_steps=4, screen_steps=screen_steps),
+        samples_per_step=64.0,
+    )
 
 
 def observer(early_stop_ratio: float, bar: IncumbentBar | None, screening: bool = False) -> TunerObserver:
@@ -42,8 +54,9 @@ def test_a_measured_step_far_slower_than_the_modelled_incumbent_stops_the_trial_
     watcher = observer(0.7, IncumbentBar(incumbent_per_s=6.4, reach_frac=0.1))
     assert watcher.should_stop(spec(tmp_path), progress((13.5, 11.0))) is None and watcher.stop_detail() is None
     assert watcher.should_stop(spec(tmp_path), progress((13.5, 11.0, 20.0))) is StopReason.EARLY_STOP
-    assert watcher.stop_detail() == ("step 3 ran at 50% of the incumbent's throughput (6.4 samples/s as modelled; the "
-                                     "early stop is below 70%)")
+    assert watcher.stop_detail() == (
+        "step 3 ran at 50% of the incumbent's throughput (6.4 samples/s as modelled; the early stop is below 70%)"
+    )
 
 
 def test_a_warm_up_step_is_held_against_the_incumbents_warm_up(tmp_path):
@@ -53,15 +66,18 @@ def test_a_warm_up_step_is_held_against_the_incumbents_warm_up(tmp_path):
     assert observer(0.7, bar).should_stop(spec(tmp_path), progress((15.0,))) is None
     watcher = observer(0.7, bar)
     assert watcher.should_stop(spec(tmp_path), progress((40.0,))) is StopReason.EARLY_STOP
-    assert watcher.stop_detail() == ("step 1 ran at 32% of the incumbent's warm-up step 1 (4.9 samples/s as modelled; "
-                                     "the early stop is below 70%)")
+    assert watcher.stop_detail() == (
+        "step 1 ran at 32% of the incumbent's warm-up step 1 (4.9 samples/s as modelled; the early stop is below 70%)"
+    )
     assert observer(0.7, IncumbentBar(6.4, 0.1)).should_stop(spec(tmp_path), progress((40.0,))) is None
 
 
 def test_without_screening_the_bar_only_serves_the_early_stop(tmp_path):
     bar = IncumbentBar(incumbent_per_s=6.0, reach_frac=0.1)
     assert observer(0.0, bar).should_stop(spec(tmp_path, screen_steps=1), progress((13.5, 12.5))) is None
-    assert observer(0.0, None, screening=True).should_stop(spec(tmp_path, screen_steps=1), progress((13.5, 30.0))) is None
+    assert (
+        observer(0.0, None, screening=True).should_stop(spec(tmp_path, screen_steps=1), progress((13.5, 30.0))) is None
+    )
 
 
 def test_a_screened_trial_under_the_bar_says_what_it_measured_against_what(tmp_path):
@@ -69,5 +85,6 @@ def test_a_screened_trial_under_the_bar_says_what_it_measured_against_what(tmp_p
     watcher = observer(0.0, bar, screening=True)
     assert watcher.should_stop(spec(tmp_path, screen_steps=1), progress((13.5, 11.0))) is None  # 5.8 of a 5.4 floor
     assert watcher.should_stop(spec(tmp_path, screen_steps=1), progress((13.5, 12.5))) is StopReason.EARLY_STOP
-    assert watcher.stop_detail() == ("5.1 samples/s over 1 screened step, under the bar of 5.4 (the incumbent's 6.0 "
-                                     "as modelled, less 10%)")
+    assert watcher.stop_detail() == (
+        "5.1 samples/s over 1 screened step, under the bar of 5.4 (the incumbent's 6.0 as modelled, less 10%)"
+    )

@@ -31,7 +31,9 @@ class Preempted(ModelLauncher):
 
     def __init__(self, kills: int) -> None:
         truth = lambda v: Truth(8.0 if v["NCCL_ALGO"] == "Tree" else 10.0, 40.0)  # noqa: E731
-        super().__init__(env={}, cost=analytic_cost(truth, AnalyticNode(startup_s=100, step_noise=0.001, run_noise=0.001)))
+        super().__init__(
+            env={}, cost=analytic_cost(truth, AnalyticNode(startup_s=100, step_noise=0.001, run_noise=0.001))
+        )
         self.kills = kills
 
     def run(self, spec, observer=None):
@@ -46,8 +48,16 @@ class Preempted(ModelLauncher):
 def study(tmp_path: Path, kills: int):
     (tmp_path / "outside.yaml").write_text(SPACE)
     out = StringIO()
-    settings = RunSettings(command=("true",), space=str(tmp_path / "outside.yaml"), results=tmp_path / "results",
-                           storage=f"sqlite:///{tmp_path}/outside.db", study="outside", trials=4, seed=0, confirm=0)
+    settings = RunSettings(
+        command=("true",),
+        space=str(tmp_path / "outside.yaml"),
+        results=tmp_path / "results",
+        storage=f"sqlite:///{tmp_path}/outside.db",
+        study="outside",
+        trials=4,
+        seed=0,
+        confirm=0,
+    )
     result = run_study(settings, console=Console(file=out, width=200), launcher=Preempted(kills))
     return sorted((r for r in result.records if r.result), key=lambda r: r.number), result, out.getvalue()
 
@@ -57,7 +67,9 @@ def test_a_run_killed_from_outside_runs_its_values_once_more_and_they_can_win(tm
     tree = [r for r in runs if r.values["NCCL_ALGO"] == "Tree"]
     assert [r.status for r in tree] == [FailureClass.CRASH, FailureClass.OK], shown
     assert tree[1].kind is TrialKind.RETRY and tree[1].number == tree[0].number + 1
-    assert f"trial {tree[0].number} failed for a cause none of its values can bring about (crash: outside_signal)" in shown
+    assert (
+        f"trial {tree[0].number} failed for a cause none of its values can bring about (crash: outside_signal)" in shown
+    )
     assert result.winner is not None and result.winner.values["NCCL_ALGO"] == "Tree", "no blame held it back"
 
 

@@ -40,8 +40,16 @@ def test_two_slots_run_trials_at_once(ray_cluster, tiny_command, workdir) -> Non
     met = workdir / "met"
     met.mkdir()
     settings = RunSettings(
-        command=("bash", "-c", RENDEZVOUS, str(met), *tiny_command), space=str(TINY_SPACE), study="par",
-        results=workdir / "r", trials=4, seed=3, sampler="random", launcher="ray", parallel=2, confirm=0,
+        command=("bash", "-c", RENDEZVOUS, str(met), *tiny_command),
+        space=str(TINY_SPACE),
+        study="par",
+        results=workdir / "r",
+        trials=4,
+        seed=3,
+        sampler="random",
+        launcher="ray",
+        parallel=2,
+        confirm=0,
     )
     outcome = run_study(settings, Console(stderr=True, quiet=True))
     assert outcome.launched == 4 and not outcome.interrupted
@@ -76,14 +84,39 @@ def test_a_killed_ray_driver_resumes_and_sweeps_the_orphans_on_every_node(ray_cl
     study = f"kr-{uuid.uuid4().hex[:8]}"
     step_file = workdir / "step_s"
     step_file.write_text("5")  # steps of 2-5 s
-    args = ["run", "--launcher", "ray", "--ray-address", ray_cluster.address, "--parallel", "2",
-            "--space", str(TINY_SPACE), "--study", study, "--trials", "3", "--seed", "5", "--sampler", "random",
-            "--confirm", "0", "--", "bash", "-c", orphan_then_train(step_file), *tiny_command]
+    args = [
+        "run",
+        "--launcher",
+        "ray",
+        "--ray-address",
+        ray_cluster.address,
+        "--parallel",
+        "2",
+        "--space",
+        str(TINY_SPACE),
+        "--study",
+        study,
+        "--trials",
+        "3",
+        "--seed",
+        "5",
+        "--sampler",
+        "random",
+        "--confirm",
+        "0",
+        "--",
+        "bash",
+        "-c",
+        orphan_then_train(step_file),
+        *tiny_command,
+    ]
     env = {**os.environ, "COLUMNS": "200"}
     storage = f"sqlite:///{workdir}/results/nccl-tune.db"
     try:
         with open(workdir / "first.err", "w") as err:
-            driver = subprocess.Popen([str(NCCL_TUNE), *args], cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=err)
+            driver = subprocess.Popen(
+                [str(NCCL_TUNE), *args], cwd=workdir, env=env, stdout=subprocess.DEVNULL, stderr=err
+            )
             deadline = time.monotonic() + 120
             while driver.poll() is None and time.monotonic() < deadline:
                 if _running_on_a_node(storage, study) and find_marked(_of_study(study)):
@@ -93,8 +126,11 @@ def test_a_killed_ray_driver_resumes_and_sweeps_the_orphans_on_every_node(ray_cl
             driver.send_signal(signal.SIGKILL)
             driver.wait(10)
         step_file.write_text("1")
-        kept = {t.number: (t.state, t.params, t.user_attrs.get(R.A_STATUS)) for t in _trials(storage, study)
-                if t.state is not TrialState.RUNNING}
+        kept = {
+            t.number: (t.state, t.params, t.user_attrs.get(R.A_STATUS))
+            for t in _trials(storage, study)
+            if t.state is not TrialState.RUNNING
+        }
         killed = [t.number for t in _trials(storage, study) if t.state is TrialState.RUNNING]
         assert killed and any(status for *_, status in kept.values()), (workdir / "first.err").read_text()[-3000:]
         assert find_marked(_of_study(study)), "the killed trials left no orphan to sweep"
@@ -105,8 +141,10 @@ def test_a_killed_ray_driver_resumes_and_sweeps_the_orphans_on_every_node(ray_cl
         assert "killed an orphan of an interrupted trial" in said, said[-3000:]
         trials = {t.number: t for t in _trials(storage, study)}
         for number in killed:  # settled: recovered when it had written its result, else run again
-            settled = (f"trial {number}: interrupted before it finished; it will be run again",
-                       f"trial {number}: recovered its finished result")
+            settled = (
+                f"trial {number}: interrupted before it finished; it will be run again",
+                f"trial {number}: recovered its finished result",
+            )
             assert any(line in said for line in settled), said[-3000:]
             assert trials[number].state is not TrialState.RUNNING
         assert {n: (trials[n].state, trials[n].params, trials[n].user_attrs.get(R.A_STATUS)) for n in kept} == kept

@@ -13,17 +13,30 @@ def space():
 
 
 def test_pins_are_coerced_to_the_parameters_values(space):
-    _, pins = apply_pins(space, (("trainer.micro_train_batch_size_per_gpu", "4"),
-                                 ("trainer.policy.fsdp_config.cpu_offload", "true"), ("NCCL_ALGO", "Ring")))
-    assert pins.params == {"trainer.micro_train_batch_size_per_gpu": 4,
-                           "trainer.policy.fsdp_config.cpu_offload": True, "NCCL_ALGO": "Ring"}
+    _, pins = apply_pins(
+        space,
+        (
+            ("trainer.micro_train_batch_size_per_gpu", "4"),
+            ("trainer.policy.fsdp_config.cpu_offload", "true"),
+            ("NCCL_ALGO", "Ring"),
+        ),
+    )
+    assert pins.params == {
+        "trainer.micro_train_batch_size_per_gpu": 4,
+        "trainer.policy.fsdp_config.cpu_offload": True,
+        "NCCL_ALGO": "Ring",
+    }
 
 
 def test_context_pins_change_what_the_rules_read(space):
     pinned, pins = apply_pins(space, (("generator.n_samples_per_prompt", "8"),))
     assert pins.context == {"generator.n_samples_per_prompt": 8}
-    values = {**space.defaults(), "trainer.policy_mini_batch_size": 32, "trainer.train_batch_size": 64,
-              "trainer.micro_train_batch_size_per_gpu": 16}
+    values = {
+        **space.defaults(),
+        "trainer.policy_mini_batch_size": 32,
+        "trainer.train_batch_size": 64,
+        "trainer.micro_train_batch_size_per_gpu": 16,
+    }
     # 32 * 5 // 8 = 20 is not divisible by 16, but 32 * 8 // 8 = 32 is
     assert space.violations(values) and not pinned.violations(values)
 
@@ -32,7 +45,10 @@ def test_context_pins_change_what_the_rules_read(space):
     "pair, message",
     [
         (("trainer.not_there", "1"), "has no parameter or context value trainer.not_there"),
-        (("trainer.micro_train_batch_size_per_gpu", "3"), "'3' is not a value of trainer.micro_train_batch_size_per_gpu"),
+        (
+            ("trainer.micro_train_batch_size_per_gpu", "3"),
+            "'3' is not a value of trainer.micro_train_batch_size_per_gpu",
+        ),
         (("NCCL_PROTO", "Fast"), "'Fast' is not a value of NCCL_PROTO; choose one of: unset, Simple, LL128, LL"),
         (("generator.n_samples_per_prompt", "many"), "is an integer"),
     ],

@@ -28,7 +28,9 @@ def space_file(workdir, *, preset: str | None, samples: bool, semantic: bool):
 @pytest.mark.parametrize("dry", [True, False])
 def test_steps_per_second_with_a_varying_batch_is_refused_before_any_trial(workdir, tiny_command, dry):
     space = space_file(workdir, preset="skyrl", samples=False, semantic=True)
-    proc = run_cli(["run", "--space", space, "--trials", "2", *(["--dry-run"] if dry else []), "--", *tiny_command], cwd=workdir)
+    proc = run_cli(
+        ["run", "--space", space, "--trials", "2", *(["--dry-run"] if dry else []), "--", *tiny_command], cwd=workdir
+    )
     assert proc.returncode == 1
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
     assert len(lines) == 1 and "cannot be ranked" in lines[0] and "throughput.samples_per_step" in lines[0]
@@ -41,7 +43,9 @@ def test_pinning_the_batch_makes_steps_per_second_comparable(workdir, tiny_comma
     assert proc.returncode == 0, proc.stderr
 
 
-def test_a_recognised_preset_that_measures_steps_per_second_stops_the_study_after_its_first_trial(workdir, tiny_command):
+def test_a_recognised_preset_that_measures_steps_per_second_stops_the_study_after_its_first_trial(
+    workdir, tiny_command
+):
     space = space_file(workdir, preset=None, samples=False, semantic=True)
     proc = run_cli(["run", "--space", space, "--trials", "3", "--", *tiny_command], cwd=workdir)
     assert proc.returncode == 1
@@ -52,7 +56,9 @@ def test_a_recognised_preset_that_measures_steps_per_second_stops_the_study_afte
 
 def test_the_recognised_preset_is_used_for_the_later_trials(workdir, tiny_command):
     space = space_file(workdir, preset=None, samples=True, semantic=False)
-    proc = run_cli(["run", "--space", space, "--trials", "2", "--confirm", "0", "--json", "--", *tiny_command], cwd=workdir)
+    proc = run_cli(
+        ["run", "--space", space, "--trials", "2", "--confirm", "0", "--json", "--", *tiny_command], cwd=workdir
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("progress: the output reads as preset skyrl (trial 0)") == 1
     first, second = sorted(workdir.glob("results/*/trial-000[01]/spec.json"))

@@ -18,16 +18,33 @@ def _orphan_running_trial(storage: str, study_name: str, values: dict, trial_dir
     """A RUNNING trial as a SIGKILLed tuner leaves it: values, folder, host and a dead tuner pid."""
     study = optuna.load_study(study_name=study_name, storage=storage)
     trial = study.ask()
-    for key, value in ((R.A_VALUES, values), (R.A_TRIAL_DIR, str(trial_dir)), (R.A_HOST, socket.gethostname()),
-                       (R.A_PID, dead_pid), (R.A_KIND, "search")):
+    for key, value in (
+        (R.A_VALUES, values),
+        (R.A_TRIAL_DIR, str(trial_dir)),
+        (R.A_HOST, socket.gethostname()),
+        (R.A_PID, dead_pid),
+        (R.A_KIND, "search"),
+    ):
         trial.set_user_attr(key, value)
     return trial.number
 
 
 def _first_run(workdir, tiny_command, study: str):
     """One trial of the tiny trainer in ``study``: (the run's arguments, its output, the storage URL)."""
-    args = ["run", "--space", str(TINY_SPACE), "--study", study, "--trials", "1", "--confirm", "0", "--json",
-            "--", *tiny_command]
+    args = [
+        "run",
+        "--space",
+        str(TINY_SPACE),
+        "--study",
+        study,
+        "--trials",
+        "1",
+        "--confirm",
+        "0",
+        "--json",
+        "--",
+        *tiny_command,
+    ]
     first = run_cli(args, cwd=workdir)
     assert first.returncode == 0, first.stderr
     return args, first, f"sqlite:///{workdir}/results/nccl-tune.db"
@@ -39,13 +56,17 @@ def test_finished_results_survive_a_killed_tuner_and_unfinished_trials_run_again
     values = json.loads(first.stdout)["trials"][0]["params"]
 
     # trial 1 finished and wrote result.json, then the tuner died before telling Optuna
-    finished = _orphan_running_trial(storage, "k", {**values, "trainer.micro": 2}, workdir / "results/k/trial-0001", 2**22 + 7)
+    finished = _orphan_running_trial(
+        storage, "k", {**values, "trainer.micro": 2}, workdir / "results/k/trial-0001", 2**22 + 7
+    )
     shutil.copytree(done, workdir / "results/k/trial-0001")
     res = json.loads((done / "result.json").read_text())
     res["number"] = finished
     (workdir / "results/k/trial-0001/result.json").write_text(json.dumps(res))
     # trial 2 was still running: its folder has spec.json only
-    unfinished = _orphan_running_trial(storage, "k", {**values, "trainer.micro": 4}, workdir / "results/k/trial-0002", 2**22 + 9)
+    unfinished = _orphan_running_trial(
+        storage, "k", {**values, "trainer.micro": 4}, workdir / "results/k/trial-0002", 2**22 + 9
+    )
     (workdir / "results/k/trial-0002").mkdir()
     (workdir / "results/k/trial-0002/spec.json").write_text("{}")
 

@@ -25,8 +25,27 @@ pytestmark = pytest.mark.timeout(300)
 def proposed(tmp_path_factory):
     """(folder, {trial number: its stored `why`}) of a study: the baseline, three moves, one re-run."""
     root = tmp_path_factory.mktemp("why")
-    proc = run_cli(["run", "--space", str(TINY_SPACE), "--study", "w", "--trials", "4", "--seed", "3", "--confirm", "1",
-                    "--set", "trainer.offload=false", "--", sys.executable, str(TINY_TRAINER)], cwd=root)
+    proc = run_cli(
+        [
+            "run",
+            "--space",
+            str(TINY_SPACE),
+            "--study",
+            "w",
+            "--trials",
+            "4",
+            "--seed",
+            "3",
+            "--confirm",
+            "1",
+            "--set",
+            "trainer.offload=false",
+            "--",
+            sys.executable,
+            str(TINY_TRAINER),
+        ],
+        cwd=root,
+    )
     assert proc.returncode == 0, proc.stderr
     stored = {t.number: t.user_attrs.get("why") for t in study_trials(root)}
     assert stored[0] is None and any(stored.values()), stored  # the baseline has none, some moves have one
@@ -41,8 +60,11 @@ def test_json_rows_carry_why_for_proposed_trials_only(proposed):
     assert {n: r["why"] for n, r in rows.items()} == stored
     assert rows[0]["kind"] == "baseline" and rows[0]["why"] is None
     assert [r["why"] for r in rows.values() if r["kind"] == "rerun"] == [None]
-    assert all(re.match(r"((compound move|move|pair of moves|jump|move without a partner) from trial \d+: |TPE, since )", w)
-               for w in stored.values() if w)
+    assert all(
+        re.match(r"((compound move|move|pair of moves|jump|move without a partner) from trial \d+: |TPE, since )", w)
+        for w in stored.values()
+        if w
+    )
 
 
 def test_piped_report_prints_why_under_each_proposed_trial(proposed):
@@ -70,11 +92,23 @@ def test_terminal_table_shows_why_under_the_values(proposed):
 
 
 def test_json_rows_carry_the_memory_per_phase_and_the_phase_that_peaked():
-    memory = MemoryReport("nvml", gpus=(GpuMemory(0, 80.0, 63.2),),
-                          phase_peak_frac={"generate": 0.61, "policy_train": 0.79, OUTSIDE_PHASES: 0.05})
-    result = TrialResult(number=2, status=FailureClass.OK, verdict=OK_VERDICT, stop_reason=StopReason.MEASURED, memory=memory)
-    record = TrialRecord(number=2, state=TrialState.COMPLETE, values={"micro": 4}, kind=TrialKind.SEARCH,
-                         outcome=Outcome.LAUNCHED, status=FailureClass.OK, result=result)
+    memory = MemoryReport(
+        "nvml",
+        gpus=(GpuMemory(0, 80.0, 63.2),),
+        phase_peak_frac={"generate": 0.61, "policy_train": 0.79, OUTSIDE_PHASES: 0.05},
+    )
+    result = TrialResult(
+        number=2, status=FailureClass.OK, verdict=OK_VERDICT, stop_reason=StopReason.MEASURED, memory=memory
+    )
+    record = TrialRecord(
+        number=2,
+        state=TrialState.COMPLETE,
+        values={"micro": 4},
+        kind=TrialKind.SEARCH,
+        outcome=Outcome.LAUNCHED,
+        status=FailureClass.OK,
+        result=result,
+    )
     row = json.loads(json.dumps(trial_row(record)))
     assert row["peak_phase"] == "policy_train"
     assert row["phase_peak_frac"] == {"generate": 0.61, "policy_train": 0.79, OUTSIDE_PHASES: 0.05}

@@ -9,12 +9,16 @@ from nccl_tune.tuner.local_search import LocalSearchSampler
 from nccl_tune.tuner.samplers import make_sampler
 from nccl_tune.tuner.settings import SAMPLERS
 
-SPACE = parse_space("""
+SPACE = parse_space(
+    """
 name: s
 parameters:
   - {name: micro, kind: pow2, low: 1, high: 8, default: 2, memory: increasing}
   - {name: NCCL_ALGO, kind: categorical, choices: [unset, Ring], default: unset, memory: none}
-""", source="test", label="s")
+""",
+    source="test",
+    label="s",
+)
 
 
 def test_every_sampler_name_builds_its_sampler():

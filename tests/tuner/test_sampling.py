@@ -5,13 +5,17 @@ from __future__ import annotations
 from nccl_tune.search_spaces.loader import parse_space
 from nccl_tune.tuner.sampling import from_optuna, to_optuna
 
-SPACE = parse_space("""
+SPACE = parse_space(
+    """
 name: s
 parameters:
   - {name: micro, kind: pow2, low: 1, high: 64, default: 2, memory: increasing}
   - {name: ckpt, kind: bool, default: false, memory: decreasing}
   - {name: NCCL_BUFFSIZE, kind: categorical, choices: [unset, 4194304], default: unset, memory: small}
-""", source="test", label="s")
+""",
+    source="test",
+    label="s",
+)
 
 
 def test_a_config_spelled_for_optuna_reads_back_the_same():

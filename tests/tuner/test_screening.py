@@ -10,9 +10,8 @@ import math
 from pathlib import Path
 
 import pytest
-from rich.console import Console
-
 from optuna.trial import TrialState
+from rich.console import Console
 
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import FailureClass, Verdict
@@ -47,8 +46,17 @@ def screened_study(tmp_path: Path, screen_steps: int, screening: bool = True) ->
     space_file = folder / "screening.yaml"
     space_file.write_text(SPACE % screen_steps)
     url = f"sqlite:///{folder}/nccl-tune.db"
-    settings = RunSettings(command=("true",), space=str(space_file), results=folder, storage=url,
-                           study="screening", trials=3, seed=0, confirm=0, screening=screening)
+    settings = RunSettings(
+        command=("true",),
+        space=str(space_file),
+        results=folder,
+        storage=url,
+        study="screening",
+        trials=3,
+        seed=0,
+        confirm=0,
+        screening=screening,
+    )
     cost = analytic_cost(lambda v: Truth(STEP_S[v["mode"]], 40.0), AnalyticNode(startup_s=60.0, step_noise=0.005))
     printed = io.StringIO()
     out = run_study(settings, console=Console(file=printed, width=400), launcher=ModelLauncher(env={}, cost=cost))
@@ -95,9 +103,22 @@ def test_the_run_says_why_a_trial_was_screened_out_and_how_much_time_screening_s
 def test_a_trial_recorded_without_its_planned_steps_is_counted_apart():
     """A study recorded before the planned steps were stored: its stopped trials are named, their
     time saved is unknown, not made up."""
-    slow = TrialRecord(1, TrialState.COMPLETE, {"mode": "slow"}, TrialKind.SEARCH, Outcome.LAUNCHED, FailureClass.BUDGET,
-                       TrialResult(number=1, status=FailureClass.BUDGET, verdict=Verdict(FailureClass.BUDGET),
-                                   stop_reason=StopReason.EARLY_STOP, step_times_s=(12.0, 11.8), wall_s=90.0))
+    slow = TrialRecord(
+        1,
+        TrialState.COMPLETE,
+        {"mode": "slow"},
+        TrialKind.SEARCH,
+        Outcome.LAUNCHED,
+        FailureClass.BUDGET,
+        TrialResult(
+            number=1,
+            status=FailureClass.BUDGET,
+            verdict=Verdict(FailureClass.BUDGET),
+            stop_reason=StopReason.EARLY_STOP,
+            step_times_s=(12.0, 11.8),
+            wall_s=90.0,
+        ),
+    )
     assert slow.unspent_s is None
     stops = early_stops([slow])
     assert (stops.trials, stops.saved_s, stops.unknown, stops.saved_share) == ((1,), 0.0, 1, 0.0)
@@ -119,25 +140,46 @@ def test_screen_steps_must_leave_measured_steps_to_screen_for(tmp_path):
 
 # -- the bar: the incumbent as the study's model estimates it -------------------------------------
 
-BAR_SPACE = parse_space("""
+BAR_SPACE = parse_space(
+    """
 name: bar
 parameters:
   - {name: micro, kind: pow2, low: 1, high: 8, default: 2, memory: increasing}
   - {name: NCCL_ALGO, kind: categorical, choices: [unset, Ring, Tree, NVLS], default: unset, memory: none}
 throughput: {samples_per_step: 64}
-""", source="test", label="bar")
+""",
+    source="test",
+    label="bar",
+)
 
 
-def noisy_run(number: int, algo: str, step_s: float, noise: float, tokens_per_sample: float | None = None) -> TrialRecord:
+def noisy_run(
+    number: int, algo: str, step_s: float, noise: float, tokens_per_sample: float | None = None
+) -> TrialRecord:
     """A finished run of ``NCCL_ALGO=algo`` (micro 2) whose measured steps scatter by ``noise``
     around ``step_s`` (mean ``step_s``); with ``tokens_per_sample``, each step line printed a token rate."""
     times = (step_s * 1.3, step_s * (1 + noise), step_s * (1 - noise), step_s * (1 + noise), step_s * (1 - noise))
     rates = tuple(64 * tokens_per_sample / t for t in times) if tokens_per_sample else ()
-    result = TrialResult(number=number, status=FailureClass.OK, verdict=Verdict(FailureClass.OK),
-                         stop_reason=StopReason.MEASURED, step_times_s=times, warmup_steps=1, samples_per_step=64.0,
-                         step_rates=rates, rate_unit="tokens" if rates else None)
-    return TrialRecord(number, TrialState.COMPLETE, {"micro": 2, "NCCL_ALGO": algo}, TrialKind.SEARCH,
-                       Outcome.LAUNCHED, FailureClass.OK, result)
+    result = TrialResult(
+        number=number,
+        status=FailureClass.OK,
+        verdict=Verdict(FailureClass.OK),
+        stop_reason=StopReason.MEASURED,
+        step_times_s=times,
+        warmup_steps=1,
+        samples_per_step=64.0,
+        step_rates=rates,
+        rate_unit="tokens" if rates else None,
+    )
+    return TrialRecord(
+        number,
+        TrialState.COMPLETE,
+        {"micro": 2, "NCCL_ALGO": algo},
+        TrialKind.SEARCH,
+        Outcome.LAUNCHED,
+        FailureClass.OK,
+        result,
+    )
 
 
 def bar_of(records: list[TrialRecord], leader: str) -> tuple[IncumbentBar, ThroughputModel]:
@@ -151,8 +193,12 @@ def test_the_bar_is_the_incumbents_modelled_throughput_not_its_lucky_run():
     fastest by its run, and the incumbent. Its run flatters it; the model pooled with the three
     others sets the bar lower, so a candidate as fast as the rest, measured slow over one noisy
     step, runs on instead of being stopped against the lucky figure."""
-    records = [noisy_run(0, "unset", 10.0, 0.08), noisy_run(1, "Ring", 10.05, 0.08),
-               noisy_run(2, "Tree", 9.95, 0.08), noisy_run(3, "NVLS", 9.2, 0.08)]
+    records = [
+        noisy_run(0, "unset", 10.0, 0.08),
+        noisy_run(1, "Ring", 10.05, 0.08),
+        noisy_run(2, "Tree", 9.95, 0.08),
+        noisy_run(3, "NVLS", 9.2, 0.08),
+    ]
     bar, model = bar_of(records, "NVLS")
     lucky = 64 / 9.2
     mean, _ = model.predict([{"micro": 2, "NCCL_ALGO": "NVLS"}])
@@ -181,7 +227,6 @@ def test_the_bar_is_in_step_timed_samples_whatever_unit_the_trainer_printed():
     assert bar.incumbent_per_s == pytest.approx(6.4, rel=0.03)
 
 
-
 def test_no_bar_without_a_run_that_timed_its_steps():
     run = noisy_run(0, "unset", 10.0, 0.01)
     bare = dataclasses.replace(run, result=dataclasses.replace(run.result, samples_per_step=None))
@@ -191,8 +236,12 @@ def test_no_bar_without_a_run_that_timed_its_steps():
 
 def test_the_warm_up_is_the_incumbents_moved_by_the_models_correction():
     """The incumbent's runs' warm-up (1.3x its mean step) at the same shrunk level as its throughput."""
-    records = [noisy_run(0, "unset", 10.0, 0.08), noisy_run(1, "Ring", 10.05, 0.08),
-               noisy_run(2, "Tree", 9.95, 0.08), noisy_run(3, "NVLS", 9.2, 0.08)]
+    records = [
+        noisy_run(0, "unset", 10.0, 0.08),
+        noisy_run(1, "Ring", 10.05, 0.08),
+        noisy_run(2, "Tree", 9.95, 0.08),
+        noisy_run(3, "NVLS", 9.2, 0.08),
+    ]
     bar, _ = bar_of(records, "NVLS")
     (warm,) = bar.warmup_per_s
     assert warm == pytest.approx(bar.incumbent_per_s / 1.3)

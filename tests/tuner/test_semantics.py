@@ -19,16 +19,27 @@ def test_a_winner_that_changes_the_training_names_each_change_everywhere(workdir
     # steps as 4 times the samples, so that it wins beyond any noise
     space = workdir / "space.yaml"
     text = twin_space_text()
-    for old, new in (("choices: [64, 128, 256, 512]", "choices: [256, 512]"),
-                     ("samples_per_step: trainer.train_batch_size * generator.n_samples_per_prompt",
-                      "samples_per_step: trainer.train_batch_size * generator.n_samples_per_prompt"
-                      " * (4 if trainer.train_batch_size == 512 else 1)")):
+    for old, new in (
+        ("choices: [64, 128, 256, 512]", "choices: [256, 512]"),
+        (
+            "samples_per_step: trainer.train_batch_size * generator.n_samples_per_prompt",
+            "samples_per_step: trainer.train_batch_size * generator.n_samples_per_prompt"
+            " * (4 if trainer.train_batch_size == 512 else 1)",
+        ),
+    ):
         assert old in text
         text = text.replace(old, new, 1)
     space.write_text(text)
-    pins = [*TWIN_PINS_SPEED_ONLY, "--set", "trainer.policy_mini_batch_size=256", "--set", "trainer.max_prompt_length=6000"]
-    proc = run_twin(["--space", str(space), "--trials", "2", "--confirm", "1", "--json", "-o", "tuned.yaml", *pins],
-                    cwd=workdir)
+    pins = [
+        *TWIN_PINS_SPEED_ONLY,
+        "--set",
+        "trainer.policy_mini_batch_size=256",
+        "--set",
+        "trainer.max_prompt_length=6000",
+    ]
+    proc = run_twin(
+        ["--space", str(space), "--trials", "2", "--confirm", "1", "--json", "-o", "tuned.yaml", *pins], cwd=workdir
+    )
     assert proc.returncode == 0, proc.stderr
     best = json.loads(proc.stdout)["best"]
     assert best["params"]["trainer.train_batch_size"] == 512, best
@@ -36,6 +47,7 @@ def test_a_winner_that_changes_the_training_names_each_change_everywhere(workdir
     assert "it changes the training itself, not only its speed:" in proc.stderr
     assert "  trainer.train_batch_size: 256 -> 512" in proc.stderr
     assert yaml.safe_load((workdir / "tuned.yaml").read_text())["semantic_changes"] == [
-        "trainer.train_batch_size: 256 -> 512"]
+        "trainer.train_batch_size: 256 -> 512"
+    ]
     exported = yaml.safe_load(run_cli(["export"], cwd=workdir).stdout)
     assert exported["semantic_changes"] == ["trainer.train_batch_size: 256 -> 512"]

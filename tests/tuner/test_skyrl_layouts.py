@@ -28,8 +28,25 @@ def _trial(results: Path) -> Path:
 
 
 def test_todays_layout_stops_itself_and_nccl_cumem_enable_is_dropped_with_its_reason(workdir: Path) -> None:
-    r = run_cli(["run", *ONE, "--results", "res", "--set", "NCCL_CUMEM_ENABLE=1", "--set", "NCCL_PROTO=LL128",
-                 "--output", "tuned.yaml", "--", "bash", str(TODAY)], workdir, ENV)
+    r = run_cli(
+        [
+            "run",
+            *ONE,
+            "--results",
+            "res",
+            "--set",
+            "NCCL_CUMEM_ENABLE=1",
+            "--set",
+            "NCCL_PROTO=LL128",
+            "--output",
+            "tuned.yaml",
+            "--",
+            "bash",
+            str(TODAY),
+        ],
+        workdir,
+        ENV,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     said = r.stdout + r.stderr
     assert "space skyrl-text2sql: the command runs today's SkyRL (skyrl.train)" in said
@@ -61,18 +78,37 @@ def test_the_legacy_layout_is_picked_from_its_script(workdir: Path) -> None:
     assert "Reached max_training_steps" not in (_trial(workdir / "res") / "output.log").read_text()
 
 
-@pytest.mark.parametrize("space, script, says", [
-    # today's space passes trainer.max_training_steps, which the legacy Hydra config does not have
-    ("skyrl-text2sql", LEGACY, ("trial 0: the command runs the legacy SkyRL (skyrl_train)",
-                                "'trainer.max_training_steps'", "use --space skyrl-text2sql-legacy")),
-    # a legacy key that moved under generator.inference_engine in today's dataclasses
-    ("skyrl-text2sql-legacy", TODAY, ("trial 0: the command runs today's SkyRL (skyrl.train): its GeneratorConfig "
-                                      "has no field 'num_inference_engines'", "use --space skyrl-text2sql")),
-], ids=["today-space-on-legacy", "legacy-space-on-today"])
+@pytest.mark.parametrize(
+    "space, script, says",
+    [
+        # today's space passes trainer.max_training_steps, which the legacy Hydra config does not have
+        (
+            "skyrl-text2sql",
+            LEGACY,
+            (
+                "trial 0: the command runs the legacy SkyRL (skyrl_train)",
+                "'trainer.max_training_steps'",
+                "use --space skyrl-text2sql-legacy",
+            ),
+        ),
+        # a legacy key that moved under generator.inference_engine in today's dataclasses
+        (
+            "skyrl-text2sql-legacy",
+            TODAY,
+            (
+                "trial 0: the command runs today's SkyRL (skyrl.train): its GeneratorConfig "
+                "has no field 'num_inference_engines'",
+                "use --space skyrl-text2sql",
+            ),
+        ),
+    ],
+    ids=["today-space-on-legacy", "legacy-space-on-today"],
+)
 def test_a_refusal_by_the_other_layout_stops_at_once_naming_the_other_space(workdir: Path, space, script, says) -> None:
     if space == "skyrl-text2sql-legacy":  # the legacy space as a user would extend it, with a legacy-only key
-        text = load_space(space).text.replace("    trainer.logger: console\n",
-                                              "    trainer.logger: console\n    generator.num_inference_engines: 2\n")
+        text = load_space(space).text.replace(
+            "    trainer.logger: console\n", "    trainer.logger: console\n    generator.num_inference_engines: 2\n"
+        )
         (workdir / "legacy.yaml").write_text(text)
         space = str(workdir / "legacy.yaml")
     r = run_cli(["run", *ONE, "--space", space, "--results", "res", "--", "bash", str(script)], workdir, ENV)

@@ -48,12 +48,24 @@ def rec(number: int, scatter: float, step_s: float = 10.0, fixed_s: float = 1000
     (so their log spread is about ``scatter``), after ``fixed_s`` of start-up, warm-up and teardown."""
     measured = tuple(step_s * math.exp(scatter * (1 if i % 2 else -1)) for i in range(steps))
     result = TrialResult(
-        number=number, status=FailureClass.OK, verdict=Verdict(FailureClass.OK), stop_reason=StopReason.MEASURED,
-        step_times_s=(step_s * 1.3, *measured), warmup_steps=1, samples_per_step=64.0,
+        number=number,
+        status=FailureClass.OK,
+        verdict=Verdict(FailureClass.OK),
+        stop_reason=StopReason.MEASURED,
+        step_times_s=(step_s * 1.3, *measured),
+        warmup_steps=1,
+        samples_per_step=64.0,
         wall_s=fixed_s + sum(measured),
     )
-    return TrialRecord(number, TrialState.COMPLETE, {"micro": 2, "NCCL_ALGO": "unset"}, TrialKind.SEARCH,
-                       Outcome.LAUNCHED, FailureClass.OK, result)
+    return TrialRecord(
+        number,
+        TrialState.COMPLETE,
+        {"micro": 2, "NCCL_ALGO": "unset"},
+        TrialKind.SEARCH,
+        Outcome.LAUNCHED,
+        FailureClass.OK,
+        result,
+    )
 
 
 def test_before_two_measured_steps_and_below_the_floor_the_space_steps_stand() -> None:
@@ -107,8 +119,10 @@ def test_runs_held_below_the_steps_their_noise_asks_for_are_told_how_finely_they
     wanted, noise = plan.wanted_steps, plan.step_noise
     note = coarse_reading_note(capped, 3)
     error = math.sqrt(noise**2 / 3 + RUN_NOISE**2)
-    assert note is not None and note.startswith(f"one run read a config's throughput to about ±{error:.1%} "
-                                                f"(steps scatter about {noise:.1%}, 3 measured per run)"), note
+    assert note is not None and note.startswith(
+        f"one run read a config's throughput to about ±{error:.1%} "
+        f"(steps scatter about {noise:.1%}, 3 measured per run)"
+    ), note
     assert f"{wanted} measured steps would read to about ±2.1% (--steps {wanted}, each run then longer)" in note
     # runs that measured more steps than the (now better known) spread asks for read well enough
     enough = [rec(n, 0.08, fixed_s=25.0, steps=40) for n in range(3)]
@@ -131,8 +145,9 @@ def test_runs_held_below_the_steps_their_noise_asks_for_are_told_how_finely_they
 def test_the_spec_measures_the_steps_the_history_calls_for_and_steps_on_the_command_line_win(tmp_path) -> None:
     noisy = [rec(0, 0.045), rec(1, 0.05)]
     settings = RunSettings(command=("train",), results=tmp_path)
-    spec = build_trial_spec(SPACE, settings, study="s", number=2, values=SPACE.defaults(), context_pins={},
-                            history=noisy)
+    spec = build_trial_spec(
+        SPACE, settings, study="s", number=2, values=SPACE.defaults(), context_pins={}, history=noisy
+    )
     wanted = next_measured_steps(3, noisy, spec.clocks.trial_timeout_s).steps
     assert wanted > 3 and spec.stop.measured_steps == wanted and spec.stop.screen_steps == 1
     assert f"trainer.max_training_steps={1 + wanted}" in spec.argv
@@ -146,19 +161,32 @@ def test_the_spec_measures_the_steps_the_history_calls_for_and_steps_on_the_comm
 
 def landscape(v) -> Truth:
     """An RL job with 8% step noise: larger micro-batches are faster until 8, NCCL does nothing."""
-    return Truth(step_s=60.0 * (1.0 + 2.0 / v["micro"]) * (1.1 if v["micro"] == 16 else 1.0), peak_gib=20.0 + 3.0 * v["micro"])
+    return Truth(
+        step_s=60.0 * (1.0 + 2.0 / v["micro"]) * (1.1 if v["micro"] == 16 else 1.0), peak_gib=20.0 + 3.0 * v["micro"]
+    )
 
 
 def test_a_whole_study_measures_more_steps_once_its_trials_have_measured_the_noise(tmp_path: Path) -> None:
     space_file = tmp_path / "rl.yaml"
     space_file.write_text(SPACE_YAML)
     storage = f"sqlite:///{tmp_path / 'study.db'}"
-    settings = RunSettings(command=("train",), space=str(space_file), results=tmp_path, storage=storage,
-                           study="rl", trials=8, seed=0, confirm=1)
+    settings = RunSettings(
+        command=("train",),
+        space=str(space_file),
+        results=tmp_path,
+        storage=storage,
+        study="rl",
+        trials=8,
+        seed=0,
+        confirm=1,
+    )
     node = AnalyticNode(startup_s=240.0, step_noise=0.08, run_noise=0.01)
     out_text = io.StringIO()
-    out = run_study(settings, console=Console(file=out_text, width=300),
-                    launcher=ModelLauncher(env={"HOME": str(tmp_path)}, cost=analytic_cost(landscape, node)))
+    out = run_study(
+        settings,
+        console=Console(file=out_text, width=300),
+        launcher=ModelLauncher(env={"HOME": str(tmp_path)}, cost=analytic_cost(landscape, node)),
+    )
     launched = sorted((r for r in out.records if r.outcome is Outcome.LAUNCHED and r.result), key=lambda r: r.number)
     full = [r for r in launched if r.result.stop_reason is StopReason.MEASURED]
     assert launched[0].kind is TrialKind.BASELINE and len(launched[0].result.measured_step_times_s) == 3
@@ -176,19 +204,33 @@ def test_a_whole_study_measures_more_steps_once_its_trials_have_measured_the_noi
 
 
 @pytest.mark.parametrize("step_noise, noted", [(0.08, True), (0.005, False)])
-def test_a_study_whose_steps_stay_too_few_for_their_noise_says_so_in_its_summary_and_report(tmp_path: Path, step_noise,
-                                                                                           noted) -> None:
+def test_a_study_whose_steps_stay_too_few_for_their_noise_says_so_in_its_summary_and_report(
+    tmp_path: Path, step_noise, noted
+) -> None:
     """Steps a minute long after a 20 s start-up: the cost cap holds a trial to a few more steps
     than the space's 3, far below what 8% step noise asks for."""
     space_file = tmp_path / "rl.yaml"
     space_file.write_text(SPACE_YAML)
     storage = f"sqlite:///{tmp_path / 'study.db'}"
-    settings = RunSettings(command=("train",), space=str(space_file), results=tmp_path, storage=storage,
-                           study="rl", trials=4, seed=0, confirm=0)
+    settings = RunSettings(
+        command=("train",),
+        space=str(space_file),
+        results=tmp_path,
+        storage=storage,
+        study="rl",
+        trials=4,
+        seed=0,
+        confirm=0,
+    )
     node = AnalyticNode(startup_s=20.0, step_noise=step_noise, run_noise=0.001)
     out_text = io.StringIO()
-    run_study(settings, console=Console(file=out_text, width=300),
-              launcher=ModelLauncher(env={"HOME": str(tmp_path)}, cost=analytic_cost(landscape, node)))
+    run_study(
+        settings,
+        console=Console(file=out_text, width=300),
+        launcher=ModelLauncher(env={"HOME": str(tmp_path)}, cost=analytic_cost(landscape, node)),
+    )
     said = [line for line in winner_reasons(load_view(storage, "rl")) if line.startswith("one run read a config's")]
-    assert ("coarse measurement: one run read a config's throughput" in out_text.getvalue()) is noted, out_text.getvalue()
+    assert ("coarse measurement: one run read a config's throughput" in out_text.getvalue()) is noted, (
+        out_text.getvalue()
+    )
     assert bool(said) is noted, said

@@ -21,8 +21,9 @@ def _python_without_torch(workdir: Path) -> dict[str, str]:
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ModuleNotFoundError(\"No module named 'torch'\", name='torch')\n")
     wrapper = workdir / "python-without-torch"
-    wrapper.write_text(f'#!/bin/sh\nexport PYTHONPATH="{shadow.parent}${{PYTHONPATH:+:$PYTHONPATH}}"\n'
-                       f'exec {sys.executable} "$@"\n')
+    wrapper.write_text(
+        f'#!/bin/sh\nexport PYTHONPATH="{shadow.parent}${{PYTHONPATH:+:$PYTHONPATH}}"\nexec {sys.executable} "$@"\n'
+    )
     wrapper.chmod(0o755)
     return {"PYTHON": str(wrapper)}
 
@@ -38,27 +39,45 @@ def _space(workdir: Path, old: str, new: str) -> str:
 def _case(name: str, workdir: Path) -> tuple[list[str], dict[str, str], str]:
     """(run options, env, what the error line says) of one unfixable baseline."""
     if name == "exit 0 without a step":  # a train batch larger than the prompts the data keeps
-        return (["--set", "trainer.train_batch_size=512", "--set", "trainer.max_prompt_length=2048"], {},
-                "the command exited 0 without a step")
+        return (
+            ["--set", "trainer.train_batch_size=512", "--set", "trainer.max_prompt_length=2048"],
+            {},
+            "the command exited 0 without a step",
+        )
     if name == "ModuleNotFoundError":
         return [], _python_without_torch(workdir), "before any step"
     if name == "no progress line before the start-up deadline":
         return ["--startup-timeout", "0.5s"], {}, "no progress line before the start-up deadline"
     if name == "a step rule that matches nothing":
-        space = _space(workdir, "\nprogress:\n", '\nprogress:\n  step_end: "Finished: .no_such_phase., time cost: '
-                       '(?P<seconds>[0-9.]+)s"\n')  # the preset's phase rules stay: only steps are never seen
+        space = _space(
+            workdir,
+            "\nprogress:\n",
+            '\nprogress:\n  step_end: "Finished: .no_such_phase., time cost: (?P<seconds>[0-9.]+)s"\n',
+        )  # the preset's phase rules stay: only steps are never seen
         # and the trainer does not stop itself after the trial's steps, so the trial budget ends it
         Path(space).write_text(Path(space).read_text().replace('    trainer.max_training_steps: "{total_steps}"\n', ""))
-        return (["--space", space, "--trial-timeout", "10s"], {},
-                "no step line within the trial budget")
+        return (["--space", space, "--trial-timeout", "10s"], {}, "no step line within the trial budget")
     assert name == "config_error"
-    space = _space(workdir, "    trainer.logger: console\n", "    trainer.logger: console\n    trainer.no_such_key: 1\n")
-    return ["--space", space], {}, "trial 0: Invalid fields {'no_such_key'} for TrainerConfig: the command has no such key"
+    space = _space(
+        workdir, "    trainer.logger: console\n", "    trainer.logger: console\n    trainer.no_such_key: 1\n"
+    )
+    return (
+        ["--space", space],
+        {},
+        "trial 0: Invalid fields {'no_such_key'} for TrainerConfig: the command has no such key",
+    )
 
 
-@pytest.mark.parametrize("name", ["exit 0 without a step", "ModuleNotFoundError",
-                                  "no progress line before the start-up deadline", "a step rule that matches nothing",
-                                  "config_error"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "exit 0 without a step",
+        "ModuleNotFoundError",
+        "no progress line before the start-up deadline",
+        "a step rule that matches nothing",
+        "config_error",
+    ],
+)
 def test_an_unfixable_baseline_stops_the_study_after_it(workdir, name):
     options, env, says = _case(name, workdir)
     proc = run_twin(["--trials", "5", *options], cwd=workdir, env=env)
@@ -74,7 +93,9 @@ def test_an_unfixable_baseline_stops_the_study_after_it(workdir, name):
     assert len(study_trials(workdir)) == 1
     if name == "ModuleNotFoundError":
         trial_dir = Path(line.split("(log: ")[1].rstrip(")")).parent
-        assert "ModuleNotFoundError: No module named 'torch'" in json.dumps(json.loads((trial_dir / "result.json").read_text()))
+        assert "ModuleNotFoundError: No module named 'torch'" in json.dumps(
+            json.loads((trial_dir / "result.json").read_text())
+        )
 
 
 def test_a_baseline_out_of_memory_does_not_stop_the_study(workdir):
@@ -135,12 +156,17 @@ def test_trials_that_ended_in_their_nccl_check_blame_their_values_however_many_i
 
     space = load_space("skyrl-text2sql")
     base = space.defaults()
-    varied = [{**base, "NCCL_ALGO": "allreduce:NVLS"}, {**base, "NCCL_PROTO": "LL"}, {**base, "NCCL_BUFFSIZE": 4194304},
-              {**base, "NCCL_PROTO": "LL128"}]
+    varied = [
+        {**base, "NCCL_ALGO": "allreduce:NVLS"},
+        {**base, "NCCL_PROTO": "LL"},
+        {**base, "NCCL_BUFFSIZE": 4194304},
+        {**base, "NCCL_PROTO": "LL128"},
+    ]
 
     def hung(number: int, in_check: bool) -> TrialResult:
-        return TrialResult(number, FailureClass.HANG, Verdict(FailureClass.HANG), StopReason.STALL,
-                           nccl_check_failed=in_check)
+        return TrialResult(
+            number, FailureClass.HANG, Verdict(FailureClass.HANG), StopReason.STALL, nccl_check_failed=in_check
+        )
 
     rules = StopRules(space)
     for n, values in enumerate(varied, start=1):  # each failed its check, which others passed: the values

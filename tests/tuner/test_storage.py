@@ -13,7 +13,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tests.tuner.conftest import NCCL_TUNE, TINY_SPACE, read_only, one_line_error, run_cli
+from tests.tuner.conftest import NCCL_TUNE, TINY_SPACE, one_line_error, read_only, run_cli
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -51,7 +51,9 @@ def test_report_and_export_never_write_to_the_storage(workdir, one_study):
     empty = workdir / "empty.db"
     empty.write_bytes(b"")
     for cmd in ("report", "export"):
-        one_line_error(run_cli([cmd, "--storage", f"sqlite:///{empty}"], cwd=workdir), "the database is empty (0 bytes)")
+        one_line_error(
+            run_cli([cmd, "--storage", f"sqlite:///{empty}"], cwd=workdir), "the database is empty (0 bytes)"
+        )
     assert empty.stat().st_size == 0  # no schema was written into it
     for cmd in ("report", "export"):
         one_line_error(run_cli([cmd, "--results", "elsewhere"], cwd=workdir), "no such database")
@@ -110,7 +112,9 @@ def test_trial_folders_from_before_study_ids_are_not_reused_by_a_new_study(workd
 
 
 def _start_together(argvs: list[list[str]], cwd: Path, env: dict) -> list[subprocess.CompletedProcess]:
-    procs = [subprocess.Popen(a, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for a in argvs]
+    procs = [
+        subprocess.Popen(a, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for a in argvs
+    ]
     out = []
     for p, a in zip(procs, argvs):
         stdout, stderr = p.communicate(timeout=240)
@@ -152,7 +156,9 @@ def test_a_changed_space_file_does_not_resume_the_study_silently(workdir, tiny_c
     space.write_text("# a comment changes nothing\n" + TINY_SPACE.read_text())
     assert run_cli([*_args("sp", space=space), *tiny_command], cwd=workdir).returncode == 0
     space.write_text(TINY_SPACE.read_text().replace("high: 8", "high: 4"))
-    line = one_line_error(run_cli([*_args("sp", space=space), *tiny_command], cwd=workdir), "created with other content")
+    line = one_line_error(
+        run_cli([*_args("sp", space=space), *tiny_command], cwd=workdir), "created with other content"
+    )
     assert "--study NEW" in line and "restore the original file" in line
 
 
@@ -160,7 +166,9 @@ def test_run_into_a_read_only_results_folder_is_one_line(workdir, tiny_command):
     results = workdir / "ro"
     results.mkdir()
     with read_only(results):
-        line = one_line_error(run_cli([*_args("x", "--results", str(results)), *tiny_command], cwd=workdir), str(results))
+        line = one_line_error(
+            run_cli([*_args("x", "--results", str(results)), *tiny_command], cwd=workdir), str(results)
+        )
     assert "--results" in line
 
 
@@ -188,8 +196,11 @@ def test_a_study_of_the_same_name_in_another_storage_is_neither_swept_nor_waited
     assert mine == marker_scope("s", f"sqlite:///{tmp_path}/a/nccl-tune.db")  # one file, however it is named
     theirs = marker_scope("s", "sqlite:///b/nccl-tune.db")
     assert len({mine, theirs, marker_scope("t", "sqlite:///a/nccl-tune.db")}) == 3
-    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
-                             env={**os.environ, MARKER_ENV: f"{theirs}/0"}, start_new_session=True)
+    other = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)"],
+        env={**os.environ, MARKER_ENV: f"{theirs}/0"},
+        start_new_session=True,
+    )
     try:
         deadline = time.monotonic() + 10
         while not find_marked(study_match(theirs)) and time.monotonic() < deadline:

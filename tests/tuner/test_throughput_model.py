@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 
 import pytest
-
 from optuna.trial import TrialState
 
 from nccl_tune.failure import FailureClass, Verdict
@@ -14,6 +13,7 @@ from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.trial import GpuMemory, MemoryReport, StopReason, TrialResult
 from nccl_tune.tuner.study_records import Outcome, TrialKind, TrialRecord
 from nccl_tune.tuner.throughput_model import ThroughputModel
+
 
 def space_with(variable: str, label: str) -> SearchSpace:
     """A micro-batch and one NCCL variable (``variable``: its parameter entry)."""
@@ -28,22 +28,36 @@ throughput: {{samples_per_step: 64}}
     return parse_space(text, source="test", label=label)
 
 
-SPACE = space_with("{name: NCCL_ALGO, kind: categorical, choices: [unset, Ring, Tree, NVLS], default: unset, memory: none}", "nccl")
+SPACE = space_with(
+    "{name: NCCL_ALGO, kind: categorical, choices: [unset, Ring, Tree, NVLS], default: unset, memory: none}", "nccl"
+)
 BASE = SPACE.defaults()
 
 
-def run(number: int, algo: str, step_s: float, status: FailureClass = FailureClass.OK, *,
-        steps: int = 4, peak_gib: float = 40.0) -> TrialRecord:
+def run(
+    number: int,
+    algo: str,
+    step_s: float,
+    status: FailureClass = FailureClass.OK,
+    *,
+    steps: int = 4,
+    peak_gib: float = 40.0,
+) -> TrialRecord:
     """A run of ``NCCL_ALGO=algo`` that stepped every ``step_s`` (its first step the warm-up) for
     ``steps`` steps, then ended with ``status``, having peaked at ``peak_gib`` of 80."""
     result = TrialResult(
-        number=number, status=status, verdict=Verdict(status), stop_reason=StopReason.MEASURED,
+        number=number,
+        status=status,
+        verdict=Verdict(status),
+        stop_reason=StopReason.MEASURED,
         step_times_s=tuple(step_s * (1.3 if i == 0 else 1.0 + 0.01 * (-1) ** i) for i in range(steps)),
-        warmup_steps=1, samples_per_step=64.0,
+        warmup_steps=1,
+        samples_per_step=64.0,
         memory=MemoryReport("nvml", (GpuMemory(0, 80.0, peak_gib),)),
     )
-    return TrialRecord(number, TrialState.COMPLETE, {**BASE, "NCCL_ALGO": algo}, TrialKind.SEARCH,
-                       Outcome.LAUNCHED, status, result)
+    return TrialRecord(
+        number, TrialState.COMPLETE, {**BASE, "NCCL_ALGO": algo}, TrialKind.SEARCH, Outcome.LAUNCHED, status, result
+    )
 
 
 def model(records: list[TrialRecord]) -> ThroughputModel:
@@ -99,8 +113,10 @@ def test_the_doubt_of_a_difference_is_one_runs_noise_on_each_side_and_more_for_a
 def test_an_nccl_value_that_removes_the_fast_path_is_expected_slower_until_a_run_says_otherwise():
     """Untried, the LL protocol alone ranks below the other protocols (the search tries it last);
     a run that measured it faster than the baseline carries the model past that prior."""
-    space = space_with("{name: NCCL_PROTO, kind: categorical, choices: [unset, Simple, LL128, LL], default: unset, memory: none}",
-                       "proto")
+    space = space_with(
+        "{name: NCCL_PROTO, kind: categorical, choices: [unset, Simple, LL128, LL], default: unset, memory: none}",
+        "proto",
+    )
     base = space.defaults()
     fresh = ThroughputModel(space, space.parameters, [], base)
     means, sds = fresh.predict([{**base, "NCCL_PROTO": p} for p in ("LL128", "LL")])
@@ -108,14 +124,24 @@ def test_an_nccl_value_that_removes_the_fast_path_is_expected_slower_until_a_run
 
     def proto_run(number: int, proto: str, step_s: float) -> TrialRecord:
         record = run(number, "unset", step_s)
-        return TrialRecord(number, record.state, {**base, "NCCL_PROTO": proto}, record.kind, record.outcome,
-                           record.status, record.result)
+        return TrialRecord(
+            number,
+            record.state,
+            {**base, "NCCL_PROTO": proto},
+            record.kind,
+            record.outcome,
+            record.status,
+            record.result,
+        )
 
-    measured = ThroughputModel(space, space.parameters, [proto_run(0, "unset", 10.0), proto_run(1, "LL", 8.0),
-                                                         proto_run(2, "unset", 10.1)], base)
+    measured = ThroughputModel(
+        space,
+        space.parameters,
+        [proto_run(0, "unset", 10.0), proto_run(1, "LL", 8.0), proto_run(2, "unset", 10.1)],
+        base,
+    )
     means, _ = measured.predict([{**base, "NCCL_PROTO": p} for p in ("unset", "LL")])
     assert means[1] > means[0] + 0.1
-
 
 
 def test_values_the_sweep_timed_faster_lead_until_the_job_shows_its_step_does_not_follow_its_collectives():
@@ -133,18 +159,23 @@ def test_values_the_sweep_timed_faster_lead_until_the_job_shows_its_step_does_no
     learnt = ThroughputModel(SPACE, SPACE.parameters, flat, BASE, speeds)
     assert learnt.share <= 0.125
     gain_after = predicted(learnt, "NVLS")[0] - predicted(learnt, "unset")[0]
-    assert gain_after < 0.6 * gain_before, "a step that followed neither Ring's nor Tree's collectives will not follow NVLS's"
+    assert gain_after < 0.6 * gain_before, (
+        "a step that followed neither Ring's nor Tree's collectives will not follow NVLS's"
+    )
     follows = [run(0, "unset", 10.0), run(1, "Tree", 10.6), run(2, "unset", 9.98), run(3, "Ring", 9.7)]
     learnt = ThroughputModel(SPACE, SPACE.parameters, follows, BASE, speeds)
     assert predicted(learnt, "NVLS")[0] - predicted(learnt, "unset")[0] > gain_before, (
-        "a step that followed them (a quarter of the step or more) is expected to follow NVLS's")
+        "a step that followed them (a quarter of the step or more) is expected to follow NVLS's"
+    )
 
 
 def test_a_value_the_sweep_timed_keeps_no_prior_of_its_own_design():
     """LL alone removes NCCL's fast path (expected slower untimed); timed by the sweep as fast as the
     baseline's, that measurement stands in for the prior."""
-    space = space_with("{name: NCCL_PROTO, kind: categorical, choices: [unset, Simple, LL], default: unset, memory: none}",
-                       "proto-timed")
+    space = space_with(
+        "{name: NCCL_PROTO, kind: categorical, choices: [unset, Simple, LL], default: unset, memory: none}",
+        "proto-timed",
+    )
     base = space.defaults()
     timed = ThroughputModel(space, space.parameters, [], base, {"NCCL_PROTO": {"Simple": 0.0, "LL": 0.0}})
     means, _ = timed.predict([{**base, "NCCL_PROTO": p} for p in ("Simple", "LL")])

@@ -23,8 +23,9 @@ def test_a_gate_that_gives_up_leaves_the_asked_trial_told_and_the_study_resumes(
     write_state(state, h100_node(2))
     env = {**os.environ, **TWIN_ENV, "COLUMNS": "200", "NCCL_TUNE_FAKE_NVML": str(state)}
     args = ["run", "--trials", "2", "--confirm", "0", "--study", "g", "--gate-timeout", "5s", "--", "bash", str(TWIN)]
-    tuner = subprocess.Popen([str(NCCL_TUNE), *args], cwd=workdir, env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+    tuner = subprocess.Popen(
+        [str(NCCL_TUNE), *args], cwd=workdir, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     spec = workdir / "results" / "g" / "trial-0000" / "spec.json"
     deadline = time.monotonic() + 120
     while not spec.exists() and time.monotonic() < deadline:
@@ -43,8 +44,11 @@ def test_a_gate_that_gives_up_leaves_the_asked_trial_told_and_the_study_resumes(
     assert not (workdir / "results" / "g" / "trial-0001").exists()
 
     write_state(state, h100_node(2))  # the node is free again: the same command resumes
-    again = run_twin(["--trials", "1", "--confirm", "0", "--study", "g", "--json"], cwd=workdir,
-                     env={"NCCL_TUNE_FAKE_NVML": str(state)})
+    again = run_twin(
+        ["--trials", "1", "--confirm", "0", "--study", "g", "--json"],
+        cwd=workdir,
+        env={"NCCL_TUNE_FAKE_NVML": str(state)},
+    )
     assert again.returncode == 0, again.stderr
     assert "resuming study g: 1 trials done" in again.stderr and "Traceback" not in again.stderr
     rows = {r["number"]: r for r in json.loads(again.stdout)["trials"]}

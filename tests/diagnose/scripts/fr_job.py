@@ -29,7 +29,9 @@ TIMEOUT_S = float(os.environ.get("FR_JOB_TIMEOUT_S", "3"))
 def main() -> int:
     rank, world, port, mode, prefix = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4], sys.argv[5]
     store = dist.TCPStore("127.0.0.1", int(port), world, rank == 0, timeout=datetime.timedelta(seconds=60))
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=TIMEOUT_S))
+    dist.init_process_group(
+        "gloo", store=store, rank=rank, world_size=world, timeout=datetime.timedelta(seconds=TIMEOUT_S)
+    )
     signal.alarm(int(TIMEOUT_S * 10))  # never outlive a broken test: SIGALRM ends the process
     timeout = datetime.timedelta(seconds=TIMEOUT_S)
     group = dist.new_group(list(range(world)), backend="gloo", timeout=timeout) if mode == "mismatch" else None

@@ -60,8 +60,10 @@ def main() -> int:
     # child inherits an ignored SIGINT (a test worker can run with SIGHUP, SIGINT and SIGQUIT ignored)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     if args.handlers:
+
         def on_signal(signum, _frame):
             observer.flag = signal.Signals(signum).name
+
         signal.signal(signal.SIGINT, on_signal)
         signal.signal(signal.SIGTERM, on_signal)
 

@@ -119,7 +119,9 @@ def main() -> int:
     p.add_argument("--gpu-gib", type=float, default=40.0)
     p.add_argument("--fr-dump", action="store_true", help="write a dump per rank to TORCH_FR_DUMP_TEMP_FILE on failure")
     p.add_argument("--no-done", action="store_true", help="do not print 'Training done!'")
-    p.add_argument("--oom-then-hang", action="store_true", help="after --oom-at-step, stay alive (the other ranks wait)")
+    p.add_argument(
+        "--oom-then-hang", action="store_true", help="after --oom-at-step, stay alive (the other ranks wait)"
+    )
     p.add_argument("--print-env", default="", help="comma-separated variables to print as NAME=value")
     args, overrides = p.parse_known_args()
     bad = [o for o in overrides if "=" not in o or o.startswith("-")]
@@ -147,7 +149,10 @@ def main() -> int:
         os.replace(args.pidfile + ".tmp", args.pidfile)
     if args.gpu_state:
         hold_gpu(args, [os.getpid()] + children)
-    print(f"starting fake trainer pid={os.getpid()} marker={os.environ.get('NCCL_TUNE_TRIAL')} overrides={overrides}", flush=True)
+    print(
+        f"starting fake trainer pid={os.getpid()} marker={os.environ.get('NCCL_TUNE_TRIAL')} overrides={overrides}",
+        flush=True,
+    )
     for name in filter(None, args.print_env.split(",")):
         print(f"env {name}={os.environ.get(name, '<unset>')}", flush=True)
     time.sleep(args.startup_s)
@@ -165,7 +170,7 @@ def main() -> int:
                 while True:
                     time.sleep(1)
             if args.crash_at_step == step:
-                sys.stdout.write("Traceback (most recent call last):\n  File \"trainer.py\", line 9\n")
+                sys.stdout.write('Traceback (most recent call last):\n  File "trainer.py", line 9\n')
                 sys.stdout.write("RuntimeError: something broke in the trainer\n")
                 sys.stdout.flush()
                 return 1
@@ -189,7 +194,9 @@ def main() -> int:
             time.sleep(args.step_s / max(1, len(phases)))
             line(f"Finished: '{phase}', time cost: {time.monotonic() - t_phase:.2f}s", args)
         for rank in range(args.memory):
-            sys.stdout.write(f"rank {rank} step {step} memory: {args.mem_gib + rank:.2f}GiB({(args.mem_gib + rank) / 79.65 * 100:.1f}%)\n")
+            sys.stdout.write(
+                f"rank {rank} step {step} memory: {args.mem_gib + rank:.2f}GiB({(args.mem_gib + rank) / 79.65 * 100:.1f}%)\n"
+            )
         line(f"Finished: 'step', time cost: {time.monotonic() - t_step:.2f}s", args)
     if not args.no_done:
         line("Training done!", args)

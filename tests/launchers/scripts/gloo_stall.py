@@ -40,19 +40,24 @@ def rank_main(rank: int, world: int, stall_rank: int, stall_step: int) -> int:
         dist.all_reduce(x)
         time.sleep(0.05)
         if rank == 0:
-            print(f"(skyrl_entrypoint pid={os.getpid()}) Finished: 'step', time cost: {time.monotonic() - t0:.2f}s",
-                  flush=True)
+            print(
+                f"(skyrl_entrypoint pid={os.getpid()}) Finished: 'step', time cost: {time.monotonic() - t0:.2f}s",
+                flush=True,
+            )
     dist.destroy_process_group()
     return 0
 
 
 def main() -> int:
     world, stall_rank, stall_step = (int(a) for a in sys.argv[1:4])
-    env = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(world),
-               OMP_NUM_THREADS="1")
+    env = dict(
+        os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()), WORLD_SIZE=str(world), OMP_NUM_THREADS="1"
+    )
     procs = [
-        subprocess.Popen([sys.executable, __file__, "rank", str(r), str(world), str(stall_rank), str(stall_step)],
-                         env=dict(env, RANK=str(r), LOCAL_RANK=str(r)))
+        subprocess.Popen(
+            [sys.executable, __file__, "rank", str(r), str(world), str(stall_rank), str(stall_step)],
+            env=dict(env, RANK=str(r), LOCAL_RANK=str(r)),
+        )
         for r in range(world)
     ]
     return max(p.wait() for p in procs)

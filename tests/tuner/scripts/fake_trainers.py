@@ -66,9 +66,11 @@ def skyrl(step: int, dt: float, gib: float) -> None:
     time.sleep(dt * 0.5)
     log(f"Finished: 'generate', time cost: {dt * 0.5:.2f}s")
     time.sleep(dt * 0.5)
-    out(f"\x1b[36m(FSDPPolicyWorkerBase pid={os.getpid() + 1})\x1b[0m {stamp()}.456 | INFO     | "
+    out(
+        f"\x1b[36m(FSDPPolicyWorkerBase pid={os.getpid() + 1})\x1b[0m {stamp()}.456 | INFO     | "
         f"skyrl_train.utils.utils:print_mem:420 - after step, Allocated: {gib - 4:.2f} GiB, Reserved: {gib:.2f} GiB, "
-        f"Free: {TOTAL_GIB - gib:.2f} GiB, Total: {TOTAL_GIB:.2f} GiB")
+        f"Free: {TOTAL_GIB - gib:.2f} GiB, Total: {TOTAL_GIB:.2f} GiB"
+    )
     log(f"Finished: 'step', time cost: {dt:.2f}s{padding()}")
 
 
@@ -91,24 +93,30 @@ def titan_line(step: int, dt: float, gib: float) -> str:
     red, green, orange, turq = "\x1b[31m", "\x1b[32m", "\x1b[38;2;255;165;0m", "\x1b[38;2;54;234;195m"
     blue, cyan, magenta, reset = "\x1b[34m", "\x1b[36m", "\x1b[35m", "\x1b[39m"
     tps = TOKENS / dt
-    return (f"[titan] {stamp()},123 - root - INFO - {red}step: {step:2}  {green}loss: {8.0 - step * 0.01:8.5f}  "
+    return (
+        f"[titan] {stamp()},123 - root - INFO - {red}step: {step:2}  {green}loss: {8.0 - step * 0.01:8.5f}  "
         f"{orange}grad_norm: {1.2345:7.4f}  {turq}memory: {gib:5.2f}GiB({gib / TOTAL_GIB * 100:.2f}%)  "
-        f"{blue}tps: {round(tps):,}  {cyan}tflops: {123.45:,.2f}  {magenta}mfu: {12.34:.2f}%{reset}{padding()}")
+        f"{blue}tps: {round(tps):,}  {cyan}tflops: {123.45:,.2f}  {magenta}mfu: {12.34:.2f}%{reset}{padding()}"
+    )
 
 
 def megatron(step: int, dt: float, gib: float) -> None:
     """Megatron's ``training_log`` (last rank) and ``report_memory`` (after the first step, per rank)."""
     time.sleep(dt)
     if RANK == WORLD - 1:
-        out(f" [{stamp()}] iteration {step:8d}/{MAX_STEPS:8d} | consumed samples: {step * SAMPLES:12d} | "
+        out(
+            f" [{stamp()}] iteration {step:8d}/{MAX_STEPS:8d} | consumed samples: {step * SAMPLES:12d} | "
             f"elapsed time per iteration (ms): {dt * 1000:.1f} | throughput per GPU (TFLOP/s/GPU): 123.4 | "
             f"learning rate: 1.000000E-04 | global batch size: {SAMPLES:5d} | lm loss: 7.123456E+00 | "
             f"loss scale: 1.0 | grad norm: 1.234 | number of skipped iterations:   0 | "
-            f"number of nan iterations:   0 |{padding()}")
+            f"number of nan iterations:   0 |{padding()}"
+        )
     if step == 1:
         mib = gib * 1024
-        out(f"[Rank {RANK}] (after {step} iterations) memory (MB) | allocated: {mib - 2048:.1f} | "
-            f"max allocated: {mib - 1024:.1f} | reserved: {mib:.1f} | max reserved: {mib:.1f}")
+        out(
+            f"[Rank {RANK}] (after {step} iterations) memory (MB) | allocated: {mib - 2048:.1f} | "
+            f"max allocated: {mib - 1024:.1f} | reserved: {mib:.1f} | max reserved: {mib:.1f}"
+        )
 
 
 def deepspeed(step: int, dt: float, gib: float) -> None:
@@ -116,24 +124,30 @@ def deepspeed(step: int, dt: float, gib: float) -> None:
     time.sleep(dt)
     if RANK == 0:
         rate = SAMPLES / dt
-        out(f"[{stamp()},123] [INFO] [timer.py:264:stop] epoch=0/micro_step={step}/global_step={step}, "
+        out(
+            f"[{stamp()},123] [INFO] [timer.py:264:stop] epoch=0/micro_step={step}/global_step={step}, "
             f"RunningAvgSamplesPerSec={rate:.6f}, CurrSamplesPerSec={rate:.6f}, MemAllocated={gib - 4:.2f}GB, "
-            f"MaxMemAllocated={gib:.2f}GB{padding()}")
+            f"MaxMemAllocated={gib:.2f}GB{padding()}"
+        )
 
 
 def verl(step: int, dt: float, gib: float) -> None:
     """verl's console logger on the TaskRunner, values as numpy 2 prints them."""
     time.sleep(dt)
-    out(f"(TaskRunner pid={os.getpid()}) step:{step} - training/global_step:{step} - actor/pg_loss:np.float64(0.01) - "
+    out(
+        f"(TaskRunner pid={os.getpid()}) step:{step} - training/global_step:{step} - actor/pg_loss:np.float64(0.01) - "
         f"perf/max_memory_allocated_gb:np.float64({gib - 4}) - perf/max_memory_reserved_gb:np.float64({gib}) - "
-        f"timing_s/step:np.float64({dt:.3f}) - perf/throughput:np.float64({TOKENS / dt:.1f}){padding()}")
+        f"timing_s/step:np.float64({dt:.3f}) - perf/throughput:np.float64({TOKENS / dt:.1f}){padding()}"
+    )
 
 
 def openrlhf(step: int, dt: float, gib: float) -> None:
     """OpenRLHF's PPO trainer: the step's dict with its total time."""
     time.sleep(dt)
-    out(f"INFO {stamp('%m-%d %H:%M:%S')} ppo_trainer.py:512] \u2728 Global step {step}: {{'policy_loss': 0.01, "
-        f"'reward': 0.5, 'timing/step_total': {dt}}}{padding()}")
+    out(
+        f"INFO {stamp('%m-%d %H:%M:%S')} ppo_trainer.py:512] \u2728 Global step {step}: {{'policy_loss': 0.01, "
+        f"'reward': 0.5, 'timing/step_total': {dt}}}{padding()}"
+    )
 
 
 def nemo_rl(step: int, dt: float, gib: float) -> None:
@@ -146,13 +160,18 @@ def nemo_rl(step: int, dt: float, gib: float) -> None:
     out("\n\u23f1\ufe0f  Timing:")
     out(f"  \u2022 Total step time: {dt:.2f}s{padding()}")
     out(f"  \u2022 generation: {dt * 0.6:.2f}s (60.0%)")
-    out(f"  \u2022 Training FLOPS: 12.34 TFLOPS (1.23 TFLOPS per rank)")
+    out("  \u2022 Training FLOPS: 12.34 TFLOPS (1.23 TFLOPS per rank)")
     out(f"  \u2022 Tokens per second per GPU: {TOKENS / dt:.2f}")
 
 
 STEPPERS = {
-    "skyrl": skyrl, "torchtitan": torchtitan, "megatron": megatron, "deepspeed": deepspeed, "verl": verl,
-    "openrlhf": openrlhf, "nemo-rl": nemo_rl,
+    "skyrl": skyrl,
+    "torchtitan": torchtitan,
+    "megatron": megatron,
+    "deepspeed": deepspeed,
+    "verl": verl,
+    "openrlhf": openrlhf,
+    "nemo-rl": nemo_rl,
 }
 
 ENDINGS = {
@@ -172,8 +191,15 @@ def bar_trainer(preset: str, micro: int, steps: int | None, dt: float) -> None:
     v4 = os.environ.get("FT_HF4") == "1"
     total = steps or MAX_STEPS
     if preset == "lightning":
-        bar = tqdm(total=total, desc="Epoch 0", file=sys.stdout, dynamic_ncols=True, smoothing=0, disable=RANK != 0,
-                   bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_noinv_fmt}{postfix}]")
+        bar = tqdm(
+            total=total,
+            desc="Epoch 0",
+            file=sys.stdout,
+            dynamic_ncols=True,
+            smoothing=0,
+            disable=RANK != 0,
+            bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_noinv_fmt}{postfix}]",
+        )
         bar.set_postfix(v_num=0)
     else:
         bar = tqdm(total=total, dynamic_ncols=True, disable=RANK != 0)
@@ -187,8 +213,13 @@ def bar_trainer(preset: str, micro: int, steps: int | None, dt: float) -> None:
     bar.close()
     if preset == "hf-trainer" and RANK == 0:
         run = time.time() - start
-        done = {"train_runtime": run, "train_samples_per_second": total * SAMPLES / run,
-                "train_steps_per_second": total / run, "train_loss": 2.3, "epoch": 1.0}
+        done = {
+            "train_runtime": run,
+            "train_samples_per_second": total * SAMPLES / run,
+            "train_steps_per_second": total / run,
+            "train_loss": 2.3,
+            "epoch": 1.0,
+        }
         out(str(done if v4 else {k: format(v, ".4g") for k, v in done.items()}))
     if preset == "lightning" and RANK == 0:
         out(f"`Trainer.fit` stopped: `max_steps={total}` reached.", sys.stderr)

@@ -57,8 +57,12 @@ def main() -> int:
         log("Started: 'policy_train'")
         t0 = time.time()
         if cfg["trainer.mode"] == "crash" and step == 2:
-            print("RuntimeError: [/__w/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
-                  "[127.0.0.1]:29500", file=sys.stderr, flush=True)
+            print(
+                "RuntimeError: [/__w/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc:534] Connection closed by peer "
+                "[127.0.0.1]:29500",
+                file=sys.stderr,
+                flush=True,
+            )
             print("Segmentation fault (core dumped)", file=sys.stderr, flush=True)
             os.abort()
         if flaky and micro != 4:
@@ -74,7 +78,10 @@ def main() -> int:
         time.sleep(step_s * (2.0 if step == 1 else 1.0))
         dt = time.time() - t0
         log(f"Finished: 'policy_train', time cost: {dt:.2f}s")
-        print(f"(FSDPPolicyWorkerBase pid={pid}) rank 0 step {step} memory: {mem:.2f}GiB({mem / 80 * 100:.1f}%)", flush=True)
+        print(
+            f"(FSDPPolicyWorkerBase pid={pid}) rank 0 step {step} memory: {mem:.2f}GiB({mem / 80 * 100:.1f}%)",
+            flush=True,
+        )
         log(f"Finished: 'step', time cost: {dt:.2f}s")
 
 
