@@ -41,7 +41,7 @@ def _emit_json(obj: object) -> None:
 
 def _deliver(text: str, output: Path | None) -> None:
     """``text`` to stdout, or atomically to ``output`` (one-line error when it cannot be written)."""
-    from nccl_tune.tuner.export import write_output
+    from nccl_tune.userfile import write_output
 
     if output is None:
         sys.stdout.write(text)
@@ -216,9 +216,9 @@ def run_cmd(
 
 
 def _run(settings, as_json: bool) -> None:
+    from nccl_tune.reporting.report import end_of_run
     from nccl_tune.tuner.dry_run import plan_dry_run
     from nccl_tune.tuner.loop import run_study
-    from nccl_tune.tuner.report import summary_json
 
     if settings.dry_run:
         plan = plan_dry_run(settings)
@@ -228,33 +228,9 @@ def _run(settings, as_json: bool) -> None:
             for line in plan.lines():
                 out.print(escape(line), highlight=False, soft_wrap=True)
         raise typer.Exit(0)
-    outcome = run_study(settings, console=err if as_json else out)
-    for line in outcome.notes:
-        (err if as_json else out).print(escape(line), highlight=False, soft_wrap=True)
-    if as_json:
-        data = summary_json(
-            outcome.study,
-            outcome.storage_url,
-            list(outcome.records),
-            outcome.winner,
-            outcome.baseline,
-            outcome.exit_code,
-            outcome.space,
-            outcome.stored.passed_over,
-        )
-        data["night"] = outcome.night.to_json() if outcome.night else None
-        _emit_json(data)
-    verdict = outcome.night.verdict if outcome.night else None
-    if verdict is not None and not outcome.interrupted:
-        (err if outcome.exit_code == 3 else (err if as_json else out)).print(
-            escape(verdict.summary), highlight=False, soft_wrap=True
-        )
-    if outcome.interrupted:
-        err.print(
-            escape(f"interrupted: study {outcome.study} is saved; run the same command again to resume"),
-            highlight=False,
-            soft_wrap=True,
-        )
+    live = err if as_json else out
+    outcome = run_study(settings, console=live)
+    end_of_run(outcome, live, err, as_json)
     raise typer.Exit(outcome.exit_code)
 
 
@@ -321,37 +297,21 @@ def report_cmd(
         None, "--output", "-o", help="Write the report here (format from --format or the suffix)."
     ),
     junit: Path | None = typer.Option(None, "--junit", help="Also write the night's checks as JUnit XML here."),
-    plots: Path | None = typer.Option(None, "--plots", help="Write PNG plots into this folder."),
-    as_json: bool = typer.Option(False, "--json", help="Machine-readable report (the trials and the winner)."),
+    plots: Path | None = typer.Option(
+        None, "--plots", help="Also write the report's figures (those the HTML shows) into this folder, as SVG."
+    ),
+    as_json: bool = typer.Option(False, "--json", help="The report as JSON (the same as --format json)."),
 ) -> None:
     """What was tried, what failed and why, and the winner against the baseline; as HTML,
     Markdown, JSON or JUnit XML for nightly runs."""
-    from nccl_tune.reporting.render import pick_format, render_report
-    from nccl_tune.tuner.report import report_study
+    from nccl_tune.reporting.report import ReportRequest, report
     from nccl_tune.tuner.settings import default_storage_url
 
-    data = None
     try:
         url = storage or default_storage_url(results)
-        chosen = pick_format(fmt, output)
-        if chosen is not None or junit is not None or series is not None:
-            from nccl_tune.reporting.junit import render_junit
-            from nccl_tune.tuner.export import write_output
-            from nccl_tune.tuner.report_view import load_view
-
-            view = load_view(url, study, series)
-            if junit is not None:
-                write_output(junit, render_junit(view))
-                err.print(escape(f"wrote {junit}"), highlight=False, soft_wrap=True)
-            if chosen is not None:
-                _deliver(render_report(view, chosen), output)
-                return
-            study = view.study
-        data = report_study(url, study, out, as_json=as_json, plots_dir=plots)
+        report(ReportRequest(url, study, series, fmt, as_json, output, junit, plots), out, err)
     except NcclTuneError as exc:
         _fail(exc)
-    if as_json:
-        _emit_json(data)
 
 
 @app.command("history")

@@ -1,7 +1,8 @@
 """Reading a file the user named (a space, a tuned YAML, a training config): one ``NcclTuneError``
 line naming the file and the fix for a missing file, a folder, an unreadable file or one that is
-not UTF-8 text, and for a YAML syntax error; never a traceback. And whether a folder the user
-named could be created and written, asked without creating anything (``folder_problem``).
+not UTF-8 text, and for a YAML syntax error; never a traceback. Whether a folder the user
+named could be created and written, asked without creating anything (``folder_problem``), and
+writing a file the user named (``-o``), atomically (``write_output``).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from nccl_tune.atomic import write_text_atomic
 from nccl_tune.errors import NcclTuneError
 
 _SNIFF_BYTES = 8192
@@ -92,3 +94,35 @@ def yaml_mapping(text: str, label: str, fix: str) -> dict[str, Any]:
             f"{label} holds a single {type(data).__name__} ({reprlib.repr(data)}), not a YAML mapping of keys; {fix}"
         )
     return data
+
+
+def refuse_non_file(path: Path) -> None:
+    """One line when ``path`` names a folder, or lies under a file: writing there would fail, or (for
+    the tuned file, whose predecessor is kept) move a whole folder aside."""
+    if path.is_dir():
+        raise NcclTuneError(f"cannot write {path}: it is a folder; give a file name, such as {path / 'tuned.yaml'}")
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise NcclTuneError(f"cannot write {path}: {parent} is a file, not a folder; choose a file in a folder")
+            return
+
+
+def check_writable(path: Path) -> None:
+    """One-line error now when ``path`` could not be written later; nothing is created (its folder is
+    made when the file is written)."""
+    refuse_non_file(path)
+    why = folder_problem(path.parent)
+    if why is not None:
+        raise NcclTuneError(f"cannot write {path} ({why}); choose a file in a folder you can write")
+
+
+def write_output(path: Path, text: str) -> None:
+    """Write a file the user named (``-o``) atomically; one-line error when it cannot be written."""
+    refuse_non_file(path)
+    try:
+        write_text_atomic(path, text)
+    except OSError as exc:
+        raise NcclTuneError(
+            f"cannot write {path} ({exc.strerror or exc}); choose a file in a folder you can write"
+        ) from None

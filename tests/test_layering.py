@@ -11,6 +11,8 @@
   ``subprocess``, ``multiprocessing``, nor ``nccl_tune.gpu``/``gpu_fake``/``node``/``launchers``/
   ``tuner``/``sim``: text in, verdict out.
 - Nothing outside ``sim/`` imports ``nccl_tune.sim`` (tests and benchmarks, not scanned here, may).
+- Only ``reporting/`` draws (``matplotlib``), and nothing below it imports it: ``reporting/`` renders
+  what the study stored; only ``cli.py`` calls it.
 """
 
 from __future__ import annotations
@@ -101,6 +103,10 @@ def import_breaches(path: str, module: str) -> list[str]:
         out.append("only nccl_tune/launchers/, nccl_tune/sim/ and nccl_tune/node/ may use psutil")
     if _under(path, "diagnose") and _is(module, *NODE_PROBES, *NOT_FOR_DIAGNOSE):
         out.append("nccl_tune/diagnose/ is text in, verdict out (node checks go to nccl_tune/node/)")
+    if _is(module, "matplotlib") and not _under(path, "reporting"):
+        out.append("only nccl_tune/reporting/ draws")
+    if _is(module, "nccl_tune.reporting") and not (_under(path, "reporting") or path == "nccl_tune/cli.py"):
+        out.append("nccl_tune/reporting/ sits on top: only nccl_tune/cli.py imports it")
     if _is(module, "nccl_tune.sim") and not _under(path, "sim"):
         out.append("the twin is a test fixture; only nccl_tune/sim/, tests and benchmarks may import it")
     return out
@@ -153,6 +159,8 @@ def test_each_breach_is_named_with_its_file_line_and_import() -> None:
         "nccl_tune/gpu.py": "import psutil\n",
         "nccl_tune/launchers/teardown.py": "import os, psutil, subprocess\nos.killpg(1, 9)\npsutil.Process(1).kill()\n",
         "nccl_tune/sim/worker.py": "import os, signal, subprocess\nos.kill(1, signal.SIGSEGV)\n",
+        "nccl_tune/tuner/display.py": "import matplotlib.pyplot as plt\nfrom nccl_tune.reporting.view import StudyView\n",
+        "nccl_tune/reporting/plots.py": "import matplotlib\n",
     }
     assert violations(bad) == [
         "nccl_tune/cli.py:1 imports os.kill: only nccl_tune/launchers/ (and the twin in nccl_tune/sim/) start or signal processes",
@@ -162,6 +170,8 @@ def test_each_breach_is_named_with_its_file_line_and_import() -> None:
         "nccl_tune/gpu.py:1 imports psutil: only nccl_tune/launchers/, nccl_tune/sim/ and nccl_tune/node/ may use psutil",
         "nccl_tune/launchers/local.py:1 imports optuna: only nccl_tune/tuner/ may import optuna",
         "nccl_tune/node/doctor.py:2 calls .terminate(): only nccl_tune/launchers/ (and the twin in nccl_tune/sim/) start or signal processes",
+        "nccl_tune/tuner/display.py:1 imports matplotlib.pyplot: only nccl_tune/reporting/ draws",
+        "nccl_tune/tuner/display.py:2 imports nccl_tune.reporting.view: nccl_tune/reporting/ sits on top: only nccl_tune/cli.py imports it",
         "nccl_tune/tuner/loop.py:1 imports subprocess: only nccl_tune/launchers/ (and the twin in nccl_tune/sim/) start or signal processes",
         "nccl_tune/tuner/loop.py:2 imports nccl_tune.sim.launcher: the twin is a test fixture; only nccl_tune/sim/, tests and benchmarks may import it",
         "nccl_tune/tuner/observer.py:4 calls os.killpg(): only nccl_tune/launchers/ (and the twin in nccl_tune/sim/) start or signal processes",

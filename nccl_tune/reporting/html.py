@@ -8,11 +8,13 @@ from html import escape
 
 from nccl_tune.reporting.checks import FAILED, PASSED, Check, night_checks
 from nccl_tune.reporting.plots import COLOURS, all_plots, outcome_label
+from nccl_tune.reporting.terminal import early_stop_sentence
 from nccl_tune.reporting.view import StudyView, failure_costs, known_gib, winner_reasons
+from nccl_tune.search_spaces.describe import describe, short_names
 from nccl_tune.search_spaces.spelling import format_value
-from nccl_tune.tuner.display import describe, duration, early_stop_sentence, short_names
 from nccl_tune.tuner.early_stops import early_stops
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
+from nccl_tune.wording import duration
 
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2em auto;max-width:1200px;color:#222;padding:0 1em}
@@ -237,7 +239,7 @@ def _sweep(view: StudyView) -> str:
 
 def render_html(view: StudyView) -> str:
     plots = "".join(
-        f'<figure class="plot"><figcaption>{escape(title)}</figcaption>{svg}</figure>' for title, svg in all_plots(view)
+        f'<figure class="plot"><figcaption>{escape(f.title)}</figcaption>{f.svg}</figure>' for f in all_plots(view)
     )
     names = short_names(view.space)
     legend = ", ".join(f"{escape(v)} = {escape(k)}" for k, v in names.items() if k != v)

@@ -7,9 +7,11 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from nccl_tune.reporting.checks import FAILED, PASSED, night_checks
+from nccl_tune.reporting.terminal import early_stop_sentence
 from nccl_tune.reporting.view import StudyView, failure_costs, known_gib, winner_reasons
-from nccl_tune.tuner.display import describe, duration, early_stop_sentence
+from nccl_tune.search_spaces.describe import describe
 from nccl_tune.tuner.early_stops import early_stops
+from nccl_tune.wording import duration
 
 MAX_TRIAL_ROWS = 60
 MAX_NIGHTS = 14

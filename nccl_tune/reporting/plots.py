@@ -1,6 +1,7 @@
-"""The report's plots as inline SVG (matplotlib, no network, no files): throughput against the
-main parameters, peak memory against the memory-growing parameters with the GPU's limit drawn,
-a timeline of trials coloured by outcome, and the series' history."""
+"""The report's figures as SVG (matplotlib, no network): throughput against the main parameters,
+peak memory against the memory-growing parameters with the GPU's limit drawn, a timeline of trials
+coloured by outcome, and the series' history. The HTML report inlines them; ``report --plots DIR``
+writes the same figures as files."""
 
 from __future__ import annotations
 
@@ -8,13 +9,17 @@ import io
 import math
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from nccl_tune.atomic import write_text_atomic
+from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import FailureClass
 from nccl_tune.reporting.view import StudyView, known_gib
+from nccl_tune.search_spaces.describe import short_names
 from nccl_tune.search_spaces.space import MemoryEffect, Parameter, Target
 from nccl_tune.search_spaces.spelling import format_value
-from nccl_tune.tuner.display import short_names
 from nccl_tune.tuner.study_records import TrialRecord
 
 COLOURS = {
@@ -46,7 +51,15 @@ def _plt() -> Any:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    plt.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False, "axes.spines.right": False})
+    plt.rcParams.update(
+        {
+            "svg.fonttype": "none",
+            "svg.hashsalt": "nccl-tune",  # the same figure gets the same element ids: files match the HTML
+            "font.size": 9,
+            "axes.spines.top": False,
+            "axes.spines.right": False,
+        }
+    )
     return plt
 
 
@@ -254,12 +267,39 @@ def series_history(view: StudyView) -> str | None:
     return to_svg(fig)
 
 
-def all_plots(view: StudyView) -> list[tuple[str, str]]:
-    """(title, svg) for every plot the study has data for."""
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    """The figure's file name without suffix (``--plots DIR`` writes ``DIR/NAME.svg``)."""
+    title: str
+    svg: str
+    """An ``<svg>`` element (``to_svg``)."""
+
+
+def all_plots(view: StudyView) -> list[Figure]:
+    """Every figure the study has data for, as the HTML report shows them."""
     plots = [
-        ("Throughput against the main parameters", throughput_by_parameter(view)),
-        ("Peak memory against micro-batch size and sequence length", memory_by_size(view)),
-        ("Timeline of trials", timeline(view)),
-        ("The series' history", series_history(view)),
+        ("throughput", "Throughput against the main parameters", throughput_by_parameter(view)),
+        ("memory", "Peak memory against micro-batch size and sequence length", memory_by_size(view)),
+        ("timeline", "Timeline of trials", timeline(view)),
+        ("history", "The series' history", series_history(view)),
     ]
-    return [(title, svg) for title, svg in plots if svg]
+    return [Figure(name, title, svg) for name, title, svg in plots if svg]
+
+
+def write_plots(view: StudyView, folder: Path) -> list[Path]:
+    """Write the HTML report's figures into ``folder`` as SVG files; the paths written."""
+    if folder.exists() and not folder.is_dir():
+        raise NcclTuneError(f"--plots {folder}: it is a file, not a folder; give a folder for the figures")
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        paths = []
+        for fig in all_plots(view):
+            paths.append(folder / f"{fig.name}.svg")
+            write_text_atomic(paths[-1], fig.svg + "\n")
+    except OSError as exc:
+        raise NcclTuneError(
+            f"--plots {folder}: cannot write {exc.filename or folder} ({exc.strerror or exc}); "
+            "choose a folder you can write"
+        ) from None
+    return paths

@@ -1,7 +1,8 @@
-"""One entry point for every report format."""
+"""One entry point for every report format: the format a report is asked for, and its text."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from nccl_tune.errors import NcclTuneError
@@ -11,8 +12,13 @@ FORMATS = ("html", "md", "json")
 _SUFFIXES = {".html": "html", ".htm": "html", ".md": "md", ".markdown": "md", ".json": "json"}
 
 
-def pick_format(fmt: str | None, output: Path | None) -> str | None:
-    """``fmt`` checked, or the format ``output``'s suffix names; None for the terminal report."""
+def pick_format(fmt: str | None, output: Path | None, as_json: bool = False) -> str | None:
+    """``fmt`` checked (``--json`` is ``--format json``), or the format ``output``'s suffix names;
+    None for the terminal report."""
+    if as_json:
+        if fmt not in (None, "json"):
+            raise NcclTuneError(f"--json and --format {fmt}: --json is --format json; give one of them")
+        return "json"
     if fmt is None:
         if output is None:
             return None
@@ -24,7 +30,8 @@ def pick_format(fmt: str | None, output: Path | None) -> str | None:
     return fmt
 
 
-def render_report(view: StudyView, fmt: str) -> str:
+def render_report(view: StudyView, fmt: str, plots: list[Path] | None = None) -> str:
+    """The report in ``fmt`` (``plots``: the figure files ``--plots`` wrote, listed in the JSON)."""
     if fmt == "html":
         from nccl_tune.reporting.html import render_html
 
@@ -33,8 +40,9 @@ def render_report(view: StudyView, fmt: str) -> str:
         from nccl_tune.reporting.markdown import render_markdown
 
         return render_markdown(view)
-    import json
-
     from nccl_tune.reporting.json_report import report_json
 
-    return json.dumps(report_json(view), indent=2, default=str) + "\n"
+    data = report_json(view)
+    if plots is not None:
+        data["plots"] = [str(p) for p in plots]
+    return json.dumps(data, indent=2, default=str) + "\n"

@@ -1,14 +1,17 @@
-"""What a report shows, read once from the storage: ``StudyView``; and the facts every format
-shares (the winner and why, what the failures cost, the night's checks)."""
+"""What a report shows, read once from the storage: ``StudyView``, the one view every format
+renders (the terminal report, HTML, Markdown, JSON, JUnit, the figures); and the facts every format
+shares (the winner and why, what the failures cost)."""
 
 from __future__ import annotations
 
+import datetime as dt
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 from nccl_tune.failure import FailureClass
 from nccl_tune.nightly.fingerprint import Fingerprint
-from nccl_tune.nightly.history import History
+from nccl_tune.nightly.history import History, build_history
 from nccl_tune.nightly.night import Night
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.search_spaces.spelling import format_value
@@ -17,14 +20,7 @@ from nccl_tune.tuner.semantics import semantic_changes, user_env
 from nccl_tune.tuner.stability import Candidate, candidates, changes, does_not_pay, noise_frac, run_key
 from nccl_tune.tuner.steps import coarse_reading_note
 from nccl_tune.tuner.study_records import Outcome, TrialRecord
-
-
-@dataclass(frozen=True)
-class TrialTiming:
-    start_s: float
-    """Seconds from the study's first trial start to this trial's start."""
-    duration_s: float
-    """Wall time of the trial (launch to teardown), 0 for a trial not launched."""
+from nccl_tune.tuner.study_view import StoredStudy, TrialTiming, open_study
 
 
 @dataclass(frozen=True)
@@ -47,6 +43,10 @@ class StudyView:
     with why (``study_view.passed_over``)."""
     nccl_sweep: tuple[SweepLine, ...] = ()
     """The NCCL sweep's checks (``tuner.nccl_sweep``), the baseline's first; empty when none ran."""
+    hardware: Mapping[str, Any] | None = None
+    """What ``run`` recorded about the node (None for studies recorded before it was kept)."""
+    dropped: Mapping[str, str] = field(default_factory=dict)
+    """Parameters dropped during the study (their value never reached the program), with the reason."""
 
     @property
     def launched(self) -> tuple[TrialRecord, ...]:
@@ -64,6 +64,39 @@ class StudyView:
         if totals:
             return max(totals)
         return self.fingerprint.gpu_memory_gib if self.fingerprint else None
+
+
+def view_of(stored: StoredStudy, **changes: Any) -> StudyView:
+    """The report's view of a study read once (``changes``: fields the caller knows better, such as
+    ``run``'s own winner and the night it just judged)."""
+    history = None
+    if stored.night is not None and stored.night.series and stored.series_nights:
+        history = build_history(stored.night.series, list(stored.series_nights))
+    view = StudyView(
+        study=stored.name,
+        storage_url=stored.storage_url,
+        command=stored.command,
+        space=stored.space,
+        records=stored.records,
+        winner=stored.winner,
+        baseline=stored.baseline,
+        timings=stored.timings,
+        fingerprint=stored.fingerprint,
+        night=stored.night,
+        history=history,
+        generated_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        passed_over=stored.passed_over,
+        nccl_sweep=stored.nccl_sweep,
+        hardware=stored.hardware,
+        dropped=stored.dropped,
+    )
+    return replace(view, **changes) if changes else view
+
+
+def load_view(storage_url: str, study_name: str | None, series: str | None = None) -> StudyView:
+    """The report's view of ``study_name`` (the only study when None; the latest night of
+    ``series`` when a series is given instead)."""
+    return view_of(open_study(storage_url, study_name, series))
 
 
 def known_gib(x: float | None) -> float | None:

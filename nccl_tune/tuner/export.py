@@ -15,14 +15,13 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from nccl_tune.atomic import write_text_atomic
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.search_spaces.render import config_overrides, is_env_name, render_values
 from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.tuner.semantics import semantic_changes
 from nccl_tune.tuner.stability import Candidate
 from nccl_tune.tuner.study_view import StoredStudy, open_study
-from nccl_tune.userfile import folder_problem, read_text, yaml_mapping
+from nccl_tune.userfile import read_text, refuse_non_file, write_output, yaml_mapping
 
 FORMATS = ("yaml", "args", "env")
 
@@ -143,7 +142,7 @@ def write_tuned(path: Path, stored: StoredStudy, winner: Candidate) -> Path | No
     (returned), never replaced silently."""
     text = format_tuned(tuned_document(stored, winner), "yaml")
     previous = None
-    _refuse_non_file(path)
+    refuse_non_file(path)
     if path.exists():
         previous = kept_name(path)
         try:
@@ -154,38 +153,6 @@ def write_tuned(path: Path, stored: StoredStudy, winner: Candidate) -> Path | No
             ) from None
     write_output(path, text)
     return previous
-
-
-def _refuse_non_file(path: Path) -> None:
-    """One line when ``path`` names a folder, or lies under a file: writing there would fail, or (for
-    the tuned file, whose predecessor is kept) move a whole folder aside."""
-    if path.is_dir():
-        raise NcclTuneError(f"cannot write {path}: it is a folder; give a file name, such as {path / 'tuned.yaml'}")
-    for parent in path.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                raise NcclTuneError(f"cannot write {path}: {parent} is a file, not a folder; choose a file in a folder")
-            return
-
-
-def check_writable(path: Path) -> None:
-    """One-line error now when ``path`` could not be written later; nothing is created (its folder is
-    made when the file is written)."""
-    _refuse_non_file(path)
-    why = folder_problem(path.parent)
-    if why is not None:
-        raise NcclTuneError(f"cannot write {path} ({why}); choose a file in a folder you can write")
-
-
-def write_output(path: Path, text: str) -> None:
-    """Write a file the user named (``-o``) atomically; one-line error when it cannot be written."""
-    _refuse_non_file(path)
-    try:
-        write_text_atomic(path, text)
-    except OSError as exc:
-        raise NcclTuneError(
-            f"cannot write {path} ({exc.strerror or exc}); choose a file in a folder you can write"
-        ) from None
 
 
 def _load_yaml(path: Path, what: str) -> DictConfig:

@@ -249,14 +249,6 @@ class StudyLoop:
         winner = pick_winner(stored.records, self.space, prefer_confirmed=required, flaky=stored.flaky)
         proven = winner if winner is not None and (winner.confirmed or not required) else None
         night = finish_night(study, self.plan, self.fingerprint, stored.records, proven, interrupted)
-        if not interrupted:
-            self.display.summary(
-                list(stored.records),
-                winner,
-                stored.baseline,
-                confirmation_required=required,
-                passed_over=stored.passed_over,
-            )
         return StudyOutcome(
             stored,
             winner,

@@ -20,12 +20,12 @@ from nccl_tune.search_spaces.skyrl_layout import check_log_paths
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.trial import TrialSpec
 from nccl_tune.tuner import dropped
-from nccl_tune.tuner.export import check_writable
 from nccl_tune.tuner.hardware_record import hardware_facts
 from nccl_tune.tuner.nightly import check_runnable, plan_night
 from nccl_tune.tuner.pins import Pins
 from nccl_tune.tuner.settings import RunSettings
 from nccl_tune.tuner.storage import check_results, check_storage_writable, check_study, peek_storage, study_folder
+from nccl_tune.userfile import check_writable
 
 
 def refuse_launcher_env(settings: RunSettings, space: SearchSpace, pins: Pins) -> None:

@@ -1,27 +1,31 @@
 """A stored study as the read-only commands see it. One home for "open a study and pick its
-winner": ``open_study`` (``export`` and ``report``), ``report_view.load_view`` (the report
-formats, which add timings and the nightly series) and ``run`` (on the study it has open) all
-read the study through ``stored_of`` and pick the winner with ``pick_winner``.
+winner": ``open_study`` (``export`` and every report format, which ``reporting.view`` builds its
+view on) and ``run`` (on the study it has open) read the study through ``stored_of`` and pick the
+winner with ``pick_winner``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import optuna
 
+from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import FailureClass
+from nccl_tune.nightly.fingerprint import Fingerprint
 from nccl_tune.nightly.night import Night
 from nccl_tune.search_spaces.loader import parse_space
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.tuner import dropped
 from nccl_tune.tuner import study_records as R
 from nccl_tune.tuner.failure_model import FlakyRule, flaky_rule
-from nccl_tune.tuner.hardware_record import recorded_hardware
+from nccl_tune.tuner.hardware_record import recorded_fingerprint, recorded_hardware
+from nccl_tune.tuner.nccl_sweep import SweepLine
+from nccl_tune.tuner.nccl_sweep import report as sweep_report
 from nccl_tune.tuner.semantics import study_reference, study_user_env
-from nccl_tune.tuner.series import night_from_attrs
+from nccl_tune.tuner.series import check_series_name, night_from_attrs, series_nights
 from nccl_tune.tuner.stability import Candidate, baseline, candidates, select_winner
 from nccl_tune.tuner.storage import S_COMMAND, S_SPACE_SOURCE, S_SPACE_TEXT, load_existing, open_storage
 from nccl_tune.tuner.study_records import TrialRecord
@@ -50,6 +54,31 @@ def passed_over(records: Iterable[TrialRecord], flaky: FlakyRule) -> tuple[tuple
 
 
 @dataclass(frozen=True)
+class TrialTiming:
+    start_s: float
+    """Seconds from the study's first trial start to this trial's start."""
+    duration_s: float
+    """Wall time of the trial (launch to teardown), 0 for a trial not launched."""
+
+
+def _timings(trials: list[optuna.trial.FrozenTrial], recs: Iterable[TrialRecord]) -> dict[int, TrialTiming]:
+    starts = [t.datetime_start for t in trials if t.datetime_start is not None]
+    if not starts:
+        return {}
+    t0 = min(starts)
+    out = {}
+    for t, r in zip(trials, recs):
+        if t.datetime_start is None:
+            continue
+        end = t.datetime_complete or t.datetime_start
+        wall = 0.0
+        if r.outcome is R.Outcome.LAUNCHED:
+            wall = (r.result.wall_s if r.result else 0.0) or (end - t.datetime_start).total_seconds()
+        out[t.number] = TrialTiming((t.datetime_start - t0).total_seconds(), wall)
+    return out
+
+
+@dataclass(frozen=True)
 class StoredStudy:
     """A study's space, command, trial records, winner, baseline and recorded hardware."""
 
@@ -69,6 +98,14 @@ class StoredStudy:
     passed_over: tuple[tuple[Candidate, str], ...] = ()
     """Configs whose own runs all finished but that hold a value the study has seen fail now and then
     (``passed_over``), with why they are not stable."""
+    timings: Mapping[int, TrialTiming] = field(default_factory=dict)
+    """When each trial started and how long it ran, by trial number."""
+    fingerprint: Fingerprint | None = None
+    """The node's fingerprint as ``run`` recorded it (``hardware``, parsed)."""
+    nccl_sweep: tuple[SweepLine, ...] = ()
+    """The NCCL sweep's checks (``tuner.nccl_sweep``), the baseline's first; empty when none ran."""
+    series_nights: tuple[Night, ...] = ()
+    """Every night of the series this study is a night of (read by ``open_study`` only)."""
     flaky: FlakyRule | None = field(default=None, compare=False, repr=False)
     """The study's ``flaky_rule``, fitted once: a caller that picks the winner again (``run``, which
     may not require confirmation) passes it to ``pick_winner``."""
@@ -104,11 +141,35 @@ def stored_of(study: optuna.Study, storage_url: str, space: SearchSpace | None =
         night=night_from_attrs(study.study_name, attrs),
         dropped=dropped.load(study),
         passed_over=passed_over(recs, flaky),
+        timings=_timings(study.get_trials(deepcopy=False), recs),
+        fingerprint=recorded_fingerprint(attrs),
+        nccl_sweep=sweep_report(study),
         flaky=flaky,
     )
 
 
-def open_study(storage_url: str, name: str | None) -> StoredStudy:
-    """The stored study ``name`` (the only one when None), read-only."""
+def _latest_night_study(storage: optuna.storages.BaseStorage, url: str, series: str) -> str:
+    nights = series_nights(storage, check_series_name(series))
+    if not nights:
+        raise NcclTuneError(
+            f"no series named {series!r} in {url}; run `nccl-tune run --series {series} -- COMMAND` first"
+        )
+    return nights[-1].study
+
+
+def open_study(storage_url: str, name: str | None, series: str | None = None) -> StoredStudy:
+    """The stored study ``name`` (the only one when None; the latest night of ``series`` when a series
+    is given instead), read-only, with the nights of its series."""
     storage = open_storage(storage_url, create=False)
-    return stored_of(load_existing(storage, storage_url, name), storage_url)
+    if name is None and series is not None:
+        stored = stored_of(
+            load_existing(storage, storage_url, _latest_night_study(storage, storage_url, series)), storage_url
+        )
+    else:
+        stored = stored_of(load_existing(storage, storage_url, name), storage_url)
+    night = stored.night
+    if name is not None and series is not None and (night is None or night.series != series):
+        raise NcclTuneError(f"--study {name} is not a night of series {series!r}; give --study or --series, not both")
+    if night is None or not night.series:
+        return stored
+    return replace(stored, series_nights=tuple(series_nights(storage, night.series)))

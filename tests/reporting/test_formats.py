@@ -14,10 +14,10 @@ import pytest
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.reporting.junit import render_junit
 from nccl_tune.reporting.render import pick_format, render_report
+from nccl_tune.reporting.terminal import early_stop_sentence
+from nccl_tune.reporting.view import load_view
 from nccl_tune.trial import OUTSIDE_PHASES, GpuMemory, MemoryReport
-from nccl_tune.tuner.display import early_stop_sentence
 from nccl_tune.tuner.early_stops import early_stops
-from nccl_tune.tuner.report_view import load_view
 from tests.reporting.conftest import SERIES
 from tests.tuner.conftest import run_cli, study_trials
 from tests.tuner.test_screening import screened_study

@@ -4,10 +4,10 @@ import io
 
 from rich.console import Console
 
-from nccl_tune.failure import OK_VERDICT, Evidence, FailureClass, Verdict
+from nccl_tune.failure import Evidence, FailureClass, Verdict
 from nccl_tune.search_spaces.loader import load_space
-from nccl_tune.trial import OUTSIDE_PHASES, GpuMemory, MemoryReport, StopReason, TrialResult
-from nccl_tune.tuner.display import Display, describe, fmt_mem
+from nccl_tune.trial import StopReason, TrialResult
+from nccl_tune.tuner.display import Display
 
 
 def test_evidence_with_brackets_is_printed_verbatim():
@@ -23,14 +23,6 @@ def test_evidence_with_brackets_is_printed_verbatim():
     display.trial_finished(3, result, near_wall=False, incumbent=None)
     text = buf.getvalue()
     assert line in text and "see [fr] dumps" in text
-
-
-def test_describe_leaves_out_unset_env_and_unchanged_values():
-    space = load_space("skyrl-text2sql")
-    base = space.defaults()
-    values = {**base, "trainer.micro_train_batch_size_per_gpu": 4, "NCCL_PROTO": "LL128"}
-    assert describe(space, values, base) == "micro_train_batch_size_per_gpu=4 NCCL_PROTO=LL128"
-    assert "NCCL_ALGO" not in describe(space, values)
 
 
 def test_piped_output_at_80_columns_is_one_unbroken_line_per_trial(tmp_path):
@@ -86,27 +78,3 @@ def test_piped_output_at_80_columns_is_one_unbroken_line_per_trial(tmp_path):
     assert re.search(
         r"^  trial \d+ oom: micro=8[^|]* \| .*Tried to allocate \d+\.\d\d GiB\. GPU 0 .* \| advice: ", failures[0]
     )
-
-
-def test_long_evidence_is_shortened_between_words():
-    from nccl_tune.tuner.display import shorten
-
-    text = "CUDA out of memory. Tried to allocate 123456.78 GiB " * 20
-    short = shorten(text, 100)
-    assert len(short) <= 104 and short.endswith(" ...")
-    assert text.startswith(short[:-4]) and text[len(short) - 4] == " "  # cut at a space, not in a number
-
-
-def test_a_trial_line_names_the_phase_that_held_the_peak():
-    """Where a run reported memory per phase, its line says which phase peaked: its knobs move the peak."""
-
-    def shown(phases: dict[str, float]) -> str:
-        memory = MemoryReport("nvml", gpus=(GpuMemory(0, 80.0, 63.2),), phase_peak_frac=phases)
-        return fmt_mem(
-            TrialResult(
-                number=1, status=FailureClass.OK, verdict=OK_VERDICT, stop_reason=StopReason.MEASURED, memory=memory
-            )
-        )
-
-    assert shown({"generate": 0.61, "policy_train": 0.79, OUTSIDE_PHASES: 0.05}) == "63.2 GiB (79% in policy_train)"
-    assert shown({"step": 0.79}) == "63.2 GiB (79%)"

@@ -77,8 +77,7 @@ def test_the_tuned_yaml_keeps_the_default_algorithm(study):
 
 def test_the_report_s_reasons_name_the_flaky_value_and_no_runner_up_holds_it(study):
     from nccl_tune.reporting.render import render_report
-    from nccl_tune.reporting.view import winner_reasons
-    from nccl_tune.tuner.report_view import load_view
+    from nccl_tune.reporting.view import load_view, winner_reasons
 
     root, _ = study
     view = load_view(f"sqlite:///{root}/results/nccl-tune.db", "f")

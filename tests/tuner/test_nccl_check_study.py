@@ -9,6 +9,7 @@ from pathlib import Path
 from rich.console import Console
 
 from nccl_tune.failure import FailureClass
+from nccl_tune.reporting.report import end_of_run
 from nccl_tune.sim.analytic import AnalyticNode, Truth, analytic_cost
 from nccl_tune.sim.launcher import ModelLauncher
 from nccl_tune.tuner.loop import run_study
@@ -48,9 +49,9 @@ def study(tmp_path: Path, check: str) -> tuple[list, str]:
         nccl_check=check,
     )
     cost = analytic_cost(truth, AnalyticNode(startup_s=STARTUP_S, step_noise=0.001, run_noise=0.001))
-    result = run_study(
-        settings, console=Console(file=out, width=200), launcher=ModelLauncher(env={}, cost=cost, nccl_check_gpus=8)
-    )
+    console = Console(file=out, width=200)
+    result = run_study(settings, console=console, launcher=ModelLauncher(env={}, cost=cost, nccl_check_gpus=8))
+    end_of_run(result, console, console, as_json=False)
     return sorted(result.records, key=lambda r: r.number), out.getvalue()
 
 

@@ -19,13 +19,13 @@ from nccl_tune.launchers.local import LocalLauncher
 from nccl_tune.launchers.nccl_check import CheckingLauncher
 from nccl_tune.reporting.json_report import report_json
 from nccl_tune.reporting.markdown import render_markdown
+from nccl_tune.reporting.view import load_view
 from nccl_tune.sim.analytic import AnalyticNode, Truth, analytic_cost
 from nccl_tune.sim.launcher import ModelLauncher
 from nccl_tune.trial import TrialSpec
 from nccl_tune.tuner.dry_run import plan_dry_run
 from nccl_tune.tuner.loop import run_study
 from nccl_tune.tuner.nccl_sweep import NUMBER_BASE, entries
-from nccl_tune.tuner.report_view import load_view
 from nccl_tune.tuner.settings import RunSettings
 
 from .conftest import TINY_SPACE

@@ -15,11 +15,12 @@ from rich.console import Console
 
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import FailureClass, Verdict
+from nccl_tune.reporting.report import end_of_run
+from nccl_tune.reporting.terminal import early_stop_sentence
 from nccl_tune.search_spaces.loader import parse_space
 from nccl_tune.sim.analytic import AnalyticNode, Truth, analytic_cost
 from nccl_tune.sim.launcher import ModelLauncher
 from nccl_tune.trial import StopReason, TrialResult
-from nccl_tune.tuner.display import early_stop_sentence
 from nccl_tune.tuner.early_stops import early_stops
 from nccl_tune.tuner.loop import run_study
 from nccl_tune.tuner.screening import IncumbentBar, incumbent_bar
@@ -59,7 +60,9 @@ def screened_study(tmp_path: Path, screen_steps: int, screening: bool = True) ->
     )
     cost = analytic_cost(lambda v: Truth(STEP_S[v["mode"]], 40.0), AnalyticNode(startup_s=60.0, step_noise=0.005))
     printed = io.StringIO()
-    out = run_study(settings, console=Console(file=printed, width=400), launcher=ModelLauncher(env={}, cost=cost))
+    console = Console(file=printed, width=400)
+    out = run_study(settings, console=console, launcher=ModelLauncher(env={}, cost=cost))
+    end_of_run(out, console, console, as_json=False)
     return {r.values["mode"]: r for r in out.records}, printed.getvalue(), url
 
 

@@ -14,7 +14,8 @@ from optuna.trial import TrialState
 from rich.console import Console
 
 from nccl_tune.failure import FailureClass, Verdict
-from nccl_tune.reporting.view import winner_reasons
+from nccl_tune.reporting.report import end_of_run
+from nccl_tune.reporting.view import load_view, winner_reasons
 from nccl_tune.search_spaces.loader import parse_space
 from nccl_tune.sim.analytic import AnalyticNode, Truth, analytic_cost
 from nccl_tune.sim.launcher import ModelLauncher
@@ -22,7 +23,6 @@ from nccl_tune.trial import StopReason, TrialResult
 from nccl_tune.tuner import study_records as R
 from nccl_tune.tuner.export import tuned_document
 from nccl_tune.tuner.loop import run_study
-from nccl_tune.tuner.report_view import load_view
 from nccl_tune.tuner.settings import RunSettings
 from nccl_tune.tuner.steps import MAX_MEASURED_STEPS, PRIOR_DOF, coarse_reading_note, next_measured_steps
 from nccl_tune.tuner.study_records import Outcome, TrialKind, TrialRecord
@@ -224,11 +224,9 @@ def test_a_study_whose_steps_stay_too_few_for_their_noise_says_so_in_its_summary
     )
     node = AnalyticNode(startup_s=20.0, step_noise=step_noise, run_noise=0.001)
     out_text = io.StringIO()
-    run_study(
-        settings,
-        console=Console(file=out_text, width=300),
-        launcher=ModelLauncher(env={"HOME": str(tmp_path)}, cost=analytic_cost(landscape, node)),
-    )
+    console = Console(file=out_text, width=300)
+    launcher = ModelLauncher(env={"HOME": str(tmp_path)}, cost=analytic_cost(landscape, node))
+    end_of_run(run_study(settings, console=console, launcher=launcher), console, console, as_json=False)
     said = [line for line in winner_reasons(load_view(storage, "rl")) if line.startswith("one run read a config's")]
     assert ("coarse measurement: one run read a config's throughput" in out_text.getvalue()) is noted, (
         out_text.getvalue()

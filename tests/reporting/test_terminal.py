@@ -13,8 +13,10 @@ from optuna.trial import TrialState
 from rich.console import Console
 
 from nccl_tune.failure import OK_VERDICT, FailureClass
+from nccl_tune.reporting.json_report import trial_row
+from nccl_tune.reporting.terminal import print_report
+from nccl_tune.reporting.view import load_view
 from nccl_tune.trial import OUTSIDE_PHASES, GpuMemory, MemoryReport, StopReason, TrialResult
-from nccl_tune.tuner.report import report_study, trial_row
 from nccl_tune.tuner.study_records import Outcome, TrialKind, TrialRecord
 from tests.tuner.conftest import TINY_SPACE, TINY_TRAINER, run_cli, study_trials
 
@@ -83,7 +85,7 @@ def test_terminal_table_shows_why_under_the_values(proposed):
     root, stored = proposed
     buf = io.StringIO()
     console = Console(file=buf, force_terminal=True, color_system=None, width=200)
-    report_study(f"sqlite:///{root}/results/nccl-tune.db", None, console, as_json=False, plots_dir=None)
+    print_report(load_view(f"sqlite:///{root}/results/nccl-tune.db", None), console)
     text = buf.getvalue()
     assert "┃" in text  # the table, not the piped lines
     for why in filter(None, stored.values()):

@@ -1,0 +1,219 @@
+"""The study as a person reads it in a terminal: the trials (a table on a terminal, one unbroken
+line each when piped), what was not launched, the winner against the baseline, the failures with
+their evidence and advice; at the end of ``run`` and as ``nccl-tune report``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from nccl_tune.reporting.view import StudyView
+from nccl_tune.search_spaces.describe import describe
+from nccl_tune.search_spaces.space import SearchSpace
+from nccl_tune.tuner.display import STYLE
+from nccl_tune.tuner.early_stops import EarlyStops, early_stops
+from nccl_tune.tuner.semantics import semantic_changes
+from nccl_tune.tuner.stability import Candidate, faster_passed_over
+from nccl_tune.tuner.steps import coarse_reading_note
+from nccl_tune.tuner.study_records import Outcome, TrialRecord
+from nccl_tune.wording import duration, fmt_mem, fmt_tput, shorten
+
+
+def early_stop_sentence(stops: EarlyStops) -> str:
+    """What stopping early saved, in one sentence."""
+    n = len(stops.trials)
+    text = (
+        f"stopping early: {n} trial{'s' if n != 1 else ''} stopped as slower than the incumbent "
+        f"(screening, the early stop) ran {duration(stops.spent_s)} and saved about {duration(stops.saved_s)}, "
+        f"{stops.saved_share:.0%} of what the launched trials would have taken"
+    )
+    if stops.unknown:
+        text += f" ({stops.unknown} recorded without their planned steps, not counted)"
+    return text
+
+
+def _print(console: Console, text: str) -> None:
+    console.print(text, highlight=False, soft_wrap=True)
+
+
+def _trial_lines(
+    console: Console,
+    space: SearchSpace,
+    records: Sequence[TrialRecord],
+    winner: Candidate | None,
+    base: Candidate | None,
+    show_why: bool,
+) -> None:
+    console.print("trials:", highlight=False)
+    for r in records:
+        if r.outcome is not Outcome.LAUNCHED:
+            continue
+        mark = "  <- best" if winner is not None and r in winner.runs else ""
+        status = (r.status.value if r.status else "?") + (" (near memory wall)" if r.near_wall else "")
+        values = describe(space, r.values, base.values if base else None)
+        line = (
+            f"  trial {r.number} {r.kind.value} {status}  {fmt_tput(r.throughput, r.throughput_unit)}"
+            f"  mem {fmt_mem(r.result)}  {values}{mark}"
+        )
+        _print(console, escape(line))
+        if show_why and r.why:
+            _print(console, escape(f"    why: {r.why}"))
+
+
+def _trial_table(
+    console: Console,
+    space: SearchSpace,
+    records: Sequence[TrialRecord],
+    winner: Candidate | None,
+    base: Candidate | None,
+    show_why: bool,
+) -> None:
+    table = Table(title="trials", show_lines=False)
+    units = {r.throughput_unit for r in records if r.ok and r.throughput}
+    for col in ("#", "kind", "status", units.pop() if len(units) == 1 else "throughput", "peak mem"):
+        table.add_column(col, no_wrap=True)
+    table.add_column("values (changes from the baseline)", overflow="fold")
+    for r in records:
+        if r.outcome is not Outcome.LAUNCHED:
+            continue
+        style = STYLE.get(r.status, "red") if r.status else "dim"
+        mark = " ★" if winner is not None and r in winner.runs else ""
+        table.add_row(
+            f"{r.number}{mark}",
+            r.kind.value,
+            f"[{style}]{r.status.value if r.status else '?'}[/]" + (" wall" if r.near_wall else ""),
+            fmt_tput(r.throughput, None if len(units) == 1 else r.throughput_unit).removesuffix(" /s"),
+            fmt_mem(r.result),
+            escape(describe(space, r.values, base.values if base else None))
+            + (f"\n[dim]why: {escape(r.why)}[/]" if show_why and r.why else ""),
+        )
+    console.print(table)
+
+
+def _not_launched(console: Console, records: Sequence[TrialRecord]) -> None:
+    stops = early_stops(records)
+    if stops is not None:
+        _print(console, escape(early_stop_sentence(stops)))
+    swept = sum(r.outcome is Outcome.REJECTED and r.sweep_refused for r in records)
+    rej = sum(r.outcome is Outcome.REJECTED for r in records) - swept
+    pred = sum(r.outcome is Outcome.PREDICTED for r in records)
+    dup = sum(r.outcome is Outcome.DUPLICATE for r in records)
+    if rej or pred or dup or swept:
+        _print(
+            console,
+            f"not launched: {rej} broke the space's rules, {pred} predicted to run out of memory, "
+            f"{dup} already measured" + (f", {swept} with NCCL values that failed the NCCL sweep" if swept else ""),
+        )
+
+
+def _winner(
+    console: Console, space: SearchSpace, winner: Candidate | None, base: Candidate | None, confirmation_required: bool
+) -> None:
+    """The winner, its gain over the baseline, and what it changes in the training itself."""
+    if winner is None:
+        console.print("[bold red]no stable config found[/]", highlight=False)
+        return
+    gain = ""
+    if base is not None and base.throughput and winner is not base:
+        gain = f" ({winner.throughput / base.throughput:.2f}x the baseline's {fmt_tput(base.throughput, base.throughput_unit)})"
+    if winner.confirmed:
+        head, tail = "[bold green]best stable:[/]", "confirmed by a re-run"
+    elif confirmation_required:
+        head, tail = "[bold yellow]no confirmed config; best unconfirmed:[/]", "[yellow]not confirmed by a re-run[/]"
+    else:
+        head, tail = "[bold green]best stable:[/]", "[yellow]not confirmed by a re-run[/]"
+    tput = fmt_tput(winner.throughput, winner.throughput_unit)
+    _print(console, f"{head} trial {winner.first.number} {tput}{gain}, {tail}")
+    _print(console, f"  {escape(describe(space, winner.values))}")
+    changes = semantic_changes(space, winner.values, base.values if base else None)
+    if changes:
+        console.print("[yellow]it changes the training itself, not only its speed:[/]", highlight=False)
+        for change in changes:
+            _print(console, f"  {escape(str(change))}")
+        console.print("  pin them with --set KEY=VALUE to tune speed only", highlight=False)
+
+
+def print_summary(
+    console: Console,
+    space: SearchSpace,
+    records: Sequence[TrialRecord],
+    winner: Candidate | None,
+    base: Candidate | None,
+    *,
+    confirmation_required: bool = False,
+    show_why: bool = False,
+    passed_over: Sequence[tuple[Candidate, str]] = (),
+) -> None:
+    """The trials, what was not launched, and the winner (``confirmation_required``: a winner not
+    confirmed by a re-run is not called stable; ``show_why``: why the sampler proposed each trial,
+    under it, for the report: the run printed it when the trial started), and the configs faster
+    than it that ``passed_over`` says are not stable, with why."""
+    table = _trial_lines if not console.is_terminal else _trial_table
+    table(console, space, records, winner, base, show_why)
+    _not_launched(console, records)
+    _winner(console, space, winner, base, confirmation_required)
+    for c, why in faster_passed_over(passed_over, winner):
+        _print(
+            console,
+            f"[yellow]not stable, though its runs finished:[/] trial {c.first.number} "
+            f"{fmt_tput(c.throughput, c.throughput_unit)}: {escape(why)}",
+        )
+    note = coarse_reading_note(records, space.stop.measured_steps)
+    if note:
+        _print(console, f"[yellow]coarse measurement:[/] {escape(note)}")
+
+
+def _failure_lines(console: Console, view: StudyView) -> None:
+    """The failures as one unbroken line each (piped, in CI): nothing cut inside a word or number."""
+    console.print("failures:", highlight=False)
+    base = view.baseline.values if view.baseline else None
+    for r in view.records:
+        if r.failed:
+            v = r.result.verdict
+            rank = "" if v.rank is None else f" rank {v.rank}"
+            values = describe(view.space, r.values, base)
+            evidence = shorten(v.evidence[0].text) if v.evidence else ""
+            line = f"  trial {r.number} {r.status.value if r.status else '?'}{rank}: {values} | {evidence} | advice: {v.advice}"
+            _print(console, escape(line))
+
+
+def _failure_table(view: StudyView) -> Table:
+    table = Table(title="failures")
+    for col in ("#", "class", "rank", "values (changes from the baseline)", "evidence", "advice"):
+        table.add_column(col, overflow="fold")
+    base = view.baseline.values if view.baseline else None
+    for r in view.records:
+        if r.failed:
+            v = r.result.verdict
+            table.add_row(
+                str(r.number),
+                r.status.value if r.status else "?",
+                "-" if v.rank is None else str(v.rank),
+                escape(describe(view.space, r.values, base)),
+                escape(v.evidence[0].text[:200]) if v.evidence else "",
+                escape(v.advice),
+            )
+    return table
+
+
+def print_report(view: StudyView, console: Console) -> None:
+    """``nccl-tune report`` on a terminal (or piped): the study, its trials with why each was
+    proposed, the winner, what was dropped, the failures and the night's verdict."""
+    console.print(f"[bold]study[/] {escape(view.study)}  [dim]{escape(view.storage_url)}[/]", highlight=False)
+    print_summary(
+        console, view.space, view.records, view.winner, view.baseline, show_why=True, passed_over=view.passed_over
+    )
+    for reason in view.dropped.values():
+        console.print(f"[yellow]dropped from the search:[/] {escape(reason)}", highlight=False)
+    if any(r.failed for r in view.records):
+        if console.is_terminal:
+            console.print(_failure_table(view))
+        else:
+            _failure_lines(console, view)
+    verdict = view.night.verdict if view.night else None
+    if verdict is not None:
+        colour = "bold red" if verdict.regression else "green"
+        _print(console, f"[{colour}]{escape(verdict.summary)}[/]")
