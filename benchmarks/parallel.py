@@ -66,8 +66,8 @@ def one_study(address: str, slots: int, trials: int, step_s: float, root: Path) 
     """Wall seconds of one study with ``slots`` trials at once."""
     from rich.console import Console as _C
 
-    from nccl_tune.tuner.loop import run_study
     from nccl_tune.tuner.settings import RunSettings
+    from nccl_tune.tuner.study.loop import run_study
 
     space = root / "space.yaml"
     settings = RunSettings(

@@ -1,6 +1,6 @@
 """Search efficiency of the tuner on a family of landscapes: the twin and five synthetic families.
 
-Whole studies (``nccl_tune.tuner.loop.run_study``) run against ``ModelLauncher``: the twin's cost
+Whole studies (``nccl_tune.tuner.study.loop.run_study``) run against ``ModelLauncher``: the twin's cost
 model for ``twin`` (space ``skyrl-text2sql``), an analytic landscape (``nccl_tune.sim.families``,
 through ``ModelLauncher(cost=...)``) for the others, so the same supervision clocks, stop rule,
 early stop and screening apply. Per family, each seed is an instance (for the twin, one landscape
@@ -59,12 +59,12 @@ from nccl_tune.search_spaces.loader import load_space
 from nccl_tune.sim.analytic import analytic_cost
 from nccl_tune.sim.families import FAMILIES, Instance, instance, throughput
 from nccl_tune.sim.launcher import ModelLauncher
-from nccl_tune.tuner.loop import run_study
-from nccl_tune.tuner.nccl_sweep import load as load_sweep
-from nccl_tune.tuner.pins import apply_pins, parse_pin
+from nccl_tune.tuner.records.nccl_sweep import load as load_sweep
+from nccl_tune.tuner.records.pins import apply_pins, parse_pin
+from nccl_tune.tuner.records.storage import load_existing, open_storage
+from nccl_tune.tuner.records.study_records import FINISHED, Outcome, TrialRecord, records
 from nccl_tune.tuner.settings import DEFAULT_SAMPLER, RunSettings
-from nccl_tune.tuner.storage import load_existing, open_storage
-from nccl_tune.tuner.study_records import FINISHED, Outcome, TrialRecord, records
+from nccl_tune.tuner.study.loop import run_study
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import search_twin as twin  # noqa: E402
@@ -274,9 +274,9 @@ class StudyStats:
     winner_stable: bool | None
     wall_s: float
     stopped_by: str = ""
-    """The stop rule's line when one ended the study (``tuner.stop_rules``), as it would a user's."""
+    """The stop rule's line when one ended the study (``tuner.study.stop_rules``), as it would a user's."""
     sweep_trials: float = 0.0
-    """GPU time of the NCCL sweep's checks (``tuner.nccl_sweep``: run before the trials they time,
+    """GPU time of the NCCL sweep's checks (``tuner.records.nccl_sweep``: run before the trials they time,
     not in ``gpu_s`` nor in the failed share), in units of the study's median launched trial."""
 
 

@@ -43,10 +43,10 @@ from nccl_tune.sim.config import read_run_env
 from nccl_tune.sim.cost_model import CommModel, comm_model
 from nccl_tune.sim.launcher import ModelLauncher, override_tokens
 from nccl_tune.trial import TrialSpec
-from nccl_tune.tuner.pins import Pins
+from nccl_tune.tuner.records.pins import Pins
+from nccl_tune.tuner.records.stability import values_key
 from nccl_tune.tuner.settings import RunSettings
-from nccl_tune.tuner.stability import values_key
-from nccl_tune.tuner.trial_builder import build_trial_spec, stop_for
+from nccl_tune.tuner.trials.trial_builder import build_trial_spec, stop_for
 
 REPO = Path(__file__).resolve().parents[1]
 TWIN = REPO / "examples" / "run_skyrl_sql_sim.sh"

@@ -166,7 +166,7 @@ def run_cmd(
     ),
 ) -> None:
     """Tune COMMAND: run short trials under an Optuna search and report the fastest stable config."""
-    from nccl_tune.tuner.pins import parse_pin
+    from nccl_tune.tuner.records.pins import parse_pin
     from nccl_tune.tuner.settings import RunSettings, parse_duration
 
     try:
@@ -217,8 +217,8 @@ def run_cmd(
 
 def _run(settings, as_json: bool) -> None:
     from nccl_tune.reporting.report import end_of_run
-    from nccl_tune.tuner.dry_run import plan_dry_run
-    from nccl_tune.tuner.loop import run_study
+    from nccl_tune.tuner.study.dry_run import plan_dry_run
+    from nccl_tune.tuner.study.loop import run_study
 
     if settings.dry_run:
         plan = plan_dry_run(settings)
@@ -245,8 +245,8 @@ def export_cmd(
     ),
 ) -> None:
     """Write the best stable trial of a study as tuned YAML, key=value arguments or env lines."""
-    from nccl_tune.tuner.export import export_study
     from nccl_tune.tuner.settings import default_storage_url
+    from nccl_tune.tuner.winner.export import export_study
 
     try:
         url = storage or default_storage_url(results)
@@ -265,7 +265,7 @@ def apply_cmd(
     ),
 ) -> None:
     """Merge a tuned YAML's overrides into a training config (OmegaConf.merge)."""
-    from nccl_tune.tuner.export import apply_tuned
+    from nccl_tune.tuner.winner.export import apply_tuned
 
     try:
         applied = apply_tuned(tuned, into, allow_new_keys)
@@ -323,7 +323,7 @@ def history_cmd(
 ) -> None:
     """A series of nightly runs over time: best throughput, fingerprint changes, verdicts, steps."""
     from nccl_tune.nightly.history import history_json, print_history
-    from nccl_tune.tuner.series import load_history
+    from nccl_tune.tuner.records.series import load_history
     from nccl_tune.tuner.settings import default_storage_url
 
     try:

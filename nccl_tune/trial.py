@@ -225,7 +225,7 @@ class TrialSpec:
     """The space's parameters that move memory, with this trial's values (for advice)."""
     scope: str = ""
     """What the markers of this study's processes start with: the study name and its storage (see
-    ``tuner.storage.marker_scope``), so that a study of the same name in another storage is never
+    ``tuner.records.storage.marker_scope``), so that a study of the same name in another storage is never
     swept or waited on; empty: the study name alone."""
     nccl_check: bool = False
     """True for the NCCL check of the trial (``launchers.nccl_check``: the collectives alone, with the

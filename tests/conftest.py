@@ -75,7 +75,7 @@ RAY_FILES = frozenset(
         "tests/launchers/test_private_ray.py",
         "tests/launchers/test_ray.py",
         "tests/launchers/test_ray_launcher.py",
-        "tests/tuner/test_parallel.py",
+        "tests/tuner/study/test_parallel.py",
         "tests/node/test_doctor.py",  # its Ray checks look for any Ray on the machine
     }
 )
@@ -94,13 +94,13 @@ LONG_FIRST = (
     "tests/test_readme.py",
     "tests/benchmarks/test_search_bench.py",
     "tests/examples/test_ddp_example.py",
-    "tests/tuner/test_nightly.py",
-    "tests/tuner/test_flaky.py",
-    "tests/tuner/test_admission.py",
-    "tests/tuner/test_budget.py",
-    "tests/tuner/test_storage.py",
-    "tests/tuner/test_semantics.py",
-    "tests/tuner/test_recovery.py",
+    "tests/tuner/study/test_nightly.py",
+    "tests/tuner/search/test_flaky.py",
+    "tests/tuner/study/test_admission.py",
+    "tests/tuner/study/test_budget.py",
+    "tests/tuner/records/test_storage.py",
+    "tests/tuner/records/test_semantics.py",
+    "tests/tuner/study/test_recovery.py",
 )
 """Files holding the longest tests of ``pytest --durations`` (20-105 s each), collected first after
 the Ray files: under ``pytest -n`` files go to workers in collection order, and a long file drawn

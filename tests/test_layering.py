@@ -11,6 +11,11 @@
   ``subprocess``, ``multiprocessing``, nor ``nccl_tune.gpu``/``gpu_fake``/``node``/``launchers``/
   ``tuner``/``sim``: text in, verdict out.
 - Nothing outside ``sim/`` imports ``nccl_tune.sim`` (tests and benchmarks, not scanned here, may).
+- Inside ``tuner/`` the rooms stand on each other, never back up: ``records/`` (storage, what each
+  trial stored) below ``search/`` (the sampler and its models); ``trials/`` (one trial) and
+  ``winner/`` (a stored study read back, its winner, the tuned YAML) on those; ``study/`` (the loop)
+  on top. ``settings.py`` (the run's options) stands on ``records/`` only. Only ``reporting/`` and
+  ``cli.py`` import ``tuner/`` from outside it.
 - Only ``reporting/`` draws (``matplotlib``), and nothing below it imports it: ``reporting/`` renders
   what the study stored; only ``cli.py`` calls it.
 """
@@ -88,6 +93,36 @@ def process_calls(tree: ast.AST) -> Iterator[tuple[int, str]]:
 SPAWNERS = "only nccl_tune/launchers/ (and the twin in nccl_tune/sim/) start or signal processes"
 
 
+TUNER_ROOMS = {
+    "records": (),
+    "search": ("records",),
+    "settings": ("records",),
+    "trials": ("records", "search", "settings"),
+    "winner": ("records", "search"),
+    "study": ("records", "search", "settings", "trials", "winner"),
+}
+"""Each room of ``tuner/`` and the rooms it may import."""
+
+
+def _tuner_room(dotted: str) -> str | None:
+    parts = dotted.split(".")
+    return parts[2] if len(parts) > 2 and parts[:2] == ["nccl_tune", "tuner"] and parts[2] in TUNER_ROOMS else None
+
+
+def _tuner_breach(path: str, module: str) -> str | None:
+    """Why an import of ``module`` in ``path`` breaks the order of ``tuner/``'s rooms, or None."""
+    target = _tuner_room(module)
+    if target is None:
+        return None
+    if not path.startswith("nccl_tune/tuner/"):
+        ok = path == "nccl_tune/cli.py" or _under(path, "reporting")
+        return None if ok else "only nccl_tune/reporting/ and nccl_tune/cli.py import nccl_tune/tuner/ from outside it"
+    here = _tuner_room(_module_of(path))
+    if here is None or target == here or target in TUNER_ROOMS[here]:
+        return None
+    return f"nccl_tune/tuner/{here} stands below nccl_tune/tuner/{target}: it may import only {TUNER_ROOMS[here]}"
+
+
 def import_breaches(path: str, module: str) -> list[str]:
     """The layering rules an import of ``module`` in ``path`` breaks."""
     out = []
@@ -103,6 +138,9 @@ def import_breaches(path: str, module: str) -> list[str]:
         out.append("only nccl_tune/launchers/, nccl_tune/sim/ and nccl_tune/node/ may use psutil")
     if _under(path, "diagnose") and _is(module, *NODE_PROBES, *NOT_FOR_DIAGNOSE):
         out.append("nccl_tune/diagnose/ is text in, verdict out (node checks go to nccl_tune/node/)")
+    room = _tuner_breach(path, module)
+    if room is not None:
+        out.append(room)
     if _is(module, "matplotlib") and not _under(path, "reporting"):
         out.append("only nccl_tune/reporting/ draws")
     if _is(module, "nccl_tune.reporting") and not (_under(path, "reporting") or path == "nccl_tune/cli.py"):
@@ -133,7 +171,7 @@ def package_sources() -> dict[str, str]:
 
 def test_the_package_keeps_its_layers() -> None:
     sources = package_sources()
-    assert "nccl_tune/tuner/trial_builder.py" in sources and "nccl_tune/diagnose/classify.py" in sources
+    assert "nccl_tune/tuner/trials/trial_builder.py" in sources and "nccl_tune/diagnose/classify.py" in sources
     found = violations(sources)
     assert not found, "layering broken:\n" + "\n".join(found)
 
@@ -151,16 +189,20 @@ def test_the_scanner_sees_the_imports_the_layers_are_built_on() -> None:
 def test_each_breach_is_named_with_its_file_line_and_import() -> None:
     bad = {
         "nccl_tune/launchers/local.py": "import optuna\n",
-        "nccl_tune/tuner/loop.py": "import subprocess\nfrom nccl_tune.sim.launcher import ModelLauncher\n",
-        "nccl_tune/tuner/observer.py": "import os\nimport signal\nsignal.signal(2, None)\nos.killpg(1, 9)\n",
+        "nccl_tune/tuner/study/loop.py": "import subprocess\nfrom nccl_tune.sim.launcher import ModelLauncher\n",
+        "nccl_tune/tuner/trials/observer.py": "import os\nimport signal\nsignal.signal(2, None)\nos.killpg(1, 9)\n",
         "nccl_tune/node/doctor.py": "import psutil\npsutil.Process(1).terminate()\n",
         "nccl_tune/diagnose/classify.py": "from . import text\nimport socket\nfrom ..gpu import open_probe\n",
         "nccl_tune/cli.py": "from os import kill\nfrom nccl_tune import sim\n",
         "nccl_tune/gpu.py": "import psutil\n",
         "nccl_tune/launchers/teardown.py": "import os, psutil, subprocess\nos.killpg(1, 9)\npsutil.Process(1).kill()\n",
         "nccl_tune/sim/worker.py": "import os, signal, subprocess\nos.kill(1, signal.SIGSEGV)\n",
-        "nccl_tune/tuner/display.py": "import matplotlib.pyplot as plt\nfrom nccl_tune.reporting.view import StudyView\n",
+        "nccl_tune/tuner/trials/display.py": "import matplotlib.pyplot as plt\nfrom nccl_tune.reporting.view import StudyView\n",
         "nccl_tune/reporting/plots.py": "import matplotlib\n",
+        "nccl_tune/tuner/records/storage.py": "from nccl_tune.tuner.search.memory_model import MemoryModel\n",
+        "nccl_tune/tuner/trials/steps.py": "from nccl_tune.tuner.records import study_records\nfrom ..study import loop\n",
+        "nccl_tune/tuner/settings.py": "from nccl_tune.tuner.study.night import plan_night\n",
+        "nccl_tune/nightly/history.py": "from nccl_tune.tuner.records.series import series_nights\n",
     }
     assert violations(bad) == [
         "nccl_tune/cli.py:1 imports os.kill: only nccl_tune/launchers/ (and the twin in nccl_tune/sim/) start or signal processes",
@@ -169,10 +211,14 @@ def test_each_breach_is_named_with_its_file_line_and_import() -> None:
         "nccl_tune/diagnose/classify.py:3 imports nccl_tune.gpu: nccl_tune/diagnose/ is text in, verdict out (node checks go to nccl_tune/node/)",
         "nccl_tune/gpu.py:1 imports psutil: only nccl_tune/launchers/, nccl_tune/sim/ and nccl_tune/node/ may use psutil",
         "nccl_tune/launchers/local.py:1 imports optuna: only nccl_tune/tuner/ may import optuna",
+        "nccl_tune/nightly/history.py:1 imports nccl_tune.tuner.records.series: only nccl_tune/reporting/ and nccl_tune/cli.py import nccl_tune/tuner/ from outside it",
         "nccl_tune/node/doctor.py:2 calls .terminate(): only nccl_tune/launchers/ (and the twin in nccl_tune/sim/) start or signal processes",
-        "nccl_tune/tuner/display.py:1 imports matplotlib.pyplot: only nccl_tune/reporting/ draws",
-        "nccl_tune/tuner/display.py:2 imports nccl_tune.reporting.view: nccl_tune/reporting/ sits on top: only nccl_tune/cli.py imports it",
-        "nccl_tune/tuner/loop.py:1 imports subprocess: only nccl_tune/launchers/ (and the twin in nccl_tune/sim/) start or signal processes",
-        "nccl_tune/tuner/loop.py:2 imports nccl_tune.sim.launcher: the twin is a test fixture; only nccl_tune/sim/, tests and benchmarks may import it",
-        "nccl_tune/tuner/observer.py:4 calls os.killpg(): only nccl_tune/launchers/ (and the twin in nccl_tune/sim/) start or signal processes",
+        "nccl_tune/tuner/records/storage.py:1 imports nccl_tune.tuner.search.memory_model: nccl_tune/tuner/records stands below nccl_tune/tuner/search: it may import only ()",
+        "nccl_tune/tuner/settings.py:1 imports nccl_tune.tuner.study.night: nccl_tune/tuner/settings stands below nccl_tune/tuner/study: it may import only ('records',)",
+        "nccl_tune/tuner/study/loop.py:1 imports subprocess: only nccl_tune/launchers/ (and the twin in nccl_tune/sim/) start or signal processes",
+        "nccl_tune/tuner/study/loop.py:2 imports nccl_tune.sim.launcher: the twin is a test fixture; only nccl_tune/sim/, tests and benchmarks may import it",
+        "nccl_tune/tuner/trials/display.py:1 imports matplotlib.pyplot: only nccl_tune/reporting/ draws",
+        "nccl_tune/tuner/trials/display.py:2 imports nccl_tune.reporting.view: nccl_tune/reporting/ sits on top: only nccl_tune/cli.py imports it",
+        "nccl_tune/tuner/trials/observer.py:4 calls os.killpg(): only nccl_tune/launchers/ (and the twin in nccl_tune/sim/) start or signal processes",
+        "nccl_tune/tuner/trials/steps.py:2 imports nccl_tune.tuner.study: nccl_tune/tuner/trials stands below nccl_tune/tuner/study: it may import only ('records', 'search', 'settings')",
     ]

@@ -251,7 +251,7 @@ class CheckingLauncher(Launcher):
 
     def measure(self, spec: TrialSpec, observer: TrialObserver | None = None) -> TrialResult:
         """The check of ``spec`` alone, its command never started (before its trial, or the NCCL
-        sweep's timing of a set of NCCL values: ``tuner.nccl_sweep``). A set that passes is not
+        sweep's timing of a set of NCCL values: ``tuner.records.nccl_sweep``). A set that passes is not
         checked again before its trial."""
         with self._lock:
             learned = dict(self.learned)

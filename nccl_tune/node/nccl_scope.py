@@ -3,7 +3,7 @@
 Within one node NCCL moves data over NVLink or PCIe peer-to-peer, or shared memory; the network
 transport (sockets, InfiniBand, RoCE, a net plugin, CollNet, multi-node NVLink) carries only what
 crosses nodes. A variable that tunes that transport changes nothing a one-node run of the
-collectives can time: the NCCL sweep (``tuner.nccl_sweep``) leaves it out, and trials measure it.
+collectives can time: the NCCL sweep (``tuner.records.nccl_sweep``) leaves it out, and trials measure it.
 Read from NCCL's ``src/transport/net*.cc``, ``net_socket.cc``, ``net_ib/`` and ``collnet``;
 ``NCCL_NET_DISABLE_INTRA`` is the exception of its family (it decides whether the network carries
 traffic within a node).

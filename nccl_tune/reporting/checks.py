@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass
 
 from nccl_tune.reporting.view import StudyView
-from nccl_tune.tuner.nightly import baseline_runs
+from nccl_tune.tuner.study.night import baseline_runs
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 

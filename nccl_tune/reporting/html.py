@@ -12,8 +12,8 @@ from nccl_tune.reporting.terminal import early_stop_sentence
 from nccl_tune.reporting.view import StudyView, failure_costs, known_gib, winner_reasons
 from nccl_tune.search_spaces.describe import describe, short_names
 from nccl_tune.search_spaces.spelling import format_value
-from nccl_tune.tuner.early_stops import early_stops
-from nccl_tune.tuner.study_records import Outcome, TrialRecord
+from nccl_tune.tuner.records.early_stops import early_stops
+from nccl_tune.tuner.records.study_records import Outcome, TrialRecord
 from nccl_tune.wording import duration
 
 CSS = """

@@ -12,10 +12,10 @@ from nccl_tune.nightly.history import history_json
 from nccl_tune.reporting.checks import night_checks
 from nccl_tune.reporting.view import StudyView, failure_costs, winner_reasons
 from nccl_tune.search_spaces.space import SearchSpace
-from nccl_tune.tuner.early_stops import early_stops
-from nccl_tune.tuner.semantics import semantic_changes
-from nccl_tune.tuner.stability import Candidate, faster_passed_over
-from nccl_tune.tuner.study_records import Outcome, TrialRecord
+from nccl_tune.tuner.records.early_stops import early_stops
+from nccl_tune.tuner.records.semantics import semantic_changes
+from nccl_tune.tuner.records.stability import Candidate, faster_passed_over
+from nccl_tune.tuner.records.study_records import Outcome, TrialRecord
 
 
 def trial_row(r: TrialRecord) -> dict[str, Any]:

@@ -10,7 +10,7 @@ from nccl_tune.reporting.checks import FAILED, PASSED, night_checks
 from nccl_tune.reporting.terminal import early_stop_sentence
 from nccl_tune.reporting.view import StudyView, failure_costs, known_gib, winner_reasons
 from nccl_tune.search_spaces.describe import describe
-from nccl_tune.tuner.early_stops import early_stops
+from nccl_tune.tuner.records.early_stops import early_stops
 from nccl_tune.wording import duration
 
 MAX_TRIAL_ROWS = 60

@@ -20,7 +20,7 @@ from nccl_tune.reporting.view import StudyView, known_gib
 from nccl_tune.search_spaces.describe import short_names
 from nccl_tune.search_spaces.space import MemoryEffect, Parameter, Target
 from nccl_tune.search_spaces.spelling import format_value
-from nccl_tune.tuner.study_records import TrialRecord
+from nccl_tune.tuner.records.study_records import TrialRecord
 
 COLOURS = {
     "ok": "#2a9d3a",

@@ -16,7 +16,7 @@ from nccl_tune.reporting.json_report import report_json
 from nccl_tune.reporting.render import pick_format, render_report
 from nccl_tune.reporting.terminal import print_report, print_summary
 from nccl_tune.reporting.view import load_view, view_of
-from nccl_tune.tuner.loop import StudyOutcome
+from nccl_tune.tuner.study.loop import StudyOutcome
 from nccl_tune.userfile import write_output
 
 

@@ -13,12 +13,12 @@ from rich.table import Table
 from nccl_tune.reporting.view import StudyView
 from nccl_tune.search_spaces.describe import describe
 from nccl_tune.search_spaces.space import SearchSpace
-from nccl_tune.tuner.display import STYLE
-from nccl_tune.tuner.early_stops import EarlyStops, early_stops
-from nccl_tune.tuner.semantics import semantic_changes
-from nccl_tune.tuner.stability import Candidate, faster_passed_over
-from nccl_tune.tuner.steps import coarse_reading_note
-from nccl_tune.tuner.study_records import Outcome, TrialRecord
+from nccl_tune.tuner.records.early_stops import EarlyStops, early_stops
+from nccl_tune.tuner.records.semantics import semantic_changes
+from nccl_tune.tuner.records.stability import Candidate, faster_passed_over
+from nccl_tune.tuner.records.study_records import Outcome, TrialRecord
+from nccl_tune.tuner.trials.display import STYLE
+from nccl_tune.tuner.trials.steps import coarse_reading_note
 from nccl_tune.wording import duration, fmt_mem, fmt_tput, shorten
 
 

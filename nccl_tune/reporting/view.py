@@ -15,12 +15,12 @@ from nccl_tune.nightly.history import History, build_history
 from nccl_tune.nightly.night import Night
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.search_spaces.spelling import format_value
-from nccl_tune.tuner.nccl_sweep import SweepLine
-from nccl_tune.tuner.semantics import semantic_changes, user_env
-from nccl_tune.tuner.stability import Candidate, candidates, changes, does_not_pay, noise_frac, run_key
-from nccl_tune.tuner.steps import coarse_reading_note
-from nccl_tune.tuner.study_records import Outcome, TrialRecord
-from nccl_tune.tuner.study_view import StoredStudy, TrialTiming, open_study
+from nccl_tune.tuner.records.nccl_sweep import SweepLine
+from nccl_tune.tuner.records.semantics import semantic_changes, user_env
+from nccl_tune.tuner.records.stability import Candidate, candidates, changes, does_not_pay, noise_frac, run_key
+from nccl_tune.tuner.records.study_records import Outcome, TrialRecord
+from nccl_tune.tuner.trials.steps import coarse_reading_note
+from nccl_tune.tuner.winner.study_view import StoredStudy, TrialTiming, open_study
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ class StudyView:
     """Configs whose own runs all finished but that hold a value the study has seen fail now and then,
     with why (``study_view.passed_over``)."""
     nccl_sweep: tuple[SweepLine, ...] = ()
-    """The NCCL sweep's checks (``tuner.nccl_sweep``), the baseline's first; empty when none ran."""
+    """The NCCL sweep's checks (``tuner.records.nccl_sweep``), the baseline's first; empty when none ran."""
     hardware: Mapping[str, Any] | None = None
     """What ``run`` recorded about the node (None for studies recorded before it was kept)."""
     dropped: Mapping[str, str] = field(default_factory=dict)

@@ -13,10 +13,10 @@ from pathlib import Path
 
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.launchers.registry import launcher_problem, parallel_problem
-from nccl_tune.tuner.storage import default_study_name
+from nccl_tune.tuner.records.storage import default_study_name
 
 SAMPLERS = ("local", "tpe", "random")
-"""The samplers ``make_sampler`` builds (see ``tuner/samplers.py``)."""
+"""The samplers ``make_sampler`` builds (see ``tuner/search/samplers.py``)."""
 DEFAULT_SAMPLER = "local"
 
 
@@ -43,7 +43,7 @@ class RunSettings:
     """Trials to launch in this run (rule-rejected and predicted-to-fail configs are not launched and not counted)."""
     budget_s: float | None = None
     """Wall-clock budget for the whole run: a search trial starts only when it and the confirmation re-runs
-    fit in the time left (as measured so far); no trial starts after it (see ``tuner/budget.py``)."""
+    fit in the time left (as measured so far); no trial starts after it (see ``tuner/study/budget.py``)."""
     steps: int | None = None
     """Measured steps per trial (overrides the space's stop rule)."""
     warmup_steps: int | None = None
@@ -112,7 +112,7 @@ class RunSettings:
         if self.study:
             return self.study
         if self.series:
-            from nccl_tune.tuner.nightly import night_study_name
+            from nccl_tune.tuner.records.series import night_study_name
 
             return night_study_name(self.series)
         return default_study_name(space_name, self.command, self.results)
@@ -175,8 +175,8 @@ def settings_problems(s: RunSettings) -> list[str]:
 
 
 def nightly_problems(s: RunSettings) -> list[str]:
-    """The nightly options that no storage could make right (the rest: ``tuner.nightly.plan_night``)."""
-    from nccl_tune.tuner.nightly import nightly_option_problems
+    """The nightly options that no storage could make right (the rest: ``tuner.study.night.plan_night``)."""
+    from nccl_tune.tuner.records.series import nightly_option_problems
 
     return nightly_option_problems(s.series, s.baseline_file, s.warm_start, s.fail_on_regression_pct)
 

@@ -9,7 +9,7 @@ import optuna
 import pytest
 
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.tuner.series import load_history
+from nccl_tune.tuner.records.series import load_history
 from tests.tuner.conftest import run_cli
 from tests.tuner.nights import fingerprint, store_nights
 

@@ -6,7 +6,7 @@ from nccl_tune.diagnose.advice import space_memory_advice
 from nccl_tune.failure import FailureClass as F
 from nccl_tune.search_spaces.loader import parse_space
 from nccl_tune.trial import MemoryKnob
-from nccl_tune.tuner.trial_builder import memory_knobs
+from nccl_tune.tuner.trials.trial_builder import memory_knobs
 
 SPACE = """
 name: ddp

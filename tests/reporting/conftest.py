@@ -10,10 +10,10 @@ import pytest
 
 from nccl_tune.nightly.night import Baseline, Night
 from nccl_tune.nightly.regression import RunFact, judge_night
-from nccl_tune.tuner import study_records as R
-from nccl_tune.tuner.hardware_record import S_HARDWARE
-from nccl_tune.tuner.series import S_SERIES, S_STARTED_AT, write_night
-from nccl_tune.tuner.stability import select_winner
+from nccl_tune.tuner.records import study_records as R
+from nccl_tune.tuner.records.hardware_record import S_HARDWARE
+from nccl_tune.tuner.records.series import S_SERIES, S_STARTED_AT, write_night
+from nccl_tune.tuner.records.stability import select_winner
 from tests.tuner.conftest import TINY_SPACE, TINY_TRAINER, run_cli
 from tests.tuner.nights import fingerprint, store_nights
 

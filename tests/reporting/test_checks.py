@@ -10,9 +10,9 @@ from nccl_tune.failure import FailureClass
 from nccl_tune.nightly.night import Baseline
 from nccl_tune.reporting.checks import FAILED, PASSED, baseline_still_runs
 from nccl_tune.reporting.view import load_view
-from nccl_tune.tuner.nightly import baseline_runs
-from nccl_tune.tuner.study_records import TrialKind
-from tests.tuner.test_predict_and_stability import BASE, MICRO, rec
+from nccl_tune.tuner.records.study_records import TrialKind
+from nccl_tune.tuner.study.night import baseline_runs
+from tests.tuner.search.test_predict_and_stability import BASE, MICRO, rec
 
 
 @pytest.fixture(scope="module")

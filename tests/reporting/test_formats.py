@@ -17,10 +17,10 @@ from nccl_tune.reporting.render import pick_format, render_report
 from nccl_tune.reporting.terminal import early_stop_sentence
 from nccl_tune.reporting.view import load_view
 from nccl_tune.trial import OUTSIDE_PHASES, GpuMemory, MemoryReport
-from nccl_tune.tuner.early_stops import early_stops
+from nccl_tune.tuner.records.early_stops import early_stops
 from tests.reporting.conftest import SERIES
 from tests.tuner.conftest import run_cli, study_trials
-from tests.tuner.test_screening import screened_study
+from tests.tuner.trials.test_screening import screened_study
 
 
 @pytest.fixture(scope="module")
@@ -186,8 +186,8 @@ def setting_study(tmp_path: Path, gain: float) -> tuple[dict, str]:
     from nccl_tune.reporting.view import winner_reasons
     from nccl_tune.sim.analytic import AnalyticNode, Truth, analytic_cost
     from nccl_tune.sim.launcher import ModelLauncher
-    from nccl_tune.tuner.loop import run_study
     from nccl_tune.tuner.settings import RunSettings
+    from nccl_tune.tuner.study.loop import run_study
 
     folder = tmp_path / f"gain{gain}"
     folder.mkdir()

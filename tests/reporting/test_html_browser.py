@@ -11,7 +11,7 @@ from PIL import Image
 
 from tests.reporting.browser import dump_dom, install_chromium, screenshot
 from tests.tuner.conftest import run_cli
-from tests.tuner.test_nccl_sweep_run import SWEPT, Launcher, study
+from tests.tuner.study.test_nccl_sweep_run import SWEPT, Launcher, study
 
 pytestmark = pytest.mark.timeout(1500)
 

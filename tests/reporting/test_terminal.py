@@ -17,7 +17,7 @@ from nccl_tune.reporting.json_report import trial_row
 from nccl_tune.reporting.terminal import print_report
 from nccl_tune.reporting.view import load_view
 from nccl_tune.trial import OUTSIDE_PHASES, GpuMemory, MemoryReport, StopReason, TrialResult
-from nccl_tune.tuner.study_records import Outcome, TrialKind, TrialRecord
+from nccl_tune.tuner.records.study_records import Outcome, TrialKind, TrialRecord
 from tests.tuner.conftest import TINY_SPACE, TINY_TRAINER, run_cli, study_trials
 
 pytestmark = pytest.mark.timeout(300)

@@ -7,8 +7,8 @@ import optuna
 from nccl_tune.nightly.fingerprint import Fingerprint
 from nccl_tune.nightly.night import Baseline, Night
 from nccl_tune.nightly.regression import compare_throughput
-from nccl_tune.tuner.hardware_record import S_HARDWARE
-from nccl_tune.tuner.series import S_SERIES, S_STARTED_AT, write_night
+from nccl_tune.tuner.records.hardware_record import S_HARDWARE
+from nccl_tune.tuner.records.series import S_SERIES, S_STARTED_AT, write_night
 
 FP = dict(
     host="node-1",

@@ -12,9 +12,9 @@ from rich.console import Console
 from nccl_tune.failure import Cause, FailureClass, Verdict
 from nccl_tune.sim.analytic import AnalyticNode, Truth, analytic_cost
 from nccl_tune.sim.launcher import ModelLauncher
-from nccl_tune.tuner.loop import run_study
+from nccl_tune.tuner.records.study_records import TrialKind
 from nccl_tune.tuner.settings import RunSettings
-from nccl_tune.tuner.study_records import TrialKind
+from nccl_tune.tuner.study.loop import run_study
 
 SPACE = """
 name: outside

@@ -1,0 +1,421 @@
+"""What the study has learnt about failures the memory model does not explain (hangs, crashes,
+refusals; not OOMs, nor failures of runs whose peak came within the headroom, nor failures no value
+can bring about: ``Verdict.from_outside``, a signal from a scheduler, a faulty GPU): which values make a
+run fail, alone or with a partner, and what a failure costs. A run that failed within the headroom
+still says one thing: it got past its start-up (it loaded its model and trained to come that close),
+so it counts as a start-up that none of its values broke.
+
+The causes a run holds are its values away from the baseline, each alone and each pair of them
+(NCCL's NVLS algorithm hangs only without cuMem buffers; a batch larger than what a shorter prompt
+limit leaves of the data set crashes only at that batch), and a leak held by every run (a failure
+no value explains); in a space with a memory model, also its place next to the memory wall
+(``MEMORY``: its peak came within twice the headroom of the wall, and for a config not yet run,
+its predicted peak likely does), a cause like a value: on a node pressed for memory a rank
+stalls in the allocator now and then, and those hangs, each next to other values, are told from
+the values as one cause. A failed run had one cause fire; a finished run had none. A cause fires in one
+of two phases: before the run's first step (a bad setting, a batch the data cannot fill: these
+break most runs or none) or after it (a race, a hang now and then: a value that let the run start
+and measure steps does not break every run). In each phase each cause fires at a rate of its own,
+unknown, with a Beta prior (``PRIORS``) that expects most values never to fire, smaller for a pair
+than for one value; before the first step its mass sits near 0 and near 1, after it on small rates.
+
+Which cause fired in each failed run is inferred by collapsed Gibbs sampling (the rates integrated
+out): a cause is picked in proportion to ``(a + failures given to it) / (b + finished runs holding
+it)``. So a value that many failures share (cuMem hanging at random, carried along by a lucky run)
+takes them, and the values one failure happened to hold are cleared; a value that failed in one
+context shares the blame with its pairs there, so that elsewhere it is suspect, not condemned (not
+even suspect where its failures were cheap, crashes at start-up: one try settles it); and finished
+runs of a value without a partner clear the value alone. The sampler's seed is fixed: a
+resumed study infers what an uninterrupted one would.
+
+A proposal's worth (``worth``) is the chance its run and its confirmation re-run both finish (the
+two runs are correlated through the unknown rate: a value that failed once fails the re-run too if
+it is a cause at all) over what it is expected to cost in finished trials' worth, ``P(ok) +
+P(fail) x cost ratio``: a hang costs its whole stall timeout, and any failure at least the trial it
+uses (a crash at start-up costs little GPU time, but a study has as many trials as ``--trials``
+says: a pair that crashed a start-up cheaply six times is not worth a seventh try).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import statistics
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import cached_property
+from typing import Any
+
+from nccl_tune.failure import FailureClass
+from nccl_tune.search_spaces.space import Parameter, SearchSpace
+from nccl_tune.search_spaces.spelling import format_value
+from nccl_tune.tuner.records.stability import values_key
+from nccl_tune.tuner.records.study_records import FINISHED, Outcome, TrialRecord
+from nccl_tune.tuner.search.memory_model import MemoryModel, failure_wall_frac, memory_explains
+
+Value = tuple[str, Any]
+"""(parameter, value)."""
+MEMORY = "(memory)"
+"""The pseudo-parameter of a run's place next to the memory wall: ``NEAR_WALL`` when its peak came
+within twice the headroom of the wall (and not within the headroom: there memory explains a
+failure), unset otherwise."""
+NEAR_WALL = "within twice the headroom of the wall"
+Cause = tuple[Value, ...]
+"""``()`` (the leak), one value, or a pair of values."""
+Key = tuple[str, Cause]
+"""(phase, cause): ``start`` (the run failed before its first step) or ``run`` (after it)."""
+PRIORS: Mapping[str, Mapping[int, tuple[float, float]]] = {
+    "start": {0: (0.005, 0.495), 1: (0.06, 0.44), 2: (0.015, 0.485)},
+    "run": {0: (0.01, 0.99), 1: (0.3, 2.7), 2: (0.075, 2.925)},
+}
+"""``Beta(a, b)`` of a cause's firing rate by phase and size (leak, one value, a pair). Before the
+first step, ``a + b = 1/2``: the mass sits near 0 and near 1 (a value breaks nothing, or breaks the
+start-up of most runs: a bad NCCL setting, a batch the data cannot fill); a value breaks a run 12% of
+the time before the study has seen it, a pair a quarter as often (a config holds many more pairs than
+values), a run fails by chance 1% of the time. After the first step, ``a + b = 3``: a value that
+let a run start and measure steps does not break every run, so the mass sits on small rates (a race,
+a hang now and then: 10% in the mean for a value, 2.5% for a pair, 1% by chance), and a failure
+there is blamed on a value held by other failures sooner than on the one value its run changed."""
+SWEEPS = 200
+BURN_IN = 40
+MIN_FIRED = 0.02
+"""Failures (averaged over the sweeps) a cause must have taken to be blamed at all."""
+FLAKY_RATE = 0.10
+"""Rate (posterior mean, per run) at or above which a value or pair that made runs fail makes every
+config holding it flaky, once it has taken at least one failure: a setting that fails one trial run
+in ten hangs a day of training many times over. The estimate is low where a failed run held many
+values (its blame is shared among them and their pairs): a value that hung half the runs holding it
+on the hang-region landscape was estimated at 11%."""
+FLAKY_TOGETHER = 2.0
+"""Failures (averaged over the sweeps) that the values and pairs a config holds must have taken
+between them to make it flaky when none took a whole one alone: failed runs that held the same
+few values (cuMem with the NVLS algorithm it was tried with) split their blame among those values
+and their pairs, so no one of them reaches a failure while together they hold several."""
+TOGETHER_SHARE = 0.1
+"""Share of that blame a value or pair must hold to be named among them."""
+CHEAP_SHARE = 0.5
+"""Share of a finished run's cost below which a value's failures are cheap (``FailureModel._cheap``):
+a start-up crash costs a few percent of a run, while a hang in the first step, caught by the stall
+timeout, costs about as much as a run (its start-up dominates both)."""
+
+
+def _prior(k: Key) -> tuple[float, float]:
+    """``Beta(a, b)`` of a cause's rate in its phase (``PRIORS``)."""
+    return PRIORS[k[0]][len(k[1])]
+
+
+def _log_beta(a: float, b: float) -> float:
+    return math.lgamma(a) + math.lgamma(b) - math.lgamma(a + b)
+
+
+class FailureModel:
+    """The causes' posteriors (module docstring), fitted to the study's launched runs."""
+
+    def __init__(
+        self,
+        free: Sequence[Parameter],
+        baseline: Mapping[str, Any],
+        records: Iterable[TrialRecord],
+        memory_wall_frac: float | None,
+        p_below: Callable[[Mapping[str, Any], float], float] | None = None,
+    ) -> None:
+        """``memory_wall_frac``: the peak (share of the GPU) above which the memory model explains a
+        failure: an OOM, or a hang, crash or timeout of a run that came that close to the wall (the
+        allocator thrashing, a rank stalled in a retry while the others wait in a collective); None
+        when the space has no memory model (no parameter declares a memory effect).
+
+        ``p_below(values, frac)``: the chance an untried config's peak stays at or below ``frac`` of
+        the GPU (the memory model's); with a memory model, a run's place next to the wall is a cause
+        like a value (``MEMORY``): a run holds it when its measured peak came within twice the
+        headroom of the wall, a config when its predicted peak likely does. Hangs of runs that
+        came that close, each next to other values, are then told from those values as one cause.
+        Without ``p_below`` a config is taken to be clear of the wall."""
+        self.names = [p.name for p in free]
+        self.baseline = dict(baseline)
+        self.band_frac = None if memory_wall_frac is None else 2.0 * memory_wall_frac - 1.0
+        """Peak share from which a run is near the wall (the headroom's edge minus one more headroom)."""
+        self._p_below = p_below
+        self._placed_cache: dict[str, bool] = {}
+        if self.band_frac is not None:
+            self.names.append(MEMORY)
+            self.baseline[MEMORY] = None
+        self.runs: list[tuple[tuple[Key, ...], tuple[Key, ...], float]] = []
+        """(keys held, keys one of which fired (empty for a finished run), cost) per run."""
+        for r in sorted(records, key=lambda r: r.number):
+            if r.status is None or not r.tells_of_values:
+                continue
+            values = self._measured_place(r)
+            start, run = self.keys(values, "start"), self.keys(values, "run")
+            if memory_wall_frac is not None and memory_explains(r, memory_wall_frac):
+                if r.status is not FailureClass.OOM:  # an OOM may come while the model loads
+                    self.runs.append((start, (), 0.0))  # past its start-up; no cost: not a finished run's
+                continue
+            cost = r.result.wall_s if r.result is not None else 0.0
+            if r.status in FINISHED:
+                self.runs.append((start + run, (), cost))
+            elif r.result is not None and r.result.step_times_s:
+                self.runs.append((start + run, run, cost))
+            else:
+                self.runs.append((start, start, cost))
+        self.ok_cost_s = statistics.median([c for _, fired, c in self.runs if not fired and c > 0] or [0.0])
+        self.held = Counter(k for keys, _, _ in self.runs for k in keys)
+        self.partners = self._partners()
+        """Per cause held by a failed run, the values every failed run holding it held besides its own."""
+        self.fired, self.cost_s = self._sample()
+
+    def _partners(self) -> dict[Cause, frozenset[Value]]:
+        out: dict[Cause, frozenset[Value]] = {}
+        for keys, fired, _ in self.runs:
+            if not fired:
+                continue
+            values = frozenset(c[0] for _, c in keys if len(c) == 1 and c[0][0] != MEMORY)
+            for cause in {c for _, c in keys if c}:
+                others = values - set(cause)
+                out[cause] = out[cause] & others if cause in out else others
+        return out
+
+    def _measured_place(self, r: TrialRecord) -> Mapping[str, Any]:
+        """``r``'s values with its place next to the wall, from its measured peak."""
+        if self.band_frac is None:
+            return r.values
+        mem = r.result.memory if r.result is not None else None
+        peak = mem.max_peak_frac if mem is not None else None
+        return {**r.values, MEMORY: NEAR_WALL if peak is not None and peak >= self.band_frac else None}
+
+    def placed(self, values: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``values`` with their place next to the wall: as given, or from the predicted peak."""
+        if self.band_frac is None or MEMORY in values:
+            return values
+        if self._p_below is None:
+            return {**values, MEMORY: None}
+        key = values_key(values)
+        near = self._placed_cache.get(key)
+        if near is None:
+            near = self._placed_cache[key] = self._p_below(values, self.band_frac) < 0.5
+        return {**values, MEMORY: NEAR_WALL if near else None}
+
+    def causes(self, values: Mapping[str, Any]) -> tuple[Cause, ...]:
+        values = self.placed(values)
+        off = [(n, values.get(n)) for n in self.names if values.get(n) != self.baseline.get(n)]
+        return ((),) + tuple((v,) for v in off) + tuple(itertools.combinations(off, 2))
+
+    def keys(self, values: Mapping[str, Any], phase: str | None = None) -> tuple[Key, ...]:
+        """The causes ``values`` hold in ``phase`` (both phases when None)."""
+        phases = ("start", "run") if phase is None else (phase,)
+        return tuple((ph, c) for ph in phases for c in self.causes(values))
+
+    def _sample(self) -> tuple[dict[Key, float], dict[Key, float]]:
+        """Collapsed Gibbs over which cause fired in each failed run, (failures taken averaged over
+        the sweeps after burn-in; mean cost of the failures taken) per cause. The posterior often
+        has two modes (one cause shared by many failures, or a cause of each failure's own) that one
+        chain does not cross: a chain starts in each, and each chain counts in proportion to the
+        posterior mass it visits."""
+        failed = [(fired, cost) for _, fired, cost in self.runs if fired]
+        if not failed:
+            return {}, {}
+        in_failures = Counter(k for keys, _ in failed for k in keys)
+        shared = [
+            max([k for k in keys if k[1]] or keys, key=lambda k: (in_failures[k], -len(k[1]), -self.held[k]))
+            for keys, _ in failed
+        ]
+        own = [min(keys, key=lambda k: (self.held[k], len(k[1]))) for keys, _ in failed]
+        chains = [self._chain(failed, start, seed) for seed, start in enumerate((shared, own))]
+        top = max(mass for _, _, mass in chains)
+        weights = [math.exp(mass - top) for _, _, mass in chains]
+        total = sum(weights)
+        fired: dict[Key, float] = {}
+        cost: dict[Key, float] = {}
+        for (f, c, _), w in zip(chains, weights):
+            for k in f:
+                fired[k] = fired.get(k, 0.0) + w * f[k] / total
+                cost[k] = cost.get(k, 0.0) + w * c[k] / total
+        return fired, {k: cost[k] / fired[k] for k in fired}
+
+    def _chain(
+        self, failed: list[tuple[tuple[Key, ...], float]], start: list[Key], seed: int
+    ) -> tuple[dict[Key, float], dict[Key, float], float]:
+        """One Gibbs chain from ``start``: (failures taken, cost taken, log of the mean posterior
+        probability of its states after burn-in)."""
+        rng = random.Random(seed)
+        assigned = list(start)
+        taken = Counter(assigned)
+        suspects = {k for keys, _ in failed for k in keys}
+        fired: dict[Key, float] = {}
+        cost: dict[Key, float] = {}
+        log_joints = []
+        kept = SWEEPS - BURN_IN
+        for sweep in range(SWEEPS):
+            for i, (keys, run_cost) in enumerate(failed):
+                taken[assigned[i]] -= 1
+                weights = []
+                for key in keys:
+                    a, b = _prior(key)
+                    k = taken[key]
+                    weights.append((a + k) / (b + self.held[key] - k - 1))
+                c = rng.choices(keys, weights)[0]
+                assigned[i] = c
+                taken[c] += 1
+                if sweep >= BURN_IN:
+                    fired[c] = fired.get(c, 0.0) + 1.0 / kept
+                    cost[c] = cost.get(c, 0.0) + run_cost / kept
+            if sweep >= BURN_IN:
+                log_joints.append(
+                    sum(_log_beta(_prior(k)[0] + taken[k], _prior(k)[1] + self.held[k] - taken[k]) for k in suspects)
+                )
+        top = max(log_joints)
+        return fired, cost, top + math.log(sum(math.exp(x - top) for x in log_joints) / len(log_joints))
+
+    def _posterior(self, k: Key) -> tuple[float, float] | None:
+        """Beta posterior (alpha, beta) of a blamed cause's rate; None when it is not blamed."""
+        f = self.fired.get(k, 0.0)
+        if f < MIN_FIRED:
+            return None
+        a, b = _prior(k)
+        return a + f, b + self.held[k] - f
+
+    def _rate(self, k: Key) -> float | None:
+        """The posterior mean rate of a blamed cause; None when it is not blamed."""
+        post = self._posterior(k)
+        return None if post is None else post[0] / (post[0] + post[1])
+
+    def _held_posteriors(self, values: Mapping[str, Any]) -> list[tuple[float, float, float]]:
+        """(alpha, beta, mean failure cost) of each blamed cause ``values`` hold. A value whose
+        failures were cheap (``_cheap``: crashes at start-up) counts only in its context
+        (``_in_context``): its runs cannot tell it from the partner they all held, and one more try
+        without that partner costs little and settles it; a value whose failures cost about a
+        run (a hang) counts everywhere."""
+        out = []
+        for k in self.keys(values):
+            post = self._posterior(k)
+            if post is None:
+                continue
+            if self._cheap(k) and not self._in_context(k[1], values):
+                continue
+            out.append((*post, self.cost_s[k]))
+        return out
+
+    def _cheap(self, k: Key) -> bool:
+        """True when ``k`` is one value whose failures cost less than ``CHEAP_SHARE`` of a finished
+        run (the mean over the sweeps)."""
+        return len(k[1]) == 1 and self.cost_s[k] < CHEAP_SHARE * self.ok_cost_s
+
+    def p_ok(self, values: Mapping[str, Any]) -> float:
+        """Probability that a run of ``values`` finishes without a failure the memory model does not explain."""
+        return self.odds(values)[0]
+
+    def worth(self, values: Mapping[str, Any]) -> float:
+        """The factor on a proposal's expected improvement (module docstring)."""
+        return self.odds(values)[1]
+
+    def odds(self, values: Mapping[str, Any]) -> tuple[float, float]:
+        """(``p_ok``, ``worth``) of ``values`` from one pass over the causes they hold (a proposal
+        asks both of every move)."""
+        held = self._held_posteriors(values)
+        ok = math.prod(b / (a + b) for a, b, _ in held)
+        both = math.prod(b * (b + 1.0) / ((a + b) * (a + b + 1.0)) for a, b, _ in held)
+        risk = [(a / (a + b), cost) for a, b, cost in held]
+        ratio = 1.0
+        if risk and self.ok_cost_s > 0:
+            ratio = sum(p * c for p, c in risk) / sum(p for p, _ in risk) / self.ok_cost_s
+        return ok, both / max(ok + (1.0 - ok) * max(ratio, 1.0), 1e-12)
+
+    def flaky(self, values: Mapping[str, Any]) -> list[tuple[Cause, float, float]]:
+        """(cause, failures taken, mean rate) of each value or pair in ``values`` that made runs fail
+        at ``FLAKY_RATE`` or more, having taken at least one failure, both counted over the two
+        phases (a value that hangs at random hangs in a run's first step too). Asked of a
+        config whose own runs finished, it names causes that fail now and then (those runs held it
+        too): the config is not stable however its own runs went, since a hang now and then spares a
+        few short runs, not a day of training. A cause counts only where ``values`` also hold what
+        every failed run holding it held (``_in_context``): the runs cannot tell it from that pair.
+        When no one cause took a whole failure but those ``values`` hold took ``FLAKY_TOGETHER``
+        between them, they are named as one (``_flaky_together``)."""
+        phases: dict[Cause, list[tuple[float, float]]] = {}
+        for k in self.keys(values):
+            rate = self._rate(k)
+            if k[1] and rate is not None and self._in_context(k[1], values):
+                phases.setdefault(k[1], []).append((self.fired[k], rate))
+        rows = [(cause, sum(f for f, _ in fr), 1.0 - math.prod(1.0 - r for _, r in fr)) for cause, fr in phases.items()]
+        out = [row for row in rows if row[2] >= FLAKY_RATE and row[1] >= 1.0]
+        if out:
+            return out
+        return self._flaky_together(rows)
+
+    @staticmethod
+    def _flaky_together(rows: list[tuple[Cause, float, float]]) -> list[tuple[Cause, float, float]]:
+        """The values a config holds that share the blame of ``FLAKY_TOGETHER`` failures or more
+        between them (each failed run held them all, and the runs cannot tell which one hangs), as
+        one cause with their joint rate: a config holding them fails as often as they do together."""
+        total = sum(taken for _, taken, _ in rows)
+        if total < FLAKY_TOGETHER:
+            return []
+        shared = [row for row in rows if row[1] >= TOGETHER_SHARE * total]
+        rate = 1.0 - math.prod(1.0 - r for _, _, r in shared)
+        if rate < FLAKY_RATE:
+            return []
+        values = tuple(sorted({v for cause, _, _ in shared for v in cause}, key=lambda v: v[0]))
+        return [(values, sum(taken for _, taken, _ in shared), rate)]
+
+    @cached_property
+    def partnered(self) -> dict[Value, frozenset[Value]]:
+        """Value -> its partners, for each blamed value whose failures were cheap (``_cheap``) and
+        all came next to the same other values: the runs cannot tell it from them, and only a run
+        that holds it without one of them can (the planner's move without a partner). Read once per
+        base by the planner; the model does not change after its fit."""
+        return {
+            k[1][0]: self.partners[k[1]]
+            for k in self.fired
+            if self._cheap(k) and self._posterior(k) is not None and self.partners.get(k[1])
+        }
+
+    def _in_context(self, cause: Cause, values: Mapping[str, Any]) -> bool:
+        """True when ``values`` hold every value that each failed run holding ``cause`` held too: a
+        value whose failures all came with a partner (a shorter prompt limit, every run of it at a
+        batch larger than the prompts it keeps) is not condemned without that partner. A partner is
+        a value, never the place next to the wall (``_partners``)."""
+        return all(values.get(name) == value for name, value in self.partners.get(cause, ()))
+
+    def blamed(self) -> list[tuple[Cause, float, float]]:
+        """(cause, failures taken, mean rate) of each blamed cause (in each phase it failed in),
+        most failures first."""
+        rows = [(k[1], self.fired[k], rate) for k in self.fired if (rate := self._rate(k)) is not None]
+        return sorted(rows, key=lambda r: -r[1])
+
+
+def study_failures(space: SearchSpace, records: Sequence[TrialRecord]) -> FailureModel:
+    """The failure model of a stored study, as its records show it: the parameters its launched runs
+    varied (a value every run held, pinned, is told from chance by nothing), against the space's
+    defaults (the user's own values)."""
+    launched = [r for r in records if r.outcome is Outcome.LAUNCHED and r.values]
+    free = [p for p in space.parameters if len({repr(r.values.get(p.name)) for r in launched}) > 1]
+    return FailureModel(
+        free,
+        space.defaults(),
+        records,
+        memory_wall_frac=failure_wall_frac(space),
+        p_below=MemoryModel(space, records).p_below,
+    )
+
+
+class FlakyRule:
+    """Which configs hold a flaky cause (``FailureModel.flaky``), by a study's records; called with a
+    config's values, True when it holds one."""
+
+    def __init__(self, model: FailureModel) -> None:
+        self.model = model
+
+    def __call__(self, values: Mapping[str, Any]) -> bool:
+        return bool(self.model.flaky(values))
+
+    def why(self, values: Mapping[str, Any]) -> str:
+        """The flaky causes ``values`` hold, in words."""
+        return "; ".join(
+            f"{' with '.join(f'{n}={format_value(v)}' for n, v in cause)} fails about {rate:.0%} of the runs "
+            f"holding it (blamed for {taken:.1f} of the study's failures)"
+            for cause, taken, rate in self.model.flaky(values)
+        )
+
+
+def flaky_rule(space: SearchSpace, records: Sequence[TrialRecord]) -> FlakyRule:
+    """``FlakyRule`` of a stored study (``study_failures``)."""
+    return FlakyRule(study_failures(space, records))

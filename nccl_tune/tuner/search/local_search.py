@@ -1,0 +1,543 @@
+"""The default sampler: a memory-aware local search, moves ranked by expected gain.
+
+On a training node the fastest stable configs sit next to the memory wall and most of the space is
+slower or failing, so a few dozen trials are better spent moving from the best config found so far
+than modelling the whole space. Every proposal is rebuilt from the study's storage (a resumed study
+proposes what an uninterrupted one would):
+
+1. Models: ``throughput_model`` (log throughput, additive over the parameters, with each
+   parameter's scale learnt from the study's own one-parameter differences), ``memory_model``
+   (peak per GPU, monotone in the parameters declared ``memory: increasing/decreasing``) and
+   ``failure_model`` (which values, alone or in pairs, make runs hang, crash or be refused, and
+   what those failures cost).
+2. The incumbent: the stable config (every run ``ok``, away from the wall, no flaky value:
+   ``FailureModel.flaky``) of highest modelled throughput; noise within a run or between runs does
+   not move it, since the model pools them.
+3. Moves from the best finished configs (stable ones, and ones too close to the memory wall to be
+   stable: a step back from the wall may be the best config): every one-parameter change (along an
+   ordered axis up to two values away: a gain often goes on), and
+   compound moves where a memory-increasing change would not fit on its own: that change together
+   with an enabler (a memory-decreasing change of another parameter: checkpointing on, a higher
+   ZeRO stage, offload on, a shorter sequence). While no enabler's effect on memory is measured,
+   each is paired with the smallest change that needs it; once one is measured, the measured ones
+   are paired with any change the memory model predicts will fit, so the largest that fits wins
+   on expected gain (untried enablers wait: each costs an OOM when it frees too little). An enabler is then not
+   tried alone until a run holding it measured its throughput (slower at the same micro-batch, it
+   would never pay off at once), unless the trend its parameter measured so far rates it faster
+   than the base (a shorter sequence, after the longer ones measured slower). A jump: the
+   config the throughput model rates best near the base, over values already measured (gains
+   measured one at a time, combined in one trial). A pair of moves, from the leading config: two
+   one-parameter moves of different parameters in one trial, each change either not rated slower
+   than that config or back to the baseline's value (``Planner.pairs``). And a move without a
+   partner: a value whose failures were cheap (start-up crashes) and all came next to the same
+   other values, from a base that holds those values, together with one of them set back to the
+   baseline's (a shorter prompt limit crashed at the incumbent's larger batch; from there no
+   single change tries it at the smaller one).
+4. Each move is scored ``expected improvement x P(fits in memory) x worth``: expected
+   improvement over the incumbent under the throughput model (parameters whose measured effect is
+   within noise promise little and wait; untried values of parameters with a large measured spread
+   come first); ``P(fits)`` from the memory model; ``worth`` from the failure model: the chance the
+   run and its confirmation re-run finish, per trial the failures it risks would cost (a hang its
+   stall timeout, any failure at least the trial it uses). A move likelier to fail than to finish
+   (``FailureModel.p_ok`` below even) waits while a move likely to finish is worth a trial: its
+   promise is the prior spread of an effect its failures never measure, so NVLS without cuMem,
+   hung once, would otherwise be tried again from each new base once the other moves promise
+   little. Configs the admission rule would refuse
+   (predicted OOM or within the headroom), configs already tried and configs holding a flaky value
+   or pair (``FailureModel.flaky``: the incumbent and the export pass such a config over, however
+   its run goes) are never proposed. Among configs tied with the best (its modelled lead over them
+   within the standard deviation of the modelled difference: what the study's runs can tell
+   apart), moves start from the one with fewest changes from the baseline: a change that did not
+   measurably help is not carried along (it may break in combination).
+5. Without a stable config yet, moves from the launched configs are ranked by
+   ``P(fits) x worth x expected throughput``. When no move is worth
+   ``MIN_EXPECTED_GAIN``, Optuna's TPE proposes (the first of its proposals the memory model
+   gives an even chance to fit: ``TPE_DRAWS``), and the trial says why the planner declined.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.distributions import BaseDistribution
+from optuna.samplers import BaseSampler, TPESampler
+from optuna.trial import FrozenTrial, TrialState
+
+from nccl_tune.search_spaces.expr import ExprError
+from nccl_tune.search_spaces.space import SearchSpace, Target
+from nccl_tune.tuner.records import study_records as R
+from nccl_tune.tuner.records.nccl_sweep import Sweep
+from nccl_tune.tuner.records.nccl_sweep import load as load_sweep
+from nccl_tune.tuner.records.sampling import distributions, from_optuna, to_optuna
+from nccl_tune.tuner.records.stability import candidates, run_key
+from nccl_tune.tuner.records.study_records import Outcome, TrialRecord
+from nccl_tune.tuner.search.failure_model import FailureModel
+from nccl_tune.tuner.search.memory_model import MemoryModel, failure_wall_frac
+from nccl_tune.tuner.search.throughput_model import ThroughputModel, axis
+
+TPE_DRAWS = 8
+"""TPE proposals drawn, where no move is worth a trial, to find one the memory model gives an even
+chance to fit."""
+MIN_EXPECTED_GAIN = 0.002
+"""Expected log-throughput gain below which local moves are not worth a trial (TPE proposes)."""
+BASES = 4
+"""Finished configs (stable, or near the wall: backing off from the wall is a move too), best
+modelled first, whose neighbourhoods are searched."""
+PARSIMONY = 0.01
+"""Score discount per value changed from the baseline: between moves that promise the same, the one
+that keeps more of the user's config."""
+LIKELY = 0.5
+"""Odds to finish (``FailureModel.p_ok``) below which a config is suspect: not a move base, not a
+step of a jump, and as a move it waits while a likely one is worth a trial."""
+AXIS_REACH = 2
+"""Positions along an ordered axis a one-parameter move may go: a gain often goes on past the next
+value (a memory utilization from 0.6 to 0.8, a micro-batch from 2 to 8), and one trial two values
+away does what two did one value at a time. Not further: the model's trend gives the far end of an
+axis the widest spread, and a study free to go anywhere tried the extremes of every numeric NCCL
+variable first (the search benchmark's comm-bound family took 18.5 trials to reach the best, not 11)."""
+HOPEFUL_FIT = 0.1
+"""Odds to fit in memory at which a compound move holds its enabler back (``Planner.moves``): below
+them, for every compound holding it, the enabler moves alone (flash attention, whose compound with
+a micro-batch of 16 ran out of memory at ZeRO-2, is not held back for good; it may be faster)."""
+TIE = 0.01
+"""Modelled log-throughput difference within which configs count as tied at least, however well the
+study measured them (``Planner.ranked``: the one with fewer changes from the baseline leads)."""
+_NORMAL = NormalDist()
+
+
+@dataclass(frozen=True)
+class Move:
+    values: Mapping[str, Any]
+    changed: tuple[str, ...]
+    base: int
+    """Trial number of the config it moves from."""
+    kind: str = "move"
+    """``move`` (one parameter), ``compound move`` (an enabler with a change that needs it), ``jump``
+    (the model's best config, several parameters), ``pair of moves`` (two one-parameter moves from
+    the leading config) or ``move without a partner`` (a value that failed cheaply next to a
+    partner, with the partner set back)."""
+
+
+@dataclass(frozen=True)
+class Proposal:
+    values: Mapping[str, Any]
+    reason: str
+    score: float
+
+
+def expected_improvement(mean: np.ndarray, sd: np.ndarray, best: float) -> np.ndarray:
+    z = (mean - best) / np.maximum(sd, 1e-12)
+    cdf = np.array([_NORMAL.cdf(x) for x in z])
+    pdf = np.exp(-0.5 * z**2) / math.sqrt(2 * math.pi)
+    return np.maximum((mean - best) * cdf + sd * pdf, 0.0)
+
+
+class Planner:
+    """One proposal from the study's records (the module docstring, steps 1-5)."""
+
+    def __init__(
+        self, space: SearchSpace, pinned: Mapping[str, Any], records: Sequence[TrialRecord], sweep: Sweep | None = None
+    ) -> None:
+        """``sweep``: what the NCCL sweep timed (``nccl_sweep.load``), if it ran."""
+        self.space = space
+        self.sweep = sweep or Sweep()
+        self.pinned = dict(pinned)
+        self.records = list(records)
+        self.free = space.free(self.pinned)
+        self.baseline = space.baseline(self.pinned)
+        self.memory = MemoryModel(space, self.records)
+        self.tput = ThroughputModel.of_study(space, self.pinned, self.records, self.sweep.speeds)
+        self.tried = {self._key(r.values) for r in self.records if r.values}
+        self.failures = FailureModel(
+            self.free,
+            self.baseline,
+            self.records,
+            memory_wall_frac=failure_wall_frac(space),
+            p_below=self.memory.p_below,
+        )
+        self.declined = ""
+        """Why ``propose`` returned None."""
+
+    def _key(self, values: Mapping[str, Any]) -> str:
+        """The run ``values`` make: their free parameters with the pinned ones (NCCL clamps one
+        variable by another's value, pinned or not)."""
+        return run_key({**{p.name: values.get(p.name) for p in self.free}, **self.pinned})
+
+    # -- moves -------------------------------------------------------------------------------------
+    def full(self, values: Mapping[str, Any]) -> dict[str, Any]:
+        return {**values, **self.pinned}
+
+    def singles(self, base: Mapping[str, Any], number: int) -> list[Move]:
+        """One parameter changed: along its axis (``throughput_model.axis``) to a value up to
+        ``AXIS_REACH`` positions away, or to any value off the axis; from a value off the axis, to
+        any other (a longer jump along an axis is a compound move's job)."""
+        out = []
+        for p in self.free:
+            if base.get(p.name) not in p.choices:
+                continue
+            pos = axis(p)
+            here = pos[p.choices.index(base[p.name])]
+            for j, c in enumerate(p.choices):
+                if c == base[p.name]:
+                    continue
+                if here is None or pos[j] is None or abs(pos[j] - here) <= AXIS_REACH:
+                    out.append(Move(self.full({**base, p.name: c}), (p.name,), number))
+        return out
+
+    def compounds(self, base: Mapping[str, Any], number: int) -> list[Move]:
+        """A memory-increasing change that does not fit alone (by the memory model's measured
+        effects, or because it needs at least the memory of a config that ran out or came too close
+        to the wall), with each enabler of another parameter whose memory effect is measured (with
+        each of its values), or while none is, with each enabler (with the smallest such change)."""
+        signed = [p for p in self.free if p.memory.signed]
+        out = []
+        for q in signed:
+            rank = q.memory_rank(base[q.name])
+            ups = sorted((v for v in q.choices if q.memory_rank(v) > rank), key=q.memory_rank)
+            needing = [v for v in ups if self.needs_enabler(self.full({**base, q.name: v}), q.name)]
+            if not needing:
+                continue
+            enablers = [
+                (e, w)
+                for e in signed
+                if e is not q
+                for w in e.choices
+                if e.memory_rank(w) < e.memory_rank(base[e.name])
+            ]
+            known = [(e, w) for e, w in enablers if self.memory.varies(e.name)]
+            for e, w in known or enablers:
+                for v in needing if (e, w) in known else needing[:1]:
+                    values = self.full({**base, q.name: v, e.name: w})
+                    out.append(Move(values, (e.name, q.name), number, kind="compound move"))
+        return out
+
+    def without_partner(self, base: Mapping[str, Any], number: int) -> list[Move]:
+        """A value that failed cheaply, each time next to the same partners (a shorter prompt limit,
+        every start-up of it at a batch larger than the prompts it keeps), together with one of
+        those partners set back to the baseline's value, from a base that holds them all: from
+        there one change cannot tell the value from its partner, and both changes at once can."""
+        out = []
+        for (name, value), partners in self.failures.partnered.items():
+            if base.get(name) == value or not all(base.get(n) == v for n, v in partners):
+                continue
+            for other, _ in partners:
+                if other in self.pinned:
+                    continue
+                values = self.full({**base, name: value, other: self.baseline[other]})
+                out.append(Move(values, (name, other), number, kind="move without a partner"))
+        return out
+
+    def needs_enabler(self, values: Mapping[str, Any], name: str) -> bool:
+        """True when ``values`` would not fit by what the study measured (not by the prior alone)."""
+        pred = self.memory.predict(values)
+        if pred.p_below(self.memory.wall_frac) >= 0.5:
+            return False
+        return pred.lower_frac > self.memory.wall_frac or self.memory.varies(name)
+
+    def jump(self, base: Mapping[str, Any], number: int) -> list[Move]:
+        """The model's best config near ``base``: greedy ascent of the modelled throughput over values
+        the study has measured, kept to configs that fit and are not suspect. A multi-parameter
+        move: it combines gains measured one at a time in one trial."""
+        seen = self.measured
+        current = dict(base)
+        current_mean = float(self.tput.predict([current])[0][0])
+        for _ in range(len(self.free)):
+            options = [
+                self.full({**current, p.name: v})
+                for p in self.free
+                for v in p.choices
+                if v != current.get(p.name) and (p.name, v) in seen
+            ]
+            options = [
+                o
+                for o in options
+                if self.within_rules(o)
+                and self.memory.p_fits(o) >= 0.5
+                and self.failures.p_ok(o) >= LIKELY
+                and self.memory.verdict(o) is None
+            ]
+            if not options:
+                break
+            means, _ = self.tput.predict(options)
+            i = int(np.argmax(means))
+            if means[i] < current_mean + 0.003:
+                break
+            current, current_mean = options[i], float(means[i])
+        changed = tuple(p.name for p in self.free if current.get(p.name) != base.get(p.name))
+        return [Move(current, changed, number, kind="jump")] if len(changed) >= 2 else []
+
+    @cached_property
+    def measured(self) -> set[tuple[str, Any]]:
+        """(parameter, value) pairs held by a run that measured its throughput (finished, stopped
+        early, or failed after some steps: ``speed_measured``): their effect on throughput is
+        measured. Read by every base's moves and jump of one proposal; the records do not change
+        within it."""
+        return {(p.name, o.values.get(p.name)) for o in self.tput.obs for p in self.free}
+
+    def within_rules(self, values: Mapping[str, Any]) -> bool:
+        """No rule of the space is broken. An expression that fails on the values leaves them to the
+        admission rule, which rejects them and says so (the planner then counts them as tried)."""
+        try:
+            return not self.space.violations(values)
+        except ExprError:
+            return True
+
+    def admissible(self, move: Move) -> bool:
+        """Untried, within the space's rules, not refused by the memory model, holding no flaky
+        value or pair (the incumbent and the export pass such a config over; a value is flaky only
+        once it has taken a whole failure's blame, so one hang by chance does not close it), and not
+        the NCCL values of a check that failed in the NCCL sweep."""
+        return (
+            self._key(move.values) not in self.tried
+            and self.within_rules(move.values)
+            and self.memory.verdict(move.values) is None
+            and not self.failures.flaky(move.values)
+            and self.sweep.refused(move.values) is None
+        )
+
+    # -- choosing ------------------------------------------------------------------------------------
+    def ranked(self) -> list[tuple[float, int, Mapping[str, Any], bool]]:
+        """(modelled log throughput, first trial, values, stable) of every config whose runs all
+        finished (stable, or too close to the memory wall to be) and that is not suspect (its values'
+        failure rates leave it less than even odds) nor flaky, best first; first of all those tied
+        with the best (within ``TIE``, or within one standard deviation of their modelled difference
+        from it: a lead one noisy run measured is not one), fewest changes from the baseline first."""
+        finished = [
+            c
+            for c in candidates(self.records)
+            if c.all_ok and self.failures.p_ok(c.values) >= LIKELY and not self.failures.flaky(c.values)
+        ]
+        if not finished:
+            return []
+        means, _ = self.tput.predict([c.values for c in finished])
+        leader = max(range(len(finished)), key=lambda i: (finished[i].stable, means[i]))
+        doubt = self.tput.difference_sd([c.values for c in finished], finished[leader].values)
+        rows = [(float(m), c.first.number, c.values, c.stable) for m, c in zip(means, finished)]
+        tied = {c.first.number for c, m, d in zip(finished, means, doubt) if m >= means[leader] - max(TIE, d)}
+
+        def order(row: tuple[float, int, Mapping[str, Any], bool]) -> tuple[int, int, float]:
+            return (0, self.changes(row[2]), -row[0]) if row[1] in tied else (1, 0, -row[0])
+
+        return sorted(rows, key=order)
+
+    def changes(self, values: Mapping[str, Any]) -> int:
+        """How many free parameters differ from the baseline."""
+        return sum(values.get(p.name) != self.baseline.get(p.name) for p in self.free)
+
+    def moves(self, bases: Sequence[tuple[int, Mapping[str, Any]]]) -> list[Move]:
+        """The admissible moves from ``bases`` ((trial number, values) pairs). An enabler that a
+        compound move pairs with a change needing it is not tried alone while its effect on
+        throughput is unmeasured (slower at the same micro-batch, it would not pay off at once);
+        once a run that held it measured its throughput, that effect ranks it like any other move (a
+        smaller tensor-parallel size that is also faster). One the model already rates faster than
+        the base, from what its parameter measured elsewhere, moves alone too; so does one whose
+        every compound move is refused or given under ``HOPEFUL_FIT`` odds to fit: none of them
+        will run, and only a run of it alone measures its speed."""
+        moves: dict[str, Move] = {}
+        measured = self.measured
+        for number, values in bases:
+            compounds = self.compounds(values, number)
+            singles = self.singles(values, number)
+            if compounds:
+                live = [m for m in compounds if self.admissible(m) and self.memory.p_fits(m.values) >= HOPEFUL_FIT]
+                enablers = {(m.changed[0], m.values[m.changed[0]]) for m in live} - measured
+                singles = self.without_slower_enablers(values, singles, enablers)
+            pairs = self.pairs(values, singles) if number == bases[0][0] else []
+            for m in singles + compounds + self.jump(values, number) + self.without_partner(values, number) + pairs:
+                moves.setdefault(self._key(m.values), m)
+        return [m for m in moves.values() if self.admissible(m)]
+
+    def pairs(self, base: Mapping[str, Any], singles: Sequence[Move]) -> list[Move]:
+        """Two of ``singles`` (one-parameter moves from ``base``) in one trial: a pair of moves. Under
+        the additive model a pair promises the sum of two gains, with both their doubts, and its run
+        measures both changes; the model takes each effect from every run that changed it, so the
+        runs after it tell the two apart. On a noisy job whose changes gain a few percent each, one
+        run then reads two of them. A pair takes only changes the throughput model does not rate
+        slower than ``base`` by more than ``TIE`` (by the prior while unmeasured: a larger micro-batch
+        or engines' pool, an NCCL value; a smaller one, or an enabler, the prior rates slower): a
+        pair's spread made a gain carried with a loss look worth a trial. A change back to the
+        baseline's value may join whatever the model says: it undoes a change an earlier run
+        carried into ``base`` on the word of one noisy run (a tensor-parallel size of 1, rated
+        faster by the prior, measured faster beside a real gain). Never a semantic parameter
+        (a batch size or a prompt limit changes the work of a step, which the prior rates neither
+        faster nor slower: a pair of them bought doubt, not gain), and never two environment
+        variables (NCCL's act on the same collectives and hang in combination: one changes at a
+        time, so a hang is blamed on one)."""
+        semantic = {p.name for p in self.free if p.semantic}
+        held = [m for m in singles if m.changed[0] not in semantic]
+        if len(held) < 2:
+            return []
+        means, _ = self.tput.predict([base] + [m.values for m in held])
+        held = [
+            m
+            for m, mean in zip(held, means[1:])
+            if mean >= means[0] - TIE or m.values[m.changed[0]] == self.baseline.get(m.changed[0])
+        ]
+        env = {p.name for p in self.free if p.target is Target.ENV}
+        return [
+            Move(
+                {**a.values, b.changed[0]: b.values[b.changed[0]]},
+                (a.changed[0], b.changed[0]),
+                a.base,
+                kind="pair of moves",
+            )
+            for i, a in enumerate(held)
+            for b in held[i + 1 :]
+            if a.changed != b.changed and not (a.changed[0] in env and b.changed[0] in env)
+        ]
+
+    def without_slower_enablers(
+        self, base: Mapping[str, Any], singles: list[Move], enablers: set[tuple[str, Any]]
+    ) -> list[Move]:
+        """``singles`` less the moves to an unmeasured enabler that the throughput model does not
+        rate faster than ``base``. The model's prior holds a memory-saving change slower (no faster
+        for a semantic parameter, such as a prompt limit); only the study's measured trend along the
+        parameter (a shorter limit measured faster at each step so far) can rate it faster, and then
+        nothing is traded for the memory it frees."""
+        held = [m for m in singles if (m.changed[0], m.values[m.changed[0]]) in enablers]
+        if not held:
+            return singles
+        means, _ = self.tput.predict([base] + [m.values for m in held])
+        slower = {self._key(m.values) for m, mean in zip(held, means[1:]) if mean <= means[0]}
+        return [m for m in singles if self._key(m.values) not in slower]
+
+    def propose(self, rng: random.Random) -> Proposal | None:
+        """The best-scored move, or None (then ``declined`` says why)."""
+        ranked = self.ranked()
+        stable = [row for row in ranked if row[3]]
+        if stable:
+            bases = [(number, values) for _, number, values, _ in ranked[:BASES]]
+            best = max(row[0] for row in stable)
+        else:
+            launched = [r for r in self.records if r.outcome is Outcome.LAUNCHED and r.values]
+            if not launched:
+                self.declined = "no launched trial to move from"
+                return None
+            bases = [(r.number, r.values) for r in launched[-BASES:]]
+            best = None
+        pool = self.moves(bases)
+        if not pool:
+            self.declined = "every move from the best configs is tried or refused"
+            return None
+        mean, sd = self.tput.predict([m.values for m in pool])
+        fits = np.array([self.memory.p_fits(m.values) for m in pool])
+        ok, worth = np.array([self.failures.odds(m.values) for m in pool]).reshape(len(pool), 2).T
+        if best is not None:
+            gain = expected_improvement(mean, sd, best)
+        else:
+            gain = np.exp(mean - mean.max()) * MIN_EXPECTED_GAIN * 10
+        plain = np.array([1.0 - PARSIMONY * self.changes(m.values) for m in pool])
+        score = gain * fits * worth * plain * (1.0 + 1e-6 * np.array([rng.random() for _ in pool]))
+        floor = MIN_EXPECTED_GAIN * (0.1 if best is None else 1.0)
+        likely = ok >= LIKELY
+        if (likely & (score >= floor)).any():
+            score = np.where(likely, score, 0.0)
+        i = int(np.argmax(score))
+        if score[i] < floor:
+            self.declined = (
+                f"no move is worth a trial (best expected gain {score[i]:.2%} after the odds it fits and "
+                f"finishes, needs {floor:.2%})"
+            )
+            return None
+        return Proposal(
+            pool[i].values, self.describe(pool[i], float(mean[i] - (best or mean[i])), fits[i]), float(score[i])
+        )
+
+    def describe(self, move: Move, gain: float, fits: float) -> str:
+        changes = ", ".join(f"{n}={move.values[n]}" for n in move.changed)
+        return f"{move.kind} from trial {move.base}: {changes} (modelled {gain:+.1%}, fits {fits:.0%})"
+
+
+def tpe_sampler(seed: int | None) -> TPESampler:
+    """Optuna's TPE as the study uses it: on its own (``--sampler tpe``) and where no local move is
+    worth a trial."""
+    return TPESampler(seed=seed, n_startup_trials=8, multivariate=True)
+
+
+class LocalSearchSampler(BaseSampler):
+    """Optuna's face of ``Planner`` (the module docstring); TPE when no local move is worth a trial."""
+
+    def __init__(self, space: SearchSpace, pinned: Mapping[str, Any] | None = None, seed: int | None = None) -> None:
+        self.space = space
+        self.pinned = dict(pinned or {})
+        self._tpe = tpe_sampler(seed)
+        self._rng = random.Random(seed)
+        self._dists = distributions(space, self.pinned)
+        self.last: Proposal | None = None
+        self._last_number: int | None = None
+        self._fallback: str | None = None
+        """Why TPE proposed the last trial, when it did (None for an enqueued one)."""
+
+    def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
+        return dict(self._dists)
+
+    def sample_relative(
+        self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
+    ) -> dict[str, Any]:
+        if not search_space:
+            return {}
+        trials = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number]
+        records = R.records_of(t for t in trials if t.state is not TrialState.RUNNING)
+        planner = Planner(self.space, self.pinned, records, load_sweep(study, self.space))
+        self.last = planner.propose(self._rng)
+        self._last_number = trial.number
+        self._fallback = None
+        if self.last is None:
+            if "fixed_params" not in trial.system_attrs:
+                self._fallback = f"TPE, since {planner.declined}"
+            return self._tpe_that_fits(study, trial, planner)
+        proposal = to_optuna(self.space, self.last.values, self.pinned)
+        return {k: v for k, v in proposal.items() if k in search_space}
+
+    def _tpe_that_fits(self, study: optuna.Study, trial: FrozenTrial, planner: Planner) -> dict[str, Any]:
+        """TPE's proposal for ``trial``: the first of up to ``TPE_DRAWS`` that the planner's memory
+        model gives an even chance to fit, else the likeliest to fit of them (TPE knows nothing of
+        memory: on a landscape where most configs run out of it, some of its proposals did)."""
+        tpe_space = self._tpe.infer_relative_search_space(study, trial)
+        likeliest: tuple[float, dict[str, Any]] | None = None
+        for _ in range(TPE_DRAWS):
+            params = self._tpe.sample_relative(study, trial, tpe_space)
+            if set(params) != set(self._dists):  # TPE still samples each parameter on its own
+                return params
+            fits = planner.memory.p_fits(from_optuna(self.space, params, self.pinned))
+            if fits >= 0.5:
+                return params
+            if likeliest is None or fits > likeliest[0]:
+                likeliest = (fits, params)
+        return likeliest[1] if likeliest is not None else {}
+
+    def why(self, number: int, values: Mapping[str, Any]) -> str | None:
+        """Why trial ``number`` was proposed: the planner's move when it proposed exactly ``values``,
+        or why TPE proposed instead (None for an enqueued baseline or re-run)."""
+        if self._last_number != number:
+            return None
+        if self.last is None:
+            return self._fallback
+        if any(self.last.values.get(k) != v for k, v in values.items()):
+            return None
+        return self.last.reason
+
+    def sample_independent(
+        self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution
+    ) -> Any:
+        return self._tpe.sample_independent(study, trial, param_name, param_distribution)
+
+    def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        self._tpe.before_trial(study, trial)
+
+    def after_trial(
+        self, study: optuna.Study, trial: FrozenTrial, state: TrialState, values: Sequence[float] | None
+    ) -> None:
+        self._tpe.after_trial(study, trial, state, values)
+
+    def reseed_rng(self) -> None:
+        self._tpe.reseed_rng()
+        self._rng.seed()

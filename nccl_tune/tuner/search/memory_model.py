@@ -1,0 +1,717 @@
+"""Device memory of an untried config, predicted from what the study has measured.
+
+Every launched trial that reports per-GPU memory is a data point: its highest peak as a fraction
+of the GPU (``MemoryReport.max_peak_frac``). A trial that ran out of device memory says only that
+its peak was above 1.0 (a lower bound). Only the parameters declared ``memory: increasing`` or
+``decreasing`` enter the model (``unknown`` ones must match; ``none`` ones are ignored; ``small``
+ones only as measured: below), in two layers:
+
+- bounds that are certain, from monotonicity (the rule of ``predict.dominates_memory``): a config needs at
+  least the memory of every measured config it dominates and at most that of every finished config
+  that dominates it;
+- a log-linear fit, ``log(peak) = a + sum_p beta_p * z_p`` with ``z_p`` the parameter's coordinate
+  (log2 of a numeric value, the position in the choice order otherwise) and each ``beta_p`` held to
+  the declared sign, under a weak prior (``PRIOR_SLOPE``). A prediction starts from the nearest
+  measured config (its ``anchor``) and adds the fitted change, so it is exact at measured configs
+  and uncertain in proportion to the fit's residuals, the posterior spread of the change and the
+  distance travelled (a config that differs from its anchor only outside the fit carries the
+  run-to-run spread alone, ``SIGMA_FLOOR``: the residuals measure the fit elsewhere). A change the
+  data has not pinned down (``MEASURED_SHARE``) gives odds, but never refuses a config.
+
+A ``small`` parameter (NCCL's buffers: a few hundred MiB, either way) is left out of the fit, but a
+step between two of its values that two finished runs measured (equal in every other parameter
+that enters the model) is added to a prediction that takes that step from its anchor: 16 MiB
+buffers measured 1.2% of the GPU above the default take a config measured just inside the headroom
+with them out of it when they go back. An unmeasured step adds nothing.
+
+OOM trials, and trials that failed otherwise after measuring some memory, are censored
+observations (their peak is at least the GPU, or what PyTorch's message shows the failing
+allocation needed, ``diagnose.oom_demand``, or what was measured): when the fit predicts one
+below its bound it is added at the bound and the fit is repeated. The prediction is then clipped into the certain bounds.
+
+Colocated RL peaks in one phase or another (the generation engine's pool while it generates, the
+trainer's micro-batch in training), and a log-linear fit of the run's highest peak adds effects
+that belong to different phases. When trials measured memory per phase
+(``MemoryReport.phase_peak_frac``), each phase that set or came near a run's peak gets its own fit
+(``PeakFit``; a failed run gives lower bounds for the phases open when it stopped, an OOM's bound
+for the innermost), and a config's peak is the highest of its phases', within the certain bounds of
+the runs' highest peaks. A phase fit's anchor is the measured config nearest by the fitted effects,
+so it travels freely along the axes that do not move that phase. A parameter no run has measured
+is taken to move all the phases or one of them, all as often as the measured parameters moved
+more than one (``MemoryModel.p_fits``, ``all_phases_share``): its prior slope in every phase at
+once made a config whose generation pool sits near the wall look unlikely to fit with any
+trainer-side change (offload moves the trainer's peak only).
+
+``MemoryModel.verdict`` is the admission rule: a config that dominates a known OOM, or one that
+dominates a config measured within the headroom (by more than a ``small`` parameter can move, when
+they differ in one), or one the fit (any phase's) predicts above ``1 - min_headroom_frac`` of the GPU with
+``CONFIDENCE_Z`` standard deviations to spare, is not launched.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from statistics import NormalDist
+from typing import Any
+
+import numpy as np
+
+from nccl_tune.diagnose.oom_demand import oom_demand
+from nccl_tune.failure import FailureClass
+from nccl_tune.search_spaces.space import MemoryEffect, Parameter, ParamKind, SearchSpace
+from nccl_tune.trial import MemoryReport
+from nccl_tune.tuner.records.stability import values_key
+from nccl_tune.tuner.records.study_records import Outcome, TrialRecord
+
+CONFIDENCE_Z = 2.0
+"""Standard deviations between a prediction and the wall before the model prunes on its own."""
+SIGMA_FLOOR = 0.02
+"""Smallest residual spread of log peak assumed, and the whole spread of a prediction from an anchor
+equal in every parameter of the fit (runs of one config differ by a few percent)."""
+SIGMA_FEW_POINTS = 0.08
+"""Residual spread assumed while the fit has too few points to measure its own."""
+DISTANCE_SIGMA = 0.05
+"""Extra spread per unit of coordinate travelled from the anchor (one doubling, one choice): the
+log-linear form is only locally right (a static part makes growth accelerate with batch size)."""
+PRIOR_SLOPE = {True: (0.2, 0.2), False: (0.3, 0.4)}
+"""Prior (mean, sd) of ``|beta|``: per doubling on numeric axes (memory at most proportional to a
+batch size or length, ln 2 = 0.69, usually well below as a static part dominates) and per choice
+position otherwise (checkpointing, offload, a ZeRO stage: anything from a few percent to half the
+GPU). It carries the odds that a move fits until the study measures the parameter."""
+MOVES_Z = 2.0
+"""Posterior deviations from zero at which a measured parameter counts as moving a phase's peak."""
+SMALL_EFFECT_FRAC = 0.01
+"""How much a ``memory: small`` parameter may lower a peak, as a share of the GPU: NCCL's buffers
+are a few hundred MiB of an 80 GiB GPU."""
+MEASURED_SHARE = 0.25
+"""A change counts as measured when the data cut its prior variance to this share; only measured
+changes can refuse a config."""
+FIT_SIGMA = 0.05
+"""Residual scale that weighs data against the prior in the fit."""
+ANCHOR_WEIGHT_FLOOR = 0.05
+"""Least weight of an axis in the distance to a prediction's anchor (a fitted effect per unit of
+coordinate; the prior's is 0.2-0.3): an axis fitted flat still separates otherwise equal anchors."""
+PHASE_UNACCOUNTED_FRAC = 0.02
+"""A run whose phases' highest peak is further than this (share of the GPU) below its highest peak
+measured is left out of the phases' fits: its peak came where no phase was sampled."""
+PHASE_SHARE = 0.5
+"""A phase enters the model when, in some run, its peak came within this share of the run's
+highest (or it ran out of memory): the other phases never set the peak near what was measured."""
+_NORMAL = NormalDist()
+
+
+@dataclass(frozen=True)
+class MemoryPrediction:
+    """Predicted highest per-GPU peak of a config, as a fraction of the GPU."""
+
+    peak_frac: float | None
+    """Point prediction (None when nothing was measured to anchor it)."""
+    sigma_log: float
+    """Standard deviation of ``log(peak_frac)``; ``inf`` when the change was never observed."""
+    lower_frac: float
+    """Certain lower bound (0.0 when none): the peak of a measured config this one dominates."""
+    upper_frac: float
+    """Certain upper bound (``inf`` when none): the peak of a finished config that dominates this one."""
+    anchor: int | None = None
+    """Trial the prediction starts from."""
+    lower_from: int | None = None
+    """Trial that sets ``lower_frac``."""
+    measured: bool = True
+    """False when the move changes a parameter whose effect the study never measured (the
+    prediction then leans on ``PRIOR_SLOPE``: good for odds, not for refusing a config)."""
+    phases: Mapping[str, MemoryPrediction] = field(default_factory=dict)
+    """Per phase, its own prediction, when the peak is predicted as the highest of the phases'
+    (empty otherwise); the other fields then describe the phase predicted highest."""
+
+    @property
+    def known(self) -> bool:
+        return self.peak_frac is not None and math.isfinite(self.sigma_log)
+
+    def p_below(self, frac: float) -> float:
+        """Probability that the peak stays at or below ``frac`` of the GPU (of every phase's, taken
+        as independent, when predicted per phase)."""
+        if self.lower_frac > frac:
+            return 0.0
+        if self.upper_frac <= frac:
+            return 1.0
+        if self.phases:
+            return math.prod(p.p_below(frac) for p in self.phases.values())
+        if not self.known:
+            return 0.5
+        if self.sigma_log <= 0:
+            return 1.0 if self.peak_frac <= frac else 0.0
+        return _NORMAL.cdf((math.log(frac) - math.log(self.peak_frac)) / self.sigma_log)
+
+
+@dataclass(frozen=True)
+class MemoryVerdict:
+    """Why a config is not launched."""
+
+    oom: bool
+    """True when it would run out of memory; False when it would run, but within the headroom (not stable)."""
+    from_trial: int
+    reason: str
+
+    @property
+    def status(self) -> FailureClass | None:
+        """The failure the config is predicted to meet (None: it would run, just not stably)."""
+        return FailureClass.OOM if self.oom else None
+
+
+@dataclass(frozen=True)
+class _Point:
+    number: int
+    values: Mapping[str, Any]
+    frac: float
+    exact: bool
+    """True for a finished run's peak; False for a lower bound (OOM, or a run cut short)."""
+
+
+def _numeric_ascending(p: Parameter) -> bool:
+    """Positive numbers in ascending order spanning a factor of 4 or more (sizes, lengths): an axis
+    measured in doublings. Narrow numeric ranges (ZeRO stages 1-3) are treated as positions."""
+    nums = [c for c in p.choices if isinstance(c, (int, float)) and not isinstance(c, bool)]
+    return (
+        len(nums) == len(p.choices) > 1
+        and all(c > 0 for c in nums)
+        and list(nums) == sorted(nums)
+        and nums[-1] >= 4 * nums[0]
+    )
+
+
+def coordinate(p: Parameter, value: Any) -> float:
+    """The value's position on the axis the fit uses: log2 of a number, else its choice index."""
+    if p.kind is ParamKind.BOOL:
+        return 1.0 if value else 0.0
+    if _numeric_ascending(p):
+        return math.log2(value)
+    return float(p.choices.index(value))
+
+
+def _measured(records: Iterable[TrialRecord]) -> Iterable[tuple[TrialRecord, MemoryReport | None, bool]]:
+    """(record, its memory report, whether its peaks were measured whole) of the launched trials
+    whose memory says something: finished runs (and runs stopped after their measured steps) are
+    whole; an OOM or another failure gives lower bounds."""
+    for r in records:
+        if r.outcome is not Outcome.LAUNCHED or r.result is None or r.status is FailureClass.INTERRUPTED:
+            continue
+        whole = r.status is FailureClass.OK or (r.status is FailureClass.BUDGET and bool(r.result.step_times_s))
+        yield r, r.result.memory, whole
+
+
+def _oom_bound(record: TrialRecord, frac: float | None) -> float:
+    """The least peak an OOM says its config needed: the GPU, or what PyTorch's message shows the
+    failing allocation needed on top of what was in use, or what was measured."""
+    demand = oom_demand(e.text for e in record.result.verdict.evidence) if record.result else None
+    need = demand.needed_frac if demand is not None else 0.0
+    return max(frac or 0.0, need, 1.0)
+
+
+def observations(records: Iterable[TrialRecord]) -> list[_Point]:
+    """Memory data points of launched trials (exact peaks and lower bounds)."""
+    out = []
+    for r, mem, whole in _measured(records):
+        frac = mem.max_peak_frac if mem is not None else None
+        if r.status is FailureClass.OOM:
+            out.append(_Point(r.number, r.values, _oom_bound(r, frac), exact=False))
+        elif frac is not None and frac > 0:
+            out.append(_Point(r.number, r.values, frac, exact=whole))
+    return out
+
+
+def phase_observations(records: Iterable[TrialRecord]) -> dict[str, list[_Point]]:
+    """Per phase, the data points of the trials that measured memory per phase
+    (``MemoryReport.phase_peak_frac``) and whose phases account for its peak. A failed run measured
+    the phases it left whole; those open when it stopped give lower bounds, and the innermost of
+    them, when it ran out of memory, the OOM's bound. Phases that never came within ``PHASE_SHARE`` of their run's peak are left out (phases of
+    the driver's bookkeeping: they never set a peak)."""
+    out: dict[str, list[_Point]] = {}
+    leading: set[str] = set()
+    for r, mem, whole in _measured(records):
+        if mem is None or not mem.phase_peak_frac:
+            continue
+        top = max(mem.phase_peak_frac.values())
+        if mem.max_peak_frac is not None and top < mem.max_peak_frac - PHASE_UNACCOUNTED_FRAC:
+            continue  # the peak came where no phase was sampled (memory lines read after the run)
+        open_at_end = mem.phases_open_at_end
+        for name, frac in mem.phase_peak_frac.items():
+            if not frac > 0:
+                continue
+            if frac >= PHASE_SHARE * top:
+                leading.add(name)
+            if whole or name not in open_at_end:
+                out.setdefault(name, []).append(_Point(r.number, r.values, frac, exact=True))
+            elif r.status is FailureClass.OOM and name == open_at_end[-1]:
+                out.setdefault(name, []).append(_Point(r.number, r.values, _oom_bound(r, frac), exact=False))
+                leading.add(name)
+            else:
+                out.setdefault(name, []).append(_Point(r.number, r.values, frac, exact=False))
+    return {name: pts for name, pts in out.items() if name in leading}
+
+
+def memory_explains(r: TrialRecord, wall_frac: float) -> bool:
+    """True when ``r`` ran out of memory or failed after its peak came above ``wall_frac``
+    (``failure_wall_frac``): the failure is memory pressure, not its values' doing, and its last steps
+    may have slowed as the allocator thrashed."""
+    if r.status is FailureClass.OOM:
+        return True
+    mem = r.result.memory if r.result is not None else None
+    peak = mem.max_peak_frac if mem is not None else None
+    return r.failed and peak is not None and peak > wall_frac
+
+
+def failure_wall_frac(space: SearchSpace) -> float | None:
+    """The peak (share of the GPU) above which memory explains a failure (an OOM, or a hang, crash or
+    timeout of a run that came that close: the headroom's edge); None when no parameter declares an
+    increasing or decreasing memory effect (the space has no memory model)."""
+    return 1.0 - space.min_headroom_frac if any(p.memory.signed for p in space.parameters) else None
+
+
+class PeakFit:
+    """One series of peaks (the run's highest, or one phase's) fitted once per study state (cheap: a
+    few dozen points); see the module docstring."""
+
+    def __init__(self, space: SearchSpace, points: Sequence[_Point], *, by_effect: bool = False) -> None:
+        self.space = space
+        self.by_effect = by_effect
+        """Anchors by the fitted effects (a phase's fit: some declared parameters do not move it)."""
+        self.wall_frac = 1.0 - space.min_headroom_frac
+        self.signed = [p for p in space.parameters if p.memory.signed]
+        self.unknown = [p for p in space.parameters if p.memory is MemoryEffect.UNKNOWN]
+        self.small = [p for p in space.parameters if p.memory is MemoryEffect.SMALL]
+        self.points = list(points)
+        sign = [1.0 if p.memory is MemoryEffect.INCREASING else -1.0 for p in self.signed]
+        slopes = [PRIOR_SLOPE[_numeric_ascending(p) and p.kind is not ParamKind.BOOL] for p in self.signed]
+        self.prior_beta = np.array([s * m for s, (m, _) in zip(sign, slopes)])
+        self.prior_sd = np.array([sd for _, sd in slopes])
+        self.affine = [
+            j
+            for j, p in enumerate(self.signed)
+            if p.memory is MemoryEffect.INCREASING and _numeric_ascending(p) and p.kind is not ParamKind.BOOL
+        ]
+        self._index_points()
+        self._fit()
+        self.small_steps = self._measure_small_steps()
+        """(parameter, from value, to value), values spelled by ``repr`` -> mean change of the peak
+        (share of the GPU) between finished runs equal in every other parameter that enters the model."""
+        self._predicted: dict[tuple, MemoryPrediction] = {}
+        """``predict``'s answers: a proposal asks for each move's several times (its admission, its
+        odds to fit, its failure odds next to the wall), and the fit does not change."""
+
+    # -- the fit -----------------------------------------------------------------------------
+    def _z(self, values: Mapping[str, Any]) -> np.ndarray | None:
+        try:
+            return np.array([coordinate(p, values[p.name]) for p in self.signed], dtype=float)
+        except (KeyError, ValueError, TypeError):
+            return None
+
+    def _fit(self) -> None:
+        """Sign-constrained MAP fit of ``beta`` on the finished runs under the prior ``PRIOR_SLOPE``,
+        then raised where a censored point (an OOM, a failure after some memory was measured) is
+        predicted below its bound (``_raise_for``)."""
+        exact = [(pt, self._z(pt.values)) for pt in self.points if pt.exact]
+        self.anchors = [(pt, z) for pt, z in exact if z is not None]
+        censored = [(self._z(pt.values), math.log(pt.frac)) for pt in self.points if not pt.exact]
+        self.censored = [(z, t) for z, t in censored if z is not None]
+        k = len(self.signed)
+        self.beta = self.prior_beta.copy()
+        self.cov = np.diag(self.prior_sd**2)
+        self.sigma = SIGMA_FEW_POINTS
+        if not self.anchors or not k:
+            return
+        rows = np.array([z for _, z in self.anchors])
+        ys = np.array([math.log(pt.frac) for pt, _ in self.anchors])
+        beta, intercept = _map_fit(rows, ys, self.prior_beta, self.prior_sd)
+        resid = ys - (intercept + rows @ beta)
+        dof = len(ys) - 1 - int(np.sum(np.ptp(rows, axis=0) > 1e-9))
+        if dof >= 2:
+            self.sigma = max(SIGMA_FLOOR, float(np.sqrt(np.sum(resid**2) / dof)))
+        else:
+            self.sigma = max(SIGMA_FEW_POINTS, float(np.max(np.abs(resid))))
+        self.beta = beta
+        raised = self._raise_for()
+        centred = rows - rows.mean(axis=0)
+        info = centred.T @ centred / self.sigma**2 + np.diag(1.0 / self.prior_sd**2)
+        for dz in raised:
+            info += np.outer(dz, dz) / self.sigma**2
+        self.cov = np.linalg.inv(info)
+
+    def _raise_for(self) -> list[np.ndarray]:
+        """Make every censored point's prediction reach its bound by raising the coefficients of the
+        changes that increased memory on the way from its anchor (never lowering another: a config
+        that ran out says something about what grew, not about what shrank). Returns the moves used."""
+        used = []
+        for _ in range(3):
+            for z, target in self.censored:
+                found = min(((pt, pz) for pt, pz in self.anchors), key=lambda a: float(np.abs(z - a[1]).sum()))
+                pt, pz = found
+                dz = z - pz
+                grew = np.array([(self.prior_beta[j] > 0) == (dz[j] > 0) and dz[j] != 0 for j in range(len(dz))])
+                deficit = target - (math.log(pt.frac) + float(dz @ self.beta))
+                if deficit <= 1e-6 or not grew.any():
+                    continue
+                step = np.where(grew, dz, 0.0)
+                self.beta += step * deficit / float(step @ step)
+                used.append(step)
+        return used
+
+    def _measure_small_steps(self) -> dict[tuple[str, str, str], float]:
+        """The measured steps of each ``small`` parameter (``small_steps``), both ways."""
+        if not self.small:
+            return {}
+        others = [p.name for p in (*self.signed, *self.unknown, *self.small)]
+        groups: dict[tuple[str, str], dict[Any, list[float]]] = {}
+        for pt in self.points:
+            if not pt.exact:
+                continue
+            for p in self.small:
+                rest = values_key({n: pt.values.get(n) for n in others if n != p.name})
+                groups.setdefault((p.name, rest), {}).setdefault(pt.values.get(p.name), []).append(pt.frac)
+        steps: dict[tuple[str, str, str], list[float]] = {}
+        for (name, _), by_value in groups.items():
+            means = {v: sum(f) / len(f) for v, f in by_value.items()}
+            for a, fa in means.items():
+                for b, fb in means.items():
+                    if a != b:
+                        steps.setdefault((name, repr(a), repr(b)), []).append(fb - fa)
+        return {k: sum(d) / len(d) for k, d in steps.items()}
+
+    def small_step(self, anchor: Mapping[str, Any], values: Mapping[str, Any]) -> float:
+        """The measured change of the peak (share of the GPU) from ``anchor``'s ``small`` values to
+        ``values``'; 0.0 for the steps not measured."""
+        return sum(
+            self.small_steps.get((p.name, repr(anchor.get(p.name)), repr(values.get(p.name))), 0.0)
+            for p in self.small
+            if anchor.get(p.name) != values.get(p.name)
+        )
+
+    # -- bounds ------------------------------------------------------------------------------
+    def _ranks(self, values: Mapping[str, Any]) -> np.ndarray | None:
+        """Memory ranks of the signed parameters, then choice positions of the ``unknown`` ones."""
+        try:
+            signed = [p.memory_rank(values[p.name]) for p in self.signed]
+            unknown = [p.choices.index(values[p.name]) for p in self.unknown]
+        except (KeyError, ValueError):
+            return None
+        return np.array(signed + unknown, dtype=float)
+
+    def _index_points(self) -> None:
+        rows = [(pt, self._ranks(pt.values)) for pt in self.points]
+        rows = [(pt, r) for pt, r in rows if r is not None]
+        width = len(self.signed) + len(self.unknown)
+        self._dom_points = [pt for pt, _ in rows]
+        self._dom_ranks = np.array([r for _, r in rows], dtype=float).reshape(len(rows), width)
+        self._dom_frac = np.array([pt.frac for pt in self._dom_points])
+        self._dom_exact = np.array([pt.exact for pt in self._dom_points], dtype=bool)
+        self._dom_small = [tuple(pt.values.get(p.name) for p in self.small) for pt in self._dom_points]
+
+    def bounds(self, values: Mapping[str, Any]) -> tuple[float, int | None, float]:
+        """(lower bound, trial that sets it, upper bound) from dominance alone
+        (``predict.dominates_memory``, vectorised over the measured configs). A peak measured below
+        the GPU bounds a config that differs in a ``small`` parameter less surely, by
+        ``SMALL_EFFECT_FRAC`` or the step measured (``small_steps``) if larger, either way: a smaller
+        NCCL buffer may take a config measured just inside the headroom out of it, a larger one may
+        take a config just outside into it. An OOM bounds them all from below."""
+        r = self._ranks(values)
+        if r is None or not len(self._dom_points):
+            return 0.0, None, math.inf
+        k = len(self.signed)
+        small = tuple(values.get(p.name) for p in self.small)
+        same_small = np.array([s == small for s in self._dom_small], dtype=bool)
+        same = np.all(self._dom_ranks[:, k:] == r[k:], axis=1)
+        below = same & np.all(self._dom_ranks[:, :k] <= r[:k], axis=1)
+        above = same & self._dom_exact & np.all(self._dom_ranks[:, :k] >= r[:k], axis=1)
+        floor, ceiling = self._dom_frac.copy(), self._dom_frac.copy()
+        for i in np.flatnonzero(~same_small & self._dom_exact & (below | above)):
+            step = self.small_step(self._dom_points[i].values, values)
+            floor[i] += min(-SMALL_EFFECT_FRAC, step)
+            ceiling[i] += max(SMALL_EFFECT_FRAC, step)
+        lower, lower_from = 0.0, None
+        if below.any():
+            i = int(np.argmax(np.where(below, floor, -1.0)))
+            lower, lower_from = float(floor[i]), self._dom_points[i].number
+        upper = float(ceiling[above].min()) if above.any() else math.inf
+        return lower, lower_from, upper
+
+    def _anchor(self, values: Mapping[str, Any], z: np.ndarray) -> tuple[_Point, np.ndarray] | None:
+        """The measured config nearest to ``z``; with ``by_effect``, each axis weighed by its fitted
+        effect (at least ``ANCHOR_WEIGHT_FLOOR``): travelling along an axis that barely moves this
+        phase's peak costs little."""
+        weight = np.maximum(np.abs(self.beta), ANCHOR_WEIGHT_FLOOR) if self.by_effect else np.ones_like(self.beta)
+        best, best_d = None, math.inf
+        for pt, pz in self.anchors:
+            if any(pt.values.get(p.name) != values.get(p.name) for p in self.unknown):
+                continue
+            d = float((np.abs(z - pz) * weight).sum())
+            if d < best_d:
+                best, best_d = (pt, pz), d
+        return best
+
+    # -- predictions -------------------------------------------------------------------------
+    def predict(self, values: Mapping[str, Any], still: frozenset[str] = frozenset()) -> MemoryPrediction:
+        """The peak of ``values``; ``still``: parameters taken not to move this peak (their change
+        from the anchor is left out)."""
+        key = (values_key(values), still)
+        if key not in self._predicted:
+            self._predicted[key] = self._predict(values, still)
+        return self._predicted[key]
+
+    def _predict(self, values: Mapping[str, Any], still: frozenset[str]) -> MemoryPrediction:
+        lower, lower_from, upper = self.bounds(values)
+        z = self._z(values)
+        found = self._anchor(values, z) if z is not None and self.anchors else None
+        if found is None:
+            return MemoryPrediction(None, math.inf, lower, upper, None, lower_from, measured=False)
+        pt, pz = found
+        dz = z - pz
+        for j, p in enumerate(self.signed):
+            if p.name in still:
+                dz[j] = 0.0
+        change, grad, on_line = self._change(pt, pz, dz)
+        spread = float(grad @ self.cov @ grad)
+        prior_spread = float((self.prior_sd * grad) @ (self.prior_sd * grad))
+        residual = self.sigma if np.any(dz) else SIGMA_FLOOR
+        var = residual**2 + spread + (DISTANCE_SIGMA * float(np.abs(dz).sum())) ** 2
+        peak = max(math.exp(math.log(pt.frac) + change) + self.small_step(pt.values, values), 1e-3)
+        peak = min(max(peak, lower), upper) if upper >= lower else lower
+        measured = on_line and spread <= MEASURED_SHARE * prior_spread
+        return MemoryPrediction(peak, math.sqrt(var), lower, upper, pt.number, lower_from, measured=measured)
+
+    def _change(self, pt: _Point, pz: np.ndarray, dz: np.ndarray) -> tuple[float, np.ndarray, bool]:
+        """Change of log peak from the anchor, its gradient in ``beta`` (for the spread), and whether
+        every numeric axis moved was measured through the anchor.
+
+        Along a numeric memory-increasing axis memory is taken as affine in the value (a static part
+        plus a part proportional to a batch size or length), as on a real GPU, where a log-linear fit
+        under-predicts growth. The line is fitted on the measured configs that differ from the anchor
+        in that axis alone (the slope depends on the other values: checkpointing shrinks it); without
+        such configs the fitted elasticity ``e = beta / ln 2`` gives it (a factor ``r`` on the value
+        multiplies the peak by ``1 - e + e r``), and the change does not count as measured."""
+        change = float(dz @ self.beta)
+        grad = dz.copy()
+        on_line = True
+        for j in self.affine:
+            if dz[j] == 0.0:
+                continue
+            r = 2.0 ** dz[j]
+            change -= self.beta[j] * dz[j]
+            line = self._line(pt, pz, j)
+            if line is not None:
+                static, slope = line
+                base = static + slope * 2.0 ** pz[j]
+                change += math.log(max(static + slope * 2.0 ** (pz[j] + dz[j]), 1e-3) / base)
+                grad[j] = 0.0
+                continue
+            on_line = False
+            e = min(self.beta[j] / math.log(2), 0.95 if dz[j] < 0 else 2.0)
+            factor = max(1.0 - e + e * r, 1e-3)
+            change += math.log(factor)
+            grad[j] = (r - 1.0) / (math.log(2) * factor)
+        return change, grad, on_line
+
+    def _line(self, pt: _Point, pz: np.ndarray, j: int) -> tuple[float, float] | None:
+        """(static, slope) of peak against the value of axis ``j`` through the anchor, from the
+        measured configs equal to it elsewhere (None without such a config)."""
+        others = [k for k in range(len(pz)) if k != j]
+        rows = [
+            (2.0 ** qz[j], q.frac)
+            for q, qz in self.anchors
+            if np.array_equal(qz[others], pz[others])
+            and all(q.values.get(p.name) == pt.values.get(p.name) for p in self.unknown)
+        ]
+        values = {v for v, _ in rows}
+        if len(values) < 2:
+            return None
+        v = np.array([v for v, _ in rows])
+        f = np.array([f for _, f in rows])
+        slope = max(float(np.polyfit(v, f, 1)[0]), 0.0)
+        anchor_v = 2.0 ** pz[j]
+        return pt.frac - slope * anchor_v, slope
+
+    def varies(self, name: str) -> bool:
+        """True when the study has measured ``name``'s effect (its posterior spread is well below the prior's)."""
+        for j, p in enumerate(self.signed):
+            if p.name == name:
+                return bool(self.cov[j, j] <= MEASURED_SHARE * self.prior_sd[j] ** 2)
+        return False
+
+    def moves(self, name: str) -> bool | None:
+        """Whether ``name`` measurably moves this peak (its fitted slope ``MOVES_Z`` posterior
+        deviations from zero); None while the study has not measured it (``varies``)."""
+        if not self.varies(name):
+            return None
+        j = next(j for j, p in enumerate(self.signed) if p.name == name)
+        return bool(abs(self.beta[j]) > MOVES_Z * math.sqrt(self.cov[j, j]))
+
+    def verdict(self, values: Mapping[str, Any]) -> MemoryVerdict | None:
+        """The admission rule (module docstring): None when the config may be launched."""
+        pred = self.predict(values)
+        return self.bound_verdict(pred) or self.fit_verdict(pred)
+
+    def bound_verdict(self, pred: MemoryPrediction) -> MemoryVerdict | None:
+        """The certain part of the rule: the config needs at least the memory of a run that ran out
+        or came within the headroom."""
+        if pred.lower_from is not None and pred.lower_frac >= 1.0:
+            return MemoryVerdict(
+                True, pred.lower_from, f"needs at least the memory of trial {pred.lower_from}, which ran out"
+            )
+        if pred.lower_from is not None and pred.lower_frac > self.wall_frac:
+            return MemoryVerdict(
+                False,
+                pred.lower_from,
+                f"needs at least the memory of trial {pred.lower_from} ({pred.lower_frac:.0%} of the GPU), "
+                f"within the {self.space.min_headroom_frac:.0%} headroom",
+            )
+        return None
+
+    def fit_verdict(self, pred: MemoryPrediction) -> MemoryVerdict | None:
+        """The fitted part of the rule: a measured change predicted past the wall with
+        ``CONFIDENCE_Z`` standard deviations to spare."""
+        if pred.known and pred.measured and pred.upper_frac > self.wall_frac:
+            low = pred.peak_frac * math.exp(-CONFIDENCE_Z * pred.sigma_log)
+            if low > self.wall_frac:
+                what = "runs out of memory" if low > 1.0 else "comes within the headroom"
+                return MemoryVerdict(
+                    low > 1.0,
+                    pred.anchor,
+                    f"predicted peak {pred.peak_frac:.0%} of the GPU (at least {low:.0%}) from trial {pred.anchor}: {what}",
+                )
+        return None
+
+
+class MemoryModel:
+    """The study's memory model: a ``PeakFit`` of the runs' highest peaks, and, when the runs
+    measured memory per phase and two or more phases set or came near their peak, one ``PeakFit``
+    per phase. A config's peak is then predicted as the highest of its phases' (each phase moves with
+    its own knobs: a colocated engine's pool in generation, the micro-batch in training), kept
+    within the certain bounds of the highest peaks; a config is refused when the highest peaks' bounds
+    or any phase's rule refuse it."""
+
+    def __init__(self, space: SearchSpace, records: Iterable[TrialRecord]) -> None:
+        records = list(records)
+        self.space = space
+        self.wall_frac = 1.0 - space.min_headroom_frac
+        self.whole = PeakFit(space, observations(records))
+        by_phase = phase_observations(records)
+        self.phases = (
+            {name: PeakFit(space, pts, by_effect=True) for name, pts in sorted(by_phase.items())}
+            if len(by_phase) > 1
+            else {}
+        )
+
+    def varies(self, name: str) -> bool:
+        """True when the study has measured ``name``'s effect (``PeakFit.varies``)."""
+        return self.whole.varies(name)
+
+    def predict(self, values: Mapping[str, Any]) -> MemoryPrediction:
+        whole = self.whole.predict(values)
+        if not self.phases:
+            return whole
+        parts = {name: fit.predict(values) for name, fit in self.phases.items()}
+        if not all(p.known for p in parts.values()):
+            return whole
+        name, top = max(parts.items(), key=lambda kv: kv[1].peak_frac)
+        lower = max((whole, *parts.values()), key=lambda p: p.lower_frac)
+        upper = min(whole.upper_frac, max(p.upper_frac for p in parts.values()))
+        peak = min(max(top.peak_frac, lower.lower_frac), upper) if upper >= lower.lower_frac else lower.lower_frac
+        return replace(
+            top,
+            peak_frac=peak,
+            lower_frac=lower.lower_frac,
+            lower_from=lower.lower_from,
+            upper_frac=upper,
+            measured=all(p.measured for p in parts.values()),
+            phases=parts,
+        )
+
+    @cached_property
+    def unmeasured(self) -> frozenset[str]:
+        """The parameters of the fit whose effect the study has not measured (``PeakFit.varies``):
+        decided once per model, read by ``p_fits`` for every move of a proposal's pool."""
+        return frozenset(p.name for p in self.whole.signed if not self.whole.varies(p.name))
+
+    @cached_property
+    def all_phases_share(self) -> float:
+        """The chance that a parameter the study has not measured moves every phase's peak rather
+        than one, learnt from the parameters it has measured in every phase fit: of those that
+        moved a phase (``PeakFit.moves``), the share that moved more than one, under an even prior
+        (one of each)."""
+        moved = [
+            sum(moves)
+            for p in self.whole.signed
+            if None not in (moves := [fit.moves(p.name) for fit in self.phases.values()])
+        ]
+        several = sum(1 for n in moved if n > 1)
+        return (1.0 + several) / (2.0 + sum(1 for n in moved if n > 0))
+
+    def p_below(self, values: Mapping[str, Any], frac: float) -> float:
+        """Probability that the predicted peak of ``values`` stays at or below ``frac`` of the GPU."""
+        return self.predict(values).p_below(frac)
+
+    def p_fits(self, values: Mapping[str, Any]) -> float:
+        """Probability that ``values`` run with at least the headroom free. Per phase, a parameter
+        the study has not measured (``varies``) may move one phase's peak, not each by its prior
+        slope (offload moves the trainer's, not the generation engine's pool): the chance is a
+        mixture of "it moves them all" (``all_phases_share``) and, sharing the rest evenly, "it
+        moves only phase X", each phase's chance taken as independent of the others'."""
+        pred = self.predict(values)
+        wall = self.wall_frac
+        if not pred.phases or pred.lower_frac > wall or pred.upper_frac <= wall:
+            return pred.p_below(wall)
+        moved = {name: part.p_below(wall) for name, part in pred.phases.items()}
+        if not self.unmeasured:
+            return math.prod(moved.values())
+        still = {name: self.phases[name].predict(values, self.unmeasured).p_below(wall) for name in moved}
+        if still == moved:
+            return math.prod(moved.values())
+        only = [moved[a] * math.prod(still[b] for b in moved if b != a) for a in moved]
+        share = self.all_phases_share
+        return share * math.prod(moved.values()) + (1.0 - share) * sum(only) / len(only)
+
+    def verdict(self, values: Mapping[str, Any]) -> MemoryVerdict | None:
+        """The admission rule (module docstring): None when the config may be launched."""
+        if not self.phases:
+            return self.whole.verdict(values)
+        found = self.whole.bound_verdict(self.whole.predict(values))
+        if found is not None:
+            return found
+        for name, fit in self.phases.items():
+            found = fit.verdict(values)
+            if found is not None:
+                return replace(found, reason=f"{name}: {found.reason}")
+        return None
+
+
+def _map_fit(z: np.ndarray, y: np.ndarray, prior: np.ndarray, prior_sd: np.ndarray) -> tuple[np.ndarray, float]:
+    """``y ~ a + z @ beta`` by least squares (residual scale ``FIT_SIGMA``) with a Gaussian prior on
+    ``beta`` and each ``beta_j`` held to the sign of ``prior_j`` (coordinate descent, centred data)."""
+    zc = z - z.mean(axis=0)
+    yc = y - y.mean()
+    beta = prior.copy()
+    resid = yc - zc @ beta
+    inv_var = 1.0 / prior_sd**2
+    norms = (zc**2).sum(axis=0) / FIT_SIGMA**2 + inv_var
+    for _ in range(500):
+        change = 0.0
+        for j in range(len(beta)):
+            old = beta[j]
+            rho = float(zc[:, j] @ resid) / FIT_SIGMA**2 + (norms[j] - inv_var[j]) * old + inv_var[j] * prior[j]
+            new = rho / norms[j]
+            new = max(new, 0.0) if prior[j] > 0 else min(new, 0.0)
+            if new != old:
+                resid -= zc[:, j] * (new - old)
+                beta[j] = new
+                change = max(change, abs(new - old))
+        if change < 1e-10:
+            break
+    return beta, float(y.mean() - z.mean(axis=0) @ beta)
+
+
+def memory_verdict(
+    space: SearchSpace, values: Mapping[str, Any], history: Sequence[TrialRecord]
+) -> MemoryVerdict | None:
+    """The admission gate's memory rule for one config, from the study's records."""
+    return MemoryModel(space, history).verdict(values)

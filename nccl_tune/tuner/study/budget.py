@@ -1,0 +1,53 @@
+"""The run's wall-clock budget (``--budget``), planned so that the confirmation re-runs fit.
+
+A search trial starts only when it and the confirmation re-runs fit in the time left, as measured:
+the reserve is ``1 + confirm`` times the longest wall time of an ``ok`` trial so far (0 before the
+first one, so the first trial always starts). A re-run starts while the deadline has not passed.
+With ``--confirm 0`` the reserve is one trial: no search trial starts that would not end in time.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable
+
+from nccl_tune.failure import FailureClass
+from nccl_tune.trial import TrialResult
+from nccl_tune.tuner.records.study_records import TrialRecord
+
+
+class Budget:
+    """The deadline of one run (None: no budget) and the time kept for confirmation re-runs."""
+
+    def __init__(self, budget_s: float | None, confirm_runs: int, now: float | None = None) -> None:
+        start = time.monotonic() if now is None else now
+        self.deadline = start + budget_s if budget_s else None
+        self.confirm_runs = confirm_runs
+        self.longest_ok_s = 0.0
+
+    def observe(self, result: TrialResult | None) -> None:
+        """Learn a trial's duration (only ``ok`` trials say how long a re-run takes)."""
+        if result is not None and result.status is FailureClass.OK:
+            self.longest_ok_s = max(self.longest_ok_s, result.wall_s)
+
+    def observe_all(self, records: Iterable[TrialRecord]) -> None:
+        for r in records:
+            self.observe(r.result)
+
+    @property
+    def reserve_s(self) -> float:
+        """Seconds a new search trial needs: itself and the confirmation re-runs after it."""
+        return (1 + self.confirm_runs) * self.longest_ok_s
+
+    def left_s(self) -> float | None:
+        return None if self.deadline is None else self.deadline - time.monotonic()
+
+    def search_over(self) -> bool:
+        """No new search trial: the time left is within the reserve."""
+        left = self.left_s()
+        return left is not None and left <= self.reserve_s
+
+    def spent(self) -> bool:
+        """No new trial of any kind: the deadline has passed."""
+        left = self.left_s()
+        return left is not None and left <= 0

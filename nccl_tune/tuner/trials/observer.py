@@ -1,0 +1,135 @@
+"""The tuner's ``TrialObserver``: live progress, early stopping and screening against the
+incumbent, and turning SIGINT/SIGTERM into a clean teardown of the running trial.
+
+Screening (``stop.screen_steps`` > 0) is a two-rung successive-halving rule decided inside the
+running trial: after the warm-up and ``screen_steps`` measured steps, a trial whose throughput does
+not clear the bar (``screening.IncumbentBar``: the incumbent's throughput as the study's model
+estimates it, less a reach that follows the noise) is stopped; one within reach runs every measured
+step. The trial is not restarted, so screening costs no second start-up. The early stop holds each
+measured step against the same estimate of the incumbent (each warm-up step against its warm-up)
+and stops a trial whose step ran below ``early_stop_ratio`` of it."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from types import FrameType
+from typing import Any
+
+from nccl_tune.launchers.base import TrialObserver, TrialProgress
+from nccl_tune.trial import StopReason, TrialSpec
+from nccl_tune.tuner.trials.display import Display
+from nccl_tune.tuner.trials.screening import IncumbentBar
+
+
+class InterruptFlag:
+    """Set by SIGINT/SIGTERM while installed; the loop and the observer poll it."""
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.signal_name: str | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handler(self, signum: int, frame: FrameType | None) -> None:
+        self.signal_name = signal.Signals(signum).name
+        self._event.set()
+
+    @property
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    def __enter__(self) -> InterruptFlag:
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self._previous[sig] = signal.signal(sig, self._handler)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+
+class TunerObserver(TrialObserver):
+    """Progress to the display; stop on interrupt or when clearly slower than the incumbent."""
+
+    def __init__(
+        self,
+        display: Display,
+        interrupt: InterruptFlag,
+        bar: IncumbentBar | None,
+        early_stop_ratio: float,
+        screening: bool = False,
+    ) -> None:
+        """``bar``: the incumbent as the study's model estimates it (None: no incumbent yet), what
+        the early stop holds each measured step against and, with ``screening``, the bar a screened
+        trial must clear."""
+        self.display = display
+        self.interrupt = interrupt
+        self.early_stop_ratio = early_stop_ratio
+        self.bar = bar
+        self.screening = screening
+        self.why: str | None = None
+        """Why the last early stop was asked for (``stop_detail``)."""
+
+    def on_phase(self, spec: TrialSpec, phase: str, seconds: float) -> None:
+        self.display.progress(f"{phase} done in {seconds:.1f}s")
+
+    def on_step(self, spec: TrialSpec, step_index: int, seconds: float) -> None:
+        total = spec.stop.total_steps
+        self.display.progress(f"step {step_index + 1}/{total} in {seconds:.1f}s")
+
+    def slower_than_incumbent(self, spec: TrialSpec, step_times_s: tuple[float, ...]) -> str | None:
+        """Why the trial is slower than the incumbent, when a finished step ran below
+        ``early_stop_ratio`` of the incumbent as modelled: a measured step of its throughput, a
+        warm-up step of its same warm-up step; else None."""
+        if self.bar is None or not self.early_stop_ratio or not spec.samples_per_step:
+            return None
+        warm = spec.stop.warmup_steps
+        for i, t in enumerate(step_times_s):
+            if t <= 0:
+                continue
+            if i < warm:
+                if i >= len(self.bar.warmup_per_s):
+                    continue
+                ref, what = self.bar.warmup_per_s[i], f"warm-up step {i + 1}"
+            else:
+                ref, what = self.bar.incumbent_per_s, "throughput"
+            if spec.samples_per_step / t < self.early_stop_ratio * ref:
+                return (
+                    f"step {i + 1} ran at {spec.samples_per_step / t / ref:.0%} of the incumbent's {what} "
+                    f"({ref:,.1f} samples/s as modelled; the early stop is below {self.early_stop_ratio:.0%})"
+                )
+        return None
+
+    def screened_out(self, spec: TrialSpec, step_times_s: tuple[float, ...]) -> str | None:
+        """Why the trial is stopped at the screening point, when its screened steps do not clear the
+        bar; else None."""
+        screen, warm = spec.stop.screen_steps, spec.stop.warmup_steps
+        if not screen or not self.screening or self.bar is None or not spec.samples_per_step:
+            return None
+        if len(step_times_s) != warm + screen:
+            return None
+        measured = [t for t in step_times_s[warm:] if t > 0]
+        if len(measured) < screen:
+            return None
+        per_s = spec.samples_per_step / (sum(measured) / len(measured))
+        bar = self.bar
+        if not bar.stops(per_s):
+            return None
+        return (
+            f"{per_s:,.1f} samples/s over {screen} screened step{'s' if screen > 1 else ''}, under the bar of "
+            f"{bar.floor_per_s:,.1f} (the incumbent's {bar.incumbent_per_s:,.1f} as modelled, less "
+            f"{bar.reach_frac:.0%})"
+        )
+
+    def should_stop(self, spec: TrialSpec, progress: TrialProgress) -> StopReason | None:
+        if self.interrupt.is_set:
+            return StopReason.INTERRUPTED
+        self.why = self.slower_than_incumbent(spec, progress.step_times_s) or self.screened_out(
+            spec, progress.step_times_s
+        )
+        return StopReason.EARLY_STOP if self.why else None
+
+    def stop_detail(self) -> str | None:
+        return self.why

@@ -1,0 +1,175 @@
+"""How many steps a trial measures: as many as the study's measured step noise asks for.
+
+A trial's throughput is the mean of its measured steps. Its noise has two parts: the per-step
+spread ``s`` of log step time over ``sqrt(n)`` for ``n`` measured steps, and a run-to-run spread
+(placement, thermals) that no number of steps removes, at least ``throughput_model.RUN_NOISE``.
+On a job whose steps scatter 6-10% (generation-heavy RL), three measured steps leave one trial
+about 5% of noise, more than the differences the search must tell apart, and single trials then
+steer it wrong. So once a finished trial has measured two steps or more, the next trial measures
+
+    n = ceil((s / RUN_NOISE) ** 2)
+
+steps: there the step part has fallen to the run-to-run floor, and more steps would not make one
+trial more telling. ``s`` is the spread pooled over the study's finished trials
+(``throughput_model.pooled_step_spread``, the estimate the throughput model weighs trials by),
+shrunk towards the spread at which the space's own steps are what the rule asks for
+(``RUN_NOISE * sqrt(stop.measured_steps)``), that spread weighing as much as ``PRIOR_DOF`` measured
+steps: one trial's three steps know the spread only within a factor of about two, and squared,
+that alone would set the next trial's steps at random (``n`` is then the mean of the steps the
+measured spread asks for and the space's steps, weighed by degrees of freedom against ``PRIOR_DOF``).
+``n`` is never below the space's ``stop.measured_steps`` and never above any of:
+
+- the cost cap: the extra steps cost at most about what a trial's fixed part costs. A finished
+  trial's fixed part is its wall time less its measured steps (start-up, warm-up, teardown: what
+  every trial pays whatever it measures), counted in its own mean measured step; the cap is the
+  space's steps plus the median of that count over the study's finished trials, rounded down. A
+  trial then costs at most about twice what it costs with the space's steps.
+- the timeout cap: the longest finished trial, run with ``n`` measured steps, stays within
+  ``TIMEOUT_SHARE`` of the trial timeout (room for a config with slower steps; a trial over the
+  timeout is stopped as ``budget``).
+- ``MAX_MEASURED_STEPS``.
+
+An explicit ``--steps`` fixes the count (``trial_builder.stop_for``). Screening is unchanged: its
+rung comes after the same ``stop.screen_steps``, and only trials within reach run the rest. The
+rule reads nothing but the study's records, so a confirmation re-run and a resumed study get the
+count the same records give.
+
+When the caps (or ``--steps``) held the study's runs to half the steps their noise asks for or
+fewer, the end-of-run summary and the report say how finely one run read its config and what count
+would read it as the rule aims (``coarse_reading_note``): the ranking of configs closer than that
+rests partly on chance, and only the user can decide that longer runs are worth it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from statistics import median
+
+from nccl_tune.failure import FailureClass
+from nccl_tune.trial import TrialResult
+from nccl_tune.tuner.records.study_records import TrialRecord
+from nccl_tune.tuner.search.throughput_model import RUN_NOISE, pooled_step_spread, run_variance
+
+MAX_MEASURED_STEPS = 16
+"""Measured steps per trial at most, whatever the noise: at 10% step noise (the noisiest jobs met,
+generation-heavy RL) 16 steps leave one trial 2.5% of step noise, within twice the run-to-run floor;
+longer runs also average in drift (learning-rate warm-up, responses that grow in RL) rather than noise."""
+PRIOR_DOF = 12
+"""Degrees of freedom the space's own steps weigh as, against the spread the study measured (the
+module docstring): about what six finished trials of three measured steps give; the measured
+spread decides once the study has measured more than that."""
+TIMEOUT_SHARE = 0.5
+"""Share of the trial timeout the longest finished trial may take with the raised steps."""
+
+
+@dataclass(frozen=True)
+class MeasuredSteps:
+    """The measured steps of the study's next trial, and why."""
+
+    steps: int
+    space_steps: int
+    step_noise: float | None = None
+    """Spread of log step time the rule used: pooled over the finished trials, shrunk towards the
+    space's (None: no finished trial has measured two steps yet)."""
+    measured_noise: float | None = None
+    """The spread pooled over the finished trials, before shrinking."""
+    wanted_steps: int | None = None
+    """Steps that bring the step part of a trial's noise to ``RUN_NOISE``."""
+    fixed_steps: float | None = None
+    """Median fixed part of a finished trial, in its own measured steps (None: none measured)."""
+    cost_cap_steps: int | None = None
+    timeout_cap_steps: int | None = None
+
+    def why(self) -> str:
+        """One sentence: the noise, what it asks for, and the cap that binds."""
+        if self.step_noise is None or self.wanted_steps is None:
+            return "no finished trial has measured two steps yet"
+        text = (
+            f"the finished trials' steps scatter {self.measured_noise or 0.0:.1%} (log step time; "
+            f"{self.step_noise:.1%} weighed with the spread the space's {self.space_steps} steps allow); "
+            f"{self.wanted_steps} steps bring one trial's step noise to the {RUN_NOISE:.1%} run-to-run floor"
+        )
+        if self.steps >= self.wanted_steps:
+            return text
+        caps = []
+        if self.cost_cap_steps is not None and self.cost_cap_steps <= self.steps:
+            caps.append(
+                "no trial's start-up measured yet"
+                if self.fixed_steps is None
+                else f"extra steps cost at most the start-up and warm-up ({self.fixed_steps:.1f} steps' worth)"
+            )
+        if self.timeout_cap_steps is not None and self.timeout_cap_steps <= self.steps:
+            caps.append(f"the longest trial stays within {TIMEOUT_SHARE:.0%} of the trial timeout")
+        if MAX_MEASURED_STEPS <= self.steps:
+            caps.append(f"at most {MAX_MEASURED_STEPS}")
+        return text + (f"; capped at {self.steps}: " + ", ".join(caps) if caps else "")
+
+
+def _measured(records: Sequence[TrialRecord]) -> list[TrialResult]:
+    """Results of the finished trials that measured at least one step with a wall time beyond them."""
+    out = []
+    for r in records:
+        res = r.result
+        if res is None or r.status is not FailureClass.OK:
+            continue
+        steps = res.measured_step_times_s
+        if steps and min(steps) > 0 and res.wall_s > sum(steps):
+            out.append(res)
+    return out
+
+
+def _fixed_s(res: TrialResult) -> float:
+    """A trial's wall time less its measured steps: start-up, warm-up and teardown."""
+    return res.wall_s - sum(res.measured_step_times_s)
+
+
+def _mean_step_s(res: TrialResult) -> float:
+    return sum(res.measured_step_times_s) / len(res.measured_step_times_s)
+
+
+def next_measured_steps(
+    space_steps: int, records: Sequence[TrialRecord], trial_timeout_s: float | None
+) -> MeasuredSteps:
+    """The measured steps of the study's next trial (the module docstring), from its ``records``;
+    ``space_steps``: the space's ``stop.measured_steps``; ``trial_timeout_s``: the trial budget."""
+    spread = pooled_step_spread(records)
+    if spread is None:
+        return MeasuredSteps(space_steps, space_steps)
+    measured, dof = spread
+    noise = math.sqrt((dof * measured**2 + PRIOR_DOF * space_steps * RUN_NOISE**2) / (dof + PRIOR_DOF))
+    wanted = math.ceil((noise / RUN_NOISE) ** 2 - 1e-9)
+    results = _measured(records)
+    fixed = median(_fixed_s(r) / _mean_step_s(r) for r in results) if results else None
+    cost_cap = space_steps + math.floor(fixed) if fixed is not None else space_steps
+    timeout_cap = None
+    if trial_timeout_s and results:
+        timeout_cap = min(
+            math.floor((TIMEOUT_SHARE * trial_timeout_s - _fixed_s(r)) / _mean_step_s(r)) for r in results
+        )
+    caps = [wanted, cost_cap, MAX_MEASURED_STEPS] + ([timeout_cap] if timeout_cap is not None else [])
+    steps = max(space_steps, min(caps))
+    return MeasuredSteps(steps, space_steps, noise, measured, wanted, fixed, cost_cap, timeout_cap)
+
+
+def coarse_reading_note(records: Sequence[TrialRecord], space_steps: int) -> str | None:
+    """At a study's end, when its finished runs measured half the steps their noise asks for or
+    fewer (the cost or timeout cap held the count down, or ``--steps`` fixed it): how finely one
+    run read its config, and the count that would read it as the rule aims, at most
+    ``MAX_MEASURED_STEPS`` (both from the rule's estimate of the step spread). None when the runs
+    measured more: a count a step or two short, as the estimate of the spread firms up during the
+    study, reads nearly as well, and steps beyond the maximum average in drift."""
+    rule = next_measured_steps(space_steps, records, None)
+    counts = [len(res.measured_step_times_s) for res in _measured(records)]
+    if rule.wanted_steps is None or rule.step_noise is None or not counts:
+        return None
+    steps, aim = max(1, int(median(counts))), min(rule.wanted_steps, MAX_MEASURED_STEPS)
+    if 2 * steps > aim:
+        return None
+    error, better = (math.sqrt(run_variance(rule.step_noise, n)) for n in (steps, aim))
+    return (
+        f"one run read a config's throughput to about ±{error:.1%} (steps scatter about {rule.step_noise:.1%}, "
+        f"{steps} measured per run): configs closer than that may be ranked in the wrong order; {aim} "
+        f"measured steps would read to about ±{better:.1%} (--steps {aim}, each run then longer)"
+    )

@@ -1,0 +1,128 @@
+"""Turn a parameter assignment into a ``TrialSpec``: argv, env overlay, clocks, stop rule.
+
+argv is the user's command, then the space's fixed trial overrides, then pinned context
+values, then the trial's own arguments (Hydra and argparse keep the last value of a key, so the
+trial's values win over the script's). ``search_spaces/render.py`` spells them; values are argv
+elements, never spliced into a shell string.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from nccl_tune.presets import apply_preset
+from nccl_tune.search_spaces.render import fixed_argv, render_values
+from nccl_tune.search_spaces.space import SearchSpace
+from nccl_tune.search_spaces.spelling import format_value
+from nccl_tune.trial import Clocks, MemoryKnob, StopRule, TrialSpec
+from nccl_tune.tuner.records.dropped import probe_overlay
+from nccl_tune.tuner.records.storage import marker_scope, study_folder
+from nccl_tune.tuner.records.study_records import TrialRecord
+from nccl_tune.tuner.settings import RunSettings
+from nccl_tune.tuner.trials.steps import next_measured_steps
+
+
+def expand(template: str, *, trial_dir: Path, study: str, number: int, total_steps: int | None = None) -> str:
+    """Replace ``{trial_dir}``, ``{study}``, ``{trial}`` and ``{total_steps}`` (warm-up plus measured
+    steps: a trainer's own step cap) and nothing else in ``template``."""
+    out = template.replace("{trial_dir}", str(trial_dir)).replace("{study}", study).replace("{trial}", str(number))
+    return out if total_steps is None else out.replace("{total_steps}", str(total_steps))
+
+
+def trial_dir_for(results_dir: Path, study: str, number: int) -> Path:
+    return (study_folder(results_dir, study) / f"trial-{number:04d}").resolve()
+
+
+def clocks_for(space: SearchSpace, settings: RunSettings, measured: Sequence[Mapping[str, float]] = ()) -> Clocks:
+    """The space's clocks with the command line's clock options, knowing the phase maxima the
+    study's earlier trials ``measured`` (``Clocks.learned``)."""
+    c = space.clocks.learned(*measured)
+    return dataclasses.replace(
+        c,
+        stall_timeout_s=_given(settings.stall_timeout_s, c.stall_timeout_s),
+        startup_timeout_s=_given(settings.startup_timeout_s, c.startup_timeout_s),
+        trial_timeout_s=_given(settings.trial_timeout_s, c.trial_timeout_s),
+        grace_s=_given(settings.grace_s, c.grace_s),
+    )
+
+
+def _given(option: float | None, default: float) -> float:
+    return default if option is None else option
+
+
+def stop_for(
+    space: SearchSpace, settings: RunSettings, history: Sequence[TrialRecord] = (), trial_timeout_s: float | None = None
+) -> StopRule:
+    """The space's stop rule with ``--steps``/``--warmup-steps``; without ``--steps``, the measured
+    steps the study's ``history`` calls for (``steps.next_measured_steps``). Screening keeps at
+    least one measured step after its screened ones (none when ``--steps 1``)."""
+    if settings.steps is None:
+        measured = next_measured_steps(space.stop.measured_steps, history, trial_timeout_s).steps
+    else:
+        measured = settings.steps
+    return StopRule(
+        warmup_steps=space.stop.warmup_steps if settings.warmup_steps is None else settings.warmup_steps,
+        measured_steps=measured,
+        screen_steps=min(space.stop.screen_steps, measured - 1),
+    )
+
+
+def memory_knobs(space: SearchSpace, values: Mapping[str, Any]) -> tuple[MemoryKnob, ...]:
+    """The space's parameters that move memory, with their values in ``values`` (for advice)."""
+    knobs = []
+    for p in space.parameters:
+        if p.memory.signed and p.name in values:
+            rank = p.memory_rank(values[p.name])
+            room = any(p.memory_rank(c) < rank for c in p.choices)
+            knobs.append(MemoryKnob(p.name, format_value(values[p.name]), p.memory.value, p.arg, room))
+    return tuple(knobs)
+
+
+def build_trial_spec(
+    space: SearchSpace,
+    settings: RunSettings,
+    *,
+    study: str,
+    number: int,
+    values: Mapping[str, Any],
+    context_pins: Mapping[str, Any],
+    history: Sequence[TrialRecord] = (),
+    detected_preset: str | None = None,
+) -> TrialSpec:
+    """The full ``TrialSpec`` for trial ``number`` with parameter ``values``; ``history``: the
+    study's records before it (their phase maxima set the clocks, their step times the measured
+    steps); ``detected_preset`` is the progress preset an earlier trial's output was recognised
+    as, when the space names none."""
+    trial_dir = trial_dir_for(settings.results, study, number)
+    clocks = clocks_for(space, settings, [r.result.phase_max_s for r in history if r.result])
+    stop = stop_for(space, settings, history, clocks.trial_timeout_s)
+
+    def x(text: str) -> str:
+        return expand(text, trial_dir=trial_dir, study=study, number=number, total_steps=stop.total_steps)
+
+    args, param_env = render_values(space, values)
+    overrides = {k: None if v is None else x(v) for k, v in space.trial_overrides.items()}
+    argv = [*settings.command, *fixed_argv(space, overrides, context_pins), *args]
+    env: dict[str, str | None] = dict(settings.extra_env)
+    env.update({k: x(v) for k, v in space.trial_env.items()})
+    env.update(param_env)
+    env.update(probe_overlay(space, {**os.environ, **env}))  # NCCL reports the variables it read
+    return TrialSpec(
+        study=study,
+        number=number,
+        params=dict(values),
+        argv=tuple(argv),
+        env=env,
+        trial_dir=trial_dir,
+        clocks=clocks,
+        stop=stop,
+        progress=apply_preset(space.progress, detected_preset if space.progress.detect else None),
+        samples_per_step=space.samples(values),
+        cwd=Path.cwd(),
+        memory_knobs=memory_knobs(space, values),
+        scope=marker_scope(study, settings.storage_url),
+    )

@@ -1,0 +1,216 @@
+"""Running one admitted trial: its spec, the node gate, the launcher, and telling the study.
+
+Whatever fails between Optuna's ask and the command's start (the node gate gives up, the trial
+folder cannot be written, a bug) leaves the asked trial told: FAIL with the reason in its
+``abandoned`` attribute, its values asked for again when the failure was not theirs. The study
+resumes cleanly; no trial stays RUNNING without a folder.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import optuna
+from optuna.trial import TrialState
+
+from nccl_tune.errors import NcclTuneError
+from nccl_tune.failure import FailureClass
+from nccl_tune.launchers.base import Launcher
+from nccl_tune.search_spaces.space import SearchSpace
+from nccl_tune.trial import TrialResult, TrialSpec
+from nccl_tune.tuner.records import dropped
+from nccl_tune.tuner.records import study_records as R
+from nccl_tune.tuner.records.gpu_size import sized_among
+from nccl_tune.tuner.records.nccl_sweep import load as load_sweep
+from nccl_tune.tuner.records.pins import Pins
+from nccl_tune.tuner.records.stability import Candidate, select_winner
+from nccl_tune.tuner.records.study_records import TrialRecord
+from nccl_tune.tuner.records.telling import near_wall, requeue, tell_abandoned, tell_result
+from nccl_tune.tuner.search.failure_model import flaky_rule
+from nccl_tune.tuner.search.throughput_model import ThroughputModel
+from nccl_tune.tuner.settings import RunSettings
+from nccl_tune.tuner.trials.display import Display
+from nccl_tune.tuner.trials.observer import InterruptFlag, TunerObserver
+from nccl_tune.tuner.trials.screening import incumbent_bar
+from nccl_tune.tuner.trials.steps import MAX_MEASURED_STEPS, next_measured_steps
+from nccl_tune.tuner.trials.trial_builder import build_trial_spec
+
+
+def detected_preset(history: Sequence[TrialRecord]) -> str | None:
+    """The progress preset an earlier trial's output was recognised as (the first one found)."""
+    return next((r.result.progress_preset for r in history if r.result and r.result.progress_preset), None)
+
+
+class TrialRunner:
+    """Runs admitted trials of one study through its launcher."""
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        pins: Pins,
+        settings: RunSettings,
+        study_name: str,
+        launcher: Launcher,
+        display: Display,
+        interrupt: InterruptFlag,
+        host: str,
+    ) -> None:
+        self.space = space
+        self.pins = pins
+        self.settings = settings
+        self.study_name = study_name
+        self.launcher = launcher
+        self.display = display
+        self.interrupt = interrupt
+        self.host = host
+        self.launched = 0
+        self.told_measured_steps = settings.steps is not None
+        """True once the run has told that the measured steps follow the noise (or --steps fixed them)."""
+
+    def spec_for(self, number: int, values: Mapping[str, Any], history: Sequence[TrialRecord]) -> TrialSpec:
+        return build_trial_spec(
+            self.space,
+            self.settings,
+            study=self.study_name,
+            number=number,
+            values=values,
+            context_pins=self.pins.context,
+            history=history,
+            detected_preset=detected_preset(history),
+        )
+
+    @contextmanager
+    def told_on_failure(self, study: optuna.Study, trial: optuna.Trial) -> Iterator[None]:
+        """Tell ``trial`` abandoned when the body raises while it is still running."""
+        try:
+            yield
+        except BaseException as exc:
+            running = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+            if trial.number in running:
+                tell_abandoned(study, trial, f"{type(exc).__name__}: {exc}".strip(": "))
+                values, kind = trial.user_attrs.get(R.A_VALUES), trial.user_attrs.get(R.A_KIND, "")
+                if values and isinstance(exc, (NcclTuneError, KeyboardInterrupt)):
+                    requeue(study, self.space, values, self.pins.params, kind)
+            raise
+
+    def ask(self, study: optuna.Study) -> optuna.Trial:
+        """A new trial of ``study``, recorded as this tuner's (host, pid) before anything else is
+        asked of it: a tuner killed while its sampler proposes (inside the first ``suggest``) leaves
+        a running trial that the next run on this host settles (``recovery``)."""
+        trial = study.ask()
+        trial.set_user_attr(R.A_HOST, self.host)
+        trial.set_user_attr(R.A_PID, os.getpid())
+        return trial
+
+    def run(
+        self,
+        study: optuna.Study,
+        trial: optuna.Trial,
+        values: Mapping[str, Any],
+        kind: str,
+        history: Sequence[TrialRecord],
+        early_stop: bool = True,
+    ) -> TrialResult:
+        """Launch ``trial`` with ``values`` once the node is clean, and tell the study the result;
+        ``history`` is the study's records before it."""
+        self.launcher.gate()
+        spec, observer = self.begin(trial, values, kind, history, early_stop)
+        return self.finish(study, trial, values, kind, history, spec, self.launcher.run(spec, observer))
+
+    def begin(
+        self,
+        trial: optuna.Trial,
+        values: Mapping[str, Any],
+        kind: str,
+        history: Sequence[TrialRecord],
+        early_stop: bool = True,
+    ) -> tuple[TrialSpec, TunerObserver]:
+        """The spec and observer of ``trial``, recorded in it (the launch itself is the caller's)."""
+        spec = self.spec_for(trial.number, values, history)
+        self.tell_measured_steps(spec, history)
+        for key, value in (
+            (R.A_TRIAL_DIR, str(spec.trial_dir)),
+            (R.A_PLANNED_STEPS, spec.stop.total_steps),
+            ("argv", list(spec.argv)),
+            ("env", dict(spec.env)),
+        ):
+            trial.set_user_attr(key, value)
+        observer = self.observer(trial.study, history, spec, early_stop)
+        self.display.trial_started(trial.number, kind, values, trial.user_attrs.get(R.A_WHY))
+        return spec, observer
+
+    def observer(
+        self, study: optuna.Study, history: Sequence[TrialRecord], spec: TrialSpec, early_stop: bool
+    ) -> TunerObserver:
+        """The trial's observer: the early stop and screening against the incumbent as the study's
+        throughput model estimates it (fitted as the planner fits it, the NCCL sweep's timings
+        included); neither without an incumbent or with ``early_stop`` off (a re-run)."""
+        incumbent = self.leader(history) if early_stop else None
+        ratio = self.settings.early_stop_ratio if early_stop else 0.0
+        screens = self.settings.screening and spec.stop.screen_steps > 0
+        if incumbent is None or not (ratio or screens):
+            return TunerObserver(self.display, self.interrupt, None, 0.0)
+        model = ThroughputModel.of_study(self.space, self.pins.params, history, load_sweep(study, self.space).speeds)
+        bar = incumbent_bar(model, incumbent, max(spec.stop.screen_steps, 1))
+        return TunerObserver(self.display, self.interrupt, bar, ratio, screens)
+
+    def tell_measured_steps(self, spec: TrialSpec, history: Sequence[TrialRecord]) -> None:
+        """Tell the user, once, when the measured steps per trial first differ from the space's, and
+        why (``steps.py``); later trials follow the measured noise and their lines show their steps."""
+        first, steps = self.space.stop.measured_steps, spec.stop.measured_steps
+        if self.told_measured_steps or steps == first:
+            return
+        why = next_measured_steps(first, history, spec.clocks.trial_timeout_s).why()
+        self.display.note(
+            f"measured steps per trial {first} -> {steps} from trial {spec.number}: {why}; later trials follow "
+            f"the measured noise (at most {MAX_MEASURED_STEPS}); --steps N fixes the count"
+        )
+        self.told_measured_steps = True
+
+    def finish(
+        self,
+        study: optuna.Study,
+        trial: optuna.Trial,
+        values: Mapping[str, Any],
+        kind: str,
+        history: Sequence[TrialRecord],
+        spec: TrialSpec,
+        result: TrialResult,
+    ) -> TrialResult:
+        """Tell the study how ``trial`` ended (from the thread that owns the study); a memory report
+        that gave no GPU size gets the one the study learned (``gpu_size``)."""
+        result = sized_among(result, (r.result for r in history if r.result))
+        tell_result(study, trial, result, self.space.min_headroom_frac)
+        for line in self.launcher.notes():
+            self.display.note(line)
+        for name, reason in dropped.check(study, self.space, spec, result):
+            self.display.note(f"{reason}: dropped from the search")
+            self.pins = dropped.hold(self.pins, self.space, [name])
+        self.launched += 1
+        again = result.verdict.from_outside and not any(
+            r.values == values and r.result is not None and r.result.verdict.from_outside for r in history
+        )
+        if result.status is FailureClass.INTERRUPTED or again:
+            requeue(study, self.space, values, self.pins.params, kind)
+        if self.space.progress.detect and result.progress_preset and detected_preset(history) is None:
+            self.display.note(f"progress: the output reads as preset {result.progress_preset} (trial {result.number})")
+        self.display.trial_finished(
+            trial.number,
+            result,
+            result.status is FailureClass.OK and near_wall(result, self.space.min_headroom_frac),
+            self.leader(R.records(study)),
+        )
+        if again:
+            self.display.note(
+                f"trial {trial.number} failed for a cause none of its values can bring about "
+                f"({result.status.value}: {result.verdict.cause.subtype}): its values run once more"
+            )
+        return result
+
+    def leader(self, records: Sequence[TrialRecord]) -> Candidate | None:
+        """The fastest stable config so far, confirmed or not: what a trial is screened against and the
+        display calls the best."""
+        return select_winner(records, require_confirmation=False, flaky=flaky_rule(self.space, records))

@@ -1,0 +1,227 @@
+"""The tuned config as YAML (``overrides:`` ready for ``OmegaConf.merge``, ``env:``, ``args:``,
+provenance), as ``key=value`` arguments or as shell ``export`` lines; and ``apply``, which
+merges a tuned YAML into a training config."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import shlex
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from nccl_tune.errors import NcclTuneError
+from nccl_tune.search_spaces.render import config_overrides, is_env_name, render_values
+from nccl_tune.search_spaces.spelling import format_value
+from nccl_tune.tuner.records.semantics import semantic_changes
+from nccl_tune.tuner.records.stability import Candidate
+from nccl_tune.tuner.winner.study_view import StoredStudy, open_study
+from nccl_tune.userfile import read_text, refuse_non_file, write_output, yaml_mapping
+
+FORMATS = ("yaml", "args", "env")
+
+
+def _nest(flat: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        node = out
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+        node[parts[-1]] = value
+    return out
+
+
+def _plain(value: Any) -> Any:
+    """YAML-friendly scalar: numbers and booleans stay typed, the rest are strings."""
+    return value if isinstance(value, (bool, int, float)) else str(value)
+
+
+def tuned_document(stored: StoredStudy, winner: Candidate) -> dict[str, Any]:
+    """The tuned YAML of ``winner`` (a candidate of ``stored``) as a mapping. Parameters dropped
+    during the study (their value never reached the program) are left out, listed under ``dropped``."""
+    space, base = stored.space, stored.baseline
+    values = {k: v for k, v in winner.values.items() if k not in stored.dropped}
+    args, env_overlay = render_values(space, values)
+    env = {k: v for k, v in env_overlay.items() if v is not None}
+    unset_env = [k for k, v in env_overlay.items() if v is None]
+    overrides = {k: _plain(v) for k, v in config_overrides(space, values).items()}
+    semantic = [str(c) for c in semantic_changes(space, values, base.values if base else None)]
+    best = max(winner.ok_runs, key=lambda r: r.throughput or 0.0)
+    metrics: dict[str, Any] = {
+        "throughput_per_s": round(winner.throughput, 3),
+        "throughput_unit": winner.throughput_unit,
+        "mean_step_s": round(best.result.mean_step_s, 3) if best.result and best.result.mean_step_s else None,
+        "runs": len(winner.runs),
+        "runs_per_s": [round(r.throughput, 3) for r in winner.ok_runs if r.throughput],
+        "measured_steps_per_run": [
+            len(r.result.measured_step_times_s) for r in winner.ok_runs if r.throughput and r.result
+        ],
+        "throughput_spread": round(winner.throughput_spread, 4),
+        "peak_mem_gib": round(winner.peak_mem_gib, 2) if winner.peak_mem_gib is not None else None,
+        "min_headroom_gib": round(winner.min_headroom_gib, 2) if winner.min_headroom_gib is not None else None,
+        "memory_source": best.result.memory.source if best.result and best.result.memory else None,
+        "confirmed": winner.confirmed,
+    }
+    if base is not None and base.throughput:
+        metrics["baseline_throughput_per_s"] = round(base.throughput, 3)
+        metrics["speedup_vs_baseline"] = round(winner.throughput / base.throughput, 3)
+    return {
+        "overrides": _nest(overrides),
+        "env": env,
+        "unset_env": unset_env,
+        "args": args,
+        "semantic_changes": semantic,
+        "dropped": dict(stored.dropped),
+        "metrics": metrics,
+        "study": {
+            "name": stored.name,
+            "storage": stored.storage_url,
+            "space": space.name,
+            "command": shlex.join(stored.command),
+            "trial": winner.first.number,
+            "trials": [r.number for r in winner.runs],
+            "trials_in_study": len(stored.records),
+            "failures": stored.failures,
+            "confirmed": winner.confirmed,
+            "params": {k: _plain(v) for k, v in values.items()},
+            "exported": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        },
+        "hardware": dict(stored.hardware) if stored.hardware is not None else None,
+    }
+
+
+def format_tuned(doc: dict[str, Any], fmt: str) -> str:
+    """The tuned document as text: ``yaml``, ``args`` (one shell line) or ``env`` (export lines)."""
+    if fmt == "yaml":
+        unconfirmed = "" if doc["metrics"]["confirmed"] else ", NOT confirmed by a re-run"
+        head = (
+            f"# nccl-tune: fastest stable config of study {doc['study']['name']} "
+            f"({doc['metrics']['throughput_per_s']} {doc['metrics']['throughput_unit']}{unconfirmed})\n"
+            "# overrides: merge into the training config (OmegaConf.merge) or pass `args` on the command line (argv elements);\n"
+            "# env: export before the run; unset_env: make sure these are not set.\n"
+        )
+        return head + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
+    if fmt == "args":
+        return " ".join(shlex.quote(a) for a in doc["args"]) + "\n"
+    if fmt == "env":
+        lines = [f"# not exported: {reason}" for reason in doc.get("dropped", {}).values()]
+        lines += [f"export {k}={shlex.quote(str(v))}" for k, v in doc["env"].items()]
+        lines += [f"unset {k}" for k in doc["unset_env"]]
+        return "\n".join(lines) + ("\n" if lines else "")
+    raise NcclTuneError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
+
+
+def export_study(storage_url: str, study_name: str | None, fmt: str = "yaml") -> str:
+    """The winner of a stored study, as ``fmt``; exit code 2 when it has no stable trial."""
+    if fmt not in FORMATS:
+        raise NcclTuneError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
+    stored = open_study(storage_url, study_name)
+    if stored.winner is None:
+        n_ok = sum(r.ok for r in stored.records)
+        raise NcclTuneError(
+            f"study {stored.name!r} has no stable trial yet ({len(stored.records)} trials, {n_ok} ok); "
+            "run more trials with `nccl-tune run` or see `nccl-tune report`",
+            exit_code=2,
+        )
+    return format_tuned(tuned_document(stored, stored.winner), fmt)
+
+
+def kept_name(path: Path) -> Path:
+    """Where a tuned file already at ``path`` is kept: ``NAME.prev.yaml`` next to it."""
+    return path.with_name(f"{path.stem}.prev{path.suffix or '.yaml'}")
+
+
+def write_tuned(path: Path, stored: StoredStudy, winner: Candidate) -> Path | None:
+    """Write ``winner``'s tuned YAML to ``path``; a file already there is kept as ``NAME.prev.yaml``
+    (returned), never replaced silently."""
+    text = format_tuned(tuned_document(stored, winner), "yaml")
+    previous = None
+    refuse_non_file(path)
+    if path.exists():
+        previous = kept_name(path)
+        try:
+            os.replace(path, previous)
+        except OSError as exc:
+            raise NcclTuneError(
+                f"cannot keep the previous {path} as {previous} ({exc.strerror}): move it away"
+            ) from None
+    write_output(path, text)
+    return previous
+
+
+def _load_yaml(path: Path, what: str) -> DictConfig:
+    """A YAML mapping from ``path``; one-line errors for a missing, binary, empty or non-mapping file."""
+    text = read_text(path, what, "give a YAML file")
+    data = yaml_mapping(text, f"{what} {path}", "expected a YAML mapping of keys")
+    try:
+        return OmegaConf.create(data)
+    except OmegaConfBaseException as exc:
+        raise NcclTuneError(f"{what} {path}: cannot read it: {str(exc).splitlines()[0]}") from None
+
+
+@dataclass(frozen=True)
+class Applied:
+    """``nccl-tune apply``'s result: the merged config, and the environment the tuned config needs,
+    as shell lines (a config file cannot carry it)."""
+
+    config_yaml: str
+    env_lines: tuple[str, ...]
+
+
+def apply_tuned(tuned: Path, into: Path, allow_new_keys: bool = False) -> Applied:
+    """``into`` with the tuned ``overrides`` merged in, as YAML text, and the tuned ``env``/``unset_env``
+    as ``export``/``unset`` lines; refuses keys ``into`` lacks (Hydra would refuse them too) unless
+    ``allow_new_keys``."""
+    doc = _load_yaml(tuned, "tuned file")
+    if not isinstance(doc.get("overrides"), DictConfig):
+        raise NcclTuneError(f"tuned file {tuned}: no 'overrides' mapping; is it a file written by `nccl-tune export`?")
+    base = _load_yaml(into, "config file")
+    overrides = doc.overrides
+    if not allow_new_keys:
+        flat = _flatten(OmegaConf.to_container(overrides, resolve=False))
+        for key in flat:
+            if OmegaConf.select(base, key, default="__missing__", throw_on_missing=False) == "__missing__":
+                raise NcclTuneError(
+                    f"config file {into}: has no key {key} from {tuned}; Hydra would refuse it "
+                    "(use --allow-new-keys to add it anyway)"
+                )
+    merged = OmegaConf.merge(base, overrides)
+    return Applied(OmegaConf.to_yaml(merged), _env_lines(OmegaConf.to_container(doc, resolve=False), tuned))
+
+
+def _env_lines(doc: dict[str, Any], tuned: Path) -> tuple[str, ...]:
+    """The tuned file's ``env`` and ``unset_env`` as ``export``/``unset`` lines; one line naming the
+    key for a value a shell could not take (a list for ``env``, a name that is no variable)."""
+    env, unset = doc.get("env") or {}, doc.get("unset_env") or []
+    if not isinstance(env, dict):
+        raise NcclTuneError(f"tuned file {tuned}: 'env' must map variable names to values, got {type(env).__name__}")
+    if not isinstance(unset, list):
+        raise NcclTuneError(
+            f"tuned file {tuned}: 'unset_env' must be a list of variable names, got {type(unset).__name__}"
+        )
+    for name in [*env, *unset]:
+        if not is_env_name(name):
+            raise NcclTuneError(
+                f"tuned file {tuned}: {name!r} is not an environment variable name (letters, digits and _); "
+                "fix it or export the file again with `nccl-tune export`"
+            )
+    for name, value in env.items():
+        if isinstance(value, (dict, list)) or value is None:
+            raise NcclTuneError(f"tuned file {tuned}: env.{name} must be a single value, got {value!r}")
+    return tuple([f"export {k}={shlex.quote(format_value(v))}" for k, v in env.items()] + [f"unset {k}" for k in unset])
+
+
+def _flatten(d: Any, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    if isinstance(d, dict):
+        for k, v in d.items():
+            out.update(_flatten(v, f"{prefix}{k}."))
+    else:
+        out[prefix[:-1]] = d
+    return out

@@ -1,0 +1,664 @@
+"""The memory-aware local search: compound moves where an enabler is needed, moves ordered by the
+measured spread, failures blamed on the values that caused them; on records, then through a real
+Optuna study and a whole study on an analytic landscape."""
+
+from __future__ import annotations
+
+import io
+import math
+import random
+from dataclasses import replace
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+from rich.console import Console
+
+from nccl_tune.failure import FailureClass, Verdict
+from nccl_tune.search_spaces.loader import parse_space
+from nccl_tune.sim.analytic import AnalyticNode, Truth, analytic_cost
+from nccl_tune.sim.families import FAMILIES, instance
+from nccl_tune.sim.launcher import ModelLauncher
+from nccl_tune.trial import GpuMemory, MemoryReport, StopReason, TrialResult
+from nccl_tune.tuner.records.study_records import Outcome, TrialKind, TrialRecord
+from nccl_tune.tuner.search.local_search import HOPEFUL_FIT, LocalSearchSampler, Planner
+from nccl_tune.tuner.settings import RunSettings
+from nccl_tune.tuner.study.loop import run_study
+
+SPACE = parse_space(
+    """
+name: sft
+parameters:
+  - {name: micro, kind: pow2, low: 1, high: 32, default: 2, memory: increasing}
+  - {name: ckpt, kind: bool, default: false, memory: decreasing}
+  - {name: NCCL_ALGO, kind: categorical, choices: [unset, Ring, Tree], default: unset, memory: none}
+throughput: {samples_per_step: 64}
+""",
+    source="test",
+    label="sft",
+)
+BASE = SPACE.defaults()
+GPU = 80.0
+
+
+def peak(v) -> float:
+    return 30.0 + 10.0 * v["micro"] * (0.12 if v["ckpt"] else 1.0)
+
+
+def speed(v) -> float:
+    """Samples/s: larger micro-batches are faster, checkpointing costs 30%, NCCL nothing."""
+    return 64.0 * v["micro"] / (v["micro"] + 8.0) / (1.3 if v["ckpt"] else 1.0)
+
+
+def record(number: int, v: dict, used_gib: float, step_s: float, status: FailureClass | None = None) -> TrialRecord:
+    """A launched run of ``v`` that peaked at ``used_gib`` (out of memory above ``GPU``) and
+    stepped every ``step_s`` after a slower warm-up step."""
+    status = status or (FailureClass.OK if used_gib <= GPU else FailureClass.OOM)
+    result = TrialResult(
+        number=number,
+        status=status,
+        verdict=Verdict(status),
+        stop_reason=StopReason.MEASURED,
+        step_times_s=(step_s * 1.3, step_s, step_s * 1.01, step_s * 0.99) if status is FailureClass.OK else (),
+        warmup_steps=1,
+        samples_per_step=64.0,
+        memory=MemoryReport("nvml", (GpuMemory(0, GPU, min(used_gib, GPU)),)),
+    )
+    return TrialRecord(number, TrialState.COMPLETE, v, TrialKind.SEARCH, Outcome.LAUNCHED, status, result)
+
+
+def rec(number: int, changes: dict, status: FailureClass | None = None) -> TrialRecord:
+    v = {**BASE, **changes}
+    return record(number, v, peak(v), 64.0 / speed(v), status)
+
+
+def propose(records: list[TrialRecord]):
+    proposal = Planner(SPACE, {}, records).propose(random.Random(0))
+    assert proposal is not None
+    return proposal
+
+
+def test_a_micro_batch_that_does_not_fit_is_tried_with_the_enabler_that_frees_room():
+    # micro 2 -> 4 fits (70 GiB), micro 8 ran out; NCCL measured flat: checkpointing is the way on
+    records = [rec(0, {}), rec(1, {"micro": 4}), rec(2, {"micro": 8}), rec(3, {"micro": 4, "NCCL_ALGO": "Ring"})]
+    assert records[2].status is FailureClass.OOM
+    p = propose(records)
+    assert p.values["ckpt"] is True and p.values["micro"] == 8, p.reason
+    assert p.reason.startswith("compound move")
+
+
+def test_once_the_enabler_is_measured_the_largest_micro_batch_predicted_to_fit_comes_with_it():
+    records = [
+        rec(0, {}),
+        rec(1, {"micro": 4}),
+        rec(2, {"micro": 8}),
+        rec(3, {"micro": 8, "ckpt": True}),
+        rec(4, {"micro": 16, "ckpt": True}),
+    ]
+    planner = Planner(SPACE, {}, records)
+    p = planner.propose(random.Random(0))
+    # micro 32 with checkpointing needs 68 GiB: it fits (measured along the checkpointing line) and is
+    # the fastest left (an untried NCCL value may come with it: a pair of moves)
+    assert p is not None and (p.values["micro"], p.values["ckpt"]) == (32, True), p.reason
+    pred = planner.memory.predict(p.values)
+    assert pred.measured and planner.memory.p_fits(p.values) > 0.8
+
+
+def test_an_enabler_is_tried_alone_only_once_a_finished_run_measured_its_throughput():
+    """Checkpointing frees room for micro 8; untried, it only comes with micro 8 (alone it is just
+    slower). Once a run with it finished, its measured effect decides: a memory-saving setting can
+    be faster on its own (a smaller tensor-parallel size), and a noisy first comparison must not
+    keep it out of the study for good."""
+    before = [rec(0, {}), rec(1, {"micro": 4}), rec(2, {"micro": 8})]
+    alone = {**BASE, "micro": 4, "ckpt": True}
+    for records, tried_alone in ((before, False), (before + [rec(3, {"ckpt": True})], True)):
+        moves = Planner(SPACE, {}, records).moves([(1, records[1].values)])
+        assert any(m.kind == "compound move" and m.values == {**BASE, "micro": 8, "ckpt": True} for m in moves)
+        assert any(m.kind == "move" and m.values == alone for m in moves) is tried_alone
+
+
+def test_an_enabler_whose_every_compound_move_is_expected_not_to_fit_moves_alone():
+    """Checkpointing with micro 8 ran out of memory (it freed too little): micro 16 with it is then
+    refused or expected not to fit, and no compound move holding it is worth a trial. Its effect on
+    throughput is still unmeasured (the run ended before a step), and only a run of it alone can
+    measure it (flash attention frees memory and is faster too), so it moves alone."""
+    v1, v2, v3 = {**BASE, "micro": 4}, {**BASE, "micro": 8}, {**BASE, "micro": 8, "ckpt": True}
+    records = [rec(0, {}), record(1, v1, 70.0, 64.0 / speed(v1)), record(2, v2, 110.0, 1.0), record(3, v3, 95.0, 1.0)]
+    assert records[3].status is FailureClass.OOM
+    planner = Planner(SPACE, {}, records)
+    moves = planner.moves([(1, v1)])
+    compounds = planner.compounds(v1, 1)
+    assert compounds and not [
+        m for m in compounds if planner.admissible(m) and planner.memory.p_fits(m.values) >= HOPEFUL_FIT
+    ]
+    assert any(m.kind == "move" and m.values == {**v1, "ckpt": True} for m in moves)
+
+
+SEQ_SPACE = parse_space(
+    """
+name: rl
+parameters:
+  - {name: micro, kind: pow2, low: 1, high: 32, default: 2, memory: increasing}
+  - {name: ckpt, kind: bool, default: false, memory: decreasing}
+  - {name: seq, kind: categorical, choices: [1024, 2048, 4096, 8192], default: 8192, memory: increasing,
+     semantic: true}
+throughput: {samples_per_step: 64}
+""",
+    source="test",
+    label="rl",
+)
+
+
+def seq_rec(number: int, changes: dict, shorter_is_faster: bool = True) -> TrialRecord:
+    """A run on a job whose shorter sequences need less memory and step faster (or slower: the
+    same samples then take more steps' worth of padding and launches, say)."""
+    v = {**SEQ_SPACE.defaults(), **changes}
+    used = 30.0 + 10.0 * v["micro"] * v["seq"] / 4096 * (0.12 if v["ckpt"] else 1.0)
+    length_cost = v["seq"] / 8192 if shorter_is_faster else 1024 / v["seq"]
+    step = (v["micro"] + 8.0) / v["micro"] * (1.3 if v["ckpt"] else 1.0) * (1.0 + length_cost)
+    return record(number, v, used, step)
+
+
+@pytest.mark.parametrize("shorter_is_faster", [True, False])
+def test_an_unmeasured_enabler_moves_alone_only_when_the_measured_trend_rates_it_faster(shorter_is_faster):
+    """A shorter sequence frees room for micro 8. Where the two lengths measured so far say shorter
+    is also faster, nothing is traded for its memory: it moves alone too, without waiting for a
+    compound move to measure it. Where they say shorter is slower, it comes only with micro 8."""
+    runs = [{}, {"seq": 4096}, {"seq": 4096, "micro": 4}, {"seq": 4096, "micro": 8}]
+    records = [seq_rec(i, changes, shorter_is_faster) for i, changes in enumerate(runs)]
+    assert [r.status for r in records] == [FailureClass.OK] * 3 + [FailureClass.OOM]
+    assert (records[1].throughput > records[0].throughput) is shorter_is_faster
+    base = records[2].values
+    moves = Planner(SEQ_SPACE, {}, records).moves([(2, base)])
+    assert any(m.kind == "compound move" and m.values == {**base, "micro": 8, "seq": 2048} for m in moves)
+    assert any(m.kind == "move" and m.values == {**base, "seq": 2048} for m in moves) is shorter_is_faster
+
+
+def test_a_parameter_measured_within_noise_waits_while_others_have_spread():
+    records = [rec(0, {}), rec(1, {"NCCL_ALGO": "Ring"}), rec(2, {"micro": 4})]
+    planner = Planner(SPACE, {}, records)
+    assert planner.tput.scale_of("NCCL_ALGO") < planner.tput.scale_of("micro")
+    p = planner.propose(random.Random(0))
+    assert p.values["NCCL_ALGO"] != "Tree", p.reason
+
+
+def test_a_change_whose_gain_is_within_the_models_doubt_is_not_carried_along():
+    """An NCCL value measured 3.5% faster by one run, on a job whose steps scatter 1%: the config
+    holding it leads the moves. Steps that scatter 4% put 3.5% within what one run can tell: the
+    config without it leads (a change that did not measurably help may break in combination)."""
+
+    def measured(number: int, changes: dict, scatter: float) -> TrialRecord:
+        v = {**BASE, **changes}
+        step_s = 64.0 / speed(v) / (1.035 if v["NCCL_ALGO"] == "Ring" else 1.0)
+        r = record(number, v, peak(v), step_s)
+        steps = (step_s * 1.3, *(step_s * (1.0 + scatter * (-1) ** i) for i in range(4)))
+        return replace(r, result=replace(r.result, step_times_s=steps))
+
+    for scatter, leader in ((0.01, "Ring"), (0.04, "unset")):
+        records = [
+            measured(0, {}, scatter),
+            measured(1, {"micro": 4}, scatter),
+            measured(2, {"micro": 4, "NCCL_ALGO": "Ring"}, scatter),
+        ]
+        first = Planner(SPACE, {}, records).ranked()[0]
+        assert first[2]["NCCL_ALGO"] == leader and first[2]["micro"] == 4, scatter
+
+
+def test_a_failure_is_blamed_on_the_values_its_move_changed():
+    records = [rec(0, {}), rec(1, {"micro": 4}), rec(2, {"micro": 4, "NCCL_ALGO": "Tree"}, FailureClass.HANG)]
+    planner = Planner(SPACE, {}, records)
+    elsewhere = planner.failures.p_ok({**BASE, "micro": 8, "ckpt": True, "NCCL_ALGO": "Tree"})
+    assert elsewhere < 0.6 and planner.failures.p_ok({**BASE, "micro": 4, "NCCL_ALGO": "Tree"}) < elsewhere
+    assert planner.failures.p_ok({**BASE, "micro": 8, "ckpt": True}) == planner.failures.p_ok(BASE) > 0.95
+    assert planner.propose(random.Random(0)).values["NCCL_ALGO"] != "Tree"
+
+
+NCCL_ONLY = parse_space(
+    """
+name: nccl-only
+parameters:
+  - {name: NCCL_ALGO, kind: categorical, choices: [unset, Ring, Tree, NVLS], default: unset, memory: none}
+  - {name: NCCL_PROTO, kind: categorical, choices: [unset, Simple, LL128, LL], default: unset, memory: none}
+  - {name: NCCL_CUMEM_ENABLE, kind: categorical, choices: [unset, 0, 1], default: unset, memory: small}
+throughput: {samples_per_step: 64}
+""",
+    source="test",
+    label="nccl-only",
+)
+
+
+def nccl_run(number: int, changes: dict, ll: float, status: FailureClass = FailureClass.OK) -> TrialRecord:
+    """A run of ``changes``: NVLS 25% faster, the other values a few percent slower, LL ``ll`` times
+    as fast; a failure hangs in the first step."""
+    v = {**NCCL_ONLY.defaults(), **changes}
+    speed = {"NVLS": 1.25, "Ring": 0.97, "Tree": 0.9}.get(v["NCCL_ALGO"], 1.0)
+    speed *= {"LL128": 0.99, "LL": ll}.get(v["NCCL_PROTO"], 1.0)
+    ok = status is FailureClass.OK
+    result = TrialResult(
+        number=number,
+        status=status,
+        verdict=Verdict(status),
+        stop_reason=StopReason.MEASURED,
+        step_times_s=tuple(10.0 / speed * f for f in (1.3, 1.0, 1.01, 0.99)) if ok else (),
+        warmup_steps=1,
+        samples_per_step=64.0,
+        wall_s=300.0 if ok else 330.0,
+    )
+    return TrialRecord(number, TrialState.COMPLETE, v, TrialKind.SEARCH, Outcome.LAUNCHED, status, result)
+
+
+@pytest.mark.parametrize("ll, waits", [(0.99, True), (0.85, False)])
+def test_a_move_likelier_to_fail_than_finish_waits_while_a_likely_one_is_worth_a_trial(ll, waits):
+    """cuMem off next to NVLS hung in the first step once; tried again from another base its run is
+    likelier to hang than to finish, though its throughput, never measured, promises the most. While
+    a move likely to finish is worth a trial (LL next to NVLS, LL measured 1% slower on its own,
+    where the prior expected it slower by design), that one goes first; once none is (LL 15%
+    slower), the suspect move may still be tried."""
+    nv = {"NCCL_ALGO": "NVLS"}
+    runs = [
+        {},
+        nv,
+        {**nv, "NCCL_PROTO": "Simple"},
+        {"NCCL_ALGO": "Ring"},
+        {"NCCL_ALGO": "Tree"},
+        {**nv, "NCCL_PROTO": "LL128"},
+        {**nv, "NCCL_CUMEM_ENABLE": 1},
+        {**nv, "NCCL_PROTO": "Simple", "NCCL_CUMEM_ENABLE": 1},
+        {**nv, "NCCL_PROTO": "LL128", "NCCL_CUMEM_ENABLE": 1},
+        {"NCCL_PROTO": "LL"},
+    ]
+    records = [nccl_run(i, c, ll) for i, c in enumerate(runs)]
+    records.append(nccl_run(len(runs), {**nv, "NCCL_CUMEM_ENABLE": 0}, ll, FailureClass.HANG))
+    planner = Planner(NCCL_ONLY, {}, records)
+    p = planner.propose(random.Random(0))
+    assert (planner.failures.p_ok(p.values) >= 0.5) is waits, p.reason
+    if waits:
+        assert p.values["NCCL_PROTO"] == "LL" and p.values["NCCL_CUMEM_ENABLE"] != 0, p.reason
+    else:
+        assert p.values["NCCL_CUMEM_ENABLE"] == 0 and p.values["NCCL_ALGO"] == "NVLS", p.reason
+
+
+PROMPTS = parse_space(
+    """
+name: rl-batch
+parameters:
+  - {name: batch, kind: categorical, choices: [256, 512], default: 256, memory: none}
+  - {name: prompt, kind: categorical, choices: [2048, 4096], default: 4096, memory: none, semantic: true}
+  - {name: NCCL_ALGO, kind: categorical, choices: [unset, Ring, Tree], default: unset, memory: none}
+throughput: {samples_per_step: batch}
+""",
+    source="test",
+    label="rl-batch",
+)
+
+
+def prompt_run(
+    number: int, changes: dict, status: FailureClass = FailureClass.OK, wall_s: float = 1000.0
+) -> TrialRecord:
+    """A run of ``changes``: the larger batch 4% faster; a failure ends before the first step."""
+    v = {**PROMPTS.defaults(), **changes}
+    step_s = 10.0 * v["batch"] / 256 / (1.04 if v["batch"] == 512 else 1.0)
+    ok = status is FailureClass.OK
+    result = TrialResult(
+        number=number,
+        status=status,
+        verdict=Verdict(status),
+        stop_reason=StopReason.MEASURED,
+        step_times_s=(step_s * 1.3, step_s, step_s) if ok else (),
+        warmup_steps=1,
+        samples_per_step=float(v["batch"]),
+        wall_s=wall_s,
+    )
+    return TrialRecord(number, TrialState.COMPLETE, v, TrialKind.SEARCH, Outcome.LAUNCHED, status, result)
+
+
+@pytest.mark.parametrize(
+    "status, wall_s, tried", [(FailureClass.CRASH, 70.0, True), (FailureClass.HANG, 1500.0, False)]
+)
+def test_a_value_that_crashed_start_ups_next_to_a_partner_is_tried_with_the_partner_set_back(status, wall_s, tried):
+    """The shorter prompt limit crashed at start-up twice, each time at the larger batch (the
+    prompts it keeps cannot fill it), which is the incumbent's: from there no one change tries the
+    limit without that batch, so the limit comes with the batch set back to the baseline's. Had
+    those runs hung, or cost as much as a finished run, the limit stays suspect everywhere and no
+    such move is made."""
+    records = [prompt_run(0, {}), prompt_run(1, {"batch": 512}), prompt_run(2, {"batch": 512, "NCCL_ALGO": "Ring"})]
+    records += [
+        prompt_run(3 + i, {"batch": 512, "prompt": 2048, "NCCL_ALGO": algo}, status, wall_s)
+        for i, algo in enumerate(["unset", "Tree"])
+    ]
+    planner = Planner(PROMPTS, {}, records)
+    moves = planner.moves([(1, records[1].values)])
+    apart = [m for m in moves if m.kind == "move without a partner"]
+    assert [m.values for m in apart] == ([{**PROMPTS.defaults(), "prompt": 2048}] if tried else []), apart
+    assert not any(m.values == {**PROMPTS.defaults(), "batch": 512, "prompt": 2048} for m in moves)
+    if tried:
+        assert apart[0].changed == ("prompt", "batch")
+        assert planner.failures.worth(apart[0].values) == pytest.approx(
+            planner.failures.worth({**PROMPTS.defaults(), "NCCL_ALGO": "Tree"})
+        )
+
+
+def told(study: optuna.Study, r: TrialRecord) -> None:
+    """``r`` added to a real Optuna study as the tuner stores it (values and result in user attributes)."""
+    from nccl_tune.tuner.records.sampling import distributions, to_optuna
+
+    trial = optuna.trial.create_trial(
+        params=to_optuna(SPACE, r.values, {}),
+        distributions=distributions(SPACE, {}),
+        value=r.throughput or 0.0,
+        user_attrs={"values": dict(r.values), "result": r.result.to_json(), "status": r.status.value, "kind": "search"},
+        system_attrs={"constraints:failed": -1.0 if r.ok else 1.0},
+    )
+    study.add_trial(trial)
+
+
+def test_the_sampler_asks_optuna_for_the_planners_proposal():
+    study = optuna.create_study(direction="maximize", sampler=LocalSearchSampler(SPACE, {}, seed=0))
+    for r in (rec(0, {}), rec(1, {"micro": 4}), rec(2, {"micro": 8}), rec(3, {"micro": 4, "NCCL_ALGO": "Ring"})):
+        told(study, r)
+    trial = study.ask()
+    from nccl_tune.tuner.records.sampling import suggest
+
+    values = suggest(trial, SPACE, {})
+    assert values == {**BASE, "micro": 8, "ckpt": True}
+    assert trial.params["micro:log2"] == 3
+
+
+def test_a_trial_tpe_proposed_says_why_the_planner_declined_and_an_enqueued_one_says_nothing():
+    sampler = LocalSearchSampler(SPACE, {}, seed=0)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    from nccl_tune.tuner.records.sampling import suggest, to_optuna
+
+    study.enqueue_trial(to_optuna(SPACE, {**BASE, "micro": 4}, {}))
+    enqueued = study.ask()
+    assert sampler.why(enqueued.number, suggest(enqueued, SPACE, {})) is None
+    study.tell(enqueued, state=TrialState.FAIL)
+    # nothing launched yet: the planner has no base, so TPE proposes and the trial says so
+    trial = study.ask()
+    values = suggest(trial, SPACE, {})
+    assert sampler.why(trial.number, values) == "TPE, since no launched trial to move from"
+    study.tell(trial, state=TrialState.FAIL)
+    told(study, rec(2, {}))
+    trial = study.ask()
+    values = suggest(trial, SPACE, {})
+    assert sampler.why(trial.number, values).startswith(("move from trial 2: ", "pair of moves from trial 2: "))
+    assert sampler.why(trial.number + 1, values) is None
+
+
+def test_a_whole_study_on_the_enabler_trap_takes_the_slower_enabler_for_a_larger_micro_batch(tmp_path):
+    inst, ex = instance("enabler-trap", 0)
+    space_file = tmp_path / "trap.yaml"
+    space_file.write_text(FAMILIES["enabler-trap"].space_yaml)
+    storage = f"sqlite:///{tmp_path / 'trap.db'}"
+    settings = RunSettings(
+        command=("true",),
+        space=str(space_file),
+        results=tmp_path,
+        storage=storage,
+        study="trap",
+        trials=12,
+        seed=0,
+        confirm=0,
+    )
+    launcher = ModelLauncher(env={"HOME": str(tmp_path)}, cost=analytic_cost(inst.landscape, inst.node))
+    shown = io.StringIO()
+    out = run_study(settings, console=Console(file=shown, width=200), launcher=launcher)
+    # every move the planner proposed says why under its trial's line, and the study keeps it
+    text = shown.getvalue()
+    assert "from trial 0: " in text and "why: compound move from trial" in text
+    kept = [t.user_attrs.get("why") for t in optuna.load_study(study_name="trap", storage=storage).trials]
+    assert kept[0] is None and sum(1 for w in kept if w) == text.count("why: ") >= 6
+    ok = [r for r in out.records if r.ok and r.values["train.gradient_checkpointing"]]
+    assert any(r.values["train.micro_batch_size"] >= 16 for r in ok)
+    best = out.winner
+    assert best is not None and best.values["train.gradient_checkpointing"]
+    assert AnalyticNode().capacity_gib and isinstance(inst.landscape(best.values), Truth)
+
+
+def test_a_config_holding_a_flaky_value_is_neither_the_incumbent_nor_a_base():
+    """Tree hung two of its five runs: better than even odds for a run, but a value that fails that
+    often is no stable setting. The config that finished with it is the fastest; the incumbent and
+    the moves come from the others."""
+    lucky = {"micro": 4, "NCCL_ALGO": "Tree"}
+    records = [
+        rec(0, {}),
+        rec(1, {"micro": 4}),
+        rec(2, lucky),
+        rec(3, {"NCCL_ALGO": "Tree"}, FailureClass.HANG),
+        rec(4, {"micro": 1, "NCCL_ALGO": "Tree"}),
+        rec(5, {"ckpt": True, "NCCL_ALGO": "Tree"}, FailureClass.HANG),
+        rec(6, {"ckpt": True, "micro": 4, "NCCL_ALGO": "Tree"}),
+        rec(7, {"NCCL_ALGO": "Ring"}),
+    ]
+    planner = Planner(SPACE, {}, records)
+    assert planner.failures.p_ok({**BASE, **lucky}) > 0.5 and planner.failures.flaky({**BASE, **lucky})
+    ranked = [number for _, number, _, _ in planner.ranked()]
+    assert ranked[0] == 1 and not {2, 4, 6} & set(ranked)
+    proposal = planner.propose(random.Random(0))
+    assert proposal is not None and "from trial 2" not in proposal.reason
+
+
+def test_no_move_goes_to_a_config_holding_a_flaky_value():
+    """One hang of Tree may be chance: moves still try it elsewhere. Two hangs in two runs make it
+    flaky: the incumbent and the export pass over a config holding it, so no move goes there."""
+    once = [rec(0, {}), rec(1, {"micro": 4}), rec(2, {"NCCL_ALGO": "Tree"}, FailureClass.HANG)]
+    twice = once + [rec(3, {"ckpt": True, "NCCL_ALGO": "Tree"}, FailureClass.HANG)]
+    tree = {**BASE, "micro": 4, "NCCL_ALGO": "Tree"}
+    for records, flaky in ((once, False), (twice, True)):
+        planner = Planner(SPACE, {}, records)
+        assert bool(planner.failures.flaky(tree)) is flaky
+        moves = planner.moves([(1, records[1].values)])
+        assert moves and any(m.values["NCCL_ALGO"] == "Tree" for m in moves) is not flaky
+
+
+def tpe_fallback_proposals(seed: int, asks: int) -> list[float]:
+    """P(fits) of the configs the sampler proposes where every move near the best is measured: no-
+    checkpointing micro-batches of 4 are the fastest, checkpointing triples a step, a micro-batch of
+    8 without it ran out of memory, and the larger ones without it were never run."""
+    import itertools
+
+    from nccl_tune.tuner.records.sampling import suggest
+
+    def step_s(v: dict) -> float:
+        return (v["micro"] + 8.0) / v["micro"] * (3.0 if v["ckpt"] else 1.0)
+
+    sampler = LocalSearchSampler(SPACE, {}, seed=seed)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    records = []
+    for micro, ckpt, algo in itertools.product((1, 2, 4, 8, 16, 32), (True, False), ("unset", "Ring", "Tree")):
+        v = {**BASE, "micro": micro, "ckpt": ckpt, "NCCL_ALGO": algo}
+        if ckpt or micro < 8 or (micro == 8 and algo == "unset"):
+            records.append(record(len(records), v, peak(v), step_s(v)))
+            told(study, records[-1])
+    memory = Planner(SPACE, {}, records).memory
+    out = []
+    for _ in range(asks):
+        trial = study.ask()
+        values = suggest(trial, SPACE, {})
+        assert sampler.why(trial.number, values).startswith("TPE, since every move from the best configs is tried")
+        out.append(memory.p_fits(values))
+        study.tell(trial, state=TrialState.FAIL)
+    return out
+
+
+def test_where_no_move_is_worth_a_trial_tpe_proposes_configs_the_memory_model_expects_to_fit(monkeypatch):
+    from nccl_tune.tuner.search import local_search
+
+    fits = [p for seed in (1, 2) for p in tpe_fallback_proposals(seed, 12)]
+    assert min(fits) >= 0.5, fits
+    # TPE alone knows nothing of memory: here it proposes micro-batches the runs put over the GPU
+    monkeypatch.setattr(local_search, "TPE_DRAWS", 1)
+    alone = [p for seed in (1, 2) for p in tpe_fallback_proposals(seed, 12)]
+    assert sum(p < 0.5 for p in alone) >= 3, alone
+
+
+SOCKETS = parse_space(
+    """
+name: ddp
+parameters:
+  - {name: micro, kind: pow2, low: 1, high: 4, default: 2, memory: increasing}
+  - {name: NCCL_SOCKET_NTHREADS, kind: categorical, choices: [unset, 8, 16], default: unset, memory: none}
+  - {name: NCCL_NSOCKS_PERTHREAD, kind: categorical, choices: [unset, 4, 8], default: unset, memory: none}
+throughput: {samples_per_step: 64}
+""",
+    source="test",
+    label="ddp",
+)
+
+
+def test_no_move_goes_to_a_config_nccl_runs_as_one_already_measured():
+    """16 threads x 8 sockets is past NCCL's 64: it runs as 16 x 4, measured; 8 x 8 is a run of its own."""
+    base = SOCKETS.defaults()
+    runs = [
+        ({}, 2.0),
+        ({"NCCL_SOCKET_NTHREADS": 16}, 1.5),
+        ({"NCCL_SOCKET_NTHREADS": 16, "NCCL_NSOCKS_PERTHREAD": 4}, 1.2),
+        ({"NCCL_SOCKET_NTHREADS": 8, "NCCL_NSOCKS_PERTHREAD": 4}, 1.25),
+    ]
+    records = [record(i, {**base, **changes}, 40.0, step_s) for i, (changes, step_s) in enumerate(runs)]
+    planner = Planner(SOCKETS, {}, records)
+    moves = planner.moves([(2, records[2].values), (3, records[3].values)])
+    socket_pairs = {(m.values["NCCL_SOCKET_NTHREADS"], m.values["NCCL_NSOCKS_PERTHREAD"]) for m in moves}
+    assert (8, 8) in socket_pairs and (16, 8) not in socket_pairs
+    # the same with the threads pinned (--set NCCL_SOCKET_NTHREADS=16): the clamp reads the pinned value
+    pinned = Planner(SOCKETS, {"NCCL_SOCKET_NTHREADS": 16}, records[1:3])
+    assert not [m for m in pinned.moves([(2, records[2].values)]) if m.values["NCCL_NSOCKS_PERTHREAD"] == 8]
+
+
+def quiet_study(tmp_path, name: str, space_text: str, truth, trials: int) -> list[TrialRecord]:
+    """The launched trials, in order, of a whole study of ``space_text`` on the analytic landscape
+    ``truth`` under 0.5% step noise: no re-run, early stop or screening."""
+    space_file = tmp_path / f"{name}.yaml"
+    space_file.write_text(space_text)
+    settings = RunSettings(
+        command=("true",),
+        space=str(space_file),
+        results=tmp_path,
+        storage=f"sqlite:///{tmp_path / f'{name}.db'}",
+        study=name,
+        trials=trials,
+        seed=0,
+        confirm=0,
+        early_stop_ratio=0.0,
+        screening=False,
+    )
+    launcher = ModelLauncher(env={"HOME": str(tmp_path)}, cost=analytic_cost(truth, AnalyticNode(step_noise=0.005)))
+    out = run_study(settings, console=Console(file=io.StringIO(), width=200), launcher=launcher)
+    return [r for r in sorted(out.records, key=lambda r: r.number) if r.outcome is Outcome.LAUNCHED]
+
+
+RISING = """
+name: rising
+parameters:
+  - {name: rollout.max_num_seqs, kind: pow2, low: 16, high: 1024, default: 16, memory: none}
+  - {name: NCCL_ALGO, kind: categorical, choices: [unset, Ring, Tree], default: unset, memory: none}
+stop: {warmup_steps: 1, measured_steps: 3, screen_steps: 0}
+throughput: {samples_per_step: 1024}
+"""
+
+
+def test_a_gain_along_an_ordered_axis_is_followed_past_the_next_value(tmp_path):
+    """Throughput rises with every doubling of the engines' batch, 16 to 1024 (seven values), from a
+    baseline at the low end: a move goes two values at once, so the top is run by the fourth trial,
+    not after every value between (six moves one value at a time)."""
+
+    def truth(v):
+        return Truth(step_s=100.0 / (1.0 + 0.15 * math.log2(v["rollout.max_num_seqs"] / 16)), peak_gib=30.0)
+
+    seqs = [r.values["rollout.max_num_seqs"] for r in quiet_study(tmp_path, "rising", RISING, truth, trials=5)]
+    assert 1024 in seqs[:4] and not {32, 128, 512} & set(seqs[:4]), seqs
+
+
+def pairs_from(planner: Planner, number: int, values: dict) -> set[tuple[tuple[str, object], ...]]:
+    """The pairs of moves among ``planner``'s moves from the one base ``(number, values)``: each as
+    its two changes, sorted."""
+    return {
+        tuple(sorted((n, m.values[n]) for n in m.changed))
+        for m in planner.moves([(number, values)])
+        if m.kind == "pair of moves"
+    }
+
+
+def test_a_pair_of_moves_takes_no_change_rated_slower_and_no_two_nccl_variables():
+    """From the baseline (micro 2, no checkpointing) a smaller micro-batch and checkpointing on are
+    rated slower by the prior: neither joins a pair. A larger micro-batch (expected faster) pairs
+    with an NCCL value (expected neither); two NCCL variables never pair."""
+    space = parse_space(SPACE_TEXT_TWO_NCCL, source="test", label="sft2")
+    v = space.defaults()
+    records = [record(0, v, peak(v), 64.0 / speed(v))]
+    pairs = pairs_from(Planner(space, {}, records), 0, v)
+    micro = {(("NCCL_ALGO", a), ("micro", m)) for a in ("Ring", "Tree") for m in (4, 8)}
+    proto = {(("NCCL_PROTO", p), ("micro", m)) for p in ("Simple", "LL128") for m in (4, 8)}
+    assert pairs == micro | proto
+
+
+SPACE_TEXT_TWO_NCCL = """
+name: sft2
+parameters:
+  - {name: micro, kind: pow2, low: 1, high: 32, default: 2, memory: increasing}
+  - {name: ckpt, kind: bool, default: false, memory: decreasing}
+  - {name: NCCL_ALGO, kind: categorical, choices: [unset, Ring, Tree], default: unset, memory: none}
+  - {name: NCCL_PROTO, kind: categorical, choices: [unset, Simple, LL128], default: unset, memory: none}
+  - {name: train_batch_size, kind: pow2, low: 256, high: 1024, default: 512, memory: increasing, semantic: true}
+throughput: {samples_per_step: 64}
+"""
+
+
+def test_a_pair_of_moves_takes_a_measured_change_only_while_it_measured_no_slower():
+    """Once micro 4 measured 20% slower than the baseline (a landscape the prior got wrong), the
+    measured trend along the axis decides, not the prior: neither micro 4 nor micro 8 joins a pair,
+    and micro 1 does. A semantic parameter (the batch size) never joins one, and only the leading
+    base makes pairs."""
+    space = parse_space(SPACE_TEXT_TWO_NCCL, source="test", label="sft2")
+    v0, v4 = space.defaults(), {**space.defaults(), "micro": 4}
+    ring = {**v0, "NCCL_ALGO": "Ring"}
+    records = [record(0, v0, peak(v0), 1.0), record(1, v4, peak(v4), 1.2), record(2, ring, peak(ring), 1.0)]
+    planner = Planner(space, {}, records)
+    paired = {c for pair in pairs_from(planner, 0, v0) for c in pair}
+    assert ("micro", 1) in paired and not {("micro", 4), ("micro", 8)} & paired
+    assert not any(name == "train_batch_size" for name, _ in paired)
+    assert pairs_from(planner, 2, ring)
+    both = planner.moves([(0, v0), (2, ring)])
+    assert {m.base for m in both if m.kind == "pair of moves"} == {0}
+
+
+TWO_GAINS = """
+name: two-gains
+parameters:
+  - {name: train.micro_batch_size, kind: pow2, low: 1, high: 4, default: 1, memory: increasing}
+  - {name: rollout.gpu_memory_utilization, kind: categorical, choices: [0.5, 0.6, 0.7], default: 0.5, memory: increasing}
+  - {name: NCCL_ALGO, kind: categorical, choices: [unset, Ring, Tree], default: unset, memory: none}
+stop: {warmup_steps: 1, measured_steps: 3, screen_steps: 0}
+throughput: {samples_per_step: 1024}
+"""
+
+
+def test_two_changes_expected_to_gain_are_taken_in_one_trial(tmp_path):
+    """A larger micro-batch and a larger engines' pool are each expected faster (more memory), and
+    each gains about 14% at the top of its axis, whatever the other's value: a pair of moves takes
+    both in the first trial after the baseline, where one move at a time needs two trials to run
+    the best. An NCCL value, expected neither faster nor slower, promises less as the partner."""
+
+    def truth(v):
+        micro, util = v["train.micro_batch_size"], v["rollout.gpu_memory_utilization"]
+        gain = (1.0 + 0.07 * math.log2(micro)) * (1.0 + 0.7 * (util - 0.5))
+        return Truth(step_s=100.0 / gain, peak_gib=8.0 + 0.5 * micro + 2.0 * util)
+
+    second = quiet_study(tmp_path, "two-gains", TWO_GAINS, truth, trials=2)[1]
+    assert second.why.startswith("pair of moves from trial 0: "), second.why
+    assert (second.values["train.micro_batch_size"], second.values["rollout.gpu_memory_utilization"]) == (4, 0.7)
+    assert second.values["NCCL_ALGO"] == "unset"
+
+
+def test_a_pair_of_moves_may_undo_a_carried_change_however_the_model_rates_it():
+    """From a config that carried micro 4 in (measured 20% faster than the baseline's micro 2),
+    going back to micro 2 is rated slower, and it may still join a pair: one noisy run's word put it
+    there, and a pair that undoes it reads it again. Micro 1, also rated slower and not the
+    baseline's value, does not join one."""
+    space = parse_space(SPACE_TEXT_TWO_NCCL, source="test", label="sft2")
+    v0, v4 = space.defaults(), {**space.defaults(), "micro": 4}
+    planner = Planner(space, {}, [record(0, v0, peak(v0), 1.0), record(1, v4, peak(v4), 0.8)])
+    means, _ = planner.tput.predict([v4, {**v4, "micro": 2}])
+    assert means[1] < means[0] - 0.1
+    paired = {c for pair in pairs_from(planner, 1, v4) for c in pair}
+    assert ("micro", 2) in paired and ("micro", 1) not in paired
