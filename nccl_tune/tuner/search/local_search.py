@@ -53,6 +53,26 @@ proposes what an uninterrupted one would):
    ``P(fits) x worth x expected throughput``. When no move is worth
    ``MIN_EXPECTED_GAIN``, Optuna's TPE proposes (the first of its proposals the memory model
    gives an even chance to fit: ``TPE_DRAWS``), and the trial says why the planner declined.
+
+Where it is weak. It is a local search, and its models are additive: an interaction between two
+parameters is learnt only by trying the pair. A phase's memory fit needs runs that reported memory
+per phase (GPU samples give it, locally and on Ray nodes; memory lines a trainer writes to its own
+worker files, read after the run, give none, so without NVML a SkyRL run's highest peak is fitted
+alone), and a memory-saving value whose only runs crashed before measuring anything keeps its prior
+effect in every phase. A flat optimum under high step noise (6-10%) is found late even with more
+measured steps: one run's reading of a change worth a few percent is a coin toss, and a change
+carried in on one run's word is read again only when a later pair undoes it. Where neither NVML
+nor the trainer's memory lines give the GPU's size, the memory model has no wall until a run runs
+out of memory and PyTorch's message names the size (``gpu_size``): until then every move gets even
+odds to fit. Near a narrow memory wall it pays a few OOMs to learn where the wall is. NCCL
+combinations that hang are learnt by hanging: with the NCCL check, one that deadlocks the
+collectives alone costs a check of under a minute, while one that hangs only next to the trainer
+(memory pressure, the engines' buffers) costs its trial's stall timeout; and an NCCL value whose
+first run hung by the chance of another value may not be tried again when the other NCCL variables
+measured flat. A value that hangs now and then is judged by the blame the failure model shares
+between it and the other values its failed runs held, so its estimated rate runs low where each
+failed run held many changed values (``FailureModel.flaky`` then names them together, at their
+joint rate). The figures per landscape family are in ``benchmarks/README.md``.
 """
 
 from __future__ import annotations
