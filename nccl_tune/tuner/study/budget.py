@@ -51,3 +51,13 @@ class Budget:
         """No new trial of any kind: the deadline has passed."""
         left = self.left_s()
         return left is not None and left <= 0
+
+    def note(self) -> str:
+        """Why the search starts no new trial."""
+        if self.spent() or not self.reserve_s:
+            return "the run's --budget is spent: no new trial"
+        reruns = f" and {self.confirm_runs} confirmation re-run(s)" if self.confirm_runs else ""
+        return (
+            f"the run's --budget has {self.left_s() / 60:.1f} min left, too little for one more trial{reruns} of "
+            f"about {self.longest_ok_s / 60:.1f} min each: no new search trial"
+        )

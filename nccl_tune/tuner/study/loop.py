@@ -1,12 +1,12 @@
 """The study: an Optuna ask / run / tell loop over trials, with resume, re-runs and a winner.
 
 ``run_study(settings)`` is what ``nccl-tune run`` calls. It opens (or resumes) the study, settles
-the trials of a tuner that was killed (``recovery``), then loops: **ask** Optuna for values,
-**admit** them or tell why not (``admission``: rules, duplicates, predicted OOM), **run** the
-trial once the node is clean (``trial_run``), which **tells** Optuna the result, and stop when a
-failure says the command or the node is broken (``stop_rules``). Once a trial has finished, the
-NCCL sweep times each single NCCL change on the collectives alone (``nccl_sweep_run``), for the
-default sampler to order them by. After the search the best
+the trials of a tuner that was killed (``recovery``), then searches (``scheduler``, in one slot or
+``--parallel`` slots): **ask** Optuna for values, **admit** them or tell why not (``admission``:
+rules, duplicates, predicted OOM), **run** the trial once the node is clean (``trial_run``), which
+**tells** Optuna the result, and stop when a failure says the command or the node is broken
+(``stop_rules``). Once a trial has finished, the NCCL sweep times each single NCCL change on the
+collectives alone (``nccl_sweep_run``), for the default sampler to order them by. After the search the best
 candidates are re-run to confirm they are stable (``confirmation``); the winner is the fastest
 config whose every run was ``ok`` away from the memory wall.
 """
@@ -23,7 +23,6 @@ from typing import Any
 import optuna
 from rich.console import Console
 
-from nccl_tune.failure import FailureClass
 from nccl_tune.launchers.base import Launcher
 from nccl_tune.launchers.registry import make_launcher
 from nccl_tune.nightly.fingerprint import Fingerprint
@@ -35,7 +34,7 @@ from nccl_tune.tuner.records import dropped
 from nccl_tune.tuner.records import study_records as R
 from nccl_tune.tuner.records.hardware_record import hardware_facts, store_hardware
 from nccl_tune.tuner.records.pins import Pins, apply_pins, baseline_values
-from nccl_tune.tuner.records.sampling import suggest, to_optuna
+from nccl_tune.tuner.records.sampling import to_optuna
 from nccl_tune.tuner.records.stability import Candidate
 from nccl_tune.tuner.records.storage import create_or_resume, hold_study, open_storage, study_folder
 from nccl_tune.tuner.records.study_records import TrialKind, TrialRecord
@@ -46,11 +45,11 @@ from nccl_tune.tuner.study.budget import Budget
 from nccl_tune.tuner.study.confirmation import confirm
 from nccl_tune.tuner.study.dry_run import first_values
 from nccl_tune.tuner.study.nccl_sweep_run import checking as nccl_checking
-from nccl_tune.tuner.study.nccl_sweep_run import run_sweep, sweeper
+from nccl_tune.tuner.study.nccl_sweep_run import sweeper
 from nccl_tune.tuner.study.night import check_runnable, finish_night, plan_night, start_night
-from nccl_tune.tuner.study.parallel import search_parallel
 from nccl_tune.tuner.study.preflight import check_before_trials, refuse_launcher_env
 from nccl_tune.tuner.study.recovery import Recovery
+from nccl_tune.tuner.study.scheduler import Scheduler
 from nccl_tune.tuner.study.stop_rules import StopRules, refuse_unrankable
 from nccl_tune.tuner.study.warm_start import warm_start
 from nccl_tune.tuner.trials.display import Display
@@ -147,8 +146,9 @@ class StudyLoop:
         )
         self.admission = Admission(self.space, self.display, settings.predict_oom, lambda: self.pins.params)
         self.stops = StopRules(self.space, pins.params)
-        self.sweeper = sweeper(self.launcher, settings)
-        """The launcher the NCCL sweep runs its checks with, until the sweep is done."""
+        self.scheduler = Scheduler(
+            self.runner, self.admission, self.stops, sweeper(self.launcher, settings), settings.parallel
+        )
 
     @property
     def pins(self) -> Pins:
@@ -260,67 +260,10 @@ class StudyLoop:
             fail_on_regression=self.settings.fail_on_regression_pct is not None,
         )
 
-    def budget_note(self, budget: Budget) -> str:
-        """Why the search starts no new trial."""
-        if budget.spent() or not budget.reserve_s:
-            return "the run's --budget is spent: no new trial"
-        reruns = f" and {self.settings.confirm} confirmation re-run(s)" if self.settings.confirm else ""
-        return (
-            f"the run's --budget has {budget.left_s() / 60:.1f} min left, too little for one more trial{reruns} of "
-            f"about {budget.longest_ok_s / 60:.1f} min each: no new search trial"
-        )
-
-    def ask(self, study: optuna.Study) -> tuple[optuna.Trial, dict[str, Any], str]:
-        """Optuna's next trial, its values and its kind (baseline, search, retry), recorded in it."""
-        trial = self.runner.ask(study)
-        values = suggest(trial, self.space, self.pins.params)
-        kind = trial.user_attrs.get(R.A_KIND, TrialKind.SEARCH.value)
-        trial.set_user_attr(R.A_VALUES, values)
-        trial.set_user_attr(R.A_KIND, kind)
-        why = getattr(study.sampler, "why", None)
-        reason = why(trial.number, values) if callable(why) else None
-        if reason:
-            trial.set_user_attr(R.A_WHY, reason)
-        return trial, values, kind
-
-    def sweep_nccl(self, study: optuna.Study, budget: Budget) -> bool:
-        """The NCCL sweep, once a trial has finished (the check is then known to work with the
-        command's NCCL values), until every change is timed or the budget leaves no search trial;
-        True when interrupted."""
-        checker = self.sweeper
-        if checker is None or checker.off is not None or not any(r.ok for r in R.records(study)):
-            return False
-        interrupted = run_sweep(study, self.runner, checker, self.display, budget.search_over)
-        self.sweeper = checker if interrupted else None
-        return interrupted
-
     def search(self, study: optuna.Study, budget: Budget) -> bool:
-        """Ask, admit, run and tell until ``--trials`` trials ran; True when interrupted."""
-        start = self.runner.launched  # warm-start runs come on top of --trials, as re-runs do
-        if self.settings.parallel > 1:
-            return search_parallel(self, study, budget, self.settings.parallel, start)
-        while self.runner.launched - start < self.settings.trials:
-            if self.interrupt.is_set:
-                return True
-            if self.sweep_nccl(study, budget):
-                return True
-            if budget.search_over():
-                self.display.note(self.budget_note(budget))
-                return False
-            trial, values, kind = self.ask(study)
-            with self.runner.told_on_failure(study, trial):
-                trials = study.get_trials(deepcopy=False)
-                history = R.records_of(trials)
-                if not self.admission.admit(study, trial, values, kind, trials, history):
-                    if self.admission.converged:
-                        return False
-                    continue
-                result = self.runner.run(study, trial, values, kind, history)
-            budget.observe(result)
-            if result.status is FailureClass.INTERRUPTED:
-                return True
-            self.stops.check(result, kind=kind, never_ok=not any(r.ok for r in history), values=values)
-        return False
+        """Ask, admit, run and tell until ``--trials`` trials ran; True when interrupted (warm-start
+        runs come on top of ``--trials``, as re-runs do)."""
+        return self.scheduler.search(study, budget, self.settings.trials)
 
 
 def run_study(settings: RunSettings, console: Console | None = None, launcher: Launcher | None = None) -> StudyOutcome:

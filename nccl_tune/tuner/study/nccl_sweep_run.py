@@ -1,14 +1,14 @@
-"""Running the NCCL sweep (``nccl_sweep``): its checks, one at a time, each stored as it ends."""
+"""Running the NCCL sweep (``records.nccl_sweep``): its plan of checks, each run in a slot of the
+scheduler (``scheduler``) and stored as it ends."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
 import optuna
 
-from nccl_tune.failure import FailureClass
 from nccl_tune.launchers.base import Launcher
 from nccl_tune.launchers.nccl_check import CheckingLauncher, with_nccl_check
 from nccl_tune.search_spaces.space import SearchSpace
@@ -39,7 +39,7 @@ def checking(launcher: Launcher, settings: RunSettings, space: SearchSpace) -> t
 def sweeper(launcher: Launcher, settings: RunSettings) -> CheckingLauncher | None:
     """The launcher the sweep runs its checks with, or None when the sweep does not run: it runs
     where the NCCL check does, for the default sampler (the one that reads it); with ``--parallel``
-    its checks take the free slots (``tuner.study.parallel``)."""
+    its checks take the free slots (``scheduler``)."""
     if isinstance(launcher, CheckingLauncher) and settings.sampler == "local":
         return launcher
     return None
@@ -114,29 +114,3 @@ class SweepPlan:
         self.study.set_user_attr(A_SWEEP, {k: e.to_json() for k, e in self.done.items()})
         self.display.note(line_of(check.key, entry, self.done.get(BASELINE_KEY)).text())
         return check.key != BASELINE_KEY or entry.ok
-
-
-def run_sweep(
-    study: optuna.Study,
-    runner: TrialRunner,
-    launcher: CheckingLauncher,
-    display: Display,
-    time_is_up: Callable[[], bool] = lambda: False,
-) -> bool:
-    """Check the baseline's NCCL values, then each single change (``planned``) not yet in the study,
-    one at a time; True when the tuner was interrupted (the checks done so far are kept). Stops when
-    the baseline's own check failed (nothing can be compared with it), and before a check once
-    ``time_is_up`` (the run's ``--budget``: the next run resumes the sweep)."""
-    plan = SweepPlan(study, runner, launcher, display)
-    if plan.blocked:
-        return False
-    plan.announce()
-    for check in plan.todo:
-        if time_is_up():
-            return False
-        result = plan.run(check)
-        if result.status is FailureClass.INTERRUPTED:
-            return True
-        if not plan.record(check, result):
-            return False
-    return False
