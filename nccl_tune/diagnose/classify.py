@@ -39,11 +39,13 @@ from nccl_tune.diagnose.flight_recorder import FlightRecorderSummary, analyse_du
 from nccl_tune.diagnose.ignored import ENDED, IN, IgnoredBlock, header_prefix
 from nccl_tune.diagnose.ignored import HEADS as IGNORED_HEADS
 from nccl_tune.diagnose.rules import (
+    CONTEXT_BYTES,
     HOST_MEMORY,
     HOST_MEMORY_KEYS,
     PREFILTER_KEYS,
     PROGRAM_EXIT,
     RULES,
+    TORCHRUN_ROOT_CAUSE,
     TRAINING_END,
     Kind,
     Rule,
@@ -64,8 +66,6 @@ TAIL_LINES = 16
 TEMPLATE_CACHE = 4096
 """Digit-masked line templates whose prefilter answer is remembered (cleared when full)."""
 TEMPLATE_MAX_BYTES = 512
-CONTEXT_BYTES = 2048
-"""Bytes before an OOM line searched for its context (vLLM, weight sync)."""
 READ_BYTES = 1 << 20
 RANK_SCAN_BLOCKS = 64
 """Blocks at the start of a log read for who is who (ranks, Ray worker pids); after them, only blocks
@@ -110,42 +110,15 @@ _FATAL_WORDS = re.compile(
     r"|exitcode\s*:"
 )
 _CARETS = re.compile(r"^\s*[\^~]+\s*$")
-_VALIDATION_FRAME = re.compile(rb'File "[^"\n]+", line \d+, in (?:validate|_?check|verify)\w*')
-CONFIG_ASSERTION = Rule("config_assertion_frame", FailureClass.CONFIG_ERROR, Kind.ROOT, (), None, "validation")
-"""A bare ``AssertionError`` raised inside a config validation function."""
-_RENDEZVOUS_FRAME = re.compile(
-    rb'File "[^"\n]+", line \d+, in (?:init_process_group|_store_based_barrier|_create_c10d_store|next_rendezvous'
-    rb"|_rendezvous_helper|rendezvous)\b"
-)
-_PEER_RESET_RAISED = re.compile(r"\b\w*(?:Error|Exception): Connection (?:reset|closed) by peer\s*$")
-RENDEZVOUS_RESET = Rule("rendezvous_reset_frame", FailureClass.INIT_FAILURE, Kind.INIT, (), None, "rendezvous")
-"""A peer's reset raised inside ``init_process_group`` (gloo's, or the store's): the rendezvous failed."""
 _P2P_OPS = {"SEND", "RECV", "send", "recv"}
 """Point-to-point operations: their sequence numbers legitimately differ between ranks."""
 _FRAME_LINE = re.compile(r"^\s*File \"[^\"]+\", line \d+")
-_SIGNAL_IN_TEXT = re.compile(
-    r"<Signals\.(?P<a>SIG\w+): \d+>|terminated with signal (?P<b>SIG\w+)|terminated with code (?P<c>-\d+)"
-    r"|non-zero exit status (?P<d>-\d+)"
-)
-_WORK_FIELD = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\))=([^,)\s]+)")
-_WATCHDOG_WHOLE = re.compile(
-    r"(?:[Cc]aught collective operation timeout: |Work )WorkNCCL\([A-Za-z]+(?:\(ms\))?=[^,()\s]*"
-    r"(?:, [A-Za-z]+(?:\(ms\))?=[^,()\s]*)*\) (?:ran for \d+ milliseconds before timing out"
-    r"|timed out in blocking wait(?: \((?:TORCH_)?NCCL_BLOCKING_WAIT=1\))?)\.?\s*$"
-)
-"""A watchdog message from its head to the end of its line, every field of its work whole: what the
-lines after a wrapped one must complete it into."""
 WRAPPED_LINES = 3
 """Lines after a watchdog line cut inside its ``WorkNCCL(...)`` that may hold the rest of it."""
-_PG = re.compile(r"\[PG (?:ID )?(?P<pg>\d+)(?: PG GUID (?P<guid>[^\s\]]+))?[^\]]*Rank \d+\]")
-_PORT = re.compile(r"(?P<host>\]|\b[\w.-]+):(?P<port>\d{2,5})\b")
-_SOURCE_FILE = re.compile(r"\.(?:cpp|cc|c|h|hpp|py|cu)$")
 _RAISE_CODE = re.compile(r"\braise [A-Za-z_][\w.]*\(")
 _SUMMARY_RANK = re.compile(r"^\s*rank\s*:\s*(?P<rank>\d+)")
 _SUMMARY_EXIT = re.compile(r"^\s*exitcode\s*:\s*(?P<code>-?\d+)")
 _SUMMARY_SIGNAL = re.compile(r"Signal (?P<num>\d+) \((?P<name>SIG\w+)\)")
-_OOM_RESERVED = re.compile(r"(?P<v>[\d.]+) (?P<u>[KMG])i?B is reserved by PyTorch but unallocated")
-_UTIL = re.compile(r"gpu_memory_utilization=(?P<util>[\d.]+)")
 _SAVE_PHASES = {"save_checkpoints", "save_hf_model"}
 _WEIGHT_SYNC_HINTS = ("sync_weights", "sync_model", "broadcast_to_inference_engines", "update_weights", "weight_sync")
 _VLLM_STEP_HINTS = ("execute_model", "EngineCore encountered a fatal error", "step_with_batch_queue")
@@ -160,7 +133,6 @@ _VLLM_START_HINTS = (
 )
 """A vLLM engine starting (loading weights, profiling memory, sizing its KV cache, capturing CUDA graphs): its
 profiling also runs ``execute_model``, so these win."""
-_TORCHRUN_SUMMARY = Rule("torchrun_root_cause", FailureClass.CRASH, Kind.CRASH, (), None, "child_exit")
 _NCCL_WARN_CAUSES = (
     "failure",
     "Failure",
@@ -575,21 +547,22 @@ class LogClassifier:
             m = rule.pattern.search(msg) if rule.pattern is not None else None
             if rule.pattern is not None and m is None:
                 continue
-            if rule.name == "nccl_watchdog_timeout" and m is not None and m.group("closed") is None:
-                msg, m = self._unwrapped(msg, m)
+            if rule.whole is not None and m is not None and m.group("closed") is None:
+                msg, m = self._unwrapped(rule.whole, msg, m)
             self._add(rule, text, msg, m)
             return
         r = T.rank_of(msg)
         if r is not None:
             self._ranks_seen.add(r)
 
-    def _unwrapped(self, msg: str, m: re.Match[str]) -> tuple[str, re.Match[str]]:
-        """A watchdog line a terminal wrapped inside its ``WorkNCCL(...)``, joined with the next lines
-        of the byte block when they complete it into one whole message from its head to the end of a
-        line (``_WATCHDOG_WHOLE``: every field whole, then ``ran for N milliseconds before timing
-        out.`` and nothing else), so that its collective and sequence number are read; any other line
-        after it (another rank's, which would start a line of its own) leaves it as it was, its
-        fields unread. A line cut at the end of a byte block stays unread too."""
+    def _unwrapped(self, whole: re.Pattern[str], msg: str, m: re.Match[str]) -> tuple[str, re.Match[str]]:
+        """A line a terminal wrapped inside its message (a watchdog line cut inside its
+        ``WorkNCCL(...)``), joined with the next lines of the byte block when they complete it into
+        one ``whole`` message from its head to the end of a line (``Rule.whole``: for the watchdog,
+        every field whole, then ``ran for N milliseconds before timing out.`` and nothing else), so
+        that its collective and sequence number are read; any other line after it (another rank's,
+        which would start a line of its own) leaves it as it was, its fields unread. A line cut at
+        the end of a byte block stays unread too."""
         buf, _, end = self._context
         joined, pos = msg, end + 1
         for _ in range(WRAPPED_LINES):
@@ -598,35 +571,21 @@ class LogClassifier:
             nl = buf.find(b"\n", pos)
             nl = len(buf) if nl < 0 else nl
             joined += T.clean(buf[pos:nl].decode("utf-8", "replace"))
-            if _WATCHDOG_WHOLE.match(joined, m.start()):
+            if whole.match(joined, m.start()):
                 whole = m.re.search(joined, m.start())
                 if whole is not None and whole.group("closed"):
                     return joined, whole
             pos = nl + 1
         return msg, m
 
-    def _assertion_rule(self, rule: Rule) -> Rule:
-        """An ``AssertionError`` raised in a config validation function (a traceback frame ``in
-        validate_...``, as SkyRL's batch-size checks are) is the command refusing its config."""
+    def _before(self) -> bytes:
+        """The bytes printed just before the current line (``CONTEXT_BYTES`` at most)."""
         buf, start, _ = self._context
-        window = buf[max(0, start - CONTEXT_BYTES) : start]
-        return CONFIG_ASSERTION if _VALIDATION_FRAME.search(window) else rule
-
-    def _reset_rule(self, rule: Rule, msg: str) -> Rule:
-        """``Connection reset by peer`` raised from a frame of the rendezvous (``init_process_group``,
-        the store's barrier) in the same traceback is a rendezvous that failed (a peer or the master
-        went away while the group formed), not a peer's teardown: the same line mid-training is."""
-        if not _PEER_RESET_RAISED.search(msg):
-            return rule
-        buf, start, _ = self._context
-        window = buf[max(0, start - CONTEXT_BYTES) : start]
-        head = window.rfind(b"Traceback (most recent call last)")
-        return RENDEZVOUS_RESET if head >= 0 and _RENDEZVOUS_FRAME.search(window, head) else rule
+        return buf[max(0, start - CONTEXT_BYTES) : start]
 
     def _stamp_before(self) -> tuple[int, ...] | None:
         """The last time stamp printed shortly before the current line (its own has none)."""
-        buf, start, _ = self._context
-        window = buf[max(0, start - CONTEXT_BYTES) : start].decode("utf-8", "replace")
+        window = self._before().decode("utf-8", "replace")
         last = None
         for m in _STAMP.finditer(window):
             last = m
@@ -654,7 +613,7 @@ class LogClassifier:
         if m:
             code = int(m.group("code"))
             self._summary_event = self._add(
-                _TORCHRUN_SUMMARY,
+                TORCHRUN_ROOT_CAUSE,
                 text,
                 msg,
                 None,
@@ -693,10 +652,8 @@ class LogClassifier:
         last = self._limits.get(self._source)
         if last is not None and self._line_no > last:
             return None
-        if rule.name == "exception" and m is not None and m.group("exception") == "AssertionError":
-            rule = self._assertion_rule(rule)
-        elif rule.name == "peer_gone":
-            rule = self._reset_rule(rule, msg)
+        if rule.in_context is not None:
+            rule = rule.in_context(m, msg, self._before) or rule
         ignored = self._line_no in self._ignored
         counter = f"ignored {rule.name}" if ignored else rule.name  # ignored lines cannot use up a rule's events
         count = self._per_rule.get(counter, 0)
@@ -711,7 +668,8 @@ class LogClassifier:
             self._ranks_seen.add(rank)
         det: dict[str, Any] = {k: v for k, v in (m.groupdict() if m else {}).items() if v is not None}
         det.update(details or {})
-        _details_for(rule, msg, det)
+        if rule.details is not None:
+            rule.details(msg, det)
         ph = self._phases
         ev = _Event(
             order=self._order_base + self._line_no,
@@ -868,77 +826,6 @@ def _tail_lines(tail: Iterable[tuple[int, bytes]], source: str) -> tuple[Evidenc
         if text.strip():
             out.append(Evidence(no, text, source))
     return tuple(out)
-
-
-def _details_for(rule: Rule, msg: str, det: dict[str, Any]) -> None:
-    """Values a rule's advice needs beyond its regular expression's groups."""
-    if rule.name == "nccl_watchdog_timeout":
-        # a work still cut short (no rows after it complete it: ``_unwrapped``) names no fields: its last one may be cut
-        fields = dict(_WORK_FIELD.findall(det.get("work", ""))) if det.pop("closed", None) else {}
-        if "SeqNum" in fields:
-            det["seq"] = int(fields["SeqNum"])
-        if "OpType" in fields:
-            det["op"] = fields["OpType"]
-        for key, name in (("NumelIn", "numel_in"), ("NumelOut", "numel_out"), ("Timeout(ms)", "timeout_ms")):
-            if key in fields and fields[key].lstrip("-").isdigit():
-                det[name] = int(fields[key])
-        pg = _PG.search(msg)
-        det["pg"] = (pg.group("guid") or pg.group("pg")) if pg else "0"
-        det.pop("work", None)
-    elif rule.name == "gloo_timeout":
-        det["op"] = f"gloo {det.get('direction', '')}".strip()
-    elif rule.name == "monitored_barrier" and "ranks" in det:
-        det["culprits"] = [int(r) for r in re.findall(r"\d+", det.pop("ranks"))]
-    elif rule.name == "port_in_use":
-        for m in _PORT.finditer(msg):
-            if not _SOURCE_FILE.search(m.group("host")):
-                det["port"] = int(m.group("port"))
-                break
-    elif rule.name == "cuda_oom":
-        m = _OOM_RESERVED.search(msg)
-        if m:
-            scale = {"K": 1 / 1024**2, "M": 1 / 1024, "G": 1.0}[m.group("u")]
-            det["reserved_unallocated_gib"] = float(m.group("v")) * scale
-    elif rule.name == "vllm_kv_budget":
-        m = _UTIL.search(msg)
-        if m:
-            det["util"] = m.group("util")
-    elif rule.name == "nccl_warn":
-        low = msg.lower()
-        if "shared memory" in low or "shm" in low or "no space left" in low:
-            det["subtype"] = "shm"
-        elif "net/" in low or "socket" in low or "connection" in low or "ibv" in low:
-            det["subtype"] = "network"
-    elif rule.name == "nccl_error":
-        low = msg.lower()
-        if "system error" in low:
-            det["subtype"] = "system"
-        elif "invalid usage" in low or "ncclinvalidusage" in low:
-            det["subtype"] = "invalid_usage"
-    elif rule.name == "exception":
-        m = _SIGNAL_IN_TEXT.search(msg)
-        if m:
-            code = m.group("c") or m.group("d")
-            det["signal"] = m.group("a") or m.group("b") or signal_from_exit(int(code))
-    elif rule.name in ("torchrun_child_failed", "launcher_exit") and "exit_code" in det:
-        det["exit_code"] = int(det["exit_code"])
-        det["signal"] = signal_from_exit(det["exit_code"])
-    elif rule.name == "signal_received":
-        det["signal"] = det.pop("signal2", None) or det.get("signal")
-    elif rule.name == "dump_signal" and det.get("from_rank") is not None:
-        det["from_rank"] = int(det["from_rank"])
-    elif rule.name == "transport_size_mismatch":
-        got, want = det.pop("received_gloo", None), det.pop("expected_gloo", None)
-        if got is not None:
-            det["received"], det["expected"] = got, want
-    elif rule.name == "nccl_work_timeout":
-        det["seq"] = int(det["seq"])
-    elif rule.name == "torchrun_signalled":
-        num = det.pop("signum", None) or det.pop("signum2", None)
-        if num:
-            det["signal"] = signal_from_exit(-int(num))
-    elif rule.name in ("killed", "dataloader_killed"):
-        det["signal"] = "SIGKILL"
 
 
 _NO_MORE_THAN_AN_EXCEPTION = frozenset({"exception", "engine_dead", "engine_died"})

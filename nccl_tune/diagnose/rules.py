@@ -24,10 +24,13 @@ Weights (``Kind``) drive root-cause selection in ``classify``:
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 from nccl_tune.failure import FailureClass as F
+from nccl_tune.failure import signal_from_exit
 
 
 class Kind(str, Enum):
@@ -41,9 +44,16 @@ class Kind(str, Enum):
     SUPPORT = "support"
 
 
+Details = Callable[[str, dict[str, Any]], None]
+"""Reads more from a matching message into its event's details, in place."""
+InContext = Callable[["re.Match[str] | None", str, Callable[[], bytes]], "Rule | None"]
+"""``(match, message, before)``: the rule the line means given ``before()``, the bytes printed just
+before it (``CONTEXT_BYTES``); None: its own."""
+
+
 @dataclass(frozen=True)
 class Rule:
-    """One message format and what it means."""
+    """One message format: what it means, and what it reads from a line."""
 
     name: str
     failure_class: F
@@ -56,11 +66,187 @@ class Rule:
     """Refines the advice: ``ecc``, ``shm``, ``vllm_kv_budget``, ``port_in_use``, ..."""
     exclude: tuple[str, ...] = field(default=())
     """Substrings that veto the rule (e.g. ``NCCL WARN`` for the c10d port rule)."""
+    details: Details | None = None
+    """What the advice and the decision need beyond the named groups (numbers as ``int``, a
+    ``signal``, a finer ``subtype``): read from the message into the details, in place."""
+    whole: re.Pattern[str] | None = None
+    """The whole message, for a line a terminal may wrap in the middle of it: a match whose
+    ``closed`` group is empty is joined with the next lines when they complete it into this."""
+    in_context: InContext | None = None
+    """Another rule the line means where the traceback before it says so (an ``AssertionError``
+    raised in a config validation function is a refused config, not a crash)."""
 
 
 def _rx(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern)
 
+
+CONTEXT_BYTES = 2048
+"""Bytes before a line searched for its context (a traceback's frames, vLLM, weight sync, a time stamp)."""
+
+
+# --- what a rule reads beyond its named groups ----------------------------------------------
+
+_WORK_FIELD = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\))=([^,)\s]+)")
+_PG = re.compile(r"\[PG (?:ID )?(?P<pg>\d+)(?: PG GUID (?P<guid>[^\s\]]+))?[^\]]*Rank \d+\]")
+_PORT = re.compile(r"(?P<host>\]|\b[\w.-]+):(?P<port>\d{2,5})\b")
+_SOURCE_FILE = re.compile(r"\.(?:cpp|cc|c|h|hpp|py|cu)$")
+_OOM_RESERVED = re.compile(r"(?P<v>[\d.]+) (?P<u>[KMG])i?B is reserved by PyTorch but unallocated")
+_UTIL = re.compile(r"gpu_memory_utilization=(?P<util>[\d.]+)")
+_SIGNAL_IN_TEXT = re.compile(
+    r"<Signals\.(?P<a>SIG\w+): \d+>|terminated with signal (?P<b>SIG\w+)|terminated with code (?P<c>-\d+)"
+    r"|non-zero exit status (?P<d>-\d+)"
+)
+_WATCHDOG_WHOLE = re.compile(
+    r"(?:[Cc]aught collective operation timeout: |Work )WorkNCCL\([A-Za-z]+(?:\(ms\))?=[^,()\s]*"
+    r"(?:, [A-Za-z]+(?:\(ms\))?=[^,()\s]*)*\) (?:ran for \d+ milliseconds before timing out"
+    r"|timed out in blocking wait(?: \((?:TORCH_)?NCCL_BLOCKING_WAIT=1\))?)\.?\s*$"
+)
+"""A watchdog message from its head to the end of its line, every field of its work whole: what the
+lines after a wrapped one must complete it into."""
+
+
+def _watchdog_work(msg: str, det: dict[str, Any]) -> None:
+    """The work's op, sequence number, sizes and timeout, and the process group; a work still cut
+    short (no rows after it complete it: ``Rule.whole``) names no fields: its last one may be cut."""
+    fields = dict(_WORK_FIELD.findall(det.get("work", ""))) if det.pop("closed", None) else {}
+    if "SeqNum" in fields:
+        det["seq"] = int(fields["SeqNum"])
+    if "OpType" in fields:
+        det["op"] = fields["OpType"]
+    for key, name in (("NumelIn", "numel_in"), ("NumelOut", "numel_out"), ("Timeout(ms)", "timeout_ms")):
+        if key in fields and fields[key].lstrip("-").isdigit():
+            det[name] = int(fields[key])
+    pg = _PG.search(msg)
+    det["pg"] = (pg.group("guid") or pg.group("pg")) if pg else "0"
+    det.pop("work", None)
+
+
+def _work_seq(msg: str, det: dict[str, Any]) -> None:
+    det["seq"] = int(det["seq"])
+
+
+def _gloo_op(msg: str, det: dict[str, Any]) -> None:
+    det["op"] = f"gloo {det.get('direction', '')}".strip()
+
+
+def _barrier_culprits(msg: str, det: dict[str, Any]) -> None:
+    if "ranks" in det:
+        det["culprits"] = [int(r) for r in re.findall(r"\d+", det.pop("ranks"))]
+
+
+def _dump_from_rank(msg: str, det: dict[str, Any]) -> None:
+    if det.get("from_rank") is not None:
+        det["from_rank"] = int(det["from_rank"])
+
+
+def _gloo_sizes(msg: str, det: dict[str, Any]) -> None:
+    got, want = det.pop("received_gloo", None), det.pop("expected_gloo", None)
+    if got is not None:
+        det["received"], det["expected"] = got, want
+
+
+def _listen_port(msg: str, det: dict[str, Any]) -> None:
+    """The port named as ``host:port`` (not a source file's ``file.cpp:601``)."""
+    for m in _PORT.finditer(msg):
+        if not _SOURCE_FILE.search(m.group("host")):
+            det["port"] = int(m.group("port"))
+            break
+
+
+def _reserved_unallocated(msg: str, det: dict[str, Any]) -> None:
+    m = _OOM_RESERVED.search(msg)
+    if m:
+        scale = {"K": 1 / 1024**2, "M": 1 / 1024, "G": 1.0}[m.group("u")]
+        det["reserved_unallocated_gib"] = float(m.group("v")) * scale
+
+
+def _vllm_util(msg: str, det: dict[str, Any]) -> None:
+    m = _UTIL.search(msg)
+    if m:
+        det["util"] = m.group("util")
+
+
+def _nccl_warn_subtype(msg: str, det: dict[str, Any]) -> None:
+    low = msg.lower()
+    if "shared memory" in low or "shm" in low or "no space left" in low:
+        det["subtype"] = "shm"
+    elif "net/" in low or "socket" in low or "connection" in low or "ibv" in low:
+        det["subtype"] = "network"
+
+
+def _nccl_error_subtype(msg: str, det: dict[str, Any]) -> None:
+    low = msg.lower()
+    if "system error" in low:
+        det["subtype"] = "system"
+    elif "invalid usage" in low or "ncclinvalidusage" in low:
+        det["subtype"] = "invalid_usage"
+
+
+def _exception_signal(msg: str, det: dict[str, Any]) -> None:
+    m = _SIGNAL_IN_TEXT.search(msg)
+    if m:
+        code = m.group("c") or m.group("d")
+        det["signal"] = m.group("a") or m.group("b") or signal_from_exit(int(code))
+
+
+def _exit_code(msg: str, det: dict[str, Any]) -> None:
+    if "exit_code" in det:
+        det["exit_code"] = int(det["exit_code"])
+        det["signal"] = signal_from_exit(det["exit_code"])
+
+
+def _signal_named(msg: str, det: dict[str, Any]) -> None:
+    det["signal"] = det.pop("signal2", None) or det.get("signal")
+
+
+def _signal_number(msg: str, det: dict[str, Any]) -> None:
+    num = det.pop("signum", None) or det.pop("signum2", None)
+    if num:
+        det["signal"] = signal_from_exit(-int(num))
+
+
+def _sigkill(msg: str, det: dict[str, Any]) -> None:
+    det["signal"] = "SIGKILL"
+
+
+# --- rules a line means in the context of its traceback -------------------------------------
+
+_VALIDATION_FRAME = re.compile(rb'File "[^"\n]+", line \d+, in (?:validate|_?check|verify)\w*')
+_RENDEZVOUS_FRAME = re.compile(
+    rb'File "[^"\n]+", line \d+, in (?:init_process_group|_store_based_barrier|_create_c10d_store|next_rendezvous'
+    rb"|_rendezvous_helper|rendezvous)\b"
+)
+_PEER_RESET_RAISED = re.compile(r"\b\w*(?:Error|Exception): Connection (?:reset|closed) by peer\s*$")
+
+CONFIG_ASSERTION = Rule("config_assertion_frame", F.CONFIG_ERROR, Kind.ROOT, (), None, "validation")
+"""A bare ``AssertionError`` raised inside a config validation function."""
+RENDEZVOUS_RESET = Rule("rendezvous_reset_frame", F.INIT_FAILURE, Kind.INIT, (), None, "rendezvous")
+"""A peer's reset raised inside ``init_process_group`` (gloo's, or the store's): the rendezvous failed."""
+TORCHRUN_ROOT_CAUSE = Rule("torchrun_root_cause", F.CRASH, Kind.CRASH, (), None, "child_exit")
+"""torchrun's ``Root Cause (first observed failure)`` block (its rank, exit code and signal)."""
+
+
+def _validation_assertion(m: re.Match[str] | None, msg: str, before: Callable[[], bytes]) -> Rule | None:
+    """An ``AssertionError`` raised in a config validation function (a traceback frame ``in
+    validate_...``, as SkyRL's batch-size checks are) is the command refusing its config."""
+    if m is None or m.group("exception") != "AssertionError":
+        return None
+    return CONFIG_ASSERTION if _VALIDATION_FRAME.search(before()) else None
+
+
+def _rendezvous_reset(m: re.Match[str] | None, msg: str, before: Callable[[], bytes]) -> Rule | None:
+    """``Connection reset by peer`` raised from a frame of the rendezvous (``init_process_group``,
+    the store's barrier) in the same traceback is a rendezvous that failed (a peer or the master
+    went away while the group formed), not a peer's teardown: the same line mid-training is."""
+    if not _PEER_RESET_RAISED.search(msg):
+        return None
+    window = before()
+    head = window.rfind(b"Traceback (most recent call last)")
+    return RENDEZVOUS_RESET if head >= 0 and _RENDEZVOUS_FRAME.search(window, head) else None
+
+
+# --- the rules, in the order they are tried -------------------------------------------------
 
 _THC = r"(?:THCudaCheck FAIL file=\S+ line=\d+ error=(?P<code>\d+)|cuda runtime error \((?P<code2>\d+)\)) : "
 """The head of PyTorch's CUDA error before 1.5 (its THC library's check)."""
@@ -227,6 +413,7 @@ RULES: tuple[Rule, ...] = (
             r"|stored in KV cache|kv_cache_size=-(?P<kv_gib>[\d.]+)GiB|Insufficient memory for KV cache"
         ),
         "vllm_kv_budget",
+        details=_vllm_util,
     ),
     Rule(
         "vllm_free_memory",
@@ -294,6 +481,7 @@ RULES: tuple[Rule, ...] = (
         ),
         None,
         "cuda_oom",
+        details=_reserved_unallocated,
     ),
     # PyTorch before 1.5: "THCudaCheck FAIL file=... line=N error=2 : out of memory", "cuda runtime error (2) : ..."
     Rule(
@@ -490,6 +678,7 @@ RULES: tuple[Rule, ...] = (
         # torch 1.x's "communicator was aborted ... Original reason for failure was: [Rank 0] Watchdog caught
         # collective operation timeout: ..." is the time-out, read by nccl_watchdog_timeout
         exclude=("collective operation timeout",),
+        details=_nccl_error_subtype,
     ),
     # --- rendezvous, store, ports, connect ---------------------------------------------------
     Rule(
@@ -575,6 +764,7 @@ RULES: tuple[Rule, ...] = (
         None,
         "port_in_use",
         exclude=("NCCL WARN", "NCCL INFO"),
+        details=_listen_port,
     ),
     Rule(
         "rendezvous_timeout",
@@ -666,6 +856,7 @@ RULES: tuple[Rule, ...] = (
             r"Received data size doesn't match expected size"
         ),
         "size_on_wire",
+        details=_gloo_sizes,
     ),
     Rule(
         "nccl_watchdog_timeout",
@@ -682,6 +873,8 @@ RULES: tuple[Rule, ...] = (
             r"(?:WorkNCCL\((?P<work>(?:[^()]|\([^()]*\))*)(?P<closed>\))?)?"
         ),
         "nccl_watchdog",
+        details=_watchdog_work,
+        whole=_WATCHDOG_WHOLE,
     ),
     Rule(
         "gloo_timeout",
@@ -690,6 +883,7 @@ RULES: tuple[Rule, ...] = (
         ("Timed out waiting",),
         _rx(r"Timed out waiting (?P<timeout_ms>\d+) ?ms for (?P<direction>recv|send) operation"),
         "gloo",
+        details=_gloo_op,
     ),
     Rule(
         "monitored_barrier",
@@ -698,6 +892,7 @@ RULES: tuple[Rule, ...] = (
         ("monitoredBarrier",),
         _rx(r"[Rr]anks? (?P<ranks>\d+(?:, ?\d+)*) failed to pass monitoredBarrier"),
         "monitored_barrier",
+        details=_barrier_culprits,
     ),
     Rule(
         "watchdog_check_timeout_frame",
@@ -740,6 +935,7 @@ RULES: tuple[Rule, ...] = (
             r"|(?P<other>dump signal from another rank)|dump signal|Terminating the process after attempting to dump"
         ),
         "dump_signal",
+        details=_dump_from_rank,
     ),
     Rule(
         "nccl_tests_timeout",
@@ -761,6 +957,7 @@ RULES: tuple[Rule, ...] = (
             r"work: (?P<completed>-?\d+)"
         ),
         "nccl_watchdog",
+        details=_work_seq,
     ),
     Rule(
         "some_nccl_ops_failed",
@@ -814,6 +1011,7 @@ RULES: tuple[Rule, ...] = (
             r"|SignalException: Process \d+ got signal: (?P<signum>\d+)"
         ),
         "outside_signal",
+        details=_signal_number,
     ),
     Rule(
         "torchrun_child_failed",
@@ -822,6 +1020,7 @@ RULES: tuple[Rule, ...] = (
         ("exitcode",),
         _rx(r"failed \(exitcode: (?P<exit_code>-?\d+)\) local_rank: (?P<rank>\d+)"),
         "child_exit",
+        details=_exit_code,
     ),
     Rule(
         "launcher_exit",
@@ -833,6 +1032,7 @@ RULES: tuple[Rule, ...] = (
             r"|[Cc]ommand failed with exit code )(?P<exit_code>-?[1-9]\d*)"
         ),
         "child_exit",
+        details=_exit_code,
     ),
     # nccl-tests relaying a failure up its calls (" .. host pid N: Test failure common.cu:N") before it exits
     Rule(
@@ -850,9 +1050,18 @@ RULES: tuple[Rule, ...] = (
         ("received by PID", "Received SIG"),
         _rx(r"Signal (?P<signum>\d+) \((?P<signal>SIG\w+)\) received by PID|Received (?P<signal2>SIG\w+)"),
         "signal",
+        details=_signal_named,
     ),
     # a DataLoader worker the kernel killed ("is killed by signal: Killed.": SIGKILL, host memory as a rule)
-    Rule("dataloader_killed", F.CRASH, Kind.CRASH, ("is killed by signal: Killed",), None, "killed"),
+    Rule(
+        "dataloader_killed",
+        F.CRASH,
+        Kind.CRASH,
+        ("is killed by signal: Killed",),
+        None,
+        "killed",
+        details=_sigkill,
+    ),
     # a DataLoader worker's SIGBUS writing to a too small /dev/shm (before segfault: its "Bus error")
     Rule(
         "dataloader_bus_error",
@@ -923,6 +1132,7 @@ RULES: tuple[Rule, ...] = (
         ("Killed",),
         _rx(r"^\s*Killed\s*$|line \d+:\s+\d+ Killed(?::\s*\d+)?\s"),
         "killed",
+        details=_sigkill,
     ),
     Rule(
         "ray_kill",
@@ -978,7 +1188,13 @@ RULES: tuple[Rule, ...] = (
     # --- what a failure drags along ---------------------------------------------------------
     # a rank whose peer died or aborted under it (gloo's wording): it was waiting on that peer
     Rule(
-        "peer_gone", F.CRASH, Kind.SYMPTOM, ("Connection reset by peer", "Connection closed by peer"), None, "peer_gone"
+        "peer_gone",
+        F.CRASH,
+        Kind.SYMPTOM,
+        ("Connection reset by peer", "Connection closed by peer"),
+        None,
+        "peer_gone",
+        in_context=_rendezvous_reset,
     ),
     Rule(
         "nccl_abort_teardown",
@@ -1008,6 +1224,7 @@ RULES: tuple[Rule, ...] = (
         ("NCCL WARN",),
         _rx(r"NCCL WARN .*(?:[Ff]ail|[Ee]rror|[Tt]imeout|[Uu]nable|No space|Cuda failure|[Ii]nvalid|[Aa]bort)"),
         "nccl_warn",
+        details=_nccl_warn_subtype,
     ),
     Rule(
         "loguru_error",
@@ -1029,6 +1246,8 @@ RULES: tuple[Rule, ...] = (
         ),
         "exception",
         exclude=("Warning:",),
+        details=_exception_signal,
+        in_context=_validation_assertion,
     ),
 )
 
