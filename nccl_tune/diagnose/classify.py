@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from nccl_tune.diagnose import text as T
-from nccl_tune.diagnose.advice import AdviceContext, advise
+from nccl_tune.diagnose.advice import advise
 from nccl_tune.diagnose.flight_recorder import FlightRecorderSummary, analyse_dumps
 from nccl_tune.diagnose.ignored import ENDED, IN, IgnoredBlock, header_prefix
 from nccl_tune.diagnose.ignored import HEADS as IGNORED_HEADS
@@ -53,6 +53,7 @@ from nccl_tune.diagnose.rules import (
     template,
 )
 from nccl_tune.diagnose.scan import BLOCK_BYTES, CoverFinder, block_ranks, covers_for, whole_lines
+from nccl_tune.diagnose.wording import AdviceContext
 from nccl_tune.failure import OK_VERDICT, Cause, Evidence, FailureClass, Verdict, norm_signal, signal_from_exit
 from nccl_tune.patterns import pattern_literals
 from nccl_tune.trial import ProgressRules
