@@ -1326,7 +1326,7 @@ RULES: tuple[Rule, ...] = (
             "Caught collective operation timeout",
             "timed out in blocking wait",
         ),
-        # the work may be cut short where a terminal wrapped the line (classify joins the rows that complete it)
+        # the work may be cut short where a terminal wrapped the line (the reader joins the rows that complete it)
         _rx(
             r"(?:[Cc]aught collective operation timeout|Work (?=WorkNCCL\())(?::\s*)?"
             r"(?:WorkNCCL\((?P<work>(?:[^()]|\([^()]*\))*)(?P<closed>\))?)?"
