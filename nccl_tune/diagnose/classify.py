@@ -131,7 +131,7 @@ class LogReading:
     tail_errors: tuple[Evidence, ...]
     """The error lines the logs end with (``LogClassifier.tail_errors``)."""
     last_lines: tuple[Evidence, ...]
-    """The last lines of the log read last."""
+    """The last three non-blank lines of the log read last."""
 
 
 def root_cause(

@@ -607,17 +607,21 @@ class LogClassifier:
             stamp=time_stamp(text) or self._stamp_before(),
         )
         if rule.failure_class is FailureClass.OOM:
-            buf, start, end = self._context
-            recent = buf[max(0, start - CONTEXT_BYTES) : end].decode("utf-8", "replace")
-            ev.vllm_context = "vllm" in recent.lower() or "vllm" in msg.lower()
-            ev.vllm_stepping = (
-                ev.vllm_context
-                and any(h in recent for h in _VLLM_STEP_HINTS)
-                and not any(h in recent for h in _VLLM_START_HINTS)
-            )
-            ev.weight_sync_context = any(h in recent for h in WEIGHT_SYNC_HINTS)
+            self._oom_context(ev, msg)
         self._events.append(ev)
         return ev
+
+    def _oom_context(self, ev: Event, msg: str) -> None:
+        """What the lines up to an OOM say it ran out in: a vLLM engine (starting, or stepping), a weight sync."""
+        buf, start, end = self._context
+        recent = buf[max(0, start - CONTEXT_BYTES) : end].decode("utf-8", "replace")
+        ev.vllm_context = "vllm" in recent.lower() or "vllm" in msg.lower()
+        ev.vllm_stepping = (
+            ev.vllm_context
+            and any(h in recent for h in _VLLM_STEP_HINTS)
+            and not any(h in recent for h in _VLLM_START_HINTS)
+        )
+        ev.weight_sync_context = any(h in recent for h in WEIGHT_SYNC_HINTS)
 
     # --- decision ---------------------------------------------------------------------------
 
