@@ -1,10 +1,8 @@
-"""Classify a run from its log, exit status and Flight Recorder dumps: root cause over cascades.
+"""Classify a run from the events its logs gave: root cause over cascades.
 
-``LogClassifier`` streams over lines with bounded memory: a few counters, the open training phases,
-the last lines, and at most a few events per rule. Lines no rule can match (``NCCL INFO`` floods,
-progress bars, metrics) cost one or a few substring tests; rules run only on the rest.
-
-Root-cause selection (``Kind`` in ``rules``):
+The reader (``reader.LogClassifier``) turns the lines rules match into events (``Event``) and hands
+them over with what else it saw (``LogReading``); ``root_cause`` picks the verdict. Each event
+weighs as its rule's ``Kind``; the verdict is, in order:
 
 1. the earliest specific cause wins: device or host OOM, CUDA error, NCCL error, refused config,
    explicit mismatch, and rendezvous/connect failures that happen before the first training step;
@@ -16,62 +14,29 @@ Root-cause selection (``Kind`` in ``rules``):
    host memory climb to ``HOST_OOM_PEAK_FRAC`` before a SIGKILL;
 4. otherwise the exit status: ``ok`` for 0 or unknown, ``crash`` for anything else.
 
-Lines of an "Exception ignored" block (``ignored``: the interpreter went on) are flagged; what they
-still count for is decided in ``_counts``.
-
-Failures after ``Training done!`` or in the final checkpoint (a save phase outside any step, after
-a finished step) are flagged ``after_training``.
+Events of several logs are taken in the order they happened where their time stamps allow
+(``_time_ordered``). Lines of an "Exception ignored" block (the interpreter went on) are flagged by
+the reader; what they still count for is decided in ``_counts``. The verdict's advice is the
+rule's, within its class's (``advice.advise``).
 """
 
 from __future__ import annotations
 
-import re
-from collections import Counter, deque
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
-from functools import lru_cache
-from pathlib import Path
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
-from nccl_tune.diagnose import text as T
-from nccl_tune.diagnose.advice import AdviceContext, advise
-from nccl_tune.diagnose.flight_recorder import FlightRecorderSummary, analyse_dumps
-from nccl_tune.diagnose.ignored import ENDED, IN, IgnoredBlock, header_prefix
-from nccl_tune.diagnose.ignored import HEADS as IGNORED_HEADS
-from nccl_tune.diagnose.rules import (
-    HOST_MEMORY,
-    HOST_MEMORY_KEYS,
-    PREFILTER_KEYS,
-    PROGRAM_EXIT,
-    RULES,
-    TRAINING_END,
-    Kind,
-    Rule,
-    prefilter,
-    template,
-)
-from nccl_tune.diagnose.scan import BLOCK_BYTES, CoverFinder, block_ranks, covers_for, whole_lines
+from nccl_tune.diagnose.advice import advise
+from nccl_tune.diagnose.flight_recorder import FlightRecorderSummary
+from nccl_tune.diagnose.rules import Kind, Rule
+from nccl_tune.diagnose.wording import AdviceContext
 from nccl_tune.failure import OK_VERDICT, Cause, Evidence, FailureClass, Verdict, norm_signal, signal_from_exit
-from nccl_tune.patterns import pattern_literals
-from nccl_tune.trial import ProgressRules
 
 HOST_OOM_PEAK_FRAC = 0.90
 """Host RAM peak (fraction of total) above which a silent SIGKILL is called ``host_oom``."""
 MAX_EVIDENCE = 6
-EVENTS_PER_RULE = 8
-TIMEOUT_EVENTS_KEPT = 256
-TAIL_LINES = 16
-TEMPLATE_CACHE = 4096
-"""Digit-masked line templates whose prefilter answer is remembered (cleared when full)."""
-TEMPLATE_MAX_BYTES = 512
-CONTEXT_BYTES = 2048
-"""Bytes before an OOM line searched for its context (vLLM, weight sync)."""
-READ_BYTES = 1 << 20
-RANK_SCAN_BLOCKS = 64
-"""Blocks at the start of a log read for who is who (ranks, Ray worker pids); after them, only blocks
-that hold an event are (ranks and Ray workers introduce themselves early)."""
 OWN_SOURCE = "nccl-tune"
-
 TRAINED_THROUGH_STEPS = 2
 """Training steps finished after an exception line that say the run went on past it (a logged,
 handled exception: not what ended the run); one is not enough, since other ranks may log the end
@@ -79,88 +44,10 @@ of the step the exception broke."""
 NCCL_DETAIL_LINES = 4
 """Lines after a generic NCCL error within which a specific one (``Last error:`` and the warning it
 repeats) tells the same failure."""
-MAX_OPEN_BLOCKS = 64
-""""Exception ignored" blocks followed at once (several processes' interleaved); the oldest is
-dropped beyond them."""
-TAIL_CHECK = 3
-"""Non-blank last lines of each source that must not be errors for a run to be called ``ok``."""
-MAX_SOURCES = 64
-_DEATH = (
-    r"Traceback \(most recent call last\)|\bKilled\b|\bAborted\b|core dumped|terminate called"
-    r"|\bSIG(?:KILL|ABRT|SEGV|BUS)\b"
-)
-"""Words that say a process died (a traceback, a kill, an abort): both an error line and, in a
-warning, a fatal end."""
-_ERROR_LINE = re.compile(
-    _DEATH + r"|^\s*File \"[^\"]+\", line \d+|\b\w*(?:Error|Exception)\b(?::|\s*$)"
-    r"|\b(?:ERROR|FATAL|CRITICAL|Fatal|fatal)\b|\b(?:failed|Failed|FAILED)\b"
-    r"|Segmentation fault|[Ee]xit(?:ed|s)? with (?:exit |return )?(?:code|status)(?: =)? -?[1-9]|exitcode\s*:\s*-?[1-9]"
-    r"|NCCL WARN"
-)
-"""A line that says something went wrong (any program's wording): a log ending in one is never ``ok``
-(``_is_error``: not a warning-level line, unless it names a fatal end)."""
-_WARNING_LINE = re.compile(
-    r"^\s*(?:\[rank\d+\]:\s*)?(?:\[W\d{3,4} |\[W [\w.]+:\d+\]|W\d{4} \d\d:\d\d|WARNING\b|\[WARNING\]|\[W\]"
-    r"|wandb: WARNING)|\|\s*WARNING\s*\|"
-)
-"""A warning-level line: glog's ``[W1125 ...]``/``W1125 03:10``, PyTorch's ``[W socket.cpp:601]``,
-Python logging's and loguru's ``WARNING``."""
-_FATAL_WORDS = re.compile(
-    _DEATH + r"|^\s*File \"|\b[A-Z]\w*(?:Error|Exception)\b:|[Ee]xit(?:ed|s)? with (?:exit |return )?(?:code|status)"
-    r"|exitcode\s*:"
-)
-_CARETS = re.compile(r"^\s*[\^~]+\s*$")
-_VALIDATION_FRAME = re.compile(rb'File "[^"\n]+", line \d+, in (?:validate|_?check|verify)\w*')
-CONFIG_ASSERTION = Rule("config_assertion_frame", FailureClass.CONFIG_ERROR, Kind.ROOT, (), None, "validation")
-"""A bare ``AssertionError`` raised inside a config validation function."""
-_RENDEZVOUS_FRAME = re.compile(
-    rb'File "[^"\n]+", line \d+, in (?:init_process_group|_store_based_barrier|_create_c10d_store|next_rendezvous'
-    rb"|_rendezvous_helper|rendezvous)\b"
-)
-_PEER_RESET_RAISED = re.compile(r"\b\w*(?:Error|Exception): Connection (?:reset|closed) by peer\s*$")
-RENDEZVOUS_RESET = Rule("rendezvous_reset_frame", FailureClass.INIT_FAILURE, Kind.INIT, (), None, "rendezvous")
-"""A peer's reset raised inside ``init_process_group`` (gloo's, or the store's): the rendezvous failed."""
+WEIGHT_SYNC_HINTS = ("sync_weights", "sync_model", "broadcast_to_inference_engines", "update_weights", "weight_sync")
+"""Words that say weights are being synced to the inference engines (near an OOM: what it ran out in)."""
 _P2P_OPS = {"SEND", "RECV", "send", "recv"}
 """Point-to-point operations: their sequence numbers legitimately differ between ranks."""
-_FRAME_LINE = re.compile(r"^\s*File \"[^\"]+\", line \d+")
-_SIGNAL_IN_TEXT = re.compile(
-    r"<Signals\.(?P<a>SIG\w+): \d+>|terminated with signal (?P<b>SIG\w+)|terminated with code (?P<c>-\d+)"
-    r"|non-zero exit status (?P<d>-\d+)"
-)
-_WORK_FIELD = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\))=([^,)\s]+)")
-_WATCHDOG_WHOLE = re.compile(
-    r"(?:[Cc]aught collective operation timeout: |Work )WorkNCCL\([A-Za-z]+(?:\(ms\))?=[^,()\s]*"
-    r"(?:, [A-Za-z]+(?:\(ms\))?=[^,()\s]*)*\) (?:ran for \d+ milliseconds before timing out"
-    r"|timed out in blocking wait(?: \((?:TORCH_)?NCCL_BLOCKING_WAIT=1\))?)\.?\s*$"
-)
-"""A watchdog message from its head to the end of its line, every field of its work whole: what the
-lines after a wrapped one must complete it into."""
-WRAPPED_LINES = 3
-"""Lines after a watchdog line cut inside its ``WorkNCCL(...)`` that may hold the rest of it."""
-_PG = re.compile(r"\[PG (?:ID )?(?P<pg>\d+)(?: PG GUID (?P<guid>[^\s\]]+))?[^\]]*Rank \d+\]")
-_PORT = re.compile(r"(?P<host>\]|\b[\w.-]+):(?P<port>\d{2,5})\b")
-_SOURCE_FILE = re.compile(r"\.(?:cpp|cc|c|h|hpp|py|cu)$")
-_RAISE_CODE = re.compile(r"\braise [A-Za-z_][\w.]*\(")
-_SUMMARY_RANK = re.compile(r"^\s*rank\s*:\s*(?P<rank>\d+)")
-_SUMMARY_EXIT = re.compile(r"^\s*exitcode\s*:\s*(?P<code>-?\d+)")
-_SUMMARY_SIGNAL = re.compile(r"Signal (?P<num>\d+) \((?P<name>SIG\w+)\)")
-_OOM_RESERVED = re.compile(r"(?P<v>[\d.]+) (?P<u>[KMG])i?B is reserved by PyTorch but unallocated")
-_UTIL = re.compile(r"gpu_memory_utilization=(?P<util>[\d.]+)")
-_SAVE_PHASES = {"save_checkpoints", "save_hf_model"}
-_WEIGHT_SYNC_HINTS = ("sync_weights", "sync_model", "broadcast_to_inference_engines", "update_weights", "weight_sync")
-_VLLM_STEP_HINTS = ("execute_model", "EngineCore encountered a fatal error", "step_with_batch_queue")
-"""A vLLM engine running a model step (generating), in the lines before an OOM."""
-_VLLM_START_HINTS = (
-    "profile_run",
-    "determine_available_memory",
-    "initialize_kv_cache",
-    "EngineCore failed to start",
-    "capture_model",
-    "load_model",
-)
-"""A vLLM engine starting (loading weights, profiling memory, sizing its KV cache, capturing CUDA graphs): its
-profiling also runs ``execute_model``, so these win."""
-_TORCHRUN_SUMMARY = Rule("torchrun_root_cause", FailureClass.CRASH, Kind.CRASH, (), None, "child_exit")
 _NCCL_WARN_CAUSES = (
     "failure",
     "Failure",
@@ -185,7 +72,9 @@ _NCCL_WARN_BENIGN = (
 
 
 @dataclass
-class _Event:
+class Event:
+    """A line a rule matched, as the reader saw it."""
+
     order: int
     line_no: int
     source: str
@@ -220,608 +109,51 @@ class _Event:
         return Evidence(self.line_no, self.text, self.source)
 
 
-@dataclass
-class _Phases:
-    """What the progress lines said: open phases, the last leaf, steps, the final save, the end."""
+@dataclass(frozen=True)
+class LogReading:
+    """What the reader saw of a run, as far as the decision needs it."""
 
-    stack: list[str] = field(default_factory=list)
-    last_leaf: str | None = None
-    last_started: str | None = None
-    steps_started: int = 0
-    steps_finished: int = 0
-    final_save: bool = False
-    training_done: bool = False
-
-    def started(self, phase: str) -> None:
-        if phase == "step":
-            self.steps_started += 1
-            self.final_save = False
-        elif phase in _SAVE_PHASES and "step" not in self.stack and self.steps_finished > 0:
-            self.final_save = True
-        if len(self.stack) < 32:
-            self.stack.append(phase)
-        self.last_started = phase
-
-    def finished(self, phase: str) -> None:
-        if self.last_started == phase:
-            self.last_leaf = phase
-        self.last_started = None
-        if phase in self.stack:
-            while self.stack:
-                if self.stack.pop() == phase:
-                    break
-        if phase == "step":
-            self.steps_finished += 1
-            self.steps_started = max(self.steps_started, self.steps_finished)
-
-    def step_finished(self) -> None:
-        """A step line that ends no phase named ``step`` (trainers without phase lines)."""
-        self.steps_finished += 1
-        self.steps_started = max(self.steps_started, self.steps_finished)
-
-    @property
-    def current(self) -> str | None:
-        """Innermost open phase; else the leaf that last finished (a failing phase's timer still
-        logs ``Finished`` while the exception unwinds)."""
-        return self.stack[-1] if self.stack else self.last_leaf
-
-    @property
-    def after_training(self) -> bool:
-        return self.training_done or self.final_save
+    events: list[Event]
+    """The events kept, in the order they were read (the decision fills in ranks and reorders)."""
+    steps_finished: int
+    phase: str | None
+    """The open training phase at the end (``None``: none known)."""
+    after_training: bool
+    """Training had finished (its end line, or the final checkpoint) when the logs ended."""
+    training_done: bool
+    """A log said training finished."""
+    pid_rank: Mapping[int, int]
+    """Which rank each process that printed is, as far as the logs say."""
+    world: frozenset[int]
+    """Every rank of the run, as far as the logs say (NCCL's ``nranks``, else the ranks seen)."""
+    host_peak: tuple[float, Evidence] | None
+    """The highest host-memory readout in the logs (fraction of RAM) and its line."""
+    tail_errors: tuple[Evidence, ...]
+    """The error lines the logs end with (``LogClassifier.tail_errors``)."""
+    last_lines: tuple[Evidence, ...]
+    """The last three non-blank lines of the log read last."""
 
 
-class ProgressReader:
-    """The progress rules (the search space's, or the preset a trial was recognised as; SkyRL's
-    timer lines when none is known) applied to candidate lines: phases, steps and the end of
-    training, for the verdict's phase and timing."""
-
-    def __init__(self, rules: ProgressRules | None = None) -> None:
-        rules = _rules_in_use(rules)
-        self._step: list[re.Pattern[str]] = []
-        self._one: dict[str, re.Pattern[str]] = {}
-        literals: list[str] = []
-        named = [("step_end", p) for p in rules.step_end] + [
-            (name, getattr(rules, name))
-            for name in ("phase_start", "phase_end", "training_done")
-            if getattr(rules, name)
-        ]
-        for name, pattern in named:
-            try:
-                rx = re.compile(pattern)
-            except re.error:
-                continue  # a space's broken rule is reported where the space is loaded
-            lits = pattern_literals(pattern)
-            if lits is None:
-                continue  # no text to find its lines by: this rule cannot be read here
-            if name == "step_end":
-                self._step.append(rx)
-            else:
-                self._one[name] = rx
-            literals += lits
-        self.literals: tuple[str, ...] = tuple(dict.fromkeys(literals))
-
-    def any_literal(self, raw: str) -> bool:
-        return any(lit in raw for lit in self.literals)
-
-    def feed(self, msg: str, phases: _Phases) -> bool:
-        """Apply the rules to one cleaned message; True when it was a progress line."""
-        one = self._one
-        end = one["phase_end"].search(msg) if "phase_end" in one else None
-        step = next((m for rx in self._step if (m := rx.search(msg))), None)
-        start = one["phase_start"].search(msg) if "phase_start" in one else None
-        done = one["training_done"].search(msg) if "training_done" in one else None
-        if end is not None and "phase" in end.groupdict():
-            phases.finished(end.group("phase"))
-        if step is not None and not (end is not None and end.groupdict().get("phase") == "step"):
-            phases.step_finished()
-        if start is not None and "phase" in start.groupdict():
-            phases.started(start.group("phase"))
-        if done is not None:
-            phases.training_done = True
-        return bool(end or step or start or done)
+def root_cause(
+    log: LogReading,
+    *,
+    exit_code: int | None = None,
+    signal_name: str | None = None,
+    host_mem_peak_frac: float | None = None,
+    fr_summary: FlightRecorderSummary | None = None,
+) -> Verdict:
+    """The verdict for what the reader saw, the exit status and the Flight Recorder's analysis."""
+    sig = norm_signal(signal_name) or signal_from_exit(exit_code)
+    fr = fr_summary.to_json() if fr_summary is not None and fr_summary.ranks_dumped else None
+    return _Decision(log, exit_code, sig, host_mem_peak_frac, fr_summary, fr).decide()
 
 
-def _rules_in_use(rules: ProgressRules | None) -> ProgressRules:
-    """The rules to read: the space's when they name a step rule, else SkyRL's preset under them
-    (a log of unknown origin; other trainers' end-of-training lines are known anyway)."""
-    from nccl_tune.presets import SKYRL, with_overrides
-
-    if rules is None:
-        return SKYRL
-    return with_overrides(SKYRL, rules) if rules.detect else rules
-
-
-@lru_cache(maxsize=16)
-def _finder_for(extra: tuple[str, ...]) -> CoverFinder:
-    return CoverFinder(covers_for(PREFILTER_KEYS, extra))
-
-
-class LogClassifier:
-    """Streaming classifier: ``feed`` lines or ``feed_bytes`` chunks (from one or more sources),
-    then ``verdict``."""
-
-    def __init__(self, source: str = "", progress: ProgressRules | None = None) -> None:
-        self._source = source
-        self._progress = ProgressReader(progress)
-        self._line_no = 0
-        self._order_base = 0
-        self._phases = _Phases()
-        self._events: list[_Event] = []
-        self._per_rule: dict[str, int] = {}
-        self._tail: deque[tuple[int, bytes]] = deque(maxlen=TAIL_LINES)
-        self._pid_rank: dict[int, int] = {}
-        self._ranks_seen: set[int] = set()
-        self._world_size: int | None = None
-        self._summary_left = 0
-        self._exit_seen = False
-        self._open_blocks: dict[tuple[str, str], IgnoredBlock] = {}
-        """The "Exception ignored" blocks still open at the end of the last byte block, by
-        (source, prefix)."""
-        self._ignored: set[int] = set()
-        """Line numbers of the current byte block that belong to such a block."""
-        self._summary_rank: int | None = None
-        self._summary_event: _Event | None = None
-        self._templates: dict[bytes, bool] = {}
-        self._context: tuple[bytes, int, int] = (b"", 0, 0)
-        self._host_peak: tuple[float, Evidence] | None = None
-        """The highest host-memory readout in the log (fraction of RAM) and its line."""
-        self._limits: dict[str, int] = {}
-        """Per source, the last line that counts (see ``limit``)."""
-        self._tails: dict[str, tuple[tuple[int, bytes], ...]] = {}
-        """The last lines of the sources read before the current one."""
-        self._finder = _finder_for(self._progress.literals)
-        self._blocks = 0
-        self.lines_read = 0
-
-    # --- input ------------------------------------------------------------------------------
-
-    def limit(self, source: str, last_line: int) -> None:
-        """Lines of ``source`` after ``last_line`` are read but neither events nor last lines."""
-        self._limits[source] = last_line
-
-    def set_source(self, source: str, line_no: int = 0) -> None:
-        """Start another input, or continue one at line ``line_no + 1`` (lines of several files
-        merged in time order); events keep their order of arrival."""
-        self._order_base += self._line_no + 1
-        if self._tail and len(self._tails) < MAX_SOURCES:
-            self._tails[self._source] = tuple(self._tail)
-        self._source = source
-        self._line_no = line_no
-        self._tail.clear()
-
-    def feed(self, lines: Iterable[str]) -> None:
-        """Read lines (with or without their newline) from the current source."""
-        parts: list[str] = []
-        size = 0
-        for line in lines:
-            if not line.endswith("\n"):
-                line += "\n"
-            parts.append(line)
-            size += len(line)
-            if size >= BLOCK_BYTES:
-                self._block("".join(parts).encode("utf-8", "surrogatepass"))
-                parts, size = [], 0
-        if parts:
-            self._block("".join(parts).encode("utf-8", "surrogatepass"))
-
-    def feed_bytes(self, chunks: Iterable[bytes]) -> None:
-        """Read a byte stream (any chunking) from the current source; undecodable bytes are replaced."""
-        for block in whole_lines(chunks):  # an over-long line keeps its head and a cut marker
-            self._block(block)
-
-    def _block(self, buf: bytes) -> None:
-        """Whole lines: only those holding a cover literal reach Python (see ``scan``)."""
-        base = self._line_no
-        resume, counted_to, newlines = 0, 0, 0
-        if self._summary_left:
-            resume = self._sequential(buf, 0, base + 1)
-        for key in [k for k in self._open_blocks if k[0] == self._source]:
-            self._follow_ignored(key, buf, 0, base + 1)
-        early = self._blocks < RANK_SCAN_BLOCKS
-        self._blocks += 1
-        if early:
-            self._block_ranks(buf)
-        events_before = len(self._events)
-        for start, end in self._finder.line_spans(buf):
-            if start < resume:
-                continue
-            newlines += buf.count(b"\n", counted_to, start)
-            counted_to = start
-            line_no = base + newlines + 1
-            self._context = (buf, start, end)
-            self._candidate(buf[start:end].decode("utf-8", "replace"), line_no)
-            if self._summary_left:
-                resume = self._sequential(buf, end + 1, line_no + 1)
-        if not early and len(self._events) > events_before:
-            self._block_ranks(buf)  # who printed this block's events
-        total = newlines + buf.count(b"\n", counted_to) + (0 if buf.endswith(b"\n") else 1)
-        self._line_no = base + total
-        self.lines_read += total
-        self._keep_tail(buf, base + total)
-        self._ignored.clear()
-
-    def _block_ranks(self, buf: bytes) -> None:
-        ranks, pid_rank = block_ranks(buf)
-        self._ranks_seen |= ranks
-        for pid, rank in pid_rank.items():
-            self._pid_rank.setdefault(pid, rank)
-
-    def _sequential(self, buf: bytes, offset: int, line_no: int) -> int:
-        """Lines from ``offset`` on, one by one, while torchrun's summary block lasts; returns
-        where the block scan resumes."""
-        while self._summary_left and offset < len(buf):
-            end = buf.find(b"\n", offset)
-            end = len(buf) if end < 0 else end
-            self._line_no = line_no
-            self._summary(buf[offset:end].decode("utf-8", "replace"))
-            offset, line_no = end + 1, line_no + 1
-        return offset
-
-    def _keep_tail(self, buf: bytes, last_no: int) -> None:
-        """The block's last lines that count: not those of an "Exception ignored" block."""
-        kept: list[tuple[int, int, int]] = []
-        pos = len(buf) - 1 if buf.endswith(b"\n") else len(buf)
-        no = last_no
-        while len(kept) < TAIL_LINES and pos >= 0:
-            start = buf.rfind(b"\n", 0, pos) + 1
-            if no not in self._ignored:
-                kept.append((no, start, pos))
-            pos, no = start - 1, no - 1
-        last = self._limits.get(self._source)
-        for no, start, end in reversed(kept):
-            if last is None or no <= last:
-                self._tail.append((no, buf[start:end]))
-
-    def _open_ignored(self, prefix: str) -> None:
-        """An "Exception ignored" header on the current line: follow its block from the next line."""
-        self._ignored.add(self._line_no)
-        key = (self._source, prefix)
-        self._open_blocks.pop(key, None)
-        if len(self._open_blocks) >= MAX_OPEN_BLOCKS:
-            self._open_blocks.pop(next(iter(self._open_blocks)))
-        self._open_blocks[key] = IgnoredBlock(prefix)
-        buf, _, end = self._context
-        self._follow_ignored(key, buf, end + 1, self._line_no + 1)
-
-    def _follow_ignored(self, key: tuple[str, str], buf: bytes, offset: int, line_no: int) -> None:
-        """The lines of the open block ``key`` from ``offset`` (line ``line_no``) on, into
-        ``_ignored``, until the block ends or the byte block does."""
-        block = self._open_blocks[key]
-        while offset < len(buf):
-            end = buf.find(b"\n", offset)
-            end = len(buf) if end < 0 else end
-            said = block.feed(T.clean(buf[offset:end].decode("utf-8", "replace")))
-            if said == IN:
-                self._ignored.add(line_no)
-            if said == ENDED or block.exhausted:
-                del self._open_blocks[key]
-                return
-            offset, line_no = end + 1, line_no + 1
-
-    def _candidate(self, raw: str, line_no: int) -> None:
-        if "NCCL INFO" in raw:
-            if "Init COMPLETE" in raw or "Init START" in raw:
-                self._nccl_init(raw)
-            return
-        tpl = template(raw)
-        cache = self._templates
-        hit = cache.get(tpl)
-        if hit is None:
-            hit = prefilter(raw) or self._progress.any_literal(raw)
-            if len(tpl) <= TEMPLATE_MAX_BYTES:
-                if len(cache) >= TEMPLATE_CACHE:
-                    cache.clear()
-                cache[tpl] = hit
-        if hit:
-            self._line_no = line_no
-            self._line(raw)
-        elif "[rank" in raw or "[Rank " in raw or "rank=" in raw:
-            self._rank_hint(raw)
-
-    # --- per line ---------------------------------------------------------------------------
-
-    def _nccl_init(self, raw: str) -> None:
-        got = T.nccl_init_rank(raw)
-        if got:
-            pid, rank, nranks = got
-            self._pid_rank[pid] = rank
-            self._ranks_seen.add(rank)
-            self._world_size = max(self._world_size or 0, nranks)
-
-    def _rank_hint(self, raw: str) -> None:
-        """A candidate line that names a rank anywhere: remember it, and which Ray worker pid it is."""
-        text = T.clean(raw)
-        r = T.rank_of(text)
-        if r is not None:
-            self._ranks_seen.add(r)
-            pid = T.ray_pid(text)
-            if pid is not None:
-                self._pid_rank.setdefault(pid, r)
-
-    def _line(self, raw: str) -> None:
-        text = T.clean(raw)
-        msg = T.message(text)
-        if self._progress.feed(msg, self._phases):
-            return
-        if any(k in msg for k in TRAINING_END):
-            self._phases.training_done = True
-            return
-        if any(k in msg for k in PROGRAM_EXIT):
-            self._exit_seen = True
-            return
-        if "%" in msg and any(k in msg for k in HOST_MEMORY_KEYS):
-            self._host_readout(text, msg)
-            return
-        if any(h in text for h in IGNORED_HEADS):
-            prefix = header_prefix(text)
-            if prefix is not None:
-                self._open_ignored(prefix)
-                return
-        if "raise " in msg and _RAISE_CODE.search(msg):
-            return  # a traceback's source line (`raise ValueError(...)`), not the error itself
-        if "Root Cause" in msg and "first observed failure" in msg:
-            self._summary_left = 14
-            self._summary_rank = None
-            self._summary_event = None
-            return
-        for rule in RULES:
-            if rule.exclude and any(x in msg for x in rule.exclude):
-                continue
-            for k in rule.keys:
-                if k in msg:
-                    break
-            else:
-                continue
-            m = rule.pattern.search(msg) if rule.pattern is not None else None
-            if rule.pattern is not None and m is None:
-                continue
-            if rule.name == "nccl_watchdog_timeout" and m is not None and m.group("closed") is None:
-                msg, m = self._unwrapped(msg, m)
-            self._add(rule, text, msg, m)
-            return
-        r = T.rank_of(msg)
-        if r is not None:
-            self._ranks_seen.add(r)
-
-    def _unwrapped(self, msg: str, m: re.Match[str]) -> tuple[str, re.Match[str]]:
-        """A watchdog line a terminal wrapped inside its ``WorkNCCL(...)``, joined with the next lines
-        of the byte block when they complete it into one whole message from its head to the end of a
-        line (``_WATCHDOG_WHOLE``: every field whole, then ``ran for N milliseconds before timing
-        out.`` and nothing else), so that its collective and sequence number are read; any other line
-        after it (another rank's, which would start a line of its own) leaves it as it was, its
-        fields unread. A line cut at the end of a byte block stays unread too."""
-        buf, _, end = self._context
-        joined, pos = msg, end + 1
-        for _ in range(WRAPPED_LINES):
-            if pos >= len(buf):
-                break
-            nl = buf.find(b"\n", pos)
-            nl = len(buf) if nl < 0 else nl
-            joined += T.clean(buf[pos:nl].decode("utf-8", "replace"))
-            if _WATCHDOG_WHOLE.match(joined, m.start()):
-                whole = m.re.search(joined, m.start())
-                if whole is not None and whole.group("closed"):
-                    return joined, whole
-            pos = nl + 1
-        return msg, m
-
-    def _assertion_rule(self, rule: Rule) -> Rule:
-        """An ``AssertionError`` raised in a config validation function (a traceback frame ``in
-        validate_...``, as SkyRL's batch-size checks are) is the command refusing its config."""
-        buf, start, _ = self._context
-        window = buf[max(0, start - CONTEXT_BYTES) : start]
-        return CONFIG_ASSERTION if _VALIDATION_FRAME.search(window) else rule
-
-    def _reset_rule(self, rule: Rule, msg: str) -> Rule:
-        """``Connection reset by peer`` raised from a frame of the rendezvous (``init_process_group``,
-        the store's barrier) in the same traceback is a rendezvous that failed (a peer or the master
-        went away while the group formed), not a peer's teardown: the same line mid-training is."""
-        if not _PEER_RESET_RAISED.search(msg):
-            return rule
-        buf, start, _ = self._context
-        window = buf[max(0, start - CONTEXT_BYTES) : start]
-        head = window.rfind(b"Traceback (most recent call last)")
-        return RENDEZVOUS_RESET if head >= 0 and _RENDEZVOUS_FRAME.search(window, head) else rule
-
-    def _stamp_before(self) -> tuple[int, ...] | None:
-        """The last time stamp printed shortly before the current line (its own has none)."""
-        buf, start, _ = self._context
-        window = buf[max(0, start - CONTEXT_BYTES) : start].decode("utf-8", "replace")
-        last = None
-        for m in _STAMP.finditer(window):
-            last = m
-        return time_stamp(last.group(0)) if last is not None else None
-
-    def _host_readout(self, text: str, msg: str) -> None:
-        """A host-memory readout the trainer printed: keep the highest."""
-        m = HOST_MEMORY.search(msg)
-        if m is None or "GPU" in msg or "cuda" in msg:
-            return
-        frac = float(m.group("pct")) / 100.0
-        if self._host_peak is None or frac >= self._host_peak[0]:
-            self._host_peak = (frac, Evidence(self._line_no, text, self._source))
-
-    def _summary(self, raw: str) -> None:
-        """torchrun's ``Root Cause (first observed failure)`` block: rank, exitcode, signal."""
-        self._summary_left -= 1
-        text = T.clean(raw)
-        msg = T.message(text)
-        m = _SUMMARY_RANK.search(msg)
-        if m:
-            self._summary_rank = int(m.group("rank"))
-            return
-        m = _SUMMARY_EXIT.search(msg)
-        if m:
-            code = int(m.group("code"))
-            self._summary_event = self._add(
-                _TORCHRUN_SUMMARY,
-                text,
-                msg,
-                None,
-                rank=self._summary_rank,
-                details={"exit_code": code, "signal": signal_from_exit(code)},
-            )
-            return
-        m = _SUMMARY_SIGNAL.search(msg)
-        if m and self._summary_event is not None:
-            self._summary_event.details["signal"] = m.group("name")
-        if msg.startswith("====") and self._summary_event is not None:
-            self._summary_left = 0
-
-    def _event_rank(self, rule: Rule, text: str, msg: str, m: re.Match[str] | None, pid: int | None) -> int | None:
-        if m is not None and "rank" in m.groupdict() and m.group("rank") is not None:
-            return int(m.group("rank"))
-        rank = T.rank_of(msg)
-        if rank is not None:
-            if pid is not None:
-                self._pid_rank[pid] = rank
-            return rank
-        if pid is not None:
-            return self._pid_rank.get(pid)
-        return None
-
-    def _add(
-        self,
-        rule: Rule,
-        text: str,
-        msg: str,
-        m: re.Match[str] | None,
-        *,
-        rank: int | None = None,
-        details: dict[str, Any] | None = None,
-    ) -> _Event | None:
-        last = self._limits.get(self._source)
-        if last is not None and self._line_no > last:
-            return None
-        if rule.name == "exception" and m is not None and m.group("exception") == "AssertionError":
-            rule = self._assertion_rule(rule)
-        elif rule.name == "peer_gone":
-            rule = self._reset_rule(rule, msg)
-        ignored = self._line_no in self._ignored
-        counter = f"ignored {rule.name}" if ignored else rule.name  # ignored lines cannot use up a rule's events
-        count = self._per_rule.get(counter, 0)
-        self._per_rule[counter] = count + 1
-        limit = TIMEOUT_EVENTS_KEPT if rule.kind is Kind.TIMEOUT else EVENTS_PER_RULE
-        if count >= limit:
-            return None
-        pid = T.ray_pid(text) or T.nccl_pid(msg) or T.task_pid(msg)
-        if rank is None:
-            rank = self._event_rank(rule, text, msg, m, pid)
-        if rank is not None:
-            self._ranks_seen.add(rank)
-        det: dict[str, Any] = {k: v for k, v in (m.groupdict() if m else {}).items() if v is not None}
-        det.update(details or {})
-        _details_for(rule, msg, det)
-        ph = self._phases
-        ev = _Event(
-            order=self._order_base + self._line_no,
-            line_no=self._line_no,
-            source=self._source,
-            text=text,
-            rule=rule,
-            rank=rank,
-            details=det,
-            phase=ph.current,
-            before_first_step=ph.steps_started == 0,
-            after_training=ph.after_training,
-            pid=pid,
-            steps_done=ph.steps_finished,
-            ignored=ignored,
-            stamp=time_stamp(text) or self._stamp_before(),
-        )
-        if rule.failure_class is FailureClass.OOM:
-            buf, start, end = self._context
-            recent = buf[max(0, start - CONTEXT_BYTES) : end].decode("utf-8", "replace")
-            ev.vllm_context = "vllm" in recent.lower() or "vllm" in msg.lower()
-            ev.vllm_stepping = (
-                ev.vllm_context
-                and any(h in recent for h in _VLLM_STEP_HINTS)
-                and not any(h in recent for h in _VLLM_START_HINTS)
-            )
-            ev.weight_sync_context = any(h in recent for h in _WEIGHT_SYNC_HINTS)
-        self._events.append(ev)
-        return ev
-
-    # --- decision ---------------------------------------------------------------------------
-
-    def verdict(
-        self,
-        *,
-        exit_code: int | None = None,
-        signal_name: str | None = None,
-        fr_dumps: Sequence[Path] = (),
-        host_mem_peak_frac: float | None = None,
-        fr_summary: FlightRecorderSummary | None = None,
-    ) -> Verdict:
-        """The verdict for everything fed so far."""
-        sig = norm_signal(signal_name) or signal_from_exit(exit_code)
-        if fr_summary is None and fr_dumps:
-            fr_summary = analyse_dumps(list(fr_dumps))
-        fr = fr_summary.to_json() if fr_summary is not None and fr_summary.ranks_dumped else None
-        return _Decision(self, exit_code, sig, host_mem_peak_frac, fr_summary, fr).decide()
-
-    @property
-    def training_done(self) -> bool:
-        """A log read said training finished (``Training done!``, the progress rules' end line)."""
-        return self._phases.training_done
-
-    @property
-    def end_seen(self) -> bool:
-        """A log read said training finished or the program exited (``PROGRAM_EXIT``)."""
-        return self._phases.training_done or self._exit_seen
-
-    @property
-    def pid_ranks(self) -> dict[int, int]:
-        """Which rank each process that printed is, as far as the logs say (pid -> rank)."""
-        return dict(self._pid_rank)
-
-    def tail_evidence(self, n: int = 3) -> tuple[Evidence, ...]:
-        """The last ``n`` non-blank lines of the current source, as evidence."""
-        return _tail_lines(self._tail, self._source)[-n:]
-
-    def tail_errors(self, n: int = TAIL_CHECK) -> tuple[Evidence, ...]:
-        """For every source read whose last non-blank line is an error (or a traceback frame's code
-        line), its last error lines (at most ``n``)."""
-        out: list[Evidence] = []
-        tails = dict(self._tails)
-        tails[self._source] = tuple(self._tail)
-        for source, tail in tails.items():
-            out += _ending_errors(_tail_lines(tail, source), n)
-        return tuple(out)
-
-
-_STAMP = re.compile(
-    r"(?:20\d\d)-(?P<mo>\d\d)-(?P<d>\d\d)[ T_](?P<h>\d\d):(?P<mi>\d\d):(?P<s>\d\d)(?:[.,](?P<f>\d{1,9}))?"
-    r"|\b[EWIF](?P<md>\d{3,4}) (?P<h2>\d\d):(?P<mi2>\d\d):(?P<s2>\d\d)(?:\.(?P<f2>\d{1,9}))?"
-    r"|\b(?P<mo3>\d\d)-(?P<d3>\d\d) (?P<h3>\d\d):(?P<mi3>\d\d):(?P<s3>\d\d)"
-)
-
-
-def time_stamp(text: str) -> tuple[int, ...] | None:
-    """(month, day, hour, minute, second, microsecond) of a line's own time stamp: ISO dates
-    (loguru, DeepSpeed, Python logging), glog's ``E0302 04:12:31.808`` (PyTorch's C++ lines),
-    vLLM's ``03-02 09:12:01``; None when the line has none. The year is left out: glog and vLLM
-    do not print it, and one run does not span a new year often enough to matter."""
-    m = _STAMP.search(text[:160])
-    if m is None:
-        return None
-    g = m.groupdict()
-    if g["mo"]:
-        month, day, h, mi, sec, frac = g["mo"], g["d"], g["h"], g["mi"], g["s"], g["f"]
-    elif g["md"]:
-        month, day, h, mi, sec, frac = g["md"][:-2], g["md"][-2:], g["h2"], g["mi2"], g["s2"], g["f2"]
-    else:
-        month, day, h, mi, sec, frac = g["mo3"], g["d3"], g["h3"], g["mi3"], g["s3"], None
-    micro = int((frac or "0")[:6].ljust(6, "0"))
-    return int(month), int(day), int(h), int(mi), int(sec), micro
-
-
-def _time_ordered(events: list[_Event]) -> list[_Event]:
+def _time_ordered(events: list[Event]) -> list[Event]:
     """Events of several logs in the order they happened, when time stamps allow: within a log an
     event without a stamp takes the one of the event before it (or after it, at the start); a log
     with no stamped event at all keeps every log in the order they were read. ``order`` is
     rewritten to match."""
-    by_source: dict[str, list[_Event]] = {}
+    by_source: dict[str, list[Event]] = {}
     for e in events:
         by_source.setdefault(e.source, []).append(e)
     if len(by_source) < 2:
@@ -841,106 +173,6 @@ def _time_ordered(events: list[_Event]) -> list[_Event]:
     return ordered
 
 
-def _is_error(text: str, previous: str) -> bool:
-    msg = T.message(text)
-    if _CARETS.match(msg):
-        return True  # a traceback's position markers (Python 3.11+): the log stops inside a traceback
-    if _WARNING_LINE.search(msg) and not _FATAL_WORDS.search(msg):
-        return False  # a warning says what failed and goes on ("attempt 1/3 failed", c10d's connect retries)
-    return bool(_ERROR_LINE.search(msg)) or bool(_FRAME_LINE.search(T.message(previous)))
-
-
-def _ending_errors(lines: tuple[Evidence, ...], n: int) -> list[Evidence]:
-    """The error lines a log ends with (empty when its last non-blank line is not one)."""
-    out: list[Evidence] = []
-    for i in range(len(lines) - 1, -1, -1):
-        previous = lines[i - 1].text if i else ""
-        if not _is_error(lines[i].text, previous) or len(out) >= n:
-            break
-        out.insert(0, lines[i])
-    return out
-
-
-def _tail_lines(tail: Iterable[tuple[int, bytes]], source: str) -> tuple[Evidence, ...]:
-    out = []
-    for no, raw in tail:
-        text = T.clean(raw.decode("utf-8", "replace"))
-        if text.strip():
-            out.append(Evidence(no, text, source))
-    return tuple(out)
-
-
-def _details_for(rule: Rule, msg: str, det: dict[str, Any]) -> None:
-    """Values a rule's advice needs beyond its regular expression's groups."""
-    if rule.name == "nccl_watchdog_timeout":
-        # a work still cut short (no rows after it complete it: ``_unwrapped``) names no fields: its last one may be cut
-        fields = dict(_WORK_FIELD.findall(det.get("work", ""))) if det.pop("closed", None) else {}
-        if "SeqNum" in fields:
-            det["seq"] = int(fields["SeqNum"])
-        if "OpType" in fields:
-            det["op"] = fields["OpType"]
-        for key, name in (("NumelIn", "numel_in"), ("NumelOut", "numel_out"), ("Timeout(ms)", "timeout_ms")):
-            if key in fields and fields[key].lstrip("-").isdigit():
-                det[name] = int(fields[key])
-        pg = _PG.search(msg)
-        det["pg"] = (pg.group("guid") or pg.group("pg")) if pg else "0"
-        det.pop("work", None)
-    elif rule.name == "gloo_timeout":
-        det["op"] = f"gloo {det.get('direction', '')}".strip()
-    elif rule.name == "monitored_barrier" and "ranks" in det:
-        det["culprits"] = [int(r) for r in re.findall(r"\d+", det.pop("ranks"))]
-    elif rule.name == "port_in_use":
-        for m in _PORT.finditer(msg):
-            if not _SOURCE_FILE.search(m.group("host")):
-                det["port"] = int(m.group("port"))
-                break
-    elif rule.name == "cuda_oom":
-        m = _OOM_RESERVED.search(msg)
-        if m:
-            scale = {"K": 1 / 1024**2, "M": 1 / 1024, "G": 1.0}[m.group("u")]
-            det["reserved_unallocated_gib"] = float(m.group("v")) * scale
-    elif rule.name == "vllm_kv_budget":
-        m = _UTIL.search(msg)
-        if m:
-            det["util"] = m.group("util")
-    elif rule.name == "nccl_warn":
-        low = msg.lower()
-        if "shared memory" in low or "shm" in low or "no space left" in low:
-            det["subtype"] = "shm"
-        elif "net/" in low or "socket" in low or "connection" in low or "ibv" in low:
-            det["subtype"] = "network"
-    elif rule.name == "nccl_error":
-        low = msg.lower()
-        if "system error" in low:
-            det["subtype"] = "system"
-        elif "invalid usage" in low or "ncclinvalidusage" in low:
-            det["subtype"] = "invalid_usage"
-    elif rule.name == "exception":
-        m = _SIGNAL_IN_TEXT.search(msg)
-        if m:
-            code = m.group("c") or m.group("d")
-            det["signal"] = m.group("a") or m.group("b") or signal_from_exit(int(code))
-    elif rule.name in ("torchrun_child_failed", "launcher_exit") and "exit_code" in det:
-        det["exit_code"] = int(det["exit_code"])
-        det["signal"] = signal_from_exit(det["exit_code"])
-    elif rule.name == "signal_received":
-        det["signal"] = det.pop("signal2", None) or det.get("signal")
-    elif rule.name == "dump_signal" and det.get("from_rank") is not None:
-        det["from_rank"] = int(det["from_rank"])
-    elif rule.name == "transport_size_mismatch":
-        got, want = det.pop("received_gloo", None), det.pop("expected_gloo", None)
-        if got is not None:
-            det["received"], det["expected"] = got, want
-    elif rule.name == "nccl_work_timeout":
-        det["seq"] = int(det["seq"])
-    elif rule.name == "torchrun_signalled":
-        num = det.pop("signum", None) or det.pop("signum2", None)
-        if num:
-            det["signal"] = signal_from_exit(-int(num))
-    elif rule.name in ("killed", "dataloader_killed"):
-        det["signal"] = "SIGKILL"
-
-
 _NO_MORE_THAN_AN_EXCEPTION = frozenset({"exception", "engine_dead", "engine_died"})
 """Crash subtypes that tell no more than an exception before them: vLLM's engine death (its engine's own
 error, printed first, is the cause)."""
@@ -958,13 +190,13 @@ _COUNT_WHEN_IGNORED = frozenset(
 )
 
 
-def _trained_past(e: _Event, steps_finished: int, steps: int = 1) -> bool:
+def _trained_past(e: Event, steps_finished: int, steps: int = 1) -> bool:
     """Training finished at least ``steps`` steps after ``e`` was printed: the run went on past it,
     so it is not what ended the run."""
     return steps_finished >= e.steps_done + steps
 
 
-def _counts(e: _Event, steps_finished: int) -> bool:
+def _counts(e: Event, steps_finished: int) -> bool:
     """Whether an event takes part in the decision. A line of an "Exception ignored" block (the
     interpreter printed the exception and went on) is no crash, refused config or rendezvous
     failure; a device, host-memory or NCCL cause in it still counts (it tells about the machine),
@@ -975,20 +207,20 @@ def _counts(e: _Event, steps_finished: int) -> bool:
 
 
 class _Decision:
-    """Root-cause selection over the events of one classifier (see the module docstring)."""
+    """Root-cause selection over the events of one reading (see the module docstring)."""
 
     def __init__(
         self,
-        clf: LogClassifier,
+        log: LogReading,
         exit_code: int | None,
         sig: str | None,
         host_mem_peak_frac: float | None,
         fr_summary: FlightRecorderSummary | None,
         fr: dict[str, Any] | None,
     ) -> None:
-        self.clf = clf
-        self.steps_finished = clf._phases.steps_finished
-        self.events = [e for e in _time_ordered(clf._events) if _counts(e, self.steps_finished)]
+        self.log = log
+        self.steps_finished = log.steps_finished
+        self.events = [e for e in _time_ordered(log.events) if _counts(e, self.steps_finished)]
         self.exit_code = exit_code
         self.sig = sig
         self.host_peak = host_mem_peak_frac
@@ -996,7 +228,7 @@ class _Decision:
         self.fr = fr
 
     # helpers
-    def _of(self, *kinds: Kind) -> list[_Event]:
+    def _of(self, *kinds: Kind) -> list[Event]:
         return [e for e in self.events if e.kind in kinds]
 
     def _failed_status(self) -> bool:
@@ -1004,8 +236,8 @@ class _Decision:
 
     def decide(self) -> Verdict:
         for e in self.events:
-            if e.rank is None and e.pid is not None and e.pid in self.clf._pid_rank:
-                e.rank = self.clf._pid_rank[e.pid]  # the worker named its rank later in the log
+            if e.rank is None and e.pid is not None and e.pid in self.log.pid_rank:
+                e.rank = self.log.pid_rank[e.pid]  # the worker named its rank later in the log
         timeouts = self._timeouts()
         strong = [e for e in timeouts if e.rule.subtype != "nccl_generic"]
         roots = self._roots(strong[0].order if strong else None)
@@ -1015,7 +247,7 @@ class _Decision:
             return self._timeout(strong or timeouts, timeouts)
         return self._without_root()
 
-    def _timeouts(self) -> list[_Event]:
+    def _timeouts(self) -> list[Event]:
         """Collectives that did not complete, and connect failures after the first step (a rank
         that died or hung leaves the others waiting); NCCL's own connect failures after the first
         step are transport errors, not time-outs."""
@@ -1024,7 +256,7 @@ class _Decision:
         ]
         return sorted(out, key=lambda e: e.order)
 
-    def _roots(self, first_timeout: int | None) -> list[_Event]:
+    def _roots(self, first_timeout: int | None) -> list[Event]:
         """Specific causes in order; an NCCL error after a time-out, a transport or remote error
         after another failure or in the step a rank ran out of memory in (the rank that died closed
         its sockets; a survivor may print that first), and an NCCL error the run trained through
@@ -1056,7 +288,7 @@ class _Decision:
         """No specific cause and no time-out: a crash, the exit status, or the last lines decide;
         ``ok`` needs a clean (or unknown) exit status and a log that does not end in errors."""
         failed = self._failed_status()
-        tail_errors = self.clf.tail_errors()
+        tail_errors = self.log.tail_errors
         crashes = [
             e
             for e in self._of(Kind.CRASH)
@@ -1065,7 +297,7 @@ class _Decision:
         if crashes and (failed or self.exit_code is None or tail_errors):
             return self._crash(crashes)
         symptoms = self._of(Kind.SYMPTOM)
-        if symptoms and (failed or self.exit_code is None) and not self.clf.training_done:
+        if symptoms and (failed or self.exit_code is None) and not self.log.training_done:
             return self._crash(symptoms)
         if failed:
             return self._status_only()
@@ -1076,12 +308,12 @@ class _Decision:
     # --- building the verdict ---------------------------------------------------------------
 
     def _evidence(
-        self, root: _Event | None, extra: Sequence[_Event] = (), prefix: Sequence[Evidence] = ()
+        self, root: Event | None, extra: Sequence[Event] = (), prefix: Sequence[Evidence] = ()
     ) -> tuple[Evidence, ...]:
         out: list[Evidence] = list(prefix)
         seen = {(e.source, e.line_no) for e in out}
 
-        def push(ev: _Event) -> None:
+        def push(ev: Event) -> None:
             key = (ev.source, ev.line_no)
             if key not in seen and len(out) < MAX_EVIDENCE:
                 seen.add(key)
@@ -1103,7 +335,7 @@ class _Decision:
                 push(ev)
         return tuple(out)
 
-    def _ctx(self, cls: FailureClass, ev: _Event | None, **kw: Any) -> AdviceContext:
+    def _ctx(self, cls: FailureClass, ev: Event | None, **kw: Any) -> AdviceContext:
         base = dict(
             failure_class=cls,
             subtype=(ev.details.get("subtype") or ev.rule.subtype) if ev else "",
@@ -1112,7 +344,7 @@ class _Decision:
             vllm_context=ev.vllm_context if ev else False,
             vllm_stepping=ev.vllm_stepping if ev else False,
             weight_sync_context=ev.weight_sync_context if ev else False,
-            after_training=ev.after_training if ev else self.clf._phases.after_training,
+            after_training=ev.after_training if ev else self.log.after_training,
             rank=ev.rank if ev else None,
             details=dict(ev.details) if ev else {},
             signal_name=self.sig,
@@ -1123,7 +355,7 @@ class _Decision:
         base.update(kw)
         return AdviceContext(**base)
 
-    def _make(self, cls: FailureClass, ev: _Event | None, evidence: tuple[Evidence, ...], **kw: Any) -> Verdict:
+    def _make(self, cls: FailureClass, ev: Event | None, evidence: tuple[Evidence, ...], **kw: Any) -> Verdict:
         """The verdict; its cause names ``rule`` (default: the event's rule), the subtype and the
         values the advice used."""
         rule = kw.pop("rule", None) or (ev.rule.name if ev is not None else "exit_status")
@@ -1141,7 +373,7 @@ class _Decision:
             cause=Cause(rule, ctx.subtype, details),
         )
 
-    def _nccl_warn_before(self, failure: _Event) -> _Event | None:
+    def _nccl_warn_before(self, failure: Event) -> Event | None:
         """An NCCL ``WARN`` error printed before ``failure`` with no training step finished in
         between (a warning the run then trained through was not fatal)."""
         for e in self.events:
@@ -1156,7 +388,7 @@ class _Decision:
                 return e
         return None
 
-    def _unresolved_host_before(self, failure: _Event) -> _Event | None:
+    def _unresolved_host_before(self, failure: Event) -> Event | None:
         """c10d's warning that the store's host name did not resolve, before a rendezvous or connect
         failure that names the same host: the name is the cause."""
         if failure.failure_class is not FailureClass.INIT_FAILURE or failure.rule.subtype not in (
@@ -1175,7 +407,7 @@ class _Decision:
             None,
         )
 
-    def _nccl_detail_after(self, error: _Event) -> _Event | None:
+    def _nccl_detail_after(self, error: Event) -> Event | None:
         """The specific NCCL error printed within ``NCCL_DETAIL_LINES`` lines after a generic one of
         the same log (PyTorch's ``NCCL error ... Last error:`` then the line NCCL warned): one
         failure, told best by the specific line."""
@@ -1191,7 +423,7 @@ class _Decision:
                 return e
         return None
 
-    def _root(self, root: _Event) -> Verdict:
+    def _root(self, root: Event) -> Verdict:
         cls = root.failure_class
         if root.rank is None and self.fr_summary is not None and self.fr_summary.culprit_rank is not None:
             # the rank that failed is the one the others waited for in the Flight Recorder
@@ -1217,11 +449,11 @@ class _Decision:
             )
         if cls is FailureClass.OOM and not root.weight_sync_context:
             after = [e for e in self.events if root.order < e.order <= root.order + 5]
-            if any(h in e.text for e in after for h in _WEIGHT_SYNC_HINTS):
+            if any(h in e.text for e in after for h in WEIGHT_SYNC_HINTS):
                 return self._make(cls, root, self._evidence(root), weight_sync_context=True)
         return self._make(cls, root, self._evidence(root))
 
-    def _timeout(self, timeouts: list[_Event], reported: list[_Event]) -> Verdict:
+    def _timeout(self, timeouts: list[Event], reported: list[Event]) -> Verdict:
         """``timeouts``: the ones that decide; ``reported``: every time-out, the generic ones too."""
         first = timeouts[0]
         warn = self._nccl_warn_before(first)
@@ -1265,11 +497,11 @@ class _Decision:
         extra = [best] + [e for e in timeouts if e.rank != best.rank][:3]
         return self._make(FailureClass.COLLECTIVE_TIMEOUT, best, self._evidence(first, extra), rank=rank)
 
-    def _seq_desync(self, timeouts: list[_Event]) -> Verdict | None:
+    def _seq_desync(self, timeouts: list[Event]) -> Verdict | None:
         """Ranks of one process group that time out at different sequence numbers are out of step
         (a collective completes on all ranks or none): ``collective_mismatch``, naming the rank
         behind (the one lowest sequence number), else the odd collective out."""
-        by_pg: dict[str, dict[int, _Event]] = {}
+        by_pg: dict[str, dict[int, Event]] = {}
         seqs_of: dict[tuple[str, int], set[int]] = {}
         for e in timeouts:
             if "seq" in e.details and e.rank is not None and e.details.get("op") not in _P2P_OPS:
@@ -1310,7 +542,7 @@ class _Decision:
             )
         return None
 
-    def _rank_behind(self, reported: list[_Event]) -> int | None:
+    def _rank_behind(self, reported: list[Event]) -> int | None:
         """The rank behind: one that reported no time-out, while every other rank (at least two)
         reported it was waiting before it reported anything (it reached the collective once the
         others had given up, or never did). A rank waiting may report a lost peer instead of its own
@@ -1322,7 +554,7 @@ class _Decision:
             if e.rank is not None:
                 first.setdefault(e.rank, e.order)
         timed_out = {e.rank for e in reported if e.rank is not None}
-        world = set(range(self.clf._world_size)) if self.clf._world_size else set(self.clf._ranks_seen)
+        world = self.log.world
         if len(world) < 3 or not timed_out or not set(first) <= world:
             return None
         last = max(world, key=lambda r: first.get(r, float("inf")))
@@ -1330,7 +562,7 @@ class _Decision:
         return None if last in timed_out or not others <= set(first) else last
 
     def _mismatch(
-        self, timeouts: list[_Event], pg: str, seq: int, sigs: dict[tuple[Any, Any, Any], set[int | None]]
+        self, timeouts: list[Event], pg: str, seq: int, sigs: dict[tuple[Any, Any, Any], set[int | None]]
     ) -> Verdict:
         ordered = sorted(sigs.items(), key=lambda kv: (len(kv[1]), str(kv[0])))
         minority = ordered[0][1]
@@ -1344,7 +576,7 @@ class _Decision:
             parts.append(f"rank {who}: {op}{size}")
         detail = f"SeqNum {seq}: " + "; ".join(parts)
         at_seq = [e for e in timeouts if e.details.get("seq") == seq]
-        reps: list[_Event] = []
+        reps: list[Event] = []
         seen_sig: set[tuple[Any, Any, Any]] = set()
         for e in sorted(
             at_seq,
@@ -1367,7 +599,7 @@ class _Decision:
             rule="same_seq_mismatch",
         )
 
-    def _crash(self, crashes: list[_Event]) -> Verdict:
+    def _crash(self, crashes: list[Event]) -> Verdict:
         root = crashes[0]
         # a more telling crash line than a generic exception: a signal, a child dead of one, an actor
         # (a child that exited with a code of its own, after the exception, tells less than the exception)
@@ -1401,9 +633,9 @@ class _Decision:
 
     def _host_peak(self) -> tuple[float | None, Evidence | None]:
         """The host-memory peak: the launcher's sample or the log's own readout, whichever is higher."""
-        log = self.clf._host_peak
-        if log is not None and (self.host_peak is None or log[0] >= self.host_peak):
-            return log[0], log[1]
+        read = self.log.host_peak
+        if read is not None and (self.host_peak is None or read[0] >= self.host_peak):
+            return read[0], read[1]
         if self.host_peak is None:
             return None, None
         return self.host_peak, Evidence(
@@ -1411,7 +643,7 @@ class _Decision:
         )
 
     def _status_only(self) -> Verdict:
-        tail = self.clf.tail_errors() or self.clf.tail_evidence(3)
+        tail = self.log.tail_errors or self.log.last_lines
         sig = self.sig
         peak, note = self._host_peak()
         if sig == "SIGKILL" and peak is not None and peak >= HOST_OOM_PEAK_FRAC and note is not None:
@@ -1421,7 +653,7 @@ class _Decision:
                 (note, *tail),
                 subtype="sigkill_after_climb",
                 rule="sigkill_after_climb",
-                phase=self.clf._phases.current,
+                phase=self.log.phase,
                 host_mem_peak_frac=peak,
             )
         what = f"ended by {sig}" if sig else f"exited with code {self.exit_code}"
@@ -1432,7 +664,7 @@ class _Decision:
             (note, *tail),
             subtype="signal" if sig else "no_cause",
             rule="exit_status",
-            phase=self.clf._phases.current,
+            phase=self.log.phase,
         )
 
     def _no_cause(self, tail_errors: tuple[Evidence, ...]) -> Verdict:
@@ -1444,5 +676,5 @@ class _Decision:
             (note, *tail_errors[-MAX_EVIDENCE + 1 :]),
             subtype="no_cause",
             rule="no_cause",
-            phase=self.clf._phases.current,
+            phase=self.log.phase,
         )

@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from nccl_tune.diagnose.advice import advice_for_space
-from nccl_tune.diagnose.classify import READ_BYTES, LogClassifier
 from nccl_tune.diagnose.flight_recorder import FlightRecorderSummary, analyse_dumps
 from nccl_tune.diagnose.logfiles import feed_merged, is_gzip
+from nccl_tune.diagnose.reader import READ_BYTES, LogClassifier
 from nccl_tune.diagnose.stacks import StackFinding, StackReport, odd_rank, with_ranks
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import Cause, Evidence, FailureClass, Verdict, norm_signal, signal_from_exit

@@ -57,7 +57,8 @@ def test_skyrl_and_other_classes_keep_the_logs_own_advice():
 
 
 def test_a_timeout_outside_skyrl_does_not_name_skyrls_variable():
-    from nccl_tune.diagnose.advice import SKYRL_TIMEOUT_CLAUSE, AdviceContext, advice_for_space, advise
+    from nccl_tune.diagnose.advice import advice_for_space, advise
+    from nccl_tune.diagnose.wording import SKYRL_TIMEOUT_CLAUSE, AdviceContext
 
     text = advise(AdviceContext(F.COLLECTIVE_TIMEOUT, rank=1))
     assert text.endswith(SKYRL_TIMEOUT_CLAUSE)

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from nccl_tune.diagnose.classify import LogClassifier, signal_from_exit
+from nccl_tune.diagnose.reader import LogClassifier
 from nccl_tune.diagnose.verdict import classify_file, classify_log
 from nccl_tune.failure import FailureClass as F
+from nccl_tune.failure import signal_from_exit
 
 from .helpers import (
     cuda_oom,

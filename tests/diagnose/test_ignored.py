@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from nccl_tune.diagnose.classify import TAIL_LINES
 from nccl_tune.diagnose.ignored import ENDED, IN, OTHER, IgnoredBlock
+from nccl_tune.diagnose.reader import TAIL_LINES
 from nccl_tune.diagnose.scan import BLOCK_BYTES
 from nccl_tune.diagnose.verdict import classify_log
 from nccl_tune.failure import FailureClass as F

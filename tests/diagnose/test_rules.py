@@ -3,11 +3,14 @@ lets every one of them through, and line cleaning reads ranks and pids the way t
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from nccl_tune.diagnose import text as T
-from nccl_tune.diagnose.advice import AdviceContext, advise
-from nccl_tune.diagnose.rules import PREFILTER_KEYS, RULES, prefilter, template
+from nccl_tune.diagnose.advice import advise
+from nccl_tune.diagnose.rules import PREFILTER_KEYS, RULES, Kind, Rule, advice_by_cause, prefilter, template
+from nccl_tune.diagnose.wording import AdviceContext
 from nccl_tune.failure import FailureClass as F
 
 # one line in each program's own format per rule (values changed, wording kept)
@@ -891,3 +894,12 @@ def test_older_cuda_wordings_shared_memory_and_full_disks(line: str, cls: F, sub
     v = classify_log([line + "\n"])
     assert v.failure_class is cls and v.cause.subtype == subtype, v
     assert advice in v.advice
+
+
+def test_rules_of_one_class_and_subtype_carry_one_advice() -> None:
+    one = Rule("one", F.CRASH, Kind.CRASH, ("x",), None, "same", advice="restart it")
+    other = Rule("other", F.CRASH, Kind.CRASH, ("y",), None, "same", advice="replace it")
+    with pytest.raises(ValueError, match="rule other: the rules of crash/same carry different advice"):
+        advice_by_cause((one, other))
+    elsewhere = replace(other, failure_class=F.NCCL_ERROR)  # one subtype in two classes: two causes
+    assert advice_by_cause((one, elsewhere)) == {(F.CRASH, "same"): "restart it", (F.NCCL_ERROR, "same"): "replace it"}

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nccl_tune.diagnose.classify import LogClassifier
+from nccl_tune.diagnose.reader import LogClassifier
 from nccl_tune.diagnose.rules import RULES
 from nccl_tune.diagnose.scan import MAX_COVERS, CoverFinder
 
