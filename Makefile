@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # torch 2.13.0 is pinned first: a bare range would make pip pick a multi-GB CUDA build.
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo test lint venv bench clean
+.PHONY: demo test test-floor lint venv bench clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,21 @@ lint: venv
 test: lint
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) tests
 
+# The lowest version of every requirement pyproject.toml admits (.ci/floor.py), in a venv of its own:
+# CI runs the suite there too, so each floor is a version the tests pass on.
+FLOOR := .venv-floor
+$(FLOOR)/.installed: pyproject.toml .ci/floor.py
+	rm -rf $(FLOOR)
+	$(PYTHON) -m venv $(FLOOR)
+	$(FLOOR)/bin/python -m pip install --quiet --upgrade pip
+	$(PYTHON) .ci/floor.py > $(FLOOR)/constraints.txt
+	$(FLOOR)/bin/python -m pip install --quiet -c $(FLOOR)/constraints.txt -e ".[test]"
+	touch $@
+
+test-floor: $(FLOOR)/.installed
+	$(FLOOR)/bin/python -m pip list --format=freeze > $(FLOOR)/installed.txt
+	PYTHON=$(CURDIR)/$(FLOOR)/bin/python $(FLOOR)/bin/python -m pytest -q -n $(TEST_WORKERS) tests
+
 # Each benchmark exits non-zero when it misses a target; all of them run anyway.
 bench: venv
 	mkdir -p benchmarks/out
@@ -48,4 +63,4 @@ bench: venv
 	-$(BIN)/python benchmarks/twin.py --json benchmarks/out/twin.json
 
 clean:
-	rm -rf $(VENV) results/* benchmarks/out
+	rm -rf $(VENV) $(FLOOR) results/* benchmarks/out
