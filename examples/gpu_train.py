@@ -19,13 +19,13 @@ torchtitan prints it; on a CPU there is no device memory and the field is left o
 tokens per second per rank, ``tflops`` the model's FLOPs per second per rank.
 
 Memory, ``1b`` (0.94 B parameters: fp32 weights and gradients hold 7 GiB from the start, AdamW's
-two moments 7 GiB more from the first optimizer step on): each token of a micro-batch keeps about 1.5 MiB of activations for
-backward without checkpointing and about 0.3 MiB with ``--activation-checkpointing`` (each block's
-input only, the block recomputed in backward), and the loss adds about 0.25 MiB per token while it
-runs (estimates from the tensors autograd saves, counted on a CPU). On a 140 GiB H200, 131,072
-tokens (32 x 4096) without checkpointing need well over the GPU and run out of memory in the first
-forward, seconds after start-up; 65,536 tokens come near the wall; with checkpointing 131,072
-tokens fit.
+two moments 7 GiB more from the first optimizer step on): each token of a micro-batch keeps about
+1.5 MiB of activations for backward without checkpointing and about 0.3 MiB with
+``--activation-checkpointing`` (each block's input only, the block recomputed in backward), and the
+loss adds about 0.25 MiB per token while it runs (estimates from the tensors autograd saves,
+counted on a CPU). On a 140 GiB H200, 131,072 tokens (32 x 4096) without checkpointing need well
+over the GPU and run out of memory in the first forward, seconds after start-up; 65,536 tokens come
+near the wall; with checkpointing 131,072 tokens fit.
 
 ``--stall-at-step N`` makes rank 0 sleep ``--stall-s`` seconds inside step N, after its backward and
 before the optimizer step, holding its memory: a stalled rank, for a tuner's hang detection.
