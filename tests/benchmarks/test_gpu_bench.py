@@ -164,3 +164,18 @@ def test_a_missing_file_is_one_line(tmp_path):
     done = run_bench("--show", str(tmp_path / "none.json"))
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.strip().count("\n") == 0 and "none.json" in done.stderr
+
+
+def test_the_gpu_run_script_says_what_is_missing_in_one_line(tmp_path):
+    script = REPO / "benchmarks" / "gpu_run.sh"
+    env = {"PATH": "/usr/bin:/bin", "OUT": str(tmp_path / "out"), "WHEELS": str(tmp_path / "none")}
+    done = subprocess.run(["bash", str(script)], cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert (
+        done.stdout.strip()
+        == f"gpu_run: no wheels in {tmp_path / 'none'}: run 'make gpu-wheels' and bring .whl with the checkout"
+    )
+    done = subprocess.run(
+        ["bash", str(script)], cwd=REPO, env={"PATH": "/usr/bin:/bin"}, capture_output=True, text=True
+    )
+    assert done.returncode != 0 and "OUT must name the folder" in done.stderr
