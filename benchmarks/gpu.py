@@ -51,6 +51,7 @@ import datetime as dt
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -79,6 +80,7 @@ OUTSIDE_ALLOCATOR_MAX_GIB = 4.0
 HANG_STALL_S = 10.0
 HANG_GRACE_S = 5.0
 MARGIN_S = 2.0
+STOP_WAIT_S = 60.0
 STUDY_BUDGET = "4m"
 """No new trial after this: the whole run stays near five minutes on one H200 (GPU time is scarce)."""
 OOM_VALUES = {
@@ -288,18 +290,37 @@ def trial_row(record: Any) -> dict[str, Any]:
 
 
 # -- the study -----------------------------------------------------------------------------------
+def interrupt(proc: subprocess.Popen, wait_s: float = STOP_WAIT_S) -> None:
+    """Stop a child as Ctrl-C would (nccl-tune tears its running trial down and records it), then
+    kill it if it is still there after ``wait_s``: a killed tuner would leave its trial running."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(wait_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
 def run_cli(args: list[str], log: Path, timeout_s: float) -> tuple[int, dict[str, Any] | None, float]:
-    """``nccl-tune ARGS``: (exit code, its ``--json`` summary or None, seconds); stderr to ``log``."""
+    """``nccl-tune ARGS``: (exit code, its ``--json`` summary or None, seconds); stderr to ``log``.
+    Past ``timeout_s`` it is interrupted, and what its study recorded is still read."""
     t0 = time.monotonic()
     with open(log, "w") as err:
-        done = subprocess.run(
-            [*CLI, *args], stdout=subprocess.PIPE, stderr=err, text=True, timeout=timeout_s, env=child_env()
-        )
+        proc = subprocess.Popen([*CLI, *args], stdout=subprocess.PIPE, stderr=err, text=True, env=child_env())
+        try:
+            out, _ = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            interrupt(proc)
+            out = proc.stdout.read() if proc.stdout else ""
+        except BaseException:
+            interrupt(proc)
+            raise
     try:
-        summary = json.loads(done.stdout) if done.stdout.strip() else None
+        summary = json.loads(out) if out.strip() else None
     except ValueError:
         summary = None
-    return done.returncode, summary, round(time.monotonic() - t0, 1)
+    return proc.returncode, summary, round(time.monotonic() - t0, 1)
 
 
 def open_stored(results: Path, study: str, log: Path | None = None):  # noqa: ANN201 - StoredStudy
@@ -330,7 +351,7 @@ def stage_study(work: Path, trials: int) -> dict[str, Any]:
         "--", *JOB,
     ]  # fmt: skip
     results.mkdir(parents=True, exist_ok=True)
-    code, summary, wall = run_cli(args, work / "study.log", timeout_s=420)
+    code, summary, wall = run_cli(args, work / "study.log", timeout_s=330)
     stored = open_stored(results, "gpu", work / "study.log")
     rows = [trial_row(r) for r in launched(stored)]
     predicted = [
@@ -433,7 +454,7 @@ def stage_oom(work: Path) -> dict[str, Any]:
         "--nccl-check", OOM_NCCL_CHECK, "--startup-timeout", "90s", "--trial-timeout", "120s", "--json", "--", *JOB,
     ]  # fmt: skip
     results.mkdir(parents=True, exist_ok=True)
-    code, _, wall = run_cli(args, work / "oom.log", timeout_s=240)
+    code, _, wall = run_cli(args, work / "oom.log", timeout_s=180)
     stored = open_stored(results, "gpu-oom", work / "oom.log")
     (record,) = launched(stored)
     row = trial_row(record)
