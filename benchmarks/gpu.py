@@ -571,7 +571,10 @@ def stage_hang(work: Path, timeline: NvmlTimeline) -> dict[str, Any]:
     launcher.gate()
     result = launcher.run(spec, watch.observer)
     watch.join()
-    processes = [{"pid": p.pid, "gpu": p.gpu_index, "used_gib": p.used_gib} for p in launcher.probe.processes()]
+    try:
+        processes = [{"pid": p.pid, "gpu": p.gpu_index, "used_gib": p.used_gib} for p in launcher.probe.processes()]
+    except Exception as exc:  # NVML that lists no processes (some containers): said, not fatal
+        processes = [{"error": f"{type(exc).__name__}: {exc}"}]
     used_after = timeline.used_gib() if timeline.available else None
     launcher.close()
     detect = None if watch.stopping is None or watch.last_progress is None else watch.stopping - watch.last_progress
