@@ -135,7 +135,8 @@ def torch_facts() -> dict[str, Any]:
         raise NoCuda(f"torch could not be asked about CUDA ({last})")
     facts = json.loads(done.stdout.strip().splitlines()[-1])
     if not facts["available"]:
-        raise NoCuda(f"no CUDA device visible (torch {facts['torch']}, built for CUDA {facts['cuda']})")
+        built = f"built for CUDA {facts['cuda']}" if facts["cuda"] else "a CPU build"
+        raise NoCuda(f"no CUDA device visible (torch {facts['torch']}, {built})")
     return facts
 
 
