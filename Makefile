@@ -11,9 +11,9 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(VENV)/.installed: $(BIN)/python pyproject.toml
+$(VENV)/.installed: $(BIN)/python pyproject.toml twin/pyproject.toml
 	$(BIN)/python -m pip install --quiet "$(TORCH)"
-	$(BIN)/python -m pip install --quiet -e ".[test]"
+	$(BIN)/python -m pip install --quiet -e ".[test]" -e ./twin
 	touch $@
 
 venv: $(VENV)/.installed
@@ -60,7 +60,7 @@ bench: venv
 	-$(BIN)/python benchmarks/hang.py --json benchmarks/out/hang.json
 	-$(BIN)/python benchmarks/ingest.py --json benchmarks/out/ingest.json
 	-$(BIN)/python benchmarks/parallel.py --json benchmarks/out/parallel.json
-	-$(BIN)/python benchmarks/twin.py --json benchmarks/out/twin.json
+	-$(BIN)/python benchmarks/twin_speed.py --json benchmarks/out/twin.json
 
 # The wheels a GPU node without network lacks, for benchmarks/gpu_run.sh (docs/gpu.md): the node has
 # torch, numpy, nvidia-ml-py, psutil, rich, typer, matplotlib and Jinja2; the rest of the project's

@@ -1,7 +1,7 @@
 """Search efficiency of the tuner on a family of landscapes: the twin and five synthetic families.
 
 Whole studies (``nccl_tune.tuner.study.loop.run_study``) run against ``ModelLauncher``: the twin's cost
-model for ``twin`` (space ``skyrl-text2sql``), an analytic landscape (``nccl_tune.sim.families``,
+model for ``twin`` (space ``skyrl-text2sql``), an analytic landscape (``twin.families``,
 through ``ModelLauncher(cost=...)``) for the others, so the same supervision clocks, stop rule,
 early stop and screening apply. Per family, each seed is an instance (for the twin, one landscape
 and a new study seed), studied by three samplers in the same run:
@@ -56,15 +56,15 @@ from rich.table import Table
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.launchers.base import Launcher
 from nccl_tune.search_spaces.loader import load_space
-from nccl_tune.sim.analytic import analytic_cost
-from nccl_tune.sim.families import FAMILIES, Instance, instance, throughput
-from nccl_tune.sim.launcher import ModelLauncher
 from nccl_tune.tuner.records.nccl_sweep import load as load_sweep
 from nccl_tune.tuner.records.pins import apply_pins, parse_pin
 from nccl_tune.tuner.records.storage import load_existing, open_storage
 from nccl_tune.tuner.records.study_records import FINISHED, Outcome, TrialRecord, records
 from nccl_tune.tuner.settings import DEFAULT_SAMPLER, RunSettings
 from nccl_tune.tuner.study.loop import run_study
+from twin.analytic import analytic_cost
+from twin.families import FAMILIES, Instance, instance, throughput
+from twin.launcher import ModelLauncher
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import search_twin as twin  # noqa: E402
@@ -309,7 +309,7 @@ def settings_for(problem: Problem, sampler: str, trials: int, results: Path) -> 
 def trial_gpu_s(record: TrialRecord) -> float:
     """Modelled GPU-seconds of a launched trial, with the NCCL check that passed before it."""
     res = record.result
-    return (res.modelled_gpu_s or 0.0) + (res.nccl_check_gpu_s or 0.0) if res is not None else 0.0
+    return (res.gpu_s or 0.0) + (res.nccl_check_gpu_s or 0.0) if res is not None else 0.0
 
 
 def saved_gpu_s(record: TrialRecord) -> float:
@@ -318,7 +318,7 @@ def saved_gpu_s(record: TrialRecord) -> float:
     res = record.result
     if res is None or not res.wall_s:
         return 0.0
-    return (record.unspent_s or 0.0) * (res.modelled_gpu_s or 0.0) / res.wall_s
+    return (record.unspent_s or 0.0) * (res.gpu_s or 0.0) / res.wall_s
 
 
 def judge_study(

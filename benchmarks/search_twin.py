@@ -1,5 +1,5 @@
 """The twin's landscape for ``search.py``, exactly: the best stable config of ``skyrl-text2sql``
-under the twin's cost model (``nccl_tune.sim.evaluate``) and the size of the target region.
+under the twin's cost model (``twin.evaluate``) and the size of the target region.
 
 - stable: the config satisfies the space's rules; its modelled run (``evaluate``, run seed 0,
   the tuner's warm-up + measured steps) finishes every step without a failure and keeps at least
@@ -38,15 +38,15 @@ from rich.console import Console
 
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.search_spaces.space import Parameter, SearchSpace, Target
-from nccl_tune.sim import SimConfig, SimConfigError, evaluate, parse_overrides
-from nccl_tune.sim.config import read_run_env
-from nccl_tune.sim.cost_model import CommModel, comm_model
-from nccl_tune.sim.launcher import ModelLauncher, override_tokens
 from nccl_tune.trial import TrialSpec
 from nccl_tune.tuner.records.pins import Pins
 from nccl_tune.tuner.records.stability import values_key
 from nccl_tune.tuner.settings import RunSettings
 from nccl_tune.tuner.trials.trial_builder import build_trial_spec, stop_for
+from twin import SimConfig, SimConfigError, evaluate, parse_overrides
+from twin.config import read_run_env
+from twin.cost_model import CommModel, comm_model
+from twin.launcher import ModelLauncher, override_tokens
 
 REPO = Path(__file__).resolve().parents[1]
 TWIN = REPO / "examples" / "run_skyrl_sql_sim.sh"

@@ -8,7 +8,7 @@ set -x
 # (SkyRL refuses "wandb" without WANDB_API_KEY), and the arguments are forwarded as "$@".
 #   bash examples/run_skyrl_sql_sim.sh [key=value ...]      # later values of a key win
 # Environment: SIM_RANKS, SIM_TIME_SCALE, SIM_SEED, SIM_FAULT, SKYRL_WORKER_NCCL_TIMEOUT_IN_S,
-# SKYRL_DUMP_INFRA_LOG_TO_STDOUT, TORCH_FR_*, NCCL_* (see nccl_tune/sim/README.md).
+# SKYRL_DUMP_INFRA_LOG_TO_STDOUT, TORCH_FR_*, NCCL_* (see twin/README.md).
 # The legacy skyrl_train layout: examples/run_skyrl_sql_sim_legacy.sh.
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -33,7 +33,7 @@ MAX_INPUT_LENGTH=29000
 MAX_GENERATE_LENGTH=3000
 TRAIN_BATCH_SIZE=256
 
-"$PYTHON" -m nccl_tune.sim.skyrl.train.entrypoints.main_base \
+"$PYTHON" -m twin.skyrl.train.entrypoints.main_base \
   trainer.algorithm.advantage_estimator="grpo" \
   data.train_data="['$DATA_DIR/train.parquet']" \
   data.val_data="['$DATA_DIR/validation.parquet']" \

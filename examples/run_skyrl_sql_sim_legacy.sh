@@ -2,11 +2,11 @@ set -x
 
 # The synthetic twin of the legacy SkyRL script skyrl-train/examples/text_to_sql/run_skyrl_sql.sh
 # (skyrl_train, Hydra over ppo_base_config.yaml; removed from SkyRL in March 2026): the same
-# overrides, run by the twin's nccl_tune.sim.skyrl_train.entrypoints.main_base, which models the
+# overrides, run by the twin's twin.skyrl_train.entrypoints.main_base, which models the
 # node on CPU with real processes. Differences: the data, database and checkpoint paths need not
 # exist, and the logger is "console" (SkyRL refuses "wandb" without WANDB_API_KEY).
 #   bash examples/run_skyrl_sql_sim_legacy.sh [key=value ...]      # later values of a key win
-# Environment: as examples/run_skyrl_sql_sim.sh (see nccl_tune/sim/README.md).
+# Environment: as examples/run_skyrl_sql_sim.sh (see twin/README.md).
 
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 if [ -n "$PYTHON" ]; then
@@ -30,7 +30,7 @@ MAX_INPUT_LENGTH=29000
 MAX_GENERATE_LENGTH=3000
 TRAIN_BATCH_SIZE=256
 
-"$PYTHON" -m nccl_tune.sim.skyrl_train.entrypoints.main_base \
+"$PYTHON" -m twin.skyrl_train.entrypoints.main_base \
   trainer.algorithm.advantage_estimator="grpo" \
   data.train_data="['$DATA_DIR/train.parquet']" \
   data.val_data="['$DATA_DIR/validation.parquet']" \

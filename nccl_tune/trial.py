@@ -418,13 +418,14 @@ class TrialResult:
     """Processes of the trial found and killed outside its process group (setsid children, Ray workers)."""
     survivors: int = 0
     """Processes of the trial still alive after teardown (should always be 0)."""
-    modelled_gpu_s: float | None = None
-    """GPU-seconds the trial would cost on the real node (set by model-based launchers)."""
+    gpu_s: float | None = None
+    """GPU-seconds the trial held: its wall time times the GPUs the launcher saw it hold (NVML's on a
+    real node, the modelled node's in a model); None where no GPU was seen."""
     nccl_check_s: float = 0.0
     """Wall seconds of the NCCL check that passed before the trial (``launchers.nccl_check``), not in
     ``wall_s``; 0 when none ran. A trial whose check failed is the check's result (its ``wall_s``)."""
     nccl_check_gpu_s: float | None = None
-    """GPU-seconds of that check on the real node (set by model-based launchers)."""
+    """GPU-seconds of that check, counted as ``gpu_s`` is."""
     nccl_check_failed: bool = False
     """True when the trial ended in its NCCL check: its values failed on the collectives alone and its
     command never started (this result is the check's)."""
@@ -523,7 +524,7 @@ class TrialResult:
             fr_dumps=tuple(data.get("fr_dumps") or ()),
             escaped_processes=int(data.get("escaped_processes") or 0),
             survivors=int(data.get("survivors") or 0),
-            modelled_gpu_s=data.get("modelled_gpu_s"),
+            gpu_s=data.get("gpu_s", data.get("modelled_gpu_s")),  # the key's name before 0.1's results
             nccl_check_s=float(data.get("nccl_check_s") or 0.0),
             nccl_check_gpu_s=data.get("nccl_check_gpu_s"),
             nccl_check_failed=bool(data.get("nccl_check_failed")),

@@ -90,7 +90,7 @@ SHARED_STUDY_DIRS = ("tests/reporting/",)
 
 LONG_FIRST = (
     "tests/tuner/test_loop.py",
-    "tests/sim/test_main_base.py",
+    "tests/twin/test_main_base.py",
     "tests/test_readme.py",
     "tests/benchmarks/test_search_bench.py",
     "tests/examples/test_ddp_example.py",

@@ -1,16 +1,16 @@
 """The package's layers, read from the imports and calls of its source with ``ast``.
 
 - Only ``tuner/`` imports Optuna.
-- Only ``launchers/`` (and ``sim/``, the twin program, which starts and signals its own ranks)
-  starts or signals processes: ``subprocess``/``multiprocessing``, ``os.kill``/``killpg``/``fork``/
+- Only ``launchers/`` starts or signals processes: ``subprocess``/``multiprocessing``, ``os.kill``/``killpg``/``fork``/
   ``exec*``/``spawn*``/``system``/``popen``, ``signal.pthread_kill``, and ``.kill()``/
   ``.terminate()``/``.send_signal()`` on anything. Installing signal handlers is allowed anywhere.
-- ``psutil`` is imported only by ``launchers/``, ``sim/`` and ``node/``; ``node/`` reads with it
+- ``psutil`` is imported only by ``launchers/`` and ``node/``; ``node/`` reads with it
   (processes holding GPU memory, a running Ray), it never signals (the rule above).
 - ``diagnose/`` does not probe the node: no ``pynvml``, ``psutil``, ``socket``, ``resource``,
   ``subprocess``, ``multiprocessing``, nor ``nccl_tune.gpu``/``gpu_fake``/``node``/``launchers``/
   ``tuner``/``sim``: text in, verdict out.
-- Nothing outside ``sim/`` imports ``nccl_tune.sim`` (tests and benchmarks, not scanned here, may).
+- Nothing in the package imports the twin (``twin/``, outside it: a test fixture and demo that
+  tests, benchmarks and examples use).
 - Inside ``tuner/`` the rooms stand on each other, never back up: ``records/`` (storage, what each
   trial stored) below ``search/`` (the sampler and its models); ``trials/`` (one trial) and
   ``winner/`` (a stored study read back, its winner, the tuned YAML) on those; ``study/`` (the loop)
@@ -39,7 +39,7 @@ NOT_FOR_DIAGNOSE = (
     "nccl_tune.node",
     "nccl_tune.launchers",
     "nccl_tune.tuner",
-    "nccl_tune.sim",
+    "twin",
 )
 
 
@@ -90,7 +90,7 @@ def process_calls(tree: ast.AST) -> Iterator[tuple[int, str]]:
             yield node.lineno, f".{name}()"
 
 
-SPAWNERS = "only nccl_tune/launchers/ (and the twin in nccl_tune/sim/) start or signal processes"
+SPAWNERS = "only nccl_tune/launchers/ starts or signals processes"
 
 
 TUNER_ROOMS = {
@@ -128,14 +128,14 @@ def import_breaches(path: str, module: str) -> list[str]:
     out = []
     if _is(module, "optuna") and not _under(path, "tuner"):
         out.append("only nccl_tune/tuner/ may import optuna")
-    if _is(module, *SPAWN_MODULES) and not _under(path, "launchers", "sim"):
+    if _is(module, *SPAWN_MODULES) and not _under(path, "launchers"):
         out.append(SPAWNERS)
     leaf = module.rsplit(".", 1)[-1]
-    if module.count(".") == 1 and _is(module, "os", "signal") and not _under(path, "launchers", "sim"):
+    if module.count(".") == 1 and _is(module, "os", "signal") and not _under(path, "launchers"):
         if leaf in OS_PROCESS_CALLS or leaf.startswith(OS_PROCESS_PREFIXES) or leaf == "pthread_kill":
             out.append(SPAWNERS)
-    if _is(module, "psutil") and not _under(path, "launchers", "sim", "node"):
-        out.append("only nccl_tune/launchers/, nccl_tune/sim/ and nccl_tune/node/ may use psutil")
+    if _is(module, "psutil") and not _under(path, "launchers", "node"):
+        out.append("only nccl_tune/launchers/ and nccl_tune/node/ may use psutil")
     if _under(path, "diagnose") and _is(module, *NODE_PROBES, *NOT_FOR_DIAGNOSE):
         out.append("nccl_tune/diagnose/ is text in, verdict out (node checks go to nccl_tune/node/)")
     room = _tuner_breach(path, module)
@@ -145,8 +145,8 @@ def import_breaches(path: str, module: str) -> list[str]:
         out.append("only nccl_tune/reporting/ draws")
     if _is(module, "nccl_tune.reporting") and not (_under(path, "reporting") or path == "nccl_tune/cli.py"):
         out.append("nccl_tune/reporting/ sits on top: only nccl_tune/cli.py imports it")
-    if _is(module, "nccl_tune.sim") and not _under(path, "sim"):
-        out.append("the twin is a test fixture; only nccl_tune/sim/, tests and benchmarks may import it")
+    if _is(module, "twin"):
+        out.append("the twin is a test fixture outside the package; only tests, benchmarks and examples import it")
     return out
 
 
@@ -158,7 +158,7 @@ def violations(sources: Mapping[str, str]) -> list[str]:
         for line, module in imported(path, tree):
             for rule in import_breaches(path, module):
                 found.setdefault((path, line, rule), f"{path}:{line} imports {module}: {rule}")
-        if not _under(path, "launchers", "sim"):
+        if not _under(path, "launchers"):
             for line, call in process_calls(tree):
                 found.setdefault((path, line, SPAWNERS), f"{path}:{line} calls {call}: {SPAWNERS}")
     return list(found.values())
@@ -177,26 +177,25 @@ def test_the_package_keeps_its_layers() -> None:
 
 
 def test_the_scanner_sees_the_imports_the_layers_are_built_on() -> None:
-    """The rules read real imports: optuna in the tuner, subprocess in the launchers, the twin's own modules."""
+    """The rules read real imports: optuna in the tuner, subprocess in the launchers, psutil in node/."""
     sources = package_sources()
     seen = {(path, module) for path, src in sources.items() for _, module in imported(path, ast.parse(src))}
     assert any(p.startswith("nccl_tune/tuner/") and m == "optuna" for p, m in seen)
     assert ("nccl_tune/launchers/process.py", "subprocess") in seen
-    assert any(p == "nccl_tune/sim/launcher.py" and m.startswith("nccl_tune.sim.") for p, m in seen)
+    assert not any(m == "twin" or m.startswith("twin.") for _, m in seen)  # the twin is outside the package
     assert ("nccl_tune/node/doctor.py", "psutil") in seen
 
 
 def test_each_breach_is_named_with_its_file_line_and_import() -> None:
     bad = {
         "nccl_tune/launchers/local.py": "import optuna\n",
-        "nccl_tune/tuner/study/loop.py": "import subprocess\nfrom nccl_tune.sim.launcher import ModelLauncher\n",
+        "nccl_tune/tuner/study/loop.py": "import subprocess\nfrom twin.launcher import ModelLauncher\n",
         "nccl_tune/tuner/trials/observer.py": "import os\nimport signal\nsignal.signal(2, None)\nos.killpg(1, 9)\n",
         "nccl_tune/node/doctor.py": "import psutil\npsutil.Process(1).terminate()\n",
         "nccl_tune/diagnose/classify.py": "from . import text\nimport socket\nfrom ..gpu import open_probe\n",
-        "nccl_tune/cli.py": "from os import kill\nfrom nccl_tune import sim\n",
+        "nccl_tune/cli.py": "from os import kill\nimport twin\n",
         "nccl_tune/gpu.py": "import psutil\n",
         "nccl_tune/launchers/teardown.py": "import os, psutil, subprocess\nos.killpg(1, 9)\npsutil.Process(1).kill()\n",
-        "nccl_tune/sim/worker.py": "import os, signal, subprocess\nos.kill(1, signal.SIGSEGV)\n",
         "nccl_tune/tuner/trials/display.py": "import matplotlib.pyplot as plt\nfrom nccl_tune.reporting.view import StudyView\n",
         "nccl_tune/reporting/plots.py": "import matplotlib\n",
         "nccl_tune/tuner/records/storage.py": "from nccl_tune.tuner.search.memory_model import MemoryModel\n",
@@ -205,20 +204,20 @@ def test_each_breach_is_named_with_its_file_line_and_import() -> None:
         "nccl_tune/nightly/history.py": "from nccl_tune.tuner.records.series import series_nights\n",
     }
     assert violations(bad) == [
-        "nccl_tune/cli.py:1 imports os.kill: only nccl_tune/launchers/ (and the twin in nccl_tune/sim/) start or signal processes",
-        "nccl_tune/cli.py:2 imports nccl_tune.sim: the twin is a test fixture; only nccl_tune/sim/, tests and benchmarks may import it",
+        "nccl_tune/cli.py:1 imports os.kill: only nccl_tune/launchers/ starts or signals processes",
+        "nccl_tune/cli.py:2 imports twin: the twin is a test fixture outside the package; only tests, benchmarks and examples import it",
         "nccl_tune/diagnose/classify.py:2 imports socket: nccl_tune/diagnose/ is text in, verdict out (node checks go to nccl_tune/node/)",
         "nccl_tune/diagnose/classify.py:3 imports nccl_tune.gpu: nccl_tune/diagnose/ is text in, verdict out (node checks go to nccl_tune/node/)",
-        "nccl_tune/gpu.py:1 imports psutil: only nccl_tune/launchers/, nccl_tune/sim/ and nccl_tune/node/ may use psutil",
+        "nccl_tune/gpu.py:1 imports psutil: only nccl_tune/launchers/ and nccl_tune/node/ may use psutil",
         "nccl_tune/launchers/local.py:1 imports optuna: only nccl_tune/tuner/ may import optuna",
         "nccl_tune/nightly/history.py:1 imports nccl_tune.tuner.records.series: only nccl_tune/reporting/ and nccl_tune/cli.py import nccl_tune/tuner/ from outside it",
-        "nccl_tune/node/doctor.py:2 calls .terminate(): only nccl_tune/launchers/ (and the twin in nccl_tune/sim/) start or signal processes",
+        "nccl_tune/node/doctor.py:2 calls .terminate(): only nccl_tune/launchers/ starts or signals processes",
         "nccl_tune/tuner/records/storage.py:1 imports nccl_tune.tuner.search.memory_model: nccl_tune/tuner/records stands below nccl_tune/tuner/search: it may import only ()",
         "nccl_tune/tuner/settings.py:1 imports nccl_tune.tuner.study.night: nccl_tune/tuner/settings stands below nccl_tune/tuner/study: it may import only ('records',)",
-        "nccl_tune/tuner/study/loop.py:1 imports subprocess: only nccl_tune/launchers/ (and the twin in nccl_tune/sim/) start or signal processes",
-        "nccl_tune/tuner/study/loop.py:2 imports nccl_tune.sim.launcher: the twin is a test fixture; only nccl_tune/sim/, tests and benchmarks may import it",
+        "nccl_tune/tuner/study/loop.py:1 imports subprocess: only nccl_tune/launchers/ starts or signals processes",
+        "nccl_tune/tuner/study/loop.py:2 imports twin.launcher: the twin is a test fixture outside the package; only tests, benchmarks and examples import it",
         "nccl_tune/tuner/trials/display.py:1 imports matplotlib.pyplot: only nccl_tune/reporting/ draws",
         "nccl_tune/tuner/trials/display.py:2 imports nccl_tune.reporting.view: nccl_tune/reporting/ sits on top: only nccl_tune/cli.py imports it",
-        "nccl_tune/tuner/trials/observer.py:4 calls os.killpg(): only nccl_tune/launchers/ (and the twin in nccl_tune/sim/) start or signal processes",
+        "nccl_tune/tuner/trials/observer.py:4 calls os.killpg(): only nccl_tune/launchers/ starts or signals processes",
         "nccl_tune/tuner/trials/steps.py:2 imports nccl_tune.tuner.study: nccl_tune/tuner/trials stands below nccl_tune/tuner/study: it may import only ('records', 'search', 'settings')",
     ]

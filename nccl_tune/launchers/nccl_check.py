@@ -142,7 +142,7 @@ def check_spec(
 
 def checked(result: TrialResult, check: TrialResult) -> TrialResult:
     """``result`` of the trial, with the time and GPU time of the check that passed before it."""
-    return replace(result, nccl_check_s=check.wall_s, nccl_check_gpu_s=check.modelled_gpu_s)
+    return replace(result, nccl_check_s=check.wall_s, nccl_check_gpu_s=check.gpu_s)
 
 
 def failed_check(spec: TrialSpec, check: TrialResult) -> TrialResult:

@@ -235,12 +235,14 @@ class PipedTree(ProcessTree, Generic[CommandT]):
             notes=self._notes(ending),
         )
         write_facts(facts, spec.trial_dir)
+        memory = build_report(self.sampler, state, self.baseline_gib)
         return Findings(
             facts,
-            memory=build_report(self.sampler, state, self.baseline_gib),
+            memory=memory,
             log_paths=logs,
             fr_dumps=dumps,
             nccl_env_seen=nccl_seen,
+            gpus=len(memory.gpus) if memory is not None and memory.source == "nvml" and memory.gpus else None,
         )
 
     def _notes(self, ending: Ending) -> tuple[str, ...]:

@@ -104,9 +104,9 @@ class Findings:
     warmup_steps: int | None = None
     """Warm-up steps among the finished ones, when not the stop rule's (a modelled run counts only
     those it ran)."""
-    modelled_gpus: int | None = None
-    """GPUs of the modelled node the trial held (its ``modelled_gpu_s`` is its wall time times
-    them); None on a real node."""
+    gpus: int | None = None
+    """GPUs the trial held (its ``gpu_s`` is its wall time times them): the ones NVML saw on the node,
+    or the modelled node's; None where none was seen."""
 
 
 class ProcessTree(ABC):
@@ -319,7 +319,7 @@ class ProcessTreeLauncher(Launcher, Generic[TreeT]):
             fr_dumps=found.fr_dumps,
             escaped_processes=ending.teardown.escaped,
             survivors=ending.teardown.survivors,
-            modelled_gpu_s=wall_s * found.modelled_gpus if found.modelled_gpus is not None else None,
+            gpu_s=wall_s * found.gpus if found.gpus is not None else None,
             nccl_env_seen=found.nccl_env_seen,
         )
 

@@ -176,7 +176,7 @@ def test_a_failed_trial_is_told_by_the_landscapes_reason_it_fails():
     sys.path.insert(0, str(BENCH.parent))
     import search
 
-    from nccl_tune.sim.families import enumerate_configs, instance
+    from twin.families import enumerate_configs, instance
 
     inst, ex = instance("hang-region", 0)
     cause = search.failure_cause(inst)

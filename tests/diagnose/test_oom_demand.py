@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from nccl_tune.diagnose.oom_demand import oom_demand
-from nccl_tune.sim import logfmt
+from twin import logfmt
 
 MESSAGE = logfmt.cuda_oom_message(
     gpu=5,

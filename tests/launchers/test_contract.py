@@ -17,8 +17,8 @@ from nccl_tune.launchers.local import LocalLauncher
 from nccl_tune.launchers.nccl_check import CheckingLauncher
 from nccl_tune.launchers.process_tree import ProcessTreeLauncher
 from nccl_tune.launchers.ray_launcher import RayLauncher
-from nccl_tune.sim.launcher import ModelLauncher
 from nccl_tune.trial import Clocks, StopRule, TrialResult, TrialSpec
+from twin.launcher import ModelLauncher
 
 from .helpers import RecordingObserver, trainer_argv
 
@@ -134,7 +134,7 @@ def _run(case: Case, spec: TrialSpec) -> tuple[TrialResult, RecordingObserver]:
 
 def test_every_sibling_of_the_process_tree_launcher_has_a_case() -> None:
     """A new implementation of ``ProcessTreeLauncher`` is held to the contract too."""
-    siblings = {c for c in ProcessTreeLauncher.__subclasses__() if c.__module__.startswith("nccl_tune.")}
+    siblings = {c for c in ProcessTreeLauncher.__subclasses__() if c.__module__.startswith(("nccl_tune.", "twin."))}
     assert siblings == {case().sibling for case in (local_case, model_case, ray_case)}
     assert siblings == {LocalLauncher, RayLauncher, ModelLauncher}
 

@@ -24,9 +24,9 @@ from nccl_tune.launchers.nccl_check import (
     with_nccl_check,
 )
 from nccl_tune.launchers.nccl_check_worker import ROUND_LINE
-from nccl_tune.sim.analytic import AnalyticNode, Truth, analytic_cost
-from nccl_tune.sim.launcher import ModelLauncher
 from nccl_tune.trial import TrialSpec
+from twin.analytic import AnalyticNode, Truth, analytic_cost
+from twin.launcher import ModelLauncher
 
 from .helpers import SCRIPTS, RecordingObserver
 

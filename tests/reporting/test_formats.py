@@ -184,10 +184,10 @@ def setting_study(tmp_path: Path, gain: float) -> tuple[dict, str]:
     from rich.console import Console
 
     from nccl_tune.reporting.view import winner_reasons
-    from nccl_tune.sim.analytic import AnalyticNode, Truth, analytic_cost
-    from nccl_tune.sim.launcher import ModelLauncher
     from nccl_tune.tuner.settings import RunSettings
     from nccl_tune.tuner.study.loop import run_study
+    from twin.analytic import AnalyticNode, Truth, analytic_cost
+    from twin.launcher import ModelLauncher
 
     folder = tmp_path / f"gain{gain}"
     folder.mkdir()

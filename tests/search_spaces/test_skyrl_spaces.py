@@ -11,10 +11,10 @@ from nccl_tune.errors import NcclTuneError
 from nccl_tune.search_spaces.loader import load_space, parse_space
 from nccl_tune.search_spaces.skyrl_layout import check_log_paths, command_layout, refusal_line, space_for_command
 from nccl_tune.search_spaces.space import Target
-from nccl_tune.sim.dataclass_config import apply_dataclass_overrides
-from nccl_tune.sim.layout import Layout
-from nccl_tune.sim.overrides import apply_overrides
-from nccl_tune.sim.schema_today import SCHEMA, Sub
+from twin.dataclass_config import apply_dataclass_overrides
+from twin.layout import Layout
+from twin.overrides import apply_overrides
+from twin.schema_today import SCHEMA, Sub
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -10,11 +10,11 @@ from pathlib import Path
 from rich.console import Console
 
 from nccl_tune.failure import Cause, FailureClass, Verdict
-from nccl_tune.sim.analytic import AnalyticNode, Truth, analytic_cost
-from nccl_tune.sim.launcher import ModelLauncher
 from nccl_tune.tuner.records.study_records import TrialKind
 from nccl_tune.tuner.settings import RunSettings
 from nccl_tune.tuner.study.loop import run_study
+from twin.analytic import AnalyticNode, Truth, analytic_cost
+from twin.launcher import ModelLauncher
 
 SPACE = """
 name: outside

@@ -107,7 +107,7 @@ class SweepPlan:
             result.status.value,
             result.measured_step_times_s,
             result.wall_s,
-            result.modelled_gpu_s,
+            result.gpu_s,
             {n: check.values[n] for n in self.tuned},
         )
         self.done[check.key] = entry

@@ -16,14 +16,14 @@ from rich.console import Console
 
 from nccl_tune.failure import FailureClass, Verdict
 from nccl_tune.search_spaces.loader import parse_space
-from nccl_tune.sim.analytic import AnalyticNode, Truth, analytic_cost
-from nccl_tune.sim.families import FAMILIES, instance
-from nccl_tune.sim.launcher import ModelLauncher
 from nccl_tune.trial import GpuMemory, MemoryReport, StopReason, TrialResult
 from nccl_tune.tuner.records.study_records import Outcome, TrialKind, TrialRecord
 from nccl_tune.tuner.search.local_search import HOPEFUL_FIT, LocalSearchSampler, Planner
 from nccl_tune.tuner.settings import RunSettings
 from nccl_tune.tuner.study.loop import run_study
+from twin.analytic import AnalyticNode, Truth, analytic_cost
+from twin.families import FAMILIES, instance
+from twin.launcher import ModelLauncher
 
 SPACE = parse_space(
     """

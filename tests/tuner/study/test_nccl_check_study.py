@@ -10,10 +10,10 @@ from rich.console import Console
 
 from nccl_tune.failure import FailureClass
 from nccl_tune.reporting.report import end_of_run
-from nccl_tune.sim.analytic import AnalyticNode, Truth, analytic_cost
-from nccl_tune.sim.launcher import ModelLauncher
 from nccl_tune.tuner.settings import RunSettings
 from nccl_tune.tuner.study.loop import run_study
+from twin.analytic import AnalyticNode, Truth, analytic_cost
+from twin.launcher import ModelLauncher
 
 SPACE = """
 name: check

@@ -20,14 +20,14 @@ from nccl_tune.launchers.nccl_check import CheckingLauncher
 from nccl_tune.reporting.json_report import report_json
 from nccl_tune.reporting.markdown import render_markdown
 from nccl_tune.reporting.view import load_view
-from nccl_tune.sim.analytic import AnalyticNode, Truth, analytic_cost
-from nccl_tune.sim.launcher import ModelLauncher
 from nccl_tune.trial import TrialSpec
 from nccl_tune.tuner.records.nccl_sweep import NUMBER_BASE, entries
 from nccl_tune.tuner.settings import RunSettings
 from nccl_tune.tuner.study.dry_run import plan_dry_run
 from nccl_tune.tuner.study.loop import run_study
 from tests.tuner.conftest import TINY_SPACE
+from twin.analytic import AnalyticNode, Truth, analytic_cost
+from twin.launcher import ModelLauncher
 
 SPACE = """
 name: sweep

@@ -18,8 +18,6 @@ from nccl_tune.failure import FailureClass, Verdict
 from nccl_tune.reporting.report import end_of_run
 from nccl_tune.reporting.terminal import early_stop_sentence
 from nccl_tune.search_spaces.loader import parse_space
-from nccl_tune.sim.analytic import AnalyticNode, Truth, analytic_cost
-from nccl_tune.sim.launcher import ModelLauncher
 from nccl_tune.trial import StopReason, TrialResult
 from nccl_tune.tuner.records.early_stops import early_stops
 from nccl_tune.tuner.records.stability import candidates
@@ -28,6 +26,8 @@ from nccl_tune.tuner.search.throughput_model import ThroughputModel
 from nccl_tune.tuner.settings import RunSettings
 from nccl_tune.tuner.study.loop import run_study
 from nccl_tune.tuner.trials.screening import IncumbentBar, incumbent_bar
+from twin.analytic import AnalyticNode, Truth, analytic_cost
+from twin.launcher import ModelLauncher
 
 SPACE = """
 name: screening

@@ -17,8 +17,6 @@ from nccl_tune.failure import FailureClass, Verdict
 from nccl_tune.reporting.report import end_of_run
 from nccl_tune.reporting.view import load_view, winner_reasons
 from nccl_tune.search_spaces.loader import parse_space
-from nccl_tune.sim.analytic import AnalyticNode, Truth, analytic_cost
-from nccl_tune.sim.launcher import ModelLauncher
 from nccl_tune.trial import StopReason, TrialResult
 from nccl_tune.tuner.records import study_records as R
 from nccl_tune.tuner.records.study_records import Outcome, TrialKind, TrialRecord
@@ -28,6 +26,8 @@ from nccl_tune.tuner.study.loop import run_study
 from nccl_tune.tuner.trials.steps import MAX_MEASURED_STEPS, PRIOR_DOF, coarse_reading_note, next_measured_steps
 from nccl_tune.tuner.trials.trial_builder import build_trial_spec
 from nccl_tune.tuner.winner.export import tuned_document
+from twin.analytic import AnalyticNode, Truth, analytic_cost
+from twin.launcher import ModelLauncher
 
 SPACE_YAML = """
 name: rl
