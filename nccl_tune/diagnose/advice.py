@@ -27,6 +27,7 @@ from nccl_tune.diagnose.rules import RULE_ADVICE
 from nccl_tune.diagnose.wording import (
     FR_ENV_HINT,
     KILLED,
+    NO_END,
     SKYRL_TIMEOUT_CLAUSE,
     TIMEOUT_CLAUSE,
     Advice,
@@ -186,6 +187,7 @@ _NOT_FROM_A_RULE: dict[F, Advice] = {
     F.HANG: _hang,
     F.BUDGET: "Alive and progressing but too slow for the trial budget: this config is slower than the others tried",
     F.INTERRUPTED: "Interrupted: the study can be resumed with the same --study",
+    F.NO_END: NO_END,
 }
 """Classes no log line decides (the supervisor's): their advice as it is, even after training."""
 

@@ -12,7 +12,9 @@ weighs as its rule's ``Kind``; the verdict is, in order:
    ``collective_timeout``; an NCCL ``WARN`` error before the first timeout names the cause instead;
 3. otherwise the first crash (exception, signal, actor death): ``host_oom`` when the launcher saw
    host memory climb to ``HOST_OOM_PEAK_FRAC`` before a SIGKILL;
-4. otherwise the exit status: ``ok`` for 0 or unknown, ``crash`` for anything else.
+4. otherwise the exit status: ``ok`` for 0 or unknown, ``crash`` for anything else (``verdict``
+   then asks an unknown status for positive evidence of an end: without it a bare log is
+   ``no_end``).
 
 Events of several logs are taken in the order they happened where their time stamps allow
 (``_time_ordered``). Lines of an "Exception ignored" block (the interpreter went on) are flagged by

@@ -29,6 +29,7 @@ from nccl_tune.diagnose.flight_recorder import FlightRecorderSummary, analyse_du
 from nccl_tune.diagnose.ignored import ENDED, IN, IgnoredBlock, header_prefix
 from nccl_tune.diagnose.ignored import HEADS as IGNORED_HEADS
 from nccl_tune.diagnose.rules import (
+    CLEAN_EXIT,
     CONTEXT_BYTES,
     HOST_MEMORY,
     HOST_MEMORY_KEYS,
@@ -162,33 +163,40 @@ class _Phases:
 
 
 class ProgressReader:
-    """The progress rules (the search space's, or the preset a trial was recognised as; SkyRL's
-    timer lines when none is known) applied to candidate lines: phases, steps and the end of
-    training, for the verdict's phase and timing."""
+    """The progress rules applied to candidate lines: phases, steps and the end of training, for
+    the verdict's phase and timing, and the last progress line a log printed. A trial's rules are
+    the search space's (or the preset it was recognised as); a log of unknown origin is read with
+    every preset's step and end rules and SkyRL's phase timers, so that "before the first step" and
+    "the trainer said it finished" hold for any trainer the presets know."""
 
     def __init__(self, rules: ProgressRules | None = None) -> None:
-        rules = _rules_in_use(rules)
         self._step: list[re.Pattern[str]] = []
+        self._done: list[re.Pattern[str]] = []
         self._one: dict[str, re.Pattern[str]] = {}
         literals: list[str] = []
-        named = [("step_end", p) for p in rules.step_end] + [
-            (name, getattr(rules, name))
-            for name in ("phase_start", "phase_end", "training_done")
-            if getattr(rules, name)
-        ]
-        for name, pattern in named:
-            try:
-                rx = re.compile(pattern)
-            except re.error:
-                continue  # a space's broken rule is reported where the space is loaded
-            lits = pattern_literals(pattern)
-            if lits is None:
-                continue  # no text to find its lines by: this rule cannot be read here
-            if name == "step_end":
-                self._step.append(rx)
-            else:
-                self._one[name] = rx
-            literals += lits
+        for ruleset in _rules_in_use(rules):
+            named = [("step_end", p) for p in ruleset.step_end] + [
+                (name, getattr(ruleset, name))
+                for name in ("phase_start", "phase_end", "training_done")
+                if getattr(ruleset, name)
+            ]
+            for name, pattern in named:
+                if name in self._one:
+                    continue  # phases come from the first rules that have them
+                try:
+                    rx = re.compile(pattern)
+                except re.error:
+                    continue  # a space's broken rule is reported where the space is loaded
+                lits = pattern_literals(pattern)
+                if lits is None:
+                    continue  # no text to find its lines by: this rule cannot be read here
+                if name == "step_end":
+                    self._step.append(rx)
+                elif name == "training_done":
+                    self._done.append(rx)
+                else:
+                    self._one[name] = rx
+                literals += lits
         self.literals: tuple[str, ...] = tuple(dict.fromkeys(literals))
 
     def any_literal(self, raw: str) -> bool:
@@ -200,7 +208,7 @@ class ProgressReader:
         end = one["phase_end"].search(msg) if "phase_end" in one else None
         step = next((m for rx in self._step if (m := rx.search(msg))), None)
         start = one["phase_start"].search(msg) if "phase_start" in one else None
-        done = one["training_done"].search(msg) if "training_done" in one else None
+        done = next((m for rx in self._done if (m := rx.search(msg))), None)
         if end is not None and "phase" in end.groupdict():
             phases.finished(end.group("phase"))
         if step is not None and not (end is not None and end.groupdict().get("phase") == "step"):
@@ -212,14 +220,14 @@ class ProgressReader:
         return bool(end or step or start or done)
 
 
-def _rules_in_use(rules: ProgressRules | None) -> ProgressRules:
-    """The rules to read: the space's when they name a step rule, else SkyRL's preset under them
-    (a log of unknown origin; other trainers' end-of-training lines are known anyway)."""
-    from nccl_tune.presets import SKYRL, with_overrides
+def _rules_in_use(rules: ProgressRules | None) -> tuple[ProgressRules, ...]:
+    """The rules to read: the space's when they name a step rule, else SkyRL's preset under them;
+    for a log of unknown origin (None), every preset (SkyRL's first: its phase timers)."""
+    from nccl_tune.presets import DETECT_ORDER, PRESETS, SKYRL, with_overrides
 
     if rules is None:
-        return SKYRL
-    return with_overrides(SKYRL, rules) if rules.detect else rules
+        return tuple(PRESETS[name] for name in DETECT_ORDER)
+    return (with_overrides(SKYRL, rules) if rules.detect else rules,)
 
 
 @lru_cache(maxsize=16)
@@ -245,6 +253,8 @@ class LogClassifier:
         self._world_size: int | None = None
         self._summary_left = 0
         self._exit_seen = False
+        self._last_progress: Evidence | None = None
+        """The last line the progress rules matched (a step, a phase, the end of training)."""
         self._open_blocks: dict[tuple[str, str], IgnoredBlock] = {}
         """The "Exception ignored" blocks still open at the end of the last byte block, by
         (source, prefix)."""
@@ -433,11 +443,12 @@ class LogClassifier:
         text = T.clean(raw)
         msg = T.message(text)
         if self._progress.feed(msg, self._phases):
+            self._last_progress = Evidence(self._line_no, text, self._source)
             return
         if any(k in msg for k in TRAINING_END):
             self._phases.training_done = True
             return
-        if any(k in msg for k in PROGRAM_EXIT):
+        if any(k in msg for k in PROGRAM_EXIT) or CLEAN_EXIT.search(msg):
             self._exit_seen = True
             return
         if "%" in msg and any(k in msg for k in HOST_MEMORY_KEYS):
@@ -668,8 +679,14 @@ class LogClassifier:
 
     @property
     def end_seen(self) -> bool:
-        """A log read said training finished or the program exited (``PROGRAM_EXIT``)."""
+        """A log read said training finished, or the program exited (``PROGRAM_EXIT``: a process
+        group's destructor, a launcher's report of a clean exit; ``CLEAN_EXIT``)."""
         return self._phases.training_done or self._exit_seen
+
+    @property
+    def last_progress(self) -> Evidence | None:
+        """The last line the progress rules matched, as evidence (None: none did)."""
+        return self._last_progress
 
     @property
     def pid_ranks(self) -> dict[int, int]:

@@ -686,17 +686,18 @@ def test_scheduler_lines_and_older_wordings(lines: list[str], cls: F, rule: str,
 @pytest.mark.parametrize(
     ("lines", "cls"),
     [
-        # a warning's "failed" at the end of a log says what it retries, not that the run died
+        # a warning's "failed" at the end of a log says what it retries, not that the run died (and, with no
+        # end and no exit status, the log is no evidence either way)
         (
             [
                 "Epoch 1: 12%|#2        | 120/1000",
                 "[W1120 04:11:52.000000 socket.cpp:601] [c10d] The client socket has "
                 "failed to connect to [node-3]:29500 (errno: 22 - Invalid argument).",
             ],
-            F.OK,
+            F.NO_END,
         ),
-        (["step 40: reward=0.31", "WARNING:agent.sandbox:tool call attempt 1/3 failed: HTTP 500"], F.OK),
-        (["step 40: reward=0.31", "2026-11-20 04:11:52 | WARNING | rollout: request failed, retrying"], F.OK),
+        (["step 40: reward=0.31", "WARNING:agent.sandbox:tool call attempt 1/3 failed: HTTP 500"], F.NO_END),
+        (["step 40: reward=0.31", "2026-11-20 04:11:52 | WARNING | rollout: request failed, retrying"], F.NO_END),
         # ... unless it names a fatal end
         (["step 40: reward=0.31", "WARNING: worker 3 exited with exit code 1"], F.CRASH),
         # a log that stops inside a traceback, at its position markers (Python 3.11+)
@@ -729,7 +730,7 @@ def test_a_graders_logged_exception_is_handled_not_a_crash() -> None:
         "(RewardWorker pid=812) NotImplementedError: multiple generators [x, sin(x)]",
     ]
     steps = ["(TaskRunner pid=700) step 12: reward_mean=0.41", "(TaskRunner pid=700) step 13: reward_mean=0.44"]
-    assert classify_log([line + "\n" for line in steps[:1] + block + steps[1:]]).failure_class is F.OK
+    assert classify_log([line + "\n" for line in steps[:1] + block + steps[1:]]).failure_class is F.NO_END
     # a real failure after it is still read
     oom = "(TaskRunner pid=700) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
     assert classify_log([line + "\n" for line in block + [oom]]).failure_class is F.OOM

@@ -35,6 +35,8 @@ from nccl_tune.diagnose.rules.config import CONFIG_ASSERTION
 from nccl_tune.diagnose.rules.connect import RENDEZVOUS_RESET
 from nccl_tune.diagnose.rules.crashes import TORCHRUN_ROOT_CAUSE
 from nccl_tune.diagnose.rules.keys import (
+    CLEAN_EXIT,
+    CLEAN_EXIT_KEYS,
     HOST_MEMORY,
     HOST_MEMORY_KEYS,
     PROGRAM_EXIT,
@@ -72,6 +74,8 @@ prefilter, PREFILTER_KEYS = build_prefilter(RULES)
 """``prefilter(line) -> bool``: True when some rule or progress line could match the line."""
 
 __all__ = [
+    "CLEAN_EXIT",
+    "CLEAN_EXIT_KEYS",
     "CONFIG_ASSERTION",
     "CONTEXT_BYTES",
     "CONTEXT_RULES",

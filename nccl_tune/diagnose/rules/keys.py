@@ -24,10 +24,22 @@ after it happened after training."""
 PROGRAM_EXIT: tuple[str, ...] = (
     "destroy_process_group() was not called before program exit",
     "has NOT been destroyed before it is being destructed",
+    "worker group successfully finished",
+    "exits successfully.",
+    "Avg bus bandwidth",
 )
-"""Lines a program prints as it exits (PyTorch's warning from a process group's destructor,
-``destroy_process_group() was not called before program exit``, before 2.4 ``process group has NOT
-been destroyed before it is being destructed``): the run did not hang there."""
+"""Lines printed as a program exits: PyTorch's warning from a process group's destructor
+(``destroy_process_group() was not called before program exit``, before 2.4 ``process group has
+NOT been destroyed before it is being destructed``), a launcher reporting a clean exit (torchrun's
+agent: ``[default] worker group successfully finished``, printed with ``Local worker group finished
+(WorkerState.SUCCEEDED)``; DeepSpeed's launcher: ``Process N exits successfully.``), nccl-tests'
+summary after its last size. With no failure in the log, each is positive evidence of an end
+(``ok``)."""
+
+CLEAN_EXIT = rx(r"\bJob '[^']+' succeeded\b|\bexited with code 0\s*$")
+"""Clean exits reported in words a substring cannot tell from a failure: Ray Jobs' ``Job
+'raysubmit_...' succeeded``, docker compose's ``trainer-1 exited with code 0``."""
+CLEAN_EXIT_KEYS: tuple[str, ...] = ("' succeeded", "exited with code")
 
 HOST_MEMORY_KEYS: tuple[str, ...] = (
     "CPU Virtual Memory",
@@ -78,6 +90,7 @@ OTHER_KEYS: tuple[str, ...] = (
     "Finished: '",
     *TRAINING_END,
     *PROGRAM_EXIT,
+    *CLEAN_EXIT_KEYS,
     *HOST_MEMORY_KEYS,
     "Init START",
     "Root Cause",
