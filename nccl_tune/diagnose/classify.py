@@ -10,8 +10,14 @@ weighs as its rule's ``Kind``; the verdict is, in order:
 2. otherwise collective timeouts: ``collective_mismatch`` when ranks time out at the same
    sequence number in different collectives or sizes (or the Flight Recorder says so), else
    ``collective_timeout``; an NCCL ``WARN`` error before the first timeout names the cause instead;
-3. otherwise the first crash (exception, signal, actor death): ``host_oom`` when the launcher saw
-   host memory climb to ``HOST_OOM_PEAK_FRAC`` before a SIGKILL;
+3. otherwise the first crash (exception, signal, actor death). A SIGKILL (a launcher's ``exitcode:
+   -9``, ``return code = -9``, ``Signal 9 (SIGKILL)``, exit status 137, a shell's ``Killed`` in any
+   locale) is ``host_oom`` when host memory shows it (``pressure``: a peak at ``HOST_OOM_PEAK_FRAC``
+   in the launcher's samples or the log's readouts, readouts climbing; and, for a silent kill, a
+   memory-heavy phase in the last lines before it or a memory limit the run lives under); a silent
+   kill (no exception of the killed process's own before it) with none of these was sent from
+   outside (``crash``, advice naming where kills are recorded); an NCCL remote or transport error in
+   the step a rank was killed in is its consequence, printed before the kill report or after;
 4. otherwise the exit status: ``ok`` for 0 or unknown, ``crash`` for anything else (``verdict``
    then asks an unknown status for positive evidence of an end: without it a bare log is
    ``no_end``).
@@ -24,6 +30,7 @@ rule's, within its class's (``advice.advise``).
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -98,6 +105,8 @@ class Event:
     """The line is part of an "Exception ignored" block (``ignored``): the program went on."""
     stamp: tuple[int, ...] | None = None
     """When the line says it was printed (month, day, h, m, s, microseconds), if it says."""
+    heavy: tuple[str, Evidence] | None = None
+    """For a SIGKILL: the memory-heavy phase the lines before it announce (``pressure.heavy_phase``)."""
 
     @property
     def kind(self) -> Kind:
@@ -134,6 +143,12 @@ class LogReading:
     """The error lines the logs end with (``LogClassifier.tail_errors``)."""
     last_lines: tuple[Evidence, ...]
     """The last three non-blank lines of the log read last."""
+    host_climb: Evidence | None = None
+    """The last of the host-memory readouts that climbed (``pressure.HostMemory.climb``)."""
+    memory_limit: Evidence | None = None
+    """A line naming a memory limit the run lives under (a cgroup's, a container's, a job's)."""
+    heavy_at_end: tuple[str, Evidence] | None = None
+    """The memory-heavy phase the log's last lines announce (for a SIGKILL only the exit status tells)."""
 
 
 def root_cause(
@@ -190,6 +205,31 @@ _COUNT_WHEN_IGNORED = frozenset(
         FailureClass.COLLECTIVE_MISMATCH,
     }
 )
+
+
+_CONSEQUENCE = re.compile(
+    r"DistBackendError|DistNetworkError|ProcessGroup|NCCL|[Cc]onnection (?:reset|closed|refused)|Broken pipe"
+    r"|remote process|[Pp]eer|ChildFailedError|SignalException"
+)
+"""An exception's wording that says another process went away (what a kill leaves behind), not an
+error of the process's own."""
+
+
+def _is_kill(e: Event) -> bool:
+    return e.kind is Kind.CRASH and e.details.get("signal") == "SIGKILL"
+
+
+def _raised_before(kill: Event, crashes: Sequence[Event]) -> bool:
+    """The killed process (the kill's rank, or any when it is not known) raised an exception of its
+    own before the kill was reported: the kill is not what ended it first."""
+    return any(
+        e.order < kill.order
+        and e.rule.subtype == "exception"
+        and not e.details.get("signal")
+        and not _CONSEQUENCE.search(e.text)
+        and (kill.rank is None or e.rank is None or e.rank == kill.rank)
+        for e in crashes
+    )
 
 
 def _trained_past(e: Event, steps_finished: int, steps: int = 1) -> bool:
@@ -279,6 +319,8 @@ class _Decision:
                     and x.failure_class is not FailureClass.NCCL_ERROR
                     or x.kind is Kind.ROOT
                     and x.failure_class in _MEMORY
+                    and x.steps_done == e.steps_done
+                    or _is_kill(x)
                     and x.steps_done == e.steps_done
                     for x in self.events
                 ):
@@ -604,34 +646,67 @@ class _Decision:
     def _crash(self, crashes: list[Event]) -> Verdict:
         root = crashes[0]
         # a more telling crash line than a generic exception: a signal, a child dead of one, an actor
-        # (a child that exited with a code of its own, after the exception, tells less than the exception)
+        # (a child that exited with a code of its own, after the exception, tells less than the exception;
+        # a kill after an exception of the killed process's own is not what ended it first)
         specific = [
             e
             for e in crashes
             if e.rule.subtype not in _NO_MORE_THAN_AN_EXCEPTION
             and not (e.rule.subtype == "child_exit" and (e.details.get("exit_code") or 0) > 0)
         ]
-        if root.rule.subtype == "exception" and specific:
+        if root.rule.subtype == "exception" and specific and not _raised_before(specific[0], crashes):
             root = specific[0]
         if root.rank is None and self.fr_summary is not None and self.fr_summary.culprit_rank is not None:
             root.rank = self.fr_summary.culprit_rank  # a rank that died leaves no dump; the others name it
         sig = root.details.get("signal") or self.sig
-        killed = sig == "SIGKILL" or any(e.details.get("signal") == "SIGKILL" for e in crashes)
-        peak, note = self._host_peak()
-        if killed and peak is not None and peak >= HOST_OOM_PEAK_FRAC and note is not None:
-            return self._make(
-                FailureClass.HOST_OOM,
-                root,
-                self._evidence(root, prefix=[note]),
-                subtype="sigkill_after_climb",
-                rule="sigkill_after_climb",
-                host_mem_peak_frac=peak,
-            )
+        kills = [e for e in crashes if _is_kill(e)]
+        if sig == "SIGKILL" or kills:
+            # silent: the killed process raised nothing of its own first (only the exit status said
+            # SIGKILL: the first crash line is no exception)
+            silent = not _raised_before(kills[0], crashes) if kills else root.rule.subtype != "exception"
+            found = self._memory_pressure(kills, silent)
+            if found is not None:
+                subtype, note, extra = found
+                return self._make(
+                    FailureClass.HOST_OOM,
+                    root,
+                    self._evidence(root, prefix=[note]),
+                    subtype=subtype,
+                    rule=subtype,
+                    details={**root.details, **extra},
+                    host_mem_peak_frac=extra.get("host_mem_peak_frac"),
+                )
+            if silent:  # killed from outside with no sign of why: the advice says where it is recorded
+                ranked = [e.rank for e in kills if e.rank is not None]
+                rank = root.rank if root.rank is not None or not ranked else ranked[0]
+                return self._make(
+                    FailureClass.CRASH, root, self._evidence(root, kills[:1]), signal_name="SIGKILL", rank=rank
+                )
         last_exc = [e for e in crashes if e.rule.subtype == "exception"]
-        extra = last_exc[-1:] if last_exc else []
+        extra_ev = last_exc[-1:] if last_exc else []
         ranked = [e.rank for e in crashes if e.rank is not None and e.rule.subtype == "child_exit"]
         rank = root.rank if root.rank is not None or not ranked else ranked[0]  # the launcher names the rank
-        return self._make(FailureClass.CRASH, root, self._evidence(root, extra), signal_name=sig, rank=rank)
+        return self._make(FailureClass.CRASH, root, self._evidence(root, extra_ev), signal_name=sig, rank=rank)
+
+    def _memory_pressure(self, kills: Sequence[Event], silent: bool) -> tuple[str, Evidence, dict[str, Any]] | None:
+        """What the log (or the launcher) says about host memory before a SIGKILL (``pressure``): a
+        peak at ``HOST_OOM_PEAK_FRAC``, readouts climbing, and, for a silent kill, a memory-heavy
+        phase right before it or a memory limit the run lives under; as ``(subtype, line, details)``."""
+        peak, note = self._host_peak()
+        if peak is not None and peak >= HOST_OOM_PEAK_FRAC and note is not None:
+            return "sigkill_after_climb", note, {"host_mem_peak_frac": peak}
+        if self.log.host_climb is not None:
+            return "sigkill_memory_climbing", self.log.host_climb, {}
+        if not silent:
+            return None
+        heavy = next((e.heavy for e in kills if e.heavy is not None), None)
+        if heavy is None and not kills:
+            heavy = self.log.heavy_at_end  # only the exit status said SIGKILL: the log's last lines
+        if heavy is not None:
+            return "sigkill_in_heavy_phase", heavy[1], {"heavy_phase": heavy[0]}
+        if self.log.memory_limit is not None:
+            return "sigkill_under_limit", self.log.memory_limit, {}
+        return None
 
     def _host_peak(self) -> tuple[float | None, Evidence | None]:
         """The host-memory peak: the launcher's sample or the log's own readout, whichever is higher."""
@@ -647,16 +722,18 @@ class _Decision:
     def _status_only(self) -> Verdict:
         tail = self.log.tail_errors or self.log.last_lines
         sig = self.sig
-        peak, note = self._host_peak()
-        if sig == "SIGKILL" and peak is not None and peak >= HOST_OOM_PEAK_FRAC and note is not None:
+        found = self._memory_pressure((), silent=True) if sig == "SIGKILL" else None
+        if found is not None:
+            subtype, note, extra = found
             return self._make(
                 FailureClass.HOST_OOM,
                 None,
                 (note, *tail),
-                subtype="sigkill_after_climb",
-                rule="sigkill_after_climb",
+                subtype=subtype,
+                rule=subtype,
                 phase=self.log.phase,
-                host_mem_peak_frac=peak,
+                details=extra,
+                host_mem_peak_frac=extra.get("host_mem_peak_frac"),
             )
         what = f"ended by {sig}" if sig else f"exited with code {self.exit_code}"
         note = Evidence(0, f"the command {what}; no cause found in the log", OWN_SOURCE)

@@ -28,14 +28,16 @@ from nccl_tune.diagnose.classify import WEIGHT_SYNC_HINTS, Event, LogReading, ro
 from nccl_tune.diagnose.flight_recorder import FlightRecorderSummary, analyse_dumps
 from nccl_tune.diagnose.ignored import ENDED, IN, IgnoredBlock, header_prefix
 from nccl_tune.diagnose.ignored import HEADS as IGNORED_HEADS
+from nccl_tune.diagnose.pressure import HostMemory, heavy_phase, numbered
 from nccl_tune.diagnose.rules import (
     CLEAN_EXIT,
     CONTEXT_BYTES,
-    HOST_MEMORY,
     HOST_MEMORY_KEYS,
+    MEMORY_LIMIT_KEYS,
     PREFILTER_KEYS,
     PROGRAM_EXIT,
     RULES,
+    TAIL_RULES,
     TORCHRUN_ROOT_CAUSE,
     TRAINING_END,
     Kind,
@@ -65,6 +67,8 @@ dropped beyond them."""
 TAIL_CHECK = 3
 """Non-blank last lines of each source that must not be errors for a run to be called ``ok``."""
 MAX_SOURCES = 64
+LOOKBACK_BYTES = 16384
+"""Bytes before a SIGKILL's line searched for the memory-heavy phase it ended (``pressure.heavy_phase``)."""
 _DEATH = (
     r"Traceback \(most recent call last\)|\bKilled\b|\bAborted\b|core dumped|terminate called"
     r"|\bSIG(?:KILL|ABRT|SEGV|BUS)\b"
@@ -202,6 +206,10 @@ class ProgressReader:
     def any_literal(self, raw: str) -> bool:
         return any(lit in raw for lit in self.literals)
 
+    def is_step(self, msg: str) -> bool:
+        """Whether a cleaned message is a training step's line."""
+        return any(rx.search(msg) for rx in self._step)
+
     def feed(self, msg: str, phases: _Phases) -> bool:
         """Apply the rules to one cleaned message; True when it was a progress line."""
         one = self._one
@@ -264,8 +272,8 @@ class LogClassifier:
         self._summary_event: Event | None = None
         self._templates: dict[bytes, bool] = {}
         self._context: tuple[bytes, int, int] = (b"", 0, 0)
-        self._host_peak: tuple[float, Evidence] | None = None
-        """The highest host-memory readout in the log (fraction of RAM) and its line."""
+        self._memory = HostMemory()
+        """Host-memory readouts and limits the log shows (``pressure``)."""
         self._limits: dict[str, int] = {}
         """Per source, the last line that counts (see ``limit``)."""
         self._tails: dict[str, tuple[tuple[int, bytes], ...]] = {}
@@ -444,6 +452,8 @@ class LogClassifier:
         msg = T.message(text)
         if self._progress.feed(msg, self._phases):
             self._last_progress = Evidence(self._line_no, text, self._source)
+            if "emory" in msg:  # a step line may carry a host-memory figure (verl's perf/cpu_memory_used_gb)
+                self._memory.readout(msg, self._last_progress)
             return
         if any(k in msg for k in TRAINING_END):
             self._phases.training_done = True
@@ -451,9 +461,10 @@ class LogClassifier:
         if any(k in msg for k in PROGRAM_EXIT) or CLEAN_EXIT.search(msg):
             self._exit_seen = True
             return
-        if "%" in msg and any(k in msg for k in HOST_MEMORY_KEYS):
-            self._host_readout(text, msg)
+        if any(k in msg for k in HOST_MEMORY_KEYS) and self._memory.readout(msg, self._here(text)):
             return
+        if any(k in msg for k in MEMORY_LIMIT_KEYS):
+            self._memory.limit_line(msg, self._here(text))
         if any(h in text for h in IGNORED_HEADS):
             prefix = header_prefix(text)
             if prefix is not None:
@@ -521,14 +532,21 @@ class LogClassifier:
             last = m
         return time_stamp(last.group(0)) if last is not None else None
 
-    def _host_readout(self, text: str, msg: str) -> None:
-        """A host-memory readout the trainer printed: keep the highest."""
-        m = HOST_MEMORY.search(msg)
-        if m is None or "GPU" in msg or "cuda" in msg:
-            return
-        frac = float(m.group("pct")) / 100.0
-        if self._host_peak is None or frac >= self._host_peak[0]:
-            self._host_peak = (frac, Evidence(self._line_no, text, self._source))
+    def _here(self, text: str) -> Evidence:
+        return Evidence(self._line_no, text, self._source)
+
+    def _lines_before(self) -> list[tuple[int, str]]:
+        """The lines printed just before the current one (``LOOKBACK_BYTES`` at most; at the start of
+        a byte block, the last lines of the block before), numbered."""
+        buf, start, _ = self._context
+        lines = buf[max(0, start - LOOKBACK_BYTES) : start].split(b"\n")[:-1]
+        if start > LOOKBACK_BYTES:
+            lines = lines[1:]  # cut inside its first line
+        out = numbered(lines, self._line_no - 1)
+        if start <= LOOKBACK_BYTES and self._tail:
+            first = out[0][0] if out else self._line_no
+            out = [(no, raw.decode("utf-8", "replace")) for no, raw in self._tail if no < first] + out
+        return out
 
     def _summary(self, raw: str) -> None:
         """torchrun's ``Root Cause (first observed failure)`` block: rank, exitcode, signal."""
@@ -619,6 +637,8 @@ class LogClassifier:
         )
         if rule.failure_class is FailureClass.OOM:
             self._oom_context(ev, msg)
+        if det.get("signal") == "SIGKILL":
+            ev.heavy = heavy_phase(self._lines_before(), self._source, self._progress.is_step)
         self._events.append(ev)
         return ev
 
@@ -657,20 +677,59 @@ class LogClassifier:
         )
 
     def reading(self) -> LogReading:
-        """What was read so far, as the root-cause decision takes it (its events are this reader's own)."""
+        """What was read so far, as the root-cause decision takes it (its events are this reader's
+        own, and those ``TAIL_RULES`` find in the last lines)."""
         ph = self._phases
+        tail = numbered((raw for _, raw in self._tail), self._tail[-1][0]) if self._tail else []
         return LogReading(
-            events=self._events,
+            events=self._events + self._tail_events(tail),
             steps_finished=ph.steps_finished,
             phase=ph.current,
             after_training=ph.after_training,
             training_done=ph.training_done,
             pid_rank=dict(self._pid_rank),
             world=frozenset(range(self._world_size)) if self._world_size else frozenset(self._ranks_seen),
-            host_peak=self._host_peak,
+            host_peak=self._memory.peak,
             tail_errors=self.tail_errors(),
             last_lines=self.tail_evidence(3),
+            host_climb=self._memory.climb,
+            memory_limit=self._memory.limit,
+            heavy_at_end=heavy_phase(tail, self._source, self._progress.is_step),
         )
+
+    def _tail_events(self, tail: list[tuple[int, str]]) -> list[Event]:
+        """Events of ``TAIL_RULES`` in the last lines of the log read last that no rule took (a kill
+        reported in another locale), as if read at the end."""
+        taken = {e.line_no for e in self._events if e.source == self._source}
+        ph = self._phases
+        out = []
+        for i, (no, raw) in enumerate(tail):
+            text = T.clean(raw)
+            msg = T.message(text)
+            rule = next((r for r in TAIL_RULES if r.pattern is not None and r.pattern.search(msg)), None)
+            if rule is None or no in taken:
+                continue
+            details: dict[str, Any] = {}
+            if rule.details is not None:
+                rule.details(msg, details)
+            ev = Event(
+                order=self._order_base + no,
+                line_no=no,
+                source=self._source,
+                text=text,
+                rule=rule,
+                rank=T.rank_of(msg),
+                details=details,
+                phase=ph.current,
+                before_first_step=ph.steps_started == 0,
+                after_training=ph.after_training,
+                steps_done=ph.steps_finished,
+                stamp=time_stamp(text),
+            )
+            if details.get("signal") == "SIGKILL":
+                ev.heavy = heavy_phase(tail[:i], self._source, self._progress.is_step)
+            out.append(ev)
+        return out
 
     @property
     def training_done(self) -> bool:

@@ -76,13 +76,17 @@ def timed_out(head: Advice) -> Callable[[AdviceContext], str]:
     return advice
 
 
+HOST_RAM_USERS = (
+    "CPU offload (trainer.policy/ref.fsdp_config.cpu_offload) and rollouts live in host RAM: turn offload off where "
+    "GPU memory allows, lower trainer.train_batch_size or generator.n_samples_per_prompt, and check other tenants "
+    "with `free -g`"
+)
+"""What lives in host RAM in an RL run and what to lower."""
+
+
 def host_memory(what: str) -> str:
     """Host RAM ran out (``what`` says how): what lives there and what to lower."""
-    return (
-        f"Host memory, not GPU memory: {what}; CPU offload (trainer.policy/ref.fsdp_config.cpu_offload) and rollouts "
-        "live in host RAM: turn offload off where GPU memory allows, lower trainer.train_batch_size or "
-        "generator.n_samples_per_prompt, and check other tenants with `free -g`"
-    )
+    return f"Host memory, not GPU memory: {what}; {HOST_RAM_USERS}"
 
 
 WHERE_ENDS_ARE_RECORDED = (

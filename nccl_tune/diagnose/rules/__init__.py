@@ -39,6 +39,10 @@ from nccl_tune.diagnose.rules.keys import (
     CLEAN_EXIT_KEYS,
     HOST_MEMORY,
     HOST_MEMORY_KEYS,
+    MEMORY_HEAVY,
+    MEMORY_LIMIT,
+    MEMORY_LIMIT_KEYS,
+    MEMORY_LIMIT_NOT,
     PROGRAM_EXIT,
     TRAINING_END,
     build_prefilter,
@@ -63,6 +67,10 @@ RULES: tuple[Rule, ...] = (
 )
 """Every rule a line's keys can find, in the order they are tried."""
 
+TAIL_RULES: tuple[Rule, ...] = (crashes.KILLED_REPORT,)
+"""Rules also tried on the last lines of each log, whose wordings are too many to be prefilter keys
+(a shell's report of a kill in every locale)."""
+
 CONTEXT_RULES: tuple[Rule, ...] = (CONFIG_ASSERTION, RENDEZVOUS_RESET, TORCHRUN_ROOT_CAUSE)
 """Rules no key finds: the reader applies them from a line's context (``Rule.in_context``, torchrun's
 root-cause block)."""
@@ -81,11 +89,16 @@ __all__ = [
     "CONTEXT_RULES",
     "HOST_MEMORY",
     "HOST_MEMORY_KEYS",
+    "MEMORY_HEAVY",
+    "MEMORY_LIMIT",
+    "MEMORY_LIMIT_KEYS",
+    "MEMORY_LIMIT_NOT",
     "PREFILTER_KEYS",
     "PROGRAM_EXIT",
     "RENDEZVOUS_RESET",
     "RULES",
     "RULE_ADVICE",
+    "TAIL_RULES",
     "TORCHRUN_ROOT_CAUSE",
     "TRAINING_END",
     "Kind",

@@ -127,6 +127,34 @@ def _exception(ctx: AdviceContext) -> str:
     return f"The program raised {exc or 'an exception'} that is not a known infrastructure failure: read the evidence lines"
 
 
+KILLED_WORDS = (
+    "Killed|Getötet|Processus arrêté|Terminado \\(killed\\)|Ucciso|Убито|Убит|已杀死|強制終了|強制結束|Morto(?: \\(Killed\\))?"
+    "|Dödad|Geëlimineerd|Unicestwiony|Zabit(?: \\(SIGKILL\\))?|Abgebrochen \\(Killed\\)|Tué|Matado|Süreç durduruldu"
+)
+"""How a shell says a command was killed by SIGKILL: ``strsignal(SIGKILL)`` in glibc's translations
+(English, German, French, Spanish, Italian, Russian, Chinese, Japanese, Portuguese, Swedish, Dutch,
+Polish, Czech, Turkish) and bash's own where it does not use glibc's."""
+_LINE_WORD = r"(?:(?:line|Zeile|ligne|línea|riga|строка|linha|linia|regel)\s*\d+\s*:|\d+\s*行:|第\s*\d+\s*行[:：])"
+
+KILLED_REPORT = Rule(
+    "killed",
+    F.CRASH,
+    Kind.CRASH,
+    ("Killed",),
+    rx(
+        rf"^\s*(?:\[\d+\][+-]?\s+)?(?:{KILLED_WORDS})(?::\s*\d+)?(?:\s{{2,}}\S.*)?\s*$"
+        rf"|{_LINE_WORD}\s*\d+\s+(?:{KILLED_WORDS})(?::\s*\d+)?(?:\s|$)"
+    ),
+    "killed",
+    details=_sigkill,
+    advice=KILLED,
+)
+"""A shell's report of a command killed by SIGKILL: bash's job report ``script.sh: line 12:  4410
+Killed   python ...`` (in German ``Zeile 12: ... Getötet``), a bare ``Killed`` (dash, on macOS
+``Killed: 9``), an interactive ``[1]+  Killed   python ...``. Only the English word is a prefilter
+key: the reader also tries this rule on the last lines of a log (``TAIL_RULES``), where a kill
+report ends it."""
+
 TORCHRUN_ROOT_CAUSE = Rule("torchrun_root_cause", F.CRASH, Kind.CRASH, (), None, "child_exit", advice=_child_exit)
 """torchrun's ``Root Cause (first observed failure)`` block (its rank, exit code and signal)."""
 
@@ -291,17 +319,7 @@ DIED: tuple[Rule, ...] = (
         advice="A segmentation fault in native code: note the library in the stack (NCCL, CUDA, a kernel) and rerun with "
         "CUDA_LAUNCH_BLOCKING=1",
     ),
-    # bash's job report: "line 12:  4410 Killed   python ...", on macOS "Killed: 9"
-    Rule(
-        "killed",
-        F.CRASH,
-        Kind.CRASH,
-        ("Killed",),
-        rx(r"^\s*Killed\s*$|line \d+:\s+\d+ Killed(?::\s*\d+)?\s"),
-        "killed",
-        details=_sigkill,
-        advice=KILLED,
-    ),
+    KILLED_REPORT,
     Rule(
         "ray_kill",
         F.CRASH,

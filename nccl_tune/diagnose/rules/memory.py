@@ -54,7 +54,10 @@ def _vllm_free_memory(ctx: AdviceContext) -> str:
     )
 
 
-_KERNEL_OOM = host_memory("the kernel's OOM killer killed a process")
+_KERNEL_OOM = host_memory(
+    "the kernel's OOM killer killed a process (a cgroup's: Slurm's job or step memory limit, a container's, "
+    "Kubernetes' OOMKilled or eviction for memory)"
+)
 
 
 def _engine_args(ctx: AdviceContext) -> str:
@@ -97,6 +100,11 @@ HOST: tuple[Rule, ...] = (
             "oom_kill event",
             "oom-kill event",
             "OOMKilled",
+            "xceeded job memory limit",
+            "xceeded step memory limit",
+            "exceeded memory limit",
+            "has been killed by the OOM killer",
+            "low on resource: memory",
         ),
         None,
         "kernel_oom",
