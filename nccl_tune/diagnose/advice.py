@@ -167,6 +167,21 @@ def _no_cause(ctx: AdviceContext) -> str:
     )
 
 
+def _first_error(ctx: AdviceContext) -> str:
+    d = ctx.details
+    who = f"Rank {ctx.rank}" if ctx.rank is not None else "One process"
+    line = d.get("first_error_line")
+    what = d.get("exception") or "an error"
+    unnamed = " that no rule names" if d.get("unnamed") else ""
+    at = f" (line {line})" if line else ""
+    return (
+        f"{who} failed first, with {what}{unnamed}{at}, before the others timed out: they waited in a collective "
+        "it never reached, so their time-outs are its consequence, not the cause; read that rank's traceback for "
+        "what failed (a bug on its code path, a connection it could not make, a library's internal error) and fix "
+        "that; raising the collective timeout would only make the others wait longer"
+    )
+
+
 _DECIDED: dict[tuple[F, str], Advice] = {
     (F.HOST_OOM, "sigkill_after_climb"): _sigkill_after_climb,
     (F.HOST_OOM, "sigkill_memory_climbing"): _sigkill_climbing,
@@ -174,6 +189,7 @@ _DECIDED: dict[tuple[F, str], Advice] = {
     (F.HOST_OOM, "sigkill_under_limit"): _sigkill_under_limit,
     (F.COLLECTIVE_MISMATCH, "seq_desync"): _out_of_step,
     (F.CRASH, "no_cause"): _no_cause,
+    (F.CRASH, "first_error"): _first_error,
 }
 
 

@@ -7,9 +7,15 @@ weighs as its rule's ``Kind``; the verdict is, in order:
 1. the earliest specific cause wins: device or host OOM, CUDA error, NCCL error, refused config,
    explicit mismatch, and rendezvous/connect failures that happen before the first training step;
    an NCCL "remote" error is only a consequence when something failed before it;
-2. otherwise collective timeouts: ``collective_mismatch`` when ranks time out at the same
-   sequence number in different collectives or sizes (or the Flight Recorder says so), else
-   ``collective_timeout``; an NCCL ``WARN`` error before the first timeout names the cause instead;
+2. otherwise collective timeouts, unless an error on one rank came first (``_first_error``): the
+   first error wins over the loudest. A crash line of any wording on a rank that did not time out
+   itself (the generic exception rule's too: ``crash`` with the cause ``first_error``, saying no
+   rule names it), or a connect failure (before the first step, also c10d's retry warnings alone:
+   ``init_failure``), printed before the first time-out in the step the others waited in, is the
+   root cause and the time-outs its consequence; a lost peer's wording is not. Otherwise
+   ``collective_mismatch`` when ranks time out at the same sequence number in different
+   collectives or sizes (or the Flight Recorder says so), else ``collective_timeout``; an NCCL
+   ``WARN`` error before the first timeout names the cause instead;
 3. otherwise the first crash (exception, signal, actor death). A SIGKILL (a launcher's ``exitcode:
    -9``, ``return code = -9``, ``Signal 9 (SIGKILL)``, exit status 137, a shell's ``Killed`` in any
    locale) is ``host_oom`` when host memory shows it (``pressure``: a peak at ``HOST_OOM_PEAK_FRAC``
@@ -207,12 +213,13 @@ _COUNT_WHEN_IGNORED = frozenset(
 )
 
 
+_LOST_PEER = r"[Cc]onnection (?:reset|closed)|Broken pipe|remote process|[Pp]eer"
 _CONSEQUENCE = re.compile(
-    r"DistBackendError|DistNetworkError|ProcessGroup|NCCL|[Cc]onnection (?:reset|closed|refused)|Broken pipe"
-    r"|remote process|[Pp]eer|ChildFailedError|SignalException"
+    _LOST_PEER + r"|DistBackendError|DistNetworkError|ProcessGroup|NCCL|ChildFailedError|SignalException"
 )
-"""An exception's wording that says another process went away (what a kill leaves behind), not an
-error of the process's own."""
+"""An exception's wording that says another process went away or failed (what a kill or a time-out
+leaves behind), not an error of the process's own."""
+_LOST = re.compile(_LOST_PEER)
 
 
 def _is_kill(e: Event) -> bool:
@@ -286,8 +293,58 @@ class _Decision:
         if roots:
             return self._root(roots[0])
         if timeouts:
+            first = self._first_error(timeouts)
+            if first is not None:
+                return self._first_error_verdict(first, timeouts)
             return self._timeout(strong or timeouts, timeouts)
         return self._without_root()
+
+    def _first_error(self, timeouts: list[Event]) -> Event | None:
+        """An error on one rank before the first collective time-out, in the step the others then
+        waited in: what they waited for. A crash line of any wording (the generic exception rule
+        included: one no rule names), a connect failure, or before the first step a connect
+        retry's warning; not a lost peer or NCCL's own wording of the time-out (a consequence), and
+        not on a rank that timed out itself."""
+        waits = [e for e in timeouts if e.kind is Kind.TIMEOUT]
+        if not waits:
+            return None
+        first = waits[0]
+        waiting = {e.rank for e in waits if e.rank is not None}
+        for e in self.events:
+            if e.order >= first.order:
+                return None
+            if e.steps_done != first.steps_done or (e.rank is not None and e.rank in waiting):
+                continue
+            crash = e.kind is Kind.CRASH and not _CONSEQUENCE.search(e.text)
+            connect = (
+                e.kind is Kind.INIT
+                or e.kind is Kind.SUPPORT
+                and e.failure_class is FailureClass.INIT_FAILURE
+                and e.before_first_step
+            ) and not _LOST.search(e.text)
+            if crash or connect:
+                return e
+        return None
+
+    def _first_error_verdict(self, first: Event, timeouts: list[Event]) -> Verdict:
+        """The first error is the root cause; the time-outs after it are its consequence. A connect
+        failure before the first step is an init failure; any other first error a crash, and one no
+        rule names says so (its line is the evidence's first)."""
+        waits = [e for e in timeouts if e.kind is Kind.TIMEOUT]
+        evidence = self._evidence(first, waits[:3])
+        details = {**first.details, "first_error_line": first.line_no, "named_by": first.rule.name}
+        if first.failure_class is FailureClass.INIT_FAILURE and first.before_first_step:
+            return self._make(FailureClass.INIT_FAILURE, first, evidence, details=details)
+        if first.rule.name == "exception" or first.failure_class is not FailureClass.CRASH:
+            return self._make(
+                FailureClass.CRASH,
+                first,
+                evidence,
+                subtype="first_error",
+                rule="first_error",
+                details={**details, "unnamed": first.rule.name == "exception"},
+            )
+        return self._make(FailureClass.CRASH, first, evidence, details=details)
 
     def _timeouts(self) -> list[Event]:
         """Collectives that did not complete, and connect failures after the first step (a rank

@@ -56,7 +56,17 @@ def shape_paths() -> list[Path]:
 
 def test_every_shape_has_several_fixtures() -> None:
     counts = Counter(read_shape(p).shape for p in shape_paths())
-    assert set(counts) == {"never_ok", "desync", "init", "transport", "after_end", "engine_args", "end", "kill"}
+    assert set(counts) == {
+        "never_ok",
+        "desync",
+        "init",
+        "transport",
+        "after_end",
+        "engine_args",
+        "end",
+        "kill",
+        "first_error",
+    }
     assert min(counts.values()) >= MIN_PER_SHAPE, counts
 
 
