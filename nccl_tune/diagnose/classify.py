@@ -5,8 +5,9 @@ them over with what else it saw (``LogReading``); ``root_cause`` picks the verdi
 weighs as its rule's ``Kind``; the verdict is, in order:
 
 1. the earliest specific cause wins: device or host OOM, CUDA error, NCCL error, refused config,
-   explicit mismatch, and rendezvous/connect failures that happen before the first training step;
-   an NCCL "remote" error is only a consequence when something failed before it;
+   explicit mismatch, Ray placement groups never ready (also Ray's bare ``GetTimeoutError`` when its
+   traceback waits on ``pg.ready()``), and rendezvous/connect failures that happen before the first
+   training step; an NCCL "remote" error is only a consequence when something failed before it;
 2. otherwise collective timeouts, unless an error on one rank came first (``_first_error``): the
    first error wins over the loudest. A crash line of any wording on a rank that did not time out
    itself (the generic exception rule's too: ``crash`` with the cause ``first_error``, saying no

@@ -66,6 +66,7 @@ def test_every_shape_has_several_fixtures() -> None:
         "end",
         "kill",
         "first_error",
+        "placement",
     }
     assert min(counts.values()) >= MIN_PER_SHAPE, counts
 

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from nccl_tune.diagnose.rules import collectives, config, connect, crashes, cuda, memory, nccl
 from nccl_tune.diagnose.rules.config import CONFIG_ASSERTION
-from nccl_tune.diagnose.rules.connect import RENDEZVOUS_RESET
+from nccl_tune.diagnose.rules.connect import RAY_PLACEMENT_WAIT, RENDEZVOUS_RESET
 from nccl_tune.diagnose.rules.crashes import TORCHRUN_ROOT_CAUSE
 from nccl_tune.diagnose.rules.keys import (
     CLEAN_EXIT,
@@ -71,7 +71,7 @@ TAIL_RULES: tuple[Rule, ...] = (crashes.KILLED_REPORT,)
 """Rules also tried on the last lines of each log, whose wordings are too many to be prefilter keys
 (a shell's report of a kill in every locale)."""
 
-CONTEXT_RULES: tuple[Rule, ...] = (CONFIG_ASSERTION, RENDEZVOUS_RESET, TORCHRUN_ROOT_CAUSE)
+CONTEXT_RULES: tuple[Rule, ...] = (CONFIG_ASSERTION, RENDEZVOUS_RESET, RAY_PLACEMENT_WAIT, TORCHRUN_ROOT_CAUSE)
 """Rules no key finds: the reader applies them from a line's context (``Rule.in_context``, torchrun's
 root-cause block)."""
 
@@ -94,6 +94,7 @@ __all__ = [
     "MEMORY_LIMIT_KEYS",
     "MEMORY_LIMIT_NOT",
     "PREFILTER_KEYS",
+    "RAY_PLACEMENT_WAIT",
     "PROGRAM_EXIT",
     "RENDEZVOUS_RESET",
     "RULES",

@@ -5,10 +5,11 @@ any other exception."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from nccl_tune.diagnose.rules.config import validation_assertion
-from nccl_tune.diagnose.rules.connect import rendezvous_reset
+from nccl_tune.diagnose.rules.connect import placement_group_wait, rendezvous_reset
 from nccl_tune.diagnose.rules.rule import Kind, Rule, rx
 from nccl_tune.diagnose.wording import KILLED, AdviceContext, unrecognised_crash
 from nccl_tune.failure import FailureClass as F
@@ -120,6 +121,12 @@ def _build_mismatch(ctx: AdviceContext) -> str:
         f"{lib} was built against another torch or CUDA (undefined symbol): reinstall it against the installed torch "
         "(`pip install --no-build-isolation --force-reinstall <package>`), or pin torch to the version it was built for"
     )
+
+
+def _exception_in_context(m: re.Match[str] | None, msg: str, before: Callable[[], bytes]) -> Rule | None:
+    """What an exception means given its traceback: a refused config (an ``AssertionError`` in a
+    validation function), a placement group never ready (Ray's ``GetTimeoutError`` waiting for one)."""
+    return validation_assertion(m, msg, before) or placement_group_wait(m, msg, before)
 
 
 def _exception(ctx: AdviceContext) -> str:
@@ -489,7 +496,7 @@ ANY_EXCEPTION: tuple[Rule, ...] = (
         "exception",
         exclude=("Warning:",),
         details=_exception_signal,
-        in_context=validation_assertion,
+        in_context=_exception_in_context,
         advice=_exception,
     ),
 )

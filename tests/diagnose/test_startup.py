@@ -1,0 +1,64 @@
+"""Failures of a run's start-up, told apart from the same words mid-run: Ray placement groups never
+ready are ``init_failure`` whatever exception carries them."""
+
+from __future__ import annotations
+
+import pytest
+
+from nccl_tune.diagnose.verdict import classify_log
+from nccl_tune.failure import FailureClass as F
+
+RAY_GET_FRAMES = [
+    'File "/usr/local/lib/python3.11/site-packages/ray/_private/worker.py", line 2753, in get',
+    "  values, debugger_breakpoint = worker.get_objects(object_refs, timeout=timeout)",
+]
+GET_TIMEOUT = "ray.exceptions.GetTimeoutError: Get timed out: some object(s) not ready."
+
+
+def traceback(*frames: str, error: str = GET_TIMEOUT, prefix: str = "") -> list[str]:
+    return [f"{prefix}{line}\n" for line in ("Traceback (most recent call last):", *frames, *RAY_GET_FRAMES, error)]
+
+
+@pytest.mark.parametrize(
+    "wait",
+    [
+        "    ray.get(pg.ready(), timeout=600)",
+        "    ray.get([pg.ready() for pg in pgs], timeout=180)",
+        "    ready = ray.get(placement_group.ready(), timeout=self.pg_timeout)",
+        "    if not pg.wait(timeout_seconds=300):",
+    ],
+)
+def test_a_get_timeout_waiting_for_a_placement_group_is_an_init_failure(wait: str) -> None:
+    lines = traceback(
+        '  File "/app/launcher.py", line 61, in create_resource_pool', wait, prefix="(main_task pid=4410) "
+    )
+    v = classify_log(lines, exit_code=1)
+    assert v.failure_class is F.INIT_FAILURE and v.cause.subtype == "placement_group"
+    assert "ray status" in v.advice and "GetTimeoutError" in v.evidence[0].text
+
+
+def test_a_get_timeout_waiting_for_tasks_is_not_a_placement_group() -> None:
+    lines = traceback('  File "/app/trainer.py", line 301, in fit', "    status = ray.get(refs, timeout=600)")
+    v = classify_log(lines, exit_code=1)
+    assert v.failure_class is F.CRASH
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "TimeoutError: Timed out waiting for placement groups to be ready. The cluster may not have enough resources to "
+        "satisfy the requested configuration, or the resources may be busy with other tasks.",
+        "TimeoutError: Timed out waiting for placement group for role 'actor_rollout'",
+        "RuntimeError: Placement group pg_rollout_0 is not ready after 300 s: 8 bundles pending",
+        "TimeoutError: Placement group creation timed out. Make sure your cluster either has enough resources or use "
+        "an autoscaling cluster.",
+    ],
+)
+def test_placement_groups_never_ready_in_their_own_words(line: str) -> None:
+    v = classify_log([line + "\n"], exit_code=1)
+    assert v.failure_class is F.INIT_FAILURE and v.cause.rule == "ray_placement_group"
+
+
+def test_waiting_for_a_placement_group_is_no_failure() -> None:
+    v = classify_log(["(TorchTrainer pid=8120) Waiting for placement group to start.\n"])
+    assert v.failure_class is F.NO_END
