@@ -5,7 +5,8 @@ them over with what else it saw (``LogReading``); ``root_cause`` picks the verdi
 weighs as its rule's ``Kind``; the verdict is, in order:
 
 1. the earliest specific cause wins: device or host OOM, CUDA error, NCCL error, refused config,
-   explicit mismatch, Ray placement groups never ready (also Ray's bare ``GetTimeoutError`` when its
+   explicit mismatch (a configuration refused after a training step finished is a crash instead:
+   the reader gives its line ``Rule.once_training``), Ray placement groups never ready (also Ray's bare ``GetTimeoutError`` when its
    traceback waits on ``pg.ready()``), and rendezvous/connect failures that happen before the first
    training step; an NCCL "remote" error is only a consequence when something failed before it;
 2. otherwise collective timeouts, unless an error on one rank came first (``_first_error``): the
@@ -201,6 +202,8 @@ _NO_MORE_THAN_AN_EXCEPTION = frozenset({"exception", "engine_dead", "engine_died
 """Crash subtypes that tell no more than an exception before them: vLLM's engine death (its engine's own
 error, printed first, is the cause)."""
 
+_HANDLED_IF_TRAINED_PAST = frozenset({"exception", "config_mid_run"})
+"""Crash subtypes of an exception a run may log, handle and train past (``TRAINED_THROUGH_STEPS``)."""
 _MEMORY = (FailureClass.OOM, FailureClass.HOST_OOM)
 _COUNT_WHEN_IGNORED = frozenset(
     {
@@ -394,7 +397,8 @@ class _Decision:
         crashes = [
             e
             for e in self._of(Kind.CRASH)
-            if e.rule.subtype != "exception" or not _trained_past(e, self.steps_finished, TRAINED_THROUGH_STEPS)
+            if e.rule.subtype not in _HANDLED_IF_TRAINED_PAST
+            or not _trained_past(e, self.steps_finished, TRAINED_THROUGH_STEPS)
         ]
         if crashes and (failed or self.exit_code is None or tail_errors):
             return self._crash(crashes)

@@ -602,6 +602,8 @@ class LogClassifier:
             return None
         if rule.in_context is not None:
             rule = rule.in_context(m, msg, self._before) or rule
+        if rule.once_training is not None and self._phases.steps_finished > 0:
+            rule = rule.once_training
         ignored = self._line_no in self._ignored
         counter = f"ignored {rule.name}" if ignored else rule.name  # ignored lines cannot use up a rule's events
         count = self._per_rule.get(counter, 0)

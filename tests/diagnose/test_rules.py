@@ -22,6 +22,7 @@ EXAMPLES = {
     "config_validation": "omegaconf.errors.ValidationError: Value 'abc' of type 'str' could not be converted to Integer",
     "config_assertion": "AssertionError: train_batch_size 256 should be divisible by policy_mini_batch_size 96",
     "argparse_error": "train.py: error: unrecognized arguments: --lr=3",
+    "startup_refusal": "[rank0]: ValueError: Invalid parallel dims: dp_replicate(1) * dp_shard(3) * cp(1) * tp(2) * pp(1) != world_size(8)",
     "command_not_found": "run.sh: line 4: uvx: command not found",
     "ray_memory_monitor": "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
     "kernel_oom_killer": "[812345.678] Out of memory: Killed process 40118 (python) total-vm:812345kB",

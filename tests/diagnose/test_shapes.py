@@ -67,6 +67,7 @@ def test_every_shape_has_several_fixtures() -> None:
         "kill",
         "first_error",
         "placement",
+        "refusal",
     }
     assert min(counts.values()) >= MIN_PER_SHAPE, counts
 

@@ -62,3 +62,32 @@ def test_placement_groups_never_ready_in_their_own_words(line: str) -> None:
 def test_waiting_for_a_placement_group_is_no_failure() -> None:
     v = classify_log(["(TorchTrainer pid=8120) Waiting for placement group to start.\n"])
     assert v.failure_class is F.NO_END
+
+
+# --- refusals: the program refusing its configuration at start-up, and the same words mid-run ------
+
+STEPS = [f"step: {n:3d}  loss:  3.1000  memory: 61.47GiB(64.71%)  tps: 6,112\n" for n in range(1, 4)]
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "AssertionError: world size (6) is not divisible by tensor parallel size (4) times pipeline parallel size (1)",
+        "ValueError: Invalid parallel dims: dp_replicate(1) * dp_shard(3) * cp(1) * tp(2) * pp(1) != world_size(8)",
+        "ValueError: world_size (6) must be divisible by ring_attn_size (4)",
+        "AssertionError: real_train_batch_size (1000) must be divisible by minimal possible batch size (16)",
+        "torchtitan.config.manager.ConfigError: pipeline_parallel_degree (3) must divide the number of layers (32)",
+        "omegaconf.errors.ConfigAttributeError: Key 'use_dynamic_bsz' is not in struct",
+    ],
+)
+def test_a_refusal_before_any_step_is_config_error_and_after_steps_a_crash(line: str) -> None:
+    before = classify_log(["[rank0]: Traceback (most recent call last):\n", f"[rank0]: {line}\n"], exit_code=1)
+    assert before.failure_class is F.CONFIG_ERROR and before.rank == 0
+    after = classify_log([*STEPS, f"{line}\n"], exit_code=1)
+    assert after.failure_class is F.CRASH and after.cause.subtype == "config_mid_run"
+    assert "after training steps" in after.advice and not after.refused_key
+
+
+def test_a_value_error_that_names_no_layout_is_a_crash_even_at_start_up() -> None:
+    v = classify_log(["ValueError: invalid literal for int() with base 10: 'auto'\n"], exit_code=1)
+    assert v.failure_class is F.CRASH

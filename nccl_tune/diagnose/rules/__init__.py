@@ -55,6 +55,7 @@ RULES: tuple[Rule, ...] = (
     *nccl.IB_VERBS,  # before host memory: their errno texts read like it
     *memory.HOST,  # before device memory: Ray's OutOfMemoryError is host RAM
     *memory.DEVICE,
+    *config.STARTUP,
     *cuda.ERRORS,
     *nccl.ERRORS,
     *connect.RENDEZVOUS,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from nccl_tune.diagnose.rules.config import MID_RUN
 from nccl_tune.diagnose.rules.cuda import THC
 from nccl_tune.diagnose.rules.rule import Kind, Rule, rx
 from nccl_tune.diagnose.wording import AdviceContext, host_memory, oom_by_phase
@@ -208,6 +209,7 @@ DEVICE: tuple[Rule, ...] = (
         ),
         "engine_args",
         advice=_engine_args,
+        once_training=MID_RUN,
     ),
     Rule(
         "cuda_oom",
