@@ -5,8 +5,9 @@ them over with what else it saw (``LogReading``); ``root_cause`` picks the verdi
 weighs as its rule's ``Kind``; the verdict is, in order:
 
 1. the earliest specific cause wins: device or host OOM, CUDA error, NCCL error, refused config,
-   explicit mismatch (a configuration refused after a training step finished is a crash instead:
-   the reader gives its line ``Rule.once_training``), Ray placement groups never ready (also Ray's bare ``GetTimeoutError`` when its
+   explicit mismatch (a configuration refused after a training step finished is a crash instead,
+   and an IB verbs failure before one, while NCCL sets a communicator up, an init failure: the reader
+   gives such a line its rule's ``once_training``), Ray placement groups never ready (also Ray's bare ``GetTimeoutError`` when its
    traceback waits on ``pg.ready()``), and rendezvous/connect failures that happen before the first
    training step; an NCCL "remote" error is only a consequence when something failed before it;
 2. otherwise collective timeouts, unless an error on one rank came first (``_first_error``): the
@@ -513,6 +514,21 @@ class _Decision:
             None,
         )
 
+    def _rank_of_the_error_after(self, warn: Event) -> int | None:
+        """The rank of the error PyTorch raises within a few lines after an NCCL warning of the same
+        log (NCCL's own line names its process and device, not its rank)."""
+        return next(
+            (
+                e.rank
+                for e in self.events
+                if e.source == warn.source
+                and e.rank is not None
+                and 0 < e.line_no - warn.line_no <= 2 * NCCL_DETAIL_LINES
+                and e.failure_class is FailureClass.NCCL_ERROR
+            ),
+            None,
+        )
+
     def _nccl_detail_after(self, error: Event) -> Event | None:
         """The specific NCCL error printed within ``NCCL_DETAIL_LINES`` lines after a generic one of
         the same log (PyTorch's ``NCCL error ... Last error:`` then the line NCCL warned): one
@@ -534,6 +550,8 @@ class _Decision:
         if root.rank is None and self.fr_summary is not None and self.fr_summary.culprit_rank is not None:
             # the rank that failed is the one the others waited for in the Flight Recorder
             root.rank = self.fr_summary.culprit_rank
+        if root.rank is None and root.rule.subtype == "ib_verbs":
+            root.rank = self._rank_of_the_error_after(root)
         if root.rule.name == "nccl_error":
             detail = self._nccl_detail_after(root)
             if detail is not None:

@@ -658,9 +658,10 @@ def test_nccl_s_specific_failures_and_other_wordings(
             "nccl_socket_transport",
             "transport",
         ),
+        # at the communicator's set-up (no step finished): a start-up failure
         (
             ["node-1:4410:4461 [0] NCCL WARN Call to ibv_modify_qp failed with error Network is unreachable"],
-            F.NCCL_ERROR,
+            F.INIT_FAILURE,
             "ib_verbs_call",
             "NCCL_IB_GID_INDEX",
         ),

@@ -68,6 +68,7 @@ def test_every_shape_has_several_fixtures() -> None:
         "first_error",
         "placement",
         "refusal",
+        "ib_setup",
     }
     assert min(counts.values()) >= MIN_PER_SHAPE, counts
 

@@ -1,5 +1,7 @@
 """Failures of a run's start-up, told apart from the same words mid-run: Ray placement groups never
-ready are ``init_failure`` whatever exception carries them."""
+ready are ``init_failure`` whatever exception carries them; a refused configuration is
+``config_error`` before any step and a ``crash`` after healthy steps; an InfiniBand verbs failure
+while NCCL sets a communicator up is ``init_failure``, after training steps NCCL's runtime error."""
 
 from __future__ import annotations
 
@@ -91,3 +93,26 @@ def test_a_refusal_before_any_step_is_config_error_and_after_steps_a_crash(line:
 def test_a_value_error_that_names_no_layout_is_a_crash_even_at_start_up() -> None:
     v = classify_log(["ValueError: invalid literal for int() with base 10: 'auto'\n"], exit_code=1)
     assert v.failure_class is F.CRASH
+
+
+# --- InfiniBand verbs: the communicator's set-up, or NCCL's runtime -----------------------------------
+
+
+@pytest.mark.parametrize(
+    "warn",
+    [
+        "misc/ibvwrap.cc:190 NCCL WARN Call to ibv_reg_mr failed with error Cannot allocate memory",
+        "misc/ibvwrap.cc:167 NCCL WARN Call to ibv_create_qp failed with error Unknown error -12",
+        "misc/ibvwrap.cc:228 NCCL WARN Call to ibv_modify_qp failed with error Invalid argument, errno 22",
+        "ibvwrap.c: 106 NCCL WARN Call to ibv_reg_mr failed",
+    ],
+)
+def test_a_verbs_failure_at_set_up_is_an_init_failure_and_after_steps_an_nccl_error(warn: str) -> None:
+    line = f"gpu-b03:31120:31441 [0] {warn}\n"
+    chain = ["gpu-b03:31120:31441 [0] NCCL INFO transport/net_ib.cc:1297 -> 2\n"]
+    error = "[rank4]: torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5\n"
+    at_set_up = classify_log([line, *chain, error])
+    assert at_set_up.failure_class is F.INIT_FAILURE and at_set_up.rank == 4
+    assert "failed" in at_set_up.advice and ("ulimit -l" in at_set_up.advice or "NCCL_IB_GID_INDEX" in at_set_up.advice)
+    mid_run = classify_log([*STEPS, line, *chain, error])
+    assert mid_run.failure_class is F.NCCL_ERROR and mid_run.cause.subtype == "ib_verbs"
