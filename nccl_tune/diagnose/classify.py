@@ -113,7 +113,10 @@ class Event:
     ignored: bool = False
     """The line is part of an "Exception ignored" block (``ignored``): the program went on."""
     stamp: tuple[int, ...] | None = None
-    """When the line says it was printed (month, day, h, m, s, microseconds), if it says."""
+    """When the line says it was printed (month, day, h, m, s, microseconds), if it says; else the
+    last time stamp printed shortly before it (``own_stamp`` False: a lower bound)."""
+    own_stamp: bool = False
+    """``stamp`` is the line's own."""
     heavy: tuple[str, Evidence] | None = None
     """For a SIGKILL: the memory-heavy phase the lines before it announce (``pressure.heavy_phase``)."""
 
@@ -227,6 +230,30 @@ leaves behind), not an error of the process's own."""
 _LOST = re.compile(_LOST_PEER)
 
 
+FIRST_COLLECTIVES = 8
+"""A time-out at most this far into its group's collectives (``SeqNum``) is one of the group's first:
+connect retries before it may be why it never completed."""
+FIRST_ERROR_SLACK_S = 300.0
+"""How long before the collective the others waited in began (its line's time stamp less its
+``Timeout(ms)``) an error may have been printed and still be what they waited for."""
+
+
+def _seconds(stamp: tuple[int, ...]) -> float:
+    """A time stamp (month, day, h, m, s, microseconds) in seconds, months taken as 31 days."""
+    month, day, h, m, sec, micro = stamp
+    return ((((month * 31 + day) * 24 + h) * 60 + m) * 60) + sec + micro / 1e6
+
+
+def _long_before(e: Event, timeout: Event) -> bool:
+    """``e`` was printed longer before the timed-out collective began than ``FIRST_ERROR_SLACK_S``
+    (by its own time stamp: one borrowed from a line before it is only a lower bound)."""
+    ran = timeout.details.get("timeout_ms")
+    if not e.own_stamp or timeout.stamp is None or ran is None:
+        return False
+    began = _seconds(timeout.stamp) - float(ran) / 1000.0
+    return _seconds(e.stamp) < began - FIRST_ERROR_SLACK_S
+
+
 def _is_kill(e: Event) -> bool:
     return e.kind is Kind.CRASH and e.details.get("signal") == "SIGKILL"
 
@@ -308,25 +335,32 @@ class _Decision:
         """An error on one rank before the first collective time-out, in the step the others then
         waited in: what they waited for. A crash line of any wording (the generic exception rule
         included: one no rule names), a connect failure, or before the first step a connect
-        retry's warning; not a lost peer or NCCL's own wording of the time-out (a consequence), and
-        not on a rank that timed out itself."""
+        retry's warning while the group had run at most ``FIRST_COLLECTIVES`` collectives (retries
+        a group then got past are no failure); not a lost peer or NCCL's own wording of the
+        time-out (a consequence), not on a rank that timed out itself, and not printed longer
+        before the collective the others waited in began than ``FIRST_ERROR_SLACK_S`` (when both
+        lines say when)."""
         waits = [e for e in timeouts if e.kind is Kind.TIMEOUT]
         if not waits:
             return None
         first = waits[0]
         waiting = {e.rank for e in waits if e.rank is not None}
+        seq = first.details.get("seq")
         for e in self.events:
             if e.order >= first.order:
                 return None
             if e.steps_done != first.steps_done or (e.rank is not None and e.rank in waiting):
                 continue
+            if _long_before(e, first):
+                continue
             crash = e.kind is Kind.CRASH and not _CONSEQUENCE.search(e.text)
-            connect = (
-                e.kind is Kind.INIT
-                or e.kind is Kind.SUPPORT
+            retry = (
+                e.kind is Kind.SUPPORT
                 and e.failure_class is FailureClass.INIT_FAILURE
                 and e.before_first_step
-            ) and not _LOST.search(e.text)
+                and (seq is None or seq <= FIRST_COLLECTIVES)
+            )
+            connect = (e.kind is Kind.INIT or retry) and not _LOST.search(e.text)
             if crash or connect:
                 return e
         return None

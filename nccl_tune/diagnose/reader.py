@@ -621,6 +621,7 @@ class LogClassifier:
         if rule.details is not None:
             rule.details(msg, det)
         ph = self._phases
+        own_stamp = time_stamp(text)
         ev = Event(
             order=self._order_base + self._line_no,
             line_no=self._line_no,
@@ -635,7 +636,8 @@ class LogClassifier:
             pid=pid,
             steps_done=ph.steps_finished,
             ignored=ignored,
-            stamp=time_stamp(text) or self._stamp_before(),
+            stamp=own_stamp or self._stamp_before(),
+            own_stamp=own_stamp is not None,
         )
         if rule.failure_class is FailureClass.OOM:
             self._oom_context(ev, msg)
@@ -727,6 +729,7 @@ class LogClassifier:
                 after_training=ph.after_training,
                 steps_done=ph.steps_finished,
                 stamp=time_stamp(text),
+                own_stamp=time_stamp(text) is not None,
             )
             if details.get("signal") == "SIGKILL":
                 ev.heavy = heavy_phase(tail[:i], self._source, self._progress.is_step)

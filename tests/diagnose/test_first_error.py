@@ -75,8 +75,22 @@ def test_logs_of_several_ranks_are_ordered_by_time(tmp_path: Path) -> None:
 
 def test_a_connect_failure_before_the_first_step_is_an_init_failure_even_without_an_exception() -> None:
     lines = [
-        "[W131 11:02:10.000118000 socket.cpp:755] [c10d] The client socket has failed to connect to [10.31.0.9]:41023 (errno: 110 - Connection timed out).\n",
+        "[W213 21:02:50.000118000 socket.cpp:755] [c10d] The client socket has failed to connect to [10.31.0.9]:41023 (errno: 110 - Connection timed out).\n",
         watchdog(0, seq=2, op="BROADCAST"),
     ]
     v = classify_log(lines)
     assert v.failure_class is F.INIT_FAILURE and "failed to connect" in v.evidence[0].text
+
+
+def test_an_error_long_before_the_collective_began_is_not_what_the_others_waited_for() -> None:
+    early = "[2026-02-13 19:00:00,001] [rank2] ERROR loading optional kernels: ImportError: flash_attn_3 not found\n"
+    late = "[2026-02-13 21:02:00,001] [rank2] ERROR rollout worker: KeyError: 'attention_mask'\n"
+    for line, cls in ((early, F.COLLECTIVE_TIMEOUT), (late, F.CRASH)):
+        v = classify_log([step(1), line, *(watchdog(r, stamp="0213 21:32:44") for r in (0, 1, 3))])
+        assert v.failure_class is cls, line
+
+
+def test_connect_retries_a_group_got_past_are_no_failure() -> None:
+    retry = "[W213 21:02:50.000118000 socket.cpp:755] [c10d] The client socket has failed to connect to [10.31.0.9]:41023 (errno: 111 - Connection refused).\n"
+    assert classify_log([retry, watchdog(0, seq=2)]).failure_class is F.INIT_FAILURE
+    assert classify_log([retry, watchdog(0, seq=30112)]).failure_class is F.COLLECTIVE_TIMEOUT
