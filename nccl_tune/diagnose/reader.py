@@ -641,7 +641,9 @@ class LogClassifier:
         )
         if rule.failure_class is FailureClass.OOM:
             self._oom_context(ev, msg)
-        if det.get("signal") == "SIGKILL":
+        if det.get("heavy_phase"):  # the line itself says where it was (a DataLoader worker: loading data)
+            ev.heavy = (det["heavy_phase"], ev.evidence())
+        elif det.get("signal") == "SIGKILL":
             ev.heavy = heavy_phase(self._lines_before(), self._source, self._progress.is_step)
         self._events.append(ev)
         return ev

@@ -781,7 +781,13 @@ def test_inference_engine_failures_inside_an_rl_loop(line: str, subtype: str) ->
             "cuda_oom",
             "",
         ),
-        ("RuntimeError: DataLoader worker (pid 4410) is killed by signal: Killed. ", F.CRASH, "killed", "OOM killer"),
+        # a DataLoader worker killed: a SIGKILL while loading data, the OOM killer's most common victim
+        (
+            "RuntimeError: DataLoader worker (pid 4410) is killed by signal: Killed. ",
+            F.HOST_OOM,
+            "sigkill_in_heavy_phase",
+            "lower the data workers",
+        ),
         ("[rank0]: RuntimeError: CUDA driver error: out of memory", F.OOM, "cuda_oom", "Out of GPU memory"),
         (
             "ImportError: /usr/local/lib/python3.12/site-packages/flash_attn_2_cuda.cpython-312-x86_64-linux-gnu.so: "

@@ -48,6 +48,12 @@ def _sigkill(msg: str, det: dict[str, Any]) -> None:
     det["signal"] = "SIGKILL"
 
 
+def _loader_killed(msg: str, det: dict[str, Any]) -> None:
+    """A DataLoader worker killed: a SIGKILL while loading data (``pressure``: a memory-heavy phase)."""
+    det["signal"] = "SIGKILL"
+    det["heavy_phase"] = "load"
+
+
 def _scheduler(ctx: AdviceContext) -> str:
     """Slurm ended the step or one of its tasks."""
     reason = (ctx.details.get("reason") or "").strip()
@@ -247,7 +253,7 @@ DIED: tuple[Rule, ...] = (
         ("is killed by signal: Killed",),
         None,
         "killed",
-        details=_sigkill,
+        details=_loader_killed,
         advice=KILLED,
     ),
     # a DataLoader worker's SIGBUS writing to a too small /dev/shm (before segfault: its "Bus error")
