@@ -5,7 +5,7 @@ BIN    := $(VENV)/bin
 # torch 2.13.0 is pinned first: a bare range would make pip pick a multi-GB CUDA build.
 TORCH  ?= torch==2.13.0
 
-.PHONY: demo test lint venv bench clean
+.PHONY: demo test test-floor lint venv bench clean gpu-wheels
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,21 @@ lint: venv
 test: lint
 	$(BIN)/python -m pytest -q -n $(TEST_WORKERS) tests
 
+# The lowest version of every requirement pyproject.toml admits (.ci/floor.py), in a venv of its own:
+# CI runs the suite there too, so each floor is a version the tests pass on.
+FLOOR := .venv-floor
+$(FLOOR)/.installed: pyproject.toml .ci/floor.py
+	rm -rf $(FLOOR)
+	$(PYTHON) -m venv $(FLOOR)
+	$(FLOOR)/bin/python -m pip install --quiet --upgrade pip
+	$(PYTHON) .ci/floor.py > $(FLOOR)/constraints.txt
+	$(FLOOR)/bin/python -m pip install --quiet -c $(FLOOR)/constraints.txt -e ".[test]"
+	touch $@
+
+test-floor: $(FLOOR)/.installed
+	$(FLOOR)/bin/python -m pip list --format=freeze > $(FLOOR)/installed.txt
+	PYTHON=$(CURDIR)/$(FLOOR)/bin/python $(FLOOR)/bin/python -m pytest -q -n $(TEST_WORKERS) tests
+
 # Each benchmark exits non-zero when it misses a target; all of them run anyway.
 bench: venv
 	mkdir -p benchmarks/out
@@ -47,5 +62,36 @@ bench: venv
 	-$(BIN)/python benchmarks/parallel.py --json benchmarks/out/parallel.json
 	-$(BIN)/python benchmarks/twin.py --json benchmarks/out/twin.json
 
+# The wheels a GPU node without network lacks, for benchmarks/gpu_run.sh (docs/gpu.md): the node has
+# torch, numpy, nvidia-ml-py, psutil, rich, typer, matplotlib and Jinja2; the rest of the project's
+# dependencies, their own (read from each wheel's METADATA) and pytest travel in $(WHEELS), at the
+# versions this venv tests with, for CPython 3.12 on x86-64 Linux. Ray stays behind (70 MB; the
+# local launcher does not import it).
+WHEELS       ?= .whl
+WHEELS_MAX_MIB ?= 48
+GPU_PYTHON   ?= 3.12
+# compiled: one wheel per platform tag
+GPU_BINARY   := SQLAlchemy MarkupSafe PyYAML ahocorasick-rs setproctitle py-spy
+# pure Python: optuna (alembic, colorlog, SQLAlchemy, tqdm, PyYAML, packaging), alembic (Mako,
+# typing-extensions), omegaconf (PyYAML), pytest (pluggy, iniconfig), pytest-xdist (execnet)
+GPU_PURE     := optuna alembic Mako colorlog tqdm omegaconf typing-extensions packaging \
+	pytest pluggy iniconfig pytest-timeout pytest-xdist execnet
+PIN_OF        = $$($(BIN)/python -c "import importlib.metadata as m, sys; print(sys.argv[1] + '==' + m.version(sys.argv[1]))" $(1))
+
+gpu-wheels: venv
+	rm -rf $(WHEELS) && mkdir -p $(WHEELS)
+	for name in $(GPU_BINARY); do \
+		$(BIN)/python -m pip download --quiet --no-deps --only-binary=:all: --python-version $(GPU_PYTHON) \
+			--implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
+			--platform manylinux2014_x86_64 -d $(WHEELS) $(call PIN_OF,$$name) || exit 1; \
+	done
+	for name in $(GPU_PURE); do \
+		$(BIN)/python -m pip download --quiet --no-deps --only-binary=:all: --python-version $(GPU_PYTHON) \
+			-d $(WHEELS) $(call PIN_OF,$$name) || exit 1; \
+	done
+	@ls $(WHEELS)
+	@size=$$(du -sm $(WHEELS) | cut -f1); echo "$(WHEELS): $$(ls $(WHEELS) | wc -l) wheels, $$(du -sh $(WHEELS) | cut -f1)"; \
+		test $$size -le $(WHEELS_MAX_MIB) || { echo "$(WHEELS) is over $(WHEELS_MAX_MIB) MiB: what travels to the GPU node with the checkout is kept small"; exit 1; }
+
 clean:
-	rm -rf $(VENV) results/* benchmarks/out
+	rm -rf $(VENV) $(FLOOR) results/* benchmarks/out $(WHEELS)

@@ -167,7 +167,7 @@ def cli_problem(args: list[str]) -> str | None:
         ctx = cmd.make_context(" ".join(path), list(args))
     except typer.TyperException as exc:  # the parser's usage errors, as `nccl-tune` itself catches them
         return f"{' '.join(path)}: {exc.format_message()}"
-    command = ctx.params.get("command")
+    command = list(ctx.params.get("command") or ())  # the parser's value: a tuple in some typer versions
     if command and ("--" not in args or command != args[args.index("--") + 1 :]):
         return f"{' '.join(path)}: {command[0]!r} comes before --"
     return None

@@ -7,8 +7,10 @@ environment, not the trial's. NCCL reports every variable it read when its debug
 the ENV subsystem::
 
     node-0:4242:4259 [3] NCCL INFO NCCL_PROTO set by environment to LL128
+    node-0:4242:4259 [3] NCCL INFO NCCL_BUFFSIZE set by environment to 4194304.
 
-(integer parameters as the number NCCL parsed). :func:`probe_env` turns that report on for a
+(integer parameters as the number NCCL parsed, followed by a full stop: ``ncclLoadParam``'s
+``%s set by environment to %lld.``; the value read is the number). :func:`probe_env` turns that report on for a
 trial (``NCCL_DEBUG=INFO``, ``NCCL_DEBUG_SUBSYS=INIT,ENV``: a bounded volume), :func:`parse_seen`
 collects it per rank from the trial's log lines, and :func:`unreached` compares it with what the
 trial set. Pure: text in, facts out.
@@ -29,6 +31,8 @@ _LINE = re.compile(
     r"(?P<name>NCCL_[A-Z0-9_]+) set by environment to (?P<value>.*?)\s*$"
 )
 _KEY = "set by environment to"
+_INT_STOP = re.compile(r"[-+]?\d+\.")
+"""An integer parameter's value as NCCL reports it: the number, then a full stop."""
 KNOWN_OVERRIDES: Mapping[tuple[str, str], str] = {
     ("NCCL_CUMEM_ENABLE", "0"): "weight sync over NCCL",
     ("NCCL_P2P_DISABLE", "1"): "no peer access between its GPUs",
@@ -79,7 +83,8 @@ def parse_seen(lines: Iterable[str], seen: dict[str, dict[str, str]] | None = No
         if m is None:
             continue
         rank = f"{m.group('host')}:{m.group('pid')} [{m.group('dev')}]"
-        out.setdefault(rank, {})[m.group("name")] = m.group("value")
+        value = m.group("value")
+        out.setdefault(rank, {})[m.group("name")] = value[:-1] if _INT_STOP.fullmatch(value) else value
     return out
 
 

@@ -1,7 +1,14 @@
 """Running one trial: process trees, supervision clocks, memory sampling, teardown.
 
 - ``base``: the ``Launcher`` interface and ``TrialObserver`` callbacks.
+- ``process_tree``: ``ProcessTreeLauncher``, the abstract launcher that owns a trial's run and its one
+  supervision loop, and ``ProcessTree``, a running trial as the loop sees it; the hooks its
+  siblings provide: ``local``, ``ray_launcher`` and the twin's ``ModelLauncher``.
+- ``piped``: ``PipedTree``, a trial whose output this process reads from a pipe (local and Ray),
+  and the trial folder both write before the command starts.
 - ``local``: ``LocalLauncher``, a trial as a process tree on this machine.
+- ``ray_launcher``: ``RayLauncher``, a trial on a whole node of a Ray cluster (``ray_node``: what
+  runs on the node).
 - ``process``: the trial's environment (marker, overlay) and the spawn in a new session.
 - ``logstream``: ``output.log`` written as it arrives and parsed line by line, in bounded memory.
 - ``progress``: ``ProgressRules`` applied to lines (phases, steps, memory lines).

@@ -5,8 +5,10 @@ started: whatever happens becomes the ``status`` and ``verdict`` of the result. 
 ``NcclTuneError`` only for what makes the whole study pointless (for instance the command
 does not exist, or the GPU gate does not open).
 
-Implementations: ``LocalLauncher`` (a process tree on this machine) and
-``nccl_tune.sim.launcher.ModelLauncher`` (the synthetic cost model, in-process).
+Implementations: the siblings of ``process_tree.ProcessTreeLauncher``, which owns the run and its
+supervision: ``LocalLauncher`` (a process tree on this machine), ``RayLauncher`` (one on a node of
+a Ray cluster) and the twin's ``ModelLauncher`` (the synthetic cost model, in-process); and
+``nccl_check.CheckingLauncher``, which runs a trial's NCCL check through the launcher it wraps.
 Every implementation passes ``tests/launchers/test_contract.py``.
 """
 

@@ -22,6 +22,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Mapping
+from typing import Protocol
 
 import psutil
 
@@ -38,6 +39,33 @@ MARKER_SCAN_S = 2.0
 def baseline_of(usage: tuple[GpuUsage, ...]) -> dict[int, float]:
     """Used GiB per GPU index."""
     return {u.index: u.used_gib for u in usage}
+
+
+class MemorySource(Protocol):
+    """Where a trial's memory readings come from: a ``MemorySampler`` here, or the one on the trial's
+    Ray node as the driver last fetched it (``ray_launcher.RemoteSampler``)."""
+
+    def start(self) -> None: ...
+
+    def stop(self) -> None: ...
+
+    @property
+    def gpu_peak_gib(self) -> dict[int, float]: ...
+
+    @property
+    def gpu_total_gib(self) -> dict[int, float]: ...
+
+    @property
+    def phase_peak_frac(self) -> dict[str, float]: ...
+
+    @property
+    def phases_at_last_sample(self) -> tuple[str, ...]: ...
+
+    @property
+    def peak_rss_gib(self) -> float: ...
+
+    @property
+    def host_peak_frac(self) -> float: ...
 
 
 class MemorySampler(threading.Thread):
@@ -184,7 +212,7 @@ class MemorySampler(threading.Thread):
 
 
 def build_report(
-    sampler: MemorySampler | None,
+    sampler: MemorySource | None,
     progress: ProgressState,
     baseline_gib: Mapping[int, float],
 ) -> MemoryReport:
@@ -199,7 +227,7 @@ def build_report(
     return MemoryReport("rss", (), peak_rss)
 
 
-def _nvml_report(sampler: MemorySampler, baseline_gib: Mapping[int, float], peak_rss: float) -> MemoryReport:
+def _nvml_report(sampler: MemorySource, baseline_gib: Mapping[int, float], peak_rss: float) -> MemoryReport:
     """The report from the sampler's GPU readings, with its peaks per phase."""
     totals = sampler.gpu_total_gib
     gpus = tuple(
@@ -210,7 +238,7 @@ def _nvml_report(sampler: MemorySampler, baseline_gib: Mapping[int, float], peak
 
 
 def _log_report(
-    sampler: MemorySampler | None, progress: ProgressState, baseline_gib: Mapping[int, float], peak_rss: float | None
+    sampler: MemorySource | None, progress: ProgressState, baseline_gib: Mapping[int, float], peak_rss: float | None
 ) -> MemoryReport:
     """The report from the trainer's memory lines, with their peaks per phase (ranks as the GPUs)."""
     nvml_totals = sampler.gpu_total_gib if sampler is not None else {}

@@ -3,12 +3,14 @@
 The study (Optuna, its storage, the trial folders) stays with the driver. A trial takes a free
 node (one trial per node), starts a ``TrialHost`` actor pinned to it, waits for that node's GPU
 gate, and starts the command there through the local launcher's own spawn. The driver runs the
-local launcher's supervision unchanged: the command's output is fetched from the actor as it
-comes and fed through a local pipe to the same log pump and progress parser, so ``output.log``
-grows in the trial folder and the stall, start-up and budget clocks run here. Teardown runs on the
-node (``teardown.terminate``), then the actor is killed. A node lost mid-trial ends the trial with
-a line naming the node in its log, and the node leaves the pool. The NCCL check
-(``nccl_check``) runs the same way, on a free node, as a run of its own before its trial.
+one supervision (``process_tree.ProcessTreeLauncher``) over the same kind of tree as the local
+launcher (``piped.PipedTree``): the command's output is fetched from the actor as it comes
+(``RemoteProcess``) and fed through a local pipe to the log pump and progress parser, so
+``output.log`` grows in the trial folder and the stall, start-up and budget clocks run here; the
+node's memory sampler is read with each fetch (``RemoteSampler``). Teardown runs on the node
+(``teardown.terminate``), then the actor is killed. A node lost mid-trial ends the trial with a
+line naming the node in its log, and the node leaves the pool. The NCCL check (``nccl_check``)
+runs the same way, on a free node, as a run of its own before its trial.
 
 Nodes: those offering the custom resource ``nccl_tune_node`` (``ray start --resources
 '{"nccl_tune_node": 1}'``); without any, every node with GPUs, each trial holding all of them.
@@ -20,21 +22,24 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from nccl_tune.diagnose.stacks import StackReport
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.gpu import NoGpuProbe
 from nccl_tune.launchers.base import CheckSupport
-from nccl_tune.launchers.local import LocalLauncher
-from nccl_tune.launchers.process import resolve_command
+from nccl_tune.launchers.local import REAP_GRACE_S, LocalLauncher
+from nccl_tune.launchers.piped import POLL_S, TAIL_LINES, PhasesOpen, PipedTree, TrialFolder, launch_error, open_folder
+from nccl_tune.launchers.process import resolve_command, tuner_alive
+from nccl_tune.launchers.process_tree import LaunchFailed, ProcessTreeLauncher
 from nccl_tune.launchers.progress import compile_rules
 from nccl_tune.launchers.ray_node import Chunk, MemoryReading, TrialHost, node_baseline_gib, reap_node, trial_env
 from nccl_tune.launchers.teardown import TeardownReport
-from nccl_tune.trial import TrialSpec
+from nccl_tune.launchers.trial_files import write_result
+from nccl_tune.trial import TrialResult, TrialSpec
 
 NODE_RESOURCE = "nccl_tune_node"
 """The custom resource marking a node trials may use (one unit per node)."""
@@ -67,7 +72,8 @@ class Node:
 
 
 class RemoteSampler:
-    """The driver's stand-in for the node's ``MemorySampler``: the latest reading fetched."""
+    """The node's memory sampler as the driver reads it (a ``memory.MemorySource``): the latest
+    reading fetched."""
 
     def __init__(self) -> None:
         self.reading = MemoryReading()
@@ -105,8 +111,8 @@ class RemoteSampler:
 
 
 class RemoteProcess:
-    """The driver's stand-in for the command's ``Popen``: ``pid``, ``poll()``, ``returncode`` and
-    a ``stdout`` pipe fed with the output fetched from the node."""
+    """The command on the node as the driver reads it (a ``piped.Command``): ``pid``, ``poll()``,
+    ``returncode`` and a ``stdout`` pipe fed with the output fetched from the node."""
 
     def __init__(self, actor: Any, pid: int, node: Node) -> None:
         self.actor = actor
@@ -268,24 +274,41 @@ def cluster_check_support(found: list[tuple[Node, CheckSupport]]) -> CheckSuppor
     return CheckSupport(min(s.gpus or 0 for _, s in found), python=pythons[0])
 
 
-class RayLauncher(LocalLauncher):
+RayTree = PipedTree[RemoteProcess]
+"""A trial on a node: its output fed to a pipe here by ``RemoteProcess``, its memory the node's."""
+
+
+class RayLauncher(ProcessTreeLauncher[RayTree]):
     """Runs each trial on a whole node of a Ray cluster; several trials at once on several nodes.
     One instance serves a whole study and may be called from several threads."""
 
     name = "ray"
 
     def __init__(
-        self, address: str | None = None, *, resource: str = NODE_RESOURCE, node_wait_s: float = 30.0, **kw: Any
+        self,
+        address: str | None = None,
+        *,
+        resource: str = NODE_RESOURCE,
+        node_wait_s: float = 30.0,
+        gate_timeout_s: float = 60.0,
+        gate_tolerance_gib: float = 1.0,
+        poll_s: float = POLL_S,
+        memory_interval_s: float = 0.5,
+        tail_lines: int = TAIL_LINES,
+        stack_timeout_s: float = 5.0,
     ) -> None:
-        kw.setdefault("probe", NoGpuProbe("trials run on the nodes of the Ray cluster"))
-        super().__init__(**kw)
         self.address = address
         self.resource = resource
         self.node_wait_s = node_wait_s
+        self._gate_timeout_s = gate_timeout_s
+        self._gate_tolerance_gib = gate_tolerance_gib
+        self.poll_s = poll_s
+        self.memory_interval_s = memory_interval_s
+        self.tail_lines = tail_lines
+        self.stack_timeout_s = stack_timeout_s
         self._pool: NodePool | None = None
         self._baselines: dict[str, dict[int, float]] = {}
         self._started_ray = False
-        self._local = threading.local()
 
     def nccl_check_support(self) -> CheckSupport:
         """What every trial node says of itself (``LocalLauncher.nccl_check_support``, run there): a
@@ -339,7 +362,6 @@ class RayLauncher(LocalLauncher):
         """Connect, find the nodes, and check on one of them that the command can start there."""
         compile_rules(spec.progress)
         self._connect()
-        self._study = spec.marker_scope
         ray = _ray()
         node = cluster_nodes(self.resource)[0]
         check = ray.remote(_command_problem).options(**self._on_node(node))
@@ -353,38 +375,41 @@ class RayLauncher(LocalLauncher):
         self._baselines = {n.node_id: b for n, b in self._each_node(node_baseline_gib)}
 
     def gate(self) -> None:
-        """Each node's gate runs before each trial on it (in ``run``)."""
+        """Each node's gate runs before each trial on it (in ``launch``)."""
 
     def reap(self, study: str) -> list[str]:
         """Kill the processes of ``study`` on every node (one task per node)."""
         self._connect()
-        from nccl_tune.launchers.local import REAP_GRACE_S
-
         found: list[str] = []
         for _node, lines in self._each_node(reap_node, study, REAP_GRACE_S):
             found.extend(lines)
         return found
 
+    def tuner_alive(self, pid: int) -> bool:
+        """True when ``pid`` is a live nccl-tune process of this host (the driver's) other than this one."""
+        return tuner_alive(pid)
+
     def close(self) -> None:
-        super().close()
         if self._started_ray:
             _ray().shutdown()
             self._started_ray = False
         self._pool = None
 
-    # -- one trial --------------------------------------------------------------------------------
+    # -- the process tree's hooks -------------------------------------------------------------------
 
-    def run(self, spec: TrialSpec, observer: Any = None) -> Any:
-        """Take a free node, pass its GPU gate, and run the trial there under the local launcher's
-        supervision (see the module docstring). Raises ``GpuGateError`` when a node's gate does not
-        open, ``NcclTuneError`` when no node is left."""
+    @contextmanager
+    def launch(self, spec: TrialSpec) -> Iterator[RayTree | LaunchFailed]:
+        """Take a free node and pass its GPU gate, write the trial folder here, and start the command
+        on the node (see the module docstring); the node is given back when the trial is over.
+        Raises ``GpuGateError`` when a node's gate does not open, ``NcclTuneError`` when no node is left."""
         pool = self._connect()
         host = self._open_host(pool)
-        self._local.host = host
         try:
-            return super().run(spec, observer)
+            folder = open_folder(
+                spec, own_ray=False
+            )  # the node gives the trial its private Ray (``ray_node.trial_env``)
+            yield self._start_on(host, spec, folder)
         finally:
-            self._local.host = None
             self._close_host(pool, host)
 
     def _open_host(self, pool: NodePool) -> _Host:
@@ -430,48 +455,49 @@ class RayLauncher(LocalLauncher):
         alive = not lost and any(n.node_id == host.node.node_id for n in cluster_nodes(self.resource))
         pool.give(host.node, alive)
 
-    def _ray_overlay(self, spec: TrialSpec, overlay: Mapping[str, str | None]) -> dict[str, str | None]:
-        """None here: the node gives the trial its private Ray (``ray_node.trial_env``)."""
-        return {}
-
-    def _start(self, spec: TrialSpec, overlay: dict[str, str]) -> Any:
-        """Start the command on this trial's node (raises like the local spawn when it cannot)."""
+    def _start_on(self, host: _Host, spec: TrialSpec, folder: TrialFolder) -> RayTree | LaunchFailed:
+        """Start the command on the trial's node; ``LaunchFailed`` like the local spawn's when it cannot."""
         ray = _ray()
         from ray.exceptions import RayTaskError
 
-        host: _Host = self._local.host
+        t0 = time.monotonic()
         try:
             pid = ray.get(
                 host.actor.start.remote(
-                    spec.argv, overlay, spec.marker, _cwd(spec), self.memory_interval_s, spec.progress
+                    spec.argv, folder.overlay, spec.marker, _cwd(spec), self.memory_interval_s, spec.progress
                 ),
                 timeout=CALL_TIMEOUT_S,
             )
         except RayTaskError as exc:
             cause = exc.cause
             if isinstance(cause, (NcclTuneError, OSError, ValueError)):
-                raise cause from None
-            raise NcclTuneError(f"the command could not start on Ray {host.node.describe()}: {cause}") from None
+                return LaunchFailed(str(cause), t0)
+            return LaunchFailed(f"the command could not start on Ray {host.node.describe()}: {cause}", t0)
         except Exception as exc:
-            raise NcclTuneError(f"Ray {host.node.describe()} was lost before the command started: {exc}") from None
-        host.proc = RemoteProcess(host.actor, pid, host.node)
-        return host.proc
+            return LaunchFailed(f"Ray {host.node.describe()} was lost before the command started: {exc}", t0)
+        proc = host.proc = RemoteProcess(host.actor, pid, host.node)
 
-    def _sampler(self, spec: TrialSpec, proc: Any, phase_of: Any) -> Any:
-        """The stand-in for the node's sampler; ``phase_of`` is unused: the node reads the phases
-        from the output itself (``start``), where its samples are taken."""
-        return proc.sampler
+        def sampler(_phases: PhasesOpen) -> RemoteSampler:
+            """The node's sampler as fetched: the node reads the phases from the output itself
+            (``TrialHost.start``), where its samples are taken."""
+            return proc.sampler
 
-    def _collect_stacks(self, spec: TrialSpec, proc: Any) -> Any:
+        return PipedTree(
+            spec, proc, folder, t0, sampler, baseline_gib={}, poll_s=self.poll_s, tail_lines=self.tail_lines
+        )
+
+    def take_stacks(self, spec: TrialSpec, tree: RayTree) -> StackReport:
         """The ranks' stacks, taken on the trial's node by its host actor."""
+        proc = tree.command
         if proc.lost is not None:
             return StackReport(note=f"the ranks' stacks could not be taken: {proc.lost}")
         timeout = self.stack_timeout_s * 2 + CALL_TIMEOUT_S
         return _ray().get(proc.actor.stacks.remote(spec.marker, self.stack_timeout_s), timeout=timeout)
 
-    def _stop(self, spec: TrialSpec, proc: Any) -> TeardownReport:
+    def tear_down(self, spec: TrialSpec, tree: RayTree) -> TeardownReport:
         """Tear the trial down on its node, then collect the output still in flight."""
         ray = _ray()
+        proc = tree.command
         report = TeardownReport(in_group=0, escaped=0, killed=0, survivors=0, elapsed_s=0.0)
         if proc.lost is None:
             try:
@@ -485,6 +511,14 @@ class RayLauncher(LocalLauncher):
                 proc.lose(exc)
         proc.drain(DRAIN_S)
         return report
+
+    def launch_error_result(self, spec: TrialSpec, failed: LaunchFailed) -> TrialResult:
+        """Decided from the reason the command could not start on its node."""
+        return launch_error(spec, failed)
+
+    def record(self, spec: TrialSpec, result: TrialResult) -> None:
+        """``result.json`` in the trial folder, here on the driver."""
+        write_result(result, spec.trial_dir)
 
 
 @dataclass

@@ -26,9 +26,6 @@ class Decision:
     open_phase: str | None = None
     silent_s: float | None = None
     """Seconds since the last progress line (stall), or since launch (start-up)."""
-    log_lines: int | None = None
-    """Lines of the output when a stalled trial was stopped (what teardown makes it print after
-    them does not decide the verdict)."""
 
 
 class Watch:

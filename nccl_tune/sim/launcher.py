@@ -2,12 +2,17 @@
 
 It reads the trial as the twin program would (the ``key=value`` tokens of ``spec.argv`` on top of
 the overrides of ``examples/run_skyrl_sql_sim.sh``; the trial's environment built by
-``launchers.process.build_env``), models the run (:func:`nccl_tune.sim.evaluate`) and feeds the
-modelled run's phase and step events to the supervision the local launcher ships: its
+``launchers.process.build_env``) and models the run (:func:`nccl_tune.sim.evaluate`). It is a
+sibling of the local and Ray launchers (``launchers.process_tree.ProcessTreeLauncher``): the modelled
+run is its process tree, whose clock is the modelled one, so the one supervision loop the tool ships
+watches it: the run's phase and step events go, one at a time, to the launcher's own
 ``ProgressLedger``, its ``Watch`` (start-up deadline, adaptive stall timeout, trial budget, stop
-rule) and the observer's early stop and interrupt, on the modelled clock, so the search
-benchmark measures the rules the tool applies. All times in the result are modelled seconds of
-the real node (``wall_s`` included); ``modelled_gpu_s`` is ``wall_s`` times the node's 8 GPUs.
+rule) and the observer's early stop and interrupt, and between two events the loop jumps to the
+next event or to when the first clock would fire. So the search benchmark measures the rules the
+tool applies. All times in the result are modelled seconds of the real node (``wall_s`` included:
+teardown takes ``TEARDOWN_S``, at most the grace); ``modelled_gpu_s`` is ``wall_s`` times the
+node's 8 GPUs. A configuration the twin refuses is a run that prints the refusal and exits 1 after
+``CONFIG_ERROR_WALL_S``; a trial the model cannot evaluate is a crash naming the model's error.
 
 The class comes from the verdict function every launcher uses (``diagnose.verdict.decide``), fed
 with the modelled facts: the lines the twin would have printed by the stop (SkyRL's timer lines and
@@ -20,16 +25,27 @@ from __future__ import annotations
 import os
 import re
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from abc import abstractmethod
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from datetime import datetime, timedelta
 
 from nccl_tune.diagnose.stacks import Frame, ProcessStack, StackReport, ThreadStack
-from nccl_tune.diagnose.verdict import LogFacts, TrialFacts, decide
+from nccl_tune.diagnose.verdict import LogFacts, TrialFacts
 from nccl_tune.failure import Cause, Evidence, FailureClass, Verdict
-from nccl_tune.launchers.base import CheckSupport, Launcher, TrialObserver, TrialProgress
+from nccl_tune.launchers.base import CheckSupport
 from nccl_tune.launchers.process import build_env
-from nccl_tune.launchers.progress import ProgressLedger, ProgressState
-from nccl_tune.launchers.supervise import Decision, Watch, observer_decision
+from nccl_tune.launchers.process_tree import (
+    Ending,
+    ExitStatus,
+    Findings,
+    LaunchFailed,
+    ProcessTree,
+    ProcessTreeLauncher,
+)
+from nccl_tune.launchers.progress import ProgressEvent, ProgressLedger, ProgressState
+from nccl_tune.launchers.supervise import Decision
+from nccl_tune.launchers.teardown import TeardownReport
 from nccl_tune.launchers.trial_files import LOG_FILE, write_result
 from nccl_tune.sim import logfmt
 from nccl_tune.sim.config import parse_overrides
@@ -49,6 +65,7 @@ _BASE_TIME = datetime(2026, 3, 2, 10, 0, 0)
 ENTRYPOINT_PID = 400000
 WORKER_PID = 400100
 """The pids the cost model's lines give the entry point and the policy worker of GPU ``g`` (+ g)."""
+NO_TEARDOWN = TeardownReport(in_group=0, escaped=0, killed=0, survivors=0, elapsed_s=0.0)
 
 
 def _when(t: float) -> datetime:
@@ -64,7 +81,7 @@ def override_tokens(argv: Sequence[str]) -> list[str]:
     return out
 
 
-class ModelLauncher(Launcher):
+class ModelLauncher(ProcessTreeLauncher["ModelledTree"]):
     """Runs trials against the synthetic node's cost model (no processes, thousands per second)."""
 
     name = "model"
@@ -103,174 +120,243 @@ class ModelLauncher(Launcher):
         """The environment the trial's command would see (the local launcher's own rule)."""
         return build_env(spec.env, spec.marker, base=self.base_env)
 
-    def run(self, spec: TrialSpec, observer: TrialObserver | None = None) -> TrialResult:
-        """Model the trial to its end; never raises."""
-        observer = observer or TrialObserver()
-        observer.on_start(spec, None)
+    def close(self) -> None:
+        """Nothing to release."""
+
+    # -- the process tree's hooks: the modelled run ----------------------------------------------
+
+    @contextmanager
+    def launch(self, spec: TrialSpec) -> Iterator[ModelledTree | LaunchFailed]:
+        """Model the trial's run; ``LaunchFailed`` when the model cannot evaluate it. Nothing to release."""
+        yield self._model(spec)
+
+    def _model(self, spec: TrialSpec) -> ModelledTree | LaunchFailed:
+        seed = zlib.crc32(f"{spec.study}/{spec.number}".encode())
         try:
-            result = self._run(spec, observer)
+            if self.cost is not None:
+                return ModelledRun(spec, self.cost(spec, seed, spec.stop.total_steps))
+            env = self.trial_env(spec)
+            tokens = self.base_overrides + override_tokens(spec.argv)
+            try:
+                cfg = parse_overrides(tokens, env)
+            except SimConfigError as exc:
+                return RefusedRun(spec, exc)
+            if cfg.env.sim_seed is not None:
+                seed = cfg.env.sim_seed
+            return ModelledRun(spec, evaluate(cfg, seed=seed, steps=spec.stop.total_steps))
         except Exception as exc:  # noqa: BLE001 - the launcher contract: failures are values
-            verdict = Verdict(
-                FailureClass.CRASH,
-                evidence=(Evidence(0, f"model launcher error: {type(exc).__name__}: {exc}", "nccl-tune"),),
-                advice="the cost model could not evaluate this trial; report it with the trial's argv and env",
-                cause=Cause("model_error", "", {"error": f"{type(exc).__name__}: {exc}"}),
-            )
-            result = TrialResult(
-                number=spec.number,
-                status=FailureClass.CRASH,
-                verdict=verdict,
-                stop_reason=StopReason.LAUNCH_ERROR,
-                trial_dir=spec.trial_dir,
-                samples_per_step=spec.samples_per_step,
-            )
+            return LaunchFailed(f"{type(exc).__name__}: {exc}", 0.0)
+
+    def take_stacks(self, spec: TrialSpec, tree: ModelledTree) -> StackReport:
+        return tree.stacks()
+
+    def tear_down(self, spec: TrialSpec, tree: ModelledTree) -> TeardownReport:
+        return tree.stop(spec.clocks.grace_s)
+
+    def launch_error_result(self, spec: TrialSpec, failed: LaunchFailed) -> TrialResult:
+        """The model could not evaluate the trial: a crash naming the model's error."""
+        verdict = Verdict(
+            FailureClass.CRASH,
+            evidence=(Evidence(0, f"model launcher error: {failed.reason}", "nccl-tune"),),
+            advice="the cost model could not evaluate this trial; report it with the trial's argv and env",
+            cause=Cause("model_error", "", {"error": failed.reason}),
+        )
+        return TrialResult(
+            number=spec.number,
+            status=FailureClass.CRASH,
+            verdict=verdict,
+            stop_reason=StopReason.LAUNCH_ERROR,
+            trial_dir=spec.trial_dir,
+            samples_per_step=spec.samples_per_step,
+        )
+
+    def record(self, spec: TrialSpec, result: TrialResult) -> None:
+        """``result.json`` in the trial folder when asked for; the result is returned even when it
+        cannot be written."""
         if self.write_result:
             try:
                 write_result(result, spec.trial_dir)
-            except OSError:  # the launcher contract: the result is returned even when it cannot be written
+            except OSError:
                 pass
-        observer.on_end(spec, result)
-        return result
 
-    # -- one trial ---------------------------------------------------------------------------
-    def _run(self, spec: TrialSpec, observer: TrialObserver) -> TrialResult:
-        if self.cost is not None:
-            outcome = self.cost(spec, zlib.crc32(f"{spec.study}/{spec.number}".encode()), spec.stop.total_steps)
-            return _Supervision(spec, observer, outcome).run()
-        env = self.trial_env(spec)
-        tokens = self.base_overrides + override_tokens(spec.argv)
-        try:
-            cfg = parse_overrides(tokens, env)
-        except SimConfigError as exc:
-            return self._refused(spec, exc)
-        seed = cfg.env.sim_seed if cfg.env.sim_seed is not None else zlib.crc32(f"{spec.study}/{spec.number}".encode())
-        outcome = evaluate(cfg, seed=seed, steps=spec.stop.total_steps)
-        return _Supervision(spec, observer, outcome).run()
 
-    def _refused(self, spec: TrialSpec, exc: SimConfigError) -> TrialResult:
-        """The twin refused the configuration: the lines it prints, exit 1, decided like any run."""
+def _timeline(phases: Sequence[PhaseSpan]) -> list[tuple[float, bool, PhaseSpan]]:
+    """(time, is_start, span): at one instant, phases end (innermost first) before the next start
+    (outermost first)."""
+    events = []
+    for span in phases:
+        events.append(((span.start_s, 1, span.depth), True, span))
+        if span.end_s is not None:
+            events.append(((span.end_s, 0, -span.depth), False, span))
+    events.sort(key=lambda e: e[0])
+    return [(key[0], is_start, span) for key, is_start, span in events]
+
+
+class ModelledTree(ProcessTree):
+    """A modelled run as the supervision loop sees a process tree: its phase and step events replayed,
+    one at a time, on the modelled clock (seconds since launch) into the launcher's own
+    ``ProgressLedger``, as the twin's log lines would tell it; the command ends by itself at ``end_s``."""
+
+    pid = None
+    started_t = 0.0
+
+    def __init__(self, spec: TrialSpec, phases: Sequence[PhaseSpan], end_s: float) -> None:
+        self.spec = spec
+        self.timeline = _timeline(phases)
+        self.end_s = end_s
+        self.ledger = ProgressLedger(launch_t=0.0)
+        self.peak = 0.0
+        self.stopped_at = 0.0
+        """When the launcher stopped watching (the decision's time)."""
+        self._next = 0
+        self._now = 0.0
+        self._events: list[ProgressEvent] = []
+        self._exit: ExitStatus | None = None
+
+    @abstractmethod
+    def _exit_at(self, at: float) -> ExitStatus:
+        """How the command ends had it ended by itself at ``at``."""
+
+    @abstractmethod
+    def _trained(self, span: PhaseSpan) -> float | None:
+        """The per-GPU peak of the training pass ``span`` just finished (None when not modelled)."""
+
+    @abstractmethod
+    def stacks(self) -> StackReport:
+        """What py-spy would show now, at a stop for silence."""
+
+    # -- the modelled clock and what the run prints --------------------------------------------
+    def now(self) -> float:
+        return self._now
+
+    def wait(self, due_t: float) -> None:
+        """To the next event, or to the command's own end once none is left, unless ``due_t`` comes first."""
+        if self._next < len(self.timeline):
+            t, is_start, span = self.timeline[self._next]
+            if due_t < t:
+                self._now = due_t
+                return
+            self._next += 1
+            self._now = t
+            self._apply(t, is_start, span)
+        elif due_t < self.end_s:
+            self._now = due_t
+        else:
+            self._now = self.end_s
+            self._exit = self._exit_at(self.end_s)
+
+    def _apply(self, t: float, is_start: bool, span: PhaseSpan) -> None:
+        """What the twin's log line for this event tells the ledger."""
+        name, line_no = span.name, self._next
+        if is_start:
+            self.ledger.phase_started(name, t)
+            self._events.append(ProgressEvent("phase_start", line_no, t, name))
+            return
+        seconds = span.duration_s or 0.0
+        if name == "step":  # "Finished: 'step', ..." is the step_end line
+            index = self.ledger.step_finished(seconds, t)
+            self._events.append(ProgressEvent("step", line_no, t, name, seconds, index))
+            return
+        self.ledger.phase_finished(name, seconds, t)
+        self._events.append(ProgressEvent("phase_end", line_no, t, name, seconds))
+        if name == "policy_train":
+            peak = self._trained(span)
+            if peak is not None and peak > self.peak:
+                self.peak = peak
+
+    def events(self) -> list[ProgressEvent]:
+        events, self._events = self._events, []
+        return events
+
+    def state(self) -> ProgressState:
+        return self.ledger.snapshot()
+
+    def exit_status(self) -> ExitStatus | None:
+        return self._exit
+
+    def memory_peak_gib(self, state: ProgressState) -> float | None:
+        """The peak of the training passes finished so far."""
+        return self.peak or None
+
+    def hold_output(self) -> None:
+        """Nothing to hold: the modelled output is what the command printed by the stop."""
+
+    def close(self) -> None:
+        """Nothing runs."""
+
+    def stop(self, grace_s: float) -> TeardownReport:
+        """Our SIGTERM, unless the command ended by itself: the modelled clock moves on by teardown."""
+        self.stopped_at = self._now
+        if self._exit is not None:
+            return NO_TEARDOWN
+        took = min(TEARDOWN_S, grace_s)
+        self._now += took
+        self._exit = ExitStatus(None, "SIGTERM")
+        return TeardownReport(in_group=0, escaped=0, killed=0, survivors=0, elapsed_s=took)
+
+
+class RefusedRun(ModelledTree):
+    """A configuration the twin refuses: the lines it prints, exit 1 after ``CONFIG_ERROR_WALL_S``."""
+
+    def __init__(self, spec: TrialSpec, refusal: SimConfigError) -> None:
+        super().__init__(spec, (), CONFIG_ERROR_WALL_S)
+        self.lines = tuple(refusal.lines)
+
+    def _exit_at(self, at: float) -> ExitStatus:
+        return ExitStatus(1, None)
+
+    def _trained(self, span: PhaseSpan) -> float | None:
+        return None
+
+    def stacks(self) -> StackReport:
+        return StackReport()
+
+    def findings(self, spec: TrialSpec, ending: Ending) -> Findings:
         facts = TrialFacts(
-            logs=(LogFacts(LOG_FILE, lines=tuple(exc.lines)),),
-            stop_reason=StopReason.EXITED,
-            stop_detail="the command ended (exit code 1)",
-            exit_code=1,
+            logs=(LogFacts(LOG_FILE, lines=self.lines),),
+            stop_reason=ending.decision.reason,
+            stop_detail=ending.decision.detail,
+            exit_code=ending.exit.code,
+            signal_name=ending.exit.signal_name,
             steps_done=0,
             total_steps=spec.stop.total_steps,
             progress=spec.progress,
             trainer="skyrl",
         )
-        verdict = decide(facts)
-        wall = CONFIG_ERROR_WALL_S
-        return TrialResult(
-            number=spec.number,
-            status=verdict.failure_class,
-            verdict=verdict,
-            stop_reason=StopReason.EXITED,
-            exit_code=1,
-            samples_per_step=spec.samples_per_step,
-            wall_s=wall,
-            trial_dir=spec.trial_dir,
-            modelled_gpu_s=wall * GPUS_PER_NODE,
-        )
-
-    def close(self) -> None:
-        """Nothing to release."""
+        return Findings(facts, memory=None, warmup_steps=0, modelled_gpus=GPUS_PER_NODE)
 
 
-class _Supervision:
-    """The modelled run's events fed to the local launcher's own supervision: its progress
-    bookkeeping (``ProgressLedger``), its clocks and stop rule (``Watch``) and the observer's
-    answers (``observer_decision``), on the modelled clock (seconds since launch)."""
+class ModelledRun(ModelledTree):
+    """A run the cost model modelled (``Outcome``): its phases, its memory, its failure."""
 
-    def __init__(self, spec: TrialSpec, observer: TrialObserver, outcome: Outcome) -> None:
-        self.spec = spec
-        self.observer = observer
+    def __init__(self, spec: TrialSpec, outcome: Outcome) -> None:
+        super().__init__(spec, outcome.phases, outcome.end_s)
         self.out = outcome
-        self.ledger = ProgressLedger(launch_t=0.0)
-        self.watch = Watch(spec.clocks, spec.stop, started_t=0.0)
-        self.peak = 0.0
-        self.last_line = ""
 
-    def run(self) -> TrialResult:
-        at, decision = self._supervise()
-        return self._result(at, decision, self.ledger.snapshot())
-
-    def _supervise(self) -> tuple[float, Decision]:
-        """(when, why) the launcher stops watching: a clock firing between two events, the stop
-        rule or the observer at an event, or the command's own exit."""
-        state = self.ledger.snapshot()
-        for t, is_start, span in self._events():
-            fired = self._fired_before(state, t)
-            if fired is not None:
-                return fired
-            self._apply(t, is_start, span)
-            state = self.ledger.snapshot()
-            decision = self.watch.check(state, t) or observer_decision(
-                self.observer, self.spec, self._progress(state, t), state
-            )
-            if decision is not None:
-                return t, decision
-        end = self.out.end_s
-        exit_code, signal_name = self._exit_status(end)
-        how = f"killed by {signal_name}" if signal_name else f"exit code {exit_code}"
-        exited = Decision(StopReason.EXITED, f"the command ended ({how})", state.open_phase)
-        return self._fired_before(state, end) or (end, exited)
-
-    def _fired_before(self, state: ProgressState, t: float) -> tuple[float, Decision] | None:
-        """The clock that fires before ``t`` if nothing happens until then: (when, decision)."""
-        due_t, _ = self.watch.due(state)
-        if due_t >= t:
-            return None
-        decision = self.watch.check(state, due_t)
-        assert decision is not None
-        return due_t, decision
-
-    def _events(self) -> list[tuple[float, bool, PhaseSpan]]:
-        """(time, is_start, span): at one instant, phases end (innermost first) before the next start
-        (outermost first)."""
-        events = []
-        for span in self.out.phases:
-            events.append(((span.start_s, 1, span.depth), True, span))
-            if span.end_s is not None:
-                events.append(((span.end_s, 0, -span.depth), False, span))
-        events.sort(key=lambda e: e[0])
-        return [(key[0], is_start, span) for key, is_start, span in events]
-
-    def _apply(self, t: float, is_start: bool, span: PhaseSpan) -> None:
-        """What the twin's log line for this event tells the ledger and the observer."""
-        name = span.name
-        if is_start:
-            self.ledger.phase_started(name, t)
-            self.last_line = logfmt.started(name)
-            return
-        seconds = span.duration_s or 0.0
-        self.last_line = logfmt.finished(name, seconds)
-        if name == "step":  # "Finished: 'step', ..." is the step_end line
-            self.observer.on_step(self.spec, self.ledger.step_finished(seconds, t), seconds)
-            return
-        self.ledger.phase_finished(name, seconds, t)
-        self.observer.on_phase(self.spec, name, seconds)
-        if name == "policy_train":
-            mem = self.out.step_memory_gib.get(span.step)
-            if mem and max(mem) > self.peak:
-                self.peak = max(mem)
-                self.observer.on_memory(self.spec, self.peak)
-
-    def _progress(self, state: ProgressState, t: float) -> TrialProgress:
-        return TrialProgress(
-            elapsed_s=t,
-            step_times_s=state.step_times_s,
-            open_phase=state.open_phase,
-            last_progress_s=t - (state.last_progress_t if state.last_progress_t is not None else 0.0),
-            peak_mem_gib=self.peak or None,
-        )
-
-    def _exit_status(self, at: float) -> tuple[int | None, str | None]:
-        """(exit code, signal) of the command had it ended by itself at ``at``."""
+    def _exit_at(self, at: float) -> ExitStatus:
         failure = self.out.failure
         if failure is not None and failure.at_s <= at:
-            return failure.exit_code, failure.signal_name
-        return 0, None
+            return ExitStatus(failure.exit_code, failure.signal_name)
+        return ExitStatus(0, None)
+
+    def _trained(self, span: PhaseSpan) -> float | None:
+        mem = self.out.step_memory_gib.get(span.step)
+        return max(mem) if mem else None
+
+    def _failure_by(self, at: float) -> SimFailure | None:
+        """The run's failure, once it has happened by ``at``."""
+        failure = self.out.failure
+        return failure if failure is not None and failure.at_s <= at else None
+
+    def findings(self, spec: TrialSpec, ending: Ending) -> Findings:
+        """The modelled facts at the stop, the memory of the steps begun by then."""
+        at, state = self.stopped_at, self.ledger.snapshot()
+        return Findings(
+            self._facts(at, ending, state),
+            memory=self._memory(at, state.open_phases),
+            warmup_steps=min(spec.stop.warmup_steps, len(state.step_times_s)),
+            modelled_gpus=GPUS_PER_NODE,
+        )
 
     # -- the result --------------------------------------------------------------------------
     def _memory(self, until_s: float, open_phases: Sequence[str]) -> MemoryReport | None:
@@ -322,7 +408,7 @@ class _Supervision:
         )
         fail_at = failure.at_s if failure is not None else None
         emitted = False
-        for t, is_start, span in self._events():
+        for t, is_start, span in self.timeline:
             if t > at:
                 break
             if fail_at is not None and not emitted and t > fail_at:
@@ -345,11 +431,10 @@ class _Supervision:
         line = logfmt.trainer_line(site, message, when=_when(t), color=False)
         return f"({logfmt.ENTRYPOINT_ACTOR} pid={ENTRYPOINT_PID}) {line}"
 
-    def _stacks(self, failure: SimFailure | None, decision: Decision) -> StackReport | None:
+    def stacks(self) -> StackReport:
         """What py-spy would show at a stall the twin's injected hang caused: the hung rank asleep
         in its fault, the others in the all-gather it never joins."""
-        if decision.reason not in (StopReason.STALL, StopReason.STARTUP):
-            return None
+        failure = self._failure_by(self._now)
         if failure is None or failure.kind != "hang_fault" or failure.rank is None:
             return StackReport()
         procs = []
@@ -371,47 +456,20 @@ class _Supervision:
             )
         return StackReport(tuple(procs))
 
-    def _facts(
-        self, at: float, decision: Decision, state: ProgressState, exit_code: int | None, signal_name: str | None
-    ) -> TrialFacts:
-        out = self.out
-        failure = out.failure if out.failure is not None and out.failure.at_s <= at else None
+    def _facts(self, at: float, ending: Ending, state: ProgressState) -> TrialFacts:
+        decision, failure = ending.decision, self._failure_by(at)
         return TrialFacts(
             logs=(LogFacts(LOG_FILE, lines=tuple(self._log_lines(at, failure, decision))),),
             stop_reason=decision.reason,
             stop_detail=decision.detail,
             open_phase=decision.open_phase or state.open_phase,
-            exit_code=exit_code,
-            signal_name=signal_name,
+            exit_code=ending.exit.code,
+            signal_name=ending.exit.signal_name,
             steps_done=len(state.step_times_s),
             total_steps=self.spec.stop.total_steps,
-            training_done=failure is None and decision.reason is StopReason.EXITED and bool(out.steps),
-            stacks=self._stacks(failure, decision),
+            training_done=failure is None and decision.reason is StopReason.EXITED and bool(self.out.steps),
+            stacks=ending.stacks,
             progress=self.spec.progress,
             memory_knobs=self.spec.memory_knobs,
             trainer="skyrl",
-        )
-
-    def _result(self, at: float, decision: Decision, state: ProgressState) -> TrialResult:
-        spec = self.spec
-        steps = len(state.step_times_s)
-        stopped_by_us = decision.reason is not StopReason.EXITED
-        exit_code, signal_name = (None, "SIGTERM") if stopped_by_us else self._exit_status(at)
-        wall = at + (min(TEARDOWN_S, spec.clocks.grace_s) if stopped_by_us else 0.0)
-        verdict = decide(self._facts(at, decision, state, exit_code, signal_name))
-        return TrialResult(
-            number=spec.number,
-            status=verdict.failure_class,
-            verdict=verdict,
-            stop_reason=decision.reason,
-            exit_code=exit_code,
-            signal_name=signal_name,
-            step_times_s=state.step_times_s,
-            warmup_steps=min(spec.stop.warmup_steps, steps),
-            phase_max_s=state.phase_max_s,
-            samples_per_step=spec.samples_per_step,
-            memory=self._memory(at, state.open_phases),
-            wall_s=wall,
-            trial_dir=spec.trial_dir,
-            modelled_gpu_s=wall * GPUS_PER_NODE,
         )

@@ -168,7 +168,8 @@ INT_VARS = (
     "NCCL_MAX_NCHANNELS", "NCCL_BUFFSIZE", "NCCL_IB_DISABLE", "NCCL_NCHANNELS_PER_NET_PEER", "NCCL_COLLNET_ENABLE",
     "NCCL_CROSS_NIC", "NCCL_MIN_CTAS", "NCCL_MAX_CTAS", "NCCL_NSOCKS_PERTHREAD", "NCCL_SOCKET_NTHREADS",
 )  # fmt: skip
-"""Integer parameters (``NCCL_PARAM``): read with ``strtoll`` and reported as the number read."""
+"""Integer parameters (``NCCL_PARAM``): read with ``strtoll`` and reported as the number read, with
+``ncclLoadParam``'s full stop after it (``NCCL_BUFFSIZE set by environment to 4194304.``)."""
 SUBSYSTEMS = (
     "INIT",
     "COLL",
@@ -216,6 +217,6 @@ def env_report(env: Mapping[str, str | None]) -> list[str]:
         raw = env.get(name)
         if raw is None or raw == "":
             continue
-        value = str(strtoll(raw)) if name in INT_VARS else raw
+        value = f"{strtoll(raw)}." if name in INT_VARS else raw
         out.append(f"{name} set by environment to {value}")
     return out

@@ -187,6 +187,7 @@ def test_a_folder_of_empty_logs_needs_an_exit_status(tmp_path: Path) -> None:
         (b"PK\x03\x04" + bytes(3000), "unzip"),
         (pickle.dumps({"entries": []}), "nccl_trace_rank_0"),
     ],
+    ids=["utf-16", "xz", "zstd", "zip", "pickle"],  # random bytes in an id differ between pytest workers
 )
 def test_binary_formats_are_named_with_how_to_get_the_log(tmp_path: Path, content: bytes, what: str) -> None:
     path = tmp_path / "run.log"

@@ -45,6 +45,26 @@ def test_nothing_is_told_without_a_report_and_numbers_compare_as_numbers():
     assert unreached(["NCCL_BUFFSIZE"], {"NCCL_BUFFSIZE": "0x400000"}, seen) == []
 
 
+def test_an_integer_parameter_is_read_without_the_full_stop_nccl_prints_after_it():
+    # ncclLoadParam: "%s set by environment to %lld." (NCCL_BUFFSIZE, NCCL_NTHREADS, ...); strings have none
+    lines = [
+        "gpu-node:4242:4259 [0] NCCL INFO NCCL_BUFFSIZE set by environment to 4194304.",
+        "gpu-node:4242:4259 [0] NCCL INFO NCCL_NTHREADS set by environment to -1.",
+        "gpu-node:4242:4259 [0] NCCL INFO NCCL_PROTO set by environment to LL128",
+        "gpu-node:4242:4259 [0] NCCL INFO NCCL_SOCKET_IFNAME set by environment to eth0.",
+    ]
+    seen = parse_seen(lines)
+    assert seen == {
+        "gpu-node:4242 [0]": {
+            "NCCL_BUFFSIZE": "4194304",
+            "NCCL_NTHREADS": "-1",
+            "NCCL_PROTO": "LL128",
+            "NCCL_SOCKET_IFNAME": "eth0.",
+        }
+    }
+    assert unreached(["NCCL_BUFFSIZE"], {"NCCL_BUFFSIZE": "0x400000"}, seen) == []
+
+
 def test_the_probe_turns_on_the_env_report_without_dropping_the_user_s_subsystems():
     assert probe_env({}) == {"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV"}
     assert probe_env({"NCCL_DEBUG": "TRACE", "NCCL_DEBUG_SUBSYS": "NET"}) == {"NCCL_DEBUG_SUBSYS": "NET,ENV"}

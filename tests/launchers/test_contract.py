@@ -1,5 +1,7 @@
 """The contract every Launcher keeps: a TrialResult for a good trial, a failing trial and a
-config error, never an exception once started, and results that survive JSON."""
+config error, never an exception once started, and results that survive JSON. It runs against
+every sibling of ``ProcessTreeLauncher`` (local, Ray, the twin's model), through the abstract
+class's ``run``, and against the local one behind the NCCL check."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from nccl_tune.failure import FailureClass
 from nccl_tune.launchers.base import Launcher
 from nccl_tune.launchers.local import LocalLauncher
 from nccl_tune.launchers.nccl_check import CheckingLauncher
+from nccl_tune.launchers.process_tree import ProcessTreeLauncher
 from nccl_tune.launchers.ray_launcher import RayLauncher
 from nccl_tune.sim.launcher import ModelLauncher
 from nccl_tune.trial import Clocks, StopRule, TrialResult, TrialSpec
@@ -32,6 +35,8 @@ class Case:
     failing: tuple[tuple[str, ...], dict[str, str]]
     config_error: tuple[tuple[str, ...], dict[str, str]]
     clocks: Clocks
+    sibling: type[ProcessTreeLauncher]
+    """The implementation of ``ProcessTreeLauncher`` that runs the trials."""
 
 
 def local_case() -> Case:
@@ -41,6 +46,7 @@ def local_case() -> Case:
         failing=(tuple(trainer_argv("--steps", "5", "--step-s", "0.1", "--crash-at-step", "1")), {}),
         config_error=(tuple(trainer_argv("--steps", "3", "trainer.micro=2", "trainer_typo.micro=2")), {}),
         clocks=Clocks(startup_timeout_s=30, stall_timeout_s=10, grace_s=1.0),
+        sibling=LocalLauncher,
     )
 
 
@@ -53,6 +59,7 @@ def checked_local_case() -> Case:
         failing=local.failing,
         config_error=local.config_error,
         clocks=local.clocks,
+        sibling=LocalLauncher,
     )
 
 
@@ -64,6 +71,7 @@ def model_case() -> Case:
         failing=(twin, {"SIM_FAULT": "crash:1:1"}),
         config_error=(twin + ("trainer.no_such_key=1",), {}),
         clocks=Clocks(),
+        sibling=ModelLauncher,
     )
 
 
@@ -75,6 +83,7 @@ def ray_case() -> Case:
         failing=local.failing,
         config_error=local.config_error,
         clocks=Clocks(startup_timeout_s=60, stall_timeout_s=20, grace_s=1.0),
+        sibling=RayLauncher,
     )
 
 
@@ -106,6 +115,8 @@ def _spec(
 
 def _run(case: Case, spec: TrialSpec) -> tuple[TrialResult, RecordingObserver]:
     launcher = case.make()
+    runs = launcher.inner if isinstance(launcher, CheckingLauncher) else launcher
+    assert isinstance(runs, ProcessTreeLauncher) and type(runs) is case.sibling
     observer = RecordingObserver()
     try:
         launcher.prepare(spec)
@@ -117,7 +128,15 @@ def _run(case: Case, spec: TrialSpec) -> tuple[TrialResult, RecordingObserver]:
     assert isinstance(result, TrialResult) and result.number == spec.number
     assert TrialResult.from_json(result.to_json()).to_json() == result.to_json()
     assert observer.kinds("end") == [result.status]
+    assert len(observer.kinds("stopping")) == 1, "the observer hears once why the trial is stopped"
     return result, observer
+
+
+def test_every_sibling_of_the_process_tree_launcher_has_a_case() -> None:
+    """A new implementation of ``ProcessTreeLauncher`` is held to the contract too."""
+    siblings = {c for c in ProcessTreeLauncher.__subclasses__() if c.__module__.startswith("nccl_tune.")}
+    assert siblings == {case().sibling for case in (local_case, model_case, ray_case)}
+    assert siblings == {LocalLauncher, RayLauncher, ModelLauncher}
 
 
 def test_a_good_trial(case: Case, study: str, tmp_path: Path) -> None:

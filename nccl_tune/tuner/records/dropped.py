@@ -4,14 +4,13 @@ A trial's result carries what each rank's NCCL reported reading from its environ
 (``TrialResult.nccl_env_seen``). The first trial that sets an NCCL parameter tells whether that
 value reached NCCL (``diagnose.nccl_seen.unreached``); one that did not (the trainer sets its own
 value for its workers; the workers do not inherit the trial's environment) is dropped: recorded in
-the study with a one-line reason, held at ``unset`` (or its default) for every later trial, and
-never exported.
+the study with a one-line reason, held at ``unset`` (or its default) for every later trial
+(``held.HeldParameters``), and never exported.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 from typing import Any
 
 import optuna
@@ -19,7 +18,6 @@ import optuna
 from nccl_tune.diagnose.nccl_seen import probe_env, unreached
 from nccl_tune.search_spaces.space import UNSET, SearchSpace, Target
 from nccl_tune.trial import TrialResult, TrialSpec
-from nccl_tune.tuner.records.pins import Pins
 
 ATTR = "dropped_params"
 """Study user attribute: parameter name -> the reason it was dropped."""
@@ -57,9 +55,3 @@ def held_value(space: SearchSpace, name: str) -> Any:
     if UNSET in p.choices:
         return UNSET
     return p.default if p.default is not None else p.choices[0]
-
-
-def hold(pins: Pins, space: SearchSpace, names) -> Pins:
-    """``pins`` with every dropped parameter held (the sampler no longer suggests it)."""
-    held = {n: held_value(space, n) for n in names if any(p.name == n for p in space.parameters)}
-    return replace(pins, params={**pins.params, **held}) if held else pins

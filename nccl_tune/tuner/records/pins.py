@@ -82,10 +82,10 @@ def apply_pins(space: SearchSpace, pairs: tuple[tuple[str, str], ...]) -> tuple[
     return space, Pins(params=params, context=context)
 
 
-def baseline_values(space: SearchSpace, pins: Pins) -> dict[str, Any] | None:
-    """The user's own config: the space's defaults with the pins; None when the defaults do not
-    name every parameter or break the space's rules."""
-    values = space.baseline(pins.params)
+def baseline_values(space: SearchSpace, held: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The user's own config: the space's defaults with the held values; None when the defaults do
+    not name every parameter or break the space's rules."""
+    values = space.baseline(held)
     if set(values) != set(space.names):
         return None
     return values if not space.violations(values) else None

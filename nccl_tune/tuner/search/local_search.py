@@ -94,6 +94,7 @@ from optuna.trial import FrozenTrial, TrialState
 from nccl_tune.search_spaces.expr import ExprError
 from nccl_tune.search_spaces.space import SearchSpace, Target
 from nccl_tune.tuner.records import study_records as R
+from nccl_tune.tuner.records.held import HeldParameters
 from nccl_tune.tuner.records.nccl_sweep import Sweep
 from nccl_tune.tuner.records.nccl_sweep import load as load_sweep
 from nccl_tune.tuner.records.sampling import distributions, from_optuna, to_optuna
@@ -485,19 +486,26 @@ def tpe_sampler(seed: int | None) -> TPESampler:
 class LocalSearchSampler(BaseSampler):
     """Optuna's face of ``Planner`` (the module docstring); TPE when no local move is worth a trial."""
 
-    def __init__(self, space: SearchSpace, pinned: Mapping[str, Any] | None = None, seed: int | None = None) -> None:
+    def __init__(
+        self, space: SearchSpace, held: HeldParameters | Mapping[str, Any] | None = None, seed: int | None = None
+    ) -> None:
         self.space = space
-        self.pinned = dict(pinned or {})
+        self.held = held if isinstance(held, HeldParameters) else HeldParameters.of_values(space, held)
+        """The run's held parameters, read at each proposal (a parameter dropped mid-study is held)."""
         self._tpe = tpe_sampler(seed)
         self._rng = random.Random(seed)
-        self._dists = distributions(space, self.pinned)
         self.last: Proposal | None = None
         self._last_number: int | None = None
         self._fallback: str | None = None
         """Why TPE proposed the last trial, when it did (None for an enqueued one)."""
 
+    @property
+    def pinned(self) -> dict[str, Any]:
+        """The values held now."""
+        return self.held.params
+
     def infer_relative_search_space(self, study: optuna.Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
-        return dict(self._dists)
+        return distributions(self.space, self.pinned)
 
     def sample_relative(
         self, study: optuna.Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]
@@ -523,9 +531,10 @@ class LocalSearchSampler(BaseSampler):
         memory: on a landscape where most configs run out of it, some of its proposals did)."""
         tpe_space = self._tpe.infer_relative_search_space(study, trial)
         likeliest: tuple[float, dict[str, Any]] | None = None
+        every = set(distributions(self.space, self.pinned))
         for _ in range(TPE_DRAWS):
             params = self._tpe.sample_relative(study, trial, tpe_space)
-            if set(params) != set(self._dists):  # TPE still samples each parameter on its own
+            if set(params) != every:  # TPE still samples each parameter on its own
                 return params
             fits = planner.memory.p_fits(from_optuna(self.space, params, self.pinned))
             if fits >= 0.5:

@@ -8,17 +8,18 @@ from typing import Any
 import optuna
 
 from nccl_tune.search_spaces.space import SearchSpace
+from nccl_tune.tuner.records.held import HeldParameters
 from nccl_tune.tuner.search.local_search import LocalSearchSampler, tpe_sampler
 
 
 def make_sampler(
-    name: str, seed: int | None, space: SearchSpace, pinned: Mapping[str, Any] | None = None
+    name: str, seed: int | None, space: SearchSpace, held: HeldParameters | Mapping[str, Any] | None = None
 ) -> optuna.samplers.BaseSampler:
     """The sampler ``name`` (one of ``settings.SAMPLERS``, checked by ``RunSettings``): ``local``
     moves from the incumbent by expected gain, memory-aware (``local_search.py``); ``tpe`` models
     the whole space; ``random`` is the yardstick."""
     if name == "local":
-        return LocalSearchSampler(space, pinned or {}, seed)
+        return LocalSearchSampler(space, held, seed)
     if name == "tpe":
         return tpe_sampler(seed)
     return optuna.samplers.RandomSampler(seed=seed)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import optuna
@@ -33,6 +33,7 @@ from nccl_tune.node.nccl_clamps import clamps
 from nccl_tune.search_spaces.expr import ExprError
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.tuner.records import study_records as R
+from nccl_tune.tuner.records.held import HeldParameters
 from nccl_tune.tuner.records.nccl_sweep import load as load_sweep
 from nccl_tune.tuner.records.stability import run_key
 from nccl_tune.tuner.records.study_records import TrialKind, TrialRecord
@@ -102,20 +103,20 @@ class Admission:
     says when the search has converged (module docstring)."""
 
     def __init__(
-        self, space: SearchSpace, display: Display, predict_oom: bool, pinned: Callable[[], Mapping[str, Any]] = dict
+        self, space: SearchSpace, display: Display, predict_oom: bool, held: HeldParameters | None = None
     ) -> None:
         self.space = space
         self.display = display
         self.predict_oom = predict_oom
-        self.pinned = pinned
-        """The values held now (``--set``, and parameters dropped during the study)."""
+        self.held = held or HeldParameters.of_values(space)
+        """The run's held parameters (``--set``, and parameters dropped during the study), read when used."""
         self.rejected_in_a_row = 0
         self.duplicates_in_a_row = 0
         self.converged = False
         self._listed: tuple[tuple[tuple[str, Any], ...], dict[str, dict[str, Any]] | None] | None = None
 
     def _launchable(self) -> dict[str, dict[str, Any]] | None:
-        pinned = self.pinned()
+        pinned = self.held.params
         key = tuple(sorted((k, repr(v)) for k, v in pinned.items()))
         if self._listed is None or self._listed[0] != key:
             self._listed = (key, launchable_configs(self.space, pinned))

@@ -22,7 +22,7 @@ def confirm(
     study: optuna.Study, runner: TrialRunner, reruns: int, budget: Budget, interrupt: InterruptFlag, display: Display
 ) -> bool:
     """Up to ``reruns`` re-runs of the best unconfirmed candidate; True when interrupted."""
-    space, pinned = runner.space, runner.pins.params
+    space, pinned = runner.space, runner.held.params
     for _ in range(reruns):
         history = R.records(study)
         pending = to_confirm(

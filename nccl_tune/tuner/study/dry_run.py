@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shlex
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from nccl_tune.search_spaces.loader import load_space
 from nccl_tune.search_spaces.skyrl_layout import chosen_space
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.trial import TrialSpec
-from nccl_tune.tuner.records.pins import Pins, apply_pins, baseline_values
+from nccl_tune.tuner.records.pins import apply_pins, baseline_values
 from nccl_tune.tuner.records.sampling import suggest
 from nccl_tune.tuner.settings import RunSettings
 from nccl_tune.tuner.study.admission import MAX_REJECTED_IN_A_ROW
@@ -95,28 +96,29 @@ class DryRun:
         return out
 
 
-def first_values(space: SearchSpace, pins: Pins, seed: int | None) -> dict[str, Any]:
-    """The baseline's values, or the first sampled values within the space's rules."""
-    values = baseline_values(space, pins)
+def first_values(space: SearchSpace, held: Mapping[str, Any], seed: int | None) -> dict[str, Any]:
+    """The baseline's values, or the first sampled values within the space's rules (``held``: the
+    values held)."""
+    values = baseline_values(space, held)
     if values is not None:
         return values
     study = optuna.create_study(direction="maximize", sampler=optuna.samplers.RandomSampler(seed))
     broken: Counter[str] = Counter()
     for _ in range(MAX_REJECTED_IN_A_ROW):
         trial = study.ask()
-        candidate = suggest(trial, space, pins.params)
+        candidate = suggest(trial, space, held)
         violated = space.violations(candidate)
         if not violated:
             return candidate
         broken.update(violated)
         study.tell(trial, 0.0)
-    raise NcclTuneError(_nothing_admissible(space, pins, broken))
+    raise NcclTuneError(_nothing_admissible(space, held, broken))
 
 
-def _nothing_admissible(space: SearchSpace, pins: Pins, broken: Counter[str]) -> str:
+def _nothing_admissible(space: SearchSpace, pinned: Mapping[str, Any], broken: Counter[str]) -> str:
     """The line for a space whose constraints no sampled values met: which rule broke most, and the fix."""
     rule, times = broken.most_common(1)[0]
-    held = f" with --set {', '.join(f'{k}={v}' for k, v in pins.params.items())}" if pins.params else ""
+    held = f" with --set {', '.join(f'{k}={v}' for k, v in pinned.items())}" if pinned else ""
     fix = "loosen that constraint, widen the parameters' ranges" + (" or change the --set values" if held else "")
     return (
         f"space {space.name} ({space.source}): no values satisfy its constraints{held} in {MAX_REJECTED_IN_A_ROW} "
@@ -128,12 +130,12 @@ def plan_dry_run(settings: RunSettings, launcher: Launcher | None = None) -> Dry
     """Trial 0 of ``settings``' run, checked by the launcher as the run would check it."""
     space, pins = apply_pins(load_space(chosen_space(settings.space, settings.command, Path.cwd())[0]), settings.pins)
     refuse_unrankable(space, pins.params)
-    refuse_launcher_env(settings, space, pins)
+    refuse_launcher_env(settings, space, pins.params)
     study = settings.study_name(space.name)
-    values = first_values(space, pins, settings.seed)
+    values = first_values(space, pins.params, settings.seed)
     spec = build_trial_spec(space, settings, study=study, number=0, values=values, context_pins=pins.context)
     launcher = launcher or make_launcher(settings.launcher, settings.ray_address, settings.gate_timeout_s)
-    check_before_trials(settings, space, pins, study, launcher, spec)
+    check_before_trials(settings, space, pins.params, study, launcher, spec)
     checker, checking = nccl_checking(launcher, settings, space)
     sweep = plan_line(space, dict(pins.params)) if sweeper(checker, settings) else None
     return DryRun(

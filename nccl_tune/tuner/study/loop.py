@@ -30,10 +30,10 @@ from nccl_tune.nightly.night import Night
 from nccl_tune.search_spaces.loader import load_space
 from nccl_tune.search_spaces.skyrl_layout import chosen_space
 from nccl_tune.search_spaces.space import SearchSpace
-from nccl_tune.tuner.records import dropped
 from nccl_tune.tuner.records import study_records as R
 from nccl_tune.tuner.records.hardware_record import hardware_facts, store_hardware
-from nccl_tune.tuner.records.pins import Pins, apply_pins, baseline_values
+from nccl_tune.tuner.records.held import HeldParameters
+from nccl_tune.tuner.records.pins import apply_pins, baseline_values
 from nccl_tune.tuner.records.sampling import to_optuna
 from nccl_tune.tuner.records.stability import Candidate
 from nccl_tune.tuner.records.storage import create_or_resume, hold_study, open_storage, study_folder
@@ -125,7 +125,9 @@ class StudyLoop:
         name, picked = chosen_space(settings.space, settings.command, Path.cwd())
         self.space, pins = apply_pins(load_space(name), settings.pins)
         refuse_unrankable(self.space, pins.params)
-        refuse_launcher_env(settings, self.space, pins)
+        refuse_launcher_env(settings, self.space, pins.params)
+        self.held = HeldParameters(self.space, pins)
+        """The held parameters: ``--set`` values, and parameters dropped during the study."""
         self.study_name = settings.study_name(self.space.name)
         launcher = launcher or make_launcher(settings.launcher, settings.ray_address, settings.gate_timeout_s)
         self.launcher, checking = nccl_checking(launcher, settings, self.space)
@@ -136,7 +138,7 @@ class StudyLoop:
                 self.display.note(line)
         self.runner = TrialRunner(
             self.space,
-            pins,
+            self.held,
             settings,
             self.study_name,
             self.launcher,
@@ -144,16 +146,11 @@ class StudyLoop:
             self.interrupt,
             socket.gethostname(),
         )
-        self.admission = Admission(self.space, self.display, settings.predict_oom, lambda: self.pins.params)
-        self.stops = StopRules(self.space, pins.params)
+        self.admission = Admission(self.space, self.display, settings.predict_oom, self.held)
+        self.stops = StopRules(self.space, self.held)
         self.scheduler = Scheduler(
             self.runner, self.admission, self.stops, sweeper(self.launcher, settings), settings.parallel
         )
-
-    @property
-    def pins(self) -> Pins:
-        """The held parameters: ``--set`` values, and parameters dropped during the study."""
-        return self.runner.pins
 
     @cached_property
     def facts(self) -> dict[str, Any]:
@@ -167,9 +164,9 @@ class StudyLoop:
     def check(self) -> None:
         """Everything that refuses the run before its first trial, with nothing written yet (what
         ``--dry-run`` checks): a refused run leaves no study, folder or database behind."""
-        first = self.runner.spec_for(0, first_values(self.space, self.pins, self.settings.seed), [])
+        first = self.runner.spec_for(0, first_values(self.space, self.held.params, self.settings.seed), [])
         check_before_trials(
-            self.settings, self.space, self.pins, self.study_name, self.launcher, first, lambda: self.fingerprint
+            self.settings, self.space, self.held.params, self.study_name, self.launcher, first, lambda: self.fingerprint
         )
 
     def open(self) -> tuple[optuna.Study, bool]:
@@ -185,12 +182,12 @@ class StudyLoop:
             warm_start=self.settings.warm_start,
             fail_on_regression_pct=self.settings.fail_on_regression_pct,
         )
-        check_runnable(self.plan, self.space, self.pins.params)
+        check_runnable(self.plan, self.space, self.held.params)
         study, existed = create_or_resume(
             storage,
             self.settings.storage_url,
             self.study_name,
-            make_sampler(self.settings.sampler, self.settings.seed, self.space, self.pins.params),
+            make_sampler(self.settings.sampler, self.settings.seed, self.space, self.held),
             space_name=self.space.name,
             space_source=self.space.source,
             space_text=self.space.text,
@@ -206,9 +203,9 @@ class StudyLoop:
             self.settings.trials,
             shlex.join(self.settings.command),
         )
-        self.runner.pins = dropped.hold(self.runner.pins, self.space, dropped.load(study))
+        self.held.read(study)
         if existed:
-            recovery = Recovery(self.space, self.pins.params, self.launcher, self.display)
+            recovery = Recovery(self.space, self.held, self.launcher, self.display)
             recovery.run(study, storage, self.settings.storage_url, self.runner.host)
         elif not self.plan.warm_start:
             self.enqueue_baseline(study)
@@ -217,12 +214,12 @@ class StudyLoop:
         return study, existed
 
     def enqueue_baseline(self, study: optuna.Study) -> None:
-        values = baseline_values(self.space, self.pins)
+        values = baseline_values(self.space, self.held.params)
         if values is None:
             self.display.note("the space's defaults are incomplete or break its rules: no baseline trial")
             return
         study.enqueue_trial(
-            to_optuna(self.space, values, self.pins.params), user_attrs={R.A_KIND: TrialKind.BASELINE.value}
+            to_optuna(self.space, values, self.held.params), user_attrs={R.A_KIND: TrialKind.BASELINE.value}
         )
 
     def run(self) -> StudyOutcome:

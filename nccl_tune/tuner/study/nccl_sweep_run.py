@@ -74,8 +74,8 @@ class SweepPlan:
 
     def __init__(self, study: optuna.Study, runner: TrialRunner, launcher: CheckingLauncher, display: Display) -> None:
         self.study, self.runner, self.launcher, self.display = study, runner, launcher, display
-        base = runner.space.baseline(runner.pins.params)
-        changes = planned(runner.space, runner.pins.params)
+        base = runner.space.baseline(runner.held.params)
+        changes = planned(runner.space, runner.held.params)
         self.tuned = sorted({n for n, _ in changes})
         every = [(BASELINE_KEY, base), *((key_of(n, v), {**base, n: v}) for n, v in changes)]
         self.done = entries(study)

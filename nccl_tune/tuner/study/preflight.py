@@ -9,7 +9,8 @@ study it would resume, and the nightly plan (``--baseline``, ``--series``).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import optuna
 
@@ -21,7 +22,6 @@ from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.trial import TrialSpec
 from nccl_tune.tuner.records import dropped
 from nccl_tune.tuner.records.hardware_record import hardware_facts
-from nccl_tune.tuner.records.pins import Pins
 from nccl_tune.tuner.records.storage import (
     check_results,
     check_storage_writable,
@@ -34,11 +34,11 @@ from nccl_tune.tuner.study.night import check_runnable, plan_night
 from nccl_tune.userfile import check_writable
 
 
-def refuse_launcher_env(settings: RunSettings, space: SearchSpace, pins: Pins) -> None:
+def refuse_launcher_env(settings: RunSettings, space: SearchSpace, held: Mapping[str, Any]) -> None:
     """One line when the local launcher would tune NCCL variables on an existing Ray cluster (its
     workers keep the cluster's environment); the Ray launcher gives every trial a private Ray."""
     if settings.launcher == "local":
-        tuned_nccl = [n for n in dropped.nccl_params(space) if n not in pins.params]
+        tuned_nccl = [n for n in dropped.nccl_params(space) if n not in held]
         refuse_nccl_params({**os.environ, **settings.extra_env}, tuned_nccl)
 
 
@@ -50,7 +50,7 @@ def probe_fingerprint_of(settings: RunSettings) -> Fingerprint:
 def check_before_trials(
     settings: RunSettings,
     space: SearchSpace,
-    pins: Pins,
+    held: Mapping[str, Any],
     study: str,
     launcher: Launcher,
     first: TrialSpec,
@@ -75,14 +75,14 @@ def check_before_trials(
             command=settings.command,
             folder=study_folder(settings.results, study),
         )
-    check_night(storage, settings, space, pins, fingerprint or (lambda: probe_fingerprint_of(settings)))
+    check_night(storage, settings, space, held, fingerprint or (lambda: probe_fingerprint_of(settings)))
 
 
 def check_night(
     storage: optuna.storages.BaseStorage | None,
     settings: RunSettings,
     space: SearchSpace,
-    pins: Pins,
+    held: Mapping[str, Any],
     fingerprint: Callable[[], Fingerprint],
 ) -> None:
     """The nightly plan's refusals (a baseline file of another space, no earlier night to start from,
@@ -100,4 +100,4 @@ def check_night(
         warm_start=settings.warm_start,
         fail_on_regression_pct=settings.fail_on_regression_pct,
     )
-    check_runnable(plan, space, pins.params)
+    check_runnable(plan, space, held)

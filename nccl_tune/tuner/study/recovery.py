@@ -11,9 +11,7 @@ Only Optuna's public API is used: the storage's trial ids and ``optuna.trial.Tri
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -26,6 +24,7 @@ from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.trial import TrialResult
 from nccl_tune.tuner.records import study_records as R
 from nccl_tune.tuner.records.gpu_size import sized_among
+from nccl_tune.tuner.records.held import HeldParameters
 from nccl_tune.tuner.records.storage import marker_scope
 from nccl_tune.tuner.records.telling import requeue, tell_result
 from nccl_tune.tuner.trials.display import Display
@@ -56,9 +55,9 @@ def _finished_result(t: FrozenTrial) -> TrialResult | None:
 class Recovery:
     """Settles the trials of a tuner that was killed, before the study goes on."""
 
-    def __init__(self, space: SearchSpace, pinned: Mapping[str, Any], launcher: Launcher, display: Display) -> None:
+    def __init__(self, space: SearchSpace, held: HeldParameters, launcher: Launcher, display: Display) -> None:
         self.space = space
-        self.pinned = pinned
+        self.held = held
         self.launcher = launcher
         self.display = display
 
@@ -92,5 +91,5 @@ class Recovery:
         if not values:  # killed while its values were being chosen
             self.display.note(f"trial {t.number}: interrupted before its values were chosen")
             return
-        requeue(study, self.space, values, self.pinned, t.user_attrs.get(R.A_KIND, R.TrialKind.SEARCH.value))
+        requeue(study, self.space, values, self.held.params, t.user_attrs.get(R.A_KIND, R.TrialKind.SEARCH.value))
         self.display.note(f"trial {t.number}: interrupted before it finished; it will be run again")

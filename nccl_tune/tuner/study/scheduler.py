@@ -126,7 +126,7 @@ class Scheduler:
     def ask(self, study: optuna.Study) -> tuple[optuna.Trial, dict[str, Any], str]:
         """Optuna's next trial, its values and its kind (baseline, search, retry), recorded in it."""
         trial = self.runner.ask(study)
-        values = suggest(trial, self.runner.space, self.runner.pins.params)
+        values = suggest(trial, self.runner.space, self.runner.held.params)
         kind = trial.user_attrs.get(R.A_KIND, TrialKind.SEARCH.value)
         trial.set_user_attr(R.A_VALUES, values)
         trial.set_user_attr(R.A_KIND, kind)

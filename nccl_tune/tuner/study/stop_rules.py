@@ -32,6 +32,7 @@ from nccl_tune.failure import FailureClass
 from nccl_tune.search_spaces.skyrl_layout import refusal_line
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.trial import StopReason, TrialResult
+from nccl_tune.tuner.records.held import HeldParameters
 from nccl_tune.tuner.records.study_records import TrialKind
 
 MAX_ENV_FAILURES_IN_A_ROW = 3
@@ -87,13 +88,19 @@ def refuse_unrankable(space: SearchSpace, pinned: Collection[str]) -> None:
 class StopRules:
     """Checks each launched trial's result, in order; raises ``NcclTuneError`` to stop the study."""
 
-    def __init__(self, space: SearchSpace | None = None, pinned: Collection[str] = ()) -> None:
+    def __init__(self, space: SearchSpace | None = None, held: HeldParameters | None = None) -> None:
         self.env_failures = 0
         self.same_early: tuple[tuple[FailureClass, StopReason] | None, int] = (None, 0)
         self.shared: set[tuple[str, str]] = set()
         """The values away from the baseline that every trial of the current run of failures shares."""
         self.space = space
-        self.pinned = pinned
+        self.held = held
+        """The run's held parameters, read when a trial is judged."""
+
+    @property
+    def pinned(self) -> Collection[str]:
+        """The parameters held now (``--set``, and those dropped during the study)."""
+        return set(self.held.params) if self.held is not None else set()
 
     def check(self, result: TrialResult, *, kind: str, never_ok: bool, values: Mapping[str, Any] | None = None) -> None:
         """``kind``: the trial's kind; ``never_ok``: no trial of the study was ``ok`` before this one;

@@ -30,7 +30,7 @@ def warm_start(
     """Runs of the baseline config until ``WARM_RUNS`` are in the study (a resumed night counts
     those it has) or one fails; True when interrupted."""
     assert plan.baseline is not None
-    space, pinned = runner.space, runner.pins.params
+    space, pinned = runner.space, runner.held.params
     origin = f"{plan.baseline.source} {plan.baseline.origin}"
     while True:
         history = R.records(study)

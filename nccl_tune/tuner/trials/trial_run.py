@@ -21,11 +21,10 @@ from nccl_tune.failure import FailureClass
 from nccl_tune.launchers.base import Launcher
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.trial import TrialResult, TrialSpec
-from nccl_tune.tuner.records import dropped
 from nccl_tune.tuner.records import study_records as R
 from nccl_tune.tuner.records.gpu_size import sized_among
+from nccl_tune.tuner.records.held import HeldParameters
 from nccl_tune.tuner.records.nccl_sweep import load as load_sweep
-from nccl_tune.tuner.records.pins import Pins
 from nccl_tune.tuner.records.stability import Candidate, select_winner
 from nccl_tune.tuner.records.study_records import TrialRecord
 from nccl_tune.tuner.records.telling import near_wall, requeue, tell_abandoned, tell_result
@@ -50,7 +49,7 @@ class TrialRunner:
     def __init__(
         self,
         space: SearchSpace,
-        pins: Pins,
+        held: HeldParameters,
         settings: RunSettings,
         study_name: str,
         launcher: Launcher,
@@ -59,7 +58,7 @@ class TrialRunner:
         host: str,
     ) -> None:
         self.space = space
-        self.pins = pins
+        self.held = held
         self.settings = settings
         self.study_name = study_name
         self.launcher = launcher
@@ -77,7 +76,7 @@ class TrialRunner:
             study=self.study_name,
             number=number,
             values=values,
-            context_pins=self.pins.context,
+            context_pins=self.held.context,
             history=history,
             detected_preset=detected_preset(history),
         )
@@ -93,7 +92,7 @@ class TrialRunner:
                 tell_abandoned(study, trial, f"{type(exc).__name__}: {exc}".strip(": "))
                 values, kind = trial.user_attrs.get(R.A_VALUES), trial.user_attrs.get(R.A_KIND, "")
                 if values and isinstance(exc, (NcclTuneError, KeyboardInterrupt)):
-                    requeue(study, self.space, values, self.pins.params, kind)
+                    requeue(study, self.space, values, self.held.params, kind)
             raise
 
     def ask(self, study: optuna.Study) -> optuna.Trial:
@@ -153,7 +152,7 @@ class TrialRunner:
         screens = self.settings.screening and spec.stop.screen_steps > 0
         if incumbent is None or not (ratio or screens):
             return TunerObserver(self.display, self.interrupt, None, 0.0)
-        model = ThroughputModel.of_study(self.space, self.pins.params, history, load_sweep(study, self.space).speeds)
+        model = ThroughputModel.of_study(self.space, self.held.params, history, load_sweep(study, self.space).speeds)
         bar = incumbent_bar(model, incumbent, max(spec.stop.screen_steps, 1))
         return TunerObserver(self.display, self.interrupt, bar, ratio, screens)
 
@@ -186,15 +185,14 @@ class TrialRunner:
         tell_result(study, trial, result, self.space.min_headroom_frac)
         for line in self.launcher.notes():
             self.display.note(line)
-        for name, reason in dropped.check(study, self.space, spec, result):
+        for _, reason in self.held.judge(study, spec, result):
             self.display.note(f"{reason}: dropped from the search")
-            self.pins = dropped.hold(self.pins, self.space, [name])
         self.launched += 1
         again = result.verdict.from_outside and not any(
             r.values == values and r.result is not None and r.result.verdict.from_outside for r in history
         )
         if result.status is FailureClass.INTERRUPTED or again:
-            requeue(study, self.space, values, self.pins.params, kind)
+            requeue(study, self.space, values, self.held.params, kind)
         if self.space.progress.detect and result.progress_preset and detected_preset(history) is None:
             self.display.note(f"progress: the output reads as preset {result.progress_preset} (trial {result.number})")
         self.display.trial_finished(
