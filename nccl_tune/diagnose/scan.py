@@ -39,6 +39,7 @@ COVER_LITERALS: tuple[str, ...] = (
     "exitcode",
     "exits with return code",
     "xited with",
+    "terminated with exit code",
     "terminate called",
     "nconsistency",
     "Killing subprocess",
@@ -56,7 +57,6 @@ COVER_LITERALS: tuple[str, ...] = (
     "atchdog",
     "signal",
     "dump debug info",
-    "waitForInput",
     "for clients",
     "arrier",
     # failures, kills, signals

@@ -236,7 +236,7 @@ RENDEZVOUS: tuple[Rule, ...] = (
             "RendezvousClosedError",
             "store based barrier",
             "while trying to connect to",
-            "waitForInput",
+            "timed out",  # c10d's "waitForInput: socket ... timed out"
             "DistNetworkError",
             "DistStoreError",
             "Socket Timeout",

@@ -217,10 +217,16 @@ DIED: tuple[Rule, ...] = (
         "launcher_exit",
         F.CRASH,
         Kind.CRASH,
-        ("exits with return code", "exited with code", "Exited with exit code", "command failed with exit code"),
+        (
+            "exits with return code",
+            "exited with code",
+            "Exited with exit code",
+            "command failed with exit code",
+            "terminated with exit code",
+        ),
         rx(
             r"(?:--local_rank=(?P<rank>\d+)\S*.*)?(?:exits with return code = |exited with code |Exited with exit code "
-            r"|[Cc]ommand failed with exit code )(?P<exit_code>-?[1-9]\d*)"
+            r"|[Cc]ommand failed with exit code |command terminated with exit code )(?P<exit_code>-?[1-9]\d*)"
         ),
         "child_exit",
         details=_exit_code,
