@@ -14,7 +14,8 @@ from typing import Any
 
 
 class FailureClass(str, Enum):
-    """Root cause of a trial's end. ``OK`` is the only success."""
+    """Root cause of a trial's end. ``OK`` is the only success, and it needs positive evidence of
+    an end (``NO_END`` when a log shows none)."""
 
     OK = "ok"
     OOM = "oom"
@@ -41,6 +42,10 @@ class FailureClass(str, Enum):
     """Died for any other reason."""
     INTERRUPTED = "interrupted"
     """The tuner was interrupted (Ctrl-C, SIGTERM, killed) while the trial ran."""
+    NO_END = "no_end"
+    """No evidence either way: a log with no failure in it that shows no end (no end-of-training
+    line, no clean exit reported, no exit status). Only a bare log given to ``nccl-tune diagnose``
+    can be this; a trial always has an exit status or a stop reason."""
 
     @property
     def is_failure(self) -> bool:

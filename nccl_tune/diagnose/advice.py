@@ -23,12 +23,16 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from nccl_tune.diagnose.pressure import HEAVY_PHASE_WORDS
 from nccl_tune.diagnose.rules import RULE_ADVICE
 from nccl_tune.diagnose.wording import (
     FR_ENV_HINT,
+    HOST_RAM_USERS,
     KILLED,
+    NO_END,
     SKYRL_TIMEOUT_CLAUSE,
     TIMEOUT_CLAUSE,
+    WHERE_ENDS_ARE_RECORDED,
     Advice,
     AdviceContext,
     host_memory,
@@ -98,6 +102,43 @@ def _sigkill_after_climb(ctx: AdviceContext) -> str:
     )
 
 
+def _sigkill_climbing(ctx: AdviceContext) -> str:
+    return (
+        "Killed by SIGKILL while the log's host-memory readouts climbed step after step (the last is in the evidence): "
+        "host RAM ran out, the kernel's or the container's OOM killer; something piles up in host RAM (rollouts kept, "
+        f"offloaded state, a leak): {HOST_RAM_USERS}"
+    )
+
+
+_HEAVY_FIX = {
+    "save": "save sharded checkpoints (no full state dict gathered on one rank), keep fewer saves in flight, or give "
+    "the node or container more RAM",
+    "load": "lower the data workers (num_workers, num_proc), stream or pre-tokenise the dataset, load weights with "
+    "low_cpu_mem_usage, or give the node or container more RAM",
+    "gather": "gather less at once (a sharded or distributed checkpoint, offload_to_cpu with rank0_only), merge "
+    "offline on a host with more RAM",
+}
+
+
+def _sigkill_in_heavy_phase(ctx: AdviceContext) -> str:
+    kind = str(ctx.details.get("heavy_phase") or "save")
+    what = HEAVY_PHASE_WORDS.get(kind, kind)
+    return (
+        f"Killed by SIGKILL with no error of its own while {what} (the line before the kill is in the evidence): that "
+        f"phase ran host RAM out and the kernel's or the container's OOM killer ended the process; "
+        f"{_HEAVY_FIX.get(kind, _HEAVY_FIX['save'])}; the kill is recorded in {WHERE_ENDS_ARE_RECORDED}"
+    )
+
+
+def _sigkill_under_limit(ctx: AdviceContext) -> str:
+    return (
+        "Killed by SIGKILL with no error of its own, under a memory limit the log names (in the evidence): the "
+        "container's or the job's OOM killer ends a process that crosses it without a word; raise the limit (docker "
+        "--memory, the pod's resources.limits.memory, Slurm --mem) or lower the run's host RAM (CPU offload, data "
+        f"workers, rollouts kept); the kill is recorded in {WHERE_ENDS_ARE_RECORDED}"
+    )
+
+
 def _mismatch_lead(ctx: AdviceContext) -> str:
     """The Flight Recorder's finding, then the sentence (``R``anks ...)."""
     fr = _fr_clause(ctx.fr)
@@ -126,10 +167,29 @@ def _no_cause(ctx: AdviceContext) -> str:
     )
 
 
+def _first_error(ctx: AdviceContext) -> str:
+    d = ctx.details
+    who = f"Rank {ctx.rank}" if ctx.rank is not None else "One process"
+    line = d.get("first_error_line")
+    what = d.get("exception") or "an error"
+    unnamed = " that no rule names" if d.get("unnamed") else ""
+    at = f" (line {line})" if line else ""
+    return (
+        f"{who} failed first, with {what}{unnamed}{at}, before the others timed out: they waited in a collective "
+        "it never reached, so their time-outs are its consequence, not the cause; read that rank's traceback for "
+        "what failed (a bug on its code path, a connection it could not make, a library's internal error) and fix "
+        "that; raising the collective timeout would only make the others wait longer"
+    )
+
+
 _DECIDED: dict[tuple[F, str], Advice] = {
     (F.HOST_OOM, "sigkill_after_climb"): _sigkill_after_climb,
+    (F.HOST_OOM, "sigkill_memory_climbing"): _sigkill_climbing,
+    (F.HOST_OOM, "sigkill_in_heavy_phase"): _sigkill_in_heavy_phase,
+    (F.HOST_OOM, "sigkill_under_limit"): _sigkill_under_limit,
     (F.COLLECTIVE_MISMATCH, "seq_desync"): _out_of_step,
     (F.CRASH, "no_cause"): _no_cause,
+    (F.CRASH, "first_error"): _first_error,
 }
 
 
@@ -186,6 +246,7 @@ _NOT_FROM_A_RULE: dict[F, Advice] = {
     F.HANG: _hang,
     F.BUDGET: "Alive and progressing but too slow for the trial budget: this config is slower than the others tried",
     F.INTERRUPTED: "Interrupted: the study can be resumed with the same --study",
+    F.NO_END: NO_END,
 }
 """Classes no log line decides (the supervisor's): their advice as it is, even after training."""
 

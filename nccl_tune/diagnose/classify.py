@@ -5,14 +5,31 @@ them over with what else it saw (``LogReading``); ``root_cause`` picks the verdi
 weighs as its rule's ``Kind``; the verdict is, in order:
 
 1. the earliest specific cause wins: device or host OOM, CUDA error, NCCL error, refused config,
-   explicit mismatch, and rendezvous/connect failures that happen before the first training step;
-   an NCCL "remote" error is only a consequence when something failed before it;
-2. otherwise collective timeouts: ``collective_mismatch`` when ranks time out at the same
-   sequence number in different collectives or sizes (or the Flight Recorder says so), else
-   ``collective_timeout``; an NCCL ``WARN`` error before the first timeout names the cause instead;
-3. otherwise the first crash (exception, signal, actor death): ``host_oom`` when the launcher saw
-   host memory climb to ``HOST_OOM_PEAK_FRAC`` before a SIGKILL;
-4. otherwise the exit status: ``ok`` for 0 or unknown, ``crash`` for anything else.
+   explicit mismatch (a configuration refused after a training step finished is a crash instead,
+   and an IB verbs failure before one, while NCCL sets a communicator up, an init failure: the reader
+   gives such a line its rule's ``once_training``), Ray placement groups never ready (also Ray's bare ``GetTimeoutError`` when its
+   traceback waits on ``pg.ready()``), and rendezvous/connect failures that happen before the first
+   training step; an NCCL "remote" error is only a consequence when something failed before it;
+2. otherwise collective timeouts, unless an error on one rank came first (``_first_error``): the
+   first error wins over the loudest. A crash line of any wording on a rank that did not time out
+   itself (the generic exception rule's too: ``crash`` with the cause ``first_error``, saying no
+   rule names it), or a connect failure (before the first step, also c10d's retry warnings alone:
+   ``init_failure``), printed before the first time-out in the step the others waited in, is the
+   root cause and the time-outs its consequence; a lost peer's wording is not. Otherwise
+   ``collective_mismatch`` when ranks time out at the same sequence number in different
+   collectives or sizes (or the Flight Recorder says so), else ``collective_timeout``; an NCCL
+   ``WARN`` error before the first timeout names the cause instead;
+3. otherwise the first crash (exception, signal, actor death). A SIGKILL (a launcher's ``exitcode:
+   -9``, ``return code = -9``, ``Signal 9 (SIGKILL)``, exit status 137, a shell's ``Killed`` in any
+   locale) is ``host_oom`` when host memory shows it (``pressure``: a peak at ``HOST_OOM_PEAK_FRAC``
+   in the launcher's samples or the log's readouts, readouts climbing; and, for a silent kill, a
+   memory-heavy phase in the last lines before it or a memory limit the run lives under); a silent
+   kill (no exception of the killed process's own before it) with none of these was sent from
+   outside (``crash``, advice naming where kills are recorded); an NCCL remote or transport error in
+   the step a rank was killed in is its consequence, printed before the kill report or after;
+4. otherwise the exit status: ``ok`` for 0 or unknown, ``crash`` for anything else (``verdict``
+   then asks an unknown status for positive evidence of an end: without it a bare log is
+   ``no_end``).
 
 Events of several logs are taken in the order they happened where their time stamps allow
 (``_time_ordered``). Lines of an "Exception ignored" block (the interpreter went on) are flagged by
@@ -22,6 +39,7 @@ rule's, within its class's (``advice.advise``).
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -95,7 +113,12 @@ class Event:
     ignored: bool = False
     """The line is part of an "Exception ignored" block (``ignored``): the program went on."""
     stamp: tuple[int, ...] | None = None
-    """When the line says it was printed (month, day, h, m, s, microseconds), if it says."""
+    """When the line says it was printed (month, day, h, m, s, microseconds), if it says; else the
+    last time stamp printed shortly before it (``own_stamp`` False: a lower bound)."""
+    own_stamp: bool = False
+    """``stamp`` is the line's own."""
+    heavy: tuple[str, Evidence] | None = None
+    """For a SIGKILL: the memory-heavy phase the lines before it announce (``pressure.heavy_phase``)."""
 
     @property
     def kind(self) -> Kind:
@@ -132,6 +155,12 @@ class LogReading:
     """The error lines the logs end with (``LogClassifier.tail_errors``)."""
     last_lines: tuple[Evidence, ...]
     """The last three non-blank lines of the log read last."""
+    host_climb: Evidence | None = None
+    """The last of the host-memory readouts that climbed (``pressure.HostMemory.climb``)."""
+    memory_limit: Evidence | None = None
+    """A line naming a memory limit the run lives under (a cgroup's, a container's, a job's)."""
+    heavy_at_end: tuple[str, Evidence] | None = None
+    """The memory-heavy phase the log's last lines announce (for a SIGKILL only the exit status tells)."""
 
 
 def root_cause(
@@ -177,6 +206,8 @@ _NO_MORE_THAN_AN_EXCEPTION = frozenset({"exception", "engine_dead", "engine_died
 """Crash subtypes that tell no more than an exception before them: vLLM's engine death (its engine's own
 error, printed first, is the cause)."""
 
+_HANDLED_IF_TRAINED_PAST = frozenset({"exception", "config_mid_run"})
+"""Crash subtypes of an exception a run may log, handle and train past (``TRAINED_THROUGH_STEPS``)."""
 _MEMORY = (FailureClass.OOM, FailureClass.HOST_OOM)
 _COUNT_WHEN_IGNORED = frozenset(
     {
@@ -188,6 +219,56 @@ _COUNT_WHEN_IGNORED = frozenset(
         FailureClass.COLLECTIVE_MISMATCH,
     }
 )
+
+
+_LOST_PEER = r"[Cc]onnection (?:reset|closed)|Broken pipe|remote process|[Pp]eer"
+_CONSEQUENCE = re.compile(
+    _LOST_PEER + r"|DistBackendError|DistNetworkError|ProcessGroup|NCCL|ChildFailedError|SignalException"
+)
+"""An exception's wording that says another process went away or failed (what a kill or a time-out
+leaves behind), not an error of the process's own."""
+_LOST = re.compile(_LOST_PEER)
+
+
+FIRST_COLLECTIVES = 8
+"""A time-out at most this far into its group's collectives (``SeqNum``) is one of the group's first:
+connect retries before it may be why it never completed."""
+FIRST_ERROR_SLACK_S = 300.0
+"""How long before the collective the others waited in began (its line's time stamp less its
+``Timeout(ms)``) an error may have been printed and still be what they waited for."""
+
+
+def _seconds(stamp: tuple[int, ...]) -> float:
+    """A time stamp (month, day, h, m, s, microseconds) in seconds, months taken as 31 days."""
+    month, day, h, m, sec, micro = stamp
+    return ((((month * 31 + day) * 24 + h) * 60 + m) * 60) + sec + micro / 1e6
+
+
+def _long_before(e: Event, timeout: Event) -> bool:
+    """``e`` was printed longer before the timed-out collective began than ``FIRST_ERROR_SLACK_S``
+    (by its own time stamp: one borrowed from a line before it is only a lower bound)."""
+    ran = timeout.details.get("timeout_ms")
+    if not e.own_stamp or timeout.stamp is None or ran is None:
+        return False
+    began = _seconds(timeout.stamp) - float(ran) / 1000.0
+    return _seconds(e.stamp) < began - FIRST_ERROR_SLACK_S
+
+
+def _is_kill(e: Event) -> bool:
+    return e.kind is Kind.CRASH and e.details.get("signal") == "SIGKILL"
+
+
+def _raised_before(kill: Event, crashes: Sequence[Event]) -> bool:
+    """The killed process (the kill's rank, or any when it is not known) raised an exception of its
+    own before the kill was reported: the kill is not what ended it first."""
+    return any(
+        e.order < kill.order
+        and e.rule.subtype == "exception"
+        and not e.details.get("signal")
+        and not _CONSEQUENCE.search(e.text)
+        and (kill.rank is None or e.rank is None or e.rank == kill.rank)
+        for e in crashes
+    )
 
 
 def _trained_past(e: Event, steps_finished: int, steps: int = 1) -> bool:
@@ -244,8 +325,65 @@ class _Decision:
         if roots:
             return self._root(roots[0])
         if timeouts:
+            first = self._first_error(timeouts)
+            if first is not None:
+                return self._first_error_verdict(first, timeouts)
             return self._timeout(strong or timeouts, timeouts)
         return self._without_root()
+
+    def _first_error(self, timeouts: list[Event]) -> Event | None:
+        """An error on one rank before the first collective time-out, in the step the others then
+        waited in: what they waited for. A crash line of any wording (the generic exception rule
+        included: one no rule names), a connect failure, or before the first step a connect
+        retry's warning while the group had run at most ``FIRST_COLLECTIVES`` collectives (retries
+        a group then got past are no failure); not a lost peer or NCCL's own wording of the
+        time-out (a consequence), not on a rank that timed out itself, and not printed longer
+        before the collective the others waited in began than ``FIRST_ERROR_SLACK_S`` (when both
+        lines say when)."""
+        waits = [e for e in timeouts if e.kind is Kind.TIMEOUT]
+        if not waits:
+            return None
+        first = waits[0]
+        waiting = {e.rank for e in waits if e.rank is not None}
+        seq = first.details.get("seq")
+        for e in self.events:
+            if e.order >= first.order:
+                return None
+            if e.steps_done != first.steps_done or (e.rank is not None and e.rank in waiting):
+                continue
+            if _long_before(e, first):
+                continue
+            crash = e.kind is Kind.CRASH and not _CONSEQUENCE.search(e.text)
+            retry = (
+                e.kind is Kind.SUPPORT
+                and e.failure_class is FailureClass.INIT_FAILURE
+                and e.before_first_step
+                and (seq is None or seq <= FIRST_COLLECTIVES)
+            )
+            connect = (e.kind is Kind.INIT or retry) and not _LOST.search(e.text)
+            if crash or connect:
+                return e
+        return None
+
+    def _first_error_verdict(self, first: Event, timeouts: list[Event]) -> Verdict:
+        """The first error is the root cause; the time-outs after it are its consequence. A connect
+        failure before the first step is an init failure; any other first error a crash, and one no
+        rule names says so (its line is the evidence's first)."""
+        waits = [e for e in timeouts if e.kind is Kind.TIMEOUT]
+        evidence = self._evidence(first, waits[:3])
+        details = {**first.details, "first_error_line": first.line_no, "named_by": first.rule.name}
+        if first.failure_class is FailureClass.INIT_FAILURE and first.before_first_step:
+            return self._make(FailureClass.INIT_FAILURE, first, evidence, details=details)
+        if first.rule.name == "exception" or first.failure_class is not FailureClass.CRASH:
+            return self._make(
+                FailureClass.CRASH,
+                first,
+                evidence,
+                subtype="first_error",
+                rule="first_error",
+                details={**details, "unnamed": first.rule.name == "exception"},
+            )
+        return self._make(FailureClass.CRASH, first, evidence, details=details)
 
     def _timeouts(self) -> list[Event]:
         """Collectives that did not complete, and connect failures after the first step (a rank
@@ -278,6 +416,8 @@ class _Decision:
                     or x.kind is Kind.ROOT
                     and x.failure_class in _MEMORY
                     and x.steps_done == e.steps_done
+                    or _is_kill(x)
+                    and x.steps_done == e.steps_done
                     for x in self.events
                 ):
                     continue
@@ -292,7 +432,8 @@ class _Decision:
         crashes = [
             e
             for e in self._of(Kind.CRASH)
-            if e.rule.subtype != "exception" or not _trained_past(e, self.steps_finished, TRAINED_THROUGH_STEPS)
+            if e.rule.subtype not in _HANDLED_IF_TRAINED_PAST
+            or not _trained_past(e, self.steps_finished, TRAINED_THROUGH_STEPS)
         ]
         if crashes and (failed or self.exit_code is None or tail_errors):
             return self._crash(crashes)
@@ -407,6 +548,21 @@ class _Decision:
             None,
         )
 
+    def _rank_of_the_error_after(self, warn: Event) -> int | None:
+        """The rank of the error PyTorch raises within a few lines after an NCCL warning of the same
+        log (NCCL's own line names its process and device, not its rank)."""
+        return next(
+            (
+                e.rank
+                for e in self.events
+                if e.source == warn.source
+                and e.rank is not None
+                and 0 < e.line_no - warn.line_no <= 2 * NCCL_DETAIL_LINES
+                and e.failure_class is FailureClass.NCCL_ERROR
+            ),
+            None,
+        )
+
     def _nccl_detail_after(self, error: Event) -> Event | None:
         """The specific NCCL error printed within ``NCCL_DETAIL_LINES`` lines after a generic one of
         the same log (PyTorch's ``NCCL error ... Last error:`` then the line NCCL warned): one
@@ -428,6 +584,8 @@ class _Decision:
         if root.rank is None and self.fr_summary is not None and self.fr_summary.culprit_rank is not None:
             # the rank that failed is the one the others waited for in the Flight Recorder
             root.rank = self.fr_summary.culprit_rank
+        if root.rank is None and root.rule.subtype == "ib_verbs":
+            root.rank = self._rank_of_the_error_after(root)
         if root.rule.name == "nccl_error":
             detail = self._nccl_detail_after(root)
             if detail is not None:
@@ -602,34 +760,67 @@ class _Decision:
     def _crash(self, crashes: list[Event]) -> Verdict:
         root = crashes[0]
         # a more telling crash line than a generic exception: a signal, a child dead of one, an actor
-        # (a child that exited with a code of its own, after the exception, tells less than the exception)
+        # (a child that exited with a code of its own, after the exception, tells less than the exception;
+        # a kill after an exception of the killed process's own is not what ended it first)
         specific = [
             e
             for e in crashes
             if e.rule.subtype not in _NO_MORE_THAN_AN_EXCEPTION
             and not (e.rule.subtype == "child_exit" and (e.details.get("exit_code") or 0) > 0)
         ]
-        if root.rule.subtype == "exception" and specific:
+        if root.rule.subtype == "exception" and specific and not _raised_before(specific[0], crashes):
             root = specific[0]
         if root.rank is None and self.fr_summary is not None and self.fr_summary.culprit_rank is not None:
             root.rank = self.fr_summary.culprit_rank  # a rank that died leaves no dump; the others name it
         sig = root.details.get("signal") or self.sig
-        killed = sig == "SIGKILL" or any(e.details.get("signal") == "SIGKILL" for e in crashes)
-        peak, note = self._host_peak()
-        if killed and peak is not None and peak >= HOST_OOM_PEAK_FRAC and note is not None:
-            return self._make(
-                FailureClass.HOST_OOM,
-                root,
-                self._evidence(root, prefix=[note]),
-                subtype="sigkill_after_climb",
-                rule="sigkill_after_climb",
-                host_mem_peak_frac=peak,
-            )
+        kills = [e for e in crashes if _is_kill(e)]
+        if sig == "SIGKILL" or kills:
+            # silent: the killed process raised nothing of its own first (only the exit status said
+            # SIGKILL: the first crash line is no exception)
+            silent = not _raised_before(kills[0], crashes) if kills else root.rule.subtype != "exception"
+            found = self._memory_pressure(kills, silent)
+            if found is not None:
+                subtype, note, extra = found
+                return self._make(
+                    FailureClass.HOST_OOM,
+                    root,
+                    self._evidence(root, prefix=[note]),
+                    subtype=subtype,
+                    rule=subtype,
+                    details={**root.details, **extra},
+                    host_mem_peak_frac=extra.get("host_mem_peak_frac"),
+                )
+            if silent:  # killed from outside with no sign of why: the advice says where it is recorded
+                ranked = [e.rank for e in kills if e.rank is not None]
+                rank = root.rank if root.rank is not None or not ranked else ranked[0]
+                return self._make(
+                    FailureClass.CRASH, root, self._evidence(root, kills[:1]), signal_name="SIGKILL", rank=rank
+                )
         last_exc = [e for e in crashes if e.rule.subtype == "exception"]
-        extra = last_exc[-1:] if last_exc else []
+        extra_ev = last_exc[-1:] if last_exc else []
         ranked = [e.rank for e in crashes if e.rank is not None and e.rule.subtype == "child_exit"]
         rank = root.rank if root.rank is not None or not ranked else ranked[0]  # the launcher names the rank
-        return self._make(FailureClass.CRASH, root, self._evidence(root, extra), signal_name=sig, rank=rank)
+        return self._make(FailureClass.CRASH, root, self._evidence(root, extra_ev), signal_name=sig, rank=rank)
+
+    def _memory_pressure(self, kills: Sequence[Event], silent: bool) -> tuple[str, Evidence, dict[str, Any]] | None:
+        """What the log (or the launcher) says about host memory before a SIGKILL (``pressure``): a
+        peak at ``HOST_OOM_PEAK_FRAC``, readouts climbing, and, for a silent kill, a memory-heavy
+        phase right before it or a memory limit the run lives under; as ``(subtype, line, details)``."""
+        peak, note = self._host_peak()
+        if peak is not None and peak >= HOST_OOM_PEAK_FRAC and note is not None:
+            return "sigkill_after_climb", note, {"host_mem_peak_frac": peak}
+        if self.log.host_climb is not None:
+            return "sigkill_memory_climbing", self.log.host_climb, {}
+        if not silent:
+            return None
+        heavy = next((e.heavy for e in kills if e.heavy is not None), None)
+        if heavy is None and not kills:
+            heavy = self.log.heavy_at_end  # only the exit status said SIGKILL: the log's last lines
+        if heavy is not None:
+            return "sigkill_in_heavy_phase", heavy[1], {"heavy_phase": heavy[0]}
+        if self.log.memory_limit is not None:
+            return "sigkill_under_limit", self.log.memory_limit, {}
+        return None
 
     def _host_peak(self) -> tuple[float | None, Evidence | None]:
         """The host-memory peak: the launcher's sample or the log's own readout, whichever is higher."""
@@ -645,16 +836,18 @@ class _Decision:
     def _status_only(self) -> Verdict:
         tail = self.log.tail_errors or self.log.last_lines
         sig = self.sig
-        peak, note = self._host_peak()
-        if sig == "SIGKILL" and peak is not None and peak >= HOST_OOM_PEAK_FRAC and note is not None:
+        found = self._memory_pressure((), silent=True) if sig == "SIGKILL" else None
+        if found is not None:
+            subtype, note, extra = found
             return self._make(
                 FailureClass.HOST_OOM,
                 None,
                 (note, *tail),
-                subtype="sigkill_after_climb",
-                rule="sigkill_after_climb",
+                subtype=subtype,
+                rule=subtype,
                 phase=self.log.phase,
-                host_mem_peak_frac=peak,
+                details=extra,
+                host_mem_peak_frac=extra.get("host_mem_peak_frac"),
             )
         what = f"ended by {sig}" if sig else f"exited with code {self.exit_code}"
         note = Evidence(0, f"the command {what}; no cause found in the log", OWN_SOURCE)

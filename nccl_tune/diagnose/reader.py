@@ -28,13 +28,16 @@ from nccl_tune.diagnose.classify import WEIGHT_SYNC_HINTS, Event, LogReading, ro
 from nccl_tune.diagnose.flight_recorder import FlightRecorderSummary, analyse_dumps
 from nccl_tune.diagnose.ignored import ENDED, IN, IgnoredBlock, header_prefix
 from nccl_tune.diagnose.ignored import HEADS as IGNORED_HEADS
+from nccl_tune.diagnose.pressure import HostMemory, heavy_phase, numbered
 from nccl_tune.diagnose.rules import (
+    CLEAN_EXIT,
     CONTEXT_BYTES,
-    HOST_MEMORY,
     HOST_MEMORY_KEYS,
+    MEMORY_LIMIT_KEYS,
     PREFILTER_KEYS,
     PROGRAM_EXIT,
     RULES,
+    TAIL_RULES,
     TORCHRUN_ROOT_CAUSE,
     TRAINING_END,
     Kind,
@@ -64,6 +67,8 @@ dropped beyond them."""
 TAIL_CHECK = 3
 """Non-blank last lines of each source that must not be errors for a run to be called ``ok``."""
 MAX_SOURCES = 64
+LOOKBACK_BYTES = 16384
+"""Bytes before a SIGKILL's line searched for the memory-heavy phase it ended (``pressure.heavy_phase``)."""
 _DEATH = (
     r"Traceback \(most recent call last\)|\bKilled\b|\bAborted\b|core dumped|terminate called"
     r"|\bSIG(?:KILL|ABRT|SEGV|BUS)\b"
@@ -162,37 +167,48 @@ class _Phases:
 
 
 class ProgressReader:
-    """The progress rules (the search space's, or the preset a trial was recognised as; SkyRL's
-    timer lines when none is known) applied to candidate lines: phases, steps and the end of
-    training, for the verdict's phase and timing."""
+    """The progress rules applied to candidate lines: phases, steps and the end of training, for
+    the verdict's phase and timing, and the last progress line a log printed. A trial's rules are
+    the search space's (or the preset it was recognised as); a log of unknown origin is read with
+    every preset's step and end rules and SkyRL's phase timers, so that "before the first step" and
+    "the trainer said it finished" hold for any trainer the presets know."""
 
     def __init__(self, rules: ProgressRules | None = None) -> None:
-        rules = _rules_in_use(rules)
         self._step: list[re.Pattern[str]] = []
+        self._done: list[re.Pattern[str]] = []
         self._one: dict[str, re.Pattern[str]] = {}
         literals: list[str] = []
-        named = [("step_end", p) for p in rules.step_end] + [
-            (name, getattr(rules, name))
-            for name in ("phase_start", "phase_end", "training_done")
-            if getattr(rules, name)
-        ]
-        for name, pattern in named:
-            try:
-                rx = re.compile(pattern)
-            except re.error:
-                continue  # a space's broken rule is reported where the space is loaded
-            lits = pattern_literals(pattern)
-            if lits is None:
-                continue  # no text to find its lines by: this rule cannot be read here
-            if name == "step_end":
-                self._step.append(rx)
-            else:
-                self._one[name] = rx
-            literals += lits
+        for ruleset in _rules_in_use(rules):
+            named = [("step_end", p) for p in ruleset.step_end] + [
+                (name, getattr(ruleset, name))
+                for name in ("phase_start", "phase_end", "training_done")
+                if getattr(ruleset, name)
+            ]
+            for name, pattern in named:
+                if name in self._one:
+                    continue  # phases come from the first rules that have them
+                try:
+                    rx = re.compile(pattern)
+                except re.error:
+                    continue  # a space's broken rule is reported where the space is loaded
+                lits = pattern_literals(pattern)
+                if lits is None:
+                    continue  # no text to find its lines by: this rule cannot be read here
+                if name == "step_end":
+                    self._step.append(rx)
+                elif name == "training_done":
+                    self._done.append(rx)
+                else:
+                    self._one[name] = rx
+                literals += lits
         self.literals: tuple[str, ...] = tuple(dict.fromkeys(literals))
 
     def any_literal(self, raw: str) -> bool:
         return any(lit in raw for lit in self.literals)
+
+    def is_step(self, msg: str) -> bool:
+        """Whether a cleaned message is a training step's line."""
+        return any(rx.search(msg) for rx in self._step)
 
     def feed(self, msg: str, phases: _Phases) -> bool:
         """Apply the rules to one cleaned message; True when it was a progress line."""
@@ -200,7 +216,7 @@ class ProgressReader:
         end = one["phase_end"].search(msg) if "phase_end" in one else None
         step = next((m for rx in self._step if (m := rx.search(msg))), None)
         start = one["phase_start"].search(msg) if "phase_start" in one else None
-        done = one["training_done"].search(msg) if "training_done" in one else None
+        done = next((m for rx in self._done if (m := rx.search(msg))), None)
         if end is not None and "phase" in end.groupdict():
             phases.finished(end.group("phase"))
         if step is not None and not (end is not None and end.groupdict().get("phase") == "step"):
@@ -212,14 +228,14 @@ class ProgressReader:
         return bool(end or step or start or done)
 
 
-def _rules_in_use(rules: ProgressRules | None) -> ProgressRules:
-    """The rules to read: the space's when they name a step rule, else SkyRL's preset under them
-    (a log of unknown origin; other trainers' end-of-training lines are known anyway)."""
-    from nccl_tune.presets import SKYRL, with_overrides
+def _rules_in_use(rules: ProgressRules | None) -> tuple[ProgressRules, ...]:
+    """The rules to read: the space's when they name a step rule, else SkyRL's preset under them;
+    for a log of unknown origin (None), every preset (SkyRL's first: its phase timers)."""
+    from nccl_tune.presets import DETECT_ORDER, PRESETS, SKYRL, with_overrides
 
     if rules is None:
-        return SKYRL
-    return with_overrides(SKYRL, rules) if rules.detect else rules
+        return tuple(PRESETS[name] for name in DETECT_ORDER)
+    return (with_overrides(SKYRL, rules) if rules.detect else rules,)
 
 
 @lru_cache(maxsize=16)
@@ -245,6 +261,8 @@ class LogClassifier:
         self._world_size: int | None = None
         self._summary_left = 0
         self._exit_seen = False
+        self._last_progress: Evidence | None = None
+        """The last line the progress rules matched (a step, a phase, the end of training)."""
         self._open_blocks: dict[tuple[str, str], IgnoredBlock] = {}
         """The "Exception ignored" blocks still open at the end of the last byte block, by
         (source, prefix)."""
@@ -254,8 +272,8 @@ class LogClassifier:
         self._summary_event: Event | None = None
         self._templates: dict[bytes, bool] = {}
         self._context: tuple[bytes, int, int] = (b"", 0, 0)
-        self._host_peak: tuple[float, Evidence] | None = None
-        """The highest host-memory readout in the log (fraction of RAM) and its line."""
+        self._memory = HostMemory()
+        """Host-memory readouts and limits the log shows (``pressure``)."""
         self._limits: dict[str, int] = {}
         """Per source, the last line that counts (see ``limit``)."""
         self._tails: dict[str, tuple[tuple[int, bytes], ...]] = {}
@@ -433,16 +451,20 @@ class LogClassifier:
         text = T.clean(raw)
         msg = T.message(text)
         if self._progress.feed(msg, self._phases):
+            self._last_progress = Evidence(self._line_no, text, self._source)
+            if "emory" in msg:  # a step line may carry a host-memory figure (verl's perf/cpu_memory_used_gb)
+                self._memory.readout(msg, self._last_progress)
             return
         if any(k in msg for k in TRAINING_END):
             self._phases.training_done = True
             return
-        if any(k in msg for k in PROGRAM_EXIT):
+        if any(k in msg for k in PROGRAM_EXIT) or CLEAN_EXIT.search(msg):
             self._exit_seen = True
             return
-        if "%" in msg and any(k in msg for k in HOST_MEMORY_KEYS):
-            self._host_readout(text, msg)
+        if any(k in msg for k in HOST_MEMORY_KEYS) and self._memory.readout(msg, self._here(text)):
             return
+        if any(k in msg for k in MEMORY_LIMIT_KEYS):
+            self._memory.limit_line(msg, self._here(text))
         if any(h in text for h in IGNORED_HEADS):
             prefix = header_prefix(text)
             if prefix is not None:
@@ -510,14 +532,21 @@ class LogClassifier:
             last = m
         return time_stamp(last.group(0)) if last is not None else None
 
-    def _host_readout(self, text: str, msg: str) -> None:
-        """A host-memory readout the trainer printed: keep the highest."""
-        m = HOST_MEMORY.search(msg)
-        if m is None or "GPU" in msg or "cuda" in msg:
-            return
-        frac = float(m.group("pct")) / 100.0
-        if self._host_peak is None or frac >= self._host_peak[0]:
-            self._host_peak = (frac, Evidence(self._line_no, text, self._source))
+    def _here(self, text: str) -> Evidence:
+        return Evidence(self._line_no, text, self._source)
+
+    def _lines_before(self) -> list[tuple[int, str]]:
+        """The lines printed just before the current one (``LOOKBACK_BYTES`` at most; at the start of
+        a byte block, the last lines of the block before), numbered."""
+        buf, start, _ = self._context
+        lines = buf[max(0, start - LOOKBACK_BYTES) : start].split(b"\n")[:-1]
+        if start > LOOKBACK_BYTES:
+            lines = lines[1:]  # cut inside its first line
+        out = numbered(lines, self._line_no - 1)
+        if start <= LOOKBACK_BYTES and self._tail:
+            first = out[0][0] if out else self._line_no
+            out = [(no, raw.decode("utf-8", "replace")) for no, raw in self._tail if no < first] + out
+        return out
 
     def _summary(self, raw: str) -> None:
         """torchrun's ``Root Cause (first observed failure)`` block: rank, exitcode, signal."""
@@ -573,6 +602,8 @@ class LogClassifier:
             return None
         if rule.in_context is not None:
             rule = rule.in_context(m, msg, self._before) or rule
+        if rule.once_training is not None and self._phases.steps_finished > 0:
+            rule = rule.once_training
         ignored = self._line_no in self._ignored
         counter = f"ignored {rule.name}" if ignored else rule.name  # ignored lines cannot use up a rule's events
         count = self._per_rule.get(counter, 0)
@@ -590,6 +621,7 @@ class LogClassifier:
         if rule.details is not None:
             rule.details(msg, det)
         ph = self._phases
+        own_stamp = time_stamp(text)
         ev = Event(
             order=self._order_base + self._line_no,
             line_no=self._line_no,
@@ -604,10 +636,15 @@ class LogClassifier:
             pid=pid,
             steps_done=ph.steps_finished,
             ignored=ignored,
-            stamp=time_stamp(text) or self._stamp_before(),
+            stamp=own_stamp or self._stamp_before(),
+            own_stamp=own_stamp is not None,
         )
         if rule.failure_class is FailureClass.OOM:
             self._oom_context(ev, msg)
+        if det.get("heavy_phase"):  # the line itself says where it was (a DataLoader worker: loading data)
+            ev.heavy = (det["heavy_phase"], ev.evidence())
+        elif det.get("signal") == "SIGKILL":
+            ev.heavy = heavy_phase(self._lines_before(), self._source, self._progress.is_step)
         self._events.append(ev)
         return ev
 
@@ -646,20 +683,60 @@ class LogClassifier:
         )
 
     def reading(self) -> LogReading:
-        """What was read so far, as the root-cause decision takes it (its events are this reader's own)."""
+        """What was read so far, as the root-cause decision takes it (its events are this reader's
+        own, and those ``TAIL_RULES`` find in the last lines)."""
         ph = self._phases
+        tail = numbered((raw for _, raw in self._tail), self._tail[-1][0]) if self._tail else []
         return LogReading(
-            events=self._events,
+            events=self._events + self._tail_events(tail),
             steps_finished=ph.steps_finished,
             phase=ph.current,
             after_training=ph.after_training,
             training_done=ph.training_done,
             pid_rank=dict(self._pid_rank),
             world=frozenset(range(self._world_size)) if self._world_size else frozenset(self._ranks_seen),
-            host_peak=self._host_peak,
+            host_peak=self._memory.peak,
             tail_errors=self.tail_errors(),
             last_lines=self.tail_evidence(3),
+            host_climb=self._memory.climb,
+            memory_limit=self._memory.limit,
+            heavy_at_end=heavy_phase(tail, self._source, self._progress.is_step),
         )
+
+    def _tail_events(self, tail: list[tuple[int, str]]) -> list[Event]:
+        """Events of ``TAIL_RULES`` in the last lines of the log read last that no rule took (a kill
+        reported in another locale), as if read at the end."""
+        taken = {e.line_no for e in self._events if e.source == self._source}
+        ph = self._phases
+        out = []
+        for i, (no, raw) in enumerate(tail):
+            text = T.clean(raw)
+            msg = T.message(text)
+            rule = next((r for r in TAIL_RULES if r.pattern is not None and r.pattern.search(msg)), None)
+            if rule is None or no in taken:
+                continue
+            details: dict[str, Any] = {}
+            if rule.details is not None:
+                rule.details(msg, details)
+            ev = Event(
+                order=self._order_base + no,
+                line_no=no,
+                source=self._source,
+                text=text,
+                rule=rule,
+                rank=T.rank_of(msg),
+                details=details,
+                phase=ph.current,
+                before_first_step=ph.steps_started == 0,
+                after_training=ph.after_training,
+                steps_done=ph.steps_finished,
+                stamp=time_stamp(text),
+                own_stamp=time_stamp(text) is not None,
+            )
+            if details.get("signal") == "SIGKILL":
+                ev.heavy = heavy_phase(tail[:i], self._source, self._progress.is_step)
+            out.append(ev)
+        return out
 
     @property
     def training_done(self) -> bool:
@@ -668,8 +745,14 @@ class LogClassifier:
 
     @property
     def end_seen(self) -> bool:
-        """A log read said training finished or the program exited (``PROGRAM_EXIT``)."""
+        """A log read said training finished, or the program exited (``PROGRAM_EXIT``: a process
+        group's destructor, a launcher's report of a clean exit; ``CLEAN_EXIT``)."""
         return self._phases.training_done or self._exit_seen
+
+    @property
+    def last_progress(self) -> Evidence | None:
+        """The last line the progress rules matched, as evidence (None: none did)."""
+        return self._last_progress
 
     @property
     def pid_ranks(self) -> dict[int, int]:

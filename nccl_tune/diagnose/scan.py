@@ -39,6 +39,7 @@ COVER_LITERALS: tuple[str, ...] = (
     "exitcode",
     "exits with return code",
     "xited with",
+    "terminated with exit code",
     "terminate called",
     "nconsistency",
     "Killing subprocess",
@@ -49,18 +50,13 @@ COVER_LITERALS: tuple[str, ...] = (
     "KV cache",
     "kv_cache",
     "oom_reaper",
-    "oom_kill",
-    "OOMKilled",
-    "ost RAM",
-    "RAM u",
+    "RAM",
     # time-outs and hangs
     "imeout",
     "imed out",
     "atchdog",
-    "Heartbeat",
     "signal",
     "dump debug info",
-    "waitForInput",
     "for clients",
     "arrier",
     # failures, kills, signals
@@ -88,13 +84,11 @@ COVER_LITERALS: tuple[str, ...] = (
     "ncclInvalid",
     "nrecognized",
     "must have a prefix",
-    "algorithm/protocol",
     "IBV_",
     "ibv_",
     "mlx5",
     "Got completion",
-    "by peer",
-    "by remote peer",
+    "peer",
     "Broken pipe",
     "remote process",
     "to connect",
@@ -114,18 +108,16 @@ COVER_LITERALS: tuple[str, ...] = (
     "fields",
     # "No route to host", "No space left on device", Ray's "No available node types can fulfill"
     "No ",
-    # progress and end of training (the default progress rules)
+    # progress and end of training (every preset's step and end lines, for a log of unknown origin)
     "ed: '",
-    "Training done",
-    "Training complete",
-    "raining finished",
+    "raining",
     "train_runtime",
-    "after training is done",
-    "Finished training",
-    # who is who, the program's exit
-    "Init COMPLETE",
-    "Init START",
+    "step",
+    "time",
+    # who is who, the program's exit, a launcher's report of a clean exit
+    "Init ",
     "destroy",
+    "ucce",
 )
 """Hand-picked covers (see the module docstring); ``covers_for`` completes them."""
 MAX_COVERS = 100

@@ -8,15 +8,8 @@ from rich.console import Console
 from rich.markup import escape
 
 from nccl_tune.diagnose.api import Diagnosis
-from nccl_tune.diagnose.verdict import NO_END_SEEN
 
-_STYLE = {"ok": "bold green", "budget": "bold yellow", "interrupted": "bold yellow"}
-_NO_END_NOTE = (
-    "no failure in the log, but it shows neither an exit status nor the end of training: if the run stopped here "
-    "without exiting, it hung (a rank stuck before a collective, a stalled inference engine); run it under "
-    "`nccl-tune run`, whose stall watchdog stops it and dumps every rank's stack, or take `py-spy dump --pid <pid>` "
-    "of each rank while it hangs"
-)
+_STYLE = {"ok": "bold green", "budget": "bold yellow", "interrupted": "bold yellow", "no_end": "bold yellow"}
 
 
 def _headline(d: Diagnosis) -> str:
@@ -42,8 +35,6 @@ def print_diagnoses(diagnoses: Sequence[Diagnosis], console: Console) -> None:
         v = d.verdict
         if v.advice:
             console.print(f"  [cyan]advice:[/] {escape(v.advice)}", highlight=False, soft_wrap=True)
-        elif v.cause is not None and v.cause.rule == NO_END_SEEN:
-            console.print(f"  [yellow]note:[/] {escape(_NO_END_NOTE)}", highlight=False, soft_wrap=True)
         if v.evidence:
             console.print("  [dim]evidence:[/]", highlight=False)
             for e in v.evidence:

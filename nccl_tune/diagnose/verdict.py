@@ -19,7 +19,12 @@ The rules, by stop reason:
 - the command exited (or the stop reason is unknown, e.g. a log given to ``diagnose``): the logs'
   verdict (``classify``: a failed exit status or a log ending in errors is never ``ok``); an exit
   0 before the measured steps is ``config_error`` when the command said training was done (its
-  data ran out), else ``crash``; exit 126/127 with no better cause: ``config_error``.
+  data ran out), else ``crash``; exit 126/127 with no better cause: ``config_error``;
+- no stop reason and no exit status (a bare log): ``ok`` needs positive evidence of an end in the
+  log, the trainer's end-of-training line (any preset's, ``Training done!``, ...) or a line printed
+  as the program exits (a launcher's report of a clean exit, PyTorch's process-group destructor);
+  without it the log is no evidence either way: ``no_end``, with its last progress line. A trial
+  always has a stop reason, so a launcher never gets ``no_end``.
 """
 
 from __future__ import annotations
@@ -31,11 +36,12 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from nccl_tune.diagnose.advice import advice_for_space
+from nccl_tune.diagnose.advice import advice_for_space, advise
 from nccl_tune.diagnose.flight_recorder import FlightRecorderSummary, analyse_dumps
 from nccl_tune.diagnose.logfiles import feed_merged, is_gzip
 from nccl_tune.diagnose.reader import READ_BYTES, LogClassifier
 from nccl_tune.diagnose.stacks import StackFinding, StackReport, odd_rank, with_ranks
+from nccl_tune.diagnose.wording import AdviceContext
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.failure import Cause, Evidence, FailureClass, Verdict, norm_signal, signal_from_exit
 from nccl_tune.trial import MemoryKnob, ProgressRules, StopReason
@@ -400,9 +406,10 @@ def _hang_advice(facts: TrialFacts, finding: StackFinding | None) -> str:
 
 
 NO_END_SEEN = "no_end_seen"
-"""The cause of an ``ok`` read from a bare log (no supervision, no exit status) with no end-of-training
-or program-exit line (``LogClassifier.end_seen``): nothing in the text tells a run that hung from
-one still running or cut short (``show`` says so)."""
+"""The cause of ``no_end``: a bare log (no supervision, no exit status) with no failure in it and no
+end-of-training or program-exit line (``LogClassifier.end_seen``): nothing in the text tells a run
+that finished from one that hung, still runs or was killed without a word."""
+NO_END_TAIL_LINES = 3
 
 
 def _exited(facts: TrialFacts, found: Verdict, clf: LogClassifier) -> Verdict:
@@ -414,7 +421,7 @@ def _exited(facts: TrialFacts, found: Verdict, clf: LogClassifier) -> Verdict:
         and facts.stop_reason is None
         and not (facts.training_done or clf.end_seen)
     ):
-        return replace(found, cause=Cause(NO_END_SEEN))
+        return _no_end(clf)
     done, total = facts.steps_done, facts.total_steps
     if code == 0 and sig is None and done is not None and total is not None and done < total:
         if found.failure_class is not FailureClass.OK:
@@ -431,6 +438,25 @@ def _exited(facts: TrialFacts, found: Verdict, clf: LogClassifier) -> Verdict:
             cause=Cause("exit_126_127", "command", {"exit_code": code}),
         )
     return found
+
+
+def _no_end(clf: LogClassifier) -> Verdict:
+    """No failure and no end in a bare log: no evidence either way, with the last progress line
+    and the last lines."""
+    tail = clf.tail_evidence(NO_END_TAIL_LINES)
+    last = clf.last_progress
+    evidence = (_own("no failure in the log, and no end: no end-of-training line, no clean exit, no exit status"),)
+    if last is not None and all((e.source, e.line_no) != (last.source, last.line_no) for e in tail):
+        evidence += (last,)
+    details = {"last_progress_line": last.line_no} if last is not None else {}
+    reading = clf.reading()
+    return Verdict(
+        FailureClass.NO_END,
+        evidence=evidence + tail,
+        advice=advise(AdviceContext(FailureClass.NO_END)),
+        phase=reading.phase,
+        cause=Cause(NO_END_SEEN, "", details),
+    )
 
 
 def _exited_early(facts: TrialFacts, clf: LogClassifier) -> Verdict:

@@ -76,20 +76,43 @@ def timed_out(head: Advice) -> Callable[[AdviceContext], str]:
     return advice
 
 
+HOST_RAM_USERS = (
+    "CPU offload (trainer.policy/ref.fsdp_config.cpu_offload) and rollouts live in host RAM: turn offload off where "
+    "GPU memory allows, lower trainer.train_batch_size or generator.n_samples_per_prompt, and check other tenants "
+    "with `free -g`"
+)
+"""What lives in host RAM in an RL run and what to lower."""
+
+
 def host_memory(what: str) -> str:
     """Host RAM ran out (``what`` says how): what lives there and what to lower."""
-    return (
-        f"Host memory, not GPU memory: {what}; CPU offload (trainer.policy/ref.fsdp_config.cpu_offload) and rollouts "
-        "live in host RAM: turn offload off where GPU memory allows, lower trainer.train_batch_size or "
-        "generator.n_samples_per_prompt, and check other tenants with `free -g`"
-    )
+    return f"Host memory, not GPU memory: {what}; {HOST_RAM_USERS}"
 
+
+WHERE_ENDS_ARE_RECORDED = (
+    "the node's kernel log (`dmesg -T | grep -i -E 'killed process|out of memory'`, `journalctl -k`), the "
+    "scheduler's record (`sacct -j <job> -o JobID,State,ExitCode,MaxRSS,ReqMem`: OUT_OF_MEMORY), the container's "
+    "(`kubectl describe pod`: Last State, Reason OOMKilled; `docker inspect -f '{{.State.OOMKilled}} "
+    "{{.State.ExitCode}}' <container>`), Ray's (/tmp/ray/session_latest/logs/raylet.out)"
+)
+"""Where a run's end is recorded when its own log does not say: a kill, an OOM killer's choice, an
+exit status."""
 
 KILLED = (
-    "Killed by SIGKILL with no error of its own: usually the kernel's OOM killer on host RAM (`dmesg | grep -i "
-    "oom`) or an external kill (scheduler, `ray stop`)"
+    "Killed by SIGKILL from outside, with no error of its own and no sign of memory pressure in the log: the "
+    "kernel's or the container's OOM killer (host RAM, a cgroup limit) or a kill by a scheduler, `ray stop` or a "
+    f"person; who sent it is recorded in {WHERE_ENDS_ARE_RECORDED}"
 )
 """A process SIGKILL ended: whatever printed it, a kill says this first."""
+
+NO_END = (
+    "No failure in the log, and no sign of its end either (no end-of-training line, no clean exit reported, no exit "
+    "status): the run may have finished, still be running or hung, or have been killed without a word; the last "
+    "progress line is in the evidence. How it ended is recorded in the exit status (the launcher's own log; "
+    f"`nccl-tune diagnose` on a trial folder with its result.json) and in {WHERE_ENDS_ARE_RECORDED}; if it still runs "
+    "without progress, `py-spy dump --pid <pid>` of each rank shows where it waits"
+)
+"""A log that just stops (``FailureClass.NO_END``): what to look at."""
 
 
 def unrecognised_crash(ctx: AdviceContext) -> str:

@@ -103,6 +103,6 @@ def test_print_diagnoses(tmp_path: Path) -> None:
     buf = io.StringIO()
     print_diagnoses(ds, Console(file=buf, width=200, color_system=None))
     out = buf.getvalue()
-    assert "a.log: oom" in out and "b.log: ok" in out
+    assert "a.log: oom" in out and "b.log: no_end" in out
     assert "advice: vLLM's share of the GPU" in out
     assert "a.log:7: inference-1" in out

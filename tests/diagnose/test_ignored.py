@@ -1,6 +1,7 @@
 """Python's "Exception ignored" blocks (``sys.unraisablehook``: a finalizer's or ``__del__``'s
 exception, printed while the program goes on) are neither a crash nor a log ending in errors; a real
-failure around them is still found, and a device or NCCL cause inside one still counts."""
+failure around them is still found, and a device or NCCL cause inside one still counts. These logs
+have no exit status and no end line: with no failure found, they are ``no_end``, never ``ok``."""
 
 from __future__ import annotations
 
@@ -100,7 +101,7 @@ def test_a_block_whose_process_prints_nothing_more_is_given_up() -> None:
 @pytest.mark.parametrize("bound", [False, True])
 def test_an_ignored_exception_the_training_went_on_after_is_ok(bound: bool) -> None:
     lines = training() + ignored_block(bound=bound) + training(2)
-    assert classify_log(lines).failure_class is F.OK
+    assert classify_log(lines).failure_class is F.NO_END
 
 
 @pytest.mark.parametrize(
@@ -112,7 +113,7 @@ def test_an_ignored_exception_the_training_went_on_after_is_ok(bound: bool) -> N
     ],
 )
 def test_a_log_that_ends_in_an_ignored_exception_is_ok(exception: str) -> None:
-    assert classify_log(training() + ignored_block(exception=exception)).failure_class is F.OK
+    assert classify_log(training() + ignored_block(exception=exception)).failure_class is F.NO_END
 
 
 def test_an_ignored_exception_without_a_traceback_is_ok() -> None:
@@ -120,7 +121,7 @@ def test_an_ignored_exception_without_a_traceback_is_ok() -> None:
         "Exception ignored in atexit callback: <function _exit_function at 0x7f3a>\n",
         "BrokenPipeError: [Errno 32] Broken pipe\n",
     ]
-    assert classify_log(lines).failure_class is F.OK
+    assert classify_log(lines).failure_class is F.NO_END
 
 
 def test_chained_ignored_exceptions_are_one_block() -> None:
@@ -131,14 +132,14 @@ def test_chained_ignored_exceptions_are_one_block() -> None:
         + ["\n", "During handling of the above exception, another exception occurred:\n", "\n"]
         + second
     )
-    assert classify_log(lines).failure_class is F.OK
+    assert classify_log(lines).failure_class is F.NO_END
 
 
 def test_ray_and_torchrun_prefixes_are_followed() -> None:
     lines = training(prefix="(TrainWorker pid=8812) ") + ignored_block("(TrainWorker pid=8812) ")
-    assert classify_log(lines).failure_class is F.OK
+    assert classify_log(lines).failure_class is F.NO_END
     lines = training(prefix="[rank3]: ") + ignored_block("[rank3]: ", frames=12)
-    assert classify_log(lines).failure_class is F.OK
+    assert classify_log(lines).failure_class is F.NO_END
 
 
 def test_a_real_traceback_after_an_ignored_one_is_the_crash() -> None:
@@ -201,7 +202,7 @@ def test_a_cuda_oom_inside_an_ignored_block_still_counts() -> None:
 def test_a_cuda_oom_inside_an_ignored_block_the_training_stepped_past_is_not_the_cause() -> None:
     oom = cuda_oom(2)[-1].removeprefix("[rank2]: ")
     lines = [started("step"), finished("step")] + ignored_block(exception=oom) + [started("step"), finished("step")]
-    assert classify_log(lines).failure_class is F.OK
+    assert classify_log(lines).failure_class is F.NO_END
 
 
 @pytest.mark.parametrize("shift", range(0, 900, 25))
@@ -210,4 +211,4 @@ def test_a_block_cut_by_a_byte_block_boundary_is_followed_across_it(shift: int) 
     room = BLOCK_BYTES - 850 + shift
     filler = ["step metrics: " + "x" * 185 + "\n"] * (room // 200)
     pad = "pad " + "y" * max(0, room % 200 - 5) + "\n"
-    assert classify_log([pad] + filler + block).failure_class is F.OK
+    assert classify_log([pad] + filler + block).failure_class is F.NO_END

@@ -89,10 +89,12 @@ def test_a_failed_exit_status_is_never_ok(seed: int) -> None:
 
 @pytest.mark.parametrize("seed", range(20))
 def test_the_same_healthy_logs_with_a_clean_ending_are_ok(seed: int) -> None:
-    """The generator is not what makes the two properties hold: its healthy logs are ``ok``."""
+    """The generator is not what makes the two properties hold: its healthy logs are ``ok`` with a
+    clean exit status, and no evidence either way (``no_end``) without one."""
     rnd = random.Random(seed)
     lines = _log(rnd)
-    assert classify_log(lines, exit_code=rnd.choice([None, 0])).ok
+    assert classify_log(lines, exit_code=0).ok
+    assert classify_log(lines).failure_class is FailureClass.NO_END
 
 
 def _ignored_exception(rnd: random.Random, cut: bool = False) -> list[str]:
@@ -133,5 +135,6 @@ def test_healthy_logs_with_ignored_exceptions_anywhere_are_ok(seed: int) -> None
     for at in sorted((rnd.randrange(len(lines) + 1) for _ in range(rnd.randrange(1, 4))), reverse=True):
         lines[at:at] = _ignored_exception(rnd)
     lines += _ignored_exception(rnd, cut=rnd.random() < 0.5)
-    v = classify_log(lines, exit_code=rnd.choice([None, 0]))
+    v = classify_log(lines, exit_code=0)
     assert v.ok, [str(e) for e in v.evidence]
+    assert classify_log(lines).failure_class is FailureClass.NO_END

@@ -22,6 +22,7 @@ EXAMPLES = {
     "config_validation": "omegaconf.errors.ValidationError: Value 'abc' of type 'str' could not be converted to Integer",
     "config_assertion": "AssertionError: train_batch_size 256 should be divisible by policy_mini_batch_size 96",
     "argparse_error": "train.py: error: unrecognized arguments: --lr=3",
+    "startup_refusal": "[rank0]: ValueError: Invalid parallel dims: dp_replicate(1) * dp_shard(3) * cp(1) * tp(2) * pp(1) != world_size(8)",
     "command_not_found": "run.sh: line 4: uvx: command not found",
     "ray_memory_monitor": "ray.exceptions.OutOfMemoryError: Task was killed due to the node running low on memory.",
     "kernel_oom_killer": "[812345.678] Out of memory: Killed process 40118 (python) total-vm:812345kB",
@@ -657,9 +658,10 @@ def test_nccl_s_specific_failures_and_other_wordings(
             "nccl_socket_transport",
             "transport",
         ),
+        # at the communicator's set-up (no step finished): a start-up failure
         (
             ["node-1:4410:4461 [0] NCCL WARN Call to ibv_modify_qp failed with error Network is unreachable"],
-            F.NCCL_ERROR,
+            F.INIT_FAILURE,
             "ib_verbs_call",
             "NCCL_IB_GID_INDEX",
         ),
@@ -686,17 +688,18 @@ def test_scheduler_lines_and_older_wordings(lines: list[str], cls: F, rule: str,
 @pytest.mark.parametrize(
     ("lines", "cls"),
     [
-        # a warning's "failed" at the end of a log says what it retries, not that the run died
+        # a warning's "failed" at the end of a log says what it retries, not that the run died (and, with no
+        # end and no exit status, the log is no evidence either way)
         (
             [
                 "Epoch 1: 12%|#2        | 120/1000",
                 "[W1120 04:11:52.000000 socket.cpp:601] [c10d] The client socket has "
                 "failed to connect to [node-3]:29500 (errno: 22 - Invalid argument).",
             ],
-            F.OK,
+            F.NO_END,
         ),
-        (["step 40: reward=0.31", "WARNING:agent.sandbox:tool call attempt 1/3 failed: HTTP 500"], F.OK),
-        (["step 40: reward=0.31", "2026-11-20 04:11:52 | WARNING | rollout: request failed, retrying"], F.OK),
+        (["step 40: reward=0.31", "WARNING:agent.sandbox:tool call attempt 1/3 failed: HTTP 500"], F.NO_END),
+        (["step 40: reward=0.31", "2026-11-20 04:11:52 | WARNING | rollout: request failed, retrying"], F.NO_END),
         # ... unless it names a fatal end
         (["step 40: reward=0.31", "WARNING: worker 3 exited with exit code 1"], F.CRASH),
         # a log that stops inside a traceback, at its position markers (Python 3.11+)
@@ -729,7 +732,7 @@ def test_a_graders_logged_exception_is_handled_not_a_crash() -> None:
         "(RewardWorker pid=812) NotImplementedError: multiple generators [x, sin(x)]",
     ]
     steps = ["(TaskRunner pid=700) step 12: reward_mean=0.41", "(TaskRunner pid=700) step 13: reward_mean=0.44"]
-    assert classify_log([line + "\n" for line in steps[:1] + block + steps[1:]]).failure_class is F.OK
+    assert classify_log([line + "\n" for line in steps[:1] + block + steps[1:]]).failure_class is F.NO_END
     # a real failure after it is still read
     oom = "(TaskRunner pid=700) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"
     assert classify_log([line + "\n" for line in block + [oom]]).failure_class is F.OOM
@@ -778,7 +781,13 @@ def test_inference_engine_failures_inside_an_rl_loop(line: str, subtype: str) ->
             "cuda_oom",
             "",
         ),
-        ("RuntimeError: DataLoader worker (pid 4410) is killed by signal: Killed. ", F.CRASH, "killed", "OOM killer"),
+        # a DataLoader worker killed: a SIGKILL while loading data, the OOM killer's most common victim
+        (
+            "RuntimeError: DataLoader worker (pid 4410) is killed by signal: Killed. ",
+            F.HOST_OOM,
+            "sigkill_in_heavy_phase",
+            "lower the data workers",
+        ),
         ("[rank0]: RuntimeError: CUDA driver error: out of memory", F.OOM, "cuda_oom", "Out of GPU memory"),
         (
             "ImportError: /usr/local/lib/python3.12/site-packages/flash_attn_2_cuda.cpython-312-x86_64-linux-gnu.so: "

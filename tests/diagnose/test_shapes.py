@@ -1,6 +1,7 @@
 """The failure shapes real logs showed (fixtures in ``fixtures/shapes``, several per shape with
 different surrounding output): each is classified by its root cause, on the rank that caused it,
-and a failed run is never ``ok``."""
+and a failed run is never ``ok``; a log is ``ok`` only with positive evidence of its end, else
+``no_end`` (shape ``end``)."""
 
 from __future__ import annotations
 
@@ -55,7 +56,20 @@ def shape_paths() -> list[Path]:
 
 def test_every_shape_has_several_fixtures() -> None:
     counts = Counter(read_shape(p).shape for p in shape_paths())
-    assert set(counts) == {"never_ok", "desync", "init", "transport", "after_end", "engine_args"}
+    assert set(counts) == {
+        "never_ok",
+        "desync",
+        "init",
+        "transport",
+        "after_end",
+        "engine_args",
+        "end",
+        "kill",
+        "first_error",
+        "placement",
+        "refusal",
+        "ib_setup",
+    }
     assert min(counts.values()) >= MIN_PER_SHAPE, counts
 
 
@@ -68,8 +82,11 @@ def test_shape_class_rank_and_timing(path: Path) -> None:
     assert v.rank == fx.rank, shown
     if fx.after_training is not None:
         assert v.after_training is fx.after_training
-    assert v.evidence and v.advice
-    assert not v.ok
+    if fx.label == "ok":
+        assert v.ok and v.cause is not None
+    else:
+        assert v.evidence and v.advice
+        assert not v.ok
 
 
 @pytest.mark.parametrize("path", shape_paths(), ids=lambda p: p.name)
@@ -107,6 +124,15 @@ def test_host_readout_names_its_line() -> None:
     v = classify_log(fx.lines, source=fx.name)
     assert v.failure_class is FailureClass.HOST_OOM
     assert "96.2%" in v.evidence[0].text and "96%" in v.advice
+
+
+def test_a_log_that_stops_names_its_last_progress_line() -> None:
+    fx = read_shape(SHAPES / "end__skyrl_stops_in_generate.log")
+    v = classify_log(fx.lines, source=fx.name)
+    assert v.failure_class is FailureClass.NO_END and v.phase == "generate"
+    progress = [e for e in v.evidence if "Started: 'generate'" in e.text]
+    assert progress and progress[0].line_no == v.cause.details["last_progress_line"]
+    assert "Engine 000" in v.evidence[-1].text  # the log's last line
 
 
 def test_no_cause_found_says_so_with_the_last_error_lines() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -118,8 +119,12 @@ def test_phases_and_steps_come_from_the_spaces_progress_rules() -> None:
     )
     with_rules = decide(TrialFacts(logs=(LogFacts("output.log", lines=lines),), progress=rules))
     assert with_rules.failure_class is F.COLLECTIVE_TIMEOUT
-    skyrl_rules = decide(TrialFacts(logs=(LogFacts("output.log", lines=lines),)))
-    assert skyrl_rules.failure_class is F.INIT_FAILURE  # SkyRL's timers never saw a step
+    other_rules = replace(rules, step_end=(r"Finished: 'step', time cost: (?P<seconds>[\d.]+)s",))
+    never_stepped = decide(TrialFacts(logs=(LogFacts("output.log", lines=lines),), progress=other_rules))
+    assert never_stepped.failure_class is F.INIT_FAILURE  # these rules never saw a step
+    # a log of unknown origin is read with every preset's step lines: Megatron's iteration line is a step
+    unknown = decide(TrialFacts(logs=(LogFacts("output.log", lines=lines),)))
+    assert unknown.failure_class is F.COLLECTIVE_TIMEOUT
 
 
 def test_facts_round_trip_through_json(tmp_path: Path) -> None:

@@ -32,11 +32,17 @@ from __future__ import annotations
 
 from nccl_tune.diagnose.rules import collectives, config, connect, crashes, cuda, memory, nccl
 from nccl_tune.diagnose.rules.config import CONFIG_ASSERTION
-from nccl_tune.diagnose.rules.connect import RENDEZVOUS_RESET
+from nccl_tune.diagnose.rules.connect import RAY_PLACEMENT_WAIT, RENDEZVOUS_RESET
 from nccl_tune.diagnose.rules.crashes import TORCHRUN_ROOT_CAUSE
 from nccl_tune.diagnose.rules.keys import (
+    CLEAN_EXIT,
+    CLEAN_EXIT_KEYS,
     HOST_MEMORY,
     HOST_MEMORY_KEYS,
+    MEMORY_HEAVY,
+    MEMORY_LIMIT,
+    MEMORY_LIMIT_KEYS,
+    MEMORY_LIMIT_NOT,
     PROGRAM_EXIT,
     TRAINING_END,
     build_prefilter,
@@ -49,6 +55,7 @@ RULES: tuple[Rule, ...] = (
     *nccl.IB_VERBS,  # before host memory: their errno texts read like it
     *memory.HOST,  # before device memory: Ray's OutOfMemoryError is host RAM
     *memory.DEVICE,
+    *config.STARTUP,
     *cuda.ERRORS,
     *nccl.ERRORS,
     *connect.RENDEZVOUS,
@@ -61,7 +68,11 @@ RULES: tuple[Rule, ...] = (
 )
 """Every rule a line's keys can find, in the order they are tried."""
 
-CONTEXT_RULES: tuple[Rule, ...] = (CONFIG_ASSERTION, RENDEZVOUS_RESET, TORCHRUN_ROOT_CAUSE)
+TAIL_RULES: tuple[Rule, ...] = (crashes.KILLED_REPORT,)
+"""Rules also tried on the last lines of each log, whose wordings are too many to be prefilter keys
+(a shell's report of a kill in every locale)."""
+
+CONTEXT_RULES: tuple[Rule, ...] = (CONFIG_ASSERTION, RENDEZVOUS_RESET, RAY_PLACEMENT_WAIT, TORCHRUN_ROOT_CAUSE)
 """Rules no key finds: the reader applies them from a line's context (``Rule.in_context``, torchrun's
 root-cause block)."""
 
@@ -72,16 +83,24 @@ prefilter, PREFILTER_KEYS = build_prefilter(RULES)
 """``prefilter(line) -> bool``: True when some rule or progress line could match the line."""
 
 __all__ = [
+    "CLEAN_EXIT",
+    "CLEAN_EXIT_KEYS",
     "CONFIG_ASSERTION",
     "CONTEXT_BYTES",
     "CONTEXT_RULES",
     "HOST_MEMORY",
     "HOST_MEMORY_KEYS",
+    "MEMORY_HEAVY",
+    "MEMORY_LIMIT",
+    "MEMORY_LIMIT_KEYS",
+    "MEMORY_LIMIT_NOT",
     "PREFILTER_KEYS",
+    "RAY_PLACEMENT_WAIT",
     "PROGRAM_EXIT",
     "RENDEZVOUS_RESET",
     "RULES",
     "RULE_ADVICE",
+    "TAIL_RULES",
     "TORCHRUN_ROOT_CAUSE",
     "TRAINING_END",
     "Kind",

@@ -42,9 +42,30 @@ def _command(ctx: AdviceContext) -> str:
     return f"The command was not found ({ctx.details.get('cmd', '')}): check the command line and PATH"
 
 
+def _mid_run(ctx: AdviceContext) -> str:
+    exc = ctx.details.get("exception") or "A configuration error"
+    return (
+        f"{exc} raised after training steps had finished: the configuration was accepted at start-up, so this is a "
+        "code path that reads a key or checks a value only now (a bug, or an input such as an uneven last batch), "
+        "not a refused configuration; the traceback names the path"
+    )
+
+
+MID_RUN = Rule("config_error_mid_run", F.CRASH, Kind.CRASH, (), None, "config_mid_run", advice=_mid_run)
+"""A configuration-looking exception raised after training steps: a crash (``Rule.once_training``)."""
+
 _VALIDATION_FRAME = re.compile(rb'File "[^"\n]+", line \d+, in (?:validate|_?check|verify)\w*')
 
-CONFIG_ASSERTION = Rule("config_assertion_frame", F.CONFIG_ERROR, Kind.ROOT, (), None, "validation", advice=_validation)
+CONFIG_ASSERTION = Rule(
+    "config_assertion_frame",
+    F.CONFIG_ERROR,
+    Kind.ROOT,
+    (),
+    None,
+    "validation",
+    advice=_validation,
+    once_training=MID_RUN,
+)
 """A bare ``AssertionError`` raised inside a config validation function."""
 
 
@@ -65,6 +86,7 @@ REFUSED: tuple[Rule, ...] = (
         rx(r"Could not override '(?P<key>[^']+)'"),
         "unknown_key",
         advice=_unknown_key,
+        once_training=MID_RUN,
     ),
     Rule(
         "hydra_not_in_struct",
@@ -74,6 +96,7 @@ REFUSED: tuple[Rule, ...] = (
         rx(r"Key '(?P<key>[^']+)' is not in struct"),
         "unknown_key",
         advice=_unknown_key,
+        once_training=MID_RUN,
     ),
     Rule(
         "dataclass_unknown_key",
@@ -83,6 +106,7 @@ REFUSED: tuple[Rule, ...] = (
         rx(r"Invalid fields? \{(?P<key>[^}]*)\} for (?P<config>\w+)"),
         "unknown_key",
         advice=_unknown_key,
+        once_training=MID_RUN,
     ),
     Rule(
         "dataclass_plus_prefix",
@@ -92,6 +116,7 @@ REFUSED: tuple[Rule, ...] = (
         rx(r"prefix for adding new config fields is not supported: '(?P<key>[^']*)'"),
         "plus_prefix",
         advice=_plus_prefix,
+        once_training=MID_RUN,
     ),
     Rule(
         "hydra_bad_override",
@@ -100,6 +125,7 @@ REFUSED: tuple[Rule, ...] = (
         ("Error merging override", "Error parsing override", "mismatched input", "no viable alternative"),
         None,
         "bad_value",
+        once_training=MID_RUN,
     ),
     Rule(
         "config_validation",
@@ -108,6 +134,7 @@ REFUSED: tuple[Rule, ...] = (
         ("ValidationError", "ConfigKeyError", "ConfigAttributeError"),
         rx(r"(?:omegaconf\.errors\.|pydantic[\w.]*\.)?(?:ValidationError|ConfigKeyError|ConfigAttributeError)\b"),
         "bad_value",
+        once_training=MID_RUN,
     ),
     Rule(
         "config_assertion",
@@ -120,6 +147,7 @@ REFUSED: tuple[Rule, ...] = (
         ),
         "validation",
         advice=_validation,
+        once_training=MID_RUN,
     ),
     Rule(
         "argparse_error",
@@ -128,6 +156,7 @@ REFUSED: tuple[Rule, ...] = (
         (": error: ",),
         rx(r"^[\w./-]+: error: (?:unrecognized arguments|argument |the following arguments are required)"),
         "bad_value",
+        once_training=MID_RUN,
     ),
     Rule(
         "command_not_found",
@@ -137,6 +166,30 @@ REFUSED: tuple[Rule, ...] = (
         rx(r"(?P<cmd>[\w./-]+): command not found"),
         "command",
         advice=_command,
+        once_training=MID_RUN,
     ),
 )
 """The command refused its configuration."""
+
+STARTUP: tuple[Rule, ...] = (
+    # a program refusing its parallel layout or batch arithmetic with a plain exception: Megatron's "world size
+    # (6) is not divisible by tensor parallel size (4) times ...", torchtitan's "Invalid parallel dims: dp_replicate(1)
+    # * dp_shard(3) * ... != world_size(8)", verl's "real_train_batch_size (1000) must be divisible by minimal possible
+    # batch size (16)"; before any step (after one, ``MID_RUN``)
+    Rule(
+        "startup_refusal",
+        F.CONFIG_ERROR,
+        Kind.ROOT,
+        ("ValueError", "AssertionError", "ConfigError"),
+        rx(
+            r"(?:ValueError|AssertionError|\w*ConfigError)\b:?\s*(?P<detail>.*(?:world[ _]size|WORLD_SIZE|parallel[ _](?:size"
+            r"|degree|dims)|_parallel_size|parallel_degree|\bdegree\b|divisible|micro_batch|batch[ _]size|num_gpus"
+            r"|nproc_per_node|n_gpus).*)"
+        ),
+        "validation",
+        advice=_validation,
+        once_training=MID_RUN,
+    ),
+)
+"""Refusals of the run's parallel layout or batch arithmetic raised as plain exceptions (tried after
+the engines' own, whose ``ValueError`` names the engine argument)."""

@@ -112,6 +112,28 @@ def rendezvous_reset(m: re.Match[str] | None, msg: str, before: Callable[[], byt
     return RENDEZVOUS_RESET if head >= 0 and _RENDEZVOUS_FRAME.search(window, head) else None
 
 
+RAY_PLACEMENT_WAIT = Rule(
+    "ray_placement_group_wait", F.INIT_FAILURE, Kind.ROOT, (), None, "placement_group", advice=_PLACEMENT_GROUP
+)
+"""Ray's bare ``GetTimeoutError`` raised by a wait for a placement group (``ray.get(pg.ready(),
+timeout=...)``): the group was never ready."""
+
+_PG_WAIT_FRAME = re.compile(
+    rb"\b(?:pg|placement_group|pgs?\[\w*\]|pg_\w*)\.ready\(\)|wait_placement_group_ready|placement_group_table"
+    rb"|_create_placement_group|get_placement_group|\bpg\.wait\("
+)
+
+
+def placement_group_wait(m: re.Match[str] | None, msg: str, before: Callable[[], bytes]) -> Rule | None:
+    """A ``GetTimeoutError`` whose traceback (the bytes before it, from its last ``Traceback`` head)
+    waits for a placement group is a placement group never ready, not a task that timed out."""
+    if m is None or not (m.group("exception") or "").endswith("GetTimeoutError"):
+        return None
+    window = before()
+    head = window.rfind(b"Traceback (most recent call last)")
+    return RAY_PLACEMENT_WAIT if _PG_WAIT_FRAME.search(window, max(head, 0)) else None
+
+
 RENDEZVOUS: tuple[Rule, ...] = (
     Rule(
         "c10d_connect_retry",
@@ -214,7 +236,7 @@ RENDEZVOUS: tuple[Rule, ...] = (
             "RendezvousClosedError",
             "store based barrier",
             "while trying to connect to",
-            "waitForInput",
+            "timed out",  # c10d's "waitForInput: socket ... timed out"
             "DistNetworkError",
             "DistStoreError",
             "Socket Timeout",
@@ -257,7 +279,11 @@ RENDEZVOUS: tuple[Rule, ...] = (
         F.INIT_FAILURE,
         Kind.ROOT,
         ("placement group", "Placement group"),
-        rx(r"Failed to create placement group|[Pp]lacement group creation timed out|PlacementGroupSchedulingError"),
+        rx(
+            r"Failed to create placement group|[Pp]lacement group creation timed out|PlacementGroupSchedulingError"
+            r"|[Tt]imed out waiting for (?:the )?placement groups?\b"
+            r"|[Pp]lacement groups? \S*.{0,60}?(?:timed out|not ready|never (?:became )?ready|could not be (?:created|scheduled))"
+        ),
         "placement_group",
         advice=_PLACEMENT_GROUP,
     ),

@@ -5,10 +5,11 @@ any other exception."""
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 from nccl_tune.diagnose.rules.config import validation_assertion
-from nccl_tune.diagnose.rules.connect import rendezvous_reset
+from nccl_tune.diagnose.rules.connect import placement_group_wait, rendezvous_reset
 from nccl_tune.diagnose.rules.rule import Kind, Rule, rx
 from nccl_tune.diagnose.wording import KILLED, AdviceContext, unrecognised_crash
 from nccl_tune.failure import FailureClass as F
@@ -45,6 +46,12 @@ def _signal_number(msg: str, det: dict[str, Any]) -> None:
 
 def _sigkill(msg: str, det: dict[str, Any]) -> None:
     det["signal"] = "SIGKILL"
+
+
+def _loader_killed(msg: str, det: dict[str, Any]) -> None:
+    """A DataLoader worker killed: a SIGKILL while loading data (``pressure``: a memory-heavy phase)."""
+    det["signal"] = "SIGKILL"
+    det["heavy_phase"] = "load"
 
 
 def _scheduler(ctx: AdviceContext) -> str:
@@ -122,10 +129,44 @@ def _build_mismatch(ctx: AdviceContext) -> str:
     )
 
 
+def _exception_in_context(m: re.Match[str] | None, msg: str, before: Callable[[], bytes]) -> Rule | None:
+    """What an exception means given its traceback: a refused config (an ``AssertionError`` in a
+    validation function), a placement group never ready (Ray's ``GetTimeoutError`` waiting for one)."""
+    return validation_assertion(m, msg, before) or placement_group_wait(m, msg, before)
+
+
 def _exception(ctx: AdviceContext) -> str:
     exc = ctx.details.get("exception")
     return f"The program raised {exc or 'an exception'} that is not a known infrastructure failure: read the evidence lines"
 
+
+KILLED_WORDS = (
+    "Killed|Getötet|Processus arrêté|Terminado \\(killed\\)|Ucciso|Убито|Убит|已杀死|強制終了|強制結束|Morto(?: \\(Killed\\))?"
+    "|Dödad|Geëlimineerd|Unicestwiony|Zabit(?: \\(SIGKILL\\))?|Abgebrochen \\(Killed\\)|Tué|Matado|Süreç durduruldu"
+)
+"""How a shell says a command was killed by SIGKILL: ``strsignal(SIGKILL)`` in glibc's translations
+(English, German, French, Spanish, Italian, Russian, Chinese, Japanese, Portuguese, Swedish, Dutch,
+Polish, Czech, Turkish) and bash's own where it does not use glibc's."""
+_LINE_WORD = r"(?:(?:line|Zeile|ligne|línea|riga|строка|linha|linia|regel)\s*\d+\s*:|\d+\s*行:|第\s*\d+\s*行[:：])"
+
+KILLED_REPORT = Rule(
+    "killed",
+    F.CRASH,
+    Kind.CRASH,
+    ("Killed",),
+    rx(
+        rf"^\s*(?:\[\d+\][+-]?\s+)?(?:{KILLED_WORDS})(?::\s*\d+)?(?:\s{{2,}}\S.*)?\s*$"
+        rf"|{_LINE_WORD}\s*\d+\s+(?:{KILLED_WORDS})(?::\s*\d+)?(?:\s|$)"
+    ),
+    "killed",
+    details=_sigkill,
+    advice=KILLED,
+)
+"""A shell's report of a command killed by SIGKILL: bash's job report ``script.sh: line 12:  4410
+Killed   python ...`` (in German ``Zeile 12: ... Getötet``), a bare ``Killed`` (dash, on macOS
+``Killed: 9``), an interactive ``[1]+  Killed   python ...``. Only the English word is a prefilter
+key: the reader also tries this rule on the last lines of a log (``TAIL_RULES``), where a kill
+report ends it."""
 
 TORCHRUN_ROOT_CAUSE = Rule("torchrun_root_cause", F.CRASH, Kind.CRASH, (), None, "child_exit", advice=_child_exit)
 """torchrun's ``Root Cause (first observed failure)`` block (its rank, exit code and signal)."""
@@ -176,10 +217,16 @@ DIED: tuple[Rule, ...] = (
         "launcher_exit",
         F.CRASH,
         Kind.CRASH,
-        ("exits with return code", "exited with code", "Exited with exit code", "command failed with exit code"),
+        (
+            "exits with return code",
+            "exited with code",
+            "Exited with exit code",
+            "command failed with exit code",
+            "terminated with exit code",
+        ),
         rx(
             r"(?:--local_rank=(?P<rank>\d+)\S*.*)?(?:exits with return code = |exited with code |Exited with exit code "
-            r"|[Cc]ommand failed with exit code )(?P<exit_code>-?[1-9]\d*)"
+            r"|[Cc]ommand failed with exit code |command terminated with exit code )(?P<exit_code>-?[1-9]\d*)"
         ),
         "child_exit",
         details=_exit_code,
@@ -212,7 +259,7 @@ DIED: tuple[Rule, ...] = (
         ("is killed by signal: Killed",),
         None,
         "killed",
-        details=_sigkill,
+        details=_loader_killed,
         advice=KILLED,
     ),
     # a DataLoader worker's SIGBUS writing to a too small /dev/shm (before segfault: its "Bus error")
@@ -291,17 +338,7 @@ DIED: tuple[Rule, ...] = (
         advice="A segmentation fault in native code: note the library in the stack (NCCL, CUDA, a kernel) and rerun with "
         "CUDA_LAUNCH_BLOCKING=1",
     ),
-    # bash's job report: "line 12:  4410 Killed   python ...", on macOS "Killed: 9"
-    Rule(
-        "killed",
-        F.CRASH,
-        Kind.CRASH,
-        ("Killed",),
-        rx(r"^\s*Killed\s*$|line \d+:\s+\d+ Killed(?::\s*\d+)?\s"),
-        "killed",
-        details=_sigkill,
-        advice=KILLED,
-    ),
+    KILLED_REPORT,
     Rule(
         "ray_kill",
         F.CRASH,
@@ -471,7 +508,7 @@ ANY_EXCEPTION: tuple[Rule, ...] = (
         "exception",
         exclude=("Warning:",),
         details=_exception_signal,
-        in_context=validation_assertion,
+        in_context=_exception_in_context,
         advice=_exception,
     ),
 )

@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from nccl_tune.diagnose.rules.config import MID_RUN
 from nccl_tune.diagnose.rules.cuda import THC
 from nccl_tune.diagnose.rules.rule import Kind, Rule, rx
 from nccl_tune.diagnose.wording import AdviceContext, host_memory, oom_by_phase
@@ -54,7 +55,10 @@ def _vllm_free_memory(ctx: AdviceContext) -> str:
     )
 
 
-_KERNEL_OOM = host_memory("the kernel's OOM killer killed a process")
+_KERNEL_OOM = host_memory(
+    "the kernel's OOM killer killed a process (a cgroup's: Slurm's job or step memory limit, a container's, "
+    "Kubernetes' OOMKilled or eviction for memory)"
+)
 
 
 def _engine_args(ctx: AdviceContext) -> str:
@@ -97,6 +101,11 @@ HOST: tuple[Rule, ...] = (
             "oom_kill event",
             "oom-kill event",
             "OOMKilled",
+            "xceeded job memory limit",
+            "xceeded step memory limit",
+            "exceeded memory limit",
+            "has been killed by the OOM killer",
+            "low on resource: memory",
         ),
         None,
         "kernel_oom",
@@ -200,6 +209,7 @@ DEVICE: tuple[Rule, ...] = (
         ),
         "engine_args",
         advice=_engine_args,
+        once_training=MID_RUN,
     ),
     Rule(
         "cuda_oom",

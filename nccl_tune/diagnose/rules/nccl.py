@@ -80,16 +80,24 @@ _NCCL_SHM = (
     "container with --shm-size=16g or --ipc=host, or set NCCL_SHM_DISABLE=1 (slower)"
 )
 
+_IB_VERBS_CALL = rx(r"Call to (?P<call>ibv_\w+) failed(?: with error (?P<error>[^,(]+))?")
+
 IB_VERBS: tuple[Rule, ...] = (
+    # an IB verbs call NCCL makes while it sets a communicator up (registering its buffers, creating and
+    # connecting queue pairs: the memlock limit, a GID the fabric cannot route) fails the set-up: before a
+    # training step finished, init_failure; after one (a new group's registration), NCCL's runtime error
     Rule(
         "ib_verbs_call",
-        F.NCCL_ERROR,
+        F.INIT_FAILURE,
         Kind.ROOT,
         ("ibv_",),
-        rx(r"Call to (?P<call>ibv_\w+) failed(?: with error (?P<error>[^,(]+))?"),
+        _IB_VERBS_CALL,
         "ib_verbs",
         exclude=("retrying",),
         advice=_ib_verbs,
+        once_training=Rule(
+            "ib_verbs_call", F.NCCL_ERROR, Kind.ROOT, ("ibv_",), _IB_VERBS_CALL, "ib_verbs", advice=_ib_verbs
+        ),
     ),
     Rule(
         "ib_completion_error",

@@ -62,6 +62,9 @@ class Rule:
     it; None: the class's own (``advice``). Rules of one class and subtype carry the same."""
     refined: Mapping[str, Advice] = field(default_factory=dict, compare=False)
     """The advice of the finer subtypes ``details`` may name (``nccl_warn``'s ``shm``)."""
+    once_training: Rule | None = field(default=None, compare=False)
+    """The rule the line means once a training step has finished (a configuration refused mid-run
+    is a bug on that code path; an IB verbs failure after the set-up is the transport's)."""
 
 
 def rx(pattern: str) -> re.Pattern[str]:
@@ -76,6 +79,8 @@ def advice_by_cause(rules: Iterable[Rule]) -> dict[tuple[F, str], Advice | None]
     """The advice of each class and subtype the rules name (with the finer subtypes their ``details``
     name); raises ``ValueError`` when two rules of one class and subtype carry different advice."""
     out: dict[tuple[F, str], Advice | None] = {}
+    rules = list(rules)
+    rules += [r.once_training for r in rules if r.once_training is not None]
     for rule in rules:
         for subtype, advice in ((rule.subtype, rule.advice), *rule.refined.items()):
             key = (rule.failure_class, subtype)
