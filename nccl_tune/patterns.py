@@ -15,6 +15,10 @@ except ImportError:  # Python 3.10
 
 MIN_LITERAL_CHARS = 3
 
+TORCHRUN_PREFIX = r"\[[a-z]*\d+\]:"
+"""torchrun's prefix in front of a rank's line under ``--tee`` (``[rank3]:``, ``[default3]:``): the
+diagnose reader strips it, the presets' step rules allow it where a line starts."""
+
 
 def _literal_runs(sub, runs: list[str], branches: list[list[str | None]]) -> None:  # noqa: ANN001 - a SubPattern
     """Collect the runs of plain text ``sub`` must contain, and for each alternation the best

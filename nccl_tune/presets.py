@@ -53,7 +53,7 @@ import dataclasses
 from collections.abc import Mapping
 from types import MappingProxyType
 
-from nccl_tune.diagnose.text import TORCHRUN_PREFIX
+from nccl_tune.patterns import TORCHRUN_PREFIX
 from nccl_tune.trial import ProgressRules
 
 _NUM = r"\d+(?:\.\d+)?"

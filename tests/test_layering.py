@@ -16,6 +16,8 @@
   ``winner/`` (a stored study read back, its winner, the tuned YAML) on those; ``study/`` (the loop)
   on top. ``settings.py`` (the run's options) stands on ``records/`` only. Only ``reporting/`` and
   ``cli.py`` import ``tuner/`` from outside it.
+- The modules at the package's top (``trial``, ``failure``, ``presets``, ``wording``, ``gpu``, ...)
+  are its foundation: they import none of its folders (``diagnose/``, ``launchers/``, ``tuner/``, ...).
 - Only ``reporting/`` draws (``matplotlib``), and nothing below it imports it: ``reporting/`` renders
   what the study stored; only ``cli.py`` calls it.
 """
@@ -123,6 +125,13 @@ def _tuner_breach(path: str, module: str) -> str | None:
     return f"nccl_tune/tuner/{here} stands below nccl_tune/tuner/{target}: it may import only {TUNER_ROOMS[here]}"
 
 
+FOLDERS = tuple(f"nccl_tune.{p.name}" for p in sorted(PACKAGE.iterdir()) if (p / "__init__.py").exists())
+
+
+def _is_foundation(path: str) -> bool:
+    return path.count("/") == 1 and path not in ("nccl_tune/cli.py", "nccl_tune/__init__.py")
+
+
 def import_breaches(path: str, module: str) -> list[str]:
     """The layering rules an import of ``module`` in ``path`` breaks."""
     out = []
@@ -145,6 +154,8 @@ def import_breaches(path: str, module: str) -> list[str]:
         out.append("only nccl_tune/reporting/ draws")
     if _is(module, "nccl_tune.reporting") and not (_under(path, "reporting") or path == "nccl_tune/cli.py"):
         out.append("nccl_tune/reporting/ sits on top: only nccl_tune/cli.py imports it")
+    if _is_foundation(path) and _is(module, *FOLDERS):
+        out.append("a module at the top of nccl_tune/ is its foundation: it imports none of its folders")
     if _is(module, "twin"):
         out.append("the twin is a test fixture outside the package; only tests, benchmarks and examples import it")
     return out
@@ -195,6 +206,7 @@ def test_each_breach_is_named_with_its_file_line_and_import() -> None:
         "nccl_tune/diagnose/classify.py": "from . import text\nimport socket\nfrom ..gpu import open_probe\n",
         "nccl_tune/cli.py": "from os import kill\nimport twin\n",
         "nccl_tune/gpu.py": "import psutil\n",
+        "nccl_tune/presets.py": "from nccl_tune.diagnose.text import TORCHRUN_PREFIX\n",
         "nccl_tune/launchers/teardown.py": "import os, psutil, subprocess\nos.killpg(1, 9)\npsutil.Process(1).kill()\n",
         "nccl_tune/tuner/trials/display.py": "import matplotlib.pyplot as plt\nfrom nccl_tune.reporting.view import StudyView\n",
         "nccl_tune/reporting/plots.py": "import matplotlib\n",
@@ -212,6 +224,7 @@ def test_each_breach_is_named_with_its_file_line_and_import() -> None:
         "nccl_tune/launchers/local.py:1 imports optuna: only nccl_tune/tuner/ may import optuna",
         "nccl_tune/nightly/history.py:1 imports nccl_tune.tuner.records.series: only nccl_tune/reporting/ and nccl_tune/cli.py import nccl_tune/tuner/ from outside it",
         "nccl_tune/node/doctor.py:2 calls .terminate(): only nccl_tune/launchers/ starts or signals processes",
+        "nccl_tune/presets.py:1 imports nccl_tune.diagnose.text: a module at the top of nccl_tune/ is its foundation: it imports none of its folders",
         "nccl_tune/tuner/records/storage.py:1 imports nccl_tune.tuner.search.memory_model: nccl_tune/tuner/records stands below nccl_tune/tuner/search: it may import only ()",
         "nccl_tune/tuner/settings.py:1 imports nccl_tune.tuner.study.night: nccl_tune/tuner/settings stands below nccl_tune/tuner/study: it may import only ('records',)",
         "nccl_tune/tuner/study/loop.py:1 imports subprocess: only nccl_tune/launchers/ starts or signals processes",

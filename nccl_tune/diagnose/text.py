@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import re
 
+from nccl_tune.patterns import TORCHRUN_PREFIX
+
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b|\[(?:\d{1,3};)*\d{1,3}m")
 """Escape sequences (CSI, OSC ended by BEL or ST, a stray ESC), and bare colour remnants such as
 ``[36m``/``[0m`` left after the ESC byte was lost (digits required: ``[model]`` stays)."""
@@ -36,9 +38,6 @@ _RANK_STRICT = re.compile(
 )
 
 
-TORCHRUN_PREFIX = r"\[[a-z]*\d+\]:"
-"""torchrun's prefix in front of a rank's line under ``--tee`` (``[rank3]:``, ``[default3]:``); the
-presets' step rules allow it where a line starts."""
 _TORCHRUN_PREFIX = re.compile(TORCHRUN_PREFIX)
 
 
