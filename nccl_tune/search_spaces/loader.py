@@ -44,8 +44,8 @@ _TOP_KEYS = {
     "trial", "stop", "clocks", "progress", "throughput", "stability",
 }  # fmt: skip
 _PARAM_KEYS = {
-    "name", "kind", "target", "low", "high", "step", "choices", "default", "memory", "semantic", "help", "arg", "arg_style",
-    "enabled",
+    "name", "kind", "target", "low", "high", "step", "choices", "default", "memory", "phases", "semantic", "help", "arg",
+    "arg_style", "enabled",
 }  # fmt: skip
 _TRIAL_KEYS = {"overrides", "env"}
 _STOP_KEYS = {f.name for f in dataclasses.fields(StopRule)}
@@ -235,6 +235,7 @@ def _parameter(p: Any, i: int, label: str) -> Parameter:
         target=target,
         choices=choices,
         memory=memory,
+        phases=_phases(p.get("phases"), memory, where, label),
         semantic=_bool(p.get("semantic", False), f"{where}: semantic", label),
         help=str(p.get("help", "")),
         arg=arg,
@@ -243,6 +244,25 @@ def _parameter(p: Any, i: int, label: str) -> Parameter:
     if p.get("default") is not None:
         param = dataclasses.replace(param, default=param.coerce(p["default"], f"space file {label}: {where} default"))
     return param
+
+
+def _phases(raw: Any, memory: MemoryEffect, where: str, label: str) -> tuple[str, ...]:
+    """A parameter's ``phases``: the names of the phases whose memory peak it moves."""
+    if raw is None:
+        return ()
+    if isinstance(raw, str):
+        raw = [raw]
+    if not isinstance(raw, (list, tuple)) or not raw or not all(isinstance(x, str) and x.strip() for x in raw):
+        raise NcclTuneError(
+            f"space file {label}: {where}: phases must be a list of phase names as the trainer logs them "
+            f"(e.g. [policy_train]), got {raw!r}"
+        )
+    if not memory.signed:
+        raise NcclTuneError(
+            f"space file {label}: {where}: phases needs memory: increasing or decreasing (it says which "
+            f"phases' peak the value moves), got memory: {memory.value}"
+        )
+    return tuple(x.strip() for x in raw)
 
 
 def _arg(

@@ -87,6 +87,11 @@ class Parameter:
     default: Any = None
     """The value the user's command runs with today; tried first as the baseline."""
     memory: MemoryEffect = MemoryEffect.UNKNOWN
+    phases: tuple[str, ...] = ()
+    """The phases whose memory peak the value moves, named as the trainer's log names them
+    (``policy_train``); empty: any phase. An out-of-memory error in a phase not listed here is not
+    this parameter's doing: the memory model fences off the failing config's other values whatever
+    this parameter is set to."""
     semantic: bool = False
     """True when the value changes the training itself (batch sizes, prompt filtering), not only speed."""
     help: str = ""

@@ -42,6 +42,12 @@ more than one (``MemoryModel.p_fits``, ``all_phases_share``): its prior slope in
 once made a config whose generation pool sits near the wall look unlikely to fit with any
 trainer-side change (offload moves the trainer's peak only).
 
+An OOM names the phase it happened in (``Verdict.phase``). A parameter that does not move that
+phase's peak (the space declares the phases it moves, ``Parameter.phases``, or the study measured
+its slope there as nil, ``PeakFit.moves``) is left out of the comparison with that OOM
+(``PhaseFence``): the config that ran out in ``policy_train`` at a micro-batch of 16 fences off that
+micro-batch with every forward micro-batch, which ``policy_train`` never sees.
+
 ``MemoryModel.verdict`` is the admission rule: a config that dominates a known OOM, or one that
 dominates a config measured within the headroom (by more than a ``small`` parameter can move, when
 they differ in one), or one the fit (any phase's) predicts above ``1 - min_headroom_frac`` of the GPU with
@@ -582,6 +588,66 @@ class PeakFit:
         return None
 
 
+@dataclass(frozen=True)
+class _PhaseOom:
+    number: int
+    phase: str
+    values: Mapping[str, Any]
+    bound: float
+
+
+class PhaseFence:
+    """The OOMs that named their phase, each held against a config on the parameters that move that
+    phase's peak only (module docstring)."""
+
+    def __init__(self, space: SearchSpace, records: Iterable[TrialRecord], phases: Mapping[str, PeakFit]) -> None:
+        self.space = space
+        self.ooms = [
+            _PhaseOom(r.number, r.result.verdict.phase, r.values, _oom_bound(r, None))
+            for r in records
+            if r.outcome is Outcome.LAUNCHED
+            and r.status is FailureClass.OOM
+            and r.result is not None
+            and r.result.verdict.phase
+        ]
+        self.phases = phases
+        self._free: dict[str, frozenset[str]] = {}
+
+    def free(self, phase: str) -> frozenset[str]:
+        """The signed parameters that do not move ``phase``'s peak: declared for other phases only,
+        or measured there as nil."""
+        if phase not in self._free:
+            fit = self.phases.get(phase)
+            self._free[phase] = frozenset(
+                p.name
+                for p in self.space.parameters
+                if p.memory.signed
+                and ((p.phases and phase not in p.phases) or (fit is not None and fit.moves(p.name) is False))
+            )
+        return self._free[phase]
+
+    def fenced(self, values: Mapping[str, Any]) -> tuple[_PhaseOom, frozenset[str]] | None:
+        """The first OOM that ``values`` needs at least the memory of in its phase, with the
+        parameters set aside for it; None when there is none (or only the plain dominance, which
+        ``PeakFit.bounds`` already sees)."""
+        for oom in self.ooms:
+            free = self.free(oom.phase)
+            if not free or all(values.get(n) == oom.values.get(n) for n in free):
+                continue
+            if all(self._at_least(p, values, oom.values) for p in self.space.parameters if p.name not in free):
+                return oom, free
+        return None
+
+    @staticmethod
+    def _at_least(p: Parameter, values: Mapping[str, Any], failed: Mapping[str, Any]) -> bool:
+        if p.memory in (MemoryEffect.NONE, MemoryEffect.SMALL):
+            return True
+        a, b = values.get(p.name), failed.get(p.name)
+        if p.memory is MemoryEffect.UNKNOWN or a is None or b is None:
+            return a == b
+        return p.memory_rank(a) >= p.memory_rank(b)
+
+
 class MemoryModel:
     """The study's memory model: a ``PeakFit`` of the runs' highest peaks, and, when the runs
     measured memory per phase and two or more phases set or came near their peak, one ``PeakFit``
@@ -601,12 +667,20 @@ class MemoryModel:
             if len(by_phase) > 1
             else {}
         )
+        self.fence = PhaseFence(space, records, self.phases)
 
     def varies(self, name: str) -> bool:
         """True when the study has measured ``name``'s effect (``PeakFit.varies``)."""
         return self.whole.varies(name)
 
     def predict(self, values: Mapping[str, Any]) -> MemoryPrediction:
+        pred = self._predict(values)
+        found = self.fence.fenced(values)
+        if found is None or found[0].bound <= pred.lower_frac:
+            return pred
+        return replace(pred, lower_frac=found[0].bound, lower_from=found[0].number)
+
+    def _predict(self, values: Mapping[str, Any]) -> MemoryPrediction:
         whole = self.whole.predict(values)
         if not self.phases:
             return whole
@@ -673,6 +747,15 @@ class MemoryModel:
 
     def verdict(self, values: Mapping[str, Any]) -> MemoryVerdict | None:
         """The admission rule (module docstring): None when the config may be launched."""
+        found = self.fence.fenced(values)
+        if found is not None:
+            oom, free = found
+            aside = ", ".join(sorted(n for n in free if values.get(n) != oom.values.get(n)))
+            return MemoryVerdict(
+                True,
+                oom.number,
+                f"needs at least the memory trial {oom.number} ran out of in {oom.phase} ({aside}: not used there)",
+            )
         if not self.phases:
             return self.whole.verdict(values)
         found = self.whole.bound_verdict(self.whole.predict(values))

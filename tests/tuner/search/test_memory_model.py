@@ -404,3 +404,79 @@ def test_how_often_a_parameter_moves_several_phases_is_learnt_from_the_measured_
     model = MemoryModel(PHASED_SPACE, [phased_run(i, c) for i, c in enumerate(util)])
     assert sum(fit.moves("util") for fit in model.phases.values()) >= 2
     assert model.all_phases_share == pytest.approx(2 / 5)
+
+
+PHASED = parse_space(
+    """
+name: phased
+parameters:
+  - {name: train_micro, kind: pow2, low: 1, high: 16, default: 1, memory: increasing, phases: [policy_train]}
+  - {name: fwd_micro, kind: pow2, low: 1, high: 32, default: 8, memory: increasing, phases: [fwd_logprobs]}
+  - {name: prompt, kind: categorical, choices: [2048, 4096], default: 4096, memory: increasing}
+stability: {min_headroom_frac: 0.05}
+""",
+    source="test",
+    label="phased",
+)
+
+
+def _phased_oom(number: int, values: dict, phase: str) -> TrialRecord:
+    """A run that ran out in ``phase`` with no memory measured but PyTorch's message (the CLI's case)."""
+    result = TrialResult(
+        number=number,
+        status=FailureClass.OOM,
+        verdict=Verdict(FailureClass.OOM, phase=phase),
+        stop_reason=StopReason.EXITED,
+        memory=MemoryReport("rss", ()),
+    )
+    return TrialRecord(
+        number, TrialState.COMPLETE, values, TrialKind.SEARCH, Outcome.LAUNCHED, FailureClass.OOM, result
+    )
+
+
+def test_an_oom_in_a_phase_fences_its_value_whatever_the_parameters_that_phase_never_uses():
+    base = PHASED.defaults()
+    failed = {**base, "train_micro": 16}
+    model = MemoryModel(PHASED, [_phased_oom(4, failed, "policy_train")])
+    for fwd in (1, 2, 4, 16):  # fwd_micro moves fwd_logprobs only: lowering it cannot save policy_train
+        v = model.verdict({**failed, "fwd_micro": fwd})
+        assert v is not None and v.oom and v.from_trial == 4, fwd
+        assert "policy_train" in v.reason and "fwd_micro" in v.reason
+        assert model.p_fits({**failed, "fwd_micro": fwd}) == 0.0
+    # what policy_train does see still decides: a smaller micro-batch or shorter prompts may fit
+    assert model.verdict({**failed, "train_micro": 8, "fwd_micro": 4}) is None
+    assert model.verdict({**failed, "prompt": 2048, "fwd_micro": 4}) is None
+    # an OOM in the forward phase fences nothing across train_micro the other way round
+    model = MemoryModel(PHASED, [_phased_oom(2, {**base, "fwd_micro": 32}, "fwd_logprobs")])
+    same = model.verdict({**base, "fwd_micro": 32, "train_micro": 1})  # the failed config itself: plain dominance
+    assert same is not None and same.reason == "needs at least the memory of trial 2, which ran out"
+    assert model.verdict({**base, "fwd_micro": 32, "train_micro": 4}) is not None
+    assert model.verdict({**base, "fwd_micro": 16, "train_micro": 4}) is None
+
+
+def test_an_oom_without_its_phase_or_in_an_undeclared_phase_fences_only_by_dominance():
+    base = PHASED.defaults()
+    failed = {**base, "train_micro": 16}
+    for phase in (None, "generate"):  # generate: both micro-batches are declared for other phases
+        record = _phased_oom(4, failed, phase) if phase else _phased_oom(4, failed, "")
+        model = MemoryModel(PHASED, [record])
+        if phase is None:
+            assert model.verdict({**failed, "fwd_micro": 4}) is None
+        else:  # neither parameter moves generate: the OOM is every value's, except the prompt's
+            assert model.verdict({**failed, "train_micro": 1, "fwd_micro": 1}) is not None
+            assert model.verdict({**failed, "prompt": 2048}) is None
+
+
+def test_phases_in_a_space_file_are_checked():
+    from nccl_tune.errors import NcclTuneError
+
+    with pytest.raises(NcclTuneError, match=r"space file t: .*phases must be a list of phase names"):
+        parse_space(
+            "name: t\nparameters:\n  - {name: a, kind: pow2, low: 1, high: 4, memory: increasing, phases: 3}\n",
+            source="t",
+            label="t",
+        )
+    with pytest.raises(NcclTuneError, match=r"phases needs memory: increasing or decreasing"):
+        parse_space(
+            "name: t\nparameters:\n  - {name: a, kind: pow2, low: 1, high: 4, phases: [x]}\n", source="t", label="t"
+        )
