@@ -16,7 +16,9 @@ The rules, checked after every launched trial, in order:
 - ``MAX_SAME_EARLY_FAILURES`` trials in a row failed the same way (class and stop reason) before
   any step, memory failures excepted; once a trial has run ``ok``, not when they share a value away
   from the baseline (a forced ``NCCL_ALGO`` that NCCL refuses: the value is to blame, and the
-  sampler learns from it);
+  sampler learns from it); never for the command refusing its configuration once a trial ran
+  ``ok``: the same command ran, so a refusal is the values' doing (a batch rule that a combination
+  breaks), however many come in a row;
 - ``MAX_ENV_FAILURES_IN_A_ROW`` trials in a row failed for an environment reason;
 - given the space, a trial that measured steps per second where those cannot rank trials (a preset
   recognised in the output reads no rate while a parameter changes how much a step does).
@@ -157,7 +159,8 @@ class StopRules:
     def _in_a_row(self, result: TrialResult, values: Mapping[str, Any], never_ok: bool) -> None:
         if result.nccl_check_failed:  # its values failed the NCCL check, which passed others in this run:
             return  # the values, not the command or the node; the run of failures neither grows nor ends
-        way = (result.status, result.stop_reason) if early_failure(result) else None
+        refused = result.status is FailureClass.CONFIG_ERROR and not never_ok
+        way = (result.status, result.stop_reason) if early_failure(result) and not refused else None
         last, count = self.same_early
         self.same_early = (way, count + 1 if way is not None and way == last else 1)
         away = self._away_from_baseline(values)
@@ -168,7 +171,8 @@ class StopRules:
                 f"stopped: {result.stop_reason.value}): the command or the node looks broken, not the values; "
                 f"{result.verdict.advice or _evidence(result)} {_log(result)}"
             )
-        self.env_failures = self.env_failures + 1 if result.status.is_environment_failure else 0
+        if not refused:  # a refusal of these values says nothing of the node's health
+            self.env_failures = self.env_failures + 1 if result.status.is_environment_failure else 0
         if self.env_failures >= MAX_ENV_FAILURES_IN_A_ROW:
             raise NcclTuneError(
                 f"{self.env_failures} trials in a row failed with {result.status.value}: the node or the command looks "

@@ -177,3 +177,32 @@ def test_trials_that_ended_in_their_nccl_check_blame_their_values_however_many_i
             rules.check(hung(n, False), kind="search", never_ok=False, values=values)
     assert replace(hung(1, True), number=2).nccl_check_failed
     assert TrialResult.from_json(hung(1, True).to_json()).nccl_check_failed
+
+
+def test_refusals_in_a_row_after_an_ok_trial_are_the_values_doing_never_the_nodes():
+    """A batch rule broken by three different combinations (each refused before a step): the command
+    ran ``ok`` before, so the study goes on and the sampler learns the rule; before any ``ok`` trial
+    the same three stop it (the command refuses whatever it is given)."""
+    from nccl_tune.errors import NcclTuneError
+    from nccl_tune.failure import FailureClass, Verdict
+    from nccl_tune.search_spaces.loader import load_space
+    from nccl_tune.trial import StopReason, TrialResult
+    from nccl_tune.tuner.study.stop_rules import StopRules
+
+    space = load_space("skyrl-text2sql")
+    base = space.defaults()
+    combos = [
+        {**base, "trainer.micro_train_batch_size_per_gpu": 8, "trainer.policy_mini_batch_size": 64},
+        {**base, "trainer.micro_train_batch_size_per_gpu": 16, "trainer.train_batch_size": 128},
+        {**base, "trainer.micro_forward_batch_size_per_gpu": 32, "trainer.policy_mini_batch_size": 32},
+    ]
+
+    def refused(number: int) -> TrialResult:
+        verdict = Verdict(FailureClass.CONFIG_ERROR, advice="the batch sizes do not divide")
+        return TrialResult(number, FailureClass.CONFIG_ERROR, verdict, StopReason.EXITED, 1)
+
+    rules = StopRules(space)
+    for n, values in enumerate(combos * 2, start=1):
+        rules.check(refused(n), kind="search", never_ok=False, values=values)
+    with pytest.raises(NcclTuneError, match="refused its configuration in trial 1"):
+        StopRules(space).check(refused(1), kind="search", never_ok=True, values=combos[0])
