@@ -54,6 +54,7 @@ from rich.console import Console
 from rich.table import Table
 
 from nccl_tune.errors import NcclTuneError
+from nccl_tune.failure import FailureClass
 from nccl_tune.launchers.base import Launcher
 from nccl_tune.search_spaces.loader import load_space
 from nccl_tune.tuner.records.nccl_sweep import load as load_sweep
@@ -68,6 +69,7 @@ from twin.launcher import ModelLauncher
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import search_twin as twin  # noqa: E402
+from calibration import Calibration, calibrate, measured_gains  # noqa: E402
 
 WITHIN_FRAC = twin.WITHIN_FRAC
 TARGET_MEDIAN_TRIALS = 12
@@ -275,6 +277,10 @@ class StudyStats:
     wall_s: float
     stopped_by: str = ""
     """The stop rule's line when one ended the study (``tuner.study.stop_rules``), as it would a user's."""
+    odds: tuple[tuple[float, bool], ...] = ()
+    """(predicted chance to fit, fitted) of each launched proposal of the default sampler (``calibration``)."""
+    gains: tuple[tuple[float, float], ...] = ()
+    """(modelled, measured) log-throughput gain of each of its proposals that ran ``ok``."""
     sweep_trials: float = 0.0
     """GPU time of the NCCL sweep's checks (``tuner.records.nccl_sweep``: run before the trials they time,
     not in ``gpu_s`` nor in the failed share), in units of the study's median launched trial."""
@@ -351,6 +357,9 @@ def judge_study(
         if status not in FINISHED and gpu_s:
             by_cause[problem.cause(r.values) if problem.cause else status.value] += gpu_s / total
     saved = sum(saved_gpu_s(r) for r in launched)
+    proposed = [r for r in launched if r.predicted_fits is not None]
+    odds = tuple((r.predicted_fits, fitted(r)) for r in proposed)
+    gains = tuple(measured_gains([(r.predicted_gain, r.throughput if r.ok else None) for r in launched]))
     judged = problem.judge(winner) if winner is not None else None
     return StudyStats(
         family=problem.family,
@@ -373,8 +382,15 @@ def judge_study(
         winner_stable=judged[0] if judged else None,
         wall_s=wall_s,
         stopped_by=stopped_by,
+        odds=odds,
+        gains=gains,
         sweep_trials=sweep_gpu_s / statistics.median(s for _, s in spent) if sweep_gpu_s and spent else 0.0,
     )
+
+
+def fitted(record: TrialRecord) -> bool:
+    """A launched trial ran with the headroom free: no OOM, not near the memory wall."""
+    return record.status not in (FailureClass.OOM, FailureClass.HOST_OOM) and not record.near_wall
 
 
 def sweep_gpu_s(settings: RunSettings, space: str) -> float:
@@ -438,6 +454,8 @@ class Summary:
     winner_frac_median: float | None
     winners_unstable: int
     study_wall_s_median: float
+    calibration: Calibration
+    """The default sampler's odds against what happened, over the studies (``calibration``)."""
 
     @property
     def median_censored(self) -> bool:
@@ -478,6 +496,7 @@ def summarize(stats: list[StudyStats]) -> Summary:
         winner_frac_median=statistics.median(winners) if winners else None,
         winners_unstable=sum(1 for s in stats if s.winner_stable is False),
         study_wall_s_median=statistics.median(s.wall_s for s in stats),
+        calibration=calibrate([o for s in stats for o in s.odds], [g for s in stats for g in s.gains]),
     )
 
 
@@ -519,6 +538,18 @@ def targets(family: str, sums: Mapping[str, Summary], implied: int | None) -> li
                 "target": f">= {TARGET_RANDOM_RATIO:g}",
                 "met": met,
                 "note": note,
+            }
+        )
+    cal = tuner.calibration
+    if cal.n:
+        out.append(
+            {
+                "family": family,
+                "what": "proposals rated >= 90% to fit that fitted (tuner)",
+                "measured": None if cal.high_fitted_share is None else round(cal.high_fitted_share, 3),
+                "target": ">= 90%",
+                "met": cal.met,
+                "note": f"{cal.high_n} of {cal.n} proposals rated so; Brier {cal.brier:.3f}",
             }
         )
     out.append(
@@ -597,6 +628,7 @@ def render(
         for cause, share in s.failed_gpu_by_cause_mean.items():
             causes.add_row(s.family, s.sampler, cause, f"{share:.1%}")
     console.print(causes)
+    render_calibration(console, sums)
     summary = Table(title="targets")
     for col in ("family", "what", "measured", "target", "met", "note"):
         summary.add_column(col)
@@ -610,6 +642,33 @@ def render(
             t["note"],
         )
     console.print(summary)
+
+
+def render_calibration(console: Console, sums: list[Summary]) -> None:
+    """The reliability table: per family, the proposals per band of predicted odds, the band's mean
+    prediction and the share that fitted; the Brier score; the modelled gain's error."""
+    cal = [s for s in sums if s.calibration.n]
+    if not cal:
+        return
+    table = Table(title="odds to fit: predicted (mean) / fitted (share) and proposals, per band of predicted odds")
+    table.add_column("family / sampler")
+    for band in cal[0].calibration.bands:
+        table.add_column(f"{band.low:.0%}-{band.high:.0%}", justify="right")
+    for col in ("Brier", "gain MAE", "gain sign"):
+        table.add_column(col, justify="right")
+    for s in cal:
+        c = s.calibration
+        table.add_row(
+            f"{s.family} / {s.sampler}",
+            *(
+                "-" if b.n == 0 else f"{b.mean_odds:.0%}/{b.fitted_share:.0%} ({b.n})"  # type: ignore[str-format]
+                for b in c.bands
+            ),
+            f"{c.brier:.3f}",
+            "-" if c.gain_mae is None else f"{c.gain_mae:.3f}",
+            "-" if c.gain_sign_right is None else f"{c.gain_sign_right:.0%}",
+        )
+    console.print(table)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -26,6 +26,10 @@ A_VALUES = "values"
 A_KIND = "kind"
 A_WHY = "why"
 """Why the sampler proposed the trial (the default sampler's move and what it modelled)."""
+A_ODDS = "odds"
+"""What the default sampler predicted of the trial it proposed: ``{"fits": P(runs with the headroom
+free), "gain": modelled change of log throughput over the incumbent}``; read back to measure how
+well the odds are calibrated (``benchmarks/search.py``)."""
 A_RERUN_OF = "rerun_of"
 A_STATUS = "status"
 A_RESULT = "result"
@@ -99,6 +103,10 @@ class TrialRecord:
     planned_steps: int | None = None
     """The steps (warm-up and measured) the trial was to run; None when the study did not record
     them (trials launched before nccl-tune stored them)."""
+    predicted_fits: float | None = None
+    """The default sampler's odds that the trial runs with the headroom free (None when it did not propose it)."""
+    predicted_gain: float | None = None
+    """The default sampler's modelled change of log throughput over the incumbent, when it proposed the trial."""
 
     @property
     def ok(self) -> bool:
@@ -195,6 +203,8 @@ def record_of(t: FrozenTrial) -> TrialRecord:
         trial_dir=a.get(A_TRIAL_DIR),
         why=a.get(A_WHY) or None,
         planned_steps=a.get(A_PLANNED_STEPS),
+        predicted_fits=(a.get(A_ODDS) or {}).get("fits"),
+        predicted_gain=(a.get(A_ODDS) or {}).get("gain"),
     )
 
 

@@ -152,6 +152,10 @@ class Proposal:
     values: Mapping[str, Any]
     reason: str
     score: float
+    fits: float | None = None
+    """The memory model's odds that the proposal runs with the headroom free."""
+    gain_log: float | None = None
+    """The modelled change of log throughput over the incumbent."""
 
 
 def expected_improvement(mean: np.ndarray, sd: np.ndarray, best: float) -> np.ndarray:
@@ -468,8 +472,9 @@ class Planner:
                 f"finishes, needs {floor:.2%})"
             )
             return None
+        gain_log = float(mean[i] - (best or mean[i]))
         return Proposal(
-            pool[i].values, self.describe(pool[i], float(mean[i] - (best or mean[i])), fits[i]), float(score[i])
+            pool[i].values, self.describe(pool[i], gain_log, fits[i]), float(score[i]), float(fits[i]), gain_log
         )
 
     def describe(self, move: Move, gain: float, fits: float) -> str:
@@ -553,6 +558,13 @@ class LocalSearchSampler(BaseSampler):
         if any(self.last.values.get(k) != v for k, v in values.items()):
             return None
         return self.last.reason
+
+    def odds(self, number: int, values: Mapping[str, Any]) -> dict[str, float] | None:
+        """What the planner predicted of trial ``number`` when it proposed exactly ``values``
+        (``study_records.A_ODDS``); None otherwise."""
+        if self.why(number, values) is None or self.last is None or self.last.fits is None:
+            return None
+        return {"fits": self.last.fits, "gain": self.last.gain_log or 0.0}
 
     def sample_independent(
         self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution

@@ -482,9 +482,38 @@ class PeakFit:
         residual = self.sigma if np.any(dz) else SIGMA_FLOOR
         var = residual**2 + spread + (DISTANCE_SIGMA * float(np.abs(dz).sum())) ** 2
         peak = max(math.exp(math.log(pt.frac) + change) + self.small_step(pt.values, values), 1e-3)
+        chord = self._chord(pt, pz, dz)
+        if chord is not None and chord > peak:  # the steep part may have started anywhere before the OOM
+            gap = math.log(chord / peak)
+            peak = chord
+            var += gap**2
         peak = min(max(peak, lower), upper) if upper >= lower else lower
         measured = on_line and spread <= MEASURED_SHARE * prior_spread
         return MemoryPrediction(peak, math.sqrt(var), lower, upper, pt.number, lower_from, measured=measured)
+
+    def _chord(self, pt: _Point, pz: np.ndarray, dz: np.ndarray) -> float | None:
+        """The peak on the chord from the anchor to a run that ran out (or failed) further along the
+        one affine axis moved, when there is such a run equal to the anchor elsewhere.
+
+        The run's highest peak is the highest of its phases', each affine in the value: flat while
+        another phase sets it, then steep. Two finished runs on the flat part predict the flat line
+        on; an OOM further along says the steep part starts somewhere before it. The chord is the
+        least the steep part can be (the OOM's bound is a lower bound; its run needed more): the
+        prediction is the chord, uncertain by the whole gap to the line (``_predict``)."""
+        moved = [j for j in self.affine if dz[j] != 0.0]
+        if len(moved) != 1 or np.count_nonzero(dz) != 1 or dz[moved[0]] <= 0:
+            return None
+        j = moved[0]
+        others = [k for k in range(len(pz)) if k != j]
+        v_a, v_t = 2.0 ** pz[j], 2.0 ** (pz[j] + dz[j])
+        best = None
+        for cz, log_bound in self.censored:
+            v_c = 2.0 ** cz[j]
+            if v_c <= v_t or not np.array_equal(cz[others], pz[others]):
+                continue
+            at = pt.frac + (v_t - v_a) * (math.exp(log_bound) - pt.frac) / (v_c - v_a)
+            best = at if best is None else max(best, at)
+        return best
 
     def _change(self, pt: _Point, pz: np.ndarray, dz: np.ndarray) -> tuple[float, np.ndarray, bool]:
         """Change of log peak from the anchor, its gradient in ``beta`` (for the spread), and whether

@@ -134,6 +134,10 @@ class Scheduler:
         reason = why(trial.number, values) if callable(why) else None
         if reason:
             trial.set_user_attr(R.A_WHY, reason)
+        odds = getattr(study.sampler, "odds", None)
+        predicted = odds(trial.number, values) if callable(odds) else None
+        if predicted:
+            trial.set_user_attr(R.A_ODDS, predicted)
         return trial, values, kind
 
     def _start_trial(self, study: optuna.Study, pool: Executor) -> bool | None:

@@ -480,3 +480,43 @@ def test_phases_in_a_space_file_are_checked():
         parse_space(
             "name: t\nparameters:\n  - {name: a, kind: pow2, low: 1, high: 4, phases: [x]}\n", source="t", label="t"
         )
+
+
+OOM_LINE = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 27.18 GiB. GPU 5 has a total capacity of "
+    "79.15 GiB of which 51.20 MiB is free. Including non-PyTorch memory, this process has 77.30 GiB memory in use."
+)
+
+
+def _at(number: int, values: dict, frac: float | None) -> TrialRecord:
+    """A run that peaked at ``frac`` of the GPU, or ran out of it (None) as PyTorch says it did."""
+    from nccl_tune.failure import Evidence
+
+    status = FailureClass.OK if frac is not None else FailureClass.OOM
+    result = TrialResult(
+        number=number,
+        status=status,
+        verdict=Verdict(status) if frac is not None else Verdict(status, evidence=(Evidence(1, OOM_LINE),)),
+        stop_reason=StopReason.MEASURED if frac is not None else StopReason.EXITED,
+        step_times_s=(2.0, 1.0, 1.0) if frac is not None else (),
+        warmup_steps=1,
+        samples_per_step=8.0,
+        memory=MemoryReport("nvml", (GpuMemory(0, GPU_GIB, GPU_GIB * (frac or 1.0)),)),
+    )
+    return TrialRecord(number, TrialState.COMPLETE, values, TrialKind.SEARCH, Outcome.LAUNCHED, status, result)
+
+
+def test_an_oom_further_along_a_flat_line_says_the_steep_part_may_start_before_it():
+    """Micro-batches 1 and 2 peak at 56% and 57% (another phase sets the peak); 16 ran out. The flat
+    line alone rates 8 near certain to fit; the OOM beyond it puts 8 on the chord to the OOM, with
+    the gap as its uncertainty: odds that a run at 8 can honour."""
+    flat = [_at(0, {**BASE, "micro": 1}, 0.56), _at(1, {**BASE, "micro": 2}, 0.576)]
+    without = MemoryModel(SPACE, flat)
+    model = MemoryModel(SPACE, [*flat, _at(2, {**BASE, "micro": 16}, None)])
+    at8 = {**BASE, "micro": 8}
+    chord = 0.576 + 6 * ((79.15 - 0.05 + 27.18) / 79.15 - 0.576) / 14  # in use + asked
+    assert without.predict(at8).peak_frac < 0.7 and without.p_fits(at8) > 0.97
+    assert model.predict(at8).peak_frac == pytest.approx(chord, rel=0.01)
+    assert model.p_fits(at8) < 0.9
+    # a move that changes another axis too is not on the line: the chord says nothing of it
+    assert model.predict({**at8, "ckpt": True}).peak_frac == without.predict({**at8, "ckpt": True}).peak_frac
