@@ -27,6 +27,11 @@ at least 3x the tuner's, the tuner's median GPU time on failures <= 15%.
 
     python benchmarks/search.py [--families twin,enabler-trap,...] [--seeds 10] [--first-seed 0] [--trials 40]
                                 [--samplers tuner,tpe,random] [--json PATH] [--quick] [--set KEY=VALUE]
+                                [--memory model|logged]
+
+``--memory logged`` gives the trials the memory ``nccl-tune run`` reads from a trainer's log (the
+per-GPU peaks of the steps that finished) instead of the model's per-phase peaks: the path a user
+runs.
 
 ``--first-seed`` studies instances no change was judged on: every change to the sampler so far was
 measured on seeds 0-23, so seeds from 24 on are held out, and what holds there generalises.
@@ -155,7 +160,13 @@ class Problem:
 
 
 def twin_problems(
-    seeds: range, trials: int, pins: tuple[tuple[str, str], ...], cache: Path | None, root: Path, console: Console
+    seeds: range,
+    trials: int,
+    pins: tuple[tuple[str, str], ...],
+    cache: Path | None,
+    root: Path,
+    console: Console,
+    as_logged: bool = False,
 ) -> tuple[list[Problem], twin.Landscape]:
     """The twin: one exact landscape (cached in the JSON), one problem per study seed."""
     space, pin_set = apply_pins(load_space(twin.SPACE), pins)
@@ -180,7 +191,7 @@ def twin_problems(
             ("bash", str(twin.TWIN)),
             pins,
             judge,
-            lambda: ModelLauncher(env=twin.BASE_ENV),
+            lambda: ModelLauncher(env=twin.BASE_ENV, memory_as_logged=as_logged),
             land.best_values,
             land.best.throughput_samples_per_s,
             land.target_region.get("p"),
@@ -190,7 +201,7 @@ def twin_problems(
     return problems, land
 
 
-def synthetic_problems(name: str, seeds: range, root: Path) -> list[Problem]:
+def synthetic_problems(name: str, seeds: range, root: Path, as_logged: bool = False) -> list[Problem]:
     """Instances ``seeds`` of a synthetic family, each with its space written as a YAML file."""
     out = []
     for seed in seeds:
@@ -213,7 +224,7 @@ def synthetic_problems(name: str, seeds: range, root: Path) -> list[Problem]:
                 (),
                 judge,
                 lambda cost=cost, gpus=inst.node.gpus: ModelLauncher(
-                    env=twin.BASE_ENV, cost=cost, nccl_check_gpus=gpus
+                    env=twin.BASE_ENV, cost=cost, nccl_check_gpus=gpus, memory_as_logged=as_logged
                 ),
                 ex.best_values,
                 ex.best_throughput,
@@ -700,6 +711,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="hold a parameter of the twin's space fixed in its studies and landscape (repeatable)",
     )
     p.add_argument(
+        "--memory",
+        choices=("model", "logged"),
+        default="model",
+        help="what trials report of memory: the model's per-phase peaks (default), or what `nccl-tune run` reads "
+        "from a trainer's log (per-GPU peaks of finished steps only)",
+    )
+    p.add_argument(
         "--quick",
         action="store_true",
         help="a smoke run: few seeds and trials; the twin on " + ", ".join("=".join(x) for x in QUICK_PINS),
@@ -748,10 +766,10 @@ def main(argv: list[str] | None = None) -> int:
             for name in args.family_list:
                 if name == "twin":
                     problems[name], land = twin_problems(
-                        args.seed_range, args.trials, args.pin_pairs, args.json, root, console
+                        args.seed_range, args.trials, args.pin_pairs, args.json, root, console, args.memory == "logged"
                     )
                 else:
-                    problems[name] = synthetic_problems(name, args.seed_range, root)
+                    problems[name] = synthetic_problems(name, args.seed_range, root, args.memory == "logged")
             stats = {
                 (name, s): [run_one(p, s, args.trials, root) for p in problems[name]]
                 for name in args.family_list
@@ -813,6 +831,7 @@ def write_json(
         "first_seed": args.first_seed,
         "trials": args.trials,
         "quick": args.quick,
+        "memory": args.memory,
         "samplers": args.sampler_list,
         "shipped_sampler": SHIPPED,
         "within_frac": WITHIN_FRAC,

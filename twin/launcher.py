@@ -93,6 +93,7 @@ class ModelLauncher(ProcessTreeLauncher["ModelledTree"]):
         write_result: bool = False,
         cost: Callable[[TrialSpec, int, int], Outcome] | None = None,
         nccl_check_gpus: int | None = None,
+        memory_as_logged: bool = False,
     ) -> None:
         """``base_overrides``: the command's own overrides (default: the twin script's);
         ``env``: the environment trials start from (default: this process's);
@@ -100,7 +101,10 @@ class ModelLauncher(ProcessTreeLauncher["ModelledTree"]):
         ``cost``: another cost model, ``(spec, run seed, steps) -> Outcome`` (an analytic landscape,
         ``twin.analytic``), in place of the twin's; supervised the same way;
         ``nccl_check_gpus``: the node's GPUs when ``cost`` models the NCCL check too
-        (``spec.nccl_check``: ``analytic.analytic_cost`` does), else None (the twin does not)."""
+        (``spec.nccl_check``: ``analytic.analytic_cost`` does), else None (the twin does not);
+        ``memory_as_logged``: report memory as ``nccl-tune run`` reads it from a trainer's log (the
+        per-GPU peaks of the steps that finished; no per-phase peaks, nothing from the step that
+        failed), not the model's whole knowledge."""
         self.base_env = dict(os.environ if env is None else env)
         self.base_overrides = (
             list(base_overrides) if base_overrides is not None else skyrl_sql_overrides(self.base_env.get("HOME"))
@@ -108,6 +112,7 @@ class ModelLauncher(ProcessTreeLauncher["ModelledTree"]):
         self.write_result = write_result
         self.cost = cost
         self._check_gpus = nccl_check_gpus if cost is not None else None
+        self.memory_as_logged = memory_as_logged
 
     def nccl_check_support(self) -> CheckSupport:
         if self._check_gpus is None:
@@ -134,7 +139,7 @@ class ModelLauncher(ProcessTreeLauncher["ModelledTree"]):
         seed = zlib.crc32(f"{spec.study}/{spec.number}".encode())
         try:
             if self.cost is not None:
-                return ModelledRun(spec, self.cost(spec, seed, spec.stop.total_steps))
+                return ModelledRun(spec, self.cost(spec, seed, spec.stop.total_steps), self.memory_as_logged)
             env = self.trial_env(spec)
             tokens = self.base_overrides + override_tokens(spec.argv)
             try:
@@ -143,7 +148,7 @@ class ModelLauncher(ProcessTreeLauncher["ModelledTree"]):
                 return RefusedRun(spec, exc)
             if cfg.env.sim_seed is not None:
                 seed = cfg.env.sim_seed
-            return ModelledRun(spec, evaluate(cfg, seed=seed, steps=spec.stop.total_steps))
+            return ModelledRun(spec, evaluate(cfg, seed=seed, steps=spec.stop.total_steps), self.memory_as_logged)
         except Exception as exc:  # noqa: BLE001 - the launcher contract: failures are values
             return LaunchFailed(f"{type(exc).__name__}: {exc}", 0.0)
 
@@ -329,9 +334,10 @@ class RefusedRun(ModelledTree):
 class ModelledRun(ModelledTree):
     """A run the cost model modelled (``Outcome``): its phases, its memory, its failure."""
 
-    def __init__(self, spec: TrialSpec, outcome: Outcome) -> None:
+    def __init__(self, spec: TrialSpec, outcome: Outcome, as_logged: bool = False) -> None:
         super().__init__(spec, outcome.phases, outcome.end_s)
         self.out = outcome
+        self.as_logged = as_logged
 
     def _exit_at(self, at: float) -> ExitStatus:
         failure = self.out.failure
@@ -365,6 +371,10 @@ class ModelledRun(ModelledTree):
         the phase it failed in)."""
         peaks = [0.0] * len(self.out.gpu_peak_gib)
         started = {s.step for s in self.out.phases if s.name == "step" and s.start_s <= until_s}
+        if self.as_logged:  # a trainer prints a step's peak once the step is done
+            started = {
+                s.step for s in self.out.phases if s.name == "step" and s.end_s is not None and s.end_s <= until_s
+            }
         if not started & set(self.out.step_memory_gib):
             return None
         for step, mem in self.out.step_memory_gib.items():
@@ -375,13 +385,15 @@ class ModelledRun(ModelledTree):
             if step in started:
                 for name, gib in by_phase.items():
                     phase_gib[name] = max(phase_gib.get(name, 0.0), gib)
+        if self.as_logged:
+            phase_gib = {}
         return MemoryReport(
-            source="model",
+            source="log" if self.as_logged else "model",
             gpus=tuple(
                 GpuMemory(index=g, total_gib=H100_CAPACITY_GIB, peak_gib=round(p, 3)) for g, p in enumerate(peaks)
             ),
             phase_peak_frac={name: round(gib, 3) / H100_CAPACITY_GIB for name, gib in phase_gib.items()},
-            phases_open_at_end=tuple(open_phases) or (OUTSIDE_PHASES,),
+            phases_open_at_end=() if self.as_logged else tuple(open_phases) or (OUTSIDE_PHASES,),
         )
 
     # -- classification: the shared verdict function, fed with the modelled facts ---------------

@@ -309,3 +309,16 @@ def test_the_shared_verdict_function_reads_modelled_runs_as_the_cost_model_meant
         assert r.status is meant, (values, env, [str(e) for e in r.verdict.evidence])
         checked += 1
     assert checked > 40
+
+
+def test_memory_as_logged_is_what_a_trainers_log_gives_nccl_tune_run():
+    """Per-GPU peaks of the finished steps only, no per-phase peaks, and nothing from the step that
+    ran out of memory: the memory a real run's log lines give the tuner."""
+    logged = ModelLauncher(env={"HOME": "/h"}, memory_as_logged=True)
+    model = ModelLauncher(env={"HOME": "/h"})
+    ok_logged, ok_model = logged.run(spec()).memory, model.run(spec()).memory
+    assert ok_logged.source == "log" and not ok_logged.phase_peak_frac and ok_logged.phases_open_at_end == ()
+    assert ok_logged.max_peak_frac == pytest.approx(ok_model.max_peak_frac)
+    oom = logged.run(spec("trainer.micro_train_batch_size_per_gpu=8"))
+    assert oom.status is FailureClass.OOM and oom.verdict.phase == TRAIN  # the phase comes from the log
+    assert oom.memory is None or oom.memory.max_peak_frac < 1.0  # the failing step printed no peak
