@@ -307,6 +307,8 @@ class ProcessTreeLauncher(Launcher, Generic[TreeT]):
             signal_name=ending.exit.signal_name,
             step_times_s=state.step_times_s,
             step_rates=state.step_rates,
+            untimed_steps=state.untimed_steps,
+            late_steps=state.late_steps,
             rate_unit=state.rate_unit,
             progress_preset=state.preset,
             warmup_steps=spec.stop.warmup_steps if found.warmup_steps is None else found.warmup_steps,
