@@ -1,5 +1,5 @@
 """The tuner's ``TrialObserver``: live progress, early stopping and screening against the
-incumbent, and turning SIGINT/SIGTERM into a clean teardown of the running trial.
+incumbent, and turning SIGINT/SIGTERM/SIGHUP into a clean teardown of the running trial.
 
 Screening (``stop.screen_steps`` > 0) is a two-rung successive-halving rule decided inside the
 running trial: after the warm-up and ``screen_steps`` measured steps, a trial whose throughput does
@@ -16,14 +16,15 @@ import threading
 from types import FrameType
 from typing import Any
 
-from nccl_tune.launchers.base import TrialObserver, TrialProgress
+from nccl_tune.launchers.base import STOP_SIGNALS, TrialObserver, TrialProgress
 from nccl_tune.trial import StopReason, TrialSpec
 from nccl_tune.tuner.trials.display import Display
 from nccl_tune.tuner.trials.screening import IncumbentBar
 
 
 class InterruptFlag:
-    """Set by SIGINT/SIGTERM while installed; the loop and the observer poll it."""
+    """Set by a stop signal (``STOP_SIGNALS``: SIGINT, SIGTERM, SIGHUP) while installed; the loop and
+    the observer poll it."""
 
     def __init__(self) -> None:
         self._event = threading.Event()
@@ -40,7 +41,7 @@ class InterruptFlag:
 
     def __enter__(self) -> InterruptFlag:
         if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in STOP_SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._handler)
         return self
 
