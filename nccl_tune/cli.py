@@ -425,7 +425,10 @@ def doctor_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-reada
 
 def main() -> None:
     """Console-script entry point. Usage errors (unknown option, bad value) are one line and exit 1:
-    exit 2 means "no stable config"."""
+    exit 2 means "no stable config". The tuner's own output cannot fail a run (``streams``)."""
+    from nccl_tune.streams import guard_std_streams
+
+    guard_std_streams()
     try:
         code = app(standalone_mode=False)
     except typer.TyperException as exc:  # the parser's usage errors (unknown option, bad value, ...)
