@@ -50,6 +50,14 @@ def _deliver(text: str, output: Path | None) -> None:
         err.print(escape(f"wrote {output}"), highlight=False, soft_wrap=True)
 
 
+def _storage_errors(url: str):
+    """The storage or the disk failing under a command: one line (``storage_faults``)."""
+    from nccl_tune.tuner.records.storage import sqlite_path
+    from nccl_tune.tuner.records.storage_faults import storage_errors
+
+    return storage_errors(url, sqlite_path(url))
+
+
 class _RunCommand(typer.core.TyperCommand):
     """``run`` remembers its raw arguments, to tell a command given after ``--`` from a stray word."""
 
@@ -250,7 +258,8 @@ def export_cmd(
 
     try:
         url = storage or default_storage_url(results)
-        _deliver(export_study(url, study, fmt), output)
+        with _storage_errors(url):
+            _deliver(export_study(url, study, fmt), output)
     except NcclTuneError as exc:
         _fail(exc)
 
@@ -309,7 +318,8 @@ def report_cmd(
 
     try:
         url = storage or default_storage_url(results)
-        report(ReportRequest(url, study, series, fmt, as_json, output, junit, plots), out, err)
+        with _storage_errors(url):
+            report(ReportRequest(url, study, series, fmt, as_json, output, junit, plots), out, err)
     except NcclTuneError as exc:
         _fail(exc)
 
@@ -328,7 +338,8 @@ def history_cmd(
 
     try:
         url = storage or default_storage_url(results)
-        history = load_history(url, series)
+        with _storage_errors(url):
+            history = load_history(url, series)
     except NcclTuneError as exc:
         _fail(exc)
     if as_json:

@@ -23,6 +23,7 @@ import yaml
 from optuna.samplers import BaseSampler
 
 from nccl_tune.errors import NcclTuneError
+from nccl_tune.tuner.records.storage_faults import wait_unlocked
 from nccl_tune.userfile import folder_problem
 
 S_SPACE_NAME = "space_name"
@@ -74,10 +75,12 @@ def sqlite_path(url: str) -> Path | None:
     return Path(rest)
 
 
-def check_sqlite(path: Path, url: str, *, must_exist: bool) -> None:
+def check_sqlite(path: Path, url: str, *, must_exist: bool, write: bool = False) -> None:
     """One-line errors for a SQLite database nccl-tune cannot use, read without writing to it: missing
     (when ``must_exist``), empty (0 bytes, when ``must_exist``), not a database, corrupt, or one without
-    Optuna's tables (when ``must_exist``)."""
+    Optuna's tables (when ``must_exist``). A database another process holds locked against reading it
+    (or, ``write``, writing it) is waited for first, with a line, then refused (``wait_unlocked``)."""
+    wait_unlocked(path, url, write=write)
     if path.is_dir():
         raise NcclTuneError(f"storage {url}: {path} is a folder, not a database file")
     if not path.exists():
@@ -141,7 +144,7 @@ def open_storage(url: str, create: bool = True) -> optuna.storages.BaseStorage:
     empty one is an error. ``create=True`` (run) makes the folder and the schema, one process at a time."""
     path = sqlite_path(url)
     if path is not None:
-        check_sqlite(path, url, must_exist=not create)
+        check_sqlite(path, url, must_exist=not create, write=create)
     if path is not None and not create:
         return _rdb(f"sqlite:///file:{quote(str(path.resolve()))}?mode=ro&uri=true", url, skip_table_creation=True)
     if path is None:

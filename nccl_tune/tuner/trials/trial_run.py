@@ -113,13 +113,16 @@ class TrialRunner:
         try:
             yield
         except BaseException as exc:
-            running = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
-            if trial.number in running:
-                tell_abandoned(study, trial, f"{type(exc).__name__}: {exc}".strip(": "))
-                values, kind = trial.user_attrs.get(R.A_VALUES), trial.user_attrs.get(R.A_KIND, "")
-                if values and isinstance(exc, (NcclTuneError, KeyboardInterrupt)):
-                    requeue(study, self.space, values, self.held.params, kind)
-            raise
+            try:
+                running = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+                if trial.number in running:
+                    tell_abandoned(study, trial, f"{type(exc).__name__}: {exc}".strip(": "))
+                    values, kind = trial.user_attrs.get(R.A_VALUES), trial.user_attrs.get(R.A_KIND, "")
+                    if values and isinstance(exc, (NcclTuneError, KeyboardInterrupt)):
+                        requeue(study, self.space, values, self.held.params, kind)
+            except Exception:  # the storage itself failed: the trial stays running, and the next run settles it
+                pass
+            raise exc from None
 
     def ask(self, study: optuna.Study) -> optuna.Trial:
         """A new trial of ``study``, recorded as this tuner's (host, pid) before anything else is
