@@ -242,8 +242,33 @@ def load_existing(storage: optuna.storages.BaseStorage, url: str, name: str | No
     return optuna.load_study(study_name=name, storage=storage)
 
 
+def name_problem(name: str, option: str = "--study") -> str | None:
+    """Why ``name`` cannot name a study (its folder under ``--results`` is named after it), or None: a
+    name is one folder name, never a path."""
+    if not name or not name.strip():
+        return f"{option} {name!r}: a study name cannot be empty"
+    bad = next((c for c in ("/", "\\", "\0") if c in name), None)
+    if bad is not None or name in (".", "..") or name != name.strip():
+        why = (
+            f"holds {bad!r}"
+            if bad is not None
+            else "is not a folder name"
+            if name in (".", "..")
+            else "has spaces around it"
+        )
+        return (
+            f"{option} {name!r}: a study name is a name, not a path ({why}); its trial folders go under --results, "
+            "choose where with --results (e.g. --results runs/x --study mystudy)"
+        )
+    return None
+
+
 def study_folder(results: Path, study: str) -> Path:
-    """The folder of ``study``'s trial folders under ``results``."""
+    """The folder of ``study``'s trial folders under ``results``; refused when ``study`` is not a name
+    (``name_problem``), so that nothing is written outside ``results``."""
+    problem = name_problem(study)
+    if problem is not None:
+        raise NcclTuneError(problem)
     return results / study
 
 
