@@ -281,6 +281,8 @@ def apply_cmd(
         _deliver(applied.config_yaml, output)
     except NcclTuneError as exc:
         _fail(exc)
+    for note in applied.notes:
+        err.print(escape(f"# {note}"), highlight=False, soft_wrap=True)
     if applied.env_lines:  # the config cannot carry them: say what to run before the training command
         err.print(
             escape(f"# {tuned} also sets the environment; run before the training command:"),
