@@ -23,7 +23,7 @@ import yaml
 from optuna.samplers import BaseSampler
 
 from nccl_tune.errors import NcclTuneError
-from nccl_tune.tuner.records.storage_faults import wait_unlocked
+from nccl_tune.tuner.records.storage_faults import hide_password, wait_unlocked
 from nccl_tune.userfile import folder_problem
 
 S_SPACE_NAME = "space_name"
@@ -157,6 +157,13 @@ def open_storage(url: str, create: bool = True) -> optuna.storages.BaseStorage:
         return _rdb(url, url)
 
 
+_DRIVERS = {
+    "postgresql": ("psycopg2", "pip install psycopg2-binary"),
+    "mysql": ("MySQLdb", "pip install mysqlclient (or PyMySQL with mysql+pymysql://)"),
+}
+"""The driver SQLAlchemy loads for a plain ``postgresql://`` or ``mysql://`` URL, and how to install it."""
+
+
 def _rdb(url: str, shown: str, **kwargs: Any) -> optuna.storages.RDBStorage:
     if url.startswith("sqlite"):
         kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60}}
@@ -164,10 +171,17 @@ def _rdb(url: str, shown: str, **kwargs: Any) -> optuna.storages.RDBStorage:
     try:
         return optuna.storages.RDBStorage(url, **kwargs)
     except Exception as exc:  # sqlalchemy's errors vary by driver; all mean "cannot use this URL"
+        shown = hide_password(shown)
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        scheme = url.split(":", 1)[0]
+        if "import DB access module" in first and scheme in _DRIVERS:
+            module, install = _DRIVERS[scheme]
+            raise NcclTuneError(
+                f"storage {shown}: its database driver {module} is not installed ({install} in this environment)"
+            ) from None
         raise NcclTuneError(
-            f"storage {shown}: cannot open it ({first}); give a reachable Optuna storage URL with --storage "
-            "(e.g. sqlite:///results/nccl-tune.db or postgresql://user@host/db)"
+            f"storage {shown}: cannot open it ({hide_password(first)}); give a reachable Optuna storage URL with "
+            "--storage (e.g. sqlite:///results/nccl-tune.db or postgresql://user@host/db)"
         ) from None
 
 

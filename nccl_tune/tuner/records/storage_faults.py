@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import sqlite3
 import sys
 import time
@@ -46,6 +47,11 @@ _FULL = {
 }
 
 
+def hide_password(url: str) -> str:
+    """``url`` with the password of its ``user:password@`` part shown as ``***``."""
+    return re.sub(r"(://[^/@:]*:)[^/@]*@", r"\1***@", url)
+
+
 def _chain(exc: BaseException) -> list[BaseException]:
     out: list[BaseException] = []
     while exc is not None and exc not in out:
@@ -57,7 +63,7 @@ def _chain(exc: BaseException) -> list[BaseException]:
 def storage_failure(exc: BaseException, url: str, path: Path | None) -> NcclTuneError | None:
     """The one-line error for ``exc`` when it (or what caused it) is the storage or the disk failing;
     None for anything else. ``path``: the SQLite file of ``url`` (None for a server)."""
-    where = f"storage {url}" + (f" ({path})" if path is not None else "")
+    where = f"storage {hide_password(url)}" + (f" ({path})" if path is not None else "")
     for e in _chain(exc):
         if isinstance(e, OSError) and e.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
             name = e.filename or (f"the results folder {path.parent}" if path is not None else "the results folder")

@@ -37,7 +37,7 @@ from nccl_tune.tuner.records.pins import apply_pins, baseline_values
 from nccl_tune.tuner.records.sampling import to_optuna
 from nccl_tune.tuner.records.stability import Candidate
 from nccl_tune.tuner.records.storage import create_or_resume, hold_study, open_storage, sqlite_path, study_folder
-from nccl_tune.tuner.records.storage_faults import storage_errors
+from nccl_tune.tuner.records.storage_faults import hide_password, storage_errors
 from nccl_tune.tuner.records.study_records import TrialKind, TrialRecord
 from nccl_tune.tuner.search.samplers import make_sampler
 from nccl_tune.tuner.settings import RunSettings
@@ -198,7 +198,7 @@ class StudyLoop:
         done = sum(r.outcome is R.Outcome.LAUNCHED for r in R.records(study)) if existed else 0
         self.display.header(
             self.study_name,
-            self.settings.storage_url,
+            hide_password(self.settings.storage_url),
             existed,
             done,
             self.settings.trials,

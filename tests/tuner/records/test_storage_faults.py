@@ -182,3 +182,19 @@ def test_a_lock_released_while_waited_for_lets_the_command_go_on(a_study):
     out, err = report.communicate(timeout=60)
     assert report.returncode == 0 and "trial 0" in out, out + err
     assert "waiting up to" in err and "error" not in err, err
+
+
+def test_a_server_url_never_shows_its_password_and_names_a_missing_driver(tmp_path):
+    proc = subprocess.run(
+        [str(NCCL_TUNE), "report", "--storage", "postgresql://bob:s3cret@127.0.0.1:9/db"],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    line = one_error_line(proc.stderr, "postgresql://bob:***@127.0.0.1:9/db")
+    assert proc.returncode == 1 and "s3cret" not in proc.stderr + proc.stdout
+    try:
+        import psycopg2  # noqa: F401
+    except ImportError:
+        assert "its database driver psycopg2 is not installed (pip install psycopg2-binary" in line, line
