@@ -107,6 +107,7 @@ def test_a_signal_to_the_tuner_tears_the_trial_down_and_exits_130(study: str, tm
             tuner.communicate()
     assert tuner.returncode == 130, out
     assert "interrupted" in out
+    assert f"{sig.name}: stopping trial 0: SIGTERM to its processes, SIGKILL to what is left after" in out, out
     assert not any(_alive(p) for p in pids)
     assert find_marked(_of_study(study)) == []
     first = {t.number: t for t in _trials(study, results)}[0]

@@ -76,6 +76,16 @@ class TunerObserver(TrialObserver):
     def on_phase(self, spec: TrialSpec, phase: str, seconds: float) -> None:
         self.display.progress(f"{phase} done in {seconds:.1f}s")
 
+    def on_stopping(self, spec: TrialSpec, reason: StopReason, detail: str) -> None:
+        """Say, before an interrupted trial's teardown, what it waits for: a trainer that ignores
+        SIGTERM holds the tuner for the whole grace period, and more Ctrl-C cannot shorten it."""
+        if reason is StopReason.INTERRUPTED:
+            self.display.note(
+                f"{self.interrupt.signal_name or 'interrupted'}: stopping trial {spec.number}: SIGTERM to its "
+                f"processes, SIGKILL to what is left after {spec.clocks.grace_s:g}s (--grace); the next run of the "
+                "study runs it again"
+            )
+
     def on_step(self, spec: TrialSpec, step_index: int, seconds: float) -> None:
         total = spec.stop.total_steps
         self.display.progress(f"step {step_index + 1}/{total} in {seconds:.1f}s")
