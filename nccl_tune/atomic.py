@@ -25,6 +25,11 @@ def write_bytes_atomic(path: str | os.PathLike[str], data: bytes) -> Path:
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, target)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        if exc.filename is None:  # a failed write names no file: name the one it was for
+            raise OSError(exc.errno, exc.strerror, str(target)) from exc
+        raise
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise

@@ -50,6 +50,14 @@ def _deliver(text: str, output: Path | None) -> None:
         err.print(escape(f"wrote {output}"), highlight=False, soft_wrap=True)
 
 
+def _storage_errors(url: str):
+    """The storage or the disk failing under a command: one line (``storage_faults``)."""
+    from nccl_tune.tuner.records.storage import sqlite_path
+    from nccl_tune.tuner.records.storage_faults import storage_errors
+
+    return storage_errors(url, sqlite_path(url))
+
+
 class _RunCommand(typer.core.TyperCommand):
     """``run`` remembers its raw arguments, to tell a command given after ``--`` from a stray word."""
 
@@ -250,7 +258,8 @@ def export_cmd(
 
     try:
         url = storage or default_storage_url(results)
-        _deliver(export_study(url, study, fmt), output)
+        with _storage_errors(url):
+            _deliver(export_study(url, study, fmt), output)
     except NcclTuneError as exc:
         _fail(exc)
 
@@ -272,6 +281,8 @@ def apply_cmd(
         _deliver(applied.config_yaml, output)
     except NcclTuneError as exc:
         _fail(exc)
+    for note in applied.notes:
+        err.print(escape(f"# {note}"), highlight=False, soft_wrap=True)
     if applied.env_lines:  # the config cannot carry them: say what to run before the training command
         err.print(
             escape(f"# {tuned} also sets the environment; run before the training command:"),
@@ -309,7 +320,8 @@ def report_cmd(
 
     try:
         url = storage or default_storage_url(results)
-        report(ReportRequest(url, study, series, fmt, as_json, output, junit, plots), out, err)
+        with _storage_errors(url):
+            report(ReportRequest(url, study, series, fmt, as_json, output, junit, plots), out, err)
     except NcclTuneError as exc:
         _fail(exc)
 
@@ -328,7 +340,8 @@ def history_cmd(
 
     try:
         url = storage or default_storage_url(results)
-        history = load_history(url, series)
+        with _storage_errors(url):
+            history = load_history(url, series)
     except NcclTuneError as exc:
         _fail(exc)
     if as_json:
@@ -425,7 +438,10 @@ def doctor_cmd(as_json: bool = typer.Option(False, "--json", help="Machine-reada
 
 def main() -> None:
     """Console-script entry point. Usage errors (unknown option, bad value) are one line and exit 1:
-    exit 2 means "no stable config"."""
+    exit 2 means "no stable config". The tuner's own output cannot fail a run (``streams``)."""
+    from nccl_tune.streams import guard_std_streams
+
+    guard_std_streams()
     try:
         code = app(standalone_mode=False)
     except typer.TyperException as exc:  # the parser's usage errors (unknown option, bad value, ...)

@@ -399,6 +399,12 @@ class TrialResult:
     step_rates: tuple[float | None, ...] = ()
     """The rate each step line printed (in ``rate_unit`` per second), aligned with ``step_times_s``;
     empty when the step rule reads no rate."""
+    untimed_steps: tuple[int, ...] = ()
+    """Indices (into ``step_times_s``) of steps whose lines came late (block-buffered output) with no
+    time of their own, which the wall clock cannot time: their duration reads 0
+    (``launchers.step_clock``)."""
+    late_steps: int = 0
+    """Step lines that arrived together with the previous one: the output looked block-buffered."""
     rate_unit: str | None = None
     """What ``step_rates`` count: ``samples``, ``tokens`` or ``steps``."""
     progress_preset: str | None = None
@@ -438,6 +444,7 @@ class TrialResult:
         object.__setattr__(self, "nccl_env_seen", _frozen_map({k: dict(v) for k, v in self.nccl_env_seen.items()}))
         object.__setattr__(self, "step_times_s", tuple(self.step_times_s))
         object.__setattr__(self, "step_rates", tuple(self.step_rates))
+        object.__setattr__(self, "untimed_steps", tuple(self.untimed_steps))
         object.__setattr__(self, "log_paths", tuple(Path(p) for p in self.log_paths))
         object.__setattr__(self, "fr_dumps", tuple(Path(p) for p in self.fr_dumps))
 
@@ -446,9 +453,16 @@ class TrialResult:
         return self.step_times_s[self.warmup_steps :]
 
     @property
+    def timed(self) -> bool:
+        """Every measured step has a duration (none is in ``untimed_steps``)."""
+        return all(i < self.warmup_steps for i in self.untimed_steps)
+
+    @property
     def mean_step_s(self) -> float | None:
+        """Mean measured step time; None when a measured step could not be timed or none lasted."""
         m = self.measured_step_times_s
-        return sum(m) / len(m) if m else None
+        mean = sum(m) / len(m) if m else 0.0
+        return mean if mean > 0 and self.timed else None
 
     @property
     def throughput(self) -> tuple[float | None, str]:
@@ -512,6 +526,8 @@ class TrialResult:
             signal_name=data.get("signal_name"),
             step_times_s=tuple(data.get("step_times_s") or ()),
             step_rates=tuple(data.get("step_rates") or ()),
+            untimed_steps=tuple(data.get("untimed_steps") or ()),
+            late_steps=int(data.get("late_steps") or 0),
             rate_unit=data.get("rate_unit"),
             progress_preset=data.get("progress_preset"),
             warmup_steps=int(data.get("warmup_steps") or 0),

@@ -14,11 +14,17 @@ Every implementation passes ``tests/launchers/test_contract.py``.
 
 from __future__ import annotations
 
+import signal
 import sys
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 from nccl_tune.trial import StopReason, TrialResult, TrialSpec
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+"""The signals that stop the tuner by one path: the running trial torn down and recorded as
+interrupted, the study left to resume (exit 130). SIGHUP is the terminal closing: left to its
+default it would end the tuner with the trainer still running and the trial still RUNNING."""
 
 
 @dataclass(frozen=True)

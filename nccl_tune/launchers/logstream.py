@@ -271,6 +271,9 @@ class LogPump(threading.Thread):
         self._stop_at: float | None = None
         self._stop_event = threading.Event()
         self.error: BaseException | None = None
+        self.write_error: OSError | None = None
+        """Why ``out_path`` could not be written on (a full disk, a file size limit): the pipe is still
+        read and parsed to its end, the file is cut there."""
         self.eof = False
 
     def run(self) -> None:
@@ -289,9 +292,8 @@ class LogPump(threading.Thread):
                 if not data:
                     self.eof = True
                     break
-                view = memoryview(data)
-                while view:
-                    view = view[os.write(out, view) :]
+                if out >= 0:
+                    out = self._append(out, data)
                 self._scanner.feed(data)
         except BaseException as exc:  # reported by the launcher; a reader must not die silently
             self.error = exc
@@ -299,7 +301,20 @@ class LogPump(threading.Thread):
             try:
                 self._scanner.finish()
             finally:
-                os.close(out)
+                if out >= 0:
+                    os.close(out)
+
+    def _append(self, out: int, data: bytes) -> int:
+        """Append ``data`` to the open ``out``; -1 (closed) once a write fails (``write_error``)."""
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(out, view) :]
+        except OSError as exc:
+            self.write_error = exc
+            os.close(out)
+            return -1
+        return out
 
     def stop(self, timeout_s: float = 2.0) -> None:
         """Drain what is already in the pipe, then stop (even if a writer still holds it)."""

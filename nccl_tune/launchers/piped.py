@@ -251,6 +251,12 @@ class PipedTree(ProcessTree, Generic[CommandT]):
         error = self.pump.error
         if error is not None:
             notes.append(f"the log reader failed ({type(error).__name__}: {error}); output.log may be incomplete")
+        cut = self.pump.write_error
+        if cut is not None:
+            notes.append(
+                f"output.log could not be written to the end ({cut.strerror}): it is cut there; the output was "
+                "still read to its end"
+            )
         report = ending.teardown
         if report.survivors:
             left = "; ".join(f"pid {p} ({c})" for p, c in zip(report.survivor_pids, report.survivor_commands))

@@ -37,7 +37,7 @@ from typing import Generic, TypeVar
 from nccl_tune.diagnose.stacks import StackReport
 from nccl_tune.diagnose.verdict import TrialFacts, decide
 from nccl_tune.failure import Cause, Evidence, FailureClass, Verdict, split_returncode
-from nccl_tune.launchers.base import Launcher, TrialObserver, TrialProgress
+from nccl_tune.launchers.base import STOP_SIGNALS, Launcher, TrialObserver, TrialProgress
 from nccl_tune.launchers.progress import ProgressEvent, ProgressState
 from nccl_tune.launchers.supervise import Decision, Watch, observer_decision
 from nccl_tune.launchers.teardown import TeardownReport
@@ -164,13 +164,13 @@ TreeT = TypeVar("TreeT", bound=ProcessTree)
 
 @contextmanager
 def signals_held() -> Iterator[None]:
-    """Hold SIGINT/SIGTERM while the body runs (main thread only), then deliver them."""
+    """Hold the stop signals (``STOP_SIGNALS``) while the body runs (main thread only), then deliver them."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     pending: list[int] = []
     previous = {}
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    for sig in STOP_SIGNALS:
         try:
             previous[sig] = signal.signal(sig, lambda s, _f: pending.append(s))
         except (ValueError, OSError):
@@ -307,6 +307,8 @@ class ProcessTreeLauncher(Launcher, Generic[TreeT]):
             signal_name=ending.exit.signal_name,
             step_times_s=state.step_times_s,
             step_rates=state.step_rates,
+            untimed_steps=state.untimed_steps,
+            late_steps=state.late_steps,
             rate_unit=state.rate_unit,
             progress_preset=state.preset,
             warmup_steps=spec.stop.warmup_steps if found.warmup_steps is None else found.warmup_steps,

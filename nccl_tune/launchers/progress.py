@@ -20,6 +20,7 @@ from types import MappingProxyType
 
 from nccl_tune.diagnose.text import torchrun_prefix
 from nccl_tune.errors import NcclTuneError
+from nccl_tune.launchers.step_clock import StepClock
 from nccl_tune.patterns import (  # noqa: F401 - re-exported  # the regular-expression parser
     MIN_LITERAL_CHARS,
     _sre_const,
@@ -230,6 +231,10 @@ class ProgressState:
     memory_phases_last: Mapping[int | None, tuple[str, ...]] = field(default_factory=dict)
     """Per rank: the phases open (outermost first; ``(OUTSIDE_PHASES,)`` for none) when its last
     line counted in ``memory_phase_peak_frac`` was read; the rank whose line came last is last."""
+    untimed_steps: tuple[int, ...] = ()
+    """Indices of the steps no clock could time (``step_clock``): their duration reads 0."""
+    late_steps: int = 0
+    """Step lines that arrived together with the previous one (block-buffered output)."""
 
     @property
     def open_phase(self) -> str | None:
@@ -313,9 +318,9 @@ class ProgressLedger:
             del self.open_phases[idx:]
 
     def snapshot(self, **more: object) -> ProgressState:
-        """The ledger as a ``ProgressState`` (``more``: the state's other fields)."""
+        """The ledger as a ``ProgressState`` (``more``: the state's other fields, step times retimed)."""
+        more = {"step_times_s": tuple(self.step_times_s), **more}
         return ProgressState(
-            step_times_s=tuple(self.step_times_s),
             phase_max_s=MappingProxyType(dict(self.phase_max_s)),
             open_phases=tuple(self.open_phases),
             first_progress_t=self.first_progress_t,
@@ -346,6 +351,8 @@ class ProgressTracker:
         self._source_index: dict[str | None, int] = {}
         """The last step number each source (torchrun's rank prefix, None without) printed."""
         self._last_step_t: float | None = None
+        self._clock = StepClock()
+        """The steps timed by the wall clock, retimed when the output came late."""
         self._done = False
         self._mem_peak: dict[int | None, float] = {}
         self._mem_total: dict[int | None, float] = {}
@@ -448,6 +455,7 @@ class ProgressTracker:
         if seconds is None:
             since = self._last_step_t if self._last_step_t is not None else self._start_t
             seconds = max(0.0, (t - since) / between) if since is not None else 0.0
+            self._clock.take(len(self.ledger.step_times_s), t, m.string, between)
         rate, unit = _rate(m)
         samples = _float(m, "samples_per_step")
         self._last_index, self._last_step_t = index, t
@@ -506,7 +514,11 @@ class ProgressTracker:
     def snapshot(self) -> ProgressState:
         """What the log said so far."""
         with self._lock:
+            timed = self._clock.retime(self.ledger.step_times_s)
             return self.ledger.snapshot(
+                step_times_s=timed.step_times_s,
+                untimed_steps=timed.untimed,
+                late_steps=timed.late,
                 step_rates=tuple(self._rates) if any(r is not None for r in self._rates) else (),
                 rate_unit=self._rate_unit,
                 samples_per_step=self._samples,

@@ -119,10 +119,20 @@ def parse_space(text: str, source: str, label: str) -> SearchSpace:
 
 def _check_top_level(text: str, label: str) -> None:
     """One line for a file that is not a mapping of keys (empty, a scalar, a list), which OmegaConf
-    would refuse with an assertion rather than a message."""
-    yaml_mapping(
+    would refuse with an assertion rather than a message, and for a parameter with more choices than
+    a search can use (OmegaConf would refuse the file's size with a message about YAML aliases)."""
+    data = yaml_mapping(
         text, f"space file {label}", "write name: and parameters: (see `nccl-tune spaces show skyrl-text2sql --yaml`)"
     )
+    params = data.get("parameters")
+    for i, p in enumerate(params if isinstance(params, list) else ()):
+        choices = p.get("choices") if isinstance(p, dict) else None
+        if isinstance(choices, list) and len(choices) > _MAX_CHOICES:
+            where = f"parameters[{i}]" + (f" ({p['name']})" if p.get("name") else "")
+            raise NcclTuneError(
+                f"space file {label}: {where}: {len(choices)} choices, more than the {_MAX_CHOICES} a search can "
+                "tell apart; for numbers use kind: int with low/high/step, else keep the choices worth trying"
+            )
 
 
 def _check_keys(section: Mapping[str, Any], allowed: set[str], where: str, label: str) -> None:

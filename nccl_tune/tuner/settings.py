@@ -13,7 +13,7 @@ from pathlib import Path
 
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.launchers.registry import launcher_problem, parallel_problem
-from nccl_tune.tuner.records.storage import default_study_name
+from nccl_tune.tuner.records.storage import default_study_name, name_problem
 
 SAMPLERS = ("local", "tpe", "random")
 """The samplers ``make_sampler`` builds (see ``tuner/search/samplers.py``)."""
@@ -171,6 +171,9 @@ def settings_problems(s: RunSettings) -> list[str]:
     if s.ray_address is not None and s.launcher != "ray":
         problems.append("--ray-address is for --launcher ray; drop it or add --launcher ray")
     problems += nightly_problems(s)
+    study = name_problem(s.study) if s.study is not None else None  # --series names are checked as such
+    if study is not None:
+        problems.append(study)
     return problems
 
 

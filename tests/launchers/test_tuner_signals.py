@@ -82,7 +82,9 @@ def _trials(study: str, results: Path) -> list[optuna.trial.FrozenTrial]:
     return optuna.load_study(study_name=study, storage=storage).get_trials(deepcopy=False)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+@pytest.mark.parametrize(
+    "sig", [signal.SIGINT, signal.SIGTERM, signal.SIGHUP], ids=["sigint", "sigterm", "sighup-terminal-closed"]
+)
 def test_a_signal_to_the_tuner_tears_the_trial_down_and_exits_130(study: str, tmp_path: Path, sig) -> None:
     results = tmp_path / "results"
     tuner = _tuner(
@@ -105,11 +107,14 @@ def test_a_signal_to_the_tuner_tears_the_trial_down_and_exits_130(study: str, tm
             tuner.communicate()
     assert tuner.returncode == 130, out
     assert "interrupted" in out
+    assert f"{sig.name}: stopping trial 0: SIGTERM to its processes, SIGKILL to what is left after" in out, out
     assert not any(_alive(p) for p in pids)
     assert find_marked(_of_study(study)) == []
     first = {t.number: t for t in _trials(study, results)}[0]
     assert first.state is optuna.trial.TrialState.FAIL
     assert first.user_attrs.get("status") == "interrupted"
+    waiting = [t for t in _trials(study, results) if t.state is optuna.trial.TrialState.WAITING]
+    assert [t.system_attrs.get("fixed_params") for t in waiting] == [first.params], "the next run runs it again"
 
 
 def test_a_killed_tuner_is_resumed_with_its_orphans_killed_and_nothing_lost(study: str, tmp_path: Path) -> None:

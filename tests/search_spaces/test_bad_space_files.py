@@ -86,3 +86,13 @@ def test_spaces_init_refuses_a_timeout_that_is_no_time(tmp_path, timeout):
         ["spaces", "init", "--timeout", timeout, "--", sys.executable, str(TINY_TRAINER)], cwd=tmp_path, timeout=60
     )
     one_line_error(proc, f"--timeout {timeout}: must be a number of seconds above 0", "")
+
+
+def test_a_categorical_with_more_choices_than_a_search_can_use_says_so(tmp_path):
+    choices = ", ".join(str(i) for i in range(10_000))
+    (tmp_path / "big.yaml").write_text(
+        f"name: big\nparameters:\n  - {{name: NCCL_X, kind: categorical, choices: [{choices}], default: 0}}\n"
+    )
+    proc = run_cli(["run", "--space", "big.yaml", "--dry-run", "--", sys.executable, "-c", "pass"], cwd=tmp_path)
+    line = one_line_error(proc, "parameters[0] (NCCL_X): 10000 choices, more than the 4096 a search can tell apart")
+    assert "alias" not in line

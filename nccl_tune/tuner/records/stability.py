@@ -75,7 +75,9 @@ class Candidate:
 
     @property
     def stable(self) -> bool:
-        return self.all_ok and not self.near_wall
+        """Every run ``ok`` away from the memory wall, with a throughput measured: a config whose runs
+        could not be timed (block-buffered output with no time of its own) is never ranked."""
+        return self.all_ok and not self.near_wall and self.throughput > 0
 
     @property
     def throughput(self) -> float:

@@ -23,6 +23,7 @@ import yaml
 from optuna.samplers import BaseSampler
 
 from nccl_tune.errors import NcclTuneError
+from nccl_tune.tuner.records.storage_faults import hide_password, wait_unlocked
 from nccl_tune.userfile import folder_problem
 
 S_SPACE_NAME = "space_name"
@@ -74,10 +75,12 @@ def sqlite_path(url: str) -> Path | None:
     return Path(rest)
 
 
-def check_sqlite(path: Path, url: str, *, must_exist: bool) -> None:
+def check_sqlite(path: Path, url: str, *, must_exist: bool, write: bool = False) -> None:
     """One-line errors for a SQLite database nccl-tune cannot use, read without writing to it: missing
     (when ``must_exist``), empty (0 bytes, when ``must_exist``), not a database, corrupt, or one without
-    Optuna's tables (when ``must_exist``)."""
+    Optuna's tables (when ``must_exist``). A database another process holds locked against reading it
+    (or, ``write``, writing it) is waited for first, with a line, then refused (``wait_unlocked``)."""
+    wait_unlocked(path, url, write=write)
     if path.is_dir():
         raise NcclTuneError(f"storage {url}: {path} is a folder, not a database file")
     if not path.exists():
@@ -141,7 +144,7 @@ def open_storage(url: str, create: bool = True) -> optuna.storages.BaseStorage:
     empty one is an error. ``create=True`` (run) makes the folder and the schema, one process at a time."""
     path = sqlite_path(url)
     if path is not None:
-        check_sqlite(path, url, must_exist=not create)
+        check_sqlite(path, url, must_exist=not create, write=create)
     if path is not None and not create:
         return _rdb(f"sqlite:///file:{quote(str(path.resolve()))}?mode=ro&uri=true", url, skip_table_creation=True)
     if path is None:
@@ -154,6 +157,13 @@ def open_storage(url: str, create: bool = True) -> optuna.storages.BaseStorage:
         return _rdb(url, url)
 
 
+_DRIVERS = {
+    "postgresql": ("psycopg2", "pip install psycopg2-binary"),
+    "mysql": ("MySQLdb", "pip install mysqlclient (or PyMySQL with mysql+pymysql://)"),
+}
+"""The driver SQLAlchemy loads for a plain ``postgresql://`` or ``mysql://`` URL, and how to install it."""
+
+
 def _rdb(url: str, shown: str, **kwargs: Any) -> optuna.storages.RDBStorage:
     if url.startswith("sqlite"):
         kwargs["engine_kwargs"] = {"connect_args": {"timeout": 60}}
@@ -161,10 +171,17 @@ def _rdb(url: str, shown: str, **kwargs: Any) -> optuna.storages.RDBStorage:
     try:
         return optuna.storages.RDBStorage(url, **kwargs)
     except Exception as exc:  # sqlalchemy's errors vary by driver; all mean "cannot use this URL"
+        shown = hide_password(shown)
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        scheme = url.split(":", 1)[0]
+        if "import DB access module" in first and scheme in _DRIVERS:
+            module, install = _DRIVERS[scheme]
+            raise NcclTuneError(
+                f"storage {shown}: its database driver {module} is not installed ({install} in this environment)"
+            ) from None
         raise NcclTuneError(
-            f"storage {shown}: cannot open it ({first}); give a reachable Optuna storage URL with --storage "
-            "(e.g. sqlite:///results/nccl-tune.db or postgresql://user@host/db)"
+            f"storage {shown}: cannot open it ({hide_password(first)}); give a reachable Optuna storage URL with "
+            "--storage (e.g. sqlite:///results/nccl-tune.db or postgresql://user@host/db)"
         ) from None
 
 
@@ -239,8 +256,33 @@ def load_existing(storage: optuna.storages.BaseStorage, url: str, name: str | No
     return optuna.load_study(study_name=name, storage=storage)
 
 
+def name_problem(name: str, option: str = "--study") -> str | None:
+    """Why ``name`` cannot name a study (its folder under ``--results`` is named after it), or None: a
+    name is one folder name, never a path."""
+    if not name or not name.strip():
+        return f"{option} {name!r}: a study name cannot be empty"
+    bad = next((c for c in ("/", "\\", "\0") if c in name), None)
+    if bad is not None or name in (".", "..") or name != name.strip():
+        why = (
+            f"holds {bad!r}"
+            if bad is not None
+            else "is not a folder name"
+            if name in (".", "..")
+            else "has spaces around it"
+        )
+        return (
+            f"{option} {name!r}: a study name is a name, not a path ({why}); its trial folders go under --results, "
+            "choose where with --results (e.g. --results runs/x --study mystudy)"
+        )
+    return None
+
+
 def study_folder(results: Path, study: str) -> Path:
-    """The folder of ``study``'s trial folders under ``results``."""
+    """The folder of ``study``'s trial folders under ``results``; refused when ``study`` is not a name
+    (``name_problem``), so that nothing is written outside ``results``."""
+    problem = name_problem(study)
+    if problem is not None:
+        raise NcclTuneError(problem)
     return results / study
 
 

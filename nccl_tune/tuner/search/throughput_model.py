@@ -131,12 +131,11 @@ def warmup_ratio(records: Sequence[TrialRecord]) -> float:
     ratios = []
     for r in records:
         res = r.result
-        if res is None or r.status is not FailureClass.OK or not res.warmup_steps or not res.measured_step_times_s:
+        if res is None or r.status is not FailureClass.OK or not res.warmup_steps or res.mean_step_s is None:
             continue
         warm = res.step_times_s[: res.warmup_steps]
-        ratios.append(
-            math.log(sum(res.measured_step_times_s) / len(res.measured_step_times_s) / (sum(warm) / len(warm)))
-        )
+        if min(res.step_times_s) > 0:  # a step no clock timed reads 0: no ratio to take
+            ratios.append(math.log(res.mean_step_s / (sum(warm) / len(warm))))
     return sum(ratios) / len(ratios) if ratios else 0.0
 
 
@@ -175,7 +174,7 @@ def observations(records: Sequence[TrialRecord], noise: float, wall_frac: float 
         tput, n = res.throughput_per_s, len(res.measured_step_times_s)
         if tput and tput > 0 and n:
             out.append(Observation(r.number, r.values, math.log(tput), run_variance(noise, n)))
-        elif res.step_times_s and res.samples_per_step:
+        elif res.step_times_s and res.samples_per_step and min(res.step_times_s) > 0:  # 0: a step untimed
             warm = sum(res.step_times_s) / len(res.step_times_s)
             log_tput = math.log(res.samples_per_step / warm) - ratio
             out.append(Observation(r.number, r.values, log_tput, noise**2 + RUN_NOISE**2 + WARMUP_EXTRA_VAR))

@@ -36,7 +36,8 @@ from nccl_tune.tuner.records.held import HeldParameters
 from nccl_tune.tuner.records.pins import apply_pins, baseline_values
 from nccl_tune.tuner.records.sampling import to_optuna
 from nccl_tune.tuner.records.stability import Candidate
-from nccl_tune.tuner.records.storage import create_or_resume, hold_study, open_storage, study_folder
+from nccl_tune.tuner.records.storage import create_or_resume, hold_study, open_storage, sqlite_path, study_folder
+from nccl_tune.tuner.records.storage_faults import hide_password, storage_errors
 from nccl_tune.tuner.records.study_records import TrialKind, TrialRecord
 from nccl_tune.tuner.search.samplers import make_sampler
 from nccl_tune.tuner.settings import RunSettings
@@ -197,7 +198,7 @@ class StudyLoop:
         done = sum(r.outcome is R.Outcome.LAUNCHED for r in R.records(study)) if existed else 0
         self.display.header(
             self.study_name,
-            self.settings.storage_url,
+            hide_password(self.settings.storage_url),
             existed,
             done,
             self.settings.trials,
@@ -268,8 +269,10 @@ def run_study(settings: RunSettings, console: Console | None = None, launcher: L
     ``settings.output``; see ``StudyOutcome.exit_code`` and ``StudyOutcome.notes``."""
     loop = StudyLoop(settings, console or Console(stderr=True), launcher)
     loop.check()
+    url = settings.storage_url
     with hold_study(study_folder(settings.results, loop.study_name), loop.study_name):
-        outcome = loop.run()
+        with storage_errors(url, sqlite_path(url)):
+            outcome = loop.run()
     if settings.output is None or outcome.winner is None or outcome.interrupted:
         return outcome
     return replace(outcome, notes=outcome.notes + tuple(deliver_tuned(settings.output, outcome)))

@@ -1,5 +1,5 @@
 """The tuner's ``TrialObserver``: live progress, early stopping and screening against the
-incumbent, and turning SIGINT/SIGTERM into a clean teardown of the running trial.
+incumbent, and turning SIGINT/SIGTERM/SIGHUP into a clean teardown of the running trial.
 
 Screening (``stop.screen_steps`` > 0) is a two-rung successive-halving rule decided inside the
 running trial: after the warm-up and ``screen_steps`` measured steps, a trial whose throughput does
@@ -16,14 +16,15 @@ import threading
 from types import FrameType
 from typing import Any
 
-from nccl_tune.launchers.base import TrialObserver, TrialProgress
+from nccl_tune.launchers.base import STOP_SIGNALS, TrialObserver, TrialProgress
 from nccl_tune.trial import StopReason, TrialSpec
 from nccl_tune.tuner.trials.display import Display
 from nccl_tune.tuner.trials.screening import IncumbentBar
 
 
 class InterruptFlag:
-    """Set by SIGINT/SIGTERM while installed; the loop and the observer poll it."""
+    """Set by a stop signal (``STOP_SIGNALS``: SIGINT, SIGTERM, SIGHUP) while installed; the loop and
+    the observer poll it."""
 
     def __init__(self) -> None:
         self._event = threading.Event()
@@ -40,7 +41,7 @@ class InterruptFlag:
 
     def __enter__(self) -> InterruptFlag:
         if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in STOP_SIGNALS:
                 self._previous[sig] = signal.signal(sig, self._handler)
         return self
 
@@ -74,6 +75,16 @@ class TunerObserver(TrialObserver):
 
     def on_phase(self, spec: TrialSpec, phase: str, seconds: float) -> None:
         self.display.progress(f"{phase} done in {seconds:.1f}s")
+
+    def on_stopping(self, spec: TrialSpec, reason: StopReason, detail: str) -> None:
+        """Say, before an interrupted trial's teardown, what it waits for: a trainer that ignores
+        SIGTERM holds the tuner for the whole grace period, and more Ctrl-C cannot shorten it."""
+        if reason is StopReason.INTERRUPTED:
+            self.display.note(
+                f"{self.interrupt.signal_name or 'interrupted'}: stopping trial {spec.number}: SIGTERM to its "
+                f"processes, SIGKILL to what is left after {spec.clocks.grace_s:g}s (--grace); the next run of the "
+                "study runs it again"
+            )
 
     def on_step(self, spec: TrialSpec, step_index: int, seconds: float) -> None:
         total = spec.stop.total_steps

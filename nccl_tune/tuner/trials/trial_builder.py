@@ -3,7 +3,8 @@
 argv is the user's command, then the space's fixed trial overrides, then pinned context
 values, then the trial's own arguments (Hydra and argparse keep the last value of a key, so the
 trial's values win over the script's). ``search_spaces/render.py`` spells them; values are argv
-elements, never spliced into a shell string.
+elements, never spliced into a shell string. The env overlay is ``TRIAL_ENV_DEFAULTS``, the
+run's extra env, the space's ``trial.env``, then the trial's own variables.
 """
 
 from __future__ import annotations
@@ -24,6 +25,11 @@ from nccl_tune.tuner.records.storage import marker_scope, study_folder
 from nccl_tune.tuner.records.study_records import TrialRecord
 from nccl_tune.tuner.settings import RunSettings
 from nccl_tune.tuner.trials.steps import next_measured_steps
+
+TRIAL_ENV_DEFAULTS = {"PYTHONUNBUFFERED": "1"}
+"""Set in every trial's environment unless the space's ``trial.env`` sets it (``PYTHONUNBUFFERED: ""``
+keeps a Python trainer's stdout buffered): a Python trainer writing to a pipe otherwise block-buffers
+its stdout and its step lines all arrive at exit, where the wall clock cannot time them."""
 
 
 def expand(template: str, *, trial_dir: Path, study: str, number: int, total_steps: int | None = None) -> str:
@@ -107,7 +113,7 @@ def build_trial_spec(
     args, param_env = render_values(space, values)
     overrides = {k: None if v is None else x(v) for k, v in space.trial_overrides.items()}
     argv = [*settings.command, *fixed_argv(space, overrides, context_pins), *args]
-    env: dict[str, str | None] = dict(settings.extra_env)
+    env: dict[str, str | None] = {**TRIAL_ENV_DEFAULTS, **settings.extra_env}
     env.update({k: x(v) for k, v in space.trial_env.items()})
     env.update(param_env)
     env.update(probe_overlay(space, {**os.environ, **env}))  # NCCL reports the variables it read

@@ -43,6 +43,30 @@ def detected_preset(history: Sequence[TrialRecord]) -> str | None:
     return next((r.result.progress_preset for r in history if r.result and r.result.progress_preset), None)
 
 
+FLUSH_HINT = (
+    "every trial runs with PYTHONUNBUFFERED=1; make a command that still buffers flush each line "
+    "(python -u, stdbuf -oL, a logger that flushes) or print each step's time"
+)
+
+
+def buffered_note(result: TrialResult) -> str | None:
+    """What to tell when ``result``'s step lines came in bursts (block-buffered output), else None."""
+    if not result.late_steps:
+        return None
+    head = (
+        f"trial {result.number}: its step lines arrived in bursts ({result.late_steps} of "
+        f"{len(result.step_times_s)} together with the one before), as block-buffered output does"
+    )
+    if not result.timed and result.throughput_per_s is None:
+        return (
+            f"{head} and carry no time of their own: the wall clock cannot time them, so the trial has no "
+            f"throughput and is not ranked; {FLUSH_HINT}"
+        )
+    if not result.timed:
+        return f"{head}: its throughput is the rate its lines printed, the wall clock could not time them; {FLUSH_HINT}"
+    return f"{head}: they were timed by the timestamps they carry, not by the wall clock; {FLUSH_HINT}"
+
+
 class TrialRunner:
     """Runs admitted trials of one study through its launcher."""
 
@@ -68,6 +92,8 @@ class TrialRunner:
         self.launched = 0
         self.told_measured_steps = settings.steps is not None
         """True once the run has told that the measured steps follow the noise (or --steps fixed them)."""
+        self.told_buffered = False
+        """True once the run has told that a trial's output came in bursts (``buffered_note``)."""
 
     def spec_for(self, number: int, values: Mapping[str, Any], history: Sequence[TrialRecord]) -> TrialSpec:
         return build_trial_spec(
@@ -87,13 +113,16 @@ class TrialRunner:
         try:
             yield
         except BaseException as exc:
-            running = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
-            if trial.number in running:
-                tell_abandoned(study, trial, f"{type(exc).__name__}: {exc}".strip(": "))
-                values, kind = trial.user_attrs.get(R.A_VALUES), trial.user_attrs.get(R.A_KIND, "")
-                if values and isinstance(exc, (NcclTuneError, KeyboardInterrupt)):
-                    requeue(study, self.space, values, self.held.params, kind)
-            raise
+            try:
+                running = {t.number for t in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))}
+                if trial.number in running:
+                    tell_abandoned(study, trial, f"{type(exc).__name__}: {exc}".strip(": "))
+                    values, kind = trial.user_attrs.get(R.A_VALUES), trial.user_attrs.get(R.A_KIND, "")
+                    if values and isinstance(exc, (NcclTuneError, KeyboardInterrupt)):
+                        requeue(study, self.space, values, self.held.params, kind)
+            except Exception:  # the storage itself failed: the trial stays running, and the next run settles it
+                pass
+            raise exc from None
 
     def ask(self, study: optuna.Study) -> optuna.Trial:
         """A new trial of ``study``, recorded as this tuner's (host, pid) before anything else is
@@ -193,6 +222,10 @@ class TrialRunner:
         )
         if result.status is FailureClass.INTERRUPTED or again:
             requeue(study, self.space, values, self.held.params, kind)
+        note = None if self.told_buffered else buffered_note(result)
+        if note is not None:
+            self.display.note(note)
+            self.told_buffered = True
         if self.space.progress.detect and result.progress_preset and detected_preset(history) is None:
             self.display.note(f"progress: the output reads as preset {result.progress_preset} (trial {result.number})")
         self.display.trial_finished(

@@ -172,27 +172,77 @@ class Applied:
 
     config_yaml: str
     env_lines: tuple[str, ...]
+    notes: tuple[str, ...] = ()
+    """What the merge changed that a reader would not guess: the training itself, interpolations
+    replaced, comments not kept."""
 
 
 def apply_tuned(tuned: Path, into: Path, allow_new_keys: bool = False) -> Applied:
     """``into`` with the tuned ``overrides`` merged in, as YAML text, and the tuned ``env``/``unset_env``
     as ``export``/``unset`` lines; refuses keys ``into`` lacks (Hydra would refuse them too) unless
-    ``allow_new_keys``."""
+    ``allow_new_keys``. Interpolations (``${...}``, ``???``) are merged as written, never resolved."""
     doc = _load_yaml(tuned, "tuned file")
     if not isinstance(doc.get("overrides"), DictConfig):
         raise NcclTuneError(f"tuned file {tuned}: no 'overrides' mapping; is it a file written by `nccl-tune export`?")
     base = _load_yaml(into, "config file")
     overrides = doc.overrides
-    if not allow_new_keys:
-        flat = _flatten(OmegaConf.to_container(overrides, resolve=False))
-        for key in flat:
-            if OmegaConf.select(base, key, default="__missing__", throw_on_missing=False) == "__missing__":
-                raise NcclTuneError(
-                    f"config file {into}: has no key {key} from {tuned}; Hydra would refuse it "
-                    "(use --allow-new-keys to add it anyway)"
-                )
-    merged = OmegaConf.merge(base, overrides)
-    return Applied(OmegaConf.to_yaml(merged), _env_lines(OmegaConf.to_container(doc, resolve=False), tuned))
+    raw = OmegaConf.to_container(base, resolve=False)
+    notes = []
+    for key, value in _flatten(OmegaConf.to_container(overrides, resolve=False)).items():
+        found, blocked = _raw_lookup(raw, key)
+        if blocked is not None and _is_interpolation(_raw_lookup_value(raw, blocked)):
+            raise NcclTuneError(
+                f"config file {into}: {blocked} is the interpolation {_raw_lookup_value(raw, blocked)} and {tuned} "
+                f"sets {key} inside it; set {key} where {blocked} points, or write {blocked} out in {into}"
+            )
+        if not found and not allow_new_keys:
+            raise NcclTuneError(
+                f"config file {into}: has no key {key} from {tuned}; Hydra would refuse it "
+                "(use --allow-new-keys to add it anyway)"
+            )
+        old = _raw_lookup_value(raw, key) if found else None
+        if _is_interpolation(old):
+            notes.append(f"{into}: {key} was {old}; it is now {format_value(value)}")
+    try:
+        merged = OmegaConf.merge(base, overrides)
+        text = OmegaConf.to_yaml(merged)
+    except OmegaConfBaseException as exc:
+        raise NcclTuneError(
+            f"config file {into}: {tuned} cannot be merged into it ({str(exc).splitlines()[0]})"
+        ) from None
+    semantic = [str(c) for c in (OmegaConf.to_container(doc, resolve=False).get("semantic_changes") or [])]
+    if semantic:
+        notes.insert(0, f"{tuned} changes the training itself: " + "; ".join(semantic))
+    if any(line.lstrip().startswith("#") or " #" in line for line in into.read_text().splitlines()):
+        notes.append(f"the comments of {into} are not in the merged config (YAML is rewritten from its values)")
+    return Applied(text, _env_lines(OmegaConf.to_container(doc, resolve=False), tuned), tuple(notes))
+
+
+def _raw_lookup(raw: Any, key: str) -> tuple[bool, str | None]:
+    """Whether dotted ``key`` is in ``raw`` (the config unresolved), and the part of it that holds a
+    value where a mapping should be (None when none does)."""
+    node, parts = raw, key.split(".")
+    for i, part in enumerate(parts):
+        if isinstance(node, dict):
+            if part not in node:
+                return False, None
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return False, ".".join(parts[:i])
+    return True, None
+
+
+def _raw_lookup_value(raw: Any, key: str) -> Any:
+    node = raw
+    for part in key.split("."):
+        node = node[int(part)] if isinstance(node, list) else node[part]
+    return node
+
+
+def _is_interpolation(value: Any) -> bool:
+    return isinstance(value, str) and ("${" in value or value == "???")
 
 
 def _env_lines(doc: dict[str, Any], tuned: Path) -> tuple[str, ...]:

@@ -180,3 +180,34 @@ def test_a_value_the_sweep_timed_keeps_no_prior_of_its_own_design():
     timed = ThroughputModel(space, space.parameters, [], base, {"NCCL_PROTO": {"Simple": 0.0, "LL": 0.0}})
     means, _ = timed.predict([{**base, "NCCL_PROTO": p} for p in ("Simple", "LL")])
     assert means[1] == pytest.approx(means[0])
+
+
+@pytest.mark.parametrize(
+    "times",
+    [(2.0, 0.0, 0.0, 0.0), (0.0, 0.0, 0.0, 0.0), (0.0, 1.0, 1.0, 1.0)],
+    ids=["recorded-before-untimed-steps-were-known", "nothing-timed", "warm-up-untimed"],
+)
+def test_a_finished_run_whose_steps_read_zero_neither_breaks_the_model_nor_is_measured(times):
+    """A run of block-buffered output whose lines all came at exit (recorded as such before the tuner
+    knew untimed steps): the model fits the study without it instead of failing every later run."""
+    late = run(3, "Tree", 1.0)
+    late = TrialRecord(
+        3,
+        late.state,
+        late.values,
+        late.kind,
+        late.outcome,
+        late.status,
+        TrialResult(
+            number=3,
+            status=FailureClass.OK,
+            verdict=Verdict(FailureClass.OK),
+            stop_reason=StopReason.EXITED,
+            step_times_s=times,
+            warmup_steps=1,
+            samples_per_step=64.0,
+        ),
+    )
+    m = model([*FINISHED, late])
+    assert all(math.isfinite(o.log_tput) for o in m.obs)
+    assert (3 in {o.number for o in m.obs}) == (times[1] > 0)
