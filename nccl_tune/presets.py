@@ -85,7 +85,7 @@ SKYRL = ProgressRules(
 HF_TRAINER = ProgressRules(
     step_end=(
         # the Trainer's bar has no description: the line starts with the percentage
-        rf"{_TORCHRUN}\s*\d{{1,3}}%\|[^|]*\|\s*(?P<step>\d+)/\d+ \[[^\]]*?,\s*{_TQDM_RATE}",
+        rf"{_TORCHRUN}\s*\d{{1,3}}%\|[^|]*\|\s*(?P<step>\d+)/(?P<of>\d+) \[[^\]]*?,\s*{_TQDM_RATE}",
         # a log dict with a 'loss' key (not the last one's 'train_loss'); 'step' and a samples rate if
         # printed, bare (4.x), as a string (5.x) or as a numpy scalar
         rf"{_TORCHRUN}\{{(?=(?:[^{{}}]*?, )?'loss': )"
@@ -106,6 +106,7 @@ TORCHTITAN = ProgressRules(
 MEGATRON = ProgressRules(
     step_end=(
         rf"iteration\s+(?P<step>\d+)/\s*\d+ \|.*?elapsed time per iteration \(ms\): (?P<ms>{_NUM}) \|"
+        rf"(?:.*?throughput per GPU \(TFLOP/s/GPU\): (?P<tflops_per_gpu>{_NUM}) \|)?"
         r"(?:.*?global batch size:\s*(?P<samples_per_step>\d+) \|)?",
     ),
     memory=(rf"\[Rank (?P<rank>\d+)\] \(after \d+ iterations\) memory \(MB\) \|.*?max reserved: (?P<mib>{_NUM})",),
@@ -116,11 +117,16 @@ MEGATRON = ProgressRules(
 LIGHTNING = ProgressRules(
     step_end=(rf"Epoch \d+:.*?\|\s*(?P<step>\d+)/(?:\d+|\?) \[[^\]]*?,\s*{_TQDM_RATE}",),
     training_done=r"`Trainer\.fit` stopped: `max_",
+    not_training=r"(?:^|\s)Validat(?:ing|ion DataLoader \d+): ",
     preset="lightning",
 )
 
 DEEPSPEED = ProgressRules(
-    step_end=(rf"(?:global_step=|\] \d+/)(?P<step>\d+),(?:.*?Curr)?\s*SamplesPerSec=(?P<samples_per_s>{_NUM})",),
+    step_end=(
+        rf"(?:global_step=|\] \d+/)(?P<step>\d+),(?:.*?Curr)?\s*SamplesPerSec=(?P<samples_per_s>{_NUM})",
+        # the engine's own line every steps_per_print steps, from step 1 (the timer's starts at step 3)
+        r"\bstep=(?P<step>\d+), skipped=\d+",
+    ),
     memory=(rf"global_step=\d+,.*?MaxMemAllocated=(?P<gib>{_NUM})GB",),
     preset="deepspeed",
 )
@@ -172,7 +178,7 @@ DETECT_ORDER: tuple[str, ...] = (
 preset's step, phase or end rule matches another preset's lines (``tests/test_presets.py``), so the
 order decides only for output that mixes two trainers' lines."""
 
-_RULE_FIELDS = ("step_end", "phase_start", "phase_end", "memory", "training_done")
+_RULE_FIELDS = ("step_end", "phase_start", "phase_end", "memory", "training_done", "not_training")
 
 
 def with_overrides(base: ProgressRules, overrides: ProgressRules) -> ProgressRules:

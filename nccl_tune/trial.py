@@ -124,15 +124,29 @@ class StopRule:
 
 
 RATE_GROUPS: Mapping[str, str] = MappingProxyType(
-    {"samples_per_s": "samples", "tokens_per_s": "tokens", "steps_per_s": "steps", "it_per_s": "steps"}
+    {
+        "samples_per_s": "samples",
+        "tokens_per_s": "tokens",
+        "steps_per_s": "steps",
+        "it_per_s": "steps",
+        "tflops_per_gpu": "TFLOP/s/GPU",
+    }
 )
 """Groups of a step rule that carry a rate, and what the rate counts (``it/s`` of a progress bar
-counts steps)."""
+counts steps); a unit that names its own time (``TFLOP/s/GPU``, Megatron's) is carried as printed."""
 DURATION_GROUPS: Mapping[str, float] = MappingProxyType({"seconds": 1.0, "ms": 1e-3})
 """Groups of a step or phase rule that carry a duration, and their factor to seconds."""
-STEP_GROUPS = frozenset({*RATE_GROUPS, *DURATION_GROUPS, "step", "samples_per_step"})
-"""Every group a step rule may use (``step``: the step's number; ``samples_per_step``: samples the
-step processed, e.g. Megatron's global batch size)."""
+STEP_GROUPS = frozenset({*RATE_GROUPS, *DURATION_GROUPS, "step", "of", "samples_per_step"})
+"""Every group a step rule may use (``step``: the step's number, as the trainer counts them; ``of``:
+the count a progress bar runs to, which tells the training bar from an evaluation bar;
+``samples_per_step``: samples the step processed, e.g. Megatron's global batch size)."""
+
+
+def rate_unit_text(unit: str) -> str:
+    """A rate's unit as shown: ``tokens`` -> ``tokens/s``; a unit with its own time as it is."""
+    return unit if "/s" in unit else f"{unit}/s"
+
+
 MEMORY_GROUPS = frozenset({"gib", "mib", "pct", "total_gib", "rank", "gpu"})
 PHASE_GROUPS = frozenset({"phase", *DURATION_GROUPS})
 
@@ -160,6 +174,9 @@ class ProgressRules:
     optional ``pct`` (percent of the GPU) or ``total_gib``, which give the GPU's total."""
     training_done: str | None = None
     """Training finished: failures after this line happened during teardown."""
+    not_training: str | None = None
+    """A line of a loop that is not training (a validation bar): the step line right after it is no
+    step (Lightning 1.x advances its training bar by validation batches too)."""
     preset: str | None = None
     """The preset these rules come from (None: written in the space)."""
 
@@ -454,15 +471,17 @@ class TrialResult:
     def throughput(self) -> tuple[float | None, str]:
         """Throughput over the measured steps and its unit (``samples/s``, ``tokens/s``, ``steps/s``).
 
-        The rate the trainer printed, when every measured step printed one (a steps rate times the
+        The rate the trainer printed, when every measured step from the first that printed one did (a steps rate times the
         space's samples per step gives samples); otherwise from step durations: samples per step over
         the mean step time, or steps per second when the samples per step are unknown."""
         rates = self.step_rates[self.warmup_steps :]
+        first = next((i for i, r in enumerate(rates) if r is not None), len(rates))
+        rates = rates[first:]  # a trainer whose rate starts late (DeepSpeed's timer, from step 3)
         if rates and all(r is not None and r > 0 for r in rates) and self.rate_unit:
             mean_rate = sum(rates) / len(rates)  # type: ignore[arg-type]
             if self.rate_unit == "steps" and self.samples_per_step:
                 return mean_rate * self.samples_per_step, "samples/s"
-            return mean_rate, f"{self.rate_unit}/s"
+            return mean_rate, rate_unit_text(self.rate_unit)
         mean = self.mean_step_s
         if self.samples_per_step:
             return (self.samples_per_step / mean if mean else None), "samples/s"

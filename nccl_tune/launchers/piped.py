@@ -223,7 +223,7 @@ class PipedTree(ProcessTree, Generic[CommandT]):
             exit_code=ending.exit.code,
             signal_name=ending.exit.signal_name,
             steps_done=len(state.step_times_s),
-            total_steps=spec.stop.total_steps,
+            total_steps=state.warmup_for(spec.stop.warmup_steps) + spec.stop.measured_steps,
             training_done=state.training_done,
             host_mem_peak_frac=self.sampler.host_peak_frac,
             fr_summary=_analyse(dumps),
