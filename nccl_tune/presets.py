@@ -124,8 +124,9 @@ LIGHTNING = ProgressRules(
 DEEPSPEED = ProgressRules(
     step_end=(
         rf"(?:global_step=|\] \d+/)(?P<step>\d+),(?:.*?Curr)?\s*SamplesPerSec=(?P<samples_per_s>{_NUM})",
-        # the engine's own line every steps_per_print steps, from step 1 (the timer's starts at step 3)
-        r"\bstep=(?P<step>\d+), skipped=\d+",
+        # the engine's own line every steps_per_print steps, from step 1 (the timer's starts at step 3):
+        # ``step=N, skipped=N, lr=``, spelled so that its text to look for is "step=" (the log reader's)
+        r"\bstep=(?P<step>\d+), s\w*=\d+, lr=",
     ),
     memory=(rf"global_step=\d+,.*?MaxMemAllocated=(?P<gib>{_NUM})GB",),
     preset="deepspeed",
