@@ -338,10 +338,12 @@ class MemoryReport:
 
     @property
     def peak_gib(self) -> float | None:
-        """Highest per-GPU peak, or the process tree's RSS when no GPU figure exists."""
+        """Highest per-GPU peak; None when no GPU figure exists (no GPU was sampled and the trainer
+        printed no memory line): the process tree's RSS is host memory, kept as ``peak_rss_gib``
+        and never shown as a GPU's peak."""
         if self.gpus:
             return max(g.peak_gib for g in self.gpus)
-        return self.peak_rss_gib
+        return None
 
     @property
     def min_headroom_gib(self) -> float | None:
