@@ -79,6 +79,8 @@ SKYRL = ProgressRules(
         rf"(?:rank[ =:]*(?P<rank>\d+)\b.*?)?memory: (?P<gib>{_NUM})GiB(?:\s*\((?P<pct>{_NUM})%\))?",
     ),
     training_done=r"Training done!",
+    # the console logger's dict after the step (pprint, one key a line), values as quoted strings
+    step_rate=r"'trainer/tokens_per_second_per_gpu': '?(?P<tokens_per_s>\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?)",
     preset="skyrl",
 )
 
@@ -179,7 +181,7 @@ DETECT_ORDER: tuple[str, ...] = (
 preset's step, phase or end rule matches another preset's lines (``tests/test_presets.py``), so the
 order decides only for output that mixes two trainers' lines."""
 
-_RULE_FIELDS = ("step_end", "phase_start", "phase_end", "memory", "training_done", "not_training")
+_RULE_FIELDS = ("step_end", "phase_start", "phase_end", "memory", "training_done", "not_training", "step_rate")
 
 
 def with_overrides(base: ProgressRules, overrides: ProgressRules) -> ProgressRules:

@@ -174,6 +174,9 @@ class ProgressRules:
     optional ``pct`` (percent of the GPU) or ``total_gib``, which give the GPU's total."""
     training_done: str | None = None
     """Training finished: failures after this line happened during teardown."""
+    step_rate: str | None = None
+    """A line after a step's line that gives that step's rate (a group of ``RATE_GROUPS``), when the
+    step line gives none: SkyRL's console dict after its step timer."""
     not_training: str | None = None
     """A line of a loop that is not training (a validation bar): the step line right after it is no
     step (Lightning 1.x advances its training bar by validation batches too)."""
@@ -473,12 +476,13 @@ class TrialResult:
     def throughput(self) -> tuple[float | None, str]:
         """Throughput over the measured steps and its unit (``samples/s``, ``tokens/s``, ``steps/s``).
 
-        The rate the trainer printed, when every measured step from the first that printed one did (a steps rate times the
+        The rate the trainer printed, when every measured step printed one, or every one from the first
+        that did when none printed one before (a steps rate times the
         space's samples per step gives samples); otherwise from step durations: samples per step over
         the mean step time, or steps per second when the samples per step are unknown."""
         rates = self.step_rates[self.warmup_steps :]
-        first = next((i for i, r in enumerate(rates) if r is not None), len(rates))
-        rates = rates[first:]  # a trainer whose rate starts late (DeepSpeed's timer, from step 3)
+        if all(r is None for r in self.step_rates[: self.warmup_steps]):  # a rate that starts late (DeepSpeed's
+            rates = rates[next((i for i, r in enumerate(rates) if r is not None), len(rates)) :]  # timer: step 3)
         if rates and all(r is not None and r > 0 for r in rates) and self.rate_unit:
             mean_rate = sum(rates) / len(rates)  # type: ignore[arg-type]
             if self.rate_unit == "steps" and self.samples_per_step:

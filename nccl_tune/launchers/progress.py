@@ -39,7 +39,7 @@ from nccl_tune.trial import (
     ProgressRules,
 )
 
-RULE_NAMES = ("step_end", "phase_start", "phase_end", "memory", "training_done", "not_training")
+RULE_NAMES = ("step_end", "phase_start", "phase_end", "memory", "training_done", "not_training", "step_rate")
 
 
 def _patterns(rules: ProgressRules) -> list[tuple[str, str]]:
@@ -78,6 +78,7 @@ class _Compiled:
     memory: tuple[re.Pattern[str], ...]
     done: re.Pattern[str] | None
     not_training: re.Pattern[str] | None = None
+    step_rate: re.Pattern[str] | None = None
 
 
 def _compile_one(name: str, pattern: str) -> re.Pattern[str]:
@@ -103,6 +104,7 @@ def _compile(rules: ProgressRules) -> _Compiled:
         alts("memory"),
         c.get("training_done"),
         c.get("not_training"),
+        c.get("step_rate"),
     )
 
 
@@ -179,6 +181,8 @@ def check_rules(rules: ProgressRules, where: str) -> None:
             _check_groups(f"{where}.{name}", pattern, PHASE_GROUPS, frozenset({"phase"}))
         elif base == "memory":
             _check_groups(f"{where}.{name}", pattern, MEMORY_GROUPS, frozenset({"gib", "mib"}))
+        elif base == "step_rate":
+            _check_groups(f"{where}.{name}", pattern, frozenset(RATE_GROUPS), frozenset(RATE_GROUPS))
 
 
 def rules_hint(rules: ProgressRules) -> str:
@@ -414,12 +418,16 @@ class ProgressTracker:
         done = rx.done.search(text) if rx.done else None
         events: list[ProgressEvent] = []
         with self._lock:
+            rate_line = rx.step_rate.search(text) if rx.step_rate is not None else None
+            if rate_line is not None and self._last_count:
+                self._fill_rate(self._last_index, rate_line)
             if rx.not_training is not None and rx.not_training.search(text):
                 self._after_eval = True
                 self.ledger.progress_at(t)
             elif step and self._after_eval:
-                self._after_eval, step = False, None  # the training bar moved by a validation batch
-                self.ledger.progress_at(t)
+                self._after_eval = False
+                self._skip_step(step, t, torchrun_prefix(text))
+                step = None
             if step and not self._take_step(step, line_no, t, events, torchrun_prefix(text)):
                 step = None  # a step already counted (a redrawn bar, another rank's line)
             if not step and end:
@@ -477,9 +485,19 @@ class ProgressTracker:
         self._numbered = True
         return False
 
-    def _fill_rate(self, index: int, m: re.Match[str]) -> None:
+    def _skip_step(self, m: re.Match[str], t: float, source: str | None) -> None:
+        """The training bar moved by a validation batch (``m``): its number is seen, not counted, and
+        the validation's time is no training step's."""
+        index_text = _group(m, "step")
+        if index_text is not None and self._last_index is not None:
+            self._last_index = max(self._last_index, int(index_text))
+            self._source_index[source] = int(index_text)
+        self._last_step_t = t
+        self.ledger.progress_at(t)
+
+    def _fill_rate(self, index: int | None, m: re.Match[str]) -> None:
         """A second line for the step counted last (DeepSpeed's throughput line after its ``step=N``
-        line) gives the rate that line lacked."""
+        line, SkyRL's console dict after its timer) gives the rate that line lacked."""
         rate, unit = _rate(m)
         if rate is None or index != self._last_index or not self._last_count:
             return
