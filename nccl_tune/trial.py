@@ -117,10 +117,19 @@ class StopRule:
     screen_steps: int = 0
     """Cheap screening (0: off): after the warm-up and this many measured steps, a trial not within
     reach of the incumbent is stopped; only promising ones run every measured step."""
+    enough_steps: int | None = None
+    """Measured steps that make a trial whose command ended by itself (exit 0 after its own last
+    step) measured all the same: the space's or ``--steps``, when the noise asked for more (None:
+    ``measured_steps``). Set by the tuner, never by a space file."""
 
     @property
     def total_steps(self) -> int:
         return self.warmup_steps + self.measured_steps
+
+    @property
+    def least_measured_steps(self) -> int:
+        """The measured steps a trial must have done to be measured (``enough_steps``)."""
+        return min(self.measured_steps, self.enough_steps or self.measured_steps)
 
 
 RATE_GROUPS: Mapping[str, str] = MappingProxyType(

@@ -224,6 +224,7 @@ class PipedTree(ProcessTree, Generic[CommandT]):
             signal_name=ending.exit.signal_name,
             steps_done=len(state.step_times_s),
             total_steps=state.warmup_for(spec.stop.warmup_steps) + spec.stop.measured_steps,
+            enough_steps=state.warmup_for(spec.stop.warmup_steps) + spec.stop.least_measured_steps,
             training_done=state.training_done,
             host_mem_peak_frac=self.sampler.host_peak_frac,
             fr_summary=_analyse(dumps),

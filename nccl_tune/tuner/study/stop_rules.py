@@ -17,7 +17,8 @@ The rules, checked after every launched trial, in order:
   any step, memory failures excepted; once a trial has run ``ok``, not when they share a value away
   from the baseline (a forced ``NCCL_ALGO`` that NCCL refuses: the value is to blame, and the
   sampler learns from it);
-- ``MAX_ENV_FAILURES_IN_A_ROW`` trials in a row failed for an environment reason;
+- ``MAX_ENV_FAILURES_IN_A_ROW`` trials in a row failed for an environment reason (a training that
+  finished by itself, ``too_few_steps``, is none: the command ran, and nothing of the node broke);
 - given the space, a trial that measured steps per second where those cannot rank trials (a preset
   recognised in the output reads no rate while a parameter changes how much a step does).
 """
@@ -168,7 +169,8 @@ class StopRules:
                 f"stopped: {result.stop_reason.value}): the command or the node looks broken, not the values; "
                 f"{result.verdict.advice or _evidence(result)} {_log(result)}"
             )
-        self.env_failures = self.env_failures + 1 if result.status.is_environment_failure else 0
+        finished = result.verdict.cause is not None and result.verdict.cause.rule == "too_few_steps"
+        self.env_failures = self.env_failures + 1 if result.status.is_environment_failure and not finished else 0
         if self.env_failures >= MAX_ENV_FAILURES_IN_A_ROW:
             raise NcclTuneError(
                 f"{self.env_failures} trials in a row failed with {result.status.value}: the node or the command looks "
