@@ -7,7 +7,9 @@ first). The formats are those of each project's own logging code:
 - ``skyrl``: SkyRL's ``Timer`` lines (``skyrl/train/utils/utils.py``, the same in the legacy
   ``skyrl_train``): ``Started: 'step'`` / ``Finished: 'step', time cost: 12.34s``, behind loguru's
   ``YYYY-MM-DD HH:mm:ss.SSS | INFO | module:function:line -`` and Ray's ``(pid=N)`` prefix;
-  ``print_mem`` (``Allocated: X GiB, Reserved: Y GiB, Free: .. GiB, Total: Z GiB``); ``Training done!``.
+  ``print_mem`` (``Allocated: X GiB, Reserved: Y GiB, Free: .. GiB, Total: Z GiB``); ``Training done!``;
+  the console logger's ``Step N:`` dict after the step timer (pprint, one key a line, values as
+  quoted strings): ``'trainer/tokens_per_second_per_gpu': '1234.5'`` is the step's rate.
 - ``hf-trainer``: Hugging Face Trainer/TRL (``trainer_callback.py``). ``ProgressCallback`` draws a
   tqdm bar over optimizer steps (``  5%|▌    | 10/200 [00:05<01:30,  2.10it/s]``, ``5.20s/it`` when
   slower than one step per second) and writes the log dict; ``PrinterCallback`` prints it without a
@@ -21,14 +23,20 @@ first). The formats are those of each project's own logging code:
   33.86GiB(35.65%)  tps: 1,234  tflops: 12.34  mfu: 5.67%`` in colours, tokens per second per GPU
   (``wps:`` before November 2024; ``mfu: N/A`` under quantisation); ``Training completed``.
 - ``megatron``: ``training.py`` ``training_log``: `` [date] iteration       10/     100 | consumed
-  samples: 640 | elapsed time per iteration (ms): 1234.5 | ... | global batch size:    64 | ...``;
+  samples: 640 | elapsed time per iteration (ms): 1234.5 | throughput per GPU (TFLOP/s/GPU): 345.6 |
+  ... | global batch size:    64 | ...`` every ``--log-interval`` iterations (the throughput, when
+  printed, is carried in its own unit);
   ``report_memory``: ``[Rank 0] (after 10 iterations) memory (MB) | allocated: ... | max reserved: ...``.
 - ``lightning``: ``TQDMProgressBar``: ``Epoch 1:   4%|▎   | 40/1095 [00:03<01:37, 10.84it/s, v_num=10]``
   (the rate, always ``it/s``, is the mean since the epoch started: its steps are timed by the wall
-  clock); ``Trainer.fit`` stopped: ``max_steps=N`` reached.
+  clock); ``Trainer.fit`` stopped: ``max_steps=N`` reached. Lightning 1.x's bar runs to the training
+  and validation batches together and moves with each ``Validation DataLoader 0:`` (``Validating:``)
+  redraw: the step line after one is no step (``not_training``).
 - ``deepspeed``: the engine's ``ThroughputTimer`` (``utils/timer.py``) every ``steps_per_print``
-  steps: ``epoch=0/micro_step=10/global_step=10, RunningAvgSamplesPerSec=.., CurrSamplesPerSec=..,
-  MemAllocated=1.2GB, MaxMemAllocated=2.3GB`` (GiB; older releases: ``0/50, SamplesPerSec=1292.6``).
+  steps from step 3: ``epoch=0/micro_step=10/global_step=10, RunningAvgSamplesPerSec=.., CurrSamplesPerSec=..,
+  MemAllocated=1.2GB, MaxMemAllocated=2.3GB`` (GiB; older releases: ``0/50, SamplesPerSec=1292.6``),
+  after the engine's own ``[Rank 0] step=10, skipped=0, lr=[..], mom=[..]`` (from step 1), whose
+  step the throughput line then gives its rate.
   Since 0.15.3 ``steps_per_print`` has no default and since 0.17.6 DeepSpeed logs at WARNING: the
   line needs ``"steps_per_print": N`` and ``"log_level": "info"`` in the DeepSpeed config.
 - ``verl``: the ``console`` logger (``verl/utils/logger/aggregate_logger.py``), one line per step:
