@@ -7,7 +7,9 @@ first). The formats are those of each project's own logging code:
 - ``skyrl``: SkyRL's ``Timer`` lines (``skyrl/train/utils/utils.py``, the same in the legacy
   ``skyrl_train``): ``Started: 'step'`` / ``Finished: 'step', time cost: 12.34s``, behind loguru's
   ``YYYY-MM-DD HH:mm:ss.SSS | INFO | module:function:line -`` and Ray's ``(pid=N)`` prefix;
-  ``print_mem`` (``Allocated: X GiB, Reserved: Y GiB, Free: .. GiB, Total: Z GiB``); ``Training done!``.
+  ``print_mem`` (``Allocated: X GiB, Reserved: Y GiB, Free: .. GiB, Total: Z GiB``); ``Training done!``;
+  the console logger's ``Step N:`` dict after the step timer (pprint, one key a line, values as
+  quoted strings): ``'trainer/tokens_per_second_per_gpu': '1234.5'`` is the step's rate.
 - ``hf-trainer``: Hugging Face Trainer/TRL (``trainer_callback.py``). ``ProgressCallback`` draws a
   tqdm bar over optimizer steps (``  5%|▌    | 10/200 [00:05<01:30,  2.10it/s]``, ``5.20s/it`` when
   slower than one step per second) and writes the log dict; ``PrinterCallback`` prints it without a
@@ -21,14 +23,20 @@ first). The formats are those of each project's own logging code:
   33.86GiB(35.65%)  tps: 1,234  tflops: 12.34  mfu: 5.67%`` in colours, tokens per second per GPU
   (``wps:`` before November 2024; ``mfu: N/A`` under quantisation); ``Training completed``.
 - ``megatron``: ``training.py`` ``training_log``: `` [date] iteration       10/     100 | consumed
-  samples: 640 | elapsed time per iteration (ms): 1234.5 | ... | global batch size:    64 | ...``;
+  samples: 640 | elapsed time per iteration (ms): 1234.5 | throughput per GPU (TFLOP/s/GPU): 345.6 |
+  ... | global batch size:    64 | ...`` every ``--log-interval`` iterations (the throughput, when
+  printed, is carried in its own unit);
   ``report_memory``: ``[Rank 0] (after 10 iterations) memory (MB) | allocated: ... | max reserved: ...``.
 - ``lightning``: ``TQDMProgressBar``: ``Epoch 1:   4%|▎   | 40/1095 [00:03<01:37, 10.84it/s, v_num=10]``
   (the rate, always ``it/s``, is the mean since the epoch started: its steps are timed by the wall
-  clock); ``Trainer.fit`` stopped: ``max_steps=N`` reached.
+  clock); ``Trainer.fit`` stopped: ``max_steps=N`` reached. Lightning 1.x's bar runs to the training
+  and validation batches together and moves with each ``Validation DataLoader 0:`` (``Validating:``)
+  redraw: the step line after one is no step (``not_training``).
 - ``deepspeed``: the engine's ``ThroughputTimer`` (``utils/timer.py``) every ``steps_per_print``
-  steps: ``epoch=0/micro_step=10/global_step=10, RunningAvgSamplesPerSec=.., CurrSamplesPerSec=..,
-  MemAllocated=1.2GB, MaxMemAllocated=2.3GB`` (GiB; older releases: ``0/50, SamplesPerSec=1292.6``).
+  steps from step 3: ``epoch=0/micro_step=10/global_step=10, RunningAvgSamplesPerSec=.., CurrSamplesPerSec=..,
+  MemAllocated=1.2GB, MaxMemAllocated=2.3GB`` (GiB; older releases: ``0/50, SamplesPerSec=1292.6``),
+  after the engine's own ``[Rank 0] step=10, skipped=0, lr=[..], mom=[..]`` (from step 1), whose
+  step the throughput line then gives its rate.
   Since 0.15.3 ``steps_per_print`` has no default and since 0.17.6 DeepSpeed logs at WARNING: the
   line needs ``"steps_per_print": N`` and ``"log_level": "info"`` in the DeepSpeed config.
 - ``verl``: the ``console`` logger (``verl/utils/logger/aggregate_logger.py``), one line per step:
@@ -79,13 +87,15 @@ SKYRL = ProgressRules(
         rf"(?:rank[ =:]*(?P<rank>\d+)\b.*?)?memory: (?P<gib>{_NUM})GiB(?:\s*\((?P<pct>{_NUM})%\))?",
     ),
     training_done=r"Training done!",
+    # the console logger's dict after the step (pprint, one key a line), values as quoted strings
+    step_rate=r"'trainer/tokens_per_second_per_gpu': '?(?P<tokens_per_s>\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?)",
     preset="skyrl",
 )
 
 HF_TRAINER = ProgressRules(
     step_end=(
         # the Trainer's bar has no description: the line starts with the percentage
-        rf"{_TORCHRUN}\s*\d{{1,3}}%\|[^|]*\|\s*(?P<step>\d+)/\d+ \[[^\]]*?,\s*{_TQDM_RATE}",
+        rf"{_TORCHRUN}\s*\d{{1,3}}%\|[^|]*\|\s*(?P<step>\d+)/(?P<of>\d+) \[[^\]]*?,\s*{_TQDM_RATE}",
         # a log dict with a 'loss' key (not the last one's 'train_loss'); 'step' and a samples rate if
         # printed, bare (4.x), as a string (5.x) or as a numpy scalar
         rf"{_TORCHRUN}\{{(?=(?:[^{{}}]*?, )?'loss': )"
@@ -106,6 +116,7 @@ TORCHTITAN = ProgressRules(
 MEGATRON = ProgressRules(
     step_end=(
         rf"iteration\s+(?P<step>\d+)/\s*\d+ \|.*?elapsed time per iteration \(ms\): (?P<ms>{_NUM}) \|"
+        rf"(?:.*?throughput per GPU \(TFLOP/s/GPU\): (?P<tflops_per_gpu>{_NUM}) \|)?"
         r"(?:.*?global batch size:\s*(?P<samples_per_step>\d+) \|)?",
     ),
     memory=(rf"\[Rank (?P<rank>\d+)\] \(after \d+ iterations\) memory \(MB\) \|.*?max reserved: (?P<mib>{_NUM})",),
@@ -116,11 +127,17 @@ MEGATRON = ProgressRules(
 LIGHTNING = ProgressRules(
     step_end=(rf"Epoch \d+:.*?\|\s*(?P<step>\d+)/(?:\d+|\?) \[[^\]]*?,\s*{_TQDM_RATE}",),
     training_done=r"`Trainer\.fit` stopped: `max_",
+    not_training=r"(?:^|\s)Validat(?:ing|ion DataLoader \d+): ",
     preset="lightning",
 )
 
 DEEPSPEED = ProgressRules(
-    step_end=(rf"(?:global_step=|\] \d+/)(?P<step>\d+),(?:.*?Curr)?\s*SamplesPerSec=(?P<samples_per_s>{_NUM})",),
+    step_end=(
+        rf"(?:global_step=|\] \d+/)(?P<step>\d+),(?:.*?Curr)?\s*SamplesPerSec=(?P<samples_per_s>{_NUM})",
+        # the engine's own line every steps_per_print steps, from step 1 (the timer's starts at step 3):
+        # ``step=N, skipped=N, lr=``, spelled so that its text to look for is "step=" (the log reader's)
+        r"\bstep=(?P<step>\d+), s\w*=\d+, lr=",
+    ),
     memory=(rf"global_step=\d+,.*?MaxMemAllocated=(?P<gib>{_NUM})GB",),
     preset="deepspeed",
 )
@@ -172,7 +189,7 @@ DETECT_ORDER: tuple[str, ...] = (
 preset's step, phase or end rule matches another preset's lines (``tests/test_presets.py``), so the
 order decides only for output that mixes two trainers' lines."""
 
-_RULE_FIELDS = ("step_end", "phase_start", "phase_end", "memory", "training_done")
+_RULE_FIELDS = ("step_end", "phase_start", "phase_end", "memory", "training_done", "not_training", "step_rate")
 
 
 def with_overrides(base: ProgressRules, overrides: ProgressRules) -> ProgressRules:

@@ -117,22 +117,45 @@ class StopRule:
     screen_steps: int = 0
     """Cheap screening (0: off): after the warm-up and this many measured steps, a trial not within
     reach of the incumbent is stopped; only promising ones run every measured step."""
+    enough_steps: int | None = None
+    """Measured steps that make a trial whose command ended by itself (exit 0 after its own last
+    step) measured all the same: the space's or ``--steps``, when the noise asked for more (None:
+    ``measured_steps``). Set by the tuner, never by a space file."""
 
     @property
     def total_steps(self) -> int:
         return self.warmup_steps + self.measured_steps
 
+    @property
+    def least_measured_steps(self) -> int:
+        """The measured steps a trial must have done to be measured (``enough_steps``)."""
+        return min(self.measured_steps, self.enough_steps or self.measured_steps)
+
 
 RATE_GROUPS: Mapping[str, str] = MappingProxyType(
-    {"samples_per_s": "samples", "tokens_per_s": "tokens", "steps_per_s": "steps", "it_per_s": "steps"}
+    {
+        "samples_per_s": "samples",
+        "tokens_per_s": "tokens",
+        "steps_per_s": "steps",
+        "it_per_s": "steps",
+        "tflops_per_gpu": "TFLOP/s/GPU",
+    }
 )
 """Groups of a step rule that carry a rate, and what the rate counts (``it/s`` of a progress bar
-counts steps)."""
+counts steps); a unit that names its own time (``TFLOP/s/GPU``, Megatron's) is carried as printed."""
 DURATION_GROUPS: Mapping[str, float] = MappingProxyType({"seconds": 1.0, "ms": 1e-3})
 """Groups of a step or phase rule that carry a duration, and their factor to seconds."""
-STEP_GROUPS = frozenset({*RATE_GROUPS, *DURATION_GROUPS, "step", "samples_per_step"})
-"""Every group a step rule may use (``step``: the step's number; ``samples_per_step``: samples the
-step processed, e.g. Megatron's global batch size)."""
+STEP_GROUPS = frozenset({*RATE_GROUPS, *DURATION_GROUPS, "step", "of", "samples_per_step"})
+"""Every group a step rule may use (``step``: the step's number, as the trainer counts them; ``of``:
+the count a progress bar runs to, which tells the training bar from an evaluation bar;
+``samples_per_step``: samples the step processed, e.g. Megatron's global batch size)."""
+
+
+def rate_unit_text(unit: str) -> str:
+    """A rate's unit as shown: ``tokens`` -> ``tokens/s``; a unit with its own time as it is."""
+    return unit if "/s" in unit else f"{unit}/s"
+
+
 MEMORY_GROUPS = frozenset({"gib", "mib", "pct", "total_gib", "rank", "gpu"})
 PHASE_GROUPS = frozenset({"phase", *DURATION_GROUPS})
 
@@ -160,6 +183,12 @@ class ProgressRules:
     optional ``pct`` (percent of the GPU) or ``total_gib``, which give the GPU's total."""
     training_done: str | None = None
     """Training finished: failures after this line happened during teardown."""
+    step_rate: str | None = None
+    """A line after a step's line that gives that step's rate (a group of ``RATE_GROUPS``), when the
+    step line gives none: SkyRL's console dict after its step timer."""
+    not_training: str | None = None
+    """A line of a loop that is not training (a validation bar): the step line right after it is no
+    step (Lightning 1.x advances its training bar by validation batches too)."""
     preset: str | None = None
     """The preset these rules come from (None: written in the space)."""
 
@@ -321,10 +350,12 @@ class MemoryReport:
 
     @property
     def peak_gib(self) -> float | None:
-        """Highest per-GPU peak, or the process tree's RSS when no GPU figure exists."""
+        """Highest per-GPU peak; None when no GPU figure exists (no GPU was sampled and the trainer
+        printed no memory line): the process tree's RSS is host memory, kept as ``peak_rss_gib``
+        and never shown as a GPU's peak."""
         if self.gpus:
             return max(g.peak_gib for g in self.gpus)
-        return self.peak_rss_gib
+        return None
 
     @property
     def min_headroom_gib(self) -> float | None:
@@ -468,15 +499,18 @@ class TrialResult:
     def throughput(self) -> tuple[float | None, str]:
         """Throughput over the measured steps and its unit (``samples/s``, ``tokens/s``, ``steps/s``).
 
-        The rate the trainer printed, when every measured step printed one (a steps rate times the
+        The rate the trainer printed, when every measured step printed one, or every one from the first
+        that did when none printed one before (a steps rate times the
         space's samples per step gives samples); otherwise from step durations: samples per step over
         the mean step time, or steps per second when the samples per step are unknown."""
         rates = self.step_rates[self.warmup_steps :]
+        if all(r is None for r in self.step_rates[: self.warmup_steps]):  # a rate that starts late (DeepSpeed's
+            rates = rates[next((i for i, r in enumerate(rates) if r is not None), len(rates)) :]  # timer: step 3)
         if rates and all(r is not None and r > 0 for r in rates) and self.rate_unit:
             mean_rate = sum(rates) / len(rates)  # type: ignore[arg-type]
             if self.rate_unit == "steps" and self.samples_per_step:
                 return mean_rate * self.samples_per_step, "samples/s"
-            return mean_rate, f"{self.rate_unit}/s"
+            return mean_rate, rate_unit_text(self.rate_unit)
         mean = self.mean_step_s
         if self.samples_per_step:
             return (self.samples_per_step / mean if mean else None), "samples/s"

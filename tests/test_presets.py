@@ -29,6 +29,11 @@ def read(rules: ProgressRules, chunks: list[str], dt: float = 2.0) -> ProgressSt
     return tracker.snapshot()
 
 
+def per_line(values, state: ProgressState) -> tuple:
+    """``values`` (one per step) at the last step of each step line."""
+    return tuple(values[end - 1] for end in state.step_line_ends)
+
+
 def result_of(state: ProgressState, warmup: int = 1, samples_per_step: float | None = None) -> TrialResult:
     return TrialResult(
         number=0,
@@ -181,7 +186,7 @@ def test_hf_trainer_lines_behind_torchrun_prefixes_but_not_a_described_bar():
     )
     assert s.preset == "hf-trainer" and len(s.step_times_s) == 2
     bar = read(PRESETS["hf-trainer"], ["\r[rank0]: 10%|█         | 2/20 [00:03<00:30,  1.65s/it]"])
-    assert bar.step_times_s == (2.0,)
+    assert bar.step_times_s == (1.0, 1.0)  # the bar's first redraw at step 2: two steps since the launch
     # another program's bar whose description ends in "]:" (OpenRLHF's "Episode [1/1]:") is no Trainer step
     assert (
         read(PRESETS["hf-trainer"], ["\rEpisode [1/1]:  10%|█         | 2/20 [00:03<00:30,  1.65s/it]"]).step_times_s
@@ -205,10 +210,12 @@ def test_torchtitan_metrics_lines_in_colour():
         "[rank0]:[titan] 2026-08-01 12:00:06,000 - root - INFO - Training completed\n",
     ]
     s = read(PRESETS["torchtitan"], lines)
-    assert s.step_rates == (1234.0, 5010.0, 4990.0) and s.rate_unit == "tokens" and s.training_done
-    assert s.step_times_s[1:] == (pytest.approx(2.0 / 9), pytest.approx(4.0 / 10))  # log_freq steps apart
+    # a line every 10th step (and at step 1) stands for the steps since the previous line
+    assert s.step_line_ends == (1, 10, 20) and len(s.step_rates) == 20
+    assert per_line(s.step_rates, s) == (1234.0, 5010.0, 4990.0) and s.rate_unit == "tokens" and s.training_done
+    assert per_line(s.step_times_s, s)[1:] == (pytest.approx(2.0 / 9), pytest.approx(4.0 / 10))  # log_freq apart
     assert s.memory_peak_gib[None] == 21.10 and s.memory_total_gib[None] == pytest.approx(21.08 / 0.2216, rel=1e-3)
-    assert result_of(s).throughput == (pytest.approx(5000.0), "tokens/s")
+    assert result_of(s).throughput == (pytest.approx((9 * 5010 + 10 * 4990) / 19), "tokens/s")  # step-weighted
 
 
 def test_torchtitan_before_november_2024_printed_wps():
@@ -217,7 +224,8 @@ def test_torchtitan_before_november_2024_printed_wps():
         "  wps: {wps}  mfu: 7.22%\n"
     )
     s = read(PRESETS["torchtitan"], [line.format(step=10, wps="5,010"), line.format(step=20, wps="4,990")])
-    assert s.step_rates == (5010.0, 4990.0) and s.rate_unit == "tokens" and s.memory_peak_gib[None] == 21.05
+    assert s.step_line_ends == (10, 20) and per_line(s.step_rates, s) == (5010.0, 4990.0)
+    assert s.rate_unit == "tokens" and s.memory_peak_gib[None] == 21.05
 
 
 MEGATRON = (
@@ -238,9 +246,11 @@ def test_megatron_iteration_lines_and_memory_report():
         " [after training is done] datetime: 2026-08-01 12:10:00 \n",
     ]
     s = read(PRESETS["megatron"], lines)
-    assert s.step_times_s == (1.5, 1.0, 1.28) and s.samples_per_step == 64 and s.training_done
+    assert s.step_line_ends == (10, 20, 30) and per_line(s.step_times_s, s) == (1.5, 1.0, 1.28)
+    assert s.samples_per_step == 64 and s.training_done
     assert s.memory_peak_gib[0] == pytest.approx(30.0)
-    assert result_of(s).throughput == (pytest.approx(64 / 1.14), "samples/s")
+    # the throughput Megatron prints, in its own unit; its step times are kept as printed
+    assert result_of(s).throughput == (pytest.approx(123.4), "TFLOP/s/GPU")
 
 
 def test_lightning_progress_bar_from_real_tqdm_and_from_its_docs():
@@ -268,7 +278,9 @@ def test_lightning_progress_bar_from_real_tqdm_and_from_its_docs():
             "\n`Trainer.fit` stopped: `max_steps=41` reached.\n",
         ],
     )
-    assert docs.step_times_s == (2.0, 2.0) and docs.step_rates == () and docs.training_done
+    # the first redraw seen is step 40: 40 steps in the 2 s since the launch, then one step
+    assert docs.step_line_ends == (40, 41) and docs.step_times_s[-1] == 2.0 and docs.step_rates == ()
+    assert docs.training_done
 
 
 def test_a_bar_that_starts_over_for_a_new_epoch_counts_on():
@@ -287,7 +299,8 @@ def test_deepspeed_throughput_timer_today_and_in_older_releases():
         for i in (1, 2, 3)
     ]
     s = read(PRESETS["deepspeed"], today)
-    assert s.step_rates == (47.5, 48.5, 49.5) and s.rate_unit == "samples" and s.memory_peak_gib[None] == 7.83
+    assert s.step_line_ends == (10, 20, 30) and per_line(s.step_rates, s) == (47.5, 48.5, 49.5)
+    assert s.rate_unit == "samples" and s.memory_peak_gib[None] == 7.83
     old = read(
         PRESETS["deepspeed"],
         [
@@ -295,7 +308,7 @@ def test_deepspeed_throughput_timer_today_and_in_older_releases():
             "worker-0: [INFO 2020-02-06 19:53:56] 0/100, SamplesPerSec=1303.6726433398537\n",
         ],
     )
-    assert old.step_rates == (1292.6411179579866, 1303.6726433398537)
+    assert per_line(old.step_rates, old) == (1292.6411179579866, 1303.6726433398537)
 
 
 def verl_line(step: int, metrics: dict[str, str]) -> str:

@@ -229,13 +229,14 @@ class ProgressReader:
 
 
 def _rules_in_use(rules: ProgressRules | None) -> tuple[ProgressRules, ...]:
-    """The rules to read: the space's when they name a step rule, else SkyRL's preset under them;
-    for a log of unknown origin (None), every preset (SkyRL's first: its phase timers)."""
-    from nccl_tune.presets import DETECT_ORDER, PRESETS, SKYRL, with_overrides
+    """The rules to read: the space's when they name a step rule, else every preset under them (the
+    trainer is not known); for a log of unknown origin (None), every preset (SkyRL's first: its
+    phase timers)."""
+    from nccl_tune.presets import DETECT_ORDER, PRESETS, candidates
 
     if rules is None:
         return tuple(PRESETS[name] for name in DETECT_ORDER)
-    return (with_overrides(SKYRL, rules) if rules.detect else rules,)
+    return candidates(rules)
 
 
 @lru_cache(maxsize=16)

@@ -93,6 +93,9 @@ class TrialFacts:
     signal_name: str | None = None
     steps_done: int | None = None
     total_steps: int | None = None
+    enough_steps: int | None = None
+    """Steps (warm-up included) after which a command that ends by itself was measured all the same:
+    fewer than ``total_steps`` when the tuner asked for more than the rule needs."""
     training_done: bool = False
     """The command printed its end-of-training line (the progress rules' ``training_done``)."""
     host_mem_peak_frac: float | None = None
@@ -120,6 +123,7 @@ class TrialFacts:
             "signal_name": self.signal_name,
             "steps_done": self.steps_done,
             "total_steps": self.total_steps,
+            "enough_steps": self.enough_steps,
             "training_done": self.training_done,
             "host_mem_peak_frac": self.host_mem_peak_frac,
             "progress": _progress_json(self.progress),
@@ -149,6 +153,7 @@ class TrialFacts:
             signal_name=data.get("signal_name"),
             steps_done=data.get("steps_done"),
             total_steps=data.get("total_steps"),
+            enough_steps=data.get("enough_steps"),
             training_done=bool(data.get("training_done")),
             host_mem_peak_frac=data.get("host_mem_peak_frac"),
             progress=ProgressRules(**progress) if isinstance(progress, Mapping) else None,
@@ -426,6 +431,9 @@ def _exited(facts: TrialFacts, found: Verdict, clf: LogClassifier) -> Verdict:
     if code == 0 and sig is None and done is not None and total is not None and done < total:
         if found.failure_class is not FailureClass.OK:
             return found
+        if facts.enough_steps is not None and done >= facts.enough_steps:  # a command of a fixed length
+            line = _own(f"the command ended by itself after {done} steps, of the {total} asked: enough to measure")
+            return replace(found, evidence=(line, *found.evidence))
         return _exited_early(facts, clf)
     how = f"killed by {sig}" if sig else f"exited with code {code}"
     if code in (126, 127) and found.failure_class in (FailureClass.OK, FailureClass.CRASH):

@@ -311,7 +311,7 @@ class ProcessTreeLauncher(Launcher, Generic[TreeT]):
             late_steps=state.late_steps,
             rate_unit=state.rate_unit,
             progress_preset=state.preset,
-            warmup_steps=spec.stop.warmup_steps if found.warmup_steps is None else found.warmup_steps,
+            warmup_steps=state.warmup_for(spec.stop.warmup_steps) if found.warmup_steps is None else found.warmup_steps,
             phase_max_s=state.phase_max_s,
             samples_per_step=state.samples_per_step or spec.samples_per_step,
             memory=found.memory,

@@ -40,7 +40,7 @@ from nccl_tune.trial import (
     ProgressRules,
 )
 
-RULE_NAMES = ("step_end", "phase_start", "phase_end", "memory", "training_done")
+RULE_NAMES = ("step_end", "phase_start", "phase_end", "memory", "training_done", "not_training", "step_rate")
 
 
 def _patterns(rules: ProgressRules) -> list[tuple[str, str]]:
@@ -78,6 +78,8 @@ class _Compiled:
     phase_end: re.Pattern[str] | None
     memory: tuple[re.Pattern[str], ...]
     done: re.Pattern[str] | None
+    not_training: re.Pattern[str] | None = None
+    step_rate: re.Pattern[str] | None = None
 
 
 def _compile_one(name: str, pattern: str) -> re.Pattern[str]:
@@ -96,7 +98,14 @@ def _compile(rules: ProgressRules) -> _Compiled:
         return tuple(v for k, v in c.items() if k == field_name or k.startswith(field_name + "["))
 
     return _Compiled(
-        rules.preset, alts("step_end"), c.get("phase_start"), c.get("phase_end"), alts("memory"), c.get("training_done")
+        rules.preset,
+        alts("step_end"),
+        c.get("phase_start"),
+        c.get("phase_end"),
+        alts("memory"),
+        c.get("training_done"),
+        c.get("not_training"),
+        c.get("step_rate"),
     )
 
 
@@ -147,14 +156,15 @@ def _check_groups(where: str, pattern: str, allowed: frozenset[str], needs: froz
         raise NcclTuneError(
             f"{where}: the rule needs a group named {' or '.join(sorted(needs))}, e.g. (?P<{min(needs)}>...)"
         )
-    measures = sorted(set(paths) & (set(RATE_GROUPS) | set(DURATION_GROUPS)))
-    for i, a in enumerate(measures):
-        for b in measures[i + 1 :]:
-            if not _exclusive(paths[a], paths[b]):
-                raise NcclTuneError(
-                    f"{where}: groups {a!r} and {b!r} can match the same line; keep one (a step's duration or a rate), "
-                    "or make them alternatives of one another (A|B)"
-                )
+    for kind in (RATE_GROUPS, DURATION_GROUPS):  # a step's duration and its rate are two facts; two of one are not
+        measures = sorted(set(paths) & set(kind))
+        for i, a in enumerate(measures):
+            for b in measures[i + 1 :]:
+                if not _exclusive(paths[a], paths[b]):
+                    raise NcclTuneError(
+                        f"{where}: groups {a!r} and {b!r} can match the same line; keep one, "
+                        "or make them alternatives of one another (A|B)"
+                    )
 
 
 def check_rules(rules: ProgressRules, where: str) -> None:
@@ -172,6 +182,8 @@ def check_rules(rules: ProgressRules, where: str) -> None:
             _check_groups(f"{where}.{name}", pattern, PHASE_GROUPS, frozenset({"phase"}))
         elif base == "memory":
             _check_groups(f"{where}.{name}", pattern, MEMORY_GROUPS, frozenset({"gib", "mib"}))
+        elif base == "step_rate":
+            _check_groups(f"{where}.{name}", pattern, frozenset(RATE_GROUPS), frozenset(RATE_GROUPS))
 
 
 def rules_hint(rules: ProgressRules) -> str:
@@ -208,6 +220,8 @@ class ProgressState:
     """A snapshot of what the log said so far."""
 
     step_times_s: tuple[float, ...] = ()
+    step_line_ends: tuple[int, ...] = ()
+    """The steps counted at the end of each step line (a line every Nth step stands for N steps)."""
     step_rates: tuple[float | None, ...] = ()
     """The rate each step line printed (empty when none printed one)."""
     rate_unit: str | None = None
@@ -240,6 +254,11 @@ class ProgressState:
     def open_phase(self) -> str | None:
         """The innermost phase that started and has not finished."""
         return self.open_phases[-1] if self.open_phases else None
+
+    def warmup_for(self, warmup_steps: int) -> int:
+        """The warm-up steps, ``warmup_steps`` rounded up to the end of the step line that covers
+        them: a line every Nth step times its N steps as one (their mean), slow first step included."""
+        return next((end for end in self.step_line_ends if end >= warmup_steps), warmup_steps)
 
 
 def _group(m: re.Match[str], name: str) -> str | None:
@@ -280,6 +299,7 @@ class ProgressLedger:
         """When the command was launched, on the clock of the progress times: the first progress
         line then measures the start-up (``STARTUP_PHASE``). None when unknown."""
         self.step_times_s: list[float] = []
+        self.step_line_ends: list[int] = []
         self.phase_max_s: dict[str, float] = {}
         self.open_phases: list[str] = []
         self.first_progress_t: float | None = None
@@ -295,13 +315,18 @@ class ProgressLedger:
         self._close(phase, seconds)
         self._progress_at(t)
 
-    def step_finished(self, seconds: float, t: float) -> int:
-        """A training step finished at ``t`` after ``seconds`` (a step line; it also ends the phase
-        named ``step``); returns the step's index (0-based, warm-up included)."""
-        self.step_times_s.append(seconds)
+    def step_finished(self, seconds: float, t: float, count: int = 1) -> int:
+        """``count`` training steps finished at ``t``, each after ``seconds`` (a step line; it also
+        ends the phase named ``step``); returns the last step's index (0-based, warm-up included)."""
+        self.step_times_s.extend([seconds] * count)
+        self.step_line_ends.append(len(self.step_times_s))
         self._close("step", seconds)
         self._progress_at(t)
         return len(self.step_times_s) - 1
+
+    def progress_at(self, t: float) -> None:
+        """A line that is progress but no training step came at ``t`` (an evaluation bar)."""
+        self._progress_at(t)
 
     def _progress_at(self, t: float) -> None:
         if self.first_progress_t is None:
@@ -321,6 +346,7 @@ class ProgressLedger:
         """The ledger as a ``ProgressState`` (``more``: the state's other fields, step times retimed)."""
         more = {"step_times_s": tuple(self.step_times_s), **more}
         return ProgressState(
+            step_line_ends=tuple(self.step_line_ends),
             phase_max_s=MappingProxyType(dict(self.phase_max_s)),
             open_phases=tuple(self.open_phases),
             first_progress_t=self.first_progress_t,
@@ -342,7 +368,14 @@ class ProgressTracker:
         self._literals_now = self.literals
         self._lock = threading.Lock()
         self._start_t = start_t
-        self._step_alt: int | None = None
+        self._bar_of: str | None = None
+        """The count the training bar runs to (the first bar's): a bar to another count is not training."""
+        self._numbered = False
+        self._after_eval = False
+        """The last progress line was a loop that is not training (``ProgressRules.not_training``)."""
+        """A step line with a step number was counted: lines without one are no longer steps."""
+        self._last_count = 0
+        """Steps the last counted step line stood for."""
         self.ledger = ProgressLedger(launch_t=start_t)
         self._rates: list[float | None] = []
         self._rate_unit: str | None = None
@@ -374,15 +407,8 @@ class ProgressTracker:
         return self._literals_now
 
     def _step_match(self, rx: _Compiled, text: str) -> re.Match[str] | None:
-        """The step alternative in use matches ``text`` (the first alternative to match is kept)."""
-        if self._step_alt is not None:
-            return rx.step[self._step_alt].search(text)
-        for i, pattern in enumerate(rx.step):
-            m = pattern.search(text)
-            if m:
-                self._step_alt = i
-                return m
-        return None
+        """The first step alternative that matches ``text``."""
+        return next((m for m in (p.search(text) for p in rx.step) if m), None)
 
     def feed(self, line_no: int, text: str, t: float) -> list[ProgressEvent]:
         """Parse one line; return (and queue for ``drain_events``) what it said."""
@@ -399,6 +425,16 @@ class ProgressTracker:
         done = rx.done.search(text) if rx.done else None
         events: list[ProgressEvent] = []
         with self._lock:
+            rate_line = rx.step_rate.search(text) if rx.step_rate is not None else None
+            if rate_line is not None and self._last_count:
+                self._fill_rate(self._last_index, rate_line)
+            if rx.not_training is not None and rx.not_training.search(text):
+                self._after_eval = True
+                self.ledger.progress_at(t)
+            elif step and self._after_eval:
+                self._after_eval = False
+                self._skip_step(step, t, torchrun_prefix(text))
+                step = None
             if step and not self._take_step(step, line_no, t, events, torchrun_prefix(text)):
                 step = None  # a step already counted (a redrawn bar, another rank's line)
             if not step and end:
@@ -440,29 +476,73 @@ class ProgressTracker:
             return False
         return own is None or index >= own
 
+    def _not_training(self, m: re.Match[str], index: int | None, t: float) -> bool:
+        """The step line ``m`` is no training step: a bar that runs to another count than the
+        training bar's (the Trainer's evaluation bar), or a line without a step number once lines
+        with one have come (a log dict beside the bar that numbers the steps)."""
+        of_text = _group(m, "of")
+        if of_text is not None:
+            if self._bar_of is None:
+                self._bar_of = of_text
+            elif of_text != self._bar_of:
+                self.ledger.progress_at(t)
+                return True
+        if index is None:
+            return self._numbered
+        self._numbered = True
+        return False
+
+    def _skip_step(self, m: re.Match[str], t: float, source: str | None) -> None:
+        """The training bar moved by a validation batch (``m``): its number is seen, not counted, and
+        the validation's time is no training step's."""
+        index_text = _group(m, "step")
+        if index_text is not None and self._last_index is not None:
+            self._last_index = max(self._last_index, int(index_text))
+            self._source_index[source] = int(index_text)
+        self._last_step_t = t
+        self.ledger.progress_at(t)
+
+    def _fill_rate(self, index: int | None, m: re.Match[str]) -> None:
+        """A second line for the step counted last (DeepSpeed's throughput line after its ``step=N``
+        line, SkyRL's console dict after its timer) gives the rate that line lacked."""
+        rate, unit = _rate(m)
+        if rate is None or index != self._last_index or not self._last_count:
+            return
+        if all(r is None for r in self._rates[-self._last_count :]):
+            self._rates[-self._last_count :] = [rate] * self._last_count
+            self._rate_unit = unit or self._rate_unit
+
     def _take_step(
         self, m: re.Match[str], line_no: int, t: float, events: list[ProgressEvent], source: str | None = None
     ) -> bool:
-        """Count the step line ``m`` (``source``: the rank prefix it came with); False when it
-        repeats a step already counted."""
+        """Count the step line ``m`` (``source``: the rank prefix it came with) as the steps since
+        the previous step line, by the numbers the trainer prints; False when it is no new step."""
         index_text = _group(m, "step")
         index = int(index_text) if index_text is not None else None
+        if self._not_training(m, index, t):
+            return False
         last = self._last_index
         if index is not None and self._repeats(index, source):
+            self._fill_rate(index, m)
             return False
-        between = index - last if index is not None and last is not None and index > last else 1
+        if index is None:
+            count = 1
+        elif last is None or index <= last:  # the first line, or a bar that started again (an epoch)
+            count = max(1, index)
+        else:
+            count = index - last
         seconds = _duration(m)
         if seconds is None:
             since = self._last_step_t if self._last_step_t is not None else self._start_t
-            seconds = max(0.0, (t - since) / between) if since is not None else 0.0
-            self._clock.take(len(self.ledger.step_times_s), t, m.string, between)
+            seconds = max(0.0, (t - since) / count) if since is not None else 0.0
+            self._clock.take(len(self.ledger.step_times_s), t, m.string, count)
         rate, unit = _rate(m)
         samples = _float(m, "samples_per_step")
-        self._last_index, self._last_step_t = index, t
-        self._rates.append(rate)
+        self._last_index, self._last_step_t, self._last_count = index, t, count
+        self._rates.extend([rate] * count)
         self._rate_unit = unit or self._rate_unit
         self._samples = samples if samples is not None else self._samples
-        index = self.ledger.step_finished(seconds, t)
+        index = self.ledger.step_finished(seconds, t, count)
         events.append(ProgressEvent("step", line_no, t, "step", seconds, index))
         return True
 

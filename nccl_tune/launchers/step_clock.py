@@ -96,11 +96,14 @@ class StepClock:
             return Retimed(tuple(wall_times_s), (), 0)
         out, untimed = list(wall_times_s), []
         prev: float | None = None
-        for line in self._lines:
-            if line.stamp is not None and prev is not None and line.stamp >= prev and line.index < len(out):
-                out[line.index] = (line.stamp - prev) / line.between
-            elif line.index < len(out):
-                out[line.index] = 0.0
-                untimed.append(line.index)
+        for line in self._lines:  # a line stands for the ``between`` steps since the previous one
+            steps = [i for i in range(line.index, line.index + line.between) if i < len(out)]
+            if line.stamp is not None and prev is not None and line.stamp >= prev:
+                for i in steps:
+                    out[i] = (line.stamp - prev) / line.between
+            else:
+                for i in steps:
+                    out[i] = 0.0
+                untimed.extend(steps)
             prev = line.stamp
         return Retimed(tuple(out), tuple(untimed), self._late)

@@ -67,13 +67,13 @@ class Watch:
 
     def check(self, state: ProgressState, now: float) -> Decision | None:
         """The reason to stop now, or None to keep watching."""
-        steps = len(state.step_times_s)
-        if steps >= self.stop.total_steps:
-            return Decision(StopReason.MEASURED, f"all {self.stop.total_steps} steps done", state.open_phase)
+        steps, total = len(state.step_times_s), state.warmup_for(self.stop.warmup_steps) + self.stop.measured_steps
+        if steps >= total:
+            return Decision(StopReason.MEASURED, f"all {total} steps done", state.open_phase)
         due_t, reason = self.due(state)
         if now < due_t:
             return None
-        of_steps = f"{steps} of {self.stop.total_steps} steps"
+        of_steps = f"{steps} of {total} steps"
         if reason is StopReason.BUDGET:
             detail = f"trial budget of {self.clocks.trial_timeout_s:g} s used up after {of_steps}"
             return Decision(reason, detail, state.open_phase)

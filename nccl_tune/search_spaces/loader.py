@@ -48,7 +48,7 @@ _PARAM_KEYS = {
     "arg_style", "enabled",
 }  # fmt: skip
 _TRIAL_KEYS = {"overrides", "env"}
-_STOP_KEYS = {f.name for f in dataclasses.fields(StopRule)}
+_STOP_KEYS = {f.name for f in dataclasses.fields(StopRule)} - {"enough_steps"}
 _CLOCK_KEYS = {f.name for f in dataclasses.fields(Clocks) if f.name != "phase_max_s"}  # measured, never given
 _PROGRESS_KEYS = {f.name for f in dataclasses.fields(ProgressRules)}
 _THROUGHPUT_KEYS = {"samples_per_step"}

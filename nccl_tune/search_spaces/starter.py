@@ -4,7 +4,8 @@ From an argparse help (``--batch-size BATCH_SIZE  ... (default: 8)``) or a Hydra
 under ``== Config ==``), the options that look tunable (batch and micro-batch sizes, gradient
 accumulation, sequence lengths, offload, activation checkpointing, data-loader workers) become
 parameters, with kinds and defaults where the help shows them; a progress preset is guessed from
-the command; ``# check:`` comments mark what only the user can know. Nothing here runs anything:
+the command, and with it the trainer's settings for a short trial (``trial_settings``); ``# check:``
+comments mark what only the user can know. Nothing here runs anything:
 ``launchers/help.py`` fetches the help text.
 """
 
@@ -23,6 +24,7 @@ import yaml
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.presets import PRESETS
 from nccl_tune.search_spaces.spelling import format_value
+from nccl_tune.search_spaces.trial_settings import trial_block
 
 
 @dataclass(frozen=True)
@@ -330,7 +332,10 @@ def _document(
         )
         lines[-2] = "progress:"
     logging = [o for o in options if _LOGGING.match(_norm(o.key).split(".")[-1]) and o.takes_value]
-    if logging:
+    settings = trial_block(preset, [o.key for o in options])
+    if settings:
+        lines += settings
+    elif logging:
         key = logging[0].key
         lines += [
             "",

@@ -75,6 +75,15 @@ def test_exit_zero_before_the_measured_steps() -> None:
     assert decide(facts(*HEALTHY, exit_code=0, steps_done=3, total_steps=3, stop_reason=StopReason.EXITED)).ok
 
 
+def test_a_command_of_a_fixed_length_that_ran_enough_steps_is_measured() -> None:
+    # asked for 16 steps (the tuner's, for the noise), the command ran its own 6: 4 were enough
+    ended = dict(exit_code=0, total_steps=16, enough_steps=4, training_done=True, stop_reason=StopReason.EXITED)
+    v = decide(facts(*HEALTHY, skyrl("Training done!"), steps_done=6, **ended))
+    assert v.ok and "ended by itself after 6 steps, of the 16 asked" in v.evidence[0].text
+    short = decide(facts(*HEALTHY, skyrl("Training done!"), steps_done=3, **ended))
+    assert (short.failure_class, short.cause.rule) == (F.CONFIG_ERROR, "too_few_steps")
+
+
 def test_a_program_that_cannot_run_is_a_config_error() -> None:
     v = decide(facts("run.sh: line 3: uvx: command not found", exit_code=127, stop_reason=StopReason.EXITED))
     assert v.failure_class is F.CONFIG_ERROR

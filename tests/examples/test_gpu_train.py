@@ -80,7 +80,9 @@ def test_the_gpu_line_gives_the_reader_max_memory_reserved_and_the_gpu_s_size():
     line = gpu_train.step_line(7, 10.53125, 1.09, 98304.4, 512.3, (61.27, 43.95))
     assert line == "step:  7  loss: 10.5312  grad_norm:  1.0900  memory: 61.27GiB(43.95%)  tps: 98,304  tflops: 512.30"
     state = read_progress([line, "Training completed"])
-    assert state.preset == "torchtitan" and state.step_rates == (98304.0,) and state.training_done
+    # the first line, at step 7, stands for the 7 steps since the start
+    assert state.preset == "torchtitan" and state.step_line_ends == (7,) and state.training_done
+    assert state.step_rates == (98304.0,) * 7
     assert state.memory_peak_gib == {None: 61.27}
     assert state.memory_total_gib[None] == pytest.approx(61.27 / 0.4395, rel=1e-3)
 

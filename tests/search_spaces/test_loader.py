@@ -177,9 +177,9 @@ PROGRESS_BAD = {
         "progress:\n  preset: fairseq\n",
         r"progress.preset 'fairseq' is unknown; presets: skyrl, hf-trainer",
     ),
-    "rate and seconds together": (
-        "progress:\n  step_end: 'step (?P<seconds>[0-9.]+)s (?P<samples_per_s>[0-9.]+) samples/s'\n",
-        r"progress.step_end: groups 'samples_per_s' and 'seconds' can match the same line",
+    "two rates together": (  # a duration and a rate are two facts of a step (Megatron prints both)
+        "progress:\n  step_end: 'step (?P<tokens_per_s>[0-9.]+) tok/s (?P<samples_per_s>[0-9.]+) samples/s'\n",
+        r"progress.step_end: groups 'samples_per_s' and 'tokens_per_s' can match the same line",
     ),
     "empty step rule": ("progress:\n  preset: lightning\n  step_end: []\n", "no trial can be ranked"),
     "unknown group": ("progress:\n  step_end: 'step (?P<sec>[0-9.]+)s'\n", "unknown group 'sec'"),

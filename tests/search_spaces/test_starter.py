@@ -104,3 +104,57 @@ def test_help_without_options_is_one_line():
     with pytest.raises(NcclTuneError, match="shows no argparse or Hydra options") as info:
         init_space([sys.executable, "-c", "print('hello')"])
     assert "\n" not in str(info.value)
+
+
+HF_HELP = """usage: sft.py [-h] [--per_device_train_batch_size PER_DEVICE_TRAIN_BATCH_SIZE]
+
+options:
+  --per_device_train_batch_size PER_DEVICE_TRAIN_BATCH_SIZE
+                        Batch size per device accelerator core/CPU for training. (default: 8)
+  --max_steps MAX_STEPS
+                        If > 0: set total number of training steps to perform. (default: -1)
+  --evaluation_strategy {no,steps,epoch}
+                        The evaluation strategy to use. (default: no)
+  --logging_steps LOGGING_STEPS
+                        Log every X updates steps. (default: 500)
+"""
+MEGATRON_HELP = """usage: pretrain_gpt.py [-h] [--micro-batch-size MICRO_BATCH_SIZE]
+
+options:
+  --micro-batch-size MICRO_BATCH_SIZE
+                        Batch size per model instance (local batch size).
+  --train-iters TRAIN_ITERS
+                        Total number of iterations to train over all training runs.
+  --log-interval LOG_INTERVAL
+                        Report loss and timing interval.
+"""
+
+
+def test_the_trainers_short_trial_settings_come_with_its_preset():
+    from nccl_tune.search_spaces.starter import starter_yaml
+
+    hf = starter_yaml(["accelerate", "launch", "sft.py"], HF_HELP)
+    space = parse_space(hf, source="t", label="t")
+    # what the help shows becomes the trial's overrides, in the command's own spelling (an older
+    # transformers: --evaluation_strategy); the step cap is the trial's own steps
+    assert space.trial_overrides == {
+        "--max_steps": "{total_steps}",
+        "--evaluation_strategy": "no",
+        "--logging_steps": "1",
+    }
+    # what it does not show is there to check, not passed
+    assert '# "--save_strategy": "no"' in hf and '# "--report_to": "none"' in hf
+    megatron = starter_yaml(["torchrun", "pretrain_gpt.py"], MEGATRON_HELP)
+    space = parse_space(megatron, source="t", label="t")
+    assert space.trial_overrides == {"--train-iters": "{total_steps}", "--log-interval": "1"}
+    assert '# "--eval-iters": 0' in megatron and "without --save" in megatron
+    # DeepSpeed's every-step line is a setting of its config file: a note, no override
+    deepspeed = starter_yaml(["deepspeed", "train.py"], HF_HELP.replace("sft.py", "train.py"))
+    assert parse_space(deepspeed, source="t", label="t").trial_overrides == {}
+    assert '"steps_per_print": 1' in deepspeed
+    # a trainer without settings keeps the logging flag the help shows
+    plain_help = (
+        "options:\n  --batch-size BATCH_SIZE  samples per step (default: 8)\n  --log-interval N  (default: 10)\n"
+    )
+    plain = starter_yaml(["python", "train.py"], plain_help)
+    assert parse_space(plain, source="t", label="t").trial_overrides == {"--log-interval": "1"}

@@ -19,7 +19,9 @@ The rules, checked after every launched trial, in order:
   sampler learns from it); never for the command refusing its configuration once a trial ran
   ``ok``: the same command ran, so a refusal is the values' doing (a batch rule that a combination
   breaks), however many come in a row;
-- ``MAX_ENV_FAILURES_IN_A_ROW`` trials in a row failed for an environment reason;
+- ``MAX_ENV_FAILURES_IN_A_ROW`` trials in a row failed for an environment reason (a training that
+  finished by itself, ``too_few_steps``, is none: the command ran, and nothing of the node broke;
+  nor is a refusal once a trial ran ``ok``);
 - given the space, a trial that measured steps per second where those cannot rank trials (a preset
   recognised in the output reads no rate while a parameter changes how much a step does).
 """
@@ -171,8 +173,9 @@ class StopRules:
                 f"stopped: {result.stop_reason.value}): the command or the node looks broken, not the values; "
                 f"{result.verdict.advice or _evidence(result)} {_log(result)}"
             )
+        finished = result.verdict.cause is not None and result.verdict.cause.rule == "too_few_steps"
         if not refused:  # a refusal of these values says nothing of the node's health
-            self.env_failures = self.env_failures + 1 if result.status.is_environment_failure else 0
+            self.env_failures = self.env_failures + 1 if result.status.is_environment_failure and not finished else 0
         if self.env_failures >= MAX_ENV_FAILURES_IN_A_ROW:
             raise NcclTuneError(
                 f"{self.env_failures} trials in a row failed with {result.status.value}: the node or the command looks "

@@ -27,7 +27,11 @@ measured spread asks for and the space's steps, weighed by degrees of freedom ag
 - the timeout cap: the longest finished trial, run with ``n`` measured steps, stays within
   ``TIMEOUT_SHARE`` of the trial timeout (room for a config with slower steps; a trial over the
   timeout is stopped as ``budget``).
-- ``MAX_MEASURED_STEPS``.
+- ``MAX_MEASURED_STEPS``;
+- the command's own length: a command of a fixed length (its own step cap, one epoch of a small
+  data set) runs only so many steps; once a trial has exited 0 by itself, the next ones measure at
+  most the most measured steps such a run had (``command_steps``), and a run that ends there with
+  the space's steps measured is measured and ranked (``StopRule.enough_steps``).
 
 An explicit ``--steps`` fixes the count (``trial_builder.stop_for``). Screening is unchanged: its
 rung comes after the same ``stop.screen_steps``, and only trials within reach run the rest. The
@@ -48,7 +52,7 @@ from dataclasses import dataclass
 from statistics import median
 
 from nccl_tune.failure import FailureClass
-from nccl_tune.trial import TrialResult
+from nccl_tune.trial import StopReason, TrialResult
 from nccl_tune.tuner.records.study_records import TrialRecord
 from nccl_tune.tuner.search.throughput_model import RUN_NOISE, pooled_step_spread, run_variance
 
@@ -81,6 +85,14 @@ class MeasuredSteps:
     """Median fixed part of a finished trial, in its own measured steps (None: none measured)."""
     cost_cap_steps: int | None = None
     timeout_cap_steps: int | None = None
+    command_cap_steps: int | None = None
+    """The most measured steps a trial that ended by itself had (``command_steps``; None: none did)."""
+
+    @property
+    def command_capped(self) -> bool:
+        """The command's own length holds the count below what the noise asks for."""
+        cap, wanted = self.command_cap_steps, self.wanted_steps
+        return cap is not None and wanted is not None and cap < wanted and cap <= self.steps
 
     def why(self) -> str:
         """One sentence: the noise, what it asks for, and the cap that binds."""
@@ -104,6 +116,11 @@ class MeasuredSteps:
             caps.append(f"the longest trial stays within {TIMEOUT_SHARE:.0%} of the trial timeout")
         if MAX_MEASURED_STEPS <= self.steps:
             caps.append(f"at most {MAX_MEASURED_STEPS}")
+        if self.command_capped:
+            caps.append(
+                f"the command ends by itself after {self.command_cap_steps} measured steps (its own length: "
+                "give it more steps with its own step flag for a finer reading)"
+            )
         return text + (f"; capped at {self.steps}: " + ", ".join(caps) if caps else "")
 
 
@@ -118,6 +135,20 @@ def _measured(records: Sequence[TrialRecord]) -> list[TrialResult]:
         if steps and min(steps) > 0 and res.wall_s > sum(steps):
             out.append(res)
     return out
+
+
+def command_steps(records: Sequence[TrialRecord]) -> int | None:
+    """The most measured steps of a trial whose command exited 0 by itself (its own last step): what
+    the command has shown it runs; None when every trial was stopped or failed."""
+    runs = [
+        len(res.step_times_s) - res.warmup_steps
+        for res in (r.result for r in records)
+        if res is not None
+        and res.stop_reason is StopReason.EXITED
+        and res.exit_code == 0
+        and len(res.step_times_s) > res.warmup_steps
+    ]
+    return max(runs) if runs else None
 
 
 def _fixed_s(res: TrialResult) -> float:
@@ -135,8 +166,9 @@ def next_measured_steps(
     """The measured steps of the study's next trial (the module docstring), from its ``records``;
     ``space_steps``: the space's ``stop.measured_steps``; ``trial_timeout_s``: the trial budget."""
     spread = pooled_step_spread(records)
+    command_cap = command_steps(records)
     if spread is None:
-        return MeasuredSteps(space_steps, space_steps)
+        return MeasuredSteps(space_steps, space_steps, command_cap_steps=command_cap)
     measured, dof = spread
     noise = math.sqrt((dof * measured**2 + PRIOR_DOF * space_steps * RUN_NOISE**2) / (dof + PRIOR_DOF))
     wanted = math.ceil((noise / RUN_NOISE) ** 2 - 1e-9)
@@ -148,9 +180,9 @@ def next_measured_steps(
         timeout_cap = min(
             math.floor((TIMEOUT_SHARE * trial_timeout_s - _fixed_s(r)) / _mean_step_s(r)) for r in results
         )
-    caps = [wanted, cost_cap, MAX_MEASURED_STEPS] + ([timeout_cap] if timeout_cap is not None else [])
+    caps = [wanted, cost_cap, MAX_MEASURED_STEPS] + [c for c in (timeout_cap, command_cap) if c is not None]
     steps = max(space_steps, min(caps))
-    return MeasuredSteps(steps, space_steps, noise, measured, wanted, fixed, cost_cap, timeout_cap)
+    return MeasuredSteps(steps, space_steps, noise, measured, wanted, fixed, cost_cap, timeout_cap, command_cap)
 
 
 def coarse_reading_note(records: Sequence[TrialRecord], space_steps: int) -> str | None:
@@ -168,8 +200,14 @@ def coarse_reading_note(records: Sequence[TrialRecord], space_steps: int) -> str
     if 2 * steps > aim:
         return None
     error, better = (math.sqrt(run_variance(rule.step_noise, n)) for n in (steps, aim))
+    cap = rule.command_cap_steps
+    how = (
+        f"the command ends by itself after {cap}: give it more steps with its own step flag"
+        if cap is not None and cap < aim
+        else f"--steps {aim}, each run then longer"
+    )
     return (
         f"one run read a config's throughput to about ±{error:.1%} (steps scatter about {rule.step_noise:.1%}, "
         f"{steps} measured per run): configs closer than that may be ranked in the wrong order; {aim} "
-        f"measured steps would read to about ±{better:.1%} (--steps {aim}, each run then longer)"
+        f"measured steps would read to about ±{better:.1%} ({how})"
     )

@@ -64,8 +64,9 @@ def stop_for(
     space: SearchSpace, settings: RunSettings, history: Sequence[TrialRecord] = (), trial_timeout_s: float | None = None
 ) -> StopRule:
     """The space's stop rule with ``--steps``/``--warmup-steps``; without ``--steps``, the measured
-    steps the study's ``history`` calls for (``steps.next_measured_steps``). Screening keeps at
-    least one measured step after its screened ones (none when ``--steps 1``)."""
+    steps the study's ``history`` calls for (``steps.next_measured_steps``), of which a command that
+    ends by itself must have done the space's (``StopRule.enough_steps``). Screening keeps at least
+    one measured step after its screened ones (none when ``--steps 1``)."""
     if settings.steps is None:
         measured = next_measured_steps(space.stop.measured_steps, history, trial_timeout_s).steps
     else:
@@ -74,6 +75,7 @@ def stop_for(
         warmup_steps=space.stop.warmup_steps if settings.warmup_steps is None else settings.warmup_steps,
         measured_steps=measured,
         screen_steps=min(space.stop.screen_steps, measured - 1),
+        enough_steps=min(measured, space.stop.measured_steps),
     )
 
 

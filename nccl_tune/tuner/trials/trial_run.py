@@ -91,6 +91,7 @@ class TrialRunner:
         self.host = host
         self.launched = 0
         self.told_measured_steps = settings.steps is not None
+        self.told_command_cap = settings.steps is not None
         """True once the run has told that the measured steps follow the noise (or --steps fixed them)."""
         self.told_buffered = False
         """True once the run has told that a trial's output came in bursts (``buffered_note``)."""
@@ -187,13 +188,21 @@ class TrialRunner:
 
     def tell_measured_steps(self, spec: TrialSpec, history: Sequence[TrialRecord]) -> None:
         """Tell the user, once, when the measured steps per trial first differ from the space's, and
-        why (``steps.py``); later trials follow the measured noise and their lines show their steps."""
+        why (``steps.py``); later trials follow the measured noise and their lines show their steps.
+        Tell once, too, when the command's own length holds them below what the noise asks for."""
         first, steps = self.space.stop.measured_steps, spec.stop.measured_steps
+        rule = next_measured_steps(first, history, spec.clocks.trial_timeout_s)
+        if rule.command_capped and not self.told_command_cap:
+            self.display.note(
+                f"the steps scatter enough to ask for {rule.wanted_steps} measured steps a trial, but the command "
+                f"ends by itself after {rule.command_cap_steps}: trials measure {steps}; give the command more steps "
+                "with its own step flag for a finer reading (--steps N fixes the count)"
+            )
+            self.told_command_cap = self.told_measured_steps = True
         if self.told_measured_steps or steps == first:
             return
-        why = next_measured_steps(first, history, spec.clocks.trial_timeout_s).why()
         self.display.note(
-            f"measured steps per trial {first} -> {steps} from trial {spec.number}: {why}; later trials follow "
+            f"measured steps per trial {first} -> {steps} from trial {spec.number}: {rule.why()}; later trials follow "
             f"the measured noise (at most {MAX_MEASURED_STEPS}); --steps N fixes the count"
         )
         self.told_measured_steps = True

@@ -4,6 +4,7 @@ re-runs, its export, its records read back as a resumed study reads them)."""
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 from pathlib import Path
@@ -232,3 +233,24 @@ def test_a_study_whose_steps_stay_too_few_for_their_noise_says_so_in_its_summary
         out_text.getvalue()
     )
     assert bool(said) is noted, said
+
+
+def test_a_command_of_a_fixed_length_is_never_asked_for_more_steps_than_it_ran() -> None:
+    noisy = [rec(0, 0.10, fixed_s=5000.0), rec(1, 0.10, fixed_s=5000.0)]
+    assert next_measured_steps(3, noisy, None).steps == MAX_MEASURED_STEPS
+    # a trial that exited 0 by itself after its own last step: a warm-up and 5 measured steps
+    ended = rec(2, 0.10, fixed_s=5000.0, steps=5)
+    ended = dataclasses.replace(
+        ended, result=dataclasses.replace(ended.result, stop_reason=StopReason.EXITED, exit_code=0)
+    )
+    plan = next_measured_steps(3, [*noisy, ended], None)
+    assert (plan.steps, plan.command_cap_steps) == (5, 5) and plan.command_capped
+    assert "the command ends by itself after 5 measured steps" in plan.why()
+    note = coarse_reading_note([*noisy, ended], 3)
+    assert note is not None and "its own step flag" in note and "--steps" not in note
+    # a run that failed or that the tuner stopped tells nothing of the command's length
+    crashed = dataclasses.replace(ended, result=dataclasses.replace(ended.result, exit_code=1))
+    assert next_measured_steps(3, [*noisy, crashed], None).command_cap_steps is None
+    # never below the space's own steps: a command shorter than those is the space's to fix
+    short = dataclasses.replace(ended, result=dataclasses.replace(ended.result, step_times_s=(10.0, 10.0, 11.0)))
+    assert next_measured_steps(3, [*noisy, short], None).steps == 3
