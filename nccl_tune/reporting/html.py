@@ -9,12 +9,12 @@ from html import escape
 from nccl_tune.reporting.checks import FAILED, PASSED, Check, night_checks
 from nccl_tune.reporting.plots import COLOURS, all_plots, outcome_label
 from nccl_tune.reporting.terminal import early_stop_sentence
-from nccl_tune.reporting.view import StudyView, failure_costs, known_gib, winner_reasons
+from nccl_tune.reporting.view import StudyView, failure_costs, winner_reasons
 from nccl_tune.search_spaces.describe import describe, short_names
 from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.tuner.records.early_stops import early_stops
 from nccl_tune.tuner.records.study_records import Outcome, TrialRecord
-from nccl_tune.wording import duration
+from nccl_tune.wording import duration, mem_gib
 
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2em auto;max-width:1200px;color:#222;padding:0 1em}
@@ -176,7 +176,7 @@ def _trial_row(view: StudyView, r: TrialRecord) -> list[str]:
         dot + escape(r.status.value if r.status else "") + (" (near wall)" if r.near_wall else ""),
         escape(describe(view.space, r.values, base)) + _why(r),
         _num(r.throughput),
-        _num(known_gib(r.peak_mem_gib), ".1f") + _phase(r),
+        escape(mem_gib(r.result) if r.result else "") + _phase(r),
         _num(headroom, ".1f"),
         _num(timing.duration_s if timing and timing.duration_s else None, ".0f"),
         note,

@@ -8,10 +8,10 @@ from collections.abc import Iterable, Sequence
 
 from nccl_tune.reporting.checks import FAILED, PASSED, night_checks
 from nccl_tune.reporting.terminal import early_stop_sentence
-from nccl_tune.reporting.view import StudyView, failure_costs, known_gib, winner_reasons
+from nccl_tune.reporting.view import StudyView, failure_costs, winner_reasons
 from nccl_tune.search_spaces.describe import describe
 from nccl_tune.tuner.records.early_stops import early_stops
-from nccl_tune.wording import duration
+from nccl_tune.wording import duration, mem_gib
 
 MAX_TRIAL_ROWS = 60
 MAX_NIGHTS = 14
@@ -54,7 +54,7 @@ def _trials(view: StudyView) -> list[str]:
                 (r.status.value if r.status else "") + (" (near wall)" if r.near_wall else ""),
                 f"`{describe(view.space, r.values, base)}`",
                 _num(r.throughput),
-                _num(known_gib(r.peak_mem_gib), ".1f") + (f" in {r.peak_phase}" if r.peak_phase else ""),
+                mem_gib(res) + (f" in {r.peak_phase}" if r.peak_phase else ""),
                 _num(res.memory.min_headroom_gib if res and res.memory else None, ".1f"),
                 _num(t.duration_s if t else None, ".0f"),
                 advice,

@@ -21,6 +21,7 @@ from nccl_tune.search_spaces.describe import short_names
 from nccl_tune.search_spaces.space import MemoryEffect, Parameter, Target
 from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.tuner.records.study_records import TrialRecord
+from nccl_tune.wording import over_the_wall
 
 COLOURS = {
     "ok": "#2a9d3a",
@@ -123,7 +124,7 @@ def throughput_by_parameter(view: StudyView) -> str | None:
     for ax, p in zip(axes.flat, params):
         pos, labels = _positions(p, recs)
         xs = [pos[format_value(r.values.get(p.name))] + _jitter(r.number) for r in recs]
-        ys = [r.throughput if r.ok and r.throughput else 0.0 for r in recs]
+        ys = [r.throughput or 0.0 for r in recs]  # a trial stopped for its budget ran at its measured rate
         _scatter_by_outcome(ax, recs, xs, ys)
         if view.winner is not None:
             ax.scatter(
@@ -134,16 +135,17 @@ def throughput_by_parameter(view: StudyView) -> str | None:
                 facecolors="none",
                 edgecolors="black",
                 zorder=4,
-                label="winner",
+                label=f"winner (mean of {len(view.winner.ok_runs)} runs)",
             )
         ax.set_xticks(range(len(labels)), labels, rotation=30 if max(map(len, labels)) > 4 else 0)
         ax.set_title(names[p.name])
+        ax.set_xlabel(names[p.name])
         ax.set_ylabel(view.unit)
     for ax in list(axes.flat)[len(params) :]:
         ax.set_visible(False)
     handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 6), frameon=False, bbox_to_anchor=(0.5, 1.06))
-    fig.suptitle("throughput by parameter (failures at 0)", y=1.12)
+    fig.suptitle("throughput by parameter (trials with no measured step at 0)", y=1.12)
     fig.tight_layout()
     return to_svg(fig)
 
@@ -161,6 +163,17 @@ def memory_parameters(view: StudyView) -> list[Parameter]:
     return out[:2]
 
 
+def _memory_y(r: TrialRecord, limit: float | None) -> float:
+    """Where a trial sits on the memory figure: its measured GPU peak; an out-of-memory trial at what
+    its PyTorch message shows it needed (over the limit), else at the limit."""
+    demand = over_the_wall(r.result)
+    if demand is not None:
+        return demand.needed_gib
+    if r.status is FailureClass.OOM or not known_gib(r.peak_mem_gib):
+        return limit or 0.0
+    return r.peak_mem_gib
+
+
 def memory_by_size(view: StudyView) -> str | None:
     recs = [r for r in view.launched if known_gib(r.peak_mem_gib) or r.status is FailureClass.OOM]
     if not recs:
@@ -176,8 +189,7 @@ def memory_by_size(view: StudyView) -> str | None:
         else:
             pos, labels = _positions(p, recs)
             xs = [pos[format_value(r.values.get(p.name))] + _jitter(r.number) for r in recs]
-        top = limit or max((r.peak_mem_gib or 0.0) for r in recs)
-        ys = [top if r.status is FailureClass.OOM or not known_gib(r.peak_mem_gib) else r.peak_mem_gib for r in recs]
+        ys = [_memory_y(r, limit) for r in recs]
         _scatter_by_outcome(ax, recs, xs, ys)
         if limit:
             ax.axhline(limit, color="#d62728", linestyle="--", linewidth=1.2, label=f"GPU memory {limit:.1f} GiB")
@@ -193,8 +205,8 @@ def memory_by_size(view: StudyView) -> str | None:
             ax.set_xticks(range(len(labels)), labels)
         ax.set_xlabel(names[p.name] if p is not None else "trial")
         ax.set_ylabel("peak memory per GPU (GiB)")
-        ax.legend(fontsize=7, loc="lower right")
-    fig.suptitle("peak memory (out-of-memory trials drawn at the limit)")
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
+    fig.suptitle("peak memory per GPU (out of memory: at what PyTorch asked for, else at the limit)")
     fig.tight_layout()
     return to_svg(fig)
 
@@ -225,6 +237,15 @@ def timeline(view: StudyView) -> str | None:
     ax.set_title("timeline of trials, coloured by outcome")
     fig.tight_layout()
     return to_svg(fig)
+
+
+def _night_labels(started: Sequence[str]) -> list[str]:
+    """A tick label per night: its month-day, with the time where that repeats, its number where even that does."""
+    for cut in (slice(5, 10), slice(5, 16)):
+        labels = [s[cut].replace("T", " ") for s in started]
+        if len(set(labels)) == len(labels):
+            return labels
+    return [f"#{i + 1}" for i in range(len(started))]
 
 
 def series_history(view: StudyView) -> str | None:
@@ -258,10 +279,11 @@ def series_history(view: StudyView) -> str | None:
     here = next((x for x, r in zip(xs, h.rows) if r.night.study == view.study), None)
     if here is not None:
         ax.axvspan(here - 0.4, here + 0.4, color="#1f77b4", alpha=0.08, label="this study")
-    ax.set_xticks(xs, [r.night.started_at[5:10] for r in h.rows], rotation=45 if len(xs) > 12 else 0)
+    ax.set_xticks(xs, _night_labels([r.night.started_at for r in h.rows]), rotation=45 if len(xs) > 8 else 0)
+    ax.set_xlabel("night (month-day, and the time where one day holds several)")
     ax.set_ylim(bottom=0)
     ax.set_ylabel(h.unit)
-    ax.set_title(f"series {h.series}")
+    ax.set_title(f"series {h.series}: best stable throughput per night")
     ax.legend(fontsize=7, loc="lower left", ncol=3)
     fig.tight_layout()
     return to_svg(fig)
