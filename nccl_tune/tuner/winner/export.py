@@ -113,7 +113,9 @@ def format_tuned(doc: dict[str, Any], fmt: str) -> str:
         lines = [f"# not exported: {reason}" for reason in doc.get("dropped", {}).values()]
         lines += [f"export {k}={shlex.quote(str(v))}" for k, v in doc["env"].items()]
         lines += [f"unset {k}" for k in doc["unset_env"]]
-        return "\n".join(lines) + ("\n" if lines else "")
+        if not doc["env"] and not doc["unset_env"]:
+            lines.append(f"# the best stable config of study {doc['study']['name']} sets no environment variable")
+        return "\n".join(lines) + "\n"
     raise NcclTuneError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
 
 
