@@ -162,10 +162,11 @@ class TrialRunner:
         first, steps = self.space.stop.measured_steps, spec.stop.measured_steps
         if self.told_measured_steps or steps == first:
             return
-        why = next_measured_steps(first, history, spec.clocks.trial_timeout_s).why()
+        plan = next_measured_steps(first, history, spec.clocks.trial_timeout_s)
+        noise = f": steps vary by {plan.measured_noise:.1%} so far" if plan.measured_noise is not None else ""
         self.display.note(
-            f"measured steps per trial {first} -> {steps} from trial {spec.number}: {why}; later trials follow "
-            f"the measured noise (at most {MAX_MEASURED_STEPS}); --steps N fixes the count"
+            f"from trial {spec.number} on, each trial measures {steps} steps instead of {first}{noise} "
+            f"(at most {MAX_MEASURED_STEPS}; --steps N fixes the count)"
         )
         self.told_measured_steps = True
 

@@ -78,3 +78,49 @@ def test_piped_output_at_80_columns_is_one_unbroken_line_per_trial(tmp_path):
     assert re.search(
         r"^  trial \d+ oom: micro=8[^|]* \| .*Tried to allocate \d+\.\d\d GiB\. GPU 0 .* \| advice: ", failures[0]
     )
+
+
+def _oom(number: int, pid: int) -> TrialResult:
+    line = (
+        f"(skyrl_entrypoint pid={pid}) torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. "
+        "GPU 0 has a total capacity of 79.19 GiB of which 1.21 GiB is free."
+    )
+    verdict = Verdict(FailureClass.OOM, evidence=(Evidence(3, line),), advice="lower the micro-batch size")
+    return TrialResult(number=number, status=FailureClass.OOM, stop_reason=StopReason.EXITED, verdict=verdict)
+
+
+def test_a_failure_that_repeats_an_earlier_one_is_said_once():
+    buf = io.StringIO()
+    display = Display(Console(file=buf, width=80), load_space("skyrl-text2sql"))
+    display.trial_finished(4, _oom(4, 100), near_wall=False, incumbent=None)
+    display.trial_finished(6, _oom(6, 200), near_wall=False, incumbent=None)  # another pid, the same failure
+    first, second = buf.getvalue().splitlines()
+    assert "Tried to allocate" in first and "advice: lower the micro-batch size" in first
+    assert "> 79.2 GiB, +2.0 GiB asked" in first  # over the wall, with what PyTorch asked for
+    assert second.startswith("trial 6 oom") and "same as trial 4" in second
+    assert "Tried to allocate" not in second and "advice" not in second
+
+
+def test_a_trial_start_shows_its_changes_from_the_incumbent_and_how_far_the_run_is():
+    from nccl_tune.tuner.records.stability import candidates
+    from nccl_tune.tuner.records.study_records import Outcome, TrialKind, TrialRecord
+
+    space = load_space("skyrl-text2sql")
+    defaults = {p.name: p.default for p in space.parameters}
+    buf = io.StringIO()
+    display = Display(Console(file=buf, width=80), space)
+    display.header("s", "sqlite://", False, 0, 8, "train")
+    display.trial_started(0, "baseline", defaults)
+    ok = TrialResult(
+        number=0, status=FailureClass.OK, stop_reason=StopReason.MEASURED, verdict=Verdict(FailureClass.OK)
+    )
+    record = TrialRecord(0, None, defaults, TrialKind.BASELINE, Outcome.LAUNCHED, FailureClass.OK, ok)
+    (incumbent,) = candidates([record])
+    display.trial_finished(0, ok, near_wall=False, incumbent=incumbent)
+    moved = {**defaults, "NCCL_ALGO": "Tree"}
+    display.trial_started(1, "search", moved)
+    lines = buf.getvalue().splitlines()
+    start = lines[-1]
+    assert start.startswith("trial 1 started (search): NCCL_ALGO=Tree (from trial 0)"), start
+    assert "[trial 2/8 · " in start and "s left]" in start, start  # how far, and the time left
+    assert "trial 1/8 · " in next(line for line in lines if line.startswith("trial 0 started"))
