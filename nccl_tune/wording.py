@@ -45,12 +45,17 @@ def fmt_mem(result: TrialResult | None) -> str:
         return text
     m = result.memory
     where = f" in {m.peak_phase}" if m.peak_phase else ""
-    return text + (f" ({m.max_peak_frac:.0%}{where})" if m.max_peak_frac is not None else "")
+    return text + (f" ({m.max_peak_frac:.0%}{where})" if m.max_peak_frac is not None else f" {m.source}")
+
+
+def fmt_rate(v: float | None) -> str:
+    """A throughput's figure, as every view rounds it (``1,234.5``; ``-`` when unknown)."""
+    return f"{v:,.1f}" if v else "-"
 
 
 def fmt_tput(v: float | None, unit: str | None = None) -> str:
     """A throughput with its unit (``1,234.5 samples/s``)."""
-    return f"{v:,.1f} {unit or '/s'}" if v else "-"
+    return f"{fmt_rate(v)} {unit or '/s'}" if v else "-"
 
 
 def duration(seconds: float) -> str:

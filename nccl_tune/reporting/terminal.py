@@ -10,16 +10,16 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from nccl_tune.reporting.view import StudyView
+from nccl_tune.reporting.view import StudyView, faster_set_aside
 from nccl_tune.search_spaces.describe import describe
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.tuner.records.early_stops import EarlyStops, early_stops
 from nccl_tune.tuner.records.semantics import semantic_changes
-from nccl_tune.tuner.records.stability import Candidate, faster_passed_over
+from nccl_tune.tuner.records.stability import Candidate
 from nccl_tune.tuner.records.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.trials.display import STYLE
 from nccl_tune.tuner.trials.steps import coarse_reading_note
-from nccl_tune.wording import duration, fmt_mem, fmt_tput, shorten
+from nccl_tune.wording import duration, fmt_mem, fmt_tput, mem_gib, shorten
 
 
 def early_stop_sentence(stops: EarlyStops) -> str:
@@ -73,9 +73,11 @@ def _trial_table(
 ) -> None:
     table = Table(title="trials", show_lines=False)
     units = {r.throughput_unit for r in records if r.ok and r.throughput}
-    for col in ("#", "kind", "status", units.pop() if len(units) == 1 else "throughput", "peak mem"):
-        table.add_column(col, no_wrap=True)
-    table.add_column("values (changes from the baseline)", overflow="fold")
+    unit = next(iter(units)) if len(units) == 1 else None
+    for col in ("#", "kind", "status", unit or "throughput"):
+        table.add_column(col, no_wrap=True, justify="left" if col in ("kind", "status") else "right")
+    table.add_column("peak GiB", overflow="fold", min_width=8, max_width=14)  # '> 79.2, +38.0 asked' wraps
+    table.add_column("values (changes from the baseline)", overflow="fold", min_width=20, ratio=1)
     for r in records:
         if r.outcome is not Outcome.LAUNCHED:
             continue
@@ -85,8 +87,8 @@ def _trial_table(
             f"{r.number}{mark}",
             r.kind.value,
             f"[{style}]{r.status.value if r.status else '?'}[/]" + (" wall" if r.near_wall else ""),
-            fmt_tput(r.throughput, None if len(units) == 1 else r.throughput_unit).removesuffix(" /s"),
-            fmt_mem(r.result),
+            fmt_tput(r.throughput, None if unit else r.throughput_unit).removesuffix(" /s"),
+            mem_gib(r.result),
             escape(describe(space, r.values, base.values if base else None))
             + (f"\n[dim]why: {escape(r.why)}[/]" if show_why and r.why else ""),
         )
@@ -155,12 +157,9 @@ def print_summary(
     table(console, space, records, winner, base, show_why)
     _not_launched(console, records)
     _winner(console, space, winner, base, confirmation_required)
-    for c, why in faster_passed_over(passed_over, winner):
-        _print(
-            console,
-            f"[yellow]not stable, though its runs finished:[/] trial {c.first.number} "
-            f"{fmt_tput(c.throughput, c.throughput_unit)}: {escape(why)}",
-        )
+    if winner is not None:
+        for line in faster_set_aside(records, winner, space.min_headroom_frac, passed_over):
+            _print(console, f"[yellow]set aside:[/] {escape(line)}")
     note = coarse_reading_note(records, space.stop.measured_steps)
     if note:
         _print(console, f"[yellow]coarse measurement:[/] {escape(note)}")

@@ -25,13 +25,15 @@ from nccl_tune.trial import TrialResult
 from nccl_tune.tuner.records.stability import Candidate
 from nccl_tune.wording import duration, fmt_mem, fmt_tput, shorten
 
-_VARYING = re.compile(r"\bpid=\d+|\d{4}-\d\d-\d\d[ T][\d:.,]+")
-"""What differs between two runs' copies of one failure line: process ids and time stamps."""
+_FIGURES = re.compile(r"\d+(?:[.,:]\d+)*")
+"""What differs between two runs' copies of one failure: process ids, time stamps, sizes."""
 
 
 def _failure_key(result: TrialResult) -> tuple[str, str, str]:
+    """A failure's class, first evidence line and advice, figures left out: two trials with the same
+    key failed the same way (the sizes each asked for are in their memory column)."""
     first = result.verdict.evidence[0].text if result.verdict.evidence else ""
-    return result.status.value, _VARYING.sub("", first), result.verdict.advice
+    return result.status.value, _FIGURES.sub("#", first), _FIGURES.sub("#", result.verdict.advice)
 
 
 STYLE = {  # the colour of a trial's status, red for any failure
