@@ -103,12 +103,14 @@ def _not_launched(console: Console, records: Sequence[TrialRecord]) -> None:
     rej = sum(r.outcome is Outcome.REJECTED for r in records) - swept
     pred = sum(r.outcome is Outcome.PREDICTED for r in records)
     dup = sum(r.outcome is Outcome.DUPLICATE for r in records)
-    if rej or pred or dup or swept:
-        _print(
-            console,
-            f"not launched: {rej} broke the space's rules, {pred} predicted to run out of memory, "
-            f"{dup} already measured" + (f", {swept} with NCCL values that failed the NCCL sweep" if swept else ""),
-        )
+    parts = [
+        f"{rej} broke the space's rules" if rej else "",
+        f"{pred} predicted to run out of memory" if pred else "",
+        f"{dup} already measured" if dup else "",
+        f"{swept} with NCCL values that failed the NCCL sweep" if swept else "",
+    ]
+    if any(parts):
+        _print(console, "not launched: " + ", ".join(p for p in parts if p))
 
 
 def _winner(

@@ -114,3 +114,39 @@ def test_json_rows_carry_the_memory_per_phase_and_the_phase_that_peaked():
     row = json.loads(json.dumps(trial_row(record)))
     assert row["peak_phase"] == "policy_train"
     assert row["phase_peak_frac"] == {"generate": 0.61, "policy_train": 0.79, OUTSIDE_PHASES: 0.05}
+
+
+def test_the_run_summary_names_a_faster_trial_set_aside_at_the_memory_wall():
+    """What `report` says of a faster config left out near the wall, the end of `run` says too."""
+    from nccl_tune.reporting.terminal import print_summary
+    from nccl_tune.search_spaces.loader import load_space
+    from nccl_tune.tuner.records.stability import select_winner
+
+    space = load_space(str(TINY_SPACE))
+
+    def rec(number: int, micro: int, step_s: float, peak_gib: float, kind=TrialKind.SEARCH) -> TrialRecord:
+        memory = MemoryReport("nvml", gpus=(GpuMemory(0, 80.0, peak_gib),))
+        result = TrialResult(
+            number=number,
+            status=FailureClass.OK,
+            verdict=OK_VERDICT,
+            stop_reason=StopReason.MEASURED,
+            step_times_s=(step_s, step_s),
+            samples_per_step=8.0 * micro,
+            memory=memory,
+        )
+        values = {"trainer.micro": micro, "trainer.offload": False, "NCCL_ALGO": "unset"}
+        near = peak_gib > 80.0 * (1 - space.min_headroom_frac)
+        return TrialRecord(
+            number, TrialState.COMPLETE, values, kind, Outcome.LAUNCHED, FailureClass.OK, result, near_wall=near
+        )
+
+    records = [rec(0, 2, 0.1, 44.0, TrialKind.BASELINE), rec(1, 2, 0.1, 44.0, TrialKind.RERUN), rec(2, 8, 0.1, 78.0)]
+    winner = select_winner(records, require_confirmation=False)
+    assert winner is not None and winner.first.number == 0
+    buf = io.StringIO()
+    print_summary(Console(file=buf, width=80), space, records, winner, None)
+    text = buf.getvalue()
+    assert re.search(
+        r"set aside: trial 2 was faster \(640\.0 samples/s\) but came within 5% of the memory wall", text
+    ), text

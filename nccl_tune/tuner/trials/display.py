@@ -102,9 +102,9 @@ class Display:
         self._label = f"trial {number}"
         rerun = kind.startswith("re-run")
         self._started += 0 if rerun else 1
-        shown, how_far = self._values(values), self._how_far(rerun)
+        shown, how_far = ("" if rerun else self._values(values)), self._how_far(rerun)  # a re-run: its kind says
         if self.plain:
-            text = f"trial {number} started ({kind}): {shown}  [{how_far}]"
+            text = f"trial {number} started ({kind})" + (f": {shown}" if shown else "") + f"  [{how_far}]"
             self.console.print(escape(text), highlight=False, soft_wrap=True)
         else:
             self.console.print(
