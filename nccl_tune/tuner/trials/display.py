@@ -62,6 +62,8 @@ class Display:
         self._walls: list[float] = []
         self._incumbent: Candidate | None = None
         self._failures: dict[tuple[str, str, str], int] = {}
+        self._values_of: dict[int, Mapping[str, Any]] = {}
+        """The values of each trial this run started, by number."""
 
     def header(self, study: str, storage: str, resumed: bool, n_done: int, n_more: int, command: str) -> None:
         """``n_done``: trials the study had launched before this run; ``n_more``: this run's ``--trials``."""
@@ -100,6 +102,7 @@ class Display:
         """The trial's line; ``why``: the sampler's reason for it, on a line of its own."""
         self._trial_start = time.monotonic()
         self._label = f"trial {number}"
+        self._values_of[number] = dict(values)
         rerun = kind.startswith("re-run")
         self._started += 0 if rerun else 1
         shown, how_far = ("" if rerun else self._values(values)), self._how_far(rerun)  # a re-run: its kind says
@@ -132,11 +135,19 @@ class Display:
             self._status.stop()
             self._status = None
 
-    def _incumbent_news(self, incumbent: Candidate | None) -> str:
-        """What changed about the incumbent since the last trial, and why (nothing when it did not)."""
+    def _fell_back(self, old: Candidate, number: int, result: TrialResult) -> str:
+        """Why ``old`` is no longer the incumbent, as far as trial ``number`` (just finished) shows."""
+        if self._values_of.get(number) != dict(old.values):
+            return f"trial {old.first.number} is no longer counted stable"
+        if result.status is FailureClass.OK:
+            return f"its re-run, trial {number}, ran at {fmt_tput(result.throughput_per_s, result.throughput_unit)}"
+        return f"its re-run, trial {number}, ended {result.status.value}"
+
+    def _incumbent_news(self, incumbent: Candidate | None, number: int, result: TrialResult) -> str:
+        """What changed about the incumbent with trial ``number``, and why (nothing when it did not)."""
         old, self._incumbent = self._incumbent, incumbent
         if incumbent is None:
-            return "no stable config yet" if old is not None else ""
+            return f"no stable config now: {self._fell_back(old, number, result)}" if old is not None else ""
         tput = fmt_tput(incumbent.throughput, incumbent.throughput_unit)
         runs = f", mean of {len(incumbent.ok_runs)} runs" if len(incumbent.ok_runs) > 1 else ""
         now = f"trial {incumbent.first.number} {tput}{runs}"
@@ -146,7 +157,7 @@ class Display:
             return f"best so far: {now}" if len(old.ok_runs) != len(incumbent.ok_runs) else ""
         if incumbent.throughput >= old.throughput:
             return f"new best: {now}, {incumbent.throughput / old.throughput - 1:+.1%} over trial {old.first.number}"
-        return f"best now: {now}; trial {old.first.number} is no longer the best stable config after its re-run"
+        return f"best now: {now}; trial {old.first.number} fell back: {self._fell_back(old, number, result)}"
 
     def _said_before(self, number: int, result: TrialResult, evidence: str, advice: str) -> tuple[str, str]:
         """(evidence, advice) to print for a failed trial: ``same as trial N`` for a failure that
@@ -176,7 +187,7 @@ class Display:
         advice = result.verdict.advice if failed else ""
         if failed:
             evidence, advice = self._said_before(number, result, evidence, advice)
-        best = self._incumbent_news(incumbent)
+        best = self._incumbent_news(incumbent, number, result)
         if self.plain:
             parts = [f"trial {number} {status}  {metrics}"] + [
                 x for x in (evidence, advice and f"advice: {advice}", best) if x

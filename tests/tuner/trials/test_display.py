@@ -124,3 +124,43 @@ def test_a_trial_start_shows_its_changes_from_the_incumbent_and_how_far_the_run_
     assert start.startswith("trial 1 started (search): NCCL_ALGO=Tree (from trial 0)"), start
     assert "[trial 2/8 · " in start and "s left]" in start, start  # how far, and the time left
     assert "trial 1/8 · " in next(line for line in lines if line.startswith("trial 0 started"))
+
+
+def test_the_incumbent_is_named_when_it_changes_and_says_why_it_fell_back():
+    from nccl_tune.tuner.records.stability import candidates
+    from nccl_tune.tuner.records.study_records import Outcome, TrialKind, TrialRecord
+
+    space = load_space("skyrl-text2sql")
+    defaults = {p.name: p.default for p in space.parameters}
+    other = {**defaults, "NCCL_ALGO": "Tree"}
+
+    def run(number: int, values: dict, step_s: float) -> tuple[TrialResult, TrialRecord]:
+        result = TrialResult(
+            number=number,
+            status=FailureClass.OK,
+            stop_reason=StopReason.MEASURED,
+            verdict=Verdict(FailureClass.OK),
+            step_times_s=(step_s, step_s),
+            samples_per_step=8.0,
+        )
+        return result, TrialRecord(number, None, values, TrialKind.SEARCH, Outcome.LAUNCHED, FailureClass.OK, result)
+
+    buf = io.StringIO()
+    display = Display(Console(file=buf, width=80), space)
+    seen: list[TrialRecord] = []
+
+    def finish(number: int, values: dict, step_s: float, leader_values: dict) -> str:
+        display.trial_started(number, "search", values)
+        result, record = run(number, values, step_s)
+        seen.append(record)
+        leader = next(c for c in candidates(seen) if dict(c.values) == leader_values)
+        display.trial_finished(number, result, near_wall=False, incumbent=leader)
+        return buf.getvalue().splitlines()[-1]
+
+    assert finish(0, defaults, 0.1, defaults).endswith("best so far: trial 0 80.0 samples/s")
+    assert "new best: trial 1 100.0 samples/s, +25.0% over trial 0" in finish(1, other, 0.08, other)
+    assert "best" not in finish(2, defaults, 0.1, other)  # the incumbent did not change: nothing said
+    line = finish(3, other, 0.2, defaults)  # its re-run ran slow: the mean falls below trial 0
+    assert (
+        "best now: trial 0 80.0 samples/s, mean of 2 runs; trial 1 fell back: its re-run, trial 3, ran at 40.0" in line
+    )
