@@ -21,7 +21,7 @@ h1{font-size:1.5em;margin-bottom:.2em}h2{font-size:1.2em;margin-top:1.6em;border
 .meta{color:#666;font-size:.9em}.meta code{font-size:.95em}
 .scroll{max-width:100%;overflow-x:auto}
 table{border-collapse:collapse;font-size:.85em;margin:.5em 0}th,td{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}
-td.advice{min-width:18em}td.advice,td.values,code{overflow-wrap:anywhere}
+td.advice{min-width:18em}td.advice,code{overflow-wrap:anywhere}td.values{overflow-wrap:break-word}
 tr.changed td{background:#fff6d6}tr.changed td:first-child{font-weight:600}
 th{background:#f4f4f4}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .banner{padding:.6em 1em;border-radius:6px;margin:1em 0;font-weight:600}

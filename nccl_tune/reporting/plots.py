@@ -384,7 +384,13 @@ def parallel_coordinates(view: StudyView) -> str | None:
         ax.axvline(i, color="#888888", linewidth=0.8, zorder=1)
         for y, text in marks:
             ax.text(i + 0.04, y, text, fontsize=7, va="center", ha="left", color="#333333")
-    ax.set_xticks(range(len(axes_labels)), [name for name, _ in axes_labels])
+    long_names = max(len(name) for name, _ in axes_labels) > 12
+    ax.set_xticks(
+        range(len(axes_labels)),
+        [name for name, _ in axes_labels],
+        rotation=20 if long_names else 0,
+        ha="right" if long_names else "center",
+    )
     ax.set_yticks([])
     ax.set_xlim(-0.2, len(axes_labels) - 0.5)
     ax.set_ylim(-0.08, 1.08)
