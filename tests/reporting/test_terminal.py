@@ -16,6 +16,7 @@ from nccl_tune.failure import OK_VERDICT, FailureClass
 from nccl_tune.reporting.json_report import trial_row
 from nccl_tune.reporting.terminal import print_report
 from nccl_tune.reporting.view import load_view
+from nccl_tune.search_spaces.describe import describe
 from nccl_tune.trial import OUTSIDE_PHASES, GpuMemory, MemoryReport, StopReason, TrialResult
 from nccl_tune.tuner.records.study_records import Outcome, TrialKind, TrialRecord
 from tests.tuner.conftest import TINY_SPACE, TINY_TRAINER, run_cli, study_trials
@@ -150,3 +151,18 @@ def test_the_run_summary_names_a_faster_trial_set_aside_at_the_memory_wall():
     assert re.search(
         r"set aside: trial 2 was faster \(640\.0 samples/s\) but came within 5% of the memory wall", text
     ), text
+
+
+@pytest.mark.parametrize("width", [80, 200])
+def test_the_report_on_a_terminal_keeps_names_whole_at_any_width(tiny_study, width):
+    """At 80 columns each trial is a block wrapped between words; wide, a table: either way every
+    value a trial set reads whole on one line and nothing runs past the width."""
+    view = load_view(f"sqlite:///{tiny_study}/results/nccl-tune.db", "t")
+    buf = io.StringIO()
+    print_report(view, Console(file=buf, force_terminal=True, width=width, color_system=None))
+    lines = buf.getvalue().splitlines()
+    assert all(len(line.rstrip()) <= width for line in lines), [line for line in lines if len(line.rstrip()) > width]
+    words = {w for r in view.launched for w in describe(view.space, r.values, view.baseline.values).split()}
+    text = buf.getvalue()
+    assert words and all(w in text for w in words), words
+    assert ("┃" in text) == (width >= 120)
