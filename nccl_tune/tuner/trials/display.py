@@ -53,7 +53,8 @@ class Display:
         self._trial_start = 0.0
         self._label = ""
         self.plain = not console.is_terminal
-        """Piped or in CI (``| tee``, 80 columns): one unbroken line per trial, no table."""
+        """Piped or in CI (``| tee``, 80 columns): one unbroken line per trial, no table; on a
+        terminal lines wrap between words instead."""
         self._planned = 0
         """This run's ``--trials``."""
         self._started = 0
@@ -74,10 +75,10 @@ class Display:
         self._planned, self._run_start = n_more, time.monotonic()
         self.console.print(f"[bold]nccl-tune[/] {line}", highlight=False)
         self.console.print(f"  space {escape(self.space.name)}  storage {escape(storage)}", highlight=False)
-        self.console.print(f"  command: {escape(command)}", highlight=False, soft_wrap=True)
+        self.console.print(f"  command: {escape(command)}", highlight=False, soft_wrap=self.plain)
 
     def note(self, text: str) -> None:
-        self.console.print(escape(text), highlight=False, soft_wrap=True)
+        self.console.print(escape(text), highlight=False, soft_wrap=self.plain)
 
     def _how_far(self, rerun: bool) -> str:
         """``trial 3/8 · 4.0 min · about 6.0 min left`` (a re-run: only the time so far)."""
@@ -108,18 +109,18 @@ class Display:
         shown, how_far = ("" if rerun else self._values(values)), self._how_far(rerun)  # a re-run: its kind says
         if self.plain:
             text = f"trial {number} started ({kind})" + (f": {shown}" if shown else "") + f"  [{how_far}]"
-            self.console.print(escape(text), highlight=False, soft_wrap=True)
+            self.console.print(escape(text), highlight=False, soft_wrap=self.plain)
         else:
             self.console.print(
                 f"[bold]▶ trial {number}[/] [dim]{escape(kind)}[/] {escape(shown)}  [dim]{escape(how_far)}[/]",
                 highlight=False,
-                soft_wrap=True,
+                soft_wrap=self.plain,
             )
         if why:
             self.console.print(
                 f"  [dim]why: {escape(why)}[/]" if not self.plain else escape(f"  why: {why}"),
                 highlight=False,
-                soft_wrap=True,
+                soft_wrap=self.plain,
             )
         if self.console.is_terminal:
             self._status = self.console.status(f"{self._label}: starting")
@@ -192,18 +193,20 @@ class Display:
             parts = [f"trial {number} {status}  {metrics}"] + [
                 x for x in (evidence, advice and f"advice: {advice}", best) if x
             ]
-            self.console.print(escape(" | ".join(parts)), highlight=False, soft_wrap=True)
+            self.console.print(escape(" | ".join(parts)), highlight=False, soft_wrap=self.plain)
             return
-        self.console.print(f"  [{style}]{status}[/] {metrics}", highlight=False, soft_wrap=True)
+        self.console.print(f"  [{style}]{status}[/] {metrics}", highlight=False, soft_wrap=self.plain)
         if evidence:
-            self.console.print(f"    [dim]{escape(evidence)}[/]", highlight=False, soft_wrap=True)
+            self.console.print(f"    [dim]{escape(evidence)}[/]", highlight=False, soft_wrap=self.plain)
         if advice:
-            self.console.print(f"    advice: {escape(advice)}", highlight=False, soft_wrap=True)
+            self.console.print(f"    advice: {escape(advice)}", highlight=False, soft_wrap=self.plain)
         if best:
-            self.console.print(f"  {escape(best)}", highlight=False, soft_wrap=True)
+            self.console.print(f"  {escape(best)}", highlight=False, soft_wrap=self.plain)
 
     def skipped(self, number: int, why: str) -> None:
-        self.console.print(f"  [dim]trial {number} not launched: {escape(why)}[/]", highlight=False, soft_wrap=True)
+        self.console.print(
+            f"  [dim]trial {number} not launched: {escape(why)}[/]", highlight=False, soft_wrap=self.plain
+        )
 
     def close(self) -> None:
         self._stop_status()
