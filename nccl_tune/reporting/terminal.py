@@ -13,7 +13,7 @@ from rich.table import Table
 from rich.text import Text
 
 from nccl_tune.reporting.view import StudyView, faster_set_aside
-from nccl_tune.search_spaces.describe import describe
+from nccl_tune.search_spaces.describe import describe, short_names
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.tuner.records.early_stops import EarlyStops, early_stops
 from nccl_tune.tuner.records.semantics import semantic_changes
@@ -269,6 +269,10 @@ def print_report(view: StudyView, console: Console) -> None:
     print_summary(
         console, view.space, view.records, view.winner, view.baseline, show_why=True, passed_over=view.passed_over
     )
+    if view.importance:
+        names = short_names(view.space)
+        shares = ", ".join(f"{names.get(k, k)} {v:.0%}" for k, v in view.importance.items())
+        _print(console, f"which parameters mattered (Optuna's PED-ANOVA): {escape(shares)}")
     for reason in view.dropped.values():
         console.print(f"[yellow]dropped from the search:[/] {escape(reason)}", highlight=False)
     if any(r.failed for r in view.records):
