@@ -26,8 +26,19 @@ app = typer.Typer(
 spaces_app = typer.Typer(help="List, show and start search spaces.", no_args_is_help=True, rich_markup_mode=None)
 app.add_typer(spaces_app, name="spaces")
 
-out = Console()
-err = Console(stderr=True)
+PIPED_WIDTH = 10_000
+"""The width of output that goes to a file or a pipe: no line is broken, tables included."""
+
+
+def _console(stderr: bool = False) -> Console:
+    """A console for stdout or stderr: the terminal's width on a terminal; piped or redirected,
+    whole lines (``PIPED_WIDTH``), which a pager or ``grep`` reads as the program wrote them."""
+    console = Console(stderr=stderr)
+    return console if console.is_terminal else Console(stderr=stderr, width=PIPED_WIDTH, soft_wrap=True)
+
+
+out = _console()
+err = _console(stderr=True)
 
 
 def _fail(exc: NcclTuneError) -> None:

@@ -358,6 +358,12 @@ class MemoryReport:
         return None
 
     @property
+    def gpu_peak_gib(self) -> float | None:
+        """Highest per-GPU peak; None when no GPU figure exists (host RSS is never a trial's memory)."""
+        peak = max((g.peak_gib for g in self.gpus), default=0.0)
+        return peak if peak > 0 else None
+
+    @property
     def min_headroom_gib(self) -> float | None:
         return min(g.headroom_gib for g in self.gpus) if self.gpus else None
 
@@ -527,7 +533,8 @@ class TrialResult:
 
     @property
     def peak_mem_gib(self) -> float | None:
-        return self.memory.peak_gib if self.memory else None
+        """The highest per-GPU peak; None when no GPU figure exists."""
+        return self.memory.gpu_peak_gib if self.memory else None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

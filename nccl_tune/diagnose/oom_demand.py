@@ -38,6 +38,8 @@ class OomDemand:
     needed_gib: float
     """At least this much device memory (in use at the failure plus the allocation that failed)."""
     capacity_gib: float
+    tried_gib: float = 0.0
+    """The allocation that failed (what PyTorch asked for beyond what the GPU held)."""
 
     @property
     def needed_frac(self) -> float:
@@ -56,7 +58,8 @@ def oom_demand(lines: Iterable[str]) -> OomDemand | None:
         if m is None:
             continue
         total = _gib(m, "total")
-        demand = OomDemand(total - _gib(m, "free") + _gib(m, "tried"), total)
+        tried = _gib(m, "tried")
+        demand = OomDemand(total - _gib(m, "free") + tried, total, tried)
         if best is None or demand.needed_gib > best.needed_gib:
             best = demand
     return best

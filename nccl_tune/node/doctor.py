@@ -339,9 +339,13 @@ _SWALLOW = (
 
 def _ray_check(env: Mapping[str, str]) -> Check:
     """A Ray cluster that would swallow a run's variables: ``RAY_ADDRESS``, a local Ray head (its
-    ``gcs_server`` process) or the address file ``ray start`` leaves; no Ray import, no cluster
-    started."""
-    gcs = [p.info["pid"] for p in psutil.process_iter(["name", "pid"]) if p.info.get("name") == "gcs_server"]
+    ``gcs_server`` process, not a zombie one whose parent never reaped it) or the address file ``ray
+    start`` leaves; no Ray import, no cluster started."""
+    gcs = [
+        p.info["pid"]
+        for p in psutil.process_iter(["name", "pid", "status"])
+        if p.info.get("name") == "gcs_server" and p.info.get("status") != psutil.STATUS_ZOMBIE  # a dead head
+    ]
     address_file = _ray_temp_dir(env) / "ray_current_cluster"
     address = None
     try:

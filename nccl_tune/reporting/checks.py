@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from nccl_tune.reporting.view import StudyView
 from nccl_tune.tuner.study.night import baseline_runs
+from nccl_tune.wording import fmt_rate, fmt_tput
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
 
@@ -28,7 +29,7 @@ def stable_config_found(view: StudyView) -> Check:
     if w is not None:
         confirmed = f"confirmed by {len(w.ok_runs)} runs" if w.confirmed else "not confirmed by a re-run"
         return Check(
-            "stable config found", PASSED, f"trial {w.first.number}: {w.throughput:.4g} {view.unit}, {confirmed}"
+            "stable config found", PASSED, f"trial {w.first.number}: {fmt_tput(w.throughput, view.unit)}, {confirmed}"
         )
     counts = Counter(r.status.value for r in view.launched if r.failed and r.status)
     what = ", ".join(f"{k} {n}" for k, n in counts.most_common()) or "none failed"
@@ -60,7 +61,7 @@ def baseline_still_runs(view: StudyView) -> Check:
         return Check(name, SKIPPED, "the baseline config was not run again tonight (use --warm-start)")
     bad = next((r for r in runs if not r.ok or r.near_wall), None)
     if bad is None:
-        shown = ", ".join(f"{r.throughput:.4g}" for r in runs if r.throughput)
+        shown = ", ".join(fmt_rate(r.throughput) for r in runs if r.throughput)
         return Check(name, PASSED, f"{len(runs)} runs ok ({shown} {view.unit})")
     v = bad.result.verdict if bad.result else None
     if bad.ok:

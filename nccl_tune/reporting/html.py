@@ -9,37 +9,49 @@ from html import escape
 from nccl_tune.reporting.checks import FAILED, PASSED, Check, night_checks
 from nccl_tune.reporting.plots import COLOURS, all_plots, outcome_label
 from nccl_tune.reporting.terminal import early_stop_sentence
-from nccl_tune.reporting.view import StudyView, failure_costs, known_gib, winner_reasons
+from nccl_tune.reporting.view import StudyView, failure_costs, winner_reasons, winner_rows
 from nccl_tune.search_spaces.describe import describe, short_names
-from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.tuner.records.early_stops import early_stops
 from nccl_tune.tuner.records.study_records import Outcome, TrialRecord
-from nccl_tune.wording import duration
+from nccl_tune.wording import duration, fmt_rate, mem_gib
 
 CSS = """
 body{font-family:system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:2em auto;max-width:1200px;color:#222;padding:0 1em}
 h1{font-size:1.5em;margin-bottom:.2em}h2{font-size:1.2em;margin-top:1.6em;border-bottom:1px solid #ddd}
 .meta{color:#666;font-size:.9em}.meta code{font-size:.95em}
+.scroll{max-width:100%;overflow-x:auto}
 table{border-collapse:collapse;font-size:.85em;margin:.5em 0}th,td{border:1px solid #ddd;padding:3px 6px;text-align:left;vertical-align:top}
+td.advice{min-width:18em}td.advice,code{overflow-wrap:anywhere}td.values{overflow-wrap:break-word}
+tr.changed td{background:#fff6d6}tr.changed td:first-child{font-weight:600}
 th{background:#f4f4f4}td.num{text-align:right;font-variant-numeric:tabular-nums}
 .banner{padding:.6em 1em;border-radius:6px;margin:1em 0;font-weight:600}
 .bad{background:#fde2e1;color:#8a1c1c}.good{background:#e3f5e5;color:#1d5e26}.neutral{background:#eef1f5;color:#333}
 .check-passed{color:#1d5e26}.check-failed{color:#8a1c1c;font-weight:600}.check-skipped{color:#777}
 .dot{display:inline-block;width:.8em;height:.8em;border-radius:50%;margin-right:.3em;vertical-align:middle}
 figure{margin:1em 0}figure svg{max-width:100%;height:auto}figcaption{font-weight:600;margin-bottom:.3em}
-pre{white-space:pre-wrap;font-size:.85em;background:#f8f8f8;padding:.4em}
+pre{white-space:pre-wrap;overflow-wrap:anywhere;font-size:.85em;background:#f8f8f8;padding:.4em}
 .why{display:block;color:#666;font-size:.9em;max-width:40em;margin-top:.15em}
 .phase{display:block;color:#666;font-size:.9em}
 """
 
 
-def _table(head: Sequence[str], rows: Iterable[Sequence[str]], num_cols: Sequence[int] = ()) -> str:
-    """An HTML table; ``rows`` hold HTML already escaped."""
-    out = ["<table><thead><tr>", *(f"<th>{escape(h)}</th>" for h in head), "</tr></thead><tbody>"]
-    for row in rows:
-        cells = (f'<td class="num">{c}</td>' if i in num_cols else f"<td>{c}</td>" for i, c in enumerate(row))
-        out += ["<tr>", *cells, "</tr>"]
-    out.append("</tbody></table>")
+def _table(
+    head: Sequence[str],
+    rows: Iterable[Sequence[str]],
+    num_cols: Sequence[int] = (),
+    row_classes: Sequence[str] = (),
+    classes: dict[int, str] | None = None,
+) -> str:
+    """An HTML table in a box that scrolls sideways on a narrow window (the page itself never does);
+    ``rows`` hold HTML already escaped; ``row_classes``: a class per row (empty for none);
+    ``classes``: a class per column."""
+    classes = {**(classes or {}), **{i: "num" for i in num_cols}}
+    out = ['<div class="scroll"><table><thead><tr>', *(f"<th>{escape(h)}</th>" for h in head), "</tr></thead><tbody>"]
+    for n, row in enumerate(rows):
+        cells = (f'<td class="{classes[i]}">{c}</td>' if i in classes else f"<td>{c}</td>" for i, c in enumerate(row))
+        cls = row_classes[n] if n < len(row_classes) else ""
+        out += [f'<tr class="{cls}">' if cls else "<tr>", *cells, "</tr>"]
+    out.append("</tbody></table></div>")
     return "".join(out)
 
 
@@ -78,7 +90,7 @@ def _night(view: StudyView) -> str:
         b = night.baseline
         out.append(
             f"<p>baseline: {escape(b.source)} <code>{escape(b.origin)}</code>, "
-            f"{_num(b.throughput_per_s)} {escape(b.unit)} over {len(b.runs_per_s)} runs</p>"
+            f"{fmt_rate(b.throughput_per_s)} {escape(b.unit)} over {len(b.runs_per_s)} runs</p>"
         )
     row = next((r for r in view.history.rows if r.night.study == night.study), None) if view.history else None
     if row is not None and row.fingerprint_changes:
@@ -102,13 +114,10 @@ def _winner(view: StudyView) -> str:
     out = ["<h2>The winner and why</h2><ul>", *(f"<li>{escape(line)}</li>" for line in winner_reasons(view)), "</ul>"]
     w = view.winner
     if w is not None:
-        base = view.baseline.values if view.baseline else {p.name: p.default for p in view.space.parameters}
-        rows = [
-            (escape(p.name), escape(format_value(w.values.get(p.name))), escape(format_value(base.get(p.name))))
-            for p in view.space.parameters
-            if p.name in w.values
-        ]
-        out.append(_table(("parameter", "winner", "defaults"), rows))
+        table = winner_rows(view)
+        rows = [(escape(r.name), escape(r.winner), escape(r.baseline), "changed" if r.changed else "") for r in table]
+        classes = ["changed" if r.changed else "" for r in table]
+        out.append(_table(("parameter", "winner", "baseline", ""), rows, row_classes=classes))
     return "".join(out)
 
 
@@ -169,14 +178,17 @@ def _trial_row(view: StudyView, r: TrialRecord) -> list[str]:
             else (f"like trial {r.predicted_from}" if r.predicted_from is not None else "")
         )
     base = view.baseline.values if view.baseline else None
+    if r.outcome is Outcome.LAUNCHED:
+        outcome = dot + escape(r.status.value if r.status else "running") + (" (near wall)" if r.near_wall else "")
+    else:
+        outcome = f'<span class="not-launched">not launched: {escape(r.outcome.value)}</span>'
     return [
         str(r.number),
         escape(r.kind.value),
-        escape(r.outcome.value),
-        dot + escape(r.status.value if r.status else "") + (" (near wall)" if r.near_wall else ""),
+        outcome,
         escape(describe(view.space, r.values, base)) + _why(r),
-        _num(r.throughput),
-        _num(known_gib(r.peak_mem_gib), ".1f") + _phase(r),
+        fmt_rate(r.throughput),
+        escape(mem_gib(r.result) if r.result else "") + _phase(r),
         _num(headroom, ".1f"),
         _num(timing.duration_s if timing and timing.duration_s else None, ".0f"),
         note,
@@ -187,16 +199,16 @@ def _trials(view: StudyView) -> str:
     head = (
         "#",
         "kind",
-        "status",
-        "failure class",
-        "values (changes from the defaults)",
+        "outcome",
+        "values (changes from the baseline)",
         view.unit,
         "peak GiB",
         "headroom GiB",
         "seconds",
         "advice",
     )
-    return "<h2>Trials</h2>" + _table(head, (_trial_row(view, r) for r in view.records), num_cols=(0, 5, 6, 7, 8))
+    rows = (_trial_row(view, r) for r in view.records)
+    return "<h2>Trials</h2>" + _table(head, rows, num_cols=(0, 4, 5, 6, 7), classes={3: "values", 8: "advice"})
 
 
 def _history(view: StudyView) -> str:
@@ -211,7 +223,7 @@ def _history(view: StudyView) -> str:
             [
                 escape(n.started_at[:16].replace("T", " ")),
                 escape(n.study),
-                _num(n.best_per_s),
+                fmt_rate(n.best_per_s),
                 "" if r.change_frac is None else f"{r.change_frac:+.1%}",
                 escape("; ".join(r.fingerprint_changes)),
                 escape(v.kind.value.replace("_", " ") if v else "not compared"),

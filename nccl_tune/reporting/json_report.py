@@ -108,6 +108,7 @@ def report_json(view: StudyView, exit_code: int | None = None) -> dict[str, Any]
         "gpu_limit_gib": view.gpu_limit_gib,
         "dropped": dict(view.dropped),
         "winner_reasons": winner_reasons(view),
+        "importance": view.importance,
         "failure_costs": [asdict(c) for c in failure_costs(view)],
         "checks": [asdict(c) for c in night_checks(view)],
         "night": view.night.to_json() if view.night else None,

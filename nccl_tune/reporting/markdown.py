@@ -8,10 +8,10 @@ from collections.abc import Iterable, Sequence
 
 from nccl_tune.reporting.checks import FAILED, PASSED, night_checks
 from nccl_tune.reporting.terminal import early_stop_sentence
-from nccl_tune.reporting.view import StudyView, failure_costs, known_gib, winner_reasons
+from nccl_tune.reporting.view import StudyView, failure_costs, winner_reasons, winner_rows
 from nccl_tune.search_spaces.describe import describe
 from nccl_tune.tuner.records.early_stops import early_stops
-from nccl_tune.wording import duration
+from nccl_tune.wording import duration, fmt_rate, fmt_tput, mem_gib
 
 MAX_TRIAL_ROWS = 60
 MAX_NIGHTS = 14
@@ -37,7 +37,7 @@ def _verdict(view: StudyView) -> list[str]:
         return [f"> **{'REGRESSION' if v.regression else 'OK'}**: {_cell(v.summary)}", ""]
     if view.winner is None:
         return ["> **NO STABLE CONFIG**", ""]
-    return [f"> best stable: trial {view.winner.first.number}, {view.winner.throughput:.4g} {view.unit}", ""]
+    return [f"> best stable: trial {view.winner.first.number}, {fmt_tput(view.winner.throughput, view.unit)}", ""]
 
 
 def _trials(view: StudyView) -> list[str]:
@@ -53,8 +53,8 @@ def _trials(view: StudyView) -> list[str]:
                 r.kind.value,
                 (r.status.value if r.status else "") + (" (near wall)" if r.near_wall else ""),
                 f"`{describe(view.space, r.values, base)}`",
-                _num(r.throughput),
-                _num(known_gib(r.peak_mem_gib), ".1f") + (f" in {r.peak_phase}" if r.peak_phase else ""),
+                fmt_rate(r.throughput),
+                mem_gib(res) + (f" in {r.peak_phase}" if r.peak_phase else ""),
                 _num(res.memory.min_headroom_gib if res and res.memory else None, ".1f"),
                 _num(t.duration_s if t else None, ".0f"),
                 advice,
@@ -67,7 +67,7 @@ def _trials(view: StudyView) -> list[str]:
             "#",
             "kind",
             "class",
-            "values (changes from the defaults)",
+            "values (changes from the baseline)",
             view.unit,
             "peak GiB",
             "headroom GiB",
@@ -90,7 +90,7 @@ def _history(view: StudyView) -> list[str]:
         (
             r.night.started_at[:10],
             r.night.study,
-            _num(r.night.best_per_s),
+            fmt_rate(r.night.best_per_s),
             "" if r.change_frac is None else f"{r.change_frac:+.1%}",
             "; ".join(r.fingerprint_changes),
             (r.night.verdict.kind.value.replace("_", " ") if r.night.verdict else "not compared"),
@@ -126,6 +126,15 @@ def render_markdown(view: StudyView) -> str:
         + [""]
     )
     out += ["### The winner and why", ""] + [f"- {_cell(line)}" for line in winner_reasons(view)] + [""]
+    rows = winner_rows(view)
+    if rows:
+        out += _table(
+            ("parameter", "winner", "baseline", ""),
+            (
+                (f"**{r.name}**" if r.changed else r.name, r.winner, r.baseline, "changed" if r.changed else "")
+                for r in rows
+            ),
+        )
     costs = failure_costs(view)
     if costs:
         out += ["### What the failures cost", ""] + _table(

@@ -21,6 +21,8 @@ from nccl_tune.search_spaces.describe import short_names
 from nccl_tune.search_spaces.space import MemoryEffect, Parameter, Target
 from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.tuner.records.study_records import TrialRecord
+from nccl_tune.tuner.winner.importance import EVALUATOR as IMPORTANCE_EVALUATOR
+from nccl_tune.wording import over_the_wall
 
 COLOURS = {
     "ok": "#2a9d3a",
@@ -123,7 +125,7 @@ def throughput_by_parameter(view: StudyView) -> str | None:
     for ax, p in zip(axes.flat, params):
         pos, labels = _positions(p, recs)
         xs = [pos[format_value(r.values.get(p.name))] + _jitter(r.number) for r in recs]
-        ys = [r.throughput if r.ok and r.throughput else 0.0 for r in recs]
+        ys = [r.throughput or 0.0 for r in recs]  # a trial stopped for its budget ran at its measured rate
         _scatter_by_outcome(ax, recs, xs, ys)
         if view.winner is not None:
             ax.scatter(
@@ -134,16 +136,17 @@ def throughput_by_parameter(view: StudyView) -> str | None:
                 facecolors="none",
                 edgecolors="black",
                 zorder=4,
-                label="winner",
+                label=f"winner (mean of {len(view.winner.ok_runs)} runs)",
             )
         ax.set_xticks(range(len(labels)), labels, rotation=30 if max(map(len, labels)) > 4 else 0)
         ax.set_title(names[p.name])
+        ax.set_xlabel(names[p.name])
         ax.set_ylabel(view.unit)
     for ax in list(axes.flat)[len(params) :]:
         ax.set_visible(False)
     handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper center", ncol=min(len(labels), 6), frameon=False, bbox_to_anchor=(0.5, 1.06))
-    fig.suptitle("throughput by parameter (failures at 0)", y=1.12)
+    fig.suptitle("throughput by parameter (trials with no measured step at 0)", y=1.12)
     fig.tight_layout()
     return to_svg(fig)
 
@@ -161,6 +164,17 @@ def memory_parameters(view: StudyView) -> list[Parameter]:
     return out[:2]
 
 
+def _memory_y(r: TrialRecord, limit: float | None) -> float:
+    """Where a trial sits on the memory figure: its measured GPU peak; an out-of-memory trial at what
+    its PyTorch message shows it needed (over the limit), else at the limit."""
+    demand = over_the_wall(r.result)
+    if demand is not None:
+        return demand.needed_gib
+    if r.status is FailureClass.OOM or not known_gib(r.peak_mem_gib):
+        return limit or 0.0
+    return r.peak_mem_gib
+
+
 def memory_by_size(view: StudyView) -> str | None:
     recs = [r for r in view.launched if known_gib(r.peak_mem_gib) or r.status is FailureClass.OOM]
     if not recs:
@@ -176,8 +190,7 @@ def memory_by_size(view: StudyView) -> str | None:
         else:
             pos, labels = _positions(p, recs)
             xs = [pos[format_value(r.values.get(p.name))] + _jitter(r.number) for r in recs]
-        top = limit or max((r.peak_mem_gib or 0.0) for r in recs)
-        ys = [top if r.status is FailureClass.OOM or not known_gib(r.peak_mem_gib) else r.peak_mem_gib for r in recs]
+        ys = [_memory_y(r, limit) for r in recs]
         _scatter_by_outcome(ax, recs, xs, ys)
         if limit:
             ax.axhline(limit, color="#d62728", linestyle="--", linewidth=1.2, label=f"GPU memory {limit:.1f} GiB")
@@ -193,8 +206,8 @@ def memory_by_size(view: StudyView) -> str | None:
             ax.set_xticks(range(len(labels)), labels)
         ax.set_xlabel(names[p.name] if p is not None else "trial")
         ax.set_ylabel("peak memory per GPU (GiB)")
-        ax.legend(fontsize=7, loc="lower right")
-    fig.suptitle("peak memory (out-of-memory trials drawn at the limit)")
+        ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, frameon=False)
+    fig.suptitle("peak memory per GPU (out of memory: at what PyTorch asked for, else at the limit)")
     fig.tight_layout()
     return to_svg(fig)
 
@@ -225,6 +238,15 @@ def timeline(view: StudyView) -> str | None:
     ax.set_title("timeline of trials, coloured by outcome")
     fig.tight_layout()
     return to_svg(fig)
+
+
+def _night_labels(started: Sequence[str]) -> list[str]:
+    """A tick label per night: its month-day, with the time where that repeats, its number where even that does."""
+    for cut in (slice(5, 10), slice(5, 16)):
+        labels = [s[cut].replace("T", " ") for s in started]
+        if len(set(labels)) == len(labels):
+            return labels
+    return [f"#{i + 1}" for i in range(len(started))]
 
 
 def series_history(view: StudyView) -> str | None:
@@ -258,11 +280,125 @@ def series_history(view: StudyView) -> str | None:
     here = next((x for x, r in zip(xs, h.rows) if r.night.study == view.study), None)
     if here is not None:
         ax.axvspan(here - 0.4, here + 0.4, color="#1f77b4", alpha=0.08, label="this study")
-    ax.set_xticks(xs, [r.night.started_at[5:10] for r in h.rows], rotation=45 if len(xs) > 12 else 0)
+    ax.set_xticks(xs, _night_labels([r.night.started_at for r in h.rows]), rotation=45 if len(xs) > 8 else 0)
+    ax.set_xlabel("night (month-day, and the time where one day holds several)")
     ax.set_ylim(bottom=0)
     ax.set_ylabel(h.unit)
-    ax.set_title(f"series {h.series}")
+    ax.set_title(f"series {h.series}: best stable throughput per night")
     ax.legend(fontsize=7, loc="lower left", ncol=3)
+    fig.tight_layout()
+    return to_svg(fig)
+
+
+def _outcome_legend(fig: Any, ax: Any) -> None:
+    """The outcome colours' legend under the figure, where it covers no point."""
+    handles, labels = ax.get_legend_handles_labels()
+    if handles:
+        fig.legend(
+            handles, labels, loc="upper center", ncol=min(len(labels), 5), frameon=False, bbox_to_anchor=(0.5, 0.0)
+        )
+
+
+def best_over_trials(view: StudyView) -> str | None:
+    """Each launched trial's throughput in the order they ran, and the best stable one so far as a step line."""
+    recs = sorted(view.launched, key=lambda r: r.number)
+    if not any(r.throughput for r in recs):
+        return None
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(9, 3.2))
+    xs = list(range(1, len(recs) + 1))
+    _scatter_by_outcome(ax, recs, xs, [r.throughput or 0.0 for r in recs])
+    best, line = 0.0, []
+    for r in recs:
+        best = max(best, r.throughput or 0.0) if r.ok else best
+        line.append(best)
+    ax.step(xs, line, where="post", color="#1f77b4", linewidth=1.5, label="best so far", zorder=2)
+    ax.set_xticks(xs, [str(r.number) for r in recs], rotation=45 if len(xs) > 20 else 0)
+    ax.set_xlabel("trial (in the order they ran)")
+    ax.set_ylabel(view.unit)
+    ax.set_ylim(bottom=0)
+    ax.set_title("best throughput over trials (trials with no measured step at 0)")
+    _outcome_legend(fig, ax)
+    fig.tight_layout()
+    return to_svg(fig)
+
+
+def importance_bars(view: StudyView) -> str | None:
+    """Each varied parameter's share of what made the fast runs fast (Optuna's PED-ANOVA)."""
+    shares = view.importance
+    if not shares:
+        return None
+    plt = _plt()
+    names = short_names(view.space)
+    fig, ax = plt.subplots(figsize=(7, 0.45 * len(shares) + 1.2))
+    labels = [names.get(k, k) for k in shares]
+    ax.barh(range(len(shares)), list(shares.values()), color="#1f77b4")
+    ax.set_yticks(range(len(shares)), labels)
+    ax.invert_yaxis()
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("share of the difference between the fastest runs and the rest")
+    ax.set_ylabel("parameter")
+    ax.set_title(
+        f"which parameters mattered (Optuna's {IMPORTANCE_EVALUATOR} over the runs that measured a throughput)"
+    )
+    fig.tight_layout()
+    return to_svg(fig)
+
+
+def parallel_coordinates(view: StudyView) -> str | None:
+    """Every launched trial as a line across one axis per main parameter and one for its throughput."""
+    params = main_parameters(view)
+    recs = view.launched
+    if not params or not recs:
+        return None
+    plt = _plt()
+    names = short_names(view.space)
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * (len(params) + 1)), 3.6))
+    top = max((r.throughput or 0.0) for r in recs) or 1.0
+    axes_labels = []
+    for p in params:
+        pos, labels = _positions(p, recs)
+        span = max(len(labels) - 1, 1)
+        axes_labels.append((names[p.name], [(pos[v] / span, v) for v in labels]))
+    ticks = [(i / 4, f"{top * i / 4:,.0f}") for i in range(5)]
+    axes_labels.append((view.unit, ticks))
+    shown: set[str] = set()
+    for r in recs:
+        ys = []
+        for p in params:
+            pos, labels = _positions(p, recs)
+            ys.append(pos[format_value(r.values.get(p.name))] / max(len(labels) - 1, 1))
+        ys.append((r.throughput or 0.0) / top)
+        label = outcome_label(r)
+        ax.plot(
+            range(len(ys)),
+            ys,
+            color=COLOURS[label],
+            alpha=0.75,
+            linewidth=1.2,
+            label=None if label in shown else label,
+            zorder=3 if r.ok else 2,
+        )
+        shown.add(label)
+    for i, (_, marks) in enumerate(axes_labels):
+        ax.axvline(i, color="#888888", linewidth=0.8, zorder=1)
+        for y, text in marks:
+            ax.text(i + 0.04, y, text, fontsize=7, va="center", ha="left", color="#333333")
+    long_names = max(len(name) for name, _ in axes_labels) > 12
+    ax.set_xticks(
+        range(len(axes_labels)),
+        [name for name, _ in axes_labels],
+        rotation=20 if long_names else 0,
+        ha="right" if long_names else "center",
+    )
+    ax.set_yticks([])
+    ax.set_xlim(-0.2, len(axes_labels) - 0.5)
+    ax.set_ylim(-0.08, 1.08)
+    ax.spines["left"].set_visible(False)
+    ax.set_xlabel("parameter (each axis: its values, low to high) and the trial's throughput")
+    ax.set_ylabel("value on each axis")
+    ax.set_title("every trial's parameters side by side (parallel coordinates), coloured by outcome")
+    _outcome_legend(fig, ax)
     fig.tight_layout()
     return to_svg(fig)
 
@@ -279,6 +415,9 @@ class Figure:
 def all_plots(view: StudyView) -> list[Figure]:
     """Every figure the study has data for, as the HTML report shows them."""
     plots = [
+        ("best", "Best throughput over trials", best_over_trials(view)),
+        ("importance", "Which parameters mattered", importance_bars(view)),
+        ("parallel", "Every trial's parameters side by side", parallel_coordinates(view)),
         ("throughput", "Throughput against the main parameters", throughput_by_parameter(view)),
         ("memory", "Peak memory against micro-batch size and sequence length", memory_by_size(view)),
         ("timeline", "Timeline of trials", timeline(view)),

@@ -8,18 +8,20 @@ from collections.abc import Sequence
 
 from rich.console import Console
 from rich.markup import escape
+from rich.padding import Padding
 from rich.table import Table
+from rich.text import Text
 
-from nccl_tune.reporting.view import StudyView
-from nccl_tune.search_spaces.describe import describe
+from nccl_tune.reporting.view import StudyView, faster_set_aside
+from nccl_tune.search_spaces.describe import describe, short_names
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.tuner.records.early_stops import EarlyStops, early_stops
 from nccl_tune.tuner.records.semantics import semantic_changes
-from nccl_tune.tuner.records.stability import Candidate, faster_passed_over
+from nccl_tune.tuner.records.stability import Candidate
 from nccl_tune.tuner.records.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.trials.display import STYLE
 from nccl_tune.tuner.trials.steps import coarse_reading_note
-from nccl_tune.wording import duration, fmt_mem, fmt_tput, shorten
+from nccl_tune.wording import duration, fmt_mem, fmt_tput, mem_gib, shorten
 
 
 def early_stop_sentence(stops: EarlyStops) -> str:
@@ -35,8 +37,46 @@ def early_stop_sentence(stops: EarlyStops) -> str:
     return text
 
 
+NARROW = 120
+"""Below this many columns a terminal gets each trial as a block of lines wrapped between words
+instead of a table, whose columns would break names and numbers."""
+
+
 def _print(console: Console, text: str) -> None:
-    console.print(text, highlight=False, soft_wrap=True)
+    """A sentence: wrapped between words on a terminal, one whole line otherwise."""
+    console.print(text, highlight=False, soft_wrap=not console.is_terminal)
+
+
+def _block(console: Console, head: str, lines: Sequence[str]) -> None:
+    """``head`` (markup), then ``lines`` (plain text) indented, each wrapped between words."""
+    console.print(head, highlight=False, soft_wrap=True)
+    for line in lines:
+        if line:
+            console.print(Padding(Text(line), (0, 0, 0, 6)), highlight=False)
+
+
+def _trial_blocks(
+    console: Console,
+    space: SearchSpace,
+    records: Sequence[TrialRecord],
+    winner: Candidate | None,
+    base: Candidate | None,
+    show_why: bool,
+) -> None:
+    """The trials on a narrow terminal: a line of figures, then the values and why, wrapped."""
+    console.print("trials:", highlight=False)
+    for r in records:
+        if r.outcome is not Outcome.LAUNCHED:
+            continue
+        style = STYLE.get(r.status, "red") if r.status else "dim"
+        mark = " ★" if winner is not None and r in winner.runs else ""
+        status = (r.status.value if r.status else "?") + (" (near memory wall)" if r.near_wall else "")
+        head = (
+            f"  trial {r.number}{mark} {r.kind.value} [{style}]{escape(status)}[/]  "
+            f"{escape(fmt_tput(r.throughput, r.throughput_unit))}  mem {escape(fmt_mem(r.result))}"
+        )
+        values = describe(space, r.values, base.values if base else None)
+        _block(console, head, [values, f"why: {r.why}" if show_why and r.why else ""])
 
 
 def _trial_lines(
@@ -73,9 +113,11 @@ def _trial_table(
 ) -> None:
     table = Table(title="trials", show_lines=False)
     units = {r.throughput_unit for r in records if r.ok and r.throughput}
-    for col in ("#", "kind", "status", units.pop() if len(units) == 1 else "throughput", "peak mem"):
-        table.add_column(col, no_wrap=True)
-    table.add_column("values (changes from the baseline)", overflow="fold")
+    unit = next(iter(units)) if len(units) == 1 else None
+    for col in ("#", "kind", "status", unit or "throughput"):
+        table.add_column(col, no_wrap=True, justify="left" if col in ("kind", "status") else "right")
+    table.add_column("peak GiB", overflow="fold", min_width=8, max_width=14)  # '> 79.2, +38.0 asked' wraps
+    table.add_column("values (changes from the baseline)", overflow="fold", min_width=20, ratio=1)
     for r in records:
         if r.outcome is not Outcome.LAUNCHED:
             continue
@@ -85,8 +127,8 @@ def _trial_table(
             f"{r.number}{mark}",
             r.kind.value,
             f"[{style}]{r.status.value if r.status else '?'}[/]" + (" wall" if r.near_wall else ""),
-            fmt_tput(r.throughput, None if len(units) == 1 else r.throughput_unit).removesuffix(" /s"),
-            fmt_mem(r.result),
+            fmt_tput(r.throughput, None if unit else r.throughput_unit).removesuffix(" /s"),
+            mem_gib(r.result),
             escape(describe(space, r.values, base.values if base else None))
             + (f"\n[dim]why: {escape(r.why)}[/]" if show_why and r.why else ""),
         )
@@ -101,12 +143,14 @@ def _not_launched(console: Console, records: Sequence[TrialRecord]) -> None:
     rej = sum(r.outcome is Outcome.REJECTED for r in records) - swept
     pred = sum(r.outcome is Outcome.PREDICTED for r in records)
     dup = sum(r.outcome is Outcome.DUPLICATE for r in records)
-    if rej or pred or dup or swept:
-        _print(
-            console,
-            f"not launched: {rej} broke the space's rules, {pred} predicted to run out of memory, "
-            f"{dup} already measured" + (f", {swept} with NCCL values that failed the NCCL sweep" if swept else ""),
-        )
+    parts = [
+        f"{rej} broke the space's rules" if rej else "",
+        f"{pred} predicted to run out of memory" if pred else "",
+        f"{dup} already measured" if dup else "",
+        f"{swept} with NCCL values that failed the NCCL sweep" if swept else "",
+    ]
+    if any(parts):
+        _print(console, "not launched: " + ", ".join(p for p in parts if p))
 
 
 def _winner(
@@ -127,7 +171,10 @@ def _winner(
         head, tail = "[bold green]best stable:[/]", "[yellow]not confirmed by a re-run[/]"
     tput = fmt_tput(winner.throughput, winner.throughput_unit)
     _print(console, f"{head} trial {winner.first.number} {tput}{gain}, {tail}")
-    _print(console, f"  {escape(describe(space, winner.values))}")
+    if console.is_terminal:  # wrapped between names, under the line it belongs to
+        console.print(Padding(Text(describe(space, winner.values)), (0, 0, 0, 2)), highlight=False)
+    else:
+        _print(console, f"  {escape(describe(space, winner.values))}")
     changes = semantic_changes(space, winner.values, base.values if base else None)
     if changes:
         console.print("[yellow]it changes the training itself, not only its speed:[/]", highlight=False)
@@ -151,16 +198,16 @@ def print_summary(
     confirmed by a re-run is not called stable; ``show_why``: why the sampler proposed each trial,
     under it, for the report: the run printed it when the trial started), and the configs faster
     than it that ``passed_over`` says are not stable, with why."""
-    table = _trial_lines if not console.is_terminal else _trial_table
+    if not console.is_terminal:
+        table = _trial_lines
+    else:
+        table = _trial_blocks if console.width < NARROW else _trial_table
     table(console, space, records, winner, base, show_why)
     _not_launched(console, records)
     _winner(console, space, winner, base, confirmation_required)
-    for c, why in faster_passed_over(passed_over, winner):
-        _print(
-            console,
-            f"[yellow]not stable, though its runs finished:[/] trial {c.first.number} "
-            f"{fmt_tput(c.throughput, c.throughput_unit)}: {escape(why)}",
-        )
+    if winner is not None:
+        for line in faster_set_aside(records, winner, space.min_headroom_frac, passed_over):
+            _print(console, f"[yellow]set aside:[/] {escape(line)}")
     note = coarse_reading_note(records, space.stop.measured_steps)
     if note:
         _print(console, f"[yellow]coarse measurement:[/] {escape(note)}")
@@ -178,6 +225,22 @@ def _failure_lines(console: Console, view: StudyView) -> None:
             evidence = shorten(v.evidence[0].text) if v.evidence else ""
             line = f"  trial {r.number} {r.status.value if r.status else '?'}{rank}: {values} | {evidence} | advice: {v.advice}"
             _print(console, escape(line))
+
+
+def _failure_blocks(console: Console, view: StudyView) -> None:
+    """The failures on a narrow terminal: a line naming each, then its values, evidence and advice, wrapped."""
+    console.print("failures:", highlight=False)
+    base = view.baseline.values if view.baseline else None
+    for r in view.records:
+        if r.failed:
+            v = r.result.verdict
+            rank = "" if v.rank is None else f" rank {v.rank}"
+            lines = [
+                describe(view.space, r.values, base),
+                shorten(v.evidence[0].text) if v.evidence else "",
+                f"advice: {v.advice}" if v.advice else "",
+            ]
+            _block(console, f"  trial {r.number} [red]{escape(r.status.value if r.status else '?')}[/]{rank}", lines)
 
 
 def _failure_table(view: StudyView) -> Table:
@@ -206,13 +269,19 @@ def print_report(view: StudyView, console: Console) -> None:
     print_summary(
         console, view.space, view.records, view.winner, view.baseline, show_why=True, passed_over=view.passed_over
     )
+    if view.importance:
+        names = short_names(view.space)
+        shares = ", ".join(f"{names.get(k, k)} {v:.0%}" for k, v in view.importance.items())
+        _print(console, f"which parameters mattered (Optuna's PED-ANOVA): {escape(shares)}")
     for reason in view.dropped.values():
         console.print(f"[yellow]dropped from the search:[/] {escape(reason)}", highlight=False)
     if any(r.failed for r in view.records):
-        if console.is_terminal:
-            console.print(_failure_table(view))
-        else:
+        if not console.is_terminal:
             _failure_lines(console, view)
+        elif console.width < NARROW:
+            _failure_blocks(console, view)
+        else:
+            console.print(_failure_table(view))
     verdict = view.night.verdict if view.night else None
     if verdict is not None:
         colour = "bold red" if verdict.regression else "green"

@@ -5,8 +5,9 @@ shares (the winner and why, what the failures cost)."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 from typing import Any
 
 from nccl_tune.failure import FailureClass
@@ -20,7 +21,9 @@ from nccl_tune.tuner.records.semantics import semantic_changes, user_env
 from nccl_tune.tuner.records.stability import Candidate, candidates, changes, does_not_pay, noise_frac, run_key
 from nccl_tune.tuner.records.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.trials.steps import coarse_reading_note
+from nccl_tune.tuner.winner.importance import parameter_importance
 from nccl_tune.tuner.winner.study_view import StoredStudy, TrialTiming, open_study
+from nccl_tune.wording import fmt_rate, fmt_tput
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,12 @@ class StudyView:
     @property
     def launched(self) -> tuple[TrialRecord, ...]:
         return tuple(r for r in self.records if r.outcome is Outcome.LAUNCHED)
+
+    @cached_property
+    def importance(self) -> dict[str, float]:
+        """Each varied parameter's share of what made the fast runs fast (Optuna's PED-ANOVA,
+        ``tuner.winner.importance``); empty for a study too small to say."""
+        return parameter_importance(self.space, self.records)
 
     @property
     def unit(self) -> str:
@@ -138,6 +147,58 @@ def _why_not(c: Candidate, margin: float) -> str:
     return "ran once only (not confirmed by a re-run)"
 
 
+@dataclass(frozen=True)
+class WinnerRow:
+    """One parameter of the winner's table: its value in the winner and in the baseline."""
+
+    name: str
+    winner: str
+    baseline: str
+
+    @property
+    def changed(self) -> bool:
+        return self.winner != self.baseline
+
+
+def winner_rows(view: StudyView) -> list[WinnerRow]:
+    """The winner's value of each parameter beside the baseline's (the space's defaults when the
+    baseline was not launched); empty without a winner."""
+    w = view.winner
+    if w is None:
+        return []
+    base = view.baseline.values if view.baseline else {p.name: p.default for p in view.space.parameters}
+    return [
+        WinnerRow(p.name, format_value(w.values.get(p.name)), format_value(base.get(p.name)))
+        for p in view.space.parameters
+        if p.name in w.values
+    ]
+
+
+def faster_set_aside(
+    records: Sequence[TrialRecord],
+    winner: Candidate,
+    margin: float,
+    passed_over: Sequence[tuple[Candidate, str]] = (),
+    limit: int = 3,
+) -> list[str]:
+    """Up to ``limit`` configs faster than ``winner`` that were set aside, each in a sentence with
+    why (a failed run, the memory wall, no re-run, a flaky value): what the end of ``run`` and every
+    report say alike."""
+    flaky = {run_key(c.values): why for c, why in passed_over}
+    w_key = run_key(winner.values)
+    pool = [c for c in candidates(records) if run_key(c.values) != w_key]
+    stable = [c for c in pool if c.stable and run_key(c.values) not in flaky]
+    faster = sorted(
+        (c for c in pool if c.throughput > winner.throughput and c not in stable), key=lambda c: -c.throughput
+    )
+    out = []
+    for c in faster[:limit]:
+        why = flaky.get(run_key(c.values))
+        why = f"is not stable though its runs finished: {why}" if why else _why_not(c, margin)
+        out.append(f"trial {c.first.number} was faster ({fmt_tput(c.throughput, c.throughput_unit)}) but {why}")
+    return out
+
+
 def _settings_that_do_not_pay(view: StudyView, w: Candidate, stable: list[Candidate]) -> list[str]:
     """Faster stable configs that set environment variables the winner leaves as the user's run has
     them, within the noise, and what they set."""
@@ -166,34 +227,30 @@ def winner_reasons(view: StudyView) -> list[str]:
     w = view.winner
     if w is None:
         return [f"no stable config among {len(view.launched)} launched trials"]
-    runs = ", ".join(f"{r.throughput:.4g}" for r in w.ok_runs if r.throughput)
+    runs = ", ".join(fmt_rate(r.throughput) for r in w.ok_runs if r.throughput)
     u = view.unit
+    n = len(w.ok_runs)
     lines = [
-        f"trial {w.first.number}: {w.throughput:.4g} {u}, the fastest config that finished every measured "
-        f"step in each of its {len(w.runs)} runs ({runs}; spread {w.throughput_spread:.1%})"
+        f"trial {w.first.number}: {fmt_tput(w.throughput, u)}"
+        + (f" (mean of {n} runs: {runs}; spread {w.throughput_spread:.1%})" if n > 1 else "")
+        + f", the fastest config that finished every measured step in each of its {len(w.runs)} runs"
         + (f" with at least {w.min_headroom_gib:.1f} GiB of GPU memory left" if w.min_headroom_gib is not None else "")
     ]
     b = view.baseline
     w_key = run_key(w.values)
     if b is not None and b.throughput and b is not w and run_key(b.values) != w_key:
         lines.append(
-            f"{w.throughput / b.throughput:.2f}x the space defaults' {b.throughput:.4g} {u} (trial {b.first.number})"
+            f"{w.throughput / b.throughput:.2f}x the baseline's {fmt_tput(b.throughput, u)} (trial {b.first.number})"
         )
-    margin = view.space.min_headroom_frac
     flaky = {run_key(c.values): why for c, why in view.passed_over}
     pool = [c for c in candidates(view.records) if run_key(c.values) != w_key]
     stable = [c for c in pool if c.stable and run_key(c.values) not in flaky]
-    for c in sorted((c for c in pool if c.throughput > w.throughput and c not in stable), key=lambda c: -c.throughput)[
-        :3
-    ]:
-        why = flaky.get(run_key(c.values))
-        why = f"is not stable though its runs finished: {why}" if why else _why_not(c, margin)
-        lines.append(f"trial {c.first.number} was faster ({c.throughput:.4g} {u}) but {why}")
+    lines += faster_set_aside(view.records, w, view.space.min_headroom_frac, view.passed_over)
     lines += _settings_that_do_not_pay(view, w, stable)
     runner = max(stable, key=lambda c: c.throughput, default=None)
     if runner is not None and w.throughput:
         lines.append(
-            f"runner-up: trial {runner.first.number}, {runner.throughput:.4g} {u} "
+            f"runner-up: trial {runner.first.number}, {fmt_tput(runner.throughput, u)} "
             f"({runner.throughput / w.throughput - 1:+.1%})"
         )
     for c in semantic_changes(view.space, w.values, b.values if b else None):

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -299,6 +300,24 @@ def test_a_local_ray_head_is_found_by_its_gcs_process(tmp_path: Path, no_gpu: No
         assert "never reach them" in c.detail and "private Ray" in c.detail
     finally:
         p.kill()
+        p.wait()
+
+
+def test_a_zombie_gcs_process_is_no_running_cluster(tmp_path: Path, no_gpu: NoGpuProbe) -> None:
+    """A Ray head that died but was never reaped leaves a ``gcs_server`` zombie: no cluster runs."""
+    fake = tmp_path / "gcs_server"
+    shutil.copy(shutil.which("true"), fake)
+    p = subprocess.Popen([str(fake)])
+    try:
+        deadline = time.monotonic() + 10
+        while psutil.Process(p.pid).status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert psutil.Process(p.pid).status() == psutil.STATUS_ZOMBIE
+        c = _by_name(run_doctor(env={"RAY_TMPDIR": str(tmp_path)}, probe=no_gpu))["ray"]
+        assert str(p.pid) not in c.detail, c.detail
+        if not _real_gcs_running(exclude=p.pid):
+            assert c.status == "pass" and "no local Ray cluster" in c.detail, c.detail
+    finally:
         p.wait()
 
 

@@ -9,11 +9,13 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from nccl_tune.failure import FailureClass
 from tests.reporting.browser import dump_dom, install_chromium, screenshot
 from tests.tuner.conftest import run_cli
 from tests.tuner.study.test_nccl_sweep_run import SWEPT, Launcher, study
 
 pytestmark = pytest.mark.timeout(1500)
+CLASSES = {c.value for c in FailureClass}
 
 
 @pytest.fixture(scope="module")
@@ -55,7 +57,10 @@ def _dashed_line(img: np.ndarray, rgb: tuple[int, int, int], tol: int = 40) -> t
 def test_chromium_builds_every_plot_into_the_dom(chrome, report_html):
     dom = dump_dom(chrome, report_html)
     figures = re.findall(r'<figure class="plot">.*?</figure>', dom, re.S)
-    assert len(figures) == 4
+    captions = [re.search(r"<figcaption>(.*?)</figcaption>", f).group(1) for f in figures]
+    for wanted in ("Best throughput over trials", "Every trial's parameters side by side", "Peak memory"):
+        assert any(c.startswith(wanted.replace("'", "&#x27;")) or c.startswith(wanted) for c in captions), captions
+    assert len(figures) >= 6, captions
     for fig in figures:
         assert "<svg" in fig and re.search(r'<g id="(axes|patch)_\d+"', fig)
     assert dom.count('id="PathCollection_') >= 3  # scatter points of the parameter and memory plots
@@ -135,3 +140,52 @@ def test_the_nccl_sweep_s_table_shows_each_change_and_its_speed(chrome, tmp_path
     assert [c[0] for c in cells][:2] == ["baseline", "NCCL_ALGO=Ring"] and len(cells) == SWEPT + 1
     nvls = next(c for c in cells if c[0] == "NCCL_ALGO=NVLS")
     assert nvls[1] == "ok" and re.fullmatch(r"1\.[345]\dx", nvls[3]), nvls
+
+
+# Measures, in the page Chromium laid out, what sticks out of the window (outside the boxes that
+# scroll sideways on purpose) and each figure's caption and drawn width.
+WIDTH_PROBE = """<script>
+window.addEventListener('load', () => {
+  const W = window.innerWidth;
+  const wide = [...document.body.querySelectorAll('*')]
+    .filter(e => !e.closest('.scroll') && e.id !== 'probe' && e.getBoundingClientRect().right > W + 1)
+    .map(e => e.tagName + '.' + e.className).slice(0, 10);
+  const figs = [...document.querySelectorAll('figure.plot')].map(f => ({
+    caption: (f.querySelector('figcaption') || {}).textContent || '',
+    width: f.querySelector('svg').getBoundingClientRect().width,
+  }));
+  const pre = document.createElement('pre');
+  pre.id = 'probe';
+  pre.textContent = JSON.stringify({page: document.documentElement.scrollWidth, window: W, wide, figs});
+  document.body.append(pre);
+});
+</script>"""
+
+
+@pytest.mark.parametrize("width", [1400, 480])
+def test_nothing_is_wider_than_the_window(chrome, report_html, tmp_path, width):
+    import html
+    import json
+
+    probed = tmp_path / "width.html"
+    probed.write_text(report_html.read_text().replace("</body>", WIDTH_PROBE + "</body>"))
+    found = re.search(r'<pre id="probe">(.*?)</pre>', dump_dom(chrome, probed, width=width), re.S)
+    assert found
+    seen = json.loads(html.unescape(found.group(1)))
+    assert seen["page"] <= seen["window"], seen
+    assert not seen["wide"], seen["wide"]
+    assert seen["figs"] and all(f["caption"] and 0 < f["width"] <= seen["window"] for f in seen["figs"]), seen["figs"]
+
+
+def test_the_trials_table_says_each_trials_outcome_and_the_winner_table_marks_changes(report_html):
+    page = report_html.read_text()
+    trials = page[page.index("<h2>Trials</h2>") :]
+    rows = re.findall(r"<tr><td class=\"num\">\d+</td><td>[^<]*</td><td>(.*?)</td>", trials)
+    assert rows and not any(re.sub("<[^>]+>", "", r) == "launched" for r in rows)
+    outcomes = {re.sub("<[^>]+>", "", r).split(" (")[0] for r in rows}
+    assert "oom" in outcomes and all(o in CLASSES or o.startswith("not launched: ") for o in outcomes), outcomes
+    winner = page[page.index("The winner and why") : page.index("What the failures cost")]
+    changed = re.findall(r'<tr class="changed"><td>([^<]+)</td><td>([^<]+)</td><td>([^<]+)</td>', winner)
+    assert changed and all(w != b for _, w, b in changed)
+    same = re.findall(r"<tr><td>([^<]+)</td><td>([^<]+)</td><td>([^<]+)</td>", winner)
+    assert all(w == b for _, w, b in same)

@@ -16,6 +16,7 @@ from nccl_tune.failure import OK_VERDICT, FailureClass
 from nccl_tune.reporting.json_report import trial_row
 from nccl_tune.reporting.terminal import print_report
 from nccl_tune.reporting.view import load_view
+from nccl_tune.search_spaces.describe import describe
 from nccl_tune.trial import OUTSIDE_PHASES, GpuMemory, MemoryReport, StopReason, TrialResult
 from nccl_tune.tuner.records.study_records import Outcome, TrialKind, TrialRecord
 from tests.tuner.conftest import TINY_SPACE, TINY_TRAINER, run_cli, study_trials
@@ -114,3 +115,54 @@ def test_json_rows_carry_the_memory_per_phase_and_the_phase_that_peaked():
     row = json.loads(json.dumps(trial_row(record)))
     assert row["peak_phase"] == "policy_train"
     assert row["phase_peak_frac"] == {"generate": 0.61, "policy_train": 0.79, OUTSIDE_PHASES: 0.05}
+
+
+def test_the_run_summary_names_a_faster_trial_set_aside_at_the_memory_wall():
+    """What `report` says of a faster config left out near the wall, the end of `run` says too."""
+    from nccl_tune.reporting.terminal import print_summary
+    from nccl_tune.search_spaces.loader import load_space
+    from nccl_tune.tuner.records.stability import select_winner
+
+    space = load_space(str(TINY_SPACE))
+
+    def rec(number: int, micro: int, step_s: float, peak_gib: float, kind=TrialKind.SEARCH) -> TrialRecord:
+        memory = MemoryReport("nvml", gpus=(GpuMemory(0, 80.0, peak_gib),))
+        result = TrialResult(
+            number=number,
+            status=FailureClass.OK,
+            verdict=OK_VERDICT,
+            stop_reason=StopReason.MEASURED,
+            step_times_s=(step_s, step_s),
+            samples_per_step=8.0 * micro,
+            memory=memory,
+        )
+        values = {"trainer.micro": micro, "trainer.offload": False, "NCCL_ALGO": "unset"}
+        near = peak_gib > 80.0 * (1 - space.min_headroom_frac)
+        return TrialRecord(
+            number, TrialState.COMPLETE, values, kind, Outcome.LAUNCHED, FailureClass.OK, result, near_wall=near
+        )
+
+    records = [rec(0, 2, 0.1, 44.0, TrialKind.BASELINE), rec(1, 2, 0.1, 44.0, TrialKind.RERUN), rec(2, 8, 0.1, 78.0)]
+    winner = select_winner(records, require_confirmation=False)
+    assert winner is not None and winner.first.number == 0
+    buf = io.StringIO()
+    print_summary(Console(file=buf, width=80), space, records, winner, None)
+    text = buf.getvalue()
+    assert re.search(
+        r"set aside: trial 2 was faster \(640\.0 samples/s\) but came within 5% of the memory wall", text
+    ), text
+
+
+@pytest.mark.parametrize("width", [80, 200])
+def test_the_report_on_a_terminal_keeps_names_whole_at_any_width(tiny_study, width):
+    """At 80 columns each trial is a block wrapped between words; wide, a table: either way every
+    value a trial set reads whole on one line and nothing runs past the width."""
+    view = load_view(f"sqlite:///{tiny_study}/results/nccl-tune.db", "t")
+    buf = io.StringIO()
+    print_report(view, Console(file=buf, force_terminal=True, width=width, color_system=None))
+    lines = buf.getvalue().splitlines()
+    assert all(len(line.rstrip()) <= width for line in lines), [line for line in lines if len(line.rstrip()) > width]
+    words = {w for r in view.launched for w in describe(view.space, r.values, view.baseline.values).split()}
+    text = buf.getvalue()
+    assert words and all(w in text for w in words), words
+    assert ("┃" in text) == (width >= 120)

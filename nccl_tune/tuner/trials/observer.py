@@ -51,6 +51,16 @@ class InterruptFlag:
         self._previous.clear()
 
 
+def step_words(n: int, warmup: int, total: int) -> str:
+    """Step ``n`` (1-based) as the live line counts it: its warm-up or measured step of how many,
+    and a step the trainer ran past the last measured one while it was being stopped."""
+    if n <= warmup:
+        return f"warm-up step {n}/{warmup}"
+    if n <= total:
+        return f"measured step {n - warmup}/{total - warmup}"
+    return f"step {n}: all {total - warmup} measured, stopping"
+
+
 class TunerObserver(TrialObserver):
     """Progress to the display; stop on interrupt or when clearly slower than the incumbent."""
 
@@ -87,8 +97,9 @@ class TunerObserver(TrialObserver):
             )
 
     def on_step(self, spec: TrialSpec, step_index: int, seconds: float) -> None:
-        total = spec.stop.total_steps
-        self.display.progress(f"step {step_index + 1}/{total} in {seconds:.1f}s")
+        self.display.progress(
+            f"{step_words(step_index + 1, spec.stop.warmup_steps, spec.stop.total_steps)} in {seconds:.1f}s"
+        )
 
     def slower_than_incumbent(self, spec: TrialSpec, step_times_s: tuple[float, ...]) -> str | None:
         """Why the trial is slower than the incumbent, when a finished step ran below

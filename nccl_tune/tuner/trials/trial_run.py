@@ -201,9 +201,10 @@ class TrialRunner:
             self.told_command_cap = self.told_measured_steps = True
         if self.told_measured_steps or steps == first:
             return
+        noise = f": steps vary by {rule.measured_noise:.1%} so far" if rule.measured_noise is not None else ""
         self.display.note(
-            f"measured steps per trial {first} -> {steps} from trial {spec.number}: {rule.why()}; later trials follow "
-            f"the measured noise (at most {MAX_MEASURED_STEPS}); --steps N fixes the count"
+            f"from trial {spec.number} on, each trial measures {steps} steps instead of {first}{noise} "
+            f"(at most {MAX_MEASURED_STEPS}; --steps N fixes the count)"
         )
         self.told_measured_steps = True
 

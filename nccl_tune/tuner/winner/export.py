@@ -22,6 +22,7 @@ from nccl_tune.tuner.records.semantics import semantic_changes
 from nccl_tune.tuner.records.stability import Candidate
 from nccl_tune.tuner.winner.study_view import StoredStudy, open_study
 from nccl_tune.userfile import read_text, refuse_non_file, write_output, yaml_mapping
+from nccl_tune.wording import fmt_tput
 
 FORMATS = ("yaml", "args", "env")
 
@@ -99,10 +100,13 @@ def tuned_document(stored: StoredStudy, winner: Candidate) -> dict[str, Any]:
 def format_tuned(doc: dict[str, Any], fmt: str) -> str:
     """The tuned document as text: ``yaml``, ``args`` (one shell line) or ``env`` (export lines)."""
     if fmt == "yaml":
-        unconfirmed = "" if doc["metrics"]["confirmed"] else ", NOT confirmed by a re-run"
+        m = doc["metrics"]
+        unconfirmed = "" if m["confirmed"] else ", NOT confirmed by a re-run"
+        runs = len(m["runs_per_s"])
+        mean = f", mean of {runs} runs" if runs > 1 else ""
         head = (
             f"# nccl-tune: fastest stable config of study {doc['study']['name']} "
-            f"({doc['metrics']['throughput_per_s']} {doc['metrics']['throughput_unit']}{unconfirmed})\n"
+            f"({fmt_tput(m['throughput_per_s'], m['throughput_unit'])}{mean}{unconfirmed})\n"
             "# overrides: merge into the training config (OmegaConf.merge) or pass `args` on the command line (argv elements);\n"
             "# env: export before the run; unset_env: make sure these are not set.\n"
         )
@@ -113,7 +117,9 @@ def format_tuned(doc: dict[str, Any], fmt: str) -> str:
         lines = [f"# not exported: {reason}" for reason in doc.get("dropped", {}).values()]
         lines += [f"export {k}={shlex.quote(str(v))}" for k, v in doc["env"].items()]
         lines += [f"unset {k}" for k in doc["unset_env"]]
-        return "\n".join(lines) + ("\n" if lines else "")
+        if not doc["env"] and not doc["unset_env"]:
+            lines.append(f"# the best stable config of study {doc['study']['name']} sets no environment variable")
+        return "\n".join(lines) + "\n"
     raise NcclTuneError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
 
 

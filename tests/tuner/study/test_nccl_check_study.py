@@ -66,7 +66,7 @@ def test_a_setting_that_hangs_the_collectives_costs_its_check_and_one_that_break
         "failed its check in the NCCL sweep (hang)" in r.violations[0] and r.sweep_refused for r in refused
     )
     assert f"{len(refused)} with NCCL values that failed the NCCL sweep" in shown, "the summary counts them apart"
-    assert "not launched: 0 broke the space's rules" in shown
+    assert "not launched: " in shown and "broke the space's rules" not in shown  # none did: not said
     alone = [r for (algo, _), r in launched.items() if algo == "NVLS"]
     assert alone, "another set holding NVLS was tried"
     for r in alone:

@@ -88,3 +88,11 @@ def test_a_screened_trial_under_the_bar_says_what_it_measured_against_what(tmp_p
     assert watcher.stop_detail() == (
         "5.1 samples/s over 1 screened step, under the bar of 5.4 (the incumbent's 6.0 as modelled, less 10%)"
     )
+
+
+def test_the_live_line_counts_warm_up_and_measured_steps_apart_and_never_past_the_plan():
+    from nccl_tune.tuner.trials.observer import step_words
+
+    assert step_words(1, 1, 3) == "warm-up step 1/1"
+    assert step_words(3, 1, 3) == "measured step 2/2"
+    assert step_words(5, 1, 3) == "step 5: all 2 measured, stopping"  # the trainer ran on while it was stopped
