@@ -353,13 +353,6 @@ class MemoryReport:
         """Highest per-GPU peak; None when no GPU figure exists (no GPU was sampled and the trainer
         printed no memory line): the process tree's RSS is host memory, kept as ``peak_rss_gib``
         and never shown as a GPU's peak."""
-        if self.gpus:
-            return max(g.peak_gib for g in self.gpus)
-        return None
-
-    @property
-    def gpu_peak_gib(self) -> float | None:
-        """Highest per-GPU peak; None when no GPU figure exists (host RSS is never a trial's memory)."""
         peak = max((g.peak_gib for g in self.gpus), default=0.0)
         return peak if peak > 0 else None
 
@@ -534,7 +527,7 @@ class TrialResult:
     @property
     def peak_mem_gib(self) -> float | None:
         """The highest per-GPU peak; None when no GPU figure exists."""
-        return self.memory.gpu_peak_gib if self.memory else None
+        return self.memory.peak_gib if self.memory else None
 
     def to_json(self) -> dict[str, Any]:
         out: dict[str, Any] = {}

@@ -27,7 +27,7 @@ def _mem_text(result: TrialResult | None, gib: str) -> str:
     if result.status is FailureClass.OOM:
         totals = [g.total_gib for g in m.gpus if g.total_gib > 0] if m else []
         return f"> {max(totals):.1f}{gib}" if totals else "-"
-    return f"{m.gpu_peak_gib:.1f}{gib}" if m and m.gpu_peak_gib else "-"
+    return f"{m.peak_gib:.1f}{gib}" if m and m.peak_gib else "-"
 
 
 def mem_gib(result: TrialResult | None) -> str:
