@@ -1,0 +1,49 @@
+"""worst_case: a run's peak at the longest batch its config allows, fitted on its steps' tokens."""
+
+from __future__ import annotations
+
+import pytest
+
+from nccl_tune.tuner.records.worst_case import WorstCase, judge, predict
+
+
+def _affine(tokens: list[float], fixed: float = 0.4, per_token: float = 2e-5) -> list[float]:
+    return [fixed + per_token * t for t in tokens]
+
+
+def test_an_affine_peak_is_read_at_the_longest_batch():
+    tokens = [4000.0, 5200.0, 4500.0, 6100.0]
+    w = predict(tokens, _affine(tokens), 19000)
+    assert w is not None and w.how == "predicted" and w.fitted
+    assert w.peak_frac == pytest.approx(0.4 + 2e-5 * 19000, abs=1e-6)
+    assert w.seen_frac == pytest.approx(0.4 + 2e-5 * 6100)
+    assert w.lower_frac < w.peak_frac < w.upper_frac and w.tokens_worst == 19000 and w.tokens_seen == 6100
+    assert w.fits(0.05) and not w.fits(0.25)  # 0.78 keeps 5% free, not 25%
+    near = predict(tokens, _affine(tokens), 7000)
+    assert near is not None and near.fits(0.05) and near.upper_frac - near.lower_frac < w.upper_frac - w.lower_frac
+
+
+def test_a_config_that_fits_its_first_steps_can_fail_at_its_worst():
+    tokens = [4000.0, 5000.0, 6000.0]
+    peaks = _affine(tokens, fixed=0.5, per_token=4e-5)  # 0.66 .. 0.74: 26% free on the trial
+    w = predict(tokens, peaks, 12000)
+    assert max(peaks) < 0.75 and w is not None and w.peak_frac > 0.95 and not w.fits(0.05)
+
+
+def test_steps_too_alike_give_the_proportional_bound():
+    w = predict([5000.0, 5010.0], [0.6, 0.6], 10000)
+    assert w is not None and not w.fitted and w.peak_frac == pytest.approx(0.6 * 10000 / 5010)
+
+
+def test_a_slope_below_zero_is_read_as_flat_and_never_below_the_peak_seen():
+    w = predict([4000.0, 5000.0, 6000.0], [0.7, 0.69, 0.68], 9000)
+    assert w is not None and w.peak_frac == pytest.approx(0.7)
+
+
+def test_forced_runs_are_their_own_worst_case_and_no_tokens_is_no_prediction():
+    f = judge([None, None], [0.8, 0.83], None, was_forced=True)
+    assert f is not None and f.how == "forced" and f.peak_frac == f.upper_frac == 0.83 and f.fits(0.05)
+    assert judge([None, None], [0.5, 0.6], 19000) is None
+    assert judge([4000.0, 5000.0, 6000.0], [0.5, 0.6, 0.7], None) is None
+    w = predict([4000.0, 5000.0, 6000.0], [0.5, 0.6, 0.7], 8000)
+    assert WorstCase.from_json(w.to_json()) == w and WorstCase.from_json(None) is None
