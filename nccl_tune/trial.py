@@ -313,11 +313,19 @@ class MemoryReport:
     phases_open_at_end: tuple[str, ...] = ()
     """The phases open when the last sample was taken, outermost first (``(OUTSIDE_PHASES,)`` when
     none was): in a run that failed, their figures are lower bounds, the others were measured whole."""
+    step_peak_frac: tuple[float, ...] = ()
+    """Per finished step, in order (aligned with ``TrialResult.step_times_s``): the highest per-GPU
+    peak in it, as a share of the GPU; empty when the source gives no per-step figures. With
+    ``TrialResult.step_tokens`` it gives the worst case (``tuner.records.worst_case``)."""
+    forced_worst: bool = False
+    """The trial ran its longest batches (the space's ``stability.force_worst_case``): its peak is
+    the worst case, and its throughput is not comparable with normal trials'."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpus", tuple(self.gpus))
         object.__setattr__(self, "phase_peak_frac", _frozen_map(self.phase_peak_frac))
         object.__setattr__(self, "phases_open_at_end", tuple(self.phases_open_at_end))
+        object.__setattr__(self, "step_peak_frac", tuple(self.step_peak_frac))
 
     @property
     def peak_gib(self) -> float | None:
@@ -366,6 +374,8 @@ class MemoryReport:
             "peak_rss_gib": self.peak_rss_gib,
             "phase_peak_frac": dict(self.phase_peak_frac),
             "phases_open_at_end": list(self.phases_open_at_end),
+            "step_peak_frac": list(self.step_peak_frac),
+            "forced_worst": self.forced_worst,
         }
 
     @classmethod
@@ -378,6 +388,8 @@ class MemoryReport:
             peak_rss_gib=data.get("peak_rss_gib"),
             phase_peak_frac={str(k): float(v) for k, v in (data.get("phase_peak_frac") or {}).items()},
             phases_open_at_end=tuple(data.get("phases_open_at_end") or ()),
+            step_peak_frac=tuple(float(x) for x in data.get("step_peak_frac") or ()),
+            forced_worst=bool(data.get("forced_worst")),
         )
 
 
@@ -401,6 +413,9 @@ class TrialResult:
     empty when the step rule reads no rate."""
     rate_unit: str | None = None
     """What ``step_rates`` count: ``samples``, ``tokens`` or ``steps``."""
+    step_tokens: tuple[float | None, ...] = ()
+    """The tokens each finished step carried as the trainer printed them (SkyRL's
+    ``generate/max_num_tokens``), aligned with ``step_times_s``; empty when it printed none."""
     progress_preset: str | None = None
     """The progress preset the trial's output was read with (named by the space or recognised)."""
     warmup_steps: int = 0
@@ -438,6 +453,7 @@ class TrialResult:
         object.__setattr__(self, "nccl_env_seen", _frozen_map({k: dict(v) for k, v in self.nccl_env_seen.items()}))
         object.__setattr__(self, "step_times_s", tuple(self.step_times_s))
         object.__setattr__(self, "step_rates", tuple(self.step_rates))
+        object.__setattr__(self, "step_tokens", tuple(self.step_tokens))
         object.__setattr__(self, "log_paths", tuple(Path(p) for p in self.log_paths))
         object.__setattr__(self, "fr_dumps", tuple(Path(p) for p in self.fr_dumps))
 
@@ -513,6 +529,7 @@ class TrialResult:
             step_times_s=tuple(data.get("step_times_s") or ()),
             step_rates=tuple(data.get("step_rates") or ()),
             rate_unit=data.get("rate_unit"),
+            step_tokens=tuple(data.get("step_tokens") or ()),
             progress_preset=data.get("progress_preset"),
             warmup_steps=int(data.get("warmup_steps") or 0),
             phase_max_s=data.get("phase_max_s") or {},

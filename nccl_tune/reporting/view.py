@@ -135,7 +135,25 @@ def _why_not(c: Candidate, margin: float) -> str:
         return f"failed on run {bad[0].number} ({bad[0].status.value if bad[0].status else '?'})"
     if c.near_wall:
         return f"came within {margin:.0%} of the memory wall"
+    if c.worst_unfit and c.worst_case is not None:
+        return f"its worst case does not fit: {worst_case_words(c)}"
     return "ran once only (not confirmed by a re-run)"
+
+
+def worst_case_words(c: Candidate) -> str:
+    """The candidate's peak seen and at the longest batch its config allows, as shares of the GPU."""
+    w = c.worst_case
+    if w is None:
+        return "no worst case known (no step printed its tokens, and no run was forced to its longest batch)"
+    at = f" at {w.tokens_worst:.0f} tokens" if w.tokens_worst else ""
+    if w.how == "forced":
+        worst = f"forced to its longest batch{at}, {w.peak_frac:.0%} of the GPU ({1 - w.peak_frac:.0%} free)"
+    else:
+        worst = (
+            f"predicted{at} {w.peak_frac:.0%} of the GPU ({w.lower_frac:.0%}-{w.upper_frac:.0%}; "
+            f"{1 - w.peak_frac:.0%} free)"
+        )
+    return f"peak seen {w.seen_frac:.0%} ({1 - w.seen_frac:.0%} free), worst case {worst}"
 
 
 def _settings_that_do_not_pay(view: StudyView, w: Candidate, stable: list[Candidate]) -> list[str]:
@@ -190,6 +208,8 @@ def winner_reasons(view: StudyView) -> list[str]:
         why = f"is not stable though its runs finished: {why}" if why else _why_not(c, margin)
         lines.append(f"trial {c.first.number} was faster ({c.throughput:.4g} {u}) but {why}")
     lines += _settings_that_do_not_pay(view, w, stable)
+    if w.worst_case is not None:
+        lines.append(f"memory: {worst_case_words(w)}")
     runner = max(stable, key=lambda c: c.throughput, default=None)
     if runner is not None and w.throughput:
         lines.append(

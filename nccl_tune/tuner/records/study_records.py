@@ -18,6 +18,7 @@ from optuna.trial import FrozenTrial, TrialState
 from nccl_tune.failure import FailureClass
 from nccl_tune.trial import StopReason, TrialResult
 from nccl_tune.tuner.records.gpu_size import sized
+from nccl_tune.tuner.records.worst_case import WorstCase
 
 FINISHED = frozenset({FailureClass.OK, FailureClass.BUDGET})
 """Statuses of a launched run that did not fail: it ran its steps, or the tuner stopped it (slower
@@ -40,6 +41,8 @@ A_NEAR_WALL = "near_wall"
 A_HEADROOM = "min_headroom_frac"
 """The headroom a finished run was judged against (``near_wall``), to judge it again once the study
 learns its GPU size (``gpu_size``)."""
+A_WORST = "worst_case"
+"""The run's memory at the longest batch its config allows (``worst_case.WorstCase``, as JSON)."""
 A_DUPLICATE_OF = "duplicate_of"
 A_ABANDONED = "abandoned"
 """Why a trial was asked but never launched (the node gate gave up, the tuner failed before the start)."""
@@ -99,6 +102,16 @@ class TrialRecord:
     planned_steps: int | None = None
     """The steps (warm-up and measured) the trial was to run; None when the study did not record
     them (trials launched before nccl-tune stored them)."""
+    worst_case: WorstCase | None = None
+    """Its memory at the longest batch its config allows (forced or predicted); None when neither
+    the run nor the space says."""
+
+    @property
+    def worst_unfit(self) -> bool:
+        """Its worst case does not fit the headroom it was judged against: not stable, however its
+        own steps went."""
+        room = self.min_headroom_frac if self.min_headroom_frac is not None else 0.05
+        return self.worst_case is not None and not self.worst_case.fits(room)
 
     @property
     def ok(self) -> bool:
@@ -195,6 +208,7 @@ def record_of(t: FrozenTrial) -> TrialRecord:
         trial_dir=a.get(A_TRIAL_DIR),
         why=a.get(A_WHY) or None,
         planned_steps=a.get(A_PLANNED_STEPS),
+        worst_case=WorstCase.from_json(a.get(A_WORST)),
     )
 
 

@@ -32,7 +32,7 @@ from typing import Any
 
 MIN_STEPS = 3
 """Steps with tokens and a peak a fit needs; fewer give the proportional bound."""
-MIN_SPAN_FRAC = 0.05
+MIN_SPAN_FRAC = 0.02
 """Least spread of the steps' tokens, (max - min) / max, that measures a slope."""
 WORST_Z = 2.0
 """Standard errors between the predicted worst case and its upper bound."""
