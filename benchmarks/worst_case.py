@@ -10,7 +10,8 @@ two measured steps). Three judges pick a winner among the configs whose trial fi
   (what a tuner that measures a few steps calls stable);
 - ``predicted``: the fastest whose worst case, fitted on the trial's steps (their
   ``generate/max_num_tokens`` and peaks) and read at the longest response the config allows
-  (``nccl_tune.tuner.records.worst_case.predict``), fits;
+  (``nccl_tune.tuner.records.worst_case.predict``), fits (a prediction whose slope the steps
+  could not pin judges nothing, as in the tool);
 - ``forced``: the fastest whose trial run with vLLM's ``min_tokens`` at ``max_generate_length``
   (``generator.sampling_params.additional_kwargs``) kept the headroom; its throughput is the
   normal run's, not the forced one's.
@@ -97,7 +98,7 @@ def _judged(seed: int) -> dict[str, tuple[float, dict[str, object]] | None]:
         fits = {"first steps": max(peaks) <= 1.0 - MIN_HEADROOM_FRAC}
         tokens = [trial.step_tokens[k].max_num_tokens for k in sorted(trial.step_tokens)]
         worst = predict(tokens, peaks, trial.worst_response_tokens)
-        fits["predicted"] = fits["first steps"] and worst is not None and worst.fits(MIN_HEADROOM_FRAC)
+        fits["predicted"] = fits["first steps"] and not (worst is not None and worst.unfit(MIN_HEADROOM_FRAC))
         if fits["first steps"]:
             forced = evaluate(_cfg(values, seed, FORCE), seed=0, steps=TRIAL_STEPS)
             fits["forced"] = forced.ok and max(_step_peaks(forced)) <= 1.0 - MIN_HEADROOM_FRAC

@@ -76,9 +76,11 @@ SKYRL = ProgressRules(
     phase_end=rf"Finished: '(?P<phase>[^']+)', time cost: (?P<seconds>{_NUM})s",
     memory=(
         rf"Reserved: (?P<gib>{_NUM}) GiB, Free: {_NUM} GiB, Total: (?P<total_gib>{_NUM}) GiB",
-        rf"(?:rank[ =:]*(?P<rank>\d+)\b.*?)?memory: (?P<gib>{_NUM})GiB(?:\s*\((?P<pct>{_NUM})%\))?",
+        rf"(?:rank[ =:]*(?P<rank>\d+)\b(?: step (?P<step>\d+)\b)?.*?)?memory: (?P<gib>{_NUM})GiB"
+        rf"(?:\s*\((?P<pct>{_NUM})%\))?",
     ),
     training_done=r"Training done!",
+    step_tokens=r"'generate/max_num_tokens': '?(?P<tokens>\d+(?:\.\d+)?)",
     preset="skyrl",
 )
 

@@ -133,7 +133,8 @@ DURATION_GROUPS: Mapping[str, float] = MappingProxyType({"seconds": 1.0, "ms": 1
 STEP_GROUPS = frozenset({*RATE_GROUPS, *DURATION_GROUPS, "step", "samples_per_step"})
 """Every group a step rule may use (``step``: the step's number; ``samples_per_step``: samples the
 step processed, e.g. Megatron's global batch size)."""
-MEMORY_GROUPS = frozenset({"gib", "mib", "pct", "total_gib", "rank", "gpu"})
+MEMORY_GROUPS = frozenset({"gib", "mib", "pct", "total_gib", "rank", "gpu", "step"})
+STEP_TOKENS_GROUPS = frozenset({"tokens", "step"})
 PHASE_GROUPS = frozenset({"phase", *DURATION_GROUPS})
 
 
@@ -157,9 +158,14 @@ class ProgressRules:
     """A phase ends; groups ``phase`` and ``seconds`` (or ``ms``)."""
     memory: tuple[str, ...] = ()
     """A memory figure the trainer prints: group ``gib`` or ``mib`` (peak), optional ``rank``/``gpu``,
-    optional ``pct`` (percent of the GPU) or ``total_gib``, which give the GPU's total."""
+    optional ``pct`` (percent of the GPU) or ``total_gib``, which give the GPU's total, optional
+    ``step`` (the step it belongs to; else the step running when the line was read)."""
     training_done: str | None = None
     """Training finished: failures after this line happened during teardown."""
+    step_tokens: str | None = None
+    """The tokens a step carried (group ``tokens``; SkyRL's ``generate/max_num_tokens``): the step
+    numbered by group ``step``, else the last finished step (trainers print a step's metrics after
+    it). With the steps' memory figures it gives the worst case (``tuner.records.worst_case``)."""
     preset: str | None = None
     """The preset these rules come from (None: written in the space)."""
 

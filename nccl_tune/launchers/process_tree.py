@@ -323,7 +323,7 @@ class ProcessTreeLauncher(Launcher, Generic[TreeT]):
             survivors=ending.teardown.survivors,
             gpu_s=wall_s * found.gpus if found.gpus is not None else None,
             nccl_env_seen=found.nccl_env_seen,
-            step_tokens=found.step_tokens,
+            step_tokens=found.step_tokens or state.step_tokens,
         )
 
 

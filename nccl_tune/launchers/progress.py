@@ -12,6 +12,7 @@ arrived. It is fed from the log reader thread and read from the supervising thre
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 from collections.abc import Mapping
@@ -36,10 +37,11 @@ from nccl_tune.trial import (
     RATE_GROUPS,
     STARTUP_PHASE,
     STEP_GROUPS,
+    STEP_TOKENS_GROUPS,
     ProgressRules,
 )
 
-RULE_NAMES = ("step_end", "phase_start", "phase_end", "memory", "training_done")
+RULE_NAMES = ("step_end", "phase_start", "phase_end", "memory", "training_done", "step_tokens")
 
 
 def _patterns(rules: ProgressRules) -> list[tuple[str, str]]:
@@ -77,6 +79,7 @@ class _Compiled:
     phase_end: re.Pattern[str] | None
     memory: tuple[re.Pattern[str], ...]
     done: re.Pattern[str] | None
+    tokens: re.Pattern[str] | None = None
 
 
 def _compile_one(name: str, pattern: str) -> re.Pattern[str]:
@@ -95,7 +98,13 @@ def _compile(rules: ProgressRules) -> _Compiled:
         return tuple(v for k, v in c.items() if k == field_name or k.startswith(field_name + "["))
 
     return _Compiled(
-        rules.preset, alts("step_end"), c.get("phase_start"), c.get("phase_end"), alts("memory"), c.get("training_done")
+        rules.preset,
+        alts("step_end"),
+        c.get("phase_start"),
+        c.get("phase_end"),
+        alts("memory"),
+        c.get("training_done"),
+        c.get("step_tokens"),
     )
 
 
@@ -171,6 +180,8 @@ def check_rules(rules: ProgressRules, where: str) -> None:
             _check_groups(f"{where}.{name}", pattern, PHASE_GROUPS, frozenset({"phase"}))
         elif base == "memory":
             _check_groups(f"{where}.{name}", pattern, MEMORY_GROUPS, frozenset({"gib", "mib"}))
+        elif base == "step_tokens":
+            _check_groups(f"{where}.{name}", pattern, STEP_TOKENS_GROUPS, frozenset({"tokens"}))
 
 
 def rules_hint(rules: ProgressRules) -> str:
@@ -230,6 +241,12 @@ class ProgressState:
     memory_phases_last: Mapping[int | None, tuple[str, ...]] = field(default_factory=dict)
     """Per rank: the phases open (outermost first; ``(OUTSIDE_PHASES,)`` for none) when its last
     line counted in ``memory_phase_peak_frac`` was read; the rank whose line came last is last."""
+    step_tokens: tuple[float | None, ...] = ()
+    """Per finished step (aligned with ``step_times_s``): the tokens the ``step_tokens`` rule read
+    for it, None where none; empty when it read none."""
+    step_peak_frac: tuple[float, ...] = ()
+    """Per finished step: the highest share of its GPU a memory line gave in it (NaN where none);
+    empty when no line gave both a share and its step."""
 
     @property
     def open_phase(self) -> str | None:
@@ -351,6 +368,11 @@ class ProgressTracker:
         self._mem_total: dict[int | None, float] = {}
         self._mem_phase: dict[int | None, dict[str, float]] = {}
         self._mem_phases_last: dict[int | None, tuple[str, ...]] = {}
+        self._step_tokens: dict[int, float] = {}
+        """0-based step index -> tokens."""
+        self._step_mem: dict[tuple[bool, int], float] = {}
+        """(numbered by the line, step) -> highest share: printed step numbers, or 0-based indexes of
+        the step running when a live line was read."""
         self._events: list[ProgressEvent] = []
 
     def _recognise(self, text: str) -> _Compiled | None:
@@ -390,6 +412,7 @@ class ProgressTracker:
         start = rx.phase_start.search(text) if rx.phase_start else None
         mem = next((m for m in (p.search(text) for p in rx.memory) if m), None)
         done = rx.done.search(text) if rx.done else None
+        tokens = rx.tokens.search(text) if rx.tokens else None
         events: list[ProgressEvent] = []
         with self._lock:
             if step and not self._take_step(step, line_no, t, events, torchrun_prefix(text)):
@@ -405,6 +428,8 @@ class ProgressTracker:
                 events.append(ProgressEvent("phase_start", line_no, t, phase))
             if mem:
                 self._take_memory(mem, line_no, t, events, tuple(self.ledger.open_phases))
+            if tokens:
+                self._take_tokens(tokens)
             if done:
                 self._done = True
                 events.append(ProgressEvent("done", line_no, t))
@@ -483,7 +508,32 @@ class ProgressTracker:
             self._mem_total[rank] = total
         if phases is not None and total:
             self._take_phase_share(rank, phases, gib / total)
+        step_text = _group(mem, "step")
+        if total and (step_text is not None or phases is not None):
+            key = (True, int(step_text)) if step_text is not None else (False, len(self.ledger.step_times_s))
+            self._step_mem[key] = max(self._step_mem.get(key, -1.0), gib / total)
         events.append(ProgressEvent("memory", line_no, t, gib=gib, total_gib=total, rank=rank))
+
+    def _take_tokens(self, m: re.Match[str]) -> None:
+        """A step's tokens: the step its line numbers (1-based), else the last one finished."""
+        value = _float(m, "tokens")
+        step_text = _group(m, "step")
+        index = int(step_text) - 1 if step_text is not None else len(self.ledger.step_times_s) - 1
+        if value is not None and index >= 0:
+            self._step_tokens[index] = value
+
+    def _per_step(self, n: int) -> tuple[tuple[float | None, ...], tuple[float, ...]]:
+        """(tokens, peak share) of the ``n`` finished steps; printed step numbers count from the
+        first one a memory line gave."""
+        tokens = tuple(self._step_tokens.get(i) for i in range(n)) if self._step_tokens else ()
+        numbered = {k: v for (printed, k), v in self._step_mem.items() if printed}
+        if numbered:
+            first = min(numbered)
+            by_index = {k - first: v for k, v in numbered.items()}
+        else:
+            by_index = {k: v for (_, k), v in self._step_mem.items()}
+        peaks = tuple(by_index.get(i, math.nan) for i in range(n)) if by_index else ()
+        return tokens, peaks
 
     def _take_phase_share(self, rank: int | None, phases: tuple[str, ...], frac: float) -> None:
         phase = phases[-1] if phases else OUTSIDE_PHASES
@@ -506,7 +556,10 @@ class ProgressTracker:
     def snapshot(self) -> ProgressState:
         """What the log said so far."""
         with self._lock:
+            step_tokens, step_peaks = self._per_step(len(self.ledger.step_times_s))
             return self.ledger.snapshot(
+                step_tokens=step_tokens,
+                step_peak_frac=step_peaks,
                 step_rates=tuple(self._rates) if any(r is not None for r in self._rates) else (),
                 rate_unit=self._rate_unit,
                 samples_per_step=self._samples,

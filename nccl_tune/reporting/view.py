@@ -153,7 +153,8 @@ def worst_case_words(c: Candidate) -> str:
             f"predicted{at} {w.peak_frac:.0%} of the GPU ({w.lower_frac:.0%}-{w.upper_frac:.0%}; "
             f"{1 - w.peak_frac:.0%} free)"
         )
-    return f"peak seen {w.seen_frac:.0%} ({1 - w.seen_frac:.0%} free), worst case {worst}"
+    judged = "" if w.judged else " (not judged: too few steps, or steps too alike, to fit a slope)"
+    return f"peak seen {w.seen_frac:.0%} ({1 - w.seen_frac:.0%} free), worst case {worst}{judged}"
 
 
 def _settings_that_do_not_pay(view: StudyView, w: Candidate, stable: list[Candidate]) -> list[str]:

@@ -111,7 +111,7 @@ class TrialRecord:
         """Its worst case does not fit the headroom it was judged against: not stable, however its
         own steps went."""
         room = self.min_headroom_frac if self.min_headroom_frac is not None else 0.05
-        return self.worst_case is not None and not self.worst_case.fits(room)
+        return self.worst_case is not None and self.worst_case.unfit(room)
 
     @property
     def ok(self) -> bool:

@@ -90,7 +90,7 @@ def tell_result(
         worst = worst_case_of(result, worst_tokens)
         if worst is not None:
             trial.set_user_attr(A_WORST, worst.to_json())
-            if not worst.fits(min_headroom_frac):
+            if worst.unfit(min_headroom_frac):
                 over = max(worst.peak_frac - (1.0 - min_headroom_frac), worst.upper_frac - 1.0)
                 deficit = max(deficit if deficit is not None else -1.0, over)
         _constrain(trial, memory_wall=deficit if deficit is not None else -1.0)

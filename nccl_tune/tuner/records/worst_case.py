@@ -13,14 +13,15 @@ know the worst case:
   holds the longest sequence (activations and logits grow with them, the rest does not), so the
   peak is fitted as ``a + b * tokens`` by least squares (``b`` at least 0) and read at the longest
   the config allows (``stability.worst_case_tokens``), with the fit's prediction interval
-  (``WORST_Z`` standard errors, the residual spread at least ``SIGMA_FLOOR``). Steps whose tokens
-  span too little (``MIN_SPAN_FRAC``) cannot pin the slope: the slope is then taken as
-  proportional (``b = peak / tokens`` at the longest step seen), an upper bound for a peak with a
-  fixed part, and the range is widened by ``FEW_POINTS_SIGMA``.
+  (``WORST_Z`` standard errors, the residual spread at least ``SIGMA_FLOOR``). Fewer than
+  ``MIN_STEPS`` steps, or steps whose tokens span too little (``MIN_SPAN_FRAC``), cannot pin the
+  slope: the slope is then taken as proportional (``b = peak / tokens`` at the longest step seen),
+  an upper bound for a peak with a fixed part, the range is widened by ``FEW_POINTS_SIGMA``, and the
+  figure is reported but judges nothing (``judged``): a short trial would otherwise never pass.
 
 A worst case *fits* when its point stays outside the space's headroom (``1 - min_headroom_frac``
-of the GPU) and its upper bound inside the GPU. A run whose worst case does not fit is not stable
-(``stability.Candidate.stable``), however its own steps went.
+of the GPU) and its upper bound inside the GPU. A run whose judged worst case does not fit is not
+stable (``stability.Candidate.stable``), however its own steps went.
 """
 
 from __future__ import annotations
@@ -61,6 +62,15 @@ class WorstCase:
     fitted: bool = False
     """The slope was measured on the steps (else the proportional bound, or forced)."""
 
+    @property
+    def judged(self) -> bool:
+        """It decides stability: measured (forced) or fitted on steps that pin the slope."""
+        return self.how == "forced" or self.fitted
+
+    def unfit(self, min_headroom_frac: float) -> bool:
+        """Judged, and does not fit: the run is not stable."""
+        return self.judged and not self.fits(min_headroom_frac)
+
     def fits(self, min_headroom_frac: float) -> bool:
         """The point keeps ``min_headroom_frac`` of the GPU free and the upper bound stays inside it."""
         return self.peak_frac <= 1.0 - min_headroom_frac and self.upper_frac <= 1.0
@@ -82,7 +92,7 @@ def forced(step_peak_frac: Sequence[float], step_tokens: Sequence[float | None] 
     peak = max(step_peak_frac)
     seen = [t for t in step_tokens if t is not None]
     tokens = max(seen) if seen else None
-    return WorstCase("forced", peak, peak, peak, peak, tokens, tokens)
+    return WorstCase("forced", peak, peak, peak, peak, tokens, tokens, fitted=True)
 
 
 def predict(
@@ -90,7 +100,11 @@ def predict(
 ) -> WorstCase | None:
     """The peak at ``worst_tokens`` fitted on the steps' (tokens, peak) pairs (aligned, step by step);
     None when no step carries both."""
-    pairs = [(float(t), float(p)) for t, p in zip(step_tokens, step_peak_frac) if t is not None and t > 0]
+    pairs = [
+        (float(t), float(p))
+        for t, p in zip(step_tokens, step_peak_frac)
+        if t is not None and t > 0 and math.isfinite(p)
+    ]
     if not pairs:
         return None
     xs, ys = [x for x, _ in pairs], [y for _, y in pairs]

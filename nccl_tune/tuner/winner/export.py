@@ -108,6 +108,7 @@ def worst_case_summary(stored: StoredStudy, winner: Candidate) -> dict[str, Any]
     seen = max((f for f in fracs if f is not None), default=None)
     out: dict[str, Any] = {
         "how": w.how if w is not None else None,
+        "judged": w.judged if w is not None else False,
         "peak_seen_frac": round(seen, 4) if seen is not None else None,
         "headroom_seen_frac": round(1.0 - seen, 4) if seen is not None else None,
         "min_headroom_frac": stored.space.min_headroom_frac,

@@ -39,6 +39,7 @@ def test_a_config_that_fits_its_first_steps_can_fail_at_its_worst():
 def test_steps_too_alike_give_the_proportional_bound():
     w = predict([5000.0, 5010.0], [0.6, 0.6], 10000)
     assert w is not None and not w.fitted and w.peak_frac == pytest.approx(0.6 * 10000 / 5010)
+    assert not w.fits(0.05) and not w.judged and not w.unfit(0.05)  # reported, decides nothing
 
 
 def test_a_slope_below_zero_is_read_as_flat_and_never_below_the_peak_seen():
@@ -49,6 +50,7 @@ def test_a_slope_below_zero_is_read_as_flat_and_never_below_the_peak_seen():
 def test_forced_runs_are_their_own_worst_case_and_no_tokens_is_no_prediction():
     f = judge([None, None], [0.8, 0.83], None, was_forced=True)
     assert f is not None and f.how == "forced" and f.peak_frac == f.upper_frac == 0.83 and f.fits(0.05)
+    assert f.judged and judge([None], [0.97], None, was_forced=True).unfit(0.05)
     assert judge([None, None], [0.5, 0.6], 19000) is None
     assert judge([4000.0, 5000.0, 6000.0], [0.5, 0.6, 0.7], None) is None
     w = predict([4000.0, 5000.0, 6000.0], [0.5, 0.6, 0.7], 8000)
