@@ -10,12 +10,12 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from nccl_tune.reporting.view import StudyView
+from nccl_tune.reporting.view import StudyView, worst_case_words
 from nccl_tune.search_spaces.describe import describe
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.tuner.records.early_stops import EarlyStops, early_stops
 from nccl_tune.tuner.records.semantics import semantic_changes
-from nccl_tune.tuner.records.stability import Candidate, faster_passed_over
+from nccl_tune.tuner.records.stability import Candidate, faster_passed_over, faster_unfit
 from nccl_tune.tuner.records.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.trials.display import STYLE
 from nccl_tune.tuner.trials.steps import coarse_reading_note
@@ -155,6 +155,14 @@ def print_summary(
     table(console, space, records, winner, base, show_why)
     _not_launched(console, records)
     _winner(console, space, winner, base, confirmation_required)
+    if winner is not None and winner.worst_case is not None:
+        _print(console, f"  memory: {escape(worst_case_words(winner))}")
+    for c in faster_unfit(records, winner)[:3]:
+        _print(
+            console,
+            f"[yellow]not stable at its worst batch:[/] trial {c.first.number} "
+            f"{fmt_tput(c.throughput, c.throughput_unit)}: {escape(worst_case_words(c))}",
+        )
     for c, why in faster_passed_over(passed_over, winner):
         _print(
             console,

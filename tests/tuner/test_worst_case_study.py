@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
+from nccl_tune.reporting.report import end_of_run
 from nccl_tune.reporting.view import load_view, winner_reasons
 from nccl_tune.tuner.records.stability import candidates
 from nccl_tune.tuner.records.study_records import Outcome
@@ -34,7 +35,10 @@ def test_the_winner_is_judged_at_its_worst_batch_and_says_so(tmp_path: Path) -> 
         confirm=0,
         nccl_check="off",
     )
-    out = run_study(settings, console=Console(file=io.StringIO()), launcher=ModelLauncher(env={"HOME": str(tmp_path)}))
+    text = io.StringIO()
+    console = Console(file=text, width=300)
+    out = run_study(settings, console=console, launcher=ModelLauncher(env={"HOME": str(tmp_path)}))
+    end_of_run(out, console, console, as_json=False)
     ok = [r for r in out.records if r.outcome is Outcome.LAUNCHED and r.ok]
     assert ok and all(r.worst_case is not None and r.worst_case.how == "predicted" for r in ok)
     assert all(r.worst_case.tokens_worst == 19000 for r in ok)  # the space's longest response
