@@ -153,7 +153,7 @@ def worst_case_words(c: Candidate) -> str:
             f"predicted{at} {w.peak_frac:.0%} of the GPU ({w.lower_frac:.0%}-{w.upper_frac:.0%}; "
             f"{1 - w.peak_frac:.0%} free)"
         )
-    judged = "" if w.judged else " (not judged: too few steps, or steps too alike, to fit a slope)"
+    judged = "" if w.judged else " (not judged: its steps do not pin the slope; measure more steps)"
     return f"peak seen {w.seen_frac:.0%} ({1 - w.seen_frac:.0%} free), worst case {worst}{judged}"
 
 

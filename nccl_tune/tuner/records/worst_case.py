@@ -17,7 +17,8 @@ know the worst case:
   ``MIN_STEPS`` steps, or steps whose tokens span too little (``MIN_SPAN_FRAC``), cannot pin the
   slope: the slope is then taken as proportional (``b = peak / tokens`` at the longest step seen),
   an upper bound for a peak with a fixed part, the range is widened by ``FEW_POINTS_SIGMA``, and the
-  figure is reported but judges nothing (``judged``): a short trial would otherwise never pass.
+  figure is reported but judges nothing (``judged``): a short trial would otherwise never pass. Nor
+  does a fit whose range is wider than ``MAX_JUDGED_HALF_RANGE`` on either side.
 
 A worst case *fits* when its point stays outside the space's headroom (``1 - min_headroom_frac``
 of the GPU) and its upper bound inside the GPU. A run whose judged worst case does not fit is not
@@ -41,6 +42,9 @@ SIGMA_FLOOR = 0.005
 """Least residual spread of a step's peak (share of the GPU): samples and allocator noise."""
 FEW_POINTS_SIGMA = 0.03
 """Spread of a prediction whose slope was not measured (share of the GPU)."""
+MAX_JUDGED_HALF_RANGE = 0.2
+"""Widest half-range (upper bound minus point, share of the GPU) of a prediction that judges: a fit
+on a few steps of near-equal tokens reads almost any slope, and would refuse every config."""
 
 
 @dataclass(frozen=True)
@@ -65,7 +69,7 @@ class WorstCase:
     @property
     def judged(self) -> bool:
         """It decides stability: measured (forced) or fitted on steps that pin the slope."""
-        return self.how == "forced" or self.fitted
+        return self.how == "forced" or (self.fitted and self.upper_frac - self.peak_frac <= MAX_JUDGED_HALF_RANGE)
 
     def unfit(self, min_headroom_frac: float) -> bool:
         """Judged, and does not fit: the run is not stable."""
