@@ -84,11 +84,13 @@ SKYRL = ProgressRules(
     phase_end=rf"Finished: '(?P<phase>[^']+)', time cost: (?P<seconds>{_NUM})s",
     memory=(
         rf"Reserved: (?P<gib>{_NUM}) GiB, Free: {_NUM} GiB, Total: (?P<total_gib>{_NUM}) GiB",
-        rf"(?:rank[ =:]*(?P<rank>\d+)\b.*?)?memory: (?P<gib>{_NUM})GiB(?:\s*\((?P<pct>{_NUM})%\))?",
+        rf"(?:rank[ =:]*(?P<rank>\d+)\b(?: step (?P<step>\d+)\b)?.*?)?memory: (?P<gib>{_NUM})GiB"
+        rf"(?:\s*\((?P<pct>{_NUM})%\))?",
     ),
     training_done=r"Training done!",
     # the console logger's dict after the step (pprint, one key a line), values as quoted strings
     step_rate=r"'trainer/tokens_per_second_per_gpu': '?(?P<tokens_per_s>\d[\d,]*(?:\.\d+)?(?:[eE][-+]?\d+)?)",
+    step_tokens=r"'generate/max_num_tokens': '?(?P<tokens>\d+(?:\.\d+)?)",
     preset="skyrl",
 )
 

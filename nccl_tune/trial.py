@@ -156,7 +156,8 @@ def rate_unit_text(unit: str) -> str:
     return unit if "/s" in unit else f"{unit}/s"
 
 
-MEMORY_GROUPS = frozenset({"gib", "mib", "pct", "total_gib", "rank", "gpu"})
+MEMORY_GROUPS = frozenset({"gib", "mib", "pct", "total_gib", "rank", "gpu", "step"})
+STEP_TOKENS_GROUPS = frozenset({"tokens", "step"})
 PHASE_GROUPS = frozenset({"phase", *DURATION_GROUPS})
 
 
@@ -180,7 +181,8 @@ class ProgressRules:
     """A phase ends; groups ``phase`` and ``seconds`` (or ``ms``)."""
     memory: tuple[str, ...] = ()
     """A memory figure the trainer prints: group ``gib`` or ``mib`` (peak), optional ``rank``/``gpu``,
-    optional ``pct`` (percent of the GPU) or ``total_gib``, which give the GPU's total."""
+    optional ``pct`` (percent of the GPU) or ``total_gib``, which give the GPU's total, optional
+    ``step`` (the step it belongs to; else the step running when the line was read)."""
     training_done: str | None = None
     """Training finished: failures after this line happened during teardown."""
     step_rate: str | None = None
@@ -189,6 +191,10 @@ class ProgressRules:
     not_training: str | None = None
     """A line of a loop that is not training (a validation bar): the step line right after it is no
     step (Lightning 1.x advances its training bar by validation batches too)."""
+    step_tokens: str | None = None
+    """The tokens a step carried (group ``tokens``; SkyRL's ``generate/max_num_tokens``): the step
+    numbered by group ``step``, else the last finished step (trainers print a step's metrics after
+    it). With the steps' memory figures it gives the worst case (``tuner.records.worst_case``)."""
     preset: str | None = None
     """The preset these rules come from (None: written in the space)."""
 
@@ -342,11 +348,19 @@ class MemoryReport:
     phases_open_at_end: tuple[str, ...] = ()
     """The phases open when the last sample was taken, outermost first (``(OUTSIDE_PHASES,)`` when
     none was): in a run that failed, their figures are lower bounds, the others were measured whole."""
+    step_peak_frac: tuple[float, ...] = ()
+    """Per finished step, in order (aligned with ``TrialResult.step_times_s``): the highest per-GPU
+    peak in it, as a share of the GPU; empty when the source gives no per-step figures. With
+    ``TrialResult.step_tokens`` it gives the worst case (``tuner.records.worst_case``)."""
+    forced_worst: bool = False
+    """The trial ran its longest batches (the space's ``stability.force_worst_case``): its peak is
+    the worst case, and its throughput is not comparable with normal trials'."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "gpus", tuple(self.gpus))
         object.__setattr__(self, "phase_peak_frac", _frozen_map(self.phase_peak_frac))
         object.__setattr__(self, "phases_open_at_end", tuple(self.phases_open_at_end))
+        object.__setattr__(self, "step_peak_frac", tuple(self.step_peak_frac))
 
     @property
     def peak_gib(self) -> float | None:
@@ -396,6 +410,8 @@ class MemoryReport:
             "peak_rss_gib": self.peak_rss_gib,
             "phase_peak_frac": dict(self.phase_peak_frac),
             "phases_open_at_end": list(self.phases_open_at_end),
+            "step_peak_frac": list(self.step_peak_frac),
+            "forced_worst": self.forced_worst,
         }
 
     @classmethod
@@ -408,6 +424,8 @@ class MemoryReport:
             peak_rss_gib=data.get("peak_rss_gib"),
             phase_peak_frac={str(k): float(v) for k, v in (data.get("phase_peak_frac") or {}).items()},
             phases_open_at_end=tuple(data.get("phases_open_at_end") or ()),
+            step_peak_frac=tuple(float(x) for x in data.get("step_peak_frac") or ()),
+            forced_worst=bool(data.get("forced_worst")),
         )
 
 
@@ -437,6 +455,9 @@ class TrialResult:
     """Step lines that arrived together with the previous one: the output looked block-buffered."""
     rate_unit: str | None = None
     """What ``step_rates`` count: ``samples``, ``tokens`` or ``steps``."""
+    step_tokens: tuple[float | None, ...] = ()
+    """The tokens each finished step carried as the trainer printed them (SkyRL's
+    ``generate/max_num_tokens``), aligned with ``step_times_s``; empty when it printed none."""
     progress_preset: str | None = None
     """The progress preset the trial's output was read with (named by the space or recognised)."""
     warmup_steps: int = 0
@@ -475,6 +496,7 @@ class TrialResult:
         object.__setattr__(self, "step_times_s", tuple(self.step_times_s))
         object.__setattr__(self, "step_rates", tuple(self.step_rates))
         object.__setattr__(self, "untimed_steps", tuple(self.untimed_steps))
+        object.__setattr__(self, "step_tokens", tuple(self.step_tokens))
         object.__setattr__(self, "log_paths", tuple(Path(p) for p in self.log_paths))
         object.__setattr__(self, "fr_dumps", tuple(Path(p) for p in self.fr_dumps))
 
@@ -563,6 +585,7 @@ class TrialResult:
             untimed_steps=tuple(data.get("untimed_steps") or ()),
             late_steps=int(data.get("late_steps") or 0),
             rate_unit=data.get("rate_unit"),
+            step_tokens=tuple(data.get("step_tokens") or ()),
             progress_preset=data.get("progress_preset"),
             warmup_steps=int(data.get("warmup_steps") or 0),
             phase_max_s=data.get("phase_max_s") or {},

@@ -137,6 +137,12 @@ class SimConfig:
     max_grad_norm: float
     env: RunEnv
 
+    forced_longest: bool = False
+    """Every turn generates ``max_generate_length`` tokens: ``generator.sampling_params.additional_kwargs``
+    holds vLLM's ``min_tokens`` at least that (stop strings and EOS wait for it) or ``ignore_eos``
+    true (EOS is ignored; the twin takes the stop strings as ignored too). The batch is the longest
+    the config allows, every step."""
+
     @property
     def dp(self) -> int:
         """Data-parallel size of the policy (GPUs / sequence-parallel size)."""
@@ -418,7 +424,25 @@ def parse_overrides(
         lr=get("trainer.policy.optimizer_config.lr", float),
         max_grad_norm=get("trainer.policy.optimizer_config.max_grad_norm", float),
         env=read_run_env(env_map, n_gpus, skyrl_worker_env(sync_backend)),
+        forced_longest=_forced_longest(applied, get),
     )
+
+
+def _forced_longest(applied: AppliedConfig, get) -> bool:
+    """True when the sampling arguments vLLM gets (``generator.sampling_params.additional_kwargs``,
+    where the layout has it) make every turn run to ``max_generate_length``."""
+    try:
+        extra = applied.get("generator.sampling_params.additional_kwargs")
+    except KeyError:
+        return False
+    if not isinstance(extra, Mapping):
+        return False
+    if str(extra.get("ignore_eos", "")).lower() in ("true", "1"):
+        return True
+    try:
+        return int(extra.get("min_tokens") or 0) >= get("generator.sampling_params.max_generate_length", int)
+    except (TypeError, ValueError):
+        return False
 
 
 _TYPED_KEYS: tuple[tuple[str, type], ...] = (

@@ -85,6 +85,8 @@ PROMPT_MEDIAN_TOKENS = 1400.0
 PROMPT_SIGMA = 0.55
 """Prompt tokens (database schema + question) are lognormal with this median and sigma
 (assumption: p90 ~2.8k, p99 ~5k, longest of 653 ~7k tokens)."""
+PROMPT_LONGEST_TOKENS = 7000.0
+"""The data set's longest prompt (assumption, as above): the prompt filter cannot keep a longer one."""
 GEN_MEAN_TOKENS_PER_TURN = 340.0
 """Tokens the policy generates per turn on average: reasoning + one SQL query (assumption)."""
 GEN_TAIL_TOKENS_PER_TURN = 1200.0
@@ -98,6 +100,13 @@ never more than ``generator.max_turns``."""
 COMPANION_LENGTH_FACTOR = 1.3
 """With sample packing, the micro-batch that holds a step's longest sequence packs it with
 sequences ~1.3x the mean length (assumption)."""
+STEP_TAIL_ALPHA = 4.5
+STEP_TAIL_FLOOR = 0.75
+"""How a step's longest trajectory varies from step to step: the typical longest (``response_peak``)
+times a Pareto factor ``STEP_TAIL_FLOOR * (1 - u) ** (-1 / STEP_TAIL_ALPHA)`` (assumption: median
+0.87, p90 1.25, p99 2.1, the longest of 200 steps ~2.2), never beyond what the config allows. A
+config measured on its first few steps has usually seen ~0.9-1.1 of it; a long run reaches about
+twice that, so ~10-15% headroom on the first steps is not enough for 200."""
 ENV_STEP_TAIL_S = 0.5
 """Slowest SQL execution per turn in a batch (assumption)."""
 
@@ -216,6 +225,16 @@ class TokenProfile:
     """``generator.max_input_length + max_generate_length``: no trajectory grows beyond it."""
     turns_tail: int
     gen_tail: float
+    response_cap: float = 0.0
+    """The longest response the config allows: ``max_turns`` turns of ``max_generate_length`` tokens
+    with the observations between them, within ``seq_cap`` after the longest prompt."""
+    prompt_cap: float = 0.0
+    """The longest prompt the filter keeps (``trainer.max_prompt_length``, at most the data's longest)."""
+
+    @property
+    def seq_worst(self) -> float:
+        """The longest sequence the config allows: the longest prompt plus the longest response."""
+        return min(self.prompt_cap + self.response_cap, self.seq_cap)
 
 
 @lru_cache(maxsize=4096)
@@ -243,6 +262,11 @@ def token_profile(cfg: SimConfig) -> TokenProfile:
     r_mean = turns_mean * gen_mean + (turns_mean - 1) * OBS_TOKENS_PER_TURN
     r_peak = turns_tail * gen_tail + (turns_tail - 1) * OBS_TOKENS_PER_TURN
     cap = float(cfg.max_input_length + cfg.max_generate_length)
+    prompt_cap = min(float(cfg.max_prompt_length), PROMPT_LONGEST_TOKENS)
+    r_cap = cfg.max_turns * float(cfg.max_generate_length) + (cfg.max_turns - 1) * OBS_TOKENS_PER_TURN
+    if cfg.forced_longest:  # every turn runs to the cap, for as many turns as the config allows
+        turns_tail, gen_tail = cfg.max_turns, float(cfg.max_generate_length)
+        r_mean = r_peak = min(r_cap, cap - p_mean)
     return TokenProfile(
         kept_prompts=kept,
         prompt_mean=p_mean,
@@ -254,7 +278,14 @@ def token_profile(cfg: SimConfig) -> TokenProfile:
         seq_cap=cap,
         turns_tail=turns_tail,
         gen_tail=gen_tail,
+        response_cap=max(0.0, min(r_cap, cap - prompt_cap)),
+        prompt_cap=prompt_cap,
     )
+
+
+def step_tail_factor(u: float) -> float:
+    """A step's longest response over the typical longest, for a uniform draw ``u`` (``STEP_TAIL_*``)."""
+    return STEP_TAIL_FLOOR * (1.0 - min(max(u, 0.0), 1.0 - 1e-12)) ** (-1.0 / STEP_TAIL_ALPHA)
 
 
 # --------------------------------------------------------------------------------------------

@@ -516,6 +516,9 @@ class Driver:
             "trainer/epoch": (step - 1) // max(1, self.outcome.steps_per_epoch),
             "trainer/global_step": step,
         }
+        tokens = self.outcome.step_tokens.get(step)
+        if tokens is not None:
+            payload.update(tokens.metrics())
         payload.update({f"timing/{k}": v for k, v in self.timings.items()})
         text = logfmt.console_metrics(step, payload)
         line = logfmt.loguru_line(text, name=self.names.tracking_module, function="log", line=115, color=self.color)

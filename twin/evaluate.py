@@ -111,6 +111,28 @@ class StepRecord:
 
 
 @dataclass(frozen=True)
+class StepTokens:
+    """One step's token statistics, as SkyRL's generator reports them (``generate/min_num_tokens``,
+    ``generate/max_num_tokens``, ``generate/avg_num_tokens``, ``generate/std_num_tokens``: tokens
+    of each trajectory's response), and the step's longest sequence (prompt and response)."""
+
+    min_num_tokens: int
+    max_num_tokens: int
+    avg_num_tokens: float
+    std_num_tokens: float
+    longest_seq: float
+
+    def metrics(self) -> dict[str, float]:
+        """The console metrics SkyRL prints for these figures."""
+        return {
+            "generate/min_num_tokens": self.min_num_tokens,
+            "generate/max_num_tokens": self.max_num_tokens,
+            "generate/avg_num_tokens": self.avg_num_tokens,
+            "generate/std_num_tokens": self.std_num_tokens,
+        }
+
+
+@dataclass(frozen=True)
 class SimFailure:
     """The failure a run meets: its class, where, when, and what it prints."""
 
@@ -175,6 +197,12 @@ class Outcome:
     """Per step (as ``step_memory_gib``): the highest per-GPU peak of ``fwd_logprobs_values_reward``
     and ``policy_train`` when they ran (a failing phase: what it reached), at most the capacity; the
     largest is the step's peak. The engines' pool in ``generate`` is left out, as in ``gpu_peak_gib``."""
+    step_tokens: Mapping[int, StepTokens] = field(default_factory=dict)
+    """Per step that generated (the failing one included): its token statistics."""
+    worst_seq_tokens: float = 0.0
+    """The longest sequence the config allows (``TokenProfile.seq_worst``)."""
+    worst_response_tokens: float = 0.0
+    """The longest response the config allows (``TokenProfile.response_cap``)."""
 
     @property
     def ok(self) -> bool:
@@ -267,18 +295,43 @@ class _Run:
         return self._noisy(phase, step, base)
 
     # -- memory ------------------------------------------------------------------------------
+    def step_tokens(self, step: int) -> StepTokens:
+        """``step``'s response lengths (what SkyRL's ``generate/*_num_tokens`` report) and its
+        longest sequence. The longest response is the typical longest times a long-tailed factor
+        (``cost_model.step_tail_factor``), never beyond what the config allows; a run forced to its
+        longest batch (``SimConfig.forced_longest``) reaches that every step."""
+        tok = self.tokens
+        prompt = tok.prompt_peak * (0.85 + 0.15 * _mix(self.data_seed, 22, step))
+        if self.cfg.forced_longest:
+            longest_response = tok.response_cap
+        else:
+            factor = cm.step_tail_factor(_mix(self.data_seed, 24, step))
+            longest_response = min(tok.response_peak * factor, tok.response_cap)
+        longest_response = max(1.0, min(longest_response, tok.seq_cap - prompt))
+        avg = min(tok.response_mean * (0.9 + 0.2 * _mix(self.data_seed, 25, step)), longest_response)
+        shortest = min(avg, 40.0 + 80.0 * _mix(self.data_seed, 26, step))
+        spread = (longest_response - shortest) / 4.0
+        return StepTokens(
+            min_num_tokens=int(shortest),
+            max_num_tokens=int(longest_response),
+            avg_num_tokens=avg,
+            std_num_tokens=min(spread, avg),
+            longest_seq=min(prompt + longest_response, tok.seq_cap),
+        )
+
     def step_memory(self, step: int) -> tuple[list[float], list[float], float]:
-        """(fwd peak per GPU, train peak per GPU, generate peak) for ``step``'s data."""
+        """(fwd peak per GPU, train peak per GPU, generate peak) for ``step``'s data: the GPU that
+        gets the step's longest sequence (``step_tokens``) and the others with shorter ones."""
         cfg, tok = self.cfg, self.tokens
         n = cfg.n_gpus
         star = int(_mix(self.data_seed, 21, step) * n)
-        step_factor = 0.88 + 0.12 * _mix(self.data_seed, 22, step)
+        star_longest = self.step_tokens(step).longest_seq
         fwd, train = [], []
         for g in range(n):
             if g == star:
-                longest = tok.seq_peak * step_factor
+                longest = star_longest
             else:
-                longest = tok.seq_peak * (0.65 + 0.25 * _mix(self.data_seed, 23, step, g))
+                longest = min(star_longest, tok.seq_peak * (0.65 + 0.25 * _mix(self.data_seed, 23, step, g)))
             t_fwd = cm.micro_tokens(cfg, tok, cfg.micro_fwd, longest)
             t_train = cm.micro_tokens(cfg, tok, cfg.micro_train, longest)
             fwd.append(cm.fwd_memory(cfg, self.comm, t_fwd, longest).total_gib)
@@ -347,6 +400,9 @@ class _Run:
             stopped_early=self._stopped_early(),
             step_memory_gib=dict(self.step_peaks),
             step_phase_memory_gib=dict(self.step_phase_peaks),
+            step_tokens={k: self.step_tokens(k) for k in self.step_peaks},
+            worst_seq_tokens=self.tokens.seq_worst,
+            worst_response_tokens=self.tokens.response_cap,
             memory_phase_gib={
                 "fwd_logprobs_values_reward": tuple(f1),
                 "policy_train": tuple(t1),

@@ -357,18 +357,21 @@ class ModelledRun(ModelledTree):
     def findings(self, spec: TrialSpec, ending: Ending) -> Findings:
         """The modelled facts at the stop, the memory of the steps begun by then."""
         at, state = self.stopped_at, self.ledger.snapshot()
+        finished = range(1, len(state.step_times_s) + 1)
+        tokens = self.out.step_tokens
         return Findings(
             self._facts(at, ending, state),
-            memory=self._memory(at, state.open_phases),
+            memory=self._memory(at, state.open_phases, finished),
             warmup_steps=min(spec.stop.warmup_steps, len(state.step_times_s)),
             gpus=GPUS_PER_NODE,
+            step_tokens=tuple(float(tokens[k].max_num_tokens) if k in tokens else None for k in finished),
         )
 
     # -- the result --------------------------------------------------------------------------
-    def _memory(self, until_s: float, open_phases: Sequence[str]) -> MemoryReport | None:
+    def _memory(self, until_s: float, open_phases: Sequence[str], finished: Sequence[int] = ()) -> MemoryReport | None:
         """Per-GPU and per-phase peaks of the steps that started before ``until_s`` (None when none
-        did); ``open_phases``: the ledger's open-phase stack at ``until_s`` (a failed run's ends in
-        the phase it failed in)."""
+        did), and the peak of each ``finished`` step; ``open_phases``: the ledger's open-phase
+        stack at ``until_s`` (a failed run's ends in the phase it failed in)."""
         peaks = [0.0] * len(self.out.gpu_peak_gib)
         started = {s.step for s in self.out.phases if s.name == "step" and s.start_s <= until_s}
         if self.as_logged:  # a trainer prints a step's peak once the step is done
@@ -394,6 +397,11 @@ class ModelledRun(ModelledTree):
             ),
             phase_peak_frac={name: round(gib, 3) / H100_CAPACITY_GIB for name, gib in phase_gib.items()},
             phases_open_at_end=() if self.as_logged else tuple(open_phases) or (OUTSIDE_PHASES,),
+            step_peak_frac=tuple(
+                round(max(self.out.step_memory_gib[k]), 3) / H100_CAPACITY_GIB
+                for k in finished
+                if k in self.out.step_memory_gib
+            ),
         )
 
     # -- classification: the shared verdict function, fed with the modelled facts ---------------

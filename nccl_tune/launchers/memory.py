@@ -258,4 +258,6 @@ def _log_report(
             for phase, frac in peaks.items():
                 phase_peak[phase] = max(phase_peak.get(phase, -1.0), frac)
     last = [phases for rank, phases in progress.memory_phases_last.items() if rank in by_rank]
-    return MemoryReport("log", tuple(gpus), peak_rss, phase_peak, last[-1] if last else ())
+    return MemoryReport(
+        "log", tuple(gpus), peak_rss, phase_peak, last[-1] if last else (), step_peak_frac=progress.step_peak_frac
+    )

@@ -107,6 +107,8 @@ class Findings:
     gpus: int | None = None
     """GPUs the trial held (its ``gpu_s`` is its wall time times them): the ones NVML saw on the node,
     or the modelled node's; None where none was seen."""
+    step_tokens: tuple[float | None, ...] = ()
+    """The tokens each finished step carried (``TrialResult.step_tokens``), where the tree knows them."""
 
 
 class ProcessTree(ABC):
@@ -323,6 +325,7 @@ class ProcessTreeLauncher(Launcher, Generic[TreeT]):
             survivors=ending.teardown.survivors,
             gpu_s=wall_s * found.gpus if found.gpus is not None else None,
             nccl_env_seen=found.nccl_env_seen,
+            step_tokens=found.step_tokens or state.step_tokens,
         )
 
 

@@ -12,6 +12,7 @@ arrived. It is fed from the log reader thread and read from the supervising thre
 
 from __future__ import annotations
 
+import math
 import re
 import threading
 from collections.abc import Mapping
@@ -37,10 +38,20 @@ from nccl_tune.trial import (
     RATE_GROUPS,
     STARTUP_PHASE,
     STEP_GROUPS,
+    STEP_TOKENS_GROUPS,
     ProgressRules,
 )
 
-RULE_NAMES = ("step_end", "phase_start", "phase_end", "memory", "training_done", "not_training", "step_rate")
+RULE_NAMES = (
+    "step_end",
+    "phase_start",
+    "phase_end",
+    "memory",
+    "training_done",
+    "not_training",
+    "step_rate",
+    "step_tokens",
+)
 
 
 def _patterns(rules: ProgressRules) -> list[tuple[str, str]]:
@@ -80,6 +91,7 @@ class _Compiled:
     done: re.Pattern[str] | None
     not_training: re.Pattern[str] | None = None
     step_rate: re.Pattern[str] | None = None
+    tokens: re.Pattern[str] | None = None
 
 
 def _compile_one(name: str, pattern: str) -> re.Pattern[str]:
@@ -106,6 +118,7 @@ def _compile(rules: ProgressRules) -> _Compiled:
         c.get("training_done"),
         c.get("not_training"),
         c.get("step_rate"),
+        c.get("step_tokens"),
     )
 
 
@@ -184,6 +197,8 @@ def check_rules(rules: ProgressRules, where: str) -> None:
             _check_groups(f"{where}.{name}", pattern, MEMORY_GROUPS, frozenset({"gib", "mib"}))
         elif base == "step_rate":
             _check_groups(f"{where}.{name}", pattern, frozenset(RATE_GROUPS), frozenset(RATE_GROUPS))
+        elif base == "step_tokens":
+            _check_groups(f"{where}.{name}", pattern, STEP_TOKENS_GROUPS, frozenset({"tokens"}))
 
 
 def rules_hint(rules: ProgressRules) -> str:
@@ -249,6 +264,12 @@ class ProgressState:
     """Indices of the steps no clock could time (``step_clock``): their duration reads 0."""
     late_steps: int = 0
     """Step lines that arrived together with the previous one (block-buffered output)."""
+    step_tokens: tuple[float | None, ...] = ()
+    """Per finished step (aligned with ``step_times_s``): the tokens the ``step_tokens`` rule read
+    for it, None where none; empty when it read none."""
+    step_peak_frac: tuple[float, ...] = ()
+    """Per finished step: the highest share of its GPU a memory line gave in it (NaN where none);
+    empty when no line gave both a share and its step."""
 
     @property
     def open_phase(self) -> str | None:
@@ -391,6 +412,11 @@ class ProgressTracker:
         self._mem_total: dict[int | None, float] = {}
         self._mem_phase: dict[int | None, dict[str, float]] = {}
         self._mem_phases_last: dict[int | None, tuple[str, ...]] = {}
+        self._step_tokens: dict[int, float] = {}
+        """0-based step index -> tokens."""
+        self._step_mem: dict[tuple[bool, int], float] = {}
+        """(numbered by the line, step) -> highest share: printed step numbers, or 0-based indexes of
+        the step running when a live line was read."""
         self._events: list[ProgressEvent] = []
 
     def _recognise(self, text: str) -> _Compiled | None:
@@ -423,6 +449,7 @@ class ProgressTracker:
         start = rx.phase_start.search(text) if rx.phase_start else None
         mem = next((m for m in (p.search(text) for p in rx.memory) if m), None)
         done = rx.done.search(text) if rx.done else None
+        tokens = rx.tokens.search(text) if rx.tokens else None
         events: list[ProgressEvent] = []
         with self._lock:
             rate_line = rx.step_rate.search(text) if rx.step_rate is not None else None
@@ -448,6 +475,8 @@ class ProgressTracker:
                 events.append(ProgressEvent("phase_start", line_no, t, phase))
             if mem:
                 self._take_memory(mem, line_no, t, events, tuple(self.ledger.open_phases))
+            if tokens:
+                self._take_tokens(tokens)
             if done:
                 self._done = True
                 events.append(ProgressEvent("done", line_no, t))
@@ -571,7 +600,32 @@ class ProgressTracker:
             self._mem_total[rank] = total
         if phases is not None and total:
             self._take_phase_share(rank, phases, gib / total)
+        step_text = _group(mem, "step")
+        if total and (step_text is not None or phases is not None):
+            key = (True, int(step_text)) if step_text is not None else (False, len(self.ledger.step_times_s))
+            self._step_mem[key] = max(self._step_mem.get(key, -1.0), gib / total)
         events.append(ProgressEvent("memory", line_no, t, gib=gib, total_gib=total, rank=rank))
+
+    def _take_tokens(self, m: re.Match[str]) -> None:
+        """A step's tokens: the step its line numbers (1-based), else the last one finished."""
+        value = _float(m, "tokens")
+        step_text = _group(m, "step")
+        index = int(step_text) - 1 if step_text is not None else len(self.ledger.step_times_s) - 1
+        if value is not None and index >= 0:
+            self._step_tokens[index] = value
+
+    def _per_step(self, n: int) -> tuple[tuple[float | None, ...], tuple[float, ...]]:
+        """(tokens, peak share) of the ``n`` finished steps; printed step numbers count from the
+        first one a memory line gave."""
+        tokens = tuple(self._step_tokens.get(i) for i in range(n)) if self._step_tokens else ()
+        numbered = {k: v for (printed, k), v in self._step_mem.items() if printed}
+        if numbered:
+            first = min(numbered)
+            by_index = {k - first: v for k, v in numbered.items()}
+        else:
+            by_index = {k: v for (_, k), v in self._step_mem.items()}
+        peaks = tuple(by_index.get(i, math.nan) for i in range(n)) if by_index else ()
+        return tokens, peaks
 
     def _take_phase_share(self, rank: int | None, phases: tuple[str, ...], frac: float) -> None:
         phase = phases[-1] if phases else OUTSIDE_PHASES
@@ -595,10 +649,13 @@ class ProgressTracker:
         """What the log said so far."""
         with self._lock:
             timed = self._clock.retime(self.ledger.step_times_s)
+            step_tokens, step_peaks = self._per_step(len(self.ledger.step_times_s))
             return self.ledger.snapshot(
                 step_times_s=timed.step_times_s,
                 untimed_steps=timed.untimed,
                 late_steps=timed.late,
+                step_tokens=step_tokens,
+                step_peak_frac=step_peaks,
                 step_rates=tuple(self._rates) if any(r is not None for r in self._rates) else (),
                 rate_unit=self._rate_unit,
                 samples_per_step=self._samples,

@@ -12,7 +12,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from nccl_tune.reporting.view import StudyView, faster_set_aside
+from nccl_tune.reporting.view import StudyView, faster_set_aside, worst_case_words
 from nccl_tune.search_spaces.describe import describe, short_names
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.tuner.records.early_stops import EarlyStops, early_stops
@@ -205,6 +205,8 @@ def print_summary(
     table(console, space, records, winner, base, show_why)
     _not_launched(console, records)
     _winner(console, space, winner, base, confirmation_required)
+    if winner is not None and winner.worst_case is not None:
+        _print(console, f"  memory: {escape(worst_case_words(winner))}")
     if winner is not None:
         for line in faster_set_aside(records, winner, space.min_headroom_frac, passed_over):
             _print(console, f"[yellow]set aside:[/] {escape(line)}")

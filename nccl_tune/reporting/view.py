@@ -144,6 +144,8 @@ def _why_not(c: Candidate, margin: float) -> str:
         return f"failed on run {bad[0].number} ({bad[0].status.value if bad[0].status else '?'})"
     if c.near_wall:
         return f"came within {margin:.0%} of the memory wall"
+    if c.worst_unfit and c.worst_case is not None:
+        return f"its worst case does not fit: {worst_case_words(c)}"
     return "ran once only (not confirmed by a re-run)"
 
 
@@ -199,6 +201,23 @@ def faster_set_aside(
     return out
 
 
+def worst_case_words(c: Candidate) -> str:
+    """The candidate's peak seen and at the longest batch its config allows, as shares of the GPU."""
+    w = c.worst_case
+    if w is None:
+        return "no worst case known (no step printed its tokens, and no run was forced to its longest batch)"
+    at = f" at {w.tokens_worst:.0f} tokens" if w.tokens_worst else ""
+    if w.how == "forced":
+        worst = f"forced to its longest batch{at}, {w.peak_frac:.0%} of the GPU ({1 - w.peak_frac:.0%} free)"
+    else:
+        worst = (
+            f"predicted{at} {w.peak_frac:.0%} of the GPU ({w.lower_frac:.0%}-{w.upper_frac:.0%}; "
+            f"{1 - w.peak_frac:.0%} free)"
+        )
+    judged = "" if w.judged else " (not judged: its steps do not pin the slope; measure more steps)"
+    return f"peak seen {w.seen_frac:.0%} ({1 - w.seen_frac:.0%} free), worst case {worst}{judged}"
+
+
 def _settings_that_do_not_pay(view: StudyView, w: Candidate, stable: list[Candidate]) -> list[str]:
     """Faster stable configs that set environment variables the winner leaves as the user's run has
     them, within the noise, and what they set."""
@@ -247,6 +266,8 @@ def winner_reasons(view: StudyView) -> list[str]:
     stable = [c for c in pool if c.stable and run_key(c.values) not in flaky]
     lines += faster_set_aside(view.records, w, view.space.min_headroom_frac, view.passed_over)
     lines += _settings_that_do_not_pay(view, w, stable)
+    if w.worst_case is not None:
+        lines.append(f"memory: {worst_case_words(w)}")
     runner = max(stable, key=lambda c: c.throughput, default=None)
     if runner is not None and w.throughput:
         lines.append(

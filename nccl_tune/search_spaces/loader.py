@@ -52,7 +52,7 @@ _STOP_KEYS = {f.name for f in dataclasses.fields(StopRule)} - {"enough_steps"}
 _CLOCK_KEYS = {f.name for f in dataclasses.fields(Clocks) if f.name != "phase_max_s"}  # measured, never given
 _PROGRESS_KEYS = {f.name for f in dataclasses.fields(ProgressRules)}
 _THROUGHPUT_KEYS = {"samples_per_step"}
-_STABILITY_KEYS = {"min_headroom_frac"}
+_STABILITY_KEYS = {"min_headroom_frac", "worst_case_tokens"}
 _MAX_CHOICES = 4096
 _PROTECTED_ENV = {
     "PATH": "it decides which programs run",
@@ -439,6 +439,10 @@ def _build(data: dict[str, Any], source: str, label: str, text: str) -> SearchSp
     stability = _mapping(data, "stability", label)
     _check_keys(stability, _STABILITY_KEYS, "in stability: ", label)
     min_headroom = _fraction(stability.get("min_headroom_frac", 0.05), "stability.min_headroom_frac", label)
+    worst = None
+    if stability.get("worst_case_tokens") is not None:
+        worst = _expr(str(stability["worst_case_tokens"]), "stability.worst_case_tokens", label)
+        _check_names(worst.names, known, "stability.worst_case_tokens", label)
 
     space = SearchSpace(
         name=name,
@@ -458,6 +462,7 @@ def _build(data: dict[str, Any], source: str, label: str, text: str) -> SearchSp
         clocks=clocks,
         progress=progress,
         min_headroom_frac=min_headroom,
+        worst_case_tokens=worst,
     )
     _check_defaults(space, label)
     return space
@@ -560,6 +565,7 @@ def _check_defaults(space: SearchSpace, label: str) -> None:
         space.violations(values)
         space.derived_values(values)
         space.samples(values)
+        space.worst_tokens(values)
     except ExprError as exc:
         raise NcclTuneError(f"space file {label}: {exc}") from None
 

@@ -189,6 +189,11 @@ class SearchSpace:
     min_headroom_frac: float = 0.05
     """A config whose peak memory leaves less than this fraction of the GPU free is not called stable."""
 
+    worst_case_tokens: Expr | None = None
+    """The most tokens a step can carry under a config, in the units of the step's token figure the
+    trainer prints (SkyRL: the longest response, ``generate/max_num_tokens``): where a trial's
+    peak is extrapolated to (``tuner.records.worst_case``). None: the space does not say."""
+
     def __post_init__(self) -> None:
         for name in ("context", "context_args", "trial_overrides", "trial_env"):
             object.__setattr__(self, name, _frozen(getattr(self, name)))
@@ -243,6 +248,14 @@ class SearchSpace:
         env = self.scope(values)
         env.update(self.derived_values(values))
         return float(self.samples_per_step(env))
+
+    def worst_tokens(self, values: Mapping[str, Any]) -> float | None:
+        """``worst_case_tokens`` for ``values`` (None when the space does not say)."""
+        if self.worst_case_tokens is None:
+            return None
+        env = self.scope(values)
+        env.update(self.derived_values(values))
+        return float(self.worst_case_tokens(env))
 
     # -- ranking ---------------------------------------------------------------------------
     def ranking_problem(self, pinned: Collection[str], units: Collection[str]) -> str | None:

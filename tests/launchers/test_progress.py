@@ -182,3 +182,46 @@ def test_events_fed_to_the_ledger_mean_what_their_lines_mean() -> None:
         == (lines.first_progress_t, lines.last_progress_t)
         == (1.0, 6.0)
     )
+
+
+def test_skyrl_steps_carry_their_tokens_and_their_memory_lines_their_step() -> None:
+    """SkyRL prints a step's metrics after the step (``generate/max_num_tokens`` an int in the pprint);
+    its workers' memory lines name the step, and come from a file read after the trial."""
+    from nccl_tune.presets import SKYRL
+
+    t = ProgressTracker(SKYRL)
+    head = "2026-03-02 10:11:12.345 | INFO     | skyrl_train.trainer:train:221 - "
+    lines = []
+    for step, tokens in ((1, 5585), (2, 5850), (3, 4691)):
+        lines += [
+            head + "Started: 'step'",
+            head + "Finished: 'step', time cost: 230.10s",
+            head + f"Step {step}: ",
+            f"{{'generate/avg_num_tokens': '612.3051',\n 'generate/max_num_tokens': {tokens},",
+            " 'generate/min_num_tokens': 57,",
+        ]
+    feed(t, [part for line in lines for part in line.split("\n")])
+    for step, gib in ((1, 52.2), (2, 55.0), (3, 50.1)):
+        for rank in (0, 5):
+            text = f"fsdp_worker:ppo_train:706 - rank {rank} step {step} peak memory: {gib - rank * 0.1:.2f}GiB(66.0%)"
+            t.feed_memory(0, text.replace("(66.0%)", f"({100 * (gib - rank * 0.1) / 79.15:.1f}%)"), 0.0)
+    state = t.snapshot()
+    assert state.step_tokens == (5585.0, 5850.0, 4691.0)
+    assert [round(x * 79.15, 1) for x in state.step_peak_frac] == [52.2, 55.0, 50.1]
+    assert build_report(None, state, {}).step_peak_frac == state.step_peak_frac
+    # A live memory line without a step belongs to the step running when it is read.
+    live = ProgressTracker(SKYRL)
+    feed(
+        live,
+        [head + "Started: 'step'", "rank 0 peak memory: 40.00GiB(50.0%)", head + "Finished: 'step', time cost: 1.00s"],
+    )
+    assert live.snapshot().step_peak_frac == (0.5,) and live.snapshot().step_tokens == ()
+
+
+def test_a_step_tokens_rule_needs_its_group() -> None:
+    from nccl_tune.launchers.progress import check_rules
+
+    with pytest.raises(NcclTuneError, match="step_tokens: unknown group 'n'"):
+        check_rules(ProgressRules(step_end=("x",), step_tokens=r"num_tokens: (?P<n>\d+)"), "space")
+    with pytest.raises(NcclTuneError, match="step_tokens: the rule needs a group named tokens"):
+        check_rules(ProgressRules(step_end=("x",), step_tokens=r"num_tokens: \d+"), "space")

@@ -58,6 +58,9 @@ def test_todays_layout_stops_itself_and_nccl_cumem_enable_is_dropped_with_its_re
     result = json.loads((folder / "result.json").read_text())
     assert result["status"] == "ok" and str(infra) in result["log_paths"]
     assert result["memory"]["source"] == "log" and len(result["memory"]["gpus"]) == 8  # from the infra log
+    # Each step's tokens (generate/max_num_tokens, after the step) and peak (the infra log's step lines)
+    assert len(result["step_tokens"]) == 2 and all(t > 0 for t in result["step_tokens"])
+    assert len(result["memory"]["step_peak_frac"]) == 2 and all(0 < f < 1 for f in result["memory"]["step_peak_frac"])
     # every rank's NCCL reported its environment: the trial's NCCL_PROTO, SkyRL's NCCL_CUMEM_ENABLE=0
     seen = result["nccl_env_seen"]
     assert len(seen) == 8 and all(v["NCCL_CUMEM_ENABLE"] == "0" and v["NCCL_PROTO"] == "LL128" for v in seen.values())

@@ -127,3 +127,48 @@ def test_a_failing_step_records_the_phases_it_reached():
     by_phase = train.step_phase_memory_gib[step]
     assert by_phase[TRAIN] == pytest.approx(79.15) and by_phase[FWD] < 79.15 - 5
     assert max(train.step_memory_gib[step]) == max(by_phase.values())
+
+
+LONG = ("trainer.epochs=100",)
+
+
+def _step_peaks(o) -> list[float]:
+    return [max(o.step_memory_gib[k]) for k in sorted(o.step_memory_gib)]
+
+
+def test_a_config_with_headroom_on_its_first_steps_runs_out_later_in_a_long_run():
+    """Step lengths have a long tail: micro-batch 4 keeps >= 10% headroom over its first four
+    steps for most data orders, and runs out of memory (or stalls at the wall) within 200 steps."""
+    late = 0
+    for data_seed in range(6):
+        o = outcome("trainer.micro_train_batch_size_per_gpu=4", f"trainer.seed={data_seed}", *LONG, steps=200)
+        first = max(_step_peaks(o)[:4])
+        if first <= 0.9 * o.gpu_capacity_gib and o.failure is not None:
+            assert o.failure.step > 4 and o.failure.kind in ("oom", "hang_memory")
+            late += 1
+    assert late >= 3
+    again = outcome("trainer.micro_train_batch_size_per_gpu=4", "trainer.seed=0", *LONG, steps=200, seed=7)
+    first_run = outcome("trainer.micro_train_batch_size_per_gpu=4", "trainer.seed=0", *LONG, steps=200)
+    assert again.step_tokens[3] == first_run.step_tokens[3]  # the data order, not the run seed
+
+
+def test_step_tokens_stay_within_what_the_config_allows_and_vary():
+    o = outcome("trainer.micro_train_batch_size_per_gpu=1", *LONG, steps=200)
+    assert o.ok and len(o.step_tokens) == 200
+    longest = [t.max_num_tokens for t in o.step_tokens.values()]
+    assert max(longest) <= o.worst_response_tokens and max(longest) > 1.6 * sorted(longest)[100]
+    assert all(t.min_num_tokens <= t.avg_num_tokens <= t.max_num_tokens for t in o.step_tokens.values())
+    assert max(t.longest_seq for t in o.step_tokens.values()) <= o.worst_seq_tokens
+
+
+def test_forcing_the_longest_generations_reaches_the_worst_case_every_step():
+    forced = outcome(
+        "generator.sampling_params.additional_kwargs={min_tokens:3000}",
+        "trainer.micro_train_batch_size_per_gpu=1",
+        steps=2,
+    )
+    normal = outcome("trainer.micro_train_batch_size_per_gpu=1", steps=2)
+    assert {t.max_num_tokens for t in forced.step_tokens.values()} == {int(forced.worst_response_tokens)}
+    assert forced.peak_mem_gib > normal.peak_mem_gib + 10 and forced.step_s > normal.step_s
+    short = outcome("generator.sampling_params.additional_kwargs={min_tokens:100}", steps=1)
+    assert short.step_tokens[1] == normal.step_tokens[1]  # min_tokens below the cap forces nothing

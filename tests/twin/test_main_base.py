@@ -61,6 +61,7 @@ def test_healthy_run_prints_what_the_tuner_parses(run_twin, tmp_path):
     assert run.grep("skyrl.train.trainer:train") and not run.grep("skyrl_train.trainer")
     # The console logger prints the metrics dict per step, with measured timings.
     assert len(run.grep("Step 1: ")) == 1 and any("'timing/step'" in ln for ln in run.lines)
+    assert any("'generate/max_num_tokens'" in ln for ln in run.lines)  # SkyRL's rollout metrics
     # The printed step time is measured and tracks the model's scaled step time.
     cfg = parse_overrides(
         [*skyrl_sql_overrides(str(tmp_path / "home")), *SHORT, "trainer.micro_train_batch_size_per_gpu=2"],

@@ -34,6 +34,7 @@ from typing import Any
 
 from nccl_tune.node.nccl_clamps import effective
 from nccl_tune.tuner.records.study_records import TrialKind, TrialRecord
+from nccl_tune.tuner.records.worst_case import WorstCase
 
 DEFAULT_NOISE_FRAC = 0.03
 """Run-to-run noise assumed before any config has been run twice."""
@@ -74,10 +75,22 @@ class Candidate:
         return len(self.ok_runs) >= 2
 
     @property
+    def worst_unfit(self) -> bool:
+        """A run's worst case (the longest batch the config allows) does not fit its headroom."""
+        return any(r.worst_unfit for r in self.runs)
+
+    @property
+    def worst_case(self) -> WorstCase | None:
+        """The highest worst case over its runs (by the upper bound), forced before predicted."""
+        cases = [r.worst_case for r in self.runs if r.worst_case is not None]
+        return max(cases, key=lambda w: (w.how == "forced", w.upper_frac), default=None)
+
+    @property
     def stable(self) -> bool:
-        """Every run ``ok`` away from the memory wall, with a throughput measured: a config whose runs
-        could not be timed (block-buffered output with no time of its own) is never ranked."""
-        return self.all_ok and not self.near_wall and self.throughput > 0
+        """Every run ``ok`` away from the memory wall, with a throughput measured (a config whose runs
+        could not be timed, block-buffered output with no time of its own, is never ranked), and its
+        worst batch fits."""
+        return self.all_ok and not self.near_wall and self.throughput > 0 and not self.worst_unfit
 
     @property
     def throughput(self) -> float:
@@ -227,6 +240,14 @@ def select_winner(
         return best
     simpler = [c for c in pool if does_not_pay(c, best, env_ref, noise)]
     return min(simpler, key=lambda c: (len(changes(c.values, env_ref)), -c.throughput), default=best)
+
+
+def faster_unfit(records: Iterable[TrialRecord], winner: Candidate | None) -> list[Candidate]:
+    """Candidates faster than ``winner`` whose runs all finished within the headroom but whose worst
+    case does not fit: the configs a short trial would have called stable, fastest first."""
+    floor = winner.throughput if winner is not None else 0.0
+    out = [c for c in candidates(records) if c.all_ok and not c.near_wall and c.worst_unfit and c.throughput > floor]
+    return sorted(out, key=lambda c: c.throughput, reverse=True)
 
 
 def baseline(records: Iterable[TrialRecord]) -> Candidate | None:

@@ -18,6 +18,7 @@ from optuna.trial import FrozenTrial, TrialState
 from nccl_tune.failure import FailureClass
 from nccl_tune.trial import StopReason, TrialResult
 from nccl_tune.tuner.records.gpu_size import sized
+from nccl_tune.tuner.records.worst_case import WorstCase
 
 FINISHED = frozenset({FailureClass.OK, FailureClass.BUDGET})
 """Statuses of a launched run that did not fail: it ran its steps, or the tuner stopped it (slower
@@ -44,6 +45,8 @@ A_NEAR_WALL = "near_wall"
 A_HEADROOM = "min_headroom_frac"
 """The headroom a finished run was judged against (``near_wall``), to judge it again once the study
 learns its GPU size (``gpu_size``)."""
+A_WORST = "worst_case"
+"""The run's memory at the longest batch its config allows (``worst_case.WorstCase``, as JSON)."""
 A_DUPLICATE_OF = "duplicate_of"
 A_ABANDONED = "abandoned"
 """Why a trial was asked but never launched (the node gate gave up, the tuner failed before the start)."""
@@ -107,6 +110,16 @@ class TrialRecord:
     """The default sampler's odds that the trial runs with the headroom free (None when it did not propose it)."""
     predicted_gain: float | None = None
     """The default sampler's modelled change of log throughput over the incumbent, when it proposed the trial."""
+    worst_case: WorstCase | None = None
+    """Its memory at the longest batch its config allows (forced or predicted); None when neither
+    the run nor the space says."""
+
+    @property
+    def worst_unfit(self) -> bool:
+        """Its worst case does not fit the headroom it was judged against: not stable, however its
+        own steps went."""
+        room = self.min_headroom_frac if self.min_headroom_frac is not None else 0.05
+        return self.worst_case is not None and self.worst_case.unfit(room)
 
     @property
     def ok(self) -> bool:
@@ -205,6 +218,7 @@ def record_of(t: FrozenTrial) -> TrialRecord:
         planned_steps=a.get(A_PLANNED_STEPS),
         predicted_fits=(a.get(A_ODDS) or {}).get("fits"),
         predicted_gain=(a.get(A_ODDS) or {}).get("gain"),
+        worst_case=WorstCase.from_json(a.get(A_WORST)),
     )
 
 

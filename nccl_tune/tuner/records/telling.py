@@ -31,8 +31,10 @@ from nccl_tune.tuner.records.study_records import (
     A_STATUS,
     A_SWEEP_REFUSED,
     A_VIOLATIONS,
+    A_WORST,
     TrialKind,
 )
+from nccl_tune.tuner.records.worst_case import WorstCase, judge
 
 C_FAILED = "failed"
 C_MEMORY_WALL = "memory_wall"
@@ -51,8 +53,24 @@ def near_wall(result: TrialResult, min_headroom_frac: float) -> bool:
     return result.memory is not None and result.memory.near_wall(min_headroom_frac)
 
 
-def tell_result(study: optuna.Study, trial: optuna.Trial, result: TrialResult, min_headroom_frac: float) -> None:
-    """Record ``result`` in the trial's attributes and tell the study."""
+def worst_case_of(result: TrialResult, worst_tokens: float | None) -> WorstCase | None:
+    """``result``'s memory at the longest batch its config allows: its own peak when it ran forced,
+    else its steps' peaks fitted against their tokens and read at ``worst_tokens``."""
+    mem = result.memory
+    if mem is None or not mem.step_peak_frac:
+        return None
+    return judge(result.step_tokens, mem.step_peak_frac, worst_tokens, mem.forced_worst)
+
+
+def tell_result(
+    study: optuna.Study,
+    trial: optuna.Trial,
+    result: TrialResult,
+    min_headroom_frac: float,
+    worst_tokens: float | None = None,
+) -> None:
+    """Record ``result`` in the trial's attributes and tell the study; ``worst_tokens``: the most
+    tokens a step of its config can carry (``SearchSpace.worst_tokens``), for its worst case."""
     trial.set_user_attr(A_RESULT, result.to_json())
     trial.set_user_attr(A_STATUS, result.status.value)
     if result.status is FailureClass.INTERRUPTED:
@@ -69,6 +87,12 @@ def tell_result(study: optuna.Study, trial: optuna.Trial, result: TrialResult, m
         deficit = result.memory.headroom_deficit(min_headroom_frac) if result.memory is not None else None
         trial.set_user_attr(A_NEAR_WALL, near_wall(result, min_headroom_frac))
         trial.set_user_attr(A_HEADROOM, min_headroom_frac)
+        worst = worst_case_of(result, worst_tokens)
+        if worst is not None:
+            trial.set_user_attr(A_WORST, worst.to_json())
+            if worst.unfit(min_headroom_frac):
+                over = max(worst.peak_frac - (1.0 - min_headroom_frac), worst.upper_frac - 1.0)
+                deficit = max(deficit if deficit is not None else -1.0, over)
         _constrain(trial, memory_wall=deficit if deficit is not None else -1.0)
         study.tell(trial, result.throughput_per_s or 0.0)
         return

@@ -56,6 +56,7 @@ def rule_violations(space: SearchSpace, values: Mapping[str, Any]) -> list[str]:
     if not broken:
         space.derived_values(values)
         space.samples(values)
+        space.worst_tokens(values)
     return broken
 
 

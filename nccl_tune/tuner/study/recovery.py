@@ -80,7 +80,9 @@ class Recovery:
         result = _finished_result(t)
         if result is not None and result.status is not FailureClass.INTERRUPTED:
             result = sized_among(result, (r.result for r in R.records(study) if r.result))
-            tell_result(study, trial, result, self.space.min_headroom_frac)
+            values = t.user_attrs.get(R.A_VALUES)
+            worst = self.space.worst_tokens(values) if values else None
+            tell_result(study, trial, result, self.space.min_headroom_frac, worst)
             self.display.note(f"trial {t.number}: recovered its finished result ({result.status.value})")
             return
         if result is not None:

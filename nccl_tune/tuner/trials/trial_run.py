@@ -221,7 +221,7 @@ class TrialRunner:
         """Tell the study how ``trial`` ended (from the thread that owns the study); a memory report
         that gave no GPU size gets the one the study learned (``gpu_size``)."""
         result = sized_among(result, (r.result for r in history if r.result))
-        tell_result(study, trial, result, self.space.min_headroom_frac)
+        tell_result(study, trial, result, self.space.min_headroom_frac, self.space.worst_tokens(values))
         for line in self.launcher.notes():
             self.display.note(line)
         for _, reason in self.held.judge(study, spec, result):

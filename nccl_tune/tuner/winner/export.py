@@ -19,7 +19,7 @@ from nccl_tune.errors import NcclTuneError
 from nccl_tune.search_spaces.render import config_overrides, is_env_name, render_values
 from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.tuner.records.semantics import semantic_changes
-from nccl_tune.tuner.records.stability import Candidate
+from nccl_tune.tuner.records.stability import Candidate, faster_unfit
 from nccl_tune.tuner.winner.study_view import StoredStudy, open_study
 from nccl_tune.userfile import read_text, refuse_non_file, write_output, yaml_mapping
 from nccl_tune.wording import fmt_tput
@@ -68,6 +68,7 @@ def tuned_document(stored: StoredStudy, winner: Candidate) -> dict[str, Any]:
         "min_headroom_gib": round(winner.min_headroom_gib, 2) if winner.min_headroom_gib is not None else None,
         "memory_source": best.result.memory.source if best.result and best.result.memory else None,
         "confirmed": winner.confirmed,
+        "worst_case": worst_case_summary(stored, winner),
     }
     if base is not None and base.throughput:
         metrics["baseline_throughput_per_s"] = round(base.throughput, 3)
@@ -95,6 +96,45 @@ def tuned_document(stored: StoredStudy, winner: Candidate) -> dict[str, Any]:
         },
         "hardware": dict(stored.hardware) if stored.hardware is not None else None,
     }
+
+
+def worst_case_summary(stored: StoredStudy, winner: Candidate) -> dict[str, Any]:
+    """The winner's memory at the peak it saw and at the longest batch its config allows (forced or
+    predicted, with its range), the headroom against each (shares of the GPU), and the faster
+    configs passed over because their worst case does not fit."""
+    w = winner.worst_case
+    gpu = [g.total_gib for r in winner.runs if r.result and r.result.memory for g in r.result.memory.gpus]
+    total = max(gpu) if gpu and all(t == t for t in gpu) else None  # NaN: a size no source gave
+    fracs = [r.result.memory.max_peak_frac for r in winner.runs if r.result and r.result.memory]
+    seen = max((f for f in fracs if f is not None), default=None)
+    out: dict[str, Any] = {
+        "how": w.how if w is not None else None,
+        "judged": w.judged if w is not None else False,
+        "peak_seen_frac": round(seen, 4) if seen is not None else None,
+        "headroom_seen_frac": round(1.0 - seen, 4) if seen is not None else None,
+        "min_headroom_frac": stored.space.min_headroom_frac,
+    }
+    if w is not None:
+        out.update(
+            worst_peak_frac=round(w.peak_frac, 4),
+            worst_peak_range_frac=[round(w.lower_frac, 4), round(w.upper_frac, 4)],
+            headroom_worst_frac=round(1.0 - w.peak_frac, 4),
+            tokens_seen=w.tokens_seen,
+            tokens_worst=w.tokens_worst,
+        )
+        if total is not None:
+            out["worst_peak_gib"] = round(w.peak_frac * total, 2)
+    passed = faster_unfit(stored.records, winner)
+    out["faster_not_fitting"] = [
+        {
+            "trial": c.first.number,
+            "throughput_per_s": round(c.throughput, 3),
+            "worst_peak_frac": round(c.worst_case.peak_frac, 4) if c.worst_case else None,
+            "params": {k: _plain(v) for k, v in c.values.items()},
+        }
+        for c in passed
+    ]
+    return out
 
 
 def format_tuned(doc: dict[str, Any], fmt: str) -> str:
