@@ -5,7 +5,9 @@ while each line arrives when it was written. A command whose stdout is block-buf
 (a Python trainer without ``PYTHONUNBUFFERED`` or ``-u``, a C program's stdio) hands its lines
 over in bursts, all of them at exit at worst: lines read from one chunk of the pipe share one
 arrival time, and the wall clock gives the first of them the time of many steps and the others
-none. Such lines are still steps. Once two step lines have arrived together (a burst) the wall
+none. Such lines are still steps. Once bursts are the rule (``MIN_LATE_LINES`` step lines or more
+arrived together with the one before, and at least half of those after the first did: a progress
+bar's redraws now and then share a read of the pipe, a buffered command's nearly all do) the wall
 clock times none of the trial's steps: each step is timed by the timestamps its line and the
 previous step's line carry (loguru's, ``logging``'s, glog's, ISO 8601), and a step without
 both is *untimed* (its duration reads 0 and the trial's throughput is unknown unless its lines
@@ -76,6 +78,11 @@ class Retimed:
     """Step lines that arrived together with the previous one (0: the output came as written)."""
 
 
+MIN_LATE_LINES = 2
+"""Step lines arriving together with the one before, at the least, before the output is taken as
+buffered (``StepClock.buffered``)."""
+
+
 class StepClock:
     """The wall-clock-timed step lines of one trial; ``retime`` gives their durations."""
 
@@ -89,10 +96,15 @@ class StepClock:
             self._late += 1
         self._lines.append(_Line(index, t, line_stamp(text), between))
 
+    @property
+    def buffered(self) -> bool:
+        """The step lines came in bursts as a rule, not by chance (the module docstring)."""
+        return self._late >= MIN_LATE_LINES and 2 * self._late >= len(self._lines) - 1
+
     def retime(self, wall_times_s: Sequence[float]) -> Retimed:
         """``wall_times_s`` (every step's duration, warm-up included, wall-clock ones as measured),
         with the wall-clock ones replaced once the output came in bursts (the module docstring)."""
-        if not self._late:
+        if not self.buffered:
             return Retimed(tuple(wall_times_s), (), 0)
         out, untimed = list(wall_times_s), []
         prev: float | None = None

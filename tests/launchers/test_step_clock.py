@@ -61,7 +61,16 @@ def test_lines_that_came_together_without_a_time_are_untimed():
 
 
 def test_a_step_numbered_past_a_gap_splits_its_stamped_time():
-    clock = StepClock()
+    clock = StepClock()  # three lines in one burst; the second stands for steps 11 and 12
     clock.take(0, 3.0, "2026-08-01 12:00:00.000 step 10", 1)
     clock.take(1, 3.0, "2026-08-01 12:00:04.000 step 12", 2)
-    assert clock.retime([3.0, 0.0]).step_times_s == (0.0, 2.0)
+    clock.take(3, 3.0, "2026-08-01 12:00:05.000 step 13", 1)
+    assert clock.retime([3.0, 0.0, 0.0, 0.0]).step_times_s == (0.0, 2.0, 2.0, 1.0)
+
+
+def test_a_progress_bar_whose_redraws_now_and_then_share_a_read_keeps_the_wall_clock():
+    clock = StepClock()
+    for index, t in enumerate((2.0, 2.0, 4.0, 6.0, 8.0)):  # one read held two redraws
+        clock.take(index, t, f"{index + 1}/20 [00:0{index}<00:22,  1.31it/s]", 1)
+    assert not clock.buffered
+    assert clock.retime([2.0, 0.0, 2.0, 2.0, 2.0]).step_times_s == (2.0, 0.0, 2.0, 2.0, 2.0)
