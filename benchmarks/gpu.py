@@ -215,7 +215,7 @@ def tried_gib(log: Path) -> tuple[str | None, float | None]:
 
 def oom_facts(result: Any, log: Path) -> dict[str, Any]:
     """What an OOM trial shows: the size asked for, the demand the tool reads, the evidence."""
-    from nccl_tune.diagnose.oom_demand import oom_demand
+    from nccl_tune.oom_demand import oom_demand
 
     texts = [e.text for e in result.verdict.evidence]
     demand = oom_demand(texts)

@@ -3,8 +3,8 @@ a duration, a text cut between words. The live display and every report format s
 
 from __future__ import annotations
 
-from nccl_tune.diagnose.oom_demand import OomDemand, oom_demand
 from nccl_tune.failure import FailureClass
+from nccl_tune.oom_demand import OomDemand, oom_demand
 from nccl_tune.trial import TrialResult
 
 

@@ -14,7 +14,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import replace
 
-from nccl_tune.diagnose.oom_demand import oom_demand
+from nccl_tune.oom_demand import oom_demand
 from nccl_tune.trial import MemoryReport, TrialResult
 
 

@@ -26,7 +26,7 @@ with them out of it when they go back. An unmeasured step adds nothing.
 
 OOM trials, and trials that failed otherwise after measuring some memory, are censored
 observations (their peak is at least the GPU, or what PyTorch's message shows the failing
-allocation needed, ``diagnose.oom_demand``, or what was measured): when the fit predicts one
+allocation needed, ``oom_demand``, or what was measured): when the fit predicts one
 below its bound it is added at the bound and the fit is repeated. The prediction is then clipped into the certain bounds.
 
 Colocated RL peaks in one phase or another (the generation engine's pool while it generates, the
@@ -65,8 +65,8 @@ from typing import Any
 
 import numpy as np
 
-from nccl_tune.diagnose.oom_demand import oom_demand
 from nccl_tune.failure import FailureClass
+from nccl_tune.oom_demand import oom_demand
 from nccl_tune.search_spaces.space import MemoryEffect, Parameter, ParamKind, SearchSpace
 from nccl_tune.trial import MemoryReport
 from nccl_tune.tuner.records.stability import values_key

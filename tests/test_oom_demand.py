@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from nccl_tune.diagnose.oom_demand import oom_demand
+from nccl_tune.oom_demand import oom_demand
 from twin import logfmt
 
 MESSAGE = logfmt.cuda_oom_message(
