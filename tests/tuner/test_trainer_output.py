@@ -73,7 +73,10 @@ def assert_as_expected(
     want = EXPECT[name]["expect"]
     value, want_unit, rel = want["rate"]
     rel = min(rel, 0.01) if exact else rel
-    assert steps == want["steps"], (name, steps)
+    if exact:
+        assert steps == want["steps"], (name, steps)
+    else:  # a paced run is stopped on a real clock: one more line may land while the stop is under way
+        assert want["steps"] <= steps <= want["steps"] + 1, (name, steps)
     assert unit == want_unit and rate == pytest.approx(value, rel=rel), (name, rate, unit)
     if want["memory_gib"] is None:
         assert memory_gib is None, (name, memory_gib)
