@@ -41,12 +41,12 @@ test: lint
 # The lowest version of every requirement pyproject.toml admits (.ci/floor.py), in a venv of its own:
 # CI runs the suite there too, so each floor is a version the tests pass on.
 FLOOR := .venv-floor
-$(FLOOR)/.installed: pyproject.toml .ci/floor.py
+$(FLOOR)/.installed: pyproject.toml twin/pyproject.toml .ci/floor.py
 	rm -rf $(FLOOR)
 	$(PYTHON) -m venv $(FLOOR)
 	$(FLOOR)/bin/python -m pip install --quiet --upgrade pip
 	$(PYTHON) .ci/floor.py > $(FLOOR)/constraints.txt
-	$(FLOOR)/bin/python -m pip install --quiet -c $(FLOOR)/constraints.txt -e ".[test]"
+	$(FLOOR)/bin/python -m pip install --quiet -c $(FLOOR)/constraints.txt -e ".[test]" -e ./twin
 	touch $@
 
 test-floor: $(FLOOR)/.installed
