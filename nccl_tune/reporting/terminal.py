@@ -4,7 +4,7 @@ their evidence and advice; at the end of ``run`` and as ``nccl-tune report``."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 from rich.console import Console
 from rich.markup import escape
@@ -55,6 +55,16 @@ def _block(console: Console, head: str, lines: Sequence[str]) -> None:
             console.print(Padding(Text(line), (0, 0, 0, 6)), highlight=False)
 
 
+def _launched(records: Sequence[TrialRecord]) -> Iterator[TrialRecord]:
+    """The trials that ran, the ones every trial listing shows."""
+    return (r for r in records if r.outcome is Outcome.LAUNCHED)
+
+
+def _status_text(r: TrialRecord) -> str:
+    """A trial's class, and whether it came near the memory wall, in words."""
+    return (r.status.value if r.status else "?") + (" (near memory wall)" if r.near_wall else "")
+
+
 def _trial_blocks(
     console: Console,
     space: SearchSpace,
@@ -65,12 +75,10 @@ def _trial_blocks(
 ) -> None:
     """The trials on a narrow terminal: a line of figures, then the values and why, wrapped."""
     console.print("trials:", highlight=False)
-    for r in records:
-        if r.outcome is not Outcome.LAUNCHED:
-            continue
+    for r in _launched(records):
         style = STYLE.get(r.status, "red") if r.status else "dim"
         mark = " ★" if winner is not None and r in winner.runs else ""
-        status = (r.status.value if r.status else "?") + (" (near memory wall)" if r.near_wall else "")
+        status = _status_text(r)
         head = (
             f"  trial {r.number}{mark} {r.kind.value} [{style}]{escape(status)}[/]  "
             f"{escape(fmt_tput(r.throughput, r.throughput_unit))}  mem {escape(fmt_mem(r.result))}"
@@ -88,11 +96,9 @@ def _trial_lines(
     show_why: bool,
 ) -> None:
     console.print("trials:", highlight=False)
-    for r in records:
-        if r.outcome is not Outcome.LAUNCHED:
-            continue
+    for r in _launched(records):
         mark = "  <- best" if winner is not None and r in winner.runs else ""
-        status = (r.status.value if r.status else "?") + (" (near memory wall)" if r.near_wall else "")
+        status = _status_text(r)
         values = describe(space, r.values, base.values if base else None)
         line = (
             f"  trial {r.number} {r.kind.value} {status}  {fmt_tput(r.throughput, r.throughput_unit)}"
@@ -118,9 +124,7 @@ def _trial_table(
         table.add_column(col, no_wrap=True, justify="left" if col in ("kind", "status") else "right")
     table.add_column("peak GiB", overflow="fold", min_width=8, max_width=14)  # '> 79.2, +38.0 asked' wraps
     table.add_column("values (changes from the baseline)", overflow="fold", min_width=20, ratio=1)
-    for r in records:
-        if r.outcome is not Outcome.LAUNCHED:
-            continue
+    for r in _launched(records):
         style = STYLE.get(r.status, "red") if r.status else "dim"
         mark = " ★" if winner is not None and r in winner.runs else ""
         table.add_row(
