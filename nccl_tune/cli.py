@@ -292,6 +292,14 @@ def apply_cmd(
         _deliver(applied.config_yaml, output)
     except NcclTuneError as exc:
         _fail(exc)
+    for head, lines in (
+        (f"{tuned} changes the training itself, not only its speed:", applied.training),
+        ("speed only (the training stays as it was):", applied.speed_only),
+    ):
+        if lines:
+            err.print(escape(f"# {head}"), highlight=False, soft_wrap=True)
+            for line in lines:
+                err.print(escape(f"#   {line}"), highlight=False, soft_wrap=True)
     for note in applied.notes:
         err.print(escape(f"# {note}"), highlight=False, soft_wrap=True)
     if applied.env_lines:  # the config cannot carry them: say what to run before the training command

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from nccl_tune.reporting.view import StudyView
 from nccl_tune.tuner.study.night import baseline_runs
+from nccl_tune.tuner.winner.headline import confirmation_words
 from nccl_tune.wording import fmt_rate, fmt_tput
 
 PASSED, FAILED, SKIPPED = "passed", "failed", "skipped"
@@ -27,7 +28,7 @@ class Check:
 def stable_config_found(view: StudyView) -> Check:
     w = view.winner
     if w is not None:
-        confirmed = f"confirmed by {len(w.ok_runs)} runs" if w.confirmed else "not confirmed by a re-run"
+        confirmed = confirmation_words(w)
         return Check(
             "stable config found", PASSED, f"trial {w.first.number}: {fmt_tput(w.throughput, view.unit)}, {confirmed}"
         )

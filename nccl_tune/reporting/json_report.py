@@ -14,8 +14,10 @@ from nccl_tune.reporting.view import StudyView, failure_costs, winner_reasons
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.tuner.records.early_stops import early_stops
 from nccl_tune.tuner.records.semantics import semantic_changes
+from nccl_tune.tuner.records.speedup import speedup
 from nccl_tune.tuner.records.stability import Candidate, faster_passed_over
 from nccl_tune.tuner.records.study_records import Outcome, TrialRecord
+from nccl_tune.tuner.winner.headline import confirmation_words
 
 
 def trial_row(r: TrialRecord) -> dict[str, Any]:
@@ -60,7 +62,23 @@ def candidate_json(
         "peak_mem_gib": c.peak_mem_gib,
         "min_headroom_gib": c.min_headroom_gib,
         "confirmed": c.confirmed,
+        "confirmation": confirmation_words(c),
         "semantic_changes": [str(x) for x in changes],
+    }
+
+
+def _speedup_json(view: StudyView) -> dict[str, Any] | None:
+    """The winner's speed-up over the baseline (``records.speedup``), like for like or with its caveat."""
+    gain = speedup(view.winner, view.baseline) if view.winner is not None else None
+    if gain is None:
+        return None
+    return {
+        "ratio": gain.ratio,
+        "baseline_per_s": gain.baseline_per_s,
+        "winner_measured_steps": list(gain.winner_steps),
+        "baseline_measured_steps": list(gain.baseline_steps),
+        "like_for_like": gain.matched,
+        "caveat": gain.caveat(),
     }
 
 
@@ -93,6 +111,9 @@ def report_json(view: StudyView, exit_code: int | None = None) -> dict[str, Any]
         "exit_code": (0 if view.winner else 2) if exit_code is None else exit_code,
         "best": candidate_json(view.winner, view.space, view.baseline),
         "baseline": candidate_json(view.baseline),
+        "speedup": _speedup_json(view),
+        "speed_only": candidate_json(view.speed_only, view.space, view.baseline),
+        "with_training_changes": candidate_json(view.with_training, view.space, view.baseline),
         "counts": _counts(view.records),
         "trials": rows,
         "early_stops": _early_stops_json(view.records),

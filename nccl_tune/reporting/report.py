@@ -81,6 +81,8 @@ def end_of_run(outcome: StudyOutcome, console: Console, err: Console, as_json: b
             stored.baseline,
             confirmation_required=outcome.confirmation_required,
             passed_over=stored.passed_over,
+            speed_only=stored.speed_only,
+            with_training=stored.with_training,
         )
     for line in outcome.notes:
         console.print(escape(line), highlight=False, soft_wrap=True)

@@ -17,10 +17,12 @@ from nccl_tune.search_spaces.describe import describe, short_names
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.tuner.records.early_stops import EarlyStops, early_stops
 from nccl_tune.tuner.records.semantics import semantic_changes
+from nccl_tune.tuner.records.speedup import speedup
 from nccl_tune.tuner.records.stability import Candidate
 from nccl_tune.tuner.records.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.trials.display import STYLE
 from nccl_tune.tuner.trials.steps import coarse_reading_note
+from nccl_tune.tuner.winner.headline import choices, confirmation_words
 from nccl_tune.wording import duration, fmt_mem, fmt_tput, mem_gib, shorten
 
 
@@ -164,17 +166,17 @@ def _winner(
     if winner is None:
         console.print("[bold red]no stable config found[/]", highlight=False)
         return
-    gain = ""
-    if base is not None and base.throughput and winner is not base:
-        gain = f" ({winner.throughput / base.throughput:.2f}x the baseline's {fmt_tput(base.throughput, base.throughput_unit)})"
+    gain = speedup(winner, base)
+    gain_text = f" ({gain.words()})" if gain is not None else ""
+    said = escape(confirmation_words(winner))
     if winner.confirmed:
-        head, tail = "[bold green]best stable:[/]", "confirmed by a re-run"
+        head, tail = "[bold green]best stable:[/]", said
     elif confirmation_required:
-        head, tail = "[bold yellow]no confirmed config; best unconfirmed:[/]", "[yellow]not confirmed by a re-run[/]"
+        head, tail = "[bold yellow]no confirmed config; best unconfirmed:[/]", f"[yellow]{said}[/]"
     else:
-        head, tail = "[bold green]best stable:[/]", "[yellow]not confirmed by a re-run[/]"
+        head, tail = "[bold green]best stable:[/]", f"[yellow]{said}[/]"
     tput = fmt_tput(winner.throughput, winner.throughput_unit)
-    _print(console, f"{head} trial {winner.first.number} {tput}{gain}, {tail}")
+    _print(console, f"{head} trial {winner.first.number} {tput}{escape(gain_text)}, {tail}")
     if console.is_terminal:  # wrapped between names, under the line it belongs to
         console.print(Padding(Text(describe(space, winner.values)), (0, 0, 0, 2)), highlight=False)
     else:
@@ -187,6 +189,20 @@ def _winner(
         console.print("  pin them with --set KEY=VALUE to tune speed only", highlight=False)
 
 
+def _choices(
+    console: Console,
+    space: SearchSpace,
+    records: Sequence[TrialRecord],
+    winner: Candidate | None,
+    alternatives: tuple[Candidate | None, Candidate | None],
+    base: Candidate | None,
+) -> None:
+    """The speed-only best next to the best with training changes (``headline.choices``)."""
+    pair = choices(space, records, winner, *alternatives, base)
+    for choice in pair or ():
+        _print(console, f"[bold]{escape(choice.label)}:[/]{escape(choice.words().removeprefix(choice.label + ':'))}")
+
+
 def print_summary(
     console: Console,
     space: SearchSpace,
@@ -197,11 +213,14 @@ def print_summary(
     confirmation_required: bool = False,
     show_why: bool = False,
     passed_over: Sequence[tuple[Candidate, str]] = (),
+    speed_only: Candidate | None = None,
+    with_training: Candidate | None = None,
 ) -> None:
     """The trials, what was not launched, and the winner (``confirmation_required``: a winner not
     confirmed by a re-run is not called stable; ``show_why``: why the sampler proposed each trial,
-    under it, for the report: the run printed it when the trial started), and the configs faster
-    than it that ``passed_over`` says are not stable, with why."""
+    under it, for the report: the run printed it when the trial started), the best config that keeps
+    the training next to the fastest that changes it (``speed_only``, ``with_training``), and the
+    configs faster than it that ``passed_over`` says are not stable, with why."""
     if not console.is_terminal:
         table = _trial_lines
     else:
@@ -209,6 +228,7 @@ def print_summary(
     table(console, space, records, winner, base, show_why)
     _not_launched(console, records)
     _winner(console, space, winner, base, confirmation_required)
+    _choices(console, space, records, winner, (speed_only, with_training), base)
     if winner is not None and winner.worst_case is not None:
         _print(console, f"  memory: {escape(worst_case_words(winner))}")
     if winner is not None:
@@ -273,7 +293,15 @@ def print_report(view: StudyView, console: Console) -> None:
     proposed, the winner, what was dropped, the failures and the night's verdict."""
     console.print(f"[bold]study[/] {escape(view.study)}  [dim]{escape(view.storage_url)}[/]", highlight=False)
     print_summary(
-        console, view.space, view.records, view.winner, view.baseline, show_why=True, passed_over=view.passed_over
+        console,
+        view.space,
+        view.records,
+        view.winner,
+        view.baseline,
+        show_why=True,
+        passed_over=view.passed_over,
+        speed_only=view.speed_only,
+        with_training=view.with_training,
     )
     if view.importance:
         names = short_names(view.space)

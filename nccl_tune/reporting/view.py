@@ -18,9 +18,11 @@ from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.tuner.records.nccl_sweep import SweepLine
 from nccl_tune.tuner.records.semantics import semantic_changes, user_env
+from nccl_tune.tuner.records.speedup import speedup
 from nccl_tune.tuner.records.stability import Candidate, candidates, changes, does_not_pay, noise_frac, run_key
 from nccl_tune.tuner.records.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.trials.steps import coarse_reading_note
+from nccl_tune.tuner.winner.headline import choices, confirmation_words
 from nccl_tune.tuner.winner.importance import parameter_importance
 from nccl_tune.tuner.winner.study_view import StoredStudy, TrialTiming, open_study
 from nccl_tune.wording import fmt_rate, fmt_tput
@@ -50,6 +52,10 @@ class StudyView:
     """What ``run`` recorded about the node (None for studies recorded before it was kept)."""
     dropped: Mapping[str, str] = field(default_factory=dict)
     """Parameters dropped during the study (their value never reached the program), with the reason."""
+    speed_only: Candidate | None = None
+    """The best config that changes no semantic parameter (``study_view.pick_speed_only``)."""
+    with_training: Candidate | None = None
+    """The fastest stable config that changes the training (``study_view.fastest_changing_training``)."""
 
     @property
     def launched(self) -> tuple[TrialRecord, ...]:
@@ -98,6 +104,8 @@ def view_of(stored: StoredStudy, **changes: Any) -> StudyView:
         nccl_sweep=stored.nccl_sweep,
         hardware=stored.hardware,
         dropped=stored.dropped,
+        speed_only=stored.speed_only,
+        with_training=stored.with_training,
     )
     return replace(view, **changes) if changes else view
 
@@ -146,6 +154,8 @@ def _why_not(c: Candidate, margin: float) -> str:
         return f"came within {margin:.0%} of the memory wall"
     if c.worst_unfit and c.worst_case is not None:
         return f"its worst case does not fit: {worst_case_words(c)}"
+    if c.disagreement is not None:
+        return f"its runs disagree: {c.disagreement.words()}"
     return "ran once only (not confirmed by a re-run)"
 
 
@@ -255,12 +265,14 @@ def winner_reasons(view: StudyView) -> list[str]:
         + f", the fastest config that finished every measured step in each of its {len(w.runs)} runs"
         + (f" with at least {w.min_headroom_gib:.1f} GiB of GPU memory left" if w.min_headroom_gib is not None else "")
     ]
+    lines.append(confirmation_words(w))
     b = view.baseline
     w_key = run_key(w.values)
-    if b is not None and b.throughput and b is not w and run_key(b.values) != w_key:
-        lines.append(
-            f"{w.throughput / b.throughput:.2f}x the baseline's {fmt_tput(b.throughput, u)} (trial {b.first.number})"
-        )
+    gain = speedup(w, b)
+    if gain is not None and b is not None:
+        lines.append(f"{gain.words()} (trial {b.first.number})")
+    pair = choices(view.space, view.records, w, view.speed_only, view.with_training, b)
+    lines += [choice.words() for choice in pair or ()]
     flaky = {run_key(c.values): why for c, why in view.passed_over}
     pool = [c for c in candidates(view.records) if run_key(c.values) != w_key]
     stable = [c for c in pool if c.stable and run_key(c.values) not in flaky]

@@ -3,6 +3,7 @@ mapping is one line (exit 1), never a traceback; `apply` says which environment 
 
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -67,4 +68,12 @@ def test_apply_prints_the_environment_to_set_on_stderr(study):
     expected = [f"export {k}={v}" for k, v in tuned["env"].items()] + [f"unset {k}" for k in tuned["unset_env"]]
     assert expected, tuned  # the tiny space tunes NCCL_ALGO: set or unset, it is in the tuned file
     lines = proc.stderr.splitlines()
-    assert "run before the training command" in lines[0] and lines[1:] == expected, proc.stderr
+    head = next(i for i, line in enumerate(lines) if "run before the training command" in line)
+    assert lines[head + 1 :] == expected, proc.stderr
+    # before it, what the merge changes in this config: speed only here (the tiny space has no semantic parameter)
+    assert lines[0] == "# speed only (the training stays as it was):", proc.stderr
+    before = {"micro": 1, "offload": True}
+    changed = {k: v for k, v in tuned["overrides"]["trainer"].items() if before[k] != v}
+    assert changed and lines[1:head] == [
+        f"#   trainer.{k}: {json.dumps(before[k])} -> {json.dumps(v)}" for k, v in changed.items()
+    ]

@@ -60,8 +60,28 @@ def test_a_key_the_config_lacks_is_still_refused(tmp_path):
 
 
 def test_a_change_to_the_training_and_the_lost_comments_are_said(tmp_path):
-    extra = "semantic_changes:\n- 'trainer.train_batch_size: 64 -> 128 (changes the training)'\n"
+    extra = "semantic_changes:\n- 'trainer.train_batch_size: 64 -> 128'\n"
     proc = apply(tmp_path, "  trainer:\n    train_batch_size: 128\n", extra)
     assert proc.returncode == 0, proc.stderr
-    assert "# tuned.yaml changes the training itself: trainer.train_batch_size: 64 -> 128" in proc.stderr
+    assert "# tuned.yaml changes the training itself, not only its speed:" in proc.stderr
+    assert "#   trainer.train_batch_size: 64 -> 128" in proc.stderr
     assert "# the comments of cfg.yaml are not in the merged config" in proc.stderr
+
+
+def test_apply_says_each_change_to_the_training_with_its_meaning_apart_from_the_speed_only_ones(tmp_path):
+    """The semantic parameters are named by the file (``semantic_parameters``): a value the merge
+    changes in this config counts as a change to the training even where the study's own baseline
+    already ran it (the config here has 64, the study ran 128); what it means comes from the space."""
+    extra = (
+        "semantic_changes: []\n"
+        "semantic_parameters: [trainer.train_batch_size]\n"
+        "semantic_help: {trainer.train_batch_size: Prompts per training step}\n"
+    )
+    proc = apply(tmp_path, "  trainer:\n    train_batch_size: 128\n    micro: 4\n    lr: ${eval:'1e-6 * 2'}\n", extra)
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("#")]
+    training = lines.index("# tuned.yaml changes the training itself, not only its speed:")
+    speed = lines.index("# speed only (the training stays as it was):")
+    assert lines[training + 1] == "#   trainer.train_batch_size: 64 -> 128 (Prompts per training step)"
+    assert lines[speed + 1 :][:1] == ["#   trainer.micro: 2 -> 4"]
+    assert not any(line.startswith("#   trainer.lr") for line in lines), lines  # unchanged: not listed

@@ -2,17 +2,22 @@
 
 Stable means: every launched run of those values finished its measured steps (status ``ok``),
 none of them came within ``min_headroom_frac`` of the memory wall, and (when re-runs were
-asked for) it did so at least twice, and it holds no value (or pair of values) that the study has
+asked for) it did so at least twice, the runs agreeing within their own noise (``agreement``: two
+runs further apart than their steps' scatter allows are no confirmation), and it holds no value (or
+pair of values) that the study has
 seen make other runs hang or crash after they started (``failure_model.flaky_rule``, where the
 callers pass it): a config that passed its own short runs while its NCCL setting hung half the
 runs of others was lucky, not stable. Throughput is the mean over its runs.
 
 A config that changes the training itself (a ``semantic`` parameter away from the user's own
-value) wins only by more than the measured noise: when the fastest stable candidate is such a
-config, the fastest one that keeps every semantic parameter wins instead, unless the semantic
-one is faster by more than ``noise_frac``: the largest run-to-run spread, (max - min) / mean, of
-any candidate run more than once in the study (at least ``MIN_NOISE_FRAC``), or
-``DEFAULT_NOISE_FRAC`` before any re-run.
+value) wins only by more than the measured noise: of the stable configs (confirmed or not) within
+``noise_frac`` of the fastest, the one that changes the fewest semantic parameters wins (the fastest
+of those; with confirmation required, a confirmed one before one that is not, and when the one
+kept is not confirmed, no confirmed winner). ``noise_frac`` is the largest run-to-run spread,
+(max - min) / mean, of any candidate run more than once in the study (at least ``MIN_NOISE_FRAC``);
+until ``MIN_REPEATED`` candidates have been repeated it is at least ``DEFAULT_NOISE_FRAC``: one pair
+of runs that happened to agree says little of the noise. ``speed_only`` is the same choice among the
+configs that change no semantic parameter: what the study found without touching the training.
 
 Likewise an environment variable set wins only if it pays: when a stable candidate is the winner
 with one or more of its environment variables (``target: env``: NCCL's, above all) back as the
@@ -33,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nccl_tune.node.nccl_clamps import effective
+from nccl_tune.tuner.records.agreement import Pair, agreeing, worst_pair
 from nccl_tune.tuner.records.study_records import TrialKind, TrialRecord
 from nccl_tune.tuner.records.worst_case import WorstCase
 
@@ -40,6 +46,9 @@ DEFAULT_NOISE_FRAC = 0.03
 """Run-to-run noise assumed before any config has been run twice."""
 MIN_NOISE_FRAC = 0.01
 """The least noise assumed once measured (a few repeats that agree do not prove a 0.1% gain)."""
+MIN_REPEATED = 2
+"""Candidates that must have been repeated before their spreads alone set the noise (below it, the
+noise is at least ``DEFAULT_NOISE_FRAC``)."""
 
 
 def values_key(values: Mapping[str, Any]) -> str:
@@ -72,7 +81,15 @@ class Candidate:
 
     @property
     def confirmed(self) -> bool:
-        return len(self.ok_runs) >= 2
+        """Run twice or more, ``ok``, and more than half of its runs agree within their own noise
+        (``agreement.agreeing``)."""
+        return bool(agreeing(self.runs))
+
+    @property
+    def disagreement(self) -> Pair | None:
+        """The pair of its runs furthest apart for their noise, when its runs do not confirm it
+        (two ``ok`` runs or more that do not agree); None otherwise."""
+        return None if self.confirmed else worst_pair(self.runs)
 
     @property
     def worst_unfit(self) -> bool:
@@ -182,14 +199,33 @@ def faster_passed_over(
 
 def noise_frac(records: Iterable[TrialRecord]) -> float:
     """The study's measured run-to-run noise: the largest throughput spread of a candidate with
-    two ``ok`` runs or more; ``DEFAULT_NOISE_FRAC`` when none has been repeated."""
+    two ``ok`` runs or more, at least ``MIN_NOISE_FRAC``; at least ``DEFAULT_NOISE_FRAC`` while fewer
+    than ``MIN_REPEATED`` candidates have been repeated."""
     spreads = [c.throughput_spread for c in candidates(records) if len(c.ok_runs) >= 2]
-    return max(max(spreads), MIN_NOISE_FRAC) if spreads else DEFAULT_NOISE_FRAC
+    floor = MIN_NOISE_FRAC if len(spreads) >= MIN_REPEATED else DEFAULT_NOISE_FRAC
+    return max([floor, *spreads])
 
 
 def changes_semantics(c: Candidate, semantic_ref: Mapping[str, Any]) -> bool:
     """True when ``c`` sets a semantic parameter away from its value in ``semantic_ref``."""
-    return any(k in c.values and c.values[k] != v for k, v in semantic_ref.items())
+    return semantic_count(c.values, semantic_ref) > 0
+
+
+def semantic_count(values: Mapping[str, Any], semantic_ref: Mapping[str, Any]) -> int:
+    """How many semantic parameters ``values`` sets away from their value in ``semantic_ref``."""
+    return sum(k in values and values[k] != v for k, v in semantic_ref.items())
+
+
+def fewest_training_changes(
+    best: Candidate, stable: Iterable[Candidate], semantic_ref: Mapping[str, Any], noise: float, confirmed_first: bool
+) -> Candidate:
+    """Of ``stable`` within ``noise`` of ``best`` (``best`` among them), the one that changes the
+    fewest semantic parameters; the fastest of those (a confirmed one first when ``confirmed_first``)."""
+    rivals = [c for c in stable if best.throughput <= c.throughput * (1.0 + noise)] or [best]
+    return min(
+        rivals,
+        key=lambda c: (semantic_count(c.values, semantic_ref), confirmed_first and not c.confirmed, -c.throughput),
+    )
 
 
 def changes(values: Mapping[str, Any], env_ref: Mapping[str, Any]) -> dict[str, Any]:
@@ -225,21 +261,36 @@ def select_winner(
     training wins only by more than ``noise_frac``; with ``env_ref`` (each environment variable ->
     the user's value), so does a variable set (see the module docstring)."""
     recs = list(records)
-    pool = [c for c in _stable(recs, flaky) if c.confirmed or not require_confirmation]
+    stable = _stable(recs, flaky)
+    pool = [c for c in stable if c.confirmed or not require_confirmation]
     best = max(pool, key=lambda c: c.throughput, default=None)
     if best is None or not (semantic_ref or env_ref):
         return best  # the screening incumbent, asked at every trial: no rule, no noise to read
     noise = noise_frac(recs)
     if semantic_ref and changes_semantics(best, semantic_ref):
-        plain = max(
-            (c for c in pool if not changes_semantics(c, semantic_ref)), key=lambda c: c.throughput, default=None
-        )
-        if plain is not None and best.throughput <= plain.throughput * (1.0 + noise):
-            best = plain
+        best = fewest_training_changes(best, stable, semantic_ref, noise, require_confirmation)
+        if require_confirmation and not best.confirmed:
+            return None  # kept within the noise, not yet confirmed: the unconfirmed pick says so
     if not env_ref:
         return best
     simpler = [c for c in pool if does_not_pay(c, best, env_ref, noise)]
     return min(simpler, key=lambda c: (len(changes(c.values, env_ref)), -c.throughput), default=best)
+
+
+def speed_only(
+    records: Iterable[TrialRecord],
+    require_confirmation: bool,
+    semantic_ref: Mapping[str, Any],
+    flaky: Flaky | None = None,
+    env_ref: Mapping[str, Any] | None = None,
+) -> Candidate | None:
+    """``select_winner`` among the configs that keep every semantic parameter as ``semantic_ref``
+    has it: the best the study found without changing the training."""
+
+    def left_out(values: Mapping[str, Any]) -> bool:
+        return semantic_count(values, semantic_ref) > 0 or bool(flaky and flaky(values))
+
+    return select_winner(records, require_confirmation, semantic_ref, left_out, env_ref)
 
 
 def faster_unfit(records: Iterable[TrialRecord], winner: Candidate | None) -> list[Candidate]:

@@ -57,7 +57,7 @@ from nccl_tune.tuner.trials.display import Display
 from nccl_tune.tuner.trials.observer import InterruptFlag
 from nccl_tune.tuner.trials.trial_run import TrialRunner
 from nccl_tune.tuner.winner.export import write_tuned
-from nccl_tune.tuner.winner.study_view import StoredStudy, pick_winner, stored_of
+from nccl_tune.tuner.winner.study_view import StoredStudy, pick_speed_only, pick_winner, stored_of
 
 
 @dataclass(frozen=True)
@@ -245,6 +245,8 @@ class StudyLoop:
         stored = stored_of(study, self.settings.storage_url, self.space)
         required = self.settings.confirm > 0
         winner = pick_winner(stored.records, self.space, prefer_confirmed=required, flaky=stored.flaky)
+        speed = pick_speed_only(stored.records, self.space, prefer_confirmed=required, flaky=stored.flaky)
+        stored = replace(stored, speed_only=speed)
         proven = winner if winner is not None and (winner.confirmed or not required) else None
         night = finish_night(study, self.plan, self.fingerprint, stored.records, proven, interrupted)
         return StudyOutcome(

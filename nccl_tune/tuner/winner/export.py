@@ -19,7 +19,9 @@ from nccl_tune.errors import NcclTuneError
 from nccl_tune.search_spaces.render import config_overrides, is_env_name, render_values
 from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.tuner.records.semantics import semantic_changes
+from nccl_tune.tuner.records.speedup import speedup
 from nccl_tune.tuner.records.stability import Candidate, faster_unfit
+from nccl_tune.tuner.winner.headline import Choice, choices, confirmation_words
 from nccl_tune.tuner.winner.study_view import StoredStudy, open_study
 from nccl_tune.userfile import read_text, refuse_non_file, write_output, yaml_mapping
 from nccl_tune.wording import fmt_tput
@@ -52,7 +54,8 @@ def tuned_document(stored: StoredStudy, winner: Candidate) -> dict[str, Any]:
     env = {k: v for k, v in env_overlay.items() if v is not None}
     unset_env = [k for k, v in env_overlay.items() if v is None]
     overrides = {k: _plain(v) for k, v in config_overrides(space, values).items()}
-    semantic = [str(c) for c in semantic_changes(space, values, base.values if base else None)]
+    training = semantic_changes(space, values, base.values if base else None)
+    semantic = [str(c) for c in training]
     best = max(winner.ok_runs, key=lambda r: r.throughput or 0.0)
     metrics: dict[str, Any] = {
         "throughput_per_s": round(winner.throughput, 3),
@@ -68,17 +71,21 @@ def tuned_document(stored: StoredStudy, winner: Candidate) -> dict[str, Any]:
         "min_headroom_gib": round(winner.min_headroom_gib, 2) if winner.min_headroom_gib is not None else None,
         "memory_source": best.result.memory.source if best.result and best.result.memory else None,
         "confirmed": winner.confirmed,
+        "confirmation": confirmation_words(winner),
         "worst_case": worst_case_summary(stored, winner),
     }
-    if base is not None and base.throughput:
-        metrics["baseline_throughput_per_s"] = round(base.throughput, 3)
-        metrics["speedup_vs_baseline"] = round(winner.throughput / base.throughput, 3)
+    metrics.update(_speedup_metrics(winner, base))
+    pair = choices(space, stored.records, winner, stored.speed_only, stored.with_training, base)
+    if pair is not None:
+        metrics["speed_only"], metrics["with_training_changes"] = (_choice_json(c) for c in pair)
     return {
         "overrides": _nest(overrides),
         "env": env,
         "unset_env": unset_env,
         "args": args,
         "semantic_changes": semantic,
+        "semantic_help": {c.name: space.param(c.name).help for c in training if space.param(c.name).help},
+        "semantic_parameters": [p.name for p in space.parameters if p.semantic],
         "dropped": dict(stored.dropped),
         "metrics": metrics,
         "study": {
@@ -95,6 +102,38 @@ def tuned_document(stored: StoredStudy, winner: Candidate) -> dict[str, Any]:
             "exported": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         },
         "hardware": dict(stored.hardware) if stored.hardware is not None else None,
+    }
+
+
+def _speedup_metrics(winner: Candidate, base: Candidate | None) -> dict[str, Any]:
+    """The speed-up over the baseline (``records.speedup``), and whether it is like for like."""
+    gain = speedup(winner, base)
+    if gain is None:
+        if base is None or not base.throughput:
+            return {}
+        return {"baseline_throughput_per_s": round(base.throughput, 3), "speedup_vs_baseline": 1.0}
+    out: dict[str, Any] = {
+        "baseline_throughput_per_s": round(gain.baseline_per_s, 3),
+        "speedup_vs_baseline": round(gain.ratio, 3),
+        "baseline_measured_steps_per_run": list(gain.baseline_steps),
+        "speedup_like_for_like": gain.matched,
+    }
+    if not gain.matched:
+        out["speedup_caveat"] = gain.caveat()
+    return out
+
+
+def _choice_json(choice: Choice) -> dict[str, Any]:
+    """One side of the speed-only / training-changes pair (``headline.choices``) as YAML."""
+    c = choice.candidate
+    return {
+        "trial": c.first.number if c is not None else None,
+        "throughput_per_s": round(c.throughput, 3) if c is not None else None,
+        "speedup_vs_baseline": round(choice.speedup.ratio, 3) if choice.speedup is not None else None,
+        "speedup_like_for_like": choice.speedup.matched if choice.speedup is not None else None,
+        "semantic_changes": [str(x) for x in choice.changes],
+        "note": choice.note,
+        "params": {k: _plain(v) for k, v in c.values.items()} if c is not None else None,
     }
 
 
@@ -140,17 +179,7 @@ def worst_case_summary(stored: StoredStudy, winner: Candidate) -> dict[str, Any]
 def format_tuned(doc: dict[str, Any], fmt: str) -> str:
     """The tuned document as text: ``yaml``, ``args`` (one shell line) or ``env`` (export lines)."""
     if fmt == "yaml":
-        m = doc["metrics"]
-        unconfirmed = "" if m["confirmed"] else ", NOT confirmed by a re-run"
-        runs = len(m["runs_per_s"])
-        mean = f", mean of {runs} runs" if runs > 1 else ""
-        head = (
-            f"# nccl-tune: fastest stable config of study {doc['study']['name']} "
-            f"({fmt_tput(m['throughput_per_s'], m['throughput_unit'])}{mean}{unconfirmed})\n"
-            "# overrides: merge into the training config (OmegaConf.merge) or pass `args` on the command line (argv elements);\n"
-            "# env: export before the run; unset_env: make sure these are not set.\n"
-        )
-        return head + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
+        return _yaml_head(doc) + yaml.safe_dump(doc, sort_keys=False, default_flow_style=False)
     if fmt == "args":
         return " ".join(shlex.quote(a) for a in doc["args"]) + "\n"
     if fmt == "env":
@@ -161,6 +190,40 @@ def format_tuned(doc: dict[str, Any], fmt: str) -> str:
             lines.append(f"# the best stable config of study {doc['study']['name']} sets no environment variable")
         return "\n".join(lines) + "\n"
     raise NcclTuneError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
+
+
+def _yaml_head(doc: dict[str, Any]) -> str:
+    """The tuned YAML's comment lines: the config, whether it is confirmed, its speed-up and, when
+    the training is at stake, the speed-only best next to the best with training changes."""
+    m = doc["metrics"]
+    said = str(m.get("confirmation") or "")
+    unconfirmed = "" if m["confirmed"] else f", {said}" if said.startswith("NOT") else ", NOT confirmed by a re-run"
+    runs = len(m["runs_per_s"])
+    mean = f", mean of {runs} runs" if runs > 1 else ""
+    lines = [
+        f"nccl-tune: fastest stable config of study {doc['study']['name']} "
+        f"({fmt_tput(m['throughput_per_s'], m['throughput_unit'])}{mean}{unconfirmed})"
+    ]
+    if m.get("speedup_vs_baseline") is not None:
+        caveat = f" (not like for like: {m['speedup_caveat']})" if m.get("speedup_caveat") else ""
+        lines.append(f"speed-up: {m['speedup_vs_baseline']:.2f}x the baseline{caveat}")
+    for key, label in (
+        ("speed_only", "speed only (the training as you run it)"),
+        ("with_training_changes", "with training changes"),
+    ):
+        side = m.get(key)
+        if side is None:
+            continue
+        gain = f", {side['speedup_vs_baseline']:.2f}x the baseline" if side["speedup_vs_baseline"] is not None else ""
+        changes = f"; changes {', '.join(side['semantic_changes'])}" if side["semantic_changes"] else ""
+        note = f" ({side['note']})" if side["note"] else ""
+        trial = f"trial {side['trial']}" if side["trial"] is not None else "none"
+        lines.append(f"{label}: {trial}{gain}{changes}{note}")
+    lines += [
+        "overrides: merge into the training config (OmegaConf.merge) or pass `args` on the command line (argv elements);",
+        "env: export before the run; unset_env: make sure these are not set.",
+    ]
+    return "".join(f"# {line}\n" for line in lines)
 
 
 def export_study(storage_url: str, study_name: str | None, fmt: str = "yaml") -> str:
@@ -219,8 +282,12 @@ class Applied:
     config_yaml: str
     env_lines: tuple[str, ...]
     notes: tuple[str, ...] = ()
-    """What the merge changed that a reader would not guess: the training itself, interpolations
-    replaced, comments not kept."""
+    """What the merge changed that a reader would not guess: interpolations replaced, comments not kept."""
+    training: tuple[str, ...] = ()
+    """Each value the merge changes that changes the training itself (a semantic parameter):
+    ``key: old -> new (what it means, as the space says)``."""
+    speed_only: tuple[str, ...] = ()
+    """Each other value the merge changes in the config: ``key: old -> new``."""
 
 
 def apply_tuned(tuned: Path, into: Path, allow_new_keys: bool = False) -> Applied:
@@ -233,7 +300,8 @@ def apply_tuned(tuned: Path, into: Path, allow_new_keys: bool = False) -> Applie
     base = _load_yaml(into, "config file")
     overrides = doc.overrides
     raw = OmegaConf.to_container(base, resolve=False)
-    notes = []
+    notes: list[str] = []
+    changed: list[tuple[str, Any, Any]] = []
     for key, value in _flatten(OmegaConf.to_container(overrides, resolve=False)).items():
         found, blocked = _raw_lookup(raw, key)
         if blocked is not None and _is_interpolation(_raw_lookup_value(raw, blocked)):
@@ -249,6 +317,8 @@ def apply_tuned(tuned: Path, into: Path, allow_new_keys: bool = False) -> Applie
         old = _raw_lookup_value(raw, key) if found else None
         if _is_interpolation(old):
             notes.append(f"{into}: {key} was {old}; it is now {format_value(value)}")
+        if not found or old != value:
+            changed.append((key, old if found else "(not set)", value))
     try:
         merged = OmegaConf.merge(base, overrides)
         text = OmegaConf.to_yaml(merged)
@@ -256,12 +326,27 @@ def apply_tuned(tuned: Path, into: Path, allow_new_keys: bool = False) -> Applie
         raise NcclTuneError(
             f"config file {into}: {tuned} cannot be merged into it ({str(exc).splitlines()[0]})"
         ) from None
-    semantic = [str(c) for c in (OmegaConf.to_container(doc, resolve=False).get("semantic_changes") or [])]
-    if semantic:
-        notes.insert(0, f"{tuned} changes the training itself: " + "; ".join(semantic))
+    plain = OmegaConf.to_container(doc, resolve=False)
     if any(line.lstrip().startswith("#") or " #" in line for line in into.read_text().splitlines()):
         notes.append(f"the comments of {into} are not in the merged config (YAML is rewritten from its values)")
-    return Applied(text, _env_lines(OmegaConf.to_container(doc, resolve=False), tuned), tuple(notes))
+    training, speed = _split_changes(plain, changed)
+    return Applied(text, _env_lines(plain, tuned), tuple(notes), training, speed)
+
+
+def _split_changes(doc: dict[str, Any], changed: list[tuple[str, Any, Any]]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """``changed`` (key, old, new) as lines, those of semantic parameters (``semantic_parameters``, or
+    the names in ``semantic_changes`` in a file written before it was kept) with what they mean."""
+    named = [str(c).split(": ", 1)[0] for c in doc.get("semantic_changes") or []]
+    semantic = set(doc.get("semantic_parameters") or []) | set(named)
+    helps = doc.get("semantic_help") or {}
+    training, speed = [], []
+    for key, old, new in changed:
+        line = f"{key}: {format_value(old)} -> {format_value(new)}"
+        if key in semantic:
+            training.append(line + (f" ({helps[key]})" if helps.get(key) else ""))
+        else:
+            speed.append(line)
+    return tuple(training), tuple(speed)
 
 
 def _raw_lookup(raw: Any, key: str) -> tuple[bool, str | None]:

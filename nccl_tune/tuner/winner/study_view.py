@@ -25,7 +25,14 @@ from nccl_tune.tuner.records.nccl_sweep import SweepLine
 from nccl_tune.tuner.records.nccl_sweep import report as sweep_report
 from nccl_tune.tuner.records.semantics import study_reference, study_user_env
 from nccl_tune.tuner.records.series import check_series_name, night_from_attrs, series_nights
-from nccl_tune.tuner.records.stability import Candidate, baseline, candidates, select_winner
+from nccl_tune.tuner.records.stability import (
+    Candidate,
+    baseline,
+    candidates,
+    changes_semantics,
+    select_winner,
+    speed_only,
+)
 from nccl_tune.tuner.records.storage import S_COMMAND, S_SPACE_SOURCE, S_SPACE_TEXT, load_existing, open_storage
 from nccl_tune.tuner.records.study_records import TrialRecord
 from nccl_tune.tuner.search.failure_model import FlakyRule, flaky_rule
@@ -44,6 +51,29 @@ def pick_winner(
     flaky = flaky or flaky_rule(space, recs)
     confirmed = select_winner(recs, True, semantic_ref=ref, flaky=flaky, env_ref=user) if prefer_confirmed else None
     return confirmed or select_winner(recs, False, semantic_ref=ref, flaky=flaky, env_ref=user)
+
+
+def pick_speed_only(
+    records: Iterable[TrialRecord], space: SearchSpace, prefer_confirmed: bool = True, flaky: FlakyRule | None = None
+) -> Candidate | None:
+    """``pick_winner`` among the configs that keep every semantic parameter as the user's run has it:
+    the best the study found without changing the training (the baseline itself when none beat it)."""
+    recs = list(records)
+    ref, user = study_reference(space, recs), study_user_env(space, recs)
+    flaky = flaky or flaky_rule(space, recs)
+    confirmed = speed_only(recs, True, ref, flaky, user) if prefer_confirmed else None
+    return confirmed or speed_only(recs, False, ref, flaky, user)
+
+
+def fastest_changing_training(
+    records: Iterable[TrialRecord], space: SearchSpace, flaky: FlakyRule | None = None
+) -> Candidate | None:
+    """The fastest stable config (not ``flaky``) that changes a semantic parameter from the user's run."""
+    recs = list(records)
+    ref = study_reference(space, recs)
+    flaky = flaky or flaky_rule(space, recs)
+    found = [c for c in candidates(recs) if c.stable and changes_semantics(c, ref) and not flaky(c.values)]
+    return max(found, key=lambda c: c.throughput, default=None)
 
 
 def passed_over(records: Iterable[TrialRecord], flaky: FlakyRule) -> tuple[tuple[Candidate, str], ...]:
@@ -106,6 +136,10 @@ class StoredStudy:
     """The NCCL sweep's checks (``tuner.records.nccl_sweep``), the baseline's first; empty when none ran."""
     series_nights: tuple[Night, ...] = ()
     """Every night of the series this study is a night of (read by ``open_study`` only)."""
+    speed_only: Candidate | None = None
+    """The best config that changes no semantic parameter (``pick_speed_only``)."""
+    with_training: Candidate | None = None
+    """The fastest stable config that changes the training (``fastest_changing_training``)."""
     flaky: FlakyRule | None = field(default=None, compare=False, repr=False)
     """The study's ``flaky_rule``, fitted once: a caller that picks the winner again (``run``, which
     may not require confirmation) passes it to ``pick_winner``."""
@@ -144,6 +178,8 @@ def stored_of(study: optuna.Study, storage_url: str, space: SearchSpace | None =
         timings=_timings(study.get_trials(deepcopy=False), recs),
         fingerprint=recorded_fingerprint(attrs),
         nccl_sweep=sweep_report(study),
+        speed_only=pick_speed_only(recs, space, flaky=flaky),
+        with_training=fastest_changing_training(recs, space, flaky),
         flaky=flaky,
     )
 
