@@ -1,29 +1,42 @@
-"""Confirmation re-runs: after the search, the fastest candidates that ran only once run again,
-until one faster than every unconfirmed candidate is confirmed or the re-runs are spent."""
+"""Confirmation re-runs: after the search, the fastest candidates not yet confirmed run again,
+until one faster than every unconfirmed candidate is confirmed or the re-runs are spent.
+
+A re-run that disagrees with its config's first run (further apart than their steps' noise allows:
+``records.agreement``) confirms nothing: the run says so, and when the re-runs are spent it gives
+that config one more run (once a study run, while the ``--budget`` lasts), so that the two of three
+that agree can confirm it. Then, before a speed-up is quoted, the baseline is re-run at the
+measured steps of the winner when none of its runs measured as many (``records.speedup``).
+"""
 
 from __future__ import annotations
 
 import optuna
 
 from nccl_tune.failure import FailureClass
+from nccl_tune.trial import TrialResult
 from nccl_tune.tuner.records import study_records as R
 from nccl_tune.tuner.records.sampling import suggest, to_optuna
 from nccl_tune.tuner.records.semantics import study_reference, study_user_env
-from nccl_tune.tuner.records.stability import to_confirm
+from nccl_tune.tuner.records.speedup import baseline_steps_wanted
+from nccl_tune.tuner.records.stability import Candidate, baseline, candidates, run_key, to_confirm
 from nccl_tune.tuner.records.study_records import TrialKind
 from nccl_tune.tuner.search.failure_model import flaky_rule
 from nccl_tune.tuner.study.budget import Budget
 from nccl_tune.tuner.trials.display import Display
 from nccl_tune.tuner.trials.observer import InterruptFlag
 from nccl_tune.tuner.trials.trial_run import TrialRunner
+from nccl_tune.tuner.winner.study_view import pick_winner
 
 
 def confirm(
     study: optuna.Study, runner: TrialRunner, reruns: int, budget: Budget, interrupt: InterruptFlag, display: Display
 ) -> bool:
-    """Up to ``reruns`` re-runs of the best unconfirmed candidate; True when interrupted."""
-    space, pinned = runner.space, runner.held.params
-    for _ in range(reruns):
+    """Up to ``reruns`` re-runs of the best unconfirmed candidate (one more to settle a pair that
+    disagrees, once); True when interrupted."""
+    space = runner.space
+    left, settled = reruns, False
+    while left > 0:
+        left -= 1
         history = R.records(study)
         pending = to_confirm(
             history, 1, study_reference(space, history), flaky_rule(space, history), study_user_env(space, history)
@@ -36,16 +49,62 @@ def confirm(
         if budget.spent():
             display.note("the run's --budget is spent: no confirmation re-run")
             return False
-        study.enqueue_trial(
-            to_optuna(space, cand.values, pinned),
-            user_attrs={R.A_KIND: TrialKind.RERUN.value, R.A_RERUN_OF: cand.first.number},
-        )
-        trial = runner.ask(study)
-        with runner.told_on_failure(study, trial):
-            values = suggest(trial, space, pinned)
-            trial.set_user_attr(R.A_VALUES, values)
-            result = runner.run(study, trial, values, f"re-run of trial {cand.first.number}", history, early_stop=False)
-        budget.observe(result)
+        result = rerun(study, runner, cand, f"re-run of trial {cand.first.number}", budget)
         if result.status is FailureClass.INTERRUPTED:
             return True
+        if _disagrees(study, cand, display) and left == 0 and not settled:
+            display.note(f"one more run of trial {cand.first.number}'s config, to tell which run was off")
+            left, settled = 1, True
     return False
+
+
+def rerun(
+    study: optuna.Study, runner: TrialRunner, cand: Candidate, label: str, budget: Budget, steps: int | None = None
+) -> TrialResult:
+    """Launch one more run of ``cand``'s values (``steps``: its measured steps, else the study's count)."""
+    space, pinned = runner.space, runner.held.params
+    history = R.records(study)
+    study.enqueue_trial(
+        to_optuna(space, cand.values, pinned),
+        user_attrs={R.A_KIND: TrialKind.RERUN.value, R.A_RERUN_OF: cand.first.number},
+    )
+    trial = runner.ask(study)
+    with runner.told_on_failure(study, trial):
+        values = suggest(trial, space, pinned)
+        trial.set_user_attr(R.A_VALUES, values)
+        result = runner.run(study, trial, values, label, history, early_stop=False, steps=steps)
+    budget.observe(result)
+    return result
+
+
+def _disagrees(study: optuna.Study, cand: Candidate, display: Display) -> bool:
+    """True (and said) when ``cand``'s runs, its latest included, do not agree within their noise."""
+    key = run_key(cand.values)
+    now = next((c for c in candidates(R.records(study)) if run_key(c.values) == key), None)
+    pair = now.disagreement if now is not None else None
+    if pair is None:
+        return False
+    display.note(f"not confirmed: {pair.words()}")
+    return True
+
+
+def measure_baseline(
+    study: optuna.Study, runner: TrialRunner, budget: Budget, interrupt: InterruptFlag, display: Display, required: bool
+) -> bool:
+    """Re-run the baseline at the measured steps of the winner (``pick_winner``, confirmed first when
+    ``required``) when none of its runs measured as many, while the ``--budget`` lasts; True when
+    interrupted."""
+    history = R.records(study)
+    winner, base = pick_winner(history, runner.space, prefer_confirmed=required), baseline(history)
+    steps = baseline_steps_wanted(winner, base) if winner is not None and base is not None else None
+    if steps is None or interrupt.is_set:
+        return interrupt.is_set
+    if budget.spent():
+        display.note("the run's --budget is spent: the baseline is not re-run at the winner's steps")
+        return False
+    display.note(
+        f"the baseline measured fewer or more steps than trial {winner.first.number}: re-running it at "
+        f"{steps} measured steps before quoting a speed-up"
+    )
+    result = rerun(study, runner, base, f"re-run of the baseline at {steps} steps", budget, steps)
+    return result.status is FailureClass.INTERRUPTED

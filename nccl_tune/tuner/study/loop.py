@@ -43,7 +43,7 @@ from nccl_tune.tuner.search.samplers import make_sampler
 from nccl_tune.tuner.settings import RunSettings
 from nccl_tune.tuner.study.admission import Admission
 from nccl_tune.tuner.study.budget import Budget
-from nccl_tune.tuner.study.confirmation import confirm
+from nccl_tune.tuner.study.confirmation import confirm, measure_baseline
 from nccl_tune.tuner.study.dry_run import first_values
 from nccl_tune.tuner.study.nccl_sweep_run import checking as nccl_checking
 from nccl_tune.tuner.study.nccl_sweep_run import sweeper
@@ -238,7 +238,7 @@ class StudyLoop:
                 if not interrupted and self.settings.confirm:
                     interrupted = confirm(
                         study, self.runner, self.settings.confirm, budget, self.interrupt, self.display
-                    )
+                    ) or measure_baseline(study, self.runner, budget, self.interrupt, self.display, required=True)
         finally:
             self.display.close()
             self.launcher.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import replace
 from typing import Any
 
 import optuna
@@ -96,10 +97,14 @@ class TrialRunner:
         self.told_buffered = False
         """True once the run has told that a trial's output came in bursts (``buffered_note``)."""
 
-    def spec_for(self, number: int, values: Mapping[str, Any], history: Sequence[TrialRecord]) -> TrialSpec:
+    def spec_for(
+        self, number: int, values: Mapping[str, Any], history: Sequence[TrialRecord], steps: int | None = None
+    ) -> TrialSpec:
+        """The spec of trial ``number``; ``steps``: its measured steps, as ``--steps`` would fix them
+        (None: what ``--steps`` or the study's noise says)."""
         return build_trial_spec(
             self.space,
-            self.settings,
+            self.settings if steps is None else replace(self.settings, steps=steps),
             study=self.study_name,
             number=number,
             values=values,
@@ -142,11 +147,12 @@ class TrialRunner:
         kind: str,
         history: Sequence[TrialRecord],
         early_stop: bool = True,
+        steps: int | None = None,
     ) -> TrialResult:
         """Launch ``trial`` with ``values`` once the node is clean, and tell the study the result;
-        ``history`` is the study's records before it."""
+        ``history`` is the study's records before it; ``steps``: its measured steps (``spec_for``)."""
         self.launcher.gate()
-        spec, observer = self.begin(trial, values, kind, history, early_stop)
+        spec, observer = self.begin(trial, values, kind, history, early_stop, steps)
         return self.finish(study, trial, values, kind, history, spec, self.launcher.run(spec, observer))
 
     def begin(
@@ -156,9 +162,10 @@ class TrialRunner:
         kind: str,
         history: Sequence[TrialRecord],
         early_stop: bool = True,
+        steps: int | None = None,
     ) -> tuple[TrialSpec, TunerObserver]:
         """The spec and observer of ``trial``, recorded in it (the launch itself is the caller's)."""
-        spec = self.spec_for(trial.number, values, history)
+        spec = self.spec_for(trial.number, values, history, steps)
         self.tell_measured_steps(spec, history)
         for key, value in (
             (R.A_TRIAL_DIR, str(spec.trial_dir)),

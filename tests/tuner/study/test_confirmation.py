@@ -1,0 +1,94 @@
+"""The confirmation re-runs, end to end against the tiny trainer: two runs of a config that measure
+further apart than their steps' noise allows confirm nothing, and a third run settles it; and the
+baseline is re-run at the winner's step count before a speed-up is quoted."""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+
+import pytest
+import yaml
+
+from tests.tuner.conftest import TINY_SPACE, TINY_TRAINER, run_cli
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def tiny(workdir, command, *extra):
+    args = ["run", "--space", str(TINY_SPACE), "--study", "t", "--seed", "3", "--json", *extra, "--", *command]
+    return run_cli(args, cwd=workdir)
+
+
+def test_two_runs_that_disagree_confirm_nothing_and_a_third_run_settles_it(workdir):
+    # the second launch of micro=4 runs its steps 35% slower (a neighbour's job, a throttled GPU)
+    wrapper = workdir / "second_run_slow.py"
+    wrapper.write_text(
+        textwrap.dedent(
+            f"""
+            import os, sys
+            counter = {str(workdir / "launches")!r}
+            if "trainer.micro=4" in sys.argv[1:]:
+                with open(counter, "a") as f:
+                    f.write("x")
+                if os.path.getsize(counter) == 2:
+                    os.environ["TINY_STEP_S"] = str(0.15 * 1.35)
+            os.execv(sys.executable, [sys.executable, {str(TINY_TRAINER)!r}, *sys.argv[1:]])
+            """
+        )
+    )
+    pins = ["--set", "trainer.offload=false", "--set", "NCCL_ALGO=unset"]
+    proc = tiny(
+        workdir,
+        [sys.executable, str(wrapper)],
+        "--trials",
+        "4",
+        "--steps",
+        "4",
+        "--confirm",
+        "1",
+        *pins,
+        "-o",
+        "tuned.yaml",
+    )
+    assert proc.returncode == 0, proc.stderr
+    best = json.loads(proc.stdout)["best"]
+    assert best["params"]["trainer.micro"] == 4 and len(best["trials"]) == 3, best
+    first, slow, third = best["trials"]
+    assert f"not confirmed: trials {first} and {slow} measured" in proc.stderr
+    assert f"one more run of trial {first}'s config" in proc.stderr
+    assert best["confirmed"]
+    metrics = yaml.safe_load((workdir / "tuned.yaml").read_text())["metrics"]
+    assert metrics["confirmation"] == "confirmed: 2 runs agree within their steps' noise; 1 of 3 runs off"
+    assert "confirmed by a re-run" not in proc.stderr
+
+
+def test_the_baseline_is_re_run_at_the_winners_step_count_before_a_speed_up_is_quoted(workdir, tiny_command):
+    pins = ["--set", "trainer.offload=false", "--set", "NCCL_ALGO=unset"]
+    first = tiny(workdir, tiny_command, "--trials", "1", "--steps", "2", "--confirm", "0", *pins)
+    assert first.returncode == 0, first.stderr
+    # resumed with 4 measured steps a trial: the baseline's 2 are not the same measurement
+    proc = tiny(workdir, tiny_command, "--trials", "3", "--steps", "4", "--confirm", "1", *pins, "-o", "tuned.yaml")
+    assert proc.returncode == 0, proc.stderr
+    assert "re-running it at 4 measured steps before quoting a speed-up" in proc.stderr
+    rows = json.loads(proc.stdout)["trials"]
+    again = [r for r in rows if r["kind"] == "rerun" and r["params"]["trainer.micro"] == 1]
+    assert len(again) == 1 and again[0]["status"] == "ok"
+    text = (workdir / "tuned.yaml").read_text()
+    metrics = yaml.safe_load(text)["metrics"]
+    assert metrics["baseline_measured_steps_per_run"] == [4] and metrics["speedup_like_for_like"] is True
+    assert metrics["baseline_throughput_per_s"] == pytest.approx(again[0]["throughput_per_s"], rel=1e-3)
+    assert "not like for like" not in text
+
+
+def test_without_re_runs_the_speed_up_over_a_baseline_measured_otherwise_carries_a_caveat(workdir, tiny_command):
+    pins = ["--set", "trainer.offload=false", "--set", "NCCL_ALGO=unset"]
+    assert tiny(workdir, tiny_command, "--trials", "1", "--steps", "2", "--confirm", "0", *pins).returncode == 0
+    proc = tiny(workdir, tiny_command, "--trials", "3", "--steps", "4", "--confirm", "0", *pins, "-o", "tuned.yaml")
+    assert proc.returncode == 0, proc.stderr
+    text = (workdir / "tuned.yaml").read_text()
+    assert yaml.safe_load(text)["metrics"]["speedup_like_for_like"] is False
+    head = [line for line in text.splitlines() if line.startswith("# speed-up:")]
+    assert head and "not like for like: the baseline measured 2 steps a run and this config 4" in head[0]
+    assert "x the baseline's" in proc.stderr and "; not like for like: the baseline measured 2 steps" in proc.stderr
