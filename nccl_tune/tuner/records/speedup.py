@@ -7,7 +7,9 @@ grow in RL) or one straggler weigh differently in 4 steps than in 17, so a basel
 another count than the winner is not the same measurement. The speed-up is quoted against the
 baseline's runs that measured as many steps as one of the winner's runs (the study re-runs the
 baseline at the winner's count to have one: ``study.confirmation.measure_baseline``); when none did,
-against all of its runs, with a caveat naming both counts.
+against all of its runs, with a caveat naming both counts. A run's count is the one it was planned
+to measure (``run_steps``): a run stopped at its last step may read one more, which makes no other
+measurement of it.
 """
 
 from __future__ import annotations
@@ -24,9 +26,18 @@ def _timed(c: Candidate) -> list[TrialRecord]:
     return [r for r in c.ok_runs if r.throughput and r.result is not None]
 
 
+def run_steps(r: TrialRecord) -> int:
+    """The measured steps ``r`` was run for: those it was planned to measure, or fewer when its command
+    ended before them (a run stopped at its last step may read one more; that one does not count)."""
+    measured = len(r.result.measured_step_times_s)
+    if r.planned_steps is None:
+        return measured
+    return min(measured, r.planned_steps - r.result.warmup_steps)
+
+
 def measured_steps(c: Candidate) -> tuple[int, ...]:
-    """The measured steps of each of ``c``'s timed ``ok`` runs, in order of launch."""
-    return tuple(len(r.result.measured_step_times_s) for r in _timed(c))
+    """The measured steps of each of ``c``'s timed ``ok`` runs (``run_steps``), in order of launch."""
+    return tuple(run_steps(r) for r in _timed(c))
 
 
 def baseline_steps_wanted(winner: Candidate, base: Candidate) -> int | None:
@@ -82,10 +93,10 @@ def speedup(winner: Candidate, base: Candidate | None) -> Speedup | None:
         return None
     mine = measured_steps(winner)
     runs = _timed(base)
-    same = [r for r in runs if len(r.result.measured_step_times_s) in mine]
+    same = [r for r in runs if run_steps(r) in mine]
     quoted = same or runs
     if not quoted:
         return None
     per_s = statistics.fmean(r.throughput for r in quoted)
-    steps = tuple(len(r.result.measured_step_times_s) for r in quoted)
+    steps = tuple(run_steps(r) for r in quoted)
     return Speedup(winner.throughput / per_s, per_s, winner.throughput_unit, mine, steps, bool(same))

@@ -6,6 +6,8 @@ a caveat; the best speed-only config is shown next to the best with training cha
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from optuna.trial import TrialState
 
@@ -140,6 +142,12 @@ def test_a_speed_up_is_quoted_against_the_baseline_at_the_winners_step_count_or_
     gain = speedup(win, base)
     assert gain.matched and gain.ratio == pytest.approx(11 / 7) and gain.caveat() is None
     assert gain.words() == f"{11 / 7:.2f}x the baseline's 116.4 samples/s"
+    # a run stopped at its last step may read one more: planned for 17, it was measured at 17
+    one_more = replace(rec(3, BASE, step_s=11.0, steps=18, kind=TrialKind.RERUN), planned_steps=18)
+    planned = [replace(r, planned_steps=18) for r in records[1:]]
+    base = next(c for c in candidates([records[0], *planned, one_more]) if c.is_baseline)
+    win = next(c for c in candidates(planned) if c.values == fast)
+    assert baseline_steps_wanted(win, base) is None and speedup(win, base).matched
 
 
 def test_the_best_speed_only_config_is_shown_next_to_the_best_with_training_changes():
