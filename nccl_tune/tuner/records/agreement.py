@@ -89,14 +89,26 @@ def _timed(runs: Sequence[TrialRecord]) -> list[TrialRecord]:
     return [r for r in runs if r.ok and r.throughput]
 
 
+EXACT_RUNS = 8
+"""Up to this many runs, every subset is tried for the largest that agrees; above it, the runs in
+order of throughput, each stretch of them (runs that agree lie close together)."""
+
+
 def agreeing(runs: Sequence[TrialRecord]) -> tuple[TrialRecord, ...]:
     """The largest set of ``runs`` (their timed ``ok`` ones) that agree pairwise, when it holds two
     runs at least and more than half of them; empty otherwise."""
-    timed = _timed(runs)
-    for size in range(len(timed), max(2, len(timed) // 2 + 1) - 1, -1):
-        for group in combinations(timed, size):
-            if all(pair(a, b).agree for a, b in combinations(group, 2)):
-                return group
+    timed = sorted(_timed(runs), key=lambda r: r.throughput or 0.0)
+    n = len(timed)
+    ok = {(i, j): pair(timed[i], timed[j]).agree for i, j in combinations(range(n), 2)}
+    least = max(2, n // 2 + 1)
+    for size in range(n, least - 1, -1):
+        if n <= EXACT_RUNS:
+            groups = combinations(range(n), size)
+        else:
+            groups = (tuple(range(start, start + size)) for start in range(n - size + 1))
+        for group in groups:
+            if all(ok[i, j] for i, j in combinations(group, 2)):
+                return tuple(sorted((timed[i] for i in group), key=lambda r: r.number))
     return ()
 
 

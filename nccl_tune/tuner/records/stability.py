@@ -35,6 +35,7 @@ import json
 import statistics
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from nccl_tune.node.nccl_clamps import effective
@@ -79,7 +80,7 @@ class Candidate:
     def near_wall(self) -> bool:
         return any(r.near_wall for r in self.runs)
 
-    @property
+    @cached_property
     def confirmed(self) -> bool:
         """Run twice or more, ``ok``, and more than half of its runs agree within their own noise
         (``agreement.agreeing``)."""
@@ -262,7 +263,7 @@ def select_winner(
     the user's value), so does a variable set (see the module docstring)."""
     recs = list(records)
     stable = _stable(recs, flaky)
-    pool = [c for c in stable if c.confirmed or not require_confirmation]
+    pool = [c for c in stable if not require_confirmation or c.confirmed]
     best = max(pool, key=lambda c: c.throughput, default=None)
     if best is None or not (semantic_ref or env_ref):
         return best  # the screening incumbent, asked at every trial: no rule, no noise to read
