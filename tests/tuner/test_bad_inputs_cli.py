@@ -117,6 +117,8 @@ def test_apply_environment_comment_stays_one_line_on_a_narrow_terminal(tmp_path)
     proc = run_cli(["apply", "tuned.yaml", "--into", "cfg.yaml"], cwd=tmp_path, env={"COLUMNS": "40"}, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.splitlines() == [
+        "# speed only (the training stays as it was):",
+        "#   trainer.micro: 1 -> 2",
         "# tuned.yaml also sets the environment; run before the training command:",
         "unset NCCL_ALGO",
     ], proc.stderr
