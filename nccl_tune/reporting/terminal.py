@@ -12,7 +12,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from nccl_tune.reporting.view import StudyView, faster_set_aside, worst_case_words
+from nccl_tune.reporting.view import StudyView, faster_set_aside, set_aside_rule, worst_case_words
 from nccl_tune.search_spaces.describe import describe, short_names
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.tuner.records.early_stops import EarlyStops, early_stops
@@ -196,9 +196,10 @@ def _choices(
     winner: Candidate | None,
     alternatives: tuple[Candidate | None, Candidate | None],
     base: Candidate | None,
+    passed_over: Sequence[tuple[Candidate, str]],
 ) -> None:
     """The speed-only best next to the best with training changes (``headline.choices``)."""
-    pair = choices(space, records, winner, *alternatives, base)
+    pair = choices(space, records, winner, *alternatives, base, set_aside_rule(passed_over))
     for choice in pair or ():
         _print(console, f"[bold]{escape(choice.label)}:[/]{escape(choice.words().removeprefix(choice.label + ':'))}")
 
@@ -228,7 +229,7 @@ def print_summary(
     table(console, space, records, winner, base, show_why)
     _not_launched(console, records)
     _winner(console, space, winner, base, confirmation_required)
-    _choices(console, space, records, winner, (speed_only, with_training), base)
+    _choices(console, space, records, winner, (speed_only, with_training), base, passed_over)
     if winner is not None and winner.worst_case is not None:
         _print(console, f"  memory: {escape(worst_case_words(winner))}")
     if winner is not None:

@@ -5,7 +5,7 @@ shares (the winner and why, what the failures cost)."""
 from __future__ import annotations
 
 import datetime as dt
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
@@ -186,6 +186,12 @@ def winner_rows(view: StudyView) -> list[WinnerRow]:
     ]
 
 
+def set_aside_rule(passed_over: Sequence[tuple[Candidate, str]]) -> Callable[[Mapping[str, Any]], bool]:
+    """True for the values of a config ``passed_over`` leaves out as flaky (``study_view.passed_over``)."""
+    keys = {run_key(c.values) for c, _ in passed_over}
+    return lambda values: run_key(values) in keys
+
+
 def faster_set_aside(
     records: Sequence[TrialRecord],
     winner: Candidate,
@@ -271,7 +277,9 @@ def winner_reasons(view: StudyView) -> list[str]:
     gain = speedup(w, b)
     if gain is not None and b is not None:
         lines.append(f"{gain.words()} (trial {b.first.number})")
-    pair = choices(view.space, view.records, w, view.speed_only, view.with_training, b)
+    pair = choices(
+        view.space, view.records, w, view.speed_only, view.with_training, b, set_aside_rule(view.passed_over)
+    )
     lines += [choice.words() for choice in pair or ()]
     flaky = {run_key(c.values): why for c, why in view.passed_over}
     pool = [c for c in candidates(view.records) if run_key(c.values) != w_key]

@@ -75,7 +75,7 @@ def tuned_document(stored: StoredStudy, winner: Candidate) -> dict[str, Any]:
         "worst_case": worst_case_summary(stored, winner),
     }
     metrics.update(_speedup_metrics(winner, base))
-    pair = choices(space, stored.records, winner, stored.speed_only, stored.with_training, base)
+    pair = choices(space, stored.records, winner, stored.speed_only, stored.with_training, base, stored.flaky)
     if pair is not None:
         metrics["speed_only"], metrics["with_training_changes"] = (_choice_json(c) for c in pair)
     return {

@@ -11,14 +11,15 @@ the winner does (kept out within the measured noise, or for want of a confirmati
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.tuner.records.agreement import agreeing
-from nccl_tune.tuner.records.semantics import SemanticChange, semantic_changes
+from nccl_tune.tuner.records.semantics import SemanticChange, semantic_changes, semantic_reference
 from nccl_tune.tuner.records.speedup import Speedup, speedup
-from nccl_tune.tuner.records.stability import Candidate, noise_frac, run_key
+from nccl_tune.tuner.records.stability import Candidate, candidates, noise_frac, run_key, semantic_count
 from nccl_tune.tuner.records.study_records import TrialRecord
 from nccl_tune.wording import fmt_tput
 
@@ -62,6 +63,33 @@ class Choice:
         return f"{self.label}: trial {c.first.number}, {fmt_tput(c.throughput, c.throughput_unit)}{gain}{changes}{note}"
 
 
+def _against_fewer(
+    space: SearchSpace,
+    records: Sequence[TrialRecord],
+    winner: Candidate,
+    base_values: Mapping[str, Any] | None,
+    flaky: Callable[[Mapping[str, Any]], bool] | None,
+) -> str:
+    """Why a winner that changes the training won: how far it is ahead of the best stable config
+    with fewer training changes, against the measured noise."""
+    ref = semantic_reference(space, base_values)
+    mine = semantic_count(winner.values, ref)
+    fewer = [
+        c
+        for c in candidates(records)
+        if c.stable and semantic_count(c.values, ref) < mine and not (flaky and flaky(c.values))
+    ]
+    best = max(fewer, key=lambda c: c.throughput, default=None)
+    if best is None:
+        return "the winner: no stable config changes the training less"
+    gain, noise = winner.throughput / best.throughput - 1.0, noise_frac(records)
+    how = "beyond" if gain > noise else "within"
+    return (
+        f"the winner: {gain:+.1%} over trial {best.first.number}, the fastest stable config that changes the "
+        f"training less, {how} the measured noise ({noise:.1%})"
+    )
+
+
 def _same(a: Candidate | None, b: Candidate | None) -> bool:
     return a is not None and b is not None and run_key(a.values) == run_key(b.values)
 
@@ -73,9 +101,11 @@ def choices(
     speed_only: Candidate | None,
     with_training: Candidate | None,
     base: Candidate | None,
+    flaky: Callable[[Mapping[str, Any]], bool] | None = None,
 ) -> tuple[Choice, Choice] | None:
     """The speed-only best and the best with training changes, when the training is at stake (the
-    module docstring); None otherwise."""
+    module docstring); None otherwise. ``flaky``: values the study does not call stable however their
+    runs went (``failure_model.flaky_rule``)."""
     if winner is None:
         return None
     base_values = base.values if base else None
@@ -92,7 +122,7 @@ def choices(
     else:
         plain = Choice(SPEED_ONLY, speed_only, speedup(speed_only, base), (), "the winner" if not mine else "")
     if mine:
-        note = "the winner: beyond the measured noise of every config with fewer training changes"
+        note = _against_fewer(space, records, winner, base_values, flaky)
     else:
         noise = noise_frac(records)
         gain = training.throughput / winner.throughput - 1.0

@@ -170,6 +170,16 @@ def test_the_best_speed_only_config_is_shown_next_to_the_best_with_training_chan
     assert shown[0].candidate.values == speedy and shown[0].speedup.ratio == pytest.approx(14 / 12.05, rel=1e-3)
     assert shown[1].changes and str(shown[1].changes[0]) == "trainer.max_prompt_length: 6000 -> 2048"
     assert "1.56x the baseline" in shown[1].words() and "1.16x the baseline" in shown[0].words()
+    assert shown[1].note == (
+        "the winner: +33.9% over trial 1, the fastest stable config that changes the training less, "
+        "beyond the measured noise (1.0%)"
+    )
+    # the only config that changes the training less is held flaky: the note does not lean on it
+    flaky = choices(SPACE, records, win, plain, win, base, lambda values: values == speedy)
+    assert (
+        flaky[1].note
+        == "the winner: +55.6% over trial 0, the fastest stable config that changes the training less, beyond the measured noise (1.0%)"
+    )
     # a speed-only winner with a faster training change kept out within the noise: both shown
     close = [
         records[0],
