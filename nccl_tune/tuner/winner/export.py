@@ -206,7 +206,7 @@ def _yaml_head(doc: dict[str, Any]) -> str:
     ]
     if m.get("speedup_vs_baseline") is not None:
         caveat = f" (not like for like: {m['speedup_caveat']})" if m.get("speedup_caveat") else ""
-        lines.append(f"speed-up: {m['speedup_vs_baseline']:.2f}x the baseline{caveat}")
+        lines.append(f"speed-up: {m['speedup_vs_baseline']}x the baseline{caveat}")
     for key, label in (
         ("speed_only", "speed only (the training as you run it)"),
         ("with_training_changes", "with training changes"),
@@ -214,7 +214,7 @@ def _yaml_head(doc: dict[str, Any]) -> str:
         side = m.get(key)
         if side is None:
             continue
-        gain = f", {side['speedup_vs_baseline']:.2f}x the baseline" if side["speedup_vs_baseline"] is not None else ""
+        gain = f", {side['speedup_vs_baseline']}x the baseline" if side["speedup_vs_baseline"] is not None else ""
         changes = f"; changes {', '.join(side['semantic_changes'])}" if side["semantic_changes"] else ""
         note = f" ({side['note']})" if side["note"] else ""
         trial = f"trial {side['trial']}" if side["trial"] is not None else "none"
