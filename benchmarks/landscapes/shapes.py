@@ -53,7 +53,8 @@ class Outcome:
     step_s: float
     """Noise-free seconds a step takes (the modelled time of the steps it runs before failing)."""
     peak_gib: float
-    """Per-GPU peak memory of a step (for an OOM: what the step asked for in all)."""
+    """Per-GPU peak memory of a step (for an OOM: what the step asked for in all; for a refusal:
+    what the config would have needed)."""
     fail_step: int = 0
     """The step a failure happens in (1-based); 0 for a refusal at start-up; 0 when ok."""
     message: str = ""
@@ -344,11 +345,11 @@ def _mine_judge(k: Mapping[str, float], c: Mapping[str, Any]) -> Outcome:
     proto = {"LL128": k["proto_ll128"], "LL": k["proto_ll"], "Simple": 1.0}[c["NCCL_PROTO"]]
     comm = k["comm_s"] * proto * (k["tree"] if c["NCCL_ALGO"] == "Tree" else 1.0)
     step_s = (compute + comm) * (1 - k["fused_gain"] if c["fused_adam"] else 1.0)
-    refused = refusal(c)
-    if refused:
-        return Outcome("refused", step_s, 0.0, 0, refused)
     ask = mb * k["act_gib"] / tp
     peak = 12.0 + k["model_gib"] / tp + ask + (0.8 if c["cuda_graphs"] else 0.0)
+    refused = refusal(c)
+    if refused:
+        return Outcome("refused", step_s, peak, 0, refused)
     if peak > OOM_FRAC * GPU_GIB:
         return Outcome("oom", step_s, peak, 1, _oom_message(peak, ask * 0.5))
     if c["NCCL_ALGO"] == "Tree" and c["NCCL_PROTO"] == "LL128" and tp == 1:
