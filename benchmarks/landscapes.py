@@ -32,6 +32,7 @@ missed, 2 on a bad argument.
 
     python benchmarks/landscapes.py [--landscapes offload-trap,pairs,flat,minefield] [--seeds 6]
                                     [--first-seed 0] [--trials 24] [--samplers tuner,random] [--json PATH]
+                                    [--jobs 2] [--keep DIR]
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -60,16 +62,12 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "landscapes"))
 sys.path.insert(0, str(HERE))
 from calibration import calibrate  # noqa: E402
-from shapes import GPU_GIB, HEADROOM_FRAC, LANDSCAPES, SEED_ENV, Instance  # noqa: E402
+from shapes import GPU_GIB, HEADROOM_FRAC, LANDSCAPES, REFUSAL_S, SEED_ENV, STARTUP_S, Instance  # noqa: E402
 
 WITHIN_FRAC = 0.02
 TARGET_MEDIAN_TRIALS = 12
 TARGET_RANDOM_RATIO = 2.0
 TARGET_FAILED_GPU_FRAC = 0.10
-STARTUP_S = 60.0
-"""Modelled seconds from launch to the first step (imports, model load, NCCL's start-up)."""
-REFUSAL_S = 10.0
-"""Modelled seconds to a refusal of the config at start-up (before the model is loaded)."""
 STALL_FLOOR_S, STALL_MULTIPLIER = 20.0, 3.0
 """The stall timeout a real run waits out on a hang (the spaces' defaults, which the fast spaces shorten)."""
 SAMPLERS = {"tuner": (), "random": ("--sampler", "random")}
@@ -331,6 +329,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--trials", type=int, default=24)
     p.add_argument("--samplers", default="tuner,random")
     p.add_argument("--json", type=Path, default=None)
+    p.add_argument("--jobs", type=int, default=2, help="studies run at once (a trial mostly sleeps)")
     p.add_argument("--keep", type=Path, default=None, help="keep the studies' storages and logs in this folder")
     a = p.parse_args(argv)
     names = [n for n in a.landscapes.split(",") if n]
@@ -342,12 +341,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="landscapes-") as tmp:
         root = a.keep or Path(tmp)
         root.mkdir(parents=True, exist_ok=True)
-        studies = [
-            run_one(n, s, seed, a.trials, root)
-            for n in names
-            for seed in range(a.first_seed, a.first_seed + a.seeds)
-            for s in samplers
-        ]
+        plan = [(n, s, seed) for n in names for seed in range(a.first_seed, a.first_seed + a.seeds) for s in samplers]
+        with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
+            studies = list(pool.map(lambda job: run_one(*job, a.trials, root), plan))
     summaries, checks = [], []
     for n in names:
         by = {}

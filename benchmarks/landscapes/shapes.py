@@ -389,6 +389,15 @@ MINEFIELD = Landscape(
     judge=_mine_judge,
 )
 
+TIME_SCALE = 0.01
+"""``trainer.py`` runs the modelled times this much faster: a step of 2 s takes 20 ms, the start-up
+0.6 s, and it prints the times it took, so that what a trial's wall clock and its log say agree as
+on a real node (start-up against steps decides how many steps a trial can afford to measure)."""
+STARTUP_S = 60.0
+"""Modelled seconds from launch to the first step (imports, model load, NCCL's start-up)."""
+REFUSAL_S = 10.0
+"""Modelled seconds to a refusal of the config at start-up (before the model is loaded)."""
+
 LANDSCAPES: dict[str, Landscape] = {ls.name: ls for ls in (OFFLOAD_TRAP, PAIRS, FLAT, MINEFIELD)}
 SEED_ENV = "LANDSCAPE_SEED"
 """The environment variable that picks a landscape's instance (``trainer.py`` reads it; 0 when unset)."""

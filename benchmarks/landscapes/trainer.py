@@ -5,7 +5,8 @@
 The config is the command line (``--name-with-dashes VALUE``, booleans as switches) and, for the
 NCCL variables, the environment; ``LANDSCAPE_SEED`` picks the instance. No GPU is used: the step
 times, peaks and failures are the instance's (``shapes.py``), printed in the format of the trainer
-the landscape stands for, a few milliseconds apart:
+the landscape stands for, in real time ``TIME_SCALE`` times the modelled one (a start-up, then
+each step's time):
 
 - ``offload-trap``: torchtitan's metrics line (``step: 3  loss: ...  memory: 61.25GiB(77.43%)  tps: ...``);
 - ``pairs``: the user's own line (``[train] step 3/20 | loss 2.31 | step_time 2.345s | peak_mem 41.2GiB``);
@@ -36,16 +37,18 @@ from shapes import (  # noqa: E402
     FIRST_STEP_FACTOR,
     GPU_GIB,
     LANDSCAPES,
+    REFUSAL_S,
     SEED_ENV,
+    STARTUP_S,
     STEP_NOISE_FRAC,
     STRAGGLER_EVERY,
+    TIME_SCALE,
     Landscape,
     Outcome,
 )
 
-LINE_GAP_S = 0.004
-"""Real seconds between two printed steps (the steps' times are the printed ones)."""
 USABLE_GIB = GPU_GIB - 0.9
+START = time.monotonic()
 
 
 def flag(name: str) -> str:
@@ -77,6 +80,7 @@ def parse(argv: list[str]) -> tuple[Landscape, dict[str, Any], int]:
 
 
 def step_times(ls: Landscape, outcome: Outcome, rng: random.Random, steps: int) -> list[float]:
+    """Real seconds of each step (the modelled ones, with noise, times ``TIME_SCALE``)."""
     noisy = ls.name == "flat"
     spread = STEP_NOISE_FRAC if noisy else 0.015
     times = []
@@ -86,7 +90,7 @@ def step_times(ls: Landscape, outcome: Outcome, rng: random.Random, steps: int) 
             t *= FIRST_STEP_FACTOR if noisy else 1.5
         elif noisy and rng.randrange(STRAGGLER_EVERY) == 0:
             t *= 2.0
-        times.append(t)
+        times.append(t * TIME_SCALE)
     return times
 
 
@@ -132,17 +136,18 @@ def main(argv: list[str]) -> None:
     trial = os.environ.get("NCCL_TUNE_TRIAL", "")
     rng = random.Random(f"{seed}:{sorted(config.items())}:{trial}")
     print(f"{_stamp()} INFO {ls.name}: config {_shown(config)}", flush=True)
-    time.sleep(LINE_GAP_S)
     if outcome.kind == "refused":
+        time.sleep(REFUSAL_S * TIME_SCALE)
         fail(outcome)
     nccl_report(config)
+    time.sleep(max(0.0, STARTUP_S * TIME_SCALE - (time.monotonic() - START)))
     for step, seconds in enumerate(step_times(ls, outcome, rng, steps), start=1):
         if outcome.kind != "ok" and step >= outcome.fail_step:
             fail(outcome)
+        time.sleep(seconds)
         print(line(ls, step, steps, seconds, outcome.peak_gib * rng.uniform(0.995, 1.0), rng), flush=True)
         if ls.name == "flat" and step == 1:
             print(_megatron_memory(outcome.peak_gib), flush=True)
-        time.sleep(LINE_GAP_S)
     print("Training completed" if ls.name == "offload-trap" else f"{_stamp()} INFO training done", flush=True)
 
 
