@@ -9,8 +9,9 @@ instance), the harness runs the real CLI once per sampler, as a user would::
     nccl-tune run --space NAME.yaml --storage sqlite:///TMP/NAME-SAMPLER-SEED.db --study S \\
         --trials 24 --seed SEED [--sampler random] --json -- python trainer.py NAME
 
-and reads the study back from its SQLite storage (``TrialRecord``: values, status, steps, the odds
-the sampler gave). Every launched trial (re-runs included; rejected, predicted and duplicate
+(the command sleeps its start-up and steps at ``shapes.TIME_SCALE`` of the modelled times, so a
+study of 24 trials takes about a minute) and reads the study back from its SQLite storage
+(``TrialRecord``: values, status, steps, the odds the sampler gave). Every launched trial (re-runs included; rejected, predicted and duplicate
 configs are free) is judged exactly against the instance, whose configs the script enumerates:
 
 - trials to reach: launched trials up to and including the first whose config is stable (runs
@@ -23,7 +24,9 @@ configs are free) is judged exactly against the instance, whose configs the scri
   (``stall_multiplier`` times a step, at least ``stall_floor_s``, the space defaults);
 - odds: each launched proposal's stored chance to fit (``TrialRecord.predicted_fits``) against
   whether its config fits the instance (its peak, refusals included, at most 95% of the GPU):
-  proposals rated 90%+ and the share that fit, the Brier score (``calibration.py``).
+  proposals rated 90%+ and the share that fit, the Brier score (``calibration.py``);
+- stopped: studies a stop rule ended (the CLI's exit 1, no summary); no winner: studies that ended
+  without a confirmed stable config (exit 2).
 
 Targets, per landscape (issue: landscapes it never saw): the tuner's median trials to reach
 <= 12; random search's median at least 2x the tuner's; the tuner's median failed GPU time <= 10%;
@@ -206,7 +209,9 @@ class Summary:
     median_failed_gpu_frac: float
     max_failed_gpu_frac: float
     stopped: int
-    """Studies the CLI ended with a non-zero exit code."""
+    """Studies a stop rule ended (exit 1: the CLI's error; no summary)."""
+    unconfirmed: int
+    """Studies that ended without a confirmed stable winner (exit 2)."""
     winners_unstable: int
     statuses: Mapping[str, int]
 
@@ -223,7 +228,8 @@ def summarise(studies: Sequence[Study]) -> Summary:
         trials_to_reach=tuple(s.trials_to_reach for s in studies),
         median_failed_gpu_frac=statistics.median(s.failed_gpu_frac for s in studies),
         max_failed_gpu_frac=max(s.failed_gpu_frac for s in studies),
-        stopped=sum(1 for s in studies if s.exit_code not in (0,)),
+        stopped=sum(1 for s in studies if s.exit_code not in (0, 2)),
+        unconfirmed=sum(1 for s in studies if s.exit_code == 2),
         winners_unstable=sum(1 for s in studies if s.winner_stable is False),
         statuses=dict(statuses),
     )
@@ -304,6 +310,7 @@ def show(summaries: Sequence[Summary], checks: Sequence[Mapping[str, Any]], stud
             " ".join(map(str, s.trials_to_reach)),
             f"{s.median_failed_gpu_frac:.1%} / {s.max_failed_gpu_frac:.1%}",
             str(s.stopped),
+            str(s.unconfirmed),
             " ".join(f"{k}={v}" for k, v in sorted(s.statuses.items())),
         )
     console.print(table)
@@ -317,7 +324,7 @@ def show(summaries: Sequence[Summary], checks: Sequence[Mapping[str, Any]], stud
         checks_table.add_row(c["landscape"], c["what"], str(c["measured"]), c["target"], "yes" if c["met"] else "NO")
     console.print(checks_table)
     for s in studies:
-        if s.exit_code:
+        if s.exit_code not in (0, 2):
             console.print(f"{s.landscape} {s.sampler} seed {s.seed}: exit {s.exit_code}: {s.stopped_by}")
 
 

@@ -134,3 +134,20 @@ def test_a_study_is_judged_against_the_instance():
     assert [f for _, f in got.odds] == [bench.fits(inst, refused), True]
     never = bench.judge(inst, "random", recs[:2], 24, {**run, "json": None})
     assert never.trials_to_reach == 25 and never.censored and never.winner_frac is None
+
+
+def test_the_harness_runs_the_cli_and_judges_what_it_stored(tmp_path):
+    """One short study of the real ``nccl-tune run`` on one landscape: its trials are read back from
+    the SQLite storage and judged; the JSON holds the targets and the study."""
+    out = tmp_path / "out.json"
+    code = bench.main(
+        ["--landscapes", "offload-trap", "--seeds", "1", "--trials", "3", "--samplers", "tuner", "--json", str(out)]
+    )
+    import json
+
+    got = json.loads(out.read_text())
+    (study,) = got["studies"]
+    assert study["exit_code"] in (0, 2) and study["launched"] >= 3
+    assert study["judged"][0].startswith("0 ok / ok")  # the baseline: the user's own values run
+    assert {t["what"] for t in got["targets"]} >= {"tuner median trials to reach", "tuner median failed GPU time"}
+    assert code == (0 if all(t["met"] for t in got["targets"]) else 1)
