@@ -62,6 +62,7 @@ bench: venv
 	-$(BIN)/python benchmarks/parallel.py --json benchmarks/out/parallel.json
 	-$(BIN)/python benchmarks/twin_speed.py --json benchmarks/out/twin.json
 	-$(BIN)/python benchmarks/worst_case.py --json benchmarks/out/worst_case.json
+	-$(BIN)/python benchmarks/landscapes.py --json benchmarks/out/landscapes.json
 
 # The wheels a GPU node without network lacks, for benchmarks/gpu_run.sh (docs/gpu.md): the node has
 # torch, numpy, nvidia-ml-py, psutil, rich, typer, matplotlib and Jinja2; the rest of the project's

@@ -52,7 +52,9 @@ proposes what an uninterrupted one would):
 5. Without a stable config yet, moves from the launched configs are ranked by
    ``P(fits) x worth x expected throughput``. When no move is worth
    ``MIN_EXPECTED_GAIN``, Optuna's TPE proposes (the first of its proposals the memory model
-   gives an even chance to fit: ``TPE_DRAWS``), and the trial says why the planner declined.
+   gives an even chance to fit and the failure model an even chance to finish: ``TPE_DRAWS``; a
+   value the command refused is not drawn again where it was refused), and the trial says why the
+   planner declined.
 
 Where it is weak. It is a local search, and its models are additive: an interaction between two
 parameters is learnt only by trying the pair. A phase's memory fit needs runs that reported memory
@@ -532,8 +534,10 @@ class LocalSearchSampler(BaseSampler):
 
     def _tpe_that_fits(self, study: optuna.Study, trial: FrozenTrial, planner: Planner) -> dict[str, Any]:
         """TPE's proposal for ``trial``: the first of up to ``TPE_DRAWS`` that the planner's memory
-        model gives an even chance to fit, else the likeliest to fit of them (TPE knows nothing of
-        memory: on a landscape where most configs run out of it, some of its proposals did)."""
+        model gives an even chance to fit and its failure model an even chance to finish, else the
+        likeliest to do both of them (TPE knows nothing of memory or of the values the command
+        refused: on a landscape where most configs run out of memory, or where a batch rule refuses
+        a value, some of its proposals did)."""
         tpe_space = self._tpe.infer_relative_search_space(study, trial)
         likeliest: tuple[float, dict[str, Any]] | None = None
         every = set(distributions(self.space, self.pinned))
@@ -541,11 +545,13 @@ class LocalSearchSampler(BaseSampler):
             params = self._tpe.sample_relative(study, trial, tpe_space)
             if set(params) != every:  # TPE still samples each parameter on its own
                 return params
-            fits = planner.memory.p_fits(from_optuna(self.space, params, self.pinned))
-            if fits >= 0.5:
+            values = from_optuna(self.space, params, self.pinned)
+            fits = planner.memory.p_fits(values)
+            ok = planner.failures.p_ok(values)
+            if fits >= 0.5 and ok >= LIKELY:
                 return params
-            if likeliest is None or fits > likeliest[0]:
-                likeliest = (fits, params)
+            if likeliest is None or fits * ok > likeliest[0]:
+                likeliest = (fits * ok, params)
         return likeliest[1] if likeliest is not None else {}
 
     def why(self, number: int, values: Mapping[str, Any]) -> str | None:

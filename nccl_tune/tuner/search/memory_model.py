@@ -42,6 +42,14 @@ more than one (``MemoryModel.p_fits``, ``all_phases_share``): its prior slope in
 once made a config whose generation pool sits near the wall look unlikely to fit with any
 trainer-side change (offload moves the trainer's peak only).
 
+A run's highest peak that stays flat along a memory-increasing axis (a micro-batch that moves the
+trainer's part while the generation engine's pool sets the peak) says only that this axis's own
+part of memory sits somewhere below the peak, as far as the runs went: a move past the largest value
+measured along it gets an extra spread (``HIDDEN_SHARE`` per doubling past it), so the odds that it
+fits say "maybe" until a run there measures it. This matters where memory is known only from a
+trainer's log (``nccl-tune run`` on most trainers): runs' highest peaks, no peaks per phase. A phase's
+own fit measures that phase and gets no such spread.
+
 An OOM names the phase it happened in (``Verdict.phase``). A parameter that does not move that
 phase's peak (the space declares the phases it moves, ``Parameter.phases``, or the study measured
 its slope there as nil, ``PeakFit.moves``) is left out of the comparison with that OOM
@@ -106,6 +114,14 @@ measured is left out of the phases' fits: its peak came where no phase was sampl
 PHASE_SHARE = 0.5
 """A phase enters the model when, in some run, its peak came within this share of the run's
 highest (or it ran out of memory): the other phases never set the peak near what was measured."""
+FLAT_ELASTICITY = 0.1
+"""Elasticity of the runs' highest peak along a memory-increasing numeric axis (relative change of
+the peak per relative change of the value) below which the axis counts as measured flat: its own
+part of memory is hidden under another part's peak, as far as the runs went."""
+HIDDEN_SHARE = 0.5
+"""Spread of log peak per doubling past the largest value measured along such an axis: its hidden
+part may be anywhere below the measured peak, growing at up to proportionally (a doubling of a
+micro-batch past the measured ones may add nothing or up to about ln 2)."""
 _NORMAL = NormalDist()
 
 
@@ -482,6 +498,7 @@ class PeakFit:
         residual = self.sigma if np.any(dz) else SIGMA_FLOOR
         var = residual**2 + spread + (DISTANCE_SIGMA * float(np.abs(dz).sum())) ** 2
         peak = max(math.exp(math.log(pt.frac) + change) + self.small_step(pt.values, values), 1e-3)
+        var += self._hidden(pt, pz, dz) ** 2
         chord = self._chord(pt, pz, dz)
         if chord is not None and chord > peak:  # the steep part may have started anywhere before the OOM
             gap = math.log(chord / peak)
@@ -490,6 +507,34 @@ class PeakFit:
         peak = min(max(peak, lower), upper) if upper >= lower else lower
         measured = on_line and spread <= MEASURED_SHARE * prior_spread
         return MemoryPrediction(peak, math.sqrt(var), lower, upper, pt.number, lower_from, measured=measured)
+
+    def _hidden(self, pt: _Point, pz: np.ndarray, dz: np.ndarray) -> float:
+        """Extra spread of log peak for a move past the largest value measured along a
+        memory-increasing numeric axis that the runs' highest peaks measured as flat (module
+        docstring: a phase hidden under another's peak). Only for a fit of the runs' highest
+        peaks; a phase's own fit measures that phase."""
+        if self.by_effect or not np.any(dz > 0):
+            return 0.0
+        extra = 0.0
+        for j in self.affine:
+            if dz[j] <= 0.0:
+                continue
+            measured = [qz[j] for _, qz in self.anchors]
+            past = pz[j] + dz[j] - max(measured, default=pz[j])
+            if past <= 0.0 or self._elasticity(pt, pz, j) >= FLAT_ELASTICITY:
+                continue
+            extra += HIDDEN_SHARE * past * math.log(2)
+        return extra
+
+    def _elasticity(self, pt: _Point, pz: np.ndarray, j: int) -> float:
+        """Relative change of the peak per relative change of axis ``j``'s value at the anchor:
+        along the measured line through it, else from the fitted slope."""
+        line = self._line(pt, pz, j)
+        if line is None:
+            return float(self.beta[j]) / math.log(2)
+        static, slope = line
+        base = static + slope * 2.0 ** pz[j]
+        return slope * 2.0 ** pz[j] / base if base > 0 else 0.0
 
     def _chord(self, pt: _Point, pz: np.ndarray, dz: np.ndarray) -> float | None:
         """The peak on the chord from the anchor to a run that ran out (or failed) further along the

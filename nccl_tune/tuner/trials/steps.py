@@ -30,7 +30,8 @@ measured spread asks for and the space's steps, weighed by degrees of freedom ag
 - ``MAX_MEASURED_STEPS``;
 - the command's own length: a command of a fixed length (its own step cap, one epoch of a small
   data set) runs only so many steps; once a trial has exited 0 by itself, the next ones measure at
-  most the most measured steps such a run had (``command_steps``), and a run that ends there with
+  most the most measured steps such a run had (``command_steps``; a run that ran the steps its
+  trial planned is none: the space may hand the command that count, ``{total_steps}``), and a run that ends there with
   the space's steps measured is measured and ranked (``StopRule.enough_steps``).
 
 An explicit ``--steps`` fixes the count (``trial_builder.stop_for``). Screening is unchanged: its
@@ -138,15 +139,18 @@ def _measured(records: Sequence[TrialRecord]) -> list[TrialResult]:
 
 
 def command_steps(records: Sequence[TrialRecord]) -> int | None:
-    """The most measured steps of a trial whose command exited 0 by itself (its own last step): what
-    the command has shown it runs; None when every trial was stopped or failed."""
+    """The most measured steps of a trial whose command exited 0 by itself (its own last step)
+    before the steps the trial was to run: what the command has shown it runs; None when every
+    trial was stopped, failed or ran all its steps. A run that ended at its own planned steps says
+    nothing of the command's length: the space may pass that count to it (``{total_steps}``)."""
     runs = [
         len(res.step_times_s) - res.warmup_steps
-        for res in (r.result for r in records)
-        if res is not None
+        for r in records
+        if (res := r.result) is not None
         and res.stop_reason is StopReason.EXITED
         and res.exit_code == 0
         and len(res.step_times_s) > res.warmup_steps
+        and (r.planned_steps is None or len(res.step_times_s) < r.planned_steps)
     ]
     return max(runs) if runs else None
 

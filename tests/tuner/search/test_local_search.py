@@ -662,3 +662,41 @@ def test_a_pair_of_moves_may_undo_a_carried_change_however_the_model_rates_it():
     assert means[1] < means[0] - 0.1
     paired = {c for pair in pairs_from(planner, 1, v4) for c in pair}
     assert ("micro", 2) in paired and ("micro", 1) not in paired
+
+
+def test_where_no_move_is_worth_a_trial_tpe_does_not_draw_a_value_the_command_refused(monkeypatch):
+    """Every config near the best measured (a micro-batch of 8 without checkpointing ran out of
+    memory), and NCCL_ALGO=Tree refused at start-up twice, in two contexts: TPE's draws that hold Tree are passed over for one the failure model expects to
+    finish; TPE alone draws Tree again."""
+    import itertools
+
+    from nccl_tune.tuner.records.sampling import suggest
+    from nccl_tune.tuner.search import local_search
+
+    def proposals(seed: int, asks: int) -> list[dict]:
+        sampler = LocalSearchSampler(SPACE, {}, seed=seed)
+        study = optuna.create_study(direction="maximize", sampler=sampler)
+        records = []
+        for micro, ckpt, algo in itertools.product((1, 2, 4, 8, 16, 32), (True, False), ("unset", "Ring", "Tree")):
+            v = {**BASE, "micro": micro, "ckpt": ckpt, "NCCL_ALGO": algo}
+            if algo == "Tree" and (micro, ckpt) in ((1, True), (2, False)):
+                records.append(record(len(records), v, 0.0, 1.0, FailureClass.CONFIG_ERROR))
+            elif algo != "Tree" and (ckpt or micro < 8 or (micro == 8 and algo == "unset")):
+                records.append(record(len(records), v, peak(v), 64.0 / speed(v)))
+            else:
+                continue
+            told(study, records[-1])
+        out = []
+        for _ in range(asks):
+            trial = study.ask()
+            values = suggest(trial, SPACE, {})
+            if sampler.why(trial.number, values).startswith("TPE"):
+                out.append(values)
+            study.tell(trial, state=TrialState.FAIL)
+        return out
+
+    drawn = [v for seed in (1, 2) for v in proposals(seed, 10)]
+    assert drawn and not [v for v in drawn if v["NCCL_ALGO"] == "Tree"], drawn
+    monkeypatch.setattr(local_search, "TPE_DRAWS", 1)
+    alone = [v for seed in (1, 2) for v in proposals(seed, 10)]
+    assert any(v["NCCL_ALGO"] == "Tree" for v in alone), alone

@@ -252,6 +252,10 @@ def test_a_command_of_a_fixed_length_is_never_asked_for_more_steps_than_it_ran()
     # a run that failed or that the tuner stopped tells nothing of the command's length
     crashed = dataclasses.replace(ended, result=dataclasses.replace(ended.result, exit_code=1))
     assert next_measured_steps(3, [*noisy, crashed], None).command_cap_steps is None
+    # a run that ended at the steps its trial planned ran what it was told ({total_steps}), not its own length
+    told = dataclasses.replace(ended, planned_steps=6)
+    assert next_measured_steps(3, [*noisy, told], None).command_cap_steps is None
+    assert next_measured_steps(3, [*noisy, dataclasses.replace(ended, planned_steps=9)], None).command_cap_steps == 5
     # never below the space's own steps: a command shorter than those is the space's to fix
     short = dataclasses.replace(ended, result=dataclasses.replace(ended.result, step_times_s=(10.0, 10.0, 11.0)))
     assert next_measured_steps(3, [*noisy, short], None).steps == 3

@@ -1,0 +1,403 @@
+"""Four landscapes for ``benchmarks/landscapes.py``, each a user's job as its trainer would run it.
+
+Each landscape is a set of parameters (the values its space ``<name>.yaml`` lets the search vary),
+an instance drawn from a seed (``Landscape.instance(seed)``: every constant of its cost and memory
+model), and what one config does on that instance (``Instance.outcome(config)``): it runs at a
+noise-free step time with a peak of device memory, or it fails (out of memory, a hang, a crash, a
+refusal at start-up), at a step. ``trainer.py`` prints what a trainer would for that outcome;
+``landscapes.py`` enumerates every config to judge a study's trials exactly.
+
+- ``offload-trap``: a ZeRO SFT job whose optimizer states can go to the CPU. Offloading alone makes
+  every step slower (the CPU optimizer step), but it frees room for micro-batches about four times
+  larger, which win: the best config is reached only through a setting that loses on its own.
+- ``pairs``: packing sequences with a larger micro-batch, and NCCL's Simple protocol with larger
+  DDP buckets: each of the four changes loses alone (packing's collation at small micro-batches,
+  padding waste at large unpacked ones, Simple's latency on small buckets, LL128 on large ones) and
+  each pair wins together.
+- ``flat``: six knobs of small effect (NCCL threads, buffers and channels, data-loader workers,
+  pinned memory, prefetching): a plateau of configs within a few percent, measured through 5% step
+  noise, a slow first step and stragglers (one step in ten twice as long).
+- ``minefield``: micro-batch, tensor parallelism, NCCL algorithm and protocol, CUDA graphs, a fused
+  optimizer: about a third of the configs fail, four ways, next to the best: out of memory at large
+  micro-batches without tensor parallelism, a hang of one NCCL combination without tensor
+  parallelism, an illegal memory access of CUDA graphs with the LL protocol, and the trainer's
+  start-up batch rule (the global batch must divide by micro-batch x data-parallel size; CUDA graphs
+  need an even micro-batch), which the space does not know.
+
+Each instance is the landscape's constants drawn from ``random.Random(f"{name}:{seed}")``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+GPU_GIB = 80.0
+"""The device every landscape runs on (an 80 GiB GPU; trainers print 79.1 GiB usable)."""
+OOM_FRAC = 0.985
+"""A peak above this share of the GPU runs out of memory (allocator fragmentation takes the rest)."""
+HEADROOM_FRAC = 0.05
+"""The spaces' ``stability.min_headroom_frac`` (the default): stable configs leave this much free."""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one config does on one instance."""
+
+    kind: str
+    """``ok``, ``oom``, ``hang``, ``crash`` or ``refused`` (at start-up, before the first step)."""
+    step_s: float
+    """Noise-free seconds a step takes (the modelled time of the steps it runs before failing)."""
+    peak_gib: float
+    """Per-GPU peak memory of a step (for an OOM: what the step asked for in all; for a refusal:
+    what the config would have needed)."""
+    fail_step: int = 0
+    """The step a failure happens in (1-based); 0 for a refusal at start-up; 0 when ok."""
+    message: str = ""
+    """The failure's own words (the trainer prints them), empty when ok."""
+
+    @property
+    def stable(self) -> bool:
+        return self.kind == "ok" and self.peak_gib <= (1 - HEADROOM_FRAC) * GPU_GIB
+
+
+@dataclass(frozen=True)
+class Landscape:
+    name: str
+    params: Mapping[str, tuple[Any, ...]]
+    """Parameter name -> its values, as the space lists them."""
+    default: Mapping[str, Any]
+    samples_per_step: int
+    draw: Callable[[random.Random], Mapping[str, float]]
+    """The instance's constants from its random stream."""
+    judge: Callable[[Mapping[str, float], Mapping[str, Any]], Outcome]
+    allowed: Callable[[Mapping[str, Any]], bool] = lambda c: True
+    """The space's own constraints (configs that break them are never launched)."""
+
+    def instance(self, seed: int) -> Instance:
+        return Instance(self, seed, dict(self.draw(random.Random(f"{self.name}:{seed}"))))
+
+    def configs(self) -> Iterator[dict[str, Any]]:
+        names = list(self.params)
+        for values in itertools.product(*(self.params[n] for n in names)):
+            config = dict(zip(names, values, strict=True))
+            if self.allowed(config):
+                yield config
+
+
+@dataclass(frozen=True)
+class Instance:
+    landscape: Landscape
+    seed: int
+    k: Mapping[str, float]
+
+    def outcome(self, config: Mapping[str, Any]) -> Outcome:
+        return self.landscape.judge(self.k, config)
+
+    def throughput(self, config: Mapping[str, Any]) -> float:
+        """Samples per second, noise-free."""
+        return self.landscape.samples_per_step / self.outcome(config).step_s
+
+
+def _oom_message(peak_gib: float, ask_gib: float) -> str:
+    free = max(GPU_GIB - 0.9 - (peak_gib - ask_gib), 0.05)
+    in_use = GPU_GIB - 0.9 - free
+    return (
+        f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {ask_gib:.2f} GiB. GPU 0 has a total "
+        f"capacity of {GPU_GIB - 0.9:.2f} GiB of which {free:.2f} GiB is free. Including non-PyTorch memory, this "
+        f"process has {in_use:.2f} GiB memory in use. Of the allocated memory {in_use - 1.3:.2f} GiB is allocated "
+        "by PyTorch, and 1.30 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is "
+        "large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
+    )
+
+
+def _fits(step_s: float, peak: float, ask: float) -> Outcome:
+    if peak > OOM_FRAC * GPU_GIB:
+        return Outcome("oom", step_s, peak, 1, _oom_message(peak, ask))
+    return Outcome("ok", step_s, peak)
+
+
+# -- offload-trap ---------------------------------------------------------------------------------
+
+
+def _offload_draw(r: random.Random) -> dict[str, float]:
+    return {
+        "base_gib": r.uniform(59.0, 64.0),  # weights, grads and optimizer states per GPU (ZeRO-1)
+        "offloaded_frac": r.uniform(0.68, 0.74),  # the share offloading moves to the CPU
+        "act_gib": r.uniform(2.6, 3.4),  # activations per sample
+        "per_sample_s": r.uniform(0.017, 0.024),
+        "per_micro_s": r.uniform(0.10, 0.16),  # launch, sync and the small-batch inefficiency
+        "optim_s": r.uniform(0.30, 0.50),
+        "offload_s": r.uniform(0.95, 1.5),  # the CPU optimizer step and its transfers
+        "comm_s": r.uniform(0.2, 0.4),
+        "tree_factor": r.choice((0.8, 1.25)),
+        "fused_gib": r.uniform(1.0, 2.0),
+    }
+
+
+def _offload_judge(k: Mapping[str, float], c: Mapping[str, Any]) -> Outcome:
+    mb, offload = c["micro_batch"], c["offload_optimizer"]
+    accum = 64 / mb
+    compute = 64 * k["per_sample_s"] + accum * (k["per_micro_s"] + 0.8 * k["per_sample_s"])
+    optim = k["optim_s"] * (0.7 if c["fused_optimizer"] else 1.0) + (k["offload_s"] if offload else 0.0)
+    comm = k["comm_s"] * (k["tree_factor"] if c["NCCL_ALGO"] == "Tree" else 1.0)
+    data = {1: 0.35, 2: 0.1, 4: 0.0, 8: 0.02}[c["num_workers"]]
+    step_s = compute + optim + comm + data
+    base = k["base_gib"] * ((1 - k["offloaded_frac"]) if offload else 1.0) + 1.5
+    fused = 0.0 if offload else (k["fused_gib"] if c["fused_optimizer"] else 0.0)
+    ask = mb * k["act_gib"]
+    return _fits(step_s, base + fused + ask, ask * 0.4)
+
+
+OFFLOAD_TRAP = Landscape(
+    name="offload-trap",
+    params={
+        "micro_batch": (1, 2, 4, 8, 16, 32, 64),
+        "offload_optimizer": (False, True),
+        "fused_optimizer": (False, True),
+        "NCCL_ALGO": ("Ring", "Tree"),
+        "num_workers": (1, 2, 4, 8),
+    },
+    default={
+        "micro_batch": 2,
+        "offload_optimizer": False,
+        "fused_optimizer": False,
+        "NCCL_ALGO": "Ring",
+        "num_workers": 2,
+    },
+    samples_per_step=64,
+    draw=_offload_draw,
+    judge=_offload_judge,
+)
+
+
+# -- pairs ----------------------------------------------------------------------------------------
+
+
+def _pairs_draw(r: random.Random) -> dict[str, float]:
+    return {
+        "step_s": r.uniform(2.0, 3.0),
+        "pack_cost": r.uniform(0.03, 0.06),  # packing alone: collation and varlen kernels
+        "pad_waste": r.uniform(0.02, 0.04),  # per doubling of an unpacked micro-batch above 4
+        "pack_gain": r.uniform(0.06, 0.09),  # per doubling of a packed micro-batch above 4
+        "small_cost": r.uniform(0.03, 0.05),  # per halving below 4: launch overhead
+        "simple_cost": r.uniform(0.03, 0.05),  # Simple on 25 MB buckets
+        "simple_gain": r.uniform(0.02, 0.03),  # per doubling of the bucket, with Simple
+        "ll128_cost": r.uniform(0.01, 0.02),  # per doubling of the bucket, with LL128
+        "ll_cost": r.uniform(0.04, 0.06),
+        "base_gib": r.uniform(30.0, 40.0),
+        "seq_gib": r.uniform(1.0, 1.3),
+    }
+
+
+def _pairs_judge(k: Mapping[str, float], c: Mapping[str, Any]) -> Outcome:
+    mb, pack, proto = c["micro_batch"], c["packing"], c["NCCL_PROTO"]
+    doublings = math.log2(mb / 4)
+    gain = 0.0
+    if pack:
+        gain -= k["pack_cost"]
+    if doublings > 0:
+        gain += doublings * (k["pack_gain"] if pack else -k["pad_waste"])
+    else:
+        gain += doublings * k["small_cost"]
+    bucket_doublings = math.log2(c["bucket_mb"] / 25)
+    if proto == "Simple":
+        gain += -k["simple_cost"] + bucket_doublings * k["simple_gain"]
+    elif proto == "LL128":
+        gain -= bucket_doublings * k["ll128_cost"]
+    else:
+        gain -= k["ll_cost"] + bucket_doublings * k["ll128_cost"] * 1.5
+    gain += {2: -0.02, 4: 0.0, 8: 0.005}[c["num_workers"]]
+    step_s = k["step_s"] * math.exp(-gain)
+    ask = mb * k["seq_gib"] * (1.6 if pack else 1.0)
+    peak = k["base_gib"] + ask + 2 * c["bucket_mb"] / 1024
+    return _fits(step_s, peak, ask * 0.5)
+
+
+PAIRS = Landscape(
+    name="pairs",
+    params={
+        "micro_batch": (1, 2, 4, 8, 16, 32),
+        "packing": (False, True),
+        "NCCL_PROTO": ("LL", "LL128", "Simple"),
+        "bucket_mb": (25, 50, 100, 200, 400),
+        "num_workers": (2, 4, 8),
+    },
+    default={"micro_batch": 4, "packing": False, "NCCL_PROTO": "LL128", "bucket_mb": 25, "num_workers": 4},
+    samples_per_step=128,
+    draw=_pairs_draw,
+    judge=_pairs_judge,
+)
+
+
+# -- flat -----------------------------------------------------------------------------------------
+
+
+def _flat_draw(r: random.Random) -> dict[str, float]:
+    return {
+        "step_s": r.uniform(1.5, 2.5),
+        "threads_best": r.choice((128, 256, 512)),
+        "threads_amp": r.uniform(0.004, 0.008),
+        "buff_best": r.choice((2, 4, 8)),
+        "buff_amp": r.uniform(0.005, 0.01),
+        "chan_best": r.choice((4, 8, 16)),
+        "chan_amp": r.uniform(0.008, 0.015),
+        "workers_need": r.choice((2, 3, 4)),
+        "workers_amp": r.uniform(0.02, 0.035),
+        "pin_gain": r.uniform(0.003, 0.008),
+        "prefetch_amp": r.uniform(0.003, 0.008),
+    }
+
+
+def _bump(value: float, best: float, amp: float) -> float:
+    """A loss of ``amp`` per doubling away from ``best``."""
+    return amp * abs(math.log2(value / best))
+
+
+def _flat_judge(k: Mapping[str, float], c: Mapping[str, Any]) -> Outcome:
+    loss = _bump(c["NCCL_NTHREADS"], k["threads_best"], k["threads_amp"])
+    loss += _bump(c["NCCL_BUFFSIZE"] / (1 << 20), k["buff_best"], k["buff_amp"])
+    loss += _bump(c["NCCL_MIN_NCHANNELS"], k["chan_best"], k["chan_amp"])
+    loss += k["workers_amp"] * max(0.0, k["workers_need"] - c["num_workers"]) / k["workers_need"]
+    loss += 0.002 * max(0, c["num_workers"] - k["workers_need"] - 2)
+    loss += 0.0 if c["pin_memory"] else k["pin_gain"]
+    loss += _bump(c["prefetch_factor"], 2, k["prefetch_amp"])
+    step_s = k["step_s"] * math.exp(loss)
+    return Outcome("ok", step_s, 41.0 + 0.4 * c["num_workers"] * c["prefetch_factor"] / 4)
+
+
+FLAT = Landscape(
+    name="flat",
+    params={
+        "NCCL_NTHREADS": (64, 128, 256, 512),
+        "NCCL_BUFFSIZE": tuple(m << 20 for m in (1, 2, 4, 8, 16)),
+        "NCCL_MIN_NCHANNELS": (2, 4, 8, 16, 32),
+        "num_workers": tuple(range(1, 9)),
+        "pin_memory": (False, True),
+        "prefetch_factor": (1, 2, 4),
+    },
+    default={
+        "NCCL_NTHREADS": 512,
+        "NCCL_BUFFSIZE": 4 << 20,
+        "NCCL_MIN_NCHANNELS": 2,
+        "num_workers": 2,
+        "pin_memory": False,
+        "prefetch_factor": 2,
+    },
+    samples_per_step=256,
+    draw=_flat_draw,
+    judge=_flat_judge,
+)
+STEP_NOISE_FRAC = 0.05
+"""``flat``: the spread (standard deviation) of a step's time around its mean."""
+STRAGGLER_EVERY = 10
+"""``flat``: one step in this many takes twice as long."""
+FIRST_STEP_FACTOR = 3.0
+"""``flat``: the first step takes this many times a step."""
+
+
+# -- minefield ------------------------------------------------------------------------------------
+
+GLOBAL_BATCH = 96
+GPUS = 8
+
+
+def _mine_draw(r: random.Random) -> dict[str, float]:
+    return {
+        "per_sample_s": r.uniform(0.02, 0.03),
+        "per_micro_s": r.uniform(0.06, 0.1),
+        "tp_cost": r.uniform(0.10, 0.16),  # per doubling of tensor parallelism
+        "graphs_gain": r.uniform(0.5, 0.7),  # the share of per-micro-batch overhead CUDA graphs remove
+        "comm_s": r.uniform(0.25, 0.45),
+        "proto_ll128": r.uniform(0.6, 0.75),
+        "proto_ll": r.uniform(0.85, 1.05),
+        "tree": r.uniform(0.8, 0.95),
+        "model_gib": r.uniform(44.0, 52.0),
+        "act_gib": r.uniform(4.0, 4.8),
+        "fused_gain": r.uniform(0.02, 0.04),
+    }
+
+
+def refusal(c: Mapping[str, Any]) -> str | None:
+    """The trainer's start-up batch rules (the space does not state them)."""
+    mb, dp = c["micro_batch"], GPUS // c["tensor_parallel"]
+    if GLOBAL_BATCH % (mb * dp):
+        return (
+            f"ValueError: global batch size {GLOBAL_BATCH} is not divisible by micro batch size ({mb}) times "
+            f"data parallel size ({dp})"
+        )
+    if c["cuda_graphs"] and mb % 2:
+        return f"AssertionError: CUDA graph capture needs an even micro batch size per GPU, got {mb}"
+    return None
+
+
+def _mine_judge(k: Mapping[str, float], c: Mapping[str, Any]) -> Outcome:
+    mb, tp = c["micro_batch"], c["tensor_parallel"]
+    dp = GPUS // tp
+    per_gpu = GLOBAL_BATCH / dp
+    accum = per_gpu / mb
+    overhead = k["per_micro_s"] * (1 - k["graphs_gain"] if c["cuda_graphs"] else 1.0)
+    compute = (per_gpu * k["per_sample_s"] / tp) * (1 + k["tp_cost"] * math.log2(tp)) + accum * overhead
+    proto = {"LL128": k["proto_ll128"], "LL": k["proto_ll"], "Simple": 1.0}[c["NCCL_PROTO"]]
+    comm = k["comm_s"] * proto * (k["tree"] if c["NCCL_ALGO"] == "Tree" else 1.0)
+    step_s = (compute + comm) * (1 - k["fused_gain"] if c["fused_adam"] else 1.0)
+    ask = mb * k["act_gib"] / tp
+    peak = 12.0 + k["model_gib"] / tp + ask + (0.8 if c["cuda_graphs"] else 0.0)
+    refused = refusal(c)
+    if refused:
+        return Outcome("refused", step_s, peak, 0, refused)
+    if peak > OOM_FRAC * GPU_GIB:
+        return Outcome("oom", step_s, peak, 1, _oom_message(peak, ask * 0.5))
+    if c["NCCL_ALGO"] == "Tree" and c["NCCL_PROTO"] == "LL128" and tp == 1:
+        return Outcome("hang", step_s, peak, 2, "")
+    if c["cuda_graphs"] and c["NCCL_PROTO"] == "LL" and tp == 4:
+        return Outcome(
+            "crash",
+            step_s,
+            peak,
+            2,
+            "RuntimeError: CUDA error: an illegal memory access was encountered\nCUDA kernel errors might be "
+            "asynchronously reported at some other API call, so the stacktrace below might be incorrect.",
+        )
+    return Outcome("ok", step_s, peak)
+
+
+MINEFIELD = Landscape(
+    name="minefield",
+    params={
+        "micro_batch": (1, 2, 3, 4, 6, 8, 12),
+        "tensor_parallel": (1, 2, 4),
+        "NCCL_ALGO": ("Ring", "Tree"),
+        "NCCL_PROTO": ("LL", "LL128", "Simple"),
+        "cuda_graphs": (False, True),
+        "fused_adam": (False, True),
+    },
+    default={
+        "micro_batch": 1,
+        "tensor_parallel": 2,
+        "NCCL_ALGO": "Ring",
+        "NCCL_PROTO": "Simple",
+        "cuda_graphs": False,
+        "fused_adam": False,
+    },
+    samples_per_step=GLOBAL_BATCH,
+    draw=_mine_draw,
+    judge=_mine_judge,
+)
+
+TIME_SCALE = 0.01
+"""``trainer.py`` runs the modelled times this much faster: a step of 2 s takes 20 ms, the start-up
+0.6 s, and it prints the times it took, so that what a trial's wall clock and its log say agree as
+on a real node (start-up against steps decides how many steps a trial can afford to measure)."""
+STARTUP_S = 60.0
+"""Modelled seconds from launch to the first step (imports, model load, NCCL's start-up)."""
+REFUSAL_S = 10.0
+"""Modelled seconds to a refusal of the config at start-up (before the model is loaded)."""
+
+LANDSCAPES: dict[str, Landscape] = {ls.name: ls for ls in (OFFLOAD_TRAP, PAIRS, FLAT, MINEFIELD)}
+SEED_ENV = "LANDSCAPE_SEED"
+"""The environment variable that picks a landscape's instance (``trainer.py`` reads it; 0 when unset)."""

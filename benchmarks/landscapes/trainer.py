@@ -1,0 +1,179 @@
+"""A user's training command for one landscape of ``shapes.py``: it prints what its trainer would.
+
+    LANDSCAPE_SEED=3 python benchmarks/landscapes/trainer.py offload-trap --micro-batch 16 --offload-optimizer
+
+The config is the command line (``--name-with-dashes VALUE``, booleans as switches) and, for the
+NCCL variables, the environment; ``LANDSCAPE_SEED`` picks the instance. No GPU is used: the step
+times, peaks and failures are the instance's (``shapes.py``), printed in the format of the trainer
+the landscape stands for, in real time ``TIME_SCALE`` times the modelled one (a start-up, then
+each step's time):
+
+- ``offload-trap``: torchtitan's metrics line (``step: 3  loss: ...  memory: 61.25GiB(77.43%)  tps: ...``);
+- ``pairs``: the user's own line (``[train] step 3/20 | loss 2.31 | step_time 2.345s | peak_mem 41.2GiB``);
+- ``flat``: Megatron-LM's ``training_log`` line and ``report_memory`` after the first iteration;
+- ``minefield``: a ``logging`` line per step (``2026-12-02 08:01:02,345 INFO iter=3 time_ms=812.4 ...``).
+
+Failures are printed as trainers print them: a CUDA out-of-memory traceback in the step that runs out
+(exit 1), a silent hang from the failing step on (the process sleeps until it is stopped), a CUDA
+error traceback (exit 1), and a refusal of the batch sizes before the first step (exit 1). Each step's
+time carries noise (1.5%; ``flat``: 5%, a first step three times as long and one step in ten twice
+as long), drawn from the seed, the config and the trial (``NCCL_TUNE_TRIAL``), so re-runs differ.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import random
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from shapes import (  # noqa: E402
+    FIRST_STEP_FACTOR,
+    GPU_GIB,
+    LANDSCAPES,
+    REFUSAL_S,
+    SEED_ENV,
+    STARTUP_S,
+    STEP_NOISE_FRAC,
+    STRAGGLER_EVERY,
+    TIME_SCALE,
+    Landscape,
+    Outcome,
+)
+
+USABLE_GIB = GPU_GIB - 0.9
+START = time.monotonic()
+
+
+def flag(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def parse(argv: list[str]) -> tuple[Landscape, dict[str, Any], int]:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("landscape", choices=sorted(LANDSCAPES))
+    p.add_argument("--max-steps", type=int, default=20, help="steps before the job ends")
+    known, rest = p.parse_known_args(argv)
+    ls = LANDSCAPES[known.landscape]
+    q = argparse.ArgumentParser(prog=f"trainer.py {ls.name}")
+    for name, values in ls.params.items():
+        if name.isupper():
+            continue
+        if isinstance(values[0], bool):
+            q.add_argument(flag(name), dest=name, action="store_true", default=ls.default[name])
+        else:
+            q.add_argument(flag(name), dest=name, type=type(values[0]), default=ls.default[name])
+    args = vars(q.parse_args(rest))
+    for name, values in ls.params.items():
+        if name.isupper():
+            raw = os.environ.get(name)
+            args[name] = ls.default[name] if raw is None else type(values[0])(raw)
+        if args[name] not in values:
+            q.error(f"{flag(name)} {args[name]!r}: not one of {list(values)}")
+    return ls, args, known.max_steps
+
+
+def step_times(ls: Landscape, outcome: Outcome, rng: random.Random, steps: int) -> list[float]:
+    """Real seconds of each step (the modelled ones, with noise, times ``TIME_SCALE``)."""
+    noisy = ls.name == "flat"
+    spread = STEP_NOISE_FRAC if noisy else 0.015
+    times = []
+    for i in range(1, steps + 1):
+        t = outcome.step_s * max(0.5, rng.gauss(1.0, spread))
+        if i == 1:
+            t *= FIRST_STEP_FACTOR if noisy else 1.5
+        elif noisy and rng.randrange(STRAGGLER_EVERY) == 0:
+            t *= 2.0
+        times.append(t * TIME_SCALE)
+    return times
+
+
+def line(ls: Landscape, step: int, steps: int, seconds: float, peak_gib: float, rng: random.Random) -> str:
+    loss = 10.5 - 0.05 * step + rng.uniform(-0.02, 0.02)
+    if ls.name == "offload-trap":
+        tps = ls.samples_per_step * 2048 / 8 / seconds
+        return (
+            f"[rank0]:[titan] {_stamp()} - root - INFO - step: {step:2d}  loss: {loss:7.4f}  grad_norm: "
+            f"{rng.uniform(0.9, 1.3):7.4f}  memory: {peak_gib:5.2f}GiB({100 * peak_gib / USABLE_GIB:.2f}%)  "
+            f"tps: {tps:,.0f}  tflops: {tps * 0.05:,.2f}  mfu: {tps * 0.005:.2f}%"
+        )
+    if ls.name == "pairs":
+        return f"[train] step {step}/{steps} | loss {loss:.4f} | step_time {seconds:.3f}s | peak_mem {peak_gib:.1f}GiB"
+    if ls.name == "flat":
+        return (
+            f" [{_stamp()}] iteration {step:8d}/{steps:8d} | consumed samples: {step * ls.samples_per_step:12d} | "
+            f"elapsed time per iteration (ms): {seconds * 1000:.1f} | learning rate: 1.000000E-05 | "
+            f"global batch size: {ls.samples_per_step:5d} | lm loss: {loss:.6E} | loss scale: 1.0 | "
+            "number of skipped iterations:   0 | number of nan iterations:   0 |"
+        )
+    return f"{_stamp()} INFO train: iter={step} time_ms={seconds * 1000:.1f} mem_gib={peak_gib:.2f} loss={loss:.4f}"
+
+
+def _stamp() -> str:
+    return datetime.datetime.now().strftime("%Y-%m-%d %H:%M:%S,%f")[:-3]
+
+
+def fail(outcome: Outcome) -> None:
+    if outcome.kind == "hang":
+        time.sleep(3600)  # a collective that never completes: the job prints nothing more
+    print("Traceback (most recent call last):", flush=True)
+    print('  File "train.py", line 212, in <module>', flush=True)
+    for text in outcome.message.splitlines():
+        print(text, flush=True)
+    sys.exit(1)
+
+
+def main(argv: list[str]) -> None:
+    ls, config, steps = parse(argv)
+    seed = int(os.environ.get(SEED_ENV, "0"))
+    outcome = ls.instance(seed).outcome(config)
+    trial = os.environ.get("NCCL_TUNE_TRIAL", "")
+    rng = random.Random(f"{seed}:{sorted(config.items())}:{trial}")
+    print(f"{_stamp()} INFO {ls.name}: config {_shown(config)}", flush=True)
+    if outcome.kind == "refused":
+        time.sleep(REFUSAL_S * TIME_SCALE)
+        fail(outcome)
+    nccl_report(config)
+    time.sleep(max(0.0, STARTUP_S * TIME_SCALE - (time.monotonic() - START)))
+    for step, seconds in enumerate(step_times(ls, outcome, rng, steps), start=1):
+        if outcome.kind != "ok" and step >= outcome.fail_step:
+            fail(outcome)
+        time.sleep(seconds)
+        print(line(ls, step, steps, seconds, outcome.peak_gib * rng.uniform(0.995, 1.0), rng), flush=True)
+        if ls.name == "flat" and step == 1:
+            print(_megatron_memory(outcome.peak_gib), flush=True)
+    print("Training completed" if ls.name == "offload-trap" else f"{_stamp()} INFO training done", flush=True)
+
+
+def nccl_report(config: Mapping[str, Any]) -> None:
+    """NCCL's own report of the variables it read, per rank, when its debug output asks for it."""
+    if os.environ.get("NCCL_DEBUG") != "INFO" or "ENV" not in os.environ.get("NCCL_DEBUG_SUBSYS", ""):
+        return
+    pid = os.getpid()
+    for rank in range(8):
+        for name in sorted(n for n in config if n.startswith("NCCL_") and n in os.environ):
+            value = os.environ[name]
+            shown = f"{value}." if value.lstrip("-").isdigit() else value
+            print(f"node-0:{pid + rank}:{pid + rank + 17} [{rank}] NCCL INFO {name} set by environment to {shown}")
+
+
+def _megatron_memory(peak_gib: float) -> str:
+    mib = peak_gib * 1024
+    return (
+        f"[Rank 0] (after 1 iterations) memory (MB) | allocated: {mib * 0.7:.1f} | max allocated: {mib * 0.9:.1f} | "
+        f"reserved: {mib * 0.97:.1f} | max reserved: {mib:.1f}"
+    )
+
+
+def _shown(config: Mapping[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in config.items())
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

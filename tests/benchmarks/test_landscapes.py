@@ -1,0 +1,153 @@
+"""benchmarks/landscapes: each landscape's command prints what its space's progress rules read, and
+the harness judges a study's records against the instance."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from nccl_tune.failure import FailureClass
+from nccl_tune.launchers.progress import ProgressTracker
+from nccl_tune.search_spaces.loader import load_space
+from nccl_tune.tuner.records.study_records import Outcome, TrialKind, TrialRecord
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks"
+_SPEC = importlib.util.spec_from_file_location("bench_landscapes", BENCH / "landscapes.py")
+bench = sys.modules.setdefault("bench_landscapes", importlib.util.module_from_spec(_SPEC))
+_SPEC.loader.exec_module(bench)
+shapes = sys.modules["shapes"]
+
+
+def run_trainer(name: str, seed: int, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(BENCH / "landscapes" / "trainer.py"), name, *args],
+        env={**os.environ, shapes.SEED_ENV: str(seed), **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def flags(ls, config) -> list[str]:
+    out = []
+    for name, value in config.items():
+        if name.isupper():
+            continue
+        if isinstance(value, bool):
+            out += [f"--{name.replace('_', '-')}"] if value else []
+        else:
+            out += [f"--{name.replace('_', '-')}", str(value)]
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(shapes.LANDSCAPES))
+def test_the_command_prints_steps_and_memory_its_space_reads(name):
+    ls = shapes.LANDSCAPES[name]
+    space = load_space(str(BENCH / "landscapes" / f"{name}.yaml"))
+    assert {p.name for p in space.parameters} == set(ls.params)
+    out = run_trainer(name, 2, "--max-steps", "4")
+    assert out.returncode == 0, out.stderr
+    tracker = ProgressTracker(space.progress)
+    for i, line in enumerate(out.stdout.splitlines()):
+        tracker.feed(i, line, float(i))
+    state = tracker.snapshot()
+    assert len(state.step_times_s) == 4
+    outcome = ls.instance(2).outcome(ls.default)
+    assert outcome.kind == "ok"
+    if state.step_rates and state.step_rates[-1]:  # torchtitan: a rate, not a duration
+        assert state.step_rates[-1] == pytest.approx(
+            ls.samples_per_step * 256 / outcome.step_s / shapes.TIME_SCALE, rel=0.1
+        )
+    else:
+        assert state.step_times_s[-1] == pytest.approx(
+            outcome.step_s * shapes.TIME_SCALE, rel=0.25
+        )  # flat: 5% noise, stragglers
+    assert max(state.memory_peak_gib.values()) == pytest.approx(outcome.peak_gib, rel=0.01)
+    assert state.training_done
+
+
+def test_a_config_that_runs_out_of_memory_prints_a_cuda_oom_and_fails():
+    ls = shapes.LANDSCAPES["offload-trap"]
+    config = {**ls.default, "micro_batch": 64}
+    assert ls.instance(0).outcome(config).kind == "oom"
+    out = run_trainer("offload-trap", 0, *flags(ls, config))
+    assert out.returncode == 1
+    assert "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate" in out.stdout
+
+
+def test_the_batch_rule_refuses_at_start_up_before_any_step():
+    out = run_trainer("minefield", 0, "--micro-batch", "8", "--tensor-parallel", "1")
+    assert out.returncode == 1
+    assert "is not divisible by micro batch size (8)" in out.stdout
+    assert "iter=" not in out.stdout
+
+
+def test_nccl_reports_the_variables_it_read_when_asked():
+    out = run_trainer("minefield", 0, env={"NCCL_DEBUG": "INFO", "NCCL_DEBUG_SUBSYS": "INIT,ENV", "NCCL_PROTO": "LL"})
+    assert out.stdout.count("NCCL INFO NCCL_PROTO set by environment to LL") == 8
+
+
+def test_the_seed_changes_the_instance():
+    ls = shapes.LANDSCAPES["pairs"]
+    assert ls.instance(0).outcome(ls.default).step_s != ls.instance(1).outcome(ls.default).step_s
+    assert ls.instance(1).outcome(ls.default) == ls.instance(1).outcome(ls.default)
+
+
+def record(number: int, values: dict, status: FailureClass, odds: float | None, steps: int = 3) -> TrialRecord:
+    result = SimpleNamespace(step_times_s=(1.0,) * steps) if status is FailureClass.OK else None  # what judge reads
+    return TrialRecord(
+        number=number,
+        state=None,
+        values=values,
+        kind=TrialKind.SEARCH,
+        outcome=Outcome.LAUNCHED,
+        status=status,
+        result=result,
+        predicted_fits=odds,
+    )
+
+
+def test_a_study_is_judged_against_the_instance():
+    ls = shapes.LANDSCAPES["minefield"]
+    inst = ls.instance(0)
+    best = max((c for c in ls.configs() if inst.outcome(c).stable), key=inst.throughput)
+    refused = {**ls.default, "micro_batch": 8, "tensor_parallel": 1}
+    recs = [
+        record(0, dict(ls.default), FailureClass.OK, None),
+        record(1, refused, FailureClass.CONFIG_ERROR, 0.95),
+        record(2, best, FailureClass.OK, 0.9),
+    ]
+    run = {"exit_code": 0, "stopped_by": "", "json": {"best": {"params": best}}, "wall_s": 1.0}
+    got = bench.judge(inst, "tuner", recs, 24, run)
+    assert got.trials_to_reach == 3 and not got.censored
+    assert got.winner_frac == pytest.approx(1.0) and got.winner_stable
+    assert got.failed_gpu_frac == pytest.approx(
+        bench.REFUSAL_S
+        / (bench.REFUSAL_S + 2 * bench.STARTUP_S + 3 * inst.outcome(best).step_s + 3 * inst.outcome(ls.default).step_s)
+    )
+    assert [f for _, f in got.odds] == [bench.fits(inst, refused), True]
+    never = bench.judge(inst, "random", recs[:2], 24, {**run, "json": None})
+    assert never.trials_to_reach == 25 and never.censored and never.winner_frac is None
+
+
+def test_the_harness_runs_the_cli_and_judges_what_it_stored(tmp_path):
+    """One short study of the real ``nccl-tune run`` on one landscape: its trials are read back from
+    the SQLite storage and judged; the JSON holds the targets and the study."""
+    out = tmp_path / "out.json"
+    code = bench.main(
+        ["--landscapes", "offload-trap", "--seeds", "1", "--trials", "3", "--samplers", "tuner", "--json", str(out)]
+    )
+    import json
+
+    got = json.loads(out.read_text())
+    (study,) = got["studies"]
+    assert study["exit_code"] in (0, 2) and study["launched"] >= 3
+    assert study["judged"][0].startswith("0 ok / ok")  # the baseline: the user's own values run
+    assert {t["what"] for t in got["targets"]} >= {"tuner median trials to reach", "tuner median failed GPU time"}
+    assert code == (0 if all(t["met"] for t in got["targets"]) else 1)
