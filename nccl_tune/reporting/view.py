@@ -23,6 +23,7 @@ from nccl_tune.tuner.records.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.trials.steps import coarse_reading_note
 from nccl_tune.tuner.winner.importance import parameter_importance
 from nccl_tune.tuner.winner.study_view import StoredStudy, TrialTiming, open_study
+from nccl_tune.tuner.winner.worst_proof import UNPROVEN, unproven_why
 from nccl_tune.wording import fmt_rate, fmt_tput
 
 
@@ -215,7 +216,9 @@ def worst_case_words(c: Candidate) -> str:
             f"{1 - w.peak_frac:.0%} free)"
         )
     judged = "" if w.judged else " (not judged: its steps do not pin the slope; measure more steps)"
-    return f"peak seen {w.seen_frac:.0%} ({1 - w.seen_frac:.0%} free), worst case {worst}{judged}"
+    seen = [r.result.memory.max_peak_frac for r in c.runs if not r.forced and r.result and r.result.memory]
+    top = max((f for f in seen if f is not None), default=w.seen_frac)  # its normal runs', not the forced one's
+    return f"peak seen {top:.0%} ({1 - top:.0%} free), worst case {worst}{judged}"
 
 
 def _settings_that_do_not_pay(view: StudyView, w: Candidate, stable: list[Candidate]) -> list[str]:
@@ -268,6 +271,9 @@ def winner_reasons(view: StudyView) -> list[str]:
     lines += _settings_that_do_not_pay(view, w, stable)
     if w.worst_case is not None:
         lines.append(f"memory: {worst_case_words(w)}")
+    unproven = unproven_why(view.space, w)
+    if unproven is not None:
+        lines.append(f"{UNPROVEN}: {unproven}")
     runner = max(stable, key=lambda c: c.throughput, default=None)
     if runner is not None and w.throughput:
         lines.append(

@@ -129,7 +129,7 @@ def _measured(records: Sequence[TrialRecord]) -> list[TrialResult]:
     out = []
     for r in records:
         res = r.result
-        if res is None or r.status is not FailureClass.OK:
+        if res is None or r.status is not FailureClass.OK or r.forced:
             continue
         steps = res.measured_step_times_s
         if steps and min(steps) > 0 and res.wall_s > sum(steps):
@@ -142,7 +142,7 @@ def command_steps(records: Sequence[TrialRecord]) -> int | None:
     the command has shown it runs; None when every trial was stopped or failed."""
     runs = [
         len(res.step_times_s) - res.warmup_steps
-        for res in (r.result for r in records)
+        for res in (r.result for r in records if not r.forced)  # a forced trial runs two steps by design
         if res is not None
         and res.stop_reason is StopReason.EXITED
         and res.exit_code == 0

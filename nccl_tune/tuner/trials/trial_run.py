@@ -96,7 +96,9 @@ class TrialRunner:
         self.told_buffered = False
         """True once the run has told that a trial's output came in bursts (``buffered_note``)."""
 
-    def spec_for(self, number: int, values: Mapping[str, Any], history: Sequence[TrialRecord]) -> TrialSpec:
+    def spec_for(
+        self, number: int, values: Mapping[str, Any], history: Sequence[TrialRecord], forced: bool = False
+    ) -> TrialSpec:
         return build_trial_spec(
             self.space,
             self.settings,
@@ -106,6 +108,7 @@ class TrialRunner:
             context_pins=self.held.context,
             history=history,
             detected_preset=detected_preset(history),
+            forced=forced,
         )
 
     @contextmanager
@@ -142,12 +145,15 @@ class TrialRunner:
         kind: str,
         history: Sequence[TrialRecord],
         early_stop: bool = True,
+        forced: bool = False,
     ) -> TrialResult:
         """Launch ``trial`` with ``values`` once the node is clean, and tell the study the result;
-        ``history`` is the study's records before it."""
+        ``history`` is the study's records before it; ``forced``: at the longest batch its config
+        allows (``TrialKind.FORCED``)."""
         self.launcher.gate()
-        spec, observer = self.begin(trial, values, kind, history, early_stop)
-        return self.finish(study, trial, values, kind, history, spec, self.launcher.run(spec, observer))
+        spec, observer = self.begin(trial, values, kind, history, early_stop, forced)
+        result = self.launcher.run(spec, observer)
+        return self.finish(study, trial, values, kind, history, spec, result, forced)
 
     def begin(
         self,
@@ -156,10 +162,12 @@ class TrialRunner:
         kind: str,
         history: Sequence[TrialRecord],
         early_stop: bool = True,
+        forced: bool = False,
     ) -> tuple[TrialSpec, TunerObserver]:
         """The spec and observer of ``trial``, recorded in it (the launch itself is the caller's)."""
-        spec = self.spec_for(trial.number, values, history)
-        self.tell_measured_steps(spec, history)
+        spec = self.spec_for(trial.number, values, history, forced)
+        if not forced:  # a forced trial runs two steps by design
+            self.tell_measured_steps(spec, history)
         for key, value in (
             (R.A_TRIAL_DIR, str(spec.trial_dir)),
             (R.A_PLANNED_STEPS, spec.stop.total_steps),
@@ -217,11 +225,13 @@ class TrialRunner:
         history: Sequence[TrialRecord],
         spec: TrialSpec,
         result: TrialResult,
+        forced: bool = False,
     ) -> TrialResult:
         """Tell the study how ``trial`` ended (from the thread that owns the study); a memory report
         that gave no GPU size gets the one the study learned (``gpu_size``)."""
         result = sized_among(result, (r.result for r in history if r.result))
-        tell_result(study, trial, result, self.space.min_headroom_frac, self.space.worst_tokens(values))
+        worst = self.space.worst_tokens(values)
+        tell_result(study, trial, result, self.space.min_headroom_frac, worst, forced)
         for line in self.launcher.notes():
             self.display.note(line)
         for _, reason in self.held.judge(study, spec, result):
