@@ -185,8 +185,9 @@ def faster_set_aside(
     limit: int = 3,
 ) -> list[str]:
     """Up to ``limit`` configs faster than ``winner`` that were set aside, each in a sentence with
-    why (a failed run, the memory wall, no re-run, a flaky value): what the end of ``run`` and every
-    report say alike."""
+    why (a failed run, the memory wall, no re-run, a flaky value, a forced run's failure), and the
+    baseline among them whatever its rank (what the user runs today): what the end of ``run`` and
+    every report say alike."""
     flaky = {run_key(c.values): why for c, why in passed_over}
     w_key = run_key(winner.values)
     pool = [c for c in candidates(records) if run_key(c.values) != w_key]
@@ -194,11 +195,13 @@ def faster_set_aside(
     faster = sorted(
         (c for c in pool if c.throughput > winner.throughput and c not in stable), key=lambda c: -c.throughput
     )
+    shown = faster[:limit] + [c for c in faster[limit:] if c.is_baseline]
     out = []
-    for c in faster[:limit]:
+    for c in shown:
         why = flaky.get(run_key(c.values))
         why = f"is not stable though its runs finished: {why}" if why else _why_not(c, margin)
-        out.append(f"trial {c.first.number} was faster ({fmt_tput(c.throughput, c.throughput_unit)}) but {why}")
+        name = f"trial {c.first.number}" + (" (the baseline, your own config)" if c.is_baseline else "")
+        out.append(f"{name} was faster ({fmt_tput(c.throughput, c.throughput_unit)}) but {why}")
     return out
 
 
