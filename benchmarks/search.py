@@ -307,6 +307,7 @@ def settings_for(problem: Problem, sampler: str, trials: int, results: Path) -> 
         trials=trials,
         seed=problem.seed,
         pins=problem.pins,
+        force_worst_case=False,  # the samplers' search is measured here; forced trials in worst_case.py
     )
     if sampler == "tuner":
         return RunSettings(**common)

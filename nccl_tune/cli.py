@@ -154,6 +154,11 @@ def run_cmd(
     ),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write the tuned YAML here at the end."),
     confirm: int = typer.Option(2, "--confirm", help="Re-run the best N candidates once to confirm them (0: none)."),
+    force_worst_case: bool = typer.Option(
+        True,
+        "--force-worst-case/--no-force-worst-case",
+        help="Run the winner-to-be once at its longest batch where the space says how (stability.force_worst_case).",
+    ),
     nccl_check: str = typer.Option(
         "auto",
         "--nccl-check",
@@ -217,6 +222,7 @@ def run_cmd(
             output=output,
             dry_run=dry_run,
             confirm=confirm,
+            force_worst_case=force_worst_case,
             nccl_check=nccl_check,
             budget_s=secs["--budget"],
             stall_timeout_s=secs["--stall-timeout"],

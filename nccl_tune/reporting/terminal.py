@@ -23,6 +23,7 @@ from nccl_tune.tuner.records.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.trials.display import STYLE
 from nccl_tune.tuner.trials.steps import coarse_reading_note
 from nccl_tune.tuner.winner.headline import choices, confirmation_words
+from nccl_tune.tuner.winner.worst_proof import UNPROVEN, unproven_why
 from nccl_tune.wording import duration, fmt_mem, fmt_tput, mem_gib, shorten
 
 
@@ -79,7 +80,7 @@ def _trial_blocks(
     console.print("trials:", highlight=False)
     for r in _launched(records):
         style = STYLE.get(r.status, "red") if r.status else "dim"
-        mark = " ★" if winner is not None and r in winner.runs else ""
+        mark = " ★" if winner is not None and r in winner.runs and not r.forced else ""
         status = _status_text(r)
         head = (
             f"  trial {r.number}{mark} {r.kind.value} [{style}]{escape(status)}[/]  "
@@ -99,7 +100,7 @@ def _trial_lines(
 ) -> None:
     console.print("trials:", highlight=False)
     for r in _launched(records):
-        mark = "  <- best" if winner is not None and r in winner.runs else ""
+        mark = "  <- best" if winner is not None and r in winner.runs and not r.forced else ""
         status = _status_text(r)
         values = describe(space, r.values, base.values if base else None)
         line = (
@@ -128,7 +129,7 @@ def _trial_table(
     table.add_column("values (changes from the baseline)", overflow="fold", min_width=20, ratio=1)
     for r in _launched(records):
         style = STYLE.get(r.status, "red") if r.status else "dim"
-        mark = " ★" if winner is not None and r in winner.runs else ""
+        mark = " ★" if winner is not None and r in winner.runs and not r.forced else ""
         table.add_row(
             f"{r.number}{mark}",
             r.kind.value,
@@ -232,6 +233,9 @@ def print_summary(
     _choices(console, space, records, winner, (speed_only, with_training), base, passed_over)
     if winner is not None and winner.worst_case is not None:
         _print(console, f"  memory: {escape(worst_case_words(winner))}")
+    unproven = unproven_why(space, winner) if winner is not None else None
+    if unproven is not None:
+        _print(console, f"  [yellow]{UNPROVEN}:[/] {escape(unproven)}")
     if winner is not None:
         for line in faster_set_aside(records, winner, space.min_headroom_frac, passed_over):
             _print(console, f"[yellow]set aside:[/] {escape(line)}")

@@ -25,6 +25,7 @@ from nccl_tune.tuner.trials.steps import coarse_reading_note
 from nccl_tune.tuner.winner.headline import choices, confirmation_words
 from nccl_tune.tuner.winner.importance import parameter_importance
 from nccl_tune.tuner.winner.study_view import StoredStudy, TrialTiming, open_study
+from nccl_tune.tuner.winner.worst_proof import UNPROVEN, unproven_why
 from nccl_tune.wording import fmt_rate, fmt_tput
 
 
@@ -200,8 +201,9 @@ def faster_set_aside(
     limit: int = 3,
 ) -> list[str]:
     """Up to ``limit`` configs faster than ``winner`` that were set aside, each in a sentence with
-    why (a failed run, the memory wall, no re-run, a flaky value): what the end of ``run`` and every
-    report say alike."""
+    why (a failed run, the memory wall, no re-run, a flaky value, a forced run's failure), and the
+    baseline among them whatever its rank (what the user runs today): what the end of ``run`` and
+    every report say alike."""
     flaky = {run_key(c.values): why for c, why in passed_over}
     w_key = run_key(winner.values)
     pool = [c for c in candidates(records) if run_key(c.values) != w_key]
@@ -209,11 +211,13 @@ def faster_set_aside(
     faster = sorted(
         (c for c in pool if c.throughput > winner.throughput and c not in stable), key=lambda c: -c.throughput
     )
+    shown = faster[:limit] + [c for c in faster[limit:] if c.is_baseline]
     out = []
-    for c in faster[:limit]:
+    for c in shown:
         why = flaky.get(run_key(c.values))
         why = f"is not stable though its runs finished: {why}" if why else _why_not(c, margin)
-        out.append(f"trial {c.first.number} was faster ({fmt_tput(c.throughput, c.throughput_unit)}) but {why}")
+        name = f"trial {c.first.number}" + (" (the baseline, your own config)" if c.is_baseline else "")
+        out.append(f"{name} was faster ({fmt_tput(c.throughput, c.throughput_unit)}) but {why}")
     return out
 
 
@@ -231,7 +235,9 @@ def worst_case_words(c: Candidate) -> str:
             f"{1 - w.peak_frac:.0%} free)"
         )
     judged = "" if w.judged else " (not judged: its steps do not pin the slope; measure more steps)"
-    return f"peak seen {w.seen_frac:.0%} ({1 - w.seen_frac:.0%} free), worst case {worst}{judged}"
+    seen = [r.result.memory.max_peak_frac for r in c.runs if not r.forced and r.result and r.result.memory]
+    top = max((f for f in seen if f is not None), default=w.seen_frac)  # its normal runs', not the forced one's
+    return f"peak seen {top:.0%} ({1 - top:.0%} free), worst case {worst}{judged}"
 
 
 def _settings_that_do_not_pay(view: StudyView, w: Candidate, stable: list[Candidate]) -> list[str]:
@@ -288,6 +294,9 @@ def winner_reasons(view: StudyView) -> list[str]:
     lines += _settings_that_do_not_pay(view, w, stable)
     if w.worst_case is not None:
         lines.append(f"memory: {worst_case_words(w)}")
+    unproven = unproven_why(view.space, w)
+    if unproven is not None:
+        lines.append(f"{UNPROVEN}: {unproven}")
     runner = max(stable, key=lambda c: c.throughput, default=None)
     if runner is not None and w.throughput:
         lines.append(

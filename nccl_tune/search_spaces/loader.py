@@ -29,6 +29,7 @@ from nccl_tune.search_spaces.space import (
     ArgStyle,
     Constraint,
     Derived,
+    ForcedSetting,
     MemoryEffect,
     Parameter,
     ParamKind,
@@ -52,7 +53,7 @@ _STOP_KEYS = {f.name for f in dataclasses.fields(StopRule)} - {"enough_steps"}
 _CLOCK_KEYS = {f.name for f in dataclasses.fields(Clocks) if f.name != "phase_max_s"}  # measured, never given
 _PROGRESS_KEYS = {f.name for f in dataclasses.fields(ProgressRules)}
 _THROUGHPUT_KEYS = {"samples_per_step"}
-_STABILITY_KEYS = {"min_headroom_frac", "worst_case_tokens"}
+_STABILITY_KEYS = {"min_headroom_frac", "worst_case_tokens", "force_worst_case"}
 _MAX_CHOICES = 4096
 _PROTECTED_ENV = {
     "PATH": "it decides which programs run",
@@ -443,6 +444,7 @@ def _build(data: dict[str, Any], source: str, label: str, text: str) -> SearchSp
     if stability.get("worst_case_tokens") is not None:
         worst = _expr(str(stability["worst_case_tokens"]), "stability.worst_case_tokens", label)
         _check_names(worst.names, known, "stability.worst_case_tokens", label)
+    forcing = _force_worst_case(stability.get("force_worst_case"), known, label)
 
     space = SearchSpace(
         name=name,
@@ -463,6 +465,7 @@ def _build(data: dict[str, Any], source: str, label: str, text: str) -> SearchSp
         progress=progress,
         min_headroom_frac=min_headroom,
         worst_case_tokens=worst,
+        force_worst_case=forcing,
     )
     _check_defaults(space, label)
     return space
@@ -480,6 +483,59 @@ def _check_env_name(name: str, where: str, label: str) -> None:
             f"space file {label}: {where}: a space may not set {name} ({_PROTECTED_ENV[name]}); "
             "set it in the environment you run nccl-tune from"
         )
+
+
+_FORCE_HINT = (
+    "map each setting (a config key, a --flag or an ENV_VAR) to its value, an expression over the "
+    "parameters and context (e.g. generator.sampling_params.additional_kwargs: "
+    "{min_tokens: generator.sampling_params.max_generate_length})"
+)
+
+
+def _force_worst_case(raw: Any, known: set[str], label: str) -> tuple[ForcedSetting, ...]:
+    """``stability.force_worst_case``: settings -> values (expressions; a mapping of expressions for a
+    config key whose value is a mapping; null for a bare flag)."""
+    where = "stability.force_worst_case"
+    if raw is None:
+        return ()
+    if not isinstance(raw, dict) or not raw:
+        raise NcclTuneError(f"space file {label}: {where} must be a non-empty mapping: {_FORCE_HINT}")
+    out = []
+    for key, value in raw.items():
+        key, at = str(key), f"{where}.{key}"
+        flag, env = is_flag(key), key.isupper() and "." not in key and not is_flag(key)
+        if env:
+            _check_env_name(key, at, label)
+        elif flag and not _FLAG_RX.fullmatch(key) or not flag and not _HYDRA_KEY_RX.fullmatch(key):
+            raise NcclTuneError(
+                f"space file {label}: {at}: {key!r} is not a config key, flag or ENV_VAR; {_FORCE_HINT}"
+            )
+        target = Target.ENV if env else Target.OVERRIDE
+        if value is None:
+            if not flag:
+                raise NcclTuneError(f"space file {label}: {at} has no value; only a --flag may stand alone")
+            out.append(ForcedSetting(key, target))
+            continue
+        if isinstance(value, list) or isinstance(value, dict) and (flag or env or not value):
+            what = "a list" if isinstance(value, list) else "a mapping"
+            raise NcclTuneError(
+                f"space file {label}: {at} is {what}; only a config key takes a mapping ({{name: expression}}); "
+                f"give one value"
+            )
+        if isinstance(value, dict):
+            fields = []
+            for name, text in value.items():
+                if not isinstance(text, (str, int, float, bool)) or not _NAME_RX.fullmatch(str(name)):
+                    raise NcclTuneError(f"space file {label}: {at}.{name} must be a name with one value; {_FORCE_HINT}")
+                ex = _expr(str(text), f"{at}.{name}", label)
+                _check_names(ex.names, known, f"{at}.{name}", label)
+                fields.append((str(name), ex))
+            out.append(ForcedSetting(key, target, fields=tuple(fields)))
+            continue
+        ex = _expr(str(value), at, label)
+        _check_names(ex.names, known, at, label)
+        out.append(ForcedSetting(key, target, ex))
+    return tuple(out)
 
 
 def _progress(raw: Mapping[str, Any], label: str) -> ProgressRules:
@@ -566,6 +622,7 @@ def _check_defaults(space: SearchSpace, label: str) -> None:
         space.derived_values(values)
         space.samples(values)
         space.worst_tokens(values)
+        space.forced_settings(values)
     except ExprError as exc:
         raise NcclTuneError(f"space file {label}: {exc}") from None
 

@@ -94,3 +94,23 @@ def fixed_argv(space: SearchSpace, overrides: Mapping[str, str], pins: Mapping[s
     for key, value in pins.items():
         args += key_argv(space.context_args.get(key, key), value)
     return args
+
+
+def hydra_mapping(entries: Mapping[str, Any]) -> str:
+    """A mapping as a Hydra override value: ``{min_tokens:3000,ignore_eos:true}``."""
+    return "{" + ",".join(f"{k}:{format_value(v)}" for k, v in entries.items()) + "}"
+
+
+def forced_values(space: SearchSpace, values: Mapping[str, Any]) -> tuple[list[str], dict[str, str | None]]:
+    """The argv elements and env overlay that force a trial of ``values`` to the longest batch its
+    config allows (the space's ``stability.force_worst_case``); empty when the space names none."""
+    args: list[str] = []
+    env: dict[str, str | None] = {}
+    for setting, value in space.forced_settings(values):
+        if setting.target is Target.ENV:
+            env[setting.key] = env_text(value)
+        elif isinstance(value, Mapping):
+            args.append(f"{setting.key}={hydra_mapping(value)}")
+        else:
+            args += key_argv(setting.key, value)
+    return args, env

@@ -156,6 +156,20 @@ class Derived:
     """How the command line spells it when that is not ``key`` (a flag such as ``--eval-batch-size``)."""
 
 
+@dataclass(frozen=True)
+class ForcedSetting:
+    """One setting of ``stability.force_worst_case``: with all of them, a trial runs the longest batch
+    its config allows (for SkyRL, vLLM's ``min_tokens`` at ``max_generate_length``)."""
+
+    key: str
+    """A config key (a Hydra override), a flag (``--pad-to-max-length``) or an environment variable."""
+    target: Target
+    value: Expr | None = None
+    """Its value, an expression over the trial's values (None: a bare flag, or a mapping in ``fields``)."""
+    fields: tuple[tuple[str, Expr], ...] = ()
+    """The entries of a mapping value (Hydra's ``{min_tokens:3000}``), each an expression."""
+
+
 def _frozen(m: Mapping | None) -> Mapping:
     return MappingProxyType(dict(m or {}))
 
@@ -193,6 +207,10 @@ class SearchSpace:
     """The most tokens a step can carry under a config, in the units of the step's token figure the
     trainer prints (SkyRL: the longest response, ``generate/max_num_tokens``): where a trial's
     peak is extrapolated to (``tuner.records.worst_case``). None: the space does not say."""
+
+    force_worst_case: tuple[ForcedSetting, ...] = ()
+    """How a trial is made to run the longest batch its config allows (``stability.force_worst_case``):
+    the winner-to-be runs once so (``tuner.study.forcing``). Empty: the space does not say."""
 
     def __post_init__(self) -> None:
         for name in ("context", "context_args", "trial_overrides", "trial_env"):
@@ -256,6 +274,19 @@ class SearchSpace:
         env = self.scope(values)
         env.update(self.derived_values(values))
         return float(self.worst_case_tokens(env))
+
+    def forced_settings(self, values: Mapping[str, Any]) -> list[tuple[ForcedSetting, Any]]:
+        """Each ``force_worst_case`` setting with its value for ``values`` (a dict for a mapping, None
+        for a bare flag)."""
+        env = self.scope(values)
+        env.update(self.derived_values(values))
+        out: list[tuple[ForcedSetting, Any]] = []
+        for f in self.force_worst_case:
+            if f.fields:
+                out.append((f, {k: ex(env) for k, ex in f.fields}))
+            else:
+                out.append((f, f.value(env) if f.value is not None else None))
+        return out
 
     # -- ranking ---------------------------------------------------------------------------
     def ranking_problem(self, pinned: Collection[str], units: Collection[str]) -> str | None:

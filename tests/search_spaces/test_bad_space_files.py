@@ -52,6 +52,34 @@ BAD = {
     ),
     "misspelt kind": (TINY.replace("kind: pow2", "kind: pow").encode(), "unknown kind 'pow' (did you mean 'pow2'?)"),
     "no kind": (TINY.replace("    kind: pow2\n", "").encode(), "parameters[0] (trainer.micro): 'kind' is required"),
+    "force_worst_case a list": (
+        TINY.replace("min_headroom_frac: 0.05", "min_headroom_frac: 0.05\n  force_worst_case: [a=1]").encode(),
+        "stability.force_worst_case must be a non-empty mapping: map each setting",
+    ),
+    "force_worst_case naming an unknown value": (
+        TINY.replace(
+            "min_headroom_frac: 0.05", "min_headroom_frac: 0.05\n  force_worst_case:\n    trainer.pad: trainer.longest"
+        ).encode(),
+        "stability.force_worst_case.trainer.pad names 'trainer.longest', which is not a parameter",
+    ),
+    "force_worst_case mapping for an env var": (
+        TINY.replace(
+            "min_headroom_frac: 0.05", "min_headroom_frac: 0.05\n  force_worst_case:\n    PAD_MAX: {a: 1}"
+        ).encode(),
+        "stability.force_worst_case.PAD_MAX is a mapping; only a config key takes a mapping",
+    ),
+    "force_worst_case a config key with no value": (
+        TINY.replace(
+            "min_headroom_frac: 0.05", "min_headroom_frac: 0.05\n  force_worst_case:\n    trainer.pad:"
+        ).encode(),
+        "stability.force_worst_case.trainer.pad has no value; only a --flag may stand alone",
+    ),
+    "force_worst_case a protected variable": (
+        TINY.replace(
+            "min_headroom_frac: 0.05", "min_headroom_frac: 0.05\n  force_worst_case:\n    LD_PRELOAD: 1"
+        ).encode(),
+        "stability.force_worst_case.LD_PRELOAD: a space may not set LD_PRELOAD",
+    ),
     "a number as the name": (
         TINY.replace("name: tiny", "name: 5").encode(),
         "'name' is required (a short identifier such as my-space, got 5)",

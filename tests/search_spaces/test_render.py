@@ -131,3 +131,43 @@ def test_bad_parameter_spelling_is_one_line_naming_the_fix(tmp_path, case):
     with pytest.raises(NcclTuneError, match=pattern) as info:
         load_space(path)
     assert "\n" not in str(info.value) and path in str(info.value)
+
+
+def test_force_worst_case_renders_after_the_values_with_the_trials_own_values(tmp_path):
+    """Each spelling of ``stability.force_worst_case``: a Hydra mapping whose entries read the trial's
+    values, a flag with a value, a bare flag and an environment variable."""
+    from nccl_tune.search_spaces.loader import parse_space
+    from nccl_tune.search_spaces.render import forced_values
+
+    text = (
+        "name: f\n"
+        "parameters:\n"
+        "  - {name: trainer.micro, kind: pow2, low: 1, high: 8, default: 2, memory: increasing}\n"
+        "context:\n"
+        "  gen.max_len: 3000\n"
+        "stability:\n"
+        "  force_worst_case:\n"
+        "    gen.extra: {min_tokens: gen.max_len, ignore_eos: true}\n"
+        "    --pad-to: gen.max_len * trainer.micro\n"
+        "    --pad-max:\n"
+        "    PAD_MODE: \"'longest'\"\n"
+    )
+    space = parse_space(text, "file", "f.yaml")
+    args, env = forced_values(space, {"trainer.micro": 4})
+    assert args == ["gen.extra={min_tokens:3000,ignore_eos:true}", "--pad-to", "12000", "--pad-max"]
+    assert env == {"PAD_MODE": "longest"}
+    assert forced_values(space, {"trainer.micro": 1})[0][2] == "3000"
+
+
+def test_the_skyrl_spaces_force_min_tokens_at_the_generation_cap():
+    from nccl_tune.search_spaces.loader import load_space
+    from nccl_tune.search_spaces.render import forced_values
+
+    today, legacy = load_space("skyrl-text2sql"), load_space("skyrl-text2sql-legacy")
+    assert forced_values(today, today.defaults()) == (
+        ["generator.sampling_params.additional_kwargs={min_tokens:3000}"],
+        {},
+    )
+    assert forced_values(legacy, legacy.defaults())[0] == [
+        "++generator.sampling_params.additional_kwargs={min_tokens:3000}"
+    ]

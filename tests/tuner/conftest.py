@@ -134,9 +134,13 @@ def twin_space_text() -> str:
 def run_twin(
     args: list[str], cwd: Path, env: dict | None = None, extra: tuple[str, ...] = (), timeout: float = 400
 ) -> subprocess.CompletedProcess:
-    """``nccl-tune run ARGS -- bash examples/run_skyrl_sql_sim.sh EXTRA`` with the fast twin."""
+    """``nccl-tune run ARGS -- bash examples/run_skyrl_sql_sim.sh EXTRA`` with the fast twin, without
+    forced trials (``tests/tuner/study/test_forcing.py`` runs them)."""
     return run_cli(
-        ["run", *args, "--", "bash", str(TWIN), *extra], cwd=cwd, env={**TWIN_ENV, **(env or {})}, timeout=timeout
+        ["run", "--no-force-worst-case", *args, "--", "bash", str(TWIN), *extra],
+        cwd=cwd,
+        env={**TWIN_ENV, **(env or {})},
+        timeout=timeout,
     )
 
 

@@ -19,6 +19,7 @@ def tiny_run(workdir, tiny_command, *extra, trials=8, study="t"):
     return run_cli(
         [
             "run",
+            "--no-force-worst-case",
             "--space",
             str(TINY_SPACE),
             "--study",
@@ -116,7 +117,9 @@ def test_failures_teach_the_sampler_and_known_ooms_are_not_relaunched(workdir, t
 def test_config_error_stops_the_study_at_once(workdir, tiny_command):
     bad_space = workdir / "bad.yaml"
     bad_space.write_text(TINY_SPACE.read_text().replace("trainer.ckpt_path:", "trainer.not_a_key:"))
-    proc = run_cli(["run", "--space", str(bad_space), "--trials", "5", "--", *tiny_command], cwd=workdir)
+    proc = run_cli(
+        ["run", "--no-force-worst-case", "--space", str(bad_space), "--trials", "5", "--", *tiny_command], cwd=workdir
+    )
     assert proc.returncode == 1
     assert "Could not override 'trainer.not_a_key'" in proc.stderr
     assert "Traceback" not in proc.stderr
@@ -130,6 +133,7 @@ def test_a_crash_is_recorded_with_its_evidence_and_the_study_goes_on(workdir, ti
     proc = run_cli(
         [
             "run",
+            "--no-force-worst-case",
             "--space",
             str(space),
             "--study",

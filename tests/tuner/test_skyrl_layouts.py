@@ -31,6 +31,7 @@ def test_todays_layout_stops_itself_and_nccl_cumem_enable_is_dropped_with_its_re
     r = run_cli(
         [
             "run",
+            "--no-force-worst-case",
             *ONE,
             "--results",
             "res",
@@ -75,7 +76,7 @@ def test_todays_layout_stops_itself_and_nccl_cumem_enable_is_dropped_with_its_re
 
 
 def test_the_legacy_layout_is_picked_from_its_script(workdir: Path) -> None:
-    r = run_cli(["run", *ONE, "--results", "res", "--", "bash", str(LEGACY)], workdir, ENV)
+    r = run_cli(["run", "--no-force-worst-case", *ONE, "--results", "res", "--", "bash", str(LEGACY)], workdir, ENV)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "space skyrl-text2sql-legacy: the command runs the legacy SkyRL (skyrl_train)" in r.stdout + r.stderr
     assert "Reached max_training_steps" not in (_trial(workdir / "res") / "output.log").read_text()
@@ -114,7 +115,11 @@ def test_a_refusal_by_the_other_layout_stops_at_once_naming_the_other_space(work
         )
         (workdir / "legacy.yaml").write_text(text)
         space = str(workdir / "legacy.yaml")
-    r = run_cli(["run", *ONE, "--space", space, "--results", "res", "--", "bash", str(script)], workdir, ENV)
+    r = run_cli(
+        ["run", "--no-force-worst-case", *ONE, "--space", space, "--results", "res", "--", "bash", str(script)],
+        workdir,
+        ENV,
+    )
     assert r.returncode == 1
     last = r.stderr.strip().splitlines()[-1]
     assert all(s in last for s in says), last
@@ -125,7 +130,11 @@ def test_a_log_path_that_cannot_be_written_is_an_error_before_any_trial(workdir:
     space = workdir / "space.yaml"
     text = (REPO / "nccl_tune" / "search_spaces" / "skyrl-text2sql.yaml").read_text()
     space.write_text(text.replace('trainer.log_path: "{trial_dir}/logs"', "trainer.log_path: /proc/no/such/logs"))
-    r = run_cli(["run", *ONE, "--space", str(space), "--results", "res", "--", "bash", str(TODAY)], workdir, ENV)
+    r = run_cli(
+        ["run", "--no-force-worst-case", *ONE, "--space", str(space), "--results", "res", "--", "bash", str(TODAY)],
+        workdir,
+        ENV,
+    )
     assert r.returncode == 1
     (line,) = r.stderr.strip().splitlines()
     assert "trainer.log_path=/proc/no/such/logs: SkyRL writes its infra logs there and cannot" in line

@@ -70,7 +70,14 @@ class Candidate:
 
     @property
     def ok_runs(self) -> tuple[TrialRecord, ...]:
-        return tuple(r for r in self.runs if r.ok)
+        """Its ``ok`` runs made the normal way: what its throughput, spread and confirmation read. A
+        forced run (``TrialRecord.forced``) counts for memory and failure only."""
+        return tuple(r for r in self.runs if r.ok and not r.forced)
+
+    @property
+    def forced_run(self) -> TrialRecord | None:
+        """Its run forced to the longest batch its config allows, if it had one."""
+        return next((r for r in self.runs if r.forced), None)
 
     @property
     def all_ok(self) -> bool:
@@ -94,8 +101,10 @@ class Candidate:
 
     @property
     def worst_unfit(self) -> bool:
-        """A run's worst case (the longest batch the config allows) does not fit its headroom."""
-        return any(r.worst_unfit for r in self.runs)
+        """A run's worst case (the longest batch the config allows) does not fit its headroom; a
+        forced run's, when it has one, over any prediction."""
+        forced = [r for r in self.runs if r.forced and r.worst_case is not None]
+        return any(r.worst_unfit for r in (forced or self.runs))
 
     @property
     def worst_case(self) -> WorstCase | None:

@@ -64,6 +64,10 @@ class TrialKind(str, Enum):
     """A repeat of a trial that was interrupted."""
     WARM_START = "warm_start"
     """The nightly baseline config (the series' previous best or ``--baseline FILE``), run first and repeated."""
+    FORCED = "forced"
+    """A repeat of an earlier trial's values forced to the longest batch its config allows (the space's
+    ``stability.force_worst_case``): its memory and its failure judge the config's stability, its
+    throughput is never compared with normal runs'."""
 
 
 class Outcome(str, Enum):
@@ -126,6 +130,23 @@ class TrialRecord:
         return self.status is FailureClass.OK and self.result is not None
 
     @property
+    def forced(self) -> bool:
+        """Run at the longest batch its config allows: its throughput compares with no normal run's."""
+        return self.kind is TrialKind.FORCED
+
+    @property
+    def forcing_broke(self) -> bool:
+        """A forced run refused, crashed or failed to start before its first step: the forcing
+        setting broke the command (the same values ran without it), which says nothing of the values."""
+        return (
+            self.forced
+            and self.failed
+            and self.result is not None
+            and not self.result.step_times_s
+            and self.status in (FailureClass.CONFIG_ERROR, FailureClass.CRASH, FailureClass.INIT_FAILURE)
+        )
+
+    @property
     def throughput(self) -> float | None:
         """Measured throughput, in ``throughput_unit``."""
         return self.result.throughput_per_s if self.result else None
@@ -152,6 +173,7 @@ class TrialRecord:
             self.outcome is Outcome.LAUNCHED
             and self.status is not FailureClass.INTERRUPTED
             and not (self.result is not None and self.result.verdict.from_outside)
+            and not self.forcing_broke
         )
 
     @property

@@ -11,6 +11,7 @@ one, and one abandoned before its command started.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import optuna
@@ -57,6 +58,8 @@ def worst_case_of(result: TrialResult, worst_tokens: float | None) -> WorstCase 
     """``result``'s memory at the longest batch its config allows: its own peak when it ran forced,
     else its steps' peaks fitted against their tokens and read at ``worst_tokens``."""
     mem = result.memory
+    if mem is not None and mem.forced_worst and not mem.step_peak_frac and mem.max_peak_frac is not None:
+        return judge((), (mem.max_peak_frac,), worst_tokens, True)  # a forced run's peak, whatever its steps gave
     if mem is None or not mem.step_peak_frac:
         return None
     return judge(result.step_tokens, mem.step_peak_frac, worst_tokens, mem.forced_worst)
@@ -68,12 +71,20 @@ def tell_result(
     result: TrialResult,
     min_headroom_frac: float,
     worst_tokens: float | None = None,
+    forced: bool = False,
 ) -> None:
     """Record ``result`` in the trial's attributes and tell the study; ``worst_tokens``: the most
-    tokens a step of its config can carry (``SearchSpace.worst_tokens``), for its worst case."""
+    tokens a step of its config can carry (``SearchSpace.worst_tokens``), for its worst case.
+    ``forced``: the trial ran its longest batches (``TrialKind.FORCED``): its peak is its worst case,
+    and the sampler hears nothing of it (FAIL), its throughput being no normal run's."""
+    if forced and result.memory is not None:
+        result = replace(result, memory=replace(result.memory, forced_worst=True))
     trial.set_user_attr(A_RESULT, result.to_json())
     trial.set_user_attr(A_STATUS, result.status.value)
     if result.status is FailureClass.INTERRUPTED:
+        study.tell(trial, state=TrialState.FAIL)
+        return
+    if result.status is FailureClass.BUDGET and forced:
         study.tell(trial, state=TrialState.FAIL)
         return
     if result.status is FailureClass.BUDGET:
@@ -93,8 +104,14 @@ def tell_result(
             if worst.unfit(min_headroom_frac):
                 over = max(worst.peak_frac - (1.0 - min_headroom_frac), worst.upper_frac - 1.0)
                 deficit = max(deficit if deficit is not None else -1.0, over)
+        if forced:
+            study.tell(trial, state=TrialState.FAIL)
+            return
         _constrain(trial, memory_wall=deficit if deficit is not None else -1.0)
         study.tell(trial, result.throughput_per_s or 0.0)
+        return
+    if forced:
+        study.tell(trial, state=TrialState.FAIL)
         return
     _constrain(trial, failed=1.0)
     study.tell(trial, 0.0)
@@ -144,6 +161,9 @@ def requeue(
     study: optuna.Study, space: SearchSpace, values: Mapping[str, Any], pinned: Mapping[str, Any], kind: str
 ) -> None:
     """Ask for ``values`` again next (an interrupted or abandoned trial); the baseline (and the
-    nightly warm start) keep their kind."""
+    nightly warm start) keep their kind. A forced trial is not asked for again here: the study
+    forces its winner-to-be after the search, on this run or the next (``study.forcing``)."""
+    if kind == TrialKind.FORCED.value:
+        return
     again = kind if kind in (TrialKind.BASELINE.value, TrialKind.WARM_START.value) else TrialKind.RETRY.value
     study.enqueue_trial(to_optuna(space, values, pinned), user_attrs={A_KIND: again})

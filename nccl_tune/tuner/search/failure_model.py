@@ -52,6 +52,7 @@ from nccl_tune.search_spaces.space import Parameter, SearchSpace
 from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.tuner.records.stability import values_key
 from nccl_tune.tuner.records.study_records import FINISHED, Outcome, TrialRecord
+from nccl_tune.tuner.search.forced_bound import ForcedFailures
 from nccl_tune.tuner.search.memory_model import MemoryModel, failure_wall_frac, memory_explains
 
 Value = tuple[str, Any]
@@ -385,7 +386,9 @@ class FailureModel:
 def study_failures(space: SearchSpace, records: Sequence[TrialRecord]) -> FailureModel:
     """The failure model of a stored study, as its records show it: the parameters its launched runs
     varied (a value every run held, pinned, is told from chance by nothing), against the space's
-    defaults (the user's own values)."""
+    defaults (the user's own values). Forced runs (``TrialRecord.forced``) are left out: their
+    longest batches are no normal run's, and ``ForcedFailures`` reads them."""
+    records = [r for r in records if not r.forced]
     launched = [r for r in records if r.outcome is Outcome.LAUNCHED and r.values]
     free = [p for p in space.parameters if len({repr(r.values.get(p.name)) for r in launched}) > 1]
     return FailureModel(
@@ -398,24 +401,29 @@ def study_failures(space: SearchSpace, records: Sequence[TrialRecord]) -> Failur
 
 
 class FlakyRule:
-    """Which configs hold a flaky cause (``FailureModel.flaky``), by a study's records; called with a
+    """Which configs hold a flaky cause (``FailureModel.flaky``), or at least the memory of a config
+    that failed forced to its longest batch (``forced_bound``), by a study's records; called with a
     config's values, True when it holds one."""
 
-    def __init__(self, model: FailureModel) -> None:
+    def __init__(self, model: FailureModel, forced: ForcedFailures | None = None) -> None:
         self.model = model
+        self.forced = forced
 
     def __call__(self, values: Mapping[str, Any]) -> bool:
-        return bool(self.model.flaky(values))
+        return bool(self.model.flaky(values)) or (self.forced is not None and self.forced.covering(values) is not None)
 
     def why(self, values: Mapping[str, Any]) -> str:
         """The flaky causes ``values`` hold, in words."""
-        return "; ".join(
+        causes = [
             f"{' with '.join(f'{n}={format_value(v)}' for n, v in cause)} fails about {rate:.0%} of the runs "
             f"holding it (blamed for {taken:.1f} of the study's failures)"
             for cause, taken, rate in self.model.flaky(values)
-        )
+        ]
+        bound = self.forced.why(values) if self.forced is not None else ""
+        return "; ".join(causes + ([bound] if bound else []))
 
 
 def flaky_rule(space: SearchSpace, records: Sequence[TrialRecord]) -> FlakyRule:
-    """``FlakyRule`` of a stored study (``study_failures``)."""
-    return FlakyRule(study_failures(space, records))
+    """``FlakyRule`` of a stored study (``study_failures``, ``ForcedFailures``)."""
+    recs = list(records)
+    return FlakyRule(study_failures(space, recs), ForcedFailures(space, recs))

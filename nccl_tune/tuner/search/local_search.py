@@ -103,6 +103,7 @@ from nccl_tune.tuner.records.sampling import distributions, from_optuna, to_optu
 from nccl_tune.tuner.records.stability import candidates, run_key
 from nccl_tune.tuner.records.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.search.failure_model import FailureModel
+from nccl_tune.tuner.search.forced_bound import ForcedFailures
 from nccl_tune.tuner.search.memory_model import MemoryModel, failure_wall_frac
 from nccl_tune.tuner.search.throughput_model import ThroughputModel, axis
 
@@ -181,6 +182,8 @@ class Planner:
         self.free = space.free(self.pinned)
         self.baseline = space.baseline(self.pinned)
         self.memory = MemoryModel(space, self.records)
+        self.forced = ForcedFailures(space, self.records)
+        """Forced runs that failed: a config holding at least their memory is no stable one."""
         self.tput = ThroughputModel.of_study(space, self.pinned, self.records, self.sweep.speeds)
         self.tried = {self._key(r.values) for r in self.records if r.values}
         self.failures = FailureModel(
@@ -321,13 +324,15 @@ class Planner:
         """Untried, within the space's rules, not refused by the memory model, holding no flaky
         value or pair (the incumbent and the export pass such a config over; a value is flaky only
         once it has taken a whole failure's blame, so one hang by chance does not close it), and not
-        the NCCL values of a check that failed in the NCCL sweep."""
+        the NCCL values of a check that failed in the NCCL sweep, nor holding at least the memory of a
+        config that failed forced to its longest batch (``forced_bound``)."""
         return (
             self._key(move.values) not in self.tried
             and self.within_rules(move.values)
             and self.memory.verdict(move.values) is None
             and not self.failures.flaky(move.values)
             and self.sweep.refused(move.values) is None
+            and self.forced.covering(move.values) is None
         )
 
     # -- choosing ------------------------------------------------------------------------------------
@@ -345,9 +350,10 @@ class Planner:
         if not finished:
             return []
         means, _ = self.tput.predict([c.values for c in finished])
-        leader = max(range(len(finished)), key=lambda i: (finished[i].stable, means[i]))
+        stable = [c.stable and self.forced.covering(c.values) is None for c in finished]
+        leader = max(range(len(finished)), key=lambda i: (stable[i], means[i]))
         doubt = self.tput.difference_sd([c.values for c in finished], finished[leader].values)
-        rows = [(float(m), c.first.number, c.values, c.stable) for m, c in zip(means, finished)]
+        rows = [(float(m), c.first.number, c.values, s) for m, c, s in zip(means, finished, stable)]
         tied = {c.first.number for c, m, d in zip(finished, means, doubt) if m >= means[leader] - max(TIE, d)}
 
         def order(row: tuple[float, int, Mapping[str, Any], bool]) -> tuple[int, int, float]:

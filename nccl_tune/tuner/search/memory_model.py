@@ -213,12 +213,25 @@ def coordinate(p: Parameter, value: Any) -> float:
     return float(p.choices.index(value))
 
 
+def holds_at_least(p: Parameter, values: Mapping[str, Any], failed: Mapping[str, Any]) -> bool:
+    """``values`` hold at least the memory of ``failed`` on parameter ``p`` (``none`` and ``small``
+    parameters always do; an ``unknown`` one only with the same value)."""
+    if p.memory in (MemoryEffect.NONE, MemoryEffect.SMALL):
+        return True
+    a, b = values.get(p.name), failed.get(p.name)
+    if p.memory is MemoryEffect.UNKNOWN or a is None or b is None:
+        return a == b
+    return p.memory_rank(a) >= p.memory_rank(b)
+
+
 def _measured(records: Iterable[TrialRecord]) -> Iterable[tuple[TrialRecord, MemoryReport | None, bool]]:
     """(record, its memory report, whether its peaks were measured whole) of the launched trials
     whose memory says something: finished runs (and runs stopped after their measured steps) are
     whole; an OOM or another failure gives lower bounds."""
     for r in records:
         if r.outcome is not Outcome.LAUNCHED or r.result is None or r.status is FailureClass.INTERRUPTED:
+            continue
+        if r.forced:  # its longest batches: not the peak a normal run of its values reaches
             continue
         whole = r.status is FailureClass.OK or (r.status is FailureClass.BUDGET and bool(r.result.step_times_s))
         yield r, r.result.memory, whole
@@ -680,6 +693,7 @@ class PhaseFence:
             _PhaseOom(r.number, r.result.verdict.phase, r.values, _oom_bound(r, None))
             for r in records
             if r.outcome is Outcome.LAUNCHED
+            and not r.forced
             and r.status is FailureClass.OOM
             and r.result is not None
             and r.result.verdict.phase
@@ -708,18 +722,9 @@ class PhaseFence:
             free = self.free(oom.phase)
             if not free or all(values.get(n) == oom.values.get(n) for n in free):
                 continue
-            if all(self._at_least(p, values, oom.values) for p in self.space.parameters if p.name not in free):
+            if all(holds_at_least(p, values, oom.values) for p in self.space.parameters if p.name not in free):
                 return oom, free
         return None
-
-    @staticmethod
-    def _at_least(p: Parameter, values: Mapping[str, Any], failed: Mapping[str, Any]) -> bool:
-        if p.memory in (MemoryEffect.NONE, MemoryEffect.SMALL):
-            return True
-        a, b = values.get(p.name), failed.get(p.name)
-        if p.memory is MemoryEffect.UNKNOWN or a is None or b is None:
-            return a == b
-        return p.memory_rank(a) >= p.memory_rank(b)
 
 
 class MemoryModel:

@@ -112,7 +112,7 @@ def pooled_step_spread(records: Iterable[TrialRecord]) -> tuple[float, int] | No
     measured two steps."""
     ss, dof = 0.0, 0
     for r in records:
-        if r.result is None or r.status is not FailureClass.OK:
+        if r.result is None or r.status is not FailureClass.OK or r.forced:
             continue
         steps = [s for s in r.result.measured_step_times_s if s > 0]
         if len(steps) < 2:
@@ -245,6 +245,7 @@ class ThroughputModel:
         self.space = space
         self.free = [p for p in free if len(p.choices) > 1]
         self.baseline = baseline
+        records = [r for r in records if not r.forced]  # its longest batches: no normal run's speed
         self.noise = step_noise(records)
         self.obs = observations(records, self.noise, failure_wall_frac(space))
         self.base_narrowed = {

@@ -38,6 +38,7 @@ from nccl_tune.tuner.records.nccl_sweep import load as load_sweep
 from nccl_tune.tuner.records.stability import run_key
 from nccl_tune.tuner.records.study_records import TrialKind, TrialRecord
 from nccl_tune.tuner.records.telling import tell_duplicate, tell_predicted, tell_rejected
+from nccl_tune.tuner.search.forced_bound import ForcedFailures
 from nccl_tune.tuner.search.memory_model import MemoryModel, memory_verdict
 from nccl_tune.tuner.trials.display import Display
 
@@ -192,6 +193,13 @@ class Admission:
         if verdict is not None:
             tell_predicted(study, trial, verdict.from_trial, verdict.status)
             self.display.skipped(trial.number, verdict.reason)
+            self._check_converged(study, trials, history)
+            return False
+        forced = ForcedFailures(self.space, history)
+        cover = forced.covering(values) if self.predict_oom else None
+        if cover is not None:  # it would fail forced too: not stable, whatever its normal run shows
+            tell_predicted(study, trial, cover.number, cover.status if not cover.ok else None)
+            self.display.skipped(trial.number, forced.why(values))
             self._check_converged(study, trials, history)
             return False
         return True

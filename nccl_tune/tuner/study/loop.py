@@ -6,9 +6,10 @@ the trials of a tuner that was killed (``recovery``), then searches (``scheduler
 rules, duplicates, predicted OOM), **run** the trial once the node is clean (``trial_run``), which
 **tells** Optuna the result, and stop when a failure says the command or the node is broken
 (``stop_rules``). Once a trial has finished, the NCCL sweep times each single NCCL change on the
-collectives alone (``nccl_sweep_run``), for the default sampler to order them by. After the search the best
-candidates are re-run to confirm they are stable (``confirmation``); the winner is the fastest
-config whose every run was ``ok`` away from the memory wall.
+collectives alone (``nccl_sweep_run``), for the default sampler to order them by. After the search the
+winner-to-be runs once at its longest batch where the space says how (``forcing``), the best
+candidates are re-run to confirm they are stable (``confirmation``), and a winner those changed is
+forced in turn; the winner is the fastest config whose every run was ``ok`` away from the memory wall.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from nccl_tune.tuner.study.admission import Admission
 from nccl_tune.tuner.study.budget import Budget
 from nccl_tune.tuner.study.confirmation import confirm, measure_baseline
 from nccl_tune.tuner.study.dry_run import first_values
+from nccl_tune.tuner.study.forcing import Forcing
 from nccl_tune.tuner.study.nccl_sweep_run import checking as nccl_checking
 from nccl_tune.tuner.study.nccl_sweep_run import sweeper
 from nccl_tune.tuner.study.night import check_runnable, finish_night, plan_night, start_night
@@ -58,6 +60,7 @@ from nccl_tune.tuner.trials.observer import InterruptFlag
 from nccl_tune.tuner.trials.trial_run import TrialRunner
 from nccl_tune.tuner.winner.export import write_tuned
 from nccl_tune.tuner.winner.study_view import StoredStudy, pick_speed_only, pick_winner, stored_of
+from nccl_tune.tuner.winner.worst_proof import UNPROVEN, unproven_why
 
 
 @dataclass(frozen=True)
@@ -225,7 +228,10 @@ class StudyLoop:
 
     def run(self) -> StudyOutcome:
         study, existed = self.open()
-        budget = Budget(self.settings.budget_s, self.settings.confirm)
+        forcing = (
+            1 if self.space.force_worst_case and self.settings.force_worst_case else 0
+        )  # the search leaves time for one forced run
+        budget = Budget(self.settings.budget_s, self.settings.confirm + forcing)
         budget.observe_all(R.records(study))
         interrupted = False
         try:
@@ -235,10 +241,7 @@ class StudyLoop:
                     interrupted = warm_start(study, self.runner, self.plan, budget, self.interrupt, self.display)
                     budget.observe_all(R.records(study))
                 interrupted = interrupted or self.search(study, budget)
-                if not interrupted and self.settings.confirm:
-                    interrupted = confirm(
-                        study, self.runner, self.settings.confirm, budget, self.interrupt, self.display
-                    ) or measure_baseline(study, self.runner, budget, self.interrupt, self.display, required=True)
+                interrupted = interrupted or self.judge(study, budget)
         finally:
             self.display.close()
             self.launcher.close()
@@ -260,9 +263,24 @@ class StudyLoop:
             fail_on_regression=self.settings.fail_on_regression_pct is not None,
         )
 
+    def judge(self, study: optuna.Study, budget: Budget) -> bool:
+        """After the search: force the winner-to-be to its longest batch, confirm the best by
+        re-runs, then force the winner if the re-runs changed it, and measure the baseline at the
+        winner's step count; True when interrupted."""
+        required = self.settings.confirm > 0
+        forcing = self.scheduler.forcing or Forcing(self.runner, budget, self.interrupt, self.display)
+        if forcing.run(study, required):
+            return True
+        if required and confirm(study, self.runner, self.settings.confirm, budget, self.interrupt, self.display):
+            return True
+        if forcing.run(study, required):
+            return True
+        return required and measure_baseline(study, self.runner, budget, self.interrupt, self.display, required=True)
+
     def search(self, study: optuna.Study, budget: Budget) -> bool:
         """Ask, admit, run and tell until ``--trials`` trials ran; True when interrupted (warm-start
-        runs come on top of ``--trials``, as re-runs do)."""
+        runs come on top of ``--trials``, as re-runs and forced runs do)."""
+        self.scheduler.forcing = Forcing(self.runner, budget, self.interrupt, self.display)
         return self.scheduler.search(study, budget, self.settings.trials)
 
 
@@ -287,6 +305,9 @@ def deliver_tuned(path: Path, outcome: StudyOutcome) -> list[str]:
     lines = [f"tuned YAML: {path}"]
     if previous is not None:
         lines.append(f"the previous tuned YAML is kept as {previous}")
+    unproven = unproven_why(outcome.space, outcome.winner)
+    if unproven is not None:
+        lines.append(f"{path} holds a winner {UNPROVEN} (metrics.worst_case.stable): {unproven}")
     if not outcome.stable:
         lines.append(
             f"no config was confirmed by a re-run: {path} holds the fastest stable one (trial "

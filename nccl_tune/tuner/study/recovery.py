@@ -82,7 +82,8 @@ class Recovery:
             result = sized_among(result, (r.result for r in R.records(study) if r.result))
             values = t.user_attrs.get(R.A_VALUES)
             worst = self.space.worst_tokens(values) if values else None
-            tell_result(study, trial, result, self.space.min_headroom_frac, worst)
+            forced = t.user_attrs.get(R.A_KIND) == R.TrialKind.FORCED.value
+            tell_result(study, trial, result, self.space.min_headroom_frac, worst, forced)
             self.display.note(f"trial {t.number}: recovered its finished result ({result.status.value})")
             return
         if result is not None:

@@ -8,7 +8,8 @@ so the sampler asks again). A trial is told as soon as it ends, so the next ask 
 and the stop rules judge it then. Once a trial has finished, the NCCL sweep's checks
 (``nccl_sweep_run``) take the free slots before any new trial is asked for: the baseline's alone,
 then the single changes (side by side when there are several slots); each is recorded as it ends.
-The loop ends when ``--trials`` trials ran, the budget leaves no search trial, the search
+In one slot, from half the trials on, the leader is forced to its longest batch between trials
+(``forcing``; forced runs are not search trials). The loop ends when ``--trials`` trials ran, the budget leaves no search trial, the search
 converged, or the tuner is interrupted; running jobs are waited for.
 """
 
@@ -31,6 +32,7 @@ from nccl_tune.tuner.records.study_records import TrialKind, TrialRecord
 from nccl_tune.tuner.records.telling import tell_abandoned
 from nccl_tune.tuner.study.admission import Admission
 from nccl_tune.tuner.study.budget import Budget
+from nccl_tune.tuner.study.forcing import Forcing
 from nccl_tune.tuner.study.nccl_sweep_run import SweepCheck, SweepPlan
 from nccl_tune.tuner.study.stop_rules import StopRules
 from nccl_tune.tuner.trials.trial_run import TrialRunner
@@ -77,27 +79,37 @@ class Scheduler:
         self.running: dict[Future, TrialJob | SweepCheck] = {}
         self._plan: SweepPlan | None = None
         self._sweep_over = sweeper is None or sweeper.off is not None
+        self.forcing: Forcing | None = None
+        """Forces the leader between trials of a one-slot search (``forcing.Forcing.between``)."""
 
     def search(self, study: optuna.Study, budget: Budget, trials: int) -> bool:
         """Run up to ``trials`` search trials; True when interrupted."""
         pool: Executor = InlineExecutor() if self.slots == 1 else ThreadPoolExecutor(self.slots, "trial")
         start, interrupted, stop = self.runner.launched, False, False
+        forced_before = self.forcing.launched if self.forcing is not None else 0
+
+        def searched() -> int:
+            forced = self.forcing.launched - forced_before if self.forcing is not None else 0
+            return self.runner.launched - start - forced
+
         with pool:
             while True:
+                if self._force_now(searched(), trials) and not stop and self.forcing.between(study):
+                    stop = interrupted = True
                 while not stop and len(self.running) < self.slots:
                     if self.runner.interrupt.is_set or budget.search_over():
                         interrupted = self.runner.interrupt.is_set
                         if not interrupted:
                             self.runner.display.note(budget.note())
                         stop = True
-                    elif self.runner.launched - start + self._trials_running() >= trials:
+                    elif searched() + self._trials_running() >= trials:
                         break
                     elif self._sweep_waiting(study):
                         if not self._start_check(pool) and self.running:
                             break  # the sweep's checks under way come first; the trials wait for them
                         if not self.running:
                             self._sweep_over = True  # none may start and none runs: search without the rest
-                    elif self._start_trial(study, pool) is None:
+                    elif self._start_repair(study) and self._start_trial(study, pool) is None:
                         stop = True  # the search converged
                 if not self.running:
                     return interrupted
@@ -105,6 +117,22 @@ class Scheduler:
                 for future in done:
                     if self._end(study, future, budget):
                         stop = interrupted = True
+
+    def _force_now(self, searched: int, trials: int) -> bool:
+        """Force the leader now: one slot, nothing running, half the search's trials run or more."""
+        return (
+            self.forcing is not None
+            and self.slots == 1
+            and not self.running
+            and searched >= max(1, trials // 2)
+            and not self.runner.interrupt.is_set
+        )
+
+    def _start_repair(self, study: optuna.Study) -> bool:
+        """Queue the config a failed forced run asked for, if any, as the next trial (always True)."""
+        if self.forcing is not None:
+            self.forcing.next_repair(study)
+        return True
 
     def _trials_running(self) -> int:
         return sum(isinstance(job, TrialJob) for job in self.running.values())

@@ -43,6 +43,10 @@ STYLE = {  # the colour of a trial's status, red for any failure
 }
 
 
+FORCED_KIND = "forced"
+"""How a trial forced to the longest batch its config allows starts its kind (``trial_started``)."""
+
+
 class Display:
     """Prints study progress on ``console`` (stderr when stdout carries JSON)."""
 
@@ -64,6 +68,8 @@ class Display:
         self._incumbent: Candidate | None = None
         self._failures: dict[tuple[str, str, str], int] = {}
         self._values_of: dict[int, Mapping[str, Any]] = {}
+        self._forced: set[int] = set()
+        """Trials run at the longest batch their config allows (``FORCED_KIND``)."""
         """The values of each trial this run started, by number."""
 
     def header(self, study: str, storage: str, resumed: bool, n_done: int, n_more: int, command: str) -> None:
@@ -104,7 +110,9 @@ class Display:
         self._trial_start = time.monotonic()
         self._label = f"trial {number}"
         self._values_of[number] = dict(values)
-        rerun = kind.startswith("re-run")
+        rerun = kind.startswith(("re-run", FORCED_KIND))
+        if kind.startswith(FORCED_KIND):
+            self._forced.add(number)
         self._started += 0 if rerun else 1
         shown, how_far = ("" if rerun else self._values(values)), self._how_far(rerun)  # a re-run: its kind says
         if self.plain:
@@ -140,6 +148,9 @@ class Display:
         """Why ``old`` is no longer the incumbent, as far as trial ``number`` (just finished) shows."""
         if self._values_of.get(number) != dict(old.values):
             return f"trial {old.first.number} is no longer counted stable"
+        if number in self._forced:
+            end = "peaked too near the wall" if result.status is FailureClass.OK else f"ended {result.status.value}"
+            return f"forced to its longest batch, trial {number} {end}"
         if result.status is FailureClass.OK:
             return f"its re-run, trial {number}, ran at {fmt_tput(result.throughput_per_s, result.throughput_unit)}"
         return f"its re-run, trial {number}, ended {result.status.value}"
@@ -179,10 +190,10 @@ class Display:
         self._walls.append(result.wall_s)
         style = STYLE.get(result.status, "red")
         status = result.status.value + (" (near memory wall)" if near_wall else "")
-        metrics = (
-            f"{fmt_tput(result.throughput_per_s, result.throughput_unit)}  mem {fmt_mem(result)}"
-            f"  steps {len(result.measured_step_times_s)}  {duration(result.wall_s)}"
-        )
+        tput = fmt_tput(result.throughput_per_s, result.throughput_unit)
+        if number in self._forced:
+            tput = f"{tput} (forced: not compared)"
+        metrics = f"{tput}  mem {fmt_mem(result)}  steps {len(result.measured_step_times_s)}  {duration(result.wall_s)}"
         failed = result.status is not FailureClass.OK
         evidence = shorten(result.verdict.evidence[0].text) if failed and result.verdict.evidence else ""
         advice = result.verdict.advice if failed else ""

@@ -130,7 +130,7 @@ def _measured(records: Sequence[TrialRecord]) -> list[TrialResult]:
     out = []
     for r in records:
         res = r.result
-        if res is None or r.status is not FailureClass.OK:
+        if res is None or r.status is not FailureClass.OK or r.forced:
             continue
         steps = res.measured_step_times_s
         if steps and min(steps) > 0 and res.wall_s > sum(steps):
@@ -146,7 +146,8 @@ def command_steps(records: Sequence[TrialRecord]) -> int | None:
     runs = [
         len(res.step_times_s) - res.warmup_steps
         for r in records
-        if (res := r.result) is not None
+        if not r.forced  # a forced trial runs two steps by design
+        and (res := r.result) is not None
         and res.stop_reason is StopReason.EXITED
         and res.exit_code == 0
         and len(res.step_times_s) > res.warmup_steps

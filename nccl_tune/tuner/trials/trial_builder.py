@@ -2,7 +2,7 @@
 
 argv is the user's command, then the space's fixed trial overrides, then pinned context
 values, then the trial's own arguments (Hydra and argparse keep the last value of a key, so the
-trial's values win over the script's). ``search_spaces/render.py`` spells them; values are argv
+trial's values win over the script's), then, for a forced trial, the space's ``force_worst_case``. ``search_spaces/render.py`` spells them; values are argv
 elements, never spliced into a shell string. The env overlay is ``TRIAL_ENV_DEFAULTS``, the
 run's extra env, the space's ``trial.env``, then the trial's own variables.
 """
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from nccl_tune.presets import apply_preset
-from nccl_tune.search_spaces.render import fixed_argv, render_values
+from nccl_tune.search_spaces.render import fixed_argv, forced_values, render_values
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.trial import Clocks, MemoryKnob, StopRule, TrialSpec
@@ -79,6 +79,31 @@ def stop_for(
     )
 
 
+FORCED_STOP = StopRule(warmup_steps=1, measured_steps=1, screen_steps=0, enough_steps=1)
+"""A forced trial's steps: every one is at the longest batch, so two give the worst case (its speed is not read)."""
+FORCED_SCALE_MIN = 4.0
+"""How much longer a forced trial's phases may take at least: a step's longest response understates
+how much more every sample generates when all run to the cap."""
+FORCED_SCALE_MAX = 20.0
+
+
+def forced_scale(space: SearchSpace, values: Mapping[str, Any], history: Sequence[TrialRecord]) -> float:
+    """How much longer a phase of a trial forced to its longest batch may take than the study measured:
+    the longest batch's tokens over the most a normal run of ``values`` carried (generation and
+    training grow with them), from ``FORCED_SCALE_MIN`` to ``FORCED_SCALE_MAX``."""
+    worst = space.worst_tokens(values)
+    seen = [
+        t
+        for r in history
+        if r.result is not None and not r.forced and dict(r.values) == dict(values)
+        for t in r.result.step_tokens
+        if t
+    ]
+    if not worst or not seen:
+        return FORCED_SCALE_MIN
+    return min(max(worst / max(seen), FORCED_SCALE_MIN), FORCED_SCALE_MAX)
+
+
 def memory_knobs(space: SearchSpace, values: Mapping[str, Any]) -> tuple[MemoryKnob, ...]:
     """The space's parameters that move memory, with their values in ``values`` (for advice)."""
     knobs = []
@@ -100,24 +125,34 @@ def build_trial_spec(
     context_pins: Mapping[str, Any],
     history: Sequence[TrialRecord] = (),
     detected_preset: str | None = None,
+    forced: bool = False,
 ) -> TrialSpec:
     """The full ``TrialSpec`` for trial ``number`` with parameter ``values``; ``history``: the
     study's records before it (their phase maxima set the clocks, their step times the measured
     steps); ``detected_preset`` is the progress preset an earlier trial's output was recognised
-    as, when the space names none."""
+    as, when the space names none; ``forced``: the space's ``stability.force_worst_case`` settings
+    come last, to run the longest batch the config allows."""
     trial_dir = trial_dir_for(settings.results, study, number)
-    clocks = clocks_for(space, settings, [r.result.phase_max_s for r in history if r.result])
-    stop = stop_for(space, settings, history, clocks.trial_timeout_s)
+    measured = [r.result.phase_max_s for r in history if r.result and not r.forced]
+    if forced:
+        scale = forced_scale(space, values, history)
+        measured = [{k: v * scale for k, v in m.items()} for m in measured]
+    clocks = clocks_for(space, settings, measured)
+    stop = FORCED_STOP if forced else stop_for(space, settings, history, clocks.trial_timeout_s)
+    if forced:
+        clocks = dataclasses.replace(clocks, trial_timeout_s=clocks.trial_timeout_s * scale)
 
     def x(text: str) -> str:
         return expand(text, trial_dir=trial_dir, study=study, number=number, total_steps=stop.total_steps)
 
     args, param_env = render_values(space, values)
+    forced_args, forced_env = forced_values(space, values) if forced else ([], {})
     overrides = {k: None if v is None else x(v) for k, v in space.trial_overrides.items()}
-    argv = [*settings.command, *fixed_argv(space, overrides, context_pins), *args]
+    argv = [*settings.command, *fixed_argv(space, overrides, context_pins), *args, *forced_args]
     env: dict[str, str | None] = {**TRIAL_ENV_DEFAULTS, **settings.extra_env}
     env.update({k: x(v) for k, v in space.trial_env.items()})
     env.update(param_env)
+    env.update(forced_env)
     env.update(probe_overlay(space, {**os.environ, **env}))  # NCCL reports the variables it read
     return TrialSpec(
         study=study,

@@ -98,10 +98,15 @@ class TrialRunner:
         """True once the run has told that a trial's output came in bursts (``buffered_note``)."""
 
     def spec_for(
-        self, number: int, values: Mapping[str, Any], history: Sequence[TrialRecord], steps: int | None = None
+        self,
+        number: int,
+        values: Mapping[str, Any],
+        history: Sequence[TrialRecord],
+        steps: int | None = None,
+        forced: bool = False,
     ) -> TrialSpec:
         """The spec of trial ``number``; ``steps``: its measured steps, as ``--steps`` would fix them
-        (None: what ``--steps`` or the study's noise says)."""
+        (None: what ``--steps`` or the study's noise says); ``forced``: at its longest batch."""
         return build_trial_spec(
             self.space,
             self.settings if steps is None else replace(self.settings, steps=steps),
@@ -111,6 +116,7 @@ class TrialRunner:
             context_pins=self.held.context,
             history=history,
             detected_preset=detected_preset(history),
+            forced=forced,
         )
 
     @contextmanager
@@ -148,12 +154,15 @@ class TrialRunner:
         history: Sequence[TrialRecord],
         early_stop: bool = True,
         steps: int | None = None,
+        forced: bool = False,
     ) -> TrialResult:
         """Launch ``trial`` with ``values`` once the node is clean, and tell the study the result;
-        ``history`` is the study's records before it; ``steps``: its measured steps (``spec_for``)."""
+        ``history`` is the study's records before it; ``steps``: its measured steps (``spec_for``);
+        ``forced``: at the longest batch its config allows (``TrialKind.FORCED``)."""
         self.launcher.gate()
-        spec, observer = self.begin(trial, values, kind, history, early_stop, steps)
-        return self.finish(study, trial, values, kind, history, spec, self.launcher.run(spec, observer))
+        spec, observer = self.begin(trial, values, kind, history, early_stop, steps=steps, forced=forced)
+        result = self.launcher.run(spec, observer)
+        return self.finish(study, trial, values, kind, history, spec, result, forced)
 
     def begin(
         self,
@@ -163,10 +172,12 @@ class TrialRunner:
         history: Sequence[TrialRecord],
         early_stop: bool = True,
         steps: int | None = None,
+        forced: bool = False,
     ) -> tuple[TrialSpec, TunerObserver]:
         """The spec and observer of ``trial``, recorded in it (the launch itself is the caller's)."""
-        spec = self.spec_for(trial.number, values, history, steps)
-        self.tell_measured_steps(spec, history)
+        spec = self.spec_for(trial.number, values, history, steps=steps, forced=forced)
+        if not forced:  # a forced trial runs two steps by design
+            self.tell_measured_steps(spec, history)
         for key, value in (
             (R.A_TRIAL_DIR, str(spec.trial_dir)),
             (R.A_PLANNED_STEPS, spec.stop.total_steps),
@@ -224,11 +235,13 @@ class TrialRunner:
         history: Sequence[TrialRecord],
         spec: TrialSpec,
         result: TrialResult,
+        forced: bool = False,
     ) -> TrialResult:
         """Tell the study how ``trial`` ended (from the thread that owns the study); a memory report
         that gave no GPU size gets the one the study learned (``gpu_size``)."""
         result = sized_among(result, (r.result for r in history if r.result))
-        tell_result(study, trial, result, self.space.min_headroom_frac, self.space.worst_tokens(values))
+        worst = self.space.worst_tokens(values)
+        tell_result(study, trial, result, self.space.min_headroom_frac, worst, forced)
         for line in self.launcher.notes():
             self.display.note(line)
         for _, reason in self.held.judge(study, spec, result):

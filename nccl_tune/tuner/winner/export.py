@@ -23,6 +23,7 @@ from nccl_tune.tuner.records.speedup import speedup
 from nccl_tune.tuner.records.stability import Candidate, faster_unfit
 from nccl_tune.tuner.winner.headline import Choice, choices, confirmation_words
 from nccl_tune.tuner.winner.study_view import StoredStudy, open_study
+from nccl_tune.tuner.winner.worst_proof import PROVEN, UNPROVEN, unproven_why
 from nccl_tune.userfile import read_text, refuse_non_file, write_output, yaml_mapping
 from nccl_tune.wording import fmt_tput
 
@@ -61,7 +62,7 @@ def tuned_document(stored: StoredStudy, winner: Candidate) -> dict[str, Any]:
         "throughput_per_s": round(winner.throughput, 3),
         "throughput_unit": winner.throughput_unit,
         "mean_step_s": round(best.result.mean_step_s, 3) if best.result and best.result.mean_step_s else None,
-        "runs": len(winner.runs),
+        "runs": sum(not r.forced for r in winner.runs),
         "runs_per_s": [round(r.throughput, 3) for r in winner.ok_runs if r.throughput],
         "measured_steps_per_run": [
             len(r.result.measured_step_times_s) for r in winner.ok_runs if r.throughput and r.result
@@ -144,15 +145,21 @@ def worst_case_summary(stored: StoredStudy, winner: Candidate) -> dict[str, Any]
     w = winner.worst_case
     gpu = [g.total_gib for r in winner.runs if r.result and r.result.memory for g in r.result.memory.gpus]
     total = max(gpu) if gpu and all(t == t for t in gpu) else None  # NaN: a size no source gave
-    fracs = [r.result.memory.max_peak_frac for r in winner.runs if r.result and r.result.memory]
+    fracs = [r.result.memory.max_peak_frac for r in winner.runs if r.result and r.result.memory and not r.forced]
     seen = max((f for f in fracs if f is not None), default=None)
+    why = unproven_why(stored.space, winner)
     out: dict[str, Any] = {
+        "stable": UNPROVEN if why is not None else PROVEN,
         "how": w.how if w is not None else None,
         "judged": w.judged if w is not None else False,
         "peak_seen_frac": round(seen, 4) if seen is not None else None,
         "headroom_seen_frac": round(1.0 - seen, 4) if seen is not None else None,
         "min_headroom_frac": stored.space.min_headroom_frac,
     }
+    if why is not None:
+        out["to_prove"] = why
+    if winner.forced_run is not None:
+        out["forced_trial"] = winner.forced_run.number
     if w is not None:
         out.update(
             worst_peak_frac=round(w.peak_frac, 4),
@@ -198,6 +205,8 @@ def _yaml_head(doc: dict[str, Any]) -> str:
     m = doc["metrics"]
     said = str(m.get("confirmation") or "")
     unconfirmed = "" if m["confirmed"] else f", {said}" if said.startswith("NOT") else ", NOT confirmed by a re-run"
+    if (m.get("worst_case") or {}).get("stable") == UNPROVEN:
+        unconfirmed += f", {UNPROVEN.upper()}: see metrics.worst_case.to_prove"
     runs = len(m["runs_per_s"])
     mean = f", mean of {runs} runs" if runs > 1 else ""
     lines = [

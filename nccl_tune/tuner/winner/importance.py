@@ -40,7 +40,7 @@ def _as_param(value: object, dist: BaseDistribution) -> object:
 def parameter_importance(space: SearchSpace, records: Sequence[TrialRecord]) -> dict[str, float]:
     """Each varied parameter's share of what made the fast runs fast, largest first; empty when
     fewer than ``MIN_TRIALS`` runs finished or none of the parameters varied among them."""
-    runs = [r for r in records if r.throughput and not r.failed]
+    runs = [r for r in records if r.throughput and not r.failed and not r.forced]
     if len(runs) < MIN_TRIALS:
         return {}
     seen = {p.name: [r.values[p.name] for r in runs if p.name in r.values] for p in space.parameters}

@@ -88,6 +88,7 @@ def test_a_config_nccl_clamps_to_a_measured_one_is_not_launched_again_and_the_st
     proc = run_cli(
         [
             "run",
+            "--no-force-worst-case",
             "--space",
             str(space),
             "--study",

@@ -17,7 +17,7 @@ from tests.tuner.conftest import TINY_SPACE, run_cli
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 TWIN = Path(__file__).resolve().parents[3] / "examples" / "run_skyrl_sql_sim.sh"
-NIGHT = ["run", "--series", "twin", "--steps", "2", "--json"]
+NIGHT = ["run", "--no-force-worst-case", "--series", "twin", "--steps", "2", "--json"]
 TWIN_ENV = {"SIM_RANKS": "1"}  # one trainer process: the nights' numbers, at two thirds of the time
 
 
@@ -90,6 +90,7 @@ def test_a_baseline_config_that_now_runs_out_of_memory_is_a_regression(workdir, 
     proc = run_cli(
         [
             "run",
+            "--no-force-worst-case",
             "--space",
             str(TINY_SPACE),
             "--study",
@@ -137,7 +138,11 @@ def test_bad_nightly_input_is_one_line_before_any_trial(workdir, tiny_command, a
         "overrides: {trainer: {micro_train_batch_size_per_gpu: 2}}\n"
         "metrics: {throughput_per_s: 1.0}\nstudy: {space: skyrl-text2sql}\n"
     )
-    proc = run_cli(["run", "--space", str(TINY_SPACE), *args, "--", *tiny_command], cwd=workdir, timeout=60)
+    proc = run_cli(
+        ["run", "--no-force-worst-case", "--space", str(TINY_SPACE), *args, "--", *tiny_command],
+        cwd=workdir,
+        timeout=60,
+    )
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert proc.returncode == 1 and len(lines) == 1 and fragment in lines[0], proc.stderr
     db = workdir / "results" / "nccl-tune.db"
@@ -149,6 +154,7 @@ def test_an_exported_tuned_yaml_is_a_baseline_for_a_later_night(workdir, tiny_co
     first = run_cli(
         [
             "run",
+            "--no-force-worst-case",
             "--space",
             str(TINY_SPACE),
             "--study",
@@ -168,6 +174,7 @@ def test_an_exported_tuned_yaml_is_a_baseline_for_a_later_night(workdir, tiny_co
     proc = run_cli(
         [
             "run",
+            "--no-force-worst-case",
             "--space",
             str(TINY_SPACE),
             "--study",

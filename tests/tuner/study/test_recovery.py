@@ -33,6 +33,7 @@ def _first_run(workdir, tiny_command, study: str):
     """One trial of the tiny trainer in ``study``: (the run's arguments, its output, the storage URL)."""
     args = [
         "run",
+        "--no-force-worst-case",
         "--space",
         str(TINY_SPACE),
         "--study",
