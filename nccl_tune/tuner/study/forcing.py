@@ -184,7 +184,7 @@ def winner_to_be(records: list[TrialRecord], space: SearchSpace, prefer_confirme
     """The config to force next: the winner once predictions are set aside (a forced run overrides
     a prediction, so a config ruled out by its predicted worst case alone may still win forced)."""
     plain = [r if r.forced else replace(r, worst_case=None) for r in records]
-    return pick_winner(plain, space, prefer_confirmed=prefer_confirmed)
+    return pick_winner(plain, space, prefer_confirmed=prefer_confirmed, failing_worst=False)
 
 
 def repaired(space: SearchSpace, run: TrialRecord, pinned: Mapping[str, Any]) -> dict[str, Any] | None:
