@@ -30,7 +30,7 @@ from typing import Any
 import optuna
 
 from nccl_tune.failure import FailureClass
-from nccl_tune.oom_demand import oom_demand
+from nccl_tune.oom_demand import OomDemand, oom_demand
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.trial import TrialResult
@@ -187,16 +187,31 @@ def winner_to_be(records: list[TrialRecord], space: SearchSpace, prefer_confirme
     return pick_winner(plain, space, prefer_confirmed=prefer_confirmed, failing_worst=False)
 
 
+def repair_halvings(demand: OomDemand | None) -> int:
+    """Halvings of a power-of-two parameter that ``repaired`` takes for an OOM's ``demand``."""
+    if demand is None or demand.needed_frac <= 1:
+        return 1
+    over = demand.needed_gib - demand.capacity_gib
+    if demand.tried_gib > 0:
+        if demand.tried_gib <= over:
+            return 64  # past every value: the lowest is tried first
+        return max(1, math.ceil(math.log2(demand.tried_gib / (demand.tried_gib - over))))
+    return max(1, math.ceil(math.log2(demand.needed_frac)))
+
+
 def repaired(space: SearchSpace, run: TrialRecord, pinned: Mapping[str, Any]) -> dict[str, Any] | None:
     """``run``'s values with the first free parameter that names the phase its OOM named
     (``Parameter.phases``) lowered toward less memory, within the space's rules: by as many steps
     as the OOM's demand (in use plus asked, ``oom_demand``) is over the GPU, a step halving a
-    power of two (at least one step); None when its verdict names no phase or no step is left."""
+    power of two (at least one step); None when its verdict names no phase or no step is left.
+    When the OOM says how much it asked (``tried_gib``, the allocation of one micro-batch's tensors,
+    which halves with the micro-batch), by as many halvings as bring that allocation under what is
+    to be shed (the demand over the GPU); straight to the lowest value when the allocation is no
+    more than that: a forced OOM asking more than the GPU's free memory is not one step from fitting."""
     phase = run.result.verdict.phase if run.result is not None and run.status is FailureClass.OOM else None
     if not phase:
         return None
-    demand = oom_demand(e.text for e in run.result.verdict.evidence)
-    steps = max(1, math.ceil(math.log2(demand.needed_frac))) if demand and demand.needed_frac > 1 else 1
+    steps = repair_halvings(oom_demand(e.text for e in run.result.verdict.evidence))
     for p in space.free(pinned):
         if phase not in p.phases or not p.memory.signed or p.name not in run.values:
             continue

@@ -13,11 +13,13 @@ import optuna
 import pytest
 from rich.console import Console
 
+from nccl_tune.oom_demand import OomDemand
 from nccl_tune.reporting.report import end_of_run
 from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.tuner.records.stability import candidates
 from nccl_tune.tuner.records.study_records import TrialKind
 from nccl_tune.tuner.settings import RunSettings
+from nccl_tune.tuner.study.forcing import repair_halvings
 from nccl_tune.tuner.study.loop import run_study
 from nccl_tune.tuner.winner.export import tuned_document
 from nccl_tune.tuner.winner.worst_proof import FAILS, fails_at_worst
@@ -163,3 +165,14 @@ def test_when_no_config_survives_its_worst_batch_the_fastest_is_exported_marked_
     assert f"{FAILS}: its forced trial {forced[0].number}" in text, text
     assert "no config survives its worst batch" in text and "no stable config found" not in text, text
     assert any(FAILS in n for n in out.notes), out.notes
+
+
+def test_a_forced_oom_asking_more_than_the_gpu_is_over_steps_straight_to_the_smallest_micro_batch() -> None:
+    # The twin's forced OOMs in policy_train: micro-batch 4 asked 56.5 GiB more with 77.3 GiB in use, micro-batch 2
+    # 26.8 GiB more: halving once leaves it over the GPU, so the repair goes further (to the lowest value at once).
+    assert repair_halvings(OomDemand(needed_gib=77.3 + 56.5, capacity_gib=79.15, tried_gib=56.5)) >= 2
+    assert repair_halvings(OomDemand(needed_gib=77.3 + 26.8, capacity_gib=79.15, tried_gib=26.8)) >= 2
+    # One a little over: one halving of the allocation is enough.
+    assert repair_halvings(OomDemand(needed_gib=85.0, capacity_gib=79.15, tried_gib=20.0)) == 1
+    # Without the allocation's size, the demand's share of the GPU decides, as before.
+    assert repair_halvings(OomDemand(needed_gib=170.0, capacity_gib=79.15)) == 2
