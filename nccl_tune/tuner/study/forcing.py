@@ -13,8 +13,9 @@ deadline passed or the run was interrupted (the next run resumes: a config alrea
 forced again). A forced run's throughput is never compared with a normal run's: it counts for no
 mean, noise, incumbent or sampler (``TrialRecord.forced``).
 
-A forced run that ran out of memory in a phase its verdict names asks the search for its config one
-step lower on the parameter that moves that phase's peak (``repaired``), as the search's next trial:
+A forced run that ran out of memory in a phase its verdict names asks the search for its config
+lower on the parameter that moves that phase's peak, by as many halvings as the memory it asked
+says (``repaired``: to the lowest value when one halving cannot fit), as the search's next trial:
 the search ranks by speed and would not step down by itself. A forced run refused, crashed or failed to start before its first step says that the setting
 broke the command, not that the config is unstable (``TrialRecord.forcing_broke``): forcing stops,
 with a note, and the winner's worst case stays unproven.
@@ -155,7 +156,7 @@ class Forcing:
 
     def repair(self, study: optuna.Study, run: TrialRecord) -> None:
         """Ask the search for the config of ``run`` (a forced run that ran out of memory in a phase)
-        one step lower on the parameter that moves that phase's peak, as its next trial: the
+        lower on the parameter that moves that phase's peak (``repaired``), as its next trial: the
         search's models rank by speed and would not step down by themselves. After the search
         nothing takes it: the run's forcing goes on with the configs already measured."""
         values = repaired(self.runner.space, run, self.runner.held.params)
