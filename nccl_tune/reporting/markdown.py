@@ -11,6 +11,7 @@ from nccl_tune.reporting.terminal import early_stop_sentence
 from nccl_tune.reporting.view import StudyView, failure_costs, winner_reasons, winner_rows
 from nccl_tune.search_spaces.describe import describe
 from nccl_tune.tuner.records.early_stops import early_stops
+from nccl_tune.tuner.winner.worst_proof import fails_at_worst
 from nccl_tune.wording import duration, fmt_rate, fmt_tput, mem_gib
 
 MAX_TRIAL_ROWS = 60
@@ -37,6 +38,12 @@ def _verdict(view: StudyView) -> list[str]:
         return [f"> **{'REGRESSION' if v.regression else 'OK'}**: {_cell(v.summary)}", ""]
     if view.winner is None:
         return ["> **NO STABLE CONFIG**", ""]
+    if fails_at_worst(view.winner):
+        return [
+            f"> **FAILS AT THE WORST BATCH**: trial {view.winner.first.number}, "
+            f"{fmt_tput(view.winner.throughput, view.unit)}, the fastest that passed its own trials",
+            "",
+        ]
     return [f"> best stable: trial {view.winner.first.number}, {fmt_tput(view.winner.throughput, view.unit)}", ""]
 
 

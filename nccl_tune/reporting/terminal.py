@@ -23,7 +23,7 @@ from nccl_tune.tuner.records.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.trials.display import STYLE
 from nccl_tune.tuner.trials.steps import coarse_reading_note
 from nccl_tune.tuner.winner.headline import choices, confirmation_words
-from nccl_tune.tuner.winner.worst_proof import UNPROVEN, unproven_why
+from nccl_tune.tuner.winner.worst_proof import FAILS, UNPROVEN, fails_at_worst, fails_words, unproven_why
 from nccl_tune.wording import duration, fmt_mem, fmt_tput, mem_gib, shorten
 
 
@@ -170,7 +170,10 @@ def _winner(
     gain = speedup(winner, base)
     gain_text = f" ({gain.words()})" if gain is not None else ""
     said = escape(confirmation_words(winner))
-    if winner.confirmed:
+    if fails_at_worst(winner):
+        head = "[bold red]no config survives its worst batch; fastest that passed its own trials:[/]"
+        tail = said if winner.confirmed else f"[yellow]{said}[/]"
+    elif winner.confirmed:
         head, tail = "[bold green]best stable:[/]", said
     elif confirmation_required:
         head, tail = "[bold yellow]no confirmed config; best unconfirmed:[/]", f"[yellow]{said}[/]"
@@ -236,6 +239,8 @@ def print_summary(
     unproven = unproven_why(space, winner) if winner is not None else None
     if unproven is not None:
         _print(console, f"  [yellow]{UNPROVEN}:[/] {escape(unproven)}")
+    if winner is not None and fails_at_worst(winner):
+        _print(console, f"  [bold red]{FAILS}:[/] {escape(fails_words(space, winner))}")
     if winner is not None:
         for line in faster_set_aside(records, winner, space.min_headroom_frac, passed_over):
             _print(console, f"[yellow]set aside:[/] {escape(line)}")

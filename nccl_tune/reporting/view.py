@@ -25,7 +25,7 @@ from nccl_tune.tuner.trials.steps import coarse_reading_note
 from nccl_tune.tuner.winner.headline import choices, confirmation_words
 from nccl_tune.tuner.winner.importance import parameter_importance
 from nccl_tune.tuner.winner.study_view import StoredStudy, TrialTiming, open_study
-from nccl_tune.tuner.winner.worst_proof import UNPROVEN, unproven_why
+from nccl_tune.tuner.winner.worst_proof import FAILS, UNPROVEN, fails_at_worst, fails_words, unproven_why
 from nccl_tune.wording import fmt_rate, fmt_tput
 
 
@@ -274,7 +274,11 @@ def winner_reasons(view: StudyView) -> list[str]:
     lines = [
         f"trial {w.first.number}: {fmt_tput(w.throughput, u)}"
         + (f" (mean of {n} runs: {runs}; spread {w.throughput_spread:.1%})" if n > 1 else "")
-        + f", the fastest config that finished every measured step in each of its {len(w.runs)} runs"
+        + (
+            f", the fastest config that finished every measured step in each of its {len(w.runs) - 1} normal runs"
+            if fails_at_worst(w)
+            else f", the fastest config that finished every measured step in each of its {len(w.runs)} runs"
+        )
         + (f" with at least {w.min_headroom_gib:.1f} GiB of GPU memory left" if w.min_headroom_gib is not None else "")
     ]
     lines.append(confirmation_words(w))
@@ -297,6 +301,11 @@ def winner_reasons(view: StudyView) -> list[str]:
     unproven = unproven_why(view.space, w)
     if unproven is not None:
         lines.append(f"{UNPROVEN}: {unproven}")
+    if fails_at_worst(w):
+        lines.insert(
+            0, f"no config survives its worst batch: trial {w.first.number} is the fastest that passed its own trials"
+        )
+        lines.append(f"{FAILS}: {fails_words(view.space, w)}")
     runner = max(stable, key=lambda c: c.throughput, default=None)
     if runner is not None and w.throughput:
         lines.append(

@@ -13,8 +13,9 @@ deadline passed or the run was interrupted (the next run resumes: a config alrea
 forced again). A forced run's throughput is never compared with a normal run's: it counts for no
 mean, noise, incumbent or sampler (``TrialRecord.forced``).
 
-A forced run that ran out of memory in a phase its verdict names asks the search for its config one
-step lower on the parameter that moves that phase's peak (``repaired``), as the search's next trial:
+A forced run that ran out of memory in a phase its verdict names asks the search for its config
+lower on the parameter that moves that phase's peak, by as many halvings as the memory it asked
+says (``repaired``: to the lowest value when one halving cannot fit), as the search's next trial:
 the search ranks by speed and would not step down by itself. A forced run refused, crashed or failed to start before its first step says that the setting
 broke the command, not that the config is unstable (``TrialRecord.forcing_broke``): forcing stops,
 with a note, and the winner's worst case stays unproven.
@@ -30,7 +31,7 @@ from typing import Any
 import optuna
 
 from nccl_tune.failure import FailureClass
-from nccl_tune.oom_demand import oom_demand
+from nccl_tune.oom_demand import OomDemand, oom_demand
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.trial import TrialResult
@@ -155,7 +156,7 @@ class Forcing:
 
     def repair(self, study: optuna.Study, run: TrialRecord) -> None:
         """Ask the search for the config of ``run`` (a forced run that ran out of memory in a phase)
-        one step lower on the parameter that moves that phase's peak, as its next trial: the
+        lower on the parameter that moves that phase's peak (``repaired``), as its next trial: the
         search's models rank by speed and would not step down by themselves. After the search
         nothing takes it: the run's forcing goes on with the configs already measured."""
         values = repaired(self.runner.space, run, self.runner.held.params)
@@ -184,19 +185,34 @@ def winner_to_be(records: list[TrialRecord], space: SearchSpace, prefer_confirme
     """The config to force next: the winner once predictions are set aside (a forced run overrides
     a prediction, so a config ruled out by its predicted worst case alone may still win forced)."""
     plain = [r if r.forced else replace(r, worst_case=None) for r in records]
-    return pick_winner(plain, space, prefer_confirmed=prefer_confirmed)
+    return pick_winner(plain, space, prefer_confirmed=prefer_confirmed, failing_worst=False)
+
+
+def repair_halvings(demand: OomDemand | None) -> int:
+    """Halvings of a power-of-two parameter that ``repaired`` takes for an OOM's ``demand``."""
+    if demand is None or demand.needed_frac <= 1:
+        return 1
+    over = demand.needed_gib - demand.capacity_gib
+    if demand.tried_gib > 0:
+        if demand.tried_gib <= over:
+            return 64  # past every value: the lowest is tried first
+        return max(1, math.ceil(math.log2(demand.tried_gib / (demand.tried_gib - over))))
+    return max(1, math.ceil(math.log2(demand.needed_frac)))
 
 
 def repaired(space: SearchSpace, run: TrialRecord, pinned: Mapping[str, Any]) -> dict[str, Any] | None:
     """``run``'s values with the first free parameter that names the phase its OOM named
     (``Parameter.phases``) lowered toward less memory, within the space's rules: by as many steps
     as the OOM's demand (in use plus asked, ``oom_demand``) is over the GPU, a step halving a
-    power of two (at least one step); None when its verdict names no phase or no step is left."""
+    power of two (at least one step); None when its verdict names no phase or no step is left.
+    When the OOM says how much it asked (``tried_gib``, the allocation of one micro-batch's tensors,
+    which halves with the micro-batch), by as many halvings as bring that allocation under what is
+    to be shed (the demand over the GPU); straight to the lowest value when the allocation is no
+    more than that: a forced OOM asking more than the GPU's free memory is not one step from fitting."""
     phase = run.result.verdict.phase if run.result is not None and run.status is FailureClass.OOM else None
     if not phase:
         return None
-    demand = oom_demand(e.text for e in run.result.verdict.evidence)
-    steps = max(1, math.ceil(math.log2(demand.needed_frac))) if demand and demand.needed_frac > 1 else 1
+    steps = repair_halvings(oom_demand(e.text for e in run.result.verdict.evidence))
     for p in space.free(pinned):
         if phase not in p.phases or not p.memory.signed or p.name not in run.values:
             continue

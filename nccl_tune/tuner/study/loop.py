@@ -60,7 +60,7 @@ from nccl_tune.tuner.trials.observer import InterruptFlag
 from nccl_tune.tuner.trials.trial_run import TrialRunner
 from nccl_tune.tuner.winner.export import write_tuned
 from nccl_tune.tuner.winner.study_view import StoredStudy, pick_speed_only, pick_winner, stored_of
-from nccl_tune.tuner.winner.worst_proof import UNPROVEN, unproven_why
+from nccl_tune.tuner.winner.worst_proof import FAILS, UNPROVEN, fails_at_worst, fails_words, unproven_why
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,13 @@ class StudyOutcome:
             return 130
         if self.fail_on_regression and self.regression:
             return 3
-        return 0 if self.stable else 2
+        return 0 if self.stable or self.fails_at_worst else 2
+
+    @property
+    def fails_at_worst(self) -> bool:
+        """No config survives its worst batch: the winner is the fastest that passed its own trials
+        (``worst_proof``); the run exits 0 with the warning."""
+        return self.winner is not None and fails_at_worst(self.winner)
 
     @property
     def stable(self) -> bool:
@@ -251,6 +257,7 @@ class StudyLoop:
         speed = pick_speed_only(stored.records, self.space, prefer_confirmed=required, flaky=stored.flaky)
         stored = replace(stored, speed_only=speed)
         proven = winner if winner is not None and (winner.confirmed or not required) else None
+        proven = None if proven is not None and fails_at_worst(proven) else proven
         night = finish_night(study, self.plan, self.fingerprint, stored.records, proven, interrupted)
         return StudyOutcome(
             stored,
@@ -308,7 +315,13 @@ def deliver_tuned(path: Path, outcome: StudyOutcome) -> list[str]:
     unproven = unproven_why(outcome.space, outcome.winner)
     if unproven is not None:
         lines.append(f"{path} holds a winner {UNPROVEN} (metrics.worst_case.stable): {unproven}")
-    if not outcome.stable:
+    if outcome.fails_at_worst:
+        lines.append(
+            f"{path} holds a winner that {FAILS} (metrics.worst_case.stable): no config survived its longest "
+            f"batch; trial {outcome.winner.first.number} is the fastest that passed its own trials: "
+            f"{fails_words(outcome.space, outcome.winner)}"
+        )
+    elif not outcome.stable:
         lines.append(
             f"no config was confirmed by a re-run: {path} holds the fastest stable one (trial "
             f"{outcome.winner.first.number}), marked unconfirmed (metrics.confirmed: false); run the same "

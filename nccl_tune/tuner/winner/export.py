@@ -23,7 +23,15 @@ from nccl_tune.tuner.records.speedup import speedup
 from nccl_tune.tuner.records.stability import Candidate, faster_unfit
 from nccl_tune.tuner.winner.headline import Choice, choices, confirmation_words
 from nccl_tune.tuner.winner.study_view import StoredStudy, open_study
-from nccl_tune.tuner.winner.worst_proof import PROVEN, UNPROVEN, unproven_why
+from nccl_tune.tuner.winner.worst_proof import (
+    FAILS,
+    UNPROVEN,
+    fails_at_worst,
+    fails_why,
+    stable_words,
+    to_survive,
+    unproven_why,
+)
 from nccl_tune.userfile import read_text, refuse_non_file, write_output, yaml_mapping
 from nccl_tune.wording import fmt_tput
 
@@ -149,7 +157,7 @@ def worst_case_summary(stored: StoredStudy, winner: Candidate) -> dict[str, Any]
     seen = max((f for f in fracs if f is not None), default=None)
     why = unproven_why(stored.space, winner)
     out: dict[str, Any] = {
-        "stable": UNPROVEN if why is not None else PROVEN,
+        "stable": stable_words(stored.space, winner),
         "how": w.how if w is not None else None,
         "judged": w.judged if w is not None else False,
         "peak_seen_frac": round(seen, 4) if seen is not None else None,
@@ -158,6 +166,9 @@ def worst_case_summary(stored: StoredStudy, winner: Candidate) -> dict[str, Any]
     }
     if why is not None:
         out["to_prove"] = why
+    if fails_at_worst(winner):
+        out["fails"] = fails_why(winner)
+        out["to_survive"] = to_survive(stored.space, winner)
     if winner.forced_run is not None:
         out["forced_trial"] = winner.forced_run.number
     if w is not None:
@@ -207,10 +218,14 @@ def _yaml_head(doc: dict[str, Any]) -> str:
     unconfirmed = "" if m["confirmed"] else f", {said}" if said.startswith("NOT") else ", NOT confirmed by a re-run"
     if (m.get("worst_case") or {}).get("stable") == UNPROVEN:
         unconfirmed += f", {UNPROVEN.upper()}: see metrics.worst_case.to_prove"
+    fails = (m.get("worst_case") or {}).get("stable") == FAILS
+    if fails:
+        unconfirmed += f", {FAILS.upper()}: see metrics.worst_case.fails and to_survive"
+    what = "fastest config that passed its own trials" if fails else "fastest stable config"
     runs = len(m["runs_per_s"])
     mean = f", mean of {runs} runs" if runs > 1 else ""
     lines = [
-        f"nccl-tune: fastest stable config of study {doc['study']['name']} "
+        f"nccl-tune: {what} of study {doc['study']['name']} "
         f"({fmt_tput(m['throughput_per_s'], m['throughput_unit'])}{mean}{unconfirmed})"
     ]
     if m.get("speedup_vs_baseline") is not None:

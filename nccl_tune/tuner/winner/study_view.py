@@ -36,21 +36,29 @@ from nccl_tune.tuner.records.stability import (
 from nccl_tune.tuner.records.storage import S_COMMAND, S_SPACE_SOURCE, S_SPACE_TEXT, load_existing, open_storage
 from nccl_tune.tuner.records.study_records import TrialRecord
 from nccl_tune.tuner.search.failure_model import FlakyRule, flaky_rule
+from nccl_tune.tuner.winner.worst_proof import fallback
 
 
 def pick_winner(
-    records: Iterable[TrialRecord], space: SearchSpace, prefer_confirmed: bool = True, flaky: FlakyRule | None = None
+    records: Iterable[TrialRecord],
+    space: SearchSpace,
+    prefer_confirmed: bool = True,
+    flaky: FlakyRule | None = None,
+    failing_worst: bool = True,
 ) -> Candidate | None:
     """The study's winner: the fastest stable candidate confirmed by a re-run, else (or, without
     ``prefer_confirmed``, in any case) the fastest stable one; its ``confirmed`` says which. A
     change to the training itself, or an environment variable set away from the user's own run,
     wins only beyond the measured noise (``stability.select_winner``); a config holding a value the
-    study has seen fail now and then is not stable (``flaky``: the study's ``flaky_rule`` when None)."""
+    study has seen fail now and then is not stable (``flaky``: the study's ``flaky_rule`` when None).
+    With no stable config, the fastest that fails only at its worst batch (``worst_proof.fallback``),
+    unless ``failing_worst`` is False."""
     recs = list(records)
     ref, user = study_reference(space, recs), study_user_env(space, recs)
     flaky = flaky or flaky_rule(space, recs)
     confirmed = select_winner(recs, True, semantic_ref=ref, flaky=flaky, env_ref=user) if prefer_confirmed else None
-    return confirmed or select_winner(recs, False, semantic_ref=ref, flaky=flaky, env_ref=user)
+    best = confirmed or select_winner(recs, False, semantic_ref=ref, flaky=flaky, env_ref=user)
+    return best if best is not None or not failing_worst else fallback(recs, flaky)
 
 
 def pick_speed_only(

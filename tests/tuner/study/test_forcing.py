@@ -13,12 +13,16 @@ import optuna
 import pytest
 from rich.console import Console
 
+from nccl_tune.oom_demand import OomDemand
 from nccl_tune.reporting.report import end_of_run
+from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.tuner.records.stability import candidates
 from nccl_tune.tuner.records.study_records import TrialKind
 from nccl_tune.tuner.settings import RunSettings
+from nccl_tune.tuner.study.forcing import repair_halvings
 from nccl_tune.tuner.study.loop import run_study
 from nccl_tune.tuner.winner.export import tuned_document
+from nccl_tune.tuner.winner.worst_proof import FAILS, fails_at_worst
 from twin.launcher import ModelLauncher
 
 pytestmark = pytest.mark.timeout(900)
@@ -123,3 +127,52 @@ def test_a_forced_run_judges_memory_and_its_throughput_counts_for_nothing_and_re
         assert sum(r.forced for r in c.runs) <= 1, [r.number for r in c.runs]
     assert all(r.rerun_of not in {f.rerun_of for f in forced} for r in now if r.number not in before), text2
     assert "ends by itself" not in text2, text2
+
+
+def test_when_no_config_survives_its_worst_batch_the_fastest_is_exported_marked_with_what_would_survive(
+    tmp_path: Path,
+) -> None:
+    # Pinned where the twin's longest batch cannot fit (large micro-batches, long prompts): every forced run fails.
+    pins = (
+        ("trainer.micro_train_batch_size_per_gpu", "4"),
+        ("trainer.micro_forward_batch_size_per_gpu", "8"),
+        ("trainer.max_prompt_length", "6000"),
+        ("trainer.train_batch_size", "256"),
+        ("trainer.policy_mini_batch_size", "256"),
+    )
+    out, text = _run(tmp_path, trials=2, confirm=0, pins=pins, output=tmp_path / "tuned.yaml")
+    forced = [r for r in out.records if r.kind is TrialKind.FORCED]
+    assert forced and all(r.status is not None and r.status.value == "oom" for r in forced), text
+    w = out.winner
+    assert w is not None and fails_at_worst(w) and not w.stable, text
+    assert w.forced_run is forced[0] and all(r.ok for r in w.runs if not r.forced)
+    assert out.exit_code == 0 and out.fails_at_worst
+    doc = tuned_document(out.stored, w)
+    worst = doc["metrics"]["worst_case"]
+    assert worst["stable"] == FAILS
+    phase = forced[0].result.verdict.phase
+    assert phase and f"its forced trial {forced[0].number} ran out of memory in {phase}" in worst["fails"]
+    assert re.search(r"asking \d+\.\d GiB more", worst["fails"]), worst["fails"]
+    # What would survive: the knob of the phase that ran out at its lowest, and the length limits.
+    knobs = [p for p in out.space.parameters if phase in p.phases and p.memory.signed]
+    assert knobs, phase
+    for p in knobs:
+        assert f"{p.name}={format_value(min(p.choices, key=p.memory_rank))}" in worst["to_survive"]
+    assert "generator.sampling_params.max_generate_length=3000" in worst["to_survive"]
+    assert "trainer.max_prompt_length=6000" in worst["to_survive"]
+    first = (tmp_path / "tuned.yaml").read_text().splitlines()[0]
+    assert "FAILS AT THE WORST BATCH" in first, first
+    assert f"{FAILS}: its forced trial {forced[0].number}" in text, text
+    assert "no config survives its worst batch" in text and "no stable config found" not in text, text
+    assert any(FAILS in n for n in out.notes), out.notes
+
+
+def test_a_forced_oom_asking_more_than_the_gpu_is_over_steps_straight_to_the_smallest_micro_batch() -> None:
+    # The twin's forced OOMs in policy_train: micro-batch 4 asked 56.5 GiB more with 77.3 GiB in use, micro-batch 2
+    # 26.8 GiB more: halving once leaves it over the GPU, so the repair goes further (to the lowest value at once).
+    assert repair_halvings(OomDemand(needed_gib=77.3 + 56.5, capacity_gib=79.15, tried_gib=56.5)) >= 2
+    assert repair_halvings(OomDemand(needed_gib=77.3 + 26.8, capacity_gib=79.15, tried_gib=26.8)) >= 2
+    # One a little over: one halving of the allocation is enough.
+    assert repair_halvings(OomDemand(needed_gib=85.0, capacity_gib=79.15, tried_gib=20.0)) == 1
+    # Without the allocation's size, the demand's share of the GPU decides, as before.
+    assert repair_halvings(OomDemand(needed_gib=170.0, capacity_gib=79.15)) == 2
