@@ -9,6 +9,8 @@ from collections.abc import Iterator
 import psutil
 import pytest
 
+pytest_plugins = ["tests.backstop"]
+
 RAY_NODES = 2
 """Logical nodes of the test cluster that trials may use (the head is one of them)."""
 RAY_EXIT_WAIT_S = 60.0
