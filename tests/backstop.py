@@ -3,8 +3,10 @@ cannot interrupt.
 
 pytest-timeout fails a test by raising from SIGALRM's handler, which runs only when the main thread
 returns to Python: a test blocked inside C (a Ray or gloo call waiting on a peer that is gone) would
-hang the whole run. ``backstop_grace_s`` after its timeout, faulthandler's own thread dumps every
-thread's stack to stderr and ends the process; under ``pytest -n`` the controller reports that the
+hang the whole run. Wherever pytest-timeout sets a test's timer (its ``pytest_timeout_set_timer``
+hook, with the limit it resolved from the test's mark, ``--timeout``, ``PYTEST_TIMEOUT`` or the
+ini), the backstop arms faulthandler's own thread ``backstop_grace_s`` later: it dumps every
+thread's stack to stderr and ends the process. Under ``pytest -n`` the controller reports that the
 worker crashed in this test and carries on with a new worker."""
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ import faulthandler
 import os
 import sys
 from collections.abc import Iterator
+from typing import IO, Any
 
 import pytest
 
 GRACE_INI = "backstop_grace_s"
-_stderr: list = []
+STDERR = pytest.StashKey[IO[str]]()
 """The process's stderr as it was before pytest captured file descriptor 2 (the stacks must reach
 the terminal, not a capture file that dies with the process)."""
 
@@ -27,25 +30,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    _stderr.append(os.fdopen(os.dup(sys.__stderr__.fileno()), "w"))
-
-
-def _timeout_s(item: pytest.Item) -> float:
-    """The test's pytest-timeout limit: its ``timeout`` mark, else the ini's ``timeout`` (0: none)."""
-    mark = item.get_closest_marker("timeout")
-    if mark is not None and mark.args:
-        return float(mark.args[0])
-    return float(item.config.getini("timeout") or 0)
+    config.stash[STDERR] = os.fdopen(os.dup(sys.__stderr__.fileno()), "w")
 
 
 @pytest.hookimpl(hookwrapper=True)
-def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    limit_s = _timeout_s(item)
-    if limit_s > 0:
-        grace_s = float(item.config.getini(GRACE_INI))
-        faulthandler.dump_traceback_later(limit_s + grace_s, exit=True, file=_stderr[0])
-    try:
-        yield
-    finally:
-        if limit_s > 0:
-            faulthandler.cancel_dump_traceback_later()
+def pytest_timeout_set_timer(item: pytest.Item, settings: Any) -> Iterator[None]:
+    grace_s = float(item.config.getini(GRACE_INI))
+    faulthandler.dump_traceback_later(settings.timeout + grace_s, exit=True, file=item.config.stash[STDERR])
+    yield
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_timeout_cancel_timer(item: pytest.Item) -> Iterator[None]:
+    faulthandler.cancel_dump_traceback_later()
+    yield
