@@ -183,10 +183,9 @@ def run_torchrun(mode: str, log: Path) -> int:
         sys.executable,
         "-m",
         "torch.distributed.run",
+        "--standalone",  # its store binds a free port itself: a port picked here may be taken meanwhile
         "--nproc-per-node",
         "2",
-        "--master-port",
-        str(free_port()),
         str(SCRIPTS / "gloo_torchrun_job.py"),
         mode,
     ]
