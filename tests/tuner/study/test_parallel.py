@@ -18,6 +18,7 @@ from rich.console import Console
 
 from nccl_tune.launchers.teardown import find_marked, kill_marked
 from nccl_tune.tuner.records import study_records as R
+from nccl_tune.tuner.records.storage import open_storage
 from nccl_tune.tuner.settings import RunSettings
 from nccl_tune.tuner.study.loop import run_study
 from tests.tuner.conftest import NCCL_TUNE, TINY_SPACE, run_cli
@@ -159,4 +160,6 @@ def _of_study(study: str):
 
 
 def _trials(storage: str, study: str) -> list:
-    return optuna.load_study(study_name=study, storage=storage).get_trials(deepcopy=False)
+    """The study's trials, read as ``report`` reads them: opening the storage as Optuna does would
+    create its tables, racing the driver that is creating them ("table ... already exists")."""
+    return optuna.load_study(study_name=study, storage=open_storage(storage, create=False)).get_trials(deepcopy=False)
