@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import subprocess
 import sys
 import time
@@ -129,6 +130,15 @@ def twin_space_text() -> str:
     from nccl_tune.search_spaces.loader import load_space
 
     return load_space("skyrl-text2sql").text
+
+
+def twin_space_unjudged(text: str | None = None) -> str:
+    """``text`` (the built-in space's, by default) without ``stability.worst_case_tokens``: its
+    worst case is not judged. For tests of other things: a worst case predicted from a few steps
+    spans tens of percent of the GPU, and under load it has set a test's only winner aside."""
+    text, judged = re.subn(r"\n  worst_case_tokens: >-\n(    .*\n)+", "\n", text or twin_space_text())
+    assert judged == 1
+    return text
 
 
 def run_twin(

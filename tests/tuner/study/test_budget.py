@@ -8,18 +8,20 @@ import json
 import pytest
 import yaml
 
-from tests.tuner.conftest import TWIN_PINS_SPEED_ONLY, run_twin
+from tests.tuner.conftest import TWIN_PINS_SPEED_ONLY, run_twin, twin_space_unjudged
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
 def test_the_search_stops_early_enough_for_the_confirmation_to_run(workdir):
     # offload and NCCL pinned: every trial takes about as long as the others, so the plan holds
+    # and the worst case not judged: a prediction from a few steps once set the re-run config aside
     pins = TWIN_PINS_SPEED_ONLY[4:]
     assert not any("micro" in p for p in pins)
-    proc = run_twin(
-        ["--trials", "50", "--budget", "30s", "--confirm", "1", "--json", "-o", "tuned.yaml", *pins], cwd=workdir
-    )
+    space = workdir / "space.yaml"
+    space.write_text(twin_space_unjudged())
+    args = ["--space", str(space), "--trials", "50", "--budget", "30s", "--confirm", "1", "--json", "-o", "tuned.yaml"]
+    proc = run_twin([*args, *pins], cwd=workdir)
     assert proc.returncode == 0, proc.stderr
     assert "too little for one more trial and 1 confirmation re-run(s)" in proc.stderr
     assert "no new search trial" in proc.stderr
