@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -51,11 +50,10 @@ def read_progress(lines: list[str]):
 
 @pytest.fixture
 def one_rank_group(monkeypatch):
-    """The environment torchrun gives a single rank, for running the job's ``main`` in this process."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    for key, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "RANK": "0", "WORLD_SIZE": "1"}.items():
+    """The environment torchrun gives a single rank, for running the job's ``main`` in this process.
+    Port 0: the rank's store binds a free port itself (a port picked here and released may be taken
+    by another worker's job before the store binds it; once, the rank then waited forever in C)."""
+    for key, value in {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": "0", "RANK": "0", "WORLD_SIZE": "1"}.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("LOCAL_RANK", "0")
     threads = torch.get_num_threads()
