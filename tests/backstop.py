@@ -7,7 +7,8 @@ hang the whole run. Wherever pytest-timeout sets a test's timer (its ``pytest_ti
 hook, with the limit it resolved from the test's mark, ``--timeout``, ``PYTEST_TIMEOUT`` or the
 ini), the backstop arms faulthandler's own thread ``backstop_grace_s`` later: it dumps every
 thread's stack to stderr and ends the process. Under ``pytest -n`` the controller reports that the
-worker crashed in this test and carries on with a new worker."""
+worker crashed in this test and the other workers finish the run (``make test`` passes
+``--max-worker-restart 0``: a replacement worker left this suite's scheduler waiting for good)."""
 
 from __future__ import annotations
 
