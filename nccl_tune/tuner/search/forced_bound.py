@@ -7,6 +7,15 @@ moves it (a value at least as high in ``memory: increasing`` order, at most as h
 parameters, NCCL's variables, left aside; when the OOM named its phase, only the parameters that
 move that phase's peak, by their ``phases``) would fail forced too: it is not stable either, and
 forcing it would spend a trial to learn nothing (``failure_model.FlakyRule`` passes it over, with why).
+
+An OOM says more: how much memory it needed (in use plus the allocation that failed). A phase's
+memory is a fixed part plus a part that grows in proportion to its micro-batch, so a smaller
+micro-batch ``v`` than the failed ``v0`` needs at least ``needed x v / v0`` (all of it scaling is the
+least it can need). On each parameter that moves the phase the OOM named (a number: a micro-batch),
+every value for which that still exceeds the GPU would fail forced as well, with at least the failed
+run's memory on the phase's other parameters. The forward micro-batch 8 of SkyRL's log-probs
+needing 193 GiB forced rules out 4 (97 GiB at least), not 2: the search would otherwise measure 4,
+lead with it and force it, two trials for the same OOM.
 """
 
 from __future__ import annotations
@@ -15,7 +24,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from nccl_tune.failure import FailureClass
-from nccl_tune.search_spaces.space import SearchSpace
+from nccl_tune.oom_demand import oom_demand
+from nccl_tune.search_spaces.space import Parameter, SearchSpace
+from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.tuner.records.study_records import TrialRecord
 from nccl_tune.tuner.search.memory_model import holds_at_least
 
@@ -47,16 +58,66 @@ def _phase(r: TrialRecord) -> str | None:
     return None
 
 
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _below(p: Parameter, value: Any) -> list[Any]:
+    """``p``'s values below ``value`` in memory order, nearest first."""
+    rank = p.memory_rank(value)
+    return sorted((c for c in p.choices if p.memory_rank(c) < rank), key=p.memory_rank, reverse=True)
+
+
 class ForcedFailures:
     """The study's forced runs that failed, and the configs they cover."""
 
     def __init__(self, space: SearchSpace, records: Iterable[TrialRecord]) -> None:
         self.space = space
         self.failed = [r for r in records if failed_forced(r)]
+        self.ceilings = {r.number: self._ceilings(r) for r in self.failed}
+        """Per failed forced run, (parameter, the most memory it may hold and fit) on each parameter
+        that moves the phase its OOM named (the module docstring)."""
+
+    def _ceilings(self, r: TrialRecord) -> list[tuple[Parameter, Any]]:
+        phase = _phase(r)
+        demand = oom_demand(e.text for e in r.result.verdict.evidence) if phase else None
+        if demand is None or demand.needed_gib <= demand.capacity_gib:
+            return []
+        out = []
+        for p in self.space.parameters:
+            v0 = r.values.get(p.name)
+            if phase not in p.phases or not p.memory.signed or not _number(v0) or v0 <= 0:
+                continue
+            lower = _below(p, v0)
+            if not lower or not all(_number(v) for v in lower):
+                continue
+            fitting = [v for v in lower if demand.needed_gib * v / v0 <= demand.capacity_gib]
+            out.append((p, fitting[0] if fitting else lower[-1]))
+        return out
+
+    def _above_ceiling(self, values: Mapping[str, Any], r: TrialRecord) -> Parameter | None:
+        """The parameter on which ``values`` hold more than ``r``'s OOM leaves room for, with at least
+        ``r``'s memory on the phase's other parameters; None when there is none."""
+        phase = _phase(r)
+        for p, top in self.ceilings[r.number]:
+            if values.get(p.name) not in p.choices or p.memory_rank(values[p.name]) <= p.memory_rank(top):
+                continue
+            others = [q for q in self.space.parameters if q is not p and (not q.phases or phase in q.phases)]
+            if all(holds_at_least(q, values, r.values) for q in others):
+                return p
+        return None
 
     def covering(self, values: Mapping[str, Any]) -> TrialRecord | None:
-        """The first failed forced run whose config ``values`` hold at least the memory of."""
-        return next((r for r in self.failed if at_least_the_memory(self.space, values, r.values, _phase(r))), None)
+        """The first failed forced run whose config ``values`` hold at least the memory of, or more
+        than its OOM leaves room for (the module docstring)."""
+        return next(
+            (
+                r
+                for r in self.failed
+                if at_least_the_memory(self.space, values, r.values, _phase(r)) or self._above_ceiling(values, r)
+            ),
+            None,
+        )
 
     def why(self, values: Mapping[str, Any]) -> str:
         r = self.covering(values)
@@ -66,6 +127,13 @@ class ForcedFailures:
         phase = _phase(r)
         where = f" in {phase}" if phase else ""
         of = f"trial {r.rerun_of}'s config" if r.rerun_of is not None else "a config"
+        if not at_least_the_memory(self.space, values, r.values, phase):
+            p = self._above_ceiling(values, r)
+            if p is not None:
+                return (
+                    f"{p.name}={format_value(values[p.name])} is more than the OOM{where} of {of} forced to its "
+                    f"longest batch (trial {r.number}, {p.name}={format_value(r.values[p.name])}) leaves room for"
+                )
         return (
             f"it holds at least the memory{where} of {of}, which {end} forced to its longest batch (trial {r.number})"
         )

@@ -1,10 +1,17 @@
 """Which configs a failed forced run rules out: at least its memory on the parameters that move the
-phase its OOM named (the shipped SkyRL space's ``phases``), NCCL's variables left aside."""
+phase its OOM named (the shipped SkyRL space's ``phases``), NCCL's variables left aside; and, by the
+memory its OOM needed beyond its normal run's peak, every smaller micro-batch of that phase that
+would still need more than the GPU."""
 
 from __future__ import annotations
 
+from optuna.trial import TrialState
+
+from nccl_tune.failure import Evidence, FailureClass, Verdict
 from nccl_tune.search_spaces.loader import load_space
-from nccl_tune.tuner.search.forced_bound import at_least_the_memory
+from nccl_tune.trial import MemoryReport, StopReason, TrialResult
+from nccl_tune.tuner.records.study_records import Outcome, TrialKind, TrialRecord
+from nccl_tune.tuner.search.forced_bound import ForcedFailures, at_least_the_memory
 
 SPACE = load_space("skyrl-text2sql")
 FAILED = {
@@ -34,3 +41,60 @@ def test_an_oom_in_one_phase_rules_out_by_the_parameters_of_that_phase_only():
     lower_train = {**FAILED, "trainer.micro_train_batch_size_per_gpu": 1}
     assert at_least_the_memory(SPACE, lower_train, FAILED, "fwd_logprobs_values_reward")
     assert not at_least_the_memory(SPACE, lower_train, FAILED, "policy_train")
+
+
+def _oom_line(asked_gib: float, in_use_gib: float) -> str:
+    free = max(79.15 - in_use_gib, 0.05)
+    return (
+        f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {asked_gib:.2f} GiB. GPU 5 has a total "
+        f"capacity of 79.15 GiB of which {free:.2f} GiB is free. Including non-PyTorch memory, this process has "
+        f"{in_use_gib:.2f} GiB memory in use."
+    )
+
+
+def forced_oom(number: int, of: int, values: dict, phase: str, line: str) -> TrialRecord:
+    """Trial ``of``'s config forced to its longest batch, out of memory in ``phase`` (PyTorch's message its evidence)."""
+    result = TrialResult(
+        number=number,
+        status=FailureClass.OOM,
+        verdict=Verdict(FailureClass.OOM, phase=phase, evidence=(Evidence(1, line),)),
+        stop_reason=StopReason.EXITED,
+        memory=MemoryReport("rss", ()),
+    )
+    return TrialRecord(
+        number, TrialState.COMPLETE, values, TrialKind.FORCED, Outcome.LAUNCHED, FailureClass.OOM, result, rerun_of=of
+    )
+
+
+def forced_failures(asked_gib: float, in_use_gib: float, phase: str = "fwd_logprobs_values_reward", values=None):
+    return ForcedFailures(SPACE, [forced_oom(7, 3, values or FORWARD_8, phase, _oom_line(asked_gib, in_use_gib))])
+
+
+FORWARD_8 = {
+    **FAILED,
+    "trainer.micro_train_batch_size_per_gpu": 1,
+    "trainer.micro_forward_batch_size_per_gpu": 8,
+    "trainer.max_prompt_length": 4096,
+}
+FORWARD = "trainer.micro_forward_batch_size_per_gpu"
+
+
+def test_a_forced_oom_far_beyond_the_gpu_rules_out_every_micro_batch_too_large_to_shed_it():
+    # The twin's forced run of forward micro-batch 8: 116 GiB asked with 77.3 GiB in use, 193 GiB needed. Were
+    # all of it to halve with the micro-batch, 4 would still need 97 GiB: over the GPU. 2 may fit (it did, at 94%).
+    failed = forced_failures(116.0, 77.3)
+    four = {**FORWARD_8, FORWARD: 4}
+    assert failed.covering(four) is not None
+    assert f"{FORWARD}=4 is more than the OOM in fwd_logprobs_values_reward" in failed.why(four)
+    assert failed.covering({**FORWARD_8, FORWARD: 2}) is None
+    # With less memory elsewhere in that phase (a shorter prompt limit kept), 4 may fit; the training
+    # micro-batch does not move the forward phase's peak.
+    assert failed.covering({**four, "trainer.max_prompt_length": 2048}) is None
+    assert failed.covering({**four, "trainer.micro_train_batch_size_per_gpu": 2}) is not None
+    # Micro-batch 4 of policy training needing 134 GiB: 2 might need only 67, so only what holds at least its
+    # memory is ruled out.
+    train = forced_failures(56.5, 77.3, "policy_train", FAILED)
+    assert train.covering({**FAILED, "trainer.micro_train_batch_size_per_gpu": 2}) is None
+    assert train.covering(FAILED) is not None
+    # Without the phase, nothing says which micro-batch to lower.
+    assert forced_failures(116.0, 77.3, phase="").covering(four) is None
