@@ -282,19 +282,26 @@ class FailureModel:
 
     def _held_posteriors(self, values: Mapping[str, Any]) -> list[tuple[float, float, float]]:
         """(alpha, beta, mean failure cost) of each blamed cause ``values`` hold. A value whose
-        failures were cheap (``_cheap``: crashes at start-up) counts only in its context
-        (``_in_context``): its runs cannot tell it from the partner they all held, and one more try
-        without that partner costs little and settles it; a value whose failures cost about a
-        run (a hang) counts everywhere."""
+        failures were cheap (``_cheap``: crashes at start-up) counts only next to one of its
+        partners (``_near_context``): its runs cannot tell it from the partners they all held, and
+        one more try without them costs little and settles it; a value whose failures cost about
+        a run (a hang) counts everywhere."""
         out = []
         for k in self.keys(values):
             post = self._posterior(k)
             if post is None:
                 continue
-            if self._cheap(k) and not self._in_context(k[1], values):
+            if self._cheap(k) and not self._near_context(k[1], values):
                 continue
             out.append((*post, self.cost_s[k]))
         return out
+
+    def _near_context(self, cause: Cause, values: Mapping[str, Any]) -> bool:
+        """True when ``values`` hold one of the values every failed run holding ``cause`` held (or it
+        had none): such a config may hold the very partner the value fails with, so it stays suspect;
+        only one holding none of them (the planner's move without a partner) tries the value apart."""
+        partners = self.partners.get(cause, frozenset())
+        return not partners or any(values.get(name) == value for name, value in partners)
 
     def _cheap(self, k: Key) -> bool:
         """True when ``k`` is one value whose failures cost less than ``CHEAP_SHARE`` of a finished
@@ -361,7 +368,7 @@ class FailureModel:
     def partnered(self) -> dict[Value, frozenset[Value]]:
         """Value -> its partners, for each blamed value whose failures were cheap (``_cheap``) and
         all came next to the same other values: the runs cannot tell it from them, and only a run
-        that holds it without one of them can (the planner's move without a partner). Read once per
+        that holds it without them can (the planner's move without a partner). Read once per
         base by the planner; the model does not change after its fit."""
         return {
             k[1][0]: self.partners[k[1]]

@@ -32,7 +32,8 @@ proposes what an uninterrupted one would):
    partner: a value whose failures were cheap (start-up crashes) and all came next to the same
    other values, from a base that holds those values, together with one of them set back to the
    baseline's (a shorter prompt limit crashed at the incumbent's larger batch; from there no
-   single change tries it at the smaller one).
+   single change tries it at the smaller one); with every partner set back at once, so one trial
+   tells the value from all of them.
 4. Each move is scored ``expected improvement x P(fits in memory) x worth``: expected
    improvement over the incumbent under the throughput model (parameters whose measured effect is
    within noise promise little and wait; untried values of parameters with a large measured spread
@@ -251,18 +252,19 @@ class Planner:
 
     def without_partner(self, base: Mapping[str, Any], number: int) -> list[Move]:
         """A value that failed cheaply, each time next to the same partners (a shorter prompt limit,
-        every start-up of it at a batch larger than the prompts it keeps), together with one of
-        those partners set back to the baseline's value, from a base that holds them all: from
-        there one change cannot tell the value from its partner, and both changes at once can."""
+        every start-up of it at a batch larger than the prompts it keeps), with all those partners
+        set back to the baseline's values, from a base that holds them all: from there one change
+        cannot tell the value from its partners, and this move can at once. A move that set one
+        partner back would leave the others, one of which may be the one: the value would crash
+        again, and again, one partner cleared each time."""
         out = []
         for (name, value), partners in self.failures.partnered.items():
             if base.get(name) == value or not all(base.get(n) == v for n, v in partners):
                 continue
-            for other, _ in partners:
-                if other in self.pinned:
-                    continue
-                values = self.full({**base, name: value, other: self.baseline[other]})
-                out.append(Move(values, (name, other), number, kind="move without a partner"))
+            back = {other: self.baseline[other] for other, _ in partners if other not in self.pinned}
+            if back:
+                values = self.full({**base, name: value, **back})
+                out.append(Move(values, (name, *sorted(back)), number, kind="move without a partner"))
         return out
 
     def needs_enabler(self, values: Mapping[str, Any], name: str) -> bool:

@@ -379,6 +379,23 @@ def test_a_value_that_crashed_start_ups_only_next_to_a_partner_is_worth_a_try_wi
     assert alone < 0.9 and together < 0.5
 
 
+def test_a_value_that_crashed_start_ups_next_to_two_partners_stays_suspect_next_to_either():
+    """The larger batch crashed two start-ups, each next to a shorter prompt limit and the Ring
+    algorithm: either may be its partner. A config holding the batch with one of them may crash
+    the same way; only one holding neither tries the batch apart (cheaply: a start-up crash)."""
+    records = [run(0, {}), run(1, {"prompt": 2048}), run(2, {"NCCL_ALGO": "Ring"}), run(3, {"NCCL_PROTO": "LL"})]
+    records += [
+        run(4 + i, {"batch": 512, "prompt": 2048, "NCCL_ALGO": "Ring", "NCCL_PROTO": proto}, FailureClass.CRASH, 70.0)
+        for i, proto in enumerate(["unset", "LL"])
+    ]
+    m = model(records)
+    clean = m.worth({**BASE, "NCCL_PROTO": "Simple"})
+    assert m.p_ok({**BASE, "batch": 512, "prompt": 2048}) < 0.6  # 0.90 when it counted only next to both
+    assert m.p_ok({**BASE, "batch": 512, "NCCL_ALGO": "Ring"}) < 0.6
+    assert m.worth({**BASE, "batch": 512}) == pytest.approx(clean)
+    assert m.partnered[("batch", 512)] == {("prompt", 2048), ("NCCL_ALGO", "Ring")}
+
+
 def test_hangs_next_to_the_memory_wall_are_blamed_on_the_wall_not_on_each_runs_new_value():
     """Three runs within twice the headroom of the wall (peaks 93-94%, a 5% headroom) hung after
     some steps, each next to another NCCL value and with another parameter taking it near the wall;

@@ -338,6 +338,23 @@ def test_a_value_that_crashed_start_ups_next_to_a_partner_is_tried_with_the_part
         )
 
 
+def test_a_value_that_crashed_next_to_two_partners_is_tried_with_both_set_back_at_once():
+    """The shorter prompt limit crashed at start-up twice, each time at the larger batch and with the
+    Ring algorithm: either may be its partner. Setting one back would leave the other, which may be
+    the one; the move sets both back, and the limit is not tried next to either meanwhile."""
+    records = [prompt_run(0, {}), prompt_run(1, {"batch": 512}), prompt_run(2, {"batch": 512, "NCCL_ALGO": "Ring"})]
+    records += [prompt_run(3, {"batch": 512, "prompt": 2048, "NCCL_ALGO": "Ring"}, FailureClass.CRASH, 70.0)]
+    records += [prompt_run(4, {"batch": 512, "NCCL_ALGO": "Tree"})]
+    records += [prompt_run(5, {"batch": 512, "prompt": 2048, "NCCL_ALGO": "Ring"}, FailureClass.CRASH, 70.0)]
+    planner = Planner(PROMPTS, {}, records)
+    moves = planner.moves([(2, records[2].values)])
+    apart = [m for m in moves if m.kind == "move without a partner"]
+    assert [m.values for m in apart] == [{**PROMPTS.defaults(), "prompt": 2048}], apart
+    assert apart[0].changed == ("prompt", "NCCL_ALGO", "batch")
+    for partner in ({"batch": 512}, {"NCCL_ALGO": "Ring"}):
+        assert planner.failures.p_ok({**PROMPTS.defaults(), "prompt": 2048, **partner}) < 0.6, partner
+
+
 def told(study: optuna.Study, r: TrialRecord) -> None:
     """``r`` added to a real Optuna study as the tuner stores it (values and result in user attributes)."""
     from nccl_tune.tuner.records.sampling import distributions, to_optuna
