@@ -337,7 +337,7 @@ def fingerprint(space: SearchSpace, pins: Pins, steps: int) -> str:
             default=str,
         ).encode()
     )
-    for path in sorted((REPO / "nccl_tune" / "sim").glob("*.py")):
+    for path in sorted((REPO / "twin").glob("*.py")):
         h.update(path.read_bytes())
     return h.hexdigest()[:16]
 
