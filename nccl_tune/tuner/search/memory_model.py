@@ -46,9 +46,13 @@ A run's highest peak that stays flat along a memory-increasing axis (a micro-bat
 trainer's part while the generation engine's pool sets the peak) says only that this axis's own
 part of memory sits somewhere below the peak, as far as the runs went: a move past the largest value
 measured along it gets an extra spread (``HIDDEN_SHARE`` per doubling past it), so the odds that it
-fits say "maybe" until a run there measures it. This matters where memory is known only from a
-trainer's log (``nccl-tune run`` on most trainers): runs' highest peaks, no peaks per phase. A phase's
-own fit measures that phase and gets no such spread.
+fits say "maybe" until a run there measures it. The same holds the other way: a move that pays for
+an increase with a decrease past the smallest value measured along another axis (a forward
+micro-batch of 1, where only 8 and 16 ran, to make room for a larger training micro-batch) gets
+that spread per halving past it, since the saving the fit extrapolates there may belong to a phase
+that does not set the peak. This matters where memory is known only from a trainer's log
+(``nccl-tune run`` on most trainers): runs' highest peaks, no peaks per phase. A phase's own fit
+measures that phase and gets no such spread.
 
 An OOM names the phase it happened in (``Verdict.phase``). A parameter that does not move that
 phase's peak (the space declares the phases it moves, ``Parameter.phases``, or the study measured
@@ -523,20 +527,24 @@ class PeakFit:
 
     def _hidden(self, pt: _Point, pz: np.ndarray, dz: np.ndarray) -> float:
         """Extra spread of log peak for a move past the largest value measured along a
-        memory-increasing numeric axis that the runs' highest peaks measured as flat (module
-        docstring: a phase hidden under another's peak). Only for a fit of the runs' highest
-        peaks; a phase's own fit measures that phase."""
+        memory-increasing numeric axis that the runs' highest peaks measured as flat, and for a
+        move that pays for an increase with a decrease past the smallest value measured along
+        another such axis (module docstring: a phase hidden under another's peak). Only for a fit
+        of the runs' highest peaks; a phase's own fit measures that phase."""
         if self.by_effect or not np.any(dz > 0):
             return 0.0
         extra = 0.0
         for j in self.affine:
-            if dz[j] <= 0.0:
+            if dz[j] == 0.0:
                 continue
             measured = [qz[j] for _, qz in self.anchors]
-            past = pz[j] + dz[j] - max(measured, default=pz[j])
-            if past <= 0.0 or self._elasticity(pt, pz, j) >= FLAT_ELASTICITY:
+            if dz[j] < 0.0:
+                past = min(measured, default=pz[j]) - (pz[j] + dz[j])
+            elif self._elasticity(pt, pz, j) < FLAT_ELASTICITY:
+                past = pz[j] + dz[j] - max(measured, default=pz[j])
+            else:
                 continue
-            extra += HIDDEN_SHARE * past * math.log(2)
+            extra += HIDDEN_SHARE * max(past, 0.0) * math.log(2)
         return extra
 
     def _elasticity(self, pt: _Point, pz: np.ndarray, j: int) -> float:
