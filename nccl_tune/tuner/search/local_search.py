@@ -30,10 +30,9 @@ proposes what an uninterrupted one would):
    one-parameter moves of different parameters in one trial, each change either not rated slower
    than that config or back to the baseline's value (``Planner.pairs``). And a move without a
    partner: a value whose failures were cheap (start-up crashes) and all came next to the same
-   other values, from a base that holds those values, together with one of them set back to the
-   baseline's (a shorter prompt limit crashed at the incumbent's larger batch; from there no
-   single change tries it at the smaller one); with every partner set back at once, so one trial
-   tells the value from all of them.
+   other values, from a base that holds those values, together with all of them set back to the
+   baseline's at once (a shorter prompt limit crashed at the incumbent's larger batch; from there
+   no single change tries it at the smaller one, and one trial tells the value from all of them).
 4. Each move is scored ``expected improvement x P(fits in memory) x worth``: expected
    improvement over the incumbent under the throughput model (parameters whose measured effect is
    within noise promise little and wait; untried values of parameters with a large measured spread
