@@ -49,8 +49,8 @@ measured along it gets an extra spread (``HIDDEN_SHARE`` per doubling past it), 
 fits say "maybe" until a run there measures it. The same holds the other way: a move that pays for
 an increase with a decrease past the smallest value measured along another axis (a forward
 micro-batch of 1, where only 8 and 16 ran, to make room for a larger training micro-batch) gets
-that spread per halving past it, since the saving the fit extrapolates there may belong to a phase
-that does not set the peak. This matters where memory is known only from a trainer's log
+that spread per halving past it, and the prediction counts the saving only as far as that smallest
+value: the saving the fit extrapolates past it may belong to a phase that does not set the peak. This matters where memory is known only from a trainer's log
 (``nccl-tune run`` on most trainers): runs' highest peaks, no peaks per phase. A phase's own fit
 measures that phase and gets no such spread.
 
@@ -509,7 +509,7 @@ class PeakFit:
         for j, p in enumerate(self.signed):
             if p.name in still:
                 dz[j] = 0.0
-        change, grad, on_line = self._change(pt, pz, dz)
+        change, grad, on_line = self._change(pt, pz, self._trusted(pz, dz))
         spread = float(grad @ self.cov @ grad)
         prior_spread = float((self.prior_sd * grad) @ (self.prior_sd * grad))
         residual = self.sigma if np.any(dz) else SIGMA_FLOOR
@@ -524,6 +524,19 @@ class PeakFit:
         peak = min(max(peak, lower), upper) if upper >= lower else lower
         measured = on_line and spread <= MEASURED_SHARE * prior_spread
         return MemoryPrediction(peak, math.sqrt(var), lower, upper, pt.number, lower_from, measured=measured)
+
+    def _trusted(self, pz: np.ndarray, dz: np.ndarray) -> np.ndarray:
+        """``dz`` with a decrease past the smallest value measured along its axis stopped there,
+        when the move increases another axis: of the runs' highest peaks, no run says that the
+        part saved past it sets the peak (the module docstring; ``_hidden`` gives the spread). A
+        phase's own fit measures that phase."""
+        if self.by_effect or not np.any(dz > 0) or not self.anchors:
+            return dz
+        out = dz.copy()
+        for j in self.affine:
+            if dz[j] < 0.0:
+                out[j] = max(dz[j], min(qz[j] for _, qz in self.anchors) - pz[j])
+        return out
 
     def _hidden(self, pt: _Point, pz: np.ndarray, dz: np.ndarray) -> float:
         """Extra spread of log peak for a move past the largest value measured along a
