@@ -84,7 +84,9 @@ def test_a_killed_driver_leaves_orphans_that_the_next_run_reaps_and_records(stud
     driver.communicate(timeout=30)
 
     orphans = {p.pid for p in find_marked(study_match(study))}
-    assert {pids["main"], *pids["detached"]} <= orphans  # they outlive the driver
+    assert set(pids["detached"]) <= orphans  # they outlive the driver
+    # the trainer itself may die of its broken stdout (its reader was the driver) before the scan
+    assert pids["main"] in orphans or not _alive(pids["main"])
     assert read_result(results / "trial-1") is None
 
     resumed = subprocess.run(
