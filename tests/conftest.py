@@ -4,6 +4,7 @@ processes outlives it."""
 from __future__ import annotations
 
 import contextlib
+import warnings
 from collections.abc import Iterator
 
 import psutil
@@ -43,8 +44,11 @@ def _wait_gone(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Pro
 def loopback_ray_cluster() -> Iterator[object]:
     """A Ray cluster on loopback: ``RAY_NODES`` logical nodes, each offering ``nccl_tune_node: 1``
     and eight GPU-like units; this process is its driver. On exit the cluster is shut down and its
-    processes waited for: one still alive after ``RAY_EXIT_WAIT_S`` is killed and fails the test
-    run (a left-over ``gcs_server`` makes later tests see "a Ray cluster is running")."""
+    processes waited for: one still alive after ``RAY_EXIT_WAIT_S`` is killed (a left-over
+    ``gcs_server`` makes later tests see "a Ray cluster is running") with a warning naming it, and
+    fails the test run only if it survives the kill. Ray's own daemons (a node's agents) have taken
+    more than a minute to exit on a loaded machine: that is Ray's pace, not a leak of the tool's,
+    whose trial processes other tests hold to account."""
     ray = pytest.importorskip("ray")
     from ray.cluster_utils import Cluster
 
@@ -65,10 +69,21 @@ def loopback_ray_cluster() -> Iterator[object]:
         cluster.shutdown()
     ours += [p for p in _ray_processes_of_this_test_run() if p.pid not in before]
     left = _wait_gone(list({p.pid: p for p in ours}.values()), RAY_EXIT_WAIT_S)
+    slow = [_described(p) for p in left]
     for proc in left:
         proc.kill()
-    psutil.wait_procs(left, timeout=5)
-    assert not left, f"the test Ray cluster left processes behind: {[p.pid for p in left]}"
+    _, survivors = psutil.wait_procs(left, timeout=5)
+    assert not survivors, f"the test Ray cluster left processes that survive SIGKILL: {slow}"
+    if slow:
+        warnings.warn(f"Ray processes still alive {RAY_EXIT_WAIT_S:.0f} s after shutdown, killed: {slow}", stacklevel=2)
+
+
+def _described(proc: psutil.Process) -> str:
+    """``PID: command line`` of ``proc``, for a message (its pid alone once it is gone)."""
+    try:
+        return f"{proc.pid}: {' '.join(proc.cmdline())[:200]}"
+    except psutil.Error:
+        return str(proc.pid)
 
 
 RAY_FILES = frozenset(
