@@ -322,11 +322,18 @@ class FailureModel:
         held = self._held_posteriors(values)
         ok = math.prod(b / (a + b) for a, b, _ in held)
         both = math.prod(b * (b + 1.0) / ((a + b) * (a + b + 1.0)) for a, b, _ in held)
+        return ok, both / max(ok + (1.0 - ok) * max(self._cost_ratio(held), 1.0), 1e-12)
+
+    def cost_ratio(self, values: Mapping[str, Any]) -> float:
+        """What a failure of ``values`` would cost, in finished runs: the mean cost of the failures of
+        the causes they hold, weighted by their rates (1 where they hold none, or none finished)."""
+        return self._cost_ratio(self._held_posteriors(values))
+
+    def _cost_ratio(self, held: Sequence[tuple[float, float, float]]) -> float:
         risk = [(a / (a + b), cost) for a, b, cost in held]
-        ratio = 1.0
-        if risk and self.ok_cost_s > 0:
-            ratio = sum(p * c for p, c in risk) / sum(p for p, _ in risk) / self.ok_cost_s
-        return ok, both / max(ok + (1.0 - ok) * max(ratio, 1.0), 1e-12)
+        if not risk or self.ok_cost_s <= 0:
+            return 1.0
+        return sum(p * c for p, c in risk) / sum(p for p, _ in risk) / self.ok_cost_s
 
     def flaky(self, values: Mapping[str, Any]) -> list[tuple[Cause, float, float]]:
         """(cause, failures taken, mean rate) of each value or pair in ``values`` that made runs fail

@@ -42,7 +42,10 @@ proposes what an uninterrupted one would):
    (``FailureModel.p_ok`` below even) waits while a move likely to finish is worth a trial: its
    promise is the prior spread of an effect its failures never measure, so NVLS without cuMem,
    hung once, would otherwise be tried again from each new base once the other moves promise
-   little. Configs the admission rule would refuse
+   little. A move whose expected failed seconds the study's failure budget cannot take waits
+   while one it can take is worth a trial (``failure_budget``: failed runs may take
+   ``FAILED_SHARE`` of the GPU time the run plans; TPE's draws are held to it too). Configs the
+   admission rule would refuse
    (predicted OOM or within the headroom), configs already tried and configs holding a flaky value
    or pair (``FailureModel.flaky``: the incumbent and the export pass such a config over, however
    its run goes) are never proposed. Among configs tied with the best (its modelled lead over them
@@ -102,10 +105,12 @@ from nccl_tune.tuner.records.nccl_sweep import load as load_sweep
 from nccl_tune.tuner.records.sampling import distributions, from_optuna, to_optuna
 from nccl_tune.tuner.records.stability import candidates, run_key
 from nccl_tune.tuner.records.study_records import Outcome, TrialRecord
+from nccl_tune.tuner.search.failure_budget import FailureBudget
 from nccl_tune.tuner.search.failure_model import FailureModel
 from nccl_tune.tuner.search.forced_bound import ForcedFailures
 from nccl_tune.tuner.search.memory_model import MemoryModel, failure_wall_frac
 from nccl_tune.tuner.search.throughput_model import ThroughputModel, axis
+from nccl_tune.wording import duration
 
 TPE_DRAWS = 8
 """TPE proposals drawn, where no move is worth a trial, to find one the memory model gives an even
@@ -172,9 +177,15 @@ class Planner:
     """One proposal from the study's records (the module docstring, steps 1-5)."""
 
     def __init__(
-        self, space: SearchSpace, pinned: Mapping[str, Any], records: Sequence[TrialRecord], sweep: Sweep | None = None
+        self,
+        space: SearchSpace,
+        pinned: Mapping[str, Any],
+        records: Sequence[TrialRecord],
+        sweep: Sweep | None = None,
+        horizon_trials: int | None = None,
     ) -> None:
-        """``sweep``: what the NCCL sweep timed (``nccl_sweep.load``), if it ran."""
+        """``sweep``: what the NCCL sweep timed (``nccl_sweep.load``), if it ran; ``horizon_trials``:
+        the launched trials the study is planned to end with (the failure budget's horizon)."""
         self.space = space
         self.sweep = sweep or Sweep()
         self.pinned = dict(pinned)
@@ -193,6 +204,7 @@ class Planner:
             memory_wall_frac=failure_wall_frac(space),
             p_below=self.memory.p_below,
         )
+        self.budget = FailureBudget.of_study(self.records, horizon_trials)
         self.declined = ""
         """Why ``propose`` returned None."""
 
@@ -474,10 +486,16 @@ class Planner:
         likely = ok >= LIKELY
         if (likely & (score >= floor)).any():
             score = np.where(likely, score, 0.0)
+        affordable = np.array([self.affordable(m.values, f, o) for m, f, o in zip(pool, fits, ok)])
+        over = not (affordable & (score >= floor)).any() and bool((score >= floor).any())
+        score = np.where(affordable, score, 0.0)
         i = int(np.argmax(score))
         if score[i] < floor:
             self.declined = (
-                f"no move is worth a trial (best expected gain {score[i]:.2%} after the odds it fits and "
+                "no move within the study's failure budget is worth a trial (failed runs took "
+                f"{duration(self.budget.failed_s)} of {duration(self.budget.launched_s)})"
+                if over
+                else f"no move is worth a trial (best expected gain {score[i]:.2%} after the odds it fits and "
                 f"finishes, needs {floor:.2%})"
             )
             return None
@@ -485,6 +503,11 @@ class Planner:
         return Proposal(
             pool[i].values, self.describe(pool[i], gain_log, fits[i]), float(score[i]), float(fits[i]), gain_log
         )
+
+    def affordable(self, values: Mapping[str, Any], fits: float, ok: float) -> bool:
+        """True when a run of ``values``, fitting with odds ``fits`` and finishing with ``ok``, fits
+        the study's failure budget (``failure_budget``)."""
+        return self.budget.allows(self.budget.expected_failed_s(fits * ok, self.failures.cost_ratio(values)))
 
     def describe(self, move: Move, gain: float, fits: float) -> str:
         changes = ", ".join(f"{n}={move.values[n]}" for n in move.changed)
@@ -501,9 +524,17 @@ class LocalSearchSampler(BaseSampler):
     """Optuna's face of ``Planner`` (the module docstring); TPE when no local move is worth a trial."""
 
     def __init__(
-        self, space: SearchSpace, held: HeldParameters | Mapping[str, Any] | None = None, seed: int | None = None
+        self,
+        space: SearchSpace,
+        held: HeldParameters | Mapping[str, Any] | None = None,
+        seed: int | None = None,
+        planned_trials: int | None = None,
     ) -> None:
+        """``planned_trials``: the trials this run is asked to launch (the failure budget's horizon
+        counts them after those the study launched before; None: no horizon)."""
         self.space = space
+        self.planned_trials = planned_trials
+        self._horizon: int | None = None
         self.held = held if isinstance(held, HeldParameters) else HeldParameters.of_values(space, held)
         """The run's held parameters, read at each proposal (a parameter dropped mid-study is held)."""
         self._tpe = tpe_sampler(seed)
@@ -528,7 +559,9 @@ class LocalSearchSampler(BaseSampler):
             return {}
         trials = [t for t in study.get_trials(deepcopy=False) if t.number != trial.number]
         records = R.records_of(t for t in trials if t.state is not TrialState.RUNNING)
-        planner = Planner(self.space, self.pinned, records, load_sweep(study, self.space))
+        if self._horizon is None and self.planned_trials is not None:
+            self._horizon = self.planned_trials + sum(r.outcome is Outcome.LAUNCHED for r in records)
+        planner = Planner(self.space, self.pinned, records, load_sweep(study, self.space), self._horizon)
         self.last = planner.propose(self._rng)
         self._last_number = trial.number
         self._fallback = None
@@ -541,8 +574,8 @@ class LocalSearchSampler(BaseSampler):
 
     def _tpe_that_fits(self, study: optuna.Study, trial: FrozenTrial, planner: Planner) -> dict[str, Any]:
         """TPE's proposal for ``trial``: the first of up to ``TPE_DRAWS`` that the planner's memory
-        model gives an even chance to fit and its failure model an even chance to finish, else the
-        likeliest to do both of them (TPE knows nothing of memory or of the values the command
+        model gives an even chance to fit and its failure model an even chance to finish, within the
+        study's failure budget (``Planner.affordable``), else the likeliest to do both of them (TPE knows nothing of memory or of the values the command
         refused: on a landscape where most configs run out of memory, or where a batch rule refuses
         a value, some of its proposals did)."""
         tpe_space = self._tpe.infer_relative_search_space(study, trial)
@@ -555,7 +588,7 @@ class LocalSearchSampler(BaseSampler):
             values = from_optuna(self.space, params, self.pinned)
             fits = planner.memory.p_fits(values)
             ok = planner.failures.p_ok(values)
-            if fits >= 0.5 and ok >= LIKELY:
+            if fits >= 0.5 and ok >= LIKELY and planner.affordable(values, fits, ok):
                 return params
             if likeliest is None or fits * ok > likeliest[0]:
                 likeliest = (fits * ok, params)

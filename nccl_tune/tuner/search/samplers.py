@@ -13,13 +13,18 @@ from nccl_tune.tuner.search.local_search import LocalSearchSampler, tpe_sampler
 
 
 def make_sampler(
-    name: str, seed: int | None, space: SearchSpace, held: HeldParameters | Mapping[str, Any] | None = None
+    name: str,
+    seed: int | None,
+    space: SearchSpace,
+    held: HeldParameters | Mapping[str, Any] | None = None,
+    planned_trials: int | None = None,
 ) -> optuna.samplers.BaseSampler:
     """The sampler ``name`` (one of ``settings.SAMPLERS``, checked by ``RunSettings``): ``local``
     moves from the incumbent by expected gain, memory-aware (``local_search.py``); ``tpe`` models
-    the whole space; ``random`` is the yardstick."""
+    the whole space; ``random`` is the yardstick. ``planned_trials``: the trials this run launches
+    (``local`` holds the study's failed runs to a share of the time they plan: ``failure_budget``)."""
     if name == "local":
-        return LocalSearchSampler(space, held, seed)
+        return LocalSearchSampler(space, held, seed, planned_trials)
     if name == "tpe":
         return tpe_sampler(seed)
     return optuna.samplers.RandomSampler(seed=seed)

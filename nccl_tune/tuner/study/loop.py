@@ -197,7 +197,7 @@ class StudyLoop:
             storage,
             self.settings.storage_url,
             self.study_name,
-            make_sampler(self.settings.sampler, self.settings.seed, self.space, self.held),
+            make_sampler(self.settings.sampler, self.settings.seed, self.space, self.held, self.settings.trials),
             space_name=self.space.name,
             space_source=self.space.source,
             space_text=self.space.text,

@@ -118,6 +118,19 @@ def test_a_failure_at_start_up_costs_less_than_a_hang_and_weighs_less_on_a_propo
     assert crash == pytest.approx(worth(FailureClass.CRASH, 1000.0), rel=1e-9)
 
 
+def test_a_failure_is_priced_in_finished_runs_by_what_the_failures_it_risks_cost():
+    """The failure budget's price of a failure (``cost_ratio``): a value that hung for 1,500 s where
+    a finished run takes 1,000 s costs one and a half runs; the baseline, which holds no suspect value, one."""
+    records = [
+        run(0, {}),
+        run(1, {"batch": 512}),
+        run(2, {"batch": 512, "NCCL_ALGO": "NVLS"}, FailureClass.HANG, 1500.0),
+    ]
+    m = model(records)
+    assert m.cost_ratio({**BASE, "batch": 512, "NCCL_ALGO": "NVLS"}) == pytest.approx(1.5)
+    assert m.cost_ratio(BASE) == 1.0
+
+
 def test_a_pair_that_crashed_every_start_up_is_not_worth_another_cheap_try():
     """A shorter prompt limit crashed at the larger batch three times, 70 s each against 1,000 s for a
     finished run: however cheap, a fourth try is worth less than half a sure one."""
