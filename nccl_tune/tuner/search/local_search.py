@@ -575,11 +575,12 @@ class LocalSearchSampler(BaseSampler):
     def _tpe_that_fits(self, study: optuna.Study, trial: FrozenTrial, planner: Planner) -> dict[str, Any]:
         """TPE's proposal for ``trial``: the first of up to ``TPE_DRAWS`` that the planner's memory
         model gives an even chance to fit and its failure model an even chance to finish, within the
-        study's failure budget (``Planner.affordable``), else the likeliest to do both of them (TPE knows nothing of memory or of the values the command
+        study's failure budget (``Planner.affordable``), else the likeliest to do both of them,
+        those within the budget first (TPE knows nothing of memory or of the values the command
         refused: on a landscape where most configs run out of memory, or where a batch rule refuses
         a value, some of its proposals did)."""
         tpe_space = self._tpe.infer_relative_search_space(study, trial)
-        likeliest: tuple[float, dict[str, Any]] | None = None
+        likeliest: tuple[tuple[bool, float], dict[str, Any]] | None = None
         every = set(distributions(self.space, self.pinned))
         for _ in range(TPE_DRAWS):
             params = self._tpe.sample_relative(study, trial, tpe_space)
@@ -588,10 +589,11 @@ class LocalSearchSampler(BaseSampler):
             values = from_optuna(self.space, params, self.pinned)
             fits = planner.memory.p_fits(values)
             ok = planner.failures.p_ok(values)
-            if fits >= 0.5 and ok >= LIKELY and planner.affordable(values, fits, ok):
+            affordable = planner.affordable(values, fits, ok)
+            if fits >= 0.5 and ok >= LIKELY and affordable:
                 return params
-            if likeliest is None or fits * ok > likeliest[0]:
-                likeliest = (fits * ok, params)
+            if likeliest is None or (affordable, fits * ok) > likeliest[0]:
+                likeliest = ((affordable, fits * ok), params)
         return likeliest[1] if likeliest is not None else {}
 
     def why(self, number: int, values: Mapping[str, Any]) -> str | None:

@@ -482,8 +482,8 @@ def test_no_move_goes_to_a_config_holding_a_flaky_value():
         assert moves and any(m.values["NCCL_ALGO"] == "Tree" for m in moves) is not flaky
 
 
-def tpe_fallback_proposals(seed: int, asks: int) -> list[float]:
-    """P(fits) of the configs the sampler proposes where every move near the best is measured: no-
+def tpe_fallback_study(seed: int, asks: int) -> tuple[list[dict], list[TrialRecord]]:
+    """The configs the sampler proposes, and the study's records, where every move near the best is measured: no-
     checkpointing micro-batches of 4 are the fastest, checkpointing triples a step, a micro-batch of
     8 without it ran out of memory, and the larger ones without it were never run."""
     import itertools
@@ -501,15 +501,21 @@ def tpe_fallback_proposals(seed: int, asks: int) -> list[float]:
         if ckpt or micro < 8 or (micro == 8 and algo == "unset"):
             records.append(record(len(records), v, peak(v), step_s(v)))
             told(study, records[-1])
-    memory = Planner(SPACE, {}, records).memory
     out = []
     for _ in range(asks):
         trial = study.ask()
         values = suggest(trial, SPACE, {})
         assert sampler.why(trial.number, values).startswith("TPE, since every move from the best configs is tried")
-        out.append(memory.p_fits(values))
+        out.append(values)
         study.tell(trial, state=TrialState.FAIL)
-    return out
+    return out, records
+
+
+def tpe_fallback_proposals(seed: int, asks: int) -> list[float]:
+    """P(fits) of the configs ``tpe_fallback_study`` proposes."""
+    values, records = tpe_fallback_study(seed, asks)
+    memory = Planner(SPACE, {}, records).memory
+    return [memory.p_fits(v) for v in values]
 
 
 def test_where_no_move_is_worth_a_trial_tpe_proposes_configs_the_memory_model_expects_to_fit(monkeypatch):
@@ -521,6 +527,33 @@ def test_where_no_move_is_worth_a_trial_tpe_proposes_configs_the_memory_model_ex
     monkeypatch.setattr(local_search, "TPE_DRAWS", 1)
     alone = [p for seed in (1, 2) for p in tpe_fallback_proposals(seed, 12)]
     assert sum(p < 0.5 for p in alone) >= 3, alone
+
+
+def test_where_no_move_is_worth_a_trial_tpe_draws_within_the_failure_budget(monkeypatch):
+    """TPE's draws are held to the study's failure budget as the planner's moves are: a draw the
+    budget may not risk (here NCCL_ALGO=Tree, as if it had hung) is passed over for the next one,
+    and is taken only when no draw is within the budget, as the likeliest to finish."""
+    from nccl_tune.tuner.records.sampling import from_optuna, to_optuna
+    from nccl_tune.tuner.search import local_search
+
+    sampler = LocalSearchSampler(SPACE, {}, seed=0)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    records = [rec(0, {})]
+    told(study, records[0])
+    planner = Planner(SPACE, {}, records)
+    tree, ring = ({**BASE, "micro": 4, "NCCL_ALGO": algo} for algo in ("Tree", "Ring"))
+    monkeypatch.setattr(
+        local_search.Planner, "affordable", lambda self, values, fits, ok: values["NCCL_ALGO"] != "Tree"
+    )
+    monkeypatch.setattr(sampler._tpe, "infer_relative_search_space", lambda study, trial: {})
+
+    def draws(*configs):
+        seq = iter([to_optuna(SPACE, c, {}) for c in configs])
+        monkeypatch.setattr(sampler._tpe, "sample_relative", lambda study, trial, space: next(seq))
+        return from_optuna(SPACE, sampler._tpe_that_fits(study, study.trials[0], planner), {})
+
+    assert draws(tree, ring, *[tree] * (local_search.TPE_DRAWS - 2)) == ring
+    assert draws(*[tree] * local_search.TPE_DRAWS) == tree
 
 
 SOCKETS = parse_space(
