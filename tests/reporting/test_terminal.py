@@ -65,7 +65,10 @@ def test_json_rows_carry_why_for_proposed_trials_only(proposed):
     reruns = [r["why"] for r in rows.values() if r["kind"] == "rerun"]  # confirmation, the baseline again
     assert reruns and all(w is None for w in reruns), reruns
     assert all(
-        re.match(r"((compound move|move|pair of moves|jump|move without a partner) from trial \d+: |TPE, since )", w)
+        re.match(
+            r"((compound move|move|pair of moves|jump|move without a partner|pair that may interact) from trial \d+: |TPE, since )",
+            w,
+        )
         for w in stored.values()
         if w
     )

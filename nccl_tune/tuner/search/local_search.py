@@ -33,8 +33,13 @@ proposes what an uninterrupted one would):
    other values, from a base that holds those values, together with all of them set back to the
    baseline's at once (a shorter prompt limit crashed at the incumbent's larger batch; from there
    no single change tries it at the smaller one, and one trial tells the value from all of them).
+   And a pair that may interact, from the leading config: NCCL's protocol with a gradient
+   bucket size (``nccl_interactions``), each protocol other than the baseline's with buckets the
+   way it goes, until a run has held the two together (``Planner.interactions``).
 4. Each move is scored ``expected improvement x P(fits in memory) x worth``: expected
-   improvement over the incumbent under the throughput model (parameters whose measured effect is
+   improvement over the incumbent under the throughput model (a pair that may interact is taken
+   as likely as not to beat it, within the spread the model gives the pair: the additive model
+   rates it by its parts, which may each lose alone; parameters whose measured effect is
    within noise promise little and wait; untried values of parameters with a large measured spread
    come first); ``P(fits)`` from the memory model; ``worth`` from the failure model: the chance the
    run and its confirmation re-run finish, per trial the failures it risks would cost (a hang its
@@ -60,7 +65,9 @@ proposes what an uninterrupted one would):
    planner declined.
 
 Where it is weak. It is a local search, and its models are additive: an interaction between two
-parameters is learnt only by trying the pair. A phase's memory fit needs runs that reported memory
+parameters is learnt only by trying the pair, which the search does on purpose only for NCCL's
+protocol and a bucket size (any other pair, packing with a larger micro-batch, only when the
+prior or the parts' own gains bring them together). A phase's memory fit needs runs that reported memory
 per phase (GPU samples give it, locally and on Ray nodes; memory lines a trainer writes to its own
 worker files, read after the run, give none, so without NVML a SkyRL run's highest peak is fitted
 alone), and a memory-saving value whose only runs crashed before measuring anything keeps its prior
@@ -96,15 +103,16 @@ from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler, TPESampler
 from optuna.trial import FrozenTrial, TrialState
 
+from nccl_tune.node.nccl_interactions import interacting_pairs, size_direction
 from nccl_tune.search_spaces.expr import ExprError
-from nccl_tune.search_spaces.space import SearchSpace, Target
+from nccl_tune.search_spaces.space import UNSET, SearchSpace, Target
 from nccl_tune.tuner.records import study_records as R
 from nccl_tune.tuner.records.held import HeldParameters
 from nccl_tune.tuner.records.nccl_sweep import Sweep
 from nccl_tune.tuner.records.nccl_sweep import load as load_sweep
 from nccl_tune.tuner.records.sampling import distributions, from_optuna, to_optuna
 from nccl_tune.tuner.records.stability import candidates, run_key
-from nccl_tune.tuner.records.study_records import Outcome, TrialRecord
+from nccl_tune.tuner.records.study_records import FINISHED, Outcome, TrialRecord
 from nccl_tune.tuner.search.failure_budget import FailureBudget
 from nccl_tune.tuner.search.failure_model import FailureModel
 from nccl_tune.tuner.search.forced_bound import ForcedFailures
@@ -151,8 +159,9 @@ class Move:
     kind: str = "move"
     """``move`` (one parameter), ``compound move`` (an enabler with a change that needs it), ``jump``
     (the model's best config, several parameters), ``pair of moves`` (two one-parameter moves from
-    the leading config) or ``move without a partner`` (a value that failed cheaply next to a
-    partner, with the partner set back)."""
+    the leading config), ``move without a partner`` (a value that failed cheaply next to a
+    partner, with the partner set back) or ``pair that may interact`` (NCCL's protocol with a
+    bucket size)."""
 
 
 @dataclass(frozen=True)
@@ -205,6 +214,8 @@ class Planner:
             p_below=self.memory.p_below,
         )
         self.budget = FailureBudget.of_study(self.records, horizon_trials)
+        self.interacting = interacting_pairs(self.free)
+        """Pairs of free parameters whose effects NCCL's design makes depend on each other."""
         self.declined = ""
         """Why ``propose`` returned None."""
 
@@ -396,7 +407,7 @@ class Planner:
                 live = [m for m in compounds if self.admissible(m) and self.memory.p_fits(m.values) >= HOPEFUL_FIT]
                 enablers = {(m.changed[0], m.values[m.changed[0]]) for m in live} - measured
                 singles = self.without_slower_enablers(values, singles, enablers)
-            pairs = self.pairs(values, singles) if number == bases[0][0] else []
+            pairs = self.pairs(values, singles) + self.interactions(values, number) if number == bases[0][0] else []
             for m in singles + compounds + self.jump(values, number) + self.without_partner(values, number) + pairs:
                 moves.setdefault(self._key(m.values), m)
         return [m for m in moves.values() if self.admissible(m)]
@@ -440,6 +451,33 @@ class Planner:
             if a.changed != b.changed and not (a.changed[0] in env and b.changed[0] in env)
         ]
 
+    def interactions(self, base: Mapping[str, Any], number: int) -> list[Move]:
+        """NCCL's protocol and a gradient bucket size (``nccl_interactions``) changed in one trial from
+        ``base``: each protocol other than the baseline's, with buckets up to ``AXIS_REACH``
+        positions the way it goes (Simple larger, LL smaller), while no finished run has held that
+        protocol with another bucket than the baseline's. The additive model rates such a pair by
+        its parts, which may each lose alone and win together, so ``propose`` rates it as likely as
+        not to beat the incumbent, within the spread the model gives it: a pair that may interact."""
+        out = []
+        for a, b in self.interacting:
+            choices = next(p for p in self.free if p.name == b).choices
+            at = choices.index(base[b])
+            for va in next(p for p in self.free if p.name == a).choices:
+                if va in (base[a], self.baseline.get(a), UNSET) or self._held_together(a, va, b):
+                    continue
+                way = size_direction(va)
+                near = [choices[at + way * k] for k in range(1, AXIS_REACH + 1) if 0 <= at + way * k < len(choices)]
+                out.extend(Move({**base, a: va, b: vb}, (a, b), number, kind="pair that may interact") for vb in near)
+        return out
+
+    def _held_together(self, a: str, va: Any, b: str) -> bool:
+        """True when a finished run held ``a=va`` with another value of ``b`` than the baseline's."""
+        return any(
+            r.status in FINISHED and r.values.get(a) == va and r.values.get(b) != self.baseline.get(b)
+            for r in self.records
+            if r.outcome is Outcome.LAUNCHED and r.values
+        )
+
     def without_slower_enablers(
         self, base: Mapping[str, Any], singles: list[Move], enablers: set[tuple[str, Any]]
     ) -> list[Move]:
@@ -473,7 +511,11 @@ class Planner:
         if not pool:
             self.declined = "every move from the best configs is tried or refused"
             return None
-        mean, sd = self.tput.predict([m.values for m in pool])
+        additive, sd = self.tput.predict([m.values for m in pool])
+        mean = additive
+        if best is not None:
+            may_interact = np.array([m.kind == "pair that may interact" for m in pool])
+            mean = np.where(may_interact, np.maximum(additive, best), additive)
         fits = np.array([self.memory.p_fits(m.values) for m in pool])
         ok, worth = np.array([self.failures.odds(m.values) for m in pool]).reshape(len(pool), 2).T
         if best is not None:
@@ -499,7 +541,7 @@ class Planner:
                 f"finishes, needs {floor:.2%})"
             )
             return None
-        gain_log = float(mean[i] - (best or mean[i]))
+        gain_log = float(additive[i] - (best or additive[i]))
         return Proposal(
             pool[i].values, self.describe(pool[i], gain_log, fits[i]), float(score[i]), float(fits[i]), gain_log
         )
@@ -511,7 +553,8 @@ class Planner:
 
     def describe(self, move: Move, gain: float, fits: float) -> str:
         changes = ", ".join(f"{n}={move.values[n]}" for n in move.changed)
-        return f"{move.kind} from trial {move.base}: {changes} (modelled {gain:+.1%}, fits {fits:.0%})"
+        modelled = f"modelled {gain:+.1%}" + (" by its parts alone" if move.kind == "pair that may interact" else "")
+        return f"{move.kind} from trial {move.base}: {changes} ({modelled}, fits {fits:.0%})"
 
 
 def tpe_sampler(seed: int | None) -> TPESampler:

@@ -764,3 +764,46 @@ def test_where_no_move_is_worth_a_trial_tpe_does_not_draw_a_value_the_command_re
     monkeypatch.setattr(local_search, "TPE_DRAWS", 1)
     alone = [v for seed in (1, 2) for v in proposals(seed, 10)]
     assert any(v["NCCL_ALGO"] == "Tree" for v in alone), alone
+
+
+DDP = parse_space(
+    """
+name: ddp-buckets
+parameters:
+  - {name: micro, kind: pow2, low: 1, high: 8, default: 4, memory: increasing}
+  - {name: NCCL_PROTO, kind: categorical, choices: [LL, LL128, Simple], default: LL128, memory: small}
+  - {name: bucket_mb, kind: categorical, choices: [25, 50, 100, 200, 400], default: 25, memory: small}
+throughput: {samples_per_step: 64}
+""",
+    source="test",
+    label="ddp-buckets",
+)
+
+
+def test_the_protocol_and_a_bucket_size_that_each_lost_alone_are_tried_together():
+    """Simple on 25 MB buckets and larger buckets under LL128 each measured slower, and every
+    micro-batch too: the additive model rates the pair slower still, but NCCL's protocol follows
+    the message size (Simple for large ones), so Simple with larger buckets gets a trial, once."""
+    base = DDP.defaults()
+
+    def ran(number: int, changes: dict, step_s: float) -> TrialRecord:
+        return record(number, {**base, **changes}, 40.0, step_s)
+
+    records = [
+        ran(0, {}, 1.0),
+        ran(1, {"NCCL_PROTO": "Simple"}, 1.04),
+        ran(2, {"bucket_mb": 50}, 1.02),
+        ran(3, {"NCCL_PROTO": "LL"}, 1.05),
+        ran(4, {"micro": 8}, 1.03),
+        ran(5, {"micro": 2}, 1.04),
+        ran(6, {"bucket_mb": 100}, 1.04),
+        ran(7, {"bucket_mb": 200}, 1.06),
+    ]
+    planner = Planner(DDP, {}, records)
+    p = planner.propose(random.Random(0))
+    assert p is not None and p.reason.startswith("pair that may interact"), p.reason
+    assert p.values["NCCL_PROTO"] == "Simple" and p.values["bucket_mb"] in (50, 100), p.values
+    assert p.gain_log < 0  # the model's own figure, from its parts
+    tried = records + [ran(8, {"NCCL_PROTO": "Simple", "bucket_mb": 100}, 0.99)]
+    again = Planner(DDP, {}, tried)
+    assert again.interactions(base, 0) == []
