@@ -23,7 +23,8 @@ from nccl_tune.search_spaces.space import Parameter
 PROTOCOL = "NCCL_PROTO"
 """The variable that chooses NCCL's protocol."""
 FOR_LARGE_MESSAGES = ("Simple",)
-"""Protocols built for large messages: they go with a larger bucket (the others with a smaller)."""
+"""Protocols built for large messages: they go with a larger bucket. (LL and LL128 go with smaller
+ones, but a job's buckets are small to begin with: a smaller bucket under them is a plain move.)"""
 MESSAGE_SIZE_WORDS = ("bucket",)
 """Words in a parameter's name or command-line key that make it a collective's message size."""
 
@@ -42,7 +43,7 @@ def interacting_pairs(params: Sequence[Parameter]) -> tuple[tuple[str, str], ...
     return tuple((PROTOCOL, p.name) for p in params if sets_message_size(p))
 
 
-def size_direction(protocol: Any) -> int:
-    """+1 when ``protocol`` goes with larger messages (a larger bucket), -1 with smaller ones."""
-    names = str(protocol).split(",")
-    return 1 if all(n.strip() in FOR_LARGE_MESSAGES for n in names) else -1
+def for_large_messages(protocol: Any) -> bool:
+    """True when ``protocol`` (an ``NCCL_PROTO`` value) is built for large messages: it goes with a
+    larger bucket."""
+    return all(n.strip() in FOR_LARGE_MESSAGES for n in str(protocol).split(","))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from nccl_tune.node.nccl_interactions import interacting_pairs, size_direction
+from nccl_tune.node.nccl_interactions import for_large_messages, interacting_pairs
 from nccl_tune.search_spaces.loader import parse_space
 
 
@@ -30,6 +30,6 @@ def test_no_pair_without_the_protocol_or_without_a_bucket():
     assert interacting_pairs(space(PROTO + micro).parameters) == ()
 
 
-def test_simple_goes_with_larger_buckets_and_the_low_latency_protocols_with_smaller():
-    assert size_direction("Simple") == 1
-    assert [size_direction(p) for p in ("LL", "LL128", "Simple,LL128")] == [-1, -1, -1]
+def test_simple_is_the_protocol_for_large_messages():
+    assert for_large_messages("Simple")
+    assert not [p for p in ("LL", "LL128", "Simple,LL128", "unset") if for_large_messages(p)]

@@ -34,8 +34,8 @@ proposes what an uninterrupted one would):
    baseline's at once (a shorter prompt limit crashed at the incumbent's larger batch; from there
    no single change tries it at the smaller one, and one trial tells the value from all of them).
    And a pair that may interact, from the leading config: NCCL's protocol with a gradient
-   bucket size (``nccl_interactions``), each protocol other than the baseline's with buckets the
-   way it goes, until a run has held the two together (``Planner.interactions``).
+   bucket size (``nccl_interactions``): Simple with larger buckets, until a run has held the two
+   together (``Planner.interactions``).
 4. Each move is scored ``expected improvement x P(fits in memory) x worth``: expected
    improvement over the incumbent under the throughput model (a pair that may interact is taken
    as likely as not to beat it, within the spread the model gives the pair: the additive model
@@ -103,9 +103,9 @@ from optuna.distributions import BaseDistribution
 from optuna.samplers import BaseSampler, TPESampler
 from optuna.trial import FrozenTrial, TrialState
 
-from nccl_tune.node.nccl_interactions import interacting_pairs, size_direction
+from nccl_tune.node.nccl_interactions import for_large_messages, interacting_pairs
 from nccl_tune.search_spaces.expr import ExprError
-from nccl_tune.search_spaces.space import UNSET, SearchSpace, Target
+from nccl_tune.search_spaces.space import SearchSpace, Target
 from nccl_tune.tuner.records import study_records as R
 from nccl_tune.tuner.records.held import HeldParameters
 from nccl_tune.tuner.records.nccl_sweep import Sweep
@@ -453,21 +453,20 @@ class Planner:
 
     def interactions(self, base: Mapping[str, Any], number: int) -> list[Move]:
         """NCCL's protocol and a gradient bucket size (``nccl_interactions``) changed in one trial from
-        ``base``: each protocol other than the baseline's, with buckets up to ``AXIS_REACH``
-        positions the way it goes (Simple larger, LL smaller), while no finished run has held that
-        protocol with another bucket than the baseline's. The additive model rates such a pair by
-        its parts, which may each lose alone and win together, so ``propose`` rates it as likely as
-        not to beat the incumbent, within the spread the model gives it: a pair that may interact."""
+        ``base``: each protocol built for large messages (Simple) with buckets up to ``AXIS_REACH``
+        positions larger, while no finished run has held that protocol with another bucket than
+        the baseline's. The additive model rates such a pair by its parts, which may each lose
+        alone and win together, so ``propose`` rates it as likely as not to beat the incumbent,
+        within the spread the model gives it: a pair that may interact."""
         out = []
         for a, b in self.interacting:
             choices = next(p for p in self.free if p.name == b).choices
             at = choices.index(base[b])
             for va in next(p for p in self.free if p.name == a).choices:
-                if va in (base[a], self.baseline.get(a), UNSET) or self._held_together(a, va, b):
+                if va == base[a] or not for_large_messages(va) or self._held_together(a, va, b):
                     continue
-                way = size_direction(va)
-                near = [choices[at + way * k] for k in range(1, AXIS_REACH + 1) if 0 <= at + way * k < len(choices)]
-                out.extend(Move({**base, a: va, b: vb}, (a, b), number, kind="pair that may interact") for vb in near)
+                larger = choices[at + 1 : at + 1 + AXIS_REACH]
+                out.extend(Move({**base, a: va, b: vb}, (a, b), number, kind="pair that may interact") for vb in larger)
         return out
 
     def _held_together(self, a: str, va: Any, b: str) -> bool:
