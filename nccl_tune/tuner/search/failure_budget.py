@@ -8,7 +8,7 @@ takes is lost for good. So the planner holds the study to ``FAILED_SHARE`` of it
 
 - the study's total is what its launched runs took so far, plus a finished run's seconds (their
   median) for each trial the run still plans (``horizon_trials``: the trials launched before this
-  run and those it was asked for);
+  run and those it was asked for, at least ``MIN_HORIZON_TRIALS``);
 - a move's expected failed seconds are its chance to fail (in memory, or for a value the failure
   model suspects) times what a failure costs (a finished run's seconds; more for a value whose
   failures were hangs that ran to the stall timeout);
@@ -36,6 +36,9 @@ search benchmarks' target is 10%; a failure's cost is known only after it, so th
 a margin below it."""
 ALWAYS_SHARE = 0.1
 """Expected failed seconds, as a share of a finished run, that a move may always risk."""
+MIN_HORIZON_TRIALS = 20
+"""Trials the budget plans for at least: a short run is most often the start of a study that the
+same command resumes, and 8% of two or eight runs would refuse the first risky move of every one."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,9 @@ class FailureBudget:
             failed_s=sum(r.result.wall_s for r in launched if r.failed),
             launched_s=sum(r.result.wall_s for r in launched),
             run_s=statistics.median(finished) if finished else 0.0,
-            remaining_trials=None if horizon_trials is None else max(0, horizon_trials - count - 1),
+            remaining_trials=None
+            if horizon_trials is None
+            else max(0, max(horizon_trials, MIN_HORIZON_TRIALS) - count - 1),
         )
 
     @property

@@ -8,7 +8,7 @@ import math
 import pytest
 
 from nccl_tune.failure import FailureClass
-from nccl_tune.tuner.search.failure_budget import ALWAYS_SHARE, FAILED_SHARE, FailureBudget
+from nccl_tune.tuner.search.failure_budget import ALWAYS_SHARE, FAILED_SHARE, MIN_HORIZON_TRIALS, FailureBudget
 from tests.tuner.search.test_failure_model import run
 
 OOM, HANG, CONFIG = FailureClass.OOM, FailureClass.HANG, FailureClass.CONFIG_ERROR
@@ -44,12 +44,21 @@ def test_early_risks_fit_and_late_ones_wait_once_failures_took_the_share():
 
 
 def test_a_failure_that_costs_more_than_a_run_weighs_more():
-    budget = FailureBudget.of_study([run(0, {}, wall_s=100.0)], horizon_trials=10)
-    assert budget.left_s == pytest.approx(FAILED_SHARE * 1000.0)
-    assert budget.expected_failed_s(0.8, 5.0) == pytest.approx(100.0)
+    budget = FailureBudget.of_study([run(0, {}, wall_s=100.0)], horizon_trials=MIN_HORIZON_TRIALS)
+    assert budget.left_s == pytest.approx(FAILED_SHARE * MIN_HORIZON_TRIALS * 100.0)
+    assert budget.expected_failed_s(0.8, 10.0) == pytest.approx(200.0)
     assert budget.expected_failed_s(0.8, 0.2) == pytest.approx(20.0)  # never less than a run's
     assert budget.allows(budget.expected_failed_s(0.8, 1.0))
-    assert not budget.allows(budget.expected_failed_s(0.8, 5.0))  # a hang to the stall timeout
+    assert not budget.allows(budget.expected_failed_s(0.8, 10.0))  # a hang to the stall timeout
+
+
+def test_a_short_run_plans_for_a_study_of_the_least_horizon():
+    """``--trials 2`` is most often the start of a longer study: two runs' 8% would refuse every risk."""
+    records = [run(0, {}, wall_s=100.0)]
+    short = FailureBudget.of_study(records, horizon_trials=2)
+    assert short.left_s == FailureBudget.of_study(records, horizon_trials=MIN_HORIZON_TRIALS).left_s
+    assert short.allows(short.expected_failed_s(0.5, 1.0))
+    assert FailureBudget.of_study(records, horizon_trials=40).left_s > short.left_s
 
 
 def test_before_any_run_finished_every_move_fits():
