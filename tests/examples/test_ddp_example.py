@@ -70,9 +70,11 @@ def test_the_example_is_tuned_to_a_faster_config_than_its_baseline(tmp_path):
     best, base = summary["best"], summary["baseline"]
     # next to the rest of the suite on two cores, runs of one config may measure further apart than
     # their steps' noise allows (2,790, 4,489 and 1,789 samples/s once): then nothing is confirmed,
-    # the run says which runs disagree and exits 2; the tuning itself is what this test checks
+    # the run says which runs disagree and exits 2 (the best left may then be a config that ran
+    # once, when the re-run put the one it re-ran below it); the tuning itself is what this test checks
     if proc.returncode == 2:
-        assert not best["confirmed"] and best["confirmation"].startswith("NOT confirmed: trials"), best
+        said = ("NOT confirmed: trials", "not confirmed by a re-run")
+        assert not best["confirmed"] and best["confirmation"].startswith(said), best
         assert "no confirmed config; best unconfirmed:" in proc.stderr
     else:
         assert proc.returncode == 0 and best["confirmed"], proc.stderr[-3000:]
