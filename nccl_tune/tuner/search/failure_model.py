@@ -319,17 +319,22 @@ class FailureModel:
     def odds(self, values: Mapping[str, Any]) -> tuple[float, float]:
         """(``p_ok``, ``worth``) of ``values`` from one pass over the causes they hold (a proposal
         asks both of every move)."""
+        ok, worth, _ = self.risk(values)
+        return ok, worth
+
+    def risk(self, values: Mapping[str, Any]) -> tuple[float, float, float]:
+        """(``p_ok``, ``worth``, cost ratio) of ``values`` from one pass over the causes they hold (the
+        planner asks all three of every move); the cost ratio is what a failure of ``values`` would
+        cost, in finished runs (``_cost_ratio``)."""
         held = self._held_posteriors(values)
         ok = math.prod(b / (a + b) for a, b, _ in held)
         both = math.prod(b * (b + 1.0) / ((a + b) * (a + b + 1.0)) for a, b, _ in held)
-        return ok, both / max(ok + (1.0 - ok) * max(self._cost_ratio(held), 1.0), 1e-12)
-
-    def cost_ratio(self, values: Mapping[str, Any]) -> float:
-        """What a failure of ``values`` would cost, in finished runs: the mean cost of the failures of
-        the causes they hold, weighted by their rates (1 where they hold none, or none finished)."""
-        return self._cost_ratio(self._held_posteriors(values))
+        ratio = self._cost_ratio(held)
+        return ok, both / max(ok + (1.0 - ok) * max(ratio, 1.0), 1e-12), ratio
 
     def _cost_ratio(self, held: Sequence[tuple[float, float, float]]) -> float:
+        """What a failure would cost, in finished runs: the mean cost of the failures of the ``held``
+        causes, weighted by their rates (1 where there are none, or no run finished)."""
         risk = [(a / (a + b), cost) for a, b, cost in held]
         if not risk or self.ok_cost_s <= 0:
             return 1.0

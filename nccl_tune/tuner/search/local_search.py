@@ -516,7 +516,7 @@ class Planner:
             may_interact = np.array([m.kind == "pair that may interact" for m in pool])
             mean = np.where(may_interact, np.maximum(additive, best), additive)
         fits = np.array([self.memory.p_fits(m.values) for m in pool])
-        ok, worth = np.array([self.failures.odds(m.values) for m in pool]).reshape(len(pool), 2).T
+        ok, worth, ratio = np.array([self.failures.risk(m.values) for m in pool]).reshape(len(pool), 3).T
         if best is not None:
             gain = expected_improvement(mean, sd, best)
         else:
@@ -527,7 +527,7 @@ class Planner:
         likely = ok >= LIKELY
         if (likely & (score >= floor)).any():
             score = np.where(likely, score, 0.0)
-        affordable = np.array([self.affordable(m.values, f, o) for m, f, o in zip(pool, fits, ok)])
+        affordable = np.array([self.affordable(f, o, c) for f, o, c in zip(fits, ok, ratio)])
         over = not (affordable & (score >= floor)).any() and bool((score >= floor).any())
         score = np.where(affordable, score, 0.0)
         i = int(np.argmax(score))
@@ -545,10 +545,11 @@ class Planner:
             pool[i].values, self.describe(pool[i], gain_log, fits[i]), float(score[i]), float(fits[i]), gain_log
         )
 
-    def affordable(self, values: Mapping[str, Any], fits: float, ok: float) -> bool:
-        """True when a run of ``values``, fitting with odds ``fits`` and finishing with ``ok``, fits
-        the study's failure budget (``failure_budget``)."""
-        return self.budget.allows(self.budget.expected_failed_s(fits * ok, self.failures.cost_ratio(values)))
+    def affordable(self, fits: float, ok: float, cost_ratio: float) -> bool:
+        """True when a run fitting with odds ``fits``, finishing with ``ok`` and whose failure costs
+        ``cost_ratio`` finished runs (``FailureModel.risk``) fits the study's failure budget
+        (``failure_budget``)."""
+        return self.budget.allows(self.budget.expected_failed_s(fits * ok, cost_ratio))
 
     def describe(self, move: Move, gain: float, fits: float) -> str:
         changes = ", ".join(f"{n}={move.values[n]}" for n in move.changed)
@@ -630,8 +631,8 @@ class LocalSearchSampler(BaseSampler):
                 return params
             values = from_optuna(self.space, params, self.pinned)
             fits = planner.memory.p_fits(values)
-            ok = planner.failures.p_ok(values)
-            affordable = planner.affordable(values, fits, ok)
+            ok, _, ratio = planner.failures.risk(values)
+            affordable = planner.affordable(fits, ok, ratio)
             if fits >= 0.5 and ok >= LIKELY and affordable:
                 return params
             if likeliest is None or (affordable, fits * ok) > likeliest[0]:

@@ -119,7 +119,7 @@ def test_a_failure_at_start_up_costs_less_than_a_hang_and_weighs_less_on_a_propo
 
 
 def test_a_failure_is_priced_in_finished_runs_by_what_the_failures_it_risks_cost():
-    """The failure budget's price of a failure (``cost_ratio``): a value that hung for 1,500 s where
+    """The failure budget's price of a failure (``risk``'s third figure): a value that hung for 1,500 s where
     a finished run takes 1,000 s costs one and a half runs; the baseline, which holds no suspect value, one."""
     records = [
         run(0, {}),
@@ -127,8 +127,8 @@ def test_a_failure_is_priced_in_finished_runs_by_what_the_failures_it_risks_cost
         run(2, {"batch": 512, "NCCL_ALGO": "NVLS"}, FailureClass.HANG, 1500.0),
     ]
     m = model(records)
-    assert m.cost_ratio({**BASE, "batch": 512, "NCCL_ALGO": "NVLS"}) == pytest.approx(1.5)
-    assert m.cost_ratio(BASE) == 1.0
+    assert m.risk({**BASE, "batch": 512, "NCCL_ALGO": "NVLS"})[2] == pytest.approx(1.5)
+    assert m.risk(BASE)[2] == 1.0
 
 
 def test_a_pair_that_crashed_every_start_up_is_not_worth_another_cheap_try():

@@ -543,9 +543,11 @@ def test_where_no_move_is_worth_a_trial_tpe_draws_within_the_failure_budget(monk
     told(study, records[0])
     planner = Planner(SPACE, {}, records)
     tree, ring = ({**BASE, "micro": 4, "NCCL_ALGO": algo} for algo in ("Tree", "Ring"))
-    monkeypatch.setattr(
-        local_search.Planner, "affordable", lambda self, values, fits, ok: values["NCCL_ALGO"] != "Tree"
+    risk = planner.failures.risk
+    monkeypatch.setattr(  # Tree's failures would cost ten runs; the budget may risk two
+        planner.failures, "risk", lambda values: (*risk(values)[:2], 10.0 if values["NCCL_ALGO"] == "Tree" else 1.0)
     )
+    monkeypatch.setattr(local_search.Planner, "affordable", lambda self, fits, ok, cost_ratio: cost_ratio < 2)
     monkeypatch.setattr(sampler._tpe, "infer_relative_search_space", lambda study, trial: {})
 
     def draws(*configs):
