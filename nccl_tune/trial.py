@@ -24,6 +24,9 @@ ParamValue = Any  # int | float | str | bool
 STARTUP_PHASE = "(start-up)"
 """The ``phase_max_s`` key of the time from launch to the first progress line (a name no log's
 phase can take): measured like a phase, it shortens the start-up deadline (``Clocks.startup_deadline_s``)."""
+SILENCE_PHASE = "(between lines)"
+"""The ``phase_max_s`` key of the longest silence between two progress lines (after the first):
+measured like a phase, it shortens the stall timeout between steps (``Clocks.stall_deadline_s``)."""
 
 
 def _frozen_map(m: Mapping | None) -> Mapping:
@@ -70,6 +73,10 @@ class Clocks:
     until the phase has been measured."""
     phase_max_s: Mapping[str, float] = field(default_factory=dict)
     """Longest measured duration per phase name (``step`` included), over the trials measured so far."""
+    silence_steps: int = 0
+    """Steps the study's earlier runs got through (the most of any one run): the silences before
+    them were measured (``SILENCE_PHASE``); past them, a checkpoint or an evaluation no run has
+    reached may still come, and the stall timeout holds."""
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "phase_estimates_s", _frozen_map(self.phase_estimates_s))
@@ -97,13 +104,27 @@ class Clocks:
             return self.startup_timeout_s
         return min(self.startup_timeout_s, max(self.stall_floor_s, self.stall_multiplier * known))
 
-    def stall_deadline_s(self, open_phase: str | None, *measured: Mapping[str, float]) -> float:
+    def stall_deadline_s(
+        self, open_phase: str | None, *measured: Mapping[str, float], steps_done: int | None = None
+    ) -> float:
         """Seconds of silence allowed while ``open_phase`` (innermost open phase) is running,
-        ``measured`` being further phase maxima (the running trial's)."""
+        ``measured`` being further phase maxima (the running trial's). With no phase open, after
+        ``steps_done`` steps that earlier runs got past (``silence_steps``): a multiple of the
+        longest silence or step measured (``between_steps_s``), never more than ``stall_timeout_s``."""
         known = self.longest_phase_s(open_phase, *measured)
         if known is None:
-            return self.stall_timeout_s
+            between = self.between_steps_s(*measured) if open_phase is None and steps_done is not None else None
+            if between is None or not 0 < steps_done < self.silence_steps:
+                return self.stall_timeout_s
+            return min(self.stall_timeout_s, max(self.stall_floor_s, self.stall_multiplier * between))
         return max(self.stall_floor_s, self.stall_multiplier * known)
+
+    def between_steps_s(self, *measured: Mapping[str, float]) -> float | None:
+        """The longest silence between two progress lines or step measured, over the study's runs
+        and ``measured`` (None when none was): what a healthy run of the command was seen to need
+        between steps, checkpoints and evaluations included where the runs reached them."""
+        known = [longest_measured_s(p, (self.phase_max_s, *measured)) for p in (SILENCE_PHASE, "step")]
+        return max((k for k in known if k is not None), default=None)
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,7 @@ from nccl_tune.trial import (
     OUTSIDE_PHASES,
     PHASE_GROUPS,
     RATE_GROUPS,
+    SILENCE_PHASE,
     STARTUP_PHASE,
     STEP_GROUPS,
     STEP_TOKENS_GROUPS,
@@ -354,6 +355,8 @@ class ProgressLedger:
             self.first_progress_t = t
             if self.launch_t is not None:
                 self.phase_max_s[STARTUP_PHASE] = max(0.0, t - self.launch_t)
+        elif self.last_progress_t is not None and t - self.last_progress_t > self.phase_max_s.get(SILENCE_PHASE, 0.0):
+            self.phase_max_s[SILENCE_PHASE] = t - self.last_progress_t
         self.last_progress_t = t
 
     def _close(self, phase: str, seconds: float) -> None:

@@ -40,7 +40,7 @@ class Watch:
     def stall_deadline_s(self, state: ProgressState) -> float:
         """Seconds of silence allowed now: the clocks' rule for the innermost open phase, with
         what this trial has measured so far."""
-        return self.clocks.stall_deadline_s(state.open_phase, state.phase_max_s)
+        return self.clocks.stall_deadline_s(state.open_phase, state.phase_max_s, steps_done=len(state.step_times_s))
 
     def startup_deadline_text(self) -> str:
         """The start-up deadline as the stop detail gives it, with where it comes from when the
@@ -83,9 +83,18 @@ class Watch:
         silent = now - (state.last_progress_t or 0.0)
         where = f" in phase '{state.open_phase}'" if state.open_phase else ""
         detail = (
-            f"no progress for {silent:.1f} s{where} after {of_steps} (stall timeout {self.stall_deadline_s(state):g} s)"
+            f"no progress for {silent:.1f} s{where} after {of_steps} (stall timeout {self.stall_deadline_text(state)})"
         )
         return Decision(reason, detail, state.open_phase, silent)
+
+    def stall_deadline_text(self, state: ProgressState) -> str:
+        """The stall deadline as the stop detail gives it, with where it comes from when the
+        silences and steps the study measured between steps shortened it."""
+        c, deadline = self.clocks, self.stall_deadline_s(state)
+        between = c.between_steps_s(state.phase_max_s)
+        if state.open_phase is not None or between is None or deadline >= c.stall_timeout_s:
+            return f"{deadline:g} s"
+        return f"{deadline:.3g} s, {c.stall_multiplier:g}x the longest wait between steps measured, {between:.3g} s"
 
 
 def observer_decision(

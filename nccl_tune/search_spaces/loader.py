@@ -50,7 +50,7 @@ _PARAM_KEYS = {
 }  # fmt: skip
 _TRIAL_KEYS = {"overrides", "env"}
 _STOP_KEYS = {f.name for f in dataclasses.fields(StopRule)} - {"enough_steps"}
-_CLOCK_KEYS = {f.name for f in dataclasses.fields(Clocks) if f.name != "phase_max_s"}  # measured, never given
+_CLOCK_KEYS = {f.name for f in dataclasses.fields(Clocks)} - {"phase_max_s", "silence_steps"}  # measured, never given
 _PROGRESS_KEYS = {f.name for f in dataclasses.fields(ProgressRules)}
 _THROUGHPUT_KEYS = {"samples_per_step"}
 _STABILITY_KEYS = {"min_headroom_frac", "worst_case_tokens", "force_worst_case"}

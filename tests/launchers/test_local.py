@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -18,7 +19,7 @@ from nccl_tune.errors import GpuGateError, NcclTuneError
 from nccl_tune.failure import FailureClass
 from nccl_tune.launchers.local import LocalLauncher
 from nccl_tune.launchers.process import build_env
-from nccl_tune.trial import OUTSIDE_PHASES, STARTUP_PHASE, Clocks, StopReason, TrialResult
+from nccl_tune.trial import OUTSIDE_PHASES, SILENCE_PHASE, STARTUP_PHASE, Clocks, StopReason, StopRule, TrialResult
 
 from .helpers import FAKE_TRAINER, RecordingObserver, wait_for_json, wait_until_marked
 
@@ -56,7 +57,7 @@ def test_a_good_trial_is_measured_stopped_and_recorded(make_spec) -> None:
     assert len(result.step_times_s) >= 3 and len(result.measured_step_times_s) >= 2
     assert all(0.2 <= s < 5 for s in result.step_times_s)
     assert result.throughput_per_s == pytest.approx(1280.0 / result.mean_step_s)
-    assert set(result.phase_max_s) == {"generate", "policy_train", "step", STARTUP_PHASE}
+    assert set(result.phase_max_s) == {"generate", "policy_train", "step", STARTUP_PHASE, SILENCE_PHASE}
     assert result.signal_name == "SIGTERM"  # we stopped it once it had measured enough
     assert result.escaped_processes == 0 and result.survivors == 0
     assert result.memory.source == "log"
@@ -178,6 +179,27 @@ def test_a_startup_hang_is_stopped_after_a_few_times_the_startups_the_study_meas
     deadline = max(1.0, 3 * measured)
     assert f"start-up deadline of {deadline:.3g} s (3x the longest start-up measured" in str(hung.verdict.evidence[0])
     assert time.monotonic() - t0 < deadline + 1.0 + MARGIN_S
+
+
+def test_a_hang_between_steps_is_stopped_after_a_few_times_the_waits_the_study_measured(make_spec) -> None:
+    """A trainer with no phases prints a step every 0.3 s; a later run of it that stops printing in
+    its third step is stopped after 3 x the longest wait measured (at least the 1 s floor), within
+    the steps the first run reached, not after the 20 s stall timeout."""
+    clocks = Clocks(startup_timeout_s=30, stall_timeout_s=20, stall_floor_s=1.0, stall_multiplier=3, grace_s=1.0)
+    plain = ("--steps", "5", "--step-s", "0.3", "--phases", "", "--no-step-start")
+    first = LocalLauncher().run(make_spec(*plain, clocks=clocks, stop=StopRule(1, 4)))
+    assert first.status is FailureClass.OK and len(first.step_times_s) == 5
+    wait = first.phase_max_s[SILENCE_PHASE]
+    assert 0.3 <= wait < 0.3 + MARGIN_S
+    learned = dataclasses.replace(clocks.learned(first.phase_max_s), silence_steps=len(first.step_times_s))
+    spec = make_spec(*plain, "--hang-at-step", "2", number=1, clocks=learned, stop=StopRule(1, 4))
+    observer = RecordingObserver()
+    hung = LocalLauncher().run(spec, observer)
+    ended = time.monotonic()
+    assert hung.status is FailureClass.HANG and hung.stop_reason is StopReason.STALL
+    assert "longest wait between steps measured" in str(hung.verdict.evidence[0])
+    deadline = max(1.0, 3 * max(wait, first.phase_max_s["step"]))
+    assert deadline - 0.5 <= ended - observer.last_time("step", "phase") <= deadline + 1.0 + MARGIN_S
 
 
 def test_the_trial_budget(make_spec) -> None:

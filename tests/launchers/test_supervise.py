@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from nccl_tune.launchers.base import TrialObserver, TrialProgress
 from nccl_tune.launchers.progress import ProgressLedger, ProgressState
 from nccl_tune.launchers.supervise import Watch, observer_decision
-from nccl_tune.trial import STARTUP_PHASE, Clocks, StopReason, StopRule
+from nccl_tune.trial import SILENCE_PHASE, STARTUP_PHASE, Clocks, StopReason, StopRule
 
 CLOCKS = Clocks(startup_timeout_s=100, stall_timeout_s=50, stall_floor_s=20, stall_multiplier=3, trial_timeout_s=1000)
 
@@ -131,3 +133,36 @@ def test_the_first_progress_line_measures_the_startup_when_the_launch_time_is_kn
     unknown = ProgressLedger()
     unknown.step_finished(3.0, 150.0)
     assert STARTUP_PHASE not in unknown.snapshot().phase_max_s
+
+
+def test_the_ledger_measures_the_longest_silence_between_progress_lines() -> None:
+    ledger = ProgressLedger(launch_t=0.0)
+    for t in (40.0, 42.0, 44.5, 45.0):  # the first line ends the start-up, not a silence
+        ledger.step_finished(2.0, t)
+    assert ledger.snapshot().phase_max_s[SILENCE_PHASE] == 2.5
+
+
+@pytest.mark.parametrize(
+    "earlier_steps, steps_done, deadline",
+    [
+        (0, 1, 50),  # no earlier run: the stall timeout
+        (4, 1, 24),  # 3x the longest silence of the earlier runs (8 s), above the floor
+        (4, 3, 24),
+        (4, 4, 50),  # past the steps the earlier runs reached: a checkpoint may come
+        (4, 0, 50),  # before the first step
+    ],
+)
+def test_between_steps_the_stall_timeout_follows_the_silences_earlier_runs_measured(
+    earlier_steps, steps_done, deadline
+) -> None:
+    clocks = dataclasses.replace(CLOCKS.learned({SILENCE_PHASE: 8.0, "step": 2.0}), silence_steps=earlier_steps)
+    snap = state(step_times_s=(3.0,) * steps_done, last_progress_t=10.0)
+    watch = Watch(clocks, StopRule(1, 8), started_t=0)
+    assert watch.check(snap, 10 + deadline - 0.01) is None
+    decision = watch.check(snap, 10 + deadline)
+    assert decision.reason is StopReason.STALL
+    assert ("longest wait between steps measured, 8 s" in decision.detail) == (deadline < 50)
+    slow = state(step_times_s=(3.0,) * steps_done, last_progress_t=10.0, phase_max_s={"step": 12.0})
+    assert watch.stall_deadline_s(slow) == (min(50, 36) if deadline < 50 else 50)  # its own slow steps count
+    with_phase = state(step_times_s=(3.0,) * steps_done, last_progress_t=10.0, open_phases=("generate",))
+    assert watch.stall_deadline_s(with_phase) == 50  # an open phase of unknown length: the stall timeout

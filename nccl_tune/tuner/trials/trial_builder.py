@@ -43,12 +43,15 @@ def trial_dir_for(results_dir: Path, study: str, number: int) -> Path:
     return (study_folder(results_dir, study) / f"trial-{number:04d}").resolve()
 
 
-def clocks_for(space: SearchSpace, settings: RunSettings, measured: Sequence[Mapping[str, float]] = ()) -> Clocks:
+def clocks_for(
+    space: SearchSpace, settings: RunSettings, measured: Sequence[Mapping[str, float]] = (), steps_run: int = 0
+) -> Clocks:
     """The space's clocks with the command line's clock options, knowing the phase maxima the
-    study's earlier trials ``measured`` (``Clocks.learned``)."""
+    study's earlier trials ``measured`` (``Clocks.learned``) and the most steps one of them ran."""
     c = space.clocks.learned(*measured)
     return dataclasses.replace(
         c,
+        silence_steps=steps_run,
         stall_timeout_s=_given(settings.stall_timeout_s, c.stall_timeout_s),
         startup_timeout_s=_given(settings.startup_timeout_s, c.startup_timeout_s),
         trial_timeout_s=_given(settings.trial_timeout_s, c.trial_timeout_s),
@@ -133,11 +136,12 @@ def build_trial_spec(
     as, when the space names none; ``forced``: the space's ``stability.force_worst_case`` settings
     come last, to run the longest batch the config allows."""
     trial_dir = trial_dir_for(settings.results, study, number)
-    measured = [r.result.phase_max_s for r in history if r.result and not r.forced]
+    earlier = [r.result for r in history if r.result and not r.forced]
+    measured = [res.phase_max_s for res in earlier]
     if forced:
         scale = forced_scale(space, values, history)
         measured = [{k: v * scale for k, v in m.items()} for m in measured]
-    clocks = clocks_for(space, settings, measured)
+    clocks = clocks_for(space, settings, measured, max((len(res.step_times_s) for res in earlier), default=0))
     stop = FORCED_STOP if forced else stop_for(space, settings, history, clocks.trial_timeout_s)
     if forced:
         clocks = dataclasses.replace(clocks, trial_timeout_s=clocks.trial_timeout_s * scale)

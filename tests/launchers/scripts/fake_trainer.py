@@ -101,6 +101,7 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=3)
     p.add_argument("--step-s", type=float, default=0.2, help="wall seconds per step")
     p.add_argument("--phases", default="generate,policy_train", help="phases inside a step")
+    p.add_argument("--no-step-start", action="store_true", help="end each step with a line, open none for it")
     p.add_argument("--startup-s", type=float, default=0.0, help="seconds before the first progress line")
     p.add_argument("--hang-at-step", type=int, default=None, help="stop printing inside this step (0-based)")
     p.add_argument("--crash-at-step", type=int, default=None)
@@ -163,7 +164,8 @@ def main() -> int:
     ).format(pid=os.getpid())
     for step in range(args.steps):
         t_step = time.monotonic()
-        line("Started: 'step'", args)
+        if not args.no_step_start:
+            line("Started: 'step'", args)
         for phase in phases:
             line(f"Started: '{phase}'", args)
             if args.hang_at_step == step:
@@ -193,6 +195,10 @@ def main() -> int:
             t_phase = time.monotonic()
             time.sleep(args.step_s / max(1, len(phases)))
             line(f"Finished: '{phase}', time cost: {time.monotonic() - t_phase:.2f}s", args)
+        while args.hang_at_step == step and not phases:  # with no phase open
+            time.sleep(1)
+        if not phases:
+            time.sleep(args.step_s)
         for rank in range(args.memory):
             sys.stdout.write(
                 f"rank {rank} step {step} memory: {args.mem_gib + rank:.2f}GiB({(args.mem_gib + rank) / 79.65 * 100:.1f}%)\n"

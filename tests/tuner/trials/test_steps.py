@@ -155,6 +155,8 @@ def test_the_spec_measures_the_steps_the_history_calls_for_and_steps_on_the_comm
     assert f"trainer.max_training_steps={1 + wanted}" in spec.argv
     first = build_trial_spec(SPACE, settings, study="s", number=0, values=SPACE.defaults(), context_pins={})
     assert first.stop.measured_steps == 3 and "trainer.max_training_steps=4" in first.argv
+    assert first.clocks.silence_steps == 0  # no run yet: between steps, the stall timeout holds
+    assert spec.clocks.silence_steps == max(len(r.result.step_times_s) for r in noisy) > 0
     fixed = RunSettings(command=("train",), results=tmp_path, steps=2)
     spec = build_trial_spec(SPACE, fixed, study="s", number=2, values=SPACE.defaults(), context_pins={}, history=noisy)
     assert (spec.stop.measured_steps, spec.stop.screen_steps) == (2, 1)
