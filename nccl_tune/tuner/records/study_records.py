@@ -112,6 +112,9 @@ class TrialRecord:
     them (trials launched before nccl-tune stored them)."""
     predicted_fits: float | None = None
     """The default sampler's odds that the trial runs with the headroom free (None when it did not propose it)."""
+    predicted_fits_model: float | None = None
+    """The memory model's own odds behind ``predicted_fits``, before the study shifted them
+    (``fit_odds``); its odds as given for trials proposed before nccl-tune stored both."""
     predicted_gain: float | None = None
     """The default sampler's modelled change of log throughput over the incumbent, when it proposed the trial."""
     worst_case: WorstCase | None = None
@@ -239,6 +242,7 @@ def record_of(t: FrozenTrial) -> TrialRecord:
         why=a.get(A_WHY) or None,
         planned_steps=a.get(A_PLANNED_STEPS),
         predicted_fits=(a.get(A_ODDS) or {}).get("fits"),
+        predicted_fits_model=(a.get(A_ODDS) or {}).get("fits_model", (a.get(A_ODDS) or {}).get("fits")),
         predicted_gain=(a.get(A_ODDS) or {}).get("gain"),
         worst_case=WorstCase.from_json(a.get(A_WORST)),
     )

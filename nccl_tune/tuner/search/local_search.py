@@ -41,7 +41,10 @@ proposes what an uninterrupted one would):
    as likely as not to beat it, within the spread the model gives the pair: the additive model
    rates it by its parts, which may each lose alone; parameters whose measured effect is
    within noise promise little and wait; untried values of parameters with a large measured spread
-   come first); ``P(fits)`` from the memory model; ``worth`` from the failure model: the chance the
+   come first); ``P(fits)`` from the memory model (the odds a proposal shows are those shifted by
+   how the model's odds held on the study's earlier proposals, ``fit_odds``; the ranking weighs the
+   model's own, on which its trade of gain against risk was measured); ``worth`` from the failure
+   model: the chance the
    run and its confirmation re-run finish, per trial the failures it risks would cost (a hang its
    stall timeout, any failure at least the trial it uses). A move likelier to fail than to finish
    (``FailureModel.p_ok`` below even) waits while a move likely to finish is worth a trial: its
@@ -75,8 +78,8 @@ effect in every phase. A flat optimum under high step noise (6-10%) is found lat
 measured steps: one run's reading of a change worth a few percent is a coin toss, and a change
 carried in on one run's word is read again only when a later pair undoes it. Where neither NVML
 nor the trainer's memory lines give the GPU's size, the memory model has no wall until a run runs
-out of memory and PyTorch's message names the size (``gpu_size``): until then every move gets even
-odds to fit. Near a narrow memory wall it pays a few OOMs to learn where the wall is. NCCL
+out of memory and PyTorch's message names the size (``gpu_size``): until then the planner weighs
+every move at even odds to fit and shows none ("memory not known yet"). Near a narrow memory wall it pays a few OOMs to learn where the wall is. NCCL
 combinations that hang are learnt by hanging: with the NCCL check, one that deadlocks the
 collectives alone costs a check of under a minute, while one that hangs only next to the trainer
 (memory pressure, the engines' buffers) costs its trial's stall timeout; and an NCCL value whose
@@ -170,9 +173,13 @@ class Proposal:
     reason: str
     score: float
     fits: float | None = None
-    """The memory model's odds that the proposal runs with the headroom free."""
+    """The memory model's odds that the proposal runs with the headroom free (shifted by the
+    study's outcomes: ``fit_odds``); None when nothing measured predicts its peak
+    (``MemoryModel.knows``: the planner weighs even odds then, and shows none)."""
     gain_log: float | None = None
     """The modelled change of log throughput over the incumbent."""
+    fits_model: float | None = None
+    """``fits`` before the study shifted them: what the study checks its odds by."""
 
 
 def expected_improvement(mean: np.ndarray, sd: np.ndarray, best: float) -> np.ndarray:
@@ -314,7 +321,7 @@ class Planner:
                 o
                 for o in options
                 if self.within_rules(o)
-                and self.memory.p_fits(o) >= 0.5
+                and self.memory.p_fits_model(o) >= 0.5
                 and self.failures.p_ok(o) >= LIKELY
                 and self.memory.verdict(o) is None
             ]
@@ -404,7 +411,9 @@ class Planner:
             compounds = self.compounds(values, number)
             singles = self.singles(values, number)
             if compounds:
-                live = [m for m in compounds if self.admissible(m) and self.memory.p_fits(m.values) >= HOPEFUL_FIT]
+                live = [
+                    m for m in compounds if self.admissible(m) and self.memory.p_fits_model(m.values) >= HOPEFUL_FIT
+                ]
                 enablers = {(m.changed[0], m.values[m.changed[0]]) for m in live} - measured
                 singles = self.without_slower_enablers(values, singles, enablers)
             pairs = self.pairs(values, singles) + self.interactions(values, number) if number == bases[0][0] else []
@@ -515,7 +524,7 @@ class Planner:
         if best is not None:
             may_interact = np.array([m.kind == "pair that may interact" for m in pool])
             mean = np.where(may_interact, np.maximum(additive, best), additive)
-        fits = np.array([self.memory.p_fits(m.values) for m in pool])
+        fits = np.array([self.memory.p_fits_model(m.values) for m in pool])
         ok, worth, ratio = np.array([self.failures.risk(m.values) for m in pool]).reshape(len(pool), 3).T
         if best is not None:
             gain = expected_improvement(mean, sd, best)
@@ -541,9 +550,9 @@ class Planner:
             )
             return None
         gain_log = float(additive[i] - (best or additive[i]))
-        return Proposal(
-            pool[i].values, self.describe(pool[i], gain_log, fits[i]), float(score[i]), float(fits[i]), gain_log
-        )
+        values = pool[i].values
+        shown, model = (self.memory.p_fits(values), float(fits[i])) if self.memory.knows(values) else (None, None)
+        return Proposal(values, self.describe(pool[i], gain_log, shown), float(score[i]), shown, gain_log, model)
 
     def affordable(self, fits: float, ok: float, cost_ratio: float) -> bool:
         """True when a run fitting with odds ``fits``, finishing with ``ok`` and whose failure costs
@@ -551,10 +560,11 @@ class Planner:
         (``failure_budget``)."""
         return self.budget.allows(self.budget.expected_failed_s(fits * ok, cost_ratio))
 
-    def describe(self, move: Move, gain: float, fits: float) -> str:
+    def describe(self, move: Move, gain: float, fits: float | None) -> str:
         changes = ", ".join(f"{n}={move.values[n]}" for n in move.changed)
         modelled = f"modelled {gain:+.1%}" + (" by its parts alone" if move.kind == "pair that may interact" else "")
-        return f"{move.kind} from trial {move.base}: {changes} ({modelled}, fits {fits:.0%})"
+        odds = "memory not known yet" if fits is None else f"fits {fits:.0%}"
+        return f"{move.kind} from trial {move.base}: {changes} ({modelled}, {odds})"
 
 
 def tpe_sampler(seed: int | None) -> TPESampler:
@@ -630,7 +640,7 @@ class LocalSearchSampler(BaseSampler):
             if set(params) != every:  # TPE still samples each parameter on its own
                 return params
             values = from_optuna(self.space, params, self.pinned)
-            fits = planner.memory.p_fits(values)
+            fits = planner.memory.p_fits_model(values)
             ok, _, ratio = planner.failures.risk(values)
             affordable = planner.affordable(fits, ok, ratio)
             if fits >= 0.5 and ok >= LIKELY and affordable:
@@ -653,9 +663,12 @@ class LocalSearchSampler(BaseSampler):
     def odds(self, number: int, values: Mapping[str, Any]) -> dict[str, float] | None:
         """What the planner predicted of trial ``number`` when it proposed exactly ``values``
         (``study_records.A_ODDS``); None otherwise."""
-        if self.why(number, values) is None or self.last is None or self.last.fits is None:
+        if self.why(number, values) is None or self.last is None:
             return None
-        return {"fits": self.last.fits, "gain": self.last.gain_log or 0.0}
+        odds = {"gain": self.last.gain_log or 0.0}
+        if self.last.fits is not None:
+            odds["fits"] = self.last.fits
+        return odds if self.last.fits_model is None else {**odds, "fits_model": self.last.fits_model}
 
     def sample_independent(
         self, study: optuna.Study, trial: FrozenTrial, param_name: str, param_distribution: BaseDistribution

@@ -60,6 +60,13 @@ its slope there as nil, ``PeakFit.moves``) is left out of the comparison with th
 (``PhaseFence``): the config that ran out in ``policy_train`` at a micro-batch of 16 fences off that
 micro-batch with every forward micro-batch, which ``policy_train`` never sees.
 
+The odds to fit a proposal shows and the study stores (``MemoryModel.p_fits``) are the model's
+(``p_fits_model``) shifted by how they held on the study's earlier proposals (``fit_odds``): a
+log-linear fit of a peak that is a sum of parts is too sure of itself away from its runs. The
+planner ranks moves by the model's own odds, on which its trade of gain against risk was measured
+(ranking by the shifted ones made it too timid after a first OOM: ``benchmarks/README.md``); the
+admission rule below reads the model itself.
+
 ``MemoryModel.verdict`` is the admission rule: a config that dominates a known OOM, or one that
 dominates a config measured within the headroom (by more than a ``small`` parameter can move, when
 they differ in one), or one the fit (any phase's) predicts above ``1 - min_headroom_frac`` of the GPU with
@@ -83,6 +90,7 @@ from nccl_tune.search_spaces.space import MemoryEffect, Parameter, ParamKind, Se
 from nccl_tune.trial import MemoryReport
 from nccl_tune.tuner.records.stability import values_key
 from nccl_tune.tuner.records.study_records import Outcome, TrialRecord
+from nccl_tune.tuner.search.fit_odds import shifted, study_shift
 
 CONFIDENCE_Z = 2.0
 """Standard deviations between a prediction and the wall before the model prunes on its own."""
@@ -768,6 +776,8 @@ class MemoryModel:
             else {}
         )
         self.fence = PhaseFence(space, records, self.phases)
+        self.odds_shift = study_shift(records, self.wall_frac)
+        """The shift of the log-odds to fit that the study's proposals so far call for (``fit_odds``)."""
 
     def varies(self, name: str) -> bool:
         """True when the study has measured ``name``'s effect (``PeakFit.varies``)."""
@@ -826,7 +836,19 @@ class MemoryModel:
         return self.predict(values).p_below(frac)
 
     def p_fits(self, values: Mapping[str, Any]) -> float:
-        """Probability that ``values`` run with at least the headroom free. Per phase, a parameter
+        """Probability that ``values`` run with at least the headroom free: the model's own odds
+        (``p_fits_model``), shifted by what the study's proposals did (``fit_odds``)."""
+        return shifted(self.p_fits_model(values), self.odds_shift)
+
+    def knows(self, values: Mapping[str, Any]) -> bool:
+        """False when nothing measured predicts the peak of ``values`` (no run's peak near them is
+        a share of a known GPU size, no bound holds it): its odds to fit are then even by default,
+        a guess to weigh, not a prediction to show."""
+        pred = self.predict(values)
+        return pred.known or bool(pred.phases) or not pred.lower_frac <= self.wall_frac < pred.upper_frac
+
+    def p_fits_model(self, values: Mapping[str, Any]) -> float:
+        """The model's odds that ``values`` run with at least the headroom free. Per phase, a parameter
         the study has not measured (``varies``) may move one phase's peak, not each by its prior
         slope (offload moves the trainer's, not the generation engine's pool): the chance is a
         mixture of "it moves them all" (``all_phases_share``) and, sharing the rest evenly, "it

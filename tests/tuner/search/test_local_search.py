@@ -17,6 +17,7 @@ from rich.console import Console
 from nccl_tune.failure import FailureClass, Verdict
 from nccl_tune.search_spaces.loader import parse_space
 from nccl_tune.trial import GpuMemory, MemoryReport, StopReason, TrialResult
+from nccl_tune.tuner.records import study_records as R
 from nccl_tune.tuner.records.study_records import Outcome, TrialKind, TrialRecord
 from nccl_tune.tuner.search.local_search import HOPEFUL_FIT, LocalSearchSampler, Planner
 from nccl_tune.tuner.settings import RunSettings
@@ -632,8 +633,12 @@ def test_a_gain_along_an_ordered_axis_is_followed_past_the_next_value(tmp_path):
     def truth(v):
         return Truth(step_s=100.0 / (1.0 + 0.15 * math.log2(v["rollout.max_num_seqs"] / 16)), peak_gib=30.0)
 
-    seqs = [r.values["rollout.max_num_seqs"] for r in quiet_study(tmp_path, "rising", RISING, truth, trials=5)]
+    launched = quiet_study(tmp_path, "rising", RISING, truth, trials=5)
+    seqs = [r.values["rollout.max_num_seqs"] for r in launched]
     assert 1024 in seqs[:4] and not {32, 128, 512} & set(seqs[:4]), seqs
+    # each proposal stores the odds it was shown and the memory model's own, which the study checks
+    proposed = [r for r in launched if r.why and not r.why.startswith("TPE")]
+    assert proposed and all(r.predicted_fits is not None and r.predicted_fits_model is not None for r in proposed)
 
 
 def pairs_from(planner: Planner, number: int, values: dict) -> set[tuple[tuple[str, object], ...]]:
@@ -810,3 +815,47 @@ def test_the_protocol_and_a_bucket_size_that_each_lost_alone_are_tried_together(
     tried = records + [ran(8, {"NCCL_PROTO": "Simple", "bucket_mb": 100}, 0.99)]
     again = Planner(DDP, {}, tried)
     assert again.interactions(base, 0) == []
+
+
+def test_the_sampler_stores_the_odds_it_showed_and_the_memory_models_own(monkeypatch):
+    import dataclasses
+
+    from nccl_tune.tuner.records.sampling import suggest
+    from nccl_tune.tuner.search import local_search
+
+    proposal = local_search.Proposal({**BASE, "micro": 4}, "move from trial 0: micro=4", 0.1, 0.6, 0.05, 0.8)
+    monkeypatch.setattr(local_search.Planner, "propose", lambda self, rng: proposal)
+    sampler = LocalSearchSampler(SPACE, {}, seed=0)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    told(study, rec(0, {}))
+    trial = study.ask()
+    values = suggest(trial, SPACE, {})
+    assert sampler.odds(trial.number, values) == {"fits": 0.6, "gain": 0.05, "fits_model": 0.8}
+    trial.set_user_attr(R.A_ODDS, sampler.odds(trial.number, values))
+    study.tell(trial, state=TrialState.FAIL)
+    stored = R.records_of([study.trials[-1]])[0]
+    assert (stored.predicted_fits, stored.predicted_fits_model) == (0.6, 0.8)
+    unknown = dataclasses.replace(proposal, values={**BASE, "micro": 8}, fits=None, fits_model=None)
+    monkeypatch.setattr(local_search.Planner, "propose", lambda self, rng: unknown)
+    trial = study.ask()
+    values = suggest(trial, SPACE, {})
+    assert sampler.odds(trial.number, values) == {"gain": 0.05}  # no odds to fit where memory is not known
+
+
+def test_without_the_gpus_size_a_proposal_shows_no_odds_to_fit_and_stores_none():
+    """A trainer's log in GiB on a node NVML cannot read: no peak is a share of the GPU, so the
+    planner weighs even odds but shows and stores none; once a run gives the size, it shows them."""
+    import dataclasses
+
+    def unsized(r: TrialRecord) -> TrialRecord:
+        gpus = tuple(GpuMemory(g.index, 0.0, g.peak_gib) for g in r.result.memory.gpus)
+        return dataclasses.replace(r, result=dataclasses.replace(r.result, memory=MemoryReport("log", gpus)))
+
+    records = [unsized(rec(0, {})), unsized(rec(1, {"micro": 4}))]
+    planner = Planner(SPACE, {}, records)
+    proposal = planner.propose(random.Random(0))
+    assert not planner.memory.knows(proposal.values)
+    assert proposal.fits is None and proposal.fits_model is None
+    assert "memory not known yet" in proposal.reason and "fits" not in proposal.reason
+    sized = Planner(SPACE, {}, [rec(0, {}), rec(1, {"micro": 4})]).propose(random.Random(0))
+    assert sized.fits is not None and f"fits {sized.fits:.0%}" in sized.reason
