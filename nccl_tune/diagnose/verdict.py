@@ -400,7 +400,8 @@ def _hang_advice(facts: TrialFacts, finding: StackFinding | None) -> str:
         phase = f" in '{facts.open_phase}'" if facts.open_phase else ""
         lead = (
             f"the command stopped making progress{phase}; `nccl-tune diagnose` on the trial folder reads its Flight "
-            "Recorder dumps for the rank behind; raise --stall-timeout only if this phase is legitimately that slow"
+            "Recorder dumps for the rank behind; raise --stall-timeout (or the space's clocks.stall_floor_s, where the "
+            "timeout was a multiple of a measured wait) only if this phase is legitimately that slow"
         )
     if finding is None:
         return lead
