@@ -1,9 +1,11 @@
 """What the study has learnt about failures the memory model does not explain (hangs, crashes,
-refusals; not OOMs, nor failures of runs whose peak came within the headroom, nor failures no value
-can bring about: ``Verdict.from_outside``, a signal from a scheduler, a faulty GPU): which values make a
-run fail, alone or with a partner, and what a failure costs. A run that failed within the headroom
-still says one thing: it got past its start-up (it loaded its model and trained to come that close),
-so it counts as a start-up that none of its values broke.
+refusals; not OOMs, nor failures no value can bring about: ``Verdict.from_outside``, a signal from a
+scheduler, a faulty GPU): which values make a run fail, alone or with a partner, and what a failure
+costs. A run that failed with its peak within the headroom got past its start-up (it loaded its model
+and trained to come that close), so its failure came after it; memory pressure may explain it (a rank
+stalled in the allocator while the others wait) or one of its values (an NCCL combination that hangs
+where the best configs sit, next to the wall): its place next to the wall is one of its causes, and
+the runs tell which (below).
 
 The causes a run holds are its values away from the baseline, each alone and each pair of them
 (NCCL's NVLS algorithm hangs only without cuMem buffers; a batch larger than what a shorter prompt
@@ -59,8 +61,7 @@ Value = tuple[str, Any]
 """(parameter, value)."""
 MEMORY = "(memory)"
 """The pseudo-parameter of a run's place next to the memory wall: ``NEAR_WALL`` when its peak came
-within twice the headroom of the wall (and not within the headroom: there memory explains a
-failure), unset otherwise."""
+within twice the headroom of the wall (within the headroom too), unset otherwise."""
 NEAR_WALL = "within twice the headroom of the wall"
 Cause = tuple[Value, ...]
 """``()`` (the leak), one value, or a pair of values."""
@@ -148,14 +149,13 @@ class FailureModel:
                 continue
             values = self._measured_place(r)
             start, run = self.keys(values, "start"), self.keys(values, "run")
-            if memory_wall_frac is not None and memory_explains(r, memory_wall_frac):
-                if r.status is not FailureClass.OOM:  # an OOM may come while the model loads
-                    self.runs.append((start, (), 0.0))  # past its start-up; no cost: not a finished run's
+            at_wall = memory_wall_frac is not None and memory_explains(r, memory_wall_frac)
+            if at_wall and r.status is FailureClass.OOM:  # the memory model's
                 continue
             cost = r.result.wall_s if r.result is not None else 0.0
             if r.status in FINISHED:
                 self.runs.append((start + run, (), cost))
-            elif r.result is not None and r.result.step_times_s:
+            elif at_wall or (r.result is not None and r.result.step_times_s):  # past its start-up
                 self.runs.append((start + run, run, cost))
             else:
                 self.runs.append((start, start, cost))
