@@ -94,7 +94,8 @@ class Watch:
         between = c.between_steps_s(state.phase_max_s)
         if state.open_phase is not None or between is None or deadline >= c.stall_timeout_s:
             return f"{deadline:g} s"
-        return f"{deadline:.3g} s, {c.stall_multiplier:g}x the longest wait between steps measured, {between:.3g} s"
+        rule = f"{c.stall_multiplier:g}x the longest wait between steps measured, {between:.3g} s"
+        return f"{deadline:.3g} s, " + (f"the floor over {rule}" if deadline <= c.stall_floor_s else rule)
 
 
 def observer_decision(

@@ -161,7 +161,13 @@ def test_between_steps_the_stall_timeout_follows_the_silences_earlier_runs_measu
     assert watch.check(snap, 10 + deadline - 0.01) is None
     decision = watch.check(snap, 10 + deadline)
     assert decision.reason is StopReason.STALL
-    assert ("longest wait between steps measured, 8 s" in decision.detail) == (deadline < 50)
+    assert ("stall timeout 24 s, 3x the longest wait between steps measured, 8 s" in decision.detail) == (deadline < 50)
+    floored = dataclasses.replace(clocks, stall_floor_s=30.0)
+    if deadline < 50:  # the floor over a shorter multiple says so
+        assert (
+            "stall timeout 30 s, the floor over 3x the longest wait"
+            in Watch(floored, StopRule(1, 8), 0).check(snap, 40.0).detail
+        )
     slow = state(step_times_s=(3.0,) * steps_done, last_progress_t=10.0, phase_max_s={"step": 12.0})
     assert watch.stall_deadline_s(slow) == (min(50, 36) if deadline < 50 else 50)  # its own slow steps count
     with_phase = state(step_times_s=(3.0,) * steps_done, last_progress_t=10.0, open_phases=("generate",))
