@@ -16,6 +16,7 @@ from types import MappingProxyType
 from typing import Any
 
 from nccl_tune.failure import FailureClass, Verdict
+from nccl_tune.stragglers import kept, stragglers
 
 MARKER_ENV = "NCCL_TUNE_TRIAL"
 """Environment variable naming the trial (``<study>/<number>``) in every process it starts."""
@@ -531,21 +532,41 @@ class TrialResult:
         return all(i < self.warmup_steps for i in self.untimed_steps)
 
     @property
+    def straggler_steps(self) -> tuple[int, ...]:
+        """Indices into ``measured_step_times_s`` of the steps that stalled (``stragglers``): left out
+        of the throughput. Read from the step durations, or from the printed rates where a step
+        could not be timed."""
+        times = self.measured_step_times_s
+        if not (self.timed and times and min(times) > 0):
+            rates = self.step_rates[self.warmup_steps :]
+            if not rates or not all(r is not None and r > 0 for r in rates):
+                return ()
+            times = tuple(1.0 / r for r in rates)  # type: ignore[operator]
+        return stragglers(times, self.step_tokens[self.warmup_steps :])
+
+    @property
+    def kept_step_times_s(self) -> tuple[float, ...]:
+        """The measured step durations less the stragglers: what the throughput reads."""
+        return kept(self.measured_step_times_s, self.straggler_steps)
+
+    @property
     def mean_step_s(self) -> float | None:
-        """Mean measured step time; None when a measured step could not be timed or none lasted."""
-        m = self.measured_step_times_s
+        """Mean measured step time, stragglers left out; None when a measured step could not be timed
+        or none lasted."""
+        m = self.kept_step_times_s
         mean = sum(m) / len(m) if m else 0.0
         return mean if mean > 0 and self.timed else None
 
     @property
     def throughput(self) -> tuple[float | None, str]:
-        """Throughput over the measured steps and its unit (``samples/s``, ``tokens/s``, ``steps/s``).
+        """Throughput over the measured steps (stragglers left out) and its unit (``samples/s``,
+        ``tokens/s``, ``steps/s``).
 
         The rate the trainer printed, when every measured step printed one, or every one from the first
         that did when none printed one before (a steps rate times the
         space's samples per step gives samples); otherwise from step durations: samples per step over
         the mean step time, or steps per second when the samples per step are unknown."""
-        rates = self.step_rates[self.warmup_steps :]
+        rates = kept(self.step_rates[self.warmup_steps :], self.straggler_steps)
         if all(r is None for r in self.step_rates[: self.warmup_steps]):  # a rate that starts late (DeepSpeed's
             rates = rates[next((i for i, r in enumerate(rates) if r is not None), len(rates)) :]  # timer: step 3)
         if rates and all(r is not None and r > 0 for r in rates) and self.rate_unit:

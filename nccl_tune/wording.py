@@ -3,6 +3,8 @@ a duration, a text cut between words. The live display and every report format s
 
 from __future__ import annotations
 
+import statistics
+
 from nccl_tune.failure import FailureClass
 from nccl_tune.oom_demand import OomDemand, oom_demand
 from nccl_tune.trial import TrialResult
@@ -46,6 +48,19 @@ def fmt_mem(result: TrialResult | None) -> str:
     m = result.memory
     where = f" in {m.peak_phase}" if m.peak_phase else ""
     return text + (f" ({m.max_peak_frac:.0%}{where})" if m.max_peak_frac is not None else f" {m.source}")
+
+
+def fmt_steps(result: TrialResult) -> str:
+    """A trial's measured steps, with the stragglers left out of its throughput
+    (``16 (1 straggler, 2.1x the median, left out)``)."""
+    times, slow = result.measured_step_times_s, result.straggler_steps
+    if not slow:
+        return str(len(times))
+    what = "straggler" if len(slow) == 1 else "stragglers"
+    if min(times) <= 0:  # told from the printed rates: a step no clock timed
+        return f"{len(times)} ({len(slow)} {what} left out)"
+    worst = max(times[i] for i in slow) / statistics.median(times)
+    return f"{len(times)} ({len(slow)} {what}, {'up to ' if len(slow) > 1 else ''}{worst:.1f}x the median, left out)"
 
 
 def fmt_rate(v: float | None) -> str:

@@ -18,15 +18,15 @@ def result(**kw) -> TrialResult:
 @pytest.mark.parametrize(
     "kw, expected",
     [
-        (dict(step_times_s=(9.0, 2.0, 4.0), samples_per_step=30), (10.0, "samples/s")),
+        (dict(step_times_s=(9.0, 2.5, 3.5), samples_per_step=30), (10.0, "samples/s")),
         (dict(step_times_s=(9.0, 2.0, 2.0)), (0.5, "steps/s")),
-        (dict(step_times_s=(9.0, 2.0, 4.0), step_rates=(1.0, 100.0, 200.0), rate_unit="tokens"), (150.0, "tokens/s")),
+        (dict(step_times_s=(9.0, 2.5, 3.5), step_rates=(1.0, 100.0, 200.0), rate_unit="tokens"), (150.0, "tokens/s")),
         (
-            dict(step_times_s=(9.0, 2.0, 4.0), step_rates=(1.0, 0.5, 0.25), rate_unit="steps", samples_per_step=8),
+            dict(step_times_s=(9.0, 2.5, 3.5), step_rates=(1.0, 0.5, 0.25), rate_unit="steps", samples_per_step=8),
             (3.0, "samples/s"),
         ),
         # a step whose line printed no rate (a progress bar showing s/it): the durations decide
-        (dict(step_times_s=(9.0, 2.0, 4.0), step_rates=(1.0, None, 0.25), rate_unit="steps"), (1 / 3, "steps/s")),
+        (dict(step_times_s=(9.0, 2.5, 3.5), step_rates=(1.0, None, 0.25), rate_unit="steps"), (1 / 3, "steps/s")),
         (dict(step_times_s=(9.0,)), (None, "steps/s")),
     ],
 )

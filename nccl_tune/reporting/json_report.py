@@ -34,6 +34,8 @@ def trial_row(r: TrialRecord) -> dict[str, Any]:
         "peak_phase": r.peak_phase,
         "phase_peak_frac": dict(res.memory.phase_peak_frac) if res and res.memory else {},
         "near_wall": r.near_wall,
+        "measured_steps": len(res.measured_step_times_s) if res else 0,
+        "straggler_steps": list(res.straggler_steps) if res else [],
         "params": dict(r.values),
         "rank": res.verdict.rank if res else None,
         "evidence": [e.text for e in res.verdict.evidence[:3]] if res else [],

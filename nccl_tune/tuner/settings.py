@@ -70,8 +70,8 @@ class RunSettings:
     (``stability.force_worst_case``); False: never (the winner's worst case is then predicted, or unproven)."""
     """Re-run the best N candidates once to confirm they are stable (0: no re-runs)."""
     early_stop_ratio: float = 0.7
-    """Stop a trial a step of which ran below this fraction of the incumbent as the study's model
-    estimates it (a warm-up step: of its warm-up) (0: never)."""
+    """Stop a trial whose measured steps so far (stragglers left out) ran below this fraction of the
+    incumbent as the study's model estimates it, or a warm-up step below it of its warm-up (0: never)."""
     predict_oom: bool = True
     """Skip configs the memory model refuses (``memory_model.py``): those that dominate a known OOM, and
     those predicted with confidence to run out or to come within the headroom of the wall."""

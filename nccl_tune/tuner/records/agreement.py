@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
+from nccl_tune.stragglers import kept
 from nccl_tune.tuner.records.study_records import TrialRecord
 
 AGREE_Z = 2.0
@@ -34,14 +35,15 @@ UNKNOWN_ERROR_FRAC = 0.03
 
 
 def _step_logs(r: TrialRecord) -> list[float]:
-    """Logs of the per-step readings a run's throughput was averaged from."""
+    """Logs of the per-step readings a run's throughput was averaged from (stragglers left out)."""
     res = r.result
     if res is None:
         return []
-    rates = [x for x in res.step_rates[res.warmup_steps :] if x is not None]
-    if res.rate_unit and len(rates) >= 2 and len(rates) == len(res.step_rates[res.warmup_steps :]):
+    printed = kept(res.step_rates[res.warmup_steps :], res.straggler_steps)
+    rates = [x for x in printed if x is not None]
+    if res.rate_unit and len(rates) >= 2 and len(rates) == len(printed):
         return [math.log(x) for x in rates if x > 0]
-    return [math.log(s) for s in res.measured_step_times_s if s > 0]
+    return [math.log(s) for s in res.kept_step_times_s if s > 0]
 
 
 def run_error_frac(r: TrialRecord) -> float:

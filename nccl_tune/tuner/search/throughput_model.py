@@ -102,7 +102,8 @@ class Observation:
 
 def step_noise(records: Iterable[TrialRecord]) -> float:
     """Pooled standard deviation of log step time across the measured steps of each finished
-    trial; ``STEP_NOISE_PRIOR`` before a finished trial has measured two steps."""
+    trial (stragglers left out, as its throughput leaves them); ``STEP_NOISE_PRIOR`` before a
+    finished trial has measured two steps."""
     measured = pooled_step_spread(records)
     return STEP_NOISE_PRIOR if measured is None else measured[0]
 
@@ -114,7 +115,7 @@ def pooled_step_spread(records: Iterable[TrialRecord]) -> tuple[float, int] | No
     for r in records:
         if r.result is None or r.status is not FailureClass.OK or r.forced:
             continue
-        steps = [s for s in r.result.measured_step_times_s if s > 0]
+        steps = [s for s in r.result.kept_step_times_s if s > 0]
         if len(steps) < 2:
             continue
         logs = [math.log(s) for s in steps]
@@ -171,7 +172,7 @@ def observations(records: Sequence[TrialRecord], noise: float, wall_frac: float 
         if not speed_measured(r, wall_frac):
             continue
         res = r.result
-        tput, n = res.throughput_per_s, len(res.measured_step_times_s)
+        tput, n = res.throughput_per_s, len(res.kept_step_times_s)
         if tput and tput > 0 and n:
             out.append(Observation(r.number, r.values, math.log(tput), run_variance(noise, n)))
         elif res.step_times_s and res.samples_per_step and min(res.step_times_s) > 0:  # 0: a step untimed

@@ -23,7 +23,7 @@ from nccl_tune.search_spaces.describe import describe
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.trial import TrialResult
 from nccl_tune.tuner.records.stability import Candidate
-from nccl_tune.wording import duration, fmt_mem, fmt_tput, shorten
+from nccl_tune.wording import duration, fmt_mem, fmt_steps, fmt_tput, shorten
 
 _FIGURES = re.compile(r"\d+(?:[.,:]\d+)*")
 """What differs between two runs' copies of one failure: process ids, time stamps, sizes."""
@@ -193,7 +193,7 @@ class Display:
         tput = fmt_tput(result.throughput_per_s, result.throughput_unit)
         if number in self._forced:
             tput = f"{tput} (forced: not compared)"
-        metrics = f"{tput}  mem {fmt_mem(result)}  steps {len(result.measured_step_times_s)}  {duration(result.wall_s)}"
+        metrics = f"{tput}  mem {fmt_mem(result)}  steps {fmt_steps(result)}  {duration(result.wall_s)}"
         failed = result.status is not FailureClass.OK
         evidence = shorten(result.verdict.evidence[0].text) if failed and result.verdict.evidence else ""
         advice = result.verdict.advice if failed else ""

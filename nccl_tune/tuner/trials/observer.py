@@ -5,9 +5,11 @@ Screening (``stop.screen_steps`` > 0) is a two-rung successive-halving rule deci
 running trial: after the warm-up and ``screen_steps`` measured steps, a trial whose throughput does
 not clear the bar (``screening.IncumbentBar``: the incumbent's throughput as the study's model
 estimates it, less a reach that follows the noise) is stopped; one within reach runs every measured
-step. The trial is not restarted, so screening costs no second start-up. The early stop holds each
-measured step against the same estimate of the incumbent (each warm-up step against its warm-up)
-and stops a trial whose step ran below ``early_stop_ratio`` of it."""
+step. The trial is not restarted, so screening costs no second start-up; its steps are read as a
+finished trial's, stragglers left out (``stragglers``). The early stop holds the trial against the
+same estimate of the incumbent (each warm-up step against its warm-up;
+the measured steps so far, stragglers left out, against its throughput) and stops a trial that ran
+below ``early_stop_ratio`` of it."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from types import FrameType
 from typing import Any
 
 from nccl_tune.launchers.base import STOP_SIGNALS, TrialObserver, TrialProgress
+from nccl_tune.stragglers import kept, stragglers
 from nccl_tune.trial import StopReason, TrialSpec
 from nccl_tune.tuner.trials.display import Display
 from nccl_tune.tuner.trials.screening import IncumbentBar
@@ -102,27 +105,34 @@ class TunerObserver(TrialObserver):
         )
 
     def slower_than_incumbent(self, spec: TrialSpec, step_times_s: tuple[float, ...]) -> str | None:
-        """Why the trial is slower than the incumbent, when a finished step ran below
-        ``early_stop_ratio`` of the incumbent as modelled: a measured step of its throughput, a
-        warm-up step of its same warm-up step; else None."""
+        """Why the trial is slower than the incumbent, when it ran below ``early_stop_ratio`` of the
+        incumbent as modelled: a warm-up step against its same warm-up step, the measured steps so
+        far (stragglers left out: one stalled step is no reading of the config) against its
+        throughput; else None."""
         if self.bar is None or not self.early_stop_ratio or not spec.samples_per_step:
             return None
-        warm = spec.stop.warmup_steps
-        for i, t in enumerate(step_times_s):
-            if t <= 0:
-                continue
-            if i < warm:
-                if i >= len(self.bar.warmup_per_s):
-                    continue
-                ref, what = self.bar.warmup_per_s[i], f"warm-up step {i + 1}"
-            else:
-                ref, what = self.bar.incumbent_per_s, "throughput"
-            if spec.samples_per_step / t < self.early_stop_ratio * ref:
+        warm, ratio = spec.stop.warmup_steps, self.early_stop_ratio
+        for i, t in enumerate(step_times_s[: min(warm, len(self.bar.warmup_per_s))]):
+            ref = self.bar.warmup_per_s[i]
+            if t > 0 and spec.samples_per_step / t < ratio * ref:
                 return (
-                    f"step {i + 1} ran at {spec.samples_per_step / t / ref:.0%} of the incumbent's {what} "
-                    f"({ref:,.1f} samples/s as modelled; the early stop is below {self.early_stop_ratio:.0%})"
+                    f"step {i + 1} ran at {spec.samples_per_step / t / ref:.0%} of the incumbent's warm-up step "
+                    f"{i + 1} ({ref:,.1f} samples/s as modelled; the early stop is below {ratio:.0%})"
                 )
-        return None
+        measured = [t for t in step_times_s[warm:] if t > 0]
+        if not measured:
+            return None
+        steady = kept(measured, stragglers(measured))
+        per_s, ref = spec.samples_per_step * len(steady) / sum(steady), self.bar.incumbent_per_s
+        if per_s >= ratio * ref:
+            return None
+        n = len(measured)
+        which = f"step {warm + 1}" if n == 1 else f"steps {warm + 1}-{warm + n}"
+        left = f", {n - len(steady)} straggler left out" if len(steady) < n else ""
+        return (
+            f"{which} ran at {per_s / ref:.0%} of the incumbent's throughput ({ref:,.1f} samples/s as "
+            f"modelled{left}; the early stop is below {ratio:.0%})"
+        )
 
     def screened_out(self, spec: TrialSpec, step_times_s: tuple[float, ...]) -> str | None:
         """Why the trial is stopped at the screening point, when its screened steps do not clear the
@@ -135,7 +145,8 @@ class TunerObserver(TrialObserver):
         measured = [t for t in step_times_s[warm:] if t > 0]
         if len(measured) < screen:
             return None
-        per_s = spec.samples_per_step / (sum(measured) / len(measured))
+        steady = kept(measured, stragglers(measured))
+        per_s = spec.samples_per_step * len(steady) / sum(steady)
         bar = self.bar
         if not bar.stops(per_s):
             return None

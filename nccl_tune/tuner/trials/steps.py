@@ -1,6 +1,7 @@
 """How many steps a trial measures: as many as the study's measured step noise asks for.
 
-A trial's throughput is the mean of its measured steps. Its noise has two parts: the per-step
+A trial's throughput is the mean of its measured steps (stalled steps left out: ``stragglers``),
+whose scatter is read without them too. Its noise has two parts: the per-step
 spread ``s`` of log step time over ``sqrt(n)`` for ``n`` measured steps, and a run-to-run spread
 (placement, thermals) that no number of steps removes, at least ``throughput_model.RUN_NOISE``.
 On a job whose steps scatter 6-10% (generation-heavy RL), three measured steps leave one trial

@@ -8,7 +8,8 @@ Hydra refuses it. Memory = 20 + 12 * micro GiB (x0.5 with offload) on an 80 GiB 
 TINY_STEP_S scales the step time (default 0.15 s for micro=1). It never stops by itself (no step cap),
 like skyrl_train: the tuner stops it after its measured steps. TINY_FLAKY_ALGO=<algo>: NCCL_ALGO=<algo>
 makes steps 30% faster, and a run with it hangs in its first step unless trainer.micro=4 (a setting
-that hangs now and then, spared by the runs of one config).
+that hangs now and then, spared by the runs of one config). TINY_STALL_STEP=<n>: step n takes three
+times as long (a garbage collection, a checkpoint write).
 """
 
 import os
@@ -75,7 +76,8 @@ def main() -> int:
                 flush=True,
             )
             return 1
-        time.sleep(step_s * (2.0 if step == 1 else 1.0))
+        stall = step == int(os.environ.get("TINY_STALL_STEP", "0"))
+        time.sleep(step_s * (2.0 if step == 1 else 3.0 if stall else 1.0))
         dt = time.time() - t0
         log(f"Finished: 'policy_train', time cost: {dt:.2f}s")
         print(

@@ -48,15 +48,30 @@ def progress(step_times_s: tuple[float, ...]) -> TrialProgress:
     return TrialProgress(elapsed_s=sum(step_times_s), step_times_s=step_times_s, open_phase="step", last_progress_s=0.1)
 
 
-def test_a_measured_step_far_slower_than_the_modelled_incumbent_stops_the_trial_and_says_which(tmp_path):
+def test_measured_steps_far_slower_than_the_modelled_incumbent_stop_the_trial_and_say_which(tmp_path):
     """The incumbent runs 6.4 samples/s as modelled (10 s a step of 64 samples): a measured step of
     20 s (3.2 samples/s, 50%) stops the trial; one of 11 s (91%) does not."""
     watcher = observer(0.7, IncumbentBar(incumbent_per_s=6.4, reach_frac=0.1))
     assert watcher.should_stop(spec(tmp_path), progress((13.5, 11.0))) is None and watcher.stop_detail() is None
-    assert watcher.should_stop(spec(tmp_path), progress((13.5, 11.0, 20.0))) is StopReason.EARLY_STOP
+    assert watcher.should_stop(spec(tmp_path), progress((13.5, 20.0))) is StopReason.EARLY_STOP
     assert watcher.stop_detail() == (
-        "step 3 ran at 50% of the incumbent's throughput (6.4 samples/s as modelled; the early stop is below 70%)"
+        "step 2 ran at 50% of the incumbent's throughput (6.4 samples/s as modelled; the early stop is below 70%)"
     )
+    assert watcher.should_stop(spec(tmp_path), progress((13.5, 14.0, 15.0))) is StopReason.EARLY_STOP
+    assert watcher.stop_detail() == (
+        "steps 2-3 ran at 69% of the incumbent's throughput (6.4 samples/s as modelled; the early stop is below 70%)"
+    )
+
+
+def test_one_stalled_step_of_a_config_as_fast_as_the_incumbent_does_not_stop_it(tmp_path):
+    """A garbage collection makes one step of a config that runs at the incumbent's speed twice as
+    long: a straggler, no reading of the config; the steps around it run on."""
+    watcher = observer(0.7, IncumbentBar(incumbent_per_s=6.4, reach_frac=0.1))
+    assert watcher.should_stop(spec(tmp_path), progress((13.5, 10.0, 20.0))) is None
+    assert watcher.should_stop(spec(tmp_path), progress((13.5, 10.0, 20.0, 10.5, 9.8))) is None
+    # two slow steps of three are the config's pace, not stalls
+    assert watcher.should_stop(spec(tmp_path), progress((13.5, 10.0, 20.0, 21.0))) is StopReason.EARLY_STOP
+    assert watcher.stop_detail().startswith("steps 2-4 ran at 59% of the incumbent's throughput")
 
 
 def test_a_warm_up_step_is_held_against_the_incumbents_warm_up(tmp_path):
