@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, fields, replace
 from enum import Enum
+from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -531,7 +532,7 @@ class TrialResult:
         """Every measured step has a duration (none is in ``untimed_steps``)."""
         return all(i < self.warmup_steps for i in self.untimed_steps)
 
-    @property
+    @cached_property
     def straggler_steps(self) -> tuple[int, ...]:
         """Indices into ``measured_step_times_s`` of the steps that stalled (``stragglers``): left out
         of the throughput. Read from the step durations, or from the printed rates where a step

@@ -102,10 +102,11 @@ def test_hf_trainer_bar_redraws_are_steps_as_they_arrive():
     ]
     s = read(PRESETS["hf-trainer"], chunks)
     # the bar is read before its line ends; a redraw of the same step (after the log dict) is no new step;
-    # steps are timed by their arrival (2 s apart here), not by the rate the bar prints
+    # steps are timed by their arrival (2 s apart here), not by the rate the bar prints; the step
+    # that waited out the log dict (6 s, three times the other) is a straggler, left out
     assert s.step_times_s == (2.0, 0.0, 2.0, 6.0) and s.step_rates == () and s.rate_unit is None
-    assert result_of(s, warmup=2).throughput == (pytest.approx(0.25), "steps/s")
-    assert result_of(s, warmup=2, samples_per_step=32).throughput == (pytest.approx(8.0), "samples/s")
+    assert result_of(s, warmup=2).throughput == (pytest.approx(0.5), "steps/s")
+    assert result_of(s, warmup=2, samples_per_step=32).throughput == (pytest.approx(16.0), "samples/s")
 
 
 def test_hf_trainer_log_dicts_without_a_bar_and_the_final_summary():
