@@ -97,3 +97,9 @@ def test_a_stalled_step_of_a_real_command_is_left_out_and_the_trial_line_says_so
     assert trial["measured_steps"] == 5 and trial["straggler_steps"] == [2]  # step 4: the third measured
     # the tiny trainer's steps take 0.15 s at micro 1 and carry 8 samples: the stall is not in its rate
     assert trial["throughput_per_s"] == pytest.approx(8 / 0.15, rel=0.15)
+    summary = "1 of 1 finished runs had a measured step over 1.5x their median (up to "
+    assert f"stalled steps: {summary}" in proc.stderr
+    stall = float(proc.stderr.split(summary)[1].split("x:")[0])
+    assert 2.5 <= stall <= 3.5, stall  # three times a step
+    report = run_cli(["report", "--format", "md"], cwd=tmp_path)
+    assert report.returncode == 0 and summary in report.stdout, report.stderr

@@ -21,7 +21,7 @@ from nccl_tune.tuner.records.speedup import speedup
 from nccl_tune.tuner.records.stability import Candidate
 from nccl_tune.tuner.records.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.trials.display import STYLE
-from nccl_tune.tuner.trials.steps import coarse_reading_note
+from nccl_tune.tuner.trials.steps import coarse_reading_note, stalled_steps_note
 from nccl_tune.tuner.winner.headline import choices, confirmation_words
 from nccl_tune.tuner.winner.worst_proof import FAILS, UNPROVEN, fails_at_worst, fails_words, unproven_why
 from nccl_tune.wording import duration, fmt_mem, fmt_tput, mem_gib, shorten
@@ -247,6 +247,9 @@ def print_summary(
     note = coarse_reading_note(records, space.stop.measured_steps)
     if note:
         _print(console, f"[yellow]coarse measurement:[/] {escape(note)}")
+    stalls = stalled_steps_note(records)
+    if stalls:
+        _print(console, f"stalled steps: {escape(stalls)}")
 
 
 def _failure_lines(console: Console, view: StudyView) -> None:

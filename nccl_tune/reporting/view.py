@@ -21,7 +21,7 @@ from nccl_tune.tuner.records.semantics import semantic_changes, user_env
 from nccl_tune.tuner.records.speedup import speedup
 from nccl_tune.tuner.records.stability import Candidate, candidates, changes, does_not_pay, noise_frac, run_key
 from nccl_tune.tuner.records.study_records import Outcome, TrialRecord
-from nccl_tune.tuner.trials.steps import coarse_reading_note
+from nccl_tune.tuner.trials.steps import coarse_reading_note, stalled_steps_note
 from nccl_tune.tuner.winner.headline import choices, confirmation_words
 from nccl_tune.tuner.winner.importance import parameter_importance
 from nccl_tune.tuner.winner.study_view import StoredStudy, TrialTiming, open_study
@@ -317,5 +317,5 @@ def winner_reasons(view: StudyView) -> list[str]:
             f"changes the training itself: {c.name} {format_value(c.before)} -> {format_value(c.after)} "
             "(pin it with --set to tune speed only)"
         )
-    note = coarse_reading_note(view.records, view.space.stop.measured_steps)
-    return lines + ([note] if note else [])
+    notes = (coarse_reading_note(view.records, view.space.stop.measured_steps), stalled_steps_note(view.records))
+    return lines + [note for note in notes if note]
