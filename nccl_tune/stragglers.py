@@ -12,7 +12,9 @@ steps that far apart the slower one stalled). Where the trainer printed each ste
 step that carried more tokens than the median step is not one: a longer batch is part of the job,
 not a stall. When more than ``MAX_SHARE`` of the steps (at least one) are that slow, none is: slow
 steps that common are the config's own pace (a data loader that cannot keep up), which its
-throughput must show.
+throughput must show. Nor are ``PERIODIC`` slow steps or more at one even spacing: a step that
+comes back every k steps is work the job does every k steps (an optimizer step after gradient
+accumulation, where the trainer counts micro-batches), not a stall.
 """
 
 from __future__ import annotations
@@ -23,6 +25,8 @@ from statistics import median
 FACTOR = 1.5
 """How many times the median step a straggler takes at least: about four standard deviations of
 the step noise of the noisiest jobs met (10%, generation-heavy RL)."""
+PERIODIC = 3
+"""Slow steps at one even spacing that make them the job's own rhythm, not stalls."""
 MAX_SHARE = 1 / 3
 """Largest share of a run's measured steps (one at least) that may be stragglers; above it, none is.
 Stalls of one step in ten stay within it in 92% (5 steps) to 99.7% (16 steps) of runs."""
@@ -39,7 +43,10 @@ def stragglers(step_s: Sequence[float], tokens: Sequence[float | None] = ()) -> 
     slow = tuple(
         i for i, s in enumerate(step_s) if s > FACTOR * mid and (mid_tokens is None or (tokens[i] or 0.0) <= mid_tokens)
     )
-    return slow if len(slow) <= max(1, int(MAX_SHARE * len(step_s))) else ()
+    if len(slow) > max(1, int(MAX_SHARE * len(step_s))):
+        return ()
+    gaps = {b - a for a, b in zip(slow, slow[1:])}
+    return () if len(slow) >= PERIODIC and len(gaps) == 1 else slow
 
 
 def kept(values: Sequence[float], slow: Sequence[int]) -> tuple[float, ...]:

@@ -33,6 +33,14 @@ def test_slow_steps_that_common_are_the_runs_pace():
     assert stragglers([1.0, 2.0, 1.0, 2.0, 1.0, 1.0, 1.0, 1.0]) == (1, 3)
 
 
+def test_slow_steps_at_one_even_spacing_are_the_jobs_rhythm():
+    # an optimizer step every fourth micro-batch (a trainer that counts micro-batches)
+    rhythm = [1.0, 1.0, 1.0, 1.8] * 4
+    assert stragglers(rhythm) == ()
+    assert stragglers(rhythm[:8]) == (3, 7)  # two slow steps show no rhythm yet
+    assert stragglers([1.0, 1.8, 1.0, 1.0, 1.0, 1.8, 1.0, 1.0, 1.0, 1.0, 1.8, 1.0]) == (1, 5, 10)
+
+
 def test_a_slow_step_with_more_tokens_than_the_median_is_a_longer_batch():
     steps = [1.0, 1.0, 2.2, 1.0, 2.1, 1.0, 1.0, 1.0]
     tokens = [500, 480, 1900, 510, 490, 505, 495, 500]
