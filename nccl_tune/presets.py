@@ -50,6 +50,12 @@ first). The formats are those of each project's own logging code:
   0.01, ..., 'timing/step_total': 83.6}`` (``Global step 3: {...}`` in the async trainer), behind
   ``INFO MM-DD HH:MM:SS ppo_trainer.py:N]``; ``'timing/step_total'`` (seconds) since March 2026,
   earlier releases (from May 2025) print the dict without it, timed by the wall clock.
+- ``nanogpt``: nanoGPT's ``train.py`` (and the many scripts built on it), every ``log_interval``
+  iterations: ``iter 10: loss 3.1462, time 54.25ms, mfu 6.88%`` (``mfu -100.00%`` for the first
+  five), the duration that of the last iteration alone (each line stands for the iterations since
+  the one before, at that duration); the evaluation's ``step 0: train loss 4.2874, val loss
+  4.2823`` is no step, and the iteration after it also waits out the evaluation. No end line (the
+  script leaves its loop past ``max_iters``) and no memory.
 - ``nemo-rl``: NeMo RL's algorithms (``nemo_rl/algorithms/grpo.py``, ``dpo.py``, ``ppo.py``,
   ``distillation.py``) print a block per step; its ``  • Total step time: 95.30s`` line ends the
   step (the throughputs follow on lines of their own); ``Max number of steps has been reached``.
@@ -163,6 +169,13 @@ OPENRLHF = ProgressRules(
     preset="openrlhf",
 )
 
+NANOGPT = ProgressRules(
+    # the loss as ``:.4f`` prints it, ``nan`` and ``inf`` included; spelled so that its text to look
+    # for is ", time " (the log reader's cover "time")
+    step_end=(rf"{_TORCHRUN}iter (?P<step>\d+):\sloss \S+, time (?P<ms>{_NUM})ms,\smfu -?{_NUM}%",),
+    preset="nanogpt",
+)
+
 NEMO_RL = ProgressRules(
     step_end=(rf"• Total step time: (?P<seconds>{_NUM})s",),
     training_done=r"Max number of steps has been reached",
@@ -172,7 +185,7 @@ NEMO_RL = ProgressRules(
 PRESETS: Mapping[str, ProgressRules] = MappingProxyType(
     {
         r.preset: r  # type: ignore[misc]
-        for r in (SKYRL, HF_TRAINER, TORCHTITAN, MEGATRON, LIGHTNING, DEEPSPEED, VERL, OPENRLHF, NEMO_RL)
+        for r in (SKYRL, HF_TRAINER, TORCHTITAN, MEGATRON, LIGHTNING, DEEPSPEED, VERL, OPENRLHF, NEMO_RL, NANOGPT)
     }
 )
 
@@ -184,6 +197,7 @@ DETECT_ORDER: tuple[str, ...] = (
     "verl",
     "openrlhf",
     "nemo-rl",
+    "nanogpt",
     "lightning",
     "hf-trainer",
 )

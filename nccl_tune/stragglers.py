@@ -12,9 +12,10 @@ steps that far apart the slower one stalled). Where the trainer printed each ste
 step that carried more tokens than the median step is not one: a longer batch is part of the job,
 not a stall. When more than ``MAX_SHARE`` of the steps (at least one) are that slow, none is: slow
 steps that common are the config's own pace (a data loader that cannot keep up), which its
-throughput must show. Nor are ``PERIODIC`` slow steps or more at one even spacing: a step that
-comes back every k steps is work the job does every k steps (an optimizer step after gradient
-accumulation, where the trainer counts micro-batches), not a stall.
+throughput must show. Nor are ``PERIODIC`` slow steps or more at one even spacing of two steps or
+more: a step that comes back every k steps is work the job does every k steps (an optimizer step
+after gradient accumulation, where the trainer counts micro-batches), not a stall. Slow steps in a
+row are one stall (a line that stands for several steps gives each its duration).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ def stragglers(step_s: Sequence[float], tokens: Sequence[float | None] = ()) -> 
     if len(slow) > max(1, int(MAX_SHARE * len(step_s))):
         return ()
     gaps = {b - a for a, b in zip(slow, slow[1:])}
-    return () if len(slow) >= PERIODIC and len(gaps) == 1 else slow
+    return () if len(slow) >= PERIODIC and len(gaps) == 1 and gaps != {1} else slow
 
 
 def kept(values: Sequence[float], slow: Sequence[int]) -> tuple[float, ...]:

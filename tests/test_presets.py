@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import re
+import statistics
 import time
 
 import pytest
@@ -431,6 +432,37 @@ def test_nemo_rl_step_blocks():
     assert result_of(s, samples_per_step=512).throughput == (pytest.approx(512 / 90.5), "samples/s")
 
 
+NANOGPT_RUN = [
+    "tokens per iteration will be: 16,384\n",
+    "compiling the model... (takes a ~minute)\n",
+    "step 0: train loss 4.2874, val loss 4.2823\n",
+    "iter 0: loss 4.2649, time 29374.24ms, mfu -100.00%\n",
+    "iter 10: loss 3.1462, time 54.25ms, mfu -100.00%\n",
+    "iter 20: loss 2.7315, time 53.87ms, mfu 6.88%\n",
+    "step 25: train loss 2.5012, val loss 2.6120\n",
+    "iter 25: loss nan, time 4120.00ms, mfu 6.10%\n",
+    "iter 30: loss 2.4410, time 54.00ms, mfu 6.12%\n",
+]
+"""nanoGPT's lines (log_interval 10, then 5; an evaluation at iteration 25, whose iteration waits it out)."""
+
+
+def test_nanogpt_iterations_and_the_evaluation_between_them():
+    s = read(PRESETS["nanogpt"], NANOGPT_RUN)
+    # each line stands for the iterations since the one before, at the duration it printed; the
+    # evaluation's "step 25:" line is no step
+    assert s.step_line_ends == (1, 11, 21, 26, 31) and s.step_times_s[0] == pytest.approx(29.37424)
+    assert s.step_times_s[1:11] == pytest.approx((0.05425,) * 10) and s.step_times_s[21:26] == pytest.approx(
+        (4.12,) * 5
+    )
+    res = result_of(s, samples_per_step=16)
+    # the five iterations the evaluation's line stands for are one stall, left out
+    assert res.straggler_steps == (20, 21, 22, 23, 24)
+    assert res.throughput == (
+        pytest.approx(16 / statistics.fmean((0.05425,) * 10 + (0.05387,) * 10 + (0.054,) * 5)),
+        "samples/s",
+    )
+
+
 SAMPLES: dict[str, list[str]] = {
     "skyrl": SKYRL_TODAY,
     "hf-trainer": [HF_BAR, HF_LOG, hf5({"loss": 2.3125, "epoch": 0.1}), HF_END],
@@ -453,6 +485,7 @@ SAMPLES: dict[str, list[str]] = {
         "(TaskRunner pid=2345) 'Final validation metrics: {}'\n",
     ],
     "openrlhf": [openrlhf_line(1, {"policy_loss": 0.0123, "timing/step_total": 83.0})],
+    "nanogpt": NANOGPT_RUN,
     "nemo-rl": [line.format(n=1, t=95.3) for line in NEMO_RL_STEP]
     + ["Max number of steps has been reached, stopping training early\n"],
 }

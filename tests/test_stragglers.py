@@ -39,6 +39,8 @@ def test_slow_steps_at_one_even_spacing_are_the_jobs_rhythm():
     assert stragglers(rhythm) == ()
     assert stragglers(rhythm[:8]) == (3, 7)  # two slow steps show no rhythm yet
     assert stragglers([1.0, 1.8, 1.0, 1.0, 1.0, 1.8, 1.0, 1.0, 1.0, 1.0, 1.8, 1.0]) == (1, 5, 10)
+    # slow steps in a row are one stall: a line that stands for three steps gave each its time
+    assert stragglers([1.0] * 6 + [3.0] * 3 + [1.0] * 3) == (6, 7, 8)
 
 
 def test_a_slow_step_with_more_tokens_than_the_median_is_a_longer_batch():
