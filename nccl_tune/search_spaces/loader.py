@@ -48,7 +48,7 @@ _PARAM_KEYS = {
     "name", "kind", "target", "low", "high", "step", "choices", "default", "memory", "phases", "semantic", "help", "arg",
     "arg_style", "enabled",
 }  # fmt: skip
-_TRIAL_KEYS = {"overrides", "env"}
+_TRIAL_KEYS = {"overrides", "env", "arg_style"}
 _STOP_KEYS = {f.name for f in dataclasses.fields(StopRule)} - {"enough_steps"}
 _CLOCK_KEYS = {f.name for f in dataclasses.fields(Clocks)} - {"phase_max_s", "silence_steps"}  # measured, never given
 _PROGRESS_KEYS = {f.name for f in dataclasses.fields(ProgressRules)}
@@ -134,6 +134,18 @@ def _check_top_level(text: str, label: str) -> None:
                 f"space file {label}: {where}: {len(choices)} choices, more than the {_MAX_CHOICES} a search can "
                 "tell apart; for numbers use kind: int with low/high/step, else keep the choices worth trying"
             )
+
+
+def _trial_arg_style(raw: Any, label: str) -> ArgStyle:
+    """``trial.arg_style``: how the trial's own flags carry their values (``separate`` or ``equals``)."""
+    if raw is None:
+        return ArgStyle.SEPARATE
+    allowed = (ArgStyle.SEPARATE.value, ArgStyle.EQUALS.value)
+    if raw not in allowed:
+        raise NcclTuneError(
+            f"space file {label}: trial.arg_style must be separate (--max-steps 8) or equals (--max_steps=8), got {raw!r}"
+        )
+    return ArgStyle(raw)
 
 
 def _check_keys(section: Mapping[str, Any], allowed: set[str], where: str, label: str) -> None:
@@ -402,6 +414,7 @@ def _build(data: dict[str, Any], source: str, label: str, text: str) -> SearchSp
         for k, v in (trial.get("overrides") or {}).items()
     }
     trial_env = {str(k): _scalar(v, f"trial.env.{k}", label) for k, v in (trial.get("env") or {}).items()}
+    trial_arg_style = _trial_arg_style(trial.get("arg_style"), label)
     for key in trial_env:
         _check_env_name(key, f"trial.env.{key}", label)
 
@@ -458,6 +471,7 @@ def _build(data: dict[str, Any], source: str, label: str, text: str) -> SearchSp
         derived=tuple(derived),
         constraints=tuple(constraints),
         trial_overrides=trial_overrides,
+        trial_arg_style=trial_arg_style,
         trial_env=trial_env,
         samples_per_step=samples,
         stop=stop,

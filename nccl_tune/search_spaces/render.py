@@ -87,12 +87,12 @@ def config_overrides(space: SearchSpace, values: Mapping[str, Any]) -> dict[str,
 
 def fixed_argv(space: SearchSpace, overrides: Mapping[str, str], pins: Mapping[str, Any]) -> list[str]:
     """The argv elements every trial gets before its own: the space's trial overrides (already
-    expanded), then context values changed with ``--set``."""
+    expanded), then context values changed with ``--set``, their flags in ``trial.arg_style``."""
     args: list[str] = []
     for key, value in overrides.items():
-        args += key_argv(key, value)
+        args += key_argv(key, value, space.trial_arg_style)
     for key, value in pins.items():
-        args += key_argv(space.context_args.get(key, key), value)
+        args += key_argv(space.context_args.get(key, key), value, space.trial_arg_style)
     return args
 
 

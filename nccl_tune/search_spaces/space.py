@@ -194,6 +194,9 @@ class SearchSpace:
     trial_overrides: Mapping[str, str | None] = field(default_factory=dict)
     """Overrides added to every trial (short, harmless runs): ``key=value``, or a flag and its value
     (None: the bare flag); ``{trial_dir}`` etc. expand."""
+    trial_arg_style: ArgStyle = ArgStyle.SEPARATE
+    """How the flags of ``trial_overrides`` and of the values ``--set`` changes carry their values:
+    ``--max-steps 8`` (``separate``) or ``--max_steps=8`` (``equals``, nanoGPT's configurator)."""
     trial_env: Mapping[str, str] = field(default_factory=dict)
     """Environment added to every trial (tight timeouts, Flight Recorder dumps)."""
     samples_per_step: Expr | None = None

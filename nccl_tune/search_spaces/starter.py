@@ -87,6 +87,7 @@ _GUESSES = (
     ("verl", r"\bverl\b"),
     ("openrlhf", r"openrlhf"),
     ("nemo-rl", r"nemo[_-]?rl|\brun_(?:grpo|dpo|distillation)\w*\.py"),
+    ("nanogpt", r"nano[_-]?gpt"),
     ("torchtitan", r"torchtitan"),
     ("megatron", r"megatron|pretrain_(gpt|bert|t5|llama|mamba)"),
     ("deepspeed", r"deepspeed"),

@@ -22,6 +22,10 @@ The settings, as each trainer spells them (facts from their sources and docs):
 - SkyRL: ``trainer.max_training_steps`` (today's layout), ``trainer.eval_interval=-1``,
   ``trainer.eval_before_train=false``, ``trainer.ckpt_interval=-1``, ``trainer.hf_save_interval=-1``,
   ``trainer.logger=console``.
+- nanoGPT (``configurator.py``: ``--key=value`` only, so ``trial.arg_style: equals``):
+  ``--max_iters``, ``--log_interval=1``, ``--eval_iters=1`` (it evaluates at iteration 0 whatever
+  ``--eval_interval`` says; past the last iteration, no other evaluation), ``--always_save_checkpoint=False``,
+  ``--wandb_log=False``.
 """
 
 from __future__ import annotations
@@ -94,6 +98,15 @@ _SKYRL = (
     TrialSetting(("trainer.logger",), "console", "the step dict on the console, no uploads"),
 )
 
+_NANOGPT = (
+    TrialSetting(("--max_iters",), STEP_CAP, "stop after the trial's iterations"),
+    TrialSetting(("--log_interval",), 1, "a log line every iteration"),
+    TrialSetting(("--eval_iters",), 1, "the evaluation at iteration 0 on one batch"),
+    TrialSetting(("--eval_interval",), 1000000, "no evaluation after iteration 0"),
+    TrialSetting(("--always_save_checkpoint",), "False", "no checkpoints"),
+    TrialSetting(("--wandb_log",), "False", "no uploads"),
+)
+
 TRIAL_SETTINGS: Mapping[str, tuple[TrialSetting, ...]] = MappingProxyType(
     {
         "hf-trainer": _HF,
@@ -103,8 +116,11 @@ TRIAL_SETTINGS: Mapping[str, tuple[TrialSetting, ...]] = MappingProxyType(
         "lightning": _LIGHTNING,
         "verl": _VERL,
         "skyrl": _SKYRL,
+        "nanogpt": _NANOGPT,
     }
 )
+EQUALS_STYLE = frozenset({"nanogpt"})
+"""Presets whose trainer takes ``--key=value`` only (``trial.arg_style: equals``)."""
 
 
 def _key(name: str) -> str:
@@ -134,4 +150,5 @@ def trial_block(preset: str | None, shown: Sequence[str]) -> list[str]:
     if unseen:
         unseen.insert(0, "    # check: not in the command's --help; uncomment those the command takes (its $@):")
     head = f"  overrides:                 # {preset}'s settings for a short, safe trial"
-    return ["", "trial:", head, *given, *unseen, *notes]
+    style = ["  arg_style: equals          # the command takes --key=value only"] if preset in EQUALS_STYLE else []
+    return ["", "trial:", *style, head, *given, *unseen, *notes]

@@ -90,6 +90,19 @@ def test_fixed_arguments_flags_bare_flags_and_pinned_context(tmp_path):
     ]
 
 
+def test_a_command_that_takes_key_equals_value_only_gets_its_trial_flags_so(tmp_path):
+    """nanoGPT's configurator reads ``--max_iters=8`` and takes ``--max_iters 8`` for a config file."""
+    text = textwrap.dedent(FLAGS).replace("trial:\n", "trial:\n  arg_style: equals\n")
+    space = load_space(write(tmp_path, text))
+    assert fixed_argv(space, space.trial_overrides, {"world": 4}) == ["--max-steps=100", "--no-eval", "--nproc=4"]
+
+
+def test_a_trial_arg_style_that_is_no_style_is_one_line_naming_the_choices(tmp_path):
+    path = write(tmp_path, textwrap.dedent(FLAGS).replace("trial:\n", "trial:\n  arg_style: switch\n"))
+    with pytest.raises(NcclTuneError, match=r"trial.arg_style must be separate \(--max-steps 8\) or equals"):
+        load_space(path)
+
+
 BAD = {
     "flag as a name": (
         "  - {name: --lr, kind: categorical, choices: [0.1, 0.2]}",

@@ -13,6 +13,7 @@ from nccl_tune.errors import NcclTuneError
 from nccl_tune.launchers.help import help_text
 from nccl_tune.search_spaces.loader import parse_space
 from nccl_tune.search_spaces.render import render_values
+from nccl_tune.search_spaces.space import ArgStyle
 from nccl_tune.search_spaces.starter import guess_preset, init_space, parse_argparse, role_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -74,6 +75,7 @@ def test_a_hydra_program_gives_its_config_keys():
         (["deepspeed", "train.py"], "deepspeed"),
         (["python", "train_lightning.py"], "lightning"),
         (["accelerate", "launch", "sft.py"], "hf-trainer"),
+        (["python", "-m", "nanogpt.train", "config/train_shakespeare_char.py"], "nanogpt"),
         (["python", "train.py"], None),
     ],
 )
@@ -158,3 +160,7 @@ def test_the_trainers_short_trial_settings_come_with_its_preset():
     )
     plain = starter_yaml(["python", "train.py"], plain_help)
     assert parse_space(plain, source="t", label="t").trial_overrides == {"--log-interval": "1"}
+    # nanoGPT takes --key=value only: the trial's flags are spelled so
+    nano_help = "options:\n  --batch_size BATCH_SIZE  (default: 12)\n  --max_iters MAX_ITERS  (default: 600000)\n"
+    nano = parse_space(starter_yaml(["python", "-m", "nanogpt.train"], nano_help), source="t", label="t")
+    assert nano.trial_arg_style is ArgStyle.EQUALS and nano.trial_overrides == {"--max_iters": "{total_steps}"}
