@@ -2,8 +2,8 @@
 
 A trial measures a few steps. A Python garbage collection, a checkpoint write, a slow fetch of the
 data loader or a hiccup of the host makes one of them twice as long, and the mean of a few steps
-then reads the config a third slower than it runs: one step in ten twice as long is 6% over
-sixteen steps, 50% over two. Such stalls come whatever the config, so they rank configs at random;
+then reads the config slower than it runs: such a step adds 6% to the mean of sixteen steps, 50%
+to the mean of two. Such stalls come whatever the config, so they rank configs at random;
 the search, the confirmation and the winner read the steps without them.
 
 A measured step is a straggler when it took more than ``FACTOR`` times the run's typical step: the
