@@ -50,6 +50,18 @@ def stragglers(step_s: Sequence[float], tokens: Sequence[float | None] = ()) -> 
     return () if len(slow) >= PERIODIC and len(gaps) == 1 and gaps != {1} else slow
 
 
+def steady_mean_s(step_s: Sequence[float]) -> float:
+    """The mean of ``step_s`` (a running trial's measured steps so far, at least one) with its
+    stragglers left out."""
+    steady = kept(step_s, stragglers(step_s))
+    return sum(steady) / len(steady)
+
+
+def worst_stall(step_s: Sequence[float], slow: Sequence[int]) -> float:
+    """The longest of the steps at ``slow`` over the median of ``step_s``: how long the worst stall was."""
+    return max(step_s[i] for i in slow) / median(step_s)
+
+
 def kept(values: Sequence[float], slow: Sequence[int]) -> tuple[float, ...]:
     """``values`` without the entries at ``slow``."""
     out = set(slow)

@@ -551,6 +551,11 @@ class TrialResult:
         return kept(self.measured_step_times_s, self.straggler_steps)
 
     @property
+    def kept_step_rates(self) -> tuple[float | None, ...]:
+        """The rates the measured steps printed (``step_rates``), less the stragglers'."""
+        return kept(self.step_rates[self.warmup_steps :], self.straggler_steps)  # type: ignore[arg-type]
+
+    @property
     def mean_step_s(self) -> float | None:
         """Mean measured step time, stragglers left out; None when a measured step could not be timed
         or none lasted."""
@@ -567,7 +572,7 @@ class TrialResult:
         that did when none printed one before (a steps rate times the
         space's samples per step gives samples); otherwise from step durations: samples per step over
         the mean step time, or steps per second when the samples per step are unknown."""
-        rates = kept(self.step_rates[self.warmup_steps :], self.straggler_steps)
+        rates = self.kept_step_rates
         if all(r is None for r in self.step_rates[: self.warmup_steps]):  # a rate that starts late (DeepSpeed's
             rates = rates[next((i for i, r in enumerate(rates) if r is not None), len(rates)) :]  # timer: step 3)
         if rates and all(r is not None and r > 0 for r in rates) and self.rate_unit:

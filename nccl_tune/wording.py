@@ -3,10 +3,9 @@ a duration, a text cut between words. The live display and every report format s
 
 from __future__ import annotations
 
-import statistics
-
 from nccl_tune.failure import FailureClass
 from nccl_tune.oom_demand import OomDemand, oom_demand
+from nccl_tune.stragglers import worst_stall
 from nccl_tune.trial import TrialResult
 
 
@@ -59,7 +58,7 @@ def fmt_steps(result: TrialResult) -> str:
     what = "straggler" if len(slow) == 1 else "stragglers"
     if min(times) <= 0:  # told from the printed rates: a step no clock timed
         return f"{len(times)} ({len(slow)} {what} left out)"
-    worst = max(times[i] for i in slow) / statistics.median(times)
+    worst = worst_stall(times, slow)
     return f"{len(times)} ({len(slow)} {what}, {'up to ' if len(slow) > 1 else ''}{worst:.1f}x the median, left out)"
 
 

@@ -22,7 +22,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import combinations
 
-from nccl_tune.stragglers import kept
 from nccl_tune.tuner.records.study_records import TrialRecord
 
 AGREE_Z = 2.0
@@ -39,7 +38,7 @@ def _step_logs(r: TrialRecord) -> list[float]:
     res = r.result
     if res is None:
         return []
-    printed = kept(res.step_rates[res.warmup_steps :], res.straggler_steps)
+    printed = res.kept_step_rates
     rates = [x for x in printed if x is not None]
     if res.rate_unit and len(rates) >= 2 and len(rates) == len(printed):
         return [math.log(x) for x in rates if x > 0]

@@ -19,7 +19,7 @@ from types import FrameType
 from typing import Any
 
 from nccl_tune.launchers.base import STOP_SIGNALS, TrialObserver, TrialProgress
-from nccl_tune.stragglers import kept, stragglers
+from nccl_tune.stragglers import steady_mean_s, stragglers
 from nccl_tune.trial import StopReason, TrialSpec
 from nccl_tune.tuner.trials.display import Display
 from nccl_tune.tuner.trials.screening import IncumbentBar
@@ -122,13 +122,12 @@ class TunerObserver(TrialObserver):
         measured = [t for t in step_times_s[warm:] if t > 0]
         if not measured:
             return None
-        steady = kept(measured, stragglers(measured))
-        per_s, ref = spec.samples_per_step * len(steady) / sum(steady), self.bar.incumbent_per_s
+        per_s, ref = spec.samples_per_step / steady_mean_s(measured), self.bar.incumbent_per_s
         if per_s >= ratio * ref:
             return None
-        n = len(measured)
+        n, left_out = len(measured), len(stragglers(measured))
         which = f"step {warm + 1}" if n == 1 else f"steps {warm + 1}-{warm + n}"
-        left = f", {n - len(steady)} straggler left out" if len(steady) < n else ""
+        left = f", {left_out} straggler left out" if left_out else ""
         return (
             f"{which} ran at {per_s / ref:.0%} of the incumbent's throughput ({ref:,.1f} samples/s as "
             f"modelled{left}; the early stop is below {ratio:.0%})"
@@ -145,8 +144,7 @@ class TunerObserver(TrialObserver):
         measured = [t for t in step_times_s[warm:] if t > 0]
         if len(measured) < screen:
             return None
-        steady = kept(measured, stragglers(measured))
-        per_s = spec.samples_per_step * len(steady) / sum(steady)
+        per_s = spec.samples_per_step / steady_mean_s(measured)
         bar = self.bar
         if not bar.stops(per_s):
             return None

@@ -54,7 +54,7 @@ from dataclasses import dataclass
 from statistics import median
 
 from nccl_tune.failure import FailureClass
-from nccl_tune.stragglers import FACTOR
+from nccl_tune.stragglers import FACTOR, worst_stall
 from nccl_tune.trial import StopReason, TrialResult
 from nccl_tune.tuner.records.study_records import TrialRecord
 from nccl_tune.tuner.search.throughput_model import RUN_NOISE, pooled_step_spread, run_variance
@@ -224,15 +224,12 @@ def stalled_steps_note(records: Sequence[TrialRecord]) -> str | None:
     """At a study's end, when some finished runs had a measured step that stalled
     (``TrialResult.straggler_steps``, left out of their throughput): how many, and how long the
     longest stall was against its run's median step. None when no run stalled."""
-    stalls = []
-    for res in _measured(records):
-        times = res.measured_step_times_s
-        if res.straggler_steps and min(times) > 0:
-            stalls.append(max(times[i] for i in res.straggler_steps) / median(times))
+    runs = _measured(records)  # every measured step timed
+    stalls = [worst_stall(r.measured_step_times_s, r.straggler_steps) for r in runs if r.straggler_steps]
     if not stalls:
         return None
     return (
-        f"{len(stalls)} of {len(_measured(records))} finished runs had a measured step over {FACTOR}x their "
+        f"{len(stalls)} of {len(runs)} finished runs had a measured step over {FACTOR}x their "
         f"median (up to {max(stalls):.1f}x: a garbage collection, a checkpoint, an evaluation, a slow data "
         "fetch), left out of their throughput; stalls that come with every config cost the training "
         "whichever config it runs"
