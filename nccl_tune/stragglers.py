@@ -38,7 +38,7 @@ def stragglers(step_s: Sequence[float], tokens: Sequence[float | None] = ()) -> 
     rates) of its straggler steps; ``tokens``: each step's tokens, aligned, where printed."""
     if len(step_s) < 2 or min(step_s) <= 0:
         return ()
-    mid = median(step_s) if len(step_s) > 2 else min(step_s)
+    mid = typical_s(step_s)
     known = [t for t in tokens[: len(step_s)] if t is not None]
     mid_tokens = median(known) if len(known) == len(step_s) else None
     slow = tuple(
@@ -50,6 +50,11 @@ def stragglers(step_s: Sequence[float], tokens: Sequence[float | None] = ()) -> 
     return () if len(slow) >= PERIODIC and len(gaps) == 1 and gaps != {1} else slow
 
 
+def typical_s(step_s: Sequence[float]) -> float:
+    """The step a straggler is measured against: the median, or of two steps the faster one."""
+    return median(step_s) if len(step_s) > 2 else min(step_s)
+
+
 def steady_mean_s(step_s: Sequence[float]) -> float:
     """The mean of ``step_s`` (a running trial's measured steps so far, at least one) with its
     stragglers left out."""
@@ -58,8 +63,9 @@ def steady_mean_s(step_s: Sequence[float]) -> float:
 
 
 def worst_stall(step_s: Sequence[float], slow: Sequence[int]) -> float:
-    """The longest of the steps at ``slow`` over the median of ``step_s``: how long the worst stall was."""
-    return max(step_s[i] for i in slow) / median(step_s)
+    """The longest of the steps at ``slow`` over the typical step (``typical_s``): how long the worst
+    stall was, against what it was told a stall by."""
+    return max(step_s[i] for i in slow) / typical_s(step_s)
 
 
 def kept(values: Sequence[float], slow: Sequence[int]) -> tuple[float, ...]:

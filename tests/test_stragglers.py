@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from nccl_tune.failure import FailureClass, Verdict
-from nccl_tune.stragglers import FACTOR, kept, stragglers
+from nccl_tune.stragglers import FACTOR, kept, stragglers, worst_stall
 from nccl_tune.trial import StopReason, TrialResult
 from nccl_tune.wording import fmt_steps
 from tests.tuner.conftest import TINY_SPACE, TINY_TRAINER, run_cli
@@ -21,7 +21,7 @@ def test_a_step_twice_the_median_is_a_straggler_and_one_within_the_factor_is_not
 
 
 def test_of_two_steps_far_apart_the_slower_one_stalled():
-    assert stragglers([1.0, 2.0]) == (1,)
+    assert stragglers([1.0, 2.0]) == (1,) and worst_stall([1.0, 2.0], (1,)) == 2.0
     assert stragglers([1.4, 1.0]) == ()
     assert stragglers([2.0]) == ()
     assert stragglers([1.0, 1.0, 2.0]) == (2,)
