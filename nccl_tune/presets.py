@@ -56,6 +56,16 @@ first). The formats are those of each project's own logging code:
   the one before, at that duration); the evaluation's ``step 0: train loss 4.2874, val loss
   4.2823`` is no step, and the iteration after it also waits out the evaluation. No end line (the
   script leaves its loop past ``max_iters``) and no memory.
+- ``torchtune``: the recipes (``recipes/full_finetune_distributed.py``, the LoRA, DPO and
+  distillation ones alike) draw a tqdm bar on stderr whose description is ``epoch|global step|Loss:
+  x`` (``1|52|Loss: 2.3697:   0%|▏   | 52/25880 [00:24<3:55:01,  1.83it/s]``), its steps timed by
+  the wall clock; with the ``StdoutLogger`` metric logger (the configs' default, ``DiskLogger``,
+  writes to a file) a line every ``log_every_n_steps`` steps: ``Step 5 | loss:1.61 lr:2e-05
+  tokens_per_second_per_gpu:2456.7 peak_memory_active:31.0 peak_memory_alloc:31.0
+  peak_memory_reserved:39.1 ``, the rate that of the step it follows, memory in GiB (with
+  ``log_peak_memory_stats``). Since v0.5 the token count is a tensor, and the loss and rate divided
+  by it print as ``tensor(2456.7012, device='cuda:0')``; printed without a flush, the line may
+  follow the bar's text on its line. No end line.
 - ``nemo-rl``: NeMo RL's algorithms (``nemo_rl/algorithms/grpo.py``, ``dpo.py``, ``ppo.py``,
   ``distillation.py``) print a block per step; its ``  • Total step time: 95.30s`` line ends the
   step (the throughputs follow on lines of their own); ``Max number of steps has been reached``.
@@ -75,6 +85,8 @@ _FLOAT = rf"{_NUM}(?:[eE][-+]?\d+)?"
 """A float as Python prints it (``repr``, ``:.4g``): ``95.3``, ``1.235e+04``."""
 _PY_SCALAR = r"(?:np\.float\d+\()?"
 """What ``repr`` of a numpy scalar puts before the number under numpy 2 (``np.float64(40.1)``)."""
+_TENSOR = r"(?:tensor\()?"
+"""What ``str`` of a 0-d tensor puts before the number (``tensor(2456.7012, device='cuda:0')``)."""
 _TORCHRUN = rf"(?:^|{TORCHRUN_PREFIX})"
 """A line's start, or torchrun's prefix in front of a rank's line (``[rank0]:``, ``[default0]:``)."""
 _TQDM_RATE = rf"{_NUM}(?:it/s|s/it)"
@@ -176,6 +188,20 @@ NANOGPT = ProgressRules(
     preset="nanogpt",
 )
 
+_TUNE_LINE = r"(?<![\w/])Step {step} \| (?=.*?\b{key}:" + _TENSOR + rf"(?P<{{group}}>{_FLOAT}))"
+"""torchtune's metric line (after the bar's text when it shares the bar's line) holding ``key``;
+``step`` is the step number's pattern, ``group`` the value's group."""
+
+TORCHTUNE = ProgressRules(
+    # the bar: its description's global step (the count after it restarts every epoch); "Loss" is
+    # spelled as a word so that the text to look for is the bar's rate (the log reader's covers)
+    step_end=(rf"(?:^|\s)\d+\|(?P<step>\d+)\|\w+: [^|]*?:\s+\d{{1,3}}%\|[^|]*\|\s*\d+/\d+ \[[^\]]*?,\s*{_TQDM_RATE}",),
+    # the metric line gives its step's rate (a validation's has none)
+    step_rate=_TUNE_LINE.format(step=r"(?P<step>\d+)", key="tokens_per_second_per_gpu", group="tokens_per_s"),
+    memory=(_TUNE_LINE.format(step=r"\d+", key="peak_memory_reserved", group="gib"),),
+    preset="torchtune",
+)
+
 NEMO_RL = ProgressRules(
     step_end=(rf"• Total step time: (?P<seconds>{_NUM})s",),
     training_done=r"Max number of steps has been reached",
@@ -185,7 +211,19 @@ NEMO_RL = ProgressRules(
 PRESETS: Mapping[str, ProgressRules] = MappingProxyType(
     {
         r.preset: r  # type: ignore[misc]
-        for r in (SKYRL, HF_TRAINER, TORCHTITAN, MEGATRON, LIGHTNING, DEEPSPEED, VERL, OPENRLHF, NEMO_RL, NANOGPT)
+        for r in (
+            SKYRL,
+            HF_TRAINER,
+            TORCHTITAN,
+            MEGATRON,
+            LIGHTNING,
+            DEEPSPEED,
+            VERL,
+            OPENRLHF,
+            NEMO_RL,
+            NANOGPT,
+            TORCHTUNE,
+        )
     }
 )
 
@@ -198,6 +236,7 @@ DETECT_ORDER: tuple[str, ...] = (
     "openrlhf",
     "nemo-rl",
     "nanogpt",
+    "torchtune",
     "lightning",
     "hf-trainer",
 )

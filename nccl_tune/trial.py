@@ -210,7 +210,9 @@ class ProgressRules:
     """Training finished: failures after this line happened during teardown."""
     step_rate: str | None = None
     """A line after a step's line that gives that step's rate (a group of ``RATE_GROUPS``), when the
-    step line gives none: SkyRL's console dict after its step timer."""
+    step line gives none: SkyRL's console dict after its step timer, torchtune's metric line after
+    its bar (on the bar's line when it follows its text). With group ``step`` it gives that step's
+    only: a line that names an earlier step (a burst of buffered lines) gives none."""
     not_training: str | None = None
     """A line of a loop that is not training (a validation bar): the step line right after it is no
     step (Lightning 1.x advances its training bar by validation batches too)."""
@@ -233,11 +235,12 @@ class ProgressRules:
 
     def throughput_units(self) -> frozenset[str]:
         """What the step alternatives can measure: ``samples``, ``tokens`` (a rate the trainer prints
-        or its samples per step) or ``steps`` (durations only); empty while the preset is unknown."""
+        or its samples per step) or ``steps`` (durations only), and the rate a ``step_rate`` line
+        gives them; empty while the preset is unknown."""
         import re
 
         units = set()
-        for pattern in self.step_end:
+        for pattern in (*self.step_end, *((self.step_rate,) if self.step_end and self.step_rate else ())):
             groups = set(re.compile(pattern).groupindex)
             rates = {RATE_GROUPS[g] for g in groups & set(RATE_GROUPS)} - {"steps"}
             units |= rates or ({"samples"} if "samples_per_step" in groups else {"steps"})

@@ -463,6 +463,64 @@ def test_nanogpt_iterations_and_the_evaluation_between_them():
     )
 
 
+def tune_bar(step: int, loss: str, rate: str = "3.84s/it") -> str:
+    """torchtune's bar after ``step`` (its description set), as tqdm redraws it."""
+    return f"\r1|{step}|Loss: {loss}:  {12 * step:2d}%|█         | {step}/8 [00:{4 * step:02d}<00:27, {rate}]"
+
+
+def tune_line(step: int, tps: str, reserved: str) -> str:
+    """torchtune's ``StdoutLogger`` metric line (``log_peak_memory_stats``)."""
+    return (
+        f"Step {step} | loss:1.5 lr:2e-05 tokens_per_second_per_gpu:{tps} peak_memory_active:30.5 "
+        f"peak_memory_alloc:30.5 peak_memory_reserved:{reserved} \n"
+    )
+
+
+TORCHTUNE_DOCS = [
+    "INFO:torchtune.utils.logging:Learning rate scheduler is initialized.\n",
+    "\r0|0:   0%|          | 0/25880 [00:00<?, ?it/s]",
+    "\r1|52|Loss: 2.3697006702423096:   0%|▏         | 52/25880 [00:24<3:55:01,  1.83it/s]",
+    "\r1|53|Loss: 2.3512034416198730:   0%|▏         | 53/25880 [00:25<3:54:11,  1.84it/s]",
+    "\r1|54|Loss: 2.3498017787933350:   0%|▏         | 54/25880 [00:26<3:53:40,  1.84it/s]",
+]
+"""torchtune's bar as its tutorials show it (before v0.5: the loss a float; ``DiskLogger``, so no
+metric line on the console)."""
+
+
+def test_torchtune_bar_alone_is_timed_by_the_wall_clock():
+    s = read(PRESETS["torchtune"], TORCHTUNE_DOCS, dt=0.5)
+    # the bar's first redraw names no step; the first described one stands for the 52 steps before it
+    assert s.step_line_ends == (52, 53, 54) and s.step_times_s[-2:] == pytest.approx((0.5, 0.5))
+    assert result_of(s, warmup=52).throughput == (pytest.approx(2.0), "steps/s")
+
+
+def test_torchtune_metric_lines_give_their_steps_rate_and_memory():
+    tensor = "tensor({:.4f}, device='cuda:0')".format
+    chunks = [
+        tune_bar(1, tensor(1.70)) + tune_line(1, tensor(851.2), "38.54"),
+        # the bar's redraw for the next step still shows the last one's description: no step;
+        # printed without a flush, the line lands behind the bar's text
+        tune_bar(1, tensor(1.70)).replace("1/8", "2/8")
+        + tune_bar(2, tensor(1.61))
+        + tune_line(2, tensor(2456.7), "39.09"),
+        tune_bar(3, "1.5872") + tune_line(3, "2461.3398", "39.09"),
+        "Step 3 | val_loss:1.52 \n",
+    ]
+    s = read(PRESETS["torchtune"], chunks)
+    assert s.step_line_ends == (1, 2, 3) and s.step_rates == (851.2, 2456.7, 2461.3398)
+    assert max(s.memory_peak_gib.values()) == 39.09
+    assert result_of(s).throughput == (pytest.approx((2456.7 + 2461.3398) / 2), "tokens/s")
+
+
+def test_torchtune_metric_lines_in_a_late_burst_give_only_the_step_they_name():
+    """Without a flush, stdout's lines reach the pipe in bursts after the bar (stderr) moved on:
+    the rate of step 1 is no rate of step 3."""
+    chunks = [tune_bar(1, "1.70"), tune_bar(2, "1.61"), tune_bar(3, "1.58")]
+    chunks.append("".join(tune_line(n, tps, "39.09") for n, tps in ((1, "851.2"), (2, "2456.7"), (3, "2461.3"))))
+    s = read(PRESETS["torchtune"], chunks)
+    assert s.step_line_ends == (1, 2, 3) and s.step_rates == (None, None, 2461.3)
+
+
 SAMPLES: dict[str, list[str]] = {
     "skyrl": SKYRL_TODAY,
     "hf-trainer": [HF_BAR, HF_LOG, hf5({"loss": 2.3125, "epoch": 0.1}), HF_END],
@@ -486,6 +544,7 @@ SAMPLES: dict[str, list[str]] = {
     ],
     "openrlhf": [openrlhf_line(1, {"policy_loss": 0.0123, "timing/step_total": 83.0})],
     "nanogpt": NANOGPT_RUN,
+    "torchtune": [tune_bar(1, "1.7023") + tune_line(1, "851.2", "38.54"), *TORCHTUNE_DOCS],
     "nemo-rl": [line.format(n=1, t=95.3) for line in NEMO_RL_STEP]
     + ["Max number of steps has been reached, stopping training early\n"],
 }

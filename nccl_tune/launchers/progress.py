@@ -197,7 +197,7 @@ def check_rules(rules: ProgressRules, where: str) -> None:
         elif base == "memory":
             _check_groups(f"{where}.{name}", pattern, MEMORY_GROUPS, frozenset({"gib", "mib"}))
         elif base == "step_rate":
-            _check_groups(f"{where}.{name}", pattern, frozenset(RATE_GROUPS), frozenset(RATE_GROUPS))
+            _check_groups(f"{where}.{name}", pattern, frozenset({*RATE_GROUPS, "step"}), frozenset(RATE_GROUPS))
         elif base == "step_tokens":
             _check_groups(f"{where}.{name}", pattern, STEP_TOKENS_GROUPS, frozenset({"tokens"}))
 
@@ -455,9 +455,6 @@ class ProgressTracker:
         tokens = rx.tokens.search(text) if rx.tokens else None
         events: list[ProgressEvent] = []
         with self._lock:
-            rate_line = rx.step_rate.search(text) if rx.step_rate is not None else None
-            if rate_line is not None and self._last_count:
-                self._fill_rate(self._last_index, rate_line)
             if rx.not_training is not None and rx.not_training.search(text):
                 self._after_eval = True
                 self.ledger.progress_at(t)
@@ -467,6 +464,10 @@ class ProgressTracker:
                 step = None
             if step and not self._take_step(step, line_no, t, events, torchrun_prefix(text)):
                 step = None  # a step already counted (a redrawn bar, another rank's line)
+            rate_line = rx.step_rate.search(text) if rx.step_rate is not None else None
+            if rate_line is not None and self._last_count:  # after the step its line may follow
+                named = _group(rate_line, "step")
+                self._fill_rate(int(named) if named is not None else self._last_index, rate_line)
             if not step and end:
                 phase = end.group("phase")
                 seconds = _duration(end) or 0.0

@@ -227,3 +227,7 @@ def test_steps_per_second_cannot_rank_trials_that_change_the_work_of_a_step(tmp_
     hf = load_space(str(write(tmp_path, text + "progress:\n  preset: hf-trainer\n", "hf.yaml")))
     assert hf.progress.throughput_units() == {"steps", "samples"}  # known only once a trial ran
     assert hf.ranking_problem((), hf.progress.throughput_units()) is None
+    # a bar timed by the clock, whose steps a metric line gives their rate (torchtune's)
+    tune = load_space(str(write(tmp_path, text + "progress:\n  preset: torchtune\n", "tune.yaml")))
+    assert tune.progress.throughput_units() == {"steps", "tokens"}
+    assert tune.ranking_problem((), tune.progress.throughput_units()) is None
