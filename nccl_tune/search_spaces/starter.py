@@ -7,6 +7,10 @@ parameters, with kinds and defaults where the help shows them; a progress preset
 the command, and with it the trainer's settings for a short trial (``trial_settings``); ``# check:``
 comments mark what only the user can know. Nothing here runs anything:
 ``launchers/help.py`` fetches the help text.
+
+A torchtune command (``tune run RECIPE --config CONFIG key=value ...``) has no help for its config:
+its recipe reads the config's keys. ``tune cat CONFIG`` prints the config, whose leaves (with the
+command's own ``key=value`` overrides) are read as a Hydra help's are (``config_command``).
 """
 
 from __future__ import annotations
@@ -88,6 +92,7 @@ _GUESSES = (
     ("openrlhf", r"openrlhf"),
     ("nemo-rl", r"nemo[_-]?rl|\brun_(?:grpo|dpo|distillation)\w*\.py"),
     ("nanogpt", r"nano[_-]?gpt"),
+    ("torchtune", r"torchtune|\btune\s+run\b"),
     ("torchtitan", r"torchtitan"),
     ("megatron", r"megatron|pretrain_(gpt|bert|t5|llama|mamba)"),
     ("deepspeed", r"deepspeed"),
@@ -160,11 +165,17 @@ def parse_hydra(text: str) -> list[HelpOption]:
     if not sep:
         return []
     body = rest.split("Powered by Hydra")[0]
-    body = "\n".join(ln for ln in body.splitlines() if not ln.startswith("Override anything"))
+    return parse_config("\n".join(ln for ln in body.splitlines() if not ln.startswith("Override anything")))
+
+
+def parse_config(text: str, overrides: Sequence[str] = ()) -> list[HelpOption]:
+    """The leaves of a YAML config (dotted keys, their values as defaults), with ``overrides``
+    (``key=value``, as a command passes them) replacing the values they name."""
     try:
-        cfg = yaml.safe_load(body)
+        cfg = yaml.safe_load(text)
     except yaml.YAMLError:
         return []
+    given = dict(o.split("=", 1) for o in overrides if "=" in o and not o.startswith(("-", "~")))
     out: list[HelpOption] = []
 
     def walk(node: Any, prefix: str) -> None:
@@ -172,10 +183,22 @@ def parse_hydra(text: str) -> list[HelpOption]:
             for k, v in node.items():
                 walk(v, f"{prefix}{k}.")
         else:
-            out.append(HelpOption(prefix[:-1], default=node))
+            key = prefix[:-1]
+            out.append(HelpOption(key, default=_value(given[key]) if key in given else node))
 
     walk(cfg if isinstance(cfg, dict) else {}, "")
     return out
+
+
+def config_command(command: Sequence[str]) -> tuple[list[str], list[str]] | None:
+    """For a torchtune command (``tune run [launcher flags] RECIPE --config CONFIG [key=value ...]``):
+    the command that prints its config (``tune cat CONFIG``) and the command's overrides; None for
+    any other command."""
+    tune = next((i for i, a in enumerate(command[:-1]) if Path(a).name == "tune" and command[i + 1] == "run"), None)
+    if tune is None or "--config" not in command[tune:-1]:
+        return None
+    at = command.index("--config", tune)
+    return [command[tune], "cat", command[at + 1]], [a for a in command[at + 2 :] if "=" in a]
 
 
 def role_of(key: str) -> Role | None:
@@ -265,14 +288,17 @@ def _param_block(opt: HelpOption, role: Role, name: str) -> list[str] | None:
     return lines
 
 
-def starter_yaml(command: Sequence[str], help_text: str) -> str:
-    """A starter space (YAML with ``# check:`` comments) for ``command`` from its ``--help`` output."""
-    hydra = parse_hydra(help_text)
-    options = hydra or parse_argparse(help_text)
+def starter_yaml(
+    command: Sequence[str], help_text: str, options: list[HelpOption] | None = None, source: str = ""
+) -> str:
+    """A starter space (YAML with ``# check:`` comments) for ``command`` from its ``--help`` output,
+    or from ``options`` read elsewhere (``source``: the command that printed them)."""
+    source = source or f"{' '.join(command)} --help"
+    options = options if options is not None else parse_hydra(help_text) or parse_argparse(help_text)
     if not options:
         first = next((ln.strip() for ln in help_text.splitlines() if ln.strip()), "")
         raise NcclTuneError(
-            f"`{' '.join(command)} --help` shows no argparse or Hydra options (it printed: {first[:120]!r}); "
+            f"`{source}` shows no argparse or Hydra options (it printed: {first[:120]!r}); "
             "write the space by hand (`nccl-tune spaces show skyrl-text2sql --yaml` is an example)"
         )
     params: list[str] = []
@@ -287,7 +313,7 @@ def starter_yaml(command: Sequence[str], help_text: str) -> str:
             params += block
     if not params:
         raise NcclTuneError(
-            f"`{' '.join(command)} --help` shows no option that looks tunable (batch or micro-batch size, "
+            f"`{source}` shows no option that looks tunable (batch or micro-batch size, "
             "accumulation, sequence length, offload, checkpointing, workers); write the parameters by hand"
         )
     return _document(command, help_text, options, params, names)
@@ -311,9 +337,9 @@ def _document(
     shown = shlex.join(command)
     lines = [
         f"# Starter search space for: {shown}",
-        "# Written by `nccl-tune spaces init` from the command's --help; nothing was run. Before tuning,",
-        "# check: each default is what the command runs with today (the first trial is that baseline), each",
-        "# range is one the job accepts, and memory:/semantic: say what each knob really does.",
+        "# Written by `nccl-tune spaces init` from the command's --help (or its config); nothing was run.",
+        "# Before tuning, check: each default is what the command runs with today (the first trial is that",
+        "# baseline), each range is one the job accepts, and memory:/semantic: say what each knob really does.",
         f"name: {_space_name(command)}",
         f"description: {json.dumps('Starter space for ' + shown)}",
         f"command: {json.dumps(shown)}",
@@ -370,8 +396,13 @@ def _document(
 
 def init_space(command: Sequence[str], timeout_s: float = 30.0) -> str:
     """The starter space for ``command``: its ``--help`` (run with a timeout, never its training) read."""
-    from nccl_tune.launchers.help import help_text
+    from nccl_tune.launchers.help import help_text, printed
 
     if not math.isfinite(timeout_s) or timeout_s <= 0:
         raise NcclTuneError(f"--timeout {timeout_s:g}: must be a number of seconds above 0 (default 30)")
-    return starter_yaml(command, help_text(command, timeout_s))
+    config = config_command(command)
+    if config is None:
+        return starter_yaml(command, help_text(command, timeout_s))
+    argv, overrides = config
+    text = printed(argv, timeout_s, hint="does it print the config the command runs?")
+    return starter_yaml(command, text, parse_config(text, overrides), " ".join(argv))

@@ -26,6 +26,12 @@ The settings, as each trainer spells them (facts from their sources and docs):
   ``--max_iters``, ``--log_interval=1``, ``--eval_iters=1`` (it evaluates at iteration 0 whatever
   ``--eval_interval`` says; past the last iteration, no other evaluation), ``--always_save_checkpoint=False``,
   ``--wandb_log=False``.
+- torchtune (``tune run RECIPE --config CONFIG key=value ...``, OmegaConf overrides; ``~key``
+  removes a key): ``max_steps_per_epoch`` with ``epochs=1``, ``log_every_n_steps=1``,
+  ``log_peak_memory_stats=True``, and ``metric_logger=torchtune.training.metric_logging.StdoutLogger``
+  (a component named by its parent key) with ``~metric_logger.log_dir``: the configs' ``DiskLogger``
+  writes the metric lines to a file, and ``StdoutLogger`` takes no ``log_dir``. The recipes save a
+  checkpoint at every epoch's end, with no setting to turn it off.
 """
 
 from __future__ import annotations
@@ -107,6 +113,20 @@ _NANOGPT = (
     TrialSetting(("--wandb_log",), "False", "no uploads"),
 )
 
+_TORCHTUNE = (
+    TrialSetting(("max_steps_per_epoch",), STEP_CAP, "stop after the trial's steps"),
+    TrialSetting(("epochs",), 1, "one epoch (the step cap counts per epoch)"),
+    TrialSetting(("log_every_n_steps",), 1, "a metric line every step"),
+    TrialSetting(("log_peak_memory_stats",), "True", "the peak memory on the metric line"),
+    TrialSetting(
+        ("metric_logger",), "torchtune.training.metric_logging.StdoutLogger", "the metric line on the console"
+    ),
+    TrialSetting(("~metric_logger.log_dir",), "None", "StdoutLogger takes no log_dir (DiskLogger's)"),
+    TrialSetting(
+        (), None, "the checkpoint saved at the epoch's end: none to turn off; keep the output dir on fast disk"
+    ),
+)
+
 TRIAL_SETTINGS: Mapping[str, tuple[TrialSetting, ...]] = MappingProxyType(
     {
         "hf-trainer": _HF,
@@ -117,6 +137,7 @@ TRIAL_SETTINGS: Mapping[str, tuple[TrialSetting, ...]] = MappingProxyType(
         "verl": _VERL,
         "skyrl": _SKYRL,
         "nanogpt": _NANOGPT,
+        "torchtune": _TORCHTUNE,
     }
 )
 EQUALS_STYLE = frozenset({"nanogpt"})
@@ -124,17 +145,21 @@ EQUALS_STYLE = frozenset({"nanogpt"})
 
 
 def _key(name: str) -> str:
-    return name.lstrip("-").replace("-", "_").lower()
+    """A setting's name as matched against the command's options: no dashes, no ``~`` (a key's
+    removal matches the key)."""
+    return name.lstrip("-~").replace("-", "_").lower()
 
 
 def trial_block(preset: str | None, shown: Sequence[str]) -> list[str]:
     """The space's ``trial:`` block for ``preset`` (no lines for a preset without settings): as
     overrides the settings whose name is among ``shown`` (the command's options as its help spells
-    them), as comments to check the others, and the notes of what no flag sets."""
+    them; a config's component, ``metric_logger._component_``, is shown by its parent's name too),
+    as comments to check the others, and the notes of what no flag sets."""
     settings = TRIAL_SETTINGS.get(preset or "", ())
     if not settings:
         return []
-    by_key = {_key(k): k for k in shown}
+    parents = [k.removesuffix("._component_") for k in shown if k.endswith("._component_")]
+    by_key = {_key(k): k for k in [*shown, *parents]}
     given: list[str] = []
     unseen: list[str] = []
     notes: list[str] = []
@@ -144,7 +169,7 @@ def trial_block(preset: str | None, shown: Sequence[str]) -> list[str]:
         if not s.names:
             notes.append(f"  # check: {s.why}")
         elif found is not None:
-            given.append(f"    {json.dumps(found)}: {value}   # {s.why}")
+            given.append(f"    {json.dumps(s.names[0] if s.names[0].startswith('~') else found)}: {value}   # {s.why}")
         else:
             unseen.append(f"    # {json.dumps(s.names[0])}: {value}   # {s.why}")
     if unseen:

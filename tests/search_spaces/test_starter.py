@@ -76,6 +76,10 @@ def test_a_hydra_program_gives_its_config_keys():
         (["python", "train_lightning.py"], "lightning"),
         (["accelerate", "launch", "sft.py"], "hf-trainer"),
         (["python", "-m", "nanogpt.train", "config/train_shakespeare_char.py"], "nanogpt"),
+        (
+            ["tune", "run", "--nproc_per_node", "8", "lora_finetune_distributed", "--config", "llama3_1/8B_lora"],
+            "torchtune",
+        ),
         (["python", "train.py"], None),
     ],
 )
@@ -164,3 +168,57 @@ def test_the_trainers_short_trial_settings_come_with_its_preset():
     nano_help = "options:\n  --batch_size BATCH_SIZE  (default: 12)\n  --max_iters MAX_ITERS  (default: 600000)\n"
     nano = parse_space(starter_yaml(["python", "-m", "nanogpt.train"], nano_help), source="t", label="t")
     assert nano.trial_arg_style is ArgStyle.EQUALS and nano.trial_overrides == {"--max_iters": "{total_steps}"}
+
+
+def tune_command(tmp_path: Path, *overrides: str) -> list[str]:
+    """``tune run ...`` with ``tune`` a stand-in for torchtune's CLI (``scripts/tune_cli.py``)."""
+    tune = tmp_path / "tune"
+    tune.write_text(f'#!/bin/sh\nexec {sys.executable} {Path(__file__).parent / "scripts" / "tune_cli.py"} "$@"\n')
+    tune.chmod(0o755)
+    return [
+        str(tune),
+        "run",
+        "--nproc_per_node",
+        "8",
+        "full_finetune_distributed",
+        "--config",
+        "llama3_1/8B_full",
+        *overrides,
+    ]
+
+
+def test_a_torchtune_command_gives_its_configs_keys_and_short_trial_settings(tmp_path):
+    """torchtune's recipes read their config's keys, which no --help lists: the starter reads the
+    config ``tune cat`` prints, with the command's own overrides as the defaults."""
+    space = parse_space(init_space(tune_command(tmp_path, "batch_size=4")), source="t", label="t")
+    assert [q.name for q in space.parameters] == [
+        "tokenizer.max_seq_len",
+        "batch_size",
+        "gradient_accumulation_steps",
+        "enable_activation_checkpointing",
+        "enable_activation_offloading",
+        "fsdp_cpu_offload",
+    ]
+    assert space.param("batch_size").default == 4 and space.param("batch_size").arg is None
+    assert space.progress.preset == "torchtune"
+    args, _ = render_values(space, space.defaults())
+    assert "batch_size=4" in args and "enable_activation_checkpointing=true" in args
+    # the metric line on the console every step, the step cap at the trial's steps
+    assert space.trial_overrides == {
+        "max_steps_per_epoch": "{total_steps}",
+        "epochs": "1",
+        "log_every_n_steps": "1",
+        "log_peak_memory_stats": "True",
+        "metric_logger": "torchtune.training.metric_logging.StdoutLogger",
+        "~metric_logger.log_dir": "None",
+    }
+
+
+def test_a_torchtune_config_without_a_log_dir_is_not_asked_to_remove_one(tmp_path, monkeypatch):
+    config = tmp_path / "mine.yaml"
+    config.write_text("batch_size: 8\nmetric_logger:\n  _component_: torchtune.training.metric_logging.StdoutLogger\n")
+    monkeypatch.setenv("TUNE_CONFIG", str(config))
+    text = init_space(tune_command(tmp_path))
+    space = parse_space(text, source="t", label="t")
+    assert "~metric_logger.log_dir" not in space.trial_overrides and '# "~metric_logger.log_dir"' in text
+    assert space.trial_overrides["metric_logger"] == "torchtune.training.metric_logging.StdoutLogger"
