@@ -321,7 +321,7 @@ def starter_yaml(
 
 def _space_name(command: Sequence[str]) -> str:
     script = next((a for a in command if a.endswith((".py", ".sh"))), None)
-    script = script or next((a for a in reversed(command) if not a.startswith("-")), "job")
+    script = script or next((a for a in reversed(command) if not a.startswith("-") and "=" not in a), "job")
     stem = re.sub(r"[^a-z0-9]+", "-", Path(script).stem.lower()).strip("-")
     return stem or "job"
 

@@ -199,6 +199,7 @@ def test_a_torchtune_command_gives_its_configs_keys_and_short_trial_settings(tmp
         "enable_activation_offloading",
         "fsdp_cpu_offload",
     ]
+    assert space.name == "8b-full"  # the config's name, not an override's
     assert space.param("batch_size").default == 4 and space.param("batch_size").arg is None
     assert space.progress.preset == "torchtune"
     args, _ = render_values(space, space.defaults())
