@@ -195,10 +195,18 @@ def config_command(command: Sequence[str]) -> tuple[list[str], list[str]] | None
     the command that prints its config (``tune cat CONFIG``) and the command's overrides; None for
     any other command."""
     tune = next((i for i, a in enumerate(command[:-1]) if Path(a).name == "tune" and command[i + 1] == "run"), None)
-    if tune is None or "--config" not in command[tune:-1]:
+    if tune is None:
         return None
-    at = command.index("--config", tune)
-    return [command[tune], "cat", command[at + 1]], [a for a in command[at + 2 :] if "=" in a]
+    for at in range(tune + 2, len(command)):
+        arg = command[at]
+        if arg.startswith("--config="):
+            config, rest = arg.split("=", 1)[1], command[at + 1 :]
+        elif arg == "--config" and at + 1 < len(command):
+            config, rest = command[at + 1], command[at + 2 :]
+        else:
+            continue
+        return [command[tune], "cat", config], [a for a in rest if "=" in a]
+    return None
 
 
 def role_of(key: str) -> Role | None:

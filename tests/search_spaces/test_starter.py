@@ -223,3 +223,15 @@ def test_a_torchtune_config_without_a_log_dir_is_not_asked_to_remove_one(tmp_pat
     space = parse_space(text, source="t", label="t")
     assert "~metric_logger.log_dir" not in space.trial_overrides and '# "~metric_logger.log_dir"' in text
     assert space.trial_overrides["metric_logger"] == "torchtune.training.metric_logging.StdoutLogger"
+
+
+def test_the_config_of_a_torchtune_command_is_found_however_it_is_passed():
+    from nccl_tune.search_spaces.starter import config_command
+
+    run = ["tune", "run", "--nproc_per_node", "8", "lora_finetune_distributed"]
+    assert config_command([*run, "--config", "my.yaml", "batch_size=8"]) == (
+        ["tune", "cat", "my.yaml"],
+        ["batch_size=8"],
+    )
+    assert config_command(["/opt/bin/tune", *run[1:], "--config=my.yaml"]) == (["/opt/bin/tune", "cat", "my.yaml"], [])
+    assert config_command([*run, "--config"]) is None and config_command(["python", "tune.py", "run"]) is None
