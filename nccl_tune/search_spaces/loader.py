@@ -27,6 +27,7 @@ from nccl_tune.search_spaces.render import is_env_name, is_flag
 from nccl_tune.search_spaces.space import (
     UNSET,
     ArgStyle,
+    BoolSpelling,
     Constraint,
     Derived,
     ForcedSetting,
@@ -48,7 +49,7 @@ _PARAM_KEYS = {
     "name", "kind", "target", "low", "high", "step", "choices", "default", "memory", "phases", "semantic", "help", "arg",
     "arg_style", "enabled",
 }  # fmt: skip
-_TRIAL_KEYS = {"overrides", "env", "arg_style"}
+_TRIAL_KEYS = {"overrides", "env", "arg_style", "booleans"}
 _STOP_KEYS = {f.name for f in dataclasses.fields(StopRule)} - {"enough_steps"}
 _CLOCK_KEYS = {f.name for f in dataclasses.fields(Clocks)} - {"phase_max_s", "silence_steps"}  # measured, never given
 _PROGRESS_KEYS = {f.name for f in dataclasses.fields(ProgressRules)}
@@ -134,6 +135,18 @@ def _check_top_level(text: str, label: str) -> None:
                 f"space file {label}: {where}: {len(choices)} choices, more than the {_MAX_CHOICES} a search can "
                 "tell apart; for numbers use kind: int with low/high/step, else keep the choices worth trying"
             )
+
+
+def _trial_booleans(raw: Any, label: str) -> BoolSpelling:
+    """``trial.booleans``: how booleans reach the command line (``lower`` or ``python``)."""
+    if raw is None:
+        return BoolSpelling.LOWER
+    if raw not in {b.value for b in BoolSpelling}:
+        raise NcclTuneError(
+            f"space file {label}: trial.booleans must be lower (--compile true) or python (--compile True, for a "
+            f"parser that evaluates Python literals), got {raw!r}"
+        )
+    return BoolSpelling(raw)
 
 
 def _trial_arg_style(raw: Any, label: str) -> ArgStyle:
@@ -415,6 +428,7 @@ def _build(data: dict[str, Any], source: str, label: str, text: str) -> SearchSp
     }
     trial_env = {str(k): _scalar(v, f"trial.env.{k}", label) for k, v in (trial.get("env") or {}).items()}
     trial_arg_style = _trial_arg_style(trial.get("arg_style"), label)
+    trial_booleans = _trial_booleans(trial.get("booleans"), label)
     for key in trial_env:
         _check_env_name(key, f"trial.env.{key}", label)
 
@@ -472,6 +486,7 @@ def _build(data: dict[str, Any], source: str, label: str, text: str) -> SearchSp
         constraints=tuple(constraints),
         trial_overrides=trial_overrides,
         trial_arg_style=trial_arg_style,
+        trial_booleans=trial_booleans,
         trial_env=trial_env,
         samples_per_step=samples,
         stop=stop,

@@ -4,9 +4,10 @@ The one home for where a value goes (its text is ``spelling.format_value``). A p
 ``arg:`` is a Hydra override ``name=value`` (``+name=value`` when the name carries Hydra's ``+``);
 with ``arg: --batch-size`` it is a flag, passed as two argv elements (``--batch-size 32``), as one
 (``--batch-size=32``) with ``arg_style: equals``, or present/absent with ``arg_style: switch``
-(booleans). An ``arg:`` that is not a flag (``arg: +trainer.seed``) is a Hydra key. Environment
-parameters set (or, for ``unset``, remove) a variable. Values are argv elements, never spliced into
-a shell string.
+(booleans). An ``arg:`` that is not a flag (``arg: +trainer.seed``) is a Hydra key. Booleans on the
+command line are ``true``/``false``, or ``True``/``False`` under ``trial.booleans: python``.
+Environment parameters set (or, for ``unset``, remove) a variable. Values are argv elements, never
+spliced into a shell string.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from nccl_tune.search_spaces.space import UNSET, ArgStyle, Parameter, SearchSpace, Target
+from nccl_tune.search_spaces.space import UNSET, ArgStyle, BoolSpelling, Parameter, SearchSpace, Target
 from nccl_tune.search_spaces.spelling import format_value
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -31,18 +32,21 @@ def is_flag(key: str) -> bool:
     return key.startswith("-")
 
 
-def key_argv(key: str, value: Any, style: ArgStyle = ArgStyle.SEPARATE) -> list[str]:
+def key_argv(
+    key: str, value: Any, style: ArgStyle = ArgStyle.SEPARATE, booleans: BoolSpelling = BoolSpelling.LOWER
+) -> list[str]:
     """``key`` set to ``value`` on the command line. A flag's value ``None`` (or a switch that is
     on) is the bare flag; a switch that is off is nothing at all."""
+    text = format_value(value, python_bools=booleans is BoolSpelling.PYTHON)
     if not is_flag(key):
-        return [f"{key}={format_value(value)}"]
+        return [f"{key}={text}"]
     if style is ArgStyle.SWITCH:
         return [key] if value else []
     if value is None:
         return [key]
     if style is ArgStyle.EQUALS:
-        return [f"{key}={format_value(value)}"]
-    return [key, format_value(value)]
+        return [f"{key}={text}"]
+    return [key, text]
 
 
 def env_text(value: Any) -> str | None:
@@ -50,9 +54,9 @@ def env_text(value: Any) -> str | None:
     return None if value == UNSET else format_value(value)
 
 
-def param_argv(p: Parameter, value: Any) -> list[str]:
+def param_argv(p: Parameter, value: Any, booleans: BoolSpelling = BoolSpelling.LOWER) -> list[str]:
     """The argv elements that give parameter ``p`` the value ``value`` (never for env parameters)."""
-    return key_argv(p.arg or p.name, value, p.arg_style)
+    return key_argv(p.arg or p.name, value, p.arg_style, booleans)
 
 
 def render_values(space: SearchSpace, values: Mapping[str, Any]) -> tuple[list[str], dict[str, str | None]]:
@@ -65,14 +69,14 @@ def render_values(space: SearchSpace, values: Mapping[str, Any]) -> tuple[list[s
         if p.target is Target.ENV:
             env[p.name] = env_text(values[p.name])
         else:
-            args += param_argv(p, values[p.name])
+            args += param_argv(p, values[p.name], space.trial_booleans)
     derived = space.derived_values(values)
     for d in space.derived:
         value = derived[d.key]
         if d.target is Target.ENV:
             env[d.key] = format_value(value)
         else:
-            args += key_argv(d.arg or d.key, value)
+            args += key_argv(d.arg or d.key, value, booleans=space.trial_booleans)
     return args, env
 
 
@@ -90,9 +94,9 @@ def fixed_argv(space: SearchSpace, overrides: Mapping[str, str], pins: Mapping[s
     expanded), then context values changed with ``--set``, their flags in ``trial.arg_style``."""
     args: list[str] = []
     for key, value in overrides.items():
-        args += key_argv(key, value, space.trial_arg_style)
+        args += key_argv(key, value, space.trial_arg_style, space.trial_booleans)
     for key, value in pins.items():
-        args += key_argv(space.context_args.get(key, key), value, space.trial_arg_style)
+        args += key_argv(space.context_args.get(key, key), value, space.trial_arg_style, space.trial_booleans)
     return args
 
 
@@ -112,5 +116,5 @@ def forced_values(space: SearchSpace, values: Mapping[str, Any]) -> tuple[list[s
         elif isinstance(value, Mapping):
             args.append(f"{setting.key}={hydra_mapping(value)}")
         else:
-            args += key_argv(setting.key, value)
+            args += key_argv(setting.key, value, booleans=space.trial_booleans)
     return args, env

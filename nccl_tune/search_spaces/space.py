@@ -52,6 +52,15 @@ class ArgStyle(str, Enum):
     """Booleans only: ``--flag`` when true, nothing when false (argparse ``store_true``)."""
 
 
+class BoolSpelling(str, Enum):
+    """How the command line spells a boolean value (``trial.booleans``)."""
+
+    LOWER = "lower"
+    """``true``/``false``: Hydra and OmegaConf, argparse's string-to-bool helpers."""
+    PYTHON = "python"
+    """``True``/``False``: a parser that evaluates Python literals (nanoGPT's configurator, Fire)."""
+
+
 class MemoryEffect(str, Enum):
     """How a parameter moves device memory: lets the tuner predict OOM from a known OOM."""
 
@@ -197,6 +206,8 @@ class SearchSpace:
     trial_arg_style: ArgStyle = ArgStyle.SEPARATE
     """How the flags of ``trial_overrides`` and of the values ``--set`` changes carry their values:
     ``--max-steps 8`` (``separate``) or ``--max_steps=8`` (``equals``, nanoGPT's configurator)."""
+    trial_booleans: BoolSpelling = BoolSpelling.LOWER
+    """How every boolean value reaches the command line (parameters, derived values, ``--set``)."""
     trial_env: Mapping[str, str] = field(default_factory=dict)
     """Environment added to every trial (tight timeouts, Flight Recorder dumps)."""
     samples_per_step: Expr | None = None

@@ -13,10 +13,11 @@ from collections.abc import Iterable
 from typing import Any
 
 
-def format_value(value: Any) -> str:
-    """A value as it is written on a command line (Hydra spelling for booleans)."""
+def format_value(value: Any, python_bools: bool = False) -> str:
+    """A value as it is written on a command line: booleans in Hydra's spelling (``true``), or with
+    ``python_bools`` as Python literals (``True``: a parser that evaluates them)."""
     if isinstance(value, bool):
-        return "true" if value else "false"
+        return str(value) if python_bools else ("true" if value else "false")
     if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
         return repr(value)
     return str(value)

@@ -22,7 +22,8 @@ The settings, as each trainer spells them (facts from their sources and docs):
 - SkyRL: ``trainer.max_training_steps`` (today's layout), ``trainer.eval_interval=-1``,
   ``trainer.eval_before_train=false``, ``trainer.ckpt_interval=-1``, ``trainer.hf_save_interval=-1``,
   ``trainer.logger=console``.
-- nanoGPT (``configurator.py``: ``--key=value`` only, so ``trial.arg_style: equals``):
+- nanoGPT (``configurator.py``: ``--key=value`` only, so ``trial.arg_style: equals``; values are
+  Python literals, ``--compile=False``, so ``trial.booleans: python``):
   ``--max_iters``, ``--log_interval=1``, ``--eval_iters=1`` (it evaluates at iteration 0 whatever
   ``--eval_interval`` says; past the last iteration, no other evaluation), ``--always_save_checkpoint=False``,
   ``--wandb_log=False``.
@@ -142,6 +143,8 @@ TRIAL_SETTINGS: Mapping[str, tuple[TrialSetting, ...]] = MappingProxyType(
 )
 EQUALS_STYLE = frozenset({"nanogpt"})
 """Presets whose trainer takes ``--key=value`` only (``trial.arg_style: equals``)."""
+PYTHON_BOOLEANS = frozenset({"nanogpt"})
+"""Presets whose trainer evaluates its values as Python literals (``trial.booleans: python``)."""
 
 
 def _key(name: str) -> str:
@@ -176,4 +179,6 @@ def trial_block(preset: str | None, shown: Sequence[str]) -> list[str]:
         unseen.insert(0, "    # check: not in the command's --help; uncomment those the command takes (its $@):")
     head = f"  overrides:                 # {preset}'s settings for a short, safe trial"
     style = ["  arg_style: equals          # the command takes --key=value only"] if preset in EQUALS_STYLE else []
+    if preset in PYTHON_BOOLEANS:
+        style.append("  booleans: python           # the command reads True/False (Python literals)")
     return ["", "trial:", *style, head, *given, *unseen, *notes]

@@ -97,6 +97,32 @@ def test_a_command_that_takes_key_equals_value_only_gets_its_trial_flags_so(tmp_
     assert fixed_argv(space, space.trial_overrides, {"world": 4}) == ["--max-steps=100", "--no-eval", "--nproc=4"]
 
 
+def test_a_command_that_evaluates_python_literals_gets_its_booleans_so(tmp_path):
+    """nanoGPT's configurator evaluates ``--compile=False`` and asserts the type it got: ``false``
+    reads as a string and stops it."""
+    text = textwrap.dedent(FLAGS).replace("trial:\n", "trial:\n  arg_style: equals\n  booleans: python\n")
+    text = text.replace(
+        "  - {name: seed,",
+        "  - {name: compile, arg: --compile, arg_style: equals, kind: bool, default: true}\n  - {name: seed,",
+    )
+    space = load_space(write(tmp_path, text))
+    args, _ = render_values(space, {**space.defaults(), "compile": False, "model.dropout": 0.0})
+    assert "--compile=False" in args and "model.dropout=0.0" in args
+    assert fixed_argv(space, {"--always_save_checkpoint": True}, {}) == ["--always_save_checkpoint=True"]
+    # a switch stays a switch, and the default spelling stays Hydra's
+    assert "--gradient-checkpointing" not in args
+    hydra = load_space(write(tmp_path, textwrap.dedent(FLAGS)))
+    assert "+trainer.seed=1" in render_values(hydra, hydra.defaults())[0]
+    assert fixed_argv(hydra, {"--always_save_checkpoint": True}, {}) == ["--always_save_checkpoint", "true"]
+
+
+def test_trial_booleans_that_are_no_spelling_are_one_line(tmp_path):
+    path = write(tmp_path, textwrap.dedent(FLAGS).replace("trial:\n", "trial:\n  booleans: True\n"))
+    with pytest.raises(NcclTuneError, match=r"trial.booleans must be lower \(--compile true\) or python") as info:
+        load_space(path)
+    assert "\n" not in str(info.value)
+
+
 def test_a_trial_arg_style_that_is_no_style_is_one_line_naming_the_choices(tmp_path):
     path = write(tmp_path, textwrap.dedent(FLAGS).replace("trial:\n", "trial:\n  arg_style: switch\n"))
     with pytest.raises(NcclTuneError, match=r"trial.arg_style must be separate \(--max-steps 8\) or equals"):

@@ -13,7 +13,7 @@ from nccl_tune.errors import NcclTuneError
 from nccl_tune.launchers.help import help_text
 from nccl_tune.search_spaces.loader import parse_space
 from nccl_tune.search_spaces.render import render_values
-from nccl_tune.search_spaces.space import ArgStyle
+from nccl_tune.search_spaces.space import ArgStyle, BoolSpelling
 from nccl_tune.search_spaces.starter import guess_preset, init_space, parse_argparse, role_of
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -168,6 +168,7 @@ def test_the_trainers_short_trial_settings_come_with_its_preset():
     nano_help = "options:\n  --batch_size BATCH_SIZE  (default: 12)\n  --max_iters MAX_ITERS  (default: 600000)\n"
     nano = parse_space(starter_yaml(["python", "-m", "nanogpt.train"], nano_help), source="t", label="t")
     assert nano.trial_arg_style is ArgStyle.EQUALS and nano.trial_overrides == {"--max_iters": "{total_steps}"}
+    assert nano.trial_booleans is BoolSpelling.PYTHON
 
 
 def tune_command(tmp_path: Path, *overrides: str) -> list[str]:
