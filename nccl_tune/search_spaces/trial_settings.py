@@ -30,9 +30,10 @@ The settings, as each trainer spells them (facts from their sources and docs):
 - torchtune (``tune run RECIPE --config CONFIG key=value ...``, OmegaConf overrides; ``~key``
   removes a key): ``max_steps_per_epoch`` with ``epochs=1``, ``log_every_n_steps=1``,
   ``log_peak_memory_stats=True``, and ``metric_logger=torchtune.training.metric_logging.StdoutLogger``
-  (a component named by its parent key) with ``~metric_logger.log_dir``: the configs' ``DiskLogger``
-  writes the metric lines to a file, and ``StdoutLogger`` takes no ``log_dir``. The recipes save a
-  checkpoint at every epoch's end, with no setting to turn it off.
+  (a component named by its parent key) with ``~metric_logger.log_dir`` (and any other key of the
+  config's logger): the configs' ``DiskLogger`` writes the metric lines to a file, and
+  ``StdoutLogger`` takes no arguments. The recipes save a checkpoint at every epoch's end, with no
+  setting to turn it off.
 """
 
 from __future__ import annotations
@@ -50,7 +51,8 @@ STEP_CAP = "{total_steps}"
 class TrialSetting:
     """One setting of a short trial: the names the trainer's versions spell it by (the first is
     written when the help shows none), its value, and why. No names: a setting only a file or the
-    command itself holds (written as a note)."""
+    command itself holds (written as a note). A name ``~prefix.*`` removes every key the config
+    shows under ``prefix`` (its component aside), and is written only for those."""
 
     names: tuple[str, ...]
     value: str | int | None
@@ -122,7 +124,7 @@ _TORCHTUNE = (
     TrialSetting(
         ("metric_logger",), "torchtune.training.metric_logging.StdoutLogger", "the metric line on the console"
     ),
-    TrialSetting(("~metric_logger.log_dir",), "None", "StdoutLogger takes no log_dir (DiskLogger's)"),
+    TrialSetting(("~metric_logger.*",), "None", "StdoutLogger takes none of the config's logger's keys"),
     TrialSetting(
         (), None, "the checkpoint saved at the epoch's end: none to turn off; keep the output dir on fast disk"
     ),
@@ -148,9 +150,8 @@ PYTHON_BOOLEANS = frozenset({"nanogpt"})
 
 
 def _key(name: str) -> str:
-    """A setting's name as matched against the command's options: no dashes, no ``~`` (a key's
-    removal matches the key)."""
-    return name.lstrip("-~").replace("-", "_").lower()
+    """A setting's name as matched against the command's options (no dashes)."""
+    return name.lstrip("-").replace("-", "_").lower()
 
 
 def trial_block(preset: str | None, shown: Sequence[str]) -> list[str]:
@@ -167,12 +168,20 @@ def trial_block(preset: str | None, shown: Sequence[str]) -> list[str]:
     unseen: list[str] = []
     notes: list[str] = []
     for s in settings:
-        found = next((by_key[_key(n)] for n in s.names if _key(n) in by_key), None)
         value = json.dumps(s.value) if isinstance(s.value, str) else s.value
+        if s.names and s.names[0].endswith(".*"):
+            prefix = s.names[0][:-1]
+            given += [
+                f"    {json.dumps('~' + k)}: {value}   # {s.why}"
+                for k in shown
+                if k.startswith(prefix.lstrip("~")) and not k.endswith("._component_")
+            ]
+            continue
+        found = next((by_key[_key(n)] for n in s.names if _key(n) in by_key), None)
         if not s.names:
             notes.append(f"  # check: {s.why}")
         elif found is not None:
-            given.append(f"    {json.dumps(s.names[0] if s.names[0].startswith('~') else found)}: {value}   # {s.why}")
+            given.append(f"    {json.dumps(found)}: {value}   # {s.why}")
         else:
             unseen.append(f"    # {json.dumps(s.names[0])}: {value}   # {s.why}")
     if unseen:

@@ -220,10 +220,19 @@ def test_a_torchtune_config_without_a_log_dir_is_not_asked_to_remove_one(tmp_pat
     config = tmp_path / "mine.yaml"
     config.write_text("batch_size: 8\nmetric_logger:\n  _component_: torchtune.training.metric_logging.StdoutLogger\n")
     monkeypatch.setenv("TUNE_CONFIG", str(config))
-    text = init_space(tune_command(tmp_path))
-    space = parse_space(text, source="t", label="t")
-    assert "~metric_logger.log_dir" not in space.trial_overrides and '# "~metric_logger.log_dir"' in text
+    space = parse_space(init_space(tune_command(tmp_path)), source="t", label="t")
+    assert not any(k.startswith("~") for k in space.trial_overrides)
     assert space.trial_overrides["metric_logger"] == "torchtune.training.metric_logging.StdoutLogger"
+    # a logger with keys of its own (WandBLogger's project): each is removed, StdoutLogger takes none
+    config.write_text(
+        "batch_size: 8\nmetric_logger:\n  _component_: torchtune.training.metric_logging.WandBLogger\n"
+        "  project: ft\n  log_dir: /tmp/logs\n"
+    )
+    space = parse_space(init_space(tune_command(tmp_path)), source="t", label="t")
+    assert [k for k in space.trial_overrides if k.startswith("~")] == [
+        "~metric_logger.project",
+        "~metric_logger.log_dir",
+    ]
 
 
 def test_the_config_of_a_torchtune_command_is_found_however_it_is_passed():
