@@ -195,7 +195,10 @@ _TUNE_LINE = r"(?<![\w/])Step {step} \| (?=.*?\b{key}:" + _TENSOR + rf"(?P<{{gro
 TORCHTUNE = ProgressRules(
     # the bar: its description's global step (the count after it restarts every epoch); "Loss" is
     # spelled as a word so that the text to look for is the bar's rate (the log reader's covers)
-    step_end=(rf"(?:^|\s)\d+\|(?P<step>\d+)\|\w+: [^|]*?:\s+\d{{1,3}}%\|[^|]*\|\s*\d+/\d+ \[[^\]]*?,\s*{_TQDM_RATE}",),
+    step_end=(
+        rf"(?:^|\s|{TORCHRUN_PREFIX})\d+\|(?P<step>\d+)\|\w+: [^|]*?:\s+\d{{1,3}}%\|[^|]*\|\s*\d+/\d+ \[[^\]]*?,"
+        rf"\s*{_TQDM_RATE}",
+    ),
     # the metric line gives its step's rate (a validation's has none)
     step_rate=_TUNE_LINE.format(step=r"(?P<step>\d+)", key="tokens_per_second_per_gpu", group="tokens_per_s"),
     memory=(_TUNE_LINE.format(step=r"\d+", key="peak_memory_reserved", group="gib"),),

@@ -492,6 +492,9 @@ def test_torchtune_bar_alone_is_timed_by_the_wall_clock():
     # the bar's first redraw names no step; the first described one stands for the 52 steps before it
     assert s.step_line_ends == (52, 53, 54) and s.step_times_s[-2:] == pytest.approx((0.5, 0.5))
     assert result_of(s, warmup=52).throughput == (pytest.approx(2.0), "steps/s")
+    # behind torchrun's rank prefix (tune run passes --tee on to torchrun)
+    teed = read(PRESETS["torchtune"], [c.replace("\r", "\r[rank0]:") for c in TORCHTUNE_DOCS], dt=0.5)
+    assert teed.step_line_ends == (52, 53, 54)
 
 
 def test_torchtune_metric_lines_give_their_steps_rate_and_memory():
