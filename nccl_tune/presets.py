@@ -66,6 +66,14 @@ first). The formats are those of each project's own logging code:
   ``log_peak_memory_stats``). Since v0.5 the token count is a tensor, and the loss and rate divided
   by it print as ``tensor(2456.7012, device='cuda:0')``; printed without a flush, the line may
   follow the bar's text on its line. No end line.
+- ``composer``: Composer's ``ConsoleLogger`` (``composer/loggers/console_logger.py``; llm-foundry's
+  configs turn it on with ``log_to_console: true``, ``console_log_interval: 1ba``) prints a block
+  every ``console_log_interval``: ``[batch=10/4800]:`` then a line per metric, ``\t Train
+  time/batch: 9`` (the batches done before the logged one), ``\t Train
+  throughput/samples_per_sec: 1234.5678`` (``SpeedMonitor``, a rolling mean over its
+  ``window_size`` batches, printed once that many ran), ``\t Train memory/peak_reserved_mem:
+  38.541`` (``MemoryMonitor``, in GB of 10^9 bytes; ``memory/reserved_mem`` in older releases),
+  floats as ``.4f``, behind ``0: `` under srun. Its default tqdm bar (unit ``ba``) is not read.
 - ``nemo-rl``: NeMo RL's algorithms (``nemo_rl/algorithms/grpo.py``, ``dpo.py``, ``ppo.py``,
   ``distillation.py``) print a block per step; its ``  • Total step time: 95.30s`` line ends the
   step (the throughputs follow on lines of their own); ``Max number of steps has been reached``.
@@ -205,6 +213,14 @@ TORCHTUNE = ProgressRules(
     preset="torchtune",
 )
 
+COMPOSER = ProgressRules(
+    # a block's batch count (its "[batch=N/M]:" head has no text the log reader looks for)
+    step_end=(r"(?:^|\s)Train time/batch: (?P<step>\d+)\s*$",),
+    step_rate=rf"(?:^|\s)Train throughput/samples_per_sec: (?P<samples_per_s>{_FLOAT})",
+    memory=(rf"(?:^|\s)Train memory/(?:peak_)?reserved_mem: (?P<gb>{_FLOAT})",),
+    preset="composer",
+)
+
 NEMO_RL = ProgressRules(
     step_end=(rf"• Total step time: (?P<seconds>{_NUM})s",),
     training_done=r"Max number of steps has been reached",
@@ -226,6 +242,7 @@ PRESETS: Mapping[str, ProgressRules] = MappingProxyType(
             NEMO_RL,
             NANOGPT,
             TORCHTUNE,
+            COMPOSER,
         )
     }
 )
@@ -240,6 +257,7 @@ DETECT_ORDER: tuple[str, ...] = (
     "nemo-rl",
     "nanogpt",
     "torchtune",
+    "composer",
     "lightning",
     "hf-trainer",
 )

@@ -179,7 +179,7 @@ def rate_unit_text(unit: str) -> str:
     return unit if "/s" in unit else f"{unit}/s"
 
 
-MEMORY_GROUPS = frozenset({"gib", "mib", "pct", "total_gib", "rank", "gpu", "step"})
+MEMORY_GROUPS = frozenset({"gib", "mib", "gb", "pct", "total_gib", "rank", "gpu", "step"})
 STEP_TOKENS_GROUPS = frozenset({"tokens", "step"})
 PHASE_GROUPS = frozenset({"phase", *DURATION_GROUPS})
 
@@ -203,7 +203,8 @@ class ProgressRules:
     phase_end: str | None = None
     """A phase ends; groups ``phase`` and ``seconds`` (or ``ms``)."""
     memory: tuple[str, ...] = ()
-    """A memory figure the trainer prints: group ``gib`` or ``mib`` (peak), optional ``rank``/``gpu``,
+    """A memory figure the trainer prints: group ``gib``, ``mib`` or ``gb`` (peak; ``gb``: 10^9 bytes,
+    Composer's), optional ``rank``/``gpu``,
     optional ``pct`` (percent of the GPU) or ``total_gib``, which give the GPU's total, optional
     ``step`` (the step it belongs to; else the step running when the line was read)."""
     training_done: str | None = None

@@ -524,6 +524,40 @@ def test_torchtune_metric_lines_in_a_late_burst_give_only_the_step_they_name():
     assert s.step_line_ends == (1, 2, 3) and s.step_rates == (None, None, 2461.3)
 
 
+def composer_block(batch: int, of: int, rate: str | None = None, reserved: str = "20.9650", key: str = "peak_") -> str:
+    """Composer's console block for a batch (``time/batch`` counts the batches done before it)."""
+    lines = [
+        f"[batch={batch}/{of}]:",
+        f"\t Train time/batch: {batch - 1}",
+        f"\t Train time/batch_in_epoch: {batch - 1}",
+    ]
+    lines += [f"\t Train memory/{key}reserved_mem: {reserved}", "\t Train loss/train/total: 9.1875"]
+    lines += [f"\t Train throughput/samples_per_sec: {rate}"] if rate else []
+    return "\n".join(lines) + "\n"
+
+
+def test_composer_console_blocks_by_their_batch_count_with_the_speed_monitors_rate():
+    chunks = [
+        composer_block(1, 100, None, "18.2620"),
+        composer_block(2, 100, "149.9180", "18.9040"),
+        # an evaluation's blocks are no step
+        "[Eval batch=1/4] Eval on eval data\n[Eval batch=4/4] Eval on eval data:\n\t Eval metrics/eval/LanguageCrossEntropy: 9.0\n",
+        composer_block(3, 100, "150.2083", "18.9250"),
+    ]
+    s = read(PRESETS["composer"], chunks)
+    assert s.step_line_ends == (1, 2, 3) and s.step_rates == (None, 149.918, 150.2083)
+    assert max(s.memory_peak_gib.values()) == pytest.approx(18.925e9 / 2**30)  # GB of 10^9 bytes
+    res = result_of(s)  # the batch that waited out the evaluation is a straggler
+    assert res.straggler_steps == (1,) and res.throughput == (pytest.approx(149.918), "samples/s")
+    # a block every 10 batches stands for ten, behind srun's "0: ", with an older release's memory key
+    old = [
+        "".join(f"0: {ln}\n" for ln in composer_block(b, 300, None, "20.9650", key="").splitlines())
+        for b in (1, 11, 21)
+    ]
+    s = read(PRESETS["composer"], old)
+    assert s.step_line_ends == (1, 11, 21) and max(s.memory_peak_gib.values()) == pytest.approx(20.965e9 / 2**30)
+
+
 SAMPLES: dict[str, list[str]] = {
     "skyrl": SKYRL_TODAY,
     "hf-trainer": [HF_BAR, HF_LOG, hf5({"loss": 2.3125, "epoch": 0.1}), HF_END],
@@ -548,6 +582,7 @@ SAMPLES: dict[str, list[str]] = {
     "openrlhf": [openrlhf_line(1, {"policy_loss": 0.0123, "timing/step_total": 83.0})],
     "nanogpt": NANOGPT_RUN,
     "torchtune": [tune_bar(1, "1.7023") + tune_line(1, "851.2", "38.54"), *TORCHTUNE_DOCS],
+    "composer": [composer_block(1, 8), composer_block(2, 8, "149.9180")],
     "nemo-rl": [line.format(n=1, t=95.3) for line in NEMO_RL_STEP]
     + ["Max number of steps has been reached, stopping training early\n"],
 }

@@ -159,17 +159,17 @@ def _exclusive(a: tuple[tuple[int, int], ...], b: tuple[tuple[int, int], ...]) -
     return any(node in arms and arms[node] != arm for node, arm in b)
 
 
-def _check_groups(where: str, pattern: str, allowed: frozenset[str], needs: frozenset[str]) -> None:
+def _check_groups(where: str, pattern: str, allowed: frozenset[str], needs: frozenset[str] | tuple[str, ...]) -> None:
+    """``needs``: one of these groups must be there (a tuple names them in the order the error shows)."""
     paths = _group_paths(pattern)
     unknown = sorted(set(paths) - allowed)
     if unknown:
         raise NcclTuneError(
             f"{where}: unknown group {unknown[0]!r}; this rule reads the groups {', '.join(sorted(allowed))}"
         )
-    if needs and not needs & set(paths):
-        raise NcclTuneError(
-            f"{where}: the rule needs a group named {' or '.join(sorted(needs))}, e.g. (?P<{min(needs)}>...)"
-        )
+    if needs and not set(needs) & set(paths):
+        names = list(needs) if isinstance(needs, tuple) else sorted(needs)
+        raise NcclTuneError(f"{where}: the rule needs a group named {' or '.join(names)}, e.g. (?P<{names[0]}>...)")
     for kind in (RATE_GROUPS, DURATION_GROUPS):  # a step's duration and its rate are two facts; two of one are not
         measures = sorted(set(paths) & set(kind))
         for i, a in enumerate(measures):
@@ -195,7 +195,7 @@ def check_rules(rules: ProgressRules, where: str) -> None:
         elif base in ("phase_start", "phase_end"):
             _check_groups(f"{where}.{name}", pattern, PHASE_GROUPS, frozenset({"phase"}))
         elif base == "memory":
-            _check_groups(f"{where}.{name}", pattern, MEMORY_GROUPS, frozenset({"gib", "mib"}))
+            _check_groups(f"{where}.{name}", pattern, MEMORY_GROUPS, ("gib", "mib", "gb"))
         elif base == "step_rate":
             _check_groups(f"{where}.{name}", pattern, frozenset({*RATE_GROUPS, "step"}), frozenset(RATE_GROUPS))
         elif base == "step_tokens":
@@ -590,8 +590,8 @@ class ProgressTracker:
         """A memory line's figures; ``phases``: the phases open when it was read (None: unknown)."""
         gib = _float(mem, "gib")
         if gib is None:
-            mib = _float(mem, "mib")
-            gib = mib / 1024.0 if mib is not None else None
+            mib, gb = _float(mem, "mib"), _float(mem, "gb")
+            gib = mib / 1024.0 if mib is not None else gb * 1e9 / 2**30 if gb is not None else None
         if gib is None:
             return
         rank_text = _group(mem, "rank") or _group(mem, "gpu")

@@ -8,9 +8,12 @@ the command, and with it the trainer's settings for a short trial (``trial_setti
 comments mark what only the user can know. Nothing here runs anything:
 ``launchers/help.py`` fetches the help text.
 
-A torchtune command (``tune run RECIPE --config CONFIG key=value ...``) has no help for its config:
-its recipe reads the config's keys. ``tune cat CONFIG`` prints the config, whose leaves (with the
-command's own ``key=value`` overrides) are read as a Hydra help's are (``config_command``).
+A command that reads its options from a config has no help for them. A torchtune command (``tune
+run RECIPE --config CONFIG key=value ...``): ``tune cat CONFIG`` prints the config
+(``config_command``). An llm-foundry (Composer) command (``composer train.py CONFIG.yaml
+key=value ...``): the YAML file is read (``config_file``); its ``--help`` would reach the training
+script, which takes none. The config's leaves, with the command's own ``key=value`` overrides, are
+read as a Hydra help's are.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from nccl_tune.errors import NcclTuneError
 from nccl_tune.presets import PRESETS
 from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.search_spaces.trial_settings import trial_block
+from nccl_tune.userfile import read_text
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,7 @@ ROLES = (
     Role("workers", r"num_workers|dataloader_workers|workers$", "none", False, "data-loader worker processes"),
 )
 _SKIP = re.compile(r"dir|path|file|url|seed|interval|every|save|eval|valid|test|log")
+_EVAL_SECTION = re.compile(r"eval|valid|test")
 _LOGGING = re.compile(r"^(logging_steps|log_interval|log_freq|log_every(_n_steps)?|steps_per_print)$")
 _GUESSES = (
     ("skyrl", r"skyrl"),
@@ -93,6 +98,7 @@ _GUESSES = (
     ("nemo-rl", r"nemo[_-]?rl|\brun_(?:grpo|dpo|distillation)\w*\.py"),
     ("nanogpt", r"nano[_-]?gpt"),
     ("torchtune", r"torchtune|\btune\s+run\b"),
+    ("composer", r"llm[_-]?foundry|\bcomposer\b"),
     ("torchtitan", r"torchtitan"),
     ("megatron", r"megatron|pretrain_(gpt|bert|t5|llama|mamba)"),
     ("deepspeed", r"deepspeed"),
@@ -209,10 +215,20 @@ def config_command(command: Sequence[str]) -> tuple[list[str], list[str]] | None
     return None
 
 
+def config_file(command: Sequence[str]) -> tuple[Path, list[str]] | None:
+    """For an llm-foundry (Composer) command: its YAML config (the first ``.yaml`` argument) and the
+    overrides after it; None for any other command."""
+    if guess_preset(command, "") != "composer":
+        return None
+    at = next((i for i, a in enumerate(command) if a.endswith((".yaml", ".yml")) and "=" not in a), None)
+    return None if at is None else (Path(command[at]), [a for a in command[at + 1 :] if "=" in a])
+
+
 def role_of(key: str) -> Role | None:
-    """The knob an option's name suggests (the last part of a dotted key decides), or None."""
-    name = _norm(key).split(".")[-1]
-    if _SKIP.search(name):
+    """The knob an option's name suggests (the last part of a dotted key decides), or None; none in
+    a section for evaluation (``eval_loader.num_workers``)."""
+    *parents, name = _norm(key).split(".")
+    if _SKIP.search(name) or any(_EVAL_SECTION.search(part) for part in parents):
         return None
     return next((r for r in ROLES if re.search(r.pattern, name)), None)
 
@@ -408,7 +424,11 @@ def init_space(command: Sequence[str], timeout_s: float = 30.0) -> str:
 
     if not math.isfinite(timeout_s) or timeout_s <= 0:
         raise NcclTuneError(f"--timeout {timeout_s:g}: must be a number of seconds above 0 (default 30)")
-    config = config_command(command)
+    config, path = config_command(command), config_file(command)
+    if path is not None:
+        file, overrides = path
+        text = read_text(file, "the command's config", "run spaces init from the folder the command runs in")
+        return starter_yaml(command, text, parse_config(text, overrides), f"the config {file}")
     if config is None:
         return starter_yaml(command, help_text(command, timeout_s))
     argv, overrides = config

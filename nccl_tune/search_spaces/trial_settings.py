@@ -34,6 +34,12 @@ The settings, as each trainer spells them (facts from their sources and docs):
   config's logger): the configs' ``DiskLogger`` writes the metric lines to a file, and
   ``StdoutLogger`` takes no arguments. The recipes save a checkpoint at every epoch's end, with no
   setting to turn it off.
+- Composer, as llm-foundry's ``train.py CONFIG.yaml key=value ...`` runs it (OmegaConf overrides):
+  ``max_duration={total_steps}ba``, ``log_to_console=true`` with ``progress_bar=false`` and
+  ``console_log_interval=1ba`` (the console block every batch; the bar is not read),
+  ``callbacks.speed_monitor.window_size=1`` (a samples rate from the second batch on: the default
+  window of 100 batches, 10 in llm-foundry's configs, gives none in a short trial),
+  ``eval_first=false``; no ``save_folder`` (llm-foundry's configs leave it out).
 """
 
 from __future__ import annotations
@@ -130,6 +136,16 @@ _TORCHTUNE = (
     ),
 )
 
+_COMPOSER = (
+    TrialSetting(("max_duration",), STEP_CAP + "ba", "stop after the trial's batches"),
+    TrialSetting(("log_to_console",), "true", "the console block every batch (read, where the bar is not)"),
+    TrialSetting(("progress_bar",), "false", "no bar between the blocks"),
+    TrialSetting(("console_log_interval",), "1ba", "a block every batch"),
+    TrialSetting(("callbacks.speed_monitor.window_size",), 1, "a samples rate every batch from the second"),
+    TrialSetting(("eval_first",), "false", "no evaluation before the first batch"),
+    TrialSetting((), None, "no save_folder while tuning (checkpoints)"),
+)
+
 TRIAL_SETTINGS: Mapping[str, tuple[TrialSetting, ...]] = MappingProxyType(
     {
         "hf-trainer": _HF,
@@ -141,6 +157,7 @@ TRIAL_SETTINGS: Mapping[str, tuple[TrialSetting, ...]] = MappingProxyType(
         "skyrl": _SKYRL,
         "nanogpt": _NANOGPT,
         "torchtune": _TORCHTUNE,
+        "composer": _COMPOSER,
     }
 )
 EQUALS_STYLE = frozenset({"nanogpt"})

@@ -183,7 +183,10 @@ PROGRESS_BAD = {
     ),
     "empty step rule": ("progress:\n  preset: lightning\n  step_end: []\n", "no trial can be ranked"),
     "unknown group": ("progress:\n  step_end: 'step (?P<sec>[0-9.]+)s'\n", "unknown group 'sec'"),
-    "memory without a figure": ("progress:\n  memory: 'mem (?P<rank>[0-9]+)'\n", "needs a group named gib or mib"),
+    "memory without a figure": (
+        "progress:\n  memory: 'mem (?P<rank>[0-9]+)'\n",
+        "needs a group named gib or mib or gb",
+    ),
     "phase without a name": ("progress:\n  phase_start: 'Started'\n", "needs a group named phase"),
 }
 

@@ -80,6 +80,7 @@ def test_a_hydra_program_gives_its_config_keys():
             ["tune", "run", "--nproc_per_node", "8", "lora_finetune_distributed", "--config", "llama3_1/8B_lora"],
             "torchtune",
         ),
+        (["composer", "scripts/train/train.py", "scripts/train/yamls/pretrain/mpt-125m.yaml"], "composer"),
         (["python", "train.py"], None),
     ],
 )
@@ -245,3 +246,61 @@ def test_the_config_of_a_torchtune_command_is_found_however_it_is_passed():
     )
     assert config_command(["/opt/bin/tune", *run[1:], "--config=my.yaml"]) == (["/opt/bin/tune", "cat", "my.yaml"], [])
     assert config_command([*run, "--config"]) is None and config_command(["python", "tune.py", "run"]) is None
+
+
+LLM_FOUNDRY = """\
+variables:
+  max_seq_len: 2048
+max_seq_len: ${variables.max_seq_len}
+train_loader:
+  name: text
+  num_workers: 8
+eval_loader:
+  name: text
+  num_workers: 8
+max_duration: 4800ba
+eval_interval: 500ba
+eval_first: false
+global_train_batch_size: 256
+device_train_microbatch_size: 16
+fsdp_config:
+  activation_checkpointing: false
+  activation_cpu_offload: false
+progress_bar: false
+log_to_console: true
+console_log_interval: 1ba
+callbacks:
+  speed_monitor:
+    window_size: 10
+  memory_monitor: {}
+"""
+"""A trimmed ``scripts/train/yamls/pretrain/mpt-125m.yaml`` of llm-foundry."""
+
+
+def test_an_llm_foundry_command_gives_its_yaml_configs_keys_and_short_trial_settings(tmp_path, monkeypatch):
+    """llm-foundry's train.py takes a YAML file and OmegaConf overrides, and no --help (it would reach
+    the training script through Composer's launcher): the starter reads the file, running nothing."""
+    (tmp_path / "mpt-125m.yaml").write_text(LLM_FOUNDRY)
+    monkeypatch.chdir(tmp_path)
+    command = ["composer", "train.py", "mpt-125m.yaml", "device_train_microbatch_size=8"]
+    space = parse_space(init_space(command), source="t", label="t")
+    assert [q.name for q in space.parameters] == [
+        "variables.max_seq_len",
+        "train_loader.num_workers",  # not the evaluation loader's
+        "global_train_batch_size",
+        "device_train_microbatch_size",
+        "fsdp_config.activation_checkpointing",
+        "fsdp_config.activation_cpu_offload",
+    ]
+    assert space.param("device_train_microbatch_size").default == 8 and space.progress.preset == "composer"
+    assert space.trial_overrides == {
+        "max_duration": "{total_steps}ba",
+        "log_to_console": "true",
+        "progress_bar": "false",
+        "console_log_interval": "1ba",
+        "callbacks.speed_monitor.window_size": "1",
+        "eval_first": "false",
+    }
+    with pytest.raises(NcclTuneError, match=r"the command's config missing.yaml does not exist") as info:
+        init_space(["composer", "train.py", "missing.yaml"])
+    assert "\n" not in str(info.value)
