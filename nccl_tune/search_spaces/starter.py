@@ -419,18 +419,20 @@ def _document(
 
 
 def init_space(command: Sequence[str], timeout_s: float = 30.0) -> str:
-    """The starter space for ``command``: its ``--help`` (run with a timeout, never its training) read."""
+    """The starter space for ``command``: its ``--help`` (run with a timeout, never its training), or
+    the config it reads (``config_file``, ``config_command``), read."""
     from nccl_tune.launchers.help import help_text, printed
 
     if not math.isfinite(timeout_s) or timeout_s <= 0:
         raise NcclTuneError(f"--timeout {timeout_s:g}: must be a number of seconds above 0 (default 30)")
-    config, path = config_command(command), config_file(command)
-    if path is not None:
-        file, overrides = path
+    found = config_file(command)
+    if found is not None:
+        file, overrides = found
         text = read_text(file, "the command's config", "run spaces init from the folder the command runs in")
-        return starter_yaml(command, text, parse_config(text, overrides), f"the config {file}")
-    if config is None:
-        return starter_yaml(command, help_text(command, timeout_s))
-    argv, overrides = config
-    text = printed(argv, timeout_s, hint="does it print the config the command runs?")
-    return starter_yaml(command, text, parse_config(text, overrides), " ".join(argv))
+        return starter_yaml(command, text, parse_config(text, overrides), str(file))
+    printer = config_command(command)
+    if printer is not None:
+        argv, overrides = printer
+        text = printed(argv, timeout_s, hint="does it print the config the command runs?")
+        return starter_yaml(command, text, parse_config(text, overrides), " ".join(argv))
+    return starter_yaml(command, help_text(command, timeout_s))
