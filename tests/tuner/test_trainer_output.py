@@ -1,4 +1,4 @@
-"""Seven trainers' output, as their own code prints it (``fixtures/trainers``: built from each
+"""Each trainer's output, as their own code prints it (``fixtures/trainers``: built from each
 trainer's format strings at a release tag, or captured from a tiny CPU run), read as the trainer
 means it: steps by the trainer's own count, the rate in the trainer's unit, the memory it printed.
 
