@@ -179,7 +179,9 @@ def rate_unit_text(unit: str) -> str:
     return unit if "/s" in unit else f"{unit}/s"
 
 
-MEMORY_GROUPS = frozenset({"gib", "mib", "gb", "pct", "total_gib", "rank", "gpu", "step"})
+MEMORY_FIGURES: Mapping[str, float] = MappingProxyType({"gib": 1.0, "mib": 1.0 / 1024, "gb": 1e9 / 2**30})
+"""Groups of a memory rule that carry the peak, and their factor to GiB (``gb``: 10^9 bytes, Composer's)."""
+MEMORY_GROUPS = frozenset({*MEMORY_FIGURES, "pct", "total_gib", "rank", "gpu", "step"})
 STEP_TOKENS_GROUPS = frozenset({"tokens", "step"})
 PHASE_GROUPS = frozenset({"phase", *DURATION_GROUPS})
 

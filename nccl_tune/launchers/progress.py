@@ -32,6 +32,7 @@ from nccl_tune.patterns import (  # noqa: F401 - re-exported  # the regular-expr
 from nccl_tune.presets import DETECT_ORDER, candidates
 from nccl_tune.trial import (
     DURATION_GROUPS,
+    MEMORY_FIGURES,
     MEMORY_GROUPS,
     OUTSIDE_PHASES,
     PHASE_GROUPS,
@@ -195,7 +196,7 @@ def check_rules(rules: ProgressRules, where: str) -> None:
         elif base in ("phase_start", "phase_end"):
             _check_groups(f"{where}.{name}", pattern, PHASE_GROUPS, frozenset({"phase"}))
         elif base == "memory":
-            _check_groups(f"{where}.{name}", pattern, MEMORY_GROUPS, ("gib", "mib", "gb"))
+            _check_groups(f"{where}.{name}", pattern, MEMORY_GROUPS, tuple(MEMORY_FIGURES))
         elif base == "step_rate":
             _check_groups(f"{where}.{name}", pattern, frozenset({*RATE_GROUPS, "step"}), frozenset(RATE_GROUPS))
         elif base == "step_tokens":
@@ -295,12 +296,17 @@ def _float(m: re.Match[str], name: str) -> float | None:
     return float(value.replace(",", "")) if value is not None else None
 
 
-def _duration(m: re.Match[str]) -> float | None:
-    for name, factor in DURATION_GROUPS.items():
+def _scaled(m: re.Match[str], factors: Mapping[str, float]) -> float | None:
+    """The first of ``factors``' groups ``m`` holds, times its factor (None when it holds none)."""
+    for name, factor in factors.items():
         value = _float(m, name)
         if value is not None:
             return value * factor
     return None
+
+
+def _duration(m: re.Match[str]) -> float | None:
+    return _scaled(m, DURATION_GROUPS)
 
 
 def _rate(m: re.Match[str]) -> tuple[float | None, str | None]:
@@ -588,10 +594,7 @@ class ProgressTracker:
         phases: tuple[str, ...] | None = None,
     ) -> None:
         """A memory line's figures; ``phases``: the phases open when it was read (None: unknown)."""
-        gib = _float(mem, "gib")
-        if gib is None:
-            mib, gb = _float(mem, "mib"), _float(mem, "gb")
-            gib = mib / 1024.0 if mib is not None else gb * 1e9 / 2**30 if gb is not None else None
+        gib = _scaled(mem, MEMORY_FIGURES)
         if gib is None:
             return
         rank_text = _group(mem, "rank") or _group(mem, "gpu")
