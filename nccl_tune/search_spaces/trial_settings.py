@@ -160,10 +160,16 @@ TRIAL_SETTINGS: Mapping[str, tuple[TrialSetting, ...]] = MappingProxyType(
         "composer": _COMPOSER,
     }
 )
-EQUALS_STYLE = frozenset({"nanogpt"})
-"""Presets whose trainer takes ``--key=value`` only (``trial.arg_style: equals``)."""
-PYTHON_BOOLEANS = frozenset({"nanogpt"})
-"""Presets whose trainer evaluates its values as Python literals (``trial.booleans: python``)."""
+TRIAL_STYLE: Mapping[str, tuple[str, ...]] = MappingProxyType(
+    {
+        "nanogpt": (
+            "  arg_style: equals          # the command takes --key=value only",
+            "  booleans: python           # the command reads True/False (Python literals)",
+        ),
+    }
+)
+"""The ``trial:`` keys of presets whose trainer spells its values its own way: ``--key=value`` only
+(``arg_style: equals``), Python literals (``booleans: python``)."""
 
 
 def _key(name: str) -> str:
@@ -186,12 +192,12 @@ def trial_block(preset: str | None, shown: Sequence[str]) -> list[str]:
     notes: list[str] = []
     for s in settings:
         value = json.dumps(s.value) if isinstance(s.value, str) else s.value
-        if s.names and s.names[0].endswith(".*"):
-            prefix = s.names[0][:-1]
+        if s.names and s.names[0].startswith("~") and s.names[0].endswith(".*"):
+            section = s.names[0][1:-1]
             given += [
                 f"    {json.dumps('~' + k)}: {value}   # {s.why}"
                 for k in shown
-                if k.startswith(prefix.lstrip("~")) and not k.endswith("._component_")
+                if k.startswith(section) and not k.endswith("._component_")
             ]
             continue
         found = next((by_key[_key(n)] for n in s.names if _key(n) in by_key), None)
@@ -204,7 +210,4 @@ def trial_block(preset: str | None, shown: Sequence[str]) -> list[str]:
     if unseen:
         unseen.insert(0, "    # check: not in the command's --help; uncomment those the command takes (its $@):")
     head = f"  overrides:                 # {preset}'s settings for a short, safe trial"
-    style = ["  arg_style: equals          # the command takes --key=value only"] if preset in EQUALS_STYLE else []
-    if preset in PYTHON_BOOLEANS:
-        style.append("  booleans: python           # the command reads True/False (Python literals)")
-    return ["", "trial:", *style, head, *given, *unseen, *notes]
+    return ["", "trial:", *TRIAL_STYLE.get(preset or "", ()), head, *given, *unseen, *notes]
