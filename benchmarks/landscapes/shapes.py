@@ -1,4 +1,4 @@
-"""Four landscapes for ``benchmarks/landscapes.py``, each a user's job as its trainer would run it.
+"""Five landscapes for ``benchmarks/landscapes.py``, each a user's job as its trainer would run it.
 
 Each landscape is a set of parameters (the values its space ``<name>.yaml`` lets the search vary),
 an instance drawn from a seed (``Landscape.instance(seed)``: every constant of its cost and memory
@@ -23,6 +23,12 @@ refusal at start-up), at a step. ``trainer.py`` prints what a trainer would for 
   parallelism, an illegal memory access of CUDA graphs with the LL protocol, and the trainer's
   start-up batch rule (the global batch must divide by micro-batch x data-parallel size; CUDA graphs
   need an even micro-batch), which the space does not know.
+- ``zero-sft``: a Hugging Face Trainer + DeepSpeed SFT job that prints no memory: per-device batch,
+  ZeRO stage, gradient checkpointing, attention kernel, data-loader workers, NCCL's NVLink SHARP.
+  Larger batches and no checkpointing win where a higher stage or a leaner attention kernel makes
+  room; the eager kernel needs 1.7x the activations; seven workers or more run the host out of
+  memory (a worker killed a few steps in); ZeRO-3 with checkpointing and FlashAttention-2 crashes in
+  its first step (three values together). The space leaves the kernel's and NVLS's memory unknown.
 
 Each instance is the landscape's constants drawn from ``random.Random(f"{name}:{seed}")``.
 """
@@ -389,6 +395,93 @@ MINEFIELD = Landscape(
     judge=_mine_judge,
 )
 
+
+# -- zero-sft -------------------------------------------------------------------------------------
+
+ZERO_GLOBAL_BATCH = 128
+"""``zero-sft``: samples per optimizer step over the 8 GPUs (16 per GPU, in micro-batches)."""
+
+
+def _zero_draw(r: random.Random) -> dict[str, float]:
+    return {
+        "per_sample_s": r.uniform(0.11, 0.16),  # sdpa, no checkpointing, per sample on one GPU
+        "per_micro_s": r.uniform(0.02, 0.05),  # launch and bookkeeping per micro-batch
+        "ckpt_cost": r.uniform(0.25, 0.38),  # recomputation's share of the compute
+        "eager_cost": r.uniform(0.15, 0.30),
+        "flash_gain": r.uniform(0.04, 0.10),
+        "z1_boundary_s": r.uniform(0.25, 0.40),  # ZeRO-1: gradients all-reduced at the boundary
+        "z2_micro_s": r.uniform(0.08, 0.14),  # ZeRO-2: gradients reduce-scattered every micro-batch
+        "z3_micro_s": r.uniform(0.22, 0.34),  # ZeRO-3: parameters all-gathered every micro-batch
+        "nvls_gain": r.uniform(0.08, 0.15),  # collectives over NVLink SHARP
+        "loader_s": r.uniform(0.15, 0.30),  # loading a step's data in the main process
+        "act_gib": r.uniform(2.6, 3.4),  # activations per sample, sdpa, no checkpointing
+        "states_gib": r.uniform(106.0, 116.0),  # weights, gradients and Adam for the model (16 bytes/param)
+    }
+
+
+def _zero_judge(k: Mapping[str, float], c: Mapping[str, Any]) -> Outcome:
+    mb, stage, ckpt, attn = c["per_device_train_batch_size"], c["zero_stage"], c["gradient_checkpointing"], c[
+        "attn_implementation"
+    ]
+    per_gpu = ZERO_GLOBAL_BATCH // GPUS
+    micro = per_gpu // mb
+    speed = {"eager": 1.0 + k["eager_cost"], "sdpa": 1.0, "flash_attention_2": 1.0 - k["flash_gain"]}[attn]
+    compute = per_gpu * k["per_sample_s"] * speed * (1.0 + k["ckpt_cost"] if ckpt else 1.0) + micro * k["per_micro_s"]
+    collective = 1.0 - k["nvls_gain"] if c["NCCL_NVLS_ENABLE"] else 1.0
+    comm = {1: k["z1_boundary_s"], 2: micro * k["z2_micro_s"], 3: micro * k["z3_micro_s"]}[stage] * collective
+    workers = c["dataloader_num_workers"]
+    data = k["loader_s"] if workers == 0 else k["loader_s"] * max(0.0, 1.0 - workers / 2) * 0.5
+    step_s = compute + comm + data
+    states = k["states_gib"]
+    model = {1: states * (4 + 12 / GPUS) / 16, 2: states * (2 + 14 / GPUS) / 16, 3: states / GPUS + 2.0}[stage]
+    act_mem = {"eager": 1.7, "sdpa": 1.0, "flash_attention_2": 0.95}[attn] * (0.2 if ckpt else 1.0)
+    ask = mb * k["act_gib"] * act_mem
+    peak = 5.5 + model + ask + (1.2 if c["NCCL_NVLS_ENABLE"] else 0.0)
+    if peak > OOM_FRAC * GPU_GIB:
+        return Outcome("oom", step_s, peak, 1, _oom_message(peak, ask * 0.5))
+    if workers >= 7:
+        return Outcome(
+            "crash",
+            step_s,
+            peak,
+            3,
+            f"RuntimeError: DataLoader worker (pid {4100 + workers}) is killed by signal: Killed.",
+        )
+    if stage == 3 and ckpt and attn == "flash_attention_2":
+        return Outcome(
+            "crash",
+            step_s,
+            peak,
+            1,
+            "RuntimeError: The size of tensor a (4096) must match the size of tensor b (0) at non-singleton "
+            "dimension 1",
+        )
+    return Outcome("ok", step_s, peak)
+
+
+ZERO_SFT = Landscape(
+    name="zero-sft",
+    params={
+        "per_device_train_batch_size": (1, 2, 4, 8, 16),
+        "zero_stage": (1, 2, 3),
+        "gradient_checkpointing": (False, True),
+        "attn_implementation": ("eager", "sdpa", "flash_attention_2"),
+        "dataloader_num_workers": tuple(range(0, 9)),
+        "NCCL_NVLS_ENABLE": (0, 1),
+    },
+    default={
+        "per_device_train_batch_size": 2,
+        "zero_stage": 2,
+        "gradient_checkpointing": True,
+        "attn_implementation": "sdpa",
+        "dataloader_num_workers": 0,
+        "NCCL_NVLS_ENABLE": 1,
+    },
+    samples_per_step=ZERO_GLOBAL_BATCH,
+    draw=_zero_draw,
+    judge=_zero_judge,
+)
+
 TIME_SCALE = 0.01
 """``trainer.py`` runs the modelled times this much faster: a step of 2 s takes 20 ms, the start-up
 0.6 s, and it prints the times it took, so that what a trial's wall clock and its log say agree as
@@ -398,6 +491,6 @@ STARTUP_S = 60.0
 REFUSAL_S = 10.0
 """Modelled seconds to a refusal of the config at start-up (before the model is loaded)."""
 
-LANDSCAPES: dict[str, Landscape] = {ls.name: ls for ls in (OFFLOAD_TRAP, PAIRS, FLAT, MINEFIELD)}
+LANDSCAPES: dict[str, Landscape] = {ls.name: ls for ls in (OFFLOAD_TRAP, PAIRS, FLAT, MINEFIELD, ZERO_SFT)}
 SEED_ENV = "LANDSCAPE_SEED"
 """The environment variable that picks a landscape's instance (``trainer.py`` reads it; 0 when unset)."""

@@ -11,7 +11,10 @@ each step's time):
 - ``offload-trap``: torchtitan's metrics line (``step: 3  loss: ...  memory: 61.25GiB(77.43%)  tps: ...``);
 - ``pairs``: the user's own line (``[train] step 3/20 | loss 2.31 | step_time 2.345s | peak_mem 41.2GiB``);
 - ``flat``: Megatron-LM's ``training_log`` line and ``report_memory`` after the first iteration;
-- ``minefield``: a ``logging`` line per step (``2026-12-02 08:01:02,345 INFO iter=3 time_ms=812.4 ...``).
+- ``minefield``: a ``logging`` line per step (``2026-12-02 08:01:02,345 INFO iter=3 time_ms=812.4 ...``);
+- ``zero-sft``: Hugging Face Trainer's bar on stderr, redrawn with carriage returns, and its log dict
+  per step on stdout (``logging_steps=1``), no memory lines; its flags are spelled as
+  ``HfArgumentParser`` takes them (``--per_device_train_batch_size 4 --gradient_checkpointing false``).
 
 Failures are printed as trainers print them: a CUDA out-of-memory traceback in the step that runs out
 (exit 1), a silent hang from the failing step on (the process sleeps until it is stopped), a CUDA
@@ -51,31 +54,45 @@ USABLE_GIB = GPU_GIB - 0.9
 START = time.monotonic()
 
 
-def flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
+HF_FLAGS = {"zero-sft"}
+"""Landscapes whose flags keep their underscores and take booleans as values (``HfArgumentParser``)."""
+
+
+def flag(name: str, ls: Landscape | None = None) -> str:
+    return "--" + (name if ls is not None and ls.name in HF_FLAGS else name.replace("_", "-"))
+
+
+def _bool(text: str) -> bool:
+    if text.lower() in ("true", "1", "yes"):
+        return True
+    if text.lower() in ("false", "0", "no"):
+        return False
+    raise argparse.ArgumentTypeError(f"not a boolean: {text!r}")
 
 
 def parse(argv: list[str]) -> tuple[Landscape, dict[str, Any], int]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("landscape", choices=sorted(LANDSCAPES))
-    p.add_argument("--max-steps", type=int, default=20, help="steps before the job ends")
+    p.add_argument("--max-steps", "--max_steps", dest="max_steps", type=int, default=20, help="steps before the job ends")
     known, rest = p.parse_known_args(argv)
     ls = LANDSCAPES[known.landscape]
     q = argparse.ArgumentParser(prog=f"trainer.py {ls.name}")
     for name, values in ls.params.items():
         if name.isupper():
             continue
-        if isinstance(values[0], bool):
-            q.add_argument(flag(name), dest=name, action="store_true", default=ls.default[name])
+        if isinstance(values[0], bool) and ls.name in HF_FLAGS:
+            q.add_argument(flag(name, ls), dest=name, type=_bool, default=ls.default[name])
+        elif isinstance(values[0], bool):
+            q.add_argument(flag(name, ls), dest=name, action="store_true", default=ls.default[name])
         else:
-            q.add_argument(flag(name), dest=name, type=type(values[0]), default=ls.default[name])
+            q.add_argument(flag(name, ls), dest=name, type=type(values[0]), default=ls.default[name])
     args = vars(q.parse_args(rest))
     for name, values in ls.params.items():
         if name.isupper():
             raw = os.environ.get(name)
             args[name] = ls.default[name] if raw is None else type(values[0])(raw)
         if args[name] not in values:
-            q.error(f"{flag(name)} {args[name]!r}: not one of {list(values)}")
+            q.error(f"{flag(name, ls)} {args[name]!r}: not one of {list(values)}")
     return ls, args, known.max_steps
 
 
@@ -112,7 +129,24 @@ def line(ls: Landscape, step: int, steps: int, seconds: float, peak_gib: float, 
             f"global batch size: {ls.samples_per_step:5d} | lm loss: {loss:.6E} | loss scale: 1.0 | "
             "number of skipped iterations:   0 | number of nan iterations:   0 |"
         )
+    if ls.name == "zero-sft":
+        return f"{{'loss': '{loss:.4g}', 'grad_norm': '{rng.uniform(0.9, 1.3):.4g}', 'learning_rate': '2e-05', 'epoch': '{step / 1000:.4g}'}}"
     return f"{_stamp()} INFO train: iter={step} time_ms={seconds * 1000:.1f} mem_gib={peak_gib:.2f} loss={loss:.4f}"
+
+
+def hf_bar(step: int, steps: int, elapsed_s: float) -> str:
+    """Hugging Face Trainer's tqdm bar after ``step`` of ``steps``."""
+    pct = int(100 * step / steps)
+    filled = "\u2588" * (pct // 10)
+    if step == 0:  # no rate yet
+        return f"{pct:3d}%|{filled:<10}| 0/{steps} [00:00<?, ?it/s]"
+    rate = f"{step / elapsed_s:5.2f}it/s" if step / elapsed_s >= 1 else f"{elapsed_s / step:5.2f}s/it"
+    left = (steps - step) * elapsed_s / step
+    return f"{pct:3d}%|{filled:<10}| {step}/{steps} [{_clock(elapsed_s)}<{_clock(left)}, {rate}]"
+
+
+def _clock(seconds: float) -> str:
+    return f"{int(seconds) // 60:02d}:{int(seconds) % 60:02d}"
 
 
 def _stamp() -> str:
@@ -141,13 +175,30 @@ def main(argv: list[str]) -> None:
         fail(outcome)
     nccl_report(config)
     time.sleep(max(0.0, STARTUP_S * TIME_SCALE - (time.monotonic() - START)))
+    hf = ls.name in HF_FLAGS
+    began = time.monotonic()
+    if hf:
+        print(f"\r{hf_bar(0, steps, 0.0)}", end="", file=sys.stderr, flush=True)
     for step, seconds in enumerate(step_times(ls, outcome, rng, steps), start=1):
         if outcome.kind != "ok" and step >= outcome.fail_step:
+            if hf:
+                print(file=sys.stderr, flush=True)
             fail(outcome)
         time.sleep(seconds)
+        if hf:
+            print(f"\r{hf_bar(step, steps, time.monotonic() - began)}", end="", file=sys.stderr, flush=True)
         print(line(ls, step, steps, seconds, outcome.peak_gib * rng.uniform(0.995, 1.0), rng), flush=True)
         if ls.name == "flat" and step == 1:
             print(_megatron_memory(outcome.peak_gib), flush=True)
+    if hf:
+        took = time.monotonic() - began
+        print(file=sys.stderr, flush=True)
+        print(
+            f"{{'train_runtime': '{took:.4g}', 'train_samples_per_second': '{steps * ls.samples_per_step / took:.4g}', "
+            f"'train_steps_per_second': '{steps / took:.4g}', 'train_loss': '10.2', 'epoch': '{steps / 1000:.4g}'}}",
+            flush=True,
+        )
+        return
     print("Training completed" if ls.name == "offload-trap" else f"{_stamp()} INFO training done", flush=True)
 
 
