@@ -18,6 +18,12 @@ ones only as measured: below), in two layers:
   run-to-run spread alone, ``SIGMA_FLOOR``: the residuals measure the fit elsewhere). A change the
   data has not pinned down (``MEASURED_SHARE``) gives odds, but never refuses a config.
 
+A parameter of ``unknown`` effect breaks dominance both ways. Yet a config that differs only in such
+parameters from a run that held no more memory on the others and came above the wall (or ran out)
+is unlikely to fit (``UNKNOWN_SAVES``) until a run with those values measures something: an OOM at
+a micro-batch of 16 proves nothing about another attention kernel there, but most options move
+memory little.
+
 A ``small`` parameter (NCCL's buffers: a few hundred MiB, either way) is left out of the fit, but a
 step between two of its values that two finished runs measured (equal in every other parameter
 that enters the model) is added to a prediction that takes that step from its anchor: 16 MiB
@@ -134,6 +140,14 @@ HIDDEN_SHARE = 0.5
 """Spread of log peak per doubling past the largest value measured along such an axis: its hidden
 part may be anywhere below the measured peak, growing at up to proportionally (a doubling of a
 micro-batch past the measured ones may add nothing or up to about ln 2)."""
+BOUND_SIGMA = 0.1
+"""Extra spread of log peak for a prediction from an out-of-memory run's bound (``_from_bound``):
+what PyTorch's message says the failing allocation needed is a least peak, not the peak."""
+UNKNOWN_SAVES = 0.2
+"""Chance that changing parameters of unknown memory effect (``memory: unknown``) takes a config
+below a peak that a run holding at least its memory on every declared parameter reached, or ran out
+at (``MemoryPrediction.unknown_lower_frac``), while no run with those values measured anything: most
+options move memory little; an attention kernel may save much."""
 _NORMAL = NormalDist()
 
 
@@ -159,6 +173,10 @@ class MemoryPrediction:
     phases: Mapping[str, MemoryPrediction] = field(default_factory=dict)
     """Per phase, its own prediction, when the peak is predicted as the highest of the phases'
     (empty otherwise); the other fields then describe the phase predicted highest."""
+    unknown_lower_frac: float = 0.0
+    """The highest peak (or OOM bound) of a run that this config holds at least the memory of on
+    every declared parameter while differing in an ``unknown`` one (0.0 when none): no certain bound,
+    since the unknown change may save memory, but a likely one (``UNKNOWN_SAVES``)."""
 
     @property
     def known(self) -> bool:
@@ -174,7 +192,7 @@ class MemoryPrediction:
         if self.phases:
             return math.prod(p.p_below(frac) for p in self.phases.values())
         if not self.known:
-            return 0.5
+            return UNKNOWN_SAVES if self.unknown_lower_frac > frac else 0.5
         if self.sigma_log <= 0:
             return 1.0 if self.peak_frac <= frac else 0.0
         return _NORMAL.cdf((math.log(frac) - math.log(self.peak_frac)) / self.sigma_log)
@@ -361,8 +379,10 @@ class PeakFit:
         predicted below its bound (``_raise_for``)."""
         exact = [(pt, self._z(pt.values)) for pt in self.points if pt.exact]
         self.anchors = [(pt, z) for pt, z in exact if z is not None]
-        censored = [(self._z(pt.values), math.log(pt.frac)) for pt in self.points if not pt.exact]
-        self.censored = [(z, t) for z, t in censored if z is not None]
+        bounds = [(pt, self._z(pt.values)) for pt in self.points if not pt.exact]
+        self.bound_anchors = [(pt, z) for pt, z in bounds if z is not None]
+        """Censored points (an OOM, a failure after some memory was measured): ``_from_bound``'s anchors."""
+        self.censored = [(z, math.log(pt.frac)) for pt, z in self.bound_anchors]
         k = len(self.signed)
         self.beta = self.prior_beta.copy()
         self.cov = np.diag(self.prior_sd**2)
@@ -483,6 +503,20 @@ class PeakFit:
         upper = float(ceiling[above].min()) if above.any() else math.inf
         return lower, lower_from, upper
 
+    def unknown_lower(self, values: Mapping[str, Any]) -> float:
+        """The highest peak (or OOM bound) of a run that ``values`` hold at least the memory of on
+        every declared parameter, ``small`` ones alike, while differing in an ``unknown`` one; 0.0
+        when none (``MemoryPrediction.unknown_lower_frac``)."""
+        r = self._ranks(values)
+        if r is None or not self.unknown or not len(self._dom_points):
+            return 0.0
+        k = len(self.signed)
+        small = tuple(values.get(p.name) for p in self.small)
+        same_small = np.array([s == small for s in self._dom_small], dtype=bool)
+        differs = ~np.all(self._dom_ranks[:, k:] == r[k:], axis=1)
+        held = same_small & differs & np.all(self._dom_ranks[:, :k] <= r[:k], axis=1)
+        return float(self._dom_frac[held].max()) if held.any() else 0.0
+
     def _anchor(self, values: Mapping[str, Any], z: np.ndarray) -> tuple[_Point, np.ndarray] | None:
         """The measured config nearest to ``z``; with ``by_effect``, each axis weighed by its fitted
         effect (at least ``ANCHOR_WEIGHT_FLOOR``): travelling along an axis that barely moves this
@@ -511,7 +545,7 @@ class PeakFit:
         z = self._z(values)
         found = self._anchor(values, z) if z is not None and self.anchors else None
         if found is None:
-            return MemoryPrediction(None, math.inf, lower, upper, None, lower_from, measured=False)
+            return self._from_bound(values, z, lower, lower_from, upper)
         pt, pz = found
         dz = z - pz
         for j, p in enumerate(self.signed):
@@ -532,6 +566,30 @@ class PeakFit:
         peak = min(max(peak, lower), upper) if upper >= lower else lower
         measured = on_line and spread <= MEASURED_SHARE * prior_spread
         return MemoryPrediction(peak, math.sqrt(var), lower, upper, pt.number, lower_from, measured=measured)
+
+    def _from_bound(
+        self, values: Mapping[str, Any], z: np.ndarray | None, lower: float, lower_from: int | None, upper: float
+    ) -> MemoryPrediction:
+        """The peak of ``values`` when no run with their ``unknown`` values measured one: from the
+        nearest run with those values that ran out of memory, at what it needed (``_oom_bound``),
+        moved by the fitted (or prior) effects, with the spread of a bound (``BOUND_SIGMA``). A
+        trainer that prints no memory, on a node whose GPUs the tool cannot read, tells the model
+        only which runs ran out and what PyTorch's message said they needed. Never refuses a config
+        (``measured`` is False); with no such run, the peak is not known."""
+        near = None
+        if z is not None:
+            same = [(pt, pz) for pt, pz in self.bound_anchors if all(pt.values.get(p.name) == values.get(p.name) for p in self.unknown)]
+            near = min(same, key=lambda a: float(np.abs(z - a[1]).sum()), default=None)
+        if near is None:
+            return MemoryPrediction(
+                None, math.inf, lower, upper, None, lower_from, measured=False, unknown_lower_frac=self.unknown_lower(values)
+            )
+        pt, pz = near
+        dz = z - pz
+        var = SIGMA_FEW_POINTS**2 + BOUND_SIGMA**2 + float(dz @ self.cov @ dz) + (DISTANCE_SIGMA * float(np.abs(dz).sum())) ** 2
+        peak = math.exp(math.log(pt.frac) + float(dz @ self.beta))
+        peak = min(max(peak, lower), upper) if upper >= lower else lower
+        return MemoryPrediction(peak, math.sqrt(var), lower, upper, pt.number, lower_from, measured=False)
 
     def _trusted(self, pz: np.ndarray, dz: np.ndarray) -> np.ndarray:
         """``dz`` with a decrease past the smallest value measured along its axis stopped there,
@@ -842,10 +900,16 @@ class MemoryModel:
 
     def knows(self, values: Mapping[str, Any]) -> bool:
         """False when nothing measured predicts the peak of ``values`` (no run's peak near them is
-        a share of a known GPU size, no bound holds it): its odds to fit are then even by default,
-        a guess to weigh, not a prediction to show."""
+        a share of a known GPU size, no bound holds it, no run holding less memory but for an
+        ``unknown`` parameter came above the wall): its odds to fit are then even by default, a
+        guess to weigh, not a prediction to show."""
         pred = self.predict(values)
-        return pred.known or bool(pred.phases) or not pred.lower_frac <= self.wall_frac < pred.upper_frac
+        return (
+            pred.known
+            or bool(pred.phases)
+            or not pred.lower_frac <= self.wall_frac < pred.upper_frac
+            or pred.unknown_lower_frac > self.wall_frac
+        )
 
     def p_fits_model(self, values: Mapping[str, Any]) -> float:
         """The model's odds that ``values`` run with at least the headroom free. Per phase, a parameter

@@ -97,13 +97,14 @@ def record(result: TrialResult, values: dict) -> TrialRecord:
 
 def test_once_an_oom_names_the_size_the_memory_model_gives_a_move_past_the_wall_low_odds():
     """Runs at micro 2 and 4 measured 24 and 48 GiB; micro 8 ran out. Micro 32 with checkpointing
-    (never measured) dominates no OOM: in GiB alone every move has even odds, in shares its peak is
-    predicted far past the wall, and a smaller micro-batch surely fits."""
+    (never measured) dominates no OOM: with the runs in GiB alone, only the OOM's bound says anything
+    (the odds are graded from it, loosely); in shares its peak is predicted far past the wall, and a
+    smaller micro-batch surely fits."""
     results = [ran(0, 24.0), ran(1, 48.0), oom(2)]
     values = [{"micro": 2}, {"micro": 4}, {"micro": 8}]
     beyond, smaller = {**SPACE.defaults(), "micro": 32, "ckpt": True}, {**SPACE.defaults(), "micro": 1}
     unsized = MemoryModel(SPACE, [record(r, v) for r, v in zip(results, values)])
-    assert unsized.p_fits(beyond) == unsized.p_fits(smaller) == 0.5
+    assert 0.01 < unsized.p_fits(beyond) < 0.5 < unsized.p_fits(smaller) < 0.99
     model = MemoryModel(SPACE, [record(r, v) for r, v in zip(sized(results), values)])
     assert model.p_fits(beyond) < 0.01 and model.p_fits(smaller) > 0.99
 

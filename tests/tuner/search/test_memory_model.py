@@ -576,3 +576,62 @@ def test_a_saving_past_the_smallest_value_measured_does_not_pay_for_an_increase_
     assert model.predict(eight).peak_frac > 0.95
     assert model.p_fits({**base, "train_micro": 16, "fwd_micro": 1}) < model.p_fits(eight)
     assert model.p_fits({**base, "train_micro": 2, "fwd_micro": 8}) > 0.95
+
+
+UNREAD_SPACE = parse_space(
+    """
+name: unread-memory
+parameters:
+  - {name: micro, kind: pow2, low: 1, high: 16, default: 2, memory: increasing}
+  - {name: zero, kind: categorical, choices: [1, 2, 3], default: 2, memory: decreasing}
+  - {name: attn, kind: categorical, choices: [eager, sdpa, flash], default: sdpa}
+stability: {min_headroom_frac: 0.05}
+""",
+    source="test",
+    label="unread-memory",
+)
+UNREAD_BASE = UNREAD_SPACE.defaults()
+
+
+def _unread(number: int, values: dict, *, oom: bool) -> TrialRecord:
+    """A run of a trainer that prints no memory, on a node whose GPUs are not read: it finished, or
+    ran out as PyTorch says (77.30 GiB in use, 27.18 GiB more asked of a 79.15 GiB GPU)."""
+    from nccl_tune.failure import Evidence
+
+    status = FailureClass.OOM if oom else FailureClass.OK
+    result = TrialResult(
+        number=number,
+        status=status,
+        verdict=Verdict(status, evidence=(Evidence(1, OOM_LINE),)) if oom else Verdict(status),
+        stop_reason=StopReason.EXITED if oom else StopReason.MEASURED,
+        step_times_s=() if oom else (2.0, 1.0, 1.0),
+        warmup_steps=1,
+        samples_per_step=8.0,
+        memory=None,
+    )
+    return TrialRecord(number, TrialState.COMPLETE, {**UNREAD_BASE, **values}, TrialKind.SEARCH, Outcome.LAUNCHED, status, result)
+
+
+def test_with_no_memory_read_an_oom_gives_odds_to_the_configs_around_it_and_refuses_none():
+    records = [_unread(0, {}, oom=False), _unread(1, {"micro": 16, "zero": 1}, oom=True)]
+    model = MemoryModel(UNREAD_SPACE, records)
+    # the OOM needed about 1.32 of the GPU: the further a config is from it on the declared
+    # parameters, the likelier it fits
+    odds = {v: model.p_fits_model({**UNREAD_BASE, "micro": 16, "zero": v}) for v in (1, 2, 3)}
+    assert model.knows({**UNREAD_BASE, "micro": 16, "zero": 3})
+    assert odds[1] == 0.0 and odds[2] < odds[3] < 0.95
+    assert odds[2] < model.p_fits_model({**UNREAD_BASE, "micro": 4, "zero": 2}) < 1.0
+    pred = model.predict({**UNREAD_BASE, "micro": 16, "zero": 3})
+    assert pred.peak_frac < 1.32 and not pred.measured
+    assert model.verdict({**UNREAD_BASE, "micro": 16, "zero": 2}) is None  # odds only, never a refusal
+
+
+def test_an_oom_makes_an_untried_value_of_unknown_effect_unlikely_to_fit_there():
+    records = [_unread(0, {}, oom=False), _unread(1, {"micro": 16, "zero": 1}, oom=True)]
+    model = MemoryModel(UNREAD_SPACE, records)
+    eager = {**UNREAD_BASE, "micro": 16, "zero": 1, "attn": "eager"}
+    assert model.verdict(eager) is None  # another attention kernel may save memory: no certain bound
+    assert model.knows(eager) and model.p_fits_model(eager) == pytest.approx(0.2)
+    # with less memory on a declared parameter than the run that ran out, nothing is known
+    smaller = {**UNREAD_BASE, "micro": 8, "zero": 1, "attn": "eager"}
+    assert not model.knows(smaller) and model.p_fits_model(smaller) == pytest.approx(0.5)
