@@ -79,7 +79,9 @@ measured steps: one run's reading of a change worth a few percent is a coin toss
 carried in on one run's word is read again only when a later pair undoes it. Where neither NVML
 nor the trainer's memory lines give the GPU's size, the memory model has no wall until a run runs
 out of memory and PyTorch's message names the size (``gpu_size``): until then the planner weighs
-every move at even odds to fit and shows none ("memory not known yet"). Near a narrow memory wall it pays a few OOMs to learn where the wall is. NCCL
+every move at even odds to fit and shows none ("memory not known yet"); where nothing prints memory
+at all, what the OOMs' messages said they needed is all it learns, a few failures spend the failure
+budget, and TPE's draws, checked against the models, propose the rest. Near a narrow memory wall it pays a few OOMs to learn where the wall is. NCCL
 combinations that hang are learnt by hanging: with the NCCL check, one that deadlocks the
 collectives alone costs a check of under a minute, while one that hangs only next to the trainer
 (memory pressure, the engines' buffers) costs its trial's stall timeout; and an NCCL value whose
@@ -102,7 +104,7 @@ from typing import Any
 
 import numpy as np
 import optuna
-from optuna.distributions import BaseDistribution
+from optuna.distributions import BaseDistribution, IntDistribution
 from optuna.samplers import BaseSampler, TPESampler
 from optuna.trial import FrozenTrial, TrialState
 
@@ -567,6 +569,18 @@ class Planner:
         return f"{move.kind} from trial {move.base}: {changes} ({modelled}, {odds})"
 
 
+def uniform_draw(every: Mapping[str, BaseDistribution], rng: random.Random) -> dict[str, Any]:
+    """A config drawn at random, each parameter uniformly over its values, as Optuna spells it (what
+    TPE draws in its start-up trials, here drawn whole so that it can be checked before it runs)."""
+    out: dict[str, Any] = {}
+    for name, dist in every.items():
+        if isinstance(dist, IntDistribution):
+            out[name] = rng.randrange(dist.low, dist.high + 1, dist.step)
+        else:
+            out[name] = rng.choice(list(dist.choices))
+    return out
+
+
 def tpe_sampler(seed: int | None) -> TPESampler:
     """Optuna's TPE as the study uses it: on its own (``--sampler tpe``) and where no local move is
     worth a trial."""
@@ -592,6 +606,7 @@ class LocalSearchSampler(BaseSampler):
         """The run's held parameters, read at each proposal (a parameter dropped mid-study is held)."""
         self._tpe = tpe_sampler(seed)
         self._rng = random.Random(seed)
+        self._seed = seed
         self.last: Proposal | None = None
         self._last_number: int | None = None
         self._fallback: str | None = None
@@ -634,11 +649,12 @@ class LocalSearchSampler(BaseSampler):
         a value, some of its proposals did)."""
         tpe_space = self._tpe.infer_relative_search_space(study, trial)
         likeliest: tuple[tuple[bool, float], dict[str, Any]] | None = None
-        every = set(distributions(self.space, self.pinned))
+        every = distributions(self.space, self.pinned)
+        rng = random.Random(f"{self._seed}:{trial.number}") if self._seed is not None else self._rng
         for _ in range(TPE_DRAWS):
             params = self._tpe.sample_relative(study, trial, tpe_space)
-            if set(params) != every:  # TPE still samples each parameter on its own
-                return params
+            if set(params) != set(every):  # TPE's start-up trials: each parameter at random
+                params = uniform_draw(every, rng)
             values = from_optuna(self.space, params, self.pinned)
             fits = planner.memory.p_fits_model(values)
             ok, _, ratio = planner.failures.risk(values)

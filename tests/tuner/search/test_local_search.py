@@ -560,6 +560,37 @@ def test_where_no_move_is_worth_a_trial_tpe_draws_within_the_failure_budget(monk
     assert draws(*[tree] * local_search.TPE_DRAWS) == tree
 
 
+def test_in_tpes_start_up_the_fallback_draws_whole_configs_and_holds_them_to_the_same_checks(monkeypatch):
+    """In its start-up trials TPE samples each parameter at random on its own, after the sampler's
+    relative step: there the fallback draws whole configs at random itself, so that the memory and
+    failure models can pass over those likely to fail (micro-batches of 16 and 32 without
+    checkpointing, past an OOM at 8), as they do TPE's later draws."""
+    from nccl_tune.tuner.records.sampling import distributions, from_optuna
+    from nccl_tune.tuner.search import local_search
+
+    records = [rec(0, {}), rec(1, {"micro": 4}), rec(2, {"micro": 8})]
+    assert records[2].status is FailureClass.OOM
+    planner = Planner(SPACE, {}, records)
+
+    def drawn(seed: int) -> list[float]:
+        sampler = LocalSearchSampler(SPACE, {}, seed=seed)
+        study = optuna.create_study(direction="maximize", sampler=sampler)
+        for r in records:
+            told(study, r)
+        monkeypatch.setattr(sampler._tpe, "sample_relative", lambda study, trial, space: {})
+        out = []
+        for trial in study.trials:
+            params = sampler._tpe_that_fits(study, trial, planner)
+            assert set(params) == set(distributions(SPACE, {}))
+            out.append(planner.memory.p_fits_model(from_optuna(SPACE, params, {})))
+        return out
+
+    fits = [p for seed in range(4) for p in drawn(seed)]
+    assert min(fits) >= 0.5, fits
+    monkeypatch.setattr(local_search, "TPE_DRAWS", 1)  # the first draw, unchecked
+    assert min(p for seed in range(4) for p in drawn(seed)) < 0.5
+
+
 SOCKETS = parse_space(
     """
 name: ddp
