@@ -70,9 +70,9 @@ def print_space(space: SearchSpace, console: Console) -> None:
     console.print(
         f"[bold]stop[/] after {space.stop.warmup_steps} warm-up + {space.stop.measured_steps} measured steps "
         "(more once a study's trials measure steps that scatter beyond the run-to-run noise); "
-        f"start-up {clocks.startup_timeout_s:.0f}s, stall {clocks.stall_timeout_s:.0f}s "
-        f"(adaptive: {clocks.stall_multiplier:g}x the longest known phase, at least {clocks.stall_floor_s:.0f}s), "
-        f"trial {clocks.trial_timeout_s:.0f}s, grace {clocks.grace_s:.0f}s",
+        f"start-up {clocks.startup_timeout_s:g}s, stall {clocks.stall_timeout_s:g}s "
+        f"(adaptive: {clocks.stall_multiplier:g}x the longest known phase, at least {clocks.stall_floor_s:g}s), "
+        f"trial {clocks.trial_timeout_s:g}s, grace {clocks.grace_s:g}s",
         highlight=False,
         soft_wrap=True,
     )
