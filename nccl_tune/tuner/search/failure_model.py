@@ -17,7 +17,9 @@ stalls in the allocator now and then, and those hangs, each next to other values
 the values as one cause. A failed run had one cause fire; a finished run had none. A cause fires in one
 of two phases: before the run's first step (a bad setting, a batch the data cannot fill: these
 break most runs or none) or after it (a race, a hang now and then: a value that let the run start
-and measure steps does not break every run). In each phase each cause fires at a rate of its own,
+and measure steps does not break every run); a run whose host ran out of memory counts with the
+first whenever it failed (``EVERY_RUN``): a capacity runs out the same way each time. In each phase
+each cause fires at a rate of its own,
 unknown, with a Beta prior (``PRIORS``) that expects most values never to fire, smaller for a pair
 than for one value; before the first step its mass sits near 0 and near 1, after it on small rates.
 
@@ -79,6 +81,10 @@ values), a run fails by chance 1% of the time. After the first step, ``a + b = 3
 let a run start and measure steps does not break every run, so the mass sits on small rates (a race,
 a hang now and then: 10% in the mean for a value, 2.5% for a pair, 1% by chance), and a failure
 there is blamed on a value held by other failures sooner than on the one value its run changed."""
+EVERY_RUN = frozenset({FailureClass.HOST_OOM})
+"""Failures that a cause brings about in every run holding it, whenever in the run they come: the
+host's memory, like the GPU's, runs out the same way each time. They fire among the causes of the
+``start`` phase (a value breaks most runs or none), not of the ``run`` phase (now and then)."""
 SWEEPS = 200
 BURN_IN = 40
 MIN_FIRED = 0.02
@@ -155,6 +161,8 @@ class FailureModel:
             cost = r.result.wall_s if r.result is not None else 0.0
             if r.status in FINISHED:
                 self.runs.append((start + run, (), cost))
+            elif r.status in EVERY_RUN:
+                self.runs.append((start + run, start, cost))
             elif at_wall or (r.result is not None and r.result.step_times_s):  # past its start-up
                 self.runs.append((start + run, run, cost))
             else:

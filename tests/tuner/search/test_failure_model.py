@@ -445,3 +445,18 @@ def test_hangs_next_to_the_memory_wall_are_blamed_on_the_wall_not_on_each_runs_n
     assert m.p_ok({**BASE, "batch": 512, "NCCL_PROTO": "Simple"}) < m.p_ok({**BASE, "NCCL_PROTO": "Simple"}) - 0.1
     for value in ({"NCCL_ALGO": "Ring"}, {"NCCL_PROTO": "LL"}, {"NCCL_ALGO": "Tree"}):
         assert m.p_ok({**BASE, **value}) > 0.8, value
+
+
+def test_a_host_out_of_memory_is_taken_to_repeat_where_a_hang_after_the_first_step_is_taken_to_be_rare():
+    """A run with a larger batch that measured steps and then failed: killed for the host's memory,
+    its value is likelier to fail than to finish the next time (the host runs out the same way each
+    time); hung, it stays likelier to finish (a hang now and then)."""
+
+    def failed(status: FailureClass) -> FailureModel:
+        steps = replace(run(2, {}).result, status=status, verdict=Verdict(status))  # measured steps, then failed
+        bad = replace(run(2, {"batch": 512}, status), result=steps)
+        return model([run(0, {}), run(1, {"NCCL_PROTO": "LL"}), bad])
+
+    host, hang = failed(FailureClass.HOST_OOM), failed(FailureClass.HANG)
+    config = {**BASE, "batch": 512, "NCCL_ALGO": "Ring"}
+    assert host.p_ok(config) < 0.5 < hang.p_ok(config)
