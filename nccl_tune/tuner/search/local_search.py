@@ -644,11 +644,11 @@ class LocalSearchSampler(BaseSampler):
         """TPE's proposal for ``trial``: the first of up to ``TPE_DRAWS`` that the planner's memory
         model gives an even chance to fit and its failure model an even chance to finish, within the
         study's failure budget (``Planner.affordable``), else the likeliest to do both of them,
-        those within the budget first (TPE knows nothing of memory or of the values the command
+        those within the budget first, then those the failure model expects to finish (TPE knows nothing of memory or of the values the command
         refused: on a landscape where most configs run out of memory, or where a batch rule refuses
         a value, some of its proposals did)."""
         tpe_space = self._tpe.infer_relative_search_space(study, trial)
-        likeliest: tuple[tuple[bool, float], dict[str, Any]] | None = None
+        likeliest: tuple[tuple[bool, bool, float], dict[str, Any]] | None = None
         every = distributions(self.space, self.pinned)
         rng = random.Random(f"{self._seed}:{trial.number}") if self._seed is not None else self._rng
         for _ in range(TPE_DRAWS):
@@ -661,8 +661,8 @@ class LocalSearchSampler(BaseSampler):
             affordable = planner.affordable(fits, ok, ratio)
             if fits >= 0.5 and ok >= LIKELY and affordable:
                 return params
-            if likeliest is None or (affordable, fits * ok) > likeliest[0]:
-                likeliest = ((affordable, fits * ok), params)
+            if likeliest is None or (affordable, ok >= LIKELY, fits * ok) > likeliest[0]:
+                likeliest = ((affordable, ok >= LIKELY, fits * ok), params)
         return likeliest[1] if likeliest is not None else {}
 
     def why(self, number: int, values: Mapping[str, Any]) -> str | None:
