@@ -420,9 +420,12 @@ def _zero_draw(r: random.Random) -> dict[str, float]:
 
 
 def _zero_judge(k: Mapping[str, float], c: Mapping[str, Any]) -> Outcome:
-    mb, stage, ckpt, attn = c["per_device_train_batch_size"], c["zero_stage"], c["gradient_checkpointing"], c[
-        "attn_implementation"
-    ]
+    mb, stage, ckpt, attn = (
+        c["per_device_train_batch_size"],
+        c["zero_stage"],
+        c["gradient_checkpointing"],
+        c["attn_implementation"],
+    )
     per_gpu = ZERO_GLOBAL_BATCH // GPUS
     micro = per_gpu // mb
     speed = {"eager": 1.0 + k["eager_cost"], "sdpa": 1.0, "flash_attention_2": 1.0 - k["flash_gain"]}[attn]

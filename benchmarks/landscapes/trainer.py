@@ -73,7 +73,9 @@ def _bool(text: str) -> bool:
 def parse(argv: list[str]) -> tuple[Landscape, dict[str, Any], int]:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("landscape", choices=sorted(LANDSCAPES))
-    p.add_argument("--max-steps", "--max_steps", dest="max_steps", type=int, default=20, help="steps before the job ends")
+    p.add_argument(
+        "--max-steps", "--max_steps", dest="max_steps", type=int, default=20, help="steps before the job ends"
+    )
     known, rest = p.parse_known_args(argv)
     ls = LANDSCAPES[known.landscape]
     q = argparse.ArgumentParser(prog=f"trainer.py {ls.name}")

@@ -578,15 +578,31 @@ class PeakFit:
         (``measured`` is False); with no such run, the peak is not known."""
         near = None
         if z is not None:
-            same = [(pt, pz) for pt, pz in self.bound_anchors if all(pt.values.get(p.name) == values.get(p.name) for p in self.unknown)]
+            same = [
+                (pt, pz)
+                for pt, pz in self.bound_anchors
+                if all(pt.values.get(p.name) == values.get(p.name) for p in self.unknown)
+            ]
             near = min(same, key=lambda a: float(np.abs(z - a[1]).sum()), default=None)
         if near is None:
             return MemoryPrediction(
-                None, math.inf, lower, upper, None, lower_from, measured=False, unknown_lower_frac=self.unknown_lower(values)
+                None,
+                math.inf,
+                lower,
+                upper,
+                None,
+                lower_from,
+                measured=False,
+                unknown_lower_frac=self.unknown_lower(values),
             )
         pt, pz = near
         dz = z - pz
-        var = SIGMA_FEW_POINTS**2 + BOUND_SIGMA**2 + float(dz @ self.cov @ dz) + (DISTANCE_SIGMA * float(np.abs(dz).sum())) ** 2
+        var = (
+            SIGMA_FEW_POINTS**2
+            + BOUND_SIGMA**2
+            + float(dz @ self.cov @ dz)
+            + (DISTANCE_SIGMA * float(np.abs(dz).sum())) ** 2
+        )
         peak = math.exp(math.log(pt.frac) + float(dz @ self.beta))
         peak = min(max(peak, lower), upper) if upper >= lower else lower
         return MemoryPrediction(peak, math.sqrt(var), lower, upper, pt.number, lower_from, measured=False)

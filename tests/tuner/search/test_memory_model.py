@@ -609,7 +609,9 @@ def _unread(number: int, values: dict, *, oom: bool) -> TrialRecord:
         samples_per_step=8.0,
         memory=None,
     )
-    return TrialRecord(number, TrialState.COMPLETE, {**UNREAD_BASE, **values}, TrialKind.SEARCH, Outcome.LAUNCHED, status, result)
+    return TrialRecord(
+        number, TrialState.COMPLETE, {**UNREAD_BASE, **values}, TrialKind.SEARCH, Outcome.LAUNCHED, status, result
+    )
 
 
 def test_with_no_memory_read_an_oom_gives_odds_to_the_configs_around_it_and_refuses_none():
