@@ -81,7 +81,8 @@ nor the trainer's memory lines give the GPU's size, the memory model has no wall
 out of memory and PyTorch's message names the size (``gpu_size``): until then the planner weighs
 every move at even odds to fit and shows none ("memory not known yet"); where nothing prints memory
 at all, what the OOMs' messages said they needed is all it learns, a few failures spend the failure
-budget, and TPE's draws, checked against the models, propose the rest. Near a narrow memory wall it pays a few OOMs to learn where the wall is. NCCL
+budget, and TPE's draws, checked against the models, propose the rest. Near a narrow memory wall
+it pays a few OOMs to learn where the wall is. NCCL
 combinations that hang are learnt by hanging: with the NCCL check, one that deadlocks the
 collectives alone costs a check of under a minute, while one that hangs only next to the trainer
 (memory pressure, the engines' buffers) costs its trial's stall timeout; and an NCCL value whose
@@ -644,9 +645,9 @@ class LocalSearchSampler(BaseSampler):
         """TPE's proposal for ``trial``: the first of up to ``TPE_DRAWS`` that the planner's memory
         model gives an even chance to fit and its failure model an even chance to finish, within the
         study's failure budget (``Planner.affordable``), else the likeliest to do both of them,
-        those within the budget first, then those the failure model expects to finish (TPE knows nothing of memory or of the values the command
-        refused: on a landscape where most configs run out of memory, or where a batch rule refuses
-        a value, some of its proposals did)."""
+        those within the budget first, then those the failure model expects to finish (TPE knows
+        nothing of memory or of the values the command refused: on a landscape where most configs
+        run out of memory, or where a batch rule refuses a value, some of its proposals did)."""
         tpe_space = self._tpe.infer_relative_search_space(study, trial)
         likeliest: tuple[tuple[bool, bool, float], dict[str, Any]] | None = None
         every = distributions(self.space, self.pinned)

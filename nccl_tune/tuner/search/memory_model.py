@@ -517,6 +517,11 @@ class PeakFit:
         held = same_small & differs & np.all(self._dom_ranks[:, :k] <= r[:k], axis=1)
         return float(self._dom_frac[held].max()) if held.any() else 0.0
 
+    def _same_unknown(self, pt: _Point, values: Mapping[str, Any]) -> bool:
+        """True when ``pt`` holds the values of ``values`` on every ``unknown`` parameter (the only
+        points a prediction for ``values`` may start from)."""
+        return all(pt.values.get(p.name) == values.get(p.name) for p in self.unknown)
+
     def _anchor(self, values: Mapping[str, Any], z: np.ndarray) -> tuple[_Point, np.ndarray] | None:
         """The measured config nearest to ``z``; with ``by_effect``, each axis weighed by its fitted
         effect (at least ``ANCHOR_WEIGHT_FLOOR``): travelling along an axis that barely moves this
@@ -524,7 +529,7 @@ class PeakFit:
         weight = np.maximum(np.abs(self.beta), ANCHOR_WEIGHT_FLOOR) if self.by_effect else np.ones_like(self.beta)
         best, best_d = None, math.inf
         for pt, pz in self.anchors:
-            if any(pt.values.get(p.name) != values.get(p.name) for p in self.unknown):
+            if not self._same_unknown(pt, values):
                 continue
             d = float((np.abs(z - pz) * weight).sum())
             if d < best_d:
@@ -578,11 +583,7 @@ class PeakFit:
         (``measured`` is False); with no such run, the peak is not known."""
         near = None
         if z is not None:
-            same = [
-                (pt, pz)
-                for pt, pz in self.bound_anchors
-                if all(pt.values.get(p.name) == values.get(p.name) for p in self.unknown)
-            ]
+            same = [(pt, pz) for pt, pz in self.bound_anchors if self._same_unknown(pt, values)]
             near = min(same, key=lambda a: float(np.abs(z - a[1]).sum()), default=None)
         if near is None:
             return MemoryPrediction(
