@@ -58,8 +58,8 @@ HF_FLAGS = {"zero-sft"}
 """Landscapes whose flags keep their underscores and take booleans as values (``HfArgumentParser``)."""
 
 
-def flag(name: str, ls: Landscape | None = None) -> str:
-    return "--" + (name if ls is not None and ls.name in HF_FLAGS else name.replace("_", "-"))
+def flag(name: str, ls: Landscape) -> str:
+    return "--" + (name if ls.name in HF_FLAGS else name.replace("_", "-"))
 
 
 def _bool(text: str) -> bool:
