@@ -34,6 +34,13 @@ OOM trials, and trials that failed otherwise after measuring some memory, are ce
 observations (their peak is at least the GPU, or what PyTorch's message shows the failing
 allocation needed, ``oom_demand``, or what was measured): when the fit predicts one
 below its bound it is added at the bound and the fit is repeated. The prediction is then clipped into the certain bounds.
+A run that finished without reading memory (a trainer that prints none, GPUs the tool cannot read)
+says only that its peak stayed under the GPU: a config it holds at least the memory of will not
+run out (``MemoryPrediction.ran_under_frac``), and its odds to stay within the headroom are the
+prediction's given that (``UNDER_FINISHED`` where nothing predicts it). This holds once the study
+knows something of the wall (a run ran out, or measured a share of the GPU): before that, every
+config's odds are the same even guess, and odds for some only would steer the search towards the
+configs that use less memory, not towards the faster ones.
 
 Colocated RL peaks in one phase or another (the generation engine's pool while it generates, the
 trainer's micro-batch in training), and a log-linear fit of the run's highest peak adds effects
@@ -147,7 +154,14 @@ UNKNOWN_SAVES = 0.2
 """Chance that changing parameters of unknown memory effect (``memory: unknown``) takes a config
 below a peak that a run holding at least its memory on every declared parameter reached, or ran out
 at (``MemoryPrediction.unknown_lower_frac``), while no run with those values measured anything: most
-options move memory little; an attention kernel may save much."""
+options move memory little; an attention kernel may save much. Where another run that differs only
+in such parameters finished holding at least the config's memory on the others
+(``MemoryPrediction.unknown_upper_frac``), they moved memory much, and the odds are even (the eager
+kernel runs out where sdpa finished: FlashAttention may fit or not)."""
+UNDER_FINISHED = 0.85
+"""Chance that a config stays within the headroom when a run holding at least its memory finished
+without reading any (``MemoryPrediction.ran_under_frac``) and nothing measured predicts its peak: it
+will not run out, and a run seldom finishes in the last few percent of the GPU."""
 _NORMAL = NormalDist()
 
 
@@ -177,6 +191,14 @@ class MemoryPrediction:
     """The highest peak (or OOM bound) of a run that this config holds at least the memory of on
     every declared parameter while differing in an ``unknown`` one (0.0 when none): no certain bound,
     since the unknown change may save memory, but a likely one (``UNKNOWN_SAVES``)."""
+    unknown_upper_frac: float = math.inf
+    """The lowest peak of a finished run (the GPU for one that read none) that holds at least this
+    config's memory on every declared parameter while differing in an ``unknown`` one (``inf`` when
+    none): no bound, but it makes ``unknown_lower_frac`` say nothing (``UNKNOWN_SAVES``)."""
+    ran_under_frac: float = math.inf
+    """The GPU (1.0) when a run holding at least this config's memory finished without reading any:
+    the peak stays under it, no more is known (``inf`` when no such run). The odds to stay within the
+    headroom are taken given that."""
 
     @property
     def known(self) -> bool:
@@ -187,15 +209,32 @@ class MemoryPrediction:
         as independent, when predicted per phase)."""
         if self.lower_frac > frac:
             return 0.0
-        if self.upper_frac <= frac:
+        if self.upper_frac <= frac or self.ran_under_frac <= frac:
             return 1.0
         if self.phases:
             return math.prod(p.p_below(frac) for p in self.phases.values())
         if not self.known:
-            return UNKNOWN_SAVES if self.unknown_lower_frac > frac else 0.5
+            return self._unknown_odds(frac)
+        below = self._cdf(frac)
+        if math.isfinite(self.ran_under_frac):
+            under = self._cdf(self.ran_under_frac)
+            return below / under if under > 0 else UNDER_FINISHED
+        return below
+
+    def _cdf(self, frac: float) -> float:
         if self.sigma_log <= 0:
             return 1.0 if self.peak_frac <= frac else 0.0
         return _NORMAL.cdf((math.log(frac) - math.log(self.peak_frac)) / self.sigma_log)
+
+    def _unknown_odds(self, frac: float) -> float:
+        """``p_below`` when nothing measured predicts the peak: ``UNDER_FINISHED`` under a finished
+        run's ceiling, ``UNKNOWN_SAVES`` next to a run that differs only in ``unknown`` parameters
+        and came above ``frac`` (unless another such run finished holding more), else even odds."""
+        if math.isfinite(self.ran_under_frac):
+            return UNDER_FINISHED
+        if self.unknown_lower_frac > frac and self.unknown_upper_frac > max(frac, 1.0):
+            return UNKNOWN_SAVES
+        return 0.5
 
 
 @dataclass(frozen=True)
@@ -220,6 +259,9 @@ class _Point:
     frac: float
     exact: bool
     """True for a finished run's peak; False for a lower bound (OOM, or a run cut short)."""
+    ceiling: bool = False
+    """True for a finished run that read no memory: its peak stayed under the GPU (``frac`` 1.0), no
+    more is known; an upper bound, never a lower one nor an anchor."""
 
 
 def _numeric_ascending(p: Parameter) -> bool:
@@ -276,7 +318,8 @@ def _oom_bound(record: TrialRecord, frac: float | None) -> float:
 
 
 def observations(records: Iterable[TrialRecord]) -> list[_Point]:
-    """Memory data points of launched trials (exact peaks and lower bounds)."""
+    """Memory data points of launched trials (exact peaks, lower bounds, and the GPU as the ceiling
+    of a finished run that read no memory)."""
     out = []
     for r, mem, whole in _measured(records):
         frac = mem.max_peak_frac if mem is not None else None
@@ -284,6 +327,10 @@ def observations(records: Iterable[TrialRecord]) -> list[_Point]:
             out.append(_Point(r.number, r.values, _oom_bound(r, frac), exact=False))
         elif frac is not None and frac > 0:
             out.append(_Point(r.number, r.values, frac, exact=whole))
+        elif whole:
+            out.append(_Point(r.number, r.values, 1.0, exact=False, ceiling=True))
+    if all(pt.ceiling for pt in out):
+        return []  # no wall known yet: every config's odds are the same guess, ranked alike
     return out
 
 
@@ -379,7 +426,7 @@ class PeakFit:
         predicted below its bound (``_raise_for``)."""
         exact = [(pt, self._z(pt.values)) for pt in self.points if pt.exact]
         self.anchors = [(pt, z) for pt, z in exact if z is not None]
-        bounds = [(pt, self._z(pt.values)) for pt in self.points if not pt.exact]
+        bounds = [(pt, self._z(pt.values)) for pt in self.points if not pt.exact and not pt.ceiling]
         self.bound_anchors = [(pt, z) for pt, z in bounds if z is not None]
         """Censored points (an OOM, a failure after some memory was measured): ``_from_bound``'s anchors."""
         self.censored = [(z, math.log(pt.frac)) for pt, z in self.bound_anchors]
@@ -473,24 +520,24 @@ class PeakFit:
         self._dom_ranks = np.array([r for _, r in rows], dtype=float).reshape(len(rows), width)
         self._dom_frac = np.array([pt.frac for pt in self._dom_points])
         self._dom_exact = np.array([pt.exact for pt in self._dom_points], dtype=bool)
+        self._dom_ceiling = np.array([pt.ceiling for pt in self._dom_points], dtype=bool)
         self._dom_small = [tuple(pt.values.get(p.name) for p in self.small) for pt in self._dom_points]
 
-    def bounds(self, values: Mapping[str, Any]) -> tuple[float, int | None, float]:
-        """(lower bound, trial that sets it, upper bound) from dominance alone
-        (``predict.dominates_memory``, vectorised over the measured configs). A peak measured below
-        the GPU bounds a config that differs in a ``small`` parameter less surely, by
+    def bounds(self, values: Mapping[str, Any]) -> tuple[float, int | None, float, float]:
+        """(lower bound, trial that sets it, upper bound, ``MemoryPrediction.ran_under_frac``) from
+        dominance alone (``predict.dominates_memory``, vectorised over the measured configs). A peak
+        measured below the GPU bounds a config that differs in a ``small`` parameter less surely, by
         ``SMALL_EFFECT_FRAC`` or the step measured (``small_steps``) if larger, either way: a smaller
         NCCL buffer may take a config measured just inside the headroom out of it, a larger one may
         take a config just outside into it. An OOM bounds them all from below."""
-        r = self._ranks(values)
-        if r is None or not len(self._dom_points):
-            return 0.0, None, math.inf
-        k = len(self.signed)
-        small = tuple(values.get(p.name) for p in self.small)
-        same_small = np.array([s == small for s in self._dom_small], dtype=bool)
-        same = np.all(self._dom_ranks[:, k:] == r[k:], axis=1)
-        below = same & np.all(self._dom_ranks[:, :k] <= r[:k], axis=1)
-        above = same & self._dom_exact & np.all(self._dom_ranks[:, :k] >= r[:k], axis=1)
+        masks = self._masks(values)
+        if masks is None:
+            return 0.0, None, math.inf, math.inf
+        same, same_small, below, above = masks
+        below &= ~self._dom_ceiling
+        ran_under = 1.0 if (above & same & same_small & self._dom_ceiling).any() else math.inf
+        above &= same & self._dom_exact
+        below &= same
         floor, ceiling = self._dom_frac.copy(), self._dom_frac.copy()
         for i in np.flatnonzero(~same_small & self._dom_exact & (below | above)):
             step = self.small_step(self._dom_points[i].values, values)
@@ -501,21 +548,35 @@ class PeakFit:
             i = int(np.argmax(np.where(below, floor, -1.0)))
             lower, lower_from = float(floor[i]), self._dom_points[i].number
         upper = float(ceiling[above].min()) if above.any() else math.inf
-        return lower, lower_from, upper
+        return lower, lower_from, upper, ran_under
 
-    def unknown_lower(self, values: Mapping[str, Any]) -> float:
-        """The highest peak (or OOM bound) of a run that ``values`` hold at least the memory of on
-        every declared parameter, ``small`` ones alike, while differing in an ``unknown`` one; 0.0
-        when none (``MemoryPrediction.unknown_lower_frac``)."""
+    def _masks(self, values: Mapping[str, Any]) -> tuple[np.ndarray, ...] | None:
+        """Over the points: (same ``unknown`` values, same ``small`` values, holding at most the
+        memory of ``values`` on the declared parameters, holding at least it); None when none."""
         r = self._ranks(values)
-        if r is None or not self.unknown or not len(self._dom_points):
-            return 0.0
+        if r is None or not len(self._dom_points):
+            return None
         k = len(self.signed)
         small = tuple(values.get(p.name) for p in self.small)
         same_small = np.array([s == small for s in self._dom_small], dtype=bool)
-        differs = ~np.all(self._dom_ranks[:, k:] == r[k:], axis=1)
-        held = same_small & differs & np.all(self._dom_ranks[:, :k] <= r[:k], axis=1)
-        return float(self._dom_frac[held].max()) if held.any() else 0.0
+        same = np.all(self._dom_ranks[:, k:] == r[k:], axis=1)
+        below = np.all(self._dom_ranks[:, :k] <= r[:k], axis=1)
+        above = np.all(self._dom_ranks[:, :k] >= r[:k], axis=1)
+        return same, same_small, below, above
+
+    def unknown_sides(self, values: Mapping[str, Any]) -> tuple[float, float]:
+        """(``MemoryPrediction.unknown_lower_frac``, ``unknown_upper_frac``): the runs that differ from
+        ``values`` in an ``unknown`` parameter, ``small`` ones alike, holding at most its memory on
+        every declared parameter (their highest peak or OOM bound), or finished holding at least it
+        (their lowest peak, the GPU for one that read none)."""
+        masks = self._masks(values) if self.unknown else None
+        if masks is None:
+            return 0.0, math.inf
+        same, same_small, below, above = masks
+        held = same_small & ~same & below & ~self._dom_ceiling
+        over = same_small & ~same & above & (self._dom_exact | self._dom_ceiling)
+        lower = float(self._dom_frac[held].max()) if held.any() else 0.0
+        return lower, float(self._dom_frac[over].min()) if over.any() else math.inf
 
     def _same_unknown(self, pt: _Point, values: Mapping[str, Any]) -> bool:
         """True when ``pt`` holds the values of ``values`` on every ``unknown`` parameter (the only
@@ -542,11 +603,14 @@ class PeakFit:
         from the anchor is left out)."""
         key = (values_key(values), still)
         if key not in self._predicted:
-            self._predicted[key] = self._predict(values, still)
+            lower, lower_from, upper, ran_under = self.bounds(values)
+            pred = self._predict(values, still, lower, lower_from, upper)
+            self._predicted[key] = pred if math.isinf(ran_under) else replace(pred, ran_under_frac=ran_under)
         return self._predicted[key]
 
-    def _predict(self, values: Mapping[str, Any], still: frozenset[str]) -> MemoryPrediction:
-        lower, lower_from, upper = self.bounds(values)
+    def _predict(
+        self, values: Mapping[str, Any], still: frozenset[str], lower: float, lower_from: int | None, upper: float
+    ) -> MemoryPrediction:
         z = self._z(values)
         found = self._anchor(values, z) if z is not None and self.anchors else None
         if found is None:
@@ -586,6 +650,7 @@ class PeakFit:
             same = [(pt, pz) for pt, pz in self.bound_anchors if self._same_unknown(pt, values)]
             near = min(same, key=lambda a: float(np.abs(z - a[1]).sum()), default=None)
         if near is None:
+            over, under = self.unknown_sides(values)
             return MemoryPrediction(
                 None,
                 math.inf,
@@ -594,7 +659,8 @@ class PeakFit:
                 None,
                 lower_from,
                 measured=False,
-                unknown_lower_frac=self.unknown_lower(values),
+                unknown_lower_frac=over,
+                unknown_upper_frac=under,
             )
         pt, pz = near
         dz = z - pz
@@ -767,7 +833,7 @@ class PeakFit:
     def fit_verdict(self, pred: MemoryPrediction) -> MemoryVerdict | None:
         """The fitted part of the rule: a measured change predicted past the wall with
         ``CONFIDENCE_Z`` standard deviations to spare."""
-        if pred.known and pred.measured and pred.upper_frac > self.wall_frac:
+        if pred.known and pred.measured and pred.upper_frac > self.wall_frac and math.isinf(pred.ran_under_frac):
             low = pred.peak_frac * math.exp(-CONFIDENCE_Z * pred.sigma_log)
             if low > self.wall_frac:
                 what = "runs out of memory" if low > 1.0 else "comes within the headroom"
@@ -882,6 +948,7 @@ class MemoryModel:
             lower_frac=lower.lower_frac,
             lower_from=lower.lower_from,
             upper_frac=upper,
+            ran_under_frac=whole.ran_under_frac,
             measured=all(p.measured for p in parts.values()),
             phases=parts,
         )
@@ -917,15 +984,16 @@ class MemoryModel:
 
     def knows(self, values: Mapping[str, Any]) -> bool:
         """False when nothing measured predicts the peak of ``values`` (no run's peak near them is
-        a share of a known GPU size, no bound holds it, no run holding less memory but for an
-        ``unknown`` parameter came above the wall): its odds to fit are then even by default, a
-        guess to weigh, not a prediction to show."""
+        a share of a known GPU size, no bound holds it, no run finished holding more memory, no run
+        holding less but for an ``unknown`` parameter came above the wall): its odds to fit are then even by
+        default, a guess to weigh, not a prediction to show."""
         pred = self.predict(values)
         return (
             pred.known
             or bool(pred.phases)
             or not pred.lower_frac <= self.wall_frac < pred.upper_frac
             or pred.unknown_lower_frac > self.wall_frac
+            or not math.isinf(pred.ran_under_frac)
         )
 
     def p_fits_model(self, values: Mapping[str, Any]) -> float:

@@ -637,3 +637,40 @@ def test_an_oom_makes_an_untried_value_of_unknown_effect_unlikely_to_fit_there()
     # with less memory on a declared parameter than the run that ran out, nothing is known
     smaller = {**UNREAD_BASE, "micro": 8, "zero": 1, "attn": "eager"}
     assert not model.knows(smaller) and model.p_fits_model(smaller) == pytest.approx(0.5)
+
+
+def test_a_run_that_finished_without_reading_memory_bounds_the_configs_it_holds_at_least():
+    """It did not run out: a config holding no more memory (same unknown values) will not either.
+    Its odds to stay within the headroom are taken given that, not as if nothing had finished."""
+    records = [
+        _unread(0, {}, oom=False),
+        _unread(1, {"micro": 16, "zero": 1}, oom=True),
+        _unread(2, {"micro": 8, "zero": 1}, oom=False),
+    ]
+    model = MemoryModel(UNREAD_SPACE, records)
+    same = {**UNREAD_BASE, "micro": 8, "zero": 1}
+    held = {**UNREAD_BASE, "micro": 4, "zero": 1}
+    assert model.predict(same).ran_under_frac == 1.0 and model.knows(held)
+    unbounded = MemoryModel(UNREAD_SPACE, records[:2]).p_fits_model(same)
+    assert unbounded < 0.5 < 0.7 < model.p_fits_model(same) <= model.p_fits_model(held)
+    # a config holding more than every finished run is not bounded: the OOM's odds stand
+    more = {**UNREAD_BASE, "micro": 16, "zero": 2}
+    assert math.isinf(model.predict(more).ran_under_frac) and model.p_fits_model(more) < 0.8
+    assert model.verdict({**UNREAD_BASE, "micro": 8, "zero": 2}) is None
+    # before anything ran out, no wall is known: all odds stay the same guess
+    blind = MemoryModel(UNREAD_SPACE, [records[0], records[2]])
+    assert not blind.knows(held) and blind.p_fits_model(held) == blind.p_fits_model(more) == 0.5
+
+
+def test_a_finished_run_of_another_kernel_weighs_against_an_oom_of_a_third():
+    """Eager ran out at micro 16 where sdpa finished: the kernel moves memory, so the OOM does not
+    make FlashAttention unlikely to fit there."""
+    finished = _unread(1, {"micro": 16, "zero": 3}, oom=False)
+    eager = _unread(2, {"micro": 16, "zero": 3, "attn": "eager"}, oom=True)
+    flash = {**UNREAD_BASE, "micro": 16, "zero": 3, "attn": "flash"}
+    alone = MemoryModel(UNREAD_SPACE, [_unread(0, {}, oom=False), finished])
+    assert not alone.knows(flash) and alone.p_fits_model(flash) == pytest.approx(0.5)
+    both = MemoryModel(UNREAD_SPACE, [_unread(0, {}, oom=False), finished, eager])
+    assert both.p_fits_model(flash) == pytest.approx(0.5)
+    only_oom = MemoryModel(UNREAD_SPACE, [_unread(0, {}, oom=False), eager])
+    assert only_oom.p_fits_model(flash) == pytest.approx(0.2)
