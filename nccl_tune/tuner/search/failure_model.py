@@ -18,7 +18,13 @@ the values as one cause. A failed run had one cause fire; a finished run had non
 of two phases: before the run's first step (a bad setting, a batch the data cannot fill: these
 break most runs or none) or after it (a race, a hang now and then: a value that let the run start
 and measure steps does not break every run); a run whose host ran out of memory counts with the
-first whenever it failed (``EVERY_RUN``): a capacity runs out the same way each time. In each phase
+first whenever it failed (``EVERY_RUN``): a capacity runs out the same way each time, and on an
+ordered axis (an integer or a power of two) further out too: the capacity ran out somewhere past the
+furthest value a run finished at, so each value from there to the failure's is a cause (``Beyond``)
+held by every run whose own value is as far out or further, and such a failure is blamed on one of
+those, never on its value alone. Eight data-loader workers ran the host out of memory where six
+finished: seven is suspect until a run of seven finishes, and when seven fails too, one cause takes
+both. In each phase
 each cause fires at a rate of its own,
 unknown, with a Beta prior (``PRIORS``) that expects most values never to fire, smaller for a pair
 than for one value; before the first step its mass sits near 0 and near 1, after it on small rates.
@@ -48,11 +54,12 @@ import random
 import statistics
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 from nccl_tune.failure import FailureClass
-from nccl_tune.search_spaces.space import Parameter, SearchSpace
+from nccl_tune.search_spaces.space import Parameter, ParamKind, SearchSpace
 from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.tuner.records.stability import values_key
 from nccl_tune.tuner.records.study_records import FINISHED, Outcome, TrialRecord
@@ -85,6 +92,10 @@ EVERY_RUN = frozenset({FailureClass.HOST_OOM})
 """Failures that a cause brings about in every run holding it, whenever in the run they come: the
 host's memory, like the GPU's, runs out the same way each time. They fire among the causes of the
 ``start`` phase (a value breaks most runs or none), not of the ``run`` phase (now and then)."""
+ORDERED = frozenset({ParamKind.INT, ParamKind.POW2})
+"""Kinds of parameter whose values lie on an axis a capacity failure grows along (``Beyond``)."""
+MAX_BEYOND = 16
+"""Values up to a capacity failure's own on its axis that may be where the capacity ran out."""
 SWEEPS = 200
 BURN_IN = 40
 MIN_FIRED = 0.02
@@ -106,6 +117,22 @@ CHEAP_SHARE = 0.5
 """Share of a finished run's cost below which a value's failures are cheap (``FailureModel._cheap``):
 a start-up crash costs a few percent of a run, while a hang in the first step, caught by the stall
 timeout, costs about as much as a run (its start-up dominates both)."""
+
+
+@dataclass(frozen=True)
+class Beyond:
+    """A value on an ordered axis and every value past it away from the baseline, as one cause of
+    a capacity failure (``EVERY_RUN``)."""
+
+    value: int | float
+    up: bool
+    """True when the value lies above the baseline (the cause holds it and every larger one)."""
+
+    def holds(self, value: Any) -> bool:
+        return value >= self.value if self.up else value <= self.value
+
+    def __str__(self) -> str:
+        return f"{'>=' if self.up else '<='}{format_value(self.value)}"
 
 
 def _prior(k: Key) -> tuple[float, float]:
@@ -148,21 +175,26 @@ class FailureModel:
         if self.band_frac is not None:
             self.names.append(MEMORY)
             self.baseline[MEMORY] = None
+        records = sorted(records, key=lambda r: r.number)
+        self.beyond = self._capacity_causes(free, records)
+        """(parameter, ``Beyond``) of each ordered value a capacity failure came at."""
         self.runs: list[tuple[tuple[Key, ...], tuple[Key, ...], float]] = []
         """(keys held, keys one of which fired (empty for a finished run), cost) per run."""
-        for r in sorted(records, key=lambda r: r.number):
+        on_axis = {name for name, _ in self.beyond}
+        for r in records:
             if r.status is None or not r.tells_of_values:
                 continue
             values = self._measured_place(r)
-            start, run = self.keys(values, "start"), self.keys(values, "run")
+            start, run, past = self.keys(values, "start"), self.keys(values, "run"), self.past(values)
             at_wall = memory_wall_frac is not None and memory_explains(r, memory_wall_frac)
             if at_wall and r.status is FailureClass.OOM:  # the memory model's
                 continue
             cost = r.result.wall_s if r.result is not None else 0.0
             if r.status in FINISHED:
-                self.runs.append((start + run, (), cost))
+                self.runs.append((start + run + past, (), cost))
             elif r.status in EVERY_RUN:
-                self.runs.append((start + run, start, cost))
+                own = tuple(k for k in start if len(k[1]) != 1 or k[1][0][0] not in on_axis)
+                self.runs.append((start + run + past, own + past, cost))
             elif at_wall or (r.result is not None and r.result.step_times_s):  # past its start-up
                 self.runs.append((start + run, run, cost))
             else:
@@ -173,12 +205,41 @@ class FailureModel:
         """Per cause held by a failed run, the values every failed run holding it held besides its own."""
         self.fired, self.cost_s = self._sample()
 
+    def _capacity_causes(self, free: Sequence[Parameter], records: Sequence[TrialRecord]) -> tuple[Value, ...]:
+        """``beyond``: on each ordered axis, a ``Beyond`` of every value past the furthest that a
+        run finished at, out to each value a capacity failure came at (at most ``MAX_BEYOND``): the
+        capacity ran out somewhere there."""
+        found: set[Value] = set()
+        for p in free:
+            if p.kind not in ORDERED or (base := self.baseline.get(p.name)) is None:
+                continue
+            ran = [v for r in records if r.status in FINISHED and (v := r.values.get(p.name)) is not None]
+            for r in records:
+                v = r.values.get(p.name)
+                if r.status not in EVERY_RUN or not r.tells_of_values or v is None or v == base:
+                    continue
+                up = v > base
+                if up:
+                    far = max((u for u in ran if base < u < v), default=base)
+                    past = sorted((c for c in p.choices if far < c <= v), reverse=True)
+                else:
+                    far = min((u for u in ran if v < u < base), default=base)
+                    past = sorted(c for c in p.choices if v <= c < far)
+                found.update((p.name, Beyond(c, up)) for c in past[:MAX_BEYOND])
+        return tuple(sorted(found, key=lambda c: (c[0], c[1].value)))
+
+    def past(self, values: Mapping[str, Any]) -> tuple[Key, ...]:
+        """The capacity causes (``Beyond``) ``values`` hold: start-up keys, like a value's."""
+        return tuple(("start", (c,)) for c in self.beyond if (v := values.get(c[0])) is not None and c[1].holds(v))
+
     def _partners(self) -> dict[Cause, frozenset[Value]]:
         out: dict[Cause, frozenset[Value]] = {}
         for keys, fired, _ in self.runs:
             if not fired:
                 continue
-            values = frozenset(c[0] for _, c in keys if len(c) == 1 and c[0][0] != MEMORY)
+            values = frozenset(
+                c[0] for _, c in keys if len(c) == 1 and c[0][0] != MEMORY and not isinstance(c[0][1], Beyond)
+            )
             for cause in {c for _, c in keys if c}:
                 others = values - set(cause)
                 out[cause] = out[cause] & others if cause in out else others
@@ -295,7 +356,7 @@ class FailureModel:
         one more try without them costs little and settles it; a value whose failures cost about
         a run (a hang) counts everywhere."""
         out = []
-        for k in self.keys(values):
+        for k in self.keys(values) + self.past(values):
             post = self._posterior(k)
             if post is None:
                 continue

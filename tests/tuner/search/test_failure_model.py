@@ -460,3 +460,44 @@ def test_a_host_out_of_memory_is_taken_to_repeat_where_a_hang_after_the_first_st
     host, hang = failed(FailureClass.HOST_OOM), failed(FailureClass.HANG)
     config = {**BASE, "batch": 512, "NCCL_ALGO": "Ring"}
     assert host.p_ok(config) < 0.5 < hang.p_ok(config)
+
+
+WORKERS = parse_space(
+    """
+name: workers
+parameters:
+  - {name: workers, kind: int, low: 0, high: 8, default: 0, memory: none}
+  - {name: attn, kind: categorical, choices: [eager, sdpa, flash], default: sdpa}
+  - {name: zero, kind: categorical, choices: [1, 2, 3], default: 2, memory: decreasing}
+""",
+    source="test",
+    label="workers",
+)
+
+
+def test_a_host_out_of_memory_on_an_ordered_axis_is_blamed_on_that_value_and_past_it():
+    """Eight data-loader workers with FlashAttention ran the host out of memory, then seven with
+    ZeRO-1: one cause explains both, seven workers and more. After the first, seven is suspect;
+    after both, FlashAttention is cleared and eight workers stay condemned without it, while six
+    and fewer, which finished, stay likely to finish."""
+    base = WORKERS.defaults()
+
+    def at(number: int, changes: dict, status: FailureClass = FailureClass.OK) -> TrialRecord:
+        return replace(run(number, {}, status), values={**base, **changes})
+
+    records = [
+        at(0, {}),
+        at(1, {"workers": 2}),
+        at(2, {"workers": 4, "zero": 1}),
+        at(3, {"workers": 6}),
+        at(4, {"workers": 8, "attn": "flash"}, FailureClass.HOST_OOM),
+        at(5, {"workers": 7, "zero": 1}, FailureClass.HOST_OOM),
+    ]
+    first = FailureModel(WORKERS.parameters, base, records[:5], memory_wall_frac=None)
+    assert first.p_ok({**base, "workers": 7}) < 0.8  # the host may have run out anywhere past six
+    assert first.p_ok({**base, "workers": 4, "zero": 1}) > 0.95
+    m = FailureModel(WORKERS.parameters, base, records, memory_wall_frac=None)
+    assert m.p_ok({**base, "workers": 8}) < 0.4  # 0.66 with each value a cause of its own
+    assert m.p_ok({**base, "workers": 7, "zero": 3}) < 0.4
+    assert m.p_ok({**base, "workers": 6, "attn": "flash"}) > 0.8
+    assert m.p_ok({**base, "workers": 4, "zero": 1}) > 0.9
