@@ -573,10 +573,10 @@ class PeakFit:
         if masks is None:
             return 0.0, math.inf
         same, same_small, below, above = masks
-        held = same_small & ~same & below & ~self._dom_ceiling
-        over = same_small & ~same & above & (self._dom_exact | self._dom_ceiling)
-        lower = float(self._dom_frac[held].max()) if held.any() else 0.0
-        return lower, float(self._dom_frac[over].min()) if over.any() else math.inf
+        less = same_small & ~same & below & ~self._dom_ceiling
+        more = same_small & ~same & above & (self._dom_exact | self._dom_ceiling)
+        lower = float(self._dom_frac[less].max()) if less.any() else 0.0
+        return lower, float(self._dom_frac[more].min()) if more.any() else math.inf
 
     def _same_unknown(self, pt: _Point, values: Mapping[str, Any]) -> bool:
         """True when ``pt`` holds the values of ``values`` on every ``unknown`` parameter (the only
@@ -650,7 +650,7 @@ class PeakFit:
             same = [(pt, pz) for pt, pz in self.bound_anchors if self._same_unknown(pt, values)]
             near = min(same, key=lambda a: float(np.abs(z - a[1]).sum()), default=None)
         if near is None:
-            over, under = self.unknown_sides(values)
+            unknown_lower, unknown_upper = self.unknown_sides(values)
             return MemoryPrediction(
                 None,
                 math.inf,
@@ -659,8 +659,8 @@ class PeakFit:
                 None,
                 lower_from,
                 measured=False,
-                unknown_lower_frac=over,
-                unknown_upper_frac=under,
+                unknown_lower_frac=unknown_lower,
+                unknown_upper_frac=unknown_upper,
             )
         pt, pz = near
         dz = z - pz
