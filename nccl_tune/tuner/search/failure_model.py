@@ -374,8 +374,9 @@ class FailureModel:
 
     def _cheap(self, k: Key) -> bool:
         """True when ``k`` is one value whose failures cost less than ``CHEAP_SHARE`` of a finished
-        run (the mean over the sweeps)."""
-        return len(k[1]) == 1 and self.cost_s[k] < CHEAP_SHARE * self.ok_cost_s
+        run (the mean over the sweeps). A capacity cause (``Beyond``) never is: a run without its
+        partners settles nothing about how far out the capacity lasts, and no move can set it."""
+        return len(k[1]) == 1 and not isinstance(k[1][0][1], Beyond) and self.cost_s[k] < CHEAP_SHARE * self.ok_cost_s
 
     def p_ok(self, values: Mapping[str, Any]) -> float:
         """Probability that a run of ``values`` finishes without a failure the memory model does not explain."""

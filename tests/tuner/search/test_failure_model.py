@@ -12,7 +12,7 @@ from nccl_tune.failure import Cause, FailureClass, Verdict
 from nccl_tune.search_spaces.loader import parse_space
 from nccl_tune.trial import GpuMemory, MemoryReport, StopReason, TrialResult
 from nccl_tune.tuner.records.study_records import Outcome, TrialKind, TrialRecord
-from nccl_tune.tuner.search.failure_model import MEMORY, NEAR_WALL, FailureModel, flaky_rule
+from nccl_tune.tuner.search.failure_model import MEMORY, NEAR_WALL, Beyond, FailureModel, flaky_rule
 
 SPACE = parse_space(
     """
@@ -501,3 +501,26 @@ def test_a_host_out_of_memory_on_an_ordered_axis_is_blamed_on_that_value_and_pas
     assert m.p_ok({**base, "workers": 7, "zero": 3}) < 0.4
     assert m.p_ok({**base, "workers": 6, "attn": "flash"}) > 0.8
     assert m.p_ok({**base, "workers": 4, "zero": 1}) > 0.9
+
+
+def test_a_host_out_of_memory_at_start_up_names_no_capacity_cause_as_a_value_to_try_alone():
+    """Eight workers ran the host out before the first step, twice, each time with FlashAttention:
+    cheap failures next to a partner. The planner may try a value without its partner, but the
+    capacity cause (eight workers and more) is no value a move can set."""
+    base = WORKERS.defaults()
+
+    def at(number: int, changes: dict, status: FailureClass = FailureClass.OK) -> TrialRecord:
+        return replace(
+            run(number, {}, status, wall_s=20.0 if status is FailureClass.HOST_OOM else 1000.0),
+            values={**base, **changes},
+        )
+
+    records = [
+        at(0, {}),
+        at(1, {"workers": 2}),
+        at(2, {"workers": 8, "attn": "flash"}, FailureClass.HOST_OOM),
+        at(3, {"workers": 8, "attn": "flash", "zero": 1}, FailureClass.HOST_OOM),
+    ]
+    m = FailureModel(WORKERS.parameters, base, records, memory_wall_frac=None)
+    assert any(isinstance(v, Beyond) for _, v in m.beyond)
+    assert m.partnered and not any(isinstance(value, Beyond) for _, value in m.partnered)
