@@ -63,9 +63,9 @@ proposes what an uninterrupted one would):
 5. Without a stable config yet, moves from the launched configs are ranked by
    ``P(fits) x worth x expected throughput``. When no move is worth
    ``MIN_EXPECTED_GAIN``, Optuna's TPE proposes (the first of its proposals the memory model
-   gives an even chance to fit and the failure model an even chance to finish: ``TPE_DRAWS``, then,
-   where none of them is likely to, ``RANDOM_DRAWS`` drawn at random; a value the command refused is not drawn again where it was refused),
-   and the trial says why the planner declined.
+   gives an even chance to fit and the failure model an even chance to finish: ``TPE_DRAWS``; a
+   value the command refused is not drawn again where it was refused), and the trial says why the
+   planner declined.
 
 Where it is weak. It is a local search, and its models are additive: an interaction between two
 parameters is learnt only by trying the pair, which the search does on purpose only for NCCL's
@@ -127,9 +127,6 @@ from nccl_tune.tuner.search.throughput_model import ThroughputModel, axis
 from nccl_tune.wording import duration
 
 TPE_DRAWS = 8
-RANDOM_DRAWS = 8
-"""Configs drawn at random, where none of TPE's draws is likely to fit and finish, to find one that
-is (within the failure budget)."""
 """TPE proposals drawn, where no move is worth a trial, to find one the memory model gives an even
 chance to fit."""
 MIN_EXPECTED_GAIN = 0.002
@@ -647,29 +644,22 @@ class LocalSearchSampler(BaseSampler):
     def _tpe_that_fits(self, study: optuna.Study, trial: FrozenTrial, planner: Planner) -> dict[str, Any]:
         """TPE's proposal for ``trial``: the first of up to ``TPE_DRAWS`` that the planner's memory
         model gives an even chance to fit and its failure model an even chance to finish, within the
-        study's failure budget (``Planner.affordable``); where none of them even fits and finishes
-        likely, the first of ``RANDOM_DRAWS`` configs drawn at random that does it all (TPE's
-        draws crowd around the best configs: where those sit at the memory wall, every draw may run
-        out); else the likeliest of all those draws to do both, those within the budget first, then
-        those the failure model expects to finish (TPE knows nothing of memory or of the values the
-        command refused: on a landscape where most configs run out of memory, or where a batch rule
-        refuses a value, some of its proposals did)."""
+        study's failure budget (``Planner.affordable``), else the likeliest to do both of them,
+        those within the budget first, then those the failure model expects to finish (TPE knows
+        nothing of memory or of the values the command refused: on a landscape where most configs
+        run out of memory, or where a batch rule refuses a value, some of its proposals did)."""
         tpe_space = self._tpe.infer_relative_search_space(study, trial)
         likeliest: tuple[tuple[bool, bool, float], dict[str, Any]] | None = None
         every = distributions(self.space, self.pinned)
         rng = random.Random(f"{self._seed}:{trial.number}") if self._seed is not None else self._rng
-        likely = False
-        for i in range(TPE_DRAWS + RANDOM_DRAWS):
-            if i >= TPE_DRAWS and likely:
-                break
-            params = self._tpe.sample_relative(study, trial, tpe_space) if i < TPE_DRAWS else {}
-            if set(params) != set(every):  # TPE's start-up trials (each parameter at random), or random draws
+        for _ in range(TPE_DRAWS):
+            params = self._tpe.sample_relative(study, trial, tpe_space)
+            if set(params) != set(every):  # TPE's start-up trials: each parameter at random
                 params = uniform_draw(every, rng)
             values = from_optuna(self.space, params, self.pinned)
             fits = planner.memory.p_fits_model(values)
             ok, _, ratio = planner.failures.risk(values)
             affordable = planner.affordable(fits, ok, ratio)
-            likely = likely or (fits >= 0.5 and ok >= LIKELY)
             if fits >= 0.5 and ok >= LIKELY and affordable:
                 return params
             if likeliest is None or (affordable, ok >= LIKELY, fits * ok) > likeliest[0]:

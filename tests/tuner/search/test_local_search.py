@@ -527,7 +527,6 @@ def test_where_no_move_is_worth_a_trial_tpe_proposes_configs_the_memory_model_ex
     assert min(fits) >= 0.5, fits
     # TPE alone knows nothing of memory: here it proposes micro-batches the runs put over the GPU
     monkeypatch.setattr(local_search, "TPE_DRAWS", 1)
-    monkeypatch.setattr(local_search, "RANDOM_DRAWS", 0)
     alone = [p for seed in (1, 2) for p in tpe_fallback_proposals(seed, 12)]
     assert sum(p < 0.5 for p in alone) >= 3, alone
 
@@ -535,8 +534,7 @@ def test_where_no_move_is_worth_a_trial_tpe_proposes_configs_the_memory_model_ex
 def test_where_no_move_is_worth_a_trial_tpe_draws_within_the_failure_budget(monkeypatch):
     """TPE's draws are held to the study's failure budget as the planner's moves are: a draw the
     budget may not risk (here NCCL_ALGO=Tree, as if it had hung) is passed over for the next one,
-    and is taken only when no draw is within the budget, as the likeliest to finish; where none of
-    TPE's draws is even likely to fit, a config drawn at random that passes is taken first."""
+    and is taken only when no draw is within the budget, as the likeliest to finish."""
     from nccl_tune.tuner.records.sampling import from_optuna, to_optuna
     from nccl_tune.tuner.search import local_search
 
@@ -553,17 +551,13 @@ def test_where_no_move_is_worth_a_trial_tpe_draws_within_the_failure_budget(monk
     monkeypatch.setattr(local_search.Planner, "affordable", lambda self, fits, ok, cost_ratio: cost_ratio < 2)
     monkeypatch.setattr(sampler._tpe, "infer_relative_search_space", lambda study, trial: {})
 
-    def draws(*configs, drawn=tree):
+    def draws(*configs):
         seq = iter([to_optuna(SPACE, c, {}) for c in configs])
-        monkeypatch.setattr(sampler._tpe, "sample_relative", lambda study, trial, space: next(seq, {}))
-        monkeypatch.setattr(local_search, "uniform_draw", lambda every, rng: to_optuna(SPACE, drawn, {}))
+        monkeypatch.setattr(sampler._tpe, "sample_relative", lambda study, trial, space: next(seq))
         return from_optuna(SPACE, sampler._tpe_that_fits(study, study.trials[0], planner), {})
 
     assert draws(tree, ring, *[tree] * (local_search.TPE_DRAWS - 2)) == ring
-    assert draws(*[tree] * local_search.TPE_DRAWS, drawn=ring) == tree  # likely to fit: random draws wait
-    fits = planner.memory.p_fits_model
-    monkeypatch.setattr(planner.memory, "p_fits_model", lambda v: 0.1 if v["NCCL_ALGO"] == "Tree" else fits(v))
-    assert draws(*[tree] * local_search.TPE_DRAWS, drawn=ring) == ring  # none of TPE's likely to fit
+    assert draws(*[tree] * local_search.TPE_DRAWS) == tree
 
 
 def test_in_tpes_start_up_the_fallback_draws_whole_configs_and_holds_them_to_the_same_checks(monkeypatch):
@@ -594,7 +588,6 @@ def test_in_tpes_start_up_the_fallback_draws_whole_configs_and_holds_them_to_the
     fits = [p for seed in range(4) for p in drawn(seed)]
     assert min(fits) >= 0.5, fits
     monkeypatch.setattr(local_search, "TPE_DRAWS", 1)  # the first draw, unchecked
-    monkeypatch.setattr(local_search, "RANDOM_DRAWS", 0)
     assert min(p for seed in range(4) for p in drawn(seed)) < 0.5
 
 
@@ -808,7 +801,6 @@ def test_where_no_move_is_worth_a_trial_tpe_does_not_draw_a_value_the_command_re
     drawn = [v for seed in (1, 2) for v in proposals(seed, 10)]
     assert drawn and not [v for v in drawn if v["NCCL_ALGO"] == "Tree"], drawn
     monkeypatch.setattr(local_search, "TPE_DRAWS", 1)
-    monkeypatch.setattr(local_search, "RANDOM_DRAWS", 0)
     alone = [v for seed in (1, 2) for v in proposals(seed, 10)]
     assert any(v["NCCL_ALGO"] == "Tree" for v in alone), alone
 
