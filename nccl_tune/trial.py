@@ -252,8 +252,9 @@ class ProgressRules:
 
 @dataclass(frozen=True)
 class MemoryKnob:
-    """A parameter of the trial's search space that moves device memory, and its value in the trial
-    (advice for a memory failure names these, in the space's own terms)."""
+    """A parameter of the trial's search space that moves device memory or host RAM, and its value
+    in the trial (advice for a memory failure names these, in the space's own terms). A parameter
+    that moves both is two knobs."""
 
     name: str
     value: str
@@ -264,6 +265,8 @@ class MemoryKnob:
     """How the command line spells it, when not by ``name``."""
     room: bool = True
     """The space has a value of it that uses less memory than this one."""
+    host: bool = False
+    """It moves host RAM (the space's ``host_memory``), not device memory (``memory``)."""
 
 
 @dataclass(frozen=True)

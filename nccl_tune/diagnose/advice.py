@@ -281,9 +281,9 @@ def _shown(k: MemoryKnob) -> str:
 
 
 def _saving(k: MemoryKnob) -> str:
-    """The move of ``k`` that saves device memory."""
+    """The move of ``k`` that saves memory (device memory, or host RAM for a host knob)."""
     if k.effect == "increasing":
-        return f"lower {_shown(k)}"
+        return f"turn off {_shown(k)}" if k.value == "true" else f"lower {_shown(k)}"
     return f"turn on {_shown(k)}" if k.value in ("false", "0") else f"raise {_shown(k)}"
 
 
@@ -300,33 +300,50 @@ def advice_for_space(failure: F, advice: str, knobs: Sequence[MemoryKnob], train
 
 
 def space_memory_advice(failure: F, knobs: Sequence[MemoryKnob], trainer: str | None) -> str | None:
-    """The advice line for a memory failure in the trial's search-space terms: its parameters that
-    declare ``memory: increasing``/``decreasing``, with their values in the trial. None for other
-    classes, for SkyRL (its advice names SkyRL's keys), and for an unknown trainer without such
-    parameters (the log's own advice stands)."""
+    """The advice line for a memory failure in the trial's search-space terms: for a GPU OOM its
+    parameters that declare ``memory: increasing``/``decreasing``, for a host OOM those that declare
+    ``host_memory``, with their values in the trial. None for other classes, for SkyRL (its advice
+    names SkyRL's keys), and for an unknown trainer without such parameters (the log's own advice
+    stands)."""
     if failure not in (F.OOM, F.HOST_OOM) or trainer == "skyrl" or (trainer is None and not knobs):
         return None
-    movable = [k for k in knobs if k.room]
-    if failure is F.OOM:
-        if movable:
-            return "Out of GPU memory: " + ", or ".join(_saving(k) for k in movable)
-        if knobs:
-            return (
-                "Out of GPU memory with every memory parameter of the space at its smallest setting "
-                f"({', '.join(_shown(k) for k in knobs)}): shorten sequences or shrink the model's footprint"
-            )
+    if failure is F.HOST_OOM:
+        return _host_advice(knobs)
+    device = [k for k in knobs if not k.host]
+    movable = [k for k in device if k.room]
+    if movable:
+        return "Out of GPU memory: " + ", or ".join(_saving(k) for k in movable)
+    if device:
         return (
-            "Out of GPU memory: lower the batch size or sequence length (declare memory: increasing or decreasing "
-            "on the space's parameters to have them named here)"
+            "Out of GPU memory with every memory parameter of the space at its smallest setting "
+            f"({', '.join(_shown(k) for k in device)}): shorten sequences or shrink the model's footprint"
         )
-    grow = [k for k in movable if k.effect == "increasing"]
-    offload = [k for k in knobs if k.effect == "decreasing" and k.value not in ("false", "0")]
+    return (
+        "Out of GPU memory: lower the batch size or sequence length (declare memory: increasing or decreasing "
+        "on the space's parameters to have them named here)"
+    )
+
+
+def _host_advice(knobs: Sequence[MemoryKnob]) -> str:
+    """A host out of memory in the space's terms: the parameters that declare ``host_memory``; one
+    that also saves GPU memory (CPU offload) is turned off only where the GPU has room."""
+    host = [k for k in knobs if k.host]
+    frees_gpu = {k.name for k in knobs if not k.host and k.effect == "decreasing"}
+    movable = [k for k in host if k.room]
     parts = ["Host memory, not GPU memory, ran out"]
-    if grow:
-        parts.append("lower " + " or ".join(_shown(k) for k in grow))
-    if offload:
+    if movable:
         parts.append(
-            f"{', '.join(_shown(k) for k in offload)} may keep state in host RAM: turn it off where GPU memory allows"
+            ", or ".join(_saving(k) + (" where GPU memory allows" if k.name in frees_gpu else "") for k in movable)
+        )
+    elif host:
+        parts.append(
+            f"every host-memory parameter of the space is at its smallest setting ({', '.join(_shown(k) for k in host)}): "
+            "lower what the run keeps in host RAM outside the space, or run on a host with more"
+        )
+    else:
+        parts.append(
+            "declare host_memory: increasing or decreasing on the space's parameters that move host RAM "
+            "(data-loader workers, CPU offload) to have them named here"
         )
     parts.append("check other tenants with `free -g` and `dmesg | grep -i oom`")
     return "; ".join(parts)

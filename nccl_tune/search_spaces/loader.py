@@ -46,8 +46,8 @@ _TOP_KEYS = {
     "trial", "stop", "clocks", "progress", "throughput", "stability",
 }  # fmt: skip
 _PARAM_KEYS = {
-    "name", "kind", "target", "low", "high", "step", "choices", "default", "memory", "phases", "semantic", "help", "arg",
-    "arg_style", "enabled",
+    "name", "kind", "target", "low", "high", "step", "choices", "default", "memory", "host_memory", "phases",
+    "semantic", "help", "arg", "arg_style", "enabled",
 }  # fmt: skip
 _TRIAL_KEYS = {"overrides", "env", "arg_style", "booleans"}
 _STOP_KEYS = {f.name for f in dataclasses.fields(StopRule)} - {"enough_steps"}
@@ -253,12 +253,7 @@ def _parameter(p: Any, i: int, label: str) -> Parameter:
         raise NcclTuneError(
             f"space file {label}: {where}: target must be 'override' or 'env', got {p.get('target')!r}"
         ) from None
-    try:
-        memory = MemoryEffect(p.get("memory", "unknown"))
-    except ValueError:
-        raise NcclTuneError(
-            f"space file {label}: {where}: memory must be one of {', '.join(m.value for m in MemoryEffect)}"
-        ) from None
+    memory = _memory_effect(p, "memory", where, label)
     if target is Target.ENV:
         _check_env_name(name, where, label)
     choices = _choices(p, kind, where, label)
@@ -271,6 +266,7 @@ def _parameter(p: Any, i: int, label: str) -> Parameter:
         target=target,
         choices=choices,
         memory=memory,
+        host_memory=_memory_effect(p, "host_memory", where, label),
         phases=_phases(p.get("phases"), memory, where, label),
         semantic=_bool(p.get("semantic", False), f"{where}: semantic", label),
         help=str(p.get("help", "")),
@@ -280,6 +276,17 @@ def _parameter(p: Any, i: int, label: str) -> Parameter:
     if p.get("default") is not None:
         param = dataclasses.replace(param, default=param.coerce(p["default"], f"space file {label}: {where} default"))
     return param
+
+
+def _memory_effect(p: dict[str, Any], key: str, where: str, label: str) -> MemoryEffect:
+    """A parameter's ``memory`` or ``host_memory``: ``unknown`` when left out."""
+    try:
+        return MemoryEffect(p.get(key, "unknown"))
+    except ValueError:
+        raise NcclTuneError(
+            f"space file {label}: {where}: {key} must be one of {', '.join(m.value for m in MemoryEffect)}, "
+            f"got {p.get(key)!r}"
+        ) from None
 
 
 def _phases(raw: Any, memory: MemoryEffect, where: str, label: str) -> tuple[str, ...]:

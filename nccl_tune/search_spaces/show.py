@@ -25,6 +25,8 @@ def print_space(space: SearchSpace, console: Console) -> None:
         ]
         if p.memory.value != "unknown":
             notes.append(f"memory {p.memory.value}")
+        if p.host_memory.value != "unknown":
+            notes.append(f"host memory {p.host_memory.value}")
         if p.semantic:
             notes.append("semantic")
         table.add_row(

@@ -62,7 +62,8 @@ class BoolSpelling(str, Enum):
 
 
 class MemoryEffect(str, Enum):
-    """How a parameter moves device memory: lets the tuner predict OOM from a known OOM."""
+    """How a parameter moves memory (device memory: lets the tuner predict OOM from a known OOM;
+    host RAM: names the parameters to move when the host runs out)."""
 
     INCREASING = "increasing"
     """Memory grows with the value (in choice order for categoricals; true > false for bools)."""
@@ -96,6 +97,10 @@ class Parameter:
     default: Any = None
     """The value the user's command runs with today; tried first as the baseline."""
     memory: MemoryEffect = MemoryEffect.UNKNOWN
+    """How the value moves device memory."""
+    host_memory: MemoryEffect = MemoryEffect.UNKNOWN
+    """How the value moves host RAM (data-loader workers, CPU offload): advice for a host out of
+    memory names the parameters that declare it."""
     phases: tuple[str, ...] = ()
     """The phases whose memory peak the value moves, named as the trainer's log names them
     (``policy_train``); empty: any phase. An out-of-memory error in a phase not listed here is not
@@ -137,13 +142,12 @@ class Parameter:
             f"{where}: {format_value(raw)!r} is not a value of {self.name}; choose one of: {shown}{more}"
         )
 
-    def memory_rank(self, value: Any) -> int:
-        """Position of ``value`` in the order of growing memory (for dominance checks)."""
-        if self.kind is ParamKind.BOOL:
-            idx = int(bool(value))
-            return idx if self.memory is MemoryEffect.INCREASING else -idx
-        idx = self.choices.index(value)
-        return idx if self.memory is MemoryEffect.INCREASING else -idx
+    def memory_rank(self, value: Any, effect: MemoryEffect | None = None) -> int:
+        """Position of ``value`` in the order of growing memory (for dominance checks), by
+        ``effect`` (the device-memory one when None)."""
+        effect = self.memory if effect is None else effect
+        idx = int(bool(value)) if self.kind is ParamKind.BOOL else self.choices.index(value)
+        return idx if effect is MemoryEffect.INCREASING else -idx
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,8 @@ class Role:
     memory: str
     semantic: bool
     help: str
+    host_memory: str = "unknown"
+    """How it moves host RAM (``increasing``: data-loader workers, CPU offload)."""
 
 
 ROLES = (
@@ -76,7 +78,7 @@ ROLES = (
         True,
         "tokens per sample",
     ),
-    Role("offload", r"offload", "decreasing", False, "CPU offload (less GPU memory, slower steps)"),
+    Role("offload", r"offload", "decreasing", False, "CPU offload (less GPU memory, slower steps)", "increasing"),
     Role(
         "checkpointing",
         r"checkpointing|recompute|activation_ckpt|grad_ckpt",
@@ -84,7 +86,14 @@ ROLES = (
         False,
         "activation checkpointing (less GPU memory, slower steps)",
     ),
-    Role("workers", r"num_workers|dataloader_workers|workers$", "none", False, "data-loader worker processes"),
+    Role(
+        "workers",
+        r"num_workers|dataloader_workers|workers$",
+        "none",
+        False,
+        "data-loader worker processes",
+        "increasing",
+    ),
 )
 _SKIP = re.compile(r"dir|path|file|url|seed|interval|every|save|eval|valid|test|log")
 _EVAL_SECTION = re.compile(r"eval|valid|test")
@@ -305,6 +314,8 @@ def _param_block(opt: HelpOption, role: Role, name: str) -> list[str] | None:
             shown = "[" + ", ".join(_yaml_value(c) for c in v) + "]" if key == "choices" else _yaml_value(v)
             lines.append(f"    {key}: {v if key in ('kind', 'arg_style') else shown}")
     lines.append(f"    memory: {role.memory}")
+    if role.host_memory != "unknown":
+        lines.append(f"    host_memory: {role.host_memory}")
     if role.semantic:
         lines.append("    semantic: true          # check: does it change the training itself (not only its speed)?")
     lines.append(f"    help: {json.dumps(role.help)}")

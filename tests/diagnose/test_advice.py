@@ -14,8 +14,8 @@ parameters:
   - {name: batch_size, arg: --batch-size, kind: pow2, low: 1, high: 64, default: 8, memory: increasing}
   - {name: seq_len, arg: --seq-len, kind: categorical, choices: [128, 256, 512], default: 256, memory: increasing}
   - {name: checkpointing, arg: --checkpointing, arg_style: switch, kind: bool, default: false, memory: decreasing}
-  - {name: offload, arg: --cpu-offload, kind: bool, default: true, memory: decreasing}
-  - {name: workers, arg: --num-workers, kind: int, low: 0, high: 4, default: 2, memory: none}
+  - {name: offload, arg: --cpu-offload, kind: bool, default: true, memory: decreasing, host_memory: increasing}
+  - {name: workers, arg: --num-workers, kind: int, low: 0, high: 4, default: 2, memory: none, host_memory: increasing}
 """
 
 
@@ -38,11 +38,26 @@ def test_values_already_at_their_smallest_memory_are_not_suggested():
     assert text.startswith("Out of GPU memory with every memory parameter of the space at its smallest setting")
 
 
-def test_host_oom_names_offload_and_the_growing_parameters_not_skyrl_keys():
-    text = space_memory_advice(F.HOST_OOM, knobs(batch_size=16), "torchtitan")
-    assert "lower batch_size (--batch-size, now 16) or seq_len (--seq-len, now 256)" in text
-    assert "offload (--cpu-offload, now true) may keep state in host RAM" in text
+def test_host_oom_names_the_host_memory_parameters_not_the_gpu_ones_nor_skyrl_keys():
+    text = space_memory_advice(F.HOST_OOM, knobs(batch_size=16, checkpointing=True), "torchtitan")
+    assert text == (
+        "Host memory, not GPU memory, ran out; turn off offload (--cpu-offload, now true) where GPU memory allows, "
+        "or lower workers (--num-workers, now 2); check other tenants with `free -g` and `dmesg | grep -i oom`"
+    )
+    assert "batch_size" not in text and "checkpointing" not in text  # they move GPU memory, not host RAM
     assert "fsdp_config" not in text and "n_samples_per_prompt" not in text
+
+
+def test_host_oom_at_the_smallest_host_memory_or_with_none_declared_says_so():
+    smallest = space_memory_advice(F.HOST_OOM, knobs(offload=False, workers=0), "hf-trainer")
+    assert "every host-memory parameter of the space is at its smallest setting" in smallest
+    assert "offload (--cpu-offload, now false), workers (--num-workers, now 0)" in smallest
+    gpu_only = tuple(k for k in knobs() if not k.host)
+    undeclared = space_memory_advice(F.HOST_OOM, gpu_only, "hf-trainer")
+    assert "declare host_memory: increasing or decreasing" in undeclared
+    assert "batch_size" not in undeclared and "checkpointing" not in undeclared
+    # a GPU OOM never names a knob that moves only host RAM
+    assert "workers" not in space_memory_advice(F.OOM, knobs(batch_size=32), "hf-trainer")
 
 
 def test_skyrl_and_other_classes_keep_the_logs_own_advice():

@@ -146,6 +146,10 @@ BAD = {
         MINIMAL.replace("n * 8 % trainer", "__import__('os').getpid() % trainer"),
         "only the functions",
     ),
+    "bad host memory": (
+        MINIMAL.replace("default: 2", "default: 2\n    host_memory: lots"),
+        "parameters\\[0\\].*host_memory must be one of increasing, .* got 'lots'",
+    ),
     "pow2 bounds": (MINIMAL.replace("high: 8", "high: 12"), "powers of two"),
     "no choices": (MINIMAL.replace("choices: [unset, Simple, LL128]", "choices: []"), "non-empty 'choices'"),
     "default outside choices": (MINIMAL.replace("default: 2", "default: 3"), "'3' is not a value of trainer.micro"),

@@ -54,6 +54,10 @@ def test_a_hydra_program_gives_its_config_keys():
     ]
     micro = space.param("trainer.micro_train_batch_size_per_gpu")
     assert micro.arg is None and micro.default == 1 and not micro.semantic
+    # offload and data-loader workers move host RAM: a host out of memory names them
+    host = {p.name: p.host_memory.value for p in space.parameters}
+    assert host["trainer.policy.fsdp_config.cpu_offload"] == "increasing" and host["data.num_workers"] == "increasing"
+    assert host["trainer.train_batch_size"] == "unknown"
     assert (
         space.param("trainer.train_batch_size").semantic
         and space.param("trainer.gradient_checkpointing").default is True

@@ -108,13 +108,16 @@ def forced_scale(space: SearchSpace, values: Mapping[str, Any], history: Sequenc
 
 
 def memory_knobs(space: SearchSpace, values: Mapping[str, Any]) -> tuple[MemoryKnob, ...]:
-    """The space's parameters that move memory, with their values in ``values`` (for advice)."""
+    """The space's parameters that move device memory, then those that move host RAM, with their
+    values in ``values`` (for advice)."""
     knobs = []
-    for p in space.parameters:
-        if p.memory.signed and p.name in values:
-            rank = p.memory_rank(values[p.name])
-            room = any(p.memory_rank(c) < rank for c in p.choices)
-            knobs.append(MemoryKnob(p.name, format_value(values[p.name]), p.memory.value, p.arg, room))
+    for host in (False, True):
+        for p in space.parameters:
+            effect = p.host_memory if host else p.memory
+            if effect.signed and p.name in values:
+                rank = p.memory_rank(values[p.name], effect)
+                room = any(p.memory_rank(c, effect) < rank for c in p.choices)
+                knobs.append(MemoryKnob(p.name, format_value(values[p.name]), effect.value, p.arg, room, host))
     return tuple(knobs)
 
 
