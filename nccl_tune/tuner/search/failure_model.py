@@ -24,7 +24,10 @@ furthest value a run finished at, so each value from there to the failure's is a
 held by every run whose own value is as far out or further, and such a failure is blamed on one of
 those, never on its value alone. Eight data-loader workers ran the host out of memory where six
 finished: seven is suspect until a run of seven finishes, and when seven fails too, one cause takes
-both. In each phase
+both. Where the space says how a parameter moves host RAM (``host_memory``), a host out of memory is
+never blamed on a value that holds no more of it than the baseline's (``none`` or ``small``, or the
+lower side of one declared ``increasing``): the workers take it, the attention kernel next to them is
+clear, and with none of them changed the leak does. In each phase
 each cause fires at a rate of its own,
 unknown, with a Beta prior (``PRIORS``) that expects most values never to fire, smaller for a pair
 than for one value; before the first step its mass sits near 0 and near 1, after it on small rates.
@@ -59,7 +62,7 @@ from functools import cached_property
 from typing import Any
 
 from nccl_tune.failure import FailureClass
-from nccl_tune.search_spaces.space import Parameter, ParamKind, SearchSpace
+from nccl_tune.search_spaces.space import MemoryEffect, Parameter, ParamKind, SearchSpace
 from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.tuner.records.stability import values_key
 from nccl_tune.tuner.records.study_records import FINISHED, Outcome, TrialRecord
@@ -135,6 +138,11 @@ class Beyond:
         return f"{'>=' if self.up else '<='}{format_value(self.value)}"
 
 
+def _host_clear(effect: MemoryEffect) -> bool:
+    """The space says the parameter moves host RAM by nothing that could run it out."""
+    return effect in (MemoryEffect.NONE, MemoryEffect.SMALL)
+
+
 def _prior(k: Key) -> tuple[float, float]:
     """``Beta(a, b)`` of a cause's rate in its phase (``PRIORS``)."""
     return PRIORS[k[0]][len(k[1])]
@@ -168,6 +176,7 @@ class FailureModel:
         Without ``p_below`` a config is taken to be clear of the wall."""
         self.names = [p.name for p in free]
         self.baseline = dict(baseline)
+        self._params = {p.name: p for p in free}
         self.band_frac = None if memory_wall_frac is None else 2.0 * memory_wall_frac - 1.0
         """Peak share from which a run is near the wall (the headroom's edge minus one more headroom)."""
         self._p_below = p_below
@@ -193,7 +202,11 @@ class FailureModel:
             if r.status in FINISHED:
                 self.runs.append((start + run + past, (), cost))
             elif r.status in EVERY_RUN:
-                own = tuple(k for k in start if len(k[1]) != 1 or k[1][0][0] not in on_axis)
+                own = tuple(
+                    k
+                    for k in start
+                    if (len(k[1]) != 1 or k[1][0][0] not in on_axis) and (not k[1] or any(map(self._host_cause, k[1])))
+                )
                 self.runs.append((start + run + past, own + past, cost))
             elif at_wall or (r.result is not None and r.result.step_times_s):  # past its start-up
                 self.runs.append((start + run, run, cost))
@@ -211,7 +224,7 @@ class FailureModel:
         capacity ran out somewhere there."""
         found: set[Value] = set()
         for p in free:
-            if p.kind not in ORDERED or (base := self.baseline.get(p.name)) is None:
+            if p.kind not in ORDERED or (base := self.baseline.get(p.name)) is None or _host_clear(p.host_memory):
                 continue
             ran = [v for r in records if r.status in FINISHED and (v := r.values.get(p.name)) is not None]
             for r in records:
@@ -219,6 +232,8 @@ class FailureModel:
                 if r.status not in EVERY_RUN or not r.tells_of_values or v is None or v == base:
                     continue
                 up = v > base
+                if p.host_memory.signed and not self._host_cause((p.name, v)):
+                    continue
                 if up:
                     far = max((u for u in ran if base < u < v), default=base)
                     past = sorted((c for c in p.choices if far < c <= v), reverse=True)
@@ -227,6 +242,19 @@ class FailureModel:
                     past = sorted(c for c in p.choices if v <= c < far)
                 found.update((p.name, Beyond(c, up)) for c in past[:MAX_BEYOND])
         return tuple(sorted(found, key=lambda c: (c[0], c[1].value)))
+
+    def _host_cause(self, value: Value) -> bool:
+        """Whether ``value`` may have run the host out of memory: not where its parameter declares
+        no ``host_memory`` effect, nor where it holds no more host RAM than the baseline's value."""
+        p = self._params.get(value[0])
+        if p is None:
+            return True
+        if _host_clear(p.host_memory):
+            return False
+        base = self.baseline.get(p.name)
+        if not p.host_memory.signed or base is None:
+            return True
+        return p.memory_rank(value[1], p.host_memory) > p.memory_rank(base, p.host_memory)
 
     def past(self, values: Mapping[str, Any]) -> tuple[Key, ...]:
         """The capacity causes (``Beyond``) ``values`` hold: start-up keys, like a value's."""

@@ -524,3 +524,54 @@ def test_a_host_out_of_memory_at_start_up_names_no_capacity_cause_as_a_value_to_
     m = FailureModel(WORKERS.parameters, base, records, memory_wall_frac=None)
     assert any(isinstance(v, Beyond) for _, v in m.beyond)
     assert m.partnered and not any(isinstance(value, Beyond) for _, value in m.partnered)
+
+
+DECLARED = parse_space(
+    """
+name: declared
+parameters:
+  - {name: workers, kind: int, low: 0, high: 8, default: 4, memory: none, host_memory: increasing}
+  - {name: attn, kind: categorical, choices: [eager, sdpa, flash], default: sdpa, host_memory: none}
+  - {name: zero, kind: categorical, choices: [1, 2, 3], default: 2, memory: decreasing}
+""",
+    source="test",
+    label="declared",
+)
+
+
+def test_a_host_out_of_memory_is_never_blamed_on_a_value_the_space_says_holds_no_more_host_ram():
+    """The space declares the workers' host memory and the attention kernel's none. One host out of
+    memory at eight workers with FlashAttention condemns the workers at once and leaves the kernel
+    clear; fewer workers than the baseline's hold less host RAM and are not a capacity cause; ZeRO-1,
+    undeclared, keeps its share of the blame. Without the declarations (the space above) the kernel
+    stays suspect after one failure."""
+    base = DECLARED.defaults()
+
+    def at(number: int, changes: dict, status: FailureClass = FailureClass.OK) -> TrialRecord:
+        return replace(run(number, {}, status), values={**base, **changes})
+
+    records = [
+        at(0, {}),
+        at(1, {"workers": 6}),
+        at(2, {"workers": 8, "attn": "flash"}, FailureClass.HOST_OOM),
+        at(3, {"workers": 2, "zero": 1}, FailureClass.HOST_OOM),
+    ]
+    m = FailureModel(DECLARED.parameters, base, records, memory_wall_frac=None)
+    assert m.p_ok({**base, "attn": "flash"}) > 0.95
+    assert m.p_ok({**base, "workers": 8}) < 0.5 and m.p_ok({**base, "workers": 7}) < 0.8
+    assert m.p_ok({**base, "workers": 2}) > 0.9  # its failure is ZeRO-1's or the leak's, never fewer workers'
+    assert all(name == "workers" and b.up for name, b in m.beyond)
+    assert m.p_ok({**base, "zero": 1}) < m.p_ok({**base, "attn": "flash"})
+    undeclared_base = WORKERS.defaults()
+    plain = FailureModel(
+        WORKERS.parameters,
+        undeclared_base,
+        [
+            replace(
+                r, values={**undeclared_base, **{k: v for k, v in r.values.items() if k != "workers"}, "workers": w}
+            )
+            for r, w in zip(records[:3], (0, 6, 8))
+        ],
+        memory_wall_frac=None,
+    )
+    assert plain.p_ok({**undeclared_base, "attn": "flash"}) < m.p_ok({**base, "attn": "flash"})
