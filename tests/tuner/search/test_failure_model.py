@@ -4,6 +4,7 @@ costs; on records of known failures."""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import partial
 
 import pytest
 from optuna.trial import TrialState
@@ -475,15 +476,18 @@ parameters:
 )
 
 
+def on_space(base: dict, number: int, changes: dict, status: FailureClass = FailureClass.OK) -> TrialRecord:
+    """A run of ``base`` (a space's defaults) with ``changes``."""
+    return replace(run(number, {}, status), values={**base, **changes})
+
+
 def test_a_host_out_of_memory_on_an_ordered_axis_is_blamed_on_that_value_and_past_it():
     """Eight data-loader workers with FlashAttention ran the host out of memory, then seven with
     ZeRO-1: one cause explains both, seven workers and more. After the first, seven is suspect;
     after both, FlashAttention is cleared and eight workers stay condemned without it, while six
     and fewer, which finished, stay likely to finish."""
     base = WORKERS.defaults()
-
-    def at(number: int, changes: dict, status: FailureClass = FailureClass.OK) -> TrialRecord:
-        return replace(run(number, {}, status), values={**base, **changes})
+    at = partial(on_space, base)
 
     records = [
         at(0, {}),
@@ -546,9 +550,7 @@ def test_a_host_out_of_memory_is_never_blamed_on_a_value_the_space_says_holds_no
     undeclared, keeps its share of the blame. Without the declarations (the space above) the kernel
     stays suspect after one failure."""
     base = DECLARED.defaults()
-
-    def at(number: int, changes: dict, status: FailureClass = FailureClass.OK) -> TrialRecord:
-        return replace(run(number, {}, status), values={**base, **changes})
+    at = partial(on_space, base)
 
     records = [
         at(0, {}),
