@@ -138,11 +138,6 @@ class Beyond:
         return f"{'>=' if self.up else '<='}{format_value(self.value)}"
 
 
-def _host_clear(effect: MemoryEffect) -> bool:
-    """The space says the parameter moves host RAM by nothing that could run it out."""
-    return effect in (MemoryEffect.NONE, MemoryEffect.SMALL)
-
-
 def _prior(k: Key) -> tuple[float, float]:
     """``Beta(a, b)`` of a cause's rate in its phase (``PRIORS``)."""
     return PRIORS[k[0]][len(k[1])]
@@ -224,16 +219,16 @@ class FailureModel:
         capacity ran out somewhere there."""
         found: set[Value] = set()
         for p in free:
-            if p.kind not in ORDERED or (base := self.baseline.get(p.name)) is None or _host_clear(p.host_memory):
+            if p.kind not in ORDERED or (base := self.baseline.get(p.name)) is None:
                 continue
             ran = [v for r in records if r.status in FINISHED and (v := r.values.get(p.name)) is not None]
             for r in records:
                 v = r.values.get(p.name)
                 if r.status not in EVERY_RUN or not r.tells_of_values or v is None or v == base:
                     continue
-                up = v > base
-                if p.host_memory.signed and not self._host_cause((p.name, v)):
+                if not self._host_cause((p.name, v)):  # the space says this side holds no more host RAM
                     continue
+                up = v > base
                 if up:
                     far = max((u for u in ran if base < u < v), default=base)
                     past = sorted((c for c in p.choices if far < c <= v), reverse=True)
@@ -249,7 +244,7 @@ class FailureModel:
         p = self._params.get(value[0])
         if p is None:
             return True
-        if _host_clear(p.host_memory):
+        if p.host_memory in (MemoryEffect.NONE, MemoryEffect.SMALL):
             return False
         base = self.baseline.get(p.name)
         if not p.host_memory.signed or base is None:
