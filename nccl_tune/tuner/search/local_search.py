@@ -62,7 +62,11 @@ proposes what an uninterrupted one would):
    measurably help is not carried along (it may break in combination).
 5. Without a stable config yet, moves from the launched configs are ranked by
    ``P(fits) x worth x expected throughput``. When no move is worth
-   ``MIN_EXPECTED_GAIN``, Optuna's TPE proposes (the first of its proposals the memory model
+   ``MIN_EXPECTED_GAIN`` and the leading config changes a semantic parameter (a shorter sequence,
+   a smaller batch), the same ranking runs among the configs that keep every semantic parameter at
+   the user's value, against the fastest of them (``Planner.speed_only_move``): the report shows
+   that config next to the winner, and the study's last trials tune it rather than draw blind.
+   When that promises nothing either, Optuna's TPE proposes (the first of its proposals the memory model
    gives an even chance to fit and the failure model an even chance to finish: ``TPE_DRAWS``; a
    value the command refused is not drawn again where it was refused), and the trial says why the
    planner declined.
@@ -95,9 +99,10 @@ joint rate). The figures per landscape family are in ``benchmarks/README.md``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from statistics import NormalDist
@@ -117,6 +122,7 @@ from nccl_tune.tuner.records.held import HeldParameters
 from nccl_tune.tuner.records.nccl_sweep import Sweep
 from nccl_tune.tuner.records.nccl_sweep import load as load_sweep
 from nccl_tune.tuner.records.sampling import distributions, from_optuna, to_optuna
+from nccl_tune.tuner.records.semantics import study_reference
 from nccl_tune.tuner.records.stability import candidates, run_key
 from nccl_tune.tuner.records.study_records import FINISHED, Outcome, TrialRecord
 from nccl_tune.tuner.search.failure_budget import FailureBudget
@@ -150,6 +156,9 @@ HOPEFUL_FIT = 0.1
 """Odds to fit in memory at which a compound move holds its enabler back (``Planner.moves``): below
 them, for every compound holding it, the enabler moves alone (flash attention, whose compound with
 a micro-batch of 16 ran out of memory at ZeRO-2, is not held back for good; it may be faster)."""
+SPEED_ONLY_WHY = "no move from the leading config is worth a trial, so this one keeps the training as you run it"
+"""What a move ``Planner.speed_only_move`` proposed adds to its why-line: its modelled gain is over
+the fastest config that changes no semantic parameter."""
 TIE = 0.01
 """Modelled log-throughput difference within which configs count as tied at least, however well the
 study measured them (``Planner.ranked``: the one with fewer changes from the baseline leads)."""
@@ -505,9 +514,51 @@ class Planner:
         return [m for m in singles if self._key(m.values) not in slower]
 
     def propose(self, rng: random.Random) -> Proposal | None:
-        """The best-scored move, or None (then ``declined`` says why)."""
+        """The best-scored move, or None (then ``declined`` says why). When no move is worth a trial
+        and the study changed the training to get its lead, the best move that keeps the training as
+        the user runs it, scored against the fastest such config (``speed_only_move``)."""
         ranked = self.ranked()
+        found = self._best_move(rng, ranked)
+        return found if found is not None else self.speed_only_move(rng, ranked)
+
+    def speed_only_move(
+        self, rng: random.Random, ranked: Sequence[tuple[float, int, Mapping[str, Any], bool]]
+    ) -> Proposal | None:
+        """The best move among configs that keep every free semantic parameter at the user's value,
+        its expected gain over the fastest stable such config: the report shows that config next to
+        the fastest that changes the training, and a study whose moves there promise nothing more
+        spends its trials on it rather than on a blind draw. None (``declined`` kept) when the space
+        has no free semantic parameter or the leading config already keeps them."""
+        ref = study_reference(self.space, self.records)
+        names = [p.name for p in self.free if p.semantic and p.name in ref]
+        if not names or not ranked:
+            return None
+
+        def keeps(values: Mapping[str, Any]) -> bool:
+            return all(values.get(n) == ref[n] for n in names)
+
+        if keeps(ranked[0][2]):
+            return None
+        declined = self.declined
+        found = self._best_move(rng, [row for row in ranked if keeps(row[2])], keeps, lead=ranked)
+        self.declined = declined
+        if found is None:
+            return None
+        return dataclasses.replace(found, reason=f"{found.reason}; {SPEED_ONLY_WHY}")
+
+    def _best_move(
+        self,
+        rng: random.Random,
+        ranked: Sequence[tuple[float, int, Mapping[str, Any], bool]],
+        keeps: Callable[[Mapping[str, Any]], bool] | None = None,
+        lead: Sequence[tuple[float, int, Mapping[str, Any], bool]] | None = None,
+    ) -> Proposal | None:
+        """The best-scored move from the first of ``ranked`` (those ``keeps`` accepts, when given),
+        its gain over the best stable config among them; the gain it records is over ``lead``'s
+        best (the study's incumbent), what the study checks its odds by."""
         stable = [row for row in ranked if row[3]]
+        if keeps is not None and not stable:
+            return None
         if stable:
             bases = [(number, values) for _, number, values, _ in ranked[:BASES]]
             best = max(row[0] for row in stable)
@@ -518,7 +569,7 @@ class Planner:
                 return None
             bases = [(r.number, r.values) for r in launched[-BASES:]]
             best = None
-        pool = self.moves(bases)
+        pool = [m for m in self.moves(bases) if keeps is None or keeps(m.values)]
         if not pool:
             self.declined = "every move from the best configs is tried or refused"
             return None
@@ -553,9 +604,11 @@ class Planner:
             )
             return None
         gain_log = float(additive[i] - (best or additive[i]))
+        incumbent = max((row[0] for row in lead if row[3]), default=best) if lead is not None else best
         values = pool[i].values
         shown, model = (self.memory.p_fits(values), float(fits[i])) if self.memory.knows(values) else (None, None)
-        return Proposal(values, self.describe(pool[i], gain_log, shown), float(score[i]), shown, gain_log, model)
+        recorded = float(additive[i] - (incumbent or additive[i]))
+        return Proposal(values, self.describe(pool[i], gain_log, shown), float(score[i]), shown, recorded, model)
 
     def affordable(self, fits: float, ok: float, cost_ratio: float) -> bool:
         """True when a run fitting with odds ``fits``, finishing with ``ok`` and whose failure costs

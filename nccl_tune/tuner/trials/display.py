@@ -97,13 +97,14 @@ class Display:
         return f"trial {self._started}/{self._planned} · {spent}{eta}"
 
     def _values(self, values: Mapping[str, Any]) -> str:
-        """The trial's values as its changes from the incumbent (all of them before there is one)."""
+        """The trial's values as its changes from the incumbent (all of them before there is one),
+        which says so: the move its why-line names may start from another config."""
         inc = self._incumbent
         if inc is None:
             return describe(self.space, values)
         changes = describe(self.space, values, inc.values)
         same = changes == "(baseline values)"
-        return f"the values of trial {inc.first.number}" if same else f"{changes} (from trial {inc.first.number})"
+        return f"the values of trial {inc.first.number}" if same else f"{changes} (vs best: trial {inc.first.number})"
 
     def trial_started(self, number: int, kind: str, values: Mapping[str, Any], why: str | None = None) -> None:
         """The trial's line; ``why``: the sampler's reason for it, on a line of its own."""

@@ -890,3 +890,49 @@ def test_without_the_gpus_size_a_proposal_shows_no_odds_to_fit_and_stores_none()
     assert "memory not known yet" in proposal.reason and "fits" not in proposal.reason
     sized = Planner(SPACE, {}, [rec(0, {}), rec(1, {"micro": 4})]).propose(random.Random(0))
     assert sized.fits is not None and f"fits {sized.fits:.0%}" in sized.reason
+
+
+LM = parse_space(
+    """
+name: lm
+parameters:
+  - {name: micro, kind: pow2, low: 2, high: 32, default: 2, memory: increasing}
+  - {name: seq, kind: categorical, choices: [1024, 2048], default: 2048, memory: increasing, semantic: true}
+throughput: {samples_per_step: 64}
+""",
+    source="test",
+    label="lm",
+)
+
+
+def lm_rec(number: int, micro: int, seq: int) -> TrialRecord:
+    """A run of the LM space: samples/s double when the sequence halves (the same tokens/s), and
+    grow with the micro-batch; out of memory above a micro-batch of 16 at 2048 tokens."""
+    v = {"micro": micro, "seq": seq}
+    samples_s = 64.0 * micro / (micro + 4.0) * 2048 / seq
+    return record(number, v, 30.0 + 3.0 * micro * seq / 2048, 64.0 / samples_s)
+
+
+def test_where_no_move_from_a_lead_that_changes_the_training_is_worth_a_trial_one_that_keeps_it_is():
+    """The leading config halved the sequence (a semantic change), and every move from it is
+    measured; the micro-batch of 16 at the user's sequence length, never run, is proposed as the move
+    that keeps the training, its gain over the fastest config that keeps it (the micro-batch of 4)."""
+    records = [lm_rec(0, 2, 2048), lm_rec(1, 4, 2048)]
+    records += [lm_rec(2 + i, micro, 1024) for i, micro in enumerate((2, 4, 8, 16, 32))]
+    planner = Planner(LM, {}, records)
+    ranked = planner.ranked()
+    assert ranked[0][2] == {"micro": 32, "seq": 1024}
+    assert planner._best_move(random.Random(0), ranked) is None  # the lead's every neighbour ran
+    proposal = planner.propose(random.Random(0))
+    assert proposal is not None and proposal.values["seq"] == 2048 and proposal.values["micro"] in (8, 16)
+    assert proposal.reason.startswith("move from trial 1") and "keeps the training as you run it" in proposal.reason
+    assert proposal.gain_log is not None and proposal.gain_log < 0  # recorded over the study's incumbent
+    # pinned to the user's sequence length, there is no semantic lead and nothing changes
+    assert Planner(LM, {"seq": 2048}, records[:2]).speed_only_move(random.Random(0), ranked) is None
+
+
+def test_no_move_that_keeps_the_training_is_proposed_while_the_lead_keeps_it():
+    records = [lm_rec(0, 2, 2048), lm_rec(1, 4, 2048), lm_rec(2, 8, 2048), lm_rec(3, 16, 2048)]
+    planner = Planner(LM, {}, records)
+    assert planner.ranked()[0][2] == {"micro": 16, "seq": 2048}
+    assert planner.speed_only_move(random.Random(0), planner.ranked()) is None

@@ -121,7 +121,7 @@ def test_a_trial_start_shows_its_changes_from_the_incumbent_and_how_far_the_run_
     display.trial_started(1, "search", moved)
     lines = buf.getvalue().splitlines()
     start = lines[-1]
-    assert start.startswith("trial 1 started (search): NCCL_ALGO=Tree (from trial 0)"), start
+    assert start.startswith("trial 1 started (search): NCCL_ALGO=Tree (vs best: trial 0)"), start
     assert "[trial 2/8 · " in start and "s left]" in start, start  # how far, and the time left
     assert "trial 1/8 · " in next(line for line in lines if line.startswith("trial 0 started"))
 
