@@ -540,7 +540,8 @@ class Planner:
         if keeps(ranked[0][2]):
             return None
         declined = self.declined
-        found = self._best_move(rng, [row for row in ranked if keeps(row[2])], keeps, lead=ranked)
+        incumbent = max((row[0] for row in ranked if row[3]), default=None)
+        found = self._best_move(rng, [row for row in ranked if keeps(row[2])], keeps, incumbent)
         self.declined = declined
         if found is None:
             return None
@@ -551,11 +552,11 @@ class Planner:
         rng: random.Random,
         ranked: Sequence[tuple[float, int, Mapping[str, Any], bool]],
         keeps: Callable[[Mapping[str, Any]], bool] | None = None,
-        lead: Sequence[tuple[float, int, Mapping[str, Any], bool]] | None = None,
+        incumbent: float | None = None,
     ) -> Proposal | None:
         """The best-scored move from the first of ``ranked`` (those ``keeps`` accepts, when given),
-        its gain over the best stable config among them; the gain it records is over ``lead``'s
-        best (the study's incumbent), what the study checks its odds by."""
+        its gain over the best stable config among them; the gain it records is over ``incumbent``
+        (the study's, when the ranking was narrowed; else that best), what the study checks its odds by."""
         stable = [row for row in ranked if row[3]]
         if keeps is not None and not stable:
             return None
@@ -604,10 +605,10 @@ class Planner:
             )
             return None
         gain_log = float(additive[i] - (best or additive[i]))
-        incumbent = max((row[0] for row in lead if row[3]), default=best) if lead is not None else best
+        over = best if incumbent is None else incumbent
         values = pool[i].values
         shown, model = (self.memory.p_fits(values), float(fits[i])) if self.memory.knows(values) else (None, None)
-        recorded = float(additive[i] - (incumbent or additive[i]))
+        recorded = float(additive[i] - (over or additive[i]))
         return Proposal(values, self.describe(pool[i], gain_log, shown), float(score[i]), shown, recorded, model)
 
     def affordable(self, fits: float, ok: float, cost_ratio: float) -> bool:
