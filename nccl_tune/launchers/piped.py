@@ -206,7 +206,7 @@ class PipedTree(ProcessTree, Generic[CommandT]):
         log_path = self.folder.log_path
         logs = (log_path, *(p for p in trial_log_files(spec.trial_dir) if p != log_path))
         nccl_seen = scan_trial_logs(logs, log_path, self.tracker)
-        state = self.tracker.snapshot()
+        state = self.tracker.snapshot().upto(ending.decision.steps_kept)
         dumps = collect_dumps(fr_prefix(spec.env, spec.trial_dir))
         facts = TrialFacts(
             logs=tuple(

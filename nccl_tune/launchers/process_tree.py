@@ -298,7 +298,7 @@ class ProcessTreeLauncher(Launcher, Generic[TreeT]):
     def _result(self, spec: TrialSpec, tree: TreeT, ending: Ending) -> TrialResult:
         found = tree.findings(spec, ending)
         verdict = _verdict(found.facts)
-        state = tree.state()
+        state = tree.state().upto(ending.decision.steps_kept)
         wall_s = tree.now() - tree.started_t
         return TrialResult(
             number=spec.number,
@@ -325,7 +325,7 @@ class ProcessTreeLauncher(Launcher, Generic[TreeT]):
             survivors=ending.teardown.survivors,
             gpu_s=wall_s * found.gpus if found.gpus is not None else None,
             nccl_env_seen=found.nccl_env_seen,
-            step_tokens=found.step_tokens or state.step_tokens,
+            step_tokens=found.step_tokens[: len(state.step_times_s)] or state.step_tokens,
         )
 
 

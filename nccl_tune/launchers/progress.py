@@ -16,7 +16,7 @@ import math
 import re
 import threading
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
 from nccl_tune.diagnose.text import torchrun_prefix
@@ -281,7 +281,27 @@ class ProgressState:
     def warmup_for(self, warmup_steps: int) -> int:
         """The warm-up steps, ``warmup_steps`` rounded up to the end of the step line that covers
         them: a line every Nth step times its N steps as one (their mean), slow first step included."""
-        return next((end for end in self.step_line_ends if end >= warmup_steps), warmup_steps)
+        return self.line_end_at(warmup_steps)
+
+    def line_end_at(self, steps: int) -> int:
+        """``steps`` rounded up to the end of the step line that covers them (``steps`` when none
+        does yet)."""
+        return next((end for end in self.step_line_ends if end >= steps), steps)
+
+    def upto(self, steps: int | None) -> ProgressState:
+        """This state with only its first ``steps`` finished steps (all of them for None): what
+        every per-step field says of those steps."""
+        if steps is None or steps >= len(self.step_times_s):
+            return self
+        return replace(
+            self,
+            step_times_s=self.step_times_s[:steps],
+            step_line_ends=tuple(end for end in self.step_line_ends if end <= steps),
+            step_rates=self.step_rates[:steps],
+            untimed_steps=tuple(i for i in self.untimed_steps if i < steps),
+            step_tokens=self.step_tokens[:steps],
+            step_peak_frac=self.step_peak_frac[:steps],
+        )
 
 
 def _group(m: re.Match[str], name: str) -> str | None:

@@ -26,6 +26,11 @@ class Decision:
     open_phase: str | None = None
     silent_s: float | None = None
     """Seconds since the last progress line (stall), or since launch (start-up)."""
+    steps_kept: int | None = None
+    """The finished steps that are the trial's: those read when the stop was decided (for a trial
+    that measured its steps, up to the end of the step line that completed them). A step line read
+    while the trial is torn down is not one of its steps. None: every step read (the command ended,
+    or the tuner was interrupted)."""
 
 
 class Watch:
@@ -69,23 +74,24 @@ class Watch:
         """The reason to stop now, or None to keep watching."""
         steps, total = len(state.step_times_s), state.warmup_for(self.stop.warmup_steps) + self.stop.measured_steps
         if steps >= total:
-            return Decision(StopReason.MEASURED, f"all {total} steps done", state.open_phase)
+            kept = state.line_end_at(total)
+            return Decision(StopReason.MEASURED, f"all {total} steps done", state.open_phase, steps_kept=kept)
         due_t, reason = self.due(state)
         if now < due_t:
             return None
         of_steps = f"{steps} of {total} steps"
         if reason is StopReason.BUDGET:
             detail = f"trial budget of {self.clocks.trial_timeout_s:g} s used up after {of_steps}"
-            return Decision(reason, detail, state.open_phase)
+            return Decision(reason, detail, state.open_phase, steps_kept=steps)
         if reason is StopReason.STARTUP:
             detail = f"no progress line within the start-up deadline of {self.startup_deadline_text()}"
-            return Decision(reason, detail, None, now - self.started_t)
+            return Decision(reason, detail, None, now - self.started_t, steps_kept=0)
         silent = now - (state.last_progress_t or 0.0)
         where = f" in phase '{state.open_phase}'" if state.open_phase else ""
         detail = (
             f"no progress for {silent:.1f} s{where} after {of_steps} (stall timeout {self.stall_deadline_text(state)})"
         )
-        return Decision(reason, detail, state.open_phase, silent)
+        return Decision(reason, detail, state.open_phase, silent, steps_kept=steps)
 
     def stall_deadline_text(self, state: ProgressState) -> str:
         """The stall deadline as the stop detail gives it, with where it comes from when the
@@ -114,4 +120,4 @@ def observer_decision(
         return Decision(reason, "the tuner was interrupted", state.open_phase)
     steps = len(state.step_times_s)
     why = observer.stop_detail() or "slower than the best trial so far"
-    return Decision(reason, f"stopped early after {steps} steps: {why}", state.open_phase)
+    return Decision(reason, f"stopped early after {steps} steps: {why}", state.open_phase, steps_kept=steps)

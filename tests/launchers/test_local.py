@@ -91,6 +91,17 @@ def test_a_good_trial_is_measured_stopped_and_recorded(make_spec) -> None:
     assert observer.polls >= 3
 
 
+def test_steps_read_while_the_trial_is_torn_down_are_not_its_steps(make_spec) -> None:
+    # 20 ms steps and a trainer that ignores SIGTERM: dozens of step lines come after the stop
+    spec = make_spec("--steps", "400", "--step-s", "0.02", "--no-step-start", "--ignore-term")
+    result = LocalLauncher().run(spec)
+    assert result.status is FailureClass.OK and result.stop_reason is StopReason.MEASURED
+    assert len(result.step_times_s) == 3 and len(result.measured_step_times_s) == 2
+    facts = json.loads((spec.trial_dir / "facts.json").read_text())
+    assert facts["steps_done"] == 3, facts
+    assert sum("step" in line for line in (spec.trial_dir / "output.log").read_text().splitlines()) > 3
+
+
 def test_a_command_that_exits_after_its_steps_is_ok(make_spec) -> None:
     result = LocalLauncher().run(make_spec("--steps", "3", "--step-s", "0.1"))
     # its last step line and its exit come together: whichever the launcher sees first, the trial is ok

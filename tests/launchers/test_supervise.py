@@ -35,6 +35,39 @@ def test_clock_decisions(snapshot: ProgressState, now: float, expected: StopReas
 
 
 @pytest.mark.parametrize(
+    "snapshot, kept",
+    [
+        # one line per step: the stop keeps warm-up plus measured steps, not the two read past them
+        (state(step_times_s=(1.0,) * 5, step_line_ends=(1, 2, 3, 4, 5), last_progress_t=5), 3),
+        # a line every 4th step: the line that completed them stands for all its 4 steps
+        (state(step_times_s=(1.0,) * 8, step_line_ends=(4, 8), last_progress_t=5), 8),
+    ],
+)
+def test_a_measured_stop_keeps_the_steps_it_counted(snapshot: ProgressState, kept: int) -> None:
+    decision = Watch(CLOCKS, StopRule(1, 2), started_t=0).check(snapshot, 6)
+    assert decision is not None and decision.reason is StopReason.MEASURED
+    assert decision.steps_kept == kept
+    cut = snapshot.upto(decision.steps_kept)
+    assert len(cut.step_times_s) == kept and cut.step_line_ends[-1] == kept
+
+
+def test_a_state_cut_to_its_first_steps_cuts_every_per_step_field() -> None:
+    full = state(
+        step_times_s=(2.0, 1.0, 1.1, 0.9),
+        step_line_ends=(1, 2, 3, 4),
+        step_rates=(5.0, 9.0, 8.0, 10.0),
+        untimed_steps=(1, 3),
+        step_tokens=(100.0, None, 120.0, 130.0),
+        step_peak_frac=(0.5, 0.6, 0.7, 0.9),
+    )
+    cut = full.upto(3)
+    assert cut.step_times_s == (2.0, 1.0, 1.1) and cut.step_line_ends == (1, 2, 3)
+    assert cut.step_rates == (5.0, 9.0, 8.0) and cut.untimed_steps == (1,)
+    assert cut.step_tokens == (100.0, None, 120.0) and cut.step_peak_frac == (0.5, 0.6, 0.7)
+    assert full.upto(None) is full and full.upto(9) is full
+
+
+@pytest.mark.parametrize(
     "known, trial_max, open_phases, deadline",
     [
         ({}, {}, ("step", "generate"), 50),  # unknown phase: the plain stall timeout
