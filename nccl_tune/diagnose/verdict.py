@@ -14,8 +14,10 @@ The rules, by stop reason:
 - budget or early stop: ``budget``; interrupted: ``interrupted``; the command could not be
   started: ``config_error``;
 - stall or start-up deadline: a root cause in the logs wins (an OOM that left the other ranks
-  waiting), else ``hang`` naming the rank whose stack is elsewhere (``diagnose.stacks``) with
-  its stack, the open phase and the last lines;
+  waiting), and so does a process's death (a segfault, a signal, a dead actor or engine: the
+  rest waited for it, ``crash`` naming its rank); a logged exception alone is no death, since a
+  process may print one and go on. Else ``hang`` naming the rank whose stack is elsewhere
+  (``diagnose.stacks``) with its stack, the open phase and the last lines;
 - the command exited (or the stop reason is unknown, e.g. a log given to ``diagnose``): the logs'
   verdict (``classify``: a failed exit status or a log ending in errors is never ``ok``); an exit
   0 before the measured steps is ``config_error`` when the command said training was done (its
@@ -64,6 +66,24 @@ ROOT_CAUSES = frozenset(
     }
 )
 """Classes found in the logs that explain a stall better than "hang"."""
+DEATHS = frozenset(
+    {
+        "segfault",
+        "killed",
+        "signal_received",
+        "torchrun_child_failed",
+        "torchrun_root_cause",
+        "launcher_exit",
+        "dataloader_killed",
+        "dataloader_bus_error",
+        "ray_actor_died",
+        "ray_node_died",
+        "vllm_proc_died",
+    }
+)
+"""Crash rules that say a process died (a signal, an exit status, a dead actor or engine): a stall
+after one is its consequence, and the verdict is the crash. A crash the logs show only as an
+exception is not among them: a process may log one and go on."""
 
 
 @dataclass(frozen=True)
@@ -364,6 +384,9 @@ def _dumps_only(summary: FlightRecorderSummary) -> Verdict:
 def _stalled(facts: TrialFacts, found: Verdict, clf: LogClassifier) -> Verdict:
     if found.failure_class in ROOT_CAUSES:
         return found
+    if found.failure_class is FailureClass.CRASH and found.cause is not None and found.cause.rule in DEATHS:
+        then = _own(f"then {facts.stop_detail}")
+        return replace(found, evidence=(*found.evidence, then), phase=found.phase or facts.open_phase)
     finding = odd_rank(with_ranks(facts.stacks, clf.pid_ranks))
     evidence = (_own(facts.stop_detail),)
     if finding is not None:
@@ -372,8 +395,8 @@ def _stalled(facts: TrialFacts, found: Verdict, clf: LogClassifier) -> Verdict:
     elif facts.stacks is not None and facts.stacks.note:
         evidence += (_own(facts.stacks.note),)
     evidence += clf.tail_evidence(HANG_TAIL_LINES)
-    if found.failure_class is FailureClass.CRASH:  # a process died and the rest waited for it
-        evidence += found.evidence[:3]
+    if found.failure_class is FailureClass.CRASH:  # an exception logged before the silence
+        evidence += tuple(e for e in found.evidence[:3] if e not in evidence)
     rank = finding.rank if finding is not None else found.rank
     return Verdict(
         FailureClass.HANG,

@@ -57,6 +57,28 @@ def test_a_stall_without_one_is_a_hang_with_the_detail_and_last_lines() -> None:
     assert "in 'step'" in v.advice
 
 
+@pytest.mark.parametrize("reason", [StopReason.STALL, StopReason.STARTUP])
+def test_a_stall_after_a_process_died_is_the_crash_of_its_rank(reason: StopReason) -> None:
+    died = ("[rank3]:Fatal Python error: Segmentation fault", "[rank3]:Thread 0x00007f3a (most recent call first):")
+    v = decide(facts(*HEALTHY, started("step"), *died, stop_reason=reason, stop_detail="no progress for 9 s"))
+    assert (v.failure_class, v.rank, v.cause.rule) == (F.CRASH, 3, "segfault")
+    assert v.evidence[0].text == died[0] and v.evidence[-1].text == "then no progress for 9 s"
+    assert "segmentation fault" in v.advice
+
+
+def test_a_stall_after_a_logged_exception_stays_a_hang_and_shows_it_once() -> None:
+    # a process may log an exception and go on: the silence after it is the failure
+    logged = (
+        "[rank1]:Traceback (most recent call last):",
+        '[rank1]:  File "x.py", line 3, in f',
+        "[rank1]:ValueError: x",
+    )
+    v = decide(facts(*HEALTHY, started("step"), *logged, stop_reason=StopReason.STALL, stop_detail="no progress"))
+    assert v.failure_class is F.HANG and v.evidence[0].text == "no progress"
+    texts = [e.text for e in v.evidence]
+    assert texts.count("[rank1]:ValueError: x") == 1, texts
+
+
 def test_exit_zero_before_the_measured_steps() -> None:
     early = decide(facts(*HEALTHY, exit_code=0, steps_done=2, total_steps=3, stop_reason=StopReason.EXITED))
     assert (early.failure_class, early.cause.rule) == (F.CRASH, "exited_early")
