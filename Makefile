@@ -27,7 +27,7 @@ demo: venv
 		--output $(RESULTS)/demo-tuned.yaml -- bash examples/run_skyrl_sql_sim.sh
 
 # Two pytest workers per core (16 at most): most tests wait on trainer processes and their clocks.
-# On 2 cores the suite took 716-755 s with 3 workers and 609-621 s with 4, all passing.
+# On 2 cores the suite took 823-905 s with 4 workers and 1015 s with 6, all passing.
 TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(16, 2 * len(os.sched_getaffinity(0))))")
 
 # Style is checked, not discussed: ruff's lint and format (settings in pyproject.toml) before the tests.

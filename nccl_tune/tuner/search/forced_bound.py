@@ -16,6 +16,14 @@ every value for which that still exceeds the GPU would fail forced as well, with
 run's memory on the phase's other parameters. The forward micro-batch 8 of SkyRL's log-probs
 needing 193 GiB forced rules out 4 (97 GiB at least), not 2: the search would otherwise measure 4,
 lead with it and force it, two trials for the same OOM.
+
+The allocation that failed says more again when it alone is larger than the GPU (116 GiB asked of
+an 80 GiB GPU): no memory freed elsewhere makes room for it. A parameter that moves memory between
+the GPU and the host (``memory: decreasing`` with ``host_memory: increasing``: CPU offload) moves
+resident state, weights and optimizer, never the size of one allocation; where the failed
+allocation, scaled down to the micro-batch ``v`` (``tried x v / v0``, not scaled up above ``v0``),
+is still larger than the GPU, such parameters are set aside from "the phase's other parameters".
+Offloading the policy does not save its forward micro-batch 8.
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ from typing import Any
 
 from nccl_tune.failure import FailureClass
 from nccl_tune.oom_demand import oom_demand
-from nccl_tune.search_spaces.space import Parameter, SearchSpace
+from nccl_tune.search_spaces.space import MemoryEffect, Parameter, SearchSpace
 from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.tuner.records.study_records import TrialRecord
 from nccl_tune.tuner.search.memory_model import holds_at_least
@@ -62,6 +70,12 @@ def _number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def moves_to_host(p: Parameter) -> bool:
+    """``p`` moves memory between the GPU and the host (CPU offload): resident state, not the size
+    of any one allocation."""
+    return {p.memory, p.host_memory} == {MemoryEffect.INCREASING, MemoryEffect.DECREASING}
+
+
 def _below(p: Parameter, value: Any) -> list[Any]:
     """``p``'s values below ``value`` in memory order, nearest first."""
     rank = p.memory_rank(value)
@@ -75,10 +89,11 @@ class ForcedFailures:
         self.space = space
         self.failed = [r for r in records if failed_forced(r)]
         self.ceilings = {r.number: self._ceilings(r) for r in self.failed}
-        """Per failed forced run, (parameter, the most memory it may hold and fit) on each parameter
-        that moves the phase its OOM named (the module docstring)."""
+        """Per failed forced run, (parameter, the most memory it may hold and fit, the values whose
+        share of the failed allocation alone is larger than the GPU) on each parameter that moves
+        the phase its OOM named (the module docstring)."""
 
-    def _ceilings(self, r: TrialRecord) -> list[tuple[Parameter, Any]]:
+    def _ceilings(self, r: TrialRecord) -> list[tuple[Parameter, Any, frozenset]]:
         phase = _phase(r)
         demand = oom_demand(e.text for e in r.result.verdict.evidence) if phase else None
         if demand is None or demand.needed_gib <= demand.capacity_gib:
@@ -92,17 +107,24 @@ class ForcedFailures:
             if not lower or not all(_number(v) for v in lower):
                 continue
             fitting = [v for v in lower if demand.needed_gib * v / v0 <= demand.capacity_gib]
-            out.append((p, fitting[0] if fitting else lower[-1]))
+            scales = p.memory is MemoryEffect.INCREASING and all(_number(v) for v in p.choices)
+            too_large = frozenset(
+                v for v in p.choices if scales and demand.tried_gib * min(v, v0) / v0 > demand.capacity_gib
+            )
+            out.append((p, fitting[0] if fitting else lower[-1], too_large))
         return out
 
     def _above_ceiling(self, values: Mapping[str, Any], r: TrialRecord) -> Parameter | None:
         """The parameter on which ``values`` hold more than ``r``'s OOM leaves room for, with at least
-        ``r``'s memory on the phase's other parameters; None when there is none."""
+        ``r``'s memory on the phase's other parameters (offload set aside where the failed
+        allocation alone is larger than the GPU); None when there is none."""
         phase = _phase(r)
-        for p, top in self.ceilings[r.number]:
+        for p, top, too_large in self.ceilings[r.number]:
             if values.get(p.name) not in p.choices or p.memory_rank(values[p.name]) <= p.memory_rank(top):
                 continue
             others = [q for q in self.space.parameters if q is not p and (not q.phases or phase in q.phases)]
+            if values[p.name] in too_large:
+                others = [q for q in others if not moves_to_host(q)]
             if all(holds_at_least(q, values, r.values) for q in others):
                 return p
         return None
@@ -130,9 +152,12 @@ class ForcedFailures:
         if not at_least_the_memory(self.space, values, r.values, phase):
             p = self._above_ceiling(values, r)
             if p is not None:
+                alone = next((t for q, _, t in self.ceilings[r.number] if q is p), frozenset())
+                beyond = " (its share of the allocation that failed is alone larger than the GPU)"
                 return (
                     f"{p.name}={format_value(values[p.name])} is more than the OOM{where} of {of} forced to its "
                     f"longest batch (trial {r.number}, {p.name}={format_value(r.values[p.name])}) leaves room for"
+                    + (beyond if values[p.name] in alone else "")
                 )
         return (
             f"it holds at least the memory{where} of {of}, which {end} forced to its longest batch (trial {r.number})"

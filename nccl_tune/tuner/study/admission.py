@@ -13,9 +13,10 @@ Values are not launched, and are told to the study at once, when they
   out or to come within the headroom of the wall; ``predicted``).
 Re-runs, retries and the baseline skip the last two checks: they are asked for on purpose.
 
-The search has converged when the sampler keeps proposing values that are not launched: 50 in a
-row, or, in a space small enough to list (``MAX_LISTED`` configs), as soon as every config that
-keeps its rules has been run or is refused now.
+The search has converged when the sampler keeps proposing values that are not launched: 50
+measured ones in a row, ``MAX_REFUSED_IN_A_ROW`` refused ones (the sweep, the memory model, a
+failed forced run), or, in a space small enough to list (``MAX_LISTED`` configs), as soon as every
+config that keeps its rules has been run or is refused now.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from nccl_tune.tuner.trials.display import Display
 
 MAX_REJECTED_IN_A_ROW = 2000
 MAX_DUPLICATES_IN_A_ROW = 50
+MAX_REFUSED_IN_A_ROW = 200
 MAX_LISTED = 512
 """A space with more free configs than this is not listed to see whether any is left to run."""
 MAX_LEFT_JUDGED = 64
@@ -114,6 +116,7 @@ class Admission:
         """The run's held parameters (``--set``, and parameters dropped during the study), read when used."""
         self.rejected_in_a_row = 0
         self.duplicates_in_a_row = 0
+        self.refused_in_a_row = 0
         self.converged = False
         self._listed: tuple[tuple[tuple[str, Any], ...], dict[str, dict[str, Any]] | None] | None = None
 
@@ -126,7 +129,8 @@ class Admission:
 
     def nothing_left(self, study: optuna.Study, trials: Sequence[FrozenTrial], history: Sequence[TrialRecord]) -> bool:
         """True when every config of a listable space has been run (``measured_before``'s sense) or is
-        refused now: by the NCCL sweep, or by the memory model."""
+        refused now: by the NCCL sweep, by the memory model, or as holding at least the memory of a
+        failed forced run."""
         configs = self._launchable()
         if configs is None:
             return False
@@ -141,8 +145,12 @@ class Admission:
         if len(left) > MAX_LEFT_JUDGED:  # the memory model per config would cost more than it saves
             return False
         sweep = load_sweep(study, self.space)
-        model = MemoryModel(self.space, history) if self.predict_oom else None
-        return all(sweep.refused(v) is not None or (model is not None and model.verdict(v) is not None) for v in left)
+        if not self.predict_oom:
+            return all(sweep.refused(v) is not None for v in left)
+        model, forced = MemoryModel(self.space, history), ForcedFailures(self.space, history)
+        return all(
+            sweep.refused(v) is not None or model.verdict(v) is not None or forced.covering(v) is not None for v in left
+        )
 
     def _check_converged(
         self, study: optuna.Study, trials: Sequence[FrozenTrial], history: Sequence[TrialRecord]
@@ -150,6 +158,12 @@ class Admission:
         if self.duplicates_in_a_row >= MAX_DUPLICATES_IN_A_ROW:
             self.converged = True
             self.display.note("the sampler keeps proposing configs already measured: the search has converged")
+        elif self.refused_in_a_row >= MAX_REFUSED_IN_A_ROW:
+            self.converged = True
+            self.display.note(
+                f"the sampler's last {self.refused_in_a_row} proposals were all refused (predicted to fail or to "
+                "be unstable): the search has converged"
+            )
         elif self.nothing_left(study, trials, history):
             self.converged = True
             self.display.note("every config of the space has been run or is ruled out: the search is complete")
@@ -187,12 +201,14 @@ class Admission:
         if swept is not None:
             tell_rejected(study, trial, [swept], sweep_refused=True)
             self.display.skipped(trial.number, swept)
+            self.refused_in_a_row += 1
             self._check_converged(study, trials, history)
             return False
         verdict = memory_verdict(self.space, values, history) if self.predict_oom else None
         if verdict is not None:
             tell_predicted(study, trial, verdict.from_trial, verdict.status)
             self.display.skipped(trial.number, verdict.reason)
+            self.refused_in_a_row += 1
             self._check_converged(study, trials, history)
             return False
         forced = ForcedFailures(self.space, history)
@@ -200,8 +216,10 @@ class Admission:
         if cover is not None:  # it would fail forced too: not stable, whatever its normal run shows
             tell_predicted(study, trial, cover.number, cover.status if not cover.ok else None)
             self.display.skipped(trial.number, forced.why(values))
+            self.refused_in_a_row += 1
             self._check_converged(study, trials, history)
             return False
+        self.refused_in_a_row = 0
         return True
 
     def _within_rules(self, study: optuna.Study, trial: optuna.Trial, values: Mapping[str, Any]) -> bool:

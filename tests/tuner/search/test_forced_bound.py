@@ -5,10 +5,13 @@ would still need more than the GPU."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from optuna.trial import TrialState
 
 from nccl_tune.failure import Evidence, FailureClass, Verdict
 from nccl_tune.search_spaces.loader import load_space
+from nccl_tune.search_spaces.space import MemoryEffect
 from nccl_tune.trial import MemoryReport, StopReason, TrialResult
 from nccl_tune.tuner.records.study_records import Outcome, TrialKind, TrialRecord
 from nccl_tune.tuner.search.forced_bound import ForcedFailures, at_least_the_memory
@@ -98,3 +101,38 @@ def test_a_forced_oom_far_beyond_the_gpu_rules_out_every_micro_batch_too_large_t
     assert train.covering(FAILED) is not None
     # Without the phase, nothing says which micro-batch to lower.
     assert forced_failures(116.0, 77.3, phase="").covering(four) is None
+
+
+OFFLOAD = "trainer.policy.fsdp_config.cpu_offload"
+
+
+def test_no_offload_makes_room_for_an_allocation_larger_than_the_gpu():
+    # The twin's demo: the forward micro-batch 8 forced asked 116 GiB of a 79 GiB GPU. Offloading the
+    # policy's weights and optimizer frees resident memory, not room for one 116 GiB allocation.
+    failed = forced_failures(116.0, 77.3)
+    offloaded = {**FORWARD_8, OFFLOAD: True}
+    assert failed.covering(offloaded) is not None
+    assert "alone larger than the GPU" in failed.why(offloaded)
+    # At 4 its share is 58 GiB: offloaded, the run may find room for it.
+    assert failed.covering({**offloaded, FORWARD: 4}) is None
+    assert failed.covering({**FORWARD_8, FORWARD: 4}) is not None, "not offloaded, 4 still needs 97 GiB"
+    # Policy training's micro-batch 8 asked 116 GiB: offloaded, 16 is ruled out and 4 (58 GiB) is not.
+    train = "trainer.micro_train_batch_size_per_gpu"
+    eight = forced_failures(116.0, 77.3, "policy_train", {**FAILED, train: 8})
+    assert eight.covering({**FAILED, OFFLOAD: True, train: 16}) is not None
+    assert eight.covering({**FAILED, OFFLOAD: True, train: 4}) is None
+    # The share is never scaled up: part of the allocation may not grow with the micro-batch. Micro-batch
+    # 4 asking 56.5 GiB does not rule out 8 offloaded.
+    four = forced_failures(56.5, 77.3, "policy_train", FAILED)
+    assert four.covering({**FAILED, OFFLOAD: True, train: 8}) is None
+    assert four.covering({**FAILED, train: 8}) is not None
+    # A parameter that saves GPU memory without moving it to the host (no host_memory declared) may
+    # shrink the allocation itself: it is not set aside.
+    space = replace(
+        SPACE,
+        parameters=tuple(
+            replace(p, host_memory=MemoryEffect.UNKNOWN) if p.name == OFFLOAD else p for p in SPACE.parameters
+        ),
+    )
+    record = forced_oom(7, 3, FORWARD_8, "fwd_logprobs_values_reward", _oom_line(116.0, 77.3))
+    assert ForcedFailures(space, [record]).covering(offloaded) is None

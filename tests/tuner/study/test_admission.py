@@ -4,12 +4,19 @@ Through the CLI, with the twin; configs NCCL runs alike (a setting past its limi
 
 from __future__ import annotations
 
+import io
 import json
 
+import optuna
 import pytest
 from optuna.trial import TrialState
+from rich.console import Console
 
+from nccl_tune.search_spaces.loader import load_space
+from nccl_tune.tuner.study.admission import MAX_REFUSED_IN_A_ROW, Admission
+from nccl_tune.tuner.trials.display import Display
 from tests.tuner.conftest import error_lines, run_cli, run_twin, study_trials, twin_space_text
+from tests.tuner.search.test_forced_bound import FORWARD_8, OFFLOAD, _oom_line, forced_oom
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -127,3 +134,19 @@ def test_a_config_nccl_clamps_to_a_measured_one_is_not_launched_again_and_the_st
     ) in proc.stderr
     assert "every config of the space has been run or is ruled out: the search is complete" in proc.stderr
     assert len(study_trials(workdir, "s")) < 20, "the study asked on long after its last config ran"
+
+
+def test_a_sampler_whose_every_proposal_is_refused_converges_rather_than_asking_forever():
+    """The shipped SkyRL space is too large to list; once a forced run of the forward micro-batch 8
+    asked more than the whole GPU, every proposal holding it (offloaded or not) is refused, and a
+    sampler that keeps proposing such configs ends the search after ``MAX_REFUSED_IN_A_ROW``."""
+    space = load_space("skyrl-text2sql")
+    history = [forced_oom(7, 3, FORWARD_8, "fwd_logprobs_values_reward", _oom_line(116.0, 77.3))]
+    console = Console(file=io.StringIO(), width=200)
+    admission = Admission(space, Display(console, space), predict_oom=True)
+    study = optuna.create_study(direction="maximize")
+    for n in range(MAX_REFUSED_IN_A_ROW):
+        assert not admission.converged, f"converged after {n} refusals"
+        assert not admission.admit(study, study.ask(), {**FORWARD_8, OFFLOAD: True}, "search", [], history)
+    assert admission.converged
+    assert f"the sampler's last {MAX_REFUSED_IN_A_ROW} proposals were all refused" in console.file.getvalue()
