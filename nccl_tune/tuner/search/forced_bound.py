@@ -107,10 +107,9 @@ class ForcedFailures:
             if not lower or not all(_number(v) for v in lower):
                 continue
             fitting = [v for v in lower if demand.needed_gib * v / v0 <= demand.capacity_gib]
-            scales = p.memory is MemoryEffect.INCREASING and all(_number(v) for v in p.choices)
-            too_large = frozenset(
-                v for v in p.choices if scales and demand.tried_gib * min(v, v0) / v0 > demand.capacity_gib
-            )
+            too_large = frozenset()
+            if p.memory is MemoryEffect.INCREASING and all(_number(v) for v in p.choices):
+                too_large = frozenset(v for v in p.choices if demand.tried_gib * min(v, v0) / v0 > demand.capacity_gib)
             out.append((p, fitting[0] if fitting else lower[-1], too_large))
         return out
 

@@ -201,26 +201,28 @@ class Admission:
         if swept is not None:
             tell_rejected(study, trial, [swept], sweep_refused=True)
             self.display.skipped(trial.number, swept)
-            self.refused_in_a_row += 1
-            self._check_converged(study, trials, history)
+            self._refused(study, trials, history)
             return False
         verdict = memory_verdict(self.space, values, history) if self.predict_oom else None
         if verdict is not None:
             tell_predicted(study, trial, verdict.from_trial, verdict.status)
             self.display.skipped(trial.number, verdict.reason)
-            self.refused_in_a_row += 1
-            self._check_converged(study, trials, history)
+            self._refused(study, trials, history)
             return False
         forced = ForcedFailures(self.space, history)
         cover = forced.covering(values) if self.predict_oom else None
         if cover is not None:  # it would fail forced too: not stable, whatever its normal run shows
             tell_predicted(study, trial, cover.number, cover.status if not cover.ok else None)
             self.display.skipped(trial.number, forced.why(values))
-            self.refused_in_a_row += 1
-            self._check_converged(study, trials, history)
+            self._refused(study, trials, history)
             return False
         self.refused_in_a_row = 0
         return True
+
+    def _refused(self, study: optuna.Study, trials: Sequence[FrozenTrial], history: Sequence[TrialRecord]) -> None:
+        """Count a proposal refused by the sweep or a memory prediction; converged, perhaps, now."""
+        self.refused_in_a_row += 1
+        self._check_converged(study, trials, history)
 
     def _within_rules(self, study: optuna.Study, trial: optuna.Trial, values: Mapping[str, Any]) -> bool:
         try:
