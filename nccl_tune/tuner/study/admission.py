@@ -16,7 +16,9 @@ Re-runs, retries and the baseline skip the last two checks: they are asked for o
 The search has converged when the sampler keeps proposing values that are not launched: 50
 measured ones in a row, ``MAX_REFUSED_IN_A_ROW`` refused ones (the sweep, the memory model, a
 failed forced run), or, in a space small enough to list (``MAX_LISTED`` configs), as soon as every
-config that keeps its rules has been run or is refused now.
+config that keeps its rules has been run or is refused now. In a larger space, the values of the
+parameters that move memory may still be few: when each of their combinations holds at least the
+memory of a failed forced run, no value of the others (NCCL's variables) makes a config stable.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from optuna.trial import FrozenTrial, TrialState
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.node.nccl_clamps import clamps
 from nccl_tune.search_spaces.expr import ExprError
-from nccl_tune.search_spaces.space import SearchSpace
+from nccl_tune.search_spaces.space import MemoryEffect, SearchSpace
 from nccl_tune.tuner.records import study_records as R
 from nccl_tune.tuner.records.held import HeldParameters
 from nccl_tune.tuner.records.nccl_sweep import load as load_sweep
@@ -102,6 +104,15 @@ def launchable_configs(space: SearchSpace, pinned: Mapping[str, Any]) -> dict[st
     return configs
 
 
+def _read_by_rules(space: SearchSpace) -> set[str]:
+    """The names the space's rules read, through the defines they name."""
+    names = {n for c in space.constraints for n in c.expr.names}
+    for name, ex in reversed(space.defines):  # a define reads only earlier ones
+        if name in names:
+            names |= ex.names
+    return names
+
+
 class Admission:
     """Decides, trial by trial, whether asked values are launched; counts refusals in a row and
     says when the search has converged (module docstring)."""
@@ -133,7 +144,7 @@ class Admission:
         failed forced run."""
         configs = self._launchable()
         if configs is None:
-            return False
+            return self.predict_oom and self._memory_all_covered(history)
         ran = {
             run_key(rec.values)
             for t, rec in zip(trials, history)
@@ -151,6 +162,24 @@ class Admission:
         return all(
             sweep.refused(v) is not None or model.verdict(v) is not None or forced.covering(v) is not None for v in left
         )
+
+    def _memory_all_covered(self, history: Sequence[TrialRecord]) -> bool:
+        """A space too large to list: True when every combination of the free parameters that move
+        memory (at most ``MAX_LISTED``) holds at least the memory of a failed forced run, or breaks a
+        rule that reads none of the others, whatever those others (NCCL's variables) are set to."""
+        forced = ForcedFailures(self.space, history)
+        pinned = self.held.params
+        free = self.space.free(pinned)
+        moving = [p for p in free if p.memory not in (MemoryEffect.NONE, MemoryEffect.SMALL)]
+        if not forced.failed or math.prod(len(p.choices) for p in moving) > MAX_LISTED:
+            return False
+        rest = {n: v for n, v in self.space.baseline(pinned).items() if n not in {p.name for p in moving}}
+        rules_read_the_rest = any(p.name in _read_by_rules(self.space) for p in free if p not in moving)
+        for combo in itertools.product(*(p.choices for p in moving)):
+            values = {**rest, **{p.name: v for p, v in zip(moving, combo)}}
+            if forced.covering(values) is None and (rules_read_the_rest or within_rules(self.space, values)):
+                return False
+        return True
 
     def _check_converged(
         self, study: optuna.Study, trials: Sequence[FrozenTrial], history: Sequence[TrialRecord]

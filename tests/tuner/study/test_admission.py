@@ -13,10 +13,11 @@ from optuna.trial import TrialState
 from rich.console import Console
 
 from nccl_tune.search_spaces.loader import load_space
+from nccl_tune.tuner.records.held import HeldParameters
 from nccl_tune.tuner.study.admission import MAX_REFUSED_IN_A_ROW, Admission
 from nccl_tune.tuner.trials.display import Display
 from tests.tuner.conftest import error_lines, run_cli, run_twin, study_trials, twin_space_text
-from tests.tuner.search.test_forced_bound import FORWARD_8, OFFLOAD, _oom_line, forced_oom
+from tests.tuner.search.test_forced_bound import FORWARD, FORWARD_8, OFFLOAD, _oom_line, forced_oom
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -150,3 +151,22 @@ def test_a_sampler_whose_every_proposal_is_refused_converges_rather_than_asking_
         assert not admission.admit(study, study.ask(), {**FORWARD_8, OFFLOAD: True}, "search", [], history)
     assert admission.converged
     assert f"the sampler's last {MAX_REFUSED_IN_A_ROW} proposals were all refused" in console.file.getvalue()
+
+
+def test_a_space_too_large_to_list_is_complete_when_every_memory_value_left_failed_forced():
+    """With the micro-batches and prompt length held, the free parameters that move memory are the two
+    offloads (4 combinations, with NCCL's variables thousands of configs): once the forward micro-batch 8
+    forced asked more than the whole GPU, no offload and no NCCL value makes a config stable, and the
+    first refusal ends the search. Held at nothing, the forward micro-batch 4 offloaded is left."""
+    space = load_space("skyrl-text2sql")
+    history = [forced_oom(7, 3, FORWARD_8, "fwd_logprobs_values_reward", _oom_line(116.0, 77.3))]
+    held = {k: FORWARD_8[k] for k in ("trainer.micro_train_batch_size_per_gpu", FORWARD, "trainer.max_prompt_length")}
+    for pins, ends in ((held, True), ({}, False)):
+        console = Console(file=io.StringIO(), width=200)
+        admission = Admission(space, Display(console, space), True, HeldParameters.of_values(space, pins))
+        study = optuna.create_study(direction="maximize")
+        assert not admission.admit(
+            study, study.ask(), {**FORWARD_8, OFFLOAD: True, "NCCL_ALGO": "Tree"}, "search", [], history
+        )
+        assert admission.converged is ends, pins
+        assert ("every config of the space has been run or is ruled out" in console.file.getvalue()) is ends
