@@ -264,8 +264,9 @@ class ProgressState:
     line counted in ``memory_phase_peak_frac`` was read; the rank whose line came last is last."""
     untimed_steps: tuple[int, ...] = ()
     """Indices of the steps no clock could time (``step_clock``): their duration reads 0."""
-    late_steps: int = 0
-    """Step lines that arrived together with the previous one (block-buffered output)."""
+    late_step_indices: tuple[int, ...] = ()
+    """Indices of the steps whose line arrived together with the previous one (block-buffered
+    output); empty when the output came as written."""
     step_tokens: tuple[float | None, ...] = ()
     """Per finished step (aligned with ``step_times_s``): the tokens the ``step_tokens`` rule read
     for it, None where none; empty when it read none."""
@@ -288,6 +289,11 @@ class ProgressState:
         does yet)."""
         return next((end for end in self.step_line_ends if end >= steps), steps)
 
+    @property
+    def late_steps(self) -> int:
+        """Step lines that arrived together with the previous one."""
+        return len(self.late_step_indices)
+
     def upto(self, steps: int | None) -> ProgressState:
         """This state with only its first ``steps`` finished steps (all of them for None): what
         every per-step field says of those steps."""
@@ -299,6 +305,7 @@ class ProgressState:
             step_line_ends=tuple(end for end in self.step_line_ends if end <= steps),
             step_rates=self.step_rates[:steps],
             untimed_steps=tuple(i for i in self.untimed_steps if i < steps),
+            late_step_indices=tuple(i for i in self.late_step_indices if i < steps),
             step_tokens=self.step_tokens[:steps],
             step_peak_frac=self.step_peak_frac[:steps],
         )
@@ -680,7 +687,7 @@ class ProgressTracker:
             return self.ledger.snapshot(
                 step_times_s=timed.step_times_s,
                 untimed_steps=timed.untimed,
-                late_steps=timed.late,
+                late_step_indices=timed.late,
                 step_tokens=step_tokens,
                 step_peak_frac=step_peaks,
                 step_rates=tuple(self._rates) if any(r is not None for r in self._rates) else (),

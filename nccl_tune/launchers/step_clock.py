@@ -74,8 +74,9 @@ class Retimed:
     step_times_s: tuple[float, ...]
     untimed: tuple[int, ...]
     """Indices of the steps neither their line nor the wall clock could time (duration 0)."""
-    late: int
-    """Step lines that arrived together with the previous one (0: the output came as written)."""
+    late: tuple[int, ...]
+    """Indices of the steps whose line arrived together with the previous one (empty: the output
+    came as written)."""
 
 
 MIN_LATE_LINES = 2
@@ -88,24 +89,24 @@ class StepClock:
 
     def __init__(self) -> None:
         self._lines: list[_Line] = []
-        self._late = 0
+        self._late: list[int] = []
 
     def take(self, index: int, t: float, text: str, between: int) -> None:
         """Step ``index``'s line (``text``) arrived at ``t`` without a duration of its own."""
         if self._lines and self._lines[-1].t == t:
-            self._late += 1
+            self._late.append(index)
         self._lines.append(_Line(index, t, line_stamp(text), between))
 
     @property
     def buffered(self) -> bool:
         """The step lines came in bursts as a rule, not by chance (the module docstring)."""
-        return self._late >= MIN_LATE_LINES and 2 * self._late >= len(self._lines) - 1
+        return len(self._late) >= MIN_LATE_LINES and 2 * len(self._late) >= len(self._lines) - 1
 
     def retime(self, wall_times_s: Sequence[float]) -> Retimed:
         """``wall_times_s`` (every step's duration, warm-up included, wall-clock ones as measured),
         with the wall-clock ones replaced once the output came in bursts (the module docstring)."""
         if not self.buffered:
-            return Retimed(tuple(wall_times_s), (), 0)
+            return Retimed(tuple(wall_times_s), (), ())
         out, untimed = list(wall_times_s), []
         prev: float | None = None
         for line in self._lines:  # a line stands for the ``between`` steps since the previous one
@@ -118,4 +119,4 @@ class StepClock:
                     out[i] = 0.0
                 untimed.extend(steps)
             prev = line.stamp
-        return Retimed(tuple(out), tuple(untimed), self._late)
+        return Retimed(tuple(out), tuple(untimed), tuple(self._late))

@@ -74,3 +74,13 @@ def test_a_progress_bar_whose_redraws_now_and_then_share_a_read_keeps_the_wall_c
         clock.take(index, t, f"{index + 1}/20 [00:0{index}<00:22,  1.31it/s]", 1)
     assert not clock.buffered
     assert clock.retime([2.0, 0.0, 2.0, 2.0, 2.0]).step_times_s == (2.0, 0.0, 2.0, 2.0, 2.0)
+
+
+def test_late_lines_of_steps_the_stop_did_not_keep_are_not_counted():
+    tracker = ProgressTracker(RULES, start_t=0.0)
+    for i in range(1, 5):  # one burst; the stop kept the first two steps, the teardown read two more
+        tracker.feed(i, f"2026-08-01 12:00:0{i}.000 | INFO | train step {i} done", 9.0)
+    state = tracker.snapshot()
+    assert state.late_step_indices == (1, 2, 3)
+    kept = state.upto(2)
+    assert kept.late_steps == 1 and kept.late_step_indices == (1,) and len(kept.step_times_s) == 2
