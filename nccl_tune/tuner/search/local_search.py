@@ -364,18 +364,21 @@ class Planner:
             return True
 
     def admissible(self, move: Move) -> bool:
+        return self.admits(move.values)
+
+    def admits(self, values: Mapping[str, Any]) -> bool:
         """Untried, within the space's rules, not refused by the memory model, holding no flaky
         value or pair (the incumbent and the export pass such a config over; a value is flaky only
         once it has taken a whole failure's blame, so one hang by chance does not close it), and not
         the NCCL values of a check that failed in the NCCL sweep, nor holding at least the memory of a
         config that failed forced to its longest batch (``forced_bound``)."""
         return (
-            self._key(move.values) not in self.tried
-            and self.within_rules(move.values)
-            and self.memory.verdict(move.values) is None
-            and not self.failures.flaky(move.values)
-            and self.sweep.refused(move.values) is None
-            and self.forced.covering(move.values) is None
+            self._key(values) not in self.tried
+            and self.within_rules(values)
+            and self.memory.verdict(values) is None
+            and not self.failures.flaky(values)
+            and self.sweep.refused(values) is None
+            and self.forced.covering(values) is None
         )
 
     # -- choosing ------------------------------------------------------------------------------------
@@ -696,14 +699,17 @@ class LocalSearchSampler(BaseSampler):
         return {k: v for k, v in proposal.items() if k in search_space}
 
     def _tpe_that_fits(self, study: optuna.Study, trial: FrozenTrial, planner: Planner) -> dict[str, Any]:
-        """TPE's proposal for ``trial``: the first of up to ``TPE_DRAWS`` that the planner's memory
+        """TPE's proposal for ``trial``: the first of up to ``TPE_DRAWS`` that the planner would
+        launch itself (``Planner.admits``: untried, within the rules, not refused), that its memory
         model gives an even chance to fit and its failure model an even chance to finish, within the
-        study's failure budget (``Planner.affordable``), else the likeliest to do both of them,
-        those within the budget first, then those the failure model expects to finish (TPE knows
-        nothing of memory or of the values the command refused: on a landscape where most configs
-        run out of memory, or where a batch rule refuses a value, some of its proposals did)."""
+        study's failure budget (``Planner.affordable``); else the likeliest to do both of them, those
+        it would launch first, then those within the budget, then those the failure model expects
+        to finish (TPE knows nothing of memory, of the values the command refused or of the configs
+        already run: on a landscape where most configs run out of memory, or where a batch rule
+        refuses a value, some of its proposals did, and once every config it favours has been run or
+        refused it proposes them again, each a trial told and spent for nothing)."""
         tpe_space = self._tpe.infer_relative_search_space(study, trial)
-        likeliest: tuple[tuple[bool, bool, float], dict[str, Any]] | None = None
+        likeliest: tuple[tuple[bool, bool, bool, float], dict[str, Any]] | None = None
         every = distributions(self.space, self.pinned)
         rng = random.Random(f"{self._seed}:{trial.number}") if self._seed is not None else self._rng
         for _ in range(TPE_DRAWS):
@@ -714,10 +720,11 @@ class LocalSearchSampler(BaseSampler):
             fits = planner.memory.p_fits_model(values)
             ok, _, ratio = planner.failures.risk(values)
             affordable = planner.affordable(fits, ok, ratio)
-            if fits >= 0.5 and ok >= LIKELY and affordable:
+            admitted = planner.admits(values)
+            if admitted and fits >= 0.5 and ok >= LIKELY and affordable:
                 return params
-            if likeliest is None or (affordable, ok >= LIKELY, fits * ok) > likeliest[0]:
-                likeliest = ((affordable, ok >= LIKELY, fits * ok), params)
+            if likeliest is None or (admitted, affordable, ok >= LIKELY, fits * ok) > likeliest[0]:
+                likeliest = ((admitted, affordable, ok >= LIKELY, fits * ok), params)
         return likeliest[1] if likeliest is not None else {}
 
     def why(self, number: int, values: Mapping[str, Any]) -> str | None:

@@ -560,6 +560,33 @@ def test_where_no_move_is_worth_a_trial_tpe_draws_within_the_failure_budget(monk
     assert draws(*[tree] * local_search.TPE_DRAWS) == tree
 
 
+def test_where_no_move_is_worth_a_trial_tpe_draws_a_config_not_run_before_one_that_was(monkeypatch):
+    """TPE knows nothing of the configs already run: once those it favours were, it draws them again,
+    and each such draw is told as a duplicate, a trial spent for nothing. A draw the planner would
+    not launch itself (already run here) is passed over for the next one, and taken only when no
+    draw is new."""
+    from nccl_tune.tuner.records.sampling import from_optuna, to_optuna
+    from nccl_tune.tuner.search import local_search
+
+    sampler = LocalSearchSampler(SPACE, {}, seed=0)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    records = [rec(0, {}), rec(1, {"micro": 4, "NCCL_ALGO": "Ring"})]
+    for r in records:
+        told(study, r)
+    planner = Planner(SPACE, {}, records)
+    ran, new = {**BASE, "micro": 4, "NCCL_ALGO": "Ring"}, {**BASE, "micro": 4, "NCCL_ALGO": "Tree"}
+    assert not planner.admits(ran) and planner.admits(new)
+    monkeypatch.setattr(sampler._tpe, "infer_relative_search_space", lambda study, trial: {})
+
+    def draws(*configs):
+        seq = iter([to_optuna(SPACE, c, {}) for c in configs])
+        monkeypatch.setattr(sampler._tpe, "sample_relative", lambda study, trial, space: next(seq))
+        return from_optuna(SPACE, sampler._tpe_that_fits(study, study.trials[0], planner), {})
+
+    assert draws(ran, new, *[ran] * (local_search.TPE_DRAWS - 2)) == new
+    assert draws(*[ran] * local_search.TPE_DRAWS) == ran
+
+
 def test_in_tpes_start_up_the_fallback_draws_whole_configs_and_holds_them_to_the_same_checks(monkeypatch):
     """In its start-up trials TPE samples each parameter at random on its own, after the sampler's
     relative step: there the fallback draws whole configs at random itself, so that the memory and
