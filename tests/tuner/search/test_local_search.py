@@ -531,11 +531,24 @@ def test_where_no_move_is_worth_a_trial_tpe_proposes_configs_the_memory_model_ex
     assert sum(p < 0.5 for p in alone) >= 3, alone
 
 
+def fallback_of(monkeypatch, sampler: LocalSearchSampler, study: optuna.Study, planner: Planner):
+    """A function of TPE's draws, in order, that returns the config the fallback takes of them."""
+    from nccl_tune.tuner.records.sampling import from_optuna, to_optuna
+
+    monkeypatch.setattr(sampler._tpe, "infer_relative_search_space", lambda study, trial: {})
+
+    def draws(*configs):
+        seq = iter([to_optuna(SPACE, c, {}) for c in configs])
+        monkeypatch.setattr(sampler._tpe, "sample_relative", lambda study, trial, space: next(seq))
+        return from_optuna(SPACE, sampler._tpe_that_fits(study, study.trials[0], planner), {})
+
+    return draws
+
+
 def test_where_no_move_is_worth_a_trial_tpe_draws_within_the_failure_budget(monkeypatch):
     """TPE's draws are held to the study's failure budget as the planner's moves are: a draw the
     budget may not risk (here NCCL_ALGO=Tree, as if it had hung) is passed over for the next one,
     and is taken only when no draw is within the budget, as the likeliest to finish."""
-    from nccl_tune.tuner.records.sampling import from_optuna, to_optuna
     from nccl_tune.tuner.search import local_search
 
     sampler = LocalSearchSampler(SPACE, {}, seed=0)
@@ -549,12 +562,7 @@ def test_where_no_move_is_worth_a_trial_tpe_draws_within_the_failure_budget(monk
         planner.failures, "risk", lambda values: (*risk(values)[:2], 10.0 if values["NCCL_ALGO"] == "Tree" else 1.0)
     )
     monkeypatch.setattr(local_search.Planner, "affordable", lambda self, fits, ok, cost_ratio: cost_ratio < 2)
-    monkeypatch.setattr(sampler._tpe, "infer_relative_search_space", lambda study, trial: {})
-
-    def draws(*configs):
-        seq = iter([to_optuna(SPACE, c, {}) for c in configs])
-        monkeypatch.setattr(sampler._tpe, "sample_relative", lambda study, trial, space: next(seq))
-        return from_optuna(SPACE, sampler._tpe_that_fits(study, study.trials[0], planner), {})
+    draws = fallback_of(monkeypatch, sampler, study, planner)
 
     assert draws(tree, ring, *[tree] * (local_search.TPE_DRAWS - 2)) == ring
     assert draws(*[tree] * local_search.TPE_DRAWS) == tree
@@ -565,7 +573,6 @@ def test_where_no_move_is_worth_a_trial_tpe_draws_a_config_not_run_before_one_th
     and each such draw is told as a duplicate, a trial spent for nothing. A draw the planner would
     not launch itself (already run here) is passed over for the next one, and taken only when no
     draw is new."""
-    from nccl_tune.tuner.records.sampling import from_optuna, to_optuna
     from nccl_tune.tuner.search import local_search
 
     sampler = LocalSearchSampler(SPACE, {}, seed=0)
@@ -576,12 +583,7 @@ def test_where_no_move_is_worth_a_trial_tpe_draws_a_config_not_run_before_one_th
     planner = Planner(SPACE, {}, records)
     ran, new = {**BASE, "micro": 4, "NCCL_ALGO": "Ring"}, {**BASE, "micro": 4, "NCCL_ALGO": "Tree"}
     assert not planner.admits(ran) and planner.admits(new)
-    monkeypatch.setattr(sampler._tpe, "infer_relative_search_space", lambda study, trial: {})
-
-    def draws(*configs):
-        seq = iter([to_optuna(SPACE, c, {}) for c in configs])
-        monkeypatch.setattr(sampler._tpe, "sample_relative", lambda study, trial, space: next(seq))
-        return from_optuna(SPACE, sampler._tpe_that_fits(study, study.trials[0], planner), {})
+    draws = fallback_of(monkeypatch, sampler, study, planner)
 
     assert draws(ran, new, *[ran] * (local_search.TPE_DRAWS - 2)) == new
     assert draws(*[ran] * local_search.TPE_DRAWS) == ran
