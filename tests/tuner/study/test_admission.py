@@ -170,3 +170,33 @@ def test_a_space_too_large_to_list_is_complete_when_every_memory_value_left_fail
         )
         assert admission.converged is ends, pins
         assert ("every config of the space has been run or is ruled out" in console.file.getvalue()) is ends
+
+
+def test_a_proposal_holding_one_nccl_change_whose_sweep_check_failed_is_refused_and_counted_apart():
+    """The planner does not propose an NCCL value whose check failed in the sweep next to the
+    baseline's values, nor does TPE's fallback while another draw is left; a proposal that holds one
+    anyway (every fallback draw refused) is refused here, told as such, and the summary counts it
+    apart from the rules."""
+    from nccl_tune.reporting.terminal import _not_launched
+    from nccl_tune.tuner.records.nccl_sweep import A_SWEEP, BASELINE_KEY, SweepEntry
+    from nccl_tune.tuner.records.study_records import Outcome, records
+
+    space = load_space("skyrl-text2sql")
+    base = space.baseline({})
+    nccl, TREE = {n: base[n] for n in ("NCCL_ALGO", "NCCL_PROTO")}, "allreduce:Tree"
+    study = optuna.create_study(direction="maximize")
+    study.set_user_attr(
+        A_SWEEP,
+        {
+            BASELINE_KEY: SweepEntry("ok", (0.5, 0.5, 0.5), 30.0, values=nccl).to_json(),
+            "NCCL_ALGO=allreduce:Tree": SweepEntry("hang", (), 60.0, values={**nccl, "NCCL_ALGO": TREE}).to_json(),
+        },
+    )
+    console = Console(file=io.StringIO(), width=200)
+    admission = Admission(space, Display(console, space), predict_oom=True)
+    assert not admission.admit(study, study.ask(), {**base, "NCCL_ALGO": TREE}, "search", [], [])
+    assert admission.admit(study, study.ask(), {**base, "NCCL_ALGO": "Ring"}, "search", [], [])
+    (told,) = [r for r in records(study) if r.outcome is Outcome.REJECTED]
+    assert told.sweep_refused and f"NCCL_ALGO={TREE} failed its check in the NCCL sweep (hang)" in told.violations[0]
+    _not_launched(console, records(study))
+    assert "not launched: 1 with NCCL values that failed the NCCL sweep" in console.file.getvalue()

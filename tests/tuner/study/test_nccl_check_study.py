@@ -61,12 +61,10 @@ def test_a_setting_that_hangs_the_collectives_costs_its_check_and_one_that_break
     assert "NCCL sweep: NCCL_ALGO=NVLS: the check failed (hang)" in shown, "the sweep met the hang on the collectives"
     launched = {(r.values["NCCL_ALGO"], r.values["NCCL_PROTO"]): r for r in records if r.result}
     assert ("NVLS", "unset") not in launched, "the set whose check hung in the sweep is not launched"
-    refused = [r for r in records if r.values == {"NCCL_ALGO": "NVLS", "NCCL_PROTO": "unset"}]
-    assert refused and all(
-        "failed its check in the NCCL sweep (hang)" in r.violations[0] and r.sweep_refused for r in refused
-    )
-    assert f"{len(refused)} with NCCL values that failed the NCCL sweep" in shown, "the summary counts them apart"
-    assert "not launched: " in shown and "broke the space's rules" not in shown  # none did: not said
+    # nor proposed: TPE's fallback, the only proposer left once both moves were tried, draws a set the
+    # planner would launch (tests/tuner/study/test_admission.py: a proposal of it is refused, counted apart)
+    assert not [r for r in records if r.values == {"NCCL_ALGO": "NVLS", "NCCL_PROTO": "unset"}]
+    assert "not launched: " not in shown  # nothing was refused: not said
     alone = [r for (algo, _), r in launched.items() if algo == "NVLS"]
     assert alone, "another set holding NVLS was tried"
     for r in alone:
