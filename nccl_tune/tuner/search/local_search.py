@@ -363,9 +363,6 @@ class Planner:
         except ExprError:
             return True
 
-    def admissible(self, move: Move) -> bool:
-        return self.admits(move.values)
-
     def admits(self, values: Mapping[str, Any]) -> bool:
         """Untried, within the space's rules, not refused by the memory model, holding no flaky
         value or pair (the incumbent and the export pass such a config over; a value is flaky only
@@ -427,14 +424,14 @@ class Planner:
             singles = self.singles(values, number)
             if compounds:
                 live = [
-                    m for m in compounds if self.admissible(m) and self.memory.p_fits_model(m.values) >= HOPEFUL_FIT
+                    m for m in compounds if self.admits(m.values) and self.memory.p_fits_model(m.values) >= HOPEFUL_FIT
                 ]
                 enablers = {(m.changed[0], m.values[m.changed[0]]) for m in live} - measured
                 singles = self.without_slower_enablers(values, singles, enablers)
             pairs = self.pairs(values, singles) + self.interactions(values, number) if number == bases[0][0] else []
             for m in singles + compounds + self.jump(values, number) + self.without_partner(values, number) + pairs:
                 moves.setdefault(self._key(m.values), m)
-        return [m for m in moves.values() if self.admissible(m)]
+        return [m for m in moves.values() if self.admits(m.values)]
 
     def pairs(self, base: Mapping[str, Any], singles: Sequence[Move]) -> list[Move]:
         """Two of ``singles`` (one-parameter moves from ``base``) in one trial: a pair of moves. Under

@@ -129,6 +129,7 @@ class Admission:
         self.duplicates_in_a_row = 0
         self.refused_in_a_row = 0
         self.converged = False
+        self._rules_read = _read_by_rules(space)
         self._listed: tuple[tuple[tuple[str, Any], ...], dict[str, dict[str, Any]] | None] | None = None
 
     def _launchable(self) -> dict[str, dict[str, Any]] | None:
@@ -174,8 +175,7 @@ class Admission:
         if not forced.failed or math.prod(len(p.choices) for p in moving) > MAX_LISTED:
             return False
         rest = {n: v for n, v in self.space.baseline(pinned).items() if n not in {p.name for p in moving}}
-        read = _read_by_rules(self.space)
-        rules_read_the_rest = any(p.name in read for p in free if p not in moving)
+        rules_read_the_rest = any(p.name in self._rules_read for p in free if p not in moving)
         for combo in itertools.product(*(p.choices for p in moving)):
             values = {**rest, **{p.name: v for p, v in zip(moving, combo)}}
             if forced.covering(values) is None and (rules_read_the_rest or within_rules(self.space, values)):

@@ -145,7 +145,7 @@ def test_an_enabler_whose_every_compound_move_is_expected_not_to_fit_moves_alone
     moves = planner.moves([(1, v1)])
     compounds = planner.compounds(v1, 1)
     assert compounds and not [
-        m for m in compounds if planner.admissible(m) and planner.memory.p_fits(m.values) >= HOPEFUL_FIT
+        m for m in compounds if planner.admits(m.values) and planner.memory.p_fits(m.values) >= HOPEFUL_FIT
     ]
     assert any(m.kind == "move" and m.values == {**v1, "ckpt": True} for m in moves)
 
