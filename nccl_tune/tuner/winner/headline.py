@@ -90,6 +90,22 @@ def _against_fewer(
     )
 
 
+def _plain_note(
+    speed_only: Candidate,
+    base: Candidate | None,
+    winner_changes_training: bool,
+    flaky: Callable[[Mapping[str, Any]], bool] | None,
+) -> str:
+    """What the speed-only choice adds: that it is the winner, or, when the user's own config ran
+    faster, that it is not stable (the choice is the fastest that is)."""
+    if not winner_changes_training:
+        return "the winner"
+    unstable = base is not None and (not base.stable or bool(flaky and flaky(base.values)))
+    if unstable and base.throughput > speed_only.throughput:
+        return "your own config ran faster but is not stable; this is the fastest that is"
+    return ""
+
+
 def _same(a: Candidate | None, b: Candidate | None) -> bool:
     return a is not None and b is not None and run_key(a.values) == run_key(b.values)
 
@@ -120,7 +136,9 @@ def choices(
             SPEED_ONLY, speed_only, None, (), "your own run: no config beat it without changing the training"
         )
     else:
-        plain = Choice(SPEED_ONLY, speed_only, speedup(speed_only, base), (), "the winner" if not mine else "")
+        plain = Choice(
+            SPEED_ONLY, speed_only, speedup(speed_only, base), (), _plain_note(speed_only, base, mine, flaky)
+        )
     if mine:
         note = _against_fewer(space, records, winner, base_values, flaky)
     else:
