@@ -66,6 +66,12 @@ proposes what an uninterrupted one would):
    a smaller batch), the same ranking runs among the configs that keep every semantic parameter at
    the user's value, against the fastest of them (``Planner.speed_only_move``): the report shows
    that config next to the winner, and the study's last trials tune it rather than draw blind.
+   Where none of them ran stable (the user's own config ran out of memory), the leading configs
+   with the training set back join those moves (``Planner.training_set_back``), ranked as without
+   a stable config: what the study learnt of micro-batches, offload and NCCL is tried on the
+   training as the user runs it. Where no search trial has tried such a config by the run's last
+   ``LAST_TRIALS`` trials, one goes to it first, however well other moves promise
+   (``Planner.speed_only_unanswered``): otherwise the report's speed-only answer stays empty.
    When that promises nothing either, Optuna's TPE proposes (the first of its proposals the memory model
    gives an even chance to fit and the failure model an even chance to finish: ``TPE_DRAWS``; a
    value the command refused is not drawn again where it was refused), and the trial says why the
@@ -124,7 +130,7 @@ from nccl_tune.tuner.records.nccl_sweep import load as load_sweep
 from nccl_tune.tuner.records.sampling import distributions, from_optuna, to_optuna
 from nccl_tune.tuner.records.semantics import study_reference
 from nccl_tune.tuner.records.stability import candidates, run_key
-from nccl_tune.tuner.records.study_records import FINISHED, Outcome, TrialRecord
+from nccl_tune.tuner.records.study_records import FINISHED, Outcome, TrialKind, TrialRecord
 from nccl_tune.tuner.search.failure_budget import FailureBudget
 from nccl_tune.tuner.search.failure_model import FailureModel
 from nccl_tune.tuner.search.forced_bound import ForcedFailures
@@ -159,6 +165,13 @@ a micro-batch of 16 ran out of memory at ZeRO-2, is not held back for good; it m
 SPEED_ONLY_WHY = "no move from the leading config is worth a trial, so this one keeps the training as you run it"
 """What a move ``Planner.speed_only_move`` proposed adds to its why-line: its modelled gain is over
 the fastest config that changes no semantic parameter."""
+LAST_TRIALS = 2
+"""Search trials at the end of a run in which, while no config that keeps the training as the user
+runs it is stable and none was tried, one trial goes to it (``Planner.speed_only_unanswered``)."""
+LAST_TRIALS_WHY = (
+    "no config that keeps the training as you run it ran stable and the run is nearly over, so this one keeps it"
+)
+"""What a move proposed for the speed-only answer in the run's last trials adds to its why-line."""
 TIE = 0.01
 """Modelled log-throughput difference within which configs count as tied at least, however well the
 study measured them (``Planner.ranked``: the one with fewer changes from the baseline leads)."""
@@ -176,7 +189,8 @@ class Move:
     (the model's best config, several parameters), ``pair of moves`` (two one-parameter moves from
     the leading config), ``move without a partner`` (a value that failed cheaply next to a
     partner, with the partner set back) or ``pair that may interact`` (NCCL's protocol with a
-    bucket size)."""
+    bucket size) or ``the training set back`` (a leading config with every semantic parameter at the
+    user's value: ``Planner.training_set_back``)."""
 
 
 @dataclass(frozen=True)
@@ -211,9 +225,12 @@ class Planner:
         records: Sequence[TrialRecord],
         sweep: Sweep | None = None,
         horizon_trials: int | None = None,
+        trials_left: int | None = None,
     ) -> None:
         """``sweep``: what the NCCL sweep timed (``nccl_sweep.load``), if it ran; ``horizon_trials``:
-        the launched trials the study is planned to end with (the failure budget's horizon)."""
+        the launched trials the study is planned to end with (the failure budget's horizon);
+        ``trials_left``: the search trials the run plans after this one (None: no plan)."""
+        self.trials_left = trials_left
         self.space = space
         self.sweep = sweep or Sweep()
         self.pinned = dict(pinned)
@@ -518,34 +535,79 @@ class Planner:
         and the study changed the training to get its lead, the best move that keeps the training as
         the user runs it, scored against the fastest such config (``speed_only_move``)."""
         ranked = self.ranked()
+        if self.speed_only_unanswered(ranked):
+            found = self.speed_only_move(rng, ranked, LAST_TRIALS_WHY)
+            if found is not None:
+                return found
         found = self._best_move(rng, ranked)
         return found if found is not None else self.speed_only_move(rng, ranked)
 
+    def user_training(self) -> dict[str, Any]:
+        """The free semantic parameters at the user's values (``study_reference``)."""
+        ref = study_reference(self.space, self.records)
+        return {p.name: ref[p.name] for p in self.free if p.semantic and p.name in ref}
+
+    def speed_only_unanswered(self, ranked: Sequence[tuple[float, int, Mapping[str, Any], bool]]) -> bool:
+        """True in the run's last ``LAST_TRIALS`` search trials while the leading config changes the
+        training, no config that keeps it is stable, and no search trial has tried one: the report's
+        speed-only answer would be empty, so one trial goes to it before the run ends."""
+        user = self.user_training()
+        if self.trials_left is None or self.trials_left >= LAST_TRIALS or not user or not ranked:
+            return False
+
+        def keeps(values: Mapping[str, Any]) -> bool:
+            return all(values.get(n) == v for n, v in user.items())
+
+        searched = (r for r in self.records if r.outcome is Outcome.LAUNCHED and r.kind is TrialKind.SEARCH)
+        return (
+            not keeps(ranked[0][2])
+            and not any(row[3] and keeps(row[2]) for row in ranked)
+            and not any(r.values and keeps(r.values) for r in searched)
+        )
+
     def speed_only_move(
-        self, rng: random.Random, ranked: Sequence[tuple[float, int, Mapping[str, Any], bool]]
+        self,
+        rng: random.Random,
+        ranked: Sequence[tuple[float, int, Mapping[str, Any], bool]],
+        why: str = SPEED_ONLY_WHY,
     ) -> Proposal | None:
         """The best move among configs that keep every free semantic parameter at the user's value,
         its expected gain over the fastest stable such config: the report shows that config next to
         the fastest that changes the training, and a study whose moves there promise nothing more
-        spends its trials on it rather than on a blind draw. None (``declined`` kept) when the space
-        has no free semantic parameter or the leading config already keeps them."""
-        ref = study_reference(self.space, self.records)
-        names = [p.name for p in self.free if p.semantic and p.name in ref]
-        if not names or not ranked:
+        spends its trials on it rather than on a blind draw (``why`` says which, in its why-line).
+        None (``declined`` kept) when the space has no free semantic parameter or the leading config
+        already keeps them."""
+        user = self.user_training()
+        if not user or not ranked:
             return None
 
         def keeps(values: Mapping[str, Any]) -> bool:
-            return all(values.get(n) == ref[n] for n in names)
+            return all(values.get(n) == v for n, v in user.items())
 
         if keeps(ranked[0][2]):
             return None
         declined = self.declined
         incumbent = max((row[0] for row in ranked if row[3]), default=None)
-        found = self._best_move(rng, [row for row in ranked if keeps(row[2])], keeps, incumbent)
+        back = self.training_set_back(ranked, user)
+        found = self._best_move(rng, [row for row in ranked if keeps(row[2])], keeps, incumbent, back)
         self.declined = declined
         if found is None:
             return None
-        return dataclasses.replace(found, reason=f"{found.reason}; {SPEED_ONLY_WHY}")
+        return dataclasses.replace(found, reason=f"{found.reason}; {why}")
+
+    def training_set_back(
+        self, ranked: Sequence[tuple[float, int, Mapping[str, Any], bool]], user: Mapping[str, Any]
+    ) -> list[Move]:
+        """The leading stable configs with every semantic parameter set back to ``user`` (the
+        user's values): where no config keeping the training ran stable, what the study learnt of
+        the other parameters (micro-batches, offload, NCCL) is tried with the training as the user
+        runs it, rather than leaving the speed-only answer empty."""
+        out = []
+        for _, number, values, stable in ranked[:BASES]:
+            changed = tuple(n for n, v in user.items() if values.get(n) != v)
+            if stable and changed:
+                out.append(Move(self.full({**values, **user}), changed, number, kind="the training set back"))
+        return out
 
     def _best_move(
         self,
@@ -553,16 +615,22 @@ class Planner:
         ranked: Sequence[tuple[float, int, Mapping[str, Any], bool]],
         keeps: Callable[[Mapping[str, Any]], bool] | None = None,
         incumbent: float | None = None,
+        extra: Sequence[Move] = (),
     ) -> Proposal | None:
         """The best-scored move from the first of ``ranked`` (those ``keeps`` accepts, when given),
-        its gain over the best stable config among them; the gain it records is over ``incumbent``
-        (the study's, when the ranking was narrowed; else that best), what the study checks its odds by."""
+        or of ``extra``, its gain over the best stable config among them; the gain it records is
+        over ``incumbent`` (the study's, when the ranking was narrowed; else that best), what the
+        study checks its odds by. A narrowed ranking with no stable config moves from its finished
+        configs, ranked by the odds a move fits and finishes times its expected throughput."""
         stable = [row for row in ranked if row[3]]
-        if keeps is not None and not stable:
+        if keeps is not None and not stable and not ranked and not extra:
             return None
         if stable:
             bases = [(number, values) for _, number, values, _ in ranked[:BASES]]
             best = max(row[0] for row in stable)
+        elif keeps is not None:
+            bases = [(number, values) for _, number, values, _ in ranked[:BASES]]
+            best = None
         else:
             launched = [r for r in self.records if r.outcome is Outcome.LAUNCHED and r.values]
             if not launched:
@@ -571,6 +639,9 @@ class Planner:
             bases = [(r.number, r.values) for r in launched[-BASES:]]
             best = None
         pool = [m for m in self.moves(bases) if keeps is None or keeps(m.values)]
+        keyed = {self._key(m.values): m for m in reversed(extra) if self.admits(m.values)}
+        keyed.update((self._key(m.values), m) for m in pool)
+        pool = list(keyed.values())
         if not pool:
             self.declined = "every move from the best configs is tried or refused"
             return None
@@ -666,6 +737,8 @@ class LocalSearchSampler(BaseSampler):
         self._last_number: int | None = None
         self._fallback: str | None = None
         """Why TPE proposed the last trial, when it did (None for an enqueued one)."""
+        self._first_number: int | None = None
+        """The number of this run's first trial (``before_trial``)."""
 
     @property
     def pinned(self) -> dict[str, Any]:
@@ -684,7 +757,8 @@ class LocalSearchSampler(BaseSampler):
         records = R.records_of(t for t in trials if t.state is not TrialState.RUNNING)
         if self._horizon is None and self.planned_trials is not None:
             self._horizon = self.planned_trials + sum(r.outcome is Outcome.LAUNCHED for r in records)
-        planner = Planner(self.space, self.pinned, records, load_sweep(study, self.space), self._horizon)
+        sweep = load_sweep(study, self.space)
+        planner = Planner(self.space, self.pinned, records, sweep, self._horizon, self._trials_left(records))
         self.last = planner.propose(self._rng)
         self._last_number = trial.number
         self._fallback = None
@@ -750,7 +824,21 @@ class LocalSearchSampler(BaseSampler):
     ) -> Any:
         return self._tpe.sample_independent(study, trial, param_name, param_distribution)
 
+    def _trials_left(self, records: Sequence[TrialRecord]) -> int | None:
+        """Search trials this run plans after the one being proposed (None: no plan): the planned
+        trials less those launched since this run's first trial (its baseline counts; re-runs and
+        forced runs do not, as the run's count of trials does not)."""
+        if self.planned_trials is None or self._first_number is None:
+            return None
+        counted = (TrialKind.BASELINE, TrialKind.SEARCH, TrialKind.WARM_START)
+        run = sum(
+            r.outcome is Outcome.LAUNCHED and r.kind in counted and r.number >= self._first_number for r in records
+        )
+        return self.planned_trials - run - 1
+
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
+        if self._first_number is None:
+            self._first_number = trial.number
         self._tpe.before_trial(study, trial)
 
     def after_trial(

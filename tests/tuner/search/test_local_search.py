@@ -19,7 +19,13 @@ from nccl_tune.search_spaces.loader import parse_space
 from nccl_tune.trial import GpuMemory, MemoryReport, StopReason, TrialResult
 from nccl_tune.tuner.records import study_records as R
 from nccl_tune.tuner.records.study_records import Outcome, TrialKind, TrialRecord
-from nccl_tune.tuner.search.local_search import HOPEFUL_FIT, LocalSearchSampler, Planner
+from nccl_tune.tuner.search.local_search import (
+    HOPEFUL_FIT,
+    LAST_TRIALS,
+    LAST_TRIALS_WHY,
+    LocalSearchSampler,
+    Planner,
+)
 from nccl_tune.tuner.settings import RunSettings
 from nccl_tune.tuner.study.loop import run_study
 from twin.analytic import AnalyticNode, Truth, analytic_cost
@@ -958,6 +964,49 @@ def test_where_no_move_from_a_lead_that_changes_the_training_is_worth_a_trial_on
     assert proposal.gain_log is not None and proposal.gain_log < 0  # recorded over the study's incumbent
     # pinned to the user's sequence length, there is no semantic lead and nothing changes
     assert Planner(LM, {"seq": 2048}, records[:2]).speed_only_move(random.Random(0), ranked) is None
+
+
+def test_where_the_users_own_config_ran_out_of_memory_the_lead_is_tried_with_the_training_set_back():
+    """No config at the user's sequence length ran stable (the user's micro-batch of 32 ran out of
+    memory there): the speed-only move takes a leading config's micro-batch back to the user's
+    sequence length, rather than leaving the report's speed-only answer empty."""
+    records = [replace(lm_rec(0, 32, 2048), status=FailureClass.OOM)]
+    records += [lm_rec(1 + i, micro, 1024) for i, micro in enumerate((32, 16, 8, 4))]
+    planner = Planner(LM, {}, records)
+    ranked = planner.ranked()
+    assert ranked[0][2]["seq"] == 1024 and not any(row[2]["seq"] == 2048 for row in ranked)
+    proposal = planner.speed_only_move(random.Random(0), ranked)
+    assert proposal is not None and proposal.values["seq"] == 2048 and proposal.values["micro"] in (4, 8, 16)
+    assert proposal.reason.startswith("the training set back from trial ") and "seq=2048" in proposal.reason
+    assert "keeps the training as you run it" in proposal.reason
+    assert proposal.gain_log is not None and proposal.gain_log < 0  # recorded over the study's incumbent
+    # with nothing stable to carry back, there is no such move
+    assert Planner(LM, {}, records[:1]).speed_only_move(random.Random(0), []) is None
+
+
+def test_in_the_runs_last_trials_one_goes_to_the_training_as_the_user_runs_it():
+    """Moves from a lead that halved the sequence still promise gains, but the run has one trial
+    left and nothing at the user's sequence length ran stable: that trial keeps the training, once;
+    earlier in the run, or once a search trial tried the user's sequence length, the lead moves on."""
+    oom = replace(lm_rec(0, 32, 2048), status=FailureClass.OOM, kind=TrialKind.BASELINE)
+    records = [oom, lm_rec(1, 2, 1024), lm_rec(2, 4, 1024)]
+    early = Planner(LM, {}, records, trials_left=LAST_TRIALS).propose(random.Random(0))
+    assert early.values["seq"] == 1024 and LAST_TRIALS_WHY not in early.reason
+    last = Planner(LM, {}, records, trials_left=LAST_TRIALS - 1).propose(random.Random(0))
+    assert last.values["seq"] == 2048 and last.reason.endswith(LAST_TRIALS_WHY)
+    tried = [*records, replace(lm_rec(3, 16, 2048), status=FailureClass.OOM)]
+    again = Planner(LM, {}, tried, trials_left=0).propose(random.Random(0))
+    assert again.values["seq"] == 1024 and LAST_TRIALS_WHY not in again.reason
+
+
+def test_the_samplers_trials_left_count_this_runs_baseline_and_search_trials_only():
+    sampler = LocalSearchSampler(LM, seed=0, planned_trials=5)
+    assert sampler._trials_left([]) is None  # before the run's first trial
+    optuna.create_study(sampler=sampler).ask()  # the run's first trial: number 0
+    runs = [replace(lm_rec(0, 2, 2048), kind=TrialKind.BASELINE), lm_rec(1, 4, 2048)]
+    runs += [replace(lm_rec(2, 4, 2048), kind=TrialKind.RERUN), replace(lm_rec(3, 4, 2048), kind=TrialKind.FORCED)]
+    runs += [replace(lm_rec(4, 8, 2048), outcome=Outcome.PREDICTED)]
+    assert sampler._trials_left(runs) == 5 - 2 - 1
 
 
 def test_no_move_that_keeps_the_training_is_proposed_while_the_lead_keeps_it():
