@@ -24,6 +24,13 @@ resident state, weights and optimizer, never the size of one allocation; where t
 allocation, scaled down to the micro-batch ``v`` (``tried x v / v0``, not scaled up above ``v0``),
 is still larger than the GPU, such parameters are set aside from "the phase's other parameters".
 Offloading the policy does not save its forward micro-batch 8.
+
+Where the failed allocation alone fits, offload may make room for it, but only as much room as it
+frees: what it saved in that phase is measured by the normal runs of both configs (the phase's
+highest peak, ``MemoryReport.phase_peak_frac``). A config that holds at least the failed run's
+memory on the phase's other parameters, and whose offload saved less in that phase than the OOM
+lacked, fails forced too: the policy's offload that freed 14 GiB in ``policy_train`` does not save
+a longest batch that needed 134 GiB of an 80 GiB GPU. Without a normal run of both, nothing is said.
 """
 
 from __future__ import annotations
@@ -32,11 +39,15 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from nccl_tune.failure import FailureClass
-from nccl_tune.oom_demand import oom_demand
+from nccl_tune.oom_demand import OomDemand, oom_demand
 from nccl_tune.search_spaces.space import MemoryEffect, Parameter, SearchSpace
 from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.tuner.records.study_records import TrialRecord
 from nccl_tune.tuner.search.memory_model import holds_at_least
+
+SAVED_SLACK = 1.25
+"""What offload saved in a phase, as normal runs measured it, is taken as up to this much more
+before a config is ruled out by it (sampled peaks may miss part of one)."""
 
 
 def failed_forced(r: TrialRecord) -> bool:
@@ -86,16 +97,29 @@ class ForcedFailures:
     """The study's forced runs that failed, and the configs they cover."""
 
     def __init__(self, space: SearchSpace, records: Iterable[TrialRecord]) -> None:
+        records = list(records)
         self.space = space
         self.failed = [r for r in records if failed_forced(r)]
+        self.demands = {r.number: self._demand(r) for r in self.failed}
+        """Per failed forced run, what its OOM message says it needed (None: no such message)."""
+        self.normal = [
+            r
+            for r in records
+            if r.ok and not r.forced and r.result is not None and r.result.memory is not None and r.values
+        ]
+        """Normal runs that finished, whose per-phase peaks measure what a parameter saves."""
         self.ceilings = {r.number: self._ceilings(r) for r in self.failed}
         """Per failed forced run, (parameter, the most memory it may hold and fit, the values whose
         share of the failed allocation alone is larger than the GPU) on each parameter that moves
         the phase its OOM named (the module docstring)."""
 
+    @staticmethod
+    def _demand(r: TrialRecord) -> OomDemand | None:
+        return oom_demand(e.text for e in r.result.verdict.evidence) if _phase(r) else None
+
     def _ceilings(self, r: TrialRecord) -> list[tuple[Parameter, Any, frozenset]]:
         phase = _phase(r)
-        demand = oom_demand(e.text for e in r.result.verdict.evidence) if phase else None
+        demand = self.demands[r.number]
         if demand is None or demand.needed_gib <= demand.capacity_gib:
             return []
         out = []
@@ -128,14 +152,47 @@ class ForcedFailures:
                 return p
         return None
 
+    def _phase_peak_gib(self, values: Mapping[str, Any], phase: str, capacity_gib: float) -> float | None:
+        """The highest peak in ``phase`` of the normal runs (finished, not forced) of configs holding
+        the same memory as ``values`` on every parameter that moves it; None when none measured it."""
+        peaks = [
+            r.result.memory.phase_peak_frac[phase] * capacity_gib
+            for r in self.normal
+            if phase in r.result.memory.phase_peak_frac
+            and at_least_the_memory(self.space, values, r.values)
+            and at_least_the_memory(self.space, r.values, values)
+        ]
+        return max(peaks, default=None)
+
+    def saved_too_little(self, values: Mapping[str, Any], r: TrialRecord) -> float | None:
+        """What offload saved ``values`` in the phase ``r``'s OOM named, when ``values`` hold at least
+        ``r``'s memory on the phase's other parameters and that saving leaves the OOM's need above
+        the GPU (the module docstring); None otherwise."""
+        phase = _phase(r)
+        demand = self.demands.get(r.number)
+        if phase is None or demand is None or demand.needed_gib <= demand.capacity_gib:
+            return None
+        others = [q for q in self.space.parameters if not moves_to_host(q) and (not q.phases or phase in q.phases)]
+        if not all(holds_at_least(q, values, r.values) for q in others):
+            return None
+        mine = self._phase_peak_gib(values, phase, demand.capacity_gib)
+        theirs = self._phase_peak_gib(r.values, phase, demand.capacity_gib)
+        if mine is None or theirs is None:
+            return None
+        saved = max(0.0, theirs - mine)
+        return saved if demand.needed_gib - saved * SAVED_SLACK > demand.capacity_gib else None
+
     def covering(self, values: Mapping[str, Any]) -> TrialRecord | None:
         """The first failed forced run whose config ``values`` hold at least the memory of, or more
-        than its OOM leaves room for (the module docstring)."""
+        than its OOM leaves room for, or whose OOM their offload saves too little for (the module
+        docstring)."""
         return next(
             (
                 r
                 for r in self.failed
-                if at_least_the_memory(self.space, values, r.values, _phase(r)) or self._above_ceiling(values, r)
+                if at_least_the_memory(self.space, values, r.values, _phase(r))
+                or self._above_ceiling(values, r)
+                or self.saved_too_little(values, r) is not None
             ),
             None,
         )
@@ -149,6 +206,14 @@ class ForcedFailures:
         where = f" in {phase}" if phase else ""
         of = f"trial {r.rerun_of}'s config" if r.rerun_of is not None else "a config"
         if not at_least_the_memory(self.space, values, r.values, phase):
+            saved = self.saved_too_little(values, r)
+            if saved is not None and self._above_ceiling(values, r) is None:
+                lacked = self.demands[r.number].needed_gib - self.demands[r.number].capacity_gib
+                return (
+                    f"it holds at least the memory{where} of {of} but for offload, which saved {saved:.1f} GiB "
+                    f"there in normal runs: less than the {lacked:.1f} GiB it lacked forced to its longest batch "
+                    f"(trial {r.number})"
+                )
             p = self._above_ceiling(values, r)
             if p is not None:
                 alone = next((t for q, _, t in self.ceilings[r.number] if q is p), frozenset())

@@ -12,7 +12,7 @@ from optuna.trial import TrialState
 from nccl_tune.failure import Evidence, FailureClass, Verdict
 from nccl_tune.search_spaces.loader import load_space
 from nccl_tune.search_spaces.space import MemoryEffect
-from nccl_tune.trial import MemoryReport, StopReason, TrialResult
+from nccl_tune.trial import GpuMemory, MemoryReport, StopReason, TrialResult
 from nccl_tune.tuner.records.study_records import Outcome, TrialKind, TrialRecord
 from nccl_tune.tuner.search.forced_bound import ForcedFailures, at_least_the_memory
 
@@ -136,3 +136,49 @@ def test_no_offload_makes_room_for_an_allocation_larger_than_the_gpu():
     )
     record = forced_oom(7, 3, FORWARD_8, "fwd_logprobs_values_reward", _oom_line(116.0, 77.3))
     assert ForcedFailures(space, [record]).covering(offloaded) is None
+
+
+def normal_run(number: int, values: dict, phase_peaks: dict[str, float]) -> TrialRecord:
+    """A finished run of ``values`` whose phases peaked at ``phase_peaks`` (shares of a 79.15 GiB GPU)."""
+    memory = MemoryReport(
+        "nvml", (GpuMemory(0, 79.15, 79.15 * max(phase_peaks.values())),), phase_peak_frac=phase_peaks
+    )
+    result = TrialResult(
+        number=number,
+        status=FailureClass.OK,
+        verdict=Verdict(FailureClass.OK),
+        stop_reason=StopReason.MEASURED,
+        step_times_s=(12.0, 10.0, 10.0),
+        warmup_steps=1,
+        samples_per_step=256.0,
+        memory=memory,
+    )
+    return TrialRecord(number, TrialState.COMPLETE, values, TrialKind.SEARCH, Outcome.LAUNCHED, FailureClass.OK, result)
+
+
+def test_offload_that_saved_less_than_the_oom_lacked_does_not_save_the_longest_batch():
+    # The twin's demo: micro-batch 4 of policy training forced needed 134 GiB (56.5 asked, 77.3 in use). The
+    # policy's offload took its policy_train peak from 75% to 57% of the GPU in normal runs: 14 GiB, far
+    # from the 55 GiB lacking. Forcing the offloaded config would run out of memory the same way.
+    offloaded = {**FAILED, OFFLOAD: True}
+    runs = [
+        normal_run(3, FAILED, {"generate": 0.40, "policy_train": 0.75}),
+        normal_run(5, offloaded, {"generate": 0.40, "policy_train": 0.57}),
+        forced_oom(7, 3, FAILED, "policy_train", _oom_line(56.5, 77.3)),
+    ]
+    failed = ForcedFailures(SPACE, runs)
+    assert failed.covering(offloaded) is runs[2]
+    assert failed.why(offloaded) == (
+        "it holds at least the memory in policy_train of trial 3's config but for offload, which saved 14.2 GiB "
+        "there in normal runs: less than the 54.7 GiB it lacked forced to its longest batch (trial 7)"
+    )
+    # a smaller micro-batch is not said to fail: its own peak is not measured against the OOM
+    assert failed.covering({**offloaded, "trainer.micro_train_batch_size_per_gpu": 2}) is None
+    # an OOM that lacked less than offload saved (8 GiB asked) says nothing of the offloaded config
+    near = [*runs[:2], forced_oom(7, 3, FAILED, "policy_train", _oom_line(8.0, 77.3))]
+    assert ForcedFailures(SPACE, near).covering(offloaded) is None
+    # nor does one whose offloaded config never ran: nothing measured what offload saves
+    assert ForcedFailures(SPACE, [runs[0], runs[2]]).covering(offloaded) is None
+    # offload that saved nothing in the phase the OOM named, only in another, saves nothing there
+    elsewhere = [runs[0], normal_run(5, offloaded, {"generate": 0.20, "policy_train": 0.75}), runs[2]]
+    assert ForcedFailures(SPACE, elsewhere).covering(offloaded) is runs[2]
