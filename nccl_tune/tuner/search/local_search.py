@@ -713,6 +713,10 @@ def tpe_sampler(seed: int | None) -> TPESampler:
     return TPESampler(seed=seed, n_startup_trials=8, multivariate=True)
 
 
+COUNTED = frozenset(k.value for k in (TrialKind.BASELINE, TrialKind.SEARCH, TrialKind.WARM_START))
+"""Kinds of trial a run's ``--trials`` counts."""
+
+
 class LocalSearchSampler(BaseSampler):
     """Optuna's face of ``Planner`` (the module docstring); TPE when no local move is worth a trial."""
 
@@ -757,8 +761,9 @@ class LocalSearchSampler(BaseSampler):
         records = R.records_of(t for t in trials if t.state is not TrialState.RUNNING)
         if self._horizon is None and self.planned_trials is not None:
             self._horizon = self.planned_trials + sum(r.outcome is Outcome.LAUNCHED for r in records)
-        sweep = load_sweep(study, self.space)
-        planner = Planner(self.space, self.pinned, records, sweep, self._horizon, self._trials_left(records))
+        running = [t for t in trials if t.state is TrialState.RUNNING and t.number >= (self._first_number or 0)]
+        left = self._trials_left(records, sum(t.user_attrs.get(R.A_KIND, "search") in COUNTED for t in running))
+        planner = Planner(self.space, self.pinned, records, load_sweep(study, self.space), self._horizon, left)
         self.last = planner.propose(self._rng)
         self._last_number = trial.number
         self._fallback = None
@@ -824,17 +829,17 @@ class LocalSearchSampler(BaseSampler):
     ) -> Any:
         return self._tpe.sample_independent(study, trial, param_name, param_distribution)
 
-    def _trials_left(self, records: Sequence[TrialRecord]) -> int | None:
+    def _trials_left(self, records: Sequence[TrialRecord], running: int = 0) -> int | None:
         """Search trials this run plans after the one being proposed (None: no plan): the planned
-        trials less those launched since this run's first trial (its baseline counts; re-runs and
-        forced runs do not, as the run's count of trials does not)."""
+        trials less those launched since this run's first trial and the ``running`` others (its
+        baseline counts; re-runs and forced runs do not, as the run's count of trials does not)."""
         if self.planned_trials is None or self._first_number is None:
             return None
-        counted = (TrialKind.BASELINE, TrialKind.SEARCH, TrialKind.WARM_START)
         run = sum(
-            r.outcome is Outcome.LAUNCHED and r.kind in counted and r.number >= self._first_number for r in records
+            r.outcome is Outcome.LAUNCHED and r.kind.value in COUNTED and r.number >= self._first_number
+            for r in records
         )
-        return self.planned_trials - run - 1
+        return self.planned_trials - run - running - 1
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         if self._first_number is None:

@@ -1007,6 +1007,7 @@ def test_the_samplers_trials_left_count_this_runs_baseline_and_search_trials_onl
     runs += [replace(lm_rec(2, 4, 2048), kind=TrialKind.RERUN), replace(lm_rec(3, 4, 2048), kind=TrialKind.FORCED)]
     runs += [replace(lm_rec(4, 8, 2048), outcome=Outcome.PREDICTED)]
     assert sampler._trials_left(runs) == 5 - 2 - 1
+    assert sampler._trials_left(runs, running=1) == 5 - 2 - 1 - 1  # another slot's trial runs
 
 
 def test_no_move_that_keeps_the_training_is_proposed_while_the_lead_keeps_it():
