@@ -110,7 +110,7 @@ import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 from statistics import NormalDist
 from typing import Any
 
@@ -206,6 +206,11 @@ class Proposal:
     """The modelled change of log throughput over the incumbent."""
     fits_model: float | None = None
     """``fits`` before the study shifted them: what the study checks its odds by."""
+
+
+def keeps_training(user: Mapping[str, Any], values: Mapping[str, Any]) -> bool:
+    """``values`` hold every semantic parameter of ``user`` (``Planner.user_training``) at its value."""
+    return all(values.get(n) == v for n, v in user.items())
 
 
 def expected_improvement(mean: np.ndarray, sd: np.ndarray, best: float) -> np.ndarray:
@@ -554,10 +559,7 @@ class Planner:
         user = self.user_training()
         if self.trials_left is None or self.trials_left >= LAST_TRIALS or not user or not ranked:
             return False
-
-        def keeps(values: Mapping[str, Any]) -> bool:
-            return all(values.get(n) == v for n, v in user.items())
-
+        keeps = partial(keeps_training, user)
         searched = (r for r in self.records if r.outcome is Outcome.LAUNCHED and r.kind is TrialKind.SEARCH)
         return (
             not keeps(ranked[0][2])
@@ -580,10 +582,7 @@ class Planner:
         user = self.user_training()
         if not user or not ranked:
             return None
-
-        def keeps(values: Mapping[str, Any]) -> bool:
-            return all(values.get(n) == v for n, v in user.items())
-
+        keeps = partial(keeps_training, user)
         if keeps(ranked[0][2]):
             return None
         declined = self.declined
