@@ -268,6 +268,11 @@ def export_cmd(
     fmt: str = typer.Option(
         "yaml", "--format", help="yaml (overrides + env + provenance), args (key=value) or env (export lines)."
     ),
+    speed_only: bool = typer.Option(
+        False,
+        "--speed-only",
+        help="The fastest stable config that keeps the training as you run it (the report's speed-only line).",
+    ),
 ) -> None:
     """Write the best stable trial of a study as tuned YAML, key=value arguments or env lines."""
     from nccl_tune.tuner.settings import default_storage_url
@@ -276,7 +281,7 @@ def export_cmd(
     try:
         url = storage or default_storage_url(results)
         with _storage_errors(url):
-            _deliver(export_study(url, study, fmt), output)
+            _deliver(export_study(url, study, fmt, speed_only), output)
     except NcclTuneError as exc:
         _fail(exc)
 

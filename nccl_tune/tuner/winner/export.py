@@ -54,9 +54,16 @@ def _plain(value: Any) -> Any:
     return value if isinstance(value, (bool, int, float)) else str(value)
 
 
-def tuned_document(stored: StoredStudy, winner: Candidate) -> dict[str, Any]:
-    """The tuned YAML of ``winner`` (a candidate of ``stored``) as a mapping. Parameters dropped
-    during the study (their value never reached the program) are left out, listed under ``dropped``."""
+WINNER = "winner"
+"""``study.choice`` of a tuned YAML: the study's winner."""
+SPEED_ONLY_CHOICE = "speed_only"
+"""``study.choice`` of a tuned YAML: the fastest stable config that keeps the training as the user runs it."""
+
+
+def tuned_document(stored: StoredStudy, winner: Candidate, choice: str = WINNER) -> dict[str, Any]:
+    """The tuned YAML of ``winner`` (a candidate of ``stored``) as a mapping; ``choice`` says which
+    of the study's picks it is (``WINNER`` or ``SPEED_ONLY_CHOICE``). Parameters dropped during the study
+    (their value never reached the program) are left out, listed under ``dropped``."""
     space, base = stored.space, stored.baseline
     values = {k: v for k, v in winner.values.items() if k not in stored.dropped}
     args, env_overlay = render_values(space, values)
@@ -84,7 +91,10 @@ def tuned_document(stored: StoredStudy, winner: Candidate) -> dict[str, Any]:
         "worst_case": worst_case_summary(stored, winner),
     }
     metrics.update(_speedup_metrics(winner, base))
-    pair = choices(space, stored.records, winner, stored.speed_only, stored.with_training, base, stored.flaky)
+    lead = (
+        stored.winner if stored.winner is not None else winner
+    )  # the side by side is the study's, whichever is written
+    pair = choices(space, stored.records, lead, stored.speed_only, stored.with_training, base, stored.flaky)
     if pair is not None:
         metrics["speed_only"], metrics["with_training_changes"] = (_choice_json(c) for c in pair)
     return {
@@ -99,6 +109,7 @@ def tuned_document(stored: StoredStudy, winner: Candidate) -> dict[str, Any]:
         "metrics": metrics,
         "study": {
             "name": stored.name,
+            "choice": choice,
             "storage": stored.storage_url,
             "space": space.name,
             "command": shlex.join(stored.command),
@@ -222,10 +233,11 @@ def _yaml_head(doc: dict[str, Any]) -> str:
     if fails:
         unconfirmed += f", {FAILS.upper()}: see metrics.worst_case.fails and to_survive"
     what = "fastest config that passed its own trials" if fails else "fastest stable config"
+    keeps = ", keeping the training as you run it" if doc["study"].get("choice") == SPEED_ONLY_CHOICE else ""
     runs = len(m["runs_per_s"])
     mean = f", mean of {runs} runs" if runs > 1 else ""
     lines = [
-        f"nccl-tune: {what} of study {doc['study']['name']} "
+        f"nccl-tune: {what} of study {doc['study']['name']}{keeps} "
         f"({fmt_tput(m['throughput_per_s'], m['throughput_unit'])}{mean}{unconfirmed})"
     ]
     if m.get("speedup_vs_baseline") is not None:
@@ -250,8 +262,10 @@ def _yaml_head(doc: dict[str, Any]) -> str:
     return "".join(f"# {line}\n" for line in lines)
 
 
-def export_study(storage_url: str, study_name: str | None, fmt: str = "yaml") -> str:
-    """The winner of a stored study, as ``fmt``; exit code 2 when it has no stable trial."""
+def export_study(storage_url: str, study_name: str | None, fmt: str = "yaml", speed_only: bool = False) -> str:
+    """The winner of a stored study (with ``speed_only``, the fastest stable config that keeps every
+    semantic parameter as the user runs it: the report's "speed only" line), as ``fmt``; exit code 2
+    when it has no such trial."""
     if fmt not in FORMATS:
         raise NcclTuneError(f"--format {fmt!r}: choose one of {', '.join(FORMATS)}")
     stored = open_study(storage_url, study_name)
@@ -262,7 +276,15 @@ def export_study(storage_url: str, study_name: str | None, fmt: str = "yaml") ->
             "run more trials with `nccl-tune run` or see `nccl-tune report`",
             exit_code=2,
         )
-    return format_tuned(tuned_document(stored, stored.winner), fmt)
+    if not speed_only:
+        return format_tuned(tuned_document(stored, stored.winner), fmt)
+    if stored.speed_only is None:
+        raise NcclTuneError(
+            f"study {stored.name!r} has no stable config that keeps the training as you run it; run more trials "
+            "with `nccl-tune run`, or pin the semantic parameters there with --set KEY=VALUE to tune speed only",
+            exit_code=2,
+        )
+    return format_tuned(tuned_document(stored, stored.speed_only, SPEED_ONLY_CHOICE), fmt)
 
 
 def kept_name(path: Path) -> Path:

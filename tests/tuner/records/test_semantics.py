@@ -3,17 +3,22 @@ the exported YAML. Through the CLI, with the twin, where a larger train batch is
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 import yaml
 
+from nccl_tune.errors import NcclTuneError
+from nccl_tune.tuner.settings import default_storage_url
+from nccl_tune.tuner.winner import export
+from nccl_tune.tuner.winner.study_view import open_study
 from tests.tuner.conftest import TWIN_PINS_SPEED_ONLY, run_cli, run_twin, twin_space_text, twin_space_unjudged
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
 
-def test_a_winner_that_changes_the_training_names_each_change_everywhere(workdir):
+def test_a_winner_that_changes_the_training_names_each_change_everywhere(workdir, monkeypatch):
     # one free parameter, the train batch (256 or 512): the only config the search can try is 512. The
     # twin runs it about 5% faster, about as much as a loaded machine moves it; this space counts its
     # steps as 4 times the samples, so that it wins beyond any noise. Its worst case is not judged (a
@@ -52,3 +57,21 @@ def test_a_winner_that_changes_the_training_names_each_change_everywhere(workdir
     ]
     exported = yaml.safe_load(run_cli(["export"], cwd=workdir).stdout)
     assert exported["semantic_changes"] == ["trainer.train_batch_size: 256 -> 512"]
+    # the config that keeps the training (the baseline, 256) is written on its own when asked for
+    plain = run_cli(["export", "--speed-only"], cwd=workdir)
+    assert plain.returncode == 0, plain.stderr
+    kept = yaml.safe_load(plain.stdout)
+    assert kept["semantic_changes"] == [] and kept["study"]["choice"] == "speed_only"
+    assert kept["overrides"]["trainer"]["train_batch_size"] == 256
+    assert plain.stdout.splitlines()[0].startswith("# nccl-tune: fastest stable config of study ")
+    assert ", keeping the training as you run it (" in plain.stdout.splitlines()[0]
+    assert exported["study"]["choice"] == "winner"
+    assert (
+        run_cli(["export", "--speed-only", "--format", "args"], cwd=workdir).stdout.count("train_batch_size=256") == 1
+    )
+    # a study with no stable config that keeps the training (the same records, that pick gone) says so
+    stored = open_study(default_storage_url(workdir / "results"), None)
+    monkeypatch.setattr(export, "open_study", lambda url, name: dataclasses.replace(stored, speed_only=None))
+    with pytest.raises(NcclTuneError, match="no stable config that keeps the training as you run it") as refused:
+        export.export_study(stored.storage_url, None, "yaml", speed_only=True)
+    assert refused.value.exit_code == 2 and "--set KEY=VALUE" in str(refused.value)
