@@ -22,7 +22,7 @@ from nccl_tune.tuner.records.stability import Candidate
 from nccl_tune.tuner.records.study_records import Outcome, TrialRecord
 from nccl_tune.tuner.trials.display import STYLE
 from nccl_tune.tuner.trials.steps import coarse_reading_note, stalled_steps_note
-from nccl_tune.tuner.winner.headline import choices, confirmation_words
+from nccl_tune.tuner.winner.headline import SPEED_ONLY, THE_WINNER, choices, confirmation_words
 from nccl_tune.tuner.winner.worst_proof import FAILS, UNPROVEN, fails_at_worst, fails_words, unproven_why
 from nccl_tune.wording import duration, fmt_mem, fmt_tput, mem_gib, shorten
 
@@ -206,6 +206,8 @@ def _choices(
     pair = choices(space, records, winner, *alternatives, base, set_aside_rule(passed_over))
     for choice in pair or ():
         _print(console, f"[bold]{escape(choice.label)}:[/]{escape(choice.words().removeprefix(choice.label + ':'))}")
+        if choice.label == SPEED_ONLY and choice.speedup is not None and choice.note != THE_WINNER:
+            _print(console, "  write it as tuned YAML: nccl-tune export --speed-only")
 
 
 def print_summary(

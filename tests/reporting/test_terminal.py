@@ -170,3 +170,34 @@ def test_the_report_on_a_terminal_keeps_names_whole_at_any_width(tiny_study, wid
     text = buf.getvalue()
     assert words and all(w in text for w in words), words
     assert ("┃" in text) == (width >= 120)
+
+
+def test_a_speed_only_config_apart_from_the_winner_is_offered_as_an_export_of_its_own():
+    """The winner shortens the prompts; the speed-only line names a faster config than the user's
+    own that keeps them, and says how to write it. Where the speed-only config is the user's own
+    run, there is nothing to write."""
+    from nccl_tune.reporting.terminal import print_summary
+    from nccl_tune.tuner.records.semantics import study_reference
+    from nccl_tune.tuner.records.stability import candidates, select_winner, speed_only
+    from tests.tuner.records.test_honest_winners import BASE, MICRO, PROMPT, SPACE
+    from tests.tuner.records.test_honest_winners import rec as run
+
+    speedy, prompt = {**BASE, MICRO: 4}, {**BASE, MICRO: 4, PROMPT: 2048}
+    records = [run(0, BASE, step_s=14.0, kind=TrialKind.BASELINE), run(1, speedy, step_s=12.0)]
+    records += [run(2, prompt, step_s=9.0), run(3, prompt, step_s=9.0, kind=TrialKind.RERUN)]
+    records += [run(4, speedy, step_s=12.1, kind=TrialKind.RERUN)]
+
+    def summary(recs: list[TrialRecord]) -> str:
+        ref = study_reference(SPACE, recs)
+        win = select_winner(recs, require_confirmation=True, semantic_ref=ref)
+        base = next(c for c in candidates(recs) if c.is_baseline)
+        buf = io.StringIO()
+        print_summary(Console(file=buf, width=200), SPACE, recs, win, base, speed_only=speed_only(recs, True, ref))
+        return buf.getvalue()
+
+    hint = "  write it as tuned YAML: nccl-tune export --speed-only"
+    text = summary(records)
+    assert re.search(r"speed only \(the training as you run it\): trial 1, .*\n" + re.escape(hint), text), text
+    own = [records[0], run(5, BASE, step_s=14.0, kind=TrialKind.RERUN), *records[2:4]]
+    text = summary(own)
+    assert "speed only (the training as you run it): trial 0" in text and hint not in text, text

@@ -24,6 +24,8 @@ from nccl_tune.tuner.records.study_records import TrialRecord
 from nccl_tune.wording import fmt_tput
 
 SPEED_ONLY = "speed only (the training as you run it)"
+THE_WINNER = "the winner"
+"""The speed-only choice's note where it is the study's winner."""
 WITH_TRAINING = "with training changes"
 
 
@@ -99,7 +101,7 @@ def _plain_note(
     """What the speed-only choice adds: that it is the winner, or, when the user's own config ran
     faster, that it is not stable (the choice is the fastest that is)."""
     if not winner_changes_training:
-        return "the winner"
+        return THE_WINNER
     unstable = base is not None and (not base.stable or bool(flaky and flaky(base.values)))
     if unstable and base.throughput > speed_only.throughput:
         return "your own config ran faster but is not stable; this is the fastest that is"
