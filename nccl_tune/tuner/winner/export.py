@@ -91,9 +91,8 @@ def tuned_document(stored: StoredStudy, winner: Candidate, choice: str = WINNER)
         "worst_case": worst_case_summary(stored, winner),
     }
     metrics.update(_speedup_metrics(winner, base))
-    lead = (
-        stored.winner if stored.winner is not None else winner
-    )  # the side by side is the study's, whichever is written
+    # the side by side is the study's, whichever of its picks is written
+    lead = stored.winner if stored.winner is not None else winner
     pair = choices(space, stored.records, lead, stored.speed_only, stored.with_training, base, stored.flaky)
     if pair is not None:
         metrics["speed_only"], metrics["with_training_changes"] = (_choice_json(c) for c in pair)
