@@ -33,6 +33,8 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from nccl_tune.diagnose.logfiles import PICKLE_MAGICS
+
 _TRAILING_RANK = re.compile(r"(\d+)$")
 _LIB_LOCK = threading.Lock()
 
@@ -116,7 +118,7 @@ def looks_like_dump(path: Path) -> bool:
         return False
     try:
         with open(path, "rb") as fh:
-            return fh.read(1) == b"\x80"
+            return fh.read(2).startswith(PICKLE_MAGICS)
     except OSError:
         return False
 

@@ -46,7 +46,10 @@ _BINARY_SHARE = 0.10
 not text (a text log with a stray NUL or Latin-1 byte stays far below; executables, compressed
 data, core dumps and UTF-16 text are far above)."""
 _CONTROL = bytes(b for b in range(32) if b not in b"\t\n\v\f\r\b\x1b") + b"\x7f"
-_FORMATS: tuple[tuple[int, bytes, str, str], ...] = (
+PICKLE_MAGICS = tuple(bytes((0x80, protocol)) for protocol in range(2, 6))
+"""How a pickle of protocol 2-5 opens (the PROTO opcode, then its number), as ``torch.save`` and a
+Flight Recorder dump do: a lone 0x80 byte opens one binary file in 256."""
+_FORMATS: tuple[tuple[int, bytes | tuple[bytes, ...], str, str], ...] = (
     (257, b"ustar", "a tar archive", "extract it (`tar xf FILE`) and pass the logs or their folder"),
     (0, b"PK\x03\x04", "a zip archive", "extract it (`unzip FILE`) and pass the logs or their folder"),
     (0, b"\xfd7zXZ\x00", "xz-compressed data", "decompress it first (`xz -dk FILE`)"),
@@ -57,13 +60,14 @@ _FORMATS: tuple[tuple[int, bytes, str, str], ...] = (
     (0, b"\x7fELF", "an executable (ELF)", "pass the log the run wrote, not a program or core dump"),
     (
         0,
-        b"\x80",
+        PICKLE_MAGICS,
         "a pickle",
         "a Flight Recorder dump is read as one when its name ends in its rank "
         "(`nccl_trace_rank_0`); else pass the run's text log",
     ),
 )
-"""Binary data worth naming: (offset, magic, what it is, how to get a text log from it)."""
+"""Binary data worth naming: (offset, magic or its alternatives, what it is, how to get a text log
+from it)."""
 
 
 def trial_log_files(trial_dir: Path) -> tuple[Path, ...]:
@@ -205,7 +209,7 @@ def not_a_text_log(path: Path, *, empty_ok: bool = False) -> str | None:
         return None
     inside = " (inside gzip)" if gz else ""
     for offset, magic, what, fix in _FORMATS:
-        if head[offset : offset + len(magic)] == magic:
+        if head.startswith(magic, offset):
             return f"{path} is {what}{inside}, not a text log; {fix.replace('FILE', str(path))}"
     return (
         f"{path} is binary data{inside} (NUL or control bytes in its first {HEAD_BYTES // 1024} KiB), not a "

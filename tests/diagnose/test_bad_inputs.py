@@ -59,7 +59,10 @@ def test_a_real_binary_is_refused_not_ok(tmp_path: Path) -> None:
 
 def test_random_bytes_and_a_stray_nul_in_a_log(tmp_path: Path) -> None:
     noise = tmp_path / "noise.log"
-    noise.write_bytes(os.urandom(20000))
+    noise.write_bytes(b"\x01" + os.urandom(20000))  # not a pickle's first byte: that case comes next
+    refused(diagnose(str(noise), cwd=tmp_path), noise, "binary data")
+    # one random file in 256 opens with the byte a pickle opens with: it is binary data, not a pickle
+    noise.write_bytes(b"\x80" + bytes((0x9C,)) + os.urandom(20000))
     refused(diagnose(str(noise), cwd=tmp_path), noise, "binary data")
     glitch = tmp_path / "glitch.log"  # one NUL and a Latin-1 byte in a real log: still a log
     glitch.write_bytes(b"step 1 \x00 caf\xe9\n" + CUDA_LOG.encode())
