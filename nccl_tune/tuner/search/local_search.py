@@ -547,8 +547,10 @@ class Planner:
         found = self._best_move(rng, ranked)
         return found if found is not None else self.speed_only_move(rng, ranked)
 
+    @cached_property
     def user_training(self) -> dict[str, Any]:
-        """The free semantic parameters at the user's values (``study_reference``)."""
+        """The free semantic parameters at the user's values (``study_reference``), read once per
+        proposal: the records do not change within it."""
         ref = study_reference(self.space, self.records)
         return {p.name: ref[p.name] for p in self.free if p.semantic and p.name in ref}
 
@@ -556,7 +558,7 @@ class Planner:
         """True in the run's last ``LAST_TRIALS`` search trials while the leading config changes the
         training, no config that keeps it is stable, and no search trial has tried one: the report's
         speed-only answer would be empty, so one trial goes to it before the run ends."""
-        user = self.user_training()
+        user = self.user_training
         if self.trials_left is None or self.trials_left >= LAST_TRIALS or not user or not ranked:
             return False
         keeps = partial(keeps_training, user)
@@ -579,7 +581,7 @@ class Planner:
         spends its trials on it rather than on a blind draw (``why`` says which, in its why-line).
         None (``declined`` kept) when the space has no free semantic parameter or the leading config
         already keeps them."""
-        user = self.user_training()
+        user = self.user_training
         if not user or not ranked:
             return None
         keeps = partial(keeps_training, user)
@@ -622,14 +624,9 @@ class Planner:
         study checks its odds by. A narrowed ranking with no stable config moves from its finished
         configs, ranked by the odds a move fits and finishes times its expected throughput."""
         stable = [row for row in ranked if row[3]]
-        if keeps is not None and not stable and not ranked and not extra:
-            return None
-        if stable:
+        if stable or keeps is not None:
             bases = [(number, values) for _, number, values, _ in ranked[:BASES]]
-            best = max(row[0] for row in stable)
-        elif keeps is not None:
-            bases = [(number, values) for _, number, values, _ in ranked[:BASES]]
-            best = None
+            best = max(row[0] for row in stable) if stable else None
         else:
             launched = [r for r in self.records if r.outcome is Outcome.LAUNCHED and r.values]
             if not launched:
