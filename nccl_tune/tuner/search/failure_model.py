@@ -24,7 +24,8 @@ furthest value a run finished at, so each value from there to the failure's is a
 held by every run whose own value is as far out or further, and such a failure is blamed on one of
 those, never on its value alone. Eight data-loader workers ran the host out of memory where six
 finished: seven is suspect until a run of seven finishes, and when seven fails too, one cause takes
-both. Where the space says how a parameter moves host RAM (``host_memory``), a host out of memory is
+both. Those causes are nested, not independent (a host that runs out at seven workers runs out at
+eight): a failure one of them takes says nothing against the others on its axis (``_Spared``). Where the space says how a parameter moves host RAM (``host_memory``), a host out of memory is
 never blamed on a value that holds no more of it than the baseline's (``none`` or ``small``, or the
 lower side of one declared ``increasing``): the workers take it, the attention kernel next to them is
 clear, and with none of them changed the leak does. In each phase
@@ -138,6 +139,52 @@ class Beyond:
         return f"{'>=' if self.up else '<='}{format_value(self.value)}"
 
 
+class _Spared:
+    """Which capacity causes a failed run's assigned cause spares, in one Gibbs chain. The causes
+    past a capacity failure on one axis (``Beyond``) are nested, not independent: if the capacity
+    runs out at seven workers, a run of eight fails too. A failure given to ``>=8`` is therefore
+    no run in which ``>=7`` held and did not fire; it tells nothing of ``>=7`` (counted neither
+    fired nor spared by it), and choosing a capacity cause leaves the others on its axis untold."""
+
+    def __init__(self, failed: Sequence[tuple[tuple[Key, ...], float]]) -> None:
+        self._axes = [[_axis(k) for k in keys] for keys, _ in failed]
+        self._keys = [keys for keys, _ in failed]
+        self._count: Counter[Key] = Counter()
+
+    def __getitem__(self, key: Key) -> int:
+        """Failed runs holding ``key`` that another capacity cause on its axis now takes."""
+        return self._count[key]
+
+    def of(self, i: int, cause: Key) -> list[Key]:
+        """The causes of failed run ``i`` that ``cause``, if it took the run, spares."""
+        axis = _axis(cause)
+        if axis is None:
+            return []
+        return [k for k, a in zip(self._keys[i], self._axes[i]) if a == axis and k != cause]
+
+    def move(self, i: int, cause: Key, sign: int) -> None:
+        """Run ``i`` given to ``cause`` (``sign`` 1) or taken from it (-1)."""
+        for k in self.of(i, cause):
+            self._count[k] += sign
+
+    def alongside(self, i: int) -> list[tuple[int, list[int]]]:
+        """(index of a capacity cause of run ``i``, indices of the others on its axis) for each."""
+        axes = self._axes[i]
+        return [
+            (j, [o for o, other in enumerate(axes) if other == axis and o != j])
+            for j, axis in enumerate(axes)
+            if axis is not None
+        ]
+
+
+def _axis(key: Key) -> tuple[str, bool] | None:
+    """The parameter and side of a capacity cause (``Beyond``); None for any other cause."""
+    cause = key[1]
+    if len(cause) == 1 and isinstance(cause[0][1], Beyond):
+        return cause[0][0], cause[0][1].up
+    return None
+
+
 def _prior(k: Key) -> tuple[float, float]:
     """``Beta(a, b)`` of a cause's rate in its phase (``PRIORS``)."""
     return PRIORS[k[0]][len(k[1])]
@@ -211,6 +258,9 @@ class FailureModel:
         self.held = Counter(k for keys, _, _ in self.runs for k in keys)
         self.partners = self._partners()
         """Per cause held by a failed run, the values every failed run holding it held besides its own."""
+        self.spared: dict[Key, float] = {}
+        """Per capacity cause, the failed runs holding it (averaged over the sweeps) that another cause
+        on its axis took: they tell nothing of whether it fired (``_Spared``)."""
         self.fired, self.cost_s = self._sample()
 
     def _capacity_causes(self, free: Sequence[Parameter], records: Sequence[TrialRecord]) -> tuple[Value, ...]:
@@ -314,50 +364,66 @@ class FailureModel:
         ]
         own = [min(keys, key=lambda k: (self.held[k], len(k[1]))) for keys, _ in failed]
         chains = [self._chain(failed, start, seed) for seed, start in enumerate((shared, own))]
-        top = max(mass for _, _, mass in chains)
-        weights = [math.exp(mass - top) for _, _, mass in chains]
+        top = max(mass for *_, mass in chains)
+        weights = [math.exp(mass - top) for *_, mass in chains]
         total = sum(weights)
         fired: dict[Key, float] = {}
         cost: dict[Key, float] = {}
-        for (f, c, _), w in zip(chains, weights):
+        for (f, c, spared, _), w in zip(chains, weights):
             for k in f:
                 fired[k] = fired.get(k, 0.0) + w * f[k] / total
                 cost[k] = cost.get(k, 0.0) + w * c[k] / total
+            for k in spared:
+                self.spared[k] = self.spared.get(k, 0.0) + w * spared[k] / total
         return fired, {k: cost[k] / fired[k] for k in fired}
 
     def _chain(
         self, failed: list[tuple[tuple[Key, ...], float]], start: list[Key], seed: int
-    ) -> tuple[dict[Key, float], dict[Key, float], float]:
-        """One Gibbs chain from ``start``: (failures taken, cost taken, log of the mean posterior
-        probability of its states after burn-in)."""
+    ) -> tuple[dict[Key, float], dict[Key, float], dict[Key, float], float]:
+        """One Gibbs chain from ``start``: (failures taken, cost taken, failures spared (``_Spared``),
+        log of the mean posterior probability of its states after burn-in)."""
         rng = random.Random(seed)
         assigned = list(start)
         taken = Counter(assigned)
+        spared = _Spared(failed)
+        for i, c in enumerate(assigned):
+            spared.move(i, c, 1)
         suspects = {k for keys, _ in failed for k in keys}
         fired: dict[Key, float] = {}
         cost: dict[Key, float] = {}
+        spared_mean: dict[Key, float] = {}
         log_joints = []
         kept = SWEEPS - BURN_IN
         for sweep in range(SWEEPS):
             for i, (keys, run_cost) in enumerate(failed):
                 taken[assigned[i]] -= 1
-                weights = []
-                for key in keys:
-                    a, b = _prior(key)
-                    k = taken[key]
-                    weights.append((a + k) / (b + self.held[key] - k - 1))
+                spared.move(i, assigned[i], -1)
+                # runs besides this one that tell whether each cause fired: (prior a, b, fired, did not)
+                told = [(*_prior(key), taken[key], self.held[key] - 1 - spared[key] - taken[key]) for key in keys]
+                weights = [(a + k) / (b + n) for a, b, k, n in told]
+                for j, others in spared.alongside(i):  # a capacity cause spares the others on its axis
+                    for o in others:
+                        a, b, k, n = told[o]
+                        weights[j] *= (a + b + k + n) / (b + n)
                 c = rng.choices(keys, weights)[0]
                 assigned[i] = c
                 taken[c] += 1
+                spared.move(i, c, 1)
                 if sweep >= BURN_IN:
                     fired[c] = fired.get(c, 0.0) + 1.0 / kept
                     cost[c] = cost.get(c, 0.0) + run_cost / kept
+                    for k in spared.of(i, c):
+                        spared_mean[k] = spared_mean.get(k, 0.0) + 1.0 / kept
             if sweep >= BURN_IN:
                 log_joints.append(
-                    sum(_log_beta(_prior(k)[0] + taken[k], _prior(k)[1] + self.held[k] - taken[k]) for k in suspects)
+                    sum(
+                        _log_beta(_prior(k)[0] + taken[k], _prior(k)[1] + self.held[k] - taken[k] - spared[k])
+                        for k in suspects
+                    )
                 )
         top = max(log_joints)
-        return fired, cost, top + math.log(sum(math.exp(x - top) for x in log_joints) / len(log_joints))
+        mass = top + math.log(sum(math.exp(x - top) for x in log_joints) / len(log_joints))
+        return fired, cost, spared_mean, mass
 
     def _posterior(self, k: Key) -> tuple[float, float] | None:
         """Beta posterior (alpha, beta) of a blamed cause's rate; None when it is not blamed."""
@@ -365,7 +431,7 @@ class FailureModel:
         if f < MIN_FIRED:
             return None
         a, b = _prior(k)
-        return a + f, b + self.held[k] - f
+        return a + f, b + self.held[k] - f - self.spared.get(k, 0.0)
 
     def _rate(self, k: Key) -> float | None:
         """The posterior mean rate of a blamed cause; None when it is not blamed."""

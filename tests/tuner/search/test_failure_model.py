@@ -577,3 +577,32 @@ def test_a_host_out_of_memory_is_never_blamed_on_a_value_the_space_says_holds_no
         memory_wall_frac=None,
     )
     assert plain.p_ok({**undeclared_base, "attn": "flash"}) < m.p_ok({**base, "attn": "flash"})
+
+
+def test_capacity_causes_on_one_axis_are_nested_so_a_failure_one_takes_does_not_clear_another():
+    """Eight workers with the eager kernel ran the host out where six finished. Whether the host ran
+    out at seven or at eight, eight runs it out again: the failure the sampler gives to "eight and
+    more" is no run in which "seven and more" held and did not fire. So eight is likelier to fail
+    than to finish, though the kernel shares the blame (0.56 to finish with the two causes taken as
+    independent); and once seven fails too, with ZeRO-3, eight is all but condemned (0.42 before)."""
+    base = WORKERS.defaults()
+    at = partial(on_space, base)
+    records = [
+        at(0, {}),
+        at(1, {"workers": 2}),
+        at(2, {"workers": 4, "zero": 1}),
+        at(3, {"workers": 6}),
+        at(4, {"workers": 8, "attn": "eager"}, FailureClass.HOST_OOM),
+    ]
+    first = FailureModel(WORKERS.parameters, base, records, memory_wall_frac=None)
+    assert first.p_ok({**base, "workers": 8}) < 0.5
+    assert first.p_ok({**base, "workers": 7}) > first.p_ok({**base, "workers": 8})
+    assert any(name == "workers" and isinstance(b, Beyond) for (_, ((name, b),)) in first.spared)
+    both = FailureModel(
+        WORKERS.parameters,
+        base,
+        [*records, at(5, {"workers": 7, "zero": 3}, FailureClass.HOST_OOM)],
+        memory_wall_frac=None,
+    )
+    assert both.p_ok({**base, "workers": 8}) < 0.35
+    assert both.p_ok({**base, "zero": 3}) > 0.7
