@@ -153,7 +153,11 @@ def run_cmd(
         1, "--parallel", help="Trials at once (several need --launcher ray: one trial per node)."
     ),
     output: Path | None = typer.Option(None, "--output", "-o", help="Write the tuned YAML here at the end."),
-    confirm: int = typer.Option(2, "--confirm", help="Re-run the best N candidates once to confirm them (0: none)."),
+    confirm: int = typer.Option(
+        2,
+        "--confirm",
+        help="Re-run the best N candidates once to confirm them; one left over confirms the best that keeps the training (0: none).",
+    ),
     force_worst_case: bool = typer.Option(
         True,
         "--force-worst-case/--no-force-worst-case",

@@ -4,7 +4,11 @@ until one faster than every unconfirmed candidate is confirmed or the re-runs ar
 A re-run that disagrees with its config's first run (further apart than their steps' noise allows:
 ``records.agreement``) confirms nothing: the run says so, and when the re-runs are spent it gives
 that config one more run (once a study run, while the ``--budget`` lasts), so that the two of three
-that agree can confirm it. Then, before a speed-up is quoted, the baseline is re-run at the
+that agree can confirm it. A re-run left over once the winner is confirmed goes to the speed-only
+pick (the fastest stable config that keeps the training as the user runs it,
+``study_view.pick_speed_only``) when that is another config, neither the winner nor the user's own
+run: a user who will not shorten the prompts exports it, and an export that says "NOT confirmed"
+leaves the doubt to them. Then, before a speed-up is quoted, the baseline is re-run at the
 measured steps of the winner when none of its runs measured as many (``records.speedup``).
 """
 
@@ -25,24 +29,25 @@ from nccl_tune.tuner.study.budget import Budget
 from nccl_tune.tuner.trials.display import Display
 from nccl_tune.tuner.trials.observer import InterruptFlag
 from nccl_tune.tuner.trials.trial_run import TrialRunner
-from nccl_tune.tuner.winner.study_view import pick_winner
+from nccl_tune.tuner.winner.study_view import pick_speed_only, pick_winner
 
 
 def confirm(
     study: optuna.Study, runner: TrialRunner, reruns: int, budget: Budget, interrupt: InterruptFlag, display: Display
 ) -> bool:
     """Up to ``reruns`` re-runs of the best unconfirmed candidate (one more to settle a pair that
-    disagrees, once); True when interrupted."""
+    disagrees, once), and one left over of the speed-only pick (``confirm_speed_only``); True when
+    interrupted."""
     space = runner.space
     left, settled = reruns, False
     while left > 0:
-        left -= 1
         history = R.records(study)
         pending = to_confirm(
             history, 1, study_reference(space, history), flaky_rule(space, history), study_user_env(space, history)
         )
         if not pending:
-            return False
+            return confirm_speed_only(study, runner, budget, interrupt, display)
+        left -= 1
         cand = pending[0]
         if interrupt.is_set:
             return True
@@ -56,6 +61,35 @@ def confirm(
             display.note(f"one more run of trial {cand.first.number}'s config, to tell which run was off")
             left, settled = 1, True
     return False
+
+
+def confirm_speed_only(
+    study: optuna.Study, runner: TrialRunner, budget: Budget, interrupt: InterruptFlag, display: Display
+) -> bool:
+    """One re-run of the speed-only pick when it ran once and is neither the winner nor the
+    baseline (module docstring), while the ``--budget`` lasts; True when interrupted."""
+    space = runner.space
+    history = R.records(study)
+    flaky = flaky_rule(space, history)
+    speed = pick_speed_only(history, space, flaky=flaky)
+    if speed is None or speed.confirmed or len(speed.ok_runs) != 1 or speed.is_baseline:
+        return False
+    winner = pick_winner(history, space, flaky=flaky)
+    if winner is not None and run_key(winner.values) == run_key(speed.values):
+        return False
+    if interrupt.is_set:
+        return True
+    if budget.spent():
+        display.note("the run's --budget is spent: the speed-only config is not re-run")
+        return False
+    number = speed.first.number
+    display.note(
+        f"a re-run is left: confirming trial {number}, the fastest config that keeps the training as you run it"
+    )
+    result = rerun(study, runner, speed, f"re-run of trial {number}, speed only", budget)
+    if result.status is not FailureClass.INTERRUPTED:
+        _disagrees(study, speed, display)
+    return result.status is FailureClass.INTERRUPTED
 
 
 def rerun(

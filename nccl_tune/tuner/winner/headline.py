@@ -98,14 +98,15 @@ def _plain_note(
     winner_changes_training: bool,
     flaky: Callable[[Mapping[str, Any]], bool] | None,
 ) -> str:
-    """What the speed-only choice adds: that it is the winner, or, when the user's own config ran
-    faster, that it is not stable (the choice is the fastest that is)."""
+    """What the speed-only choice adds: that it is the winner, or whether a re-run confirmed it
+    (``confirmation_words``: the winner's line says so of the winner) and, when the user's own config
+    ran faster, that it is not stable (the choice is the fastest that is)."""
     if not winner_changes_training:
         return THE_WINNER
     unstable = base is not None and (not base.stable or bool(flaky and flaky(base.values)))
-    if unstable and base.throughput > speed_only.throughput:
-        return "your own config ran faster but is not stable; this is the fastest that is"
-    return ""
+    faster = unstable and base.throughput > speed_only.throughput
+    why = "your own config ran faster but is not stable; this is the fastest that is; " if faster else ""
+    return why + confirmation_words(speed_only)
 
 
 def _same(a: Candidate | None, b: Candidate | None) -> bool:

@@ -180,15 +180,19 @@ def test_the_best_speed_only_config_is_shown_next_to_the_best_with_training_chan
         flaky[1].note
         == "the winner: +55.6% over trial 0, the fastest stable config that changes the training less, beyond the measured noise (1.0%)"
     )
-    assert shown[0].note == ""  # faster than the user's own config: nothing to add
+    # faster than the user's own config: only whether a re-run confirmed it
+    agree = "confirmed: 2 runs agree within their steps' noise"
+    assert shown[0].note == agree
     # the user's own config ran faster than the speed-only choice but is not stable: said so
     unstable = choices(SPACE, records, win, plain, win, base, lambda values: values == BASE)
     slow_base = next(
         c for c in candidates([*records[1:], rec(0, BASE, 11.0, kind=TrialKind.BASELINE)]) if c.is_baseline
     )
     shown = choices(SPACE, records, win, plain, win, slow_base, lambda values: values == BASE)
-    assert shown[0].note == "your own config ran faster but is not stable; this is the fastest that is"
-    assert unstable[0].note == "" and choices(SPACE, records, win, plain, win, slow_base)[0].note == ""
+    assert shown[0].note == f"your own config ran faster but is not stable; this is the fastest that is; {agree}"
+    once = speed_only(records[:4], False, ref)  # its re-run never ran
+    assert choices(SPACE, records[:4], win, once, win, base)[0].note == "not confirmed by a re-run"
+    assert unstable[0].note == choices(SPACE, records, win, plain, win, slow_base)[0].note == agree
     # a speed-only winner with a faster training change kept out within the noise: both shown
     close = [
         records[0],

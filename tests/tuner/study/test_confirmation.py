@@ -92,3 +92,39 @@ def test_without_re_runs_the_speed_up_over_a_baseline_measured_otherwise_carries
     head = [line for line in text.splitlines() if line.startswith("# speed-up:")]
     assert head and "not like for like: the baseline measured 2 steps a run and this config 4" in head[0]
     assert "x the baseline's" in proc.stderr and "; not like for like: the baseline measured 2 steps" in proc.stderr
+
+
+def test_a_re_run_left_over_confirms_the_fastest_config_that_keeps_the_training(workdir, tiny_command):
+    # the tiny trainer's step time, read from the environment, stands for a training change (a shorter
+    # prompt limit): the space calls it semantic, and 0.1 s steps beat every micro-batch at 0.15 s
+    space = workdir / "space.yaml"
+    space.write_text(_with_semantic_step(TINY_SPACE.read_text()))
+    pins = ["--set", "trainer.offload=false", "--set", "NCCL_ALGO=unset"]
+
+    def run(confirm: str, study: str) -> tuple[dict, str]:
+        args = ["run", "--space", str(space), "--study", study, "--seed", "3", "--json", "--trials", "3"]
+        proc = run_cli([*args, "--confirm", confirm, *pins, "--", *tiny_command], cwd=workdir)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout), proc.stderr
+
+    out, err = run("2", "left-over")
+    assert out["best"]["params"]["TINY_STEP_S"] == 0.1 and out["best"]["confirmed"], out["best"]
+    plain = out["speed_only"]
+    assert plain["params"]["trainer.micro"] == 4 and plain["params"]["TINY_STEP_S"] == 0.15 and plain["confirmed"]
+    first, again = plain["trials"]
+    assert f"a re-run is left: confirming trial {first}, the fastest config that keeps the training" in err
+    assert f"trial {again} started (re-run of trial {first}, speed only)" in err
+    assert f"speed only (the training as you run it): trial {first}," in err
+    assert "confirmed: 2 runs agree within their steps' noise)" in err.split("speed only (the training")[1]
+    # one re-run only: the winner takes it, and the speed-only line says its config ran once
+    out, err = run("1", "one")
+    assert out["best"]["confirmed"] and not out["speed_only"]["confirmed"]
+    assert len(out["speed_only"]["trials"]) == 1 and "a re-run is left" not in err
+    assert "(not confirmed by a re-run)" in err.split("speed only (the training")[1]
+
+
+def _with_semantic_step(text: str) -> str:
+    """The tiny space with micro-batches up to 4 (all fit) and the step time as a semantic parameter."""
+    assert "high: 8" in text and text.count("trial:") == 1
+    step = "  - {name: TINY_STEP_S, kind: categorical, choices: [0.15, 0.1], default: 0.15, semantic: true}\n"
+    return text.replace("high: 8", "high: 4").replace("trial:", step + "trial:", 1)
