@@ -70,7 +70,8 @@ proposes what an uninterrupted one would):
    with the training set back join those moves (``Planner.training_set_back``), ranked as without
    a stable config: what the study learnt of micro-batches, offload and NCCL is tried on the
    training as the user runs it. Where no search trial has tried such a config by the run's last
-   ``LAST_TRIALS`` trials, one goes to it first, however well other moves promise
+   ``LAST_TRIALS`` trials (by ``--trials``, or by the time ``--budget`` leaves where that ends the
+   run first), one goes to it first, however well other moves promise
    (``Planner.speed_only_unanswered``): otherwise the report's speed-only answer stays empty.
    When that promises nothing either, Optuna's TPE proposes (the first of its proposals the memory model
    gives an even chance to fit and the failure model an even chance to finish: ``TPE_DRAWS``; a
@@ -722,11 +723,15 @@ class LocalSearchSampler(BaseSampler):
         held: HeldParameters | Mapping[str, Any] | None = None,
         seed: int | None = None,
         planned_trials: int | None = None,
+        trials_fit: Callable[[], int | None] | None = None,
     ) -> None:
         """``planned_trials``: the trials this run is asked to launch (the failure budget's horizon
-        counts them after those the study launched before; None: no horizon)."""
+        counts them after those the study launched before; None: no horizon); ``trials_fit``: the
+        search trials the run's wall-clock budget still has time for, this one included (None from
+        it: no deadline, or nothing timed yet)."""
         self.space = space
         self.planned_trials = planned_trials
+        self.trials_fit = trials_fit
         self._horizon: int | None = None
         self.held = held if isinstance(held, HeldParameters) else HeldParameters.of_values(space, held)
         """The run's held parameters, read at each proposal (a parameter dropped mid-study is held)."""
@@ -828,14 +833,20 @@ class LocalSearchSampler(BaseSampler):
     def _trials_left(self, records: Sequence[TrialRecord], running: int = 0) -> int | None:
         """Search trials this run plans after the one being proposed (None: no plan): the planned
         trials less those launched since this run's first trial and the ``running`` others (its
-        baseline counts; re-runs and forced runs do not, as the run's count of trials does not)."""
-        if self.planned_trials is None or self._first_number is None:
+        baseline counts; re-runs and forced runs do not, as the run's count of trials does not),
+        or fewer where the run's wall-clock budget ends first (``trials_fit``)."""
+        if self._first_number is None:
             return None
+        fit = self.trials_fit() if self.trials_fit is not None else None
+        by_time = None if fit is None else fit - running - 1
+        if self.planned_trials is None:
+            return by_time
         run = sum(
             r.outcome is Outcome.LAUNCHED and r.kind.value in COUNTED and r.number >= self._first_number
             for r in records
         )
-        return self.planned_trials - run - running - 1
+        by_count = self.planned_trials - run - running - 1
+        return by_count if by_time is None else min(by_count, by_time)
 
     def before_trial(self, study: optuna.Study, trial: FrozenTrial) -> None:
         if self._first_number is None:

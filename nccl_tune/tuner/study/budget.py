@@ -8,6 +8,7 @@ With ``--confirm 0`` the reserve is one trial: no search trial starts that would
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable
 
@@ -41,6 +42,15 @@ class Budget:
 
     def left_s(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.monotonic()
+
+    def search_trials_left(self) -> int | None:
+        """Search trials that can still start before the reserve binds, each taking as long as the
+        longest ``ok`` trial (None: no deadline, or no trial has finished to time one): what the
+        search plans its last trials by when the deadline comes before ``--trials``."""
+        left = self.left_s()
+        if left is None or self.longest_ok_s <= 0:
+            return None
+        return max(0, math.ceil(left / self.longest_ok_s - self.confirm_runs) - 1)
 
     def search_over(self) -> bool:
         """No new search trial: the time left is within the reserve."""

@@ -179,8 +179,9 @@ class StudyLoop:
             self.settings, self.space, self.held.params, self.study_name, self.launcher, first, lambda: self.fingerprint
         )
 
-    def open(self) -> tuple[optuna.Study, bool]:
-        """Open (or create) the study, once ``check`` passed, and settle it."""
+    def open(self, budget: Budget) -> tuple[optuna.Study, bool]:
+        """Open (or create) the study, once ``check`` passed, and settle it; its sampler plans its last
+        trials by ``budget`` too."""
         storage = open_storage(self.settings.storage_url)
         facts = self.facts
         self.plan = plan_night(
@@ -197,7 +198,14 @@ class StudyLoop:
             storage,
             self.settings.storage_url,
             self.study_name,
-            make_sampler(self.settings.sampler, self.settings.seed, self.space, self.held, self.settings.trials),
+            make_sampler(
+                self.settings.sampler,
+                self.settings.seed,
+                self.space,
+                self.held,
+                self.settings.trials,
+                budget.search_trials_left,
+            ),
             space_name=self.space.name,
             space_source=self.space.source,
             space_text=self.space.text,
@@ -233,11 +241,11 @@ class StudyLoop:
         )
 
     def run(self) -> StudyOutcome:
-        study, existed = self.open()
         forcing = (
             1 if self.space.force_worst_case and self.settings.force_worst_case else 0
         )  # the search leaves time for one forced run
         budget = Budget(self.settings.budget_s, self.settings.confirm + forcing)
+        study, existed = self.open(budget)
         budget.observe_all(R.records(study))
         interrupted = False
         try:

@@ -4,10 +4,12 @@ still written, marked unconfirmed, and the run says where. Through the CLI, with
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 import yaml
 
+from nccl_tune.tuner.study.budget import Budget
 from tests.tuner.conftest import TWIN_PINS_SPEED_ONLY, run_twin, twin_space_unjudged
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -43,3 +45,17 @@ def test_a_budget_too_short_for_any_rerun_still_writes_the_best_config_marked_un
         "tuned.yaml holds the fastest stable one (trial 0), marked unconfirmed (metrics.confirmed: false)"
         in proc.stderr
     )
+
+
+@pytest.mark.parametrize("left_s", [5.0, 25.0, 30.5, 35.0, 55.0, 61.0])
+def test_the_search_trials_the_budget_has_time_for_are_those_that_would_start(left_s):
+    # longest ok trial 10 s, two re-runs kept: a search trial starts while more than 30 s are left
+    budget = Budget(100.0, confirm_runs=2, now=time.monotonic() - (100.0 - left_s))
+    assert budget.search_trials_left() is None  # nothing timed yet
+    budget.longest_ok_s = 10.0
+    started, t = 0, left_s
+    while t > budget.reserve_s:
+        started, t = started + 1, t - budget.longest_ok_s
+    assert budget.search_trials_left() == started
+    assert (started == 0) == budget.search_over()
+    assert Budget(None, confirm_runs=2).search_trials_left() is None
