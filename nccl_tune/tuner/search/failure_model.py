@@ -22,10 +22,12 @@ first whenever it failed (``EVERY_RUN``): a capacity runs out the same way each 
 ordered axis (an integer or a power of two) further out too: the capacity ran out somewhere past the
 furthest value a run finished at, so each value from there to the failure's is a cause (``Beyond``)
 held by every run whose own value is as far out or further, and such a failure is blamed on one of
-those, never on its value alone. Eight data-loader workers ran the host out of memory where six
-finished: seven is suspect until a run of seven finishes, and when seven fails too, one cause takes
-both. Those causes are nested, not independent (a host that runs out at seven workers runs out at
-eight): a failure one of them takes says nothing against the others on its axis (``_Spared``). Where the space says how a parameter moves host RAM (``host_memory``), a host out of memory is
+those, never on its value alone or with a partner (no run further out holds that value). Eight
+data-loader workers ran the host out of memory where six finished: seven is suspect until a run of
+seven finishes, and when seven fails too, one cause takes both. Those causes are nested, not
+independent (a host that runs out at seven workers runs out at eight): a failure one of them takes
+says nothing against the others on its axis (``_Spared``). Where the space says how a parameter
+moves host RAM (``host_memory``), a host out of memory is
 never blamed on a value that holds no more of it than the baseline's (``none`` or ``small``, or the
 lower side of one declared ``increasing``): the workers take it, the attention kernel next to them is
 clear, and with none of them changed the leak does. In each phase
@@ -92,6 +94,11 @@ values), a run fails by chance 1% of the time. After the first step, ``a + b = 3
 let a run start and measure steps does not break every run, so the mass sits on small rates (a race,
 a hang now and then: 10% in the mean for a value, 2.5% for a pair, 1% by chance), and a failure
 there is blamed on a value held by other failures sooner than on the one value its run changed."""
+CAPACITY_PRIOR = (0.25, 0.25)
+"""``Beta(a, b)`` of a capacity cause's rate (``Beyond``): the host ran out somewhere past the furthest
+value that finished, so before the runs say, each value out there is as likely as not where it ran
+out (the mass near 0 and near 1, as for any value before the first step), while a value the
+failed run held next to it (an attention kernel) breaks a run 12% of the time, as any value does."""
 EVERY_RUN = frozenset({FailureClass.HOST_OOM})
 """Failures that a cause brings about in every run holding it, whenever in the run they come: the
 host's memory, like the GPU's, runs out the same way each time. They fire among the causes of the
@@ -186,8 +193,9 @@ def _axis(key: Key) -> tuple[str, bool] | None:
 
 
 def _prior(k: Key) -> tuple[float, float]:
-    """``Beta(a, b)`` of a cause's rate in its phase (``PRIORS``)."""
-    return PRIORS[k[0]][len(k[1])]
+    """``Beta(a, b)`` of a cause's rate in its phase (``PRIORS``), or of a capacity cause's
+    (``CAPACITY_PRIOR``)."""
+    return CAPACITY_PRIOR if _axis(k) is not None else PRIORS[k[0]][len(k[1])]
 
 
 def _log_beta(a: float, b: float) -> float:
@@ -247,7 +255,7 @@ class FailureModel:
                 own = tuple(
                     k
                     for k in start
-                    if (len(k[1]) != 1 or k[1][0][0] not in on_axis) and (not k[1] or any(map(self._host_cause, k[1])))
+                    if all(name not in on_axis for name, _ in k[1]) and (not k[1] or any(map(self._host_cause, k[1])))
                 )
                 self.runs.append((start + run + past, own + past, cost))
             elif at_wall or (r.result is not None and r.result.step_times_s):  # past its start-up
