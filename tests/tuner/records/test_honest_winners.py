@@ -120,6 +120,13 @@ def test_two_runs_confirm_a_config_only_when_they_agree_within_their_steps_noise
     third = records + [rec(3, fast, step_s=10.1, steps=16, scatter=0.02, kind=TrialKind.RERUN)]
     cand = next(c for c in candidates(third) if c.values == fast)
     assert cand.confirmed and confirmation_words(cand).endswith("1 of 3 runs off")
+    # a run forced to the longest batch measures that batch, not the config's speed: never compared
+    forced = rec(4, fast, step_s=90.0, steps=1, kind=TrialKind.FORCED)
+    once = next(c for c in candidates([records[0], first, forced]) if c.values == fast)
+    assert not once.confirmed and once.disagreement is None
+    assert confirmation_words(once) == "not confirmed by a re-run"
+    again = next(c for c in candidates([records[0], first, forced, third[-1]]) if c.values == fast)
+    assert again.confirmed and confirmation_words(again) == "confirmed: 2 runs agree within their steps' noise"
 
 
 def test_a_speed_up_is_quoted_against_the_baseline_at_the_winners_step_count_or_with_a_caveat():
