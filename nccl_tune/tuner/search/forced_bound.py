@@ -31,6 +31,10 @@ highest peak, ``MemoryReport.phase_peak_frac``). A config that holds at least th
 memory on the phase's other parameters, and whose offload saved less in that phase than the OOM
 lacked, fails forced too: the policy's offload that freed 14 GiB in ``policy_train`` does not save
 a longest batch that needed 134 GiB of an 80 GiB GPU. Without a normal run of both, nothing is said.
+
+A config whose own forced run fitted is judged by that run, never covered by another's: NCCL's
+buffers, left aside above, or the longest batch's own spread may take a config with as much memory
+over the headroom (96% of the GPU) where this one peaked at 93%.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from nccl_tune.failure import FailureClass
 from nccl_tune.oom_demand import OomDemand, oom_demand
 from nccl_tune.search_spaces.space import MemoryEffect, Parameter, SearchSpace
 from nccl_tune.search_spaces.spelling import format_value
+from nccl_tune.tuner.records.stability import run_key
 from nccl_tune.tuner.records.study_records import TrialRecord
 from nccl_tune.tuner.search.memory_model import holds_at_least
 
@@ -100,6 +105,8 @@ class ForcedFailures:
         records = list(records)
         self.space = space
         self.failed = [r for r in records if failed_forced(r)]
+        self.fitted = {run_key(r.values) for r in records if r.forced and r.ok and not failed_forced(r)}
+        """Configs whose own forced run fitted (the module docstring)."""
         self.demands = {r.number: self._demand(r) for r in self.failed}
         """Per failed forced run, what its OOM message says it needed (None: no such message)."""
         self.normal = [
@@ -185,7 +192,9 @@ class ForcedFailures:
     def covering(self, values: Mapping[str, Any]) -> TrialRecord | None:
         """The first failed forced run whose config ``values`` hold at least the memory of, or more
         than its OOM leaves room for, or whose OOM their offload saves too little for (the module
-        docstring)."""
+        docstring); None for a config whose own forced run fitted."""
+        if run_key(values) in self.fitted:
+            return None
         return next(
             (
                 r

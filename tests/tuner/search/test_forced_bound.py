@@ -182,3 +182,23 @@ def test_offload_that_saved_less_than_the_oom_lacked_does_not_save_the_longest_b
     # offload that saved nothing in the phase the OOM named, only in another, saves nothing there
     elsewhere = [runs[0], normal_run(5, offloaded, {"generate": 0.20, "policy_train": 0.75}), runs[2]]
     assert ForcedFailures(SPACE, elsewhere).covering(offloaded) is runs[2]
+
+
+def test_a_config_whose_own_forced_run_fitted_is_judged_by_it_not_by_anothers():
+    # The twin's demo: trial 11's config forced peaked at 93% of the GPU; the same config with NCCL's
+    # 16 MiB buffers (trial 16) forced came to 96%, within the headroom. The buffers are left aside
+    # when a config is compared with a failed forced run, so trial 11 held "at least its memory"
+    # and the run ended with no stable config though trial 11's own longest batch fitted.
+    plain = {**FAILED, "trainer.micro_train_batch_size_per_gpu": 1}
+    buffers = {**plain, "NCCL_BUFFSIZE": 16777216}
+
+    def forced(number: int, of: int, values: dict, peak_frac: float) -> TrialRecord:
+        run = normal_run(number, values, {"policy_train": peak_frac})
+        return replace(run, kind=TrialKind.FORCED, rerun_of=of, near_wall=peak_frac > 0.95)
+
+    near = forced(20, 16, buffers, 0.96)
+    assert ForcedFailures(SPACE, [near]).covering(plain) is near  # no forced run of its own: covered
+    fitted = ForcedFailures(SPACE, [forced(14, 11, plain, 0.93), near])
+    assert fitted.covering(plain) is None and fitted.why(plain) == ""
+    assert fitted.covering(buffers) is near
+    assert fitted.covering({**plain, "trainer.micro_forward_batch_size_per_gpu": 4}) is near
