@@ -26,7 +26,8 @@ from nccl_tune.tuner.records import study_records as R
 from nccl_tune.tuner.records.gpu_size import sized_among
 from nccl_tune.tuner.records.held import HeldParameters
 from nccl_tune.tuner.records.nccl_sweep import load as load_sweep
-from nccl_tune.tuner.records.stability import Candidate, select_winner
+from nccl_tune.tuner.records.semantics import study_reference, study_user_env
+from nccl_tune.tuner.records.stability import Candidate, changes_semantics, select_winner, semantic_count, speed_only
 from nccl_tune.tuner.records.study_records import TrialRecord
 from nccl_tune.tuner.records.telling import near_wall, requeue, tell_abandoned, tell_result
 from nccl_tune.tuner.search.failure_model import flaky_rule
@@ -185,17 +186,23 @@ class TrialRunner:
             ("env", dict(spec.env)),
         ):
             trial.set_user_attr(key, value)
-        observer = self.observer(trial.study, history, spec, early_stop)
+        observer = self.observer(trial.study, history, spec, early_stop, values)
         self.display.trial_started(trial.number, kind, values, trial.user_attrs.get(R.A_WHY))
         return spec, observer
 
     def observer(
-        self, study: optuna.Study, history: Sequence[TrialRecord], spec: TrialSpec, early_stop: bool
+        self,
+        study: optuna.Study,
+        history: Sequence[TrialRecord],
+        spec: TrialSpec,
+        early_stop: bool,
+        values: Mapping[str, Any],
     ) -> TunerObserver:
-        """The trial's observer: the early stop and screening against the incumbent as the study's
-        throughput model estimates it (fitted as the planner fits it, the NCCL sweep's timings
-        included); neither without an incumbent or with ``early_stop`` off (a re-run)."""
-        incumbent = self.leader(history) if early_stop else None
+        """The trial's observer: the early stop and screening against the incumbent
+        (``screened_against``) as the study's throughput model estimates it (fitted as the planner
+        fits it, the NCCL sweep's timings included); neither without an incumbent or with
+        ``early_stop`` off (a re-run)."""
+        incumbent = self.screened_against(history, values) if early_stop else None
         ratio = self.settings.early_stop_ratio if early_stop else 0.0
         screens = self.settings.screening and spec.stop.screen_steps > 0
         if incumbent is None or not (ratio or screens):
@@ -272,6 +279,17 @@ class TrialRunner:
         return result
 
     def leader(self, records: Sequence[TrialRecord]) -> Candidate | None:
-        """The fastest stable config so far, confirmed or not: what a trial is screened against and the
-        display calls the best."""
+        """The fastest stable config so far, confirmed or not: what the display calls the best."""
         return select_winner(records, require_confirmation=False, flaky=flaky_rule(self.space, records))
+
+    def screened_against(self, records: Sequence[TrialRecord], values: Mapping[str, Any]) -> Candidate | None:
+        """What a trial of ``values`` is held against: the leader; but where the leader changes the
+        training and ``values`` keep every semantic parameter at the user's value, the fastest stable
+        config that keeps them too (None while there is none). Such a trial answers the report's
+        speed-only line, a race of its own: a leader that drops the long prompts must not stop it."""
+        flaky = flaky_rule(self.space, records)
+        lead = select_winner(records, require_confirmation=False, flaky=flaky)
+        ref = study_reference(self.space, records)
+        if lead is None or semantic_count(values, ref) > 0 or not changes_semantics(lead, ref):
+            return lead
+        return speed_only(records, False, ref, flaky, study_user_env(self.space, records))
