@@ -723,12 +723,12 @@ class LocalSearchSampler(BaseSampler):
         held: HeldParameters | Mapping[str, Any] | None = None,
         seed: int | None = None,
         planned_trials: int | None = None,
-        trials_fit: Callable[[], int | None] | None = None,
+        trials_fit: Callable[[int], int | None] | None = None,
     ) -> None:
         """``planned_trials``: the trials this run is asked to launch (the failure budget's horizon
-        counts them after those the study launched before; None: no horizon); ``trials_fit``: the
-        search trials the run's wall-clock budget still has time for, this one included (None from
-        it: no deadline, or nothing timed yet)."""
+        counts them after those the study launched before; None: no horizon); ``trials_fit``: given
+        the search trials this run launched, those its wall-clock budget still has time for, this
+        one included (None from it: no deadline, or nothing timed yet)."""
         self.space = space
         self.planned_trials = planned_trials
         self.trials_fit = trials_fit
@@ -837,14 +837,14 @@ class LocalSearchSampler(BaseSampler):
         or fewer where the run's wall-clock budget ends first (``trials_fit``)."""
         if self._first_number is None:
             return None
-        fit = self.trials_fit() if self.trials_fit is not None else None
-        by_time = None if fit is None else fit - running - 1
-        if self.planned_trials is None:
-            return by_time
         run = sum(
             r.outcome is Outcome.LAUNCHED and r.kind.value in COUNTED and r.number >= self._first_number
             for r in records
         )
+        fit = self.trials_fit(run + running) if self.trials_fit is not None else None
+        by_time = None if fit is None else fit - running - 1
+        if self.planned_trials is None:
+            return by_time
         by_count = self.planned_trials - run - running - 1
         return by_count if by_time is None else min(by_count, by_time)
 

@@ -18,7 +18,7 @@ def make_sampler(
     space: SearchSpace,
     held: HeldParameters | Mapping[str, Any] | None = None,
     planned_trials: int | None = None,
-    trials_fit: Callable[[], int | None] | None = None,
+    trials_fit: Callable[[int], int | None] | None = None,
 ) -> optuna.samplers.BaseSampler:
     """The sampler ``name`` (one of ``settings.SAMPLERS``, checked by ``RunSettings``): ``local``
     moves from the incumbent by expected gain, memory-aware (``local_search.py``); ``tpe`` models

@@ -21,8 +21,8 @@ class Budget:
     """The deadline of one run (None: no budget) and the time kept for confirmation re-runs."""
 
     def __init__(self, budget_s: float | None, confirm_runs: int, now: float | None = None) -> None:
-        start = time.monotonic() if now is None else now
-        self.deadline = start + budget_s if budget_s else None
+        self.start = time.monotonic() if now is None else now
+        self.deadline = self.start + budget_s if budget_s else None
         self.confirm_runs = confirm_runs
         self.longest_ok_s = 0.0
 
@@ -43,14 +43,16 @@ class Budget:
     def left_s(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.monotonic()
 
-    def search_trials_left(self) -> int | None:
-        """Search trials that can still start before the reserve binds, each taking as long as the
-        longest ``ok`` trial (None: no deadline, or no trial has finished to time one): what the
-        search plans its last trials by when the deadline comes before ``--trials``."""
+    def search_trials_left(self, launched: int = 0) -> int | None:
+        """Search trials that can still start before the reserve binds, at the run's pace: its time
+        so far per search trial ``launched`` (forced runs and the time between trials included), at
+        least the longest ``ok`` trial's (None: no deadline, or no trial has finished to time one).
+        What the search plans its last trials by when the deadline comes before ``--trials``."""
         left = self.left_s()
         if left is None or self.longest_ok_s <= 0:
             return None
-        return max(0, math.ceil(left / self.longest_ok_s - self.confirm_runs) - 1)
+        pace = max(self.longest_ok_s, (time.monotonic() - self.start) / launched if launched else 0.0)
+        return max(0, math.ceil((left - self.reserve_s) / pace))
 
     def search_over(self) -> bool:
         """No new search trial: the time left is within the reserve."""

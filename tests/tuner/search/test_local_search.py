@@ -1019,15 +1019,17 @@ def test_no_move_that_keeps_the_training_is_proposed_while_the_lead_keeps_it():
 
 def test_the_samplers_trials_left_end_where_the_runs_wall_clock_budget_does():
     fit: list[int | None] = [2]
-    sampler = LocalSearchSampler(LM, seed=0, planned_trials=5, trials_fit=lambda: fit[0])
+    asked: list[int] = []
+    sampler = LocalSearchSampler(LM, seed=0, planned_trials=5, trials_fit=lambda n: asked.append(n) or fit[0])
     optuna.create_study(sampler=sampler).ask()
     runs = [replace(lm_rec(0, 2, 2048), kind=TrialKind.BASELINE)]
     assert sampler._trials_left(runs) == 2 - 1  # time for two more: this one and one after it
     assert sampler._trials_left(runs, running=1) == 0
+    assert asked == [1, 2]  # the budget's pace is per search trial this run launched, running ones too
     fit[0] = 9
     assert sampler._trials_left(runs) == 5 - 1 - 1  # --trials ends first
     fit[0] = None  # no deadline, or nothing timed yet
     assert sampler._trials_left(runs) == 5 - 1 - 1
-    by_time = LocalSearchSampler(LM, seed=0, trials_fit=lambda: 3)
+    by_time = LocalSearchSampler(LM, seed=0, trials_fit=lambda n: 3)
     optuna.create_study(sampler=by_time).ask()
     assert by_time._trials_left(runs) == 3 - 1

@@ -59,3 +59,12 @@ def test_the_search_trials_the_budget_has_time_for_are_those_that_would_start(le
     assert budget.search_trials_left() == started
     assert (started == 0) == budget.search_over()
     assert Budget(None, confirm_runs=2).search_trials_left() is None
+
+
+def test_the_search_trials_left_go_at_the_runs_own_pace():
+    # 60 s gone on 3 search trials of 10 s: forced runs and the time between trials took the rest,
+    # so each search trial costs 20 s of the 70 s left beyond the 30 s kept for the re-runs
+    budget = Budget(130.0, confirm_runs=2, now=time.monotonic() - 60.0)
+    budget.longest_ok_s = 10.0
+    assert budget.search_trials_left(launched=3) == 2
+    assert budget.search_trials_left(launched=12) == 4  # a pace below a trial's own time is not believed
