@@ -1,9 +1,12 @@
 """The run's wall-clock budget (``--budget``), planned so that the confirmation re-runs fit.
 
-A search trial starts only when it and the confirmation re-runs fit in the time left, as measured:
-the reserve is ``1 + confirm`` times the longest wall time of an ``ok`` trial so far (0 before the
-first one, so the first trial always starts). A re-run starts while the deadline has not passed.
-With ``--confirm 0`` the reserve is one trial: no search trial starts that would not end in time.
+A search trial starts only when it, the confirmation re-runs and the forced run after the search
+fit in the time left, as measured: the reserve is ``1 + confirm`` times the longest wall time of a
+normal ``ok`` trial so far (0 before the first one, so the first trial always starts), plus the
+forced run's, at the longest a forced run took (at its longest batch it runs slower, and one that
+ran out of memory took its start-up all the same), at least a normal trial's. A re-run starts while
+the deadline has not passed. With ``--confirm 0`` and no forced run the reserve is one trial: no
+search trial starts that would not end in time.
 """
 
 from __future__ import annotations
@@ -20,25 +23,36 @@ from nccl_tune.tuner.records.study_records import TrialRecord
 class Budget:
     """The deadline of one run (None: no budget) and the time kept for confirmation re-runs."""
 
-    def __init__(self, budget_s: float | None, confirm_runs: int, now: float | None = None) -> None:
+    def __init__(
+        self, budget_s: float | None, confirm_runs: int, forced_runs: int = 0, now: float | None = None
+    ) -> None:
         self.start = time.monotonic() if now is None else now
         self.deadline = self.start + budget_s if budget_s else None
         self.confirm_runs = confirm_runs
+        self.forced_runs = forced_runs
+        """Forced runs kept for after the search (one where the space forces the longest batch)."""
         self.longest_ok_s = 0.0
+        self.longest_forced_s = 0.0
 
-    def observe(self, result: TrialResult | None) -> None:
-        """Learn a trial's duration (only ``ok`` trials say how long a re-run takes)."""
-        if result is not None and result.status is FailureClass.OK:
+    def observe(self, result: TrialResult | None, forced: bool = False) -> None:
+        """Learn a trial's duration: a normal ``ok`` one says how long a re-run takes, a ``forced``
+        one (however it ended) how long a forced run does."""
+        if result is None:
+            return
+        if forced:
+            self.longest_forced_s = max(self.longest_forced_s, result.wall_s)
+        elif result.status is FailureClass.OK:
             self.longest_ok_s = max(self.longest_ok_s, result.wall_s)
 
     def observe_all(self, records: Iterable[TrialRecord]) -> None:
         for r in records:
-            self.observe(r.result)
+            self.observe(r.result, r.forced)
 
     @property
     def reserve_s(self) -> float:
-        """Seconds a new search trial needs: itself and the confirmation re-runs after it."""
-        return (1 + self.confirm_runs) * self.longest_ok_s
+        """Seconds a new search trial needs: itself, the confirmation re-runs and the forced run after it."""
+        forced_s = max(self.longest_forced_s, self.longest_ok_s) if self.longest_ok_s else 0.0
+        return (1 + self.confirm_runs) * self.longest_ok_s + self.forced_runs * forced_s
 
     def left_s(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.monotonic()
@@ -69,7 +83,12 @@ class Budget:
         if self.spent() or not self.reserve_s:
             return "the run's --budget is spent: no new trial"
         reruns = f" and {self.confirm_runs} confirmation re-run(s)" if self.confirm_runs else ""
+        forced = (
+            f" and a forced run of about {max(self.longest_forced_s, self.longest_ok_s) / 60:.1f} min"
+            if self.forced_runs
+            else ""
+        )
         return (
             f"the run's --budget has {self.left_s() / 60:.1f} min left, too little for one more trial{reruns} of "
-            f"about {self.longest_ok_s / 60:.1f} min each: no new search trial"
+            f"about {self.longest_ok_s / 60:.1f} min each{forced}: no new search trial"
         )

@@ -119,7 +119,7 @@ class Forcing:
             trial.set_user_attr(R.A_VALUES, values)
             kind = f"{FORCED_KIND} to its longest batch: trial {lead.first.number}'s values"
             result = self.runner.run(study, trial, values, kind, history, early_stop=False, forced=True)
-        self.budget.observe(result)
+        self.budget.observe(result, forced=True)
         return result
 
     def tell(self, study: optuna.Study, lead: Candidate) -> None:

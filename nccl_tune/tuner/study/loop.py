@@ -244,7 +244,7 @@ class StudyLoop:
         forcing = (
             1 if self.space.force_worst_case and self.settings.force_worst_case else 0
         )  # the search leaves time for one forced run
-        budget = Budget(self.settings.budget_s, self.settings.confirm + forcing)
+        budget = Budget(self.settings.budget_s, self.settings.confirm, forcing)
         study, existed = self.open(budget)
         budget.observe_all(R.records(study))
         interrupted = False

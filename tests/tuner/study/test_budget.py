@@ -9,6 +9,8 @@ import time
 import pytest
 import yaml
 
+from nccl_tune.failure import FailureClass, Verdict
+from nccl_tune.trial import StopReason, TrialResult
 from nccl_tune.tuner.study.budget import Budget
 from tests.tuner.conftest import TWIN_PINS_SPEED_ONLY, run_twin, twin_space_unjudged
 
@@ -68,3 +70,21 @@ def test_the_search_trials_left_go_at_the_runs_own_pace():
     budget.longest_ok_s = 10.0
     assert budget.search_trials_left(launched=3) == 2
     assert budget.search_trials_left(launched=12) == 4  # a pace below a trial's own time is not believed
+
+
+def test_a_forced_run_is_kept_time_for_at_its_own_length():
+    # the space forces the longest batch: the reserve keeps the forced run after the search too, at
+    # the longest a forced run took (out of memory or not), at least a normal trial's length
+    budget = Budget(600.0, confirm_runs=2, forced_runs=1)
+    budget.observe(_ended(FailureClass.OK, 10.0))
+    assert budget.reserve_s == 3 * 10.0 + 10.0
+    budget.observe(_ended(FailureClass.OOM, 25.0), forced=True)
+    assert budget.longest_ok_s == 10.0 and budget.reserve_s == 3 * 10.0 + 25.0
+    budget.observe(_ended(FailureClass.OOM, 40.0))  # a normal trial that failed says nothing of either
+    assert budget.reserve_s == 55.0
+    assert "and a forced run of about 0.4 min: no new search trial" in budget.note()
+    assert Budget(600.0, confirm_runs=2).reserve_s == 0.0  # nothing timed yet: the first trial starts
+
+
+def _ended(status: FailureClass, wall_s: float) -> TrialResult:
+    return TrialResult(number=0, status=status, verdict=Verdict(status), stop_reason=StopReason.EXITED, wall_s=wall_s)
