@@ -26,13 +26,18 @@ class Budget:
     def __init__(
         self, budget_s: float | None, confirm_runs: int, forced_runs: int = 0, now: float | None = None
     ) -> None:
-        self.start = time.monotonic() if now is None else now
-        self.deadline = self.start + budget_s if budget_s else None
+        self.budget_s = budget_s
+        self.begin(now)
         self.confirm_runs = confirm_runs
         self.forced_runs = forced_runs
         """Forced runs kept for after the search (one where the space forces the longest batch)."""
         self.longest_ok_s = 0.0
         self.longest_forced_s = 0.0
+
+    def begin(self, now: float | None = None) -> None:
+        """Start the clock: once the study is open, as the run's first trial is asked for."""
+        self.start = time.monotonic() if now is None else now
+        self.deadline = self.start + self.budget_s if self.budget_s else None
 
     def observe(self, result: TrialResult | None, forced: bool = False) -> None:
         """Learn a trial's duration: a normal ``ok`` one says how long a re-run takes, a ``forced``

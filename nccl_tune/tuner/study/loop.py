@@ -246,6 +246,7 @@ class StudyLoop:
         )  # the search leaves time for one forced run
         budget = Budget(self.settings.budget_s, self.settings.confirm, forcing)
         study, existed = self.open(budget)
+        budget.begin()
         budget.observe_all(R.records(study))
         interrupted = False
         try:
