@@ -65,11 +65,11 @@ class RunSettings:
     """Write the tuned YAML here at the end of the run."""
     dry_run: bool = False
     confirm: int = 2
+    """Re-run the best N candidates once to confirm they are stable (0: no re-runs); one left once the
+    winner is confirmed confirms the speed-only pick (``study.confirmation``)."""
     force_worst_case: bool = True
     """Run the winner-to-be once forced to its longest batch where the space says how
     (``stability.force_worst_case``); False: never (the winner's worst case is then predicted, or unproven)."""
-    """Re-run the best N candidates once to confirm they are stable (0: no re-runs); one left once the
-    winner is confirmed confirms the speed-only pick (``study.confirmation``)."""
     early_stop_ratio: float = 0.7
     """Stop a trial whose measured steps so far (stragglers left out) ran below this fraction of the
     incumbent as the study's model estimates it, or a warm-up step below it of its warm-up (0: never)."""
