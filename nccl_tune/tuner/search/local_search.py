@@ -214,6 +214,12 @@ def keeps_training(user: Mapping[str, Any], values: Mapping[str, Any]) -> bool:
     return all(values.get(n) == v for n, v in user.items())
 
 
+def _lead(ranked: Sequence[tuple[float, int, Mapping[str, Any], bool]]) -> tuple[float, int, Mapping[str, Any], bool]:
+    """The leading config of ``Planner.ranked``: its first stable row (a config tied with it that
+    changes less, say the user's own run near the wall, sorts before it but is no lead), else its first."""
+    return next((row for row in ranked if row[3]), ranked[0])
+
+
 def expected_improvement(mean: np.ndarray, sd: np.ndarray, best: float) -> np.ndarray:
     z = (mean - best) / np.maximum(sd, 1e-12)
     cdf = np.array([_NORMAL.cdf(x) for x in z])
@@ -565,7 +571,7 @@ class Planner:
         keeps = partial(keeps_training, user)
         searched = (r for r in self.records if r.outcome is Outcome.LAUNCHED and r.kind is TrialKind.SEARCH)
         return (
-            not keeps(ranked[0][2])
+            not keeps(_lead(ranked)[2])
             and not any(row[3] and keeps(row[2]) for row in ranked)
             and not any(r.values and keeps(r.values) for r in searched)
         )
@@ -586,7 +592,7 @@ class Planner:
         if not user or not ranked:
             return None
         keeps = partial(keeps_training, user)
-        if keeps(ranked[0][2]):
+        if keeps(_lead(ranked)[2]):
             return None
         declined = self.declined
         incumbent = max((row[0] for row in ranked if row[3]), default=None)

@@ -1033,3 +1033,17 @@ def test_the_samplers_trials_left_end_where_the_runs_wall_clock_budget_does():
     by_time = LocalSearchSampler(LM, seed=0, trials_fit=lambda n: 3)
     optuna.create_study(sampler=by_time).ask()
     assert by_time._trials_left(runs) == 3 - 1
+
+
+def test_the_last_trials_read_the_lead_from_the_stable_configs_not_from_one_tied_with_it():
+    """The user's own config ran at the lead's speed, near the memory wall (not stable); tied with the
+    lead, it sorts first as the config with fewer changes. The lead halved the sequence all the same:
+    in the run's last trial one goes to the training as the user runs it."""
+    base = replace(lm_rec(0, 2, 2048), kind=TrialKind.BASELINE, near_wall=True)
+    short = record(1, {"micro": 2, "seq": 1024}, 33.0, base.result.step_times_s[1])
+    planner = Planner(LM, {}, [base, short], trials_left=0)
+    ranked = planner.ranked()
+    assert ranked[0][1] == 0 and not ranked[0][3] and ranked[1][1] == 1 and ranked[1][3]
+    assert planner.speed_only_unanswered(ranked)
+    last = planner.propose(random.Random(0))
+    assert last.values["seq"] == 2048 and last.reason.endswith(LAST_TRIALS_WHY)
