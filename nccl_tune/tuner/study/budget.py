@@ -56,8 +56,13 @@ class Budget:
     @property
     def reserve_s(self) -> float:
         """Seconds a new search trial needs: itself, the confirmation re-runs and the forced run after it."""
-        forced_s = max(self.longest_forced_s, self.longest_ok_s) if self.longest_ok_s else 0.0
+        forced_s = self.forced_run_s if self.longest_ok_s else 0.0
         return (1 + self.confirm_runs) * self.longest_ok_s + self.forced_runs * forced_s
+
+    @property
+    def forced_run_s(self) -> float:
+        """Seconds kept for a forced run: the longest one so far, at least a normal trial's."""
+        return max(self.longest_forced_s, self.longest_ok_s)
 
     def left_s(self) -> float | None:
         return None if self.deadline is None else self.deadline - time.monotonic()
@@ -88,11 +93,7 @@ class Budget:
         if self.spent() or not self.reserve_s:
             return "the run's --budget is spent: no new trial"
         reruns = f" and {self.confirm_runs} confirmation re-run(s)" if self.confirm_runs else ""
-        forced = (
-            f" and a forced run of about {max(self.longest_forced_s, self.longest_ok_s) / 60:.1f} min"
-            if self.forced_runs
-            else ""
-        )
+        forced = f" and a forced run of about {self.forced_run_s / 60:.1f} min" if self.forced_runs else ""
         return (
             f"the run's --budget has {self.left_s() / 60:.1f} min left, too little for one more trial{reruns} of "
             f"about {self.longest_ok_s / 60:.1f} min each{forced}: no new search trial"

@@ -30,7 +30,7 @@ from nccl_tune.tuner.records.semantics import study_reference, study_user_env
 from nccl_tune.tuner.records.stability import Candidate, changes_semantics, select_winner, semantic_count, speed_only
 from nccl_tune.tuner.records.study_records import TrialRecord
 from nccl_tune.tuner.records.telling import near_wall, requeue, tell_abandoned, tell_result
-from nccl_tune.tuner.search.failure_model import flaky_rule
+from nccl_tune.tuner.search.failure_model import FlakyRule, flaky_rule
 from nccl_tune.tuner.search.throughput_model import ThroughputModel
 from nccl_tune.tuner.settings import RunSettings
 from nccl_tune.tuner.trials.display import Display
@@ -278,9 +278,10 @@ class TrialRunner:
             )
         return result
 
-    def leader(self, records: Sequence[TrialRecord]) -> Candidate | None:
-        """The fastest stable config so far, confirmed or not: what the display calls the best."""
-        return select_winner(records, require_confirmation=False, flaky=flaky_rule(self.space, records))
+    def leader(self, records: Sequence[TrialRecord], flaky: FlakyRule | None = None) -> Candidate | None:
+        """The fastest stable config so far, confirmed or not: what the display calls the best
+        (``flaky``: the study's ``flaky_rule`` when None)."""
+        return select_winner(records, require_confirmation=False, flaky=flaky or flaky_rule(self.space, records))
 
     def screened_against(self, records: Sequence[TrialRecord], values: Mapping[str, Any]) -> Candidate | None:
         """What a trial of ``values`` is held against: the leader; but where the leader changes the
@@ -288,7 +289,7 @@ class TrialRunner:
         config that keeps them too (None while there is none). Such a trial answers the report's
         speed-only line, a race of its own: a leader that drops the long prompts must not stop it."""
         flaky = flaky_rule(self.space, records)
-        lead = select_winner(records, require_confirmation=False, flaky=flaky)
+        lead = self.leader(records, flaky)
         ref = study_reference(self.space, records)
         if lead is None or semantic_count(values, ref) > 0 or not changes_semantics(lead, ref):
             return lead
