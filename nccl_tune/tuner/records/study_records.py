@@ -16,6 +16,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from nccl_tune.failure import FailureClass
+from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.trial import StopReason, TrialResult
 from nccl_tune.tuner.records.gpu_size import sized
 from nccl_tune.tuner.records.worst_case import WorstCase
@@ -122,11 +123,16 @@ class TrialRecord:
     the run nor the space says."""
 
     @property
+    def headroom_frac(self) -> float:
+        """The headroom its run was judged against (the space's default for runs stored before
+        nccl-tune kept it)."""
+        return self.min_headroom_frac if self.min_headroom_frac is not None else SearchSpace.min_headroom_frac
+
+    @property
     def worst_unfit(self) -> bool:
         """Its worst case does not fit the headroom it was judged against: not stable, however its
         own steps went."""
-        room = self.min_headroom_frac if self.min_headroom_frac is not None else 0.05
-        return self.worst_case is not None and self.worst_case.unfit(room)
+        return self.worst_case is not None and self.worst_case.unfit(self.headroom_frac)
 
     @property
     def ok(self) -> bool:

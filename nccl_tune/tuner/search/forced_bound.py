@@ -1,6 +1,7 @@
 """Configs a forced run has already judged: at least the memory of one that failed at its longest batch.
 
-A forced run (``TrialKind.FORCED``) that ran out of memory, or came within the headroom of the wall,
+A forced run (``TrialKind.FORCED``) that ran out of memory, came within the headroom of the wall, or
+failed there (a collective timeout or a hang at 98% of the GPU: ``memory_model.memory_explains``)
 makes its config unstable. Another config that holds at least as much memory on every parameter that
 moves it (a value at least as high in ``memory: increasing`` order, at most as high in
 ``decreasing`` order, the same value where the effect is ``unknown``; ``none`` and ``small``
@@ -48,7 +49,7 @@ from nccl_tune.search_spaces.space import MemoryEffect, Parameter, SearchSpace
 from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.tuner.records.stability import run_key
 from nccl_tune.tuner.records.study_records import TrialRecord
-from nccl_tune.tuner.search.memory_model import holds_at_least
+from nccl_tune.tuner.search.memory_model import holds_at_least, memory_explains
 
 SAVED_SLACK = 1.25
 """What offload saved in a phase, as normal runs measured it, is taken as up to this much more
@@ -61,6 +62,8 @@ def failed_forced(r: TrialRecord) -> bool:
         return False
     if r.status in (FailureClass.OOM, FailureClass.HOST_OOM):
         return True
+    if r.failed:
+        return memory_explains(r, 1.0 - r.headroom_frac)
     return r.ok and (r.near_wall or r.worst_unfit)
 
 

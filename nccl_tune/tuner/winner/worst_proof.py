@@ -9,8 +9,8 @@ its exit code does not change), never silently.
 
 When no config survives its worst batch (every config forced failed there, and no other config is
 stable), the study still exports the fastest config that passed its own trials, every normal run
-``ok`` away from the wall, whose forced run ran out of memory or came within the headroom
-(``fails_at_worst``; ``fallback`` picks it, confirmed first). It is marked ``FAILS`` (``fails at
+``ok`` away from the wall, whose forced run ran out of memory, came within the headroom or failed
+there (``forced_bound.failed_forced``; ``fails_at_worst``; ``fallback`` picks it, confirmed first). It is marked ``FAILS`` (``fails at
 the worst batch``) in the tuned YAML's first line and ``metrics.worst_case``, the summary and the
 report, with its forced trial's numbers (the phase that ran out, the memory it asked for beyond
 what the GPU held, what it needed in all) and what would make a config survive (``to_survive``):
@@ -103,7 +103,9 @@ def _oom(run: TrialRecord) -> tuple[str, str]:
         if run.ok:
             peak = f" at {run.worst_case.peak_frac:.0%} of the GPU" if run.worst_case is not None else ""
             return "", f"came within the headroom of the memory wall{peak}"
-        return "", f"ended {run.status.value if run.status else 'failed'}"
+        memory = run.result.memory if run.result is not None else None
+        peak = f" at {memory.max_peak_frac:.0%} of the GPU" if memory and memory.max_peak_frac is not None else ""
+        return "", f"ended {run.status.value if run.status else 'failed'}{peak}"
     phase = run.result.verdict.phase or ""
     demand = oom_demand(e.text for e in run.result.verdict.evidence)
     where = f" in {phase}" if phase else ""

@@ -202,3 +202,35 @@ def test_a_config_whose_own_forced_run_fitted_is_judged_by_it_not_by_anothers():
     assert fitted.covering(plain) is None and fitted.why(plain) == ""
     assert fitted.covering(buffers) is near
     assert fitted.covering({**plain, "trainer.micro_forward_batch_size_per_gpu": 4}) is near
+
+
+def test_a_forced_run_that_timed_out_at_the_wall_rules_out_more_memory_and_one_far_from_it_does_not():
+    # The twin's legacy layout: forward micro-batch 2 at the prompt limit 6000, forced to its longest
+    # batch, ended collective_timeout at 98% of the GPU. Memory explains that failure as it explains
+    # an OOM; the same timeout at 60% of the GPU says nothing of memory.
+    base = {**FAILED, "trainer.micro_train_batch_size_per_gpu": 1}
+    larger = {**base, "trainer.micro_train_batch_size_per_gpu": 2}
+
+    def timed_out(peak_frac: float) -> TrialRecord:
+        run = normal_run(12, base, {"policy_train": peak_frac})
+        result = replace(
+            run.result,
+            status=FailureClass.COLLECTIVE_TIMEOUT,
+            verdict=Verdict(FailureClass.COLLECTIVE_TIMEOUT),
+            stop_reason=StopReason.EXITED,
+        )
+        return replace(
+            run,
+            kind=TrialKind.FORCED,
+            rerun_of=11,
+            status=FailureClass.COLLECTIVE_TIMEOUT,
+            result=result,
+            min_headroom_frac=0.05,
+        )
+
+    at_wall = timed_out(0.98)
+    failures = ForcedFailures(SPACE, [at_wall])
+    assert failures.covering(base) is at_wall and failures.covering(larger) is at_wall
+    assert "ended collective_timeout forced to its longest batch (trial 12)" in failures.why(larger)
+    assert failures.covering({**base, "trainer.policy.fsdp_config.cpu_offload": True}) is None
+    assert ForcedFailures(SPACE, [timed_out(0.60)]).covering(larger) is None
