@@ -14,10 +14,21 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Iterable
+from enum import Enum
 
 from nccl_tune.failure import FailureClass
 from nccl_tune.trial import TrialResult
 from nccl_tune.tuner.records.study_records import TrialRecord
+from nccl_tune.tuner.trials.display import Display
+from nccl_tune.tuner.trials.observer import InterruptFlag
+
+
+class Gate(Enum):
+    """Whether one more run outside the search starts (``Budget.gate``)."""
+
+    GO = "go"
+    SPENT = "spent"
+    INTERRUPTED = "interrupted"
 
 
 class Budget:
@@ -87,6 +98,17 @@ class Budget:
         """No new trial of any kind: the deadline has passed."""
         left = self.left_s()
         return left is not None and left <= 0
+
+    def gate(self, interrupt: InterruptFlag, display: Display, skipped: str) -> Gate:
+        """Whether a run outside the search (a warm start, a re-run, a forced run) starts: not once
+        the run is interrupted, nor once the deadline has passed, which ``display`` is told with
+        what is ``skipped``."""
+        if interrupt.is_set:
+            return Gate.INTERRUPTED
+        if self.spent():
+            display.note(f"the run's --budget is spent: {skipped}")
+            return Gate.SPENT
+        return Gate.GO
 
     def note(self) -> str:
         """Why the search starts no new trial."""

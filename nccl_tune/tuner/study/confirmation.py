@@ -25,7 +25,7 @@ from nccl_tune.tuner.records.speedup import baseline_steps_wanted
 from nccl_tune.tuner.records.stability import Candidate, baseline, candidates, run_key, to_confirm
 from nccl_tune.tuner.records.study_records import TrialKind
 from nccl_tune.tuner.search.failure_model import flaky_rule
-from nccl_tune.tuner.study.budget import Budget
+from nccl_tune.tuner.study.budget import Budget, Gate
 from nccl_tune.tuner.trials.display import Display
 from nccl_tune.tuner.trials.observer import InterruptFlag
 from nccl_tune.tuner.trials.trial_run import TrialRunner
@@ -49,11 +49,9 @@ def confirm(
             return confirm_speed_only(study, runner, budget, interrupt, display)
         left -= 1
         cand = pending[0]
-        if interrupt.is_set:
-            return True
-        if budget.spent():
-            display.note("the run's --budget is spent: no confirmation re-run")
-            return False
+        gate = budget.gate(interrupt, display, "no confirmation re-run")
+        if gate is not Gate.GO:
+            return gate is Gate.INTERRUPTED
         result = rerun(study, runner, cand, f"re-run of trial {cand.first.number}", budget)
         if result.status is FailureClass.INTERRUPTED:
             return True
@@ -77,11 +75,9 @@ def confirm_speed_only(
     winner = pick_winner(history, space, flaky=flaky)
     if winner is not None and run_key(winner.values) == run_key(speed.values):
         return False
-    if interrupt.is_set:
-        return True
-    if budget.spent():
-        display.note("the run's --budget is spent: the speed-only config is not re-run")
-        return False
+    gate = budget.gate(interrupt, display, "the speed-only config is not re-run")
+    if gate is not Gate.GO:
+        return gate is Gate.INTERRUPTED
     number = speed.first.number
     display.note(
         f"a re-run is left: confirming trial {number}, the fastest config that keeps the training as you run it"
@@ -131,11 +127,11 @@ def measure_baseline(
     history = R.records(study)
     winner, base = pick_winner(history, runner.space, prefer_confirmed=required), baseline(history)
     steps = baseline_steps_wanted(winner, base) if winner is not None and base is not None else None
-    if steps is None or interrupt.is_set:
+    if steps is None:
         return interrupt.is_set
-    if budget.spent():
-        display.note("the run's --budget is spent: the baseline is not re-run at the winner's steps")
-        return False
+    gate = budget.gate(interrupt, display, "the baseline is not re-run at the winner's steps")
+    if gate is not Gate.GO:
+        return gate is Gate.INTERRUPTED
     display.note(
         f"the baseline measured fewer or more steps than trial {winner.first.number}: re-running it at "
         f"{steps} measured steps before quoting a speed-up"

@@ -40,7 +40,7 @@ from nccl_tune.tuner.records.sampling import suggest, to_optuna
 from nccl_tune.tuner.records.stability import Candidate
 from nccl_tune.tuner.records.study_records import TrialKind, TrialRecord
 from nccl_tune.tuner.search.forced_bound import ForcedFailures
-from nccl_tune.tuner.study.budget import Budget
+from nccl_tune.tuner.study.budget import Budget, Gate
 from nccl_tune.tuner.trials.display import FORCED_KIND, Display
 from nccl_tune.tuner.trials.observer import InterruptFlag
 from nccl_tune.tuner.trials.trial_run import TrialRunner
@@ -89,13 +89,10 @@ class Forcing:
             lead = winner_to_be(history, self.runner.space, prefer_confirmed)
             if lead is None or lead.forced_run is not None:
                 return False
-            if self.interrupt.is_set:
-                return True
-            if self.budget.spent():
-                self.display.note(
-                    f"the run's --budget is spent: trial {lead.first.number} is not forced to its longest batch"
-                )
-                return False
+            skipped = f"trial {lead.first.number} is not forced to its longest batch"
+            gate = self.budget.gate(self.interrupt, self.display, skipped)
+            if gate is not Gate.GO:
+                return gate is Gate.INTERRUPTED
             self.left -= 1
             self.launched += 1
             result = self.force(study, lead, history)

@@ -12,7 +12,7 @@ from nccl_tune.tuner.records import study_records as R
 from nccl_tune.tuner.records.sampling import suggest, to_optuna
 from nccl_tune.tuner.records.stability import values_key
 from nccl_tune.tuner.records.study_records import TrialKind
-from nccl_tune.tuner.study.budget import Budget
+from nccl_tune.tuner.study.budget import Budget, Gate
 from nccl_tune.tuner.study.night import WARM_RUNS, NightPlan, baseline_runs
 from nccl_tune.tuner.trials.display import Display
 from nccl_tune.tuner.trials.observer import InterruptFlag
@@ -37,11 +37,9 @@ def warm_start(
         done = baseline_runs(plan.baseline, history)
         if len(done) >= WARM_RUNS or any(not r.ok for r in done):
             return False
-        if interrupt.is_set:
-            return True
-        if budget.spent():
-            display.note("the run's --budget is spent: no more runs of the baseline config")
-            return False
+        gate = budget.gate(interrupt, display, "no more runs of the baseline config")
+        if gate is not Gate.GO:
+            return gate is Gate.INTERRUPTED
         if not study.get_trials(deepcopy=False, states=(TrialState.WAITING,)):
             study.enqueue_trial(
                 to_optuna(space, plan.baseline.values, pinned), user_attrs={R.A_KIND: TrialKind.WARM_START.value}

@@ -4,14 +4,20 @@ still written, marked unconfirmed, and the run says where. Through the CLI, with
 from __future__ import annotations
 
 import json
+import os
+import signal
 import time
 
 import pytest
 import yaml
+from rich.console import Console
 
 from nccl_tune.failure import FailureClass, Verdict
+from nccl_tune.search_spaces.loader import load_space
 from nccl_tune.trial import StopReason, TrialResult
-from nccl_tune.tuner.study.budget import Budget
+from nccl_tune.tuner.study.budget import Budget, Gate
+from nccl_tune.tuner.trials.display import Display
+from nccl_tune.tuner.trials.observer import InterruptFlag
 from tests.tuner.conftest import TWIN_PINS_SPEED_ONLY, run_twin, twin_space_unjudged
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
@@ -84,6 +90,20 @@ def test_a_forced_run_is_kept_time_for_at_its_own_length():
     assert budget.reserve_s == 55.0
     assert "and a forced run of about 0.4 min: no new search trial" in budget.note()
     assert Budget(600.0, confirm_runs=2).reserve_s == 0.0  # nothing timed yet: the first trial starts
+
+
+def test_a_run_after_the_search_starts_until_the_deadline_or_a_stop_signal():
+    console = Console(record=True, width=200)
+    display = Display(console, load_space("skyrl-text2sql"))
+    with InterruptFlag() as interrupt:
+        assert Budget(60.0, confirm_runs=2).gate(interrupt, display, "no re-run") is Gate.GO
+        over = Budget(60.0, confirm_runs=2, now=time.monotonic() - 61.0)
+        assert over.gate(interrupt, display, "no re-run") is Gate.SPENT
+        assert "the run's --budget is spent: no re-run" in console.export_text()
+        os.kill(os.getpid(), signal.SIGINT)
+        assert interrupt.is_set
+        assert over.gate(interrupt, display, "no re-run") is Gate.INTERRUPTED  # a stop signal comes first
+        assert Budget(None, confirm_runs=2).gate(interrupt, display, "no re-run") is Gate.INTERRUPTED
 
 
 def _ended(status: FailureClass, wall_s: float) -> TrialResult:
