@@ -218,7 +218,12 @@ def noise_frac(records: Iterable[TrialRecord]) -> float:
 
 def changes_semantics(c: Candidate, semantic_ref: Mapping[str, Any]) -> bool:
     """True when ``c`` sets a semantic parameter away from its value in ``semantic_ref``."""
-    return semantic_count(c.values, semantic_ref) > 0
+    return not keeps_semantics(c.values, semantic_ref)
+
+
+def keeps_semantics(values: Mapping[str, Any], semantic_ref: Mapping[str, Any]) -> bool:
+    """True when ``values`` keep the training: no semantic parameter away from its value in ``semantic_ref``."""
+    return semantic_count(values, semantic_ref) == 0
 
 
 def semantic_count(values: Mapping[str, Any], semantic_ref: Mapping[str, Any]) -> int:

@@ -130,7 +130,7 @@ from nccl_tune.tuner.records.nccl_sweep import Sweep
 from nccl_tune.tuner.records.nccl_sweep import load as load_sweep
 from nccl_tune.tuner.records.sampling import distributions, from_optuna, to_optuna
 from nccl_tune.tuner.records.semantics import study_reference
-from nccl_tune.tuner.records.stability import candidates, run_key
+from nccl_tune.tuner.records.stability import candidates, keeps_semantics, run_key
 from nccl_tune.tuner.records.study_records import FINISHED, Outcome, TrialKind, TrialRecord
 from nccl_tune.tuner.search.failure_budget import FailureBudget
 from nccl_tune.tuner.search.failure_model import FailureModel
@@ -207,11 +207,6 @@ class Proposal:
     """The modelled change of log throughput over the incumbent."""
     fits_model: float | None = None
     """``fits`` before the study shifted them: what the study checks its odds by."""
-
-
-def keeps_training(user: Mapping[str, Any], values: Mapping[str, Any]) -> bool:
-    """``values`` hold every semantic parameter of ``user`` (``Planner.user_training``) at its value."""
-    return all(values.get(n) == v for n, v in user.items())
 
 
 def _lead(ranked: Sequence[tuple[float, int, Mapping[str, Any], bool]]) -> tuple[float, int, Mapping[str, Any], bool]:
@@ -568,7 +563,7 @@ class Planner:
         user = self.user_training
         if self.trials_left is None or self.trials_left >= LAST_TRIALS or not user or not ranked:
             return False
-        keeps = partial(keeps_training, user)
+        keeps = partial(keeps_semantics, semantic_ref=user)
         searched = (r for r in self.records if r.outcome is Outcome.LAUNCHED and r.kind is TrialKind.SEARCH)
         return (
             not keeps(_lead(ranked)[2])
@@ -591,7 +586,7 @@ class Planner:
         user = self.user_training
         if not user or not ranked:
             return None
-        keeps = partial(keeps_training, user)
+        keeps = partial(keeps_semantics, semantic_ref=user)
         if keeps(_lead(ranked)[2]):
             return None
         declined = self.declined

@@ -27,7 +27,7 @@ from nccl_tune.tuner.records.gpu_size import sized_among
 from nccl_tune.tuner.records.held import HeldParameters
 from nccl_tune.tuner.records.nccl_sweep import load as load_sweep
 from nccl_tune.tuner.records.semantics import study_reference, study_user_env
-from nccl_tune.tuner.records.stability import Candidate, changes_semantics, select_winner, semantic_count, speed_only
+from nccl_tune.tuner.records.stability import Candidate, changes_semantics, keeps_semantics, select_winner, speed_only
 from nccl_tune.tuner.records.study_records import TrialRecord
 from nccl_tune.tuner.records.telling import near_wall, requeue, tell_abandoned, tell_result
 from nccl_tune.tuner.search.failure_model import FlakyRule, flaky_rule
@@ -291,6 +291,6 @@ class TrialRunner:
         flaky = flaky_rule(self.space, records)
         lead = self.leader(records, flaky)
         ref = study_reference(self.space, records)
-        if lead is None or semantic_count(values, ref) > 0 or not changes_semantics(lead, ref):
+        if lead is None or not keeps_semantics(values, ref) or not changes_semantics(lead, ref):
             return lead
         return speed_only(records, False, ref, flaky, study_user_env(self.space, records))
