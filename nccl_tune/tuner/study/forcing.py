@@ -16,7 +16,10 @@ mean, noise, incumbent or sampler (``TrialRecord.forced``).
 A forced run that ran out of memory in a phase its verdict names asks the search for its config
 lower on the parameter that moves that phase's peak, by as many halvings as the memory it asked
 says (``repaired``: to the lowest value when one halving cannot fit), as the search's next trial:
-the search ranks by speed and would not step down by itself. A forced run refused, crashed or failed to start before its first step says that the setting
+the search ranks by speed and would not step down by itself. After the search, once no config is
+left to force, those configs run all the same (``Scheduler.repair``, on top of ``--trials``, within
+the ``--budget``) and are forced in turn: otherwise a run whose every measured config shares the
+failed phase's micro-batch would end with none that survives its longest batch. A forced run refused, crashed or failed to start before its first step says that the setting
 broke the command, not that the config is unstable (``TrialRecord.forcing_broke``): forcing stops,
 with a note, and the winner's worst case stays unproven.
 """
@@ -39,7 +42,7 @@ from nccl_tune.tuner.records import study_records as R
 from nccl_tune.tuner.records.sampling import suggest, to_optuna
 from nccl_tune.tuner.records.stability import Candidate
 from nccl_tune.tuner.records.study_records import TrialKind, TrialRecord
-from nccl_tune.tuner.search.forced_bound import ForcedFailures
+from nccl_tune.tuner.search.forced_bound import ForcedFailures, failed_forced
 from nccl_tune.tuner.study.budget import Budget, Gate
 from nccl_tune.tuner.trials.display import FORCED_KIND, Display
 from nccl_tune.tuner.trials.observer import InterruptFlag
@@ -116,7 +119,8 @@ class Forcing:
             trial.set_user_attr(R.A_VALUES, values)
             kind = f"{FORCED_KIND} to its longest batch: trial {lead.first.number}'s values"
             result = self.runner.run(study, trial, values, kind, history, early_stop=False, forced=True)
-        self.budget.observe(result, forced=True)
+        run = next((r for r in reversed(R.records(study)) if r.number == trial.number), None)
+        self.budget.observe(result, forced=True, unstable=run is not None and failed_forced(run))
         return result
 
     def tell(self, study: optuna.Study, lead: Candidate) -> None:
@@ -154,8 +158,8 @@ class Forcing:
     def repair(self, study: optuna.Study, run: TrialRecord) -> None:
         """Ask the search for the config of ``run`` (a forced run that ran out of memory in a phase)
         lower on the parameter that moves that phase's peak (``repaired``), as its next trial: the
-        search's models rank by speed and would not step down by themselves. After the search
-        nothing takes it: the run's forcing goes on with the configs already measured."""
+        search's models rank by speed and would not step down by themselves. After the search it
+        runs once no config is left to force (``Scheduler.repair``)."""
         values = repaired(self.runner.space, run, self.runner.held.params)
         if values is None or ForcedFailures(self.runner.space, R.records(study)).covering(values) is not None:
             return
@@ -165,6 +169,10 @@ class Forcing:
             f"{format_value(old)} -> {format_value(new)}"
         )
         self.repairs.append((values, why))
+
+    def winner_to_be(self, study: optuna.Study) -> Candidate | None:
+        """The config this run would force next (``winner_to_be``), confirmed or not."""
+        return winner_to_be(R.records(study), self.runner.space, False)
 
     def next_repair(self, study: optuna.Study) -> None:
         """Queue the first config ``repair`` asked for as the study's next trial (the scheduler calls

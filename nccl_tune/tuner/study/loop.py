@@ -280,13 +280,20 @@ class StudyLoop:
         )
 
     def judge(self, study: optuna.Study, budget: Budget) -> bool:
-        """After the search: force the winner-to-be to its longest batch, confirm the best by
-        re-runs, then force the winner if the re-runs changed it, and measure the baseline at the
-        winner's step count; True when interrupted."""
+        """After the search: force the winner-to-be to its longest batch (where none is left, run
+        the configs failed forced runs asked for, and force those), confirm the best by re-runs,
+        then force the winner if the re-runs changed it, and measure the baseline at the winner's
+        step count; True when interrupted."""
         required = self.settings.confirm > 0
         forcing = self.scheduler.forcing or Forcing(self.runner, budget, self.interrupt, self.display)
-        if forcing.run(study, required):
-            return True
+        while True:
+            if forcing.run(study, required):
+                return True
+            launched = self.runner.launched
+            if self.scheduler.repair(study, budget, forcing):
+                return True
+            if self.runner.launched == launched:
+                break
         if required and confirm(study, self.runner, self.settings.confirm, budget, self.interrupt, self.display):
             return True
         if forcing.run(study, required):

@@ -31,7 +31,7 @@ from nccl_tune.tuner.records.sampling import suggest
 from nccl_tune.tuner.records.study_records import TrialKind, TrialRecord
 from nccl_tune.tuner.records.telling import tell_abandoned
 from nccl_tune.tuner.study.admission import Admission
-from nccl_tune.tuner.study.budget import Budget
+from nccl_tune.tuner.study.budget import Budget, Gate
 from nccl_tune.tuner.study.forcing import Forcing
 from nccl_tune.tuner.study.nccl_sweep_run import SweepCheck, SweepPlan
 from nccl_tune.tuner.study.stop_rules import StopRules
@@ -117,6 +117,25 @@ class Scheduler:
                 for future in done:
                     if self._end(study, future, budget):
                         stop = interrupted = True
+
+    def repair(self, study: optuna.Study, budget: Budget, forcing: Forcing) -> bool:
+        """After the search, where no config is left to force: run the configs the failed forced
+        runs asked for (``Forcing.repair``), one at a time while the deadline has not passed; each
+        comes on top of ``--trials``, as forced runs do, since without it no config may survive its
+        longest batch. True when interrupted."""
+        pool = InlineExecutor()
+        while forcing.repairs and forcing.winner_to_be(study) is None:
+            gate = budget.gate(
+                self.runner.interrupt, self.runner.display, "the config a forced run asked for is not run"
+            )
+            if gate is not Gate.GO:
+                return gate is Gate.INTERRUPTED
+            forcing.next_repair(study)
+            self._start_trial(study, pool)
+            for future in list(self.running):
+                if self._end(study, future, budget):
+                    return True
+        return False
 
     def _force_now(self, searched: int, trials: int) -> bool:
         """Force the leader now: one slot, nothing running, half the search's trials run or more."""

@@ -92,6 +92,21 @@ def test_a_forced_run_is_kept_time_for_at_its_own_length():
     assert Budget(600.0, confirm_runs=2).reserve_s == 0.0  # nothing timed yet: the first trial starts
 
 
+def test_forced_runs_that_failed_keep_time_for_the_chain_they_start_after_the_search():
+    # a forced run that fails sends the next-best config to its own: where the study's forced runs
+    # failed, the search leaves time for the chain they make, not for one run
+    budget = Budget(600.0, confirm_runs=2, forced_runs=1)
+    budget.observe(_ended(FailureClass.OK, 10.0))
+    budget.observe(_ended(FailureClass.OOM, 20.0), forced=True, unstable=True)
+    assert budget.forced_chain == 2.0 and budget.reserve_s == 3 * 10.0 + 2 * 20.0
+    budget.observe(_ended(FailureClass.OOM, 20.0), forced=True, unstable=True)
+    assert budget.forced_chain == pytest.approx(3.0)
+    assert "and 3 forced runs of about 0.3 min each: no new search trial" in budget.note()
+    budget.observe(_ended(FailureClass.OK, 20.0), forced=True)  # one fitted: the chain shortens
+    assert budget.forced_chain == pytest.approx(2.0)  # 2 of 3 failed, counted with one more that fitted
+    assert Budget(600.0, confirm_runs=2).forced_chain == 0.0  # nothing forced in this space
+
+
 def test_a_run_after_the_search_starts_until_the_deadline_or_a_stop_signal():
     console = Console(record=True, width=200)
     display = Display(console, load_space("skyrl-text2sql"))

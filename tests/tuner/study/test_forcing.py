@@ -176,3 +176,27 @@ def test_a_forced_oom_asking_more_than_the_gpu_is_over_steps_straight_to_the_sma
     assert repair_halvings(OomDemand(needed_gib=85.0, capacity_gib=79.15, tried_gib=20.0)) == 1
     # Without the allocation's size, the demand's share of the GPU decides, as before.
     assert repair_halvings(OomDemand(needed_gib=170.0, capacity_gib=79.15)) == 2
+
+
+def test_after_the_search_the_config_a_failed_forced_run_asked_for_runs_and_survives(tmp_path: Path) -> None:
+    # One search trial: the leader, at a forward micro-batch of 8, is forced once the search ends
+    # and runs out of memory in the log-probs phase. No other measured config holds less there, so
+    # the run tries the config the forced run asked for (a smaller forward micro-batch) on top of
+    # --trials, forces it in turn, and ends with a config that survives its longest batch.
+    pins = (
+        ("trainer.micro_train_batch_size_per_gpu", "1"),
+        ("trainer.max_prompt_length", "2048"),
+        ("trainer.train_batch_size", "256"),
+        ("trainer.policy_mini_batch_size", "256"),
+    )
+    out, text = _run(tmp_path, trials=1, confirm=0, pins=pins)
+    forced = [r for r in out.records if r.kind is TrialKind.FORCED]
+    assert len(forced) == 2 and forced[0].status is not None and forced[0].status.value == "oom", text
+    failed = forced[0].values["trainer.micro_forward_batch_size_per_gpu"]
+    repair = next(r for r in out.records if r.kind is TrialKind.SEARCH and r.number > forced[0].number)
+    assert repair.values["trainer.micro_forward_batch_size_per_gpu"] < failed, text
+    assert repair.why and repair.why.startswith(f"forced, trial {forced[0].number} ran out of memory"), repair.why
+    assert forced[1].rerun_of == repair.number and forced[1].ok, text
+    w = out.winner
+    assert w is not None and w.first.number == repair.number and w.stable and not fails_at_worst(w), text
+    assert out.exit_code == 0, text
