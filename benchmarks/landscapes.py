@@ -33,7 +33,7 @@ Targets, per landscape (issue: landscapes it never saw): the tuner's median tria
 over all its studies, proposals rated 90%+ to fit fit at least 90% of the time. Exit 1 when one is
 missed, 2 on a bad argument.
 
-    python benchmarks/landscapes.py [--landscapes offload-trap,pairs,flat,minefield,zero-sft] [--seeds 6]
+    python benchmarks/landscapes.py [--landscapes offload-trap,pairs,flat,minefield,zero-sft,interior] [--seeds 6]
                                     [--first-seed 0] [--trials 24] [--samplers tuner,random] [--json PATH]
                                     [--jobs 2] [--keep DIR]
 """

@@ -1,4 +1,4 @@
-"""Five landscapes for ``benchmarks/landscapes.py``, each a user's job as its trainer would run it.
+"""Six landscapes for ``benchmarks/landscapes.py``, each a user's job as its trainer would run it.
 
 Each landscape is a set of parameters (the values its space ``<name>.yaml`` lets the search vary),
 an instance drawn from a seed (``Landscape.instance(seed)``: every constant of its cost and memory
@@ -29,6 +29,12 @@ refusal at start-up), at a step. ``trainer.py`` prints what a trainer would for 
   room; the eager kernel needs 1.7x the activations; seven workers or more run the host out of
   memory (a worker killed a few steps in); ZeRO-3 with checkpointing and FlashAttention-2 crashes in
   its first step (three values together). The space leaves the kernel's and NVLS's memory unknown.
+- ``interior``: FSDP pre-training with ``torch.compile``: the best micro-batch sits inside its axis
+  (larger ones are efficient up to 2 or 4, then slower), against the prior that more memory is
+  faster; activation checkpointing (none, selective, full) and keeping the weights gathered after
+  the forward trade memory for speed; compile is faster and keeps fewer activations (undeclared),
+  and crashes in its first step with selective checkpointing; a fused or foreach optimizer is a
+  little faster; NCCL's P2P level ``LOC`` slows the collectives, the other levels do nothing.
 
 Each instance is the landscape's constants drawn from ``random.Random(f"{name}:{seed}")``.
 """
@@ -485,6 +491,87 @@ ZERO_SFT = Landscape(
     judge=_zero_judge,
 )
 
+# -- interior -------------------------------------------------------------------------------------
+
+FSDP_GLOBAL_BATCH = 64
+"""``interior``: sequences of 4096 tokens per optimizer step over the 8 GPUs (8 per GPU)."""
+
+
+def _interior_draw(r: random.Random) -> dict[str, float]:
+    return {
+        "per_sample_s": r.uniform(0.30, 0.40),  # one 4096-token sequence, fwd + bwd, on one GPU
+        "per_micro_s": r.uniform(0.03, 0.06),  # launch and the FSDP all-gathers per micro-batch
+        "mb_best": r.choice((2, 4)),  # larger micro-batches are efficient up to here
+        "mb_gain": r.uniform(0.05, 0.09),  # per doubling, up to mb_best
+        "mb_loss": r.uniform(0.04, 0.08),  # per doubling past it (allocator churn, cache misses)
+        "selective_cost": r.uniform(0.06, 0.10),
+        "full_cost": r.uniform(0.22, 0.30),
+        "compile_gain": r.uniform(0.08, 0.14),
+        "compile_act": r.uniform(0.85, 0.95),  # fused kernels keep fewer activations: undeclared
+        "reshard_gain": r.uniform(0.04, 0.07),  # no re-gather in the backward
+        "gathered_gib": r.uniform(10.0, 14.0),  # the weights kept gathered between forward and backward
+        "foreach_gain": r.uniform(0.02, 0.05),
+        "fused_gain": r.uniform(0.03, 0.08),
+        "comm_s": r.uniform(0.25, 0.45),  # exposed reduce-scatter time per step
+        "act_gib": r.uniform(10.0, 13.0),  # activations per sequence, no checkpointing
+        "states_gib": r.uniform(18.0, 22.0),  # sharded weights, gradients, Adam, buffers
+    }
+
+
+def _interior_judge(k: Mapping[str, float], c: Mapping[str, Any]) -> Outcome:
+    mb, ac, comp = c["micro_batch"], c["activation_checkpointing"], c["compile"]
+    doublings = math.log2(mb)
+    best = math.log2(k["mb_best"])
+    eff = (1.0 - k["mb_gain"]) ** min(doublings, best) * (1.0 + k["mb_loss"]) ** max(0.0, doublings - best)
+    recompute = {"none": 1.0, "selective": 1.0 + k["selective_cost"], "full": 1.0 + k["full_cost"]}[ac]
+    optimizer = {"for_loop": 1.0, "foreach": 1.0 - k["foreach_gain"], "fused": 1.0 - k["fused_gain"]}
+    per_gpu = FSDP_GLOBAL_BATCH // GPUS
+    compute = per_gpu * k["per_sample_s"] * eff * recompute * (1.0 - k["compile_gain"] if comp else 1.0)
+    compute += (per_gpu // mb) * k["per_micro_s"]
+    comm = k["comm_s"] * (1.8 if c["NCCL_P2P_LEVEL"] == "LOC" else 1.0)
+    step_s = (compute + comm) * optimizer[c["optimizer_impl"]]
+    if not c["reshard_after_forward"]:
+        step_s *= 1.0 - k["reshard_gain"]
+    act = {"none": 1.0, "selective": 0.55, "full": 0.2}[ac] * (k["compile_act"] if comp else 1.0)
+    ask = mb * k["act_gib"] * act
+    peak = 4.0 + k["states_gib"] + ask + (0.0 if c["reshard_after_forward"] else k["gathered_gib"])
+    if peak > OOM_FRAC * GPU_GIB:
+        return Outcome("oom", step_s, peak, 1, _oom_message(peak, ask * 0.4))
+    if comp and ac == "selective":
+        return Outcome(
+            "crash",
+            step_s,
+            peak,
+            1,
+            "torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:\nRuntimeError: "
+            "checkpoint_wrapper: selective activation checkpointing is not traceable under torch.compile",
+        )
+    return Outcome("ok", step_s, peak)
+
+
+INTERIOR = Landscape(
+    name="interior",
+    params={
+        "micro_batch": (1, 2, 4, 8, 16),
+        "activation_checkpointing": ("none", "selective", "full"),
+        "compile": (False, True),
+        "reshard_after_forward": (False, True),
+        "optimizer_impl": ("for_loop", "foreach", "fused"),
+        "NCCL_P2P_LEVEL": ("unset", "LOC", "NVL", "SYS"),
+    },
+    default={
+        "micro_batch": 1,
+        "activation_checkpointing": "full",
+        "compile": False,
+        "reshard_after_forward": True,
+        "optimizer_impl": "for_loop",
+        "NCCL_P2P_LEVEL": "unset",
+    },
+    samples_per_step=FSDP_GLOBAL_BATCH,
+    draw=_interior_draw,
+    judge=_interior_judge,
+)
+
 TIME_SCALE = 0.01
 """``trainer.py`` runs the modelled times this much faster: a step of 2 s takes 20 ms, the start-up
 0.6 s, and it prints the times it took, so that what a trial's wall clock and its log say agree as
@@ -494,6 +581,8 @@ STARTUP_S = 60.0
 REFUSAL_S = 10.0
 """Modelled seconds to a refusal of the config at start-up (before the model is loaded)."""
 
-LANDSCAPES: dict[str, Landscape] = {ls.name: ls for ls in (OFFLOAD_TRAP, PAIRS, FLAT, MINEFIELD, ZERO_SFT)}
+LANDSCAPES: dict[str, Landscape] = {
+    ls.name: ls for ls in (OFFLOAD_TRAP, PAIRS, FLAT, MINEFIELD, ZERO_SFT, INTERIOR)
+}
 SEED_ENV = "LANDSCAPE_SEED"
 """The environment variable that picks a landscape's instance (``trainer.py`` reads it; 0 when unset)."""

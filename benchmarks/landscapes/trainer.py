@@ -11,7 +11,8 @@ each step's time):
 - ``offload-trap``: torchtitan's metrics line (``step: 3  loss: ...  memory: 61.25GiB(77.43%)  tps: ...``);
 - ``pairs``: the user's own line (``[train] step 3/20 | loss 2.31 | step_time 2.345s | peak_mem 41.2GiB``);
 - ``flat``: Megatron-LM's ``training_log`` line and ``report_memory`` after the first iteration;
-- ``minefield``: a ``logging`` line per step (``2026-12-02 08:01:02,345 INFO iter=3 time_ms=812.4 ...``);
+- ``minefield`` and ``interior``: a ``logging`` line per step (``2026-12-02 08:01:02,345 INFO iter=3
+  time_ms=812.4 ...``); ``interior``'s booleans take a value (``--compile true``);
 - ``zero-sft``: Hugging Face Trainer's bar on stderr, redrawn with carriage returns, and its log dict
   per step on stdout (``logging_steps=1``), no memory lines; its flags are spelled as
   ``HfArgumentParser`` takes them (``--per_device_train_batch_size 4 --gradient_checkpointing false``).
@@ -55,6 +56,8 @@ START = time.monotonic()
 
 
 HF_FLAGS = {"zero-sft"}
+VALUE_BOOLS = {"zero-sft", "interior"}
+"""Landscapes whose boolean flags take a value (``--compile true``) rather than being bare switches."""
 """Landscapes whose flags keep their underscores and take booleans as values (``HfArgumentParser``)."""
 
 
@@ -82,7 +85,7 @@ def parse(argv: list[str]) -> tuple[Landscape, dict[str, Any], int]:
     for name, values in ls.params.items():
         if name.isupper():
             continue
-        if isinstance(values[0], bool) and ls.name in HF_FLAGS:
+        if isinstance(values[0], bool) and ls.name in VALUE_BOOLS:
             q.add_argument(flag(name, ls), dest=name, type=_bool, default=ls.default[name])
         elif isinstance(values[0], bool):
             q.add_argument(flag(name, ls), dest=name, action="store_true", default=ls.default[name])
