@@ -22,7 +22,11 @@ A parameter of ``unknown`` effect breaks dominance both ways. Yet a config that 
 parameters from a run that held no more memory on the others and came above the wall (or ran out)
 is unlikely to fit (``UNKNOWN_SAVES``) until a run with those values measures something: an OOM at
 a micro-batch of 16 proves nothing about another attention kernel there, but most options move
-memory little.
+memory little. For the same reason, where no run with a config's ``unknown`` values measured a peak
+but runs with others did, the prediction starts from the nearest of those and moves by the fitted
+effects as any other, with a spread of ``UNKNOWN_SIGMA`` per ``unknown`` parameter it changes
+(never a refusal): ``torch.compile`` at a micro-batch of 16, where 4 measured 85% of the GPU without
+it and 16 ran out, is not an even guess.
 
 A ``small`` parameter (NCCL's buffers: a few hundred MiB, either way) is left out of the fit, but a
 step between two of its values that two finished runs measured (equal in every other parameter
@@ -158,6 +162,10 @@ options move memory little; an attention kernel may save much. Where another run
 in such parameters finished holding at least the config's memory on the others
 (``MemoryPrediction.unknown_upper_frac``), they moved memory much, and the odds are even (the eager
 kernel runs out where sdpa finished: FlashAttention may fit or not)."""
+UNKNOWN_SIGMA = 0.25
+"""Spread of log peak that a change of one ``memory: unknown`` parameter adds to a prediction from a
+run with another of its values (a factor of 1.28 either way at one standard deviation: most options
+move memory by a few percent; an attention kernel's activations by half or more)."""
 UNDER_FINISHED = 0.85
 """Chance that a config stays within the headroom when a run holding at least its memory finished
 without reading any (``MemoryPrediction.ran_under_frac``) and nothing measured predicts its peak: it
@@ -583,14 +591,17 @@ class PeakFit:
         points a prediction for ``values`` may start from)."""
         return all(pt.values.get(p.name) == values.get(p.name) for p in self.unknown)
 
-    def _anchor(self, values: Mapping[str, Any], z: np.ndarray) -> tuple[_Point, np.ndarray] | None:
-        """The measured config nearest to ``z``; with ``by_effect``, each axis weighed by its fitted
-        effect (at least ``ANCHOR_WEIGHT_FLOOR``): travelling along an axis that barely moves this
-        phase's peak costs little."""
+    def _anchor(
+        self, values: Mapping[str, Any], z: np.ndarray, same_unknown: bool = True
+    ) -> tuple[_Point, np.ndarray] | None:
+        """The measured config nearest to ``z`` (holding the ``unknown`` values of ``values`` unless
+        not ``same_unknown``); with ``by_effect``, each axis weighed by its fitted effect (at least
+        ``ANCHOR_WEIGHT_FLOOR``): travelling along an axis that barely moves this phase's peak costs
+        little."""
         weight = np.maximum(np.abs(self.beta), ANCHOR_WEIGHT_FLOOR) if self.by_effect else np.ones_like(self.beta)
         best, best_d = None, math.inf
         for pt, pz in self.anchors:
-            if not self._same_unknown(pt, values):
+            if same_unknown and not self._same_unknown(pt, values):
                 continue
             d = float((np.abs(z - pz) * weight).sum())
             if d < best_d:
@@ -613,8 +624,15 @@ class PeakFit:
     ) -> MemoryPrediction:
         z = self._z(values)
         found = self._anchor(values, z) if z is not None and self.anchors else None
+        unknown_var = 0.0
         if found is None:
-            return self._from_bound(values, z, lower, lower_from, upper)
+            bound = self._from_bound(values, z, lower, lower_from, upper)
+            found = self._anchor(values, z, same_unknown=False) if z is not None and self.anchors else None
+            if bound.known or found is None:
+                return bound
+            unknown_var = UNKNOWN_SIGMA**2 * sum(
+                found[0].values.get(p.name) != values.get(p.name) for p in self.unknown
+            )
         pt, pz = found
         dz = z - pz
         for j, p in enumerate(self.signed):
@@ -624,7 +642,7 @@ class PeakFit:
         spread = float(grad @ self.cov @ grad)
         prior_spread = float((self.prior_sd * grad) @ (self.prior_sd * grad))
         residual = self.sigma if np.any(dz) else SIGMA_FLOOR
-        var = residual**2 + spread + (DISTANCE_SIGMA * float(np.abs(dz).sum())) ** 2
+        var = residual**2 + spread + (DISTANCE_SIGMA * float(np.abs(dz).sum())) ** 2 + unknown_var
         peak = max(math.exp(math.log(pt.frac) + change) + self.small_step(pt.values, values), 1e-3)
         var += self._hidden(pt, pz, dz) ** 2
         chord = self._chord(pt, pz, dz)
@@ -633,7 +651,7 @@ class PeakFit:
             peak = chord
             var += gap**2
         peak = min(max(peak, lower), upper) if upper >= lower else lower
-        measured = on_line and spread <= MEASURED_SHARE * prior_spread
+        measured = on_line and spread <= MEASURED_SHARE * prior_spread and not unknown_var
         return MemoryPrediction(peak, math.sqrt(var), lower, upper, pt.number, lower_from, measured=measured)
 
     def _from_bound(
