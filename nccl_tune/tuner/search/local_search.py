@@ -76,7 +76,12 @@ proposes what an uninterrupted one would):
    When that promises nothing either, Optuna's TPE proposes (the first of its proposals the memory model
    gives an even chance to fit and the failure model an even chance to finish: ``TPE_DRAWS``; a
    value the command refused is not drawn again where it was refused), and the trial says why the
-   planner declined.
+   planner declined. When none of TPE's draws is, and the likeliest of them was run before or is
+   likelier to fail than to finish (near the end of a study, the configs it favours are run or fail),
+   the planner's best move that is likely to fit and finish and within the failure budget goes
+   instead, however little it promises (``Planner.runner_up``): a duplicate, or a start-up crash
+   tried again next to the values it crashed with, costs a trial for nothing. A draw that is only
+   unlikely to fit in memory still goes: it may be the large micro-batch the study needs.
 
 Where it is weak. It is a local search, and its models are additive: an interaction between two
 parameters is learnt only by trying the pair, which the search does on purpose only for NCCL's
@@ -139,6 +144,11 @@ from nccl_tune.tuner.search.memory_model import MemoryModel, failure_wall_frac
 from nccl_tune.tuner.search.throughput_model import ThroughputModel, axis
 from nccl_tune.wording import duration
 
+RUNNER_UP_SHARE = 0.1
+"""Share of ``MIN_EXPECTED_GAIN`` that the planner's runner-up (``Planner.runner_up``) must promise:
+below it, the move is all but sure to be slower, and TPE's likeliest draw goes as before."""
+RUNNER_UP_WHY = "it promises little, but TPE drew only configs run before or likely to fail"
+"""The why-line's end of the planner's runner-up (``Planner.runner_up``), proposed in place of TPE."""
 TPE_DRAWS = 8
 """TPE proposals drawn, where no move is worth a trial, to find one the memory model gives an even
 chance to fit."""
@@ -261,6 +271,10 @@ class Planner:
         """Pairs of free parameters whose effects NCCL's design makes depend on each other."""
         self.declined = ""
         """Why ``propose`` returned None."""
+        self.runner_up: Proposal | None = None
+        """When ``propose`` returned None: its best move that is likely to fit and finish and within the
+        failure budget, though it promises less than ``MIN_EXPECTED_GAIN`` (at least
+        ``RUNNER_UP_SHARE`` of it; None: none is)."""
 
     def _key(self, values: Mapping[str, Any]) -> str:
         """The run ``values`` make: their free parameters with the pinned ones (NCCL clamps one
@@ -672,13 +686,25 @@ class Planner:
                 else f"no move is worth a trial (best expected gain {score[i]:.2%} after the odds it fits and "
                 f"finishes, needs {floor:.2%})"
             )
+            safe = np.where(likely & affordable & (fits >= LIKELY), score, 0.0)
+            j = int(np.argmax(safe))
+            if keeps is None and safe[j] >= RUNNER_UP_SHARE * floor:
+                self.runner_up = self._proposal(pool[j], float(safe[j]), float(fits[j]), additive[j], best, incumbent)
             return None
-        gain_log = float(additive[i] - (best or additive[i]))
+        return self._proposal(pool[i], float(score[i]), float(fits[i]), additive[i], best, incumbent)
+
+    def _proposal(
+        self, move: Move, score: float, fits: float, additive: float, best: float | None, incumbent: float | None
+    ) -> Proposal:
+        """``move`` as a proposal: its modelled gain over ``best`` in its why-line, the one over
+        ``incumbent`` (``best`` when None) recorded; its odds to fit shown where the model knows them."""
+        additive = float(additive)
+        gain_log = additive - (best or additive)
         over = best if incumbent is None else incumbent
-        values = pool[i].values
-        shown, model = (self.memory.p_fits(values), float(fits[i])) if self.memory.knows(values) else (None, None)
-        recorded = float(additive[i] - (over or additive[i]))
-        return Proposal(values, self.describe(pool[i], gain_log, shown), float(score[i]), shown, recorded, model)
+        values = move.values
+        shown, model = (self.memory.p_fits(values), fits) if self.memory.knows(values) else (None, None)
+        recorded = additive - (over or additive)
+        return Proposal(values, self.describe(move, gain_log, shown), score, shown, recorded, model)
 
     def affordable(self, fits: float, ok: float, cost_ratio: float) -> bool:
         """True when a run fitting with odds ``fits``, finishing with ``ok`` and whose failure costs
@@ -803,6 +829,11 @@ class LocalSearchSampler(BaseSampler):
                 return params
             if likeliest is None or (admitted, affordable, ok >= LIKELY, fits * ok) > likeliest[0]:
                 likeliest = ((admitted, affordable, ok >= LIKELY, fits * ok), params)
+        spent = likeliest is None or not (likeliest[0][0] and likeliest[0][2])  # run before, or likely to fail
+        if planner.runner_up is not None and spent:  # a small gain that will finish beats a trial for nothing
+            self.last = dataclasses.replace(planner.runner_up, reason=f"{planner.runner_up.reason}; {RUNNER_UP_WHY}")
+            self._fallback = None
+            return {k: v for k, v in to_optuna(self.space, self.last.values, self.pinned).items() if k in every}
         return likeliest[1] if likeliest is not None else {}
 
     def why(self, number: int, values: Mapping[str, Any]) -> str | None:

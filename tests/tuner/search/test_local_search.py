@@ -595,6 +595,39 @@ def test_where_no_move_is_worth_a_trial_tpe_draws_a_config_not_run_before_one_th
     assert draws(*[ran] * local_search.TPE_DRAWS) == ran
 
 
+def test_where_no_draw_of_tpe_is_likely_to_finish_the_planners_small_move_goes_instead(monkeypatch):
+    """Near a study's end TPE's draws may all be configs already run, or likely to fail (the
+    interior landscape drew selective checkpointing with torch.compile again after it crashed
+    there). Where the planner declined for want of gain, its best move likely to fit and finish
+    goes instead, and says why; where even that promises next to nothing, or the draw is only
+    unlikely to fit in memory, the draw goes as before."""
+    from nccl_tune.tuner.search import local_search
+
+    monkeypatch.setattr(local_search, "MIN_EXPECTED_GAIN", 0.2)  # every move promises too little
+    sampler = LocalSearchSampler(SPACE, {}, seed=0)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    records = [rec(0, {}), rec(1, {"micro": 4, "NCCL_ALGO": "Ring"})]
+    for r in records:
+        told(study, r)
+    planner = Planner(SPACE, {}, records)
+    assert planner.propose(random.Random(0)) is None and planner.runner_up is not None, planner.declined
+    small = planner.runner_up
+    assert planner.failures.p_ok(small.values) >= 0.5 and planner.memory.p_fits_model(small.values) >= 0.5
+    ran = {**BASE, "micro": 4, "NCCL_ALGO": "Ring"}
+    draws = fallback_of(monkeypatch, sampler, study, planner)
+
+    assert draws(*[ran] * local_search.TPE_DRAWS) == {**BASE, **small.values}
+    assert sampler.last.values == small.values and sampler.last.reason.endswith(local_search.RUNNER_UP_WHY)
+    # a draw only unlikely to fit in memory still goes: it may be the larger micro-batch the study needs
+    tight = {**BASE, "micro": 8, "ckpt": True, "NCCL_ALGO": "Ring"}
+    assert planner.admits(tight) and planner.memory.p_fits_model(tight) < 0.5 <= planner.failures.p_ok(tight)
+    assert draws(*[tight] * local_search.TPE_DRAWS) == tight
+    monkeypatch.setattr(local_search, "RUNNER_UP_SHARE", 100.0)  # now it promises too little
+    again = Planner(SPACE, {}, records)
+    assert again.propose(random.Random(0)) is None and again.runner_up is None
+    assert fallback_of(monkeypatch, sampler, study, again)(*[ran] * local_search.TPE_DRAWS) == ran
+
+
 def test_in_tpes_start_up_the_fallback_draws_whole_configs_and_holds_them_to_the_same_checks(monkeypatch):
     """In its start-up trials TPE samples each parameter at random on its own, after the sampler's
     relative step: there the fallback draws whole configs at random itself, so that the memory and
