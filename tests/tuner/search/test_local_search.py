@@ -537,6 +537,15 @@ def test_where_no_move_is_worth_a_trial_tpe_proposes_configs_the_memory_model_ex
     assert sum(p < 0.5 for p in alone) >= 3, alone
 
 
+def sampled_study(records: list[TrialRecord]) -> tuple[LocalSearchSampler, optuna.Study]:
+    """The default sampler and a real Optuna study told ``records``."""
+    sampler = LocalSearchSampler(SPACE, {}, seed=0)
+    study = optuna.create_study(direction="maximize", sampler=sampler)
+    for r in records:
+        told(study, r)
+    return sampler, study
+
+
 def fallback_of(monkeypatch, sampler: LocalSearchSampler, study: optuna.Study, planner: Planner):
     """A function of TPE's draws, in order, that returns the config the fallback takes of them."""
     from nccl_tune.tuner.records.sampling import from_optuna, to_optuna
@@ -581,11 +590,8 @@ def test_where_no_move_is_worth_a_trial_tpe_draws_a_config_not_run_before_one_th
     draw is new."""
     from nccl_tune.tuner.search import local_search
 
-    sampler = LocalSearchSampler(SPACE, {}, seed=0)
-    study = optuna.create_study(direction="maximize", sampler=sampler)
     records = [rec(0, {}), rec(1, {"micro": 4, "NCCL_ALGO": "Ring"})]
-    for r in records:
-        told(study, r)
+    sampler, study = sampled_study(records)
     planner = Planner(SPACE, {}, records)
     ran, new = {**BASE, "micro": 4, "NCCL_ALGO": "Ring"}, {**BASE, "micro": 4, "NCCL_ALGO": "Tree"}
     assert not planner.admits(ran) and planner.admits(new)
@@ -604,11 +610,8 @@ def test_where_no_draw_of_tpe_is_likely_to_finish_the_planners_small_move_goes_i
     from nccl_tune.tuner.search import local_search
 
     monkeypatch.setattr(local_search, "MIN_EXPECTED_GAIN", 0.2)  # every move promises too little
-    sampler = LocalSearchSampler(SPACE, {}, seed=0)
-    study = optuna.create_study(direction="maximize", sampler=sampler)
     records = [rec(0, {}), rec(1, {"micro": 4, "NCCL_ALGO": "Ring"})]
-    for r in records:
-        told(study, r)
+    sampler, study = sampled_study(records)
     planner = Planner(SPACE, {}, records)
     assert planner.propose(random.Random(0)) is None and planner.runner_up is not None, planner.declined
     small = planner.runner_up
