@@ -80,7 +80,7 @@ class Budget:
 
     @property
     def reserve_s(self) -> float:
-        """Seconds a new search trial needs: itself, the confirmation re-runs and the forced run after it."""
+        """Seconds a new search trial needs: itself, the confirmation re-runs and the forced runs after it."""
         forced_s = self.forced_run_s if self.longest_ok_s else 0.0
         return (1 + self.confirm_runs) * self.longest_ok_s + self.forced_chain * forced_s
 
