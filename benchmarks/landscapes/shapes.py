@@ -581,8 +581,6 @@ STARTUP_S = 60.0
 REFUSAL_S = 10.0
 """Modelled seconds to a refusal of the config at start-up (before the model is loaded)."""
 
-LANDSCAPES: dict[str, Landscape] = {
-    ls.name: ls for ls in (OFFLOAD_TRAP, PAIRS, FLAT, MINEFIELD, ZERO_SFT, INTERIOR)
-}
+LANDSCAPES: dict[str, Landscape] = {ls.name: ls for ls in (OFFLOAD_TRAP, PAIRS, FLAT, MINEFIELD, ZERO_SFT, INTERIOR)}
 SEED_ENV = "LANDSCAPE_SEED"
 """The environment variable that picks a landscape's instance (``trainer.py`` reads it; 0 when unset)."""
