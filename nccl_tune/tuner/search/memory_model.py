@@ -24,8 +24,8 @@ is unlikely to fit (``UNKNOWN_SAVES``) until a run with those values measures so
 a micro-batch of 16 proves nothing about another attention kernel there, but most options move
 memory little. For the same reason, where no run with a config's ``unknown`` values measured a peak
 but runs with others did, the prediction starts from the nearest of those and moves by the fitted
-effects as any other, with a spread of ``UNKNOWN_SIGMA`` per ``unknown`` parameter it changes
-(never a refusal): ``torch.compile`` at a micro-batch of 16, where 4 measured 85% of the GPU without
+effects as any other, with a spread of ``UNKNOWN_SIGMA`` per ``unknown`` parameter it changes, more
+for a number by its log ratio (``_unknown_spread``; never a refusal): ``torch.compile`` at a micro-batch of 16, where 4 measured 85% of the GPU without
 it and 16 ran out, is not an even guess.
 
 A ``small`` parameter (NCCL's buffers: a few hundred MiB, either way) is left out of the fit, but a
@@ -270,6 +270,16 @@ class _Point:
     ceiling: bool = False
     """True for a finished run that read no memory: its peak stayed under the GPU (``frac`` 1.0), no
     more is known; an upper bound, never a lower one nor an anchor."""
+
+
+def _unknown_spread(old: Any, new: Any) -> float:
+    """The spread of log peak a ``memory: unknown`` parameter adds going from ``old`` to ``new``:
+    ``UNKNOWN_SIGMA``, and for positive numbers their log ratio on top (a share of the GPU that an
+    engine reserves, a buffer's size: memory may follow the value itself); 0 where they are equal."""
+    if old == new:
+        return 0.0
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in (old, new))
+    return UNKNOWN_SIGMA + (abs(math.log(new / old)) if numbers else 0.0)
 
 
 def _numeric_ascending(p: Parameter) -> bool:
@@ -630,8 +640,8 @@ class PeakFit:
             found = self._anchor(values, z, same_unknown=False) if z is not None and self.anchors else None
             if bound.known or found is None:
                 return bound
-            unknown_var = UNKNOWN_SIGMA**2 * sum(
-                found[0].values.get(p.name) != values.get(p.name) for p in self.unknown
+            unknown_var = sum(
+                _unknown_spread(found[0].values.get(p.name), values.get(p.name)) ** 2 for p in self.unknown
             )
         pt, pz = found
         dz = z - pz

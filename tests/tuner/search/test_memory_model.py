@@ -674,3 +674,38 @@ def test_a_finished_run_of_another_kernel_weighs_against_an_oom_of_a_third():
     assert both.p_fits_model(flash) == pytest.approx(0.5)
     only_oom = MemoryModel(UNREAD_SPACE, [_unread(0, {}, oom=False), eager])
     assert only_oom.p_fits_model(flash) == pytest.approx(0.2)
+
+
+UNKNOWN_SPACE = parse_space(
+    """
+name: unknown-memory
+parameters:
+  - {name: micro, kind: pow2, low: 1, high: 16, default: 1, memory: increasing}
+  - {name: compile, kind: bool, default: false, memory: unknown}
+  - {name: pool, kind: categorical, choices: [0.5, 0.7, 0.9], default: 0.5, memory: unknown}
+stability: {min_headroom_frac: 0.05}
+""",
+    source="test",
+    label="unknown-memory",
+)
+
+
+def test_a_value_of_unknown_effect_is_predicted_from_the_runs_without_it_with_a_wider_spread():
+    """The interior landscape: micro-batch 4 measured 85% of the GPU and 16 ran out, no run with
+    torch.compile measured anything. Compile at 16 is no even guess: predicted from the runs without
+    it, with a spread for its unknown effect, it is unlikely to fit, and 4 likely; never refused.
+    A number of unknown effect (the share of the GPU an engine reserves) spreads the prediction
+    by how far it moves too."""
+    base = UNKNOWN_SPACE.defaults()
+    gib = {1: 40.0, 2: 53.0, 4: 0.85 * GPU_GIB, 16: 150.0}
+    model = MemoryModel(UNKNOWN_SPACE, [run(n, {**base, "micro": m}, g) for n, (m, g) in enumerate(gib.items())])
+    compiled = {m: {**base, "micro": m, "compile": True} for m in (4, 8, 16)}
+    assert all(model.knows(v) for v in compiled.values())
+    odds = {m: model.p_fits_model(v) for m, v in compiled.items()}
+    assert odds[16] < 0.05 < odds[8] < 0.5 < odds[4] < 0.9, odds
+    assert all(model.verdict(v) is None for v in compiled.values())  # odds only, never a refusal
+    pred = model.predict(compiled[4])
+    assert not pred.measured and pred.peak_frac == pytest.approx(0.85, abs=0.02)
+    near, far = ({**base, "micro": 2, "pool": p} for p in (0.7, 0.9))
+    assert model.predict(near).sigma_log < model.predict(far).sigma_log
+    assert model.predict({**base, "micro": 2, "compile": True}).sigma_log < model.predict(near).sigma_log
