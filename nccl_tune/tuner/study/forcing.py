@@ -101,7 +101,8 @@ class Forcing:
             result = self.force(study, lead, history)
             if result.status is FailureClass.INTERRUPTED:
                 return True
-            self.tell(study, lead)
+            run = self.tell(study, lead)
+            self.budget.observe(result, forced=True, unstable=run is not None and failed_forced(run))
             if once:
                 return False
         return False
@@ -118,17 +119,14 @@ class Forcing:
             values = suggest(trial, space, pinned)
             trial.set_user_attr(R.A_VALUES, values)
             kind = f"{FORCED_KIND} to its longest batch: trial {lead.first.number}'s values"
-            result = self.runner.run(study, trial, values, kind, history, early_stop=False, forced=True)
-        run = next((r for r in reversed(R.records(study)) if r.number == trial.number), None)
-        self.budget.observe(result, forced=True, unstable=run is not None and failed_forced(run))
-        return result
+            return self.runner.run(study, trial, values, kind, history, early_stop=False, forced=True)
 
-    def tell(self, study: optuna.Study, lead: Candidate) -> None:
-        """What the forced run of ``lead`` showed, in a line."""
+    def tell(self, study: optuna.Study, lead: Candidate) -> TrialRecord | None:
+        """What the forced run of ``lead`` showed, in a line; that run, as stored (None: none is)."""
         records = R.records(study)
         run = next((r for r in reversed(records) if r.forced and r.rerun_of == lead.first.number), None)
         if run is None:
-            return
+            return None
         if run.forcing_broke:
             self.stopped = True
             why = run.result.verdict.evidence[0].text if run.result and run.result.verdict.evidence else ""
@@ -137,12 +135,12 @@ class Forcing:
                 f"{run.status.value if run.status else 'failed'} before its first step{': ' + why if why else ''}): "
                 "no config is forced; fix the setting (nccl-tune spaces show SPACE --yaml)"
             )
-            return
+            return run
         w = run.worst_case
         if run.ok and not run.near_wall and not run.worst_unfit:
             peak = f" peaked at {w.peak_frac:.0%} of the GPU" if w is not None else " measured no memory"
             self.display.note(f"trial {lead.first.number} forced to its longest batch (trial {run.number}):{peak}")
-            return
+            return run
         what = (
             f"ended {run.status.value if run.status else 'failed'}"
             if not run.ok
@@ -154,6 +152,7 @@ class Forcing:
         self.display.note(
             f"trial {lead.first.number} forced to its longest batch (trial {run.number}) {what}: not stable{then}"
         )
+        return run
 
     def repair(self, study: optuna.Study, run: TrialRecord) -> None:
         """Ask the search for the config of ``run`` (a forced run that ran out of memory in a phase)
