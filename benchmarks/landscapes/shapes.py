@@ -1,4 +1,4 @@
-"""Six landscapes for ``benchmarks/landscapes.py``, each a user's job as its trainer would run it.
+"""Seven landscapes for ``benchmarks/landscapes.py``, each a user's job as its trainer would run it.
 
 Each landscape is a set of parameters (the values its space ``<name>.yaml`` lets the search vary),
 an instance drawn from a seed (``Landscape.instance(seed)``: every constant of its cost and memory
@@ -35,6 +35,16 @@ refusal at start-up), at a step. ``trainer.py`` prints what a trainer would for 
   the forward trade memory for speed; compile is faster and keeps fewer activations (undeclared),
   and crashes in its first step with selective checkpointing; a fused or foreach optimizer is a
   little faster; NCCL's P2P level ``LOC`` slows the collectives, the other levels do nothing.
+- ``pipeline``: Megatron-LM pre-training of a 13B model on one node: tensor- and pipeline-parallel
+  sizes share the 8 GPUs with data parallelism; the weights and Adam's states fit only split (by the
+  parallel sizes, or over data parallelism by the distributed optimizer), the activations shrink
+  with tensor parallelism only with sequence parallelism, and pipelining keeps them (the first stage
+  holds as many micro-batches as there are stages) while its bubble grows as the micro-batches per
+  step shrink; sequence parallelism pays only with ``CUDA_DEVICE_MAX_CONNECTIONS=1`` (its
+  communication then overlaps), and costs a little without; recomputation (selective, full) trades
+  time for activations; NCCL's NVLS is the fastest data-parallel all-reduce and hangs with a
+  pipeline; Megatron refuses a pipeline size that does not divide the model's 36 layers (8), which
+  the space does not state.
 
 Each instance is the landscape's constants drawn from ``random.Random(f"{name}:{seed}")``.
 """
@@ -572,6 +582,107 @@ INTERIOR = Landscape(
     judge=_interior_judge,
 )
 
+# -- pipeline -------------------------------------------------------------------------------------
+
+MEGATRON_GLOBAL_BATCH = 128
+"""``pipeline``: sequences of 4096 tokens per optimizer step over the 8 GPUs."""
+MEGATRON_LAYERS = 36
+"""``pipeline``: the model's layers; Megatron refuses a pipeline size that does not divide them."""
+
+
+def _pipeline_draw(r: random.Random) -> dict[str, float]:
+    return {
+        "params_b": r.uniform(12.0, 14.0),  # billions of parameters
+        "per_sample_s": r.uniform(0.7, 0.9),  # fwd + bwd of one sequence, whole model, one GPU
+        "mb_gain": r.uniform(0.03, 0.07),  # per doubling of the micro-batch, up to 4
+        "tp_cost": r.uniform(0.05, 0.14),  # per doubling of tensor parallelism: smaller GEMMs, exposed all-reduces
+        "overlap": r.uniform(0.4, 0.6),  # the share of that cost overlapped by sequence parallelism with one connection
+        "sp_alone_cost": r.uniform(0.01, 0.03),  # sequence parallelism without CUDA_DEVICE_MAX_CONNECTIONS=1
+        "p2p_cost": r.uniform(0.005, 0.015),  # per doubling of the pipeline: send/recv between stages
+        "selective_cost": r.uniform(0.03, 0.05),
+        "selective_act": r.uniform(0.70, 0.80),
+        "full_cost": r.uniform(0.28, 0.34),
+        "dp_comm_s": r.uniform(0.6, 1.2),  # exposed gradient all-reduce at tp = pp = 1, Ring
+        "nvls": r.uniform(0.55, 0.7),  # NVLS's share of Ring's time on the NVSwitch
+        "tree": r.uniform(1.1, 1.3),  # Tree inside one node
+        "distopt_cost": r.uniform(0.005, 0.015),  # the parameters' all-gather after the step
+        "act_gib": r.uniform(24.0, 30.0),  # activations of one sequence, whole model, no recompute
+    }
+
+
+def _pipeline_states_gib(k: Mapping[str, float], c: Mapping[str, Any]) -> float:
+    """Weights (bf16), main gradients (fp32) and Adam's fp32 states per GPU, in GiB."""
+    tp, pp = c["tensor_model_parallel_size"], c["pipeline_model_parallel_size"]
+    dp = GPUS // (tp * pp)
+    params = k["params_b"] * 1e9 / (tp * pp) * (1.03 if pp > 1 else 1.0)  # stage 0 holds the embedding
+    optimizer = 12 * params / (dp if c["use_distributed_optimizer"] else 1)
+    return (6 * params + optimizer) / 2**30
+
+
+def _pipeline_judge(k: Mapping[str, float], c: Mapping[str, Any]) -> Outcome:
+    tp, pp, mb = c["tensor_model_parallel_size"], c["pipeline_model_parallel_size"], c["micro_batch_size"]
+    dp = GPUS // (tp * pp)
+    micro = MEGATRON_GLOBAL_BATCH // (mb * dp)  # micro-batches per step in each pipeline
+    sp = c["sequence_parallel"] and tp > 1  # Megatron turns it off at tp = 1
+    one_conn = c["CUDA_DEVICE_MAX_CONNECTIONS"] == "1"
+    tp_cost = k["tp_cost"] * (1 - k["overlap"] if sp and one_conn else 1.0)
+    per_gpu = MEGATRON_GLOBAL_BATCH * k["per_sample_s"] / GPUS
+    compute = per_gpu * (1 - k["mb_gain"]) ** min(math.log2(mb), 2) * (1 + tp_cost) ** math.log2(tp)
+    compute *= {"none": 1.0, "selective": 1 + k["selective_cost"], "full": 1 + k["full_cost"]}[
+        c["recompute_granularity"]
+    ]
+    compute *= 1 + (k["sp_alone_cost"] if sp and not one_conn else 0.0) + k["p2p_cost"] * math.log2(pp)
+    compute *= 1 + (pp - 1) / micro  # the 1F1B bubble
+    algo = {"unset": 1.0, "Ring": 1.0, "Tree": k["tree"], "NVLS": k["nvls"]}[c["NCCL_ALGO"]]
+    comm = k["dp_comm_s"] / (tp * pp) * (2 * (dp - 1) / dp if dp > 1 else 0.0) * algo
+    step_s = (compute + comm) * (1 + (k["distopt_cost"] if c["use_distributed_optimizer"] else 0.0))
+    act = k["act_gib"] * (1 / tp if sp else 0.3 + 0.7 / tp)
+    act *= {"none": 1.0, "selective": k["selective_act"], "full": 0.08}[c["recompute_granularity"]]
+    ask = mb * act * min(pp, micro) / pp  # 1F1B: the first stage holds up to pp micro-batches of its layers
+    peak = 3.0 + _pipeline_states_gib(k, c) + ask
+    if MEGATRON_LAYERS % pp:
+        return Outcome(
+            "refused",
+            step_s,
+            peak,
+            0,
+            f"AssertionError: num_layers ({MEGATRON_LAYERS}) must be divisible by pipeline_model_parallel_size ({pp})",
+        )
+    if peak > OOM_FRAC * GPU_GIB:
+        return Outcome("oom", step_s, peak, 1, _oom_message(peak, ask * 0.3))
+    if c["NCCL_ALGO"] == "NVLS" and pp > 1:
+        return Outcome("hang", step_s, peak, 2, "")
+    return Outcome("ok", step_s, peak)
+
+
+PIPELINE = Landscape(
+    name="pipeline",
+    params={
+        "tensor_model_parallel_size": (1, 2, 4, 8),
+        "pipeline_model_parallel_size": (1, 2, 4, 8),
+        "micro_batch_size": (1, 2, 4, 8),
+        "sequence_parallel": (False, True),
+        "recompute_granularity": ("none", "selective", "full"),
+        "use_distributed_optimizer": (False, True),
+        "CUDA_DEVICE_MAX_CONNECTIONS": ("unset", "1"),
+        "NCCL_ALGO": ("unset", "Ring", "Tree", "NVLS"),
+    },
+    default={
+        "tensor_model_parallel_size": 2,
+        "pipeline_model_parallel_size": 2,
+        "micro_batch_size": 1,
+        "sequence_parallel": False,
+        "recompute_granularity": "full",
+        "use_distributed_optimizer": False,
+        "CUDA_DEVICE_MAX_CONNECTIONS": "unset",
+        "NCCL_ALGO": "unset",
+    },
+    samples_per_step=MEGATRON_GLOBAL_BATCH,
+    draw=_pipeline_draw,
+    judge=_pipeline_judge,
+    allowed=lambda c: c["tensor_model_parallel_size"] * c["pipeline_model_parallel_size"] <= GPUS,
+)
+
 TIME_SCALE = 0.01
 """``trainer.py`` runs the modelled times this much faster: a step of 2 s takes 20 ms, the start-up
 0.6 s, and it prints the times it took, so that what a trial's wall clock and its log say agree as
@@ -581,6 +692,8 @@ STARTUP_S = 60.0
 REFUSAL_S = 10.0
 """Modelled seconds to a refusal of the config at start-up (before the model is loaded)."""
 
-LANDSCAPES: dict[str, Landscape] = {ls.name: ls for ls in (OFFLOAD_TRAP, PAIRS, FLAT, MINEFIELD, ZERO_SFT, INTERIOR)}
+LANDSCAPES: dict[str, Landscape] = {
+    ls.name: ls for ls in (OFFLOAD_TRAP, PAIRS, FLAT, MINEFIELD, ZERO_SFT, INTERIOR, PIPELINE)
+}
 SEED_ENV = "LANDSCAPE_SEED"
 """The environment variable that picks a landscape's instance (``trainer.py`` reads it; 0 when unset)."""

@@ -10,7 +10,8 @@ each step's time):
 
 - ``offload-trap``: torchtitan's metrics line (``step: 3  loss: ...  memory: 61.25GiB(77.43%)  tps: ...``);
 - ``pairs``: the user's own line (``[train] step 3/20 | loss 2.31 | step_time 2.345s | peak_mem 41.2GiB``);
-- ``flat``: Megatron-LM's ``training_log`` line and ``report_memory`` after the first iteration;
+- ``flat`` and ``pipeline``: Megatron-LM's ``training_log`` line and ``report_memory`` after the first
+  iteration;
 - ``minefield`` and ``interior``: a ``logging`` line per step (``2026-12-02 08:01:02,345 INFO iter=3
   time_ms=812.4 ...``); ``interior``'s booleans take a value (``--compile true``);
 - ``zero-sft``: Hugging Face Trainer's bar on stderr, redrawn with carriage returns, and its log dict
@@ -58,6 +59,8 @@ START = time.monotonic()
 HF_FLAGS = {"zero-sft"}
 VALUE_BOOLS = {"zero-sft", "interior"}
 """Landscapes whose boolean flags take a value (``--compile true``) rather than being bare switches."""
+MEGATRON_LOG = {"flat", "pipeline"}
+"""Landscapes that print Megatron-LM's ``training_log`` line and its memory report after the first step."""
 """Landscapes whose flags keep their underscores and take booleans as values (``HfArgumentParser``)."""
 
 
@@ -127,7 +130,7 @@ def line(ls: Landscape, step: int, steps: int, seconds: float, peak_gib: float, 
         )
     if ls.name == "pairs":
         return f"[train] step {step}/{steps} | loss {loss:.4f} | step_time {seconds:.3f}s | peak_mem {peak_gib:.1f}GiB"
-    if ls.name == "flat":
+    if ls.name in MEGATRON_LOG:
         return (
             f" [{_stamp()}] iteration {step:8d}/{steps:8d} | consumed samples: {step * ls.samples_per_step:12d} | "
             f"elapsed time per iteration (ms): {seconds * 1000:.1f} | learning rate: 1.000000E-05 | "
@@ -193,7 +196,7 @@ def main(argv: list[str]) -> None:
         if hf:
             print(f"\r{hf_bar(step, steps, time.monotonic() - began)}", end="", file=sys.stderr, flush=True)
         print(line(ls, step, steps, seconds, outcome.peak_gib * rng.uniform(0.995, 1.0), rng), flush=True)
-        if ls.name == "flat" and step == 1:
+        if ls.name in MEGATRON_LOG and step == 1:
             print(_megatron_memory(outcome.peak_gib), flush=True)
     if hf:
         took = time.monotonic() - began
