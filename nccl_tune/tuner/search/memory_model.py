@@ -16,7 +16,14 @@ ones only as measured: below), in two layers:
   and uncertain in proportion to the fit's residuals, the posterior spread of the change and the
   distance travelled (a config that differs from its anchor only outside the fit carries the
   run-to-run spread alone, ``SIGMA_FLOOR``: the residuals measure the fit elsewhere). A change the
-  data has not pinned down (``MEASURED_SHARE``) gives odds, but never refuses a config.
+  data has not pinned down (``MEASURED_SHARE``) gives odds, but never refuses a config. Nor does a
+  choice no run held on an axis of positions, which the fit would place by its order alone
+  (selective checkpointing halfway between none and full, where it may save next to nothing, by an
+  effect per position averaged over micro-batches, where dropping checkpointing costs more the
+  larger the batch): between two measured choices its peak lies anywhere between the config's
+  predictions at them (their middle in log, the spread of a value spread evenly between them:
+  ``_between``); past the last measured choice, the step there may be anything up to twice the
+  fitted one (one fitted position's effect of spread per position past it).
 
 A parameter of ``unknown`` effect breaks dominance both ways. Yet a config that differs only in such
 parameters from a run that held no more memory on the others and came above the wall (or ran out)
@@ -422,6 +429,10 @@ class PeakFit:
             for j, p in enumerate(self.signed)
             if p.memory is MemoryEffect.INCREASING and _numeric_ascending(p) and p.kind is not ParamKind.BOOL
         ]
+        self.positional = [
+            j for j, p in enumerate(self.signed) if p.kind is not ParamKind.BOOL and not _numeric_ascending(p)
+        ]
+        """Axes whose coordinate is a choice's position (checkpointing none/selective/full, a ZeRO stage)."""
         self._index_points()
         self._fit()
         self.small_steps = self._measure_small_steps()
@@ -632,6 +643,11 @@ class PeakFit:
     def _predict(
         self, values: Mapping[str, Any], still: frozenset[str], lower: float, lower_from: int | None, upper: float
     ) -> MemoryPrediction:
+        between = self._between(values, still)
+        if between is not None:
+            peak, sigma, anchor = between
+            peak = min(max(peak, lower), upper) if upper >= lower else lower
+            return MemoryPrediction(peak, sigma, lower, upper, anchor, lower_from, measured=False)
         z = self._z(values)
         found = self._anchor(values, z) if z is not None and self.anchors else None
         unknown_var = 0.0
@@ -654,14 +670,15 @@ class PeakFit:
         residual = self.sigma if np.any(dz) else SIGMA_FLOOR
         var = residual**2 + spread + (DISTANCE_SIGMA * float(np.abs(dz).sum())) ** 2 + unknown_var
         peak = max(math.exp(math.log(pt.frac) + change) + self.small_step(pt.values, values), 1e-3)
-        var += self._hidden(pt, pz, dz) ** 2
+        unmeasured = self._unmeasured_choice(pz, dz)
+        var += self._hidden(pt, pz, dz) ** 2 + unmeasured**2
         chord = self._chord(pt, pz, dz)
         if chord is not None and chord > peak:  # the steep part may have started anywhere before the OOM
             gap = math.log(chord / peak)
             peak = chord
             var += gap**2
         peak = min(max(peak, lower), upper) if upper >= lower else lower
-        measured = on_line and spread <= MEASURED_SHARE * prior_spread and not unknown_var
+        measured = on_line and spread <= MEASURED_SHARE * prior_spread and not unknown_var and not unmeasured
         return MemoryPrediction(peak, math.sqrt(var), lower, upper, pt.number, lower_from, measured=measured)
 
     def _from_bound(
@@ -735,6 +752,38 @@ class PeakFit:
             else:
                 continue
             extra += HIDDEN_SHARE * max(past, 0.0) * math.log(2)
+        return extra
+
+    def _between(self, values: Mapping[str, Any], still: frozenset[str]) -> tuple[float, float, int | None] | None:
+        """(peak, spread of log peak, anchor) of a config holding, on an axis of positions, a choice
+        no measured run held between two that runs did (the module docstring); None when none does."""
+        for j in self.positional:
+            p = self.signed[j]
+            here = p.choices.index(values[p.name]) if values.get(p.name) in p.choices else None
+            measured = {int(qz[j]) for _, qz in self.anchors}
+            below = [m for m in measured if here is not None and m < here]
+            above = [m for m in measured if here is not None and m > here]
+            if here in measured or not below or not above:
+                continue
+            low = self.predict({**values, p.name: p.choices[max(below)]}, still)
+            high = self.predict({**values, p.name: p.choices[min(above)]}, still)
+            if low.peak_frac is None or high.peak_frac is None:
+                continue
+            a, b = math.log(low.peak_frac), math.log(high.peak_frac)
+            spread = math.sqrt((a - b) ** 2 / 12 + (low.sigma_log**2 + high.sigma_log**2) / 2)
+            return math.exp((a + b) / 2), spread, low.anchor
+        return None
+
+    def _unmeasured_choice(self, pz: np.ndarray, dz: np.ndarray) -> float:
+        """Extra spread of log peak for a move past the last measured choice of an axis of positions
+        (the module docstring)."""
+        extra = 0.0
+        for j in self.positional:
+            if dz[j] == 0.0:
+                continue
+            target = pz[j] + dz[j]
+            distance = min((abs(target - qz[j]) for _, qz in self.anchors), default=0.0)
+            extra += abs(float(self.beta[j])) * distance
         return extra
 
     def _elasticity(self, pt: _Point, pz: np.ndarray, j: int) -> float:
