@@ -28,7 +28,8 @@ proposes what an uninterrupted one would):
    config the throughput model rates best near the base, over values already measured (gains
    measured one at a time, combined in one trial). A pair of moves, from the leading config: two
    one-parameter moves of different parameters in one trial, each change either not rated slower
-   than that config or back to the baseline's value (``Planner.pairs``). And a move without a
+   than that config or back to the baseline's value, and two that each take memory only where the
+   two are likely to fit together (``Planner.pairs``). And a move without a
    partner: a value whose failures were cheap (start-up crashes) and all came next to the same
    other values, from a base that holds those values, together with all of them set back to the
    baseline's at once (a shorter prompt limit crashed at the incumbent's larger batch; from there
@@ -486,7 +487,11 @@ class Planner:
         (a batch size or a prompt limit changes the work of a step, which the prior rates neither
         faster nor slower: a pair of them bought doubt, not gain), and never two environment
         variables (NCCL's act on the same collectives and hang in combination: one changes at a
-        time, so a hang is blamed on one)."""
+        time, so a hang is blamed on one). A pair of two changes that each take memory is likely
+        to fit (``LIKELY``): the two stack their risks, and a run that runs out measures neither
+        (no checkpointing with a larger micro-batch, then with a shorter pipeline, each out). A
+        risky change with one that takes no memory risks nothing more than it alone, and measures
+        both when it fits; one with a change that frees memory is a compound move's gamble."""
         semantic = {p.name for p in self.free if p.semantic}
         held = [m for m in singles if m.changed[0] not in semantic]
         if len(held) < 2:
@@ -498,7 +503,7 @@ class Planner:
             if mean >= means[0] - TIE or m.values[m.changed[0]] == self.baseline.get(m.changed[0])
         ]
         env = {p.name for p in self.free if p.target is Target.ENV}
-        return [
+        out = [
             Move(
                 {**a.values, b.changed[0]: b.values[b.changed[0]]},
                 (a.changed[0], b.changed[0]),
@@ -509,6 +514,18 @@ class Planner:
             for b in held[i + 1 :]
             if a.changed != b.changed and not (a.changed[0] in env and b.changed[0] in env)
         ]
+        return [m for m in out if not self.stacks_memory(base, m) or self.memory.p_fits_model(m.values) >= LIKELY]
+
+    def stacks_memory(self, base: Mapping[str, Any], move: Move) -> bool:
+        """True when each of ``move``'s changes from ``base`` is to a value declared to hold more
+        device memory (no checkpointing and a larger micro-batch)."""
+        params = {p.name: p for p in self.free}
+        return all(
+            (p := params.get(name)) is not None
+            and p.memory.signed
+            and p.memory_rank(move.values[name]) > p.memory_rank(base[name])
+            for name in move.changed
+        )
 
     def interactions(self, base: Mapping[str, Any], number: int) -> list[Move]:
         """NCCL's protocol and a gradient bucket size (``nccl_interactions``) changed in one trial from

@@ -796,6 +796,29 @@ def test_a_pair_of_moves_takes_a_measured_change_only_while_it_measured_no_slowe
     assert {m.base for m in both if m.kind == "pair of moves"} == {0}
 
 
+def test_a_pair_of_moves_that_each_take_memory_is_proposed_only_when_likely_to_fit():
+    """Dropping checkpointing and a larger micro-batch each fit alone (64 and 62 GiB of 80) and are
+    each rated faster, but together they ask for 80-100 GiB: the two stack their risks and a run
+    that runs out measures neither, so no pair takes both; each still pairs with an NCCL value."""
+    space = parse_space(
+        SPACE_TEXT_TWO_NCCL.replace("ckpt, kind: bool, default: false", "ckpt, kind: bool, default: true"),
+        source="test",
+        label="sft2",
+    )
+
+    def gib(v: dict) -> float:
+        return 40.0 * 1.25 ** math.log2(v["micro"] / 2) * (1.0 if v["ckpt"] else 1.6)
+
+    v = space.defaults()
+    runs = [v, {**v, "micro": 4}, {**v, "micro": 1, "ckpt": False}]
+    planner = Planner(space, {}, [record(i, r, gib(r), 64.0 / speed(r)) for i, r in enumerate(runs)])
+    pairs = pairs_from(planner, 0, v)
+    assert {(("NCCL_ALGO", "Ring"), ("ckpt", False)), (("NCCL_ALGO", "Ring"), ("micro", 8))} <= pairs
+    both = {(("ckpt", False), ("micro", m)) for m in (4, 8)}
+    assert not both & pairs
+    assert all(planner.admits({**v, "micro": m, "ckpt": False}) for m in (4, 8))  # admitted, only unlikely
+
+
 TWO_GAINS = """
 name: two-gains
 parameters:
