@@ -77,12 +77,14 @@ proposes what an uninterrupted one would):
    When that promises nothing either, Optuna's TPE proposes (the first of its proposals the memory model
    gives an even chance to fit and the failure model an even chance to finish: ``TPE_DRAWS``; a
    value the command refused is not drawn again where it was refused), and the trial says why the
-   planner declined. When none of TPE's draws is, and the likeliest of them was run before or is
-   likelier to fail than to finish (near the end of a study, the configs it favours are run or fail),
-   the planner's best move that is likely to fit and finish and within the failure budget goes
-   instead, however little it promises (``Planner.runner_up``): a duplicate, or a start-up crash
-   tried again next to the values it crashed with, costs a trial for nothing. A draw that is only
-   unlikely to fit in memory still goes: it may be the large micro-batch the study needs.
+   planner declined. When none of TPE's draws is, and the likeliest of them was run before, is
+   likelier to fail than to finish (near the end of a study, the configs it favours are run or fail)
+   or is beyond the failure budget, the planner's best move that is likely to fit and finish and
+   within the budget goes instead, however little it promises (``Planner.runner_up``): a duplicate,
+   or a start-up crash tried again next to the values it crashed with, costs a trial for nothing,
+   and a study that spent its budget would spend it again on TPE's risks where it declined its
+   own. A draw that is only unlikely to fit in memory, while the budget may risk it, still goes:
+   it may be the large micro-batch the study needs.
 
 Where it is weak. It is a local search, and its models are additive: an interaction between two
 parameters is learnt only by trying the pair, which the search does on purpose only for NCCL's
@@ -148,7 +150,7 @@ from nccl_tune.wording import duration
 RUNNER_UP_SHARE = 0.1
 """Share of ``MIN_EXPECTED_GAIN`` that the planner's runner-up (``Planner.runner_up``) must promise:
 below it, the move is all but sure to be slower, and TPE's likeliest draw goes as before."""
-RUNNER_UP_WHY = "it promises little, but TPE drew only configs run before or likely to fail"
+RUNNER_UP_WHY = "it promises little, but TPE drew only configs run before, likely to fail or beyond the failure budget"
 """The why-line's end of the planner's runner-up (``Planner.runner_up``), proposed in place of TPE."""
 TPE_DRAWS = 8
 """TPE proposals drawn, where no move is worth a trial, to find one the memory model gives an even
@@ -846,7 +848,7 @@ class LocalSearchSampler(BaseSampler):
                 return params
             if likeliest is None or (admitted, affordable, ok >= LIKELY, fits * ok) > likeliest[0]:
                 likeliest = ((admitted, affordable, ok >= LIKELY, fits * ok), params)
-        spent = likeliest is None or not (likeliest[0][0] and likeliest[0][2])  # run before, or likely to fail
+        spent = likeliest is None or not all(likeliest[0][:3])  # run before, beyond the budget, or likely to fail
         if planner.runner_up is not None and spent:  # a small gain that will finish beats a trial for nothing
             self.last = dataclasses.replace(planner.runner_up, reason=f"{planner.runner_up.reason}; {RUNNER_UP_WHY}")
             self._fallback = None

@@ -606,7 +606,9 @@ def test_where_no_draw_of_tpe_is_likely_to_finish_the_planners_small_move_goes_i
     interior landscape drew selective checkpointing with torch.compile again after it crashed
     there). Where the planner declined for want of gain, its best move likely to fit and finish
     goes instead, and says why; where even that promises next to nothing, or the draw is only
-    unlikely to fit in memory, the draw goes as before."""
+    unlikely to fit in memory while the failure budget may risk it, the draw goes as before. Once
+    the budget may not (a study that spent it on OOMs), the planner's move goes: on the pipeline
+    landscape such draws ran out of memory after the budget stopped the planner's own risks."""
     from nccl_tune.tuner.search import local_search
 
     monkeypatch.setattr(local_search, "MIN_EXPECTED_GAIN", 0.2)  # every move promises too little
@@ -625,6 +627,9 @@ def test_where_no_draw_of_tpe_is_likely_to_finish_the_planners_small_move_goes_i
     tight = {**BASE, "micro": 8, "ckpt": True, "NCCL_ALGO": "Ring"}
     assert planner.admits(tight) and planner.memory.p_fits_model(tight) < 0.5 <= planner.failures.p_ok(tight)
     assert draws(*[tight] * local_search.TPE_DRAWS) == tight
+    with monkeypatch.context() as spent:  # the budget takes only runs likely to fit and finish
+        spent.setattr(local_search.Planner, "affordable", lambda self, fits, ok, cost_ratio: fits * ok >= 0.5)
+        assert draws(*[tight] * local_search.TPE_DRAWS) == {**BASE, **small.values}
     monkeypatch.setattr(local_search, "RUNNER_UP_SHARE", 100.0)  # now it promises too little
     again = Planner(SPACE, {}, records)
     assert again.propose(random.Random(0)) is None and again.runner_up is None
