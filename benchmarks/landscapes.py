@@ -17,6 +17,8 @@ configs are free) is judged exactly against the instance, whose configs the scri
 - trials to reach: launched trials up to and including the first whose config is stable (runs
   without a failure, peak at most 95% of the GPU) and within 2% of the best stable config's
   noise-free throughput; trials + 1 when never reached (censored);
+- best found: the fastest stable config the study launched, as a share of the best's noise-free
+  throughput (where few configs come within 2%, how close a study came);
 - failed GPU time: modelled seconds of launched trials that failed over those of all launched
   trials. A trial costs a start-up (``STARTUP_S``; ``REFUSAL_S`` for a refusal before the first
   step) plus its steps at the config's modelled step time: the steps its record holds when it ran,
@@ -33,7 +35,7 @@ Targets, per landscape (issue: landscapes it never saw): the tuner's median tria
 over all its studies, proposals rated 90%+ to fit fit at least 90% of the time. Exit 1 when one is
 missed, 2 on a bad argument.
 
-    python benchmarks/landscapes.py [--landscapes offload-trap,pairs,flat,minefield,zero-sft,interior] [--seeds 6]
+    python benchmarks/landscapes.py [--landscapes offload-trap,pairs,flat,minefield,zero-sft,interior,pipeline] [--seeds 6]
                                     [--first-seed 0] [--trials 24] [--samplers tuner,random] [--json PATH]
                                     [--jobs 2] [--keep DIR]
 """
@@ -88,6 +90,8 @@ class Study:
     trials_to_reach: int
     censored: bool
     failed_gpu_frac: float
+    best_found_frac: float
+    """The fastest stable config the study launched: its noise-free throughput over the best's (0: none)."""
     statuses: Mapping[str, int]
     odds: tuple[tuple[float, bool], ...]
     winner_frac: float | None
@@ -130,6 +134,7 @@ def judge(inst: Instance, sampler: str, recs: Sequence[TrialRecord], trials: int
     cost = [(r.status, modelled_s(inst, r)) for r in launched]
     total = sum(s for _, s in cost)
     failed = sum(s for st, s in cost if st not in FINISHED)
+    found = max((inst.throughput(r.values) / best for r in launched if inst.outcome(r.values).stable), default=0.0)
     winner = (run.get("json") or {}).get("best") or {}
     params = winner.get("params")
     return Study(
@@ -142,6 +147,7 @@ def judge(inst: Instance, sampler: str, recs: Sequence[TrialRecord], trials: int
         trials_to_reach=reach if reach is not None else trials + 1,
         censored=reach is None,
         failed_gpu_frac=failed / total if total else 0.0,
+        best_found_frac=found,
         statuses=dict(Counter(r.status.value for r in launched if r.status)),
         odds=tuple((r.predicted_fits, fits(inst, r.values)) for r in launched if r.predicted_fits is not None),
         winner_frac=inst.throughput(params) / best if params else None,
@@ -208,6 +214,7 @@ class Summary:
     trials_to_reach: tuple[int, ...]
     median_failed_gpu_frac: float
     max_failed_gpu_frac: float
+    median_best_found_frac: float
     stopped: int
     """Studies a stop rule ended (exit 1: the CLI's error; no summary)."""
     unconfirmed: int
@@ -228,6 +235,7 @@ def summarise(studies: Sequence[Study]) -> Summary:
         trials_to_reach=tuple(s.trials_to_reach for s in studies),
         median_failed_gpu_frac=statistics.median(s.failed_gpu_frac for s in studies),
         max_failed_gpu_frac=max(s.failed_gpu_frac for s in studies),
+        median_best_found_frac=statistics.median(s.best_found_frac for s in studies),
         stopped=sum(1 for s in studies if s.exit_code not in (0, 2)),
         unconfirmed=sum(1 for s in studies if s.exit_code == 2),
         winners_unstable=sum(1 for s in studies if s.winner_stable is False),
@@ -297,7 +305,9 @@ def show(summaries: Sequence[Summary], checks: Sequence[Mapping[str, Any]], stud
         "censored",
         "per seed",
         "failed GPU (median/max)",
+        "best found",
         "stopped",
+        "no winner",
         "statuses",
     ):
         table.add_column(col)
@@ -309,6 +319,7 @@ def show(summaries: Sequence[Summary], checks: Sequence[Mapping[str, Any]], stud
             str(s.censored),
             " ".join(map(str, s.trials_to_reach)),
             f"{s.median_failed_gpu_frac:.1%} / {s.max_failed_gpu_frac:.1%}",
+            f"{s.median_best_found_frac:.3f}",
             str(s.stopped),
             str(s.unconfirmed),
             " ".join(f"{k}={v}" for k, v in sorted(s.statuses.items())),

@@ -159,7 +159,7 @@ def test_a_study_is_judged_against_the_instance():
     ]
     run = {"exit_code": 0, "stopped_by": "", "json": {"best": {"params": best}}, "wall_s": 1.0}
     got = bench.judge(inst, "tuner", recs, 24, run)
-    assert got.trials_to_reach == 3 and not got.censored
+    assert got.trials_to_reach == 3 and not got.censored and got.best_found_frac == pytest.approx(1.0)
     assert got.winner_frac == pytest.approx(1.0) and got.winner_stable
     assert got.failed_gpu_frac == pytest.approx(
         bench.REFUSAL_S
@@ -168,6 +168,7 @@ def test_a_study_is_judged_against_the_instance():
     assert [f for _, f in got.odds] == [bench.fits(inst, refused), True]
     never = bench.judge(inst, "random", recs[:2], 24, {**run, "json": None})
     assert never.trials_to_reach == 25 and never.censored and never.winner_frac is None
+    assert never.best_found_frac == pytest.approx(inst.throughput(ls.default) / inst.throughput(best))
 
 
 def test_the_harness_runs_the_cli_and_judges_what_it_stored(tmp_path):
