@@ -239,14 +239,16 @@ class ProgressRules:
     def throughput_units(self) -> frozenset[str]:
         """What the step alternatives can measure: ``samples``, ``tokens`` (a rate the trainer prints
         or its samples per step) or ``steps`` (durations only), and the rate a ``step_rate`` line
-        gives them; empty while the preset is unknown."""
+        gives them; empty while the preset is unknown. A line that may or may not carry a rate
+        (Megatron prints TFLOP/s/GPU only where it counts FLOPs) measures what its samples per
+        step give where it does not."""
         import re
 
         units = set()
         for pattern in (*self.step_end, *((self.step_rate,) if self.step_end and self.step_rate else ())):
             groups = set(re.compile(pattern).groupindex)
             rates = {RATE_GROUPS[g] for g in groups & set(RATE_GROUPS)} - {"steps"}
-            units |= rates or ({"samples"} if "samples_per_step" in groups else {"steps"})
+            units |= rates | ({"samples"} if "samples_per_step" in groups else set() if rates else {"steps"})
         return frozenset(units)
 
 

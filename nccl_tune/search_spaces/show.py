@@ -8,6 +8,7 @@ from rich.table import Table
 
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.search_spaces.spelling import format_value
+from nccl_tune.trial import rate_unit_text
 
 
 def print_space(space: SearchSpace, console: Console) -> None:
@@ -66,7 +67,7 @@ def print_space(space: SearchSpace, console: Console) -> None:
     units = {
         "samples" if u == "steps" and space.samples_per_step is not None else u for u in progress.throughput_units()
     }
-    shown = " or ".join(f"{u}/s" for u in sorted(units)) or "a unit known after the first trial"
+    shown = " or ".join(rate_unit_text(u) for u in sorted(units)) or "a unit known after the first trial"
     console.print(escape(f"progress: {how}; throughput in {shown}"), highlight=False, soft_wrap=True)
     clocks = space.clocks
     console.print(

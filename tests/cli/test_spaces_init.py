@@ -26,3 +26,12 @@ def test_init_needs_a_command_after_dashdash(tmp_path):
     assert proc.returncode == 1 and "usage: nccl-tune spaces init" in proc.stderr
     stray = run_cli(["spaces", "init", sys.executable, str(EXAMPLE)], cwd=tmp_path)
     assert stray.returncode == 1 and "comes before --" in stray.stderr
+
+
+def test_show_names_a_rate_that_carries_its_own_time_once(tmp_path):
+    """Megatron's preset reads TFLOP/s/GPU where the line prints it, else samples per second from
+    its global batch size: ``spaces show`` names both, neither as ``TFLOP/s/GPU/s``."""
+    space = Path(__file__).resolve().parents[2] / "benchmarks" / "landscapes" / "pipeline.yaml"
+    shown = run_cli(["spaces", "show", str(space)], cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert "throughput in TFLOP/s/GPU or samples/s" in shown.stdout and "GPU/s" not in shown.stdout

@@ -238,3 +238,6 @@ def test_steps_per_second_cannot_rank_trials_that_change_the_work_of_a_step(tmp_
     tune = load_space(str(write(tmp_path, text + "progress:\n  preset: torchtune\n", "tune.yaml")))
     assert tune.progress.throughput_units() == {"steps", "tokens"}
     assert tune.ranking_problem((), tune.progress.throughput_units()) is None
+    # Megatron prints TFLOP/s/GPU only where it counts FLOPs; its global batch size gives samples
+    megatron = load_space(str(write(tmp_path, text + "progress:\n  preset: megatron\n", "mt.yaml")))
+    assert megatron.progress.throughput_units() == {"TFLOP/s/GPU", "samples"}
