@@ -57,11 +57,11 @@ START = time.monotonic()
 
 
 HF_FLAGS = {"zero-sft"}
+"""Landscapes whose flags keep their underscores and take booleans as values (``HfArgumentParser``)."""
 VALUE_BOOLS = {"zero-sft", "interior"}
 """Landscapes whose boolean flags take a value (``--compile true``) rather than being bare switches."""
 MEGATRON_LOG = {"flat", "pipeline"}
 """Landscapes that print Megatron-LM's ``training_log`` line and its memory report after the first step."""
-"""Landscapes whose flags keep their underscores and take booleans as values (``HfArgumentParser``)."""
 
 
 def flag(name: str, ls: Landscape) -> str:
