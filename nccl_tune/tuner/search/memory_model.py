@@ -754,13 +754,18 @@ class PeakFit:
             extra += HIDDEN_SHARE * max(past, 0.0) * math.log(2)
         return extra
 
+    @cached_property
+    def held_positions(self) -> dict[int, frozenset[int]]:
+        """Per axis of positions (``positional``), the choices measured runs held, by position."""
+        return {j: frozenset(int(qz[j]) for _, qz in self.anchors) for j in self.positional}
+
     def _between(self, values: Mapping[str, Any], still: frozenset[str]) -> tuple[float, float, int | None] | None:
         """(peak, spread of log peak, anchor) of a config holding, on an axis of positions, a choice
         no measured run held between two that runs did (the module docstring); None when none does."""
         for j in self.positional:
             p = self.signed[j]
             here = p.choices.index(values[p.name]) if values.get(p.name) in p.choices else None
-            measured = {int(qz[j]) for _, qz in self.anchors}
+            measured = self.held_positions[j]
             below = [m for m in measured if here is not None and m < here]
             above = [m for m in measured if here is not None and m > here]
             if here in measured or not below or not above:
@@ -782,7 +787,7 @@ class PeakFit:
             if dz[j] == 0.0:
                 continue
             target = pz[j] + dz[j]
-            distance = min((abs(target - qz[j]) for _, qz in self.anchors), default=0.0)
+            distance = min((abs(target - m) for m in self.held_positions[j]), default=0.0)
             extra += abs(float(self.beta[j])) * distance
         return extra
 
