@@ -54,7 +54,7 @@ _STOP_KEYS = {f.name for f in dataclasses.fields(StopRule)} - {"enough_steps"}
 _CLOCK_KEYS = {f.name for f in dataclasses.fields(Clocks)} - {"phase_max_s", "silence_steps"}  # measured, never given
 _PROGRESS_KEYS = {f.name for f in dataclasses.fields(ProgressRules)}
 _THROUGHPUT_KEYS = {"samples_per_step"}
-_STABILITY_KEYS = {"min_headroom_frac", "worst_case_tokens", "force_worst_case"}
+_STABILITY_KEYS = {"min_headroom_frac", "worst_case_tokens", "force_worst_case", "every_step_longest"}
 _MAX_CHOICES = 4096
 _PROTECTED_ENV = {
     "PATH": "it decides which programs run",
@@ -479,6 +479,7 @@ def _build(data: dict[str, Any], source: str, label: str, text: str) -> SearchSp
         worst = _expr(str(stability["worst_case_tokens"]), "stability.worst_case_tokens", label)
         _check_names(worst.names, known, "stability.worst_case_tokens", label)
     forcing = _force_worst_case(stability.get("force_worst_case"), known, label)
+    every_step = _every_step_longest(stability, label)
 
     space = SearchSpace(
         name=name,
@@ -502,9 +503,23 @@ def _build(data: dict[str, Any], source: str, label: str, text: str) -> SearchSp
         min_headroom_frac=min_headroom,
         worst_case_tokens=worst,
         force_worst_case=forcing,
+        every_step_longest=every_step,
     )
     _check_defaults(space, label)
     return space
+
+
+def _every_step_longest(stability: dict[str, Any], label: str) -> bool:
+    """``stability.every_step_longest``; true leaves no longer batch for the other two keys to reach."""
+    where = "stability.every_step_longest"
+    every_step = _bool(stability.get("every_step_longest", False), where, label)
+    other = [k for k in ("worst_case_tokens", "force_worst_case") if stability.get(k) is not None]
+    if every_step and other:
+        raise NcclTuneError(
+            f"space file {label}: {where} is true and stability.{other[0]} is set: a job whose every step "
+            "carries its longest batch has none longer to force or predict; keep one of the two"
+        )
+    return every_step
 
 
 def _check_env_name(name: str, where: str, label: str) -> None:

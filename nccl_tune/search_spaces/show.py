@@ -69,6 +69,7 @@ def print_space(space: SearchSpace, console: Console) -> None:
     }
     shown = " or ".join(rate_unit_text(u) for u in sorted(units)) or "a unit known after the first trial"
     console.print(escape(f"progress: {how}; throughput in {shown}"), highlight=False, soft_wrap=True)
+    console.print(escape(worst_batch_text(space)), highlight=False, soft_wrap=True)
     clocks = space.clocks
     console.print(
         f"[bold]stop[/] after {space.stop.warmup_steps} warm-up + {space.stop.measured_steps} measured steps "
@@ -79,3 +80,18 @@ def print_space(space: SearchSpace, console: Console) -> None:
         highlight=False,
         soft_wrap=True,
     )
+
+
+def worst_batch_text(space: SearchSpace) -> str:
+    """How a winner is proven stable at the longest batch its config allows (``stability``), in a line."""
+    ways = []
+    if space.every_step_longest:
+        ways.append("every step carries it, so a trial's own peak is its worst case")
+    if space.force_worst_case:
+        ways.append("the winner-to-be runs once with " + ", ".join(f.key for f in space.force_worst_case))
+    if space.worst_case_tokens is not None:
+        ways.append(f"step peaks are extrapolated to {' '.join(space.worst_case_tokens.text.split())} tokens")
+    how = "; ".join(ways) or (
+        "the space names no way to reach it: a winner reads unproven there (stability in docs/search-spaces.md)"
+    )
+    return f"worst batch: {how}; a stable config leaves {space.min_headroom_frac:.0%} of the GPU free"

@@ -230,6 +230,11 @@ class SearchSpace:
     """How a trial is made to run the longest batch its config allows (``stability.force_worst_case``):
     the winner-to-be runs once so (``tuner.study.forcing``). Empty: the space does not say."""
 
+    every_step_longest: bool = False
+    """Every step carries the longest batch its config allows (``stability.every_step_longest``:
+    sequences packed or padded to a fixed length, as Megatron-LM's and torchtitan's pre-training
+    run): a trial's own steps are its worst case, with nothing to force or predict."""
+
     def __post_init__(self) -> None:
         for name in ("context", "context_args", "trial_overrides", "trial_env"):
             object.__setattr__(self, name, _frozen(getattr(self, name)))

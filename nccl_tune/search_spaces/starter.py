@@ -118,6 +118,13 @@ _GUESSES = (
     ),
 )
 
+_EVERY_STEP_LONGEST = {
+    "megatron": "Megatron-LM's GPT data sets pack documents into samples of --seq-length tokens",
+    "torchtitan": "torchtitan packs its data into sequences of training.seq_len tokens",
+    "nanogpt": "nanoGPT trains on chunks of block_size tokens",
+}
+"""Presets of trainers whose every step carries the longest batch: why, for the starter's comment."""
+
 
 def _norm(key: str) -> str:
     """The identifier a flag or key is called by in expressions (``--batch-size`` -> ``batch_size``)."""
@@ -415,6 +422,14 @@ def _document(
         "  startup_timeout_s: 900",
         "  stall_timeout_s: 600",
         "  trial_timeout_s: 3600",
+    ]
+    if preset in _EVERY_STEP_LONGEST:
+        lines += [
+            "",
+            "stability:",
+            f"  every_step_longest: true   # check: {_EVERY_STEP_LONGEST[preset]}; false if yours vary in length",
+        ]
+    lines += [
         "",
         "# When the log prints no samples or tokens rate, say how many samples a step processes (steps/s",
         "# cannot compare trials that change the batch):",

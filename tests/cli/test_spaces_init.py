@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from tests.tuner.conftest import run_cli
+from tests.tuner.conftest import TINY_SPACE, run_cli
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "ddp_train.py"
 
@@ -35,3 +35,17 @@ def test_show_names_a_rate_that_carries_its_own_time_once(tmp_path):
     shown = run_cli(["spaces", "show", str(space)], cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert "throughput in TFLOP/s/GPU or samples/s" in shown.stdout and "GPU/s" not in shown.stdout
+
+
+def test_show_says_how_a_winner_is_proven_at_the_worst_batch(tmp_path):
+    """``spaces show`` names the space's way to the longest batch, or that it names none."""
+    (tmp_path / "packed.yaml").write_text(TINY_SPACE.read_text() + "  every_step_longest: true\n")
+    shown = {}
+    for name in ("packed.yaml", str(TINY_SPACE), "skyrl-text2sql"):
+        proc = run_cli(["spaces", "show", name], cwd=tmp_path)
+        assert proc.returncode == 0, proc.stderr
+        shown[name] = next(line for line in proc.stdout.splitlines() if line.startswith("worst batch:"))
+    assert "every step carries it" in shown["packed.yaml"]
+    assert "names no way to reach it: a winner reads unproven there" in shown[str(TINY_SPACE)]
+    skyrl = shown["skyrl-text2sql"]
+    assert "runs once with generator.sampling_params.additional_kwargs" in skyrl and "extrapolated to min(" in skyrl

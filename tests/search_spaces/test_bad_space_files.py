@@ -52,6 +52,23 @@ BAD = {
     ),
     "misspelt kind": (TINY.replace("kind: pow2", "kind: pow").encode(), "unknown kind 'pow' (did you mean 'pow2'?)"),
     "no kind": (TINY.replace("    kind: pow2\n", "").encode(), "parameters[0] (trainer.micro): 'kind' is required"),
+    "every_step_longest a word": (
+        TINY.replace("min_headroom_frac: 0.05", "min_headroom_frac: 0.05\n  every_step_longest: yes please").encode(),
+        "stability.every_step_longest must be true or false, got 'yes please'",
+    ),
+    "every_step_longest with a forced batch": (
+        TINY.replace(
+            "min_headroom_frac: 0.05",
+            "min_headroom_frac: 0.05\n  every_step_longest: true\n  force_worst_case:\n    --pad-to-max-length: null",
+        ).encode(),
+        "stability.every_step_longest is true and stability.force_worst_case is set",
+    ),
+    "every_step_longest with worst-case tokens": (
+        TINY.replace(
+            "min_headroom_frac: 0.05", "min_headroom_frac: 0.05\n  every_step_longest: true\n  worst_case_tokens: 4096"
+        ).encode(),
+        "none longer to force or predict; keep one of the two",
+    ),
     "force_worst_case a list": (
         TINY.replace("min_headroom_frac: 0.05", "min_headroom_frac: 0.05\n  force_worst_case: [a=1]").encode(),
         "stability.force_worst_case must be a non-empty mapping: map each setting",

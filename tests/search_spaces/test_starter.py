@@ -176,6 +176,19 @@ def test_the_trainers_short_trial_settings_come_with_its_preset():
     assert nano.trial_booleans is BoolSpelling.PYTHON
 
 
+def test_a_trainer_that_packs_its_sequences_is_written_with_every_step_the_longest():
+    """Megatron-LM's, torchtitan's and nanoGPT's steps each carry a full batch of fixed-length
+    sequences: the starter says so (to check); a fine-tuning trainer's batches vary and it does not."""
+    from nccl_tune.search_spaces.starter import starter_yaml
+
+    for command in (["torchrun", "pretrain_gpt.py"], ["torchrun", "-m", "torchtitan.train"], ["python", "nanogpt.py"]):
+        text = starter_yaml(command, MEGATRON_HELP)
+        assert parse_space(text, source="t", label="t").every_step_longest, command
+        assert "every_step_longest: true   # check:" in text
+    hf = starter_yaml(["accelerate", "launch", "sft.py"], HF_HELP)
+    assert not parse_space(hf, source="t", label="t").every_step_longest and "every_step_longest" not in hf
+
+
 def tune_command(tmp_path: Path, *overrides: str) -> list[str]:
     """``tune run ...`` with ``tune`` a stand-in for torchtune's CLI (``scripts/tune_cli.py``)."""
     tune = tmp_path / "tune"

@@ -24,6 +24,7 @@ from nccl_tune.tuner.records.stability import Candidate, faster_unfit
 from nccl_tune.tuner.winner.headline import Choice, choices, confirmation_words
 from nccl_tune.tuner.winner.study_view import StoredStudy, open_study
 from nccl_tune.tuner.winner.worst_proof import (
+    EVERY_STEP,
     FAILS,
     UNPROVEN,
     fails_at_worst,
@@ -157,8 +158,8 @@ def _choice_json(choice: Choice) -> dict[str, Any]:
 
 
 def worst_case_summary(stored: StoredStudy, winner: Candidate) -> dict[str, Any]:
-    """The winner's memory at the peak it saw and at the longest batch its config allows (forced or
-    predicted, with its range), the headroom against each (shares of the GPU), and the faster
+    """The winner's memory at the peak it saw and at the longest batch its config allows (forced,
+    predicted with its range, or the peak it saw where every step carries that batch), the headroom against each (shares of the GPU), and the faster
     configs passed over because their worst case does not fit."""
     w = winner.worst_case
     gpu = [g.total_gib for r in winner.runs if r.result and r.result.memory for g in r.result.memory.gpus]
@@ -166,9 +167,10 @@ def worst_case_summary(stored: StoredStudy, winner: Candidate) -> dict[str, Any]
     fracs = [r.result.memory.max_peak_frac for r in winner.runs if r.result and r.result.memory and not r.forced]
     seen = max((f for f in fracs if f is not None), default=None)
     why = unproven_why(stored.space, winner)
+    every_step = stored.space.every_step_longest
     out: dict[str, Any] = {
         "stable": stable_words(stored.space, winner),
-        "how": w.how if w is not None else None,
+        "how": EVERY_STEP if every_step else w.how if w is not None else None,
         "judged": w.judged if w is not None else False,
         "peak_seen_frac": round(seen, 4) if seen is not None else None,
         "headroom_seen_frac": round(1.0 - seen, 4) if seen is not None else None,
@@ -191,6 +193,10 @@ def worst_case_summary(stored: StoredStudy, winner: Candidate) -> dict[str, Any]
         )
         if total is not None:
             out["worst_peak_gib"] = round(w.peak_frac * total, 2)
+    elif every_step and seen is not None:
+        out.update(worst_peak_frac=round(seen, 4), headroom_worst_frac=round(1.0 - seen, 4))
+        if total is not None:
+            out["worst_peak_gib"] = round(seen * total, 2)
     passed = faster_unfit(stored.records, winner)
     out["faster_not_fitting"] = [
         {

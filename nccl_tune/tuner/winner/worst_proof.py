@@ -1,8 +1,9 @@
 """Whether a winner is proven stable at the worst batch its config allows, and if not, what to do.
 
-A winner is proven there when its worst case was measured by a forced run (``how: forced``) or
-predicted from steps that pin the slope with a narrow range (``WorstCase.judged``): a winner is
-stable only if that worst case fits. A winner whose worst case is neither is stable on the steps its
+A winner is proven there when its worst case was measured by a forced run (``how: forced``),
+predicted from steps that pin the slope with a narrow range (``WorstCase.judged``), or is the batch
+every one of its steps carried (the space's ``stability.every_step_longest``: ``how: every step``):
+a winner is stable only if that worst case fits. A winner whose worst case is neither is stable on the steps its
 trials ran and no further: the tuned YAML (``metrics.worst_case.stable``), ``run`` and ``report`` say
 so in words, with what would prove it. It is still exported (it is the best the study knows, and
 its exit code does not change), never silently.
@@ -38,12 +39,14 @@ from nccl_tune.tuner.search.forced_bound import failed_forced
 PROVEN = "proven at the worst batch"
 UNPROVEN = "unproven at the worst batch"
 FAILS = "fails at the worst batch"
+EVERY_STEP = "every step"
+"""``metrics.worst_case.how`` where every step carried the longest batch (``stability.every_step_longest``)."""
 
 
 def unproven_why(space: SearchSpace, winner: Candidate) -> str | None:
     """None when ``winner``'s worst case was forced or judged; else why not and what would prove it."""
     w = winner.worst_case
-    if (w is not None and w.judged) or fails_at_worst(winner):
+    if space.every_step_longest or (w is not None and w.judged) or fails_at_worst(winner):
         return None
     if space.force_worst_case:
         if winner.forced_run is None:
@@ -64,7 +67,9 @@ def unproven_why(space: SearchSpace, winner: Candidate) -> str | None:
         )
     return (
         "the space names no way to force the longest batch (stability.force_worst_case) and no step gave its "
-        "tokens to predict it from (stability.worst_case_tokens): add one to the space (docs/search-spaces.md)"
+        "tokens to predict it from (stability.worst_case_tokens): add one to the space, or, where every step "
+        "carries the longest batch (sequences packed or padded to one length), say so with "
+        "stability.every_step_longest: true (docs/search-spaces.md)"
     )
 
 
