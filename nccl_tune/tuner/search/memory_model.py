@@ -11,7 +11,10 @@ ones only as measured: below), in two layers:
   that dominates it;
 - a log-linear fit, ``log(peak) = a + sum_p beta_p * z_p`` with ``z_p`` the parameter's coordinate
   (log2 of a numeric value, the position in the choice order otherwise) and each ``beta_p`` held to
-  the declared sign, under a weak prior (``PRIOR_SLOPE``). A prediction starts from the nearest
+  the declared sign, under a weak prior (``PRIOR_SLOPE``). The intercept ``a`` is one per group of
+  runs alike in every ``unknown`` parameter (``_within``): what an attention kernel does to memory is
+  never read as the micro-batch's effect, and an out-of-memory run raises the effects only from a
+  run of its own group. A prediction starts from the nearest
   measured config (its ``anchor``) and adds the fitted change, so it is exact at measured configs
   and uncertain in proportion to the fit's residuals, the posterior spread of the change and the
   distance travelled (a config that differs from its anchor only outside the fit carries the
@@ -458,7 +461,7 @@ class PeakFit:
         bounds = [(pt, self._z(pt.values)) for pt in self.points if not pt.exact and not pt.ceiling]
         self.bound_anchors = [(pt, z) for pt, z in bounds if z is not None]
         """Censored points (an OOM, a failure after some memory was measured): ``_from_bound``'s anchors."""
-        self.censored = [(z, math.log(pt.frac)) for pt, z in self.bound_anchors]
+        self.censored = [(pt, z, math.log(pt.frac)) for pt, z in self.bound_anchors]
         k = len(self.signed)
         self.beta = self.prior_beta.copy()
         self.cov = np.diag(self.prior_sd**2)
@@ -467,16 +470,17 @@ class PeakFit:
             return
         rows = np.array([z for _, z in self.anchors])
         ys = np.array([math.log(pt.frac) for pt, _ in self.anchors])
-        beta, intercept = _map_fit(rows, ys, self.prior_beta, self.prior_sd)
-        resid = ys - (intercept + rows @ beta)
-        dof = len(ys) - 1 - int(np.sum(np.ptp(rows, axis=0) > 1e-9))
+        groups = _group_ids([self._unknown_key(pt.values) for pt, _ in self.anchors])
+        centred, yc = _within(rows, groups), _within(ys, groups)
+        beta = _map_fit(centred, yc, self.prior_beta, self.prior_sd)
+        resid = yc - centred @ beta
+        dof = len(ys) - int(groups.max()) - 1 - int(np.sum(np.ptp(centred, axis=0) > 1e-9))
         if dof >= 2:
             self.sigma = max(SIGMA_FLOOR, float(np.sqrt(np.sum(resid**2) / dof)))
         else:
             self.sigma = max(SIGMA_FEW_POINTS, float(np.max(np.abs(resid))))
         self.beta = beta
         raised = self._raise_for()
-        centred = rows - rows.mean(axis=0)
         info = centred.T @ centred / self.sigma**2 + np.diag(1.0 / self.prior_sd**2)
         for dz in raised:
             info += np.outer(dz, dz) / self.sigma**2
@@ -488,9 +492,11 @@ class PeakFit:
         that ran out says something about what grew, not about what shrank). Returns the moves used."""
         used = []
         for _ in range(3):
-            for z, target in self.censored:
-                found = min(((pt, pz) for pt, pz in self.anchors), key=lambda a: float(np.abs(z - a[1]).sum()))
-                pt, pz = found
+            for bound, z, target in self.censored:
+                same = [(pt, pz) for pt, pz in self.anchors if self._same_unknown(pt, bound.values)]
+                if not same:  # what grew may be an unknown parameter's change: nothing to raise
+                    continue
+                pt, pz = min(same, key=lambda a: float(np.abs(z - a[1]).sum()))
                 dz = z - pz
                 grew = np.array([(self.prior_beta[j] > 0) == (dz[j] > 0) and dz[j] != 0 for j in range(len(dz))])
                 deficit = target - (math.log(pt.frac) + float(dz @ self.beta))
@@ -606,6 +612,10 @@ class PeakFit:
         more = same_small & ~same & above & (self._dom_exact | self._dom_ceiling)
         lower = float(self._dom_frac[less].max()) if less.any() else 0.0
         return lower, float(self._dom_frac[more].min()) if more.any() else math.inf
+
+    def _unknown_key(self, values: Mapping[str, Any]) -> tuple[str, ...]:
+        """The values of ``values`` on the ``unknown`` parameters (``repr``: a run's group in the fit)."""
+        return tuple(repr(values.get(p.name)) for p in self.unknown)
 
     def _same_unknown(self, pt: _Point, values: Mapping[str, Any]) -> bool:
         """True when ``pt`` holds the values of ``values`` on every ``unknown`` parameter (the only
@@ -817,9 +827,9 @@ class PeakFit:
         others = [k for k in range(len(pz)) if k != j]
         v_a, v_t = 2.0 ** pz[j], 2.0 ** (pz[j] + dz[j])
         best = None
-        for cz, log_bound in self.censored:
+        for bound, cz, log_bound in self.censored:
             v_c = 2.0 ** cz[j]
-            if v_c <= v_t or not np.array_equal(cz[others], pz[others]):
+            if v_c <= v_t or not np.array_equal(cz[others], pz[others]) or not self._same_unknown(bound, pt.values):
                 continue
             at = pt.frac + (v_t - v_a) * (math.exp(log_bound) - pt.frac) / (v_c - v_a)
             best = at if best is None else max(best, at)
@@ -1121,11 +1131,25 @@ class MemoryModel:
         return None
 
 
-def _map_fit(z: np.ndarray, y: np.ndarray, prior: np.ndarray, prior_sd: np.ndarray) -> tuple[np.ndarray, float]:
-    """``y ~ a + z @ beta`` by least squares (residual scale ``FIT_SIGMA``) with a Gaussian prior on
-    ``beta`` and each ``beta_j`` held to the sign of ``prior_j`` (coordinate descent, centred data)."""
-    zc = z - z.mean(axis=0)
-    yc = y - y.mean()
+def _group_ids(keys: Sequence[Any]) -> np.ndarray:
+    """An integer per row, equal for rows with equal ``keys``, numbered from 0 in order of appearance."""
+    ids: dict[Any, int] = {}
+    return np.array([ids.setdefault(k, len(ids)) for k in keys], dtype=int)
+
+
+def _within(a: np.ndarray, groups: np.ndarray) -> np.ndarray:
+    """``a`` (rows) less its mean over each group's rows: what differs between groups is left out."""
+    out = np.array(a, dtype=float)
+    for g in np.unique(groups):
+        rows = groups == g
+        out[rows] -= out[rows].mean(axis=0)
+    return out
+
+
+def _map_fit(zc: np.ndarray, yc: np.ndarray, prior: np.ndarray, prior_sd: np.ndarray) -> np.ndarray:
+    """``beta`` of ``yc ~ zc @ beta``, both centred (``_within``), by least squares (residual scale
+    ``FIT_SIGMA``) with a Gaussian prior on ``beta`` and each ``beta_j`` held to the sign of
+    ``prior_j`` (coordinate descent)."""
     beta = prior.copy()
     resid = yc - zc @ beta
     inv_var = 1.0 / prior_sd**2
@@ -1143,7 +1167,7 @@ def _map_fit(z: np.ndarray, y: np.ndarray, prior: np.ndarray, prior_sd: np.ndarr
                 change = max(change, abs(new - old))
         if change < 1e-10:
             break
-    return beta, float(y.mean() - z.mean(axis=0) @ beta)
+    return beta
 
 
 def memory_verdict(

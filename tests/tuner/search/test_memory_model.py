@@ -741,3 +741,46 @@ def test_a_choice_no_run_held_is_not_placed_halfway_by_its_order():
     # between micro 8's measured 45% (full) and its OOM (none), anywhere: about 4 in 5 to stay under
     # 95%, not the 98% of a fitted position halfway
     assert 0.5 < model.p_fits_model(selective) < 0.85
+
+
+KERNELS = parse_space(
+    """
+name: kernels
+parameters:
+  - {name: micro, kind: pow2, low: 1, high: 64, default: 1, memory: increasing}
+  - {name: attn, kind: categorical, choices: [sdpa, eager], default: sdpa, memory: unknown}
+stability: {min_headroom_frac: 0.05}
+""",
+    source="test",
+    label="kernels",
+)
+
+
+def kernel_run(number: int, micro: int, attn: str) -> TrialRecord:
+    """30 GiB of weights and states, and activations of 2 GiB per sample with sdpa, 8 with eager."""
+    need = 30.0 + micro * (2.0 if attn == "sdpa" else 8.0)
+    status = FailureClass.OK if need <= GPU_GIB else FailureClass.OOM
+    result = TrialResult(
+        number=number,
+        status=status,
+        verdict=Verdict(status),
+        stop_reason=StopReason.MEASURED,
+        step_times_s=(2.0, 1.0, 1.0) if status is FailureClass.OK else (),
+        warmup_steps=1,
+        samples_per_step=8.0,
+        memory=MemoryReport("nvml", (GpuMemory(0, GPU_GIB, min(need, GPU_GIB)),)),
+    )
+    values = {"micro": micro, "attn": attn}
+    return TrialRecord(number, TrialState.COMPLETE, values, TrialKind.SEARCH, Outcome.LAUNCHED, status, result)
+
+
+def test_a_parameter_of_unknown_effect_does_not_lend_its_memory_to_the_declared_ones():
+    """The eager kernel's activations grow four times as fast as sdpa's: fitted together, the
+    micro-batch's effect takes the kernel's, and sdpa at 4 read 62% of the GPU (it takes 47.5%).
+    Runs are compared only with runs of the same kernel."""
+    runs = [kernel_run(i, m, a) for i, (m, a) in enumerate([(1, "sdpa"), (2, "sdpa"), (1, "eager"), (2, "eager")])]
+    runs += [kernel_run(4, 4, "eager"), kernel_run(5, 8, "eager")]  # 8 with eager: out of memory
+    assert runs[-1].status is FailureClass.OOM
+    pred = MemoryModel(KERNELS, runs).predict({"micro": 4, "attn": "sdpa"})
+    assert pred.peak_frac == pytest.approx(38.0 / GPU_GIB, rel=0.02)
+    assert pred.sigma_log < 0.15
