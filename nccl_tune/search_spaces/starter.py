@@ -30,6 +30,7 @@ import yaml
 
 from nccl_tune.errors import NcclTuneError
 from nccl_tune.presets import PRESETS
+from nccl_tune.search_spaces.roles import Role, norm_key, role_of
 from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.search_spaces.trial_settings import trial_block
 from nccl_tune.userfile import read_text
@@ -48,55 +49,6 @@ class HelpOption:
     """argparse's ``--x/--no-x`` pair."""
 
 
-@dataclass(frozen=True)
-class Role:
-    """What kind of knob an option name suggests, and how it moves memory and the training."""
-
-    name: str
-    pattern: str
-    memory: str
-    semantic: bool
-    help: str
-    host_memory: str = "unknown"
-    """How it moves host RAM (``increasing``: data-loader workers, CPU offload)."""
-
-
-ROLES = (
-    Role("micro", r"micro.*batch|batch.*micro", "increasing", False, "micro-batch per forward/backward"),
-    Role(
-        "batch",
-        r"(?<!eval_)(?<!val_)(?<!test_)batch_?size|batch$|per_device_train_batch",
-        "increasing",
-        True,
-        "samples per step per device",
-    ),
-    Role("accum", r"accum", "none", True, "gradient accumulation steps"),
-    Role(
-        "seq",
-        r"seq_?len|max_?(seq_?)?length|block_size|max_prompt_length|context_len",
-        "increasing",
-        True,
-        "tokens per sample",
-    ),
-    Role("offload", r"offload", "decreasing", False, "CPU offload (less GPU memory, slower steps)", "increasing"),
-    Role(
-        "checkpointing",
-        r"checkpointing|recompute|activation_ckpt|grad_ckpt",
-        "decreasing",
-        False,
-        "activation checkpointing (less GPU memory, slower steps)",
-    ),
-    Role(
-        "workers",
-        r"num_workers|dataloader_workers|workers$",
-        "none",
-        False,
-        "data-loader worker processes",
-        "increasing",
-    ),
-)
-_SKIP = re.compile(r"dir|path|file|url|seed|interval|every|save|eval|valid|test|log")
-_EVAL_SECTION = re.compile(r"eval|valid|test")
 _LOGGING = re.compile(r"^(logging_steps|log_interval|log_freq|log_every(_n_steps)?|steps_per_print)$")
 _GUESSES = (
     ("skyrl", r"skyrl"),
@@ -124,11 +76,6 @@ _EVERY_STEP_LONGEST = {
     "nanogpt": "nanoGPT trains on chunks of block_size tokens",
 }
 """Presets of trainers whose every step carries the longest batch: why, for the starter's comment."""
-
-
-def _norm(key: str) -> str:
-    """The identifier a flag or key is called by in expressions (``--batch-size`` -> ``batch_size``)."""
-    return re.sub(r"[^A-Za-z0-9_.]+", "_", key.lstrip("-+")).strip("_.").lower()
 
 
 def _value(text: str) -> Any:
@@ -240,15 +187,6 @@ def config_file(command: Sequence[str]) -> tuple[Path, list[str]] | None:
     return None if at is None else (Path(command[at]), [a for a in command[at + 1 :] if "=" in a])
 
 
-def role_of(key: str) -> Role | None:
-    """The knob an option's name suggests (the last part of a dotted key decides), or None; none in
-    a section for evaluation (``eval_loader.num_workers``)."""
-    *parents, name = _norm(key).split(".")
-    if _SKIP.search(name) or any(_EVAL_SECTION.search(part) for part in parents):
-        return None
-    return next((r for r in ROLES if re.search(r.pattern, name)), None)
-
-
 def guess_preset(command: Sequence[str], help_text: str) -> str | None:
     """The progress preset the command (then its help) suggests; of a path, only the file's own name
     counts (a folder named after a trainer says nothing about the program)."""
@@ -346,7 +284,7 @@ def starter_yaml(
     params: list[str] = []
     names: set[str] = set()
     for opt in options:
-        role, name = role_of(opt.key), _norm(opt.key)
+        role, name = role_of(opt.key), norm_key(opt.key)
         if role is None or name in names:
             continue
         block = _param_block(opt, role, name if opt.key.startswith("-") else opt.key)
@@ -400,7 +338,7 @@ def _document(
             + ")"
         )
         lines[-2] = "progress:"
-    logging = [o for o in options if _LOGGING.match(_norm(o.key).split(".")[-1]) and o.takes_value]
+    logging = [o for o in options if _LOGGING.match(norm_key(o.key).split(".")[-1]) and o.takes_value]
     settings = trial_block(preset, [o.key for o in options])
     if settings:
         lines += settings
