@@ -24,6 +24,7 @@ from nccl_tune.launchers.progress import check_rules
 from nccl_tune.presets import PRESETS, apply_preset
 from nccl_tune.search_spaces.expr import ExprError, parse_expr
 from nccl_tune.search_spaces.render import is_env_name, is_flag
+from nccl_tune.search_spaces.roles import memory_from_name
 from nccl_tune.search_spaces.space import (
     UNSET,
     ArgStyle,
@@ -260,13 +261,21 @@ def _parameter(p: Any, i: int, label: str) -> Parameter:
     if UNSET in choices and target is not Target.ENV:
         raise NcclTuneError(f"space file {label}: {where}: the choice 'unset' only makes sense for target: env")
     arg, arg_style = _arg(p, name, kind, target, where, label)
+    host_memory = _memory_effect(p, "host_memory", where, label)
+    named = memory_from_name(name, arg, kind, choices, target)
+    if "memory" not in p and named[0] is not None:
+        memory = named[0]
+    if "host_memory" not in p and named[1] is not None:
+        host_memory = named[1]
+    from_name = tuple(k for k, guess in zip(("memory", "host_memory"), named) if k not in p and guess is not None)
     param = Parameter(
         name=name,
         kind=kind,
         target=target,
         choices=choices,
         memory=memory,
-        host_memory=_memory_effect(p, "host_memory", where, label),
+        host_memory=host_memory,
+        memory_from_name=from_name,
         phases=_phases(p.get("phases"), memory, where, label),
         semantic=_bool(p.get("semantic", False), f"{where}: semantic", label),
         help=str(p.get("help", "")),
@@ -279,7 +288,8 @@ def _parameter(p: Any, i: int, label: str) -> Parameter:
 
 
 def _memory_effect(p: dict[str, Any], key: str, where: str, label: str) -> MemoryEffect:
-    """A parameter's ``memory`` or ``host_memory``: ``unknown`` when left out."""
+    """A parameter's ``memory`` or ``host_memory``: ``unknown`` when left out (``_parameter`` then
+    asks the parameter's name, ``roles.memory_from_name``)."""
     try:
         return MemoryEffect(p.get(key, "unknown"))
     except ValueError:

@@ -2,13 +2,21 @@
 offload, activation checkpointing, data-loader workers (``ROLES``), and how each moves memory.
 
 ``spaces init`` (``starter``) picks an option as a parameter by its role, and writes its kind,
-``memory:``, ``host_memory:`` and ``semantic:`` from it.
+``memory:``, ``host_memory:`` and ``semantic:`` from it. A space file that leaves ``memory:`` or
+``host_memory:`` out gets them from the same roles (``memory_from_name``), for the values whose
+order the effect can follow (a number, a bool; not a categorical's words, whose order is the
+space's), and NCCL's variables (``NCCL_*``) a ``small`` effect; the loader marks what it filled in
+(``Parameter.memory_from_name``) and ``spaces show`` and ``run`` say so. An effect a space writes,
+``unknown`` included, is never replaced.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Any
+
+from nccl_tune.search_spaces.space import MemoryEffect, ParamKind, Target
 
 
 @dataclass(frozen=True)
@@ -75,3 +83,25 @@ def role_of(key: str) -> Role | None:
         return None
     return next((r for r in ROLES if re.search(r.pattern, name)), None)
 
+
+def memory_from_name(
+    name: str, arg: str | None, kind: ParamKind, choices: tuple[Any, ...], target: Target
+) -> tuple[MemoryEffect | None, MemoryEffect | None]:
+    """(``memory``, ``host_memory``) a parameter's name (or its flag) suggests; None for either when
+    it suggests nothing, or a direction the values' order cannot carry."""
+    if target is Target.ENV and name.upper().startswith("NCCL_"):
+        return MemoryEffect.SMALL, None  # NCCL's buffers: a few hundred MiB either way
+    role = role_of(name) or (role_of(arg) if arg else None)
+    if role is None:
+        return None, None
+    return _along(MemoryEffect(role.memory), kind, choices), _along(MemoryEffect(role.host_memory), kind, choices)
+
+
+def _along(effect: MemoryEffect, kind: ParamKind, choices: tuple[Any, ...]) -> MemoryEffect | None:
+    """``effect``, unless it is a direction and ``choices`` are words (their order is not memory's)."""
+    if effect is MemoryEffect.UNKNOWN:
+        return None
+    if not effect.signed or kind is not ParamKind.CATEGORICAL:
+        return effect
+    nums = [c for c in choices if isinstance(c, (int, float)) and not isinstance(c, bool)]
+    return effect if len(nums) == len(choices) and nums == sorted(nums) else None

@@ -6,7 +6,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from nccl_tune.search_spaces.space import SearchSpace
+from nccl_tune.search_spaces.space import MemoryEffect, SearchSpace
 from nccl_tune.search_spaces.spelling import format_value
 from nccl_tune.trial import rate_unit_text
 
@@ -24,10 +24,11 @@ def print_space(space: SearchSpace, console: Console) -> None:
             if p.arg is None
             else f"arg {p.arg}" + ("" if p.arg_style.value == "separate" else f" ({p.arg_style.value})")
         ]
+        named = " (from its name)"
         if p.memory.value != "unknown":
-            notes.append(f"memory {p.memory.value}")
+            notes.append(f"memory {p.memory.value}" + named * ("memory" in p.memory_from_name))
         if p.host_memory.value != "unknown":
-            notes.append(f"host memory {p.host_memory.value}")
+            notes.append(f"host memory {p.host_memory.value}" + named * ("host_memory" in p.memory_from_name))
         if p.semantic:
             notes.append("semantic")
         table.add_row(
@@ -70,6 +71,9 @@ def print_space(space: SearchSpace, console: Console) -> None:
     shown = " or ".join(rate_unit_text(u) for u in sorted(units)) or "a unit known after the first trial"
     console.print(escape(f"progress: {how}; throughput in {shown}"), highlight=False, soft_wrap=True)
     console.print(escape(worst_batch_text(space)), highlight=False, soft_wrap=True)
+    said = memory_text(space)
+    if said:
+        console.print(escape(said), highlight=False, soft_wrap=True)
     clocks = space.clocks
     console.print(
         f"[bold]stop[/] after {space.stop.warmup_steps} warm-up + {space.stop.measured_steps} measured steps "
@@ -95,3 +99,19 @@ def worst_batch_text(space: SearchSpace) -> str:
         "the space names no way to reach it: a winner reads unproven there (stability in docs/search-spaces.md)"
     )
     return f"worst batch: {how}; a stable config leaves {space.min_headroom_frac:.0%} of the GPU free"
+
+
+def memory_text(space: SearchSpace) -> str | None:
+    """The device-memory effects the space did not write, in a line (None when it wrote them all):
+    those its parameters' names gave, and those left unknown."""
+    named = [f"{p.name} {p.memory.value}" for p in space.parameters if "memory" in p.memory_from_name]
+    unknown = [p.name for p in space.parameters if p.memory is MemoryEffect.UNKNOWN]
+    parts = []
+    if named:
+        parts.append(f"taken from their names: {', '.join(named)} (write memory: to say otherwise)")
+    if unknown:
+        parts.append(
+            f"unknown: {', '.join(unknown)} (a run out of memory bounds their other values only loosely: "
+            "write memory: where you know it)"
+        )
+    return "memory effects " + "; ".join(parts) if parts else None

@@ -101,6 +101,9 @@ class Parameter:
     host_memory: MemoryEffect = MemoryEffect.UNKNOWN
     """How the value moves host RAM (data-loader workers, CPU offload): advice for a host out of
     memory names the parameters that declare it."""
+    memory_from_name: tuple[str, ...] = ()
+    """Which of ``memory`` and ``host_memory`` the space left out and the parameter's name filled in
+    (``search_spaces.roles``): ``spaces show`` and ``run`` say so."""
     phases: tuple[str, ...] = ()
     """The phases whose memory peak the value moves, named as the trainer's log names them
     (``policy_train``); empty: any phase. An out-of-memory error in a phase not listed here is not

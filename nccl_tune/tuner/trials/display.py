@@ -20,6 +20,7 @@ from rich.status import Status
 
 from nccl_tune.failure import FailureClass
 from nccl_tune.search_spaces.describe import describe
+from nccl_tune.search_spaces.show import memory_text
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.trial import TrialResult
 from nccl_tune.tuner.records.stability import Candidate
@@ -82,6 +83,9 @@ class Display:
         self.console.print(f"[bold]nccl-tune[/] {line}", highlight=False)
         self.console.print(f"  space {escape(self.space.name)}  storage {escape(storage)}", highlight=False)
         self.console.print(f"  command: {escape(command)}", highlight=False, soft_wrap=self.plain)
+        said = memory_text(self.space)
+        if said:
+            self.console.print(f"  {escape(said)}", highlight=False, soft_wrap=self.plain)
 
     def note(self, text: str) -> None:
         self.console.print(escape(text), highlight=False, soft_wrap=self.plain)
