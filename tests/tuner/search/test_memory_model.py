@@ -36,9 +36,10 @@ def peak_gib(v: dict) -> float:
     return static + 6.0 + 4.0 * v["micro"] * (0.15 if v["ckpt"] else 1.0)
 
 
-def launched(number: int, values: dict) -> TrialRecord:
-    """A trial of ``values`` as the node would run it: OOM above the GPU, its peak otherwise."""
-    need = peak_gib(values)
+def launched(number: int, values: dict, need_gib: float | None = None) -> TrialRecord:
+    """A trial of ``values`` as the node would run it (``need_gib``: its peak, by default this
+    study's): OOM above the GPU, its peak otherwise."""
+    need = peak_gib(values) if need_gib is None else need_gib
     status = FailureClass.OK if need <= GPU_GIB else FailureClass.OOM
     result = TrialResult(
         number=number,
@@ -758,20 +759,7 @@ stability: {min_headroom_frac: 0.05}
 
 def kernel_run(number: int, micro: int, attn: str) -> TrialRecord:
     """30 GiB of weights and states, and activations of 2 GiB per sample with sdpa, 8 with eager."""
-    need = 30.0 + micro * (2.0 if attn == "sdpa" else 8.0)
-    status = FailureClass.OK if need <= GPU_GIB else FailureClass.OOM
-    result = TrialResult(
-        number=number,
-        status=status,
-        verdict=Verdict(status),
-        stop_reason=StopReason.MEASURED,
-        step_times_s=(2.0, 1.0, 1.0) if status is FailureClass.OK else (),
-        warmup_steps=1,
-        samples_per_step=8.0,
-        memory=MemoryReport("nvml", (GpuMemory(0, GPU_GIB, min(need, GPU_GIB)),)),
-    )
-    values = {"micro": micro, "attn": attn}
-    return TrialRecord(number, TrialState.COMPLETE, values, TrialKind.SEARCH, Outcome.LAUNCHED, status, result)
+    return launched(number, {"micro": micro, "attn": attn}, 30.0 + micro * (2.0 if attn == "sdpa" else 8.0))
 
 
 def test_a_parameter_of_unknown_effect_does_not_lend_its_memory_to_the_declared_ones():
