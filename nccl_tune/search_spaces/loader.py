@@ -262,12 +262,10 @@ def _parameter(p: Any, i: int, label: str) -> Parameter:
         raise NcclTuneError(f"space file {label}: {where}: the choice 'unset' only makes sense for target: env")
     arg, arg_style = _arg(p, name, kind, target, where, label)
     host_memory = _memory_effect(p, "host_memory", where, label)
-    named = memory_from_name(name, arg, kind, choices, target)
-    if "memory" not in p and named[0] is not None:
-        memory = named[0]
-    if "host_memory" not in p and named[1] is not None:
-        host_memory = named[1]
-    from_name = tuple(k for k, guess in zip(("memory", "host_memory"), named) if k not in p and guess is not None)
+    named = dict(zip(("memory", "host_memory"), memory_from_name(name, arg, kind, choices, target)))
+    from_name = tuple(k for k, guess in named.items() if k not in p and guess is not None)
+    memory = named["memory"] if "memory" in from_name else memory
+    host_memory = named["host_memory"] if "host_memory" in from_name else host_memory
     param = Parameter(
         name=name,
         kind=kind,

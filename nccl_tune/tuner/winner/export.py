@@ -159,8 +159,9 @@ def _choice_json(choice: Choice) -> dict[str, Any]:
 
 def worst_case_summary(stored: StoredStudy, winner: Candidate) -> dict[str, Any]:
     """The winner's memory at the peak it saw and at the longest batch its config allows (forced,
-    predicted with its range, or the peak it saw where every step carries that batch), the headroom against each (shares of the GPU), and the faster
-    configs passed over because their worst case does not fit."""
+    predicted with its range, or the peak it saw where every step carries that batch), the headroom
+    against each (shares of the GPU), and the faster configs passed over because their worst case
+    does not fit."""
     w = winner.worst_case
     gpu = [g.total_gib for r in winner.runs if r.result and r.result.memory for g in r.result.memory.gpus]
     total = max(gpu) if gpu and all(t == t for t in gpu) else None  # NaN: a size no source gave
