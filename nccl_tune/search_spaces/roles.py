@@ -7,7 +7,8 @@ offload, activation checkpointing, data-loader workers (``ROLES``), and how each
 order the effect can follow (a number, a bool; not a categorical's words, whose order is the
 space's), and NCCL's variables (``NCCL_*``) a ``small`` effect; the loader marks what it filled in
 (``Parameter.memory_from_name``) and ``spaces show`` and ``run`` say so. An effect a space writes,
-``unknown`` included, is never replaced.
+``unknown`` included, is never replaced here (the search may read an unknown one's direction from
+its runs: ``tuner/search/memory_effects``).
 """
 
 from __future__ import annotations

@@ -143,6 +143,7 @@ from nccl_tune.tuner.records.study_records import FINISHED, Outcome, TrialKind, 
 from nccl_tune.tuner.search.failure_budget import FailureBudget
 from nccl_tune.tuner.search.failure_model import FailureModel
 from nccl_tune.tuner.search.forced_bound import ForcedFailures
+from nccl_tune.tuner.search.memory_effects import learnt_space
 from nccl_tune.tuner.search.memory_model import MemoryModel, failure_wall_frac
 from nccl_tune.tuner.search.throughput_model import ThroughputModel, axis
 from nccl_tune.wording import duration
@@ -251,7 +252,9 @@ class Planner:
         the launched trials the study is planned to end with (the failure budget's horizon);
         ``trials_left``: the search trials the run plans after this one (None: no plan)."""
         self.trials_left = trials_left
+        space = learnt_space(space, records)
         self.space = space
+        """The study's space, with the memory effects its runs showed of parameters it left unknown."""
         self.sweep = sweep or Sweep()
         self.pinned = dict(pinned)
         self.records = list(records)
