@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from nccl_tune.search_spaces.space import MemoryEffect, ParamKind, Target
+from nccl_tune.search_spaces.space import MemoryEffect, ParamKind, Target, ordered_choices
 
 
 @dataclass(frozen=True)
@@ -102,7 +102,4 @@ def _along(effect: MemoryEffect, kind: ParamKind, choices: tuple[Any, ...]) -> M
     """``effect``, unless it is a direction and ``choices`` are words (their order is not memory's)."""
     if effect is MemoryEffect.UNKNOWN:
         return None
-    if not effect.signed or kind is not ParamKind.CATEGORICAL:
-        return effect
-    nums = [c for c in choices if isinstance(c, (int, float)) and not isinstance(c, bool)]
-    return effect if len(nums) == len(choices) and nums == sorted(nums) else None
+    return effect if not effect.signed or ordered_choices(kind, choices) else None

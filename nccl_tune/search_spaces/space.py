@@ -153,6 +153,15 @@ class Parameter:
         return idx if effect is MemoryEffect.INCREASING else -idx
 
 
+def ordered_choices(kind: ParamKind, choices: tuple[Any, ...]) -> bool:
+    """Values in an order memory may follow: a bool, an int or power-of-two range, a categorical of
+    numbers in ascending order (a categorical's words are in the space's order, not memory's)."""
+    if kind is not ParamKind.CATEGORICAL:
+        return True
+    nums = [c for c in choices if isinstance(c, (int, float)) and not isinstance(c, bool)]
+    return len(nums) == len(choices) and nums == sorted(nums)
+
+
 @dataclass(frozen=True)
 class Constraint:
     """A rule every trial's values must satisfy; violated combinations are never launched."""

@@ -4,9 +4,9 @@ A parameter whose memory effect neither the space nor its name gives (``memory: 
 apart by the memory model: configs compare only where they agree on it, its fit reads the declared
 effects only between runs alike in it, and a space that declares no effect at all has no memory
 model, so the search learns the wall only by running into it, again for every value it has not
-tried (tensor-parallel sizes, a ZeRO stage, packing). The runs say more. Two launched runs whose values differ
-in one such parameter alone, among the parameters that may move memory (those declared ``none`` or
-``small`` aside), show what it does:
+tried (tensor-parallel sizes, a ZeRO stage, packing). The runs say more. Two launched runs whose
+values differ in one such parameter alone, among the parameters that may move memory (those
+declared ``none`` or ``small`` aside), show what it does:
 
 - both finished with a peak read (in GiB: the GPU's size is not needed), one at least
   ``SHOWN_RATIO`` times the other: memory grows towards the value of the larger peak;
@@ -31,7 +31,7 @@ from itertools import combinations
 from typing import Any
 
 from nccl_tune.failure import FailureClass
-from nccl_tune.search_spaces.space import MemoryEffect, Parameter, ParamKind, SearchSpace
+from nccl_tune.search_spaces.space import MemoryEffect, Parameter, SearchSpace, ordered_choices
 from nccl_tune.tuner.records.study_records import Outcome, TrialRecord
 
 SHOWN_RATIO = 1.05
@@ -82,9 +82,9 @@ def learnt_effect(p: Parameter, runs: Sequence[_Run], moving: Sequence[str]) -> 
         if shown == 0:
             same += 1
         elif shown is not None:
-            grows = (shown > 0) == (_position(p, b.values[p.name]) > _position(p, a.values[p.name]))
+            grows = (shown > 0) == (_rank(p, b) > _rank(p, a))
             up, down = up + grows, down + (not grows)
-    if (up or down) and _ordered(p) and not (up and down):
+    if (up or down) and ordered_choices(p.kind, p.choices) and not (up and down):
         return MemoryEffect.INCREASING if up else MemoryEffect.DECREASING
     if not up and not down and same >= SAME_PAIRS:
         return MemoryEffect.SMALL
@@ -104,16 +104,9 @@ def _shown(a: _Run, b: _Run) -> int | None:
     return 0 if 1 / SAME_RATIO <= ratio <= SAME_RATIO else None
 
 
-def _ordered(p: Parameter) -> bool:
-    """Values in an order memory may follow: a bool, an int or power-of-two range, ascending numbers."""
-    if p.kind is not ParamKind.CATEGORICAL:
-        return True
-    nums = [c for c in p.choices if isinstance(c, (int, float)) and not isinstance(c, bool)]
-    return len(nums) == len(p.choices) and nums == sorted(nums)
-
-
-def _position(p: Parameter, value: Any) -> int:
-    return int(bool(value)) if p.kind is ParamKind.BOOL else p.choices.index(value)
+def _rank(p: Parameter, run: _Run) -> int:
+    """The position of ``run``'s value of ``p`` in its order (false before true)."""
+    return p.memory_rank(run.values[p.name], MemoryEffect.INCREASING)
 
 
 def _runs(records: Iterable[TrialRecord]) -> list[_Run]:

@@ -3,9 +3,9 @@
 A winner is proven there when its worst case was measured by a forced run (``how: forced``),
 predicted from steps that pin the slope with a narrow range (``WorstCase.judged``), or is the batch
 every one of its steps carried (the space's ``stability.every_step_longest``: ``how: every step``):
-a winner is stable only if that worst case fits. A winner whose worst case is neither is stable on the steps its
-trials ran and no further: the tuned YAML (``metrics.worst_case.stable``), ``run`` and ``report`` say
-so in words, with what would prove it. It is still exported (it is the best the study knows, and
+a winner is stable only if that worst case fits. A winner whose worst case is none of these is
+stable on the steps its trials ran and no further: the tuned YAML (``metrics.worst_case.stable``),
+``run`` and ``report`` say so in words, with what would prove it. It is still exported (it is the best the study knows, and
 its exit code does not change), never silently.
 
 When no config survives its worst batch (every config forced failed there, and no other config is
