@@ -67,7 +67,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "landscapes"))
 sys.path.insert(0, str(HERE))
 from calibration import calibrate  # noqa: E402
-from shapes import GPU_GIB, HEADROOM_FRAC, LANDSCAPES, REFUSAL_S, SEED_ENV, STARTUP_S, Instance  # noqa: E402
+from shapes import LANDSCAPES, REFUSAL_S, SEED_ENV, STARTUP_S, Instance  # noqa: E402
 
 WITHIN_FRAC = 0.02
 TARGET_MEDIAN_TRIALS = 12
@@ -107,7 +107,7 @@ def best_stable(inst: Instance) -> float:
 
 
 def fits(inst: Instance, values: Mapping[str, Any]) -> bool:
-    return inst.outcome(values).peak_gib <= (1 - HEADROOM_FRAC) * GPU_GIB
+    return inst.outcome(values).fits
 
 
 def modelled_s(inst: Instance, record: TrialRecord) -> float:

@@ -1,4 +1,4 @@
-"""Seven landscapes for ``benchmarks/landscapes.py``, each a user's job as its trainer would run it.
+"""Eight landscapes for ``benchmarks/landscapes.py``, each a user's job as its trainer would run it.
 
 Each landscape is a set of parameters (the values its space ``<name>.yaml`` lets the search vary),
 an instance drawn from a seed (``Landscape.instance(seed)``: every constant of its cost and memory
@@ -45,6 +45,15 @@ refusal at start-up), at a step. ``trainer.py`` prints what a trainer would for 
   time for activations; NCCL's NVLS is the fastest data-parallel all-reduce and hangs with a
   pipeline; Megatron refuses a pipeline size that does not divide the model's 36 layers (8), which
   the space does not state.
+- ``rl-colocate``: verl GRPO of a 14B model with vLLM engines colocated with the FSDP actor: the
+  engines' share of the GPU (``gpu_memory_utilization``), their tensor parallelism and CUDA graphs
+  set how fast a step's 1024 responses are generated (a larger KV cache runs more sequences at once);
+  the actor's micro-batches, gradient checkpointing and offloading set its two phases (old
+  log-probs, update). Memory fails in three places the actor's printed peak never shows: the engine
+  refuses to start when the actor's weights leave less free than its share, or when its share leaves
+  no KV cache for one longest sequence (too low a share: a memory failure of a smaller value), and it
+  runs out waking up next to the actor's resident weights and Adam's states, which only offloading
+  removes. The space leaves the engines' tensor parallelism and CUDA graphs without a memory effect.
 
 Each instance is the landscape's constants drawn from ``random.Random(f"{name}:{seed}")``.
 """
@@ -81,10 +90,25 @@ class Outcome:
     """The step a failure happens in (1-based); 0 for a refusal at start-up; 0 when ok."""
     message: str = ""
     """The failure's own words (the trainer prints them), empty when ok."""
+    short_of_memory: bool = False
+    """A refusal for want of memory whatever the peak (vLLM's KV cache too small for one sequence):
+    the config does not fit."""
+    reported_gib: float | None = None
+    """The peak the trainer prints when it is not ``peak_gib`` (``rl-colocate``: the actor's, which
+    leaves out the engine's pool); None: ``peak_gib``."""
 
     @property
     def stable(self) -> bool:
-        return self.kind == "ok" and self.peak_gib <= (1 - HEADROOM_FRAC) * GPU_GIB
+        return self.kind == "ok" and self.fits
+
+    @property
+    def fits(self) -> bool:
+        """Its peak (a refusal's: what it would have needed) leaves the headroom free."""
+        return not self.short_of_memory and self.peak_gib <= (1 - HEADROOM_FRAC) * GPU_GIB
+
+    @property
+    def printed_gib(self) -> float:
+        return self.peak_gib if self.reported_gib is None else self.reported_gib
 
 
 @dataclass(frozen=True)
@@ -99,6 +123,8 @@ class Landscape:
     judge: Callable[[Mapping[str, float], Mapping[str, Any]], Outcome]
     allowed: Callable[[Mapping[str, Any]], bool] = lambda c: True
     """The space's own constraints (configs that break them are never launched)."""
+    tokens_per_sample: int = 2048
+    """Tokens in one sample, for trainers that print tokens per second per GPU."""
 
     def instance(self, seed: int) -> Instance:
         return Instance(self, seed, dict(self.draw(random.Random(f"{self.name}:{seed}"))))
@@ -683,6 +709,164 @@ PIPELINE = Landscape(
     allowed=lambda c: c["tensor_model_parallel_size"] * c["pipeline_model_parallel_size"] <= GPUS,
 )
 
+# -- rl-colocate ----------------------------------------------------------------------------------
+
+RL_SEQUENCES = 1024
+"""``rl-colocate``: responses per step (128 prompts, 8 samples each), over the 8 GPUs."""
+RL_MAX_MODEL_LEN = 8192
+"""``rl-colocate``: the engine's longest sequence (prompt and response), in tokens."""
+RL_MAX_NUM_SEQS = 1024
+"""``rl-colocate``: vLLM's cap on the sequences one engine decodes at once."""
+RL_WEIGHTS_GIB = 27.5
+"""``rl-colocate``: the 14B model's weights in bf16, which the engines split by tensor parallelism."""
+VLLM_TOTAL_GIB = GPU_GIB - 0.9
+"""What vLLM counts as the GPU's memory (its utilization is a share of this)."""
+
+
+def _rl_draw(r: random.Random) -> dict[str, float]:
+    return {
+        "prompt_tokens": r.uniform(500, 700),
+        "response_tokens": r.uniform(3000, 4000),
+        "tail": r.uniform(1.2, 1.4),  # the longest responses of a wave hold it open
+        "kv_mib_per_token": r.uniform(0.18, 0.20),  # the KV cache of one token, whole model
+        "engine_reserve_gib": r.uniform(2.5, 4.0),  # vLLM's activations and buffers inside its share
+        "weights_ms": r.uniform(9.0, 11.0),  # one decode step's reading of the weights, one GPU
+        "per_seq_ms": r.uniform(0.06, 0.08),  # one decode step's work per running sequence, one GPU
+        "tp_eff": r.uniform(0.75, 0.92),  # how well tensor parallelism splits the weights' reading
+        "tp_comm": r.uniform(0.06, 0.16),  # per doubling of tensor parallelism: the all-reduces
+        "eager_cost": r.uniform(0.25, 0.40),  # decoding without CUDA graphs
+        "graphs_gib": r.uniform(1.0, 2.0),  # the graphs' memory pool, outside the engine's share
+        "fwd_ms_per_token": r.uniform(0.020, 0.026),  # the actor's forward, per token, one GPU
+        "lp_micro": r.uniform(0.8, 1.4),  # the old log-probs' overhead at one sequence per micro-batch
+        "train_micro": r.uniform(0.5, 0.9),  # the update's overhead at one sequence per micro-batch
+        "ckpt_cost": r.uniform(0.28, 0.36),
+        "fsdp_comm_s": r.uniform(3.0, 6.0),  # exposed all-gathers and reduce-scatters per step
+        "tree": r.uniform(1.05, 1.3),
+        "param_offload_s": r.uniform(3.0, 6.0),  # moving the weights to the CPU and back, per step
+        "optim_offload_s": r.uniform(4.0, 8.0),  # moving Adam's states to the CPU and back, per step
+        "states_gib": r.uniform(26.0, 30.0),  # fp32 weights (1/4), gradients (1/4), Adam (1/2), sharded
+        "gather_gib": r.uniform(1.2, 1.8),  # a layer gathered, and FSDP's buffers
+        "act_ckpt_gib": r.uniform(1.6, 2.2),  # activations of one sequence, checkpointed
+        "act_full_gib": r.uniform(10.0, 12.6),  # activations of one sequence, kept
+        "logits_gib": r.uniform(3.6, 4.7),  # fp32 logits and their gradient, one sequence
+        "lp_logits_gib": r.uniform(4.0, 5.0),  # fp32 logits and log-softmax of one sequence, no grad
+    }
+
+
+def _rl_generation(k: Mapping[str, float], c: Mapping[str, Any]) -> tuple[float, float, float]:
+    """Seconds to generate a step's responses, the KV cache each GPU has (GiB), and what one
+    longest sequence needs of it."""
+    util, tp = (
+        c["actor_rollout_ref.rollout.gpu_memory_utilization"],
+        c["actor_rollout_ref.rollout.tensor_model_parallel_size"],
+    )
+    kv_gib = util * VLLM_TOTAL_GIB - RL_WEIGHTS_GIB / tp - k["engine_reserve_gib"]
+    tokens = k["prompt_tokens"] + k["response_tokens"]
+    per_seq_gib = tokens * k["kv_mib_per_token"] / 1024 / tp
+    need_gib = RL_MAX_MODEL_LEN * k["kv_mib_per_token"] / 1024 / tp
+    per_engine = RL_SEQUENCES * tp / GPUS
+    running = min(per_engine, RL_MAX_NUM_SEQS, max(kv_gib, 1e-3) / per_seq_gib)
+    decode_ms = k["weights_ms"] / tp ** k["tp_eff"] + k["per_seq_ms"] * running / tp
+    decode_ms *= (1 + k["tp_comm"] * math.log2(tp)) * (
+        1 + k["eager_cost"] if c["actor_rollout_ref.rollout.enforce_eager"] else 1.0
+    )
+    waves = per_engine / max(running, 1.0)
+    return waves * k["response_tokens"] * k["tail"] * decode_ms / 1000, kv_gib, need_gib
+
+
+def _rl_judge(k: Mapping[str, float], c: Mapping[str, Any]) -> Outcome:
+    util = c["actor_rollout_ref.rollout.gpu_memory_utilization"]
+    mb, lmb = (
+        c["actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu"],
+        c["actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu"],
+    )
+    ckpt = c["actor_rollout_ref.model.enable_gradient_checkpointing"]
+    p_off, o_off = (
+        c["actor_rollout_ref.actor.fsdp_config.param_offload"],
+        c["actor_rollout_ref.actor.fsdp_config.optimizer_offload"],
+    )
+    gen_s, kv_gib, need_gib = _rl_generation(k, c)
+    tokens = RL_SEQUENCES * (k["prompt_tokens"] + k["response_tokens"]) / GPUS
+    lp_s = tokens * k["fwd_ms_per_token"] / 1000 * (1 + k["lp_micro"] / lmb)
+    train_s = (
+        3 * tokens * k["fwd_ms_per_token"] / 1000 * (1 + k["ckpt_cost"] if ckpt else 1.0) * (1 + k["train_micro"] / mb)
+    )
+    train_s += k["fsdp_comm_s"] * (k["tree"] if c["NCCL_ALGO"] == "Tree" else 1.0)
+    train_s += (k["param_offload_s"] if p_off else 0.0) + (k["optim_offload_s"] if o_off else 0.0)
+    step_s = gen_s + lp_s + train_s
+    states = k["states_gib"]
+    train_ask = mb * ((k["act_ckpt_gib"] if ckpt else k["act_full_gib"]) + k["logits_gib"])
+    train_peak = 0.6 + states + k["gather_gib"] + train_ask
+    lp_ask = lmb * k["lp_logits_gib"]
+    lp_peak = 0.6 + states * (0.25 if o_off else 0.75) + k["gather_gib"] + lp_ask
+    resident = (0.0 if p_off else states / 4) + (0.0 if o_off else states / 2)
+    graphs = 0.0 if c["actor_rollout_ref.rollout.enforce_eager"] else k["graphs_gib"]
+    gen_peak = 0.6 + util * VLLM_TOTAL_GIB + resident + graphs
+    reported = max(train_peak, lp_peak)  # the actor's allocator: vLLM's pool is not in its statistics
+    peak = max(reported, gen_peak)
+    free_gib = VLLM_TOTAL_GIB - 0.6 - (0.0 if p_off else states / 4)  # at the engine's start: the actor's weights
+    if util * VLLM_TOTAL_GIB > free_gib:
+        return Outcome(
+            "refused", step_s, max(peak, util * VLLM_TOTAL_GIB + VLLM_TOTAL_GIB - free_gib), 0,
+            f"ValueError: Free memory on device ({free_gib:.2f}/{VLLM_TOTAL_GIB:.2f} GiB) on startup is less than "
+            f"desired GPU memory utilization ({util}, {util * VLLM_TOTAL_GIB:.2f} GiB). Decrease GPU memory "
+            "utilization or reduce GPU memory used by other processes.",
+            reported_gib=0.0,
+        )  # fmt: skip
+    if kv_gib < need_gib:
+        message = (
+            "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+            "initializing the engine."
+            if kv_gib <= 0
+            else f"ValueError: To serve at least one request with the models's max seq len ({RL_MAX_MODEL_LEN}), "
+            f"({need_gib:.2f} GiB KV cache is needed, which is larger than the available KV cache memory "
+            f"({kv_gib:.2f} GiB). Based on the available memory, the estimated maximum model length is "
+            f"{int(RL_MAX_MODEL_LEN * kv_gib / need_gib)}. Try increasing `gpu_memory_utilization` or decreasing "
+            "`max_model_len` when initializing the engine."
+        )
+        return Outcome("refused", step_s, peak, 0, message, short_of_memory=True, reported_gib=0.0)
+    if gen_peak > OOM_FRAC * GPU_GIB:  # waking the engine up next to the actor's resident states
+        frame = '  File "/usr/local/lib/python3.12/site-packages/vllm/device_allocator/cumem.py", line 231, in wake_up'
+        return Outcome(
+            "oom", step_s, peak, 1, frame + "\n" + _oom_message(gen_peak, util * VLLM_TOTAL_GIB * 0.6), reported_gib=0.0
+        )
+    for phase_peak, ask, where in ((lp_peak, lp_ask, "compute_log_prob"), (train_peak, train_ask, "update_policy")):
+        if phase_peak > OOM_FRAC * GPU_GIB:
+            frame = f'  File "/workspace/verl/verl/workers/actor/dp_actor.py", line 312, in {where}'
+            return Outcome("oom", step_s, peak, 1, frame + "\n" + _oom_message(phase_peak, ask * 0.4), reported_gib=0.0)
+    return Outcome("ok", step_s, peak, reported_gib=reported)
+
+
+RL_COLOCATE = Landscape(
+    name="rl-colocate",
+    params={
+        "actor_rollout_ref.rollout.gpu_memory_utilization": (0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9),
+        "actor_rollout_ref.rollout.tensor_model_parallel_size": (1, 2, 4),
+        "actor_rollout_ref.rollout.enforce_eager": (False, True),
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": (1, 2, 4, 8, 16),
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": (1, 2, 4, 8, 16),
+        "actor_rollout_ref.model.enable_gradient_checkpointing": (False, True),
+        "actor_rollout_ref.actor.fsdp_config.param_offload": (False, True),
+        "actor_rollout_ref.actor.fsdp_config.optimizer_offload": (False, True),
+        "NCCL_ALGO": ("unset", "Ring", "Tree"),
+    },
+    default={
+        "actor_rollout_ref.rollout.gpu_memory_utilization": 0.5,
+        "actor_rollout_ref.rollout.tensor_model_parallel_size": 2,
+        "actor_rollout_ref.rollout.enforce_eager": True,
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu": 4,
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu": 2,
+        "actor_rollout_ref.model.enable_gradient_checkpointing": True,
+        "actor_rollout_ref.actor.fsdp_config.param_offload": False,
+        "actor_rollout_ref.actor.fsdp_config.optimizer_offload": False,
+        "NCCL_ALGO": "unset",
+    },
+    samples_per_step=RL_SEQUENCES,
+    draw=_rl_draw,
+    judge=_rl_judge,
+    tokens_per_sample=4100,
+)
+
 TIME_SCALE = 0.01
 """``trainer.py`` runs the modelled times this much faster: a step of 2 s takes 20 ms, the start-up
 0.6 s, and it prints the times it took, so that what a trial's wall clock and its log say agree as
@@ -693,7 +877,7 @@ REFUSAL_S = 10.0
 """Modelled seconds to a refusal of the config at start-up (before the model is loaded)."""
 
 LANDSCAPES: dict[str, Landscape] = {
-    ls.name: ls for ls in (OFFLOAD_TRAP, PAIRS, FLAT, MINEFIELD, ZERO_SFT, INTERIOR, PIPELINE)
+    ls.name: ls for ls in (OFFLOAD_TRAP, PAIRS, FLAT, MINEFIELD, ZERO_SFT, INTERIOR, PIPELINE, RL_COLOCATE)
 }
 SEED_ENV = "LANDSCAPE_SEED"
 """The environment variable that picks a landscape's instance (``trainer.py`` reads it; 0 when unset)."""

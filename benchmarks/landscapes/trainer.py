@@ -16,7 +16,11 @@ each step's time):
   time_ms=812.4 ...``); ``interior``'s booleans take a value (``--compile true``);
 - ``zero-sft``: Hugging Face Trainer's bar on stderr, redrawn with carriage returns, and its log dict
   per step on stdout (``logging_steps=1``), no memory lines; its flags are spelled as
-  ``HfArgumentParser`` takes them (``--per_device_train_batch_size 4 --gradient_checkpointing false``).
+  ``HfArgumentParser`` takes them (``--per_device_train_batch_size 4 --gradient_checkpointing false``);
+- ``rl-colocate``: verl's console line per step behind Ray's prefix (``(TaskRunner pid=2177) step:3 -
+  ... - perf/max_memory_reserved_gb:np.float64(41.2) - ... - perf/throughput:np.float64(1234.5)``),
+  the actor's peak only, and ``Final validation metrics:`` at the end; its config is Hydra overrides
+  (``actor_rollout_ref.rollout.gpu_memory_utilization=0.7``).
 
 Failures are printed as trainers print them: a CUDA out-of-memory traceback in the step that runs out
 (exit 1), a silent hang from the failing step on (the process sleeps until it is stopped), a CUDA
@@ -62,6 +66,8 @@ VALUE_BOOLS = {"zero-sft", "interior"}
 """Landscapes whose boolean flags take a value (``--compile true``) rather than being bare switches."""
 MEGATRON_LOG = {"flat", "pipeline"}
 """Landscapes that print Megatron-LM's ``training_log`` line and its memory report after the first step."""
+HYDRA = {"rl-colocate"}
+"""Landscapes configured by Hydra overrides (``key=value``; ``trainer.total_training_steps`` ends the job)."""
 
 
 def flag(name: str, ls: Landscape) -> str:
@@ -84,6 +90,8 @@ def parse(argv: list[str]) -> tuple[Landscape, dict[str, Any], int]:
     )
     known, rest = p.parse_known_args(argv)
     ls = LANDSCAPES[known.landscape]
+    if ls.name in HYDRA:
+        return hydra_parse(ls, rest, p, known.max_steps)
     q = argparse.ArgumentParser(prog=f"trainer.py {ls.name}")
     for name, values in ls.params.items():
         if name.isupper():
@@ -104,6 +112,31 @@ def parse(argv: list[str]) -> tuple[Landscape, dict[str, Any], int]:
     return ls, args, known.max_steps
 
 
+def hydra_parse(
+    ls: Landscape, argv: list[str], p: argparse.ArgumentParser, steps: int
+) -> tuple[Landscape, dict[str, Any], int]:
+    """A Hydra job's overrides: the landscape's keys, ``trainer.total_training_steps``, and any other
+    ``trainer.*`` key (taken and ignored, as the job's own config would)."""
+    args = dict(ls.default)
+    for token in argv:
+        key, sep, text = token.partition("=")
+        if not sep:
+            p.error(f"{token!r}: not a key=value override")
+        if key == "trainer.total_training_steps":
+            steps = int(text)
+        elif key in ls.params:
+            kind = type(ls.params[key][0])
+            args[key] = _bool(text) if kind is bool else kind(text)
+            if args[key] not in ls.params[key]:
+                p.error(f"{key}={text}: not one of {list(ls.params[key])}")
+        elif not key.startswith("trainer."):
+            p.error(f"Could not override '{key}': key not in the config")
+    for name, values in ls.params.items():
+        if name.isupper() and name in os.environ:
+            args[name] = type(values[0])(os.environ[name])
+    return ls, args, steps
+
+
 def step_times(ls: Landscape, outcome: Outcome, rng: random.Random, steps: int) -> list[float]:
     """Real seconds of each step (the modelled ones, with noise, times ``TIME_SCALE``)."""
     noisy = ls.name == "flat"
@@ -122,7 +155,7 @@ def step_times(ls: Landscape, outcome: Outcome, rng: random.Random, steps: int) 
 def line(ls: Landscape, step: int, steps: int, seconds: float, peak_gib: float, rng: random.Random) -> str:
     loss = 10.5 - 0.05 * step + rng.uniform(-0.02, 0.02)
     if ls.name == "offload-trap":
-        tps = ls.samples_per_step * 2048 / 8 / seconds
+        tps = ls.samples_per_step * ls.tokens_per_sample / 8 / seconds
         return (
             f"[rank0]:[titan] {_stamp()} - root - INFO - step: {step:2d}  loss: {loss:7.4f}  grad_norm: "
             f"{rng.uniform(0.9, 1.3):7.4f}  memory: {peak_gib:5.2f}GiB({100 * peak_gib / USABLE_GIB:.2f}%)  "
@@ -136,6 +169,17 @@ def line(ls: Landscape, step: int, steps: int, seconds: float, peak_gib: float, 
             f"elapsed time per iteration (ms): {seconds * 1000:.1f} | learning rate: 1.000000E-05 | "
             f"global batch size: {ls.samples_per_step:5d} | lm loss: {loss:.6E} | loss scale: 1.0 | "
             "number of skipped iterations:   0 | number of nan iterations:   0 |"
+        )
+    if ls.name in HYDRA:  # verl's console logger, behind Ray's prefix
+        tokens = ls.samples_per_step * ls.tokens_per_sample
+        f = "np.float64({:.3f})".format
+        return (
+            f"(TaskRunner pid=2177) step:{step} - training/global_step:{step} - training/epoch:0 - "
+            f"actor/pg_loss:{f(loss / 100)} - actor/entropy:{f(rng.uniform(0.4, 0.6))} - "
+            f"perf/mfu/actor:{f(rng.uniform(0.3, 0.4))} - perf/max_memory_allocated_gb:{f(peak_gib * 0.93)} - "
+            f"perf/max_memory_reserved_gb:{f(peak_gib)} - perf/cpu_memory_used_gb:{f(rng.uniform(180, 200))} - "
+            f"timing_s/gen:{f(seconds * 0.45)} - timing_s/step:{f(seconds)} - perf/total_num_tokens:{tokens} - "
+            f"perf/time_per_step:{f(seconds)} - perf/throughput:{f(tokens / seconds / 8)}"
         )
     if ls.name == "zero-sft":
         return f"{{'loss': '{loss:.4g}', 'grad_norm': '{rng.uniform(0.9, 1.3):.4g}', 'learning_rate': '2e-05', 'epoch': '{step / 1000:.4g}'}}"
@@ -195,7 +239,7 @@ def main(argv: list[str]) -> None:
         time.sleep(seconds)
         if hf:
             print(f"\r{hf_bar(step, steps, time.monotonic() - began)}", end="", file=sys.stderr, flush=True)
-        print(line(ls, step, steps, seconds, outcome.peak_gib * rng.uniform(0.995, 1.0), rng), flush=True)
+        print(line(ls, step, steps, seconds, outcome.printed_gib * rng.uniform(0.995, 1.0), rng), flush=True)
         if ls.name in MEGATRON_LOG and step == 1:
             print(_megatron_memory(outcome.peak_gib), flush=True)
     if hf:
@@ -207,7 +251,10 @@ def main(argv: list[str]) -> None:
             flush=True,
         )
         return
-    print("Training completed" if ls.name == "offload-trap" else f"{_stamp()} INFO training done", flush=True)
+    if ls.name in HYDRA:
+        print("(TaskRunner pid=2177) 'Final validation metrics: None'", flush=True)
+    else:
+        print("Training completed" if ls.name == "offload-trap" else f"{_stamp()} INFO training done", flush=True)
 
 
 def nccl_report(config: Mapping[str, Any]) -> None:

@@ -89,9 +89,9 @@ def test_the_command_prints_steps_and_memory_its_space_reads(name):
     state = next(s for s in states if len(s.step_times_s) == 4)
     outcome = ls.instance(2).outcome(ls.default)
     assert outcome.kind == "ok"
-    if state.step_rates and state.step_rates[-1]:  # torchtitan: a rate, not a duration
+    if state.step_rates and state.step_rates[-1]:  # torchtitan, verl: tokens per second per GPU
         assert state.step_rates[-1] == pytest.approx(
-            ls.samples_per_step * 256 / outcome.step_s / shapes.TIME_SCALE, rel=0.1
+            ls.samples_per_step * ls.tokens_per_sample / shapes.GPUS / outcome.step_s / shapes.TIME_SCALE, rel=0.1
         )
     elif name in trainer.HF_FLAGS:  # the bar is timed as its lines come, and a loaded machine may
         # deliver one late (36 ms once, against a 41 ms step), which also shortens the step after it
@@ -102,7 +102,7 @@ def test_the_command_prints_steps_and_memory_its_space_reads(name):
     if name in trainer.HF_FLAGS:  # the Hugging Face Trainer prints no memory
         assert not state.memory_peak_gib
     else:
-        assert max(state.memory_peak_gib.values()) == pytest.approx(outcome.peak_gib, rel=0.01)
+        assert max(state.memory_peak_gib.values()) == pytest.approx(outcome.printed_gib, rel=0.01)
     assert state.training_done
 
 
@@ -186,3 +186,35 @@ def test_the_harness_runs_the_cli_and_judges_what_it_stored(tmp_path):
     assert study["judged"][0].startswith("0 ok / ok")  # the baseline: the user's own values run
     assert {t["what"] for t in got["targets"]} >= {"tuner median trials to reach", "tuner median failed GPU time"}
     assert code == (0 if all(t["met"] for t in got["targets"]) else 1)
+
+
+RL = "actor_rollout_ref.rollout."
+
+
+def test_an_engine_share_too_small_for_one_sequence_is_refused_for_want_of_memory():
+    ls = shapes.LANDSCAPES["rl-colocate"]
+    config = {**ls.default, RL + "gpu_memory_utilization": 0.3, RL + "tensor_model_parallel_size": 1}
+    outcome = ls.instance(0).outcome(config)
+    assert outcome.kind == "refused" and not outcome.fits  # a low peak, and still no fit
+    assert outcome.peak_gib < 0.95 * shapes.GPU_GIB
+    out = run_trainer("rl-colocate", 0, *(f"{k}={v}" for k, v in config.items() if not k.isupper()))
+    assert out.returncode == 1
+    assert "No available memory for the cache blocks" in out.stdout and "step:" not in out.stdout
+
+
+def test_the_engine_runs_out_waking_up_next_to_the_actors_states_which_verl_does_not_print():
+    ls = shapes.LANDSCAPES["rl-colocate"]
+    inst = ls.instance(0)
+    high = {**ls.default, RL + "gpu_memory_utilization": 0.8}
+    assert inst.outcome(high).kind == "oom"
+    offloaded = {**high, "actor_rollout_ref.actor.fsdp_config.optimizer_offload": True}
+    assert inst.outcome(offloaded).kind == "ok"
+    assert inst.outcome(offloaded).printed_gib < inst.outcome(offloaded).peak_gib  # the engine's pool is not printed
+    out = run_trainer("rl-colocate", 0, f"{RL}gpu_memory_utilization=0.8", "trainer.total_training_steps=2")
+    assert out.returncode == 1
+    assert "in wake_up" in out.stdout and "CUDA out of memory" in out.stdout
+
+
+def test_a_hydra_job_refuses_a_key_it_does_not_have():
+    out = run_trainer("rl-colocate", 0, "actor_rollout_ref.rollout.gpu_memory_utilisation=0.5")
+    assert out.returncode == 2 and "key not in the config" in out.stderr
