@@ -47,7 +47,14 @@ with them out of it when they go back. An unmeasured step adds nothing.
 OOM trials, and trials that failed otherwise after measuring some memory, are censored
 observations (their peak is at least the GPU, or what PyTorch's message shows the failing
 allocation needed, ``oom_demand``, or what was measured): when the fit predicts one
-below its bound it is added at the bound and the fit is repeated. The prediction is then clipped into the certain bounds.
+below its bound, the effects of what grew on the way from its anchor are raised until it reaches it
+(``_raise_for``). A move that lowers memory along an axis takes the finished runs' own effect, never
+the raised one (``PeakFit.along``): an OOM says that what grew needed more, not that shrinking it
+saves as much. The effect it raised may belong to a part of memory the runs' peaks leave out (a
+colocated engine's pool, which verl's printed peak does not hold: a share of the GPU raised by the
+engine's OOMs took the trainer's measured peaks down to nothing as the share went back), and the
+raises, each reckoned against the others, fed on one another. The prediction is then clipped into
+the certain bounds.
 A run that finished without reading memory (a trainer that prints none, GPUs the tool cannot read)
 says only that its peak stayed under the GPU: a config it holds at least the memory of will not
 run out (``MemoryPrediction.ran_under_frac``), and its odds to stay within the headroom are the
@@ -464,6 +471,7 @@ class PeakFit:
         self.censored = [(pt, z, math.log(pt.frac)) for pt, z in self.bound_anchors]
         k = len(self.signed)
         self.beta = self.prior_beta.copy()
+        self.beta_fit = self.beta.copy()
         self.cov = np.diag(self.prior_sd**2)
         self.sigma = SIGMA_FEW_POINTS
         if not self.anchors or not k:
@@ -480,6 +488,9 @@ class PeakFit:
         else:
             self.sigma = max(SIGMA_FEW_POINTS, float(np.max(np.abs(resid))))
         self.beta = beta
+        self.beta_fit = beta.copy()
+        """The finished runs' own fit: a move that lowers memory along an axis takes its effect from
+        here, never from what an OOM raised (``along``)."""
         raised = self._raise_for()
         info = centred.T @ centred / self.sigma**2 + np.diag(1.0 / self.prior_sd**2)
         for dz in raised:
@@ -499,7 +510,7 @@ class PeakFit:
                 pt, pz = min(same, key=lambda a: float(np.abs(z - a[1]).sum()))
                 dz = z - pz
                 grew = np.array([(self.prior_beta[j] > 0) == (dz[j] > 0) and dz[j] != 0 for j in range(len(dz))])
-                deficit = target - (math.log(pt.frac) + float(dz @ self.beta))
+                deficit = target - (math.log(pt.frac) + float(dz @ self.along(dz)))
                 if deficit <= 1e-6 or not grew.any():
                     continue
                 step = np.where(grew, dz, 0.0)
@@ -725,9 +736,15 @@ class PeakFit:
             + float(dz @ self.cov @ dz)
             + (DISTANCE_SIGMA * float(np.abs(dz).sum())) ** 2
         )
-        peak = math.exp(math.log(pt.frac) + float(dz @ self.beta))
+        peak = math.exp(math.log(pt.frac) + float(dz @ self.along(dz)))
         peak = min(max(peak, lower), upper) if upper >= lower else lower
         return MemoryPrediction(peak, math.sqrt(var), lower, upper, pt.number, lower_from, measured=False)
+
+    def along(self, dz: np.ndarray) -> np.ndarray:
+        """The effects a move ``dz`` takes: raised by the OOMs on the axes it increases memory
+        along, the finished runs' own (``beta_fit``) on those it lowers memory along (module
+        docstring)."""
+        return np.where(dz * self.prior_beta > 0, self.beta, self.beta_fit)
 
     def _trusted(self, pz: np.ndarray, dz: np.ndarray) -> np.ndarray:
         """``dz`` with a decrease past the smallest value measured along its axis stopped there,
@@ -845,14 +862,15 @@ class PeakFit:
         in that axis alone (the slope depends on the other values: checkpointing shrinks it); without
         such configs the fitted elasticity ``e = beta / ln 2`` gives it (a factor ``r`` on the value
         multiplies the peak by ``1 - e + e r``), and the change does not count as measured."""
-        change = float(dz @ self.beta)
+        beta = self.along(dz)
+        change = float(dz @ beta)
         grad = dz.copy()
         on_line = True
         for j in self.affine:
             if dz[j] == 0.0:
                 continue
             r = 2.0 ** dz[j]
-            change -= self.beta[j] * dz[j]
+            change -= beta[j] * dz[j]
             line = self._line(pt, pz, j)
             if line is not None:
                 static, slope = line
@@ -861,7 +879,7 @@ class PeakFit:
                 grad[j] = 0.0
                 continue
             on_line = False
-            e = min(self.beta[j] / math.log(2), 0.95 if dz[j] < 0 else 2.0)
+            e = min(beta[j] / math.log(2), 0.95 if dz[j] < 0 else 2.0)
             factor = max(1.0 - e + e * r, 1e-3)
             change += math.log(factor)
             grad[j] = (r - 1.0) / (math.log(2) * factor)

@@ -772,3 +772,38 @@ def test_a_parameter_of_unknown_effect_does_not_lend_its_memory_to_the_declared_
     pred = MemoryModel(KERNELS, runs).predict({"micro": 4, "attn": "sdpa"})
     assert pred.peak_frac == pytest.approx(38.0 / GPU_GIB, rel=0.02)
     assert pred.sigma_log < 0.15
+
+
+SHARE_SPACE = parse_space(
+    """
+name: share-test
+parameters:
+  - {name: share, kind: categorical, choices: [0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9], default: 0.5, memory: increasing}
+  - {name: micro, kind: pow2, low: 1, high: 16, default: 2, memory: increasing}
+stability: {min_headroom_frac: 0.05}
+""",
+    source="test",
+    label="share-test",
+)
+
+
+def engine_run(number: int, share: float, micro: int) -> TrialRecord:
+    """A colocated job whose trainer prints its own peak (30 GiB + 4 per micro-batch), not the
+    engine's pool (its share of the GPU, next to 20 GiB the trainer keeps resident), which runs out."""
+    printed, pool = 30.0 + 4.0 * micro, 80.0 * share + 20.0
+    values = {"share": share, "micro": micro}
+    return launched(number, values, max(printed, pool)) if pool > GPU_GIB else launched(number, values, printed)
+
+
+def test_what_an_oom_raised_is_never_taken_back_as_a_saving():
+    # the printed peak never moved with the share; the share ran out at 0.8 and 0.9 (the engine's
+    # pool), and micro-batch 16 at the lowest share: a lower share saves nothing the runs measured
+    records = [
+        engine_run(i, s, m)
+        for i, (s, m) in enumerate(((0.5, 2), (0.7, 2), (0.7, 4), (0.9, 2), (0.8, 4), (0.3, 16), (0.6, 2)))
+    ]
+    model = MemoryModel(SHARE_SPACE, records)
+    printed = (30.0 + 4.0 * 8) / GPU_GIB
+    # from the runs at a share of 0.7: before, the share's raised effect took 0.3 down to 0.58 of the GPU
+    assert model.predict({"share": 0.3, "micro": 8}).peak_frac >= printed
+    assert model.predict({"share": 0.5, "micro": 4}).peak_frac == pytest.approx(46.0 / GPU_GIB)
