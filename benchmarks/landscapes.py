@@ -27,6 +27,10 @@ configs are free) is judged exactly against the instance, whose configs the scri
 - odds: each launched proposal's stored chance to fit (``TrialRecord.predicted_fits``) against
   whether its config fits the instance (its peak, refusals included, at most 95% of the GPU):
   proposals rated 90%+ and the share that fit, the Brier score (``calibration.py``);
+- ``--nvml``: the tool reads the GPUs through a fake NVML (``nccl_tune.gpu_fake``, one state file
+  per study) that each command fills with its device peak while it runs, as on a node with NVML:
+  every run's peak is measured, the memory its trainer leaves unprinted included. Without it the
+  tool has what a trainer prints and the OOMs' messages (the benchmark machine has no GPU);
 - stopped: studies a stop rule ended (the CLI's exit 1, no summary); no winner: studies that ended
   without a confirmed stable config (exit 2).
 
@@ -37,7 +41,7 @@ missed, 2 on a bad argument.
 
     python benchmarks/landscapes.py [--landscapes offload-trap,pairs,flat,minefield,zero-sft,interior,pipeline] [--seeds 6]
                                     [--first-seed 0] [--trials 24] [--samplers tuner,random] [--json PATH]
-                                    [--jobs 2] [--keep DIR]
+                                    [--jobs 2] [--keep DIR] [--nvml]
 """
 
 from __future__ import annotations
@@ -61,13 +65,15 @@ import optuna
 from rich.console import Console
 from rich.table import Table
 
+from nccl_tune.gpu import FAKE_NVML_ENV
+from nccl_tune.gpu_fake import h100_node, write_state
 from nccl_tune.tuner.records.study_records import FINISHED, Outcome, TrialRecord, records
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "landscapes"))
 sys.path.insert(0, str(HERE))
 from calibration import calibrate  # noqa: E402
-from shapes import LANDSCAPES, REFUSAL_S, SEED_ENV, STARTUP_S, Instance  # noqa: E402
+from shapes import GPU_GIB, LANDSCAPES, REFUSAL_S, SEED_ENV, STARTUP_S, Instance  # noqa: E402
 
 WITHIN_FRAC = 0.02
 TARGET_MEDIAN_TRIALS = 12
@@ -159,8 +165,9 @@ def judge(inst: Instance, sampler: str, recs: Sequence[TrialRecord], trials: int
     )
 
 
-def run_cli(name: str, sampler: str, seed: int, trials: int, root: Path) -> dict[str, Any]:
-    """One study through ``nccl-tune run``; its JSON summary, exit code and last error line."""
+def run_cli(name: str, sampler: str, seed: int, trials: int, root: Path, nvml: bool = False) -> dict[str, Any]:
+    """One study through ``nccl-tune run``; its JSON summary, exit code and last error line. With
+    ``nvml``, the tool reads a fake NVML of eight GPUs that the command fills as it runs."""
     study = f"{name}-{sampler}-{seed}"
     storage = f"sqlite:///{root / (study + '.db')}"
     cli = Path(sys.executable).with_name("nccl-tune")
@@ -170,6 +177,10 @@ def run_cli(name: str, sampler: str, seed: int, trials: int, root: Path) -> dict
         *SAMPLERS[sampler], "--json", "--", sys.executable, str(HERE / "landscapes" / "trainer.py"), name,
     ]  # fmt: skip
     env = {**os.environ, SEED_ENV: str(seed)}
+    if nvml:
+        state = root / f"{study}.nvml.json"
+        write_state(state, [{**gpu, "total_gib": GPU_GIB, "used_gib": 0.0} for gpu in h100_node()])
+        env[FAKE_NVML_ENV] = str(state)
     t0 = time.monotonic()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=STUDY_TIMEOUT_S, cwd=root)
     try:
@@ -200,8 +211,8 @@ def study_records(run: Mapping[str, Any]) -> list[TrialRecord]:
     return records(study)
 
 
-def run_one(name: str, sampler: str, seed: int, trials: int, root: Path) -> Study:
-    run = run_cli(name, sampler, seed, trials, root)
+def run_one(name: str, sampler: str, seed: int, trials: int, root: Path, nvml: bool = False) -> Study:
+    run = run_cli(name, sampler, seed, trials, root, nvml)
     return judge(LANDSCAPES[name].instance(seed), sampler, study_records(run), trials, run)
 
 
@@ -349,6 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--jobs", type=int, default=2, help="studies run at once (a trial mostly sleeps)")
     p.add_argument("--keep", type=Path, default=None, help="keep the studies' storages and logs in this folder")
+    p.add_argument("--nvml", action="store_true", help="the tool reads the GPUs (a fake NVML the commands fill)")
     a = p.parse_args(argv)
     names = [n for n in a.landscapes.split(",") if n]
     unknown = [n for n in names if n not in LANDSCAPES]
@@ -361,7 +373,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         root.mkdir(parents=True, exist_ok=True)
         plan = [(n, s, seed) for n in names for seed in range(a.first_seed, a.first_seed + a.seeds) for s in samplers]
         with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
-            studies = list(pool.map(lambda job: run_one(*job, a.trials, root), plan))
+            studies = list(pool.map(lambda job: run_one(*job, a.trials, root, a.nvml), plan))
     summaries, checks = [], []
     for n in names:
         by = {}

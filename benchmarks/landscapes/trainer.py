@@ -22,17 +22,22 @@ each step's time):
   the actor's peak only, and ``Final validation metrics:`` at the end; its config is Hydra overrides
   (``actor_rollout_ref.rollout.gpu_memory_utilization=0.7``).
 
-Failures are printed as trainers print them: a CUDA out-of-memory traceback in the step that runs out
-(exit 1), a silent hang from the failing step on (the process sleeps until it is stopped), a CUDA
-error traceback (exit 1), and a refusal of the batch sizes before the first step (exit 1). Each step's
-time carries noise (1.5%; ``flat``: 5%, a first step three times as long and one step in ten twice
-as long), drawn from the seed, the config and the trial (``NCCL_TUNE_TRIAL``), so re-runs differ.
+Under a fake NVML (``NCCL_TUNE_FAKE_NVML``, ``landscapes.py --nvml``) the command also holds its
+device peak on every GPU while it runs, as NVML would read it on a node (``hold_device_memory``).
+
+Failures are printed as trainers print them: a CUDA out-of-memory traceback at the end of the step
+that runs out (exit 1), a silent hang from the failing step on (the process sleeps until it is
+stopped), a CUDA error traceback (exit 1), and a refusal of the batch sizes before the first step
+(exit 1). Each step's time carries noise (1.5%; ``flat``: 5%, a first step three times as long and
+one step in ten twice as long), drawn from the seed, the config and the trial (``NCCL_TUNE_TRIAL``),
+so re-runs differ.
 """
 
 from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import random
 import sys
@@ -40,6 +45,9 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+
+from nccl_tune.gpu import FAKE_NVML_ENV
+from nccl_tune.gpu_fake import write_state
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from shapes import (  # noqa: E402
@@ -226,6 +234,7 @@ def main(argv: list[str]) -> None:
         time.sleep(REFUSAL_S * TIME_SCALE)
         fail(outcome)
     nccl_report(config)
+    hold_device_memory(outcome)
     time.sleep(max(0.0, STARTUP_S * TIME_SCALE - (time.monotonic() - START)))
     hf = ls.name in HF_FLAGS
     began = time.monotonic()
@@ -233,6 +242,8 @@ def main(argv: list[str]) -> None:
         print(f"\r{hf_bar(0, steps, 0.0)}", end="", file=sys.stderr, flush=True)
     for step, seconds in enumerate(step_times(ls, outcome, rng, steps), start=1):
         if outcome.kind != "ok" and step >= outcome.fail_step:
+            if outcome.kind != "hang":
+                time.sleep(seconds)  # the failing step runs to its failure, which the harness charges whole
             if hf:
                 print(file=sys.stderr, flush=True)
             fail(outcome)
@@ -255,6 +266,22 @@ def main(argv: list[str]) -> None:
         print("(TaskRunner pid=2177) 'Final validation metrics: None'", flush=True)
     else:
         print("Training completed" if ls.name == "offload-trap" else f"{_stamp()} INFO training done", flush=True)
+
+
+def hold_device_memory(outcome: Outcome) -> None:
+    """What NVML would read of this run on every GPU, when the tool reads a fake NVML
+    (``NCCL_TUNE_FAKE_NVML`` names its state file, which only this run writes while it runs): the
+    step's peak from the start-up on (a run that runs out: what was in use when it did), as a
+    process entry the reader drops once this process has exited."""
+    path = os.environ.get(FAKE_NVML_ENV)
+    if not path:
+        return
+    state = json.loads(Path(path).read_text())
+    held = min(outcome.peak_gib, USABLE_GIB)
+    for gpu in state["gpus"]:
+        gpu["processes"] = [p for p in gpu.get("processes", []) if p["pid"] != os.getpid()]
+        gpu["processes"].append({"pid": os.getpid(), "used_gib": round(held, 3)})
+    write_state(path, state.pop("gpus"), **state)
 
 
 def nccl_report(config: Mapping[str, Any]) -> None:

@@ -218,3 +218,26 @@ def test_the_engine_runs_out_waking_up_next_to_the_actors_states_which_verl_does
 def test_a_hydra_job_refuses_a_key_it_does_not_have():
     out = run_trainer("rl-colocate", 0, "actor_rollout_ref.rollout.gpu_memory_utilisation=0.5")
     assert out.returncode == 2 and "key not in the config" in out.stderr
+
+
+def test_under_a_fake_nvml_the_command_holds_its_device_peak_while_it_runs(tmp_path):
+    from nccl_tune.gpu import FAKE_NVML_ENV
+    from nccl_tune.gpu_fake import FakeNvml, h100_node, write_state
+
+    state = tmp_path / "nvml.json"
+    write_state(state, [{**g, "total_gib": shapes.GPU_GIB, "used_gib": 0.0} for g in h100_node()])
+    ls = shapes.LANDSCAPES["rl-colocate"]
+    proc = subprocess.Popen(
+        [sys.executable, str(BENCH / "landscapes" / "trainer.py"), "rl-colocate", "trainer.total_training_steps=2"],
+        env={**os.environ, shapes.SEED_ENV: "0", FAKE_NVML_ENV: str(state)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert "step:1 " in proc.stdout.readline() + proc.stdout.readline()  # the config line, then the first step
+    nvml = FakeNvml(state)
+    held = nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(7)).used / 2**30
+    # the device's peak, the engine's pool included, which verl's printed line leaves out
+    assert held == pytest.approx(ls.instance(0).outcome(ls.default).peak_gib, abs=0.01)
+    assert held > ls.instance(0).outcome(ls.default).printed_gib + 10
+    proc.communicate(timeout=60)
+    assert nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(7)).used == 0  # released at exit
