@@ -46,9 +46,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nccl_tune.gpu import FAKE_NVML_ENV
-from nccl_tune.gpu_fake import write_state
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from shapes import (  # noqa: E402
     FIRST_STEP_FACTOR,
@@ -65,6 +62,8 @@ from shapes import (  # noqa: E402
 )
 
 USABLE_GIB = GPU_GIB - 0.9
+FAKE_NVML_ENV = "NCCL_TUNE_FAKE_NVML"
+"""The fake NVML's state file (``nccl_tune.gpu_fake``); the command stays free of the tool's package."""
 START = time.monotonic()
 
 
@@ -281,7 +280,9 @@ def hold_device_memory(outcome: Outcome) -> None:
     for gpu in state["gpus"]:
         gpu["processes"] = [p for p in gpu.get("processes", []) if p["pid"] != os.getpid()]
         gpu["processes"].append({"pid": os.getpid(), "used_gib": round(held, 3)})
-    write_state(path, state.pop("gpus"), **state)
+    tmp = Path(f"{path}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(state))
+    os.replace(tmp, path)  # readers never see half a file
 
 
 def nccl_report(config: Mapping[str, Any]) -> None:
