@@ -241,3 +241,13 @@ def test_under_a_fake_nvml_the_command_holds_its_device_peak_while_it_runs(tmp_p
     assert held > ls.instance(0).outcome(ls.default).printed_gib + 10
     proc.communicate(timeout=60)
     assert nvml.nvmlDeviceGetMemoryInfo(nvml.nvmlDeviceGetHandleByIndex(7)).used == 0  # released at exit
+
+
+@pytest.mark.parametrize("module", ["trainer.py", "shapes.py"])
+def test_the_users_command_imports_nothing_of_the_tool(module):
+    import ast
+
+    tree = ast.parse((BENCH / "landscapes" / module).read_text())
+    names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    assert not [n for n in names if n.split(".")[0] == "nccl_tune"]  # run by any Python, as a user's script is
