@@ -1,10 +1,11 @@
 """Search efficiency through the CLI, on landscapes the sampler was not written against.
 
 Each landscape of ``benchmarks/landscapes/shapes.py`` is a user's command (``trainer.py NAME``,
-which prints what its trainer would: torchtitan's, Megatron-LM's, the Hugging Face Trainer's or its
-own step lines, a CUDA OOM traceback, a hang, a CUDA error, a refusal of its batch sizes at
-start-up) with a space written for it (``benchmarks/landscapes/NAME.yaml``). Per landscape and seed (``LANDSCAPE_SEED``: the
-instance), the harness runs the real CLI once per sampler, as a user would::
+which prints what its trainer would: torchtitan's, Megatron-LM's, the Hugging Face Trainer's, verl's
+or its own step lines, a CUDA OOM traceback, a hang, a CUDA error, a refusal at start-up) with a
+space written for it (``benchmarks/landscapes/NAME.yaml``). Per landscape and seed
+(``LANDSCAPE_SEED``: the instance), the harness runs the real CLI once per sampler, as a user
+would::
 
     nccl-tune run --space NAME.yaml --storage sqlite:///TMP/NAME-SAMPLER-SEED.db --study S \\
         --trials 24 --seed SEED [--sampler random] --json -- python trainer.py NAME
@@ -39,7 +40,7 @@ Targets, per landscape (issue: landscapes it never saw): the tuner's median tria
 over all its studies, proposals rated 90%+ to fit fit at least 90% of the time. Exit 1 when one is
 missed, 2 on a bad argument.
 
-    python benchmarks/landscapes.py [--landscapes offload-trap,pairs,flat,minefield,zero-sft,interior,pipeline] [--seeds 6]
+    python benchmarks/landscapes.py [--landscapes offload-trap,pairs,flat,minefield,zero-sft,interior,pipeline,rl-colocate] [--seeds 6]
                                     [--first-seed 0] [--trials 24] [--samplers tuner,random] [--json PATH]
                                     [--jobs 2] [--keep DIR] [--nvml]
 """
