@@ -109,11 +109,8 @@ def parse(argv: list[str]) -> tuple[Landscape, dict[str, Any], int]:
             q.add_argument(flag(name, ls), dest=name, action="store_true", default=ls.default[name])
         else:
             q.add_argument(flag(name, ls), dest=name, type=type(values[0]), default=ls.default[name])
-    args = vars(q.parse_args(rest))
+    args = {**vars(q.parse_args(rest)), **env_args(ls)}
     for name, values in ls.params.items():
-        if name.isupper():
-            raw = os.environ.get(name)
-            args[name] = ls.default[name] if raw is None else type(values[0])(raw)
         if args[name] not in values:
             q.error(f"{flag(name, ls)} {args[name]!r}: not one of {list(values)}")
     return ls, args, known.max_steps
@@ -138,10 +135,16 @@ def hydra_parse(
                 p.error(f"{key}={text}: not one of {list(ls.params[key])}")
         elif not key.startswith("trainer."):
             p.error(f"Could not override '{key}': key not in the config")
-    for name, values in ls.params.items():
-        if name.isupper() and name in os.environ:
-            args[name] = type(values[0])(os.environ[name])
-    return ls, args, steps
+    return ls, {**args, **env_args(ls)}, steps
+
+
+def env_args(ls: Landscape) -> dict[str, Any]:
+    """The NCCL variables of the config (the upper-case names), from the environment or their defaults."""
+    return {
+        name: ls.default[name] if os.environ.get(name) is None else type(values[0])(os.environ[name])
+        for name, values in ls.params.items()
+        if name.isupper()
+    }
 
 
 def step_times(ls: Landscape, outcome: Outcome, rng: random.Random, steps: int) -> list[float]:
