@@ -71,6 +71,8 @@ GPU_GIB = 80.0
 """The device every landscape runs on (an 80 GiB GPU; trainers print 79.1 GiB usable)."""
 OOM_FRAC = 0.985
 """A peak above this share of the GPU runs out of memory (allocator fragmentation takes the rest)."""
+USABLE_GIB = GPU_GIB - 0.9
+"""What PyTorch and vLLM count as the GPU's memory (vLLM's utilization is a share of this)."""
 HEADROOM_FRAC = 0.05
 """The spaces' ``stability.min_headroom_frac`` (the default): stable configs leave this much free."""
 
@@ -152,11 +154,11 @@ class Instance:
 
 
 def _oom_message(peak_gib: float, ask_gib: float) -> str:
-    free = max(GPU_GIB - 0.9 - (peak_gib - ask_gib), 0.05)
-    in_use = GPU_GIB - 0.9 - free
+    free = max(USABLE_GIB - (peak_gib - ask_gib), 0.05)
+    in_use = USABLE_GIB - free
     return (
         f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {ask_gib:.2f} GiB. GPU 0 has a total "
-        f"capacity of {GPU_GIB - 0.9:.2f} GiB of which {free:.2f} GiB is free. Including non-PyTorch memory, this "
+        f"capacity of {USABLE_GIB:.2f} GiB of which {free:.2f} GiB is free. Including non-PyTorch memory, this "
         f"process has {in_use:.2f} GiB memory in use. Of the allocated memory {in_use - 1.3:.2f} GiB is allocated "
         "by PyTorch, and 1.30 GiB is reserved by PyTorch but unallocated. If reserved but unallocated memory is "
         "large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
@@ -719,8 +721,6 @@ RL_MAX_NUM_SEQS = 1024
 """``rl-colocate``: vLLM's cap on the sequences one engine decodes at once."""
 RL_WEIGHTS_GIB = 27.5
 """``rl-colocate``: the 14B model's weights in bf16, which the engines split by tensor parallelism."""
-VLLM_TOTAL_GIB = GPU_GIB - 0.9
-"""What vLLM counts as the GPU's memory (its utilization is a share of this)."""
 
 
 def _rl_draw(r: random.Random) -> dict[str, float]:
@@ -760,7 +760,7 @@ def _rl_generation(k: Mapping[str, float], c: Mapping[str, Any]) -> tuple[float,
         c["actor_rollout_ref.rollout.gpu_memory_utilization"],
         c["actor_rollout_ref.rollout.tensor_model_parallel_size"],
     )
-    kv_gib = util * VLLM_TOTAL_GIB - RL_WEIGHTS_GIB / tp - k["engine_reserve_gib"]
+    kv_gib = util * USABLE_GIB - RL_WEIGHTS_GIB / tp - k["engine_reserve_gib"]
     tokens = k["prompt_tokens"] + k["response_tokens"]
     per_seq_gib = tokens * k["kv_mib_per_token"] / 1024 / tp
     need_gib = RL_MAX_MODEL_LEN * k["kv_mib_per_token"] / 1024 / tp
@@ -801,15 +801,15 @@ def _rl_judge(k: Mapping[str, float], c: Mapping[str, Any]) -> Outcome:
     lp_peak = 0.6 + states * (0.25 if o_off else 0.75) + k["gather_gib"] + lp_ask
     resident = (0.0 if p_off else states / 4) + (0.0 if o_off else states / 2)
     graphs = 0.0 if c["actor_rollout_ref.rollout.enforce_eager"] else k["graphs_gib"]
-    gen_peak = 0.6 + util * VLLM_TOTAL_GIB + resident + graphs
+    gen_peak = 0.6 + util * USABLE_GIB + resident + graphs
     reported = max(train_peak, lp_peak)  # the actor's allocator: vLLM's pool is not in its statistics
     peak = max(reported, gen_peak)
-    free_gib = VLLM_TOTAL_GIB - 0.6 - (0.0 if p_off else states / 4)  # at the engine's start: the actor's weights
-    if util * VLLM_TOTAL_GIB > free_gib:
+    free_gib = USABLE_GIB - 0.6 - (0.0 if p_off else states / 4)  # at the engine's start: the actor's weights
+    if util * USABLE_GIB > free_gib:
         return Outcome(
-            "refused", step_s, max(peak, util * VLLM_TOTAL_GIB + VLLM_TOTAL_GIB - free_gib), 0,
-            f"ValueError: Free memory on device ({free_gib:.2f}/{VLLM_TOTAL_GIB:.2f} GiB) on startup is less than "
-            f"desired GPU memory utilization ({util}, {util * VLLM_TOTAL_GIB:.2f} GiB). Decrease GPU memory "
+            "refused", step_s, max(peak, util * USABLE_GIB + USABLE_GIB - free_gib), 0,
+            f"ValueError: Free memory on device ({free_gib:.2f}/{USABLE_GIB:.2f} GiB) on startup is less than "
+            f"desired GPU memory utilization ({util}, {util * USABLE_GIB:.2f} GiB). Decrease GPU memory "
             "utilization or reduce GPU memory used by other processes.",
             reported_gib=0.0,
         )  # fmt: skip
@@ -828,7 +828,7 @@ def _rl_judge(k: Mapping[str, float], c: Mapping[str, Any]) -> Outcome:
     if gen_peak > OOM_FRAC * GPU_GIB:  # waking the engine up next to the actor's resident states
         frame = '  File "/usr/local/lib/python3.12/site-packages/vllm/device_allocator/cumem.py", line 231, in wake_up'
         return Outcome(
-            "oom", step_s, peak, 1, frame + "\n" + _oom_message(gen_peak, util * VLLM_TOTAL_GIB * 0.6), reported_gib=0.0
+            "oom", step_s, peak, 1, frame + "\n" + _oom_message(gen_peak, util * USABLE_GIB * 0.6), reported_gib=0.0
         )
     for phase_peak, ask, where in ((lp_peak, lp_ask, "compute_log_prob"), (train_peak, train_ask, "update_policy")):
         if phase_peak > OOM_FRAC * GPU_GIB:

@@ -49,7 +49,6 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from shapes import (  # noqa: E402
     FIRST_STEP_FACTOR,
-    GPU_GIB,
     LANDSCAPES,
     REFUSAL_S,
     SEED_ENV,
@@ -57,11 +56,11 @@ from shapes import (  # noqa: E402
     STEP_NOISE_FRAC,
     STRAGGLER_EVERY,
     TIME_SCALE,
+    USABLE_GIB,
     Landscape,
     Outcome,
 )
 
-USABLE_GIB = GPU_GIB - 0.9
 FAKE_NVML_ENV = "NCCL_TUNE_FAKE_NVML"
 """The fake NVML's state file (``nccl_tune.gpu_fake``); the command stays free of the tool's package."""
 START = time.monotonic()
