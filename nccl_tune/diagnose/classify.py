@@ -566,12 +566,14 @@ class _Decision:
     def _nccl_detail_after(self, error: Event) -> Event | None:
         """The specific NCCL error printed within ``NCCL_DETAIL_LINES`` lines after a generic one of
         the same log (PyTorch's ``NCCL error ... Last error:`` then the line NCCL warned): one
-        failure, told best by the specific line."""
+        failure, told best by the specific line. Without ``NCCL_DEBUG`` NCCL prints no warning, and
+        PyTorch's ``Last error:`` is all that names the call that failed: an IB verbs call there
+        while the communicator was set up is that failure (``init_failure``)."""
         for e in self.events:
             if (
                 e.order > error.order
                 and e.source == error.source
-                and e.failure_class is FailureClass.NCCL_ERROR
+                and (e.failure_class is FailureClass.NCCL_ERROR or e.rule.subtype == "ib_verbs")
                 and e.kind is Kind.ROOT
                 and e.rule.name != "nccl_error"
                 and 0 < e.line_no - error.line_no <= NCCL_DETAIL_LINES
@@ -589,7 +591,13 @@ class _Decision:
         if root.rule.name == "nccl_error":
             detail = self._nccl_detail_after(root)
             if detail is not None:
-                return self._make(cls, root, self._evidence(root, [detail]), subtype=detail.rule.subtype)
+                return self._make(
+                    detail.failure_class,
+                    root,
+                    self._evidence(root, [detail]),
+                    subtype=detail.rule.subtype,
+                    details={**root.details, **detail.details},
+                )
         if cls is FailureClass.NCCL_ERROR or cls is FailureClass.CUDA_ERROR and root.rule.subtype == "nccl_cuda":
             warn = self._nccl_warn_before(root)
             if warn is not None:

@@ -37,6 +37,14 @@ def _ib_verbs(ctx: AdviceContext) -> str:
             "ports that are up and reach the other nodes (`ibstat`, `ib_write_bw` between two nodes); NCCL_IB_DISABLE=1 "
             "falls back to sockets (slower)"
         )
+    if d.get("call") == "ibv_create_qp":
+        return (
+            "NCCL could not create its InfiniBand queue pairs (ibv_create_qp failed): their buffers are locked memory, "
+            "so raise the locked-memory limit (ulimit -l unlimited; the container's --ulimit memlock=-1); NCCL creates "
+            "NCCL_IB_QPS_PER_CONNECTION queue pairs per channel and peer, so values set above their defaults "
+            "(NCCL_IB_QPS_PER_CONNECTION, NCCL_MIN_NCHANNELS) multiply them: set them back; NCCL_IB_DISABLE=1 falls "
+            "back to sockets (slower)"
+        )
     call = d.get("call") or "an InfiniBand verbs call"
     return (
         f"NCCL could not use the InfiniBand device ({call} failed): memory registration needs the locked-memory "
