@@ -1,4 +1,4 @@
-"""Eight landscapes for ``benchmarks/landscapes.py``, each a user's job as its trainer would run it.
+"""Nine landscapes for ``benchmarks/landscapes.py``, each a user's job as its trainer would run it.
 
 Each landscape is a set of parameters (the values its space ``<name>.yaml`` lets the search vary),
 an instance drawn from a seed (``Landscape.instance(seed)``: every constant of its cost and memory
@@ -54,6 +54,18 @@ refusal at start-up), at a step. ``trainer.py`` prints what a trainer would for 
   no KV cache for one longest sequence (too low a share: a memory failure of a smaller value), and it
   runs out waking up next to the actor's resident weights and Adam's states, which only offloading
   removes. The space leaves the engines' tensor parallelism and CUDA graphs without a memory effect.
+- ``two-node``: DeepSpeed ZeRO-3 pre-training of a 13B model over two nodes of 8 GPUs: ZeRO-3
+  gathers the weights over both nodes for every micro-batch's forward and backward and
+  reduce-scatters its gradients, so a larger micro-batch (fewer per step) trades activations for
+  inter-node traffic, and checkpointing trades recomputation for room. ZeRO++ shortens the
+  collectives (hpZ: a copy of the weights sharded in each node, gathered over NVLink in the
+  backward, for its memory; quantized weights and gradients: half the volume, for a little compute),
+  as do NCCL's InfiniBand queue pairs, channels and GPUDirect RDMA level; all of it pays only while
+  the prefetch bucket cannot hide the collectives behind the compute. DeepSpeed prints the
+  allocator's peak, not its cache nor NCCL's buffers (more channels, more of them); forcing the
+  LL128 protocol hangs the first gather; 8 queue pairs per connection with 32 channels fail to
+  create their queue pairs (an NCCL system error at the first collective). The space leaves NCCL's
+  variables without a memory effect.
 
 Each instance is the landscape's constants drawn from ``random.Random(f"{name}:{seed}")``.
 """
@@ -127,6 +139,8 @@ class Landscape:
     """The space's own constraints (configs that break them are never launched)."""
     tokens_per_sample: int = 2048
     """Tokens in one sample, for trainers that print tokens per second per GPU."""
+    gpus: int = 8
+    """The GPUs a step's samples are spread over (one node's, or two nodes')."""
 
     def instance(self, seed: int) -> Instance:
         return Instance(self, seed, dict(self.draw(random.Random(f"{self.name}:{seed}"))))
@@ -867,6 +881,115 @@ RL_COLOCATE = Landscape(
     tokens_per_sample=4100,
 )
 
+# -- two-node -------------------------------------------------------------------------------------
+
+ZPP_GLOBAL_BATCH = 512
+"""``two-node``: sequences of 2048 tokens per optimizer step over the 16 GPUs of two nodes (32 each)."""
+ZPP_GPUS = 16
+"""``two-node``: two nodes of 8 GPUs, one 400 Gb/s InfiniBand NIC per GPU."""
+ZPP_BUCKETS = (50_000_000, 200_000_000, 500_000_000)
+"""``two-node``: ZeRO-3's prefetch bucket sizes (elements) the space offers; DeepSpeed's default first."""
+
+
+def _zpp_draw(r: random.Random) -> dict[str, float]:
+    return {
+        "per_sample_s": r.uniform(0.33, 0.40),  # one sequence, fwd + bwd, on one GPU
+        "mb_gain": r.uniform(0.04, 0.07),  # per doubling of the micro-batch: larger kernels
+        "ckpt_cost": r.uniform(0.28, 0.36),  # recomputing the forward
+        "ag_s": r.uniform(0.16, 0.24),  # one all-gather of the bf16 weights over both nodes
+        "rs_s": r.uniform(0.20, 0.30),  # one reduce-scatter of the gradients over both nodes
+        "ag_intra_s": r.uniform(0.03, 0.05),  # hpZ's backward all-gather inside a node (NVLink)
+        "quant_cost": r.uniform(0.02, 0.04),  # qwZ's or qgZ's (de)quantization, of the compute
+        "overlap_small": r.uniform(0.25, 0.35),  # the compute a prefetch bucket hides the gathers behind
+        "overlap_mid": r.uniform(0.50, 0.60),
+        "overlap_large": r.uniform(0.65, 0.75),
+        "qps_4": r.uniform(0.76, 0.84),  # inter-node time with 4 queue pairs per connection (rails spread)
+        "gdr_off": r.uniform(1.4, 1.7),  # inter-node time through host memory (no GPUDirect RDMA)
+        "states_gib": r.uniform(11.5, 13.0),  # ZeRO-3: weights, gradients, Adam over 16 GPUs
+        "persist_gib": r.uniform(1.6, 2.4),  # persistent small parameters, buffers, the optimizer's
+        "act_gib": r.uniform(12.0, 13.5),  # activations of one sequence, kept
+        "act_ckpt_gib": r.uniform(1.4, 1.9),  # activations of one sequence, checkpointed
+        "logits_gib": r.uniform(0.9, 1.2),  # fp32 logits and their gradient, one sequence
+        "frag": r.uniform(0.04, 0.07),  # reserved over allocated (the allocator's cache)
+        "hpz_gib": r.uniform(2.9, 3.1),  # hpZ's secondary copy of the weights, a node's shard
+    }
+
+
+def _zpp_nccl(k: Mapping[str, float], c: Mapping[str, Any]) -> float:
+    """How much longer than with NCCL's defaults an inter-node collective takes."""
+    qps = {1: 1.0, 2: (1.0 + k["qps_4"]) / 2, 4: k["qps_4"], 8: k["qps_4"] + 0.03}[c["NCCL_IB_QPS_PER_CONNECTION"]]
+    channels = {"unset": 1.0, "4": 1.12, "16": 0.92, "32": 0.9}[c["NCCL_MIN_NCHANNELS"]]
+    gdr = {"unset": 1.0, "LOC": k["gdr_off"], "PHB": 1.0, "SYS": 0.98}[c["NCCL_NET_GDR_LEVEL"]]
+    proto = {"unset": 1.0, "Simple": 1.0, "LL": 1.3, "LL128": 1.0}[c["NCCL_PROTO"]]
+    return qps * channels * gdr * proto
+
+
+def _zpp_judge(k: Mapping[str, float], c: Mapping[str, Any]) -> Outcome:
+    mb, ckpt, hpz = c["micro_batch"], c["gradient_checkpointing"], c["zero_hpz_partition_size"] == 8
+    qwz, qgz = c["zero_quantized_weights"], c["zero_quantized_gradients"]
+    per_gpu = ZPP_GLOBAL_BATCH // ZPP_GPUS
+    compute = per_gpu * k["per_sample_s"] * (1.0 - k["mb_gain"]) ** math.log2(mb)
+    compute *= (1.0 + k["ckpt_cost"] if ckpt else 1.0) * (1.0 + k["quant_cost"]) ** (qwz + qgz)
+    inter = _zpp_nccl(k, c)
+    gather = k["ag_s"] * (0.55 if qwz else 1.0) * inter
+    per_micro = gather + (k["ag_intra_s"] if hpz else gather) + k["rs_s"] * (0.6 if qgz else 1.0) * inter
+    comm = (per_gpu // mb) * per_micro
+    overlap = dict(zip(ZPP_BUCKETS, (k["overlap_small"], k["overlap_mid"], k["overlap_large"]), strict=True))
+    exposed = max(0.1 * comm, comm - overlap[c["stage3_prefetch_bucket_size"]] * compute)
+    step_s = compute + exposed + 0.3  # and the optimizer's step
+    ask = mb * ((k["act_ckpt_gib"] if ckpt else k["act_gib"]) + k["logits_gib"])
+    bucket_gib = 4 * c["stage3_prefetch_bucket_size"] / 2**30  # two buckets in flight, bf16
+    allocated = k["states_gib"] + k["persist_gib"] + bucket_gib + (k["hpz_gib"] if hpz else 0.0) + ask
+    nccl_gib = {"unset": 0.4, "4": 0.3, "16": 0.9, "32": 1.8}[c["NCCL_MIN_NCHANNELS"]]  # outside PyTorch's allocator
+    peak = 0.6 + allocated * (1.0 + k["frag"]) + nccl_gib
+    if c["NCCL_IB_QPS_PER_CONNECTION"] == 8 and c["NCCL_MIN_NCHANNELS"] == "32":
+        return Outcome(
+            "crash", step_s, peak, 1,
+            "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:317, "
+            "unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.21.5\n"
+            "ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error. \n"
+            "Last error:\nCall to ibv_create_qp failed with error Cannot allocate memory",
+            reported_gib=allocated,
+        )  # fmt: skip
+    if c["NCCL_PROTO"] == "LL128":  # forced on a fabric NCCL does not enable it on: the first gather never ends
+        return Outcome("hang", step_s, peak, 1, reported_gib=allocated)
+    if peak > OOM_FRAC * GPU_GIB:
+        return Outcome("oom", step_s, peak, 1, _oom_message(peak, ask * 0.3), reported_gib=allocated)
+    return Outcome("ok", step_s, peak, reported_gib=allocated)
+
+
+TWO_NODE = Landscape(
+    name="two-node",
+    params={
+        "micro_batch": (1, 2, 4, 8, 16),
+        "gradient_checkpointing": (False, True),
+        "zero_hpz_partition_size": (1, 8),
+        "zero_quantized_weights": (False, True),
+        "zero_quantized_gradients": (False, True),
+        "stage3_prefetch_bucket_size": ZPP_BUCKETS,
+        "NCCL_IB_QPS_PER_CONNECTION": (1, 2, 4, 8),
+        "NCCL_MIN_NCHANNELS": ("unset", "4", "16", "32"),
+        "NCCL_NET_GDR_LEVEL": ("unset", "LOC", "PHB", "SYS"),
+        "NCCL_PROTO": ("unset", "Simple", "LL", "LL128"),
+    },
+    default={
+        "micro_batch": 1,
+        "gradient_checkpointing": False,
+        "zero_hpz_partition_size": 1,
+        "zero_quantized_weights": False,
+        "zero_quantized_gradients": False,
+        "stage3_prefetch_bucket_size": ZPP_BUCKETS[0],
+        "NCCL_IB_QPS_PER_CONNECTION": 1,
+        "NCCL_MIN_NCHANNELS": "unset",
+        "NCCL_NET_GDR_LEVEL": "unset",
+        "NCCL_PROTO": "unset",
+    },
+    samples_per_step=ZPP_GLOBAL_BATCH,
+    draw=_zpp_draw,
+    judge=_zpp_judge,
+    gpus=ZPP_GPUS,
+)
+
 TIME_SCALE = 0.01
 """``trainer.py`` runs the modelled times this much faster: a step of 2 s takes 20 ms, the start-up
 0.6 s, and it prints the times it took, so that what a trial's wall clock and its log say agree as
@@ -877,7 +1000,7 @@ REFUSAL_S = 10.0
 """Modelled seconds to a refusal of the config at start-up (before the model is loaded)."""
 
 LANDSCAPES: dict[str, Landscape] = {
-    ls.name: ls for ls in (OFFLOAD_TRAP, PAIRS, FLAT, MINEFIELD, ZERO_SFT, INTERIOR, PIPELINE, RL_COLOCATE)
+    ls.name: ls for ls in (OFFLOAD_TRAP, PAIRS, FLAT, MINEFIELD, ZERO_SFT, INTERIOR, PIPELINE, RL_COLOCATE, TWO_NODE)
 }
 SEED_ENV = "LANDSCAPE_SEED"
 """The environment variable that picks a landscape's instance (``trainer.py`` reads it; 0 when unset)."""

@@ -21,6 +21,9 @@ each step's time):
   ... - perf/max_memory_reserved_gb:np.float64(41.2) - ... - perf/throughput:np.float64(1234.5)``),
   the actor's peak only, and ``Final validation metrics:`` at the end; its config is Hydra overrides
   (``actor_rollout_ref.rollout.gpu_memory_utilization=0.7``).
+- ``two-node``: DeepSpeed's engine line per step (``[Rank 0] step=3, skipped=0, lr=...``) and its
+  throughput timer's from step 3 (``epoch=0/micro_step=96/global_step=3, ... CurrSamplesPerSec=...,
+  MemAllocated=...GB, MaxMemAllocated=...GB``), the allocator's peak only.
 
 Under a fake NVML (``NCCL_TUNE_FAKE_NVML``, ``landscapes.py --nvml``) the command also holds its
 device peak on every GPU while it runs, as NVML would read it on a node (``hold_device_memory``).
@@ -74,6 +77,9 @@ MEGATRON_LOG = {"flat", "pipeline"}
 """Landscapes that print Megatron-LM's ``training_log`` line and its memory report after the first step."""
 HYDRA = {"rl-colocate"}
 """Landscapes configured by Hydra overrides (``key=value``; ``trainer.total_training_steps`` ends the job)."""
+DEEPSPEED_LOG = {"two-node"}
+"""Landscapes that print DeepSpeed's engine line per step and its throughput timer's from step 3
+(``steps_per_print`` 1), whose ``MaxMemAllocated`` is the printed peak."""
 
 
 def flag(name: str, ls: Landscape) -> str:
@@ -161,10 +167,13 @@ def step_times(ls: Landscape, outcome: Outcome, rng: random.Random, steps: int) 
     return times
 
 
-def line(ls: Landscape, step: int, steps: int, seconds: float, peak_gib: float, rng: random.Random) -> str:
+def line(
+    ls: Landscape, step: int, steps: int, seconds: float, peak_gib: float, rng: random.Random, accumulation: int = 1
+) -> str:
+    """What the trainer prints after ``step``; ``accumulation``: micro-batches per step."""
     loss = 10.5 - 0.05 * step + rng.uniform(-0.02, 0.02)
     if ls.name == "offload-trap":
-        tps = ls.samples_per_step * ls.tokens_per_sample / 8 / seconds
+        tps = ls.samples_per_step * ls.tokens_per_sample / ls.gpus / seconds
         return (
             f"[rank0]:[titan] {_stamp()} - root - INFO - step: {step:2d}  loss: {loss:7.4f}  grad_norm: "
             f"{rng.uniform(0.9, 1.3):7.4f}  memory: {peak_gib:5.2f}GiB({100 * peak_gib / USABLE_GIB:.2f}%)  "
@@ -188,11 +197,27 @@ def line(ls: Landscape, step: int, steps: int, seconds: float, peak_gib: float, 
             f"perf/mfu/actor:{f(rng.uniform(0.3, 0.4))} - perf/max_memory_allocated_gb:{f(peak_gib * 0.93)} - "
             f"perf/max_memory_reserved_gb:{f(peak_gib)} - perf/cpu_memory_used_gb:{f(rng.uniform(180, 200))} - "
             f"timing_s/gen:{f(seconds * 0.45)} - timing_s/step:{f(seconds)} - perf/total_num_tokens:{tokens} - "
-            f"perf/time_per_step:{f(seconds)} - perf/throughput:{f(tokens / seconds / 8)}"
+            f"perf/time_per_step:{f(seconds)} - perf/throughput:{f(tokens / seconds / ls.gpus)}"
+        )
+    if ls.name in DEEPSPEED_LOG:
+        engine = f"[{_stamp()}] [INFO] [logging.py:128:log_dist] [Rank 0] step={step}, skipped=0, lr=[3e-05], mom=[(0.9, 0.95)]"
+        if step < 3:  # the throughput timer reports from its third step on
+            return engine
+        return (
+            f"{engine}\n[{_stamp()}] [INFO] [timer.py:264:stop] epoch=0/micro_step={step * accumulation}/"
+            f"global_step={step}, RunningAvgSamplesPerSec={ls.samples_per_step / seconds * rng.uniform(0.99, 1.01):.3f}, "
+            f"CurrSamplesPerSec={ls.samples_per_step / seconds:.3f}, MemAllocated={peak_gib * 0.6:.2f}GB, "
+            f"MaxMemAllocated={peak_gib:.2f}GB"
         )
     if ls.name == "zero-sft":
         return f"{{'loss': '{loss:.4g}', 'grad_norm': '{rng.uniform(0.9, 1.3):.4g}', 'learning_rate': '2e-05', 'epoch': '{step / 1000:.4g}'}}"
     return f"{_stamp()} INFO train: iter={step} time_ms={seconds * 1000:.1f} mem_gib={peak_gib:.2f} loss={loss:.4f}"
+
+
+def accumulation(ls: Landscape, config: Mapping[str, Any]) -> int:
+    """Micro-batches per optimizer step, where a landscape's micro-batch is a parameter."""
+    micro = config.get("micro_batch")
+    return max(1, ls.samples_per_step // ls.gpus // micro) if isinstance(micro, int) else 1
 
 
 def hf_bar(step: int, steps: int, elapsed_s: float) -> str:
@@ -251,7 +276,8 @@ def main(argv: list[str]) -> None:
         time.sleep(seconds)
         if hf:
             print(f"\r{hf_bar(step, steps, time.monotonic() - began)}", end="", file=sys.stderr, flush=True)
-        print(line(ls, step, steps, seconds, outcome.printed_gib * rng.uniform(0.995, 1.0), rng), flush=True)
+        printed = outcome.printed_gib * rng.uniform(0.995, 1.0)
+        print(line(ls, step, steps, seconds, printed, rng, accumulation(ls, config)), flush=True)
         if ls.name in MEGATRON_LOG and step == 1:
             print(_megatron_memory(outcome.peak_gib), flush=True)
     if hf:

@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from nccl_tune.diagnose.verdict import classify_log
 from nccl_tune.failure import FailureClass
 from nccl_tune.launchers.progress import ProgressTracker
 from nccl_tune.presets import candidates
@@ -89,9 +90,11 @@ def test_the_command_prints_steps_and_memory_its_space_reads(name):
     state = next(s for s in states if len(s.step_times_s) == 4)
     outcome = ls.instance(2).outcome(ls.default)
     assert outcome.kind == "ok"
-    if state.step_rates and state.step_rates[-1]:  # torchtitan, verl: tokens per second per GPU
+    if state.step_rates and state.step_rates[-1] and state.rate_unit == "samples":  # DeepSpeed: the job's samples
+        assert state.step_rates[-1] == pytest.approx(ls.samples_per_step / outcome.step_s / shapes.TIME_SCALE, rel=0.1)
+    elif state.step_rates and state.step_rates[-1]:  # torchtitan, verl: tokens per second per GPU
         assert state.step_rates[-1] == pytest.approx(
-            ls.samples_per_step * ls.tokens_per_sample / shapes.GPUS / outcome.step_s / shapes.TIME_SCALE, rel=0.1
+            ls.samples_per_step * ls.tokens_per_sample / ls.gpus / outcome.step_s / shapes.TIME_SCALE, rel=0.1
         )
     elif name in trainer.HF_FLAGS:  # the bar is timed as its lines come, and a loaded machine may
         # deliver one late (36 ms once, against a 41 ms step), which also shortens the step after it
@@ -251,3 +254,27 @@ def test_the_users_command_imports_nothing_of_the_tool(module):
     names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
     names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
     assert not [n for n in names if n.split(".")[0] == "nccl_tune"]  # run by any Python, as a user's script is
+
+
+def test_zero3_over_two_nodes_prints_the_allocators_peak_and_not_ncclS_buffers():
+    ls = shapes.LANDSCAPES["two-node"]
+    inst = ls.instance(0)
+    config = {**ls.default, "micro_batch": 2}
+    more_channels = {**config, "NCCL_MIN_NCHANNELS": "32"}
+    a, b = inst.outcome(config), inst.outcome(more_channels)
+    assert a.kind == b.kind == "ok"
+    assert a.printed_gib < a.peak_gib  # MaxMemAllocated: not the allocator's cache, the context, NCCL's buffers
+    assert b.printed_gib == a.printed_gib and b.peak_gib > a.peak_gib
+    assert b.step_s < a.step_s  # more channels: faster inter-node collectives at this micro-batch
+
+
+def test_two_nodes_fail_as_nccl_fails_there():
+    ls = shapes.LANDSCAPES["two-node"]
+    inst = ls.instance(0)
+    assert inst.outcome({**ls.default, "NCCL_PROTO": "LL128"}).kind == "hang"
+    queue_pairs = {"NCCL_IB_QPS_PER_CONNECTION": "8", "NCCL_MIN_NCHANNELS": "32"}
+    out = run_trainer("two-node", 0, "--max-steps", "4", env=queue_pairs)
+    assert out.returncode == 1 and "step=1," not in out.stdout
+    verdict = classify_log(out.stdout.splitlines(keepends=True), exit_code=1)
+    assert verdict.failure_class is FailureClass.INIT_FAILURE  # PyTorch's Last error names the verbs call
+    assert "NCCL_IB_QPS_PER_CONNECTION" in verdict.advice
