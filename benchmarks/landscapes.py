@@ -28,10 +28,11 @@ configs are free) is judged exactly against the instance, whose configs the scri
 - odds: each launched proposal's stored chance to fit (``TrialRecord.predicted_fits``) against
   whether its config fits the instance (its peak, refusals included, at most 95% of the GPU):
   proposals rated 90%+ and the share that fit, the Brier score (``calibration.py``);
-- ``--nvml``: the tool reads the GPUs through a fake NVML (``nccl_tune.gpu_fake``, one state file
-  per study) that each command fills with its device peak while it runs, as on a node with NVML:
-  every run's peak is measured, the memory its trainer leaves unprinted included. Without it the
-  tool has what a trainer prints and the OOMs' messages (the benchmark machine has no GPU);
+- the GPUs: the tool reads them through a fake NVML (``nccl_tune.gpu_fake``, one state file per
+  study) that each command fills with its device peak while it runs, as NVML reads a node's GPUs
+  (the source the tool takes first on a node): every run's peak is measured, the memory its trainer
+  leaves unprinted included. With ``--blind`` it has what a trainer prints and the OOMs' messages
+  alone, as on a machine with no GPU to read;
 - stopped: studies a stop rule ended (the CLI's exit 1, no summary); no winner: studies that ended
   without a confirmed stable config (exit 2).
 
@@ -40,9 +41,9 @@ Targets, per landscape (issue: landscapes it never saw): the tuner's median tria
 over all its studies, proposals rated 90%+ to fit fit at least 90% of the time. Exit 1 when one is
 missed, 2 on a bad argument.
 
-    python benchmarks/landscapes.py [--landscapes offload-trap,pairs,flat,minefield,zero-sft,interior,pipeline,rl-colocate] [--seeds 6]
+    python benchmarks/landscapes.py [--landscapes offload-trap,pairs,flat,minefield,zero-sft,interior,pipeline,rl-colocate,two-node] [--seeds 6]
                                     [--first-seed 0] [--trials 24] [--samplers tuner,random] [--json PATH]
-                                    [--jobs 2] [--keep DIR] [--nvml]
+                                    [--jobs 2] [--keep DIR] [--blind]
 """
 
 from __future__ import annotations
@@ -166,9 +167,10 @@ def judge(inst: Instance, sampler: str, recs: Sequence[TrialRecord], trials: int
     )
 
 
-def run_cli(name: str, sampler: str, seed: int, trials: int, root: Path, nvml: bool = False) -> dict[str, Any]:
+def run_cli(name: str, sampler: str, seed: int, trials: int, root: Path, nvml: bool = True) -> dict[str, Any]:
     """One study through ``nccl-tune run``; its JSON summary, exit code and last error line. With
-    ``nvml``, the tool reads a fake NVML of eight GPUs that the command fills as it runs."""
+    ``nvml``, the tool reads a fake NVML of eight GPUs that the command fills as it runs; without,
+    only what the command prints."""
     study = f"{name}-{sampler}-{seed}"
     storage = f"sqlite:///{root / (study + '.db')}"
     cli = Path(sys.executable).with_name("nccl-tune")
@@ -212,7 +214,7 @@ def study_records(run: Mapping[str, Any]) -> list[TrialRecord]:
     return records(study)
 
 
-def run_one(name: str, sampler: str, seed: int, trials: int, root: Path, nvml: bool = False) -> Study:
+def run_one(name: str, sampler: str, seed: int, trials: int, root: Path, nvml: bool = True) -> Study:
     run = run_cli(name, sampler, seed, trials, root, nvml)
     return judge(LANDSCAPES[name].instance(seed), sampler, study_records(run), trials, run)
 
@@ -361,7 +363,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--json", type=Path, default=None)
     p.add_argument("--jobs", type=int, default=2, help="studies run at once (a trial mostly sleeps)")
     p.add_argument("--keep", type=Path, default=None, help="keep the studies' storages and logs in this folder")
-    p.add_argument("--nvml", action="store_true", help="the tool reads the GPUs (a fake NVML the commands fill)")
+    p.add_argument(
+        "--blind", action="store_true", help="the tool reads no GPU, only what the commands print (no fake NVML)"
+    )
     a = p.parse_args(argv)
     names = [n for n in a.landscapes.split(",") if n]
     unknown = [n for n in names if n not in LANDSCAPES]
@@ -374,7 +378,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         root.mkdir(parents=True, exist_ok=True)
         plan = [(n, s, seed) for n in names for seed in range(a.first_seed, a.first_seed + a.seeds) for s in samplers]
         with ThreadPoolExecutor(max_workers=max(1, a.jobs)) as pool:
-            studies = list(pool.map(lambda job: run_one(*job, a.trials, root, a.nvml), plan))
+            studies = list(pool.map(lambda job: run_one(*job, a.trials, root, not a.blind), plan))
     summaries, checks = [], []
     for n in names:
         by = {}
