@@ -23,8 +23,10 @@ configs are free) is judged exactly against the instance, whose configs the scri
 - failed GPU time: modelled seconds of launched trials that failed over those of all launched
   trials. A trial costs a start-up (``STARTUP_S``; ``REFUSAL_S`` for a refusal before the first
   step) plus its steps at the config's modelled step time: the steps its record holds when it ran,
-  the steps before the failing one otherwise, and for a hang the stall timeout a real run waits
-  (``stall_multiplier`` times a step, at least ``stall_floor_s``, the space defaults);
+  the steps before the failing one otherwise, and for a hang what a real run waits before the
+  tool calls it under the spaces' default clocks (``hang_s``: in the first step, the start-up
+  deadline, ``stall_multiplier`` times a start-up and first step; later, ``stall_multiplier``
+  times a step, at least ``stall_floor_s``);
 - odds: each launched proposal's stored chance to fit (``TrialRecord.predicted_fits``) against
   whether its config fits the instance (its peak, refusals included, at most 95% of the GPU):
   proposals rated 90%+ and the share that fit, the Brier score (``calibration.py``);
@@ -59,7 +61,7 @@ import time
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -69,20 +71,22 @@ from rich.table import Table
 
 from nccl_tune.gpu import FAKE_NVML_ENV
 from nccl_tune.gpu_fake import h100_node, write_state
+from nccl_tune.trial import STARTUP_PHASE, Clocks
 from nccl_tune.tuner.records.study_records import FINISHED, Outcome, TrialRecord, records
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "landscapes"))
 sys.path.insert(0, str(HERE))
 from calibration import calibrate  # noqa: E402
-from shapes import GPU_GIB, LANDSCAPES, REFUSAL_S, SEED_ENV, STARTUP_S, Instance  # noqa: E402
+from shapes import FIRST_STEP_SLOWER, GPU_GIB, LANDSCAPES, REFUSAL_S, SEED_ENV, STARTUP_S, Instance  # noqa: E402
+from shapes import Outcome as LandscapeOutcome  # noqa: E402
 
 WITHIN_FRAC = 0.02
 TARGET_MEDIAN_TRIALS = 12
 TARGET_RANDOM_RATIO = 2.0
 TARGET_FAILED_GPU_FRAC = 0.10
-STALL_FLOOR_S, STALL_MULTIPLIER = 20.0, 3.0
-"""The stall timeout a real run waits out on a hang (the spaces' defaults, which the fast spaces shorten)."""
+REAL_CLOCKS = Clocks()
+"""The clocks a real run waits out a hang by (the spaces' defaults, which the fast spaces shorten)."""
 SAMPLERS = {"tuner": (), "random": ("--sampler", "random")}
 STUDY_TIMEOUT_S = 900
 
@@ -118,17 +122,38 @@ def fits(inst: Instance, values: Mapping[str, Any]) -> bool:
     return inst.outcome(values).fits
 
 
-def modelled_s(inst: Instance, record: TrialRecord) -> float:
-    """Modelled seconds a launched trial cost (see the module docstring)."""
+def modelled_s(inst: Instance, record: TrialRecord, longest_start_s: float | None = None) -> float:
+    """Modelled seconds a launched trial cost (see the module docstring); ``longest_start_s``: the
+    longest start-up (launch to the first step's line) the study's earlier runs measured."""
     out = inst.outcome(record.values)
     if out.kind == "refused":
         return REFUSAL_S
     steps = len(record.result.step_times_s) if record.result is not None else 0
     if out.kind == "hang":
-        return STARTUP_S + (out.fail_step - 1) * out.step_s + max(STALL_FLOOR_S, STALL_MULTIPLIER * out.step_s)
+        return hang_s(out, longest_start_s)
     if out.kind != "ok":
         steps = out.fail_step
     return STARTUP_S + steps * out.step_s
+
+
+def start_s(out: LandscapeOutcome) -> float | None:
+    """The start-up a run measured, launch to its first step's line (None: it ended before one)."""
+    reached = out.kind == "ok" or (out.kind != "refused" and out.fail_step > 1)
+    return STARTUP_S + FIRST_STEP_SLOWER * out.step_s if reached else None
+
+
+def hang_s(out: LandscapeOutcome, longest_start_s: float | None) -> float:
+    """Modelled seconds a run that hangs costs, start-up included, as the tool's default clocks call
+    it. In the first step no progress line has come (the landscapes' trainers print none before it),
+    so the start-up deadline calls it (``Clocks.startup_deadline_s``: a multiple of the longest
+    start-up the study's runs measured, ``longest_start_s``; the whole start-up timeout before one
+    did); later, the stall deadline, a multiple of a step (``Clocks.stall_deadline_s``)."""
+    c = REAL_CLOCKS
+    if out.fail_step <= 1:
+        measured = {} if longest_start_s is None else {STARTUP_PHASE: longest_start_s}
+        return replace(c, phase_max_s=measured).startup_deadline_s()
+    wait = min(c.stall_timeout_s, max(c.stall_floor_s, c.stall_multiplier * out.step_s))
+    return STARTUP_S + (out.fail_step - 1) * out.step_s + wait
 
 
 def judge(inst: Instance, sampler: str, recs: Sequence[TrialRecord], trials: int, run: Mapping[str, Any]) -> Study:
@@ -139,7 +164,11 @@ def judge(inst: Instance, sampler: str, recs: Sequence[TrialRecord], trials: int
         if inst.outcome(r.values).stable and inst.throughput(r.values) >= (1 - WITHIN_FRAC) * best:
             reach = i
             break
-    cost = [(r.status, modelled_s(inst, r)) for r in launched]
+    cost, longest = [], None
+    for r in launched:
+        cost.append((r.status, modelled_s(inst, r, longest)))
+        started = start_s(inst.outcome(r.values))
+        longest = started if longest is None or (started is not None and started > longest) else longest
     total = sum(s for _, s in cost)
     failed = sum(s for st, s in cost if st not in FINISHED)
     found = max((inst.throughput(r.values) / best for r in launched if inst.outcome(r.values).stable), default=0.0)

@@ -362,6 +362,8 @@ STRAGGLER_EVERY = 10
 """``flat``: one step in this many takes twice as long."""
 FIRST_STEP_FACTOR = 3.0
 """``flat``: the first step takes this many times a step."""
+FIRST_STEP_SLOWER = 1.5
+"""Every other landscape: the first step takes this many times a step (compilation, allocator warm-up)."""
 
 
 # -- minefield ------------------------------------------------------------------------------------

@@ -52,6 +52,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from shapes import (  # noqa: E402
     FIRST_STEP_FACTOR,
+    FIRST_STEP_SLOWER,
     LANDSCAPES,
     REFUSAL_S,
     SEED_ENV,
@@ -160,7 +161,7 @@ def step_times(ls: Landscape, outcome: Outcome, rng: random.Random, steps: int) 
     for i in range(1, steps + 1):
         t = outcome.step_s * max(0.5, rng.gauss(1.0, spread))
         if i == 1:
-            t *= FIRST_STEP_FACTOR if noisy else 1.5
+            t *= FIRST_STEP_FACTOR if noisy else FIRST_STEP_SLOWER
         elif noisy and rng.randrange(STRAGGLER_EVERY) == 0:
             t *= 2.0
         times.append(t * TIME_SCALE)

@@ -3,6 +3,7 @@ the harness judges a study's records against the instance."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import re
@@ -20,6 +21,7 @@ from nccl_tune.failure import FailureClass
 from nccl_tune.launchers.progress import ProgressTracker
 from nccl_tune.presets import candidates
 from nccl_tune.search_spaces.loader import load_space
+from nccl_tune.trial import STARTUP_PHASE
 from nccl_tune.tuner.records.study_records import Outcome, TrialKind, TrialRecord
 
 # How late a loaded machine may deliver a line that a sleep ended on time.
@@ -172,6 +174,35 @@ def test_a_study_is_judged_against_the_instance():
     never = bench.judge(inst, "random", recs[:2], 24, {**run, "json": None})
     assert never.trials_to_reach == 25 and never.censored and never.winner_frac is None
     assert never.best_found_frac == pytest.approx(inst.throughput(ls.default) / inst.throughput(best))
+
+
+def test_a_hang_costs_what_a_real_run_waits_before_calling_it():
+    """In the first step no progress line has come, so the start-up deadline calls the hang (a
+    multiple of a start-up and first step: ``Clocks.startup_deadline_s``); later, the stall deadline,
+    a multiple of a step (``Clocks.stall_deadline_s``)."""
+    first = shapes.LANDSCAPES["two-node"]
+    inst = first.instance(0)
+    ll128 = {**first.default, "NCCL_PROTO": "LL128"}
+    out = inst.outcome(ll128)
+    assert out.fail_step == 1
+    clocks = bench.REAL_CLOCKS
+    rec = record(1, ll128, FailureClass.HANG, None)
+    assert bench.modelled_s(inst, rec) == clocks.startup_timeout_s  # no start-up measured yet
+    base = inst.outcome(first.default)
+    start_s = bench.STARTUP_S + shapes.FIRST_STEP_SLOWER * base.step_s
+    assert bench.start_s(base) == pytest.approx(start_s)
+    measured = dataclasses.replace(clocks, phase_max_s={STARTUP_PHASE: start_s})
+    assert bench.modelled_s(inst, rec, start_s) == pytest.approx(measured.startup_deadline_s())
+    assert bench.modelled_s(inst, rec, start_s) == pytest.approx(clocks.stall_multiplier * start_s)
+    later = shapes.LANDSCAPES["pipeline"].instance(0)
+    hung = next(c for c in later.landscape.configs() if later.outcome(c).kind == "hang")
+    out = later.outcome(hung)
+    assert out.fail_step == 2
+    waited = bench.modelled_s(later, record(2, hung, FailureClass.HANG, None)) - bench.STARTUP_S - out.step_s
+    assert waited == pytest.approx(
+        max(bench.REAL_CLOCKS.stall_floor_s, bench.REAL_CLOCKS.stall_multiplier * out.step_s)
+    )
+    assert waited < bench.REAL_CLOCKS.stall_timeout_s
 
 
 def test_the_harness_runs_the_cli_and_judges_what_it_stored(tmp_path):
