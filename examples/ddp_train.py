@@ -96,7 +96,7 @@ def main() -> None:
     args = parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
-    torch.set_num_threads(1)
+    # no torch.set_num_threads: with it, torch's CPU build aborted at exit now and then (gpu_train.py)
     torch.manual_seed(0)
     model = TinyLM(args.vocab, args.hidden, args.layers, args.gradient_checkpointing)
     gen = torch.Generator().manual_seed(rank)
