@@ -152,7 +152,8 @@ def hang_s(out: LandscapeOutcome, longest_start_s: float | None) -> float:
     if out.fail_step <= 1:
         measured = {} if longest_start_s is None else {STARTUP_PHASE: longest_start_s}
         return replace(c, phase_max_s=measured).startup_deadline_s()
-    wait = min(c.stall_timeout_s, max(c.stall_floor_s, c.stall_multiplier * out.step_s))
+    timed = replace(c, phase_max_s={"step": out.step_s}, silence_steps=out.fail_step)
+    wait = timed.stall_deadline_s(None, steps_done=out.fail_step - 1)
     return STARTUP_S + (out.fail_step - 1) * out.step_s + wait
 
 

@@ -25,7 +25,7 @@ each step's time):
   throughput timer's from step 3 (``epoch=0/micro_step=96/global_step=3, ... CurrSamplesPerSec=...,
   MemAllocated=...GB, MaxMemAllocated=...GB``), the allocator's peak only.
 
-Under a fake NVML (``NCCL_TUNE_FAKE_NVML``, ``landscapes.py --nvml``) the command also holds its
+Under a fake NVML (``NCCL_TUNE_FAKE_NVML``, ``landscapes.py`` unless ``--blind``) the command also holds its
 device peak on every GPU while it runs, as NVML would read it on a node (``hold_device_memory``).
 
 Failures are printed as trainers print them: a CUDA out-of-memory traceback at the end of the step

@@ -567,9 +567,9 @@ class _Decision:
         """The specific NCCL error printed within ``NCCL_DETAIL_LINES`` lines after a generic one of
         the same log (PyTorch's ``NCCL error ... Last error:`` then the line NCCL warned): one
         failure, told best by the specific line. Without ``NCCL_DEBUG`` NCCL prints no warning, and
-        PyTorch's ``Last error:`` is all that names what failed: a set-up failure there (an IB
-        verbs call, a connection to a peer, while the communicator was set up) is that failure,
-        ``init_failure``, as its warning would have been."""
+        PyTorch's ``Last error:`` is all that names what failed: a root set-up failure there (an
+        IB verbs call while the communicator was set up) is that failure, ``init_failure``, as its
+        warning would have been."""
         for e in self.events:
             if (
                 e.order > error.order
