@@ -4,7 +4,9 @@ until one faster than every unconfirmed candidate is confirmed or the re-runs ar
 A re-run that disagrees with its config's first run (further apart than their steps' noise allows:
 ``records.agreement``) confirms nothing: the run says so, and when the re-runs are spent it gives
 that config one more run (once a study run, while the ``--budget`` lasts), so that the two of three
-that agree can confirm it. A re-run left over once the winner is confirmed goes to the speed-only
+that agree can confirm it. The same one more run goes to the winner rule's new pick when a re-run
+moved it: a re-run widens the measured noise, and a config that changes the training less than the
+one re-run can come within it (``records.stability``), which no run has confirmed. A re-run left over once the winner is confirmed goes to the speed-only
 pick (the fastest stable config that keeps the training as the user runs it,
 ``study_view.pick_speed_only``) when that is another config, neither the winner nor the user's own
 run: a user who will not shorten the prompts exports it, and an export that says "NOT confirmed"
@@ -17,6 +19,7 @@ from __future__ import annotations
 import optuna
 
 from nccl_tune.failure import FailureClass
+from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.trial import TrialResult
 from nccl_tune.tuner.records import study_records as R
 from nccl_tune.tuner.records.sampling import suggest, to_optuna
@@ -39,7 +42,7 @@ def confirm(
     disagrees, once), and one left over of the speed-only pick (``confirm_speed_only``); True when
     interrupted."""
     space = runner.space
-    left, settled = reruns, False
+    left, spare = reruns, 1
     while left > 0:
         history = R.records(study)
         pending = to_confirm(
@@ -55,10 +58,26 @@ def confirm(
         result = rerun(study, runner, cand, f"re-run of trial {cand.first.number}", budget)
         if result.status is FailureClass.INTERRUPTED:
             return True
-        if _disagrees(study, cand, display) and left == 0 and not settled:
-            display.note(f"one more run of trial {cand.first.number}'s config, to tell which run was off")
-            left, settled = 1, True
+        why = _one_more(study, space, cand, display)
+        if why and left == 0 and spare:
+            display.note(why)
+            left, spare = 1, 0
     return False
+
+
+def _one_more(study: optuna.Study, space: SearchSpace, cand: Candidate, display: Display) -> str | None:
+    """Why the run of ``cand`` just made calls for one more re-run: its runs disagree (said), or they
+    moved the winner rule's pick to a config no re-run has confirmed (the re-run widened the measured
+    noise, and a config that changes the training less now comes within it); None when neither."""
+    if _disagrees(study, cand, display):
+        return f"one more run of trial {cand.first.number}'s config, to tell which run was off"
+    pick = pick_winner(R.records(study), space)
+    if pick is None or pick.confirmed or run_key(pick.values) == run_key(cand.values):
+        return None
+    return (
+        f"trial {pick.first.number} is now within the measured noise of trial {cand.first.number} and changes "
+        f"less: one more re-run, to confirm it"
+    )
 
 
 def confirm_speed_only(

@@ -123,8 +123,41 @@ def test_a_re_run_left_over_confirms_the_fastest_config_that_keeps_the_training(
     assert "(not confirmed by a re-run)" in err.split("speed only (the training")[1]
 
 
-def _with_semantic_step(text: str) -> str:
-    """The tiny space with micro-batches up to 4 (all fit) and the step time as a semantic parameter."""
+def _with_semantic_step(text: str, slow: float = 0.15, fast: float = 0.1) -> str:
+    """The tiny space with micro-batches up to 4 (all fit) and the step time as a semantic parameter
+    (``slow``, the user's, or ``fast``)."""
     assert "high: 8" in text and text.count("trial:") == 1
-    step = "  - {name: TINY_STEP_S, kind: categorical, choices: [0.15, 0.1], default: 0.15, semantic: true}\n"
+    step = f"  - {{name: TINY_STEP_S, kind: categorical, choices: [{slow}, {fast}], default: {slow}, semantic: true}}\n"
     return text.replace("high: 8", "high: 4").replace("trial:", step + "trial:", 1)
+
+
+def test_a_re_run_that_brings_a_config_with_fewer_training_changes_within_the_noise_confirms_that_one(workdir):
+    # a shorter step stands for a training change: 0.96 s steps against the user's 1.00 s, 4.2% faster,
+    # beyond the 3% noise assumed before any re-run; its re-run steps 0.99 s, so its mean is 2.6% faster
+    # and its runs 3.1% apart: the user's run, within that noise and changing nothing, becomes the pick,
+    # and the one re-run left over goes to it (each sleep 4 ms short: the trainer prints 2 decimals)
+    space = workdir / "space.yaml"
+    space.write_text(_with_semantic_step(TINY_SPACE.read_text(), slow=0.996, fast=0.956))
+    wrapper = workdir / "rerun_slower.py"
+    wrapper.write_text(
+        textwrap.dedent(
+            f"""
+            import os, sys
+            counter = {str(workdir / "launches")!r}
+            if os.environ.get("TINY_STEP_S") == "0.956":
+                with open(counter, "a") as f:
+                    f.write("x")
+                if os.path.getsize(counter) == 2:
+                    os.environ["TINY_STEP_S"] = "0.986"
+            os.execv(sys.executable, [sys.executable, {str(TINY_TRAINER)!r}, *sys.argv[1:]])
+            """
+        )
+    )
+    pins = ["--set", "trainer.offload=false", "--set", "NCCL_ALGO=unset", "--set", "trainer.micro=1"]
+    args = ["run", "--space", str(space), "--study", "t", "--json", "--trials", "2", "--steps", "2", "--confirm", "1"]
+    proc = run_cli([*args, *pins, "-o", "tuned.yaml", "--", sys.executable, str(wrapper)], cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    assert "trial 0 is now within the measured noise of trial 1 and changes less: one more re-run" in proc.stderr
+    best = json.loads(proc.stdout)["best"]
+    assert best["params"]["TINY_STEP_S"] == 0.996 and best["confirmed"] and best["trials"] == [0, 3], proc.stderr
+    assert yaml.safe_load((workdir / "tuned.yaml").read_text())["metrics"]["confirmed"] is True
