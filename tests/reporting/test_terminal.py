@@ -66,7 +66,7 @@ def test_json_rows_carry_why_for_proposed_trials_only(proposed):
     assert reruns and all(w is None for w in reruns), reruns
     assert all(
         re.match(
-            r"((compound move|move|pair of moves|jump|move without a partner|pair that may interact) from trial \d+: |TPE, since )",
+            r"((compound move|move|pair of moves|jump|move without a partner|pair that may interact|untried pair) from trial \d+: |TPE, since )",
             w,
         )
         for w in stored.values()

@@ -29,7 +29,9 @@ proposes what an uninterrupted one would):
    measured one at a time, combined in one trial). A pair of moves, from the leading config: two
    one-parameter moves of different parameters in one trial, each change either not rated slower
    than that config or back to the baseline's value, and two that each take memory only where the
-   two are likely to fit together (``Planner.pairs``). And a move without a
+   two are likely to fit together (``Planner.pairs``); an untried pair, a change that takes memory
+   and that the model rates slower, with a micro-batch along its axis, one run on each side of the
+   base's micro-batch (``Planner.micro_batch_pairs``). And a move without a
    partner: a value whose failures were cheap (start-up crashes) and all came next to the same
    other values, from a base that holds those values, together with all of them set back to the
    baseline's at once (a shorter prompt limit crashed at the incumbent's larger batch; from there
@@ -40,7 +42,8 @@ proposes what an uninterrupted one would):
 4. Each move is scored ``expected improvement x P(fits in memory) x worth``: expected
    improvement over the incumbent under the throughput model (a pair that may interact is taken
    as likely as not to beat it, within the spread the model gives the pair: the additive model
-   rates it by its parts, which may each lose alone; parameters whose measured effect is
+   rates it by its parts, which may each lose alone; an untried pair's spread is widened by what
+   the two may do together, ``INTERACTION_SD`` per position its micro-batch goes; parameters whose measured effect is
    within noise promise little and wait; untried values of parameters with a large measured spread
    come first); ``P(fits)`` from the memory model (the odds a proposal shows are those shifted by
    how the model's odds held on the study's earlier proposals, ``fit_odds``; the ranking weighs the
@@ -87,9 +90,9 @@ proposes what an uninterrupted one would):
    it may be the large micro-batch the study needs.
 
 Where it is weak. It is a local search, and its models are additive: an interaction between two
-parameters is learnt only by trying the pair, which the search does on purpose only for NCCL's
-protocol and a bucket size (any other pair, packing with a larger micro-batch, only when the
-prior or the parts' own gains bring them together). A phase's memory fit needs runs that reported memory
+parameters is learnt only by trying the pair, which the search does on purpose for NCCL's
+protocol and a bucket size, and for a change that takes memory with a micro-batch (any other pair
+only when the prior or the parts' own gains bring them together). A phase's memory fit needs runs that reported memory
 per phase (GPU samples give it, locally and on Ray nodes; memory lines a trainer writes to its own
 worker files, read after the run, give none, so without NVML a SkyRL run's highest peak is fitted
 alone), and a memory-saving value whose only runs crashed before measuring anything keeps its prior
@@ -131,7 +134,8 @@ from optuna.trial import FrozenTrial, TrialState
 
 from nccl_tune.node.nccl_interactions import for_large_messages, interacting_pairs
 from nccl_tune.search_spaces.expr import ExprError
-from nccl_tune.search_spaces.space import SearchSpace, Target
+from nccl_tune.search_spaces.roles import role_of
+from nccl_tune.search_spaces.space import Parameter, SearchSpace, Target
 from nccl_tune.tuner.records import study_records as R
 from nccl_tune.tuner.records.held import HeldParameters
 from nccl_tune.tuner.records.nccl_sweep import Sweep
@@ -187,6 +191,11 @@ LAST_TRIALS_WHY = (
     "no config that keeps the training as you run it ran stable and the run is nearly over, so this one keeps it"
 )
 """What a move proposed for the speed-only answer in the run's last trials adds to its why-line."""
+INTERACTION_SD = 0.1
+"""Prior spread of log throughput that a change made with a micro-batch may add to the sum of their
+effects alone, per position the micro-batch goes along its axis (``Planner.micro_batch_pairs``):
+packing sequences costs a few percent alone and gains several percent per doubling of the
+micro-batch that fills it."""
 TIE = 0.01
 """Modelled log-throughput difference within which configs count as tied at least, however well the
 study measured them (``Planner.ranked``: the one with fewer changes from the baseline leads)."""
@@ -203,9 +212,12 @@ class Move:
     """``move`` (one parameter), ``compound move`` (an enabler with a change that needs it), ``jump``
     (the model's best config, several parameters), ``pair of moves`` (two one-parameter moves from
     the leading config), ``move without a partner`` (a value that failed cheaply next to a
-    partner, with the partner set back) or ``pair that may interact`` (NCCL's protocol with a
-    bucket size) or ``the training set back`` (a leading config with every semantic parameter at the
+    partner, with the partner set back), ``pair that may interact`` (NCCL's protocol with a
+    bucket size), ``untried pair`` (a change that takes memory and loses alone, with a micro-batch) or ``the training set back`` (a leading config with every semantic parameter at the
     user's value: ``Planner.training_set_back``)."""
+    interaction_sd: float = 0.0
+    """Log-throughput spread the move may add beyond the sum of its changes' modelled effects (an
+    untried pair: ``Planner.losing_pairs``); 0 for a move the additive model rates as it is."""
 
 
 @dataclass(frozen=True)
@@ -472,7 +484,13 @@ class Planner:
                 ]
                 enablers = {(m.changed[0], m.values[m.changed[0]]) for m in live} - measured
                 singles = self.without_slower_enablers(values, singles, enablers)
-            pairs = self.pairs(values, singles) + self.interactions(values, number) if number == bases[0][0] else []
+            pairs = (
+                self.pairs(values, singles)
+                + self.micro_batch_pairs(values, singles)
+                + self.interactions(values, number)
+                if number == bases[0][0]
+                else []
+            )
             for m in singles + compounds + self.jump(values, number) + self.without_partner(values, number) + pairs:
                 moves.setdefault(self._key(m.values), m)
         return [m for m in moves.values() if self.admits(m.values)]
@@ -497,26 +515,90 @@ class Planner:
         (no checkpointing with a larger micro-batch, then with a shorter pipeline, each out). A
         risky change with one that takes no memory risks nothing more than it alone, and measures
         both when it fits; one with a change that frees memory is a compound move's gamble."""
-        semantic = {p.name for p in self.free if p.semantic}
-        held = [m for m in singles if m.changed[0] not in semantic]
-        if len(held) < 2:
-            return []
-        means, _ = self.tput.predict([base] + [m.values for m in held])
+        held, means = self._pairable(base, singles)
         held = [
             m
             for m, mean in zip(held, means[1:])
             if mean >= means[0] - TIE or m.values[m.changed[0]] == self.baseline.get(m.changed[0])
         ]
+        return self._paired(base, held, held, "pair of moves")
+
+    def micro_batch_pairs(self, base: Mapping[str, Any], singles: Sequence[Move]) -> list[Move]:
+        """A change that takes memory and that the throughput model rates slower than ``base`` (by
+        more than ``TIE``), together with a micro-batch moved along its axis: an untried pair, while
+        no finished run has held that change with a micro-batch on the same side of ``base``'s. A
+        change that takes memory and loses speed alone is in a space for what it buys with that
+        memory, which is traded against the micro-batch: packing sequences pays only once a
+        micro-batch is large enough to fill; a secondary weight partition or a larger prefetch,
+        only while a small one leaves the collectives exposed; CUDA graphs, while launches are what
+        a step waits on. The additive model rates such a pair by its parts and cannot see the trade
+        until a run holds both. ``_best_move`` widens the pair's spread by ``INTERACTION_SD`` per
+        position the micro-batch goes, so where no change promises a gain alone the far ends are
+        tried first, one run a side (a run on the side that loses says the trade goes the other
+        way), and a change that gains alone still goes first. The same rules as ``pairs``
+        otherwise. A micro-batch is a parameter its name calls one (``roles``)."""
+        held, means = self._pairable(base, singles)
+        losing = [
+            m
+            for m, mean in zip(held, means[1:])
+            if mean < means[0] - TIE and self.stacks_memory(base, m) and not _is_micro(self._param(m.changed[0]))
+        ]
+        out = []
+        for p in self.free:
+            if not losing or p.semantic or not _is_micro(p) or base.get(p.name) not in p.choices:
+                continue
+            pos = axis(p)
+            here = pos[p.choices.index(base[p.name])]
+            for v, at in zip(p.choices, pos):
+                if v == base[p.name] or here is None or at is None:
+                    continue
+                along = Move(self.full({**base, p.name: v}), (p.name,), losing[0].base)
+                for m in self._paired(base, [along], [along, *losing], "untried pair"):
+                    if not self._tried_on_side(m, p.name, base):
+                        out.append(dataclasses.replace(m, interaction_sd=INTERACTION_SD * abs(at - here)))
+        return out
+
+    def _tried_on_side(self, move: Move, micro: str, base: Mapping[str, Any]) -> bool:
+        """True when a finished run held ``move``'s other change with a micro-batch ``micro`` on the
+        same side of ``base``'s as ``move``'s."""
+        (other,) = (n for n in move.changed if n != micro)
+        pos = axis(self._param(micro))
+        choices = self._param(micro).choices
+
+        def side(value: Any) -> int:
+            if value not in choices or pos[choices.index(value)] is None:
+                return 0
+            return int(np.sign(pos[choices.index(value)] - pos[choices.index(base[micro])]))
+
+        return any(
+            r.status in FINISHED
+            and r.values.get(other) == move.values[other]
+            and side(r.values.get(micro)) == side(move.values[micro])
+            for r in self.records
+            if r.outcome is Outcome.LAUNCHED and r.values
+        )
+
+    def _param(self, name: str) -> Parameter:
+        return next(p for p in self.free if p.name == name)
+
+    def _pairable(self, base: Mapping[str, Any], singles: Sequence[Move]) -> tuple[list[Move], np.ndarray]:
+        """The moves of ``singles`` a pair may take (no semantic parameter) and the modelled log
+        throughput of ``base`` and of each of them."""
+        semantic = {p.name for p in self.free if p.semantic}
+        held = [m for m in singles if m.changed[0] not in semantic]
+        if len(held) < 2:
+            return [], np.zeros(1)
+        means, _ = self.tput.predict([base] + [m.values for m in held])
+        return held, means
+
+    def _paired(self, base: Mapping[str, Any], first: Sequence[Move], second: Sequence[Move], kind: str) -> list[Move]:
+        """Each move of ``first`` with each later move of ``second`` of another parameter, not two
+        environment variables, and two that each take memory only where ``LIKELY`` to fit."""
         env = {p.name for p in self.free if p.target is Target.ENV}
         out = [
-            Move(
-                {**a.values, b.changed[0]: b.values[b.changed[0]]},
-                (a.changed[0], b.changed[0]),
-                a.base,
-                kind="pair of moves",
-            )
-            for i, a in enumerate(held)
-            for b in held[i + 1 :]
+            Move({**a.values, b.changed[0]: b.values[b.changed[0]]}, (a.changed[0], b.changed[0]), a.base, kind=kind)
+            for i, a in enumerate(first)
+            for b in second[i + 1 :]
             if a.changed != b.changed and not (a.changed[0] in env and b.changed[0] in env)
         ]
         return [m for m in out if not self.stacks_memory(base, m) or self.memory.p_fits_model(m.values) >= LIKELY]
@@ -680,6 +762,7 @@ class Planner:
             self.declined = "every move from the best configs is tried or refused"
             return None
         additive, sd = self.tput.predict([m.values for m in pool])
+        sd = np.hypot(sd, [m.interaction_sd for m in pool])
         mean = additive
         if best is not None:
             may_interact = np.array([m.kind == "pair that may interact" for m in pool])
@@ -736,7 +819,8 @@ class Planner:
 
     def describe(self, move: Move, gain: float, fits: float | None) -> str:
         changes = ", ".join(f"{n}={move.values[n]}" for n in move.changed)
-        modelled = f"modelled {gain:+.1%}" + (" by its parts alone" if move.kind == "pair that may interact" else "")
+        parts = move.kind in ("pair that may interact", "untried pair")
+        modelled = f"modelled {gain:+.1%}" + (" by its parts alone" if parts else "")
         odds = "memory not known yet" if fits is None else f"fits {fits:.0%}"
         return f"{move.kind} from trial {move.base}: {changes} ({modelled}, {odds})"
 
@@ -915,3 +999,9 @@ class LocalSearchSampler(BaseSampler):
     def reseed_rng(self) -> None:
         self._tpe.reseed_rng()
         self._rng.seed()
+
+
+def _is_micro(p: Parameter) -> bool:
+    """True when ``p``'s name (or its flag) calls it a micro-batch (``roles``)."""
+    role = role_of(p.name) or (role_of(p.arg) if p.arg else None)
+    return role is not None and role.name == "micro"
