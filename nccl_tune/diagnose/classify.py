@@ -567,15 +567,15 @@ class _Decision:
         """The specific NCCL error printed within ``NCCL_DETAIL_LINES`` lines after a generic one of
         the same log (PyTorch's ``NCCL error ... Last error:`` then the line NCCL warned): one
         failure, told best by the specific line. Without ``NCCL_DEBUG`` NCCL prints no warning, and
-        PyTorch's ``Last error:`` is all that names what failed: a root set-up failure there (an
-        IB verbs call while the communicator was set up) is that failure, ``init_failure``, as its
-        warning would have been."""
+        PyTorch's ``Last error:`` is all that names what failed: a set-up failure there (an IB
+        verbs call while the communicator was set up; a socket NCCL could not connect before the
+        first step) is that failure, ``init_failure``, as its warning would have been."""
         for e in self.events:
             if (
                 e.order > error.order
                 and e.source == error.source
                 and e.failure_class in (FailureClass.NCCL_ERROR, FailureClass.INIT_FAILURE)
-                and e.kind is Kind.ROOT
+                and (e.kind is Kind.ROOT or e.kind is Kind.INIT and e.before_first_step)
                 and e.rule.name != "nccl_error"
                 and 0 < e.line_no - error.line_no <= NCCL_DETAIL_LINES
             ):

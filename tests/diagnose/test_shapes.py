@@ -141,3 +141,13 @@ def test_no_cause_found_says_so_with_the_last_error_lines() -> None:
     assert v.failure_class is FailureClass.CRASH
     assert "no cause found" in v.evidence[0].text
     assert v.evidence[-1].text.startswith("FATAL: shard reader stopped")
+
+
+def test_a_loopback_peer_named_only_by_last_error_says_which_interface_to_set() -> None:
+    fx = read_shape(SHAPES / "init__socket_connect_named_by_last_error_only.log")
+    v = classify_log(fx.lines, exit_code=fx.exit_code, source=fx.name)
+    assert v.failure_class is FailureClass.INIT_FAILURE and v.cause is not None and v.cause.subtype == "nccl_connect"
+    assert "127.0.0.1, a loopback address" in v.advice and "NCCL_SOCKET_IFNAME" in v.advice
+    assert "NCCL_DEBUG=INFO" not in v.advice
+    other = read_shape(SHAPES / "init__nccl_bootstrap_connect.log")
+    assert "loopback" not in classify_log(other.lines, source=other.name).advice

@@ -83,6 +83,24 @@ _CONNECT = (
     "GLOO_SOCKET_IFNAME"
 )
 
+LOOPBACK = ("127.", "::1", "localhost")
+"""How a loopback peer address begins: no other node can be reached there."""
+
+
+def _nccl_connect(ctx: AdviceContext) -> str:
+    """``_CONNECT``, led by what a loopback peer says: NCCL took the loopback interface for its
+    sockets (the one it finds first when no other is named), an address no other node answers on."""
+    peer = ctx.details.get("peer") or ""
+    if not peer.startswith(LOOPBACK):
+        return _CONNECT
+    return (
+        f"NCCL dialled {peer.split('<')[0]}, a loopback address: it took the loopback interface for its sockets, "
+        "which no other node answers on; set NCCL_SOCKET_IFNAME to the interface that reaches the other nodes "
+        "(`ip -br addr`: the one with the address MASTER_ADDR is on, e.g. NCCL_SOCKET_IFNAME=eth0, or ^lo,docker to "
+        "leave those out), and check /etc/hosts does not map the node's own name to 127.0.x.x"
+    )
+
+
 _PLACEMENT_GROUP = (
     "Ray could not create the placement group in time: the cluster has fewer free GPUs/CPUs than the job asks "
     "for (another job or a leftover Ray cluster holds them: `ray status`); free them, ask for fewer "
@@ -168,7 +186,7 @@ RENDEZVOUS: tuple[Rule, ...] = (
         ("Connect to",),
         rx(r"(?:socketStartConnect|socketPollConnect|Net|NET/Socket|NET/IB)\w*\s*: Connect to (?P<peer>\S+) failed"),
         "nccl_connect",
-        advice=_CONNECT,
+        advice=_nccl_connect,
     ),
     Rule(
         "nccl_socket_transport",
