@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from nccl_tune.reporting.view import StudyView
+from nccl_tune.reporting.view import StudyView, advice_of
 from nccl_tune.tuner.study.night import baseline_runs
 from nccl_tune.tuner.winner.headline import confirmation_words
 from nccl_tune.wording import fmt_rate, fmt_tput
@@ -69,7 +69,7 @@ def baseline_still_runs(view: StudyView) -> Check:
         return Check(name, FAILED, f"trial {bad.number} came within the memory margin of the GPU's limit")
     rank = f" on rank {v.rank}" if v and v.rank is not None else ""
     evidence = "\n".join(e.text for e in v.evidence[:5]) if v else ""
-    advice = v.advice if v else ""
+    advice = advice_of(view, bad) if v else ""
     return Check(
         name,
         FAILED,

@@ -9,7 +9,7 @@ from html import escape
 from nccl_tune.reporting.checks import FAILED, PASSED, Check, night_checks
 from nccl_tune.reporting.plots import COLOURS, all_plots, outcome_label
 from nccl_tune.reporting.terminal import early_stop_sentence
-from nccl_tune.reporting.view import StudyView, failure_costs, winner_reasons, winner_rows
+from nccl_tune.reporting.view import StudyView, advice_of, failure_costs, winner_reasons, winner_rows
 from nccl_tune.search_spaces.describe import describe, short_names
 from nccl_tune.tuner.records.early_stops import early_stops
 from nccl_tune.tuner.records.study_records import Outcome, TrialRecord
@@ -170,7 +170,7 @@ def _trial_row(view: StudyView, r: TrialRecord) -> list[str]:
     note = ""
     if res is not None and not r.ok:
         evidence = res.verdict.evidence[0].text[:200] if res.verdict.evidence else ""
-        note = escape(res.verdict.advice) + (f"<br><small>{escape(evidence)}</small>" if evidence else "")
+        note = escape(advice_of(view, r)) + (f"<br><small>{escape(evidence)}</small>" if evidence else "")
     elif r.outcome is not Outcome.LAUNCHED:
         note = escape(
             r.violations[0]

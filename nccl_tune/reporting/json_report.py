@@ -10,7 +10,7 @@ from typing import Any
 
 from nccl_tune.nightly.history import history_json
 from nccl_tune.reporting.checks import night_checks
-from nccl_tune.reporting.view import StudyView, failure_costs, winner_reasons
+from nccl_tune.reporting.view import StudyView, advice_of, failure_costs, winner_reasons
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.tuner.records.early_stops import early_stops
 from nccl_tune.tuner.records.semantics import semantic_changes
@@ -106,7 +106,7 @@ def report_json(view: StudyView, exit_code: int | None = None) -> dict[str, Any]
     """The study as JSON (``exit_code``: the run's own, where a run reports; else 0 with a winner, 2
     without). ``not_stable`` lists the configs faster than the winner that are left out as flaky."""
     timings = {n: asdict(t) for n, t in view.timings.items()}
-    rows = [{**trial_row(r), "timing": timings.get(r.number)} for r in view.records]
+    rows = [{**trial_row(r), "advice": advice_of(view, r), "timing": timings.get(r.number)} for r in view.records]
     return {
         "study": view.study,
         "storage": view.storage_url,

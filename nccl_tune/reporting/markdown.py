@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 
 from nccl_tune.reporting.checks import FAILED, PASSED, night_checks
 from nccl_tune.reporting.terminal import early_stop_sentence
-from nccl_tune.reporting.view import StudyView, failure_costs, winner_reasons, winner_rows
+from nccl_tune.reporting.view import StudyView, advice_of, failure_costs, winner_reasons, winner_rows
 from nccl_tune.search_spaces.describe import describe
 from nccl_tune.tuner.records.early_stops import early_stops
 from nccl_tune.tuner.winner.worst_proof import fails_at_worst
@@ -52,7 +52,7 @@ def _trials(view: StudyView) -> list[str]:
     rows = []
     for r in view.launched[:MAX_TRIAL_ROWS]:
         res = r.result
-        advice = res.verdict.advice if res is not None and not r.ok else ""
+        advice = advice_of(view, r) if res is not None and not r.ok else ""
         t = view.timings.get(r.number)
         rows.append(
             (

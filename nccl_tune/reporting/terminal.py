@@ -12,7 +12,7 @@ from rich.padding import Padding
 from rich.table import Table
 from rich.text import Text
 
-from nccl_tune.reporting.view import StudyView, faster_set_aside, set_aside_rule, worst_case_words
+from nccl_tune.reporting.view import StudyView, advice_of, faster_set_aside, set_aside_rule, worst_case_words
 from nccl_tune.search_spaces.describe import describe, short_names
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.tuner.records.early_stops import EarlyStops, early_stops
@@ -264,7 +264,7 @@ def _failure_lines(console: Console, view: StudyView) -> None:
             rank = "" if v.rank is None else f" rank {v.rank}"
             values = describe(view.space, r.values, base)
             evidence = shorten(v.evidence[0].text) if v.evidence else ""
-            line = f"  trial {r.number} {r.status.value if r.status else '?'}{rank}: {values} | {evidence} | advice: {v.advice}"
+            line = f"  trial {r.number} {r.status.value if r.status else '?'}{rank}: {values} | {evidence} | advice: {advice_of(view, r)}"
             _print(console, escape(line))
 
 
@@ -279,7 +279,7 @@ def _failure_blocks(console: Console, view: StudyView) -> None:
             lines = [
                 describe(view.space, r.values, base),
                 shorten(v.evidence[0].text) if v.evidence else "",
-                f"advice: {v.advice}" if v.advice else "",
+                f"advice: {advice}" if (advice := advice_of(view, r)) else "",
             ]
             _block(console, f"  trial {r.number} [red]{escape(r.status.value if r.status else '?')}[/]{rank}", lines)
 
@@ -298,7 +298,7 @@ def _failure_table(view: StudyView) -> Table:
                 "-" if v.rank is None else str(v.rank),
                 escape(describe(view.space, r.values, base)),
                 escape(v.evidence[0].text[:200]) if v.evidence else "",
-                escape(v.advice),
+                escape(advice_of(view, r)),
             )
     return table
 
