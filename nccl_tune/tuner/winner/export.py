@@ -61,6 +61,17 @@ SPEED_ONLY_CHOICE = "speed_only"
 """``study.choice`` of a tuned YAML: the fastest stable config that keeps the training as the user runs it."""
 
 
+MEMORY_NOTES = {
+    "log": (
+        "read from the trainer's own lines, which often count allocated tensors only (DeepSpeed's MaxMemAllocated, "
+        "PyTorch's max_memory_allocated): the allocator's cache and NCCL's buffers, several GiB, are not in it, so "
+        "the real headroom is smaller than min_headroom_gib; on a node NVML reads the whole device"
+    ),
+    "rss": "no GPU memory was read (no NVML, no memory line the progress rules match): peak and headroom are unknown",
+}
+"""What ``metrics.memory_note`` says of a memory source that does not read the whole device."""
+
+
 def tuned_document(stored: StoredStudy, winner: Candidate, choice: str = WINNER) -> dict[str, Any]:
     """The tuned YAML of ``winner`` (a candidate of ``stored``) as a mapping; ``choice`` says which
     of the study's picks it is (``WINNER`` or ``SPEED_ONLY_CHOICE``). Parameters dropped during the study
@@ -87,6 +98,7 @@ def tuned_document(stored: StoredStudy, winner: Candidate, choice: str = WINNER)
         "peak_mem_gib": round(winner.peak_mem_gib, 2) if winner.peak_mem_gib is not None else None,
         "min_headroom_gib": round(winner.min_headroom_gib, 2) if winner.min_headroom_gib is not None else None,
         "memory_source": best.result.memory.source if best.result and best.result.memory else None,
+        "memory_note": MEMORY_NOTES.get(best.result.memory.source) if best.result and best.result.memory else None,
         "confirmed": winner.confirmed,
         "confirmation": confirmation_words(winner),
         "worst_case": worst_case_summary(stored, winner),
