@@ -118,9 +118,10 @@ joint rate). The figures per landscape family are in ``benchmarks/README.md``.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import math
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property, partial
 from statistics import NormalDist
@@ -521,7 +522,7 @@ class Planner:
             for m, mean in zip(held, means[1:])
             if mean >= means[0] - TIE or m.values[m.changed[0]] == self.baseline.get(m.changed[0])
         ]
-        return self._paired(base, held, held, "pair of moves")
+        return self._paired(base, itertools.combinations(held, 2), "pair of moves")
 
     def micro_batch_pairs(self, base: Mapping[str, Any], singles: Sequence[Move]) -> list[Move]:
         """A change that takes memory and that the throughput model rates slower than ``base`` (by
@@ -541,7 +542,7 @@ class Planner:
         losing = [
             m
             for m, mean in zip(held, means[1:])
-            if mean < means[0] - TIE and self.stacks_memory(base, m) and not _is_micro(self._param(m.changed[0]))
+            if mean < means[0] - TIE and self.stacks_memory(base, m) and not _is_micro(self.space.param(m.changed[0]))
         ]
         out = []
         for p in self.free:
@@ -553,7 +554,7 @@ class Planner:
                 if v == base[p.name] or here is None or at is None:
                     continue
                 along = Move(self.full({**base, p.name: v}), (p.name,), losing[0].base)
-                for m in self._paired(base, [along], [along, *losing], "untried pair"):
+                for m in self._paired(base, ((along, x) for x in losing), "untried pair"):
                     if not self._tried_on_side(m, p.name, base):
                         out.append(dataclasses.replace(m, interaction_sd=INTERACTION_SD * abs(at - here)))
         return out
@@ -562,8 +563,8 @@ class Planner:
         """True when a finished run held ``move``'s other change with a micro-batch ``micro`` on the
         same side of ``base``'s as ``move``'s."""
         (other,) = (n for n in move.changed if n != micro)
-        pos = axis(self._param(micro))
-        choices = self._param(micro).choices
+        p = self.space.param(micro)
+        pos, choices = axis(p), p.choices
 
         def side(value: Any) -> int:
             if value not in choices or pos[choices.index(value)] is None:
@@ -578,9 +579,6 @@ class Planner:
             if r.outcome is Outcome.LAUNCHED and r.values
         )
 
-    def _param(self, name: str) -> Parameter:
-        return next(p for p in self.free if p.name == name)
-
     def _pairable(self, base: Mapping[str, Any], singles: Sequence[Move]) -> tuple[list[Move], np.ndarray]:
         """The moves of ``singles`` a pair may take (no semantic parameter) and the modelled log
         throughput of ``base`` and of each of them."""
@@ -591,14 +589,14 @@ class Planner:
         means, _ = self.tput.predict([base] + [m.values for m in held])
         return held, means
 
-    def _paired(self, base: Mapping[str, Any], first: Sequence[Move], second: Sequence[Move], kind: str) -> list[Move]:
-        """Each move of ``first`` with each later move of ``second`` of another parameter, not two
-        environment variables, and two that each take memory only where ``LIKELY`` to fit."""
+    def _paired(self, base: Mapping[str, Any], pairs: Iterable[tuple[Move, Move]], kind: str) -> list[Move]:
+        """Each of ``pairs`` (two one-parameter moves from ``base``) as one move, when the two change
+        different parameters, not two environment variables, and two that each take memory only
+        where ``LIKELY`` to fit."""
         env = {p.name for p in self.free if p.target is Target.ENV}
         out = [
             Move({**a.values, b.changed[0]: b.values[b.changed[0]]}, (a.changed[0], b.changed[0]), a.base, kind=kind)
-            for i, a in enumerate(first)
-            for b in second[i + 1 :]
+            for a, b in pairs
             if a.changed != b.changed and not (a.changed[0] in env and b.changed[0] in env)
         ]
         return [m for m in out if not self.stacks_memory(base, m) or self.memory.p_fits_model(m.values) >= LIKELY]
