@@ -16,6 +16,7 @@ from nccl_tune.nightly.history import History, build_history
 from nccl_tune.nightly.night import Night
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.search_spaces.spelling import format_value
+from nccl_tune.tuner.records.failure_context import study_advice
 from nccl_tune.tuner.records.nccl_sweep import SweepLine
 from nccl_tune.tuner.records.semantics import semantic_changes, user_env
 from nccl_tune.tuner.records.speedup import speedup
@@ -122,33 +123,9 @@ def known_gib(x: float | None) -> float | None:
     return x if x else None
 
 
-NOT_A_SETTING = frozenset(
-    {FailureClass.OK, FailureClass.OOM, FailureClass.HOST_OOM, FailureClass.CONFIG_ERROR, FailureClass.INTERRUPTED}
-)
-"""Failures whose advice already names what to change (memory, a refused key) or that no setting
-brought about: ``advice_of`` adds nothing to them."""
-
-
 def advice_of(view: StudyView, r: TrialRecord) -> str:
-    """A failed run's advice, led by what the study adds to it: the values it held that no run that
-    finished held (a hang in start-up reads as a slow start-up or a progress rule that matched
-    nothing, where other runs of the same command made progress; what this run alone set is then
-    the likeliest cause)."""
-    res = r.result
-    advice = res.verdict.advice if res is not None else ""
-    if res is None or r.ok or r.status in NOT_A_SETTING or res.verdict.from_outside or not r.values:
-        return advice
-    finished = [o.values for o in view.launched if o.ok and o.values]
-    base = view.baseline.values if view.baseline else {}
-    alone = [
-        f"{n}={format_value(v)}"
-        for n, v in r.values.items()
-        if v != base.get(n) and finished and not any(f.get(n) == v for f in finished)
-    ]
-    if not alone:
-        return advice
-    lead = f"only runs that failed held {', '.join(alone)}, the likeliest cause"
-    return f"{lead}; {advice}" if advice else lead
+    """A failed run's advice as the study reads it (``records.failure_context``)."""
+    return study_advice(r, view.launched, view.baseline.values if view.baseline else {})
 
 
 @dataclass(frozen=True)

@@ -205,11 +205,16 @@ def test_a_speed_only_config_apart_from_the_winner_is_offered_as_an_export_of_it
 
 def test_a_failure_s_advice_names_the_values_only_failed_runs_held(tmp_path):
     """NCCL_ALGO=Tree hangs the tiny trainer's first step (at this micro-batch); Ring and the
-    baseline finish: the report's advice for the hang leads with the one value only it held."""
+    baseline finish: the run's line and the report's advice for the hang lead with the one value
+    only it held."""
     pins = ["--set", "trainer.offload=false", "--set", "trainer.micro=2"]
     args = ["run", "--space", str(TINY_SPACE), "--study", "t", "--seed", "3", "--trials", "3", "--confirm", "0", *pins]
     env = {"TINY_FLAKY_ALGO": "Tree"}
-    assert run_cli([*args, "--", sys.executable, str(TINY_TRAINER)], cwd=tmp_path, env=env).returncode == 0
+    run = run_cli([*args, "--", sys.executable, str(TINY_TRAINER)], cwd=tmp_path, env=env)
+    assert run.returncode == 0, run.stderr
+    out = (run.stdout + run.stderr).splitlines()
+    live = [line for line in out if " hang " in line and line.startswith("trial ")]
+    assert live and "advice: only runs that failed held NCCL_ALGO=Tree, the likeliest cause" in live[0], live
     proc = run_cli(["report", "--study", "t", "--json"], cwd=tmp_path)
     rows = {r["params"]["NCCL_ALGO"]: r for r in json.loads(proc.stdout)["trials"]}
     assert rows["Tree"]["status"] == "hang", rows

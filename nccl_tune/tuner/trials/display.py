@@ -190,7 +190,16 @@ class Display:
             return evidence, f"as for trial {same_advice}"
         return evidence, advice
 
-    def trial_finished(self, number: int, result: TrialResult, near_wall: bool, incumbent: Candidate | None) -> None:
+    def trial_finished(
+        self,
+        number: int,
+        result: TrialResult,
+        near_wall: bool,
+        incumbent: Candidate | None,
+        advice: str | None = None,
+    ) -> None:
+        """One trial's end: status, figures, a failure's evidence and advice (``advice``: as the study
+        reads it, ``records.failure_context``; the verdict's own when None), and news of the best."""
         self._stop_status()
         self._walls.append(result.wall_s)
         style = STYLE.get(result.status, "red")
@@ -201,7 +210,7 @@ class Display:
         metrics = f"{tput}  mem {fmt_mem(result)}  steps {fmt_steps(result)}  {duration(result.wall_s)}"
         failed = result.status is not FailureClass.OK
         evidence = shorten(result.verdict.evidence[0].text) if failed and result.verdict.evidence else ""
-        advice = result.verdict.advice if failed else ""
+        advice = (result.verdict.advice if advice is None else advice) if failed else ""
         if failed:
             evidence, advice = self._said_before(number, result, evidence, advice)
         best = self._incumbent_news(incumbent, number, result)

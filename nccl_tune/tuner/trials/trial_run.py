@@ -23,11 +23,19 @@ from nccl_tune.launchers.base import Launcher
 from nccl_tune.search_spaces.space import SearchSpace
 from nccl_tune.trial import TrialResult, TrialSpec
 from nccl_tune.tuner.records import study_records as R
+from nccl_tune.tuner.records.failure_context import study_advice
 from nccl_tune.tuner.records.gpu_size import sized_among
 from nccl_tune.tuner.records.held import HeldParameters
 from nccl_tune.tuner.records.nccl_sweep import load as load_sweep
 from nccl_tune.tuner.records.semantics import study_reference, study_user_env
-from nccl_tune.tuner.records.stability import Candidate, changes_semantics, keeps_semantics, select_winner, speed_only
+from nccl_tune.tuner.records.stability import (
+    Candidate,
+    baseline,
+    changes_semantics,
+    keeps_semantics,
+    select_winner,
+    speed_only,
+)
 from nccl_tune.tuner.records.study_records import TrialRecord
 from nccl_tune.tuner.records.telling import near_wall, requeue, tell_abandoned, tell_result
 from nccl_tune.tuner.search.failure_model import FlakyRule, flaky_rule
@@ -265,11 +273,15 @@ class TrialRunner:
             self.told_buffered = True
         if self.space.progress.detect and result.progress_preset and detected_preset(history) is None:
             self.display.note(f"progress: the output reads as preset {result.progress_preset} (trial {result.number})")
+        records = R.records(study)
+        told = next((r for r in records if r.number == trial.number), None)
+        base = baseline(records)
         self.display.trial_finished(
             trial.number,
             result,
             result.status is FailureClass.OK and near_wall(result, self.space.min_headroom_frac),
-            self.leader(R.records(study)),
+            self.leader(records),
+            study_advice(told, records, base.values if base else {}) if told is not None else None,
         )
         if again:
             self.display.note(
