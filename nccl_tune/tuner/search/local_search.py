@@ -43,8 +43,8 @@ proposes what an uninterrupted one would):
    improvement over the incumbent under the throughput model (a pair that may interact is taken
    as likely as not to beat it, within the spread the model gives the pair: the additive model
    rates it by its parts, which may each lose alone; an untried pair's spread is widened by what
-   the two may do together, ``INTERACTION_SD`` per position its micro-batch goes; parameters whose measured effect is
-   within noise promise little and wait; untried values of parameters with a large measured spread
+   the two may do together, ``INTERACTION_SD`` per position its micro-batch goes; parameters
+   whose measured effect is within noise promise little and wait; untried values of parameters with a large measured spread
    come first); ``P(fits)`` from the memory model (the odds a proposal shows are those shifted by
    how the model's odds held on the study's earlier proposals, ``fit_odds``; the ranking weighs the
    model's own, on which its trade of gain against risk was measured); ``worth`` from the failure
@@ -92,10 +92,10 @@ proposes what an uninterrupted one would):
 Where it is weak. It is a local search, and its models are additive: an interaction between two
 parameters is learnt only by trying the pair, which the search does on purpose for NCCL's
 protocol and a bucket size, and for a change that takes memory with a micro-batch (any other pair
-only when the prior or the parts' own gains bring them together). A phase's memory fit needs runs that reported memory
-per phase (GPU samples give it, locally and on Ray nodes; memory lines a trainer writes to its own
-worker files, read after the run, give none, so without NVML a SkyRL run's highest peak is fitted
-alone), and a memory-saving value whose only runs crashed before measuring anything keeps its prior
+only when the prior or the parts' own gains bring them together). A phase's memory fit needs runs
+that reported memory per phase (GPU samples give it, locally and on Ray nodes; memory lines a
+trainer writes to its own worker files, read after the run, give none, so without NVML a SkyRL
+run's highest peak is fitted alone), and a memory-saving value whose only runs crashed before measuring anything keeps its prior
 effect in every phase. A flat optimum under high step noise (6-10%) is found late even with more
 measured steps: one run's reading of a change worth a few percent is a coin toss, and a change
 carried in on one run's word is read again only when a later pair undoes it. Where neither NVML
@@ -214,11 +214,12 @@ class Move:
     (the model's best config, several parameters), ``pair of moves`` (two one-parameter moves from
     the leading config), ``move without a partner`` (a value that failed cheaply next to a
     partner, with the partner set back), ``pair that may interact`` (NCCL's protocol with a
-    bucket size), ``untried pair`` (a change that takes memory and loses alone, with a micro-batch) or ``the training set back`` (a leading config with every semantic parameter at the
-    user's value: ``Planner.training_set_back``)."""
+    bucket size), ``untried pair`` (a change that takes memory and loses alone, with a
+    micro-batch) or ``the training set back`` (a leading config with every semantic parameter at
+    the user's value: ``Planner.training_set_back``)."""
     interaction_sd: float = 0.0
     """Log-throughput spread the move may add beyond the sum of its changes' modelled effects (an
-    untried pair: ``Planner.losing_pairs``); 0 for a move the additive model rates as it is."""
+    untried pair: ``Planner.micro_batch_pairs``); 0 for a move the additive model rates as it is."""
 
 
 @dataclass(frozen=True)
