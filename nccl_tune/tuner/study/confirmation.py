@@ -5,9 +5,9 @@ A re-run that disagrees with its config's first run (further apart than their st
 ``records.agreement``) confirms nothing: the run says so, and when the re-runs are spent it gives
 that config one more run (once a study run, while the ``--budget`` lasts), so that the two of three
 that agree can confirm it. The same one more run goes to the winner rule's new pick when a re-run
-moved it: a re-run widens the measured noise, and a config that changes the training less than the
-one re-run can come within it (``records.stability``), which no run has confirmed. A re-run left over once the winner is confirmed goes to the speed-only
-pick (the fastest stable config that keeps the training as the user runs it,
+moved it to a config no run has confirmed: a re-run widens the measured noise, and a config that
+changes the training less than the one re-run can come within it (``records.stability``). A re-run
+left over once the winner is confirmed goes to the speed-only pick (the fastest stable config that keeps the training as the user runs it,
 ``study_view.pick_speed_only``) when that is another config, neither the winner nor the user's own
 run: a user who will not shorten the prompts exports it, and an export that says "NOT confirmed"
 leaves the doubt to them. Then, before a speed-up is quoted, the baseline is re-run at the
@@ -66,17 +66,17 @@ def confirm(
 
 
 def _one_more(study: optuna.Study, space: SearchSpace, cand: Candidate, display: Display) -> str | None:
-    """Why the run of ``cand`` just made calls for one more re-run: its runs disagree (said), or they
-    moved the winner rule's pick to a config no re-run has confirmed (the re-run widened the measured
-    noise, and a config that changes the training less now comes within it); None when neither."""
+    """Why the run of ``cand`` just made calls for one more re-run: its runs disagree (said), or it
+    moved the winner rule's pick to a config no run has confirmed (module docstring); None when
+    neither."""
     if _disagrees(study, cand, display):
         return f"one more run of trial {cand.first.number}'s config, to tell which run was off"
     pick = pick_winner(R.records(study), space)
     if pick is None or pick.confirmed or run_key(pick.values) == run_key(cand.values):
         return None
     return (
-        f"trial {pick.first.number} is now within the measured noise of trial {cand.first.number} and changes "
-        f"less: one more re-run, to confirm it"
+        f"the re-run of trial {cand.first.number} moved the pick to trial {pick.first.number}, which no run has "
+        "confirmed: one more re-run, to confirm it"
     )
 
 

@@ -9,7 +9,9 @@ TINY_STEP_S scales the step time (default 0.15 s for micro=1). It never stops by
 like skyrl_train: the tuner stops it after its measured steps. TINY_FLAKY_ALGO=<algo>: NCCL_ALGO=<algo>
 makes steps 30% faster, and a run with it hangs in its first step unless trainer.micro=4 (a setting
 that hangs now and then, spared by the runs of one config). TINY_STALL_STEP=<n>: step n takes three
-times as long (a garbage collection, a checkpoint write).
+times as long (a garbage collection, a checkpoint write). TINY_EXACT_TIMES=1: each step prints the
+time it was meant to take, not the time it took (a test whose figures must not move with the
+machine's load).
 """
 
 import os
@@ -77,8 +79,9 @@ def main() -> int:
             )
             return 1
         stall = step == int(os.environ.get("TINY_STALL_STEP", "0"))
-        time.sleep(step_s * (2.0 if step == 1 else 3.0 if stall else 1.0))
-        dt = time.time() - t0
+        planned = step_s * (2.0 if step == 1 else 3.0 if stall else 1.0)
+        time.sleep(planned)
+        dt = planned if os.environ.get("TINY_EXACT_TIMES") else time.time() - t0
         log(f"Finished: 'policy_train', time cost: {dt:.2f}s")
         print(
             f"(FSDPPolicyWorkerBase pid={pid}) rank 0 step {step} memory: {mem:.2f}GiB({mem / 80 * 100:.1f}%)",

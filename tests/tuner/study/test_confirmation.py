@@ -135,31 +135,32 @@ def test_a_re_run_that_brings_a_config_with_fewer_training_changes_within_the_no
     # a shorter step stands for a training change: 0.96 s steps against the user's 1.00 s, 4.2% faster,
     # beyond the 3% noise assumed before any re-run; its re-run steps 0.99 s, so its mean is 2.6% faster
     # and its runs 3.1% apart: the user's run, within that noise and changing nothing, becomes the pick,
-    # and the one re-run left over goes to it (each sleep 4 ms short: the trainer prints 2 decimals)
+    # and the one re-run left over goes to it (the steps print the times they were meant to take)
     space = workdir / "space.yaml"
-    space.write_text(_with_semantic_step(TINY_SPACE.read_text(), slow=0.996, fast=0.956))
+    space.write_text(_with_semantic_step(TINY_SPACE.read_text(), slow=1.0, fast=0.96))
     wrapper = workdir / "rerun_slower.py"
     wrapper.write_text(
         textwrap.dedent(
             f"""
             import os, sys
             counter = {str(workdir / "launches")!r}
-            if os.environ.get("TINY_STEP_S") == "0.956":
+            if os.environ.get("TINY_STEP_S") == "0.96":
                 with open(counter, "a") as f:
                     f.write("x")
                 if os.path.getsize(counter) == 2:
-                    os.environ["TINY_STEP_S"] = "0.986"
+                    os.environ["TINY_STEP_S"] = "0.99"
             os.execv(sys.executable, [sys.executable, {str(TINY_TRAINER)!r}, *sys.argv[1:]])
             """
         )
     )
     pins = ["--set", "trainer.offload=false", "--set", "NCCL_ALGO=unset", "--set", "trainer.micro=1"]
     args = ["run", "--space", str(space), "--study", "t", "--json", "--trials", "2", "--steps", "2", "--confirm", "1"]
-    proc = run_cli([*args, *pins, "-o", "tuned.yaml", "--", sys.executable, str(wrapper)], cwd=workdir)
+    command = ["--", sys.executable, str(wrapper)]
+    proc = run_cli([*args, *pins, "-o", "tuned.yaml", *command], cwd=workdir, env={"TINY_EXACT_TIMES": "1"})
     assert proc.returncode == 0, proc.stderr
-    assert "trial 0 is now within the measured noise of trial 1 and changes less: one more re-run" in proc.stderr
+    assert "the re-run of trial 1 moved the pick to trial 0, which no run has confirmed: one more re-run" in proc.stderr
     best = json.loads(proc.stdout)["best"]
-    assert best["params"]["TINY_STEP_S"] == 0.996 and best["confirmed"] and best["trials"] == [0, 3], proc.stderr
+    assert best["params"]["TINY_STEP_S"] == 1.0 and best["confirmed"] and best["trials"] == [0, 3], proc.stderr
     metrics = yaml.safe_load((workdir / "tuned.yaml").read_text())["metrics"]
     assert metrics["confirmed"] is True
     # no NVML here: the memory is the trainer's printed figure, and the export says what it leaves out
