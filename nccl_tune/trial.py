@@ -579,13 +579,17 @@ class TrialResult:
         """Throughput over the measured steps (stragglers left out) and its unit (``samples/s``,
         ``tokens/s``, ``steps/s``).
 
-        The rate the trainer printed, when every measured step printed one, or every one from the first
-        that did when none printed one before (a steps rate times the
-        space's samples per step gives samples); otherwise from step durations: samples per step over
-        the mean step time, or steps per second when the samples per step are unknown."""
+        The rate the trainer printed (a steps rate times the space's samples per step gives samples),
+        when every measured step printed one, or every one from the first that did when none printed
+        one before; the last step is left out when its rate alone is missing (Composer prints a
+        block's rate after the line that ends its step, and the run may stop between the two).
+        Otherwise from step durations: samples per step over the mean step time, or steps per second
+        when the samples per step are unknown."""
         rates = self.kept_step_rates
         if all(r is None for r in self.step_rates[: self.warmup_steps]):  # a rate that starts late (DeepSpeed's
             rates = rates[next((i for i, r in enumerate(rates) if r is not None), len(rates)) :]  # timer: step 3)
+        if len(rates) > 1 and rates[-1] is None and None not in rates[:-1]:
+            rates = rates[:-1]  # the last step's rate, printed after its step line, was still on its way at the stop
         if rates and all(r is not None and r > 0 for r in rates) and self.rate_unit:
             mean_rate = sum(rates) / len(rates)  # type: ignore[arg-type]
             if self.rate_unit == "steps" and self.samples_per_step:

@@ -27,6 +27,15 @@ def result(**kw) -> TrialResult:
         ),
         # a step whose line printed no rate (a progress bar showing s/it): the durations decide
         (dict(step_times_s=(9.0, 2.5, 3.5), step_rates=(1.0, None, 0.25), rate_unit="steps"), (1 / 3, "steps/s")),
+        # the last step's rate still on its way when the run stopped: the steps that printed one decide
+        (
+            dict(step_times_s=(9.0, 2.5, 3.5, 4.0), step_rates=(None, 100.0, 200.0, None), rate_unit="samples"),
+            (150.0, "samples/s"),
+        ),
+        (
+            dict(step_times_s=(9.0, 2.5, 3.5, 4.0), step_rates=(None, 100.0, None, None), rate_unit="samples"),
+            (0.3, "steps/s"),
+        ),
         (dict(step_times_s=(9.0,)), (None, "steps/s")),
     ],
 )
