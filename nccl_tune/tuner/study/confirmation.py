@@ -7,9 +7,9 @@ that config one more run (once a study run, while the ``--budget`` lasts), so th
 that agree can confirm it. The same one more run goes to the winner rule's new pick when a re-run
 moved it to a config no run has confirmed: a re-run widens the measured noise, and a config that
 changes the training less than the one re-run can come within it (``records.stability``). A re-run
-left over once the winner is confirmed goes to the speed-only pick (the fastest stable config that keeps the training as the user runs it,
-``study_view.pick_speed_only``) when that is another config, neither the winner nor the user's own
-run: a user who will not shorten the prompts exports it, and an export that says "NOT confirmed"
+left over once the winner is confirmed goes to the speed-only pick (the fastest stable config that
+keeps the training as the user runs it, ``study_view.pick_speed_only``) when that is another
+config, neither the winner nor the user's own run: a user who will not shorten the prompts exports it, and an export that says "NOT confirmed"
 leaves the doubt to them. Then, before a speed-up is quoted, the baseline is re-run at the
 measured steps of the winner when none of its runs measured as many (``records.speedup``).
 """
@@ -58,18 +58,20 @@ def confirm(
         result = rerun(study, runner, cand, f"re-run of trial {cand.first.number}", budget)
         if result.status is FailureClass.INTERRUPTED:
             return True
-        why = _one_more(study, space, cand, display)
-        if why and left == 0 and spare:
+        disagrees = _disagrees(study, cand, display)
+        why = _one_more(study, space, cand, disagrees) if left == 0 and spare else None
+        if why:
             display.note(why)
             left, spare = 1, 0
     return False
 
 
-def _one_more(study: optuna.Study, space: SearchSpace, cand: Candidate, display: Display) -> str | None:
-    """Why the run of ``cand`` just made calls for one more re-run: its runs disagree (said), or it
-    moved the winner rule's pick to a config no run has confirmed (module docstring); None when
-    neither."""
-    if _disagrees(study, cand, display):
+def _one_more(study: optuna.Study, space: SearchSpace, cand: Candidate, disagrees: bool) -> str | None:
+    """Why the run of ``cand`` just made calls for one more re-run: its runs disagree
+    (``disagrees``), or it moved the winner rule's pick to a config no run has confirmed (module
+    docstring); None when neither. Asked only while a run is spare: the pick reads the study's
+    failure model."""
+    if disagrees:
         return f"one more run of trial {cand.first.number}'s config, to tell which run was off"
     pick = pick_winner(R.records(study), space)
     if pick is None or pick.confirmed or run_key(pick.values) == run_key(cand.values):
