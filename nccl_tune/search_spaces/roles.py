@@ -85,6 +85,11 @@ def role_of(key: str) -> Role | None:
     return next((r for r in ROLES if re.search(r.pattern, name)), None)
 
 
+def param_role(name: str, arg: str | None) -> Role | None:
+    """The knob a parameter's name suggests, else its flag's (``role_of``)."""
+    return role_of(name) or (role_of(arg) if arg else None)
+
+
 def memory_from_name(
     name: str, arg: str | None, kind: ParamKind, choices: tuple[Any, ...], target: Target
 ) -> tuple[MemoryEffect | None, MemoryEffect | None]:
@@ -92,7 +97,7 @@ def memory_from_name(
     it suggests nothing, or a direction the values' order cannot carry."""
     if target is Target.ENV and name.upper().startswith("NCCL_"):
         return MemoryEffect.SMALL, None  # NCCL's buffers: a few hundred MiB either way
-    role = role_of(name) or (role_of(arg) if arg else None)
+    role = param_role(name, arg)
     if role is None:
         return None, None
     return _along(MemoryEffect(role.memory), kind, choices), _along(MemoryEffect(role.host_memory), kind, choices)

@@ -44,8 +44,8 @@ proposes what an uninterrupted one would):
    as likely as not to beat it, within the spread the model gives the pair: the additive model
    rates it by its parts, which may each lose alone; an untried pair's spread is widened by what
    the two may do together, ``INTERACTION_SD`` per position its micro-batch goes; parameters
-   whose measured effect is within noise promise little and wait; untried values of parameters with a large measured spread
-   come first); ``P(fits)`` from the memory model (the odds a proposal shows are those shifted by
+   whose measured effect is within noise promise little and wait; untried values of parameters
+   with a large measured spread come first); ``P(fits)`` from the memory model (the odds a proposal shows are those shifted by
    how the model's odds held on the study's earlier proposals, ``fit_odds``; the ranking weighs the
    model's own, on which its trade of gain against risk was measured); ``worth`` from the failure
    model: the chance the
@@ -95,9 +95,9 @@ protocol and a bucket size, and for a change that takes memory with a micro-batc
 only when the prior or the parts' own gains bring them together). A phase's memory fit needs runs
 that reported memory per phase (GPU samples give it, locally and on Ray nodes; memory lines a
 trainer writes to its own worker files, read after the run, give none, so without NVML a SkyRL
-run's highest peak is fitted alone), and a memory-saving value whose only runs crashed before measuring anything keeps its prior
-effect in every phase. A flat optimum under high step noise (6-10%) is found late even with more
-measured steps: one run's reading of a change worth a few percent is a coin toss, and a change
+run's highest peak is fitted alone), and a memory-saving value whose only runs crashed before
+measuring anything keeps its prior effect in every phase. A flat optimum under high step noise
+(6-10%) is found late even with more measured steps: one run's reading of a change worth a few percent is a coin toss, and a change
 carried in on one run's word is read again only when a later pair undoes it. Where neither NVML
 nor the trainer's memory lines give the GPU's size, the memory model has no wall until a run runs
 out of memory and PyTorch's message names the size (``gpu_size``): until then the planner weighs
@@ -135,7 +135,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from nccl_tune.node.nccl_interactions import for_large_messages, interacting_pairs
 from nccl_tune.search_spaces.expr import ExprError
-from nccl_tune.search_spaces.roles import role_of
+from nccl_tune.search_spaces.roles import param_role
 from nccl_tune.search_spaces.space import Parameter, SearchSpace, Target
 from nccl_tune.tuner.records import study_records as R
 from nccl_tune.tuner.records.held import HeldParameters
@@ -1002,5 +1002,5 @@ class LocalSearchSampler(BaseSampler):
 
 def _is_micro(p: Parameter) -> bool:
     """True when ``p``'s name (or its flag) calls it a micro-batch (``roles``)."""
-    role = role_of(p.name) or (role_of(p.arg) if p.arg else None)
+    role = param_role(p.name, p.arg)
     return role is not None and role.name == "micro"
