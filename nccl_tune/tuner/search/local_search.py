@@ -80,14 +80,17 @@ proposes what an uninterrupted one would):
    When that promises nothing either, Optuna's TPE proposes (the first of its proposals the memory model
    gives an even chance to fit and the failure model an even chance to finish: ``TPE_DRAWS``; a
    value the command refused is not drawn again where it was refused), and the trial says why the
-   planner declined. When none of TPE's draws is, and the likeliest of them was run before, is
-   likelier to fail than to finish (near the end of a study, the configs it favours are run or fail)
-   or is beyond the failure budget, the planner's best move that is likely to fit and finish and
-   within the budget goes instead, however little it promises (``Planner.runner_up``): a duplicate,
-   or a start-up crash tried again next to the values it crashed with, costs a trial for nothing,
+   planner declined and what the models predict of the draw, as a move's why-line does. When none
+   of TPE's draws is, and the likeliest of them is likelier to fail than to finish or is beyond
+   the failure budget (near the end of a study the configs it favours fail; the budget spent,
+   its draws next to the wall are beyond it), the planner's best move that is likely to fit and
+   finish and within the budget goes instead, however little it promises (``Planner.runner_up``):
+   a start-up crash tried again next to the values it crashed with costs a trial for nothing,
    and a study that spent its budget would spend it again on TPE's risks where it declined its
-   own. A draw that is only unlikely to fit in memory, while the budget may risk it, still goes:
-   it may be the large micro-batch the study needs.
+   own. In place of a draw merely run before (a duplicate, a trial told for nothing) the move goes
+   when it promises ``RUNNER_UP_SHARE`` of a worthy gain. A draw that is only unlikely to fit in
+   memory, while the budget may risk it, still goes: it may be the large micro-batch the study
+   needs.
 
 Where it is weak. It is a local search, and its models are additive: an interaction between two
 parameters is learnt only by trying the pair, which the search does on purpose for NCCL's
@@ -154,8 +157,10 @@ from nccl_tune.tuner.search.throughput_model import ThroughputModel, axis
 from nccl_tune.wording import duration
 
 RUNNER_UP_SHARE = 0.1
-"""Share of ``MIN_EXPECTED_GAIN`` that the planner's runner-up (``Planner.runner_up``) must promise:
-below it, the move is all but sure to be slower, and TPE's likeliest draw goes as before."""
+"""Share of ``MIN_EXPECTED_GAIN`` that the planner's runner-up (``Planner.runner_up``) must promise
+to take the place of a draw TPE drew again: below it, the move is all but sure to be slower, and the
+draw goes as before. In place of a draw likely to fail or beyond the failure budget it goes however
+little it promises."""
 RUNNER_UP_WHY = "it promises little, but TPE drew only configs run before, likely to fail or beyond the failure budget"
 """The why-line's end of the planner's runner-up (``Planner.runner_up``), proposed in place of TPE."""
 TPE_DRAWS = 8
@@ -293,8 +298,9 @@ class Planner:
         """Why ``propose`` returned None."""
         self.runner_up: Proposal | None = None
         """When ``propose`` returned None: its best move that is likely to fit and finish and within the
-        failure budget, though it promises less than ``MIN_EXPECTED_GAIN`` (at least
-        ``RUNNER_UP_SHARE`` of it; None: none is)."""
+        failure budget, though it promises less than ``MIN_EXPECTED_GAIN`` (None: none is)."""
+        self.runner_up_promises = False
+        """``runner_up`` promises at least ``RUNNER_UP_SHARE`` of ``MIN_EXPECTED_GAIN``."""
 
     def _key(self, values: Mapping[str, Any]) -> str:
         """The run ``values`` make: their free parameters with the pinned ones (NCCL clamps one
@@ -790,10 +796,11 @@ class Planner:
                 else f"no move is worth a trial (best expected gain {score[i]:.2%} after the odds it fits and "
                 f"finishes, needs {floor:.2%})"
             )
-            safe = np.where(likely & affordable & (fits >= LIKELY), score, 0.0)
-            j = int(np.argmax(safe))
-            if keeps is None and safe[j] >= RUNNER_UP_SHARE * floor:
-                self.runner_up = self._proposal(pool[j], float(safe[j]), float(fits[j]), additive[j], best, incumbent)
+            safe = np.flatnonzero(likely & affordable & (fits >= LIKELY))
+            if keeps is None and len(safe):
+                j = max(safe, key=lambda k: (score[k], additive[k]))  # promising nothing: the fastest modelled
+                self.runner_up = self._proposal(pool[j], float(score[j]), float(fits[j]), additive[j], best, incumbent)
+                self.runner_up_promises = bool(score[j] >= RUNNER_UP_SHARE * floor)
             return None
         return self._proposal(pool[i], float(score[i]), float(fits[i]), additive[i], best, incumbent)
 
@@ -874,6 +881,8 @@ class LocalSearchSampler(BaseSampler):
         self._last_number: int | None = None
         self._fallback: str | None = None
         """Why TPE proposed the last trial, when it did (None for an enqueued one)."""
+        self._drawn: tuple[dict[str, Any], dict[str, float]] = ({}, {})
+        """TPE's last draw and what the planner's models predict of it (``odds``)."""
         self._first_number: int | None = None
         """The number of this run's first trial (``before_trial``)."""
 
@@ -903,7 +912,10 @@ class LocalSearchSampler(BaseSampler):
         if self.last is None:
             if "fixed_params" not in trial.system_attrs:
                 self._fallback = f"TPE, since {planner.declined}"
-            return self._tpe_that_fits(study, trial, planner)
+            params = self._tpe_that_fits(study, trial, planner)
+            if self.last is None:
+                self._note_draw(planner, from_optuna(self.space, params, self.pinned))
+            return params
         proposal = to_optuna(self.space, self.last.values, self.pinned)
         return {k: v for k, v in proposal.items() if k in search_space}
 
@@ -935,11 +947,27 @@ class LocalSearchSampler(BaseSampler):
             if likeliest is None or (admitted, affordable, ok >= LIKELY, fits * ok) > likeliest[0]:
                 likeliest = ((admitted, affordable, ok >= LIKELY, fits * ok), params)
         spent = likeliest is None or not all(likeliest[0][:3])  # run before, beyond the budget, or likely to fail
-        if planner.runner_up is not None and spent:  # a small gain that will finish beats a trial for nothing
+        risky = likeliest is not None and not all(likeliest[0][1:3])  # beyond the budget, or likely to fail
+        if planner.runner_up is not None and (risky or (spent and planner.runner_up_promises)):
             self.last = dataclasses.replace(planner.runner_up, reason=f"{planner.runner_up.reason}; {RUNNER_UP_WHY}")
             self._fallback = None
             return {k: v for k, v in to_optuna(self.space, self.last.values, self.pinned).items() if k in every}
         return likeliest[1] if likeliest is not None else {}
+
+    def _note_draw(self, planner: Planner, values: Mapping[str, Any]) -> None:
+        """Keep what the planner's models predict of TPE's draw ``values`` (``odds``), and say it in the
+        trial's why-line as a move's says it: the user reads a draw's risk as a move's, and the
+        study checks its odds by every proposal's."""
+        stable = [row[0] for row in planner.ranked() if row[3]]
+        gain = float(planner.tput.predict([values])[0][0]) - max(stable) if stable else None
+        odds: dict[str, float] = {} if gain is None else {"gain": gain}
+        said = [] if gain is None else [f"modelled {gain:+.1%}"]
+        if planner.memory.knows(values):
+            odds.update(fits=planner.memory.p_fits(values), fits_model=planner.memory.p_fits_model(values))
+            said.append(f"fits {odds['fits']:.0%}")
+        self._drawn = (dict(values), odds)
+        if self._fallback and said:
+            self._fallback = f"{self._fallback} ({', '.join(said)})"
 
     def why(self, number: int, values: Mapping[str, Any]) -> str | None:
         """Why trial ``number`` was proposed: the planner's move when it proposed exactly ``values``,
@@ -955,8 +983,11 @@ class LocalSearchSampler(BaseSampler):
     def odds(self, number: int, values: Mapping[str, Any]) -> dict[str, float] | None:
         """What the planner predicted of trial ``number`` when it proposed exactly ``values``
         (``study_records.A_ODDS``); None otherwise."""
-        if self.why(number, values) is None or self.last is None:
+        if self.why(number, values) is None:
             return None
+        if self.last is None:
+            drawn, odds = self._drawn
+            return dict(odds) if odds and all(drawn.get(k) == v for k, v in values.items()) else None
         odds = {"gain": self.last.gain_log or 0.0}
         if self.last.fits is not None:
             odds["fits"] = self.last.fits

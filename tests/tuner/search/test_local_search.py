@@ -490,10 +490,11 @@ def test_no_move_goes_to_a_config_holding_a_flaky_value():
         assert moves and any(m.values["NCCL_ALGO"] == "Tree" for m in moves) is not flaky
 
 
-def tpe_fallback_study(seed: int, asks: int) -> tuple[list[dict], list[TrialRecord]]:
+def tpe_fallback_study(seed: int, asks: int, said: list | None = None) -> tuple[list[dict], list[TrialRecord]]:
     """The configs the sampler proposes, and the study's records, where every move near the best is measured: no-
     checkpointing micro-batches of 4 are the fastest, checkpointing triples a step, a micro-batch of
-    8 without it ran out of memory, and the larger ones without it were never run."""
+    8 without it ran out of memory, and the larger ones without it were never run. ``said``, when
+    given, takes each proposal's why-line and stored odds."""
     import itertools
 
     from nccl_tune.tuner.records.sampling import suggest
@@ -515,6 +516,8 @@ def tpe_fallback_study(seed: int, asks: int) -> tuple[list[dict], list[TrialReco
         values = suggest(trial, SPACE, {})
         assert sampler.why(trial.number, values).startswith("TPE, since every move from the best configs is tried")
         out.append(values)
+        if said is not None:
+            said.append((sampler.why(trial.number, values), sampler.odds(trial.number, values)))
         study.tell(trial, state=TrialState.FAIL)
     return out, records
 
@@ -535,6 +538,23 @@ def test_where_no_move_is_worth_a_trial_tpe_proposes_configs_the_memory_model_ex
     monkeypatch.setattr(local_search, "TPE_DRAWS", 1)
     alone = [p for seed in (1, 2) for p in tpe_fallback_proposals(seed, 12)]
     assert sum(p < 0.5 for p in alone) >= 3, alone
+
+
+def test_a_tpe_draw_shows_and_stores_the_odds_the_models_gave_it_as_a_move_does():
+    """A draw of TPE is a proposal too: its trial says the odds the memory model gave it and the
+    gain the throughput model did, and stores them, so that the study's check of its odds
+    (``fit_odds``) and the benchmarks' reliability table count every proposal, not the planner's
+    alone (the pipeline landscape's draws that ran out of memory were rated 0% to fit, and no record
+    said so)."""
+    said: list = []
+    values, records = tpe_fallback_study(1, 4, said)
+    planner = Planner(SPACE, {}, records)
+    for v, (why, odds) in zip(values, said):
+        assert odds is not None and odds["fits_model"] == pytest.approx(planner.memory.p_fits_model(v)), (why, odds)
+        assert odds["fits"] == pytest.approx(planner.memory.p_fits(v))
+        assert why.endswith(f"fits {odds['fits']:.0%})") and f"modelled {odds['gain']:+.1%}" in why, why
+        best = max(row[0] for row in planner.ranked() if row[3])
+        assert odds["gain"] == pytest.approx(float(planner.tput.predict([v])[0][0]) - best)
 
 
 def sampled_study(records: list[TrialRecord]) -> tuple[LocalSearchSampler, optuna.Study]:
@@ -632,8 +652,31 @@ def test_where_no_draw_of_tpe_is_likely_to_finish_the_planners_small_move_goes_i
         assert draws(*[tight] * local_search.TPE_DRAWS) == {**BASE, **small.values}
     monkeypatch.setattr(local_search, "RUNNER_UP_SHARE", 100.0)  # now it promises too little
     again = Planner(SPACE, {}, records)
-    assert again.propose(random.Random(0)) is None and again.runner_up is None
+    assert again.propose(random.Random(0)) is None and not again.runner_up_promises
     assert fallback_of(monkeypatch, sampler, study, again)(*[ran] * local_search.TPE_DRAWS) == ran
+
+
+def test_a_draw_beyond_the_failure_budget_gives_way_to_a_move_within_it_however_little_it_promises(monkeypatch):
+    """Once a study has spent its failure budget, TPE's draws next to the wall or next to values
+    that failed are beyond it too (the pipeline landscape drew three configs the memory model gave
+    no chance to fit, one after another, and each ran out of memory; the minefield drew the crash
+    it had just had). The planner's move that is likely to fit and finish within the budget goes
+    instead, even where it promises too little to take the place of a draw merely run before."""
+    from nccl_tune.tuner.search import local_search
+
+    monkeypatch.setattr(local_search, "MIN_EXPECTED_GAIN", 0.2)
+    monkeypatch.setattr(local_search, "RUNNER_UP_SHARE", 100.0)  # the move promises next to nothing
+    records = [rec(0, {}), rec(1, {"micro": 4, "NCCL_ALGO": "Ring"})]
+    sampler, study = sampled_study(records)
+    planner = Planner(SPACE, {}, records)
+    assert planner.propose(random.Random(0)) is None and not planner.runner_up_promises
+    small = planner.runner_up
+    tight = {**BASE, "micro": 8, "ckpt": True, "NCCL_ALGO": "Ring"}
+    draws = fallback_of(monkeypatch, sampler, study, planner)
+    assert draws(*[tight] * local_search.TPE_DRAWS) == tight  # within the budget, it goes
+    monkeypatch.setattr(local_search.Planner, "affordable", lambda self, fits, ok, cost_ratio: fits * ok >= 0.5)
+    assert draws(*[tight] * local_search.TPE_DRAWS) == {**BASE, **small.values}
+    assert sampler.last.reason.endswith(local_search.RUNNER_UP_WHY)
 
 
 def test_in_tpes_start_up_the_fallback_draws_whole_configs_and_holds_them_to_the_same_checks(monkeypatch):
