@@ -43,6 +43,7 @@ import re
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from nccl_tune.diagnose.advice import advise
@@ -633,7 +634,7 @@ class _Decision:
         for e in timeouts:
             if "seq" in e.details and e.details.get("op") is not None:
                 sig = (e.details.get("op"), e.details.get("numel_in"), e.details.get("numel_out"))
-                groups.setdefault((e.details.get("pg", "0"), e.details["seq"]), {}).setdefault(sig, set()).add(e.rank)
+                groups.setdefault((self._group(e), e.details["seq"]), {}).setdefault(sig, set()).add(e.rank)
         for (pg, seq), sigs in groups.items():
             if len(sigs) > 1:
                 return self._mismatch(timeouts, pg, seq, sigs)
@@ -664,6 +665,29 @@ class _Decision:
         extra = [best] + [e for e in timeouts if e.rank != best.rank][:3]
         return self._make(FailureClass.COLLECTIVE_TIMEOUT, best, self._evidence(first, extra), rank=rank)
 
+    def _group(self, e: Event) -> str:
+        """The process group of time-out ``e``: the one its line names, else the one the watchdog's
+        next line on its rank names for the same work (``[PG ID 11 PG GUID 119 Rank 1] Exception ...
+        detected by watchdog at work: 216``), else the one group the log's time-outs name, if one,
+        else the default group. Sequence numbers count within a group: ranks of two groups waiting
+        at different numbers are not out of step."""
+        if "pg" in e.details:
+            return str(e.details["pg"])
+        named = self._groups_named
+        groups = set(named.values())
+        only = next(iter(groups)) if len(groups) == 1 else "0"
+        return named.get((e.rank, e.details.get("seq")), only)
+
+    @cached_property
+    def _groups_named(self) -> dict[tuple[int | None, int | None], str]:
+        """The group each (rank, sequence number) of a time-out or a watchdog's caught work is named in."""
+        named: dict[tuple[int | None, int | None], str] = {}
+        for e in self.events:
+            work = e.details.get("at_work", e.details.get("seq"))
+            if work is not None and "pg" in e.details:
+                named[(e.rank, work)] = str(e.details["pg"])
+        return named
+
     def _seq_desync(self, timeouts: list[Event]) -> Verdict | None:
         """Ranks of one process group that time out at different sequence numbers are out of step
         (a collective completes on all ranks or none): ``collective_mismatch``, naming the rank
@@ -672,7 +696,7 @@ class _Decision:
         seqs_of: dict[tuple[str, int], set[int]] = {}
         for e in timeouts:
             if "seq" in e.details and e.rank is not None and e.details.get("op") not in _P2P_OPS:
-                pg = e.details.get("pg", "0")
+                pg = self._group(e)
                 first = by_pg.setdefault(pg, {})
                 seqs_of.setdefault((pg, e.rank), set()).add(e.details["seq"])
                 if e.rank not in first or e.details["seq"] < first[e.rank].details["seq"]:

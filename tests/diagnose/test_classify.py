@@ -743,6 +743,33 @@ def test_timeouts_in_several_unnamed_groups_are_not_ranks_out_of_step() -> None:
     assert (v.failure_class, v.rank) == (F.COLLECTIVE_MISMATCH, 3), v
 
 
+def test_groups_named_only_on_the_watchdogs_next_line_keep_their_sequence_numbers_apart() -> None:
+    """PyTorch 2.5's watchdog line names the rank, not the group; the line after it on the same rank
+    names the group and the work (``[PG ID 11 PG GUID 119 Rank 1] Exception ... detected by watchdog at
+    work: 216``). Two ranks waiting in two groups' collectives (an expert-parallel all-to-all, another
+    group's all-reduce: the shape of NVIDIA/nccl#1610) count their sequence numbers apart: a time-out,
+    not rank 15 behind rank 13. Named in one group, they are out of step."""
+
+    def waiting(rank: int, group_rank: int, guid: int, seq: int, op: str) -> list[str]:
+        head = f" 2025-02-18 12:54 [rank{rank}]:[E218 04:54:22.864467604 ProcessGroupNCCL.cpp"
+        return [
+            f"{head}:616] [Rank {group_rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum={seq}, "
+            f"OpType={op}, NumelIn=32, NumelOut=32, Timeout(ms)=600000) ran for 600045 milliseconds before timing out.\n",
+            f"{head}:1795] [PG ID 11 PG GUID {guid} Rank {group_rank}] Exception (either an error or timeout) detected "
+            f"by watchdog at work: {seq}, last enqueued NCCL work: {seq + 4}, last completed NCCL work: {seq - 1}.\n",
+        ]
+
+    two_groups = waiting(13, 1, 119, 216, "ALLTOALL_BASE") + waiting(15, 0, 112, 57, "ALLREDUCE")
+    v = classify_log(two_groups, signal_name="SIGABRT")
+    assert v.failure_class is F.COLLECTIVE_TIMEOUT, v
+    one_group = waiting(13, 1, 119, 216, "ALLREDUCE") + waiting(15, 0, 119, 57, "ALLREDUCE")
+    v = classify_log(one_group, signal_name="SIGABRT")
+    assert (v.failure_class, v.rank) == (F.COLLECTIVE_MISMATCH, 15), v
+    # a rank whose next line was lost: the one group the log names is its group too
+    v = classify_log(one_group[:3], signal_name="SIGABRT")
+    assert (v.failure_class, v.rank) == (F.COLLECTIVE_MISMATCH, 15), v
+
+
 def test_an_exception_the_run_trained_two_steps_past_did_not_end_it() -> None:
     """A bare log (no exit status) where a traceback was logged and handled: the run went on."""
     handled = [

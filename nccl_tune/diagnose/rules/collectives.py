@@ -36,13 +36,28 @@ def _watchdog_work(msg: str, det: dict[str, Any]) -> None:
     for key, name in (("NumelIn", "numel_in"), ("NumelOut", "numel_out"), ("Timeout(ms)", "timeout_ms")):
         if key in fields and fields[key].lstrip("-").isdigit():
             det[name] = int(fields[key])
-    pg = _PG.search(msg)
-    det["pg"] = (pg.group("guid") or pg.group("pg")) if pg else "0"
+    _group(msg, det)
     det.pop("work", None)
+
+
+def _group(msg: str, det: dict[str, Any]) -> None:
+    """The process group the line names (its GUID where it has one), as ``pg``; none where it names
+    none (the watchdog's line of PyTorch before 2.4 names only the rank: the line after it may)."""
+    pg = _PG.search(msg)
+    if pg:
+        det["pg"] = pg.group("guid") or pg.group("pg")
 
 
 def _work_seq(msg: str, det: dict[str, Any]) -> None:
     det["seq"] = int(det["seq"])
+    _group(msg, det)
+
+
+def _at_work(msg: str, det: dict[str, Any]) -> None:
+    """The work the watchdog caught an error or a time-out at (``at_work``: the sequence number of
+    the time-out line before it) and the group that line may not name."""
+    det["at_work"] = int(det.pop("at"))
+    _group(msg, det)
 
 
 def _gloo_op(msg: str, det: dict[str, Any]) -> None:
@@ -266,8 +281,9 @@ UNFINISHED: tuple[Rule, ...] = (
         F.COLLECTIVE_TIMEOUT,
         Kind.TIMEOUT,
         ("detected by watchdog at work",),
-        None,
+        rx(r"detected by watchdog at work: (?P<at>\d+)"),
         "nccl_generic",
+        details=_at_work,
     ),
     Rule(
         "gloo_pair_closed",
