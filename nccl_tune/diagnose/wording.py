@@ -58,6 +58,11 @@ TIMEOUT_CLAUSE = (
     "; a shorter process-group timeout (init_process_group(timeout=...)) fails faster than a longer one helps"
 )
 """The same for any other trainer."""
+ANY_TIMEOUT_CLAUSE = (
+    "; a shorter process-group timeout fails faster than a longer one helps (init_process_group(timeout=...); "
+    "SkyRL sets it from SKYRL_WORKER_NCCL_TIMEOUT_IN_S)"
+)
+"""The same for a log whose trainer is not known (``nccl-tune diagnose`` on a log of any origin)."""
 
 
 def timeout_line(head: str, ctx: AdviceContext) -> str:

@@ -73,12 +73,14 @@ def test_skyrl_and_other_classes_keep_the_logs_own_advice():
 
 def test_a_timeout_outside_skyrl_does_not_name_skyrls_variable():
     from nccl_tune.diagnose.advice import advice_for_space, advise
-    from nccl_tune.diagnose.wording import SKYRL_TIMEOUT_CLAUSE, AdviceContext
+    from nccl_tune.diagnose.wording import ANY_TIMEOUT_CLAUSE, SKYRL_TIMEOUT_CLAUSE, AdviceContext
 
     text = advise(AdviceContext(F.COLLECTIVE_TIMEOUT, rank=1))
     assert text.endswith(SKYRL_TIMEOUT_CLAUSE)
     assert advice_for_space(F.COLLECTIVE_TIMEOUT, text, knobs(), "skyrl") == text
-    assert advice_for_space(F.COLLECTIVE_TIMEOUT, text, knobs(), None) == text  # unknown trainer: as the log says
+    unknown = advice_for_space(F.COLLECTIVE_TIMEOUT, text, knobs(), None)  # a log of any origin: both ways
+    assert unknown.endswith(ANY_TIMEOUT_CLAUSE) and "init_process_group(timeout=" in unknown
+    assert "SKYRL_WORKER_NCCL_TIMEOUT_IN_S" in unknown
     other = advice_for_space(F.COLLECTIVE_TIMEOUT, text, knobs(), "torchtitan")
     assert (
         "SKYRL" not in other and other.startswith("Rank 1 is the likely one behind") and "init_process_group" in other
