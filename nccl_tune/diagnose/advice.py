@@ -26,6 +26,7 @@ from typing import Any
 from nccl_tune.diagnose.pressure import HEAVY_PHASE_WORDS
 from nccl_tune.diagnose.rules import RULE_ADVICE
 from nccl_tune.diagnose.wording import (
+    ANY_HOST_RAM_USERS,
     ANY_TIMEOUT_CLAUSE,
     FR_ENV_HINT,
     HOST_RAM_USERS,
@@ -292,10 +293,12 @@ def advice_for_space(failure: F, advice: str, knobs: Sequence[MemoryKnob], train
     """``advice`` (the log's) as the trial's search space should read it: a memory failure in the
     space's own parameters (``space_memory_advice``); a time-out's way to fail faster in its
     trainer's terms: SkyRL's variable for SkyRL, PyTorch's for a trainer known not to be SkyRL, both
-    for a log of unknown origin."""
+    for a log of unknown origin, which is told what lives in host RAM in general terms too."""
     in_space_terms = space_memory_advice(failure, knobs, trainer)
     if in_space_terms:
         return in_space_terms
+    if trainer is None and HOST_RAM_USERS in advice:
+        advice = advice.replace(HOST_RAM_USERS, ANY_HOST_RAM_USERS)
     if trainer != "skyrl" and advice.endswith(SKYRL_TIMEOUT_CLAUSE):
         return advice[: -len(SKYRL_TIMEOUT_CLAUSE)] + (ANY_TIMEOUT_CLAUSE if trainer is None else TIMEOUT_CLAUSE)
     return advice

@@ -87,6 +87,12 @@ HOST_RAM_USERS = (
     "with `free -g`"
 )
 """What lives in host RAM in an RL run and what to lower."""
+ANY_HOST_RAM_USERS = (
+    "CPU offload of parameters or optimizer states (FSDP's or DeepSpeed's offload settings; SkyRL: "
+    "trainer.policy/ref.fsdp_config.cpu_offload) and rollouts live in host RAM: turn offload off where GPU memory "
+    "allows, lower the batch or the samples per prompt, and check other tenants with `free -g`"
+)
+"""The same for a log whose trainer is not known (``nccl-tune diagnose`` on a log of any origin)."""
 
 
 def host_memory(what: str) -> str:

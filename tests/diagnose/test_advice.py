@@ -48,6 +48,21 @@ def test_host_oom_names_the_host_memory_parameters_not_the_gpu_ones_nor_skyrl_ke
     assert "fsdp_config" not in text and "n_samples_per_prompt" not in text
 
 
+def test_a_host_oom_of_unknown_origin_names_offload_in_general_terms_and_skyrls_keys_only_for_skyrl():
+    """``nccl-tune diagnose`` on a verl log whose worker Ray's memory monitor killed: the trainer is
+    not known, so what lives in host RAM is said in general terms (SkyRL's key named as SkyRL's);
+    a SkyRL run keeps SkyRL's keys."""
+    from nccl_tune.diagnose.advice import advice_for_space, advise
+    from nccl_tune.diagnose.wording import ANY_HOST_RAM_USERS, HOST_RAM_USERS, AdviceContext, host_memory
+
+    text = host_memory("Ray's memory monitor killed a worker")
+    assert HOST_RAM_USERS in text and HOST_RAM_USERS in advise(AdviceContext(F.HOST_OOM))
+    assert advice_for_space(F.HOST_OOM, text, (), "skyrl") == text
+    unknown = advice_for_space(F.HOST_OOM, text, (), None)
+    assert unknown.endswith(ANY_HOST_RAM_USERS) and "generator.n_samples_per_prompt" not in unknown
+    assert "SkyRL: trainer.policy/ref.fsdp_config.cpu_offload" in unknown and "DeepSpeed" in unknown
+
+
 def test_host_oom_at_the_smallest_host_memory_or_with_none_declared_says_so():
     smallest = space_memory_advice(F.HOST_OOM, knobs(offload=False, workers=0), "hf-trainer")
     assert "every host-memory parameter of the space is at its smallest setting" in smallest
