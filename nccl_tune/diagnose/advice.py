@@ -26,13 +26,12 @@ from typing import Any
 from nccl_tune.diagnose.pressure import HEAVY_PHASE_WORDS
 from nccl_tune.diagnose.rules import RULE_ADVICE
 from nccl_tune.diagnose.wording import (
-    ANY_HOST_RAM_USERS,
-    ANY_TIMEOUT_CLAUSE,
     FR_ENV_HINT,
     HOST_RAM_USERS,
     KILLED,
     NO_END,
     SKYRL_TIMEOUT_CLAUSE,
+    SKYRL_WORDING,
     TIMEOUT_CLAUSE,
     WHERE_ENDS_ARE_RECORDED,
     Advice,
@@ -297,10 +296,11 @@ def advice_for_space(failure: F, advice: str, knobs: Sequence[MemoryKnob], train
     in_space_terms = space_memory_advice(failure, knobs, trainer)
     if in_space_terms:
         return in_space_terms
-    if trainer is None and HOST_RAM_USERS in advice:
-        advice = advice.replace(HOST_RAM_USERS, ANY_HOST_RAM_USERS)
-    if trainer != "skyrl" and advice.endswith(SKYRL_TIMEOUT_CLAUSE):
-        return advice[: -len(SKYRL_TIMEOUT_CLAUSE)] + (ANY_TIMEOUT_CLAUSE if trainer is None else TIMEOUT_CLAUSE)
+    if trainer is None:
+        for skyrl, anywhere in SKYRL_WORDING:
+            advice = advice.replace(skyrl, anywhere)
+    elif trainer != "skyrl" and advice.endswith(SKYRL_TIMEOUT_CLAUSE):
+        return advice[: -len(SKYRL_TIMEOUT_CLAUSE)] + TIMEOUT_CLAUSE
     return advice
 
 

@@ -583,6 +583,23 @@ class _Decision:
                 return e
         return None
 
+    def _oom_named_after(self, error: Event) -> Event | None:
+        """The device running out of memory, named within ``NCCL_DETAIL_LINES`` lines after NCCL's
+        ``unhandled cuda error`` of the same log (``Last error: Cuda failure 'out of memory'``): NCCL
+        could not allocate its buffers, the failure it would have warned of with ``NCCL_DEBUG`` set,
+        which reads as an OOM there (``cuda_oom`` is tried before NCCL's own rules)."""
+        return next(
+            (
+                e
+                for e in self.events
+                if e.order > error.order
+                and e.source == error.source
+                and e.failure_class is FailureClass.OOM
+                and 0 < e.line_no - error.line_no <= NCCL_DETAIL_LINES
+            ),
+            None,
+        )
+
     def _root(self, root: Event) -> Verdict:
         cls = root.failure_class
         if root.rank is None and self.fr_summary is not None and self.fr_summary.culprit_rank is not None:
@@ -600,6 +617,11 @@ class _Decision:
                     subtype=detail.rule.subtype,
                     details={**root.details, **detail.details},
                 )
+        if root.rule.name == "nccl_unhandled_cuda":
+            oom = self._oom_named_after(root)
+            if oom is not None:
+                rank = root.rank if root.rank is not None else oom.rank
+                return self._make(FailureClass.OOM, oom, self._evidence(oom, [root]), rank=rank)
         if cls is FailureClass.NCCL_ERROR or cls is FailureClass.CUDA_ERROR and root.rule.subtype == "nccl_cuda":
             warn = self._nccl_warn_before(root)
             if warn is not None:

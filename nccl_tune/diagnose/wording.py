@@ -168,6 +168,19 @@ def _vllm_oom(ctx: AdviceContext, frag: str) -> str | None:
     )
 
 
+SKYRL_OOM = (
+    "Out of GPU memory: lower the micro-batch sizes (trainer.micro_train_batch_size_per_gpu, "
+    "trainer.micro_forward_batch_size_per_gpu) or the sequence lengths, or turn on CPU offload "
+    "(trainer.policy.fsdp_config.cpu_offload=true)"
+)
+"""Out of GPU memory in no phase the log names, in SkyRL's keys."""
+ANY_OOM = (
+    "Out of GPU memory: lower the micro-batch size or the sequence length, or turn on activation checkpointing or "
+    "CPU offload (SkyRL: trainer.micro_train_batch_size_per_gpu, trainer.policy.fsdp_config.cpu_offload=true)"
+)
+"""The same for a log whose trainer is not known."""
+
+
 def oom_by_phase(ctx: AdviceContext) -> str:
     """Out of GPU memory: the knobs of the phase (or the vLLM engine) it ran out in."""
     frag = _fragmentation(ctx)
@@ -205,8 +218,13 @@ def oom_by_phase(ctx: AdviceContext) -> str:
             f"Out of GPU memory in {phase} (gathering the full state dict): turn on "
             "trainer.policy.fsdp_config.cpu_offload=true or save less often (trainer.ckpt_interval)" + frag
         )
-    return (
-        "Out of GPU memory: lower the micro-batch sizes (trainer.micro_train_batch_size_per_gpu, "
-        "trainer.micro_forward_batch_size_per_gpu) or the sequence lengths, or turn on CPU offload "
-        "(trainer.policy.fsdp_config.cpu_offload=true)" + frag
-    )
+    return SKYRL_OOM + frag
+
+
+SKYRL_WORDING = (
+    (SKYRL_TIMEOUT_CLAUSE, ANY_TIMEOUT_CLAUSE),
+    (HOST_RAM_USERS, ANY_HOST_RAM_USERS),
+    (SKYRL_OOM, ANY_OOM),
+)
+"""Advice that names SkyRL's keys, and how a log of unknown origin (``nccl-tune diagnose`` on any
+log) is told the same: in general terms, SkyRL's keys named as SkyRL's."""

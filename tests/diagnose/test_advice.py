@@ -48,7 +48,7 @@ def test_host_oom_names_the_host_memory_parameters_not_the_gpu_ones_nor_skyrl_ke
     assert "fsdp_config" not in text and "n_samples_per_prompt" not in text
 
 
-def test_a_host_oom_of_unknown_origin_names_offload_in_general_terms_and_skyrls_keys_only_for_skyrl():
+def test_memory_advice_of_unknown_origin_is_in_general_terms_and_skyrls_keys_only_for_skyrl():
     """``nccl-tune diagnose`` on a verl log whose worker Ray's memory monitor killed: the trainer is
     not known, so what lives in host RAM is said in general terms (SkyRL's key named as SkyRL's);
     a SkyRL run keeps SkyRL's keys."""
@@ -61,6 +61,12 @@ def test_a_host_oom_of_unknown_origin_names_offload_in_general_terms_and_skyrls_
     unknown = advice_for_space(F.HOST_OOM, text, (), None)
     assert unknown.endswith(ANY_HOST_RAM_USERS) and "generator.n_samples_per_prompt" not in unknown
     assert "SkyRL: trainer.policy/ref.fsdp_config.cpu_offload" in unknown and "DeepSpeed" in unknown
+    # an OOM in no phase the log names: the same
+    oom = advise(AdviceContext(F.OOM))
+    assert "trainer.micro_train_batch_size_per_gpu" in oom and advice_for_space(F.OOM, oom, (), "skyrl") == oom
+    general = advice_for_space(F.OOM, oom, (), None)
+    assert general.startswith("Out of GPU memory: lower the micro-batch size or the sequence length")
+    assert "(SkyRL: trainer.micro_train_batch_size_per_gpu" in general
 
 
 def test_host_oom_at_the_smallest_host_memory_or_with_none_declared_says_so():

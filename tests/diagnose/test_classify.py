@@ -770,6 +770,25 @@ def test_groups_named_only_on_the_watchdogs_next_line_keep_their_sequence_number
     assert (v.failure_class, v.rank) == (F.COLLECTIVE_MISMATCH, 15), v
 
 
+def test_nccls_unhandled_cuda_error_whose_last_error_is_out_of_memory_is_an_oom() -> None:
+    """Without NCCL_DEBUG, NCCL's failure to allocate its buffers reads as PyTorch's "unhandled cuda
+    error", and only ``Last error: Cuda failure 'out of memory'`` says what failed: the GPU's memory,
+    as NCCL's own warning would have said (with NCCL_DEBUG it reads as an OOM). The search must
+    count it with the memory wall, not as a CUDA fault of the values the run held."""
+    lines = [
+        "[rank3]: torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/NCCLUtils.hpp:275, "
+        "unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version 2.20.5\n",
+        "[rank3]: ncclUnhandledCudaError: Call to CUDA function failed.\n",
+        "[rank3]: Last error:\n",
+        "[rank3]: Cuda failure 'out of memory'\n",
+    ]
+    v = classify_log(lines, exit_code=1)
+    assert (v.failure_class, v.rank) == (F.OOM, 3), v
+    assert [e.line_no for e in v.evidence[:2]] == [4, 1]
+    other = classify_log(lines[:3] + ["[rank3]: Cuda failure 'invalid device ordinal'\n"], exit_code=1)
+    assert other.failure_class is F.CUDA_ERROR, other
+
+
 def test_an_exception_the_run_trained_two_steps_past_did_not_end_it() -> None:
     """A bare log (no exit status) where a traceback was logged and handled: the run went on."""
     handled = [
