@@ -828,7 +828,10 @@ class _Decision:
         if root.rank is None and self.fr_summary is not None and self.fr_summary.culprit_rank is not None:
             root.rank = self.fr_summary.culprit_rank  # a rank that died leaves no dump; the others name it
         sig = root.details.get("signal") or self.sig
-        kills = [e for e in crashes if _is_kill(e)]
+        # a process that ended by a signal of its own first (torchrun's root cause: rank 0 aborted)
+        # was not killed: a kill after it is the launcher stopping the others
+        ended_otherwise = root.details.get("signal") not in (None, "SIGKILL")
+        kills = [e for e in crashes if _is_kill(e) and not (ended_otherwise and e.order > root.order)]
         if sig == "SIGKILL" or kills:
             # silent: the killed process raised nothing of its own first (only the exit status said
             # SIGKILL: the first crash line is no exception)

@@ -337,6 +337,37 @@ def test_torchrun_root_cause_summary_names_the_rank_and_signal() -> None:
     assert (climb.failure_class, climb.rank) == (F.HOST_OOM, 5)
 
 
+def test_ranks_the_launcher_killed_after_the_root_cause_aborted_were_not_killed_from_outside() -> None:
+    """torchrun's summary lists, before its root cause (rank 0 aborted: SIGABRT, the NCCL watchdog
+    taking it down), the ranks it stopped after it with SIGTERM, then SIGKILL. The kill is the
+    launcher's, not the kernel's nor a scheduler's: the verdict is rank 0's abort."""
+    lines = [
+        "W0501 10:11:10.000000 140 torch/distributed/elastic/multiprocessing/api.py:897] Sending process 1234 "
+        "closing signal SIGTERM\n",
+        "E0501 10:11:11.000000 140 torch/distributed/elastic/multiprocessing/api.py:869] failed (exitcode: -6) "
+        "local_rank: 0 (pid: 1233) of binary: /usr/bin/python3\n",
+        "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: \n",
+        "============================================================\n",
+        "train.py FAILED\n",
+        "------------------------------------------------------------\n",
+        "Failures:\n",
+        "[1]:\n",
+        "  rank      : 1 (local_rank: 1)\n",
+        "  exitcode  : -9 (pid: 1234)\n",
+        "  traceback : Signal 9 (SIGKILL) received by PID 1234\n",
+        "------------------------------------------------------------\n",
+        "Root Cause (first observed failure):\n",
+        "[0]:\n",
+        "  rank      : 0 (local_rank: 0)\n",
+        "  exitcode  : -6 (pid: 1233)\n",
+        "  traceback : Signal 6 (SIGABRT) received by PID 1233\n",
+        "============================================================\n",
+    ]
+    v = classify_log(lines, exit_code=1)
+    assert (v.failure_class, v.rank) == (F.CRASH, 0), v
+    assert v.advice.startswith("Ended by SIGABRT") and "SIGKILL" not in v.advice, v.advice
+
+
 # --- memory climb, signals and exit codes --------------------------------------------------------------
 
 
