@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
@@ -564,41 +564,43 @@ class _Decision:
             None,
         )
 
-    def _nccl_detail_after(self, error: Event) -> Event | None:
-        """The specific NCCL error printed within ``NCCL_DETAIL_LINES`` lines after a generic one of
-        the same log (PyTorch's ``NCCL error ... Last error:`` then the line NCCL warned): one
-        failure, told best by the specific line. Without ``NCCL_DEBUG`` NCCL prints no warning, and
-        PyTorch's ``Last error:`` is all that names what failed: a set-up failure there (an IB
-        verbs call while the communicator was set up; a socket NCCL could not connect before the
-        first step) is that failure, ``init_failure``, as its warning would have been."""
-        for e in self.events:
-            if (
-                e.order > error.order
-                and e.source == error.source
-                and e.failure_class in (FailureClass.NCCL_ERROR, FailureClass.INIT_FAILURE)
-                and (e.kind is Kind.ROOT or e.kind is Kind.INIT and e.before_first_step)
-                and e.rule.name != "nccl_error"
-                and 0 < e.line_no - error.line_no <= NCCL_DETAIL_LINES
-            ):
-                return e
-        return None
-
-    def _oom_named_after(self, error: Event) -> Event | None:
-        """The device running out of memory, named within ``NCCL_DETAIL_LINES`` lines after NCCL's
-        ``unhandled cuda error`` of the same log (``Last error: Cuda failure 'out of memory'``): NCCL
-        could not allocate its buffers, the failure it would have warned of with ``NCCL_DEBUG`` set,
-        which reads as an OOM there (``cuda_oom`` is tried before NCCL's own rules)."""
+    def _detail_after(self, error: Event, tells: Callable[[Event], bool]) -> Event | None:
+        """The first event of the same log within ``NCCL_DETAIL_LINES`` lines after ``error`` that
+        ``tells`` accepts: what PyTorch's generic wording of an NCCL failure goes on to name."""
         return next(
             (
                 e
                 for e in self.events
                 if e.order > error.order
                 and e.source == error.source
-                and e.failure_class is FailureClass.OOM
                 and 0 < e.line_no - error.line_no <= NCCL_DETAIL_LINES
+                and tells(e)
             ),
             None,
         )
+
+    def _nccl_detail_after(self, error: Event) -> Event | None:
+        """The specific NCCL error printed after a generic one (PyTorch's ``NCCL error ... Last
+        error:`` then the line NCCL warned): one failure, told best by the specific line. Without
+        ``NCCL_DEBUG`` NCCL prints no warning, and PyTorch's ``Last error:`` is all that names what
+        failed: a set-up failure there (an IB verbs call while the communicator was set up; a socket
+        NCCL could not connect before the first step) is that failure, ``init_failure``, as its
+        warning would have been."""
+        return self._detail_after(
+            error,
+            lambda e: (
+                e.failure_class in (FailureClass.NCCL_ERROR, FailureClass.INIT_FAILURE)
+                and (e.kind is Kind.ROOT or e.kind is Kind.INIT and e.before_first_step)
+                and e.rule.name != "nccl_error"
+            ),
+        )
+
+    def _oom_named_after(self, error: Event) -> Event | None:
+        """The device running out of memory, named after NCCL's ``unhandled cuda error`` (``Last
+        error: Cuda failure 'out of memory'``): NCCL could not allocate its buffers, the failure it
+        would have warned of with ``NCCL_DEBUG`` set, which reads as an OOM there (``cuda_oom`` is
+        tried before NCCL's own rules)."""
+        return self._detail_after(error, lambda e: e.failure_class is FailureClass.OOM)
 
     def _root(self, root: Event) -> Verdict:
         cls = root.failure_class
